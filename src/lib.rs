@@ -1,3 +1,4 @@
 //! agentstore: a systemd-native queue and runner for AI coding-agent jobs.
 //!
 //! The library holds everything; the binaries in `src/bin/` are wiring only.
+pub mod agent;
