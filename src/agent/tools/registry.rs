@@ -116,9 +116,26 @@ impl Toolbox {
         self.tools.iter().map(|t| t.schema()).collect()
     }
 
-    /// What the system prompt must carry from this layer: the memory index.
+    /// What the system prompt must carry from this layer: the secret placeholders available
+    /// (names only) and the memory index.
     pub fn prompt_context(&self) -> String {
-        self.env.memory.index()
+        let mut text = String::new();
+        let names = self.env.secrets.names();
+        if !names.is_empty() {
+            text.push_str("# Secrets\n\nAvailable as placeholders in run_command (command or env): ");
+            let list: Vec<String> = names.iter().map(|n| format!("{{{{secret:{n}}}}}")).collect();
+            text.push_str(&list.join(", "));
+            text.push_str(". Values are never shown to you; outputs are redacted.\n\n");
+        }
+        text.push_str("# Memory index (.agentshell/MEMORY.md)\n\n");
+        let index = self.env.memory.index();
+        if index.trim().is_empty() {
+            text.push_str("(no notes yet; use memory_write to add one)");
+        } else {
+            text.push_str(index.trim());
+            text.push_str("\n\nRead a note with memory_read, search notes with memory_search.");
+        }
+        text
     }
 
     /// The project root commands run in.

@@ -1,0 +1,229 @@
+//! The interactive terminal: the read–run loop, local slash commands, Ctrl+C handling and the
+//! terminal's [`Ask`] channel.
+//!
+//! Ctrl+C once cancels the current input or the running request; twice in a row exits.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::{Mutex, Notify};
+
+use crate::agent::core::{Agent, CoreError, TurnStop};
+use crate::agent::tools::{Ask, AskAnswer, BoxFuture};
+use crate::agent::transport::line_editor::{LineEditor, ReadOutcome};
+use crate::agent::transport::render::{TerminalRenderer, request_line, session_line};
+
+/// The local commands, handled here and never sent to the model.
+pub const HELP: &str = "/help          this list\n\
+/clear         clear the screen\n\
+/exit, /quit   end the session\n\
+Ctrl+C         cancel the input or the running request; twice in a row: exit\n\
+Ctrl+D         exit (on an empty line)";
+
+/// The prompt shown for input.
+pub const PROMPT: &str = "\x1b[1m›\x1b[0m ";
+
+/// The terminal's `ask()`: questions are asked one at a time on the terminal; Ctrl+C at a
+/// question cancels the running request.
+pub struct TerminalAsk {
+    serial: Mutex<()>,
+    cancel: Arc<Notify>,
+}
+
+impl TerminalAsk {
+    fn new(cancel: Arc<Notify>) -> Self {
+        Self {
+            serial: Mutex::new(()),
+            cancel,
+        }
+    }
+}
+
+/// Match an answer against the options: exact (any case) or a unique prefix (`y` → `yes`).
+pub fn match_option(answer: &str, options: &[&str]) -> Option<String> {
+    let a = answer.trim().to_lowercase();
+    if a.is_empty() {
+        return None;
+    }
+    if let Some(o) = options.iter().find(|o| o.to_lowercase() == a) {
+        return Some((*o).to_string());
+    }
+    let mut prefixed = options.iter().filter(|o| o.to_lowercase().starts_with(&a));
+    match (prefixed.next(), prefixed.next()) {
+        (Some(o), None) => Some((*o).to_string()),
+        _ => None,
+    }
+}
+
+impl Ask for TerminalAsk {
+    fn ask<'a>(&'a self, question: &'a str, options: &'a [&'a str]) -> BoxFuture<'a, AskAnswer> {
+        Box::pin(async move {
+            let _turn = self.serial.lock().await;
+            let hint = if options.is_empty() {
+                String::new()
+            } else {
+                format!(" [{}]", options.join("/"))
+            };
+            let prompt = format!("\x1b[33m? {question}{hint}\x1b[0m ");
+            loop {
+                let p = prompt.clone();
+                let read = tokio::task::spawn_blocking(move || LineEditor::new().read_line(&p)).await;
+                match read {
+                    Ok(Ok(ReadOutcome::Line(answer))) => {
+                        if options.is_empty() {
+                            return AskAnswer::Answer(answer);
+                        }
+                        if let Some(choice) = match_option(&answer, options) {
+                            return AskAnswer::Answer(choice);
+                        }
+                    }
+                    Ok(Ok(ReadOutcome::Interrupted { .. })) => {
+                        self.cancel.notify_waiters();
+                        return AskAnswer::Cancelled;
+                    }
+                    Ok(Ok(ReadOutcome::Eof)) => {
+                        return AskAnswer::Unavailable("end of input".to_string());
+                    }
+                    Ok(Err(e)) => return AskAnswer::Unavailable(format!("terminal: {e}")),
+                    Err(e) => return AskAnswer::Unavailable(format!("terminal: {e}")),
+                }
+            }
+        })
+    }
+}
+
+/// The interactive session.
+pub struct Terminal {
+    ask: Arc<TerminalAsk>,
+    cancel: Arc<Notify>,
+}
+
+impl Default for Terminal {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Terminal {
+    /// A terminal transport.
+    pub fn new() -> Self {
+        let cancel = Arc::new(Notify::new());
+        Self {
+            ask: Arc::new(TerminalAsk::new(Arc::clone(&cancel))),
+            cancel,
+        }
+    }
+
+    /// The `ask()` channel to pass down to L2 and L3.
+    pub fn ask_channel(&self) -> Arc<dyn Ask> {
+        Arc::clone(&self.ask) as Arc<dyn Ask>
+    }
+
+    /// Run the read–run loop until `/exit`, Ctrl+D or Ctrl+C twice.
+    pub async fn run(&self, agent: &mut Agent, banner: &str) -> std::io::Result<()> {
+        let session_start = Instant::now();
+        let mut sigint = signal(SignalKind::interrupt())?;
+        let screen = TerminalRenderer::new(std::io::stdout());
+        println!("{banner}");
+        println!("\x1b[2mType /help for commands, /exit to quit.\x1b[0m");
+        let mut editor = Some(LineEditor::new());
+        let mut armed = false;
+        loop {
+            let mut ed = editor.take().unwrap_or_default();
+            let (ed, outcome) = tokio::task::spawn_blocking(move || {
+                let r = ed.read_line(PROMPT);
+                (ed, r)
+            })
+            .await
+            .map_err(std::io::Error::other)?;
+            editor = Some(ed);
+            let line = match outcome? {
+                ReadOutcome::Eof => break,
+                ReadOutcome::Interrupted { had_input: true } => {
+                    armed = false;
+                    continue;
+                }
+                ReadOutcome::Interrupted { had_input: false } => {
+                    if armed {
+                        break;
+                    }
+                    screen.info("(press Ctrl+C again to exit)");
+                    armed = true;
+                    continue;
+                }
+                ReadOutcome::Line(l) => l,
+            };
+            armed = false;
+            let line = line.trim();
+            if line.is_empty() {
+                continue;
+            }
+            if line.starts_with('/') {
+                match line {
+                    "/help" => println!("{HELP}"),
+                    "/clear" => {
+                        print!("\x1b[2J\x1b[H");
+                        let _ = std::io::stdout().flush();
+                    }
+                    "/exit" | "/quit" => break,
+                    other => screen.error(&format!("unknown command {other}; try /help")),
+                }
+                continue;
+            }
+            tracing::info!(input = %line, "user request");
+            let started = Instant::now();
+            let notified = self.cancel.notified();
+            tokio::pin!(notified);
+            let renderer = TerminalRenderer::new(std::io::stdout());
+            let report = tokio::select! {
+                report = agent.run_turn(line, &renderer) => Some(report),
+                _ = sigint.recv() => None,
+                _ = &mut notified => None,
+            };
+            match report {
+                None => {
+                    tracing::info!("request cancelled by the user");
+                    renderer.error("request cancelled (Ctrl+C again to exit)");
+                    armed = true;
+                }
+                Some(report) => {
+                    match report.result {
+                        Ok(TurnStop::Answered) => {}
+                        Ok(TurnStop::BudgetDeclined) => renderer.info("stopped at the iteration budget"),
+                        Err(CoreError::Provider(e)) => renderer.error(&e.to_string()),
+                    }
+                    renderer.info(&format!(
+                        "turn: {} requests · {}",
+                        report.model_calls,
+                        request_line(&crate::agent::core::accounting::RequestStats {
+                            duration: started.elapsed(),
+                            usage: report.totals.usage,
+                            cost_usd: report.totals.cost_usd,
+                        })
+                    ));
+                }
+            }
+        }
+        let summary = session_line(&agent.session_totals(), session_start.elapsed());
+        tracing::info!(%summary, "session end");
+        screen.info(&summary);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_match_exactly_or_by_unique_prefix() {
+        let yn = ["yes", "no"];
+        assert_eq!(match_option("y", &yn), Some("yes".into()));
+        assert_eq!(match_option("NO", &yn), Some("no".into()));
+        assert_eq!(match_option("maybe", &yn), None);
+        assert_eq!(match_option("", &yn), None);
+        assert_eq!(match_option("a", &["apple", "apricot"]), None);
+    }
+}
