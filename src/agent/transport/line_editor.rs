@@ -452,7 +452,9 @@ mod tests {
         run(&mut e, b"second\r");
         assert_eq!(run(&mut e, b"\x1b[A\x1b[A\r"), ReadOutcome::Line("first".into()));
         assert_eq!(run(&mut e, b"draft\x1b[A\x1b[B\r"), ReadOutcome::Line("draft".into()));
-        assert_eq!(e.history(), &["first".to_string(), "second".to_string(), "draft".to_string()]);
+        // a recalled line is appended again; a repeat of the last line is not
+        run(&mut e, b"\x1b[A\r");
+        assert_eq!(e.history(), &["first", "second", "first", "draft"].map(String::from));
     }
 
     #[test]
