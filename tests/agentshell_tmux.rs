@@ -1,0 +1,171 @@
+//! The real `agentshell` binary in a real terminal (tmux): confirmations answered yes and no,
+//! Ctrl+C during a request, Ctrl+C twice, `/exit`.
+
+mod agentshell_common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use agentshell_common::*;
+
+/// A tmux server on a private socket, killed on drop.
+struct Tmux {
+    socket: String,
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+}
+
+impl Tmux {
+    fn start(server: &FakeServer, name: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("proj");
+        let home = dir.path().join("home");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::create_dir_all(&home).unwrap();
+        // The wrapper shell must survive the SIGINT that Ctrl+C sends to the foreground group.
+        let script = dir.path().join("run.sh");
+        std::fs::write(
+            &script,
+            format!(
+                "trap : INT\ncd '{root}'\nexport HOME='{home}' AGENTSHELL_MODEL=openai/test-model \
+                 AGENTSHELL_BASE_URL='{url}/v1' OPENAI_API_KEY=sk-tmux-test-123456 TERM=xterm\n\
+                 '{bin}'\necho \"EXITED rc=$?\"\nsleep 600\n",
+                root = root.display(),
+                home = home.display(),
+                url = server.url,
+                bin = env!("CARGO_BIN_EXE_agentshell"),
+            ),
+        )
+        .unwrap();
+        let socket = format!("agentshell-test-{name}-{}", std::process::id());
+        let t = Self { socket, _dir: dir, root };
+        t.tmux(&["new-session", "-d", "-s", "main", "-x", "150", "-y", "50", &format!("sh {}", script.display())]);
+        t.wait_for("›");
+        t
+    }
+
+    fn tmux(&self, args: &[&str]) -> String {
+        let out = Command::new("tmux").arg("-L").arg(&self.socket).args(args).output().unwrap();
+        assert!(out.status.success(), "tmux {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn screen(&self) -> String {
+        self.tmux(&["capture-pane", "-p", "-S", "-200", "-t", "main"])
+    }
+
+    fn send(&self, keys: &str) {
+        self.tmux(&["send-keys", "-t", "main", "-l", keys]);
+        self.tmux(&["send-keys", "-t", "main", "Enter"]);
+    }
+
+    fn ctrl_c(&self) {
+        self.tmux(&["send-keys", "-t", "main", "C-c"]);
+    }
+
+    fn count(&self, text: &str) -> usize {
+        self.screen().matches(text).count()
+    }
+
+    fn wait_for(&self, text: &str) {
+        self.wait_for_count(text, 1);
+    }
+
+    fn wait_for_count(&self, text: &str, n: usize) {
+        let mut last = String::new();
+        let guard = std::time::Instant::now();
+        loop {
+            last = if guard.elapsed().as_secs() < 30 { self.screen() } else { panic!("hang guard: {text:?} never appeared; screen:\n{last}") };
+            if last.matches(text).count() >= n {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(30));
+        }
+    }
+
+    fn root(&self) -> &Path {
+        &self.root
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux").arg("-L").arg(&self.socket).arg("kill-server").output();
+    }
+}
+
+#[test]
+fn confirmation_answered_yes_then_no_then_exit() {
+    let server = FakeServer::start(vec![
+        oa_command("c1", "touch yes.txt"),
+        oa_text(&["made the yes file"], 1, 1),
+        oa_command("c2", "touch no.txt"),
+        oa_text(&["skipped the no file"], 1, 1),
+    ]);
+    let t = Tmux::start(&server, "confirm");
+    t.send("make the yes file");
+    t.wait_for("⏺ run_command $ touch yes.txt");
+    t.wait_for("? Run `touch yes.txt`? (`touch` is not known to be read-only) [yes/no]");
+    t.send("y");
+    t.wait_for("made the yes file");
+    assert!(t.root().join("yes.txt").exists());
+
+    t.send("make the no file");
+    t.wait_for("? Run `touch no.txt`?");
+    t.send("n");
+    t.wait_for("skipped the no file");
+    assert!(!t.root().join("no.txt").exists());
+    t.wait_for("⎿ run_command denied");
+    let declined = server.requests()[3].body["messages"].to_string();
+    assert!(declined.contains("declined by the user"), "{declined}");
+
+    t.send("/exit");
+    t.wait_for("EXITED rc=0");
+    let screen = t.screen();
+    assert!(screen.contains("session: 4 requests"), "{screen}");
+}
+
+#[test]
+fn ctrl_c_cancels_a_stalled_request_and_twice_exits() {
+    let server = FakeServer::start(vec![Reply::Stall, oa_text(&["answered after the cancel"], 1, 1)]);
+    let t = Tmux::start(&server, "ctrlc");
+    t.send("hello");
+    server.wait_for_requests(1);
+    t.ctrl_c();
+    t.wait_for("request cancelled");
+    // the session goes on: the next request is answered
+    t.send("again");
+    t.wait_for("answered after the cancel");
+    let sent = server.requests()[1].body["messages"].clone();
+    let users: Vec<&str> = sent
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(users, vec!["hello", "again"]);
+    // Ctrl+C on an empty line warns; the second one exits
+    t.ctrl_c();
+    t.wait_for("(press Ctrl+C again to exit)");
+    assert_eq!(t.count("EXITED"), 0);
+    t.ctrl_c();
+    t.wait_for("EXITED rc=0");
+}
+
+#[test]
+fn ctrl_c_clears_typed_input_and_slash_commands_stay_local() {
+    let server = FakeServer::start(vec![]);
+    let t = Tmux::start(&server, "local");
+    t.tmux(&["send-keys", "-t", "main", "-l", "half typed"]);
+    t.wait_for("half typed");
+    t.ctrl_c();
+    t.wait_for("half typed^C");
+    t.send("/help");
+    t.wait_for("/exit, /quit   end the session");
+    t.send("/nope");
+    t.wait_for("unknown command /nope");
+    t.send("/quit");
+    t.wait_for("EXITED rc=0");
+    assert!(server.requests().is_empty(), "nothing reached the model");
+}
