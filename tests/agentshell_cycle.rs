@@ -1,4 +1,5 @@
 //! The L2 cycle with real L3 tools against a scripted fake OpenAI server.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] fns
 
 mod agentshell_common;
 
@@ -62,7 +63,10 @@ impl CoreEvents for Log {
         self.0.lock().unwrap().push(format!("call {}", c.id));
     }
     fn tool_result(&self, c: &ToolCall, r: &ToolResult) {
-        self.0.lock().unwrap().push(format!("result {} {:?}", c.id, r.status));
+        self.0
+            .lock()
+            .unwrap()
+            .push(format!("result {} {:?}", c.id, r.status));
     }
 }
 
@@ -74,11 +78,20 @@ struct Fixture {
     agent: Agent,
 }
 
-fn fixture(script: Vec<Reply>, answers: &[&'static str], config: Value, extra_env: &[(&str, &str)]) -> Fixture {
+fn fixture(
+    script: Vec<Reply>,
+    answers: &[&'static str],
+    config: Value,
+    extra_env: &[(&str, &str)],
+) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("proj");
     std::fs::create_dir_all(&root).unwrap();
-    let home = AgentHome::resolve(Some(dir.path().join("home/.agentshell")), Some(dir.path().join("home"))).unwrap();
+    let home = AgentHome::resolve(
+        Some(dir.path().join("home/.agentshell")),
+        Some(dir.path().join("home")),
+    )
+    .unwrap();
     let mut project: Project = bootstrap::open_project(&root, None, &home).unwrap();
     project.config = bootstrap::config::merge(project.config, config);
     let server = FakeServer::start(script);
@@ -91,7 +104,13 @@ fn fixture(script: Vec<Reply>, answers: &[&'static str], config: Value, extra_en
     }
     let ask = ScriptedAsk::new(answers);
     let agent = wiring::build_agent(&project, &env, ask.clone() as Arc<dyn Ask>).unwrap();
-    Fixture { _dir: dir, root, server, ask, agent }
+    Fixture {
+        _dir: dir,
+        root,
+        server,
+        ask,
+        agent,
+    }
 }
 
 async fn turn(f: &mut Fixture, input: &str, log: &Log) -> TurnReport {
@@ -142,7 +161,12 @@ async fn a_tool_call_then_an_answer() {
     assert_eq!(results.len(), 1);
     assert_eq!(results[0]["status"], "ok");
     assert_eq!(results[0]["exit_code"], 0);
-    assert!(results[0]["stdout"].as_str().unwrap().contains(".agentshell"));
+    assert!(
+        results[0]["stdout"]
+            .as_str()
+            .unwrap()
+            .contains(".agentshell")
+    );
     assert!(f.ask.questions().is_empty(), "ls is read-only: no question");
     // history: user, assistant+call, tool, assistant
     assert_eq!(f.agent.history().len(), 4);
@@ -173,17 +197,28 @@ async fn ask_answered_yes_runs_and_no_declines() {
     );
     let r = &tool_results(&f.server, 2)[1];
     assert_eq!(r["status"], "denied");
-    assert_eq!(r["stderr"], "declined by the user (policy: `touch` is not known to be read-only)");
+    assert_eq!(
+        r["stderr"],
+        "declined by the user (policy: `touch` is not known to be read-only)"
+    );
 }
 
 #[tokio::test]
 async fn denied_commands_never_run() {
-    let mut f = fixture(vec![oa_command("c1", "cat .env"), oa_text(&["ok"], 1, 1)], &[], json!({}), &[]);
+    let mut f = fixture(
+        vec![oa_command("c1", "cat .env"), oa_text(&["ok"], 1, 1)],
+        &[],
+        json!({}),
+        &[],
+    );
     std::fs::write(f.root.join(".env"), "X=1\n").unwrap();
     turn(&mut f, "x", &Log::default()).await;
     let r = &tool_results(&f.server, 1)[0];
     assert_eq!(r["status"], "denied");
-    assert_eq!(r["stderr"], "denied by policy: touches a .env file (credentials)");
+    assert_eq!(
+        r["stderr"],
+        "denied by policy: touches a .env file (credentials)"
+    );
     assert!(f.ask.questions().is_empty());
 }
 
@@ -194,7 +229,14 @@ async fn parallel_tool_calls_run_concurrently() {
     let touches = json!({"command": "touch flag && echo two"}).to_string();
     let mut f = fixture(
         vec![
-            oa_tool_calls(&[("c1", "run_command", &waits), ("c2", "run_command", &touches)], 1, 1),
+            oa_tool_calls(
+                &[
+                    ("c1", "run_command", &waits),
+                    ("c2", "run_command", &touches),
+                ],
+                1,
+                1,
+            ),
             oa_text(&["both"], 1, 1),
         ],
         &["yes", "yes"],
@@ -208,13 +250,20 @@ async fn parallel_tool_calls_run_concurrently() {
     assert_eq!(results[0]["stdout"], "one\n");
     assert_eq!(results[1]["stdout"], "two\n");
     let log = log.0.lock().unwrap().clone();
-    assert_eq!(&log[1..5], &["call c1", "call c2", "result c1 Ok", "result c2 Ok"]);
+    assert_eq!(
+        &log[1..5],
+        &["call c1", "call c2", "result c1 Ok", "result c2 Ok"]
+    );
 }
 
 #[tokio::test]
 async fn the_iteration_budget_asks_to_continue() {
     let mut f = fixture(
-        vec![oa_command("c1", "pwd"), oa_command("c2", "pwd"), oa_text(&["never"], 1, 1)],
+        vec![
+            oa_command("c1", "pwd"),
+            oa_command("c2", "pwd"),
+            oa_text(&["never"], 1, 1),
+        ],
         &["yes", "no"],
         json!({"max_iterations": 1}),
         &[],
@@ -222,13 +271,21 @@ async fn the_iteration_budget_asks_to_continue() {
     let report = turn(&mut f, "loop", &Log::default()).await;
     assert!(matches!(report.result, Ok(TurnStop::BudgetDeclined)));
     assert_eq!(report.model_calls, 2);
-    assert_eq!(f.ask.questions(), vec!["1 iterations. Continue?", "1 iterations. Continue?"]);
+    assert_eq!(
+        f.ask.questions(),
+        vec!["1 iterations. Continue?", "1 iterations. Continue?"]
+    );
     assert_eq!(f.server.requests().len(), 2);
 }
 
 #[tokio::test]
 async fn provider_errors_are_errors_not_model_text() {
-    let mut f = fixture(vec![Reply::Status(401, "{\"error\":\"bad key\"}".into())], &[], json!({}), &[]);
+    let mut f = fixture(
+        vec![Reply::Status(401, "{\"error\":\"bad key\"}".into())],
+        &[],
+        json!({}),
+        &[],
+    );
     let log = Log::default();
     let report = turn(&mut f, "hi", &log).await;
     match report.result {
@@ -236,7 +293,11 @@ async fn provider_errors_are_errors_not_model_text() {
         other => panic!("expected HTTP 401, got {other:?}"),
     }
     assert_eq!(report.text, "");
-    assert_eq!(f.agent.history().len(), 1, "only the request; no invented reply");
+    assert_eq!(
+        f.agent.history().len(),
+        1,
+        "only the request; no invented reply"
+    );
 }
 
 #[tokio::test]
@@ -254,20 +315,33 @@ async fn secrets_are_substituted_into_the_environment_and_redacted_from_outputs(
         json!({}),
         &[("GITHUB_TOKEN", token)],
     );
-    std::fs::write(f.root.join("notes.txt"), format!("token={token}\nkey=sk-test-key-0123456789\n")).unwrap();
+    std::fs::write(
+        f.root.join("notes.txt"),
+        format!("token={token}\nkey=sk-test-key-0123456789\n"),
+    )
+    .unwrap();
     let report = turn(&mut f, "show secrets", &Log::default()).await;
     assert!(matches!(report.result, Ok(TurnStop::Answered)));
     let results = tool_results(&f.server, 3);
     assert_eq!(results[0]["stdout"], "{{secret:GITHUB_TOKEN}}\n");
-    assert_eq!(results[1]["stdout"], "token={{secret:GITHUB_TOKEN}}\nkey={{secret:OPENAI_API_KEY}}\n");
+    assert_eq!(
+        results[1]["stdout"],
+        "token={{secret:GITHUB_TOKEN}}\nkey={{secret:OPENAI_API_KEY}}\n"
+    );
     // the placeholder was substituted at launch: the token (26 bytes + newline) reached the child
     assert_eq!(results[2]["stdout"].as_str().unwrap().trim(), "27");
     for req in f.server.requests() {
         let body = req.body.to_string();
         assert!(!body.contains(token), "the token leaked into a request");
-        assert!(!body.contains("sk-test-key-0123456789"), "the key leaked into a request");
+        assert!(
+            !body.contains("sk-test-key-0123456789"),
+            "the key leaked into a request"
+        );
     }
-    let system = f.server.requests()[0].body["messages"][0]["content"].as_str().unwrap().to_string();
+    let system = f.server.requests()[0].body["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert!(system.contains("{{secret:GITHUB_TOKEN}}"), "{system}");
 }
 
@@ -293,8 +367,14 @@ async fn memory_tools_write_search_read_and_index_in_the_prompt() {
     assert_eq!(results[2]["stdout"], "Run make all.\nThen make test.");
     assert_eq!(results[3]["status"], "error");
     let index_line = "- [build](memory/build.md) — how to build";
-    let first = f.server.requests()[0].body["messages"][0]["content"].as_str().unwrap().to_string();
-    let second = f.server.requests()[1].body["messages"][0]["content"].as_str().unwrap().to_string();
+    let first = f.server.requests()[0].body["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let second = f.server.requests()[1].body["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert!(!first.contains(index_line));
     assert!(second.contains(index_line), "{second}");
     assert_eq!(
@@ -307,13 +387,19 @@ async fn memory_tools_write_search_read_and_index_in_the_prompt() {
 async fn memory_write_asks_by_default() {
     let write = json!({"name": "n", "summary": "s", "content": "c"}).to_string();
     let mut f = fixture(
-        vec![oa_tool_calls(&[("c1", "memory_write", &write)], 1, 1), oa_text(&["ok"], 1, 1)],
+        vec![
+            oa_tool_calls(&[("c1", "memory_write", &write)], 1, 1),
+            oa_text(&["ok"], 1, 1),
+        ],
         &["no"],
         json!({}),
         &[],
     );
     turn(&mut f, "x", &Log::default()).await;
-    assert_eq!(f.ask.questions(), vec!["Write note `n`? (memory_write writes note `n`)"]);
+    assert_eq!(
+        f.ask.questions(),
+        vec!["Write note `n`? (memory_write writes note `n`)"]
+    );
     assert!(!f.root.join(".agentshell/memory/n.md").exists());
 }
 
@@ -321,7 +407,11 @@ async fn memory_write_asks_by_default() {
 async fn the_history_is_fitted_before_every_call() {
     let big = "x".repeat(4000);
     let mut f = fixture(
-        vec![oa_text(&[&big], 1, 1), oa_text(&[&big], 1, 1), oa_text(&["short"], 1, 1)],
+        vec![
+            oa_text(&[&big], 1, 1),
+            oa_text(&[&big], 1, 1),
+            oa_text(&["short"], 1, 1),
+        ],
         &[],
         json!({"context_budget_tokens": 1500}),
         &[],
@@ -329,10 +419,20 @@ async fn the_history_is_fitted_before_every_call() {
     for q in ["one", "two", "three"] {
         turn(&mut f, q, &Log::default()).await;
     }
-    let messages = f.server.requests()[2].body["messages"].as_array().unwrap().clone();
+    let messages = f.server.requests()[2].body["messages"]
+        .as_array()
+        .unwrap()
+        .clone();
     assert_eq!(messages[0]["role"], "system");
-    let texts: Vec<String> = messages.iter().map(|m| m["content"].as_str().unwrap_or("").to_string()).collect();
-    assert!(texts[1].starts_with("[context manager: "), "{:?}", &texts[1]);
+    let texts: Vec<String> = messages
+        .iter()
+        .map(|m| m["content"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert!(
+        texts[1].starts_with("[context manager: "),
+        "{:?}",
+        &texts[1]
+    );
     assert_eq!(texts.last().unwrap(), "three");
     assert_eq!(f.agent.history().len(), 6, "the full history stays with L2");
 }

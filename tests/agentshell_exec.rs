@@ -1,4 +1,5 @@
 //! The real `agentshell` binary, headless: `exec --json -` against the fake server.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] fns
 
 mod agentshell_common;
 
@@ -11,7 +12,13 @@ use serde_json::{Value, json};
 
 const KEY: &str = "sk-exec-test-key-9876543210";
 
-fn exec(root: &Path, home: &Path, server: &FakeServer, prompt: &str, extra: &[(&str, &str)]) -> Output {
+fn exec(
+    root: &Path,
+    home: &Path,
+    server: &FakeServer,
+    prompt: &str,
+    extra: &[(&str, &str)],
+) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentshell"));
     cmd.args(["exec", "--json", "-"])
         .current_dir(root)
@@ -29,14 +36,24 @@ fn exec(root: &Path, home: &Path, server: &FakeServer, prompt: &str, extra: &[(&
         cmd.env(k, v);
     }
     let mut child = cmd.spawn().unwrap();
-    child.stdin.take().unwrap().write_all(prompt.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(prompt.as_bytes())
+        .unwrap();
     child.wait_with_output().unwrap()
 }
 
 fn parse(out: &Output) -> Value {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.len(), 1, "exactly one JSON line on stdout, got {stdout:?} / stderr {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        lines.len(),
+        1,
+        "exactly one JSON line on stdout, got {stdout:?} / stderr {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_str(lines[0]).unwrap()
 }
 
@@ -76,11 +93,19 @@ fn exec_json_success_with_an_allowed_and_a_denied_command() {
     let touch = json!({"command": "touch made-by-agent"}).to_string();
     let rm = json!({"command": "rm -rf build"}).to_string();
     let server = FakeServer::start(vec![
-        oa_tool_calls(&[("c1", "run_command", &touch), ("c2", "run_command", &rm)], 100, 20),
+        oa_tool_calls(
+            &[("c1", "run_command", &touch), ("c2", "run_command", &rm)],
+            100,
+            20,
+        ),
         oa_text(&["All ", "done."], 300, 30),
     ]);
     let out = exec(&root, &home, &server, "tidy up the project\n", &[]);
-    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(
         stable(parse(&out)),
         json!({
@@ -101,8 +126,14 @@ fn exec_json_success_with_an_allowed_and_a_denied_command() {
         })
     );
     assert!(root.join("made-by-agent").exists());
-    assert!(root.join("build").is_dir(), "the denied command did not run");
-    assert_eq!(server.requests()[0].body["messages"][1]["content"], "tidy up the project\n");
+    assert!(
+        root.join("build").is_dir(),
+        "the denied command did not run"
+    );
+    assert_eq!(
+        server.requests()[0].body["messages"][1]["content"],
+        "tidy up the project\n"
+    );
     let log = std::fs::read_to_string(root.join(".agentshell/logs/agent.log")).unwrap();
     assert!(log.contains("policy decision"), "{log}");
     assert!(log.contains("denied: nobody to confirm"), "{log}");
@@ -128,8 +159,16 @@ fn exec_json_reports_provider_errors_and_exits_non_zero() {
 fn exec_never_waits_at_the_iteration_budget() {
     let (_dir, root, home) = project();
     std::fs::create_dir_all(root.join(".agentshell")).unwrap();
-    std::fs::write(root.join(".agentshell/config.json"), r#"{"max_iterations": 2}"#).unwrap();
-    let server = FakeServer::start(vec![oa_command("c1", "pwd"), oa_command("c2", "pwd"), oa_command("c3", "pwd")]);
+    std::fs::write(
+        root.join(".agentshell/config.json"),
+        r#"{"max_iterations": 2}"#,
+    )
+    .unwrap();
+    let server = FakeServer::start(vec![
+        oa_command("c1", "pwd"),
+        oa_command("c2", "pwd"),
+        oa_command("c3", "pwd"),
+    ]);
     let out = exec(&root, &home, &server, "loop forever", &[]);
     assert_eq!(out.status.code(), Some(1));
     let v = parse(&out);
@@ -141,15 +180,29 @@ fn exec_never_waits_at_the_iteration_budget() {
 fn env_and_files_leak_no_secret_through_the_real_binary() {
     let (_dir, root, home) = project();
     let other = "xoxb-slack-token-abcdef123456";
-    std::fs::write(root.join("config.txt"), format!("slack={other}\nopenai={KEY}\n")).unwrap();
+    std::fs::write(
+        root.join("config.txt"),
+        format!("slack={other}\nopenai={KEY}\n"),
+    )
+    .unwrap();
     let server = FakeServer::start(vec![
         oa_command("c1", "env"),
         oa_command("c2", "cat config.txt"),
         oa_command("c3", "printenv"),
         oa_text(&["nothing to see"], 1, 1),
     ]);
-    let out = exec(&root, &home, &server, "print the environment", &[("SLACK_BOT_TOKEN", other)]);
-    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    let out = exec(
+        &root,
+        &home,
+        &server,
+        "print the environment",
+        &[("SLACK_BOT_TOKEN", other)],
+    );
+    assert!(
+        out.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let requests = server.requests();
     assert_eq!(requests.len(), 4);
     for r in &requests {
@@ -174,19 +227,39 @@ fn a_project_env_cannot_replace_the_users_key() {
     // the key comes only from the user's side (here: the process environment)
     let out = exec(&root, &home, &server, "hi", &[]);
     assert!(out.status.success());
-    assert_eq!(server.requests()[0].header("authorization"), Some(format!("Bearer {KEY}").as_str()));
+    assert_eq!(
+        server.requests()[0].header("authorization"),
+        Some(format!("Bearer {KEY}").as_str())
+    );
 }
 
 #[test]
 fn exec_reads_the_key_from_the_users_env_file() {
     let (_dir, root, home) = project();
     std::fs::create_dir_all(home.join(".agentshell")).unwrap();
-    std::fs::write(home.join(".agentshell/.env"), "DEEPSEEK_API_KEY=\"sk-from-dotenv-123456\"\n").unwrap();
+    std::fs::write(
+        home.join(".agentshell/.env"),
+        "DEEPSEEK_API_KEY=\"sk-from-dotenv-123456\"\n",
+    )
+    .unwrap();
     let server = FakeServer::start(vec![oa_text(&["hi"], 1, 1)]);
-    let out = exec(&root, &home, &server, "hi", &[("AGENTSHELL_MODEL", "deepseek/deepseek-chat")]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    let out = exec(
+        &root,
+        &home,
+        &server,
+        "hi",
+        &[("AGENTSHELL_MODEL", "deepseek/deepseek-chat")],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     let req = &server.requests()[0];
-    assert_eq!(req.header("authorization"), Some("Bearer sk-from-dotenv-123456"));
+    assert_eq!(
+        req.header("authorization"),
+        Some("Bearer sk-from-dotenv-123456")
+    );
     assert_eq!(req.body["model"], "deepseek-chat");
 }
 
@@ -195,15 +268,30 @@ fn version_init_and_setup_keys() {
     let (_dir, root, home) = project();
     let bin = env!("CARGO_BIN_EXE_agentshell");
     let out = Command::new(bin).arg("--version").output().unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout), format!("agentshell {}\n", env!("CARGO_PKG_VERSION")));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("agentshell {}\n", env!("CARGO_PKG_VERSION"))
+    );
 
-    let out = Command::new(bin).arg("init").current_dir(&root).env("HOME", &home).env_remove("AGENTSHELL_HOME").output().unwrap();
+    let out = Command::new(bin)
+        .arg("init")
+        .current_dir(&root)
+        .env("HOME", &home)
+        .env_remove("AGENTSHELL_HOME")
+        .output()
+        .unwrap();
     assert!(out.status.success());
     for p in ["config.json", "CLAUDE.md", "MEMORY.md", "memory", "logs"] {
         assert!(root.join(".agentshell").join(p).exists(), "{p}");
     }
     // init in home is refused
-    let out = Command::new(bin).arg("init").current_dir(&home).env("HOME", &home).env_remove("AGENTSHELL_HOME").output().unwrap();
+    let out = Command::new(bin)
+        .arg("init")
+        .current_dir(&home)
+        .env("HOME", &home)
+        .env_remove("AGENTSHELL_HOME")
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert!(!home.join(".agentshell/config.json").exists());
 
@@ -215,10 +303,22 @@ fn version_init_and_setup_keys() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(b"DEEPSEEK_API_KEY=sk-abc\n").unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"DEEPSEEK_API_KEY=sk-abc\n")
+        .unwrap();
     assert!(child.wait().unwrap().success());
     use std::os::unix::fs::PermissionsExt;
     let env_file = home.join(".agentshell/.env");
-    assert_eq!(std::fs::metadata(&env_file).unwrap().permissions().mode() & 0o777, 0o600);
-    assert!(std::fs::read_to_string(&env_file).unwrap().contains("DEEPSEEK_API_KEY=\"sk-abc\""));
+    assert_eq!(
+        std::fs::metadata(&env_file).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    assert!(
+        std::fs::read_to_string(&env_file)
+            .unwrap()
+            .contains("DEEPSEEK_API_KEY=\"sk-abc\"")
+    );
 }

@@ -1,4 +1,5 @@
 //! The providers against scripted fake OpenAI and Anthropic servers.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] fns
 
 mod agentshell_common;
 
@@ -34,13 +35,23 @@ fn schemas() -> Vec<ToolSchema> {
     }]
 }
 
-async fn call(p: &dyn Provider, messages: &[Message]) -> (Result<ModelResponse, ProviderError>, Vec<StreamEvent>) {
+async fn call(
+    p: &dyn Provider,
+    messages: &[Message],
+) -> (Result<ModelResponse, ProviderError>, Vec<StreamEvent>) {
     let tools = schemas();
     let mut events = Vec::new();
     let mut on = |e: StreamEvent| events.push(e);
     let r = tokio::time::timeout(
         Duration::from_secs(60),
-        p.complete(ModelRequest { system: "SYS", messages, tools: &tools }, &mut on),
+        p.complete(
+            ModelRequest {
+                system: "SYS",
+                messages,
+                tools: &tools,
+            },
+            &mut on,
+        ),
     )
     .await
     .expect("hang guard");
@@ -54,7 +65,10 @@ fn openai(server: &FakeServer) -> OpenAiProvider {
 #[tokio::test]
 async fn openai_streams_text_reasoning_and_usage() {
     let server = FakeServer::start(vec![Reply::Sse(vec![
-        oa_chunk(json!({"role": "assistant", "reasoning_content": "let me "}), None),
+        oa_chunk(
+            json!({"role": "assistant", "reasoning_content": "let me "}),
+            None,
+        ),
         oa_chunk(json!({"reasoning_content": "think"}), None),
         oa_chunk(json!({"content": "Hel"}), None),
         oa_chunk(json!({"content": "lo"}), None),
@@ -69,7 +83,10 @@ async fn openai_streams_text_reasoning_and_usage() {
             text: "Hello".into(),
             reasoning: "let me think".into(),
             tool_calls: vec![],
-            usage: Usage { input_tokens: 42, output_tokens: 7 },
+            usage: Usage {
+                input_tokens: 42,
+                output_tokens: 7
+            },
             stop_reason: Some("stop".into()),
         }
     );
@@ -87,11 +104,17 @@ async fn openai_streams_text_reasoning_and_usage() {
     assert_eq!(req.header("authorization"), Some("Bearer sk-test"));
     assert_eq!(req.body["stream"], json!(true));
     assert_eq!(req.body["model"], json!("test-model"));
-    assert_eq!(req.body["messages"], json!([
-        {"role": "system", "content": "SYS"},
-        {"role": "user", "content": "hi"}
-    ]));
-    assert_eq!(req.body["tools"][0]["function"]["name"], json!("run_command"));
+    assert_eq!(
+        req.body["messages"],
+        json!([
+            {"role": "system", "content": "SYS"},
+            {"role": "user", "content": "hi"}
+        ])
+    );
+    assert_eq!(
+        req.body["tools"][0]["function"]["name"],
+        json!("run_command")
+    );
 }
 
 #[tokio::test]
@@ -106,7 +129,14 @@ async fn openai_tool_calls_split_across_chunks() {
     )]);
     let history = vec![
         Message::user("look"),
-        Message::assistant("", vec![ToolCall { id: "c0".into(), name: "run_command".into(), arguments: "{}".into() }]),
+        Message::assistant(
+            "",
+            vec![ToolCall {
+                id: "c0".into(),
+                name: "run_command".into(),
+                arguments: "{}".into(),
+            }],
+        ),
         Message::tool("c0", "{\"status\":\"ok\"}"),
     ];
     let (r, events) = call(&openai(&server), &history).await;
@@ -114,48 +144,96 @@ async fn openai_tool_calls_split_across_chunks() {
     assert_eq!(
         r.tool_calls,
         vec![
-            ToolCall { id: "call_a".into(), name: "run_command".into(), arguments: r#"{"command":"ls -la"}"#.into() },
-            ToolCall { id: "call_b".into(), name: "run_command".into(), arguments: r#"{"command":"git status"}"#.into() },
+            ToolCall {
+                id: "call_a".into(),
+                name: "run_command".into(),
+                arguments: r#"{"command":"ls -la"}"#.into()
+            },
+            ToolCall {
+                id: "call_b".into(),
+                name: "run_command".into(),
+                arguments: r#"{"command":"git status"}"#.into()
+            },
         ]
     );
     assert_eq!(r.stop_reason.as_deref(), Some("tool_calls"));
     assert!(events.is_empty());
     // the earlier call and its result went out in OpenAI's shape
     let sent = &server.requests()[0].body["messages"];
-    assert_eq!(sent[2], json!({"role": "assistant", "content": null, "tool_calls": [
-        {"id": "c0", "type": "function", "function": {"name": "run_command", "arguments": "{}"}}]}));
-    assert_eq!(sent[3], json!({"role": "tool", "tool_call_id": "c0", "content": "{\"status\":\"ok\"}"}));
+    assert_eq!(
+        sent[2],
+        json!({"role": "assistant", "content": null, "tool_calls": [
+        {"id": "c0", "type": "function", "function": {"name": "run_command", "arguments": "{}"}}]})
+    );
+    assert_eq!(
+        sent[3],
+        json!({"role": "tool", "tool_call_id": "c0", "content": "{\"status\":\"ok\"}"})
+    );
 }
 
 #[tokio::test]
 async fn anthropic_streams_text_thinking_tool_use_and_usage() {
     let mut chunks = vec![
         an_start(30),
-        an_event("content_block_start", json!({"type": "content_block_start", "index": 0,
-            "content_block": {"type": "thinking", "thinking": ""}})),
-        an_event("content_block_delta", json!({"type": "content_block_delta", "index": 0,
-            "delta": {"type": "thinking_delta", "thinking": "hmm"}})),
-        an_event("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
+        an_event(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0,
+            "content_block": {"type": "thinking", "thinking": ""}}),
+        ),
+        an_event(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0,
+            "delta": {"type": "thinking_delta", "thinking": "hmm"}}),
+        ),
+        an_event(
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 0}),
+        ),
         an_event("ping", json!({"type": "ping"})),
-        an_event("content_block_start", json!({"type": "content_block_start", "index": 1,
-            "content_block": {"type": "text", "text": ""}})),
-        an_event("content_block_delta", json!({"type": "content_block_delta", "index": 1,
-            "delta": {"type": "text_delta", "text": "Checking"}})),
-        an_event("content_block_stop", json!({"type": "content_block_stop", "index": 1})),
-        an_event("content_block_start", json!({"type": "content_block_start", "index": 2,
-            "content_block": {"type": "tool_use", "id": "toolu_1", "name": "run_command", "input": {}}})),
+        an_event(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 1,
+            "content_block": {"type": "text", "text": ""}}),
+        ),
+        an_event(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 1,
+            "delta": {"type": "text_delta", "text": "Checking"}}),
+        ),
+        an_event(
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 1}),
+        ),
+        an_event(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 2,
+            "content_block": {"type": "tool_use", "id": "toolu_1", "name": "run_command", "input": {}}}),
+        ),
     ];
     for part in split3(r#"{"command": "ls"}"#) {
-        chunks.push(an_event("content_block_delta", json!({"type": "content_block_delta", "index": 2,
-            "delta": {"type": "input_json_delta", "partial_json": part}})));
+        chunks.push(an_event(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 2,
+            "delta": {"type": "input_json_delta", "partial_json": part}}),
+        ));
     }
-    chunks.push(an_event("content_block_stop", json!({"type": "content_block_stop", "index": 2})));
+    chunks.push(an_event(
+        "content_block_stop",
+        json!({"type": "content_block_stop", "index": 2}),
+    ));
     chunks.extend(an_stop("tool_use", 12));
     let server = FakeServer::start(vec![Reply::Sse(chunks)]);
     let p = AnthropicProvider::new(settings(&server.url)).unwrap();
     let history = vec![
         Message::user("first"),
-        Message::assistant("", vec![ToolCall { id: "toolu_0".into(), name: "run_command".into(), arguments: "{\"command\":\"pwd\"}".into() }]),
+        Message::assistant(
+            "",
+            vec![ToolCall {
+                id: "toolu_0".into(),
+                name: "run_command".into(),
+                arguments: "{\"command\":\"pwd\"}".into(),
+            }],
+        ),
         Message::tool("toolu_0", "{\"status\":\"denied\"}"),
         Message::user("second"),
     ];
@@ -165,27 +243,46 @@ async fn anthropic_streams_text_thinking_tool_use_and_usage() {
         ModelResponse {
             text: "Checking".into(),
             reasoning: "hmm".into(),
-            tool_calls: vec![ToolCall { id: "toolu_1".into(), name: "run_command".into(), arguments: r#"{"command": "ls"}"#.into() }],
-            usage: Usage { input_tokens: 30, output_tokens: 12 },
+            tool_calls: vec![ToolCall {
+                id: "toolu_1".into(),
+                name: "run_command".into(),
+                arguments: r#"{"command": "ls"}"#.into()
+            }],
+            usage: Usage {
+                input_tokens: 30,
+                output_tokens: 12
+            },
             stop_reason: Some("tool_use".into()),
         }
     );
-    assert_eq!(events, vec![StreamEvent::Reasoning("hmm".into()), StreamEvent::Text("Checking".into())]);
+    assert_eq!(
+        events,
+        vec![
+            StreamEvent::Reasoning("hmm".into()),
+            StreamEvent::Text("Checking".into())
+        ]
+    );
     let req = &server.requests()[0];
     assert_eq!(req.path, "/v1/messages");
     assert_eq!(req.header("x-api-key"), Some("sk-test"));
     assert_eq!(req.header("anthropic-version"), Some("2023-06-01"));
     assert_eq!(req.body["system"], json!("SYS"));
-    assert_eq!(req.body["tools"][0]["input_schema"]["type"], json!("object"));
+    assert_eq!(
+        req.body["tools"][0]["input_schema"]["type"],
+        json!("object")
+    );
     // tool results and the next request are merged into one user turn
-    assert_eq!(req.body["messages"], json!([
-        {"role": "user", "content": [{"type": "text", "text": "first"}]},
-        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_0", "name": "run_command", "input": {"command": "pwd"}}]},
-        {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": "toolu_0", "content": "{\"status\":\"denied\"}", "is_error": true},
-            {"type": "text", "text": "second"}
-        ]}
-    ]));
+    assert_eq!(
+        req.body["messages"],
+        json!([
+            {"role": "user", "content": [{"type": "text", "text": "first"}]},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_0", "name": "run_command", "input": {"command": "pwd"}}]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_0", "content": "{\"status\":\"denied\"}", "is_error": true},
+                {"type": "text", "text": "second"}
+            ]}
+        ])
+    );
 }
 
 #[tokio::test]
@@ -202,7 +299,10 @@ async fn retries_429_then_succeeds() {
 
 #[tokio::test]
 async fn anthropic_retries_overloaded_then_succeeds() {
-    let server = FakeServer::start(vec![Reply::Status(529, "overloaded".into()), an_text(&["fine"], 3, 1)]);
+    let server = FakeServer::start(vec![
+        Reply::Status(529, "overloaded".into()),
+        an_text(&["fine"], 3, 1),
+    ]);
     let p = AnthropicProvider::new(settings(&server.url)).unwrap();
     let (r, _) = call(&p, &[Message::user("hi")]).await;
     assert_eq!(r.unwrap().text, "fine");
@@ -218,7 +318,9 @@ async fn persistent_500_is_a_typed_error_after_the_retries() {
     ]);
     let (r, events) = call(&openai(&server), &[Message::user("hi")]).await;
     match r {
-        Err(ProviderError::Http { status: 500, body, .. }) => assert_eq!(body, "boom"),
+        Err(ProviderError::Http {
+            status: 500, body, ..
+        }) => assert_eq!(body, "boom"),
         other => panic!("expected HTTP 500, got {other:?}"),
     }
     assert_eq!(server.requests().len(), 3, "1 try + 2 retries");
@@ -229,7 +331,10 @@ async fn persistent_500_is_a_typed_error_after_the_retries() {
 async fn client_errors_are_not_retried() {
     let server = FakeServer::start(vec![Reply::Status(400, r#"{"error":"bad"}"#.into())]);
     let (r, _) = call(&openai(&server), &[Message::user("hi")]).await;
-    assert!(matches!(r, Err(ProviderError::Http { status: 400, .. })), "{r:?}");
+    assert!(
+        matches!(r, Err(ProviderError::Http { status: 400, .. })),
+        "{r:?}"
+    );
     assert_eq!(server.requests().len(), 1);
 }
 
@@ -240,17 +345,26 @@ async fn timeout_waiting_for_the_response() {
     s.request_timeout = Duration::from_millis(300);
     let p = OpenAiProvider::new(s).unwrap();
     let (r, _) = call(&p, &[Message::user("hi")]).await;
-    assert!(matches!(r, Err(ProviderError::Timeout(_, "the response"))), "{r:?}");
+    assert!(
+        matches!(r, Err(ProviderError::Timeout(_, "the response"))),
+        "{r:?}"
+    );
 }
 
 #[tokio::test]
 async fn timeout_when_the_stream_goes_idle() {
-    let server = FakeServer::start(vec![Reply::SseThenStall(vec![oa_chunk(json!({"content": "par"}), None)])]);
+    let server = FakeServer::start(vec![Reply::SseThenStall(vec![oa_chunk(
+        json!({"content": "par"}),
+        None,
+    )])]);
     let mut s = settings(&format!("{}/v1", server.url));
     s.request_timeout = Duration::from_millis(300);
     let p = OpenAiProvider::new(s).unwrap();
     let (r, events) = call(&p, &[Message::user("hi")]).await;
-    assert!(matches!(r, Err(ProviderError::Timeout(_, "the next stream chunk"))), "{r:?}");
+    assert!(
+        matches!(r, Err(ProviderError::Timeout(_, "the next stream chunk"))),
+        "{r:?}"
+    );
     assert_eq!(events, vec![StreamEvent::Text("par".into())]);
 }
 
@@ -261,14 +375,20 @@ async fn malformed_streams_are_typed_errors() {
         Reply::Sse(vec![oa_chunk(json!({"content": "cut off"}), None)]),
         Reply::Sse(vec!["data: {\"choices\": 7}\n\n".into()]),
         Reply::Sse(vec![
-            oa_chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}), Some("tool_calls")),
+            oa_chunk(
+                json!({"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}),
+                Some("tool_calls"),
+            ),
             oa_done(),
         ]),
     ];
     for reply in cases {
         let server = FakeServer::start(vec![reply.clone()]);
         let (r, _) = call(&openai(&server), &[Message::user("hi")]).await;
-        assert!(matches!(r, Err(ProviderError::MalformedStream(_))), "{reply:?} gave {r:?}");
+        assert!(
+            matches!(r, Err(ProviderError::MalformedStream(_))),
+            "{reply:?} gave {r:?}"
+        );
     }
     let server = FakeServer::start(vec![Reply::Sse(vec![an_start(1)])]);
     let p = AnthropicProvider::new(settings(&server.url)).unwrap();
@@ -280,17 +400,26 @@ async fn malformed_streams_are_typed_errors() {
 async fn errors_inside_the_stream_are_api_errors() {
     let server = FakeServer::start(vec![Reply::Sse(vec![
         an_start(1),
-        an_event("error", json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})),
+        an_event(
+            "error",
+            json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+        ),
     ])]);
     let p = AnthropicProvider::new(settings(&server.url)).unwrap();
     let (r, _) = call(&p, &[Message::user("hi")]).await;
-    assert!(matches!(&r, Err(ProviderError::Api(m)) if m == "Overloaded"), "{r:?}");
+    assert!(
+        matches!(&r, Err(ProviderError::Api(m)) if m == "Overloaded"),
+        "{r:?}"
+    );
 
     let server = FakeServer::start(vec![Reply::Sse(vec![
         "data: {\"error\": {\"message\": \"quota exceeded\"}}\n\n".into(),
     ])]);
     let (r, _) = call(&openai(&server), &[Message::user("hi")]).await;
-    assert!(matches!(&r, Err(ProviderError::Api(m)) if m == "quota exceeded"), "{r:?}");
+    assert!(
+        matches!(&r, Err(ProviderError::Api(m)) if m == "quota exceeded"),
+        "{r:?}"
+    );
 }
 
 #[tokio::test]

@@ -1,5 +1,6 @@
 //! The real `agentshell` binary in a real terminal (tmux): confirmations answered yes and no,
 //! Ctrl+C during a request, Ctrl+C twice, `/exit`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] fns
 
 mod agentshell_common;
 
@@ -38,15 +39,38 @@ impl Tmux {
         )
         .unwrap();
         let socket = format!("agentshell-test-{name}-{}", std::process::id());
-        let t = Self { socket, _dir: dir, root };
-        t.tmux(&["new-session", "-d", "-s", "main", "-x", "150", "-y", "50", &format!("sh {}", script.display())]);
+        let t = Self {
+            socket,
+            _dir: dir,
+            root,
+        };
+        t.tmux(&[
+            "new-session",
+            "-d",
+            "-s",
+            "main",
+            "-x",
+            "150",
+            "-y",
+            "50",
+            &format!("sh {}", script.display()),
+        ]);
         t.wait_for("›");
         t
     }
 
     fn tmux(&self, args: &[&str]) -> String {
-        let out = Command::new("tmux").arg("-L").arg(&self.socket).args(args).output().unwrap();
-        assert!(out.status.success(), "tmux {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let out = Command::new("tmux")
+            .arg("-L")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "tmux {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
@@ -75,7 +99,11 @@ impl Tmux {
         let mut last = String::new();
         let guard = std::time::Instant::now();
         loop {
-            last = if guard.elapsed().as_secs() < 30 { self.screen() } else { panic!("hang guard: {text:?} never appeared; screen:\n{last}") };
+            last = if guard.elapsed().as_secs() < 30 {
+                self.screen()
+            } else {
+                panic!("hang guard: {text:?} never appeared; screen:\n{last}")
+            };
             if last.matches(text).count() >= n {
                 return;
             }
@@ -90,7 +118,11 @@ impl Tmux {
 
 impl Drop for Tmux {
     fn drop(&mut self) {
-        let _ = Command::new("tmux").arg("-L").arg(&self.socket).arg("kill-server").output();
+        let _ = Command::new("tmux")
+            .arg("-L")
+            .arg(&self.socket)
+            .arg("kill-server")
+            .output();
     }
 }
 
@@ -127,7 +159,10 @@ fn confirmation_answered_yes_then_no_then_exit() {
 
 #[test]
 fn ctrl_c_cancels_a_stalled_request_and_twice_exits() {
-    let server = FakeServer::start(vec![Reply::Stall, oa_text(&["answered after the cancel"], 1, 1)]);
+    let server = FakeServer::start(vec![
+        Reply::Stall,
+        oa_text(&["answered after the cancel"], 1, 1),
+    ]);
     let t = Tmux::start(&server, "ctrlc");
     t.send("hello");
     server.wait_for_requests(1);

@@ -88,7 +88,8 @@ pub fn build_agent(
     let config = effective_config(project, env);
     let core: CoreConfig = serde_json::from_value(config.clone())?;
     let tools_config: ToolsConfig = serde_json::from_value(config)?;
-    let (secrets, warnings) = SecretBroker::new(user_secrets(project, env), project.project_env.clone());
+    let (secrets, warnings) =
+        SecretBroker::new(user_secrets(project, env), project.project_env.clone());
     for w in warnings {
         tracing::warn!("{w}");
     }
@@ -107,5 +108,11 @@ pub fn build_agent(
             .cloned()
     })?;
     tracing::info!(model = %core.model, root = %project.root.display(), "agent assembled");
-    Ok(Agent::new(provider, Arc::new(toolbox), ask, core, project.rules.clone()))
+    Ok(Agent::new(
+        provider,
+        Arc::new(toolbox),
+        ask,
+        core,
+        project.rules.clone(),
+    ))
 }

@@ -53,7 +53,9 @@ fn env_map() -> BTreeMap<String, String> {
 
 fn agent_home(env: &BTreeMap<String, String>) -> anyhow::Result<AgentHome> {
     Ok(AgentHome::resolve(
-        env.get(ENV_HOME).filter(|v| !v.is_empty()).map(PathBuf::from),
+        env.get(ENV_HOME)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from),
         env.get("HOME").filter(|v| !v.is_empty()).map(PathBuf::from),
     )?)
 }
@@ -161,7 +163,11 @@ fn setup_keys() -> anyhow::Result<()> {
         bail!("no keys given; nothing written");
     }
     let stored = keys::write_env(&path, &updates)?;
-    println!("wrote {} (mode 0600): {}", path.display(), stored.join(", "));
+    println!(
+        "wrote {} (mode 0600): {}",
+        path.display(),
+        stored.join(", ")
+    );
     Ok(())
 }
 

@@ -1,6 +1,6 @@
 //! Shared test support for the agentshell tests: a scripted fake model server (plain tokio TCP,
 //! HTTP/1.1, close-delimited SSE bodies) and SSE builders for both protocols.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -94,7 +94,10 @@ impl FakeServer {
 pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     let guard = Instant::now();
     while !cond() {
-        assert!(guard.elapsed() < Duration::from_secs(30), "hang guard: {what} never happened");
+        assert!(
+            guard.elapsed() < Duration::from_secs(30),
+            "hang guard: {what} never happened"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -138,7 +141,11 @@ async fn serve(
         body.extend_from_slice(&tmp[..n]);
     }
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    recorded.lock().unwrap().push(Recorded { path, headers, body });
+    recorded.lock().unwrap().push(Recorded {
+        path,
+        headers,
+        body,
+    });
     let reply = script
         .lock()
         .unwrap()
@@ -224,7 +231,10 @@ pub fn oa_text(pieces: &[&str], input: u64, output: u64) -> Reply {
 /// Tool calls (id, name, arguments JSON); the arguments are split into 3 pieces each and the
 /// calls' chunks interleave.
 pub fn oa_tool_calls(calls: &[(&str, &str, &str)], input: u64, output: u64) -> Reply {
-    let mut chunks = vec![oa_chunk(json!({"role": "assistant", "content": null}), None)];
+    let mut chunks = vec![oa_chunk(
+        json!({"role": "assistant", "content": null}),
+        None,
+    )];
     for (i, (id, name, _)) in calls.iter().enumerate() {
         chunks.push(oa_chunk(
             json!({"tool_calls": [{"index": i, "id": id, "type": "function",
@@ -304,7 +314,10 @@ pub fn an_text(pieces: &[&str], input: u64, output: u64) -> Reply {
             json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": p}}),
         ));
     }
-    chunks.push(an_event("content_block_stop", json!({"type": "content_block_stop", "index": 0})));
+    chunks.push(an_event(
+        "content_block_stop",
+        json!({"type": "content_block_stop", "index": 0}),
+    ));
     chunks.extend(an_stop("end_turn", output));
     Reply::Sse(chunks)
 }

@@ -51,7 +51,8 @@ mod tests {
 
     #[test]
     fn project_wins_and_objects_merge() {
-        let user = json!({"model": "a/b", "max_iterations": 10, "prices": {"x": {"input_per_mtok": 1.0}}});
+        let user =
+            json!({"model": "a/b", "max_iterations": 10, "prices": {"x": {"input_per_mtok": 1.0}}});
         let project = json!({"model": "c/d", "prices": {"y": {"input_per_mtok": 2.0}}});
         assert_eq!(
             merge(user, project),
@@ -65,8 +66,14 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         assert_eq!(load(&t.path().join("none.json")).unwrap(), json!({}));
         std::fs::write(t.path().join("bad.json"), "{").unwrap();
-        assert!(matches!(load(&t.path().join("bad.json")), Err(BootstrapError::Config { .. })));
+        assert!(matches!(
+            load(&t.path().join("bad.json")),
+            Err(BootstrapError::Config { .. })
+        ));
         std::fs::write(t.path().join("arr.json"), "[]").unwrap();
-        assert!(matches!(load(&t.path().join("arr.json")), Err(BootstrapError::Config { .. })));
+        assert!(matches!(
+            load(&t.path().join("arr.json")),
+            Err(BootstrapError::Config { .. })
+        ));
     }
 }

@@ -46,13 +46,16 @@ pub fn read_env(path: &Path) -> Result<BTreeMap<String, String>, BootstrapError>
 
 /// Merge `updates` into the `.env` at `path` and write it atomically with mode 0600 (the
 /// directory is created with mode 0700 when missing). Returns the keys now stored.
-pub fn write_env(path: &Path, updates: &BTreeMap<String, String>) -> Result<Vec<String>, BootstrapError> {
-    if let Some(dir) = path.parent() {
-        if !dir.is_dir() {
-            std::fs::create_dir_all(dir).map_err(|e| BootstrapError::io("creating", dir, e))?;
-            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-                .map_err(|e| BootstrapError::io("restricting", dir, e))?;
-        }
+pub fn write_env(
+    path: &Path,
+    updates: &BTreeMap<String, String>,
+) -> Result<Vec<String>, BootstrapError> {
+    if let Some(dir) = path.parent()
+        && !dir.is_dir()
+    {
+        std::fs::create_dir_all(dir).map_err(|e| BootstrapError::io("creating", dir, e))?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| BootstrapError::io("restricting", dir, e))?;
     }
     let mut all = read_env(path)?;
     for (k, v) in updates {
@@ -86,10 +89,11 @@ mod tests {
     #[test]
     fn parse_forms() {
         let env = parse_env("# c\nA=1\nexport B = \"two words\"\nC='x'\nbad line\n=v\nD=\n");
-        let expected: BTreeMap<String, String> = [("A", "1"), ("B", "two words"), ("C", "x"), ("D", "")]
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let expected: BTreeMap<String, String> =
+            [("A", "1"), ("B", "two words"), ("C", "x"), ("D", "")]
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
         assert_eq!(env, expected);
     }
 
@@ -100,11 +104,21 @@ mod tests {
         let one: BTreeMap<String, String> = [("A".to_string(), "1".to_string())].into();
         write_env(&path, &one).unwrap();
         let two: BTreeMap<String, String> = [("B".to_string(), "2".to_string())].into();
-        assert_eq!(write_env(&path, &two).unwrap(), vec!["A".to_string(), "B".to_string()]);
+        assert_eq!(
+            write_env(&path, &two).unwrap(),
+            vec!["A".to_string(), "B".to_string()]
+        );
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
-        let dir_mode = std::fs::metadata(path.parent().unwrap()).unwrap().permissions().mode() & 0o777;
+        let dir_mode = std::fs::metadata(path.parent().unwrap())
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
         assert_eq!(dir_mode, 0o700);
-        assert_eq!(read_env(&path).unwrap().get("B").map(String::as_str), Some("2"));
+        assert_eq!(
+            read_env(&path).unwrap().get("B").map(String::as_str),
+            Some("2")
+        );
     }
 }

@@ -26,7 +26,9 @@ pub enum BootstrapError {
     #[error("neither AGENTSHELL_HOME nor HOME is set")]
     NoHome,
     /// The chosen root is the home directory.
-    #[error("{0} is the home directory; its .agentshell is the global config, not a project (use --project or cd into a project)")]
+    #[error(
+        "{0} is the home directory; its .agentshell is the global config, not a project (use --project or cd into a project)"
+    )]
     HomeIsNotAProject(PathBuf),
     /// The chosen root is not a directory.
     #[error("{0} is not a directory")]
@@ -81,18 +83,25 @@ pub struct Project {
 
 /// Decide the root, create the skeleton's missing parts, merge the configuration and read the
 /// credentials and rules. The logger is installed separately by the wiring ([`logger::init`]).
-pub fn open_project(cwd: &Path, explicit: Option<&Path>, home: &AgentHome) -> Result<Project, BootstrapError> {
+pub fn open_project(
+    cwd: &Path,
+    explicit: Option<&Path>,
+    home: &AgentHome,
+) -> Result<Project, BootstrapError> {
     let root = project::decide_root(cwd, explicit, home)?;
     let created = project::create_skeleton(&root)?.created;
     let user_config = config::load(&home.config_path())?;
     let project_config = config::load(&root.join(AGENT_DIR).join("config.json"))?;
     let mut rules = String::new();
-    for path in [root.join("CLAUDE.md"), root.join(AGENT_DIR).join("CLAUDE.md")] {
-        if let Ok(text) = std::fs::read_to_string(&path) {
-            if !text.trim().is_empty() {
-                rules.push_str(text.trim());
-                rules.push_str("\n\n");
-            }
+    for path in [
+        root.join("CLAUDE.md"),
+        root.join(AGENT_DIR).join("CLAUDE.md"),
+    ] {
+        if let Ok(text) = std::fs::read_to_string(&path)
+            && !text.trim().is_empty()
+        {
+            rules.push_str(text.trim());
+            rules.push_str("\n\n");
         }
     }
     Ok(Project {

@@ -18,7 +18,8 @@ pub const DEFAULT_PROJECT_CONFIG: &str = r#"{
 }
 "#;
 
-const DEFAULT_CLAUDE_MD: &str = "# Project rules\n\nWrite the rules the agent must follow in this project here.\n";
+const DEFAULT_CLAUDE_MD: &str =
+    "# Project rules\n\nWrite the rules the agent must follow in this project here.\n";
 
 /// Where the user's global files live: `$AGENTSHELL_HOME`, else `~/.agentshell`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,7 +32,10 @@ pub struct AgentHome {
 
 impl AgentHome {
     /// Resolve from the given environment values (`AGENTSHELL_HOME`, `HOME`).
-    pub fn resolve(agentshell_home: Option<PathBuf>, home: Option<PathBuf>) -> Result<Self, BootstrapError> {
+    pub fn resolve(
+        agentshell_home: Option<PathBuf>,
+        home: Option<PathBuf>,
+    ) -> Result<Self, BootstrapError> {
         let dir = match (agentshell_home, &home) {
             (Some(dir), _) => dir,
             (None, Some(home)) => home.join(AGENT_DIR),
@@ -55,7 +59,10 @@ impl AgentHome {
             a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
         };
         self.home.as_deref().is_some_and(|h| same(h, dir))
-            || self.dir.parent().is_some_and(|p| same(p, dir) && self.dir.ends_with(AGENT_DIR))
+            || self
+                .dir
+                .parent()
+                .is_some_and(|p| same(p, dir) && self.dir.ends_with(AGENT_DIR))
     }
 }
 
@@ -74,7 +81,11 @@ pub fn find_root(start: &Path, home: &AgentHome) -> Option<PathBuf> {
 
 /// Decide the project root before anything is written: `--project` wins, then the nearest
 /// marked ancestor of `cwd`, then (for `run`/`exec`, leniently) `cwd` itself. Home is refused.
-pub fn decide_root(cwd: &Path, explicit: Option<&Path>, home: &AgentHome) -> Result<PathBuf, BootstrapError> {
+pub fn decide_root(
+    cwd: &Path,
+    explicit: Option<&Path>,
+    home: &AgentHome,
+) -> Result<PathBuf, BootstrapError> {
     let root = match explicit {
         Some(p) if p.is_absolute() => p.to_path_buf(),
         Some(p) => cwd.join(p),
@@ -139,7 +150,10 @@ mod tests {
         std::fs::create_dir_all(t.path().join("home/.agentshell")).unwrap();
         std::fs::create_dir_all(t.path().join("home/other")).unwrap();
 
-        assert_eq!(find_root(&project.join("src/deep"), &home), Some(project.clone()));
+        assert_eq!(
+            find_root(&project.join("src/deep"), &home),
+            Some(project.clone())
+        );
         // ~/.agentshell exists but home is not a project: nothing is found from ~/other
         assert_eq!(find_root(&t.path().join("home/other"), &home), None);
         assert!(matches!(
@@ -161,6 +175,9 @@ mod tests {
         std::fs::write(t.path().join(".agentshell/CLAUDE.md"), "mine").unwrap();
         let second = create_skeleton(t.path()).unwrap();
         assert!(second.created.is_empty());
-        assert_eq!(std::fs::read_to_string(t.path().join(".agentshell/CLAUDE.md")).unwrap(), "mine");
+        assert_eq!(
+            std::fs::read_to_string(t.path().join(".agentshell/CLAUDE.md")).unwrap(),
+            "mine"
+        );
     }
 }

@@ -26,11 +26,10 @@ pub struct PriceTable(pub BTreeMap<String, Price>);
 impl PriceTable {
     /// Cost of `usage` on `model` (0 when the model has no price entry).
     pub fn cost(&self, model: &str, usage: Usage) -> f64 {
-        let price = self.0.get(model).or_else(|| {
-            model
-                .split_once('/')
-                .and_then(|(_, bare)| self.0.get(bare))
-        });
+        let price = self
+            .0
+            .get(model)
+            .or_else(|| model.split_once('/').and_then(|(_, bare)| self.0.get(bare)));
         price.map_or(0.0, |p| {
             (usage.input_tokens as f64 * p.input_per_mtok
                 + usage.output_tokens as f64 * p.output_per_mtok)

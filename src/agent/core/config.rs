@@ -105,10 +105,11 @@ pub fn build_provider(
         config.base_url.is_some(),
     )?;
     let api_key = key_override.or_else(|| spec.key_var.as_deref().and_then(&lookup_key));
-    if api_key.is_none() && config.base_url.is_none() {
-        if let Some(var) = &spec.key_var {
-            return Err(ProviderError::MissingApiKey(var.clone()));
-        }
+    if api_key.is_none()
+        && config.base_url.is_none()
+        && let Some(var) = &spec.key_var
+    {
+        return Err(ProviderError::MissingApiKey(var.clone()));
     }
     let settings = ProviderSettings {
         model: spec.model.clone(),

@@ -203,7 +203,8 @@ impl Agent {
                 report.text = response.text.clone();
             }
             if response.tool_calls.is_empty() {
-                self.history.push(Message::assistant(response.text, Vec::new()));
+                self.history
+                    .push(Message::assistant(response.text, Vec::new()));
                 return report;
             }
             for call in &response.tool_calls {
@@ -212,7 +213,10 @@ impl Agent {
             let tools = Arc::clone(&self.tools);
             let results: Vec<ToolResult> =
                 join_all(response.tool_calls.iter().map(|c| tools.execute(c))).await;
-            let mut step = vec![Message::assistant(response.text, response.tool_calls.clone())];
+            let mut step = vec![Message::assistant(
+                response.text,
+                response.tool_calls.clone(),
+            )];
             for (call, result) in response.tool_calls.iter().zip(&results) {
                 events.tool_result(call, result);
                 step.push(Message::tool(call.id.clone(), result.to_model_text()));

@@ -34,7 +34,10 @@ impl Tool for MemorySearch {
         Decision::allow("reads notes only")
     }
     fn describe(&self, args: &Value) -> String {
-        format!("Search notes for `{}`", str_arg(args, "query").unwrap_or(""))
+        format!(
+            "Search notes for `{}`",
+            str_arg(args, "query").unwrap_or("")
+        )
     }
     fn execute<'a>(&'a self, args: Value, env: &'a ToolEnv) -> BoxFuture<'a, ToolResult> {
         Box::pin(async move {

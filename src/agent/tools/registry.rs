@@ -9,7 +9,9 @@ use serde_json::Value;
 
 use crate::agent::tools::subsystems::context::bound;
 use crate::agent::tools::subsystems::memory::Memory;
-use crate::agent::tools::subsystems::policy::{Decision, Policy, PolicyConfig, PolicyError, Verdict};
+use crate::agent::tools::subsystems::policy::{
+    Decision, Policy, PolicyConfig, PolicyError, Verdict,
+};
 use crate::agent::tools::subsystems::secrets::SecretBroker;
 use crate::agent::tools::{Ask, AskAnswer, BoxFuture, ToolCall, ToolResult, ToolStatus};
 use crate::agent::tools::{ask_user, memory_tools, run_command};
@@ -122,8 +124,13 @@ impl Toolbox {
         let mut text = String::new();
         let names = self.env.secrets.names();
         if !names.is_empty() {
-            text.push_str("# Secrets\n\nAvailable as placeholders in run_command (command or env): ");
-            let list: Vec<String> = names.iter().map(|n| format!("{{{{secret:{n}}}}}")).collect();
+            text.push_str(
+                "# Secrets\n\nAvailable as placeholders in run_command (command or env): ",
+            );
+            let list: Vec<String> = names
+                .iter()
+                .map(|n| format!("{{{{secret:{n}}}}}"))
+                .collect();
             text.push_str(&list.join(", "));
             text.push_str(". Values are never shown to you; outputs are redacted.\n\n");
         }
@@ -199,7 +206,8 @@ impl Toolbox {
         let stderr = self.env.secrets.redact(&raw.stderr);
         let bounded_out = bound(&stdout, limit);
         let bounded_err = bound(&stderr, limit);
-        let truncated = raw.truncated || bounded_out.len() != stdout.len() || bounded_err.len() != stderr.len();
+        let truncated =
+            raw.truncated || bounded_out.len() != stdout.len() || bounded_err.len() != stderr.len();
         let result = ToolResult {
             status: raw.status,
             stdout: bounded_out,
@@ -208,8 +216,12 @@ impl Toolbox {
             truncated,
         };
         match result.status {
-            ToolStatus::Ok => tracing::info!(tool = %call.name, exit_code = ?result.exit_code, truncated, "tool finished"),
-            _ => tracing::warn!(tool = %call.name, status = ?result.status, stderr = %result.stderr, "tool failed"),
+            ToolStatus::Ok => {
+                tracing::info!(tool = %call.name, exit_code = ?result.exit_code, truncated, "tool finished")
+            }
+            _ => {
+                tracing::warn!(tool = %call.name, status = ?result.status, stderr = %result.stderr, "tool failed")
+            }
         }
         result
     }

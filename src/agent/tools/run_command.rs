@@ -78,7 +78,14 @@ impl Tool for RunCommand {
                 .and_then(Value::as_u64)
                 .unwrap_or(env.config.command_timeout_secs)
                 .clamp(1, env.config.max_command_timeout_secs.max(1));
-            run(&prepared.command, &prepared.set_env, &prepared.remove_env, env, timeout).await
+            run(
+                &prepared.command,
+                &prepared.set_env,
+                &prepared.remove_env,
+                env,
+                timeout,
+            )
+            .await
         })
     }
 }

@@ -246,7 +246,10 @@ mod tests {
     #[test]
     fn quotes_and_escapes() {
         let p = parse(r#"grep -rn "fn main" 'src dir' a\ b"#).unwrap();
-        assert_eq!(p.segments, vec![argv(&["grep", "-rn", "fn main", "src dir", "a b"])]);
+        assert_eq!(
+            p.segments,
+            vec![argv(&["grep", "-rn", "fn main", "src dir", "a b"])]
+        );
         assert!(p.issues.is_empty());
     }
 
@@ -282,8 +285,14 @@ mod tests {
 
     #[test]
     fn errors() {
-        assert_eq!(parse("echo 'x"), Err(ParseError::UnterminatedQuote("single")));
-        assert_eq!(parse("echo \"x"), Err(ParseError::UnterminatedQuote("double")));
+        assert_eq!(
+            parse("echo 'x"),
+            Err(ParseError::UnterminatedQuote("single"))
+        );
+        assert_eq!(
+            parse("echo \"x"),
+            Err(ParseError::UnterminatedQuote("double"))
+        );
         assert_eq!(parse("echo \\"), Err(ParseError::TrailingBackslash));
     }
 }

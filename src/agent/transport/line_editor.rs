@@ -124,7 +124,10 @@ pub fn read_key(next_byte: &mut dyn FnMut() -> Option<u8>) -> Option<Key> {
             for _ in 1..len {
                 bytes.push(next_byte()?);
             }
-            match std::str::from_utf8(&bytes).ok().and_then(|s| s.chars().next()) {
+            match std::str::from_utf8(&bytes)
+                .ok()
+                .and_then(|s| s.chars().next())
+            {
                 Some(ch) => Key::Char(ch),
                 None => Key::Ignored,
             }
@@ -426,23 +429,33 @@ mod tests {
     fn run(editor: &mut LineEditor, input: &[u8]) -> ReadOutcome {
         let mut bytes = input.iter().copied();
         let mut out = Vec::new();
-        editor
-            .edit("> ", &mut || bytes.next(), &mut out)
-            .unwrap()
+        editor.edit("> ", &mut || bytes.next(), &mut out).unwrap()
     }
 
     #[test]
     fn editing_keys() {
         let mut e = LineEditor::new();
         // type "helo", left, insert "l", end, "!" → "hello!"
-        assert_eq!(run(&mut e, b"helo\x1b[Dl\x1b[F!\r"), ReadOutcome::Line("hello!".into()));
+        assert_eq!(
+            run(&mut e, b"helo\x1b[Dl\x1b[F!\r"),
+            ReadOutcome::Line("hello!".into())
+        );
         // backspace and Ctrl+U
-        assert_eq!(run(&mut e, b"abc\x7f\x7fz\r"), ReadOutcome::Line("az".into()));
+        assert_eq!(
+            run(&mut e, b"abc\x7f\x7fz\r"),
+            ReadOutcome::Line("az".into())
+        );
         assert_eq!(run(&mut e, b"junk\x15ok\r"), ReadOutcome::Line("ok".into()));
         // Ctrl+W deletes a word
-        assert_eq!(run(&mut e, b"one two\x17three\r"), ReadOutcome::Line("one three".into()));
+        assert_eq!(
+            run(&mut e, b"one two\x17three\r"),
+            ReadOutcome::Line("one three".into())
+        );
         // UTF-8 and Home
-        assert_eq!(run(&mut e, "é\x01x\r".as_bytes()), ReadOutcome::Line("xé".into()));
+        assert_eq!(
+            run(&mut e, "é\x01x\r".as_bytes()),
+            ReadOutcome::Line("xé".into())
+        );
     }
 
     #[test]
@@ -450,18 +463,33 @@ mod tests {
         let mut e = LineEditor::new();
         run(&mut e, b"first\r");
         run(&mut e, b"second\r");
-        assert_eq!(run(&mut e, b"\x1b[A\x1b[A\r"), ReadOutcome::Line("first".into()));
-        assert_eq!(run(&mut e, b"draft\x1b[A\x1b[B\r"), ReadOutcome::Line("draft".into()));
+        assert_eq!(
+            run(&mut e, b"\x1b[A\x1b[A\r"),
+            ReadOutcome::Line("first".into())
+        );
+        assert_eq!(
+            run(&mut e, b"draft\x1b[A\x1b[B\r"),
+            ReadOutcome::Line("draft".into())
+        );
         // a recalled line is appended again; a repeat of the last line is not
         run(&mut e, b"\x1b[A\r");
-        assert_eq!(e.history(), &["first", "second", "first", "draft"].map(String::from));
+        assert_eq!(
+            e.history(),
+            &["first", "second", "first", "draft"].map(String::from)
+        );
     }
 
     #[test]
     fn interrupt_and_eof() {
         let mut e = LineEditor::new();
-        assert_eq!(run(&mut e, b"text\x03"), ReadOutcome::Interrupted { had_input: true });
-        assert_eq!(run(&mut e, b"\x03"), ReadOutcome::Interrupted { had_input: false });
+        assert_eq!(
+            run(&mut e, b"text\x03"),
+            ReadOutcome::Interrupted { had_input: true }
+        );
+        assert_eq!(
+            run(&mut e, b"\x03"),
+            ReadOutcome::Interrupted { had_input: false }
+        );
         assert_eq!(run(&mut e, b"\x04"), ReadOutcome::Eof);
         assert_eq!(run(&mut e, b"ab"), ReadOutcome::Eof);
     }

@@ -71,7 +71,11 @@ impl<W: Write + Send> TerminalRenderer<W> {
     }
 }
 
-fn end_line<W: Write>(out: &mut W, state: &mut Streaming, at_start: &mut bool) -> std::io::Result<()> {
+fn end_line<W: Write>(
+    out: &mut W,
+    state: &mut Streaming,
+    at_start: &mut bool,
+) -> std::io::Result<()> {
     if *state == Streaming::Reasoning {
         write!(out, "{RESET}")?;
     }
@@ -115,7 +119,12 @@ impl<W: Write + Send> CoreEvents for TerminalRenderer<W> {
     fn tool_call(&self, call: &ToolCall) {
         self.with(|out, state, at_start| {
             end_line(out, state, at_start)?;
-            writeln!(out, "{CYAN}{BOLD}⏺ {}{RESET} {}", call.name, describe_call(call))
+            writeln!(
+                out,
+                "{CYAN}{BOLD}⏺ {}{RESET} {}",
+                call.name,
+                describe_call(call)
+            )
         });
     }
 
@@ -123,13 +132,19 @@ impl<W: Write + Send> CoreEvents for TerminalRenderer<W> {
         self.with(|out, state, at_start| {
             end_line(out, state, at_start)?;
             let head = match (result.status, result.exit_code) {
-                (ToolStatus::Ok, Some(0)) | (ToolStatus::Ok, None) => format!("{DIM}  ⎿ {} ok", call.name),
+                (ToolStatus::Ok, Some(0)) | (ToolStatus::Ok, None) => {
+                    format!("{DIM}  ⎿ {} ok", call.name)
+                }
                 (ToolStatus::Ok, Some(code)) => format!("{YELLOW}  ⎿ {} exit {code}", call.name),
                 (ToolStatus::Denied, _) => format!("{YELLOW}  ⎿ {} denied", call.name),
                 (ToolStatus::TimedOut, _) => format!("{RED}  ⎿ {} timed out", call.name),
                 (ToolStatus::Error, _) => format!("{RED}  ⎿ {} error", call.name),
             };
-            let cut = if result.truncated { " (output truncated)" } else { "" };
+            let cut = if result.truncated {
+                " (output truncated)"
+            } else {
+                ""
+            };
             writeln!(out, "{head}{cut}{RESET}")?;
             for text in [&result.stdout, &result.stderr] {
                 let shown = bound(text.trim_end(), SCREEN_OUTPUT_BYTES);
@@ -145,10 +160,10 @@ impl<W: Write + Send> CoreEvents for TerminalRenderer<W> {
 /// `run_command` shows the command itself; other tools their arguments.
 pub fn describe_call(call: &ToolCall) -> String {
     let args: serde_json::Value = serde_json::from_str(&call.arguments).unwrap_or_default();
-    if call.name == "run_command" {
-        if let Some(cmd) = args.get("command").and_then(|c| c.as_str()) {
-            return format!("$ {cmd}");
-        }
+    if call.name == "run_command"
+        && let Some(cmd) = args.get("command").and_then(|c| c.as_str())
+    {
+        return format!("$ {cmd}");
     }
     bound(&call.arguments, 300)
 }
@@ -193,10 +208,17 @@ mod tests {
         r.stream(&StreamEvent::Text("Hello".into()));
         r.request_done(&RequestStats {
             duration: Duration::from_millis(1500),
-            usage: Usage { input_tokens: 10, output_tokens: 2 },
+            usage: Usage {
+                input_tokens: 10,
+                output_tokens: 2,
+            },
             cost_usd: 0.5,
         });
-        let call = ToolCall { id: "1".into(), name: "run_command".into(), arguments: r#"{"command":"ls"}"#.into() };
+        let call = ToolCall {
+            id: "1".into(),
+            name: "run_command".into(),
+            arguments: r#"{"command":"ls"}"#.into(),
+        };
         r.tool_call(&call);
         r.tool_result(&call, &ToolResult::ok("a\nb"));
         let text = String::from_utf8(r.into_inner()).unwrap();

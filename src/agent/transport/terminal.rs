@@ -69,7 +69,8 @@ impl Ask for TerminalAsk {
             let prompt = format!("\x1b[33m? {question}{hint}\x1b[0m ");
             loop {
                 let p = prompt.clone();
-                let read = tokio::task::spawn_blocking(move || LineEditor::new().read_line(&p)).await;
+                let read =
+                    tokio::task::spawn_blocking(move || LineEditor::new().read_line(&p)).await;
                 match read {
                     Ok(Ok(ReadOutcome::Line(answer))) => {
                         if options.is_empty() {
@@ -191,7 +192,9 @@ impl Terminal {
                 Some(report) => {
                     match report.result {
                         Ok(TurnStop::Answered) => {}
-                        Ok(TurnStop::BudgetDeclined) => renderer.info("stopped at the iteration budget"),
+                        Ok(TurnStop::BudgetDeclined) => {
+                            renderer.info("stopped at the iteration budget")
+                        }
                         Err(CoreError::Provider(e)) => renderer.error(&e.to_string()),
                     }
                     renderer.info(&format!(

@@ -83,7 +83,9 @@ pub fn messages_json(messages: &[Message]) -> Vec<Value> {
                         .ok()
                         .filter(Value::is_object)
                         .unwrap_or_else(|| json!({}));
-                    blocks.push(json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input}));
+                    blocks.push(
+                        json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input}),
+                    );
                 }
                 ("assistant", blocks)
             }
@@ -140,12 +142,24 @@ impl EventAssembler {
                 let block = v.get("content_block").unwrap_or(&Value::Null);
                 match block.get("type").and_then(Value::as_str) {
                     Some("tool_use") => {
-                        let id = block.get("id").and_then(Value::as_str).unwrap_or("").to_string();
-                        let name = block.get("name").and_then(Value::as_str).unwrap_or("").to_string();
+                        let id = block
+                            .get("id")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_string();
+                        let name = block
+                            .get("name")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_string();
                         self.tools.insert(index, (id, name, String::new()));
                     }
                     Some("text") => {
-                        if let Some(t) = block.get("text").and_then(Value::as_str).filter(|t| !t.is_empty()) {
+                        if let Some(t) = block
+                            .get("text")
+                            .and_then(Value::as_str)
+                            .filter(|t| !t.is_empty())
+                        {
                             self.response.text.push_str(t);
                             on_event(StreamEvent::Text(t.to_string()));
                         }
@@ -167,7 +181,10 @@ impl EventAssembler {
                         on_event(StreamEvent::Reasoning(t.to_string()));
                     }
                     Some("input_json_delta") => {
-                        let part = delta.get("partial_json").and_then(Value::as_str).unwrap_or("");
+                        let part = delta
+                            .get("partial_json")
+                            .and_then(Value::as_str)
+                            .unwrap_or("");
                         match self.tools.get_mut(&index) {
                             Some(tool) => tool.2.push_str(part),
                             None => {
@@ -218,18 +235,30 @@ impl EventAssembler {
             ));
         }
         for (_, (id, name, json)) in std::mem::take(&mut self.tools) {
-            let arguments = if json.trim().is_empty() { "{}".to_string() } else { json };
-            self.response.tool_calls.push(ToolCall { id, name, arguments });
+            let arguments = if json.trim().is_empty() {
+                "{}".to_string()
+            } else {
+                json
+            };
+            self.response.tool_calls.push(ToolCall {
+                id,
+                name,
+                arguments,
+            });
         }
         Ok(self.response)
     }
 }
 
 fn input_tokens(usage: &Value) -> u64 {
-    ["input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"]
-        .iter()
-        .filter_map(|k| usage.get(*k).and_then(Value::as_u64))
-        .sum()
+    [
+        "input_tokens",
+        "cache_creation_input_tokens",
+        "cache_read_input_tokens",
+    ]
+    .iter()
+    .filter_map(|k| usage.get(*k).and_then(Value::as_u64))
+    .sum()
 }
 
 impl Provider for AnthropicProvider {
@@ -239,7 +268,10 @@ impl Provider for AnthropicProvider {
         on_event: &'a mut (dyn FnMut(StreamEvent) + Send),
     ) -> BoxFuture<'a, Result<ModelResponse, ProviderError>> {
         Box::pin(async move {
-            let url = format!("{}/v1/messages", self.settings.base_url.trim_end_matches('/'));
+            let url = format!(
+                "{}/v1/messages",
+                self.settings.base_url.trim_end_matches('/')
+            );
             let mut headers = HeaderMap::new();
             headers.insert(
                 HeaderName::from_static("anthropic-version"),
@@ -255,7 +287,8 @@ impl Provider for AnthropicProvider {
                 http::post_with_retries(&self.client, &url, headers, &body, &self.settings).await?;
             let mut parser = SseParser::default();
             let mut assembler = EventAssembler::default();
-            'stream: while let Some(chunk) = http::next_chunk(&mut response, &self.settings).await? {
+            'stream: while let Some(chunk) = http::next_chunk(&mut response, &self.settings).await?
+            {
                 for event in parser.feed(&chunk)? {
                     if assembler.apply(&event.data, on_event)? {
                         break 'stream;

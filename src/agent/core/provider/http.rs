@@ -35,7 +35,10 @@ pub async fn post_with_retries(
         let outcome = tokio::time::timeout(settings.request_timeout, send).await;
         let retry_after = match outcome {
             Err(_) => {
-                return Err(ProviderError::Timeout(settings.request_timeout, "the response"));
+                return Err(ProviderError::Timeout(
+                    settings.request_timeout,
+                    "the response",
+                ));
             }
             Ok(Err(e)) => {
                 let err = ProviderError::Network {
@@ -76,7 +79,9 @@ pub async fn post_with_retries(
                 retry_after
             }
         };
-        let backoff = settings.retry_base.saturating_mul(2u32.saturating_pow(attempt));
+        let backoff = settings
+            .retry_base
+            .saturating_mul(2u32.saturating_pow(attempt));
         tokio::time::sleep(retry_after.unwrap_or(backoff)).await;
         attempt += 1;
     }
@@ -88,7 +93,10 @@ pub async fn next_chunk(
     settings: &ProviderSettings,
 ) -> Result<Option<Vec<u8>>, ProviderError> {
     match tokio::time::timeout(settings.request_timeout, response.chunk()).await {
-        Err(_) => Err(ProviderError::Timeout(settings.request_timeout, "the next stream chunk")),
+        Err(_) => Err(ProviderError::Timeout(
+            settings.request_timeout,
+            "the next stream chunk",
+        )),
         Ok(Err(e)) => Err(ProviderError::Network {
             url: response.url().to_string(),
             message: error_chain(&e),

@@ -103,7 +103,9 @@ pub enum ProviderError {
     #[error("no API key: set {0} (or AGENTSHELL_API_KEY), or run `agentshell setup-keys`")]
     MissingApiKey(String),
     /// The model string names no known provider and no base URL was given.
-    #[error("unknown provider in model `{0}`; use provider/model (openai, anthropic, deepseek, xai, gemini, ollama, openrouter, groq, mistral) or set base_url")]
+    #[error(
+        "unknown provider in model `{0}`; use provider/model (openai, anthropic, deepseek, xai, gemini, ollama, openrouter, groq, mistral) or set base_url"
+    )]
     UnknownProvider(String),
     /// The HTTP client could not be built.
     #[error("HTTP client: {0}")]

@@ -29,20 +29,60 @@ pub struct ModelSpec {
 
 /// (name, protocol, default base URL, key variable)
 const PROVIDERS: &[(&str, Protocol, &str, Option<&str>)] = &[
-    ("openai", Protocol::OpenAi, "https://api.openai.com/v1", Some("OPENAI_API_KEY")),
-    ("anthropic", Protocol::Anthropic, "https://api.anthropic.com", Some("ANTHROPIC_API_KEY")),
-    ("deepseek", Protocol::OpenAi, "https://api.deepseek.com", Some("DEEPSEEK_API_KEY")),
-    ("xai", Protocol::OpenAi, "https://api.x.ai/v1", Some("XAI_API_KEY")),
+    (
+        "openai",
+        Protocol::OpenAi,
+        "https://api.openai.com/v1",
+        Some("OPENAI_API_KEY"),
+    ),
+    (
+        "anthropic",
+        Protocol::Anthropic,
+        "https://api.anthropic.com",
+        Some("ANTHROPIC_API_KEY"),
+    ),
+    (
+        "deepseek",
+        Protocol::OpenAi,
+        "https://api.deepseek.com",
+        Some("DEEPSEEK_API_KEY"),
+    ),
+    (
+        "xai",
+        Protocol::OpenAi,
+        "https://api.x.ai/v1",
+        Some("XAI_API_KEY"),
+    ),
     (
         "gemini",
         Protocol::OpenAi,
         "https://generativelanguage.googleapis.com/v1beta/openai",
         Some("GEMINI_API_KEY"),
     ),
-    ("ollama", Protocol::OpenAi, "http://localhost:11434/v1", None),
-    ("openrouter", Protocol::OpenAi, "https://openrouter.ai/api/v1", Some("OPENROUTER_API_KEY")),
-    ("groq", Protocol::OpenAi, "https://api.groq.com/openai/v1", Some("GROQ_API_KEY")),
-    ("mistral", Protocol::OpenAi, "https://api.mistral.ai/v1", Some("MISTRAL_API_KEY")),
+    (
+        "ollama",
+        Protocol::OpenAi,
+        "http://localhost:11434/v1",
+        None,
+    ),
+    (
+        "openrouter",
+        Protocol::OpenAi,
+        "https://openrouter.ai/api/v1",
+        Some("OPENROUTER_API_KEY"),
+    ),
+    (
+        "groq",
+        Protocol::OpenAi,
+        "https://api.groq.com/openai/v1",
+        Some("GROQ_API_KEY"),
+    ),
+    (
+        "mistral",
+        Protocol::OpenAi,
+        "https://api.mistral.ai/v1",
+        Some("MISTRAL_API_KEY"),
+    ),
 ];
 
 /// The key variables of all known providers (for `setup-keys` and redaction).
@@ -129,13 +169,24 @@ mod tests {
             }
         );
         let s = resolve("anthropic/claude-sonnet-4-5", None, false).unwrap();
-        assert_eq!((s.protocol, s.model.as_str()), (Protocol::Anthropic, "claude-sonnet-4-5"));
+        assert_eq!(
+            (s.protocol, s.model.as_str()),
+            (Protocol::Anthropic, "claude-sonnet-4-5")
+        );
         let s = resolve("openrouter/meta-llama/llama-3-70b", None, false).unwrap();
         assert_eq!(s.model, "meta-llama/llama-3-70b");
         assert_eq!(resolve("ollama/llama3", None, false).unwrap().key_var, None);
-        assert_eq!(resolve("claude-3-haiku", None, false).unwrap().provider, "anthropic");
+        assert_eq!(
+            resolve("claude-3-haiku", None, false).unwrap().provider,
+            "anthropic"
+        );
         assert_eq!(resolve("gpt-4o", None, false).unwrap().provider, "openai");
-        assert_eq!(resolve("my-model", Some("deepseek"), false).unwrap().provider, "deepseek");
+        assert_eq!(
+            resolve("my-model", Some("deepseek"), false)
+                .unwrap()
+                .provider,
+            "deepseek"
+        );
         assert!(matches!(
             resolve("acme/x", None, false),
             Err(ProviderError::UnknownProvider(_))

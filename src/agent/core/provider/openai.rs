@@ -122,7 +122,10 @@ impl ChunkAssembler {
         if let Some(u) = chunk.get("usage").filter(|u| u.is_object()) {
             self.response.usage = Usage {
                 input_tokens: u.get("prompt_tokens").and_then(Value::as_u64).unwrap_or(0),
-                output_tokens: u.get("completion_tokens").and_then(Value::as_u64).unwrap_or(0),
+                output_tokens: u
+                    .get("completion_tokens")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0),
             };
         }
         let choices = match chunk.get("choices") {
@@ -138,18 +141,29 @@ impl ChunkAssembler {
         for choice in choices {
             let delta = choice.get("delta").unwrap_or(&Value::Null);
             for key in ["reasoning_content", "reasoning"] {
-                if let Some(r) = delta.get(key).and_then(Value::as_str).filter(|r| !r.is_empty()) {
+                if let Some(r) = delta
+                    .get(key)
+                    .and_then(Value::as_str)
+                    .filter(|r| !r.is_empty())
+                {
                     self.response.reasoning.push_str(r);
                     on_event(StreamEvent::Reasoning(r.to_string()));
                 }
             }
-            if let Some(t) = delta.get("content").and_then(Value::as_str).filter(|t| !t.is_empty()) {
+            if let Some(t) = delta
+                .get("content")
+                .and_then(Value::as_str)
+                .filter(|t| !t.is_empty())
+            {
                 self.response.text.push_str(t);
                 on_event(StreamEvent::Text(t.to_string()));
             }
             if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
                 for (n, call) in calls.iter().enumerate() {
-                    let index = call.get("index").and_then(Value::as_u64).unwrap_or(n as u64);
+                    let index = call
+                        .get("index")
+                        .and_then(Value::as_u64)
+                        .unwrap_or(n as u64);
                     let partial = self.calls.entry(index).or_default();
                     if let Some(id) = call.get("id").and_then(Value::as_str) {
                         partial.id.push_str(id);
@@ -213,7 +227,10 @@ impl Provider for OpenAiProvider {
         on_event: &'a mut (dyn FnMut(StreamEvent) + Send),
     ) -> BoxFuture<'a, Result<ModelResponse, ProviderError>> {
         Box::pin(async move {
-            let url = format!("{}/chat/completions", self.settings.base_url.trim_end_matches('/'));
+            let url = format!(
+                "{}/chat/completions",
+                self.settings.base_url.trim_end_matches('/')
+            );
             let mut headers = HeaderMap::new();
             if let Some(key) = &self.settings.api_key {
                 let value = HeaderValue::from_str(&format!("Bearer {key}"))
@@ -225,7 +242,8 @@ impl Provider for OpenAiProvider {
                 http::post_with_retries(&self.client, &url, headers, &body, &self.settings).await?;
             let mut parser = SseParser::default();
             let mut assembler = ChunkAssembler::default();
-            'stream: while let Some(chunk) = http::next_chunk(&mut response, &self.settings).await? {
+            'stream: while let Some(chunk) = http::next_chunk(&mut response, &self.settings).await?
+            {
                 for event in parser.feed(&chunk)? {
                     if assembler.apply(&event.data, on_event)? {
                         break 'stream;

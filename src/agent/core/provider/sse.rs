@@ -83,7 +83,8 @@ mod tests {
 
     #[test]
     fn split_anywhere() {
-        let text = "event: a\ndata: {\"x\":\"é\"}\r\n\r\n: comment\ndata: 1\ndata: 2\n\ndata: [DONE]\n\n";
+        let text =
+            "event: a\ndata: {\"x\":\"é\"}\r\n\r\n: comment\ndata: 1\ndata: 2\n\ndata: [DONE]\n\n";
         let bytes = text.as_bytes();
         for split in 0..bytes.len() {
             let mut p = SseParser::default();
@@ -92,9 +93,18 @@ mod tests {
             assert_eq!(
                 events,
                 vec![
-                    SseEvent { event: "a".into(), data: "{\"x\":\"é\"}".into() },
-                    SseEvent { event: String::new(), data: "1\n2".into() },
-                    SseEvent { event: String::new(), data: "[DONE]".into() },
+                    SseEvent {
+                        event: "a".into(),
+                        data: "{\"x\":\"é\"}".into()
+                    },
+                    SseEvent {
+                        event: String::new(),
+                        data: "1\n2".into()
+                    },
+                    SseEvent {
+                        event: String::new(),
+                        data: "[DONE]".into()
+                    },
                 ],
                 "split at {split}"
             );
@@ -105,6 +115,12 @@ mod tests {
     fn unterminated_last_event() {
         let mut p = SseParser::default();
         assert!(p.feed(b"data: x").unwrap().is_empty());
-        assert_eq!(p.finish(), Some(SseEvent { event: String::new(), data: "x".into() }));
+        assert_eq!(
+            p.finish(),
+            Some(SseEvent {
+                event: String::new(),
+                data: "x".into()
+            })
+        );
     }
 }

@@ -157,7 +157,10 @@ mod tests {
     impl ContextItem for Item {
         fn size(&self) -> usize {
             match self {
-                Item::System(s) | Item::User(s, _) | Item::Assistant(s, _) | Item::ToolResult(s, _) => *s,
+                Item::System(s)
+                | Item::User(s, _)
+                | Item::Assistant(s, _)
+                | Item::ToolResult(s, _) => *s,
                 Item::Marker(..) => 10,
             }
         }
@@ -168,7 +171,10 @@ mod tests {
             matches!(self, Item::User(..))
         }
         fn starts_group(&self) -> bool {
-            matches!(self, Item::User(..) | Item::Assistant(..) | Item::Marker(..))
+            matches!(
+                self,
+                Item::User(..) | Item::Assistant(..) | Item::Marker(..)
+            )
         }
         fn marker(dropped: usize, tokens: usize) -> Self {
             Item::Marker(dropped, tokens)
@@ -286,7 +292,12 @@ mod tests {
         ];
         assert_eq!(
             fit(&items, 100),
-            vec![Item::System(10), Item::Marker(3, 300), Item::User(20, 4), Item::Assistant(20, 5)]
+            vec![
+                Item::System(10),
+                Item::Marker(3, 300),
+                Item::User(20, 4),
+                Item::Assistant(20, 5)
+            ]
         );
     }
 
@@ -314,7 +325,12 @@ mod tests {
 
     #[test]
     fn bound_keeps_head_and_tail() {
-        let s = format!("{}{}{}", "H".repeat(100), "m".repeat(10_000), "T".repeat(100));
+        let s = format!(
+            "{}{}{}",
+            "H".repeat(100),
+            "m".repeat(10_000),
+            "T".repeat(100)
+        );
         let out = bound(&s, 300);
         assert!(out.len() <= 300);
         assert!(out.starts_with("HHHH"));

@@ -67,7 +67,10 @@ impl Memory {
         let valid = !name.is_empty()
             && name.len() <= 100
             && !name.contains("..")
-            && name.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+            && name
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphanumeric())
             && name
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
@@ -212,10 +215,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let m = Memory::new(dir.path());
         assert_eq!(m.index(), "");
-        m.write("build", "how to build", "Run cargo build --release.\nNeeds openssl.")
-            .unwrap();
+        m.write(
+            "build",
+            "how to build",
+            "Run cargo build --release.\nNeeds openssl.",
+        )
+        .unwrap();
         m.write("style", "code style", "Use rustfmt.").unwrap();
-        m.write("build", "how to build (updated)", "Use make.").unwrap();
+        m.write("build", "how to build (updated)", "Use make.")
+            .unwrap();
         assert_eq!(
             m.index(),
             "- [build](memory/build.md) — how to build (updated)\n- [style](memory/style.md) — code style\n"
@@ -231,7 +239,10 @@ mod tests {
         );
         assert!(matches!(m.read("nope"), Err(MemoryError::NotFound(_))));
         for bad in ["../x", "", "a/b", ".hidden", "a..b"] {
-            assert!(matches!(m.write(bad, "s", "c"), Err(MemoryError::InvalidName(_))), "{bad}");
+            assert!(
+                matches!(m.write(bad, "s", "c"), Err(MemoryError::InvalidName(_))),
+                "{bad}"
+            );
         }
     }
 }

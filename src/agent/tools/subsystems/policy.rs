@@ -99,7 +99,10 @@ const BUILTIN_DENY: &[(&str, &str)] = &[
     (r"\.ssh(?:/|\b)", "touches ~/.ssh"),
     (r"\.aws(?:/|\b)", "touches ~/.aws"),
     (r"\.pem\b", "touches a .pem key"),
-    (r"\bid_(?:rsa|dsa|ecdsa|ed25519)\b", "touches a private SSH key"),
+    (
+        r"\bid_(?:rsa|dsa|ecdsa|ed25519)\b",
+        "touches a private SSH key",
+    ),
     (
         r"\b(?:curl|wget)\b[^|]*\|\s*(?:sudo\s+)?(?:ba|z|da|k)?sh\b",
         "pipes a download into a shell",
@@ -111,17 +114,77 @@ const BUILTIN_DENY: &[(&str, &str)] = &[
 
 /// Commands that only read, whatever their arguments.
 const READ_ONLY: &[&str] = &[
-    "ls", "cat", "head", "tail", "wc", "grep", "egrep", "fgrep", "pwd", "echo", "printf",
-    "which", "file", "stat", "du", "df", "tree", "uniq", "cut", "tr", "diff", "cmp", "comm",
-    "basename", "dirname", "realpath", "readlink", "date", "whoami", "id", "uname", "printenv",
-    "true", "false", "nl", "sha256sum", "sha1sum", "md5sum", "b2sum", "jq", "column", "test",
-    "[", "fold", "rev", "od", "hexdump", "strings", "uptime", "nproc", "seq", "ps", "free",
+    "ls",
+    "cat",
+    "head",
+    "tail",
+    "wc",
+    "grep",
+    "egrep",
+    "fgrep",
+    "pwd",
+    "echo",
+    "printf",
+    "which",
+    "file",
+    "stat",
+    "du",
+    "df",
+    "tree",
+    "uniq",
+    "cut",
+    "tr",
+    "diff",
+    "cmp",
+    "comm",
+    "basename",
+    "dirname",
+    "realpath",
+    "readlink",
+    "date",
+    "whoami",
+    "id",
+    "uname",
+    "printenv",
+    "true",
+    "false",
+    "nl",
+    "sha256sum",
+    "sha1sum",
+    "md5sum",
+    "b2sum",
+    "jq",
+    "column",
+    "test",
+    "[",
+    "fold",
+    "rev",
+    "od",
+    "hexdump",
+    "strings",
+    "uptime",
+    "nproc",
+    "seq",
+    "ps",
+    "free",
 ];
 
 /// Read-only `git` subcommands.
 const GIT_READ_ONLY: &[&str] = &[
-    "status", "log", "diff", "show", "rev-parse", "ls-files", "blame", "describe", "shortlog",
-    "grep", "cat-file", "ls-tree", "rev-list", "whatchanged",
+    "status",
+    "log",
+    "diff",
+    "show",
+    "rev-parse",
+    "ls-files",
+    "blame",
+    "describe",
+    "shortlog",
+    "grep",
+    "cat-file",
+    "ls-tree",
+    "rev-list",
+    "whatchanged",
 ];
 
 /// The gate: built-in rules plus configuration.
@@ -217,7 +280,10 @@ impl Policy {
             Decision::allow(format!("read-only: {}", read_only.join(", ")))
         } else {
             allowed_by.dedup();
-            Decision::allow(format!("allowed by config auto_allow: {}", allowed_by.join(", ")))
+            Decision::allow(format!(
+                "allowed by config auto_allow: {}",
+                allowed_by.join(", ")
+            ))
         }
     }
 
@@ -232,8 +298,11 @@ impl Policy {
         let program = argv[0].as_str();
         let args = &argv[1..];
         let has = |flags: &[&str]| {
-            args.iter()
-                .any(|a| flags.iter().any(|f| a == f || a.starts_with(&format!("{f}="))))
+            args.iter().any(|a| {
+                flags
+                    .iter()
+                    .any(|f| a == f || a.starts_with(&format!("{f}=")))
+            })
         };
         let unknown = |why: &str| SegmentJudgement::Unknown(format!("`{program}` {why}"));
         match program {
@@ -280,8 +349,7 @@ fn judge_git(args: &[String]) -> SegmentJudgement {
     {
         return SegmentJudgement::Unknown("`git` with --output/--exec writes or runs".into());
     }
-    let only_flags =
-        |allowed: &[&str]| rest.iter().all(|a| allowed.contains(&a.as_str()));
+    let only_flags = |allowed: &[&str]| rest.iter().all(|a| allowed.contains(&a.as_str()));
     let ok = match sub.as_str() {
         s if GIT_READ_ONLY.contains(&s) => true,
         "branch" => only_flags(&["-a", "-r", "-v", "-vv", "--list", "-l", "--show-current"]),
@@ -303,9 +371,9 @@ fn judge_git(args: &[String]) -> SegmentJudgement {
 
 /// Whether a path-looking argument leaves the project root (absolute, `~`, or too many `..`).
 fn escapes_root(arg: &str) -> bool {
-    let value = arg.split_once('=').map_or(arg, |(k, v)| {
-        if k.starts_with('-') { v } else { arg }
-    });
+    let value = arg
+        .split_once('=')
+        .map_or(arg, |(k, v)| if k.starts_with('-') { v } else { arg });
     if value == "/dev/null" {
         return false;
     }
@@ -447,13 +515,19 @@ mod tests {
     #[test]
     fn tools_default_to_ask() {
         let p = policy();
-        assert_eq!(p.classify_tool("memory_write", "writes a note").verdict, Verdict::Ask);
+        assert_eq!(
+            p.classify_tool("memory_write", "writes a note").verdict,
+            Verdict::Ask
+        );
         let p = Policy::new(&PolicyConfig {
             allow_tools: vec!["memory_write".into()],
             ..PolicyConfig::default()
         })
         .unwrap();
-        assert_eq!(p.classify_tool("memory_write", "writes a note").verdict, Verdict::Allow);
+        assert_eq!(
+            p.classify_tool("memory_write", "writes a note").verdict,
+            Verdict::Allow
+        );
     }
 
     #[test]

@@ -71,7 +71,7 @@ impl SecretBroker {
             .filter(|(_, v)| v.len() >= MIN_REDACT_LEN)
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        redaction_order.sort_by(|a, b| b.1.len().cmp(&a.1.len()));
+        redaction_order.sort_by_key(|entry| std::cmp::Reverse(entry.1.len()));
         (
             Self {
                 secrets,
@@ -139,7 +139,10 @@ impl SecretBroker {
                 return Err(SecretError::InvalidName(name.to_string()));
             }
             let Some(value) = self.secrets.get(name) else {
-                return Err(SecretError::Unknown(name.to_string(), self.names().join(", ")));
+                return Err(SecretError::Unknown(
+                    name.to_string(),
+                    self.names().join(", "),
+                ));
             };
             out.push_str(&rest[..start]);
             out.push_str(&replacement(name));
@@ -184,7 +187,10 @@ mod tests {
     #[test]
     fn placeholders_become_env_references_never_argv() {
         let (broker, _) = SecretBroker::new(
-            map(&[("GITHUB_TOKEN", "ghp_abcdef123456"), ("OTHER", "other-secret-1")]),
+            map(&[
+                ("GITHUB_TOKEN", "ghp_abcdef123456"),
+                ("OTHER", "other-secret-1"),
+            ]),
             BTreeMap::new(),
         );
         let p = broker
@@ -227,7 +233,11 @@ mod tests {
     #[test]
     fn redaction_replaces_longest_first() {
         let (broker, _) = SecretBroker::new(
-            map(&[("SHORT", "abcdef"), ("LONG", "abcdef-ghijkl"), ("TINY", "ab")]),
+            map(&[
+                ("SHORT", "abcdef"),
+                ("LONG", "abcdef-ghijkl"),
+                ("TINY", "ab"),
+            ]),
             BTreeMap::new(),
         );
         assert_eq!(
@@ -240,9 +250,15 @@ mod tests {
     fn project_cannot_replace_user_credentials() {
         let (broker, warnings) = SecretBroker::new(
             map(&[("OPENAI_API_KEY", "sk-user-000000")]),
-            map(&[("OPENAI_API_KEY", "sk-evil-111111"), ("DB_URL", "postgres://x")]),
+            map(&[
+                ("OPENAI_API_KEY", "sk-evil-111111"),
+                ("DB_URL", "postgres://x"),
+            ]),
         );
-        assert_eq!(broker.names(), vec!["DB_URL".to_string(), "OPENAI_API_KEY".to_string()]);
+        assert_eq!(
+            broker.names(),
+            vec!["DB_URL".to_string(), "OPENAI_API_KEY".to_string()]
+        );
         let p = broker
             .prepare("run {{secret:OPENAI_API_KEY}}", &BTreeMap::new())
             .unwrap();
