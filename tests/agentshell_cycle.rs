@@ -42,6 +42,7 @@ impl Ask for ScriptedAsk {
         let a = self.answers.lock().unwrap().pop_front();
         Box::pin(async move {
             match a {
+                Some("CANCEL") => AskAnswer::Cancelled,
                 Some(a) => AskAnswer::Answer(a.to_string()),
                 None => AskAnswer::Unavailable("script exhausted".into()),
             }
@@ -435,4 +436,25 @@ async fn the_history_is_fitted_before_every_call() {
     );
     assert_eq!(texts.last().unwrap(), "three");
     assert_eq!(f.agent.history().len(), 6, "the full history stays with L2");
+}
+
+#[tokio::test]
+async fn ctrl_c_at_a_question_ends_the_turn_and_keeps_the_history_consistent() {
+    let mut f = fixture(
+        vec![oa_command("c1", "touch x"), oa_text(&["not reached"], 1, 1)],
+        &["CANCEL"],
+        json!({}),
+        &[],
+    );
+    let report = turn(&mut f, "make x", &Log::default()).await;
+    assert!(matches!(report.result, Ok(TurnStop::Cancelled)));
+    assert_eq!(f.server.requests().len(), 1, "no call after the cancel");
+    assert!(!f.root.join("x").exists());
+    // user, assistant with the call, the cancelled result: the next request is well formed
+    assert_eq!(f.agent.history().len(), 3);
+    assert!(
+        f.agent.history()[2]
+            .content
+            .contains("\"status\":\"cancelled\"")
+    );
 }

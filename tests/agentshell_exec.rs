@@ -261,6 +261,7 @@ fn exec_reads_the_key_from_the_users_env_file() {
         Some("Bearer sk-from-dotenv-123456")
     );
     assert_eq!(req.body["model"], "deepseek-chat");
+    assert_eq!(req.body["max_tokens"], 8192);
 }
 
 #[test]

@@ -17,6 +17,7 @@ use serde_json::json;
 
 fn settings(url: &str) -> ProviderSettings {
     ProviderSettings {
+        provider: "openai".into(),
         model: "test-model".into(),
         base_url: url.to_string(),
         api_key: Some("sk-test".into()),
@@ -104,6 +105,7 @@ async fn openai_streams_text_reasoning_and_usage() {
     assert_eq!(req.header("authorization"), Some("Bearer sk-test"));
     assert_eq!(req.body["stream"], json!(true));
     assert_eq!(req.body["model"], json!("test-model"));
+    assert_eq!(req.body["max_completion_tokens"], json!(1000));
     assert_eq!(
         req.body["messages"],
         json!([

@@ -204,3 +204,26 @@ fn ctrl_c_clears_typed_input_and_slash_commands_stay_local() {
     t.wait_for("EXITED rc=0");
     assert!(server.requests().is_empty(), "nothing reached the model");
 }
+
+#[test]
+fn ctrl_c_at_a_confirmation_cancels_the_request() {
+    let server = FakeServer::start(vec![
+        oa_command("c1", "touch never.txt"),
+        oa_text(&["second request answered"], 1, 1),
+    ]);
+    let t = Tmux::start(&server, "askc");
+    t.send("make a file");
+    t.wait_for("? Run `touch never.txt`?");
+    t.ctrl_c();
+    t.wait_for("request cancelled");
+    assert!(!t.root().join("never.txt").exists());
+    assert_eq!(
+        server.requests().len(),
+        1,
+        "the cancelled turn made no further call"
+    );
+    t.send("next");
+    t.wait_for("second request answered");
+    t.send("/exit");
+    t.wait_for("EXITED rc=0");
+}

@@ -7,16 +7,9 @@ use crate::agent::bootstrap::BootstrapError;
 /// The marker directory of a project (and the name of the global config directory in home).
 pub const AGENT_DIR: &str = ".agentshell";
 
-/// The default project `config.json` written by `init`.
-pub const DEFAULT_PROJECT_CONFIG: &str = r#"{
-  "model": "deepseek/deepseek-chat",
-  "max_iterations": 50,
-  "auto_allow": [],
-  "prices": {
-    "deepseek/deepseek-chat": { "input_per_mtok": 0.27, "output_per_mtok": 1.10 }
-  }
-}
-"#;
+/// The project `config.json` the skeleton starts with: empty, so nothing in it shadows the
+/// user's global `~/.agentshell/config.json` until the project sets a key on purpose.
+pub const DEFAULT_PROJECT_CONFIG: &str = "{}\n";
 
 const DEFAULT_CLAUDE_MD: &str =
     "# Project rules\n\nWrite the rules the agent must follow in this project here.\n";

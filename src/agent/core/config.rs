@@ -112,6 +112,7 @@ pub fn build_provider(
         return Err(ProviderError::MissingApiKey(var.clone()));
     }
     let settings = ProviderSettings {
+        provider: spec.provider.clone(),
         model: spec.model.clone(),
         base_url: config
             .base_url

@@ -12,7 +12,7 @@ use crate::agent::core::config::CoreConfig;
 use crate::agent::core::message::{Message, Role};
 use crate::agent::core::provider::{ModelRequest, Provider, ProviderError, StreamEvent};
 use crate::agent::tools::subsystems::context::fit;
-use crate::agent::tools::{Ask, AskAnswer, ToolCall, ToolResult, Toolbox};
+use crate::agent::tools::{Ask, AskAnswer, ToolCall, ToolResult, ToolStatus, Toolbox};
 
 /// What L2 reports upward while a turn runs; L1 implements it (L2 never prints).
 pub trait CoreEvents: Send + Sync {
@@ -41,6 +41,8 @@ pub enum TurnStop {
     Answered,
     /// The iteration budget ran out and continuing was declined (or nobody could confirm).
     BudgetDeclined,
+    /// The human cancelled at a question; the history keeps what was completed.
+    Cancelled,
 }
 
 /// The outcome of one turn.
@@ -146,6 +148,10 @@ impl Agent {
                 let question = format!("{iterations} iterations. Continue?");
                 match self.ask.ask(&question, &["yes", "no"]).await {
                     AskAnswer::Answer(a) if a == "yes" => iterations = 0,
+                    AskAnswer::Cancelled => {
+                        report.result = Ok(TurnStop::Cancelled);
+                        return report;
+                    }
                     answer => {
                         tracing::info!(?answer, "iteration budget: not continuing");
                         report.result = Ok(TurnStop::BudgetDeclined);
@@ -222,6 +228,11 @@ impl Agent {
                 step.push(Message::tool(call.id.clone(), result.to_model_text()));
             }
             self.history.extend(step);
+            if results.iter().any(|r| r.status == ToolStatus::Cancelled) {
+                tracing::info!("turn cancelled at a question");
+                report.result = Ok(TurnStop::Cancelled);
+                return report;
+            }
         }
     }
 

@@ -50,7 +50,7 @@ impl Tool for AskUser {
             match env.ask.ask(question, &options).await {
                 AskAnswer::Answer(a) => ToolResult::ok(a),
                 AskAnswer::Unavailable(why) => ToolResult::error(format!("no answer: {why}")),
-                AskAnswer::Cancelled => ToolResult::error("the user cancelled the question"),
+                AskAnswer::Cancelled => ToolResult::cancelled(),
             }
         })
     }

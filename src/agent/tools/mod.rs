@@ -48,6 +48,8 @@ pub enum ToolStatus {
     Denied,
     /// The command hit its timeout and was killed.
     TimedOut,
+    /// The human cancelled (Ctrl+C at a question); the turn ends here.
+    Cancelled,
 }
 
 /// The structured outcome of one tool call, after redaction and bounding.
@@ -96,6 +98,14 @@ impl ToolResult {
             stderr: reason.into(),
             exit_code: None,
             truncated: false,
+        }
+    }
+
+    /// The human cancelled instead of answering.
+    pub fn cancelled() -> Self {
+        Self {
+            status: ToolStatus::Cancelled,
+            ..Self::denied("cancelled by the user")
         }
     }
 

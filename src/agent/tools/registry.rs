@@ -195,7 +195,8 @@ impl Toolbox {
                         ));
                     }
                     AskAnswer::Cancelled => {
-                        return ToolResult::denied("cancelled by the user");
+                        tracing::info!(call = %redacted_what, "cancelled by the user");
+                        return ToolResult::cancelled();
                     }
                 }
             }

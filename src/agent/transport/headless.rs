@@ -79,7 +79,7 @@ impl CoreEvents for HeadlessEvents {
         tracing::info!(tool = %call.name, "headless tool call");
     }
     fn tool_result(&self, call: &ToolCall, result: &ToolResult) {
-        if result.status == ToolStatus::Denied {
+        if matches!(result.status, ToolStatus::Denied | ToolStatus::Cancelled) {
             let denial = PermissionDenial {
                 tool_name: call.name.clone(),
                 tool_use_id: call.id.clone(),
@@ -111,6 +111,11 @@ pub async fn exec(agent: &mut Agent, prompt: &str) -> ExecResult {
                 "stopped after {} model calls: the iteration budget ran out and nobody could confirm continuing",
                 report.model_calls
             ),
+        ),
+        Ok(TurnStop::Cancelled) => (
+            "error_during_execution",
+            true,
+            "cancelled at a question".to_string(),
         ),
         Err(e) => ("error_during_execution", true, e.to_string()),
     };

@@ -137,6 +137,7 @@ impl<W: Write + Send> CoreEvents for TerminalRenderer<W> {
                 }
                 (ToolStatus::Ok, Some(code)) => format!("{YELLOW}  ⎿ {} exit {code}", call.name),
                 (ToolStatus::Denied, _) => format!("{YELLOW}  ⎿ {} denied", call.name),
+                (ToolStatus::Cancelled, _) => format!("{YELLOW}  ⎿ {} cancelled", call.name),
                 (ToolStatus::TimedOut, _) => format!("{RED}  ⎿ {} timed out", call.name),
                 (ToolStatus::Error, _) => format!("{RED}  ⎿ {} error", call.name),
             };

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::signal::unix::{SignalKind, signal};
-use tokio::sync::{Mutex, Notify};
+use tokio::sync::Mutex;
 
 use crate::agent::core::{Agent, CoreError, TurnStop};
 use crate::agent::tools::{Ask, AskAnswer, BoxFuture};
@@ -26,19 +26,10 @@ Ctrl+D         exit (on an empty line)";
 pub const PROMPT: &str = "\x1b[1m›\x1b[0m ";
 
 /// The terminal's `ask()`: questions are asked one at a time on the terminal; Ctrl+C at a
-/// question cancels the running request.
+/// question answers [`AskAnswer::Cancelled`], which ends the running turn.
+#[derive(Default)]
 pub struct TerminalAsk {
     serial: Mutex<()>,
-    cancel: Arc<Notify>,
-}
-
-impl TerminalAsk {
-    fn new(cancel: Arc<Notify>) -> Self {
-        Self {
-            serial: Mutex::new(()),
-            cancel,
-        }
-    }
 }
 
 /// Match an answer against the options: exact (any case) or a unique prefix (`y` → `yes`).
@@ -80,10 +71,7 @@ impl Ask for TerminalAsk {
                             return AskAnswer::Answer(choice);
                         }
                     }
-                    Ok(Ok(ReadOutcome::Interrupted { .. })) => {
-                        self.cancel.notify_waiters();
-                        return AskAnswer::Cancelled;
-                    }
+                    Ok(Ok(ReadOutcome::Interrupted { .. })) => return AskAnswer::Cancelled,
                     Ok(Ok(ReadOutcome::Eof)) => {
                         return AskAnswer::Unavailable("end of input".to_string());
                     }
@@ -98,7 +86,6 @@ impl Ask for TerminalAsk {
 /// The interactive session.
 pub struct Terminal {
     ask: Arc<TerminalAsk>,
-    cancel: Arc<Notify>,
 }
 
 impl Default for Terminal {
@@ -110,10 +97,8 @@ impl Default for Terminal {
 impl Terminal {
     /// A terminal transport.
     pub fn new() -> Self {
-        let cancel = Arc::new(Notify::new());
         Self {
-            ask: Arc::new(TerminalAsk::new(Arc::clone(&cancel))),
-            cancel,
+            ask: Arc::new(TerminalAsk::default()),
         }
     }
 
@@ -175,13 +160,10 @@ impl Terminal {
             }
             tracing::info!(input = %line, "user request");
             let started = Instant::now();
-            let notified = self.cancel.notified();
-            tokio::pin!(notified);
             let renderer = TerminalRenderer::new(std::io::stdout());
             let report = tokio::select! {
                 report = agent.run_turn(line, &renderer) => Some(report),
                 _ = sigint.recv() => None,
-                _ = &mut notified => None,
             };
             match report {
                 None => {
@@ -194,6 +176,10 @@ impl Terminal {
                         Ok(TurnStop::Answered) => {}
                         Ok(TurnStop::BudgetDeclined) => {
                             renderer.info("stopped at the iteration budget")
+                        }
+                        Ok(TurnStop::Cancelled) => {
+                            renderer.error("request cancelled (Ctrl+C again to exit)");
+                            armed = true;
                         }
                         Err(CoreError::Provider(e)) => renderer.error(&e.to_string()),
                     }

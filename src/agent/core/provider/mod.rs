@@ -115,6 +115,8 @@ pub enum ProviderError {
 /// How to reach a model: filled from the configuration by the wiring.
 #[derive(Debug, Clone)]
 pub struct ProviderSettings {
+    /// Provider name from the model string (`openai`, `deepseek`, …).
+    pub provider: String,
     /// Model name as the provider knows it (after the `provider/` prefix).
     pub model: String,
     /// Base URL: for OpenAI-style providers it ends before `/chat/completions`; for Anthropic

@@ -55,8 +55,15 @@ impl OpenAiProvider {
             "messages": messages,
             "stream": true,
             "stream_options": {"include_usage": true},
-            "max_tokens": self.settings.max_tokens,
         });
+        // OpenAI's own API rejects `max_tokens` for its newer models; the compatible servers
+        // (DeepSeek, Ollama, vLLM, …) know only `max_tokens`.
+        let key = if self.settings.provider == "openai" {
+            "max_completion_tokens"
+        } else {
+            "max_tokens"
+        };
+        body[key] = json!(self.settings.max_tokens);
         if !tools.is_empty() {
             body["tools"] = Value::Array(tools);
         }
