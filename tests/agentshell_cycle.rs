@@ -458,3 +458,81 @@ async fn ctrl_c_at_a_question_ends_the_turn_and_keeps_the_history_consistent() {
             .contains("\"status\":\"cancelled\"")
     );
 }
+
+#[tokio::test]
+async fn delegate_runs_a_sub_agent_with_a_fresh_context() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("proj");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("a.txt"), "").unwrap();
+    let home = AgentHome::resolve(
+        Some(dir.path().join("home/.agentshell")),
+        Some(dir.path().join("home")),
+    )
+    .unwrap();
+    let project = bootstrap::open_project(&root, None, &home).unwrap();
+    let task = json!({"task": "Count the files in the project root and answer with the number."})
+        .to_string();
+    let server = FakeServer::start(vec![
+        oa_tool_calls(&[("p1", "delegate", &task)], 1, 1), // parent
+        oa_command("s1", "ls | wc -l"),                    // sub-agent
+        oa_text(&["2 files"], 1, 1),                       // sub-agent answers
+        oa_text(&["The sub-agent counted 2 files."], 1, 1), // parent answers
+    ]);
+    let env: BTreeMap<String, String> = [
+        ("AGENTSHELL_MODEL", "openai/test-model".to_string()),
+        ("AGENTSHELL_BASE_URL", format!("{}/v1", server.url)),
+        ("OPENAI_API_KEY", "sk-test-key-0123456789".to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let sub_log = Arc::new(Log::default());
+    let mut agent = wiring::build_agent_with_subagents(
+        &project,
+        &env,
+        ScriptedAsk::new(&[]) as Arc<dyn Ask>,
+        sub_log.clone() as Arc<dyn CoreEvents>,
+    )
+    .unwrap();
+    let report = tokio::time::timeout(
+        Duration::from_secs(60),
+        agent.run_turn("how many files?", &Log::default()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.text, "The sub-agent counted 2 files.");
+    let requests = server.requests();
+    let tool_names = |n: usize| -> Vec<String> {
+        requests[n].body["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["function"]["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert!(tool_names(0).contains(&"delegate".to_string()));
+    assert!(
+        !tool_names(1).contains(&"delegate".to_string()),
+        "sub-agents cannot delegate"
+    );
+    // the sub-agent saw only its task
+    let sub_msgs = requests[1].body["messages"].as_array().unwrap().clone();
+    assert_eq!(sub_msgs.len(), 2);
+    assert_eq!(
+        sub_msgs[1]["content"],
+        "Count the files in the project root and answer with the number."
+    );
+    let parent_result = &tool_results(&server, 3)[0];
+    assert_eq!(parent_result["stdout"], "2 files");
+    assert_eq!(
+        *sub_log.0.lock().unwrap(),
+        vec![
+            "request_done",
+            "call s1",
+            "result s1 Ok",
+            "Text(\"2 files\")",
+            "request_done"
+        ]
+    );
+}

@@ -9,13 +9,17 @@ use serde_json::Value;
 use thiserror::Error;
 
 use crate::agent::bootstrap::{AGENT_DIR, Project};
+use crate::agent::core::accounting::RequestStats;
 use crate::agent::core::provider::ProviderError;
+use crate::agent::core::provider::StreamEvent;
 use crate::agent::core::provider::model_spec::known_key_vars;
-use crate::agent::core::{Agent, CoreConfig, build_provider};
+use crate::agent::core::{Agent, CoreConfig, CoreEvents, TurnStop, build_provider};
 use crate::agent::tools::subsystems::memory::Memory;
 use crate::agent::tools::subsystems::policy::PolicyError;
 use crate::agent::tools::subsystems::secrets::SecretBroker;
-use crate::agent::tools::{Ask, ToolEnv, Toolbox, ToolsConfig};
+use crate::agent::tools::{
+    Ask, BoxFuture, Delegate, ToolCall, ToolEnv, ToolResult, Toolbox, ToolsConfig,
+};
 
 /// Overrides the configured model string.
 pub const ENV_MODEL: &str = "AGENTSHELL_MODEL";
@@ -78,12 +82,45 @@ pub fn user_secrets(project: &Project, env: &BTreeMap<String, String>) -> BTreeM
     secrets
 }
 
-/// Build the toolbox and the agent. Provider keys come from the process environment or the
-/// user's `.env` — never from the project's `.env`.
+/// Build the toolbox and the agent, without sub-agents. Provider keys come from the process
+/// environment or the user's `.env` — never from the project's `.env`.
 pub fn build_agent(
     project: &Project,
     env: &BTreeMap<String, String>,
     ask: Arc<dyn Ask>,
+) -> Result<Agent, WiringError> {
+    assemble(project, env, ask, None)
+}
+
+/// Like [`build_agent`], plus the `delegate` tool (unless config `"subagents": false`): each
+/// delegated task runs in a fresh agent built the same way (without `delegate`), sharing
+/// `ask` and reporting its progress to `events`.
+pub fn build_agent_with_subagents(
+    project: &Project,
+    env: &BTreeMap<String, String>,
+    ask: Arc<dyn Ask>,
+    events: Arc<dyn CoreEvents>,
+) -> Result<Agent, WiringError> {
+    let enabled = effective_config(project, env)
+        .get("subagents")
+        .and_then(Value::as_bool)
+        .unwrap_or(true);
+    let delegate: Option<Arc<dyn Delegate>> = enabled.then(|| {
+        Arc::new(SubAgents {
+            project: project.clone(),
+            env: env.clone(),
+            ask: Arc::clone(&ask),
+            events,
+        }) as Arc<dyn Delegate>
+    });
+    assemble(project, env, ask, delegate)
+}
+
+fn assemble(
+    project: &Project,
+    env: &BTreeMap<String, String>,
+    ask: Arc<dyn Ask>,
+    delegate: Option<Arc<dyn Delegate>>,
 ) -> Result<Agent, WiringError> {
     let config = effective_config(project, env);
     let core: CoreConfig = serde_json::from_value(config.clone())?;
@@ -99,6 +136,7 @@ pub fn build_agent(
         secrets,
         memory: Memory::new(project.root.join(AGENT_DIR)),
         config: tools_config,
+        delegate,
     })?;
     let key_override = env.get(ENV_API_KEY).filter(|v| !v.is_empty()).cloned();
     let provider = build_provider(&core, key_override, |var| {
@@ -115,4 +153,50 @@ pub fn build_agent(
         core,
         project.rules.clone(),
     ))
+}
+
+/// Builds and runs sub-agents for the `delegate` tool.
+struct SubAgents {
+    project: Project,
+    env: BTreeMap<String, String>,
+    ask: Arc<dyn Ask>,
+    events: Arc<dyn CoreEvents>,
+}
+
+impl Delegate for SubAgents {
+    fn run<'a>(&'a self, task: &'a str) -> BoxFuture<'a, Result<String, String>> {
+        Box::pin(async move {
+            tracing::info!(%task, "sub-agent started");
+            let mut agent = assemble(&self.project, &self.env, Arc::clone(&self.ask), None)
+                .map_err(|e| e.to_string())?;
+            let report = agent.run_turn(task, self.events.as_ref()).await;
+            tracing::info!(calls = report.model_calls, "sub-agent finished");
+            match report.result {
+                Ok(TurnStop::Answered) => Ok(report.text),
+                Ok(TurnStop::BudgetDeclined) => Err("stopped at the iteration budget".into()),
+                Ok(TurnStop::Cancelled) => Err("cancelled by the user".into()),
+                Err(e) => Err(e.to_string()),
+            }
+        })
+    }
+}
+
+/// Core events written to the log only (for sub-agents of headless runs).
+pub struct LoggedEvents;
+
+impl CoreEvents for LoggedEvents {
+    fn stream(&self, _event: &StreamEvent) {}
+    fn request_done(&self, stats: &RequestStats) {
+        tracing::info!(
+            input_tokens = stats.usage.input_tokens,
+            output_tokens = stats.usage.output_tokens,
+            "sub-agent model call"
+        );
+    }
+    fn tool_call(&self, call: &ToolCall) {
+        tracing::info!(tool = %call.name, "sub-agent tool call");
+    }
+    fn tool_result(&self, call: &ToolCall, result: &ToolResult) {
+        tracing::info!(tool = %call.name, status = ?result.status, "sub-agent tool result");
+    }
 }

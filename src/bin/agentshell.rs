@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::io::{IsTerminal, Read};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
@@ -14,8 +15,9 @@ use agentstore::agent::core::provider::model_spec::known_key_vars;
 use agentstore::agent::tools::Unattended;
 use agentstore::agent::transport::headless::{self, ExecResult, ExecUsage};
 use agentstore::agent::transport::line_editor::read_hidden;
+use agentstore::agent::transport::render::TerminalRenderer;
 use agentstore::agent::transport::terminal::Terminal;
-use agentstore::agent::wiring::{self, ENV_HOME, ENV_LOG};
+use agentstore::agent::wiring::{self, ENV_HOME, ENV_LOG, LoggedEvents};
 
 /// A terminal agent in four layers: the model decides what to do, the code decides what is
 /// allowed.
@@ -99,7 +101,9 @@ fn run(cwd: &Path, explicit: Option<&Path>) -> anyhow::Result<()> {
     logger::init(&project.root, env.get(ENV_LOG).map(String::as_str))?;
     let terminal = Terminal::new();
     runtime()?.block_on(async {
-        let mut agent = wiring::build_agent(&project, &env, terminal.ask_channel())?;
+        let screen = Arc::new(TerminalRenderer::new(std::io::stdout()));
+        let mut agent =
+            wiring::build_agent_with_subagents(&project, &env, terminal.ask_channel(), screen)?;
         let banner = format!(
             "\x1b[1magentshell {}\x1b[0m · {} · {}",
             env!("CARGO_PKG_VERSION"),
@@ -239,7 +243,12 @@ fn exec_inner(cwd: &Path, explicit: Option<&Path>, prompt: &str) -> anyhow::Resu
     let project = bootstrap::open_project(cwd, explicit, &home)?;
     logger::init(&project.root, env.get(ENV_LOG).map(String::as_str))?;
     runtime()?.block_on(async {
-        let mut agent = wiring::build_agent(&project, &env, std::sync::Arc::new(Unattended))?;
+        let mut agent = wiring::build_agent_with_subagents(
+            &project,
+            &env,
+            Arc::new(Unattended),
+            Arc::new(LoggedEvents),
+        )?;
         Ok(headless::exec(&mut agent, &prompt).await)
     })
 }

@@ -9,6 +9,7 @@
 //! the limits are injected by whoever builds the [`Toolbox`].
 
 pub mod ask_user;
+pub mod delegate;
 pub mod memory_tools;
 pub mod registry;
 pub mod run_command;
@@ -145,4 +146,13 @@ impl Ask for Unattended {
             AskAnswer::Unavailable("unattended run: no human to confirm".to_string())
         })
     }
+}
+
+/// Runs a task in a fresh sub-agent (an L2/L3 unit of its own) and returns its final text.
+///
+/// Like [`Ask`], it is built above and passed down: L3 never reaches up to L2. The sub-agent's
+/// own tool calls go through the same policy and the same `ask()`.
+pub trait Delegate: Send + Sync {
+    /// Run `task` to completion; `Err` carries a rendered error.
+    fn run<'a>(&'a self, task: &'a str) -> BoxFuture<'a, Result<String, String>>;
 }

@@ -13,8 +13,8 @@ use crate::agent::tools::subsystems::policy::{
     Decision, Policy, PolicyConfig, PolicyError, Verdict,
 };
 use crate::agent::tools::subsystems::secrets::SecretBroker;
-use crate::agent::tools::{Ask, AskAnswer, BoxFuture, ToolCall, ToolResult, ToolStatus};
-use crate::agent::tools::{ask_user, memory_tools, run_command};
+use crate::agent::tools::{Ask, AskAnswer, BoxFuture, Delegate, ToolCall, ToolResult, ToolStatus};
+use crate::agent::tools::{ask_user, delegate, memory_tools, run_command};
 
 /// The tools part of the configuration (`config.json` keys).
 #[derive(Debug, Clone, Deserialize)]
@@ -66,6 +66,8 @@ pub struct ToolEnv {
     pub memory: Memory,
     /// Limits and policy configuration.
     pub config: ToolsConfig,
+    /// Sub-agents for the `delegate` tool; `None` leaves the tool out (sub-agents themselves).
+    pub delegate: Option<Arc<dyn Delegate>>,
 }
 
 /// A tool's schema as sent to the model.
@@ -100,16 +102,19 @@ pub struct Toolbox {
 
 impl Toolbox {
     /// The standard tool set: `run_command`, `ask_user`, `memory_search`, `memory_read`,
-    /// `memory_write`.
+    /// `memory_write`, and `delegate` when sub-agents are wired in.
     pub fn new(env: ToolEnv) -> Result<Self, PolicyError> {
         let policy = Policy::new(&env.config.policy)?;
-        let tools: Vec<Box<dyn Tool>> = vec![
+        let mut tools: Vec<Box<dyn Tool>> = vec![
             Box::new(run_command::RunCommand),
             Box::new(ask_user::AskUser),
             Box::new(memory_tools::MemorySearch),
             Box::new(memory_tools::MemoryRead),
             Box::new(memory_tools::MemoryWrite),
         ];
+        if env.delegate.is_some() {
+            tools.push(Box::new(delegate::DelegateTool));
+        }
         Ok(Self { tools, policy, env })
     }
 
