@@ -4,7 +4,7 @@
 //! bootstrap/  L0  project root, skeleton, config merge, file logger      (runs once)
 //! transport/  L1  terminal (line editor, rendering, Ctrl+C) and headless; owns ask()
 //! core/       L2  messages, system prompt, model calls (providers), the cycle, accounting
-//! tools/      L3  registry, run_command, ask_user, memory_*; subsystems/: policy, secrets,
+//! tools/      L3  registry, run_command, ask_user, memory_*, delegate; subsystems/: policy, secrets,
 //!                 context (fit, bound), memory
 //! ```
 //!
@@ -57,7 +57,8 @@
 //! "output_per_mtok": y}}`), `system_prompt`, `command_timeout_secs` (30),
 //! `max_command_timeout_secs` (600), `max_output_bytes` (16384), `auto_allow` (argv prefixes
 //! allowed without asking, e.g. `["cargo test", "cargo build"]`), `allow_tools` (e.g.
-//! `["memory_write"]`), `deny_patterns` (extra regexes).
+//! `["memory_write"]`), `deny_patterns` (extra regexes), `subagents` (true: the model may
+//! `delegate` a task to a fresh sub-agent; its calls go through the same policy).
 //!
 //! Unattended, a call the policy would ASK about is denied, and the denial is listed in
 //! `permission_denials` with its reason; the run never waits for a human.
