@@ -19,14 +19,14 @@ pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 /// An Anthropic messages endpoint.
 pub struct AnthropicProvider {
     settings: ProviderSettings,
-    client: reqwest::Client,
+    client: http::LazyClient,
 }
 
 impl AnthropicProvider {
     /// A provider for `settings`.
     pub fn new(settings: ProviderSettings) -> Result<Self, ProviderError> {
         Ok(Self {
-            client: http::client()?,
+            client: http::LazyClient::default(),
             settings,
         })
     }
@@ -284,7 +284,8 @@ impl Provider for AnthropicProvider {
             }
             let body = self.body(&request);
             let mut response =
-                http::post_with_retries(&self.client, &url, headers, &body, &self.settings).await?;
+                http::post_with_retries(self.client.get()?, &url, headers, &body, &self.settings)
+                    .await?;
             let mut parser = SseParser::default();
             let mut assembler = EventAssembler::default();
             'stream: while let Some(chunk) = http::next_chunk(&mut response, &self.settings).await?

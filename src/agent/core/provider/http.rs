@@ -20,6 +20,22 @@ pub fn client() -> Result<reqwest::Client, ProviderError> {
         .map_err(|e| ProviderError::Client(e.to_string()))
 }
 
+/// An HTTP client built on first use: loading the TLS roots is the most expensive part of
+/// start-up, and the prompt should not wait for it.
+#[derive(Debug, Default)]
+pub struct LazyClient(std::sync::OnceLock<reqwest::Client>);
+
+impl LazyClient {
+    /// The client, built now if this is the first call.
+    pub fn get(&self) -> Result<&reqwest::Client, ProviderError> {
+        if let Some(c) = self.0.get() {
+            return Ok(c);
+        }
+        let built = client()?;
+        Ok(self.0.get_or_init(|| built))
+    }
+}
+
 /// POST `body` as JSON and return the response once its status is a success. 429 and 5xx
 /// answers and connection failures are retried with exponential backoff.
 pub async fn post_with_retries(

@@ -16,14 +16,14 @@ use crate::agent::tools::{BoxFuture, ToolCall};
 /// An OpenAI-compatible endpoint.
 pub struct OpenAiProvider {
     settings: ProviderSettings,
-    client: reqwest::Client,
+    client: http::LazyClient,
 }
 
 impl OpenAiProvider {
     /// A provider for `settings`.
     pub fn new(settings: ProviderSettings) -> Result<Self, ProviderError> {
         Ok(Self {
-            client: http::client()?,
+            client: http::LazyClient::default(),
             settings,
         })
     }
@@ -246,7 +246,8 @@ impl Provider for OpenAiProvider {
             }
             let body = self.body(&request);
             let mut response =
-                http::post_with_retries(&self.client, &url, headers, &body, &self.settings).await?;
+                http::post_with_retries(self.client.get()?, &url, headers, &body, &self.settings)
+                    .await?;
             let mut parser = SseParser::default();
             let mut assembler = ChunkAssembler::default();
             'stream: while let Some(chunk) = http::next_chunk(&mut response, &self.settings).await?
