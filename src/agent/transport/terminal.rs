@@ -7,6 +7,7 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::Instant;
 
+use futures_util::FutureExt;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::Mutex;
 
@@ -159,6 +160,8 @@ impl Terminal {
                 continue;
             }
             tracing::info!(input = %line, "user request");
+            // A SIGINT that arrived while no request ran must not cancel this one.
+            while let Some(Some(())) = sigint.recv().now_or_never() {}
             let started = Instant::now();
             let renderer = TerminalRenderer::new(std::io::stdout());
             let report = tokio::select! {
