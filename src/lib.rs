@@ -1,3 +1,9 @@
 //! agentstore: a systemd-native queue and runner for AI coding-agent jobs.
 //!
 //! The library holds everything; the binaries in `src/bin/` are wiring only.
+
+pub mod access;
+pub mod cli;
+pub mod model;
+pub mod schema;
+pub mod store;

@@ -1,0 +1,77 @@
+//! `JSONValidation/errors.out`: one JSON line per rejection.
+
+use super::Rejection;
+use crate::model::Timestamp;
+use nix::fcntl::{Flock, FlockArg};
+use serde::{Deserialize, Serialize};
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// One line of `errors.out` (PRD §9 `log_error`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorLogEntry {
+    /// When the rejection happened.
+    pub timestamp: Timestamp,
+    /// Schema name.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Document id, or the file name, or `unknown`.
+    pub id: String,
+    /// Every failing field, `pointer: message; …`.
+    pub error: String,
+}
+
+/// Appends rejections to an `errors.out` file.
+///
+/// Each entry is written with one `write` on an `O_APPEND` descriptor under an exclusive
+/// `flock`, so concurrent writers (several daemons, several machines' CLIs) never interleave.
+#[derive(Debug, Clone)]
+pub struct ErrorLog {
+    path: PathBuf,
+}
+
+impl ErrorLog {
+    /// A log at `path` (created on first write).
+    pub fn new(path: impl Into<PathBuf>) -> ErrorLog {
+        ErrorLog { path: path.into() }
+    }
+
+    /// The file written to.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Records `rejection` for the document known as `id`.
+    pub fn record(&self, id: &str, rejection: &Rejection) -> std::io::Result<()> {
+        let entry = ErrorLogEntry {
+            timestamp: Timestamp::now(),
+            kind: rejection.kind.name().to_string(),
+            id: id.to_string(),
+            error: rejection
+                .errors
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; "),
+        };
+        self.append(&entry)
+    }
+
+    /// Appends one entry as one line.
+    pub fn append(&self, entry: &ErrorLogEntry) -> std::io::Result<()> {
+        let mut line = serde_json::to_vec(entry).map_err(std::io::Error::other)?;
+        line.push(b'\n');
+        if let Some(dir) = self.path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)?;
+        let mut locked =
+            Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| std::io::Error::from(e))?;
+        locked.write_all(&line)?;
+        Ok(())
+    }
+}
