@@ -49,10 +49,12 @@ pub fn resolve_root(flag: Option<&Path>) -> (PathBuf, RootSource) {
         .or_else(|| home_dir().map(|h| h.join(".config")))
         .map(|d| d.join("agentstore/config.yaml"));
     for cfg in user_cfg.into_iter().chain([PathBuf::from(SYSTEM_CONFIG)]) {
-        if let Ok(c) = Config::load(&cfg) {
-            if let Some(root) = c.agent_store_root {
-                return (expand_tilde(&root), RootSource::ConfigFile(cfg));
-            }
+        if let Ok(Config {
+            agent_store_root: Some(root),
+            ..
+        }) = Config::load(&cfg)
+        {
+            return (expand_tilde(&root), RootSource::ConfigFile(cfg));
         }
     }
     let default = home_dir()

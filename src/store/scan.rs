@@ -65,10 +65,10 @@ pub fn scan_subdirs(dir: &Path) -> io::Result<Vec<String>> {
         if !entry.file_type()?.is_dir() {
             continue;
         }
-        if let Some(name) = entry.file_name().to_str() {
-            if crate::model::is_safe_id(name) {
-                out.push(name.to_string());
-            }
+        if let Some(name) = entry.file_name().to_str()
+            && crate::model::is_safe_id(name)
+        {
+            out.push(name.to_string());
         }
     }
     out.sort();
