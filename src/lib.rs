@@ -3,7 +3,9 @@
 //! The library holds everything; the binaries in `src/bin/` are wiring only.
 
 pub mod access;
+pub mod bus;
 pub mod cli;
 pub mod model;
 pub mod schema;
 pub mod store;
+pub mod systemd;

@@ -2,10 +2,7 @@
 
 use super::Rejection;
 use crate::model::Timestamp;
-use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
-use std::fs::OpenOptions;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// One line of `errors.out` (PRD §9 `log_error`).
@@ -24,8 +21,8 @@ pub struct ErrorLogEntry {
 
 /// Appends rejections to an `errors.out` file.
 ///
-/// Each entry is written with one `write` on an `O_APPEND` descriptor under an exclusive
-/// `flock`, so concurrent writers (several daemons, several machines' CLIs) never interleave.
+/// Each entry is one locked append ([`crate::store::append_line_locked`]), so concurrent
+/// writers (several daemons, several machines' CLIs) never interleave.
 #[derive(Debug, Clone)]
 pub struct ErrorLog {
     path: PathBuf,
@@ -60,18 +57,7 @@ impl ErrorLog {
 
     /// Appends one entry as one line.
     pub fn append(&self, entry: &ErrorLogEntry) -> std::io::Result<()> {
-        let mut line = serde_json::to_vec(entry).map_err(std::io::Error::other)?;
-        line.push(b'\n');
-        if let Some(dir) = self.path.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.path)?;
-        let mut locked =
-            Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| std::io::Error::from(e))?;
-        locked.write_all(&line)?;
-        Ok(())
+        let line = serde_json::to_vec(entry).map_err(std::io::Error::other)?;
+        crate::store::append_line_locked(&self.path, &line)
     }
 }

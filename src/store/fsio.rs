@@ -71,3 +71,21 @@ pub fn move_no_replace(from: &Path, to: &Path) -> io::Result<()> {
     sync_parent(to)?;
     sync_parent(from)
 }
+
+/// Appends one line to `path` (created if missing) with a single `write` on an `O_APPEND`
+/// descriptor under an exclusive `flock`, so concurrent writers never interleave lines.
+pub fn append_line_locked(path: &Path, line: &[u8]) -> io::Result<()> {
+    use nix::fcntl::{Flock, FlockArg};
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir)?;
+    }
+    let mut buf = Vec::with_capacity(line.len() + 1);
+    buf.extend_from_slice(line);
+    if buf.last() != Some(&b'\n') {
+        buf.push(b'\n');
+    }
+    let file = OpenOptions::new().create(true).append(true).open(path)?;
+    let mut locked =
+        Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| io::Error::from(e))?;
+    locked.write_all(&buf)
+}
