@@ -6,6 +6,7 @@ pub mod access;
 pub mod bus;
 pub mod cli;
 pub mod model;
+pub mod orchestrator;
 pub mod schema;
 pub mod store;
 pub mod systemd;

@@ -1,0 +1,84 @@
+//! `orchestratord`: the orchestrator daemon (PRD §6), run by systemd.
+
+use agentstore::bus::BusKind;
+use agentstore::orchestrator::daemon::{DaemonError, DaemonOptions, run};
+use agentstore::store::resolve_root;
+use clap::Parser;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Route AgentStore inbox messages, create jobs, and handle finished jobs.
+///
+/// Normally started by systemd (agentstore-orchestrator.service, by its .path and .timer
+/// units, or by D-Bus activation); it can also run in the foreground for development.
+#[derive(Debug, Parser)]
+#[command(name = "orchestratord", version)]
+struct Args {
+    /// Store folder (default: AGENT_STORE_ROOT, config files, ~/Dropbox/AgentStore).
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
+    /// Bus to own org.agentstore.Orchestrator1 on.
+    #[arg(long, value_enum, default_value_t = BusKind::System)]
+    bus: BusKind,
+    /// Run without D-Bus (inbox files only).
+    #[arg(long)]
+    no_bus: bool,
+    /// Exit after this many idle seconds (0 = never); default from config.yaml.
+    #[arg(long, value_name = "SECONDS")]
+    idle_exit: Option<u64>,
+    /// Backstop sweep interval; default polling_interval_seconds from config.yaml.
+    #[arg(long, value_name = "SECONDS")]
+    sweep_interval: Option<u64>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    agentstore::systemd::init_logging("orchestratord", "info");
+    let (root, _) = resolve_root(args.root.as_deref());
+    let opts = DaemonOptions {
+        root,
+        bus: (!args.no_bus).then_some(args.bus),
+        idle_exit: args.idle_exit.map(Duration::from_secs),
+        sweep_interval: args.sweep_interval.map(Duration::from_secs),
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("orchestratord: cannot start runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = rt.block_on(run(opts, shutdown_signal()));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e @ DaemonError::AlreadyRunning(_)) => {
+            tracing::error!("{e}");
+            eprintln!("orchestratord: {e}");
+            ExitCode::from(2)
+        }
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("orchestratord: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
