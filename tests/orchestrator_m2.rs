@@ -378,7 +378,7 @@ fn completion_handlers_update_projects_and_prds_once() {
 }
 
 fn agent_message(i: usize) -> String {
-    let (command, content) = if i % 2 == 0 {
+    let (command, content) = if i.is_multiple_of(2) {
         ("research-code", "{}")
     } else {
         ("list-projects", "{}")
