@@ -30,6 +30,9 @@ struct Args {
     /// Backstop sweep interval; default polling_interval_seconds from config.yaml.
     #[arg(long, value_name = "SECONDS")]
     sweep_interval: Option<u64>,
+    /// Don't watch with inotify; only sweep (for network filesystems).
+    #[arg(long)]
+    no_inotify: bool,
 }
 
 fn main() -> ExitCode {
@@ -41,6 +44,7 @@ fn main() -> ExitCode {
         bus: (!args.no_bus).then_some(args.bus),
         idle_exit: args.idle_exit.map(Duration::from_secs),
         sweep_interval: args.sweep_interval.map(Duration::from_secs),
+        no_inotify: args.no_inotify,
     };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
