@@ -18,15 +18,23 @@ case "${1:-}" in
 *) echo "usage: $0 [--rpm]" >&2; exit 2 ;;
 esac
 
+# Fail before the long build when a file the package lists is missing (cargo-deb stops on
+# any asset pattern that matches nothing).
+missing=()
+for pattern in 'systemd/*.service' 'systemd/user/*' 'dbus/*.conf' 'dbus/*.service' 'dbus/*.xml' \
+    'schemas/*.json' packaging/config.yaml examples/gen_docs.rs; do
+    compgen -G "$pattern" >/dev/null || missing+=("$pattern")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "error: nothing matches: ${missing[*]} (see packaging/README.md; examples/gen_docs.rs" \
+        "generates target/man/*.1 and target/completions/{bash,zsh,fish}/ from the clap definitions)" >&2
+    exit 1
+fi
+
 cargo build --release --locked --bins >&2
 
 # cargo-deb's metadata names target/man and target/completions relative to the repository.
 rm -rf target/man target/completions
-if [ ! -f examples/gen_docs.rs ]; then
-    echo "error: examples/gen_docs.rs is missing: it generates target/man/*.1 and" \
-        "target/completions/{bash,zsh,fish}/ from the clap definitions (packaging/README.md)" >&2
-    exit 1
-fi
 cargo run --release --locked --example gen_docs -- "$repo/target" >&2
 
 if ! command -v cargo-deb >/dev/null 2>&1; then
