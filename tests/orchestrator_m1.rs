@@ -34,7 +34,14 @@ fn read(p: &std::path::Path) -> Value {
 #[test]
 fn m1_orchestrator_processes_messages() {
     let env = TestEnv::initialised();
-    env.ok(&["add-project", "ModelSEEDpy", "--directory", "/tmp/msp", "--owner", "chenry"]);
+    env.ok(&[
+        "add-project",
+        "ModelSEEDpy",
+        "--directory",
+        "/tmp/msp",
+        "--owner",
+        "chenry",
+    ]);
     let bus = PrivateBus::start();
     // Test 1: start; the lock file exists.
     let mut daemon = spawn_orchestratord(&bus, &env.root, &["--idle-exit", "0"]);
@@ -55,7 +62,10 @@ fn m1_orchestrator_processes_messages() {
     assert!(String::from_utf8_lossy(&second.stderr).contains("already running"));
 
     // Tests 3–5: a message file is answered into the outbox and moved to processed_inbox.
-    env.write("messaging/inbox/test-001.json", &m1_message("test-001", "list-projects"));
+    env.write(
+        "messaging/inbox/test-001.json",
+        &m1_message("test-001", "list-projects"),
+    );
     let out = env.root.join("messaging/outbox/test-001.json");
     wait_until(LONG, "outbox/test-001.json", || out.exists());
     let resp = read(&out);
@@ -63,11 +73,18 @@ fn m1_orchestrator_processes_messages() {
     assert_eq!(resp["source"], "orchestrator");
     assert_eq!(resp["content"]["result"][0]["id"], "ModelSEEDpy");
     assert!(resp["processed_time"].as_str().unwrap().ends_with('Z'));
-    assert!(env.root.join("messaging/processed_inbox/test-001.json").exists());
+    assert!(
+        env.root
+            .join("messaging/processed_inbox/test-001.json")
+            .exists()
+    );
     assert!(!env.root.join("messaging/inbox/test-001.json").exists());
 
     // Test 6: an unknown command gets an error answer.
-    env.write("messaging/inbox/test-002.json", &m1_message("test-002", "invalid-command"));
+    env.write(
+        "messaging/inbox/test-002.json",
+        &m1_message("test-002", "invalid-command"),
+    );
     let out2 = env.root.join("messaging/outbox/test-002.json");
     wait_until(LONG, "outbox/test-002.json", || out2.exists());
     let resp = read(&out2);
@@ -84,9 +101,10 @@ fn m1_orchestrator_processes_messages() {
     assert!(!lock.exists());
 
     // The event log recorded what happened.
-    let events = std::fs::read_dir(env.root.join("logs")).unwrap().filter_map(|e| e.ok()).find(|e| {
-        e.file_name().to_string_lossy().starts_with("events-")
-    });
+    let events = std::fs::read_dir(env.root.join("logs"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .find(|e| e.file_name().to_string_lossy().starts_with("events-"));
     let text = std::fs::read_to_string(events.unwrap().path()).unwrap();
     for kind in ["daemon_started", "message_answered", "daemon_stopped"] {
         assert!(text.contains(kind), "{kind} missing from events:\n{text}");
@@ -98,7 +116,10 @@ fn idle_daemon_exits_and_a_later_one_answers_what_arrived_meanwhile() {
     let env = TestEnv::initialised();
     let bus = PrivateBus::start();
     let mut daemon = spawn_orchestratord(&bus, &env.root, &["--idle-exit", "1"]);
-    assert!(daemon.wait().unwrap().success(), "idle exit is a clean exit");
+    assert!(
+        daemon.wait().unwrap().success(),
+        "idle exit is a clean exit"
+    );
     assert!(!env.root.join(".orchestrator.lock").exists());
     env.write("messaging/inbox/late.json", &m1_message("late", "help"));
     let mut again = spawn_orchestratord(&bus, &env.root, &["--idle-exit", "1"]);

@@ -30,6 +30,8 @@ pub struct Shared {
     pub activity: AtomicU64,
     /// Our own uid: calls from it (and root) are trusted.
     pub own_uid: u32,
+    /// Finished jobs known to be handled.
+    pub handled_jobs: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Shared {
@@ -44,6 +46,7 @@ impl Shared {
             last_loop: Mutex::new(None),
             activity: AtomicU64::new(0),
             own_uid: nix::unistd::getuid().as_raw(),
+            handled_jobs: Mutex::new(Default::default()),
         })
     }
 }

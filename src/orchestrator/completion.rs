@@ -7,6 +7,7 @@ use super::DAEMON;
 use crate::model::{DocKind, Job, JobStatus, Prd, PrdState, Timestamp};
 use crate::store::{Event, JobLocation, Store, StoreError, move_no_replace, write_atomic};
 use serde_json::{Map, Value};
+use std::collections::HashSet;
 
 /// What handling did, for logs and tests.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,10 +28,17 @@ pub fn result_text(job: &Job) -> String {
         .unwrap_or_else(|| raw.to_string())
 }
 
-/// Handles every finished job not handled yet, in every queue.
-pub fn handle_finished_jobs(store: &Store) -> Result<Vec<Handled>, StoreError> {
+/// Handles every finished job not handled yet, in every queue. `seen` remembers jobs known
+/// to be handled, so a sweep does not re-read every finished job (and its output) each time.
+pub fn handle_finished_jobs(
+    store: &Store,
+    seen: &mut HashSet<String>,
+) -> Result<Vec<Handled>, StoreError> {
     let mut done = Vec::new();
     for loc in store.job_locations(&[JobStatus::Finished])? {
+        if seen.contains(&loc.id) {
+            continue;
+        }
         let mut job = match store.job(&loc) {
             Ok(j) => j,
             Err(e) => {
@@ -39,6 +47,7 @@ pub fn handle_finished_jobs(store: &Store) -> Result<Vec<Handled>, StoreError> {
             }
         };
         if job.runtime.handled == Some(true) {
+            seen.insert(loc.id.clone());
             continue;
         }
         let action = match handle_one(store, &loc, &job) {

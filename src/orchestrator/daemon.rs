@@ -103,12 +103,18 @@ pub fn cycle_report(shared: &Shared) -> Result<CycleReport, StoreError> {
             }
         }
         handled += n - deferred.min(n);
+        // PRD §6.1: after each batch of at most max_messages_per_loop, finished jobs; a
+        // flood of messages never starves completion handling.
+        if store.config().orchestrator.enable_job_completion_handler {
+            let mut seen = shared.handled_jobs.lock().map_err(|_| StoreError::Io {
+                path: store.root().to_path_buf(),
+                source: std::io::Error::other("handled-jobs lock poisoned"),
+            })?;
+            handled += handle_finished_jobs(store, &mut seen)?.len();
+        }
         if n < limit || deferred > 0 {
             break;
         }
-    }
-    if store.config().orchestrator.enable_job_completion_handler {
-        handled += handle_finished_jobs(store)?.len();
     }
     if let Ok(mut t) = shared.last_loop.lock() {
         *t = Some(Timestamp::now());

@@ -44,7 +44,9 @@ pub fn init_logging(identifier: &str, default_level: &str) {
         if stderr_is_journal()
             && let Ok(journald) = tracing_journald::layer()
         {
-            let layer = journald.with_syslog_identifier(identifier.to_string());
+            let layer = journald
+                .with_syslog_identifier(identifier.to_string())
+                .with_field_prefix(None);
             let _ = tracing_subscriber::registry()
                 .with(filter)
                 .with(layer)

@@ -23,15 +23,23 @@ impl PrivateBus {
             .spawn()
             .expect("dbus-daemon not found: apt-get install dbus (.ci/run does)");
         let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
         let address = line.trim().to_string();
-        assert!(address.starts_with("unix:"), "dbus-daemon printed {address:?}");
+        assert!(
+            address.starts_with("unix:"),
+            "dbus-daemon printed {address:?}"
+        );
         PrivateBus { child, address }
     }
 
     /// A zbus connection to this bus.
     pub async fn connect(&self) -> zbus::Connection {
-        zbus::connection::Builder::address(self.address.as_str()).build().await.unwrap()
+        zbus::connection::Builder::address(self.address.as_str())
+            .build()
+            .await
+            .unwrap()
     }
 }
 
@@ -61,7 +69,10 @@ pub fn spawn_orchestratord(bus: &PrivateBus, root: &Path, extra: &[&str]) -> Chi
 pub fn wait_until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + limit;
     while !cond() {
-        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -70,13 +81,17 @@ pub fn wait_until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
 pub fn wait_for_name(bus: &PrivateBus, name: &str) {
     let addr = bus.address.clone();
     let name = name.to_string();
-    wait_until(Duration::from_secs(30), &format!("{name} on the bus"), || {
-        Command::new("busctl")
-            .args(["--address", &addr, "status", &name])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false)
-    });
+    wait_until(
+        Duration::from_secs(30),
+        &format!("{name} on the bus"),
+        || {
+            Command::new("busctl")
+                .args(["--address", &addr, "status", &name])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false)
+        },
+    );
 }
