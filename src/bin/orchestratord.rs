@@ -1,39 +1,10 @@
 //! `orchestratord`: the orchestrator daemon (PRD §6), run by systemd.
 
-use agentstore::bus::BusKind;
-use agentstore::orchestrator::daemon::{DaemonError, DaemonOptions, run};
+use agentstore::orchestrator::daemon::{Args, DaemonError, DaemonOptions, run};
 use agentstore::store::resolve_root;
 use clap::Parser;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
-
-/// Route AgentStore inbox messages, create jobs, and handle finished jobs.
-///
-/// Normally started by systemd (agentstore-orchestrator.service, by its .path and .timer
-/// units, or by D-Bus activation); it can also run in the foreground for development.
-#[derive(Debug, Parser)]
-#[command(name = "orchestratord", version)]
-struct Args {
-    /// Store folder (default: AGENT_STORE_ROOT, config files, ~/Dropbox/AgentStore).
-    #[arg(long, value_name = "DIR")]
-    root: Option<PathBuf>,
-    /// Bus to own org.agentstore.Orchestrator1 on.
-    #[arg(long, value_enum, default_value_t = BusKind::System)]
-    bus: BusKind,
-    /// Run without D-Bus (inbox files only).
-    #[arg(long)]
-    no_bus: bool,
-    /// Exit after this many idle seconds (0 = never); default from config.yaml.
-    #[arg(long, value_name = "SECONDS")]
-    idle_exit: Option<u64>,
-    /// Backstop sweep interval; default polling_interval_seconds from config.yaml.
-    #[arg(long, value_name = "SECONDS")]
-    sweep_interval: Option<u64>,
-    /// Don't watch with inotify; only sweep (for network filesystems).
-    #[arg(long)]
-    no_inotify: bool,
-}
 
 fn main() -> ExitCode {
     let args = Args::parse();

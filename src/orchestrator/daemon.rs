@@ -18,6 +18,33 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+/// Route AgentStore inbox messages, create jobs, and handle finished jobs.
+///
+/// Normally started by systemd (agentstore-orchestrator.service, by its .path and .timer
+/// units, or by D-Bus activation); it can also run in the foreground for development.
+#[derive(Debug, clap::Parser)]
+#[command(name = "orchestratord", version)]
+pub struct Args {
+    /// Store folder (default: AGENT_STORE_ROOT, config files, ~/Dropbox/AgentStore).
+    #[arg(long, value_name = "DIR")]
+    pub root: Option<PathBuf>,
+    /// Bus to own org.agentstore.Orchestrator1 on.
+    #[arg(long, value_enum, default_value_t = BusKind::System)]
+    pub bus: BusKind,
+    /// Run without D-Bus (inbox files only).
+    #[arg(long)]
+    pub no_bus: bool,
+    /// Exit after this many idle seconds (0 = never); default from config.yaml.
+    #[arg(long, value_name = "SECONDS")]
+    pub idle_exit: Option<u64>,
+    /// Backstop sweep interval; default polling_interval_seconds from config.yaml.
+    #[arg(long, value_name = "SECONDS")]
+    pub sweep_interval: Option<u64>,
+    /// Don't watch with inotify; only sweep (for network filesystems).
+    #[arg(long)]
+    pub no_inotify: bool,
+}
+
 /// How the daemon runs.
 #[derive(Debug, Clone)]
 pub struct DaemonOptions {
