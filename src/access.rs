@@ -1,0 +1,112 @@
+//! PRD §10 permission rules, shared by the CLI's direct reads and the daemons' D-Bus calls.
+//!
+//! `admin` may do everything. `user` may not list or view other users, and sees only the
+//! projects it owns or collaborates on, and the PRDs and jobs of those projects.
+
+use crate::model::{Job, Prd, Project, User};
+
+/// Who is asking.
+#[derive(Debug, Clone)]
+pub enum Caller {
+    /// Unrestricted: a local caller reading files it can read anyway, or root.
+    Trusted,
+    /// A known user from `users/`.
+    User(User),
+}
+
+impl Caller {
+    /// True for admins and trusted callers.
+    pub fn is_admin(&self) -> bool {
+        match self {
+            Caller::Trusted => true,
+            Caller::User(u) => u.is_admin(),
+        }
+    }
+
+    /// The user id, if any.
+    pub fn user_id(&self) -> Option<&str> {
+        match self {
+            Caller::Trusted => None,
+            Caller::User(u) => Some(&u.id),
+        }
+    }
+
+    /// `list-users`.
+    pub fn can_list_users(&self) -> bool {
+        self.is_admin()
+    }
+
+    /// `view-user ID`: admins, and a user viewing themself.
+    pub fn can_view_user(&self, id: &str) -> bool {
+        self.is_admin() || self.user_id() == Some(id)
+    }
+
+    /// Reading a project.
+    pub fn can_see_project(&self, p: &Project) -> bool {
+        match self.user_id() {
+            _ if self.is_admin() => true,
+            Some(me) => p.owner == me || p.collaborators.iter().any(|c| c == me),
+            None => false,
+        }
+    }
+
+    /// Changing a project (and creating jobs for it): owner only, or admins.
+    pub fn can_modify_project(&self, p: &Project) -> bool {
+        self.is_admin() || self.user_id() == Some(p.owner.as_str())
+    }
+
+    /// Reading a PRD: its owner, or whoever may see its project.
+    pub fn can_see_prd(&self, prd: &Prd, project: Option<&Project>) -> bool {
+        self.is_admin()
+            || self.user_id() == Some(prd.owner.as_str())
+            || project.is_some_and(|p| self.can_see_project(p))
+    }
+
+    /// Reading a job: whoever asked for it, or whoever may see its project.
+    pub fn can_see_job(&self, job: &Job, project: Option<&Project>) -> bool {
+        self.is_admin()
+            || (self.user_id().is_some() && self.user_id() == job.config.user.as_deref())
+            || project.is_some_and(|p| self.can_see_project(p))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Permission;
+
+    fn user(id: &str, p: Permission) -> Caller {
+        Caller::User(User {
+            id: id.into(),
+            slack_username: None,
+            name: id.into(),
+            email: format!("{id}@x"),
+            permissions: p,
+            unix_user: None,
+        })
+    }
+
+    fn project(owner: &str, collab: &[&str]) -> Project {
+        serde_json::from_value(serde_json::json!({
+            "id": "P", "directory": "/tmp", "create_time": "2025-10-25T10:00:00Z",
+            "update_time": "2025-10-25T10:00:00Z", "owner": owner,
+            "collaborators": collab, "default_queue": "poplar"
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn prd_section_10_table() {
+        let admin = user("root", Permission::Admin);
+        let alice = user("alice", Permission::User);
+        let mine = project("alice", &[]);
+        let theirs = project("bob", &[]);
+        let shared = project("bob", &["alice"]);
+        assert!(admin.can_list_users() && admin.can_see_project(&theirs));
+        assert!(!alice.can_list_users());
+        assert!(alice.can_view_user("alice") && !alice.can_view_user("bob"));
+        assert!(alice.can_see_project(&mine) && !alice.can_see_project(&theirs));
+        assert!(alice.can_see_project(&shared) && !alice.can_modify_project(&shared));
+        assert!(Caller::Trusted.can_list_users());
+    }
+}

@@ -1,0 +1,388 @@
+//! Store administration: init, validate, add-user, add-project, add-queue.
+
+use super::render::{Format, write_json};
+use super::{CliError, CliResult, GlobalArgs, LauncherArg, PermissionArg, open_store};
+use crate::model::{DocKind, Project, QueueConfig, ResourceLimits, Timestamp, User};
+use crate::schema::FieldError;
+use crate::store::{Store, is_conflict_copy, is_ignored, read_limited, resolve_root};
+use clap::Args;
+use serde::Serialize;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+pub(super) fn init(g: &GlobalArgs, out: &mut dyn Write) -> CliResult {
+    let (root, _) = resolve_root(g.root.as_deref());
+    let (store, created) = Store::init(&root)?;
+    match g.format {
+        Format::Json => write_json(
+            out,
+            &serde_json::json!({
+                "root": store.root(),
+                "created": created,
+                "queues_default": store.config().queues_default,
+            }),
+        )?,
+        Format::Text => {
+            if created.is_empty() {
+                writeln!(
+                    out,
+                    "AgentStore at {} is already complete",
+                    store.root().display()
+                )?;
+            } else {
+                writeln!(out, "Initialised AgentStore at {}", store.root().display())?;
+                for p in &created {
+                    writeln!(out, "  created {}", store.relative(p).display())?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The schema a store file follows, from where it is.
+pub fn kind_for_path(path: &Path) -> Option<DocKind> {
+    let name = path.file_name()?.to_str()?;
+    let parent = path.parent()?.file_name()?.to_str()?;
+    if name == "queue.json" {
+        return Some(DocKind::Queue);
+    }
+    if name == "project.json" {
+        return Some(DocKind::Project);
+    }
+    if name.ends_with(".schema.json") {
+        return None;
+    }
+    match parent {
+        "users" => Some(DocKind::User),
+        "inbox" | "outbox" | "processed_inbox" | "processed_outbox" => Some(DocKind::Message),
+        p if p.ends_with("_prds") => Some(DocKind::Prd),
+        p if p.ends_with("_jobs") => Some(DocKind::Job),
+        _ => None,
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct Failure {
+    path: PathBuf,
+    kind: Option<String>,
+    errors: Vec<FailureField>,
+}
+
+#[derive(Debug, Serialize)]
+struct FailureField {
+    pointer: String,
+    message: String,
+}
+
+impl From<&FieldError> for FailureField {
+    fn from(e: &FieldError) -> Self {
+        FailureField {
+            pointer: e.pointer.clone(),
+            message: e.message.clone(),
+        }
+    }
+}
+
+fn collect(path: &Path, forced: bool, files: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    if path.is_dir() {
+        let mut entries: Vec<_> = std::fs::read_dir(path)?.collect::<Result<_, _>>()?;
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with('.') {
+                continue;
+            }
+            collect(&e.path(), false, files)?;
+        }
+    } else if forced || !is_ignored(&path.file_name().unwrap_or_default().to_string_lossy()) {
+        files.push(path.to_path_buf());
+    }
+    Ok(())
+}
+
+pub(super) fn validate(
+    g: &GlobalArgs,
+    out: &mut dyn Write,
+    paths: &[PathBuf],
+    kind: Option<&str>,
+) -> CliResult {
+    let forced = match kind {
+        None => None,
+        Some(k) => Some(DocKind::from_name(k).ok_or_else(|| {
+            CliError::new(format!(
+                "unknown kind {k:?}: expected one of user, message, project, prd, queue, job"
+            ))
+        })?),
+    };
+    let store = open_store(g)?;
+    let mut files = Vec::new();
+    let roots: Vec<PathBuf> = if paths.is_empty() {
+        vec![store.root().to_path_buf()]
+    } else {
+        paths.to_vec()
+    };
+    for p in &roots {
+        if !p.exists() {
+            return Err(CliError::new(format!(
+                "{}: no such file or folder",
+                p.display()
+            )));
+        }
+        collect(p, p.is_file(), &mut files)
+            .map_err(|e| CliError::new(format!("{}: {e}", p.display())))?;
+    }
+    let mut failures = Vec::new();
+    let mut checked = 0usize;
+    let mut skipped = 0usize;
+    for f in &files {
+        let name = f
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .to_string();
+        if is_conflict_copy(&name) {
+            failures.push(Failure {
+                path: f.clone(),
+                kind: None,
+                errors: vec![FailureField {
+                    pointer: String::new(),
+                    message: "Dropbox conflict copy: resolve it by hand and delete it".into(),
+                }],
+            });
+            continue;
+        }
+        let Some(kind) = forced.or_else(|| kind_for_path(f)) else {
+            if paths.iter().any(|p| p == f) {
+                return Err(CliError::new(format!(
+                    "{}: cannot tell which schema applies from where the file is; pass --kind",
+                    f.display()
+                )));
+            }
+            skipped += 1;
+            continue;
+        };
+        checked += 1;
+        let bytes = read_limited(f)?;
+        if let Err(rej) = store.validator().validate_bytes(kind, &bytes) {
+            store.log_rejection(f, &bytes, &rej);
+            failures.push(Failure {
+                path: f.clone(),
+                kind: Some(kind.name().into()),
+                errors: rej.errors.iter().map(Into::into).collect(),
+            });
+        }
+    }
+    match g.format {
+        Format::Json => write_json(
+            out,
+            &serde_json::json!({"checked": checked, "skipped": skipped, "invalid": failures}),
+        )?,
+        Format::Text => {
+            for f in &failures {
+                for e in &f.errors {
+                    let at = if e.pointer.is_empty() {
+                        "/"
+                    } else {
+                        &e.pointer
+                    };
+                    writeln!(out, "{}: {}: {}", f.path.display(), at, e.message)?;
+                }
+            }
+            writeln!(
+                out,
+                "{checked} document(s) checked, {} invalid{}",
+                failures.len(),
+                if skipped > 0 {
+                    format!(", {skipped} other file(s) skipped")
+                } else {
+                    String::new()
+                }
+            )?;
+        }
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError {
+            message: String::new(),
+            code: 1,
+        })
+    }
+}
+
+/// `add-user` options.
+#[derive(Debug, Args)]
+pub struct AddUserArgs {
+    /// User id (letters, digits, '.', '_', '-').
+    pub id: String,
+    /// Display name.
+    #[arg(long)]
+    pub name: String,
+    /// E-mail address.
+    #[arg(long)]
+    pub email: String,
+    /// Permission level.
+    #[arg(long, value_enum, default_value = "user")]
+    pub permissions: PermissionArg,
+    /// Slack handle.
+    #[arg(long)]
+    pub slack_username: Option<String>,
+    /// Unix account this user's jobs run as (default: the id).
+    #[arg(long)]
+    pub unix_user: Option<String>,
+}
+
+pub(super) fn add_user(g: &GlobalArgs, out: &mut dyn Write, a: AddUserArgs) -> CliResult {
+    let store = open_store(g)?;
+    let user = User {
+        id: a.id,
+        slack_username: a.slack_username,
+        name: a.name,
+        email: a.email,
+        permissions: a.permissions.into(),
+        unix_user: a.unix_user,
+    };
+    let path = store.add_user(&user)?;
+    created(g, out, &store, &path, &user)
+}
+
+/// `add-project` options.
+#[derive(Debug, Args)]
+pub struct AddProjectArgs {
+    /// Project id.
+    pub id: String,
+    /// The project's working directory (jobs run there).
+    #[arg(long)]
+    pub directory: PathBuf,
+    /// Owning user id (default: the logged-in user).
+    #[arg(long)]
+    pub owner: Option<String>,
+    /// Default queue for its jobs (default: `queues_default` of config.yaml).
+    #[arg(long = "default-queue")]
+    pub default_queue: Option<String>,
+    /// Git remote URL.
+    #[arg(long)]
+    pub git_repository: Option<String>,
+    /// Description.
+    #[arg(long)]
+    pub description: Option<String>,
+    /// Collaborator user ids.
+    #[arg(long = "collaborator")]
+    pub collaborators: Vec<String>,
+    /// File research-code writes (default: <directory>/CODE_RESEARCH.md).
+    #[arg(long)]
+    pub code_research_document: Option<PathBuf>,
+}
+
+pub(super) fn add_project(g: &GlobalArgs, out: &mut dyn Write, a: AddProjectArgs) -> CliResult {
+    let store = open_store(g)?;
+    let owner = match a.owner {
+        Some(o) => o,
+        None => super::Session::load()
+            .map_err(CliError::new)?
+            .username
+            .ok_or_else(|| {
+                CliError::new(
+                    "no --owner given and nobody is logged in (orchestrator login <user>)",
+                )
+            })?,
+    };
+    store.user(&owner)?;
+    for c in &a.collaborators {
+        store.user(c)?;
+    }
+    let queue = a
+        .default_queue
+        .unwrap_or_else(|| store.config().queues_default.clone());
+    store.queue(&queue)?;
+    let directory = std::path::absolute(&a.directory)?;
+    let now = Timestamp::now();
+    let project = Project {
+        id: a.id,
+        code_research_document: Some(
+            a.code_research_document
+                .map(|p| std::path::absolute(p).unwrap_or_default())
+                .unwrap_or_else(|| directory.join("CODE_RESEARCH.md"))
+                .display()
+                .to_string(),
+        ),
+        directory: directory.display().to_string(),
+        git_repository: a.git_repository,
+        create_time: now,
+        update_time: now,
+        description: a.description,
+        owner,
+        collaborators: a.collaborators,
+        default_queue: queue,
+    };
+    let path = store.add_project(&project)?;
+    created(g, out, &store, &path, &project)
+}
+
+/// `add-queue` options.
+#[derive(Debug, Args)]
+pub struct AddQueueArgs {
+    /// Queue name.
+    pub id: String,
+    /// Maximum simultaneous jobs.
+    #[arg(long, default_value_t = 2)]
+    pub worker_count: u32,
+    /// Command that runs Claude Code.
+    #[arg(long, default_value = "claude")]
+    pub claude_cli_path: String,
+    /// Seconds between backstop sweeps.
+    #[arg(long, default_value_t = 60)]
+    pub rest_interval: u64,
+    /// Default job timeout in seconds.
+    #[arg(long, default_value_t = 3600)]
+    pub max_job_runtime_seconds: u64,
+    /// How jobs are started.
+    #[arg(long, value_enum)]
+    pub launcher: Option<LauncherArg>,
+    /// MemoryMax= for each job (e.g. 4G).
+    #[arg(long)]
+    pub memory_max: Option<String>,
+    /// CPUQuota= for each job (e.g. 200%).
+    #[arg(long)]
+    pub cpu_quota: Option<String>,
+    /// TasksMax= for each job.
+    #[arg(long)]
+    pub tasks_max: Option<u64>,
+}
+
+pub(super) fn add_queue(g: &GlobalArgs, out: &mut dyn Write, a: AddQueueArgs) -> CliResult {
+    let store = open_store(g)?;
+    let limits = ResourceLimits {
+        memory_max: a.memory_max.map(serde_json::Value::String),
+        cpu_quota: a.cpu_quota,
+        tasks_max: a.tasks_max,
+    };
+    let config = QueueConfig {
+        worker_count: a.worker_count,
+        claude_cli_path: a.claude_cli_path,
+        rest_interval: a.rest_interval,
+        max_job_runtime_seconds: a.max_job_runtime_seconds,
+        launcher: a.launcher.map(Into::into),
+        resource_limits: (limits != ResourceLimits::default()).then_some(limits),
+        ..QueueConfig::defaults(&a.id)
+    };
+    let path = store.add_queue(config)?;
+    let queue = store.queue(&a.id)?;
+    created(g, out, &store, &path, &queue)
+}
+
+fn created(
+    g: &GlobalArgs,
+    out: &mut dyn Write,
+    store: &Store,
+    path: &Path,
+    doc: &impl Serialize,
+) -> CliResult {
+    match g.format {
+        Format::Json => write_json(out, doc)?,
+        Format::Text => writeln!(out, "Created {}", store.relative(path).display())?,
+    }
+    Ok(())
+}

@@ -1,0 +1,407 @@
+//! Direct commands: login/set-*, list-*, view-*. They read the store directly.
+
+use super::render::{Format, JsonArrayWriter, Table, write_fields, write_json};
+use super::{CliError, CliResult, GlobalArgs, Session, open_store};
+use crate::access::Caller;
+use crate::model::{DocKind, Job, JobStatus, Project, Timestamp};
+use crate::store::{JobLocation, Store, StoreError, read_limited};
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+/// Reports a document that could not be read, without stopping the listing.
+fn warn(e: StoreError) {
+    eprintln!("warning: {e}");
+}
+
+/// The caller for permission checks: the logged-in user, or trusted when nobody is.
+fn caller(store: &Store) -> Result<Caller, CliError> {
+    let session = Session::load().map_err(CliError::new)?;
+    match session.username {
+        None => Ok(Caller::Trusted),
+        Some(u) => match store.user(&u) {
+            Ok(user) => Ok(Caller::User(user)),
+            Err(StoreError::NotFound { .. }) => Err(CliError::new(format!(
+                "logged in as {u:?}, but users/{u}.json does not exist in {}; run `orchestrator login <user>`",
+                store.root().display()
+            ))),
+            Err(e) => Err(e.into()),
+        },
+    }
+}
+
+fn denied(what: String) -> CliError {
+    CliError::new(format!("permission denied: {what}"))
+}
+
+pub(super) fn login(g: &GlobalArgs, out: &mut dyn Write, username: &str) -> CliResult {
+    let store = open_store(g)?;
+    let user = store.user(username)?;
+    let mut s = Session::load().unwrap_or_default();
+    if s.username.as_deref() != Some(&user.id) {
+        s = Session {
+            username: Some(user.id.clone()),
+            project: None,
+            prd: None,
+        };
+    }
+    let path = s.save().map_err(CliError::new)?;
+    match g.format {
+        Format::Json => write_json(out, &s)?,
+        Format::Text => writeln!(out, "Logged in as {} ({})", user.id, path.display())?,
+    }
+    Ok(())
+}
+
+pub(super) fn set_project(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResult {
+    let store = open_store(g)?;
+    let project = store.project(id)?;
+    if !caller(&store)?.can_see_project(&project) {
+        return Err(denied(format!("project {id} belongs to {}", project.owner)));
+    }
+    let mut s = Session::load().map_err(CliError::new)?;
+    s.project = Some(project.id.clone());
+    s.prd = None;
+    s.save().map_err(CliError::new)?;
+    match g.format {
+        Format::Json => write_json(out, &s)?,
+        Format::Text => writeln!(out, "Current project: {}", project.id)?,
+    }
+    Ok(())
+}
+
+pub(super) fn set_prd(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResult {
+    let store = open_store(g)?;
+    let (_, _, prd) = store.find_prd(id)?;
+    let mut s = Session::load().map_err(CliError::new)?;
+    s.project = Some(prd.project.clone());
+    s.prd = Some(prd.id.clone());
+    s.save().map_err(CliError::new)?;
+    match g.format {
+        Format::Json => write_json(out, &s)?,
+        Format::Text => writeln!(
+            out,
+            "Current PRD: {} ({}, project {})",
+            prd.id, prd.title, prd.project
+        )?,
+    }
+    Ok(())
+}
+
+pub(super) fn list_users(g: &GlobalArgs, out: &mut dyn Write) -> CliResult {
+    let store = open_store(g)?;
+    if !caller(&store)?.can_list_users() {
+        return Err(denied("only admins can list users".into()));
+    }
+    let users = store.users(&mut warn)?;
+    match g.format {
+        Format::Json => write_json(out, &users)?,
+        Format::Text => {
+            let mut t = Table::new(&["ID", "PERMISSIONS", "NAME", "EMAIL"]);
+            for u in &users {
+                t.row(vec![
+                    u.id.clone(),
+                    format!("{:?}", u.permissions).to_lowercase(),
+                    u.name.clone(),
+                    u.email.clone(),
+                ]);
+            }
+            t.write(out)?;
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn list_projects(g: &GlobalArgs, out: &mut dyn Write) -> CliResult {
+    let store = open_store(g)?;
+    let who = caller(&store)?;
+    let projects: Vec<Project> = store
+        .projects(&mut warn)?
+        .into_iter()
+        .filter(|p| who.can_see_project(p))
+        .collect();
+    match g.format {
+        Format::Json => write_json(out, &projects)?,
+        Format::Text => {
+            let mut t = Table::new(&["ID", "OWNER", "QUEUE", "UPDATED", "DIRECTORY"]);
+            for p in &projects {
+                t.row(vec![
+                    p.id.clone(),
+                    p.owner.clone(),
+                    p.default_queue.clone(),
+                    p.update_time.to_string(),
+                    p.directory.clone(),
+                ]);
+            }
+            t.write(out)?;
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn list_prds(g: &GlobalArgs, out: &mut dyn Write, project: Option<&str>) -> CliResult {
+    let store = open_store(g)?;
+    let who = caller(&store)?;
+    let mut projects: HashMap<String, Option<Project>> = HashMap::new();
+    let mut prds = Vec::new();
+    for (state, prd) in store.prds(project, &mut warn)? {
+        let p = projects
+            .entry(prd.project.clone())
+            .or_insert_with(|| store.project(&prd.project).ok());
+        if who.can_see_prd(&prd, p.as_ref()) {
+            prds.push((state, prd));
+        }
+    }
+    match g.format {
+        Format::Json => write_json(out, &prds.iter().map(|(_, p)| p).collect::<Vec<_>>())?,
+        Format::Text => {
+            let mut t = Table::new(&["ID", "PROJECT", "STATUS", "JOBS", "TITLE"]);
+            for (state, p) in &prds {
+                t.row(vec![
+                    p.id.clone(),
+                    p.project.clone(),
+                    state.name().to_string(),
+                    p.jobs.len().to_string(),
+                    p.title.clone(),
+                ]);
+            }
+            t.write(out)?;
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn list_queues(g: &GlobalArgs, out: &mut dyn Write) -> CliResult {
+    let store = open_store(g)?;
+    let queues = store.queues(&mut warn)?;
+    match g.format {
+        Format::Json => write_json(out, &queues)?,
+        Format::Text => {
+            let mut t = Table::new(&["QUEUE", "WORKERS", "ACTIVE", "QUEUED", "PID", "LAST UPDATE"]);
+            for q in &queues {
+                t.row(vec![
+                    q.config.id.clone(),
+                    q.config.worker_count.to_string(),
+                    q.runtime.active_jobs.to_string(),
+                    q.runtime.queued_jobs.to_string(),
+                    q.runtime
+                        .process_id
+                        .map(|p| p.to_string())
+                        .unwrap_or_else(|| "-".into()),
+                    q.runtime
+                        .last_update
+                        .map(|t| t.to_string())
+                        .unwrap_or_else(|| "-".into()),
+                ]);
+            }
+            t.write(out)?;
+        }
+    }
+    Ok(())
+}
+
+/// The fields a job listing needs. Deserialising into this skips `runtime.output` without
+/// allocating it, so a listing holds no outputs at all.
+#[derive(Debug, Deserialize)]
+struct JobSummary {
+    config: JobSummaryConfig,
+    runtime: JobSummaryRuntime,
+}
+
+#[derive(Debug, Deserialize)]
+struct JobSummaryConfig {
+    project: String,
+    queue_time: Timestamp,
+    #[serde(default)]
+    user: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct JobSummaryRuntime {
+    status: JobStatus,
+}
+
+pub(super) fn list_jobs(
+    g: &GlobalArgs,
+    out: &mut dyn Write,
+    status: Option<JobStatus>,
+    project: Option<&str>,
+) -> CliResult {
+    let store = open_store(g)?;
+    let who = caller(&store)?;
+    if let Some(p) = project {
+        store.project(p)?;
+    }
+    if let Some(q) = &g.queue {
+        store.queue(q)?;
+    }
+    let statuses: Vec<JobStatus> = status.into_iter().collect();
+    let mut projects: HashMap<String, Option<Project>> = HashMap::new();
+    let mut rows: Vec<(JobLocation, JobSummary)> = Vec::new();
+    for loc in store.job_locations(&statuses)? {
+        if g.queue.as_deref().is_some_and(|q| q != loc.queue) {
+            continue;
+        }
+        let bytes = match read_limited(&loc.path) {
+            Ok(b) => b,
+            Err(e) => {
+                warn(e);
+                continue;
+            }
+        };
+        if let Err(rejection) = store.validator().validate_bytes(DocKind::Job, &bytes) {
+            store.log_rejection(&loc.path, &bytes, &rejection);
+            warn(StoreError::Invalid {
+                path: loc.path.clone(),
+                rejection,
+            });
+            continue;
+        }
+        let Ok(summary) = serde_json::from_slice::<JobSummary>(&bytes) else {
+            continue;
+        };
+        drop(bytes);
+        if project.is_some_and(|p| p != summary.config.project) {
+            continue;
+        }
+        if !who.is_admin() {
+            let p = projects
+                .entry(summary.config.project.clone())
+                .or_insert_with(|| store.project(&summary.config.project).ok());
+            let mine = who.user_id().is_some() && who.user_id() == summary.config.user.as_deref();
+            if !mine && !p.as_ref().is_some_and(|p| who.can_see_project(p)) {
+                continue;
+            }
+        }
+        rows.push((loc, summary));
+    }
+    rows.sort_by(|a, b| {
+        a.1.config
+            .queue_time
+            .cmp(&b.1.config.queue_time)
+            .then(a.0.id.cmp(&b.0.id))
+    });
+    match g.format {
+        Format::Json => {
+            let mut w = JsonArrayWriter::start(out)?;
+            for (loc, _) in &rows {
+                // Second pass, one document at a time: memory stays at one job.
+                match store.job(loc) {
+                    Ok(job) => w.element(&with_id(job, &loc.id))?,
+                    Err(e) => warn(e),
+                }
+            }
+            w.finish()?;
+        }
+        Format::Text => {
+            let mut t = Table::new(&["ID", "STATUS", "QUEUE", "PROJECT", "QUEUED"])
+                .keep(0)
+                .keep(1);
+            for (loc, s) in &rows {
+                t.row(vec![
+                    loc.id.clone(),
+                    s.runtime.status.name().to_string(),
+                    loc.queue.clone(),
+                    s.config.project.clone(),
+                    s.config.queue_time.0.format("%m-%d %H:%M").to_string(),
+                ]);
+            }
+            t.write(out)?;
+        }
+    }
+    Ok(())
+}
+
+/// A job as listed: the document, with its id (the file stem) filled in.
+fn with_id(mut job: Job, id: &str) -> Job {
+    if job.id.is_none() {
+        job.id = Some(id.to_string());
+    }
+    job
+}
+
+fn show(g: &GlobalArgs, out: &mut dyn Write, doc: &impl serde::Serialize) -> CliResult {
+    match g.format {
+        Format::Json => write_json(out, doc)?,
+        Format::Text => {
+            let v: Value = serde_json::to_value(doc).map_err(|e| CliError::new(e.to_string()))?;
+            write_fields(out, &v)?;
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn view_user(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResult {
+    let store = open_store(g)?;
+    if !caller(&store)?.can_view_user(id) {
+        return Err(denied(format!("only admins can view other users ({id})")));
+    }
+    show(g, out, &store.user(id)?)
+}
+
+pub(super) fn view_project(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResult {
+    let store = open_store(g)?;
+    let p = store.project(id)?;
+    if !caller(&store)?.can_see_project(&p) {
+        return Err(denied(format!("project {id} belongs to {}", p.owner)));
+    }
+    show(g, out, &p)
+}
+
+pub(super) fn view_prd(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResult {
+    let store = open_store(g)?;
+    let (_, _, prd) = store.find_prd(id)?;
+    let project = store.project(&prd.project).ok();
+    if !caller(&store)?.can_see_prd(&prd, project.as_ref()) {
+        return Err(denied(format!("PRD {id} belongs to {}", prd.owner)));
+    }
+    show(g, out, &prd)
+}
+
+pub(super) fn view_queue(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResult {
+    let store = open_store(g)?;
+    show(g, out, &store.queue(id)?)
+}
+
+pub(super) fn view_job(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResult {
+    let store = open_store(g)?;
+    let who = caller(&store)?;
+    let deadline = g.follow.map(|s| Instant::now() + Duration::from_secs(s));
+    loop {
+        // The file moves between state folders; a read can race a rename, so look again.
+        let loc = store.find_job(id)?;
+        let job = match store.job(&loc) {
+            Ok(j) => j,
+            Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let project = store.project(&job.config.project).ok();
+        if !who.can_see_job(&job, project.as_ref()) {
+            return Err(denied(format!(
+                "job {id} belongs to another user's project"
+            )));
+        }
+        let done = matches!(job.runtime.status, JobStatus::Finished | JobStatus::Failed);
+        match deadline {
+            Some(d) if !done => {
+                if Instant::now() >= d {
+                    show(g, out, &with_id(job, id))?;
+                    return Err(CliError::new(format!(
+                        "job {id} is still {} after {} s",
+                        loc.status.name(),
+                        g.follow.unwrap_or(0)
+                    )));
+                }
+                if g.verbose {
+                    eprintln!("job {id}: {}", loc.status.name());
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            _ => return show(g, out, &with_id(job, id)),
+        }
+    }
+}

@@ -1,0 +1,319 @@
+//! The `orchestrator` command line (PRD §5): clap definitions and one handler file per
+//! command group.
+
+mod admin;
+mod agent;
+mod browse;
+mod daemon;
+pub mod render;
+mod session;
+
+pub use render::Format;
+pub use session::{Session, session_path};
+
+use crate::model::{JobStatus, Launcher, Permission};
+use crate::store::{Store, StoreError, resolve_root};
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+/// Drive and inspect an AgentStore: users, projects, PRDs, queues and agent jobs.
+///
+/// The store is the folder named by --root, else $AGENT_STORE_ROOT, else `agent_store_root`
+/// in ~/.config/agentstore/config.yaml or /etc/agentstore/config.yaml, else
+/// ~/Dropbox/AgentStore.
+#[derive(Debug, Parser)]
+#[command(
+    name = "orchestrator",
+    version,
+    propagate_version = true,
+    max_term_width = 100
+)]
+pub struct Cli {
+    /// Global options.
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every command takes.
+#[derive(Debug, Args, Clone)]
+pub struct GlobalArgs {
+    /// Output format.
+    #[arg(long, global = true, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Queue to use instead of the project's default (agent commands); filter (list-jobs).
+    #[arg(long, global = true, value_name = "QUEUE")]
+    pub queue: Option<String>,
+    /// Wait up to SECONDS for the result (agent commands: the outbox answer; view-job: the
+    /// job to finish).
+    #[arg(long, global = true, value_name = "SECONDS")]
+    pub follow: Option<u64>,
+    /// Show debug output on stderr.
+    #[arg(long, short, global = true)]
+    pub verbose: bool,
+    /// Store folder (overrides AGENT_STORE_ROOT and config files).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub root: Option<PathBuf>,
+    /// Bus orchestratord is on (default: $AGENTSTORE_BUS, else system).
+    #[arg(long, global = true, value_enum)]
+    pub bus: Option<crate::bus::BusKind>,
+    /// Never use D-Bus: write agent commands into the inbox.
+    #[arg(long, global = true)]
+    pub no_dbus: bool,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Set the user name the CLI acts as (writes ~/.orchestrator_config.json).
+    Login {
+        /// A user id from users/.
+        username: String,
+    },
+    /// Set the current project (used when --project is not given).
+    SetProject {
+        /// A project id.
+        project_id: String,
+    },
+    /// Set the current PRD (used when --prd is not given).
+    SetPrd {
+        /// A PRD id.
+        prd_id: String,
+    },
+    /// List all users (admins only once logged in as a user).
+    ListUsers,
+    /// List jobs in every queue, oldest first.
+    ListJobs {
+        /// Only jobs in this state.
+        #[arg(long, value_enum)]
+        status: Option<StatusArg>,
+        /// Only jobs of this project.
+        #[arg(long)]
+        project: Option<String>,
+    },
+    /// List all projects.
+    ListProjects,
+    /// List PRDs of one project, or of all.
+    ListPrds {
+        /// Only PRDs of this project.
+        #[arg(long)]
+        project: Option<String>,
+    },
+    /// List all queues with their runtime counters.
+    ListQueues,
+    /// Show one user.
+    ViewUser {
+        /// User id.
+        user_id: String,
+    },
+    /// Show one job, output included (--follow N waits for it to finish).
+    ViewJob {
+        /// Job id.
+        job_id: String,
+    },
+    /// Show one project.
+    ViewProject {
+        /// Project id.
+        project_id: String,
+    },
+    /// Show one PRD.
+    ViewPrd {
+        /// PRD id.
+        prd_id: String,
+    },
+    /// Show one queue.
+    ViewQueue {
+        /// Queue name.
+        queue_name: String,
+    },
+    /// Create the store skeleton (PRD §3), config.yaml, schemas and the default queue.
+    Init,
+    /// Check documents against their schemas: files, folders, or the whole store.
+    Validate {
+        /// Files or folders; the whole store when none is given.
+        paths: Vec<PathBuf>,
+        /// Schema to use for every file (default: inferred from where the file is).
+        #[arg(long, value_name = "KIND")]
+        kind: Option<String>,
+    },
+    /// Add a user document.
+    AddUser(admin::AddUserArgs),
+    /// Add a project document and its PRD folders.
+    AddProject(admin::AddProjectArgs),
+    /// Add a queue and its job folders.
+    AddQueue(admin::AddQueueArgs),
+    /// Create a PRD from a description (agent command; prints "Job queued: <id>").
+    CreatePrd(agent::AgentArgs),
+    /// Research the project's code and document it (agent command).
+    ResearchCode(agent::AgentArgs),
+    /// Generate tasks from a PRD (agent command).
+    CreateTasks(agent::PrdArgs),
+    /// Implement a PRD's tasks (agent command).
+    ImplementTasks(agent::PrdArgs),
+    /// Create the project's virtualenv with venvman (no job).
+    CreateEnvironment(agent::EnvArgs),
+    /// Start, stop or inspect the orchestrator daemon (systemd unit).
+    Daemon {
+        /// What to do.
+        #[command(subcommand)]
+        action: daemon::DaemonAction,
+    },
+}
+
+/// `--status` values.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum StatusArg {
+    /// Waiting to start.
+    Queued,
+    /// Running now.
+    Running,
+    /// Finished successfully.
+    Finished,
+    /// Failed.
+    Failed,
+}
+
+impl From<StatusArg> for JobStatus {
+    fn from(s: StatusArg) -> JobStatus {
+        match s {
+            StatusArg::Queued => JobStatus::Queued,
+            StatusArg::Running => JobStatus::Running,
+            StatusArg::Finished => JobStatus::Finished,
+            StatusArg::Failed => JobStatus::Failed,
+        }
+    }
+}
+
+/// `--permissions` values.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum PermissionArg {
+    /// All commands.
+    Admin,
+    /// Own projects only.
+    User,
+}
+
+impl From<PermissionArg> for Permission {
+    fn from(p: PermissionArg) -> Permission {
+        match p {
+            PermissionArg::Admin => Permission::Admin,
+            PermissionArg::User => Permission::User,
+        }
+    }
+}
+
+/// `--launcher` values.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum LauncherArg {
+    /// systemd when reachable, else direct.
+    Auto,
+    /// A transient scope per job.
+    Systemd,
+    /// Own session and process group.
+    Direct,
+}
+
+impl From<LauncherArg> for Launcher {
+    fn from(l: LauncherArg) -> Launcher {
+        match l {
+            LauncherArg::Auto => Launcher::Auto,
+            LauncherArg::Systemd => Launcher::Systemd,
+            LauncherArg::Direct => Launcher::Direct,
+        }
+    }
+}
+
+/// A failed command: what to print and the exit code.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct CliError {
+    /// Printed as `error: <message>`.
+    pub message: String,
+    /// Process exit code.
+    pub code: i32,
+}
+
+impl CliError {
+    /// Exit code 1 with this message.
+    pub fn new(message: impl Into<String>) -> CliError {
+        CliError {
+            message: message.into(),
+            code: 1,
+        }
+    }
+}
+
+impl From<StoreError> for CliError {
+    fn from(e: StoreError) -> CliError {
+        CliError::new(e.to_string())
+    }
+}
+
+impl From<std::io::Error> for CliError {
+    fn from(e: std::io::Error) -> CliError {
+        // A closed pipe (`orchestrator list-jobs | head`) is not an error worth a message.
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            return CliError {
+                message: String::new(),
+                code: 0,
+            };
+        }
+        CliError::new(e.to_string())
+    }
+}
+
+/// Result of a command.
+pub type CliResult = Result<(), CliError>;
+
+/// Opens the store the global options point at.
+pub fn open_store(g: &GlobalArgs) -> Result<Store, CliError> {
+    let (root, source) = resolve_root(g.root.as_deref());
+    if g.verbose {
+        eprintln!("store root: {} ({source:?})", root.display());
+    }
+    if !root.is_dir() {
+        return Err(CliError::new(format!(
+            "no AgentStore at {} (chosen by {source:?}); create one with `orchestrator init --root {}`",
+            root.display(),
+            root.display()
+        )));
+    }
+    Ok(Store::open(root)?)
+}
+
+/// Runs a parsed command line, writing to stdout.
+pub fn run(cli: Cli) -> CliResult {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let g = &cli.global;
+    match cli.command {
+        Command::Login { username } => browse::login(g, &mut out, &username),
+        Command::SetProject { project_id } => browse::set_project(g, &mut out, &project_id),
+        Command::SetPrd { prd_id } => browse::set_prd(g, &mut out, &prd_id),
+        Command::ListUsers => browse::list_users(g, &mut out),
+        Command::ListJobs { status, project } => {
+            browse::list_jobs(g, &mut out, status.map(Into::into), project.as_deref())
+        }
+        Command::ListProjects => browse::list_projects(g, &mut out),
+        Command::ListPrds { project } => browse::list_prds(g, &mut out, project.as_deref()),
+        Command::ListQueues => browse::list_queues(g, &mut out),
+        Command::ViewUser { user_id } => browse::view_user(g, &mut out, &user_id),
+        Command::ViewJob { job_id } => browse::view_job(g, &mut out, &job_id),
+        Command::ViewProject { project_id } => browse::view_project(g, &mut out, &project_id),
+        Command::ViewPrd { prd_id } => browse::view_prd(g, &mut out, &prd_id),
+        Command::ViewQueue { queue_name } => browse::view_queue(g, &mut out, &queue_name),
+        Command::Init => admin::init(g, &mut out),
+        Command::Validate { paths, kind } => admin::validate(g, &mut out, &paths, kind.as_deref()),
+        Command::AddUser(a) => admin::add_user(g, &mut out, a),
+        Command::AddProject(a) => admin::add_project(g, &mut out, a),
+        Command::AddQueue(a) => admin::add_queue(g, &mut out, a),
+        Command::CreatePrd(a) => agent::simple(g, &mut out, "create-prd", a),
+        Command::ResearchCode(a) => agent::simple(g, &mut out, "research-code", a),
+        Command::CreateTasks(a) => agent::with_prd(g, &mut out, "create-tasks", a),
+        Command::ImplementTasks(a) => agent::with_prd(g, &mut out, "implement-tasks", a),
+        Command::CreateEnvironment(a) => agent::create_environment(g, &mut out, a),
+        Command::Daemon { action } => daemon::run(g, &mut out, action),
+    }
+}

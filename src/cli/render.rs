@@ -1,0 +1,243 @@
+//! Text tables that fit 80 columns, and JSON output.
+
+use serde_json::Value;
+use std::io::{self, Write};
+
+/// Output format chosen with `--format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Default)]
+pub enum Format {
+    /// Aligned tables and key/value listings.
+    #[default]
+    Text,
+    /// The documents themselves, as JSON.
+    Json,
+}
+
+/// Width text output is fitted to.
+pub const WIDTH: usize = 80;
+
+/// An aligned table. The last column absorbs what is left of the width and is cut with `…`;
+/// other columns are cut only when they alone would not fit.
+#[derive(Debug, Default)]
+pub struct Table {
+    headers: Vec<&'static str>,
+    rows: Vec<Vec<String>>,
+    keep: Vec<usize>,
+}
+
+impl Table {
+    /// A table with these column headers.
+    pub fn new(headers: &[&'static str]) -> Table {
+        Table {
+            headers: headers.to_vec(),
+            rows: Vec::new(),
+            keep: Vec::new(),
+        }
+    }
+
+    /// Never cuts column `i` (ids that users copy).
+    pub fn keep(mut self, i: usize) -> Table {
+        self.keep.push(i);
+        self
+    }
+
+    /// Adds a row.
+    pub fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    /// Number of rows.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// True without rows.
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// Writes the table.
+    pub fn write(&self, out: &mut dyn Write) -> io::Result<()> {
+        let n = self.headers.len();
+        let mut widths: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();
+        for r in &self.rows {
+            for (i, c) in r.iter().enumerate().take(n) {
+                widths[i] = widths[i].max(c.chars().count());
+            }
+        }
+        // Shrink the widest columns until the whole line fits.
+        let total = |w: &[usize]| w.iter().sum::<usize>() + 2 * (n.saturating_sub(1));
+        while total(&widths) > WIDTH {
+            let Some((i, _)) = widths
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !self.keep.contains(i))
+                .max_by_key(|(_, w)| **w)
+            else {
+                break;
+            };
+            if widths[i] <= 8 {
+                break;
+            }
+            widths[i] -= 1;
+        }
+        let line = |cells: &[String]| {
+            let mut s = String::new();
+            for (i, w) in widths.iter().enumerate() {
+                let cell = cells.get(i).map(String::as_str).unwrap_or("");
+                let cut = fit(cell, *w);
+                if i + 1 == n {
+                    s.push_str(&cut);
+                } else {
+                    s.push_str(&format!("{cut:<w$}  ", w = w));
+                }
+            }
+            s.trim_end().to_string()
+        };
+        let headers: Vec<String> = self.headers.iter().map(|h| h.to_string()).collect();
+        writeln!(out, "{}", line(&headers))?;
+        for r in &self.rows {
+            writeln!(out, "{}", line(r))?;
+        }
+        Ok(())
+    }
+}
+
+/// Cuts `s` to `width` characters, ending with `…` when cut; newlines become spaces.
+pub fn fit(s: &str, width: usize) -> String {
+    let s: String = s
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if s.chars().count() <= width {
+        return s;
+    }
+    let mut out: String = s.chars().take(width.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+/// Writes a document as `key  value` lines, nested keys dotted, long values cut to the width.
+pub fn write_fields(out: &mut dyn Write, doc: &Value) -> io::Result<()> {
+    let mut pairs = Vec::new();
+    flatten("", doc, &mut pairs);
+    let kw = pairs
+        .iter()
+        .map(|(k, _)| k.chars().count())
+        .max()
+        .unwrap_or(0)
+        .min(32);
+    for (k, v) in pairs {
+        let room = WIDTH.saturating_sub(kw + 2).max(16);
+        let shown = if v.chars().count() > room {
+            let note = format!(" ({} chars; --format json shows all)", v.chars().count());
+            format!(
+                "{}{note}",
+                fit(&v, room.saturating_sub(note.chars().count()).max(8))
+            )
+        } else {
+            v
+        };
+        writeln!(out, "{:<kw$}  {}", fit(&k, kw), shown, kw = kw)?;
+    }
+    Ok(())
+}
+
+fn flatten(prefix: &str, v: &Value, out: &mut Vec<(String, String)>) {
+    match v {
+        Value::Object(m) if !m.is_empty() && prefix.matches('.').count() < 2 => {
+            for (k, v) in m {
+                let key = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                flatten(&key, v, out);
+            }
+        }
+        Value::String(s) => out.push((prefix.to_string(), s.clone())),
+        Value::Null => out.push((prefix.to_string(), "-".to_string())),
+        Value::Array(a) if a.iter().all(|x| x.is_string()) => out.push((
+            prefix.to_string(),
+            a.iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(", "),
+        )),
+        other => out.push((prefix.to_string(), other.to_string())),
+    }
+}
+
+/// Writes one JSON value, pretty, with a newline.
+pub fn write_json(out: &mut dyn Write, v: &impl serde::Serialize) -> io::Result<()> {
+    serde_json::to_writer_pretty(&mut *out, v).map_err(io::Error::other)?;
+    writeln!(out)
+}
+
+/// Streams a JSON array whose elements are produced one at a time, so a listing never holds
+/// every document in memory.
+pub struct JsonArrayWriter<'a> {
+    out: &'a mut dyn Write,
+    first: bool,
+}
+
+impl<'a> JsonArrayWriter<'a> {
+    /// Starts the array.
+    pub fn start(out: &'a mut dyn Write) -> io::Result<Self> {
+        out.write_all(b"[")?;
+        Ok(JsonArrayWriter { out, first: true })
+    }
+
+    /// Writes one element.
+    pub fn element(&mut self, v: &impl serde::Serialize) -> io::Result<()> {
+        self.out
+            .write_all(if self.first { b"\n" } else { b",\n" })?;
+        self.first = false;
+        serde_json::to_writer_pretty(&mut *self.out, v).map_err(io::Error::other)
+    }
+
+    /// Ends the array.
+    pub fn finish(self) -> io::Result<()> {
+        self.out
+            .write_all(if self.first { b"]\n" } else { b"\n]\n" })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_fits_80_columns() {
+        let mut t = Table::new(&["ID", "TITLE"]);
+        t.row(vec!["x".repeat(100), "y".repeat(200)]);
+        t.row(vec!["short".into(), "line\nbreak".into()]);
+        let mut buf = Vec::new();
+        t.write(&mut buf).unwrap();
+        let s = String::from_utf8(buf).unwrap();
+        for l in s.lines() {
+            assert!(l.chars().count() <= WIDTH, "{l:?}");
+        }
+        assert!(s.contains("line break"));
+    }
+
+    #[test]
+    fn json_array_streams() {
+        let mut buf = Vec::new();
+        let mut w = JsonArrayWriter::start(&mut buf).unwrap();
+        w.element(&1).unwrap();
+        w.element(&serde_json::json!({"a": 2})).unwrap();
+        w.finish().unwrap();
+        let v: Value = serde_json::from_slice(&buf).unwrap();
+        assert_eq!(v, serde_json::json!([1, {"a": 2}]));
+        let mut empty = Vec::new();
+        JsonArrayWriter::start(&mut empty)
+            .unwrap()
+            .finish()
+            .unwrap();
+        assert_eq!(
+            serde_json::from_slice::<Value>(&empty).unwrap(),
+            serde_json::json!([])
+        );
+    }
+}

@@ -1,0 +1,182 @@
+use super::Timestamp;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// `Queues/<q>/Jobs/<state>_jobs/<id>.json` (PRD §4.6).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Job {
+    /// Job id (extension; the file stem is authoritative).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// What to run.
+    pub config: JobConfig,
+    /// What happened.
+    pub runtime: JobRuntime,
+}
+
+/// Job settings, written once by whoever queued it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobConfig {
+    /// Project id.
+    pub project: String,
+    /// cwd of the agent.
+    pub working_directory: String,
+    /// When the job was queued.
+    pub queue_time: Timestamp,
+    /// Runner kind.
+    pub jobtype: JobType,
+    /// Claude slash command (`~/.claude/commands/<name>.md`).
+    pub claude_command: String,
+    /// Extra CLI arguments for this job.
+    pub claude_extra_args: Vec<String>,
+    /// The prompt.
+    pub task_description: String,
+    /// Context handed to the agent; free-form.
+    pub supporting_data: Map<String, Value>,
+    /// Timeout; `null` uses the queue's `max_job_runtime_seconds`.
+    pub timeout_seconds: Option<u64>,
+    /// Queue name (extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    /// Orchestrator command that made the job (extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// PRD this job works on (extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prd: Option<String>,
+    /// Inbox message that made the job (extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correlation_id: Option<String>,
+    /// User who asked for the job (extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Model for `jobtype: agent` (extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+}
+
+/// Job kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobType {
+    /// `claude -p`.
+    Claude,
+    /// Does nothing (PRD M3/M4).
+    Noop,
+    /// The built-in agent (`agentshell exec`).
+    Agent,
+}
+
+/// Job state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobRuntime {
+    /// State; matches the folder.
+    pub status: JobStatus,
+    /// When the worker started.
+    pub start_time: Option<Timestamp>,
+    /// When it ended.
+    pub finish_time: Option<Timestamp>,
+    /// Worker PID.
+    pub process_id: Option<u32>,
+    /// Agent CLI PID.
+    pub llm_process_id: Option<u32>,
+    /// Why it failed (or a truncation note).
+    pub error: Option<String>,
+    /// Captured output (≤ 10 MB).
+    pub output: Option<String>,
+    /// Agent exit code (extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// Cost reported by the agent (extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+    /// Turns reported by the agent (extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_turns: Option<u64>,
+    /// Agent session id (extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// Host that ran the job (extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// systemd unit of the job (extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unit: Option<String>,
+    /// Set once the orchestrator's completion handler has run (extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handled: Option<bool>,
+}
+
+impl JobRuntime {
+    /// A fresh runtime for a queued job.
+    pub fn queued() -> JobRuntime {
+        JobRuntime {
+            status: JobStatus::Queued,
+            start_time: None,
+            finish_time: None,
+            process_id: None,
+            llm_process_id: None,
+            error: None,
+            output: None,
+            exit_code: None,
+            cost_usd: None,
+            num_turns: None,
+            session_id: None,
+            host: None,
+            unit: None,
+            handled: None,
+        }
+    }
+}
+
+/// Job state, one folder each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobStatus {
+    /// `queued_jobs/`
+    Queued,
+    /// `running_jobs/`
+    Running,
+    /// `finished_jobs/`
+    Finished,
+    /// `failed_jobs/`
+    Failed,
+}
+
+impl JobStatus {
+    /// All states.
+    pub const ALL: [JobStatus; 4] = [
+        JobStatus::Queued,
+        JobStatus::Running,
+        JobStatus::Finished,
+        JobStatus::Failed,
+    ];
+
+    /// Folder name.
+    pub fn dir(self) -> &'static str {
+        match self {
+            JobStatus::Queued => "queued_jobs",
+            JobStatus::Running => "running_jobs",
+            JobStatus::Finished => "finished_jobs",
+            JobStatus::Failed => "failed_jobs",
+        }
+    }
+
+    /// JSON name.
+    pub fn name(self) -> &'static str {
+        match self {
+            JobStatus::Queued => "queued",
+            JobStatus::Running => "running",
+            JobStatus::Finished => "finished",
+            JobStatus::Failed => "failed",
+        }
+    }
+
+    /// Parses the JSON name.
+    pub fn from_name(s: &str) -> Option<JobStatus> {
+        JobStatus::ALL.into_iter().find(|k| k.name() == s)
+    }
+}

@@ -1,0 +1,32 @@
+use super::Timestamp;
+use serde::{Deserialize, Serialize};
+
+/// `projects/<id>/project.json` (PRD §4.3).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Project {
+    /// Project id, also the folder name.
+    pub id: String,
+    /// Working directory of the project's jobs.
+    pub directory: String,
+    /// Git remote.
+    #[serde(default)]
+    pub git_repository: Option<String>,
+    /// Creation time.
+    pub create_time: Timestamp,
+    /// Last change.
+    pub update_time: Timestamp,
+    /// Free text.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Owning user id.
+    pub owner: String,
+    /// Other user ids.
+    #[serde(default)]
+    pub collaborators: Vec<String>,
+    /// Where `research-code` output is written.
+    #[serde(default)]
+    pub code_research_document: Option<String>,
+    /// Queue for this project's jobs.
+    pub default_queue: String,
+}

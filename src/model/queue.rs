@@ -1,0 +1,87 @@
+use super::Timestamp;
+use serde::{Deserialize, Serialize};
+
+/// `Queues/<id>/queue.json` (PRD §4.5).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Queue {
+    /// Settings written by people.
+    pub config: QueueConfig,
+    /// State written by the queue manager.
+    pub runtime: QueueRuntime,
+}
+
+/// Queue settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueConfig {
+    /// Queue name, also the folder name.
+    pub id: String,
+    /// Maximum simultaneous jobs.
+    pub worker_count: u32,
+    /// Command that runs Claude Code.
+    pub claude_cli_path: String,
+    /// Seconds between backstop sweeps.
+    pub rest_interval: u64,
+    /// Arguments given to every Claude job.
+    pub claude_default_args: Vec<String>,
+    /// Job timeout when the job sets none.
+    pub max_job_runtime_seconds: u64,
+    /// How jobs are started (extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launcher: Option<Launcher>,
+    /// cgroup limits for each job (extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_limits: Option<ResourceLimits>,
+    /// Command that runs the built-in agent (extension; default `agentshell`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agentshell_path: Option<String>,
+}
+
+/// How the queue manager starts workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Launcher {
+    /// systemd when reachable, else direct.
+    #[default]
+    Auto,
+    /// Transient scope per job.
+    Systemd,
+    /// Own session and process group.
+    Direct,
+}
+
+/// Per-job cgroup limits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceLimits {
+    /// systemd `MemoryMax=` (bytes, or a string like `4G`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_max: Option<serde_json::Value>,
+    /// systemd `CPUQuota=` like `200%`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_quota: Option<String>,
+    /// systemd `TasksMax=`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tasks_max: Option<u64>,
+}
+
+/// Queue state maintained by its manager.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct QueueRuntime {
+    /// PID of the queue manager.
+    pub process_id: Option<u32>,
+    /// Running jobs.
+    pub active_jobs: u32,
+    /// Last loop time.
+    pub last_update: Option<Timestamp>,
+    /// Queued jobs.
+    pub queued_jobs: u32,
+    /// Host of the queue manager (extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// Whether starting new jobs is paused (extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<bool>,
+}

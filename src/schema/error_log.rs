@@ -1,0 +1,63 @@
+//! `JSONValidation/errors.out`: one JSON line per rejection.
+
+use super::Rejection;
+use crate::model::Timestamp;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// One line of `errors.out` (PRD §9 `log_error`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorLogEntry {
+    /// When the rejection happened.
+    pub timestamp: Timestamp,
+    /// Schema name.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Document id, or the file name, or `unknown`.
+    pub id: String,
+    /// Every failing field, `pointer: message; …`.
+    pub error: String,
+}
+
+/// Appends rejections to an `errors.out` file.
+///
+/// Each entry is one locked append ([`crate::store::append_line_locked`]), so concurrent
+/// writers (several daemons, several machines' CLIs) never interleave.
+#[derive(Debug, Clone)]
+pub struct ErrorLog {
+    path: PathBuf,
+}
+
+impl ErrorLog {
+    /// A log at `path` (created on first write).
+    pub fn new(path: impl Into<PathBuf>) -> ErrorLog {
+        ErrorLog { path: path.into() }
+    }
+
+    /// The file written to.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Records `rejection` for the document known as `id`.
+    pub fn record(&self, id: &str, rejection: &Rejection) -> std::io::Result<()> {
+        let entry = ErrorLogEntry {
+            timestamp: Timestamp::now(),
+            kind: rejection.kind.name().to_string(),
+            id: id.to_string(),
+            error: rejection
+                .errors
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; "),
+        };
+        self.append(&entry)
+    }
+
+    /// Appends one entry as one line.
+    pub fn append(&self, entry: &ErrorLogEntry) -> std::io::Result<()> {
+        let line = serde_json::to_vec(entry).map_err(std::io::Error::other)?;
+        crate::store::append_line_locked(&self.path, &line)
+    }
+}

@@ -1,0 +1,220 @@
+//! `config.yaml` (PRD §2.2, §13.1). Unknown keys are errors that name the key.
+
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// The store's global configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Where the store lives (informational inside the store; used for root resolution in
+    /// `/etc/agentstore/config.yaml` and `~/.config/agentstore/config.yaml`).
+    #[serde(default)]
+    pub agent_store_root: Option<String>,
+    /// Queue used when neither the message nor the project names one.
+    #[serde(default = "default_queue")]
+    pub queues_default: String,
+    /// Orchestrator settings.
+    #[serde(default)]
+    pub orchestrator: OrchestratorConfig,
+    /// Reserved for v1.
+    #[serde(default)]
+    pub slack: SlackConfig,
+    /// Logging settings.
+    #[serde(default)]
+    pub logging: LoggingConfig,
+}
+
+fn default_queue() -> String {
+    "poplar".to_string()
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            agent_store_root: None,
+            queues_default: default_queue(),
+            orchestrator: OrchestratorConfig::default(),
+            slack: SlackConfig::default(),
+            logging: LoggingConfig::default(),
+        }
+    }
+}
+
+/// `orchestrator:` section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OrchestratorConfig {
+    /// Backstop sweep interval; the daemon reacts to inotify events in between.
+    pub polling_interval_seconds: u64,
+    /// Messages handled per loop before finished jobs are looked at.
+    pub max_messages_per_loop: usize,
+    /// Whether finished jobs update projects and PRDs (PRD §6.5).
+    pub enable_job_completion_handler: bool,
+    /// Lock file name, relative to the store root.
+    pub singleton_lock_file: String,
+    /// Seconds without work after which the daemon exits (extension; 0 = never).
+    pub idle_exit_seconds: u64,
+}
+
+impl Default for OrchestratorConfig {
+    fn default() -> Self {
+        OrchestratorConfig {
+            polling_interval_seconds: 10,
+            max_messages_per_loop: 50,
+            enable_job_completion_handler: true,
+            singleton_lock_file: ".orchestrator.lock".to_string(),
+            idle_exit_seconds: 300,
+        }
+    }
+}
+
+/// `slack:` section (v1).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct SlackConfig {
+    /// Bot token.
+    pub token: Option<String>,
+    /// Whether the Slack handler runs.
+    pub enabled: bool,
+}
+
+/// `logging:` section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LoggingConfig {
+    /// `ERROR`, `WARN`, `INFO`, `DEBUG` or `TRACE`.
+    pub level: String,
+    /// Event log path relative to the root; `{YYYY-MM}` is replaced by the month.
+    pub events_file: String,
+}
+
+impl Default for LoggingConfig {
+    fn default() -> Self {
+        LoggingConfig {
+            level: "INFO".to_string(),
+            events_file: "logs/events-{YYYY-MM}.jsonl".to_string(),
+        }
+    }
+}
+
+/// Errors reading `config.yaml`.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// Unreadable file.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// Bad YAML or an unknown/mistyped key.
+    #[error("{path}: {message}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// What serde said, naming the key and the line.
+        message: String,
+    },
+}
+
+impl Config {
+    /// Parses YAML text; `origin` names the file in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        if text.trim().is_empty() {
+            return Ok(Config::default());
+        }
+        serde_norway::from_str(text).map_err(|e| ConfigError::Parse {
+            path: origin.to_string(),
+            message: e.to_string(),
+        })
+    }
+
+    /// Loads `path`; a missing file gives the defaults.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        match std::fs::read_to_string(path) {
+            Ok(t) => Config::parse(&t, &path.display().to_string()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
+            Err(source) => Err(ConfigError::Read {
+                path: path.display().to_string(),
+                source,
+            }),
+        }
+    }
+
+    /// The YAML a new store starts with.
+    pub fn default_yaml(root: &Path) -> String {
+        format!(
+            "# agentstore global configuration (PRD §2.2, §13.1)\n\
+             agent_store_root: {root:?}\n\
+             queues_default: \"poplar\"\n\
+             \n\
+             orchestrator:\n  \
+               polling_interval_seconds: 10\n  \
+               max_messages_per_loop: 50\n  \
+               enable_job_completion_handler: true\n  \
+               singleton_lock_file: \".orchestrator.lock\"\n  \
+               idle_exit_seconds: 300\n\
+             \n\
+             slack:\n  token: null\n  enabled: false\n\
+             \n\
+             logging:\n  level: \"INFO\"\n  events_file: \"logs/events-{{YYYY-MM}}.jsonl\"\n",
+            root = root.display().to_string()
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PRD_13_1: &str = r#"
+agent_store_root: "/home/chenry/Dropbox/AgentStore"
+queues_default: "poplar"
+
+orchestrator:
+  polling_interval_seconds: 10
+  max_messages_per_loop: 50
+  enable_job_completion_handler: true
+  singleton_lock_file: ".orchestrator.lock"
+
+slack:
+  token: null
+  enabled: false
+
+logging:
+  level: "INFO"
+  events_file: "logs/events-{YYYY-MM}.jsonl"
+"#;
+
+    #[test]
+    fn prd_example_parses() {
+        let c = Config::parse(PRD_13_1, "config.yaml").unwrap();
+        assert_eq!(c.queues_default, "poplar");
+        assert_eq!(c.orchestrator.max_messages_per_loop, 50);
+        assert_eq!(
+            c.agent_store_root.as_deref(),
+            Some("/home/chenry/Dropbox/AgentStore")
+        );
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let err = Config::parse(
+            "queues_default: x\norchestrator:\n  polling_intervall: 3\n",
+            "c.yaml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("polling_intervall"), "{err}");
+        assert!(err.contains("c.yaml"), "{err}");
+    }
+
+    #[test]
+    fn default_yaml_round_trips() {
+        let c = Config::parse(&Config::default_yaml(Path::new("/x/y")), "d").unwrap();
+        assert_eq!(c.agent_store_root.as_deref(), Some("/x/y"));
+        assert_eq!(c.orchestrator, OrchestratorConfig::default());
+    }
+}

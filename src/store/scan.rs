@@ -1,0 +1,110 @@
+//! Folder scans that see only real documents.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// What a folder holds, split into documents and Dropbox conflict copies.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Scan {
+    /// `*.json` files that are not dot-files, temp files or conflict copies, sorted by name.
+    pub documents: Vec<PathBuf>,
+    /// Dropbox conflict copies (`… (conflicted copy …).json`), to be reported and set aside.
+    pub conflicts: Vec<PathBuf>,
+}
+
+/// True for Dropbox's conflict copies: `name (Host's conflicted copy 2025-10-23).json`.
+pub fn is_conflict_copy(name: &str) -> bool {
+    name.contains("conflicted copy") || name.contains("Conflicted copy")
+}
+
+/// True for names a scanner must never treat as documents: dot-files (our temp files and
+/// Dropbox's), editor and partial files, anything not ending in `.json`.
+pub fn is_ignored(name: &str) -> bool {
+    name.starts_with('.') || name.starts_with('~') || !name.ends_with(".json")
+}
+
+/// Lists the documents in `dir`. A missing folder is empty.
+pub fn scan_dir(dir: &Path) -> io::Result<Scan> {
+    let mut scan = Scan::default();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(scan),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if is_ignored(name) {
+            continue;
+        }
+        if !entry.file_type()?.is_file() {
+            continue;
+        }
+        if is_conflict_copy(name) {
+            scan.conflicts.push(entry.path());
+        } else {
+            scan.documents.push(entry.path());
+        }
+    }
+    scan.documents.sort();
+    scan.conflicts.sort();
+    Ok(scan)
+}
+
+/// Lists sub-folders of `dir` whose names are safe ids, sorted. A missing folder is empty.
+pub fn scan_subdirs(dir: &Path) -> io::Result<Vec<String>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut out = Vec::new();
+    for entry in entries {
+        let entry = entry?;
+        if !entry.file_type()?.is_dir() {
+            continue;
+        }
+        if let Some(name) = entry.file_name().to_str()
+            && crate::model::is_safe_id(name)
+        {
+            out.push(name.to_string());
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The id a document file stands for (its stem).
+pub fn file_id(path: &Path) -> Option<&str> {
+    path.file_name()?.to_str()?.strip_suffix(".json")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filters() {
+        let d = tempfile::tempdir().unwrap();
+        for n in [
+            "a.json",
+            ".a.json.1.0.tmp",
+            "b.txt",
+            "c (laptop's conflicted copy 2025-10-23).json",
+            "~lock.json",
+        ] {
+            std::fs::write(d.path().join(n), "{}").unwrap();
+        }
+        std::fs::create_dir(d.path().join("dir.json")).unwrap();
+        let s = scan_dir(d.path()).unwrap();
+        assert_eq!(s.documents, vec![d.path().join("a.json")]);
+        assert_eq!(s.conflicts.len(), 1);
+        assert!(
+            scan_dir(&d.path().join("missing"))
+                .unwrap()
+                .documents
+                .is_empty()
+        );
+    }
+}

@@ -1,0 +1,65 @@
+//! The systemd side of a daemon: readiness and status notifications, and logging to the
+//! journal with structured fields (or to stderr where there is no journal).
+
+use std::sync::OnceLock;
+
+/// Tells the service manager the daemon is ready (`Type=notify`). A no-op outside systemd.
+pub fn notify_ready(status: &str) {
+    let _ = sd_notify::notify(&[
+        sd_notify::NotifyState::Ready,
+        sd_notify::NotifyState::Status(status),
+    ]);
+}
+
+/// Updates the `STATUS=` line `systemctl status` shows.
+pub fn notify_status(status: &str) {
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Status(status)]);
+}
+
+/// Tells the service manager the daemon is stopping.
+pub fn notify_stopping(status: &str) {
+    let _ = sd_notify::notify(&[
+        sd_notify::NotifyState::Stopping,
+        sd_notify::NotifyState::Status(status),
+    ]);
+}
+
+/// True when stderr is connected to the journal (systemd sets `JOURNAL_STREAM`).
+pub fn stderr_is_journal() -> bool {
+    std::env::var_os("JOURNAL_STREAM").is_some()
+}
+
+static LOGGING: OnceLock<()> = OnceLock::new();
+
+/// Sets up `tracing` once per process: the journal (with fields such as `JOB_ID=`,
+/// `QUEUE=`, `CORRELATION_ID=` taken from event fields, upper-cased) when running under
+/// systemd, else human-readable lines on stderr. `RUST_LOG` overrides `default_level`.
+///
+/// `identifier` becomes `SYSLOG_IDENTIFIER=`.
+pub fn init_logging(identifier: &str, default_level: &str) {
+    LOGGING.get_or_init(|| {
+        use tracing_subscriber::prelude::*;
+        let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+        if stderr_is_journal()
+            && let Ok(journald) = tracing_journald::layer()
+        {
+            let layer = journald
+                .with_syslog_identifier(identifier.to_string())
+                .with_field_prefix(None);
+            let _ = tracing_subscriber::registry()
+                .with(filter)
+                .with(layer)
+                .try_init();
+            return;
+        }
+        let fmt = tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_target(false)
+            .with_ansi(false);
+        let _ = tracing_subscriber::registry()
+            .with(filter)
+            .with(fmt)
+            .try_init();
+    });
+}

@@ -1,0 +1,122 @@
+//! Shared helpers for integration tests: a temp store with a temp HOME, and the built CLI.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// A temp AgentStore root and a temp HOME, removed on drop.
+pub struct TestEnv {
+    pub dir: tempfile::TempDir,
+    pub root: PathBuf,
+    pub home: PathBuf,
+}
+
+impl TestEnv {
+    /// An empty environment (no store yet).
+    pub fn empty() -> TestEnv {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("AgentStore");
+        let home = dir.path().join("home");
+        std::fs::create_dir_all(&home).unwrap();
+        TestEnv { dir, root, home }
+    }
+
+    /// A store made by `orchestrator init`, with user chenry (admin).
+    pub fn initialised() -> TestEnv {
+        let env = TestEnv::empty();
+        env.ok(&["init"]);
+        env.ok(&[
+            "add-user",
+            "chenry",
+            "--name",
+            "Christopher Henry",
+            "--email",
+            "chenry@anl.gov",
+            "--permissions",
+            "admin",
+        ]);
+        env
+    }
+
+    /// The `orchestrator` command with this store and HOME.
+    pub fn cli(&self) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_orchestrator"));
+        c.env("AGENT_STORE_ROOT", &self.root)
+            .env("HOME", &self.home)
+            .env_remove("XDG_CONFIG_HOME")
+            .env("NO_COLOR", "1");
+        c
+    }
+
+    /// Runs the CLI with `args`.
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.cli().args(args).output().unwrap()
+    }
+
+    /// Runs the CLI and asserts success; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let o = self.run(args);
+        assert!(
+            o.status.success(),
+            "orchestrator {args:?} failed ({}):\nstdout: {}\nstderr: {}",
+            o.status,
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8(o.stdout).unwrap()
+    }
+
+    /// Runs the CLI and asserts exit code 1; returns stderr.
+    pub fn fails(&self, args: &[&str]) -> String {
+        let o = self.run(args);
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "orchestrator {args:?} should fail with 1:\nstdout: {}\nstderr: {}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8(o.stderr).unwrap()
+    }
+
+    /// Writes a file under the store root.
+    pub fn write(&self, rel: &str, text: &str) -> PathBuf {
+        let p = self.root.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    /// Lines of errors.out parsed as JSON.
+    pub fn error_log(&self) -> Vec<serde_json::Value> {
+        let text = std::fs::read_to_string(self.root.join("JSONValidation/errors.out"))
+            .unwrap_or_default();
+        text.lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+/// The repository's test corpus folder.
+pub fn corpus() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus")
+}
+
+/// A valid job document (PRD M3 test-job-001).
+pub fn noop_job(queue_time: &str) -> String {
+    format!(
+        r#"{{
+  "config": {{
+    "project": "TestProject", "working_directory": "/tmp", "queue_time": "{queue_time}",
+    "jobtype": "noop", "claude_command": "noop", "claude_extra_args": [],
+    "task_description": "Test job", "supporting_data": {{}}, "timeout_seconds": 60
+  }},
+  "runtime": {{
+    "status": "queued", "start_time": null, "finish_time": null, "process_id": null,
+    "llm_process_id": null, "error": null, "output": null
+  }}
+}}"#
+    )
+}
+
+pub mod bus;
