@@ -536,3 +536,28 @@ async fn delegate_runs_a_sub_agent_with_a_fresh_context() {
         ]
     );
 }
+
+#[tokio::test]
+async fn a_secret_cut_by_the_capture_limit_leaks_no_fragment() {
+    let token = "ghp_0123456789abcdefSECRET";
+    // 524 280 bytes, then the token, so the 512 KiB capture head ends 8 bytes into it.
+    let cmd = format!(
+        "head -c 524280 /dev/zero | tr '\\0' a; printf {token}; head -c 2000000 /dev/zero | tr '\\0' b"
+    );
+    let mut f = fixture(
+        vec![oa_command("c1", &cmd), oa_text(&["ok"], 1, 1)],
+        &["yes"],
+        json!({"max_output_bytes": 4000000}),
+        &[("GITHUB_TOKEN", token)],
+    );
+    turn(&mut f, "big output", &Log::default()).await;
+    let r = &tool_results(&f.server, 1)[0];
+    let out = r["stdout"].as_str().unwrap();
+    assert_eq!(r["truncated"], true);
+    assert!(
+        out.contains("aaaa{{secret:GITHUB_TOKEN}}\n[... "),
+        "{}",
+        &out[524_000..524_400]
+    );
+    assert!(!out.contains("ghp_0123"));
+}

@@ -14,6 +14,7 @@ use tokio::process::Command;
 
 use crate::agent::tools::registry::{Tool, ToolEnv, ToolSchema, str_arg};
 use crate::agent::tools::subsystems::policy::{Decision, Policy};
+use crate::agent::tools::subsystems::secrets::SecretBroker;
 use crate::agent::tools::{BoxFuture, ToolResult, ToolStatus};
 
 /// Bytes of each stream kept in memory (half head, half tail) before the context manager.
@@ -152,12 +153,14 @@ async fn run(
         .await
         .ok()
         .and_then(Result::ok)
-        .unwrap_or_default();
+        .unwrap_or_default()
+        .into_text(&env.secrets);
     let (mut err, err_cut) = tokio::time::timeout(grace, err_task)
         .await
         .ok()
         .and_then(Result::ok)
-        .unwrap_or_default();
+        .unwrap_or_default()
+        .into_text(&env.secrets);
     if status == ToolStatus::TimedOut {
         if !err.is_empty() && !err.ends_with('\n') {
             err.push('\n');
@@ -180,9 +183,9 @@ fn signal_code(status: &std::process::ExitStatus) -> Option<i32> {
 }
 
 /// Read a stream to the end keeping at most [`CAPTURE_BYTES`]: the head and the tail.
-async fn collect<R: AsyncRead + Unpin>(stream: Option<R>) -> (String, bool) {
+async fn collect<R: AsyncRead + Unpin>(stream: Option<R>) -> Captured {
     let Some(mut stream) = stream else {
-        return (String::new(), false);
+        return Captured::default();
     };
     let half = CAPTURE_BYTES / 2;
     let mut head: Vec<u8> = Vec::new();
@@ -207,13 +210,38 @@ async fn collect<R: AsyncRead + Unpin>(stream: Option<R>) -> (String, bool) {
             dropped += excess;
         }
     }
-    let mut text = String::from_utf8_lossy(&head).into_owned();
-    if dropped > 0 {
-        text.push_str(&format!("\n[... {dropped} bytes not captured ...]\n"));
-    }
     let (a, b) = tail.as_slices();
     let mut rest = a.to_vec();
     rest.extend_from_slice(b);
-    text.push_str(&String::from_utf8_lossy(&rest));
-    (text, dropped > 0)
+    Captured {
+        head: String::from_utf8_lossy(&head).into_owned(),
+        dropped,
+        tail: String::from_utf8_lossy(&rest).into_owned(),
+    }
+}
+
+/// A stream's output: the head, the number of bytes dropped from the middle, the tail.
+#[derive(Debug, Default)]
+struct Captured {
+    head: String,
+    dropped: usize,
+    tail: String,
+}
+
+impl Captured {
+    /// The text, with the cut marked. A secret straddling a cut would survive redaction of the
+    /// whole text as two fragments, so the fragments at the cut are redacted here.
+    fn into_text(self, secrets: &SecretBroker) -> (String, bool) {
+        if self.dropped == 0 {
+            return (self.head + &self.tail, false);
+        }
+        let (head, tail) = secrets.redact_cut(&self.head, &self.tail);
+        (
+            format!(
+                "{head}\n[... {} bytes not captured ...]\n{tail}",
+                self.dropped
+            ),
+            true,
+        )
+    }
 }

@@ -165,6 +165,37 @@ impl SecretBroker {
     }
 }
 
+impl SecretBroker {
+    /// Redact the fragments of secrets at a cut: `head` ends where bytes were dropped and
+    /// `tail` starts after them. A head ending with the start of a secret, or a tail starting
+    /// with the end of one (at least [`MIN_FRAGMENT_LEN`] bytes), has that fragment replaced.
+    pub fn redact_cut(&self, head: &str, tail: &str) -> (String, String) {
+        let mut head = self.redact(head);
+        let mut tail = self.redact(tail);
+        for (name, value) in &self.redaction_order {
+            let placeholder = format!("{{{{secret:{name}}}}}");
+            for k in (MIN_FRAGMENT_LEN..value.len()).rev() {
+                if value.is_char_boundary(k) && head.ends_with(&value[..k]) {
+                    head.truncate(head.len() - k);
+                    head.push_str(&placeholder);
+                    break;
+                }
+            }
+            for k in (MIN_FRAGMENT_LEN..value.len()).rev() {
+                let start = value.len() - k;
+                if value.is_char_boundary(start) && tail.starts_with(&value[start..]) {
+                    tail.replace_range(..k, &placeholder);
+                    break;
+                }
+            }
+        }
+        (head, tail)
+    }
+}
+
+/// Shortest fragment of a secret redacted at a cut.
+pub const MIN_FRAGMENT_LEN: usize = 4;
+
 fn is_env_name(name: &str) -> bool {
     let mut chars = name.chars();
     chars
@@ -243,6 +274,23 @@ mod tests {
         assert_eq!(
             broker.redact("x=abcdef-ghijkl y=abcdef z=ab"),
             "x={{secret:LONG}} y={{secret:SHORT}} z=ab"
+        );
+    }
+
+    #[test]
+    fn fragments_at_a_cut_are_redacted() {
+        let (broker, _) = SecretBroker::new(map(&[("TOKEN", "abcdefghijklmnop")]), BTreeMap::new());
+        assert_eq!(
+            broker.redact_cut("log line abcdefgh", "ijklmnop more"),
+            (
+                "log line {{secret:TOKEN}}".to_string(),
+                "{{secret:TOKEN}} more".to_string()
+            )
+        );
+        assert_eq!(
+            broker.redact_cut("ends abc", "xyz"),
+            ("ends abc".to_string(), "xyz".to_string()),
+            "fragments shorter than MIN_FRAGMENT_LEN stay"
         );
     }
 
