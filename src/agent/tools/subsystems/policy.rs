@@ -7,7 +7,9 @@
 //! complement — an extra reason to DENY — not the primary mechanism.
 //!
 //! Honest scope: a gate against mistakes and a model that wandered off, not a security boundary
-//! against a model that is trying.
+//! against a model that is trying. Known gaps: a symlink inside the root can point outside it;
+//! read-only `git` subcommands honour the repository's own config (`core.fsmonitor`,
+//! `diff.external`, textconv drivers), which in an untrusted repository can run code.
 
 use std::path::{Component, Path};
 
@@ -126,12 +128,9 @@ const READ_ONLY: &[&str] = &[
     "echo",
     "printf",
     "which",
-    "file",
     "stat",
     "du",
     "df",
-    "tree",
-    "uniq",
     "cut",
     "tr",
     "diff",
@@ -141,7 +140,6 @@ const READ_ONLY: &[&str] = &[
     "dirname",
     "realpath",
     "readlink",
-    "date",
     "whoami",
     "id",
     "uname",
@@ -305,12 +303,26 @@ impl Policy {
             })
         };
         let unknown = |why: &str| SegmentJudgement::Unknown(format!("`{program}` {why}"));
+        // A short option cluster (`-no`, `-oout`) containing `flag`.
+        let short = |flag: char| {
+            args.iter()
+                .any(|a| a.starts_with('-') && !a.starts_with("--") && a.contains(flag))
+        };
+        let positional = args.iter().filter(|a| !a.starts_with('-')).count();
         match program {
             p if READ_ONLY.contains(&p) => SegmentJudgement::ReadOnly,
             "env" if args.is_empty() => SegmentJudgement::ReadOnly,
             "env" => unknown("with arguments runs another command"),
             "hostname" if args.is_empty() => SegmentJudgement::ReadOnly,
-            "sort" if has(&["-o", "--output"]) => unknown("with -o writes a file"),
+            "sort" if has(&["--output"]) || short('o') => unknown("with -o writes a file"),
+            "tree" if short('o') => unknown("with -o writes a file"),
+            "tree" => SegmentJudgement::ReadOnly,
+            "uniq" if positional > 1 => unknown("with two files writes the second"),
+            "uniq" => SegmentJudgement::ReadOnly,
+            "file" if short('C') => unknown("with -C writes a compiled magic file"),
+            "file" => SegmentJudgement::ReadOnly,
+            "date" if has(&["--set"]) || short('s') => unknown("with -s sets the clock"),
+            "date" => SegmentJudgement::ReadOnly,
             "sort" => SegmentJudgement::ReadOnly,
             "rg" if has(&["--pre"]) => unknown("with --pre runs another command"),
             "rg" => SegmentJudgement::ReadOnly,
@@ -343,10 +355,13 @@ fn judge_git(args: &[String]) -> SegmentJudgement {
         return SegmentJudgement::ReadOnly;
     };
     let rest = &args[1..];
-    if args
-        .iter()
-        .any(|a| a.starts_with("--output") || a == "--ext-diff" || a.starts_with("--exec"))
-    {
+    if args.iter().any(|a| {
+        a.starts_with("--output")
+            || a == "--ext-diff"
+            || a.starts_with("--exec")
+            || a.starts_with("--open-files-in-pager")
+            || a.starts_with("-O")
+    }) {
         return SegmentJudgement::Unknown("`git` with --output/--exec writes or runs".into());
     }
     let only_flags = |allowed: &[&str]| rest.iter().all(|a| allowed.contains(&a.as_str()));
@@ -427,6 +442,16 @@ mod tests {
             ("ls 2>/dev/null", Allow),
             ("env", Allow),
             ("cargo fmt --check", Allow),
+            ("date +%Y", Allow),
+            ("date -s 2020-01-01", Ask),
+            ("tree -L 2", Allow),
+            ("tree -o out.txt", Ask),
+            ("uniq a.txt", Allow),
+            ("uniq a.txt b.txt", Ask),
+            ("sort -nooutput.txt x", Ask),
+            ("file -C -m magic", Ask),
+            ("git grep -Ovim main", Ask),
+            ("git -c core.pager=x log", Ask),
             // auto_allow on parsed argv
             ("cargo test", Allow),
             ("cargo test --lib agent 2>&1 | tail -40", Allow),
