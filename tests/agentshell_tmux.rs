@@ -227,3 +227,87 @@ fn ctrl_c_at_a_confirmation_cancels_the_request() {
     t.send("/exit");
     t.wait_for("EXITED rc=0");
 }
+
+#[test]
+fn setup_keys_in_a_terminal_hides_the_value_and_writes_mode_0600() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let socket = format!("agentshell-test-keys-{}", std::process::id());
+    struct KillServer(String);
+    impl Drop for KillServer {
+        fn drop(&mut self) {
+            let _ = Command::new("tmux")
+                .arg("-L")
+                .arg(&self.0)
+                .arg("kill-server")
+                .output();
+        }
+    }
+    let _server = KillServer(socket.clone());
+    let tmux = |args: &[&str]| {
+        let out = Command::new("tmux")
+            .arg("-L")
+            .arg(&socket)
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let script = format!(
+        "HOME='{}' '{}' setup-keys; echo \"EXITED rc=$?\"; sleep 600",
+        home.display(),
+        env!("CARGO_BIN_EXE_agentshell")
+    );
+    tmux(&[
+        "new-session",
+        "-d",
+        "-s",
+        "k",
+        "-x",
+        "150",
+        "-y",
+        "20",
+        &script,
+    ]);
+    let wait = |text: &str| {
+        wait_until(text, || {
+            tmux(&["capture-pane", "-p", "-t", "k"]).contains(text)
+        })
+    };
+    wait("Key name (blank to finish):");
+    tmux(&["send-keys", "-t", "k", "-l", "DEEPSEEK_API_KEY"]);
+    tmux(&["send-keys", "-t", "k", "Enter"]);
+    wait("DEEPSEEK_API_KEY (hidden):");
+    tmux(&["send-keys", "-t", "k", "-l", "sk-typed-in-secret"]);
+    tmux(&["send-keys", "-t", "k", "Enter"]);
+    wait_until("second prompt", || {
+        tmux(&["capture-pane", "-p", "-t", "k"])
+            .matches("Key name (blank to finish):")
+            .count()
+            == 2
+    });
+    tmux(&["send-keys", "-t", "k", "Enter"]);
+    wait("EXITED rc=0");
+    let screen = tmux(&["capture-pane", "-p", "-t", "k"]);
+    let _ = Command::new("tmux")
+        .arg("-L")
+        .arg(&socket)
+        .arg("kill-server")
+        .output();
+    assert!(
+        !screen.contains("sk-typed-in-secret"),
+        "the key was echoed:\n{screen}"
+    );
+    let env_file = home.join(".agentshell/.env");
+    assert_eq!(
+        std::fs::metadata(&env_file).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    assert!(
+        std::fs::read_to_string(&env_file)
+            .unwrap()
+            .contains("DEEPSEEK_API_KEY=\"sk-typed-in-secret\"")
+    );
+}
