@@ -291,11 +291,6 @@ fn setup_keys_in_a_terminal_hides_the_value_and_writes_mode_0600() {
     tmux(&["send-keys", "-t", "k", "Enter"]);
     wait("EXITED rc=0");
     let screen = tmux(&["capture-pane", "-p", "-t", "k"]);
-    let _ = Command::new("tmux")
-        .arg("-L")
-        .arg(&socket)
-        .arg("kill-server")
-        .output();
     assert!(
         !screen.contains("sk-typed-in-secret"),
         "the key was echoed:\n{screen}"
