@@ -22,7 +22,7 @@ fn settings(url: &str) -> ProviderSettings {
         base_url: url.to_string(),
         api_key: Some("sk-test".into()),
         max_tokens: 1000,
-        request_timeout: Duration::from_secs(2),
+        request_timeout: Duration::from_secs(20), // a hang guard; the timeout tests set their own
         max_retries: 2,
         retry_base: Duration::from_millis(1),
     }
