@@ -323,3 +323,57 @@ fn version_init_and_setup_keys() {
             .contains("DEEPSEEK_API_KEY=\"sk-abc\"")
     );
 }
+
+/// Pids whose command line is exactly `argv`.
+fn pids_running(argv: &[&str]) -> Vec<i32> {
+    let want: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want))
+        .collect()
+}
+
+#[test]
+fn sigterm_ends_the_run_with_a_result_and_kills_running_commands() {
+    let (_dir, root, home) = project();
+    std::fs::create_dir_all(root.join(".agentshell")).unwrap();
+    std::fs::write(
+        root.join(".agentshell/config.json"),
+        r#"{"auto_allow": ["sleep"]}"#,
+    )
+    .unwrap();
+    let marker = format!("{}.5", 300 + std::process::id() % 600); // a unique `sleep` argument
+    let server = FakeServer::start(vec![oa_command("c1", &format!("sleep {marker}"))]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agentshell"))
+        .args(["exec", "--json", "wait a bit"])
+        .current_dir(&root)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap())
+        .env("HOME", &home)
+        .env("AGENTSHELL_MODEL", "openai/test-model")
+        .env("AGENTSHELL_BASE_URL", format!("{}/v1", server.url))
+        .env("OPENAI_API_KEY", KEY)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("the sleep command", || {
+        !pids_running(&["sleep", &marker]).is_empty()
+    });
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut stdout).unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(1));
+    let v: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(v["subtype"], "error_during_execution");
+    assert_eq!(v["result"], "interrupted by SIGTERM");
+    assert_eq!(v["num_turns"], 1);
+    assert_eq!(v["usage"]["input_tokens"], 10);
+    wait_until("the sleep command to be killed", || {
+        pids_running(&["sleep", &marker]).is_empty()
+    });
+}

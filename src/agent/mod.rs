@@ -29,6 +29,11 @@
 //! message, never model text; bootstrap and configuration failures such as a missing API key
 //! are reported the same way, with `num_turns` 0). `num_turns` counts model calls.
 //!
+//! SIGTERM, SIGINT or SIGHUP end the run cleanly: running commands (each in its own process
+//! group) are killed, and the result is printed with `"result": "interrupted by SIGTERM"`.
+//! SIGKILL cannot be handled: a worker that kills with it should run the agent in a cgroup
+//! (the transient scope) so the commands go with it.
+//!
 //! The project root is the nearest ancestor of `cwd` holding `.agentshell/` (else `cwd`
 //! itself; `--project DIR` overrides; the home directory is refused). Missing parts of
 //! `<root>/.agentshell/` are created (config.json, CLAUDE.md, MEMORY.md, memory/, logs/), and the

@@ -95,29 +95,55 @@ impl CoreEvents for HeadlessEvents {
     }
 }
 
-/// Run one prompt to completion and build the result.
-pub async fn exec(agent: &mut Agent, prompt: &str) -> ExecResult {
+/// Run one prompt to completion and build the result. When `shutdown` resolves first (the
+/// wiring passes SIGTERM/SIGINT/SIGHUP; the value names it), the turn is dropped — which kills
+/// the process groups of running commands — and the result is an error naming the reason.
+pub async fn exec(
+    agent: &mut Agent,
+    prompt: &str,
+    shutdown: impl Future<Output = String>,
+) -> ExecResult {
     let started = Instant::now();
     let session_id = uuid::Uuid::new_v4().to_string();
     tracing::info!(%session_id, "headless exec");
     let events = HeadlessEvents::default();
-    let report = agent.run_turn(prompt, &events).await;
-    let (subtype, is_error, result) = match report.result {
-        Ok(TurnStop::Answered) => ("success", false, report.text),
-        Ok(TurnStop::BudgetDeclined) => (
-            "error_max_turns",
-            true,
-            format!(
-                "stopped after {} model calls: the iteration budget ran out and nobody could confirm continuing",
-                report.model_calls
-            ),
-        ),
-        Ok(TurnStop::Cancelled) => (
-            "error_during_execution",
-            true,
-            "cancelled at a question".to_string(),
-        ),
-        Err(e) => ("error_during_execution", true, e.to_string()),
+    let outcome = tokio::select! {
+        report = agent.run_turn(prompt, &events) => Ok(report),
+        why = shutdown => Err(why),
+    };
+    let (subtype, is_error, result, num_turns, totals) = match outcome {
+        Ok(report) => {
+            let (subtype, is_error, result) = match report.result {
+                Ok(TurnStop::Answered) => ("success", false, report.text),
+                Ok(TurnStop::BudgetDeclined) => (
+                    "error_max_turns",
+                    true,
+                    format!(
+                        "stopped after {} model calls: the iteration budget ran out and nobody \
+                         could confirm continuing",
+                        report.model_calls
+                    ),
+                ),
+                Ok(TurnStop::Cancelled) => (
+                    "error_during_execution",
+                    true,
+                    "cancelled at a question".to_string(),
+                ),
+                Err(e) => ("error_during_execution", true, e.to_string()),
+            };
+            (subtype, is_error, result, report.model_calls, report.totals)
+        }
+        Err(why) => {
+            // The turn is gone; the session totals were kept up to date call by call.
+            let totals = agent.session_totals();
+            (
+                "error_during_execution",
+                true,
+                format!("interrupted by {why}"),
+                u32::try_from(totals.requests).unwrap_or(u32::MAX),
+                totals,
+            )
+        }
     };
     if is_error {
         tracing::error!(%subtype, %result, "headless exec failed");
@@ -127,14 +153,14 @@ pub async fn exec(agent: &mut Agent, prompt: &str) -> ExecResult {
         subtype,
         is_error,
         result,
-        num_turns: report.model_calls,
+        num_turns,
         duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-        duration_api_ms: u64::try_from(report.totals.model_time.as_millis()).unwrap_or(u64::MAX),
+        duration_api_ms: u64::try_from(totals.model_time.as_millis()).unwrap_or(u64::MAX),
         usage: ExecUsage {
-            input_tokens: report.totals.usage.input_tokens,
-            output_tokens: report.totals.usage.output_tokens,
+            input_tokens: totals.usage.input_tokens,
+            output_tokens: totals.usage.output_tokens,
         },
-        total_cost_usd: report.totals.cost_usd,
+        total_cost_usd: totals.cost_usd,
         session_id,
         model: agent.model().to_string(),
         permission_denials: events
