@@ -324,16 +324,6 @@ fn version_init_and_setup_keys() {
     );
 }
 
-/// Pids whose command line is exactly `argv`.
-fn pids_running(argv: &[&str]) -> Vec<i32> {
-    let want: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want))
-        .collect()
-}
-
 #[test]
 fn sigterm_ends_the_run_with_a_result_and_kills_running_commands() {
     let (_dir, root, home) = project();
@@ -343,7 +333,7 @@ fn sigterm_ends_the_run_with_a_result_and_kills_running_commands() {
         r#"{"auto_allow": ["sleep"]}"#,
     )
     .unwrap();
-    let marker = format!("{}.5", 300 + std::process::id() % 600); // a unique `sleep` argument
+    let marker = format!("300.{}2", std::process::id()); // a unique `sleep` argument
     let server = FakeServer::start(vec![oa_command("c1", &format!("sleep {marker}"))]);
     let mut child = Command::new(env!("CARGO_BIN_EXE_agentshell"))
         .args(["exec", "--json", "wait a bit"])

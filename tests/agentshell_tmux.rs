@@ -30,7 +30,8 @@ impl Tmux {
             format!(
                 "trap : INT\ncd '{root}'\nexport HOME='{home}' AGENTSHELL_MODEL=openai/test-model \
                  AGENTSHELL_BASE_URL='{url}/v1' OPENAI_API_KEY=sk-tmux-test-123456 TERM=xterm\n\
-                 '{bin}'\necho \"EXITED rc=$?\"\nsleep 600\n",
+                 '{bin}' --project '{root}'\necho \"EXITED rc=$?\"\n\
+                 echo \"TTY $(stty -a | tr ' ;' '\\n\\n' | grep -x -- '-\\?icanon')\"\nsleep 600\n",
                 root = root.display(),
                 home = home.display(),
                 url = server.url,
@@ -305,4 +306,57 @@ fn setup_keys_in_a_terminal_hides_the_value_and_writes_mode_0600() {
             .unwrap()
             .contains("DEEPSEEK_API_KEY=\"sk-typed-in-secret\"")
     );
+}
+
+/// The pid of this test's agentshell (`--project <its root>` tells it from other tests').
+fn agentshell_pid(t: &Tmux) -> i32 {
+    let bin = env!("CARGO_BIN_EXE_agentshell");
+    let root = t.root().display().to_string();
+    let mut pids = Vec::new();
+    wait_until("the agentshell process", || {
+        pids = pids_running(&[bin, "--project", &root]);
+        !pids.is_empty()
+    });
+    pids[0]
+}
+
+fn sigterm(pid: i32) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+}
+
+#[test]
+fn sigterm_during_a_command_kills_it_and_restores_the_terminal() {
+    let marker = format!("300.{}1", std::process::id()); // unique per test process
+    let server = FakeServer::start(vec![oa_command("c1", &format!("sleep {marker}"))]);
+    let t = Tmux::start(&server, "term1");
+    let pid = agentshell_pid(&t);
+    t.send("wait");
+    t.wait_for("? Run `sleep");
+    t.send("y");
+    wait_until("the sleep command", || {
+        !pids_running(&["sleep", &marker]).is_empty()
+    });
+    sigterm(pid);
+    t.wait_for("terminated by SIGTERM");
+    t.wait_for("EXITED rc=143");
+    t.wait_for("TTY icanon");
+    wait_until("the sleep command to be killed", || {
+        pids_running(&["sleep", &marker]).is_empty()
+    });
+}
+
+#[test]
+fn sigterm_at_the_prompt_restores_the_terminal() {
+    let server = FakeServer::start(vec![]);
+    let t = Tmux::start(&server, "term2");
+    let pid = agentshell_pid(&t);
+    t.tmux(&["send-keys", "-t", "main", "-l", "typing"]);
+    t.wait_for("typing");
+    sigterm(pid);
+    t.wait_for("EXITED rc=143");
+    t.wait_for("TTY icanon");
 }

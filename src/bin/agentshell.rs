@@ -16,7 +16,7 @@ use agentstore::agent::tools::Unattended;
 use agentstore::agent::transport::headless::{self, ExecResult, ExecUsage};
 use agentstore::agent::transport::line_editor::read_hidden;
 use agentstore::agent::transport::render::TerminalRenderer;
-use agentstore::agent::transport::terminal::Terminal;
+use agentstore::agent::transport::terminal::{SessionEnd, Terminal};
 use agentstore::agent::wiring::{self, ENV_HOME, ENV_LOG, LoggedEvents};
 
 /// A terminal agent in four layers: the model decides what to do, the code decides what is
@@ -110,7 +110,10 @@ fn run(cwd: &Path, explicit: Option<&Path>) -> anyhow::Result<()> {
             agent.model(),
             project.root.display()
         );
-        terminal.run(&mut agent, &banner).await?;
+        if let SessionEnd::Signal(_, number) = terminal.run(&mut agent, &banner).await? {
+            // A reader thread may still block on the terminal: leave without waiting for it.
+            std::process::exit(128 + number);
+        }
         Ok(())
     })
 }

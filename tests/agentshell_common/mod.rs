@@ -90,6 +90,16 @@ impl FakeServer {
     }
 }
 
+/// Pids whose command line is exactly `argv`.
+pub fn pids_running(argv: &[&str]) -> Vec<i32> {
+    let want: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want))
+        .collect()
+}
+
 /// Poll `cond` until true; panics after a generous hang guard.
 pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     let guard = Instant::now();

@@ -237,6 +237,32 @@ impl Drop for RawMode {
     }
 }
 
+/// The terminal's attributes, saved so they can be restored on an abrupt exit (a signal while
+/// a reader thread holds the terminal in raw mode).
+pub struct TerminalState(libc::termios);
+
+impl TerminalState {
+    /// Save stdin's attributes; `None` when stdin is not a terminal.
+    pub fn save() -> Option<Self> {
+        let fd = libc::STDIN_FILENO;
+        if !is_tty(fd) {
+            return None;
+        }
+        // SAFETY: termios is plain data, filled by tcgetattr.
+        let mut t: libc::termios = unsafe { std::mem::zeroed() };
+        // SAFETY: valid descriptor and writable termios.
+        (unsafe { libc::tcgetattr(fd, &mut t) } == 0).then_some(Self(t))
+    }
+
+    /// Put the saved attributes back.
+    pub fn restore(&self) {
+        // SAFETY: attributes previously read from the same descriptor.
+        unsafe {
+            libc::tcsetattr(libc::STDIN_FILENO, libc::TCSANOW, &self.0);
+        }
+    }
+}
+
 /// Whether `fd` is a terminal.
 pub fn is_tty(fd: RawFd) -> bool {
     // SAFETY: isatty only inspects the descriptor.

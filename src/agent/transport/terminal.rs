@@ -13,7 +13,7 @@ use tokio::sync::Mutex;
 
 use crate::agent::core::{Agent, CoreError, TurnStop};
 use crate::agent::tools::{Ask, AskAnswer, BoxFuture};
-use crate::agent::transport::line_editor::{LineEditor, ReadOutcome};
+use crate::agent::transport::line_editor::{LineEditor, ReadOutcome, TerminalState};
 use crate::agent::transport::render::{TerminalRenderer, request_line, session_line};
 
 /// The local commands, handled here and never sent to the model.
@@ -108,10 +108,16 @@ impl Terminal {
         Arc::clone(&self.ask) as Arc<dyn Ask>
     }
 
-    /// Run the read–run loop until `/exit`, Ctrl+D or Ctrl+C twice.
-    pub async fn run(&self, agent: &mut Agent, banner: &str) -> std::io::Result<()> {
+    /// Run the read–run loop until `/exit`, Ctrl+D, Ctrl+C twice, SIGTERM or SIGHUP. On a
+    /// signal the running request is dropped (its commands' process groups are killed), the
+    /// terminal restored, and [`SessionEnd::Signal`] returned: the caller should exit at once,
+    /// since a reader thread may still be blocked on the terminal.
+    pub async fn run(&self, agent: &mut Agent, banner: &str) -> std::io::Result<SessionEnd> {
         let session_start = Instant::now();
+        let saved = TerminalState::save();
         let mut sigint = signal(SignalKind::interrupt())?;
+        let mut sigterm = signal(SignalKind::terminate())?;
+        let mut sighup = signal(SignalKind::hangup())?;
         let screen = TerminalRenderer::new(std::io::stdout());
         println!("{banner}");
         println!("\x1b[2mType /help for commands, /exit to quit.\x1b[0m");
@@ -119,12 +125,20 @@ impl Terminal {
         let mut armed = false;
         loop {
             let mut ed = editor.take().unwrap_or_default();
-            let (ed, outcome) = tokio::task::spawn_blocking(move || {
+            let read = tokio::task::spawn_blocking(move || {
                 let r = ed.read_line(PROMPT);
                 (ed, r)
-            })
-            .await
-            .map_err(std::io::Error::other)?;
+            });
+            let read = tokio::select! {
+                r = read => Ok(r),
+                name = termination(&mut sigterm, &mut sighup) => Err(name),
+            };
+            let (ed, outcome) = match read {
+                Ok(joined) => joined.map_err(std::io::Error::other)?,
+                Err(signal) => {
+                    return Ok(end_by_signal(signal, saved.as_ref(), agent, session_start));
+                }
+            };
             editor = Some(ed);
             let line = match outcome? {
                 ReadOutcome::Eof => break,
@@ -165,8 +179,15 @@ impl Terminal {
             let started = Instant::now();
             let renderer = TerminalRenderer::new(std::io::stdout());
             let report = tokio::select! {
-                report = agent.run_turn(line, &renderer) => Some(report),
-                _ = sigint.recv() => None,
+                report = agent.run_turn(line, &renderer) => Ok(Some(report)),
+                _ = sigint.recv() => Ok(None),
+                name = termination(&mut sigterm, &mut sighup) => Err(name),
+            };
+            let report = match report {
+                Ok(r) => r,
+                Err(signal) => {
+                    return Ok(end_by_signal(signal, saved.as_ref(), agent, session_start));
+                }
             };
             match report {
                 None => {
@@ -201,8 +222,44 @@ impl Terminal {
         let summary = session_line(&agent.session_totals(), session_start.elapsed());
         tracing::info!(%summary, "session end");
         screen.info(&summary);
-        Ok(())
+        Ok(SessionEnd::Exit)
     }
+}
+
+/// How an interactive session ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionEnd {
+    /// `/exit`, Ctrl+D, Ctrl+C twice.
+    Exit,
+    /// A termination signal; exit with `128 + number`.
+    Signal(&'static str, i32),
+}
+
+async fn termination(
+    term: &mut tokio::signal::unix::Signal,
+    hup: &mut tokio::signal::unix::Signal,
+) -> (&'static str, i32) {
+    tokio::select! {
+        _ = term.recv() => ("SIGTERM", libc::SIGTERM),
+        _ = hup.recv() => ("SIGHUP", libc::SIGHUP),
+    }
+}
+
+fn end_by_signal(
+    (name, number): (&'static str, i32),
+    saved: Option<&TerminalState>,
+    agent: &Agent,
+    session_start: Instant,
+) -> SessionEnd {
+    if let Some(state) = saved {
+        state.restore();
+    }
+    let summary = session_line(&agent.session_totals(), session_start.elapsed());
+    tracing::info!(signal = name, %summary, "session ended by a signal");
+    let screen = TerminalRenderer::new(std::io::stdout());
+    screen.error(&format!("terminated by {name}"));
+    screen.info(&summary);
+    SessionEnd::Signal(name, number)
 }
 
 #[cfg(test)]
