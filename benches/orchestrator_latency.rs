@@ -29,7 +29,9 @@ fn bus() -> Bus {
         .spawn()
         .unwrap();
     let mut line = String::new();
-    BufReader::new(c.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    BufReader::new(c.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
     Bus(c, line.trim().to_string())
 }
 
@@ -103,8 +105,14 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let n: usize = std::env::var("BENCH_MESSAGES").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
-    let np: usize = std::env::var("BENCH_POLL_MESSAGES").ok().and_then(|v| v.parse().ok()).unwrap_or(12);
+    let n: usize = std::env::var("BENCH_MESSAGES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    let np: usize = std::env::var("BENCH_POLL_MESSAGES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(12);
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("store");
     agentstore::store::Store::init(&root).unwrap();
@@ -116,10 +124,18 @@ fn main() {
     let after = rss_kib(d.id());
 
     // D-Bus round trip: busctl would measure its own start-up; use zbus in-process.
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let mut dbus: Vec<Duration> = rt.block_on(async {
-        let conn = zbus::connection::Builder::address(b.1.as_str()).build().await.unwrap();
-        let p = agentstore::bus::orchestrator::Orchestrator1Proxy::new(&conn).await.unwrap();
+        let conn = zbus::connection::Builder::address(b.1.as_str())
+            .build()
+            .await
+            .unwrap();
+        let p = agentstore::bus::orchestrator::Orchestrator1Proxy::new(&conn)
+            .await
+            .unwrap();
         let mut v = Vec::new();
         for _ in 0..n {
             let t0 = Instant::now();
@@ -138,16 +154,33 @@ fn main() {
     d.kill().unwrap();
     d.wait().unwrap();
 
-    println!("orchestratord latency ({} CPUs)", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0));
+    println!(
+        "orchestratord latency ({} CPUs)",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0)
+    );
     println!("| path | samples | p50 | p99 | max |");
     println!("|---|---|---|---|---|");
     for (name, v) in [
-        ("inbox file → outbox answer, inotify (this design)", &mut inotify),
-        ("inbox file → outbox answer, 10 s polling (PRD design)", &mut poll),
+        (
+            "inbox file → outbox answer, inotify (this design)",
+            &mut inotify,
+        ),
+        (
+            "inbox file → outbox answer, 10 s polling (PRD design)",
+            &mut poll,
+        ),
         ("D-Bus Submit round trip, direct command `help`", &mut dbus),
     ] {
         let max = *v.iter().max().unwrap();
-        println!("| {name} | {} | {} | {} | {} |", v.len(), ms(pct(v, 0.5)), ms(pct(v, 0.99)), ms(max));
+        println!(
+            "| {name} | {} | {} | {} | {} |",
+            v.len(),
+            ms(pct(v, 0.5)),
+            ms(pct(v, 0.99)),
+            ms(max)
+        );
     }
     println!("orchestratord RSS: idle {idle} KiB, after {n} inbox messages {after} KiB");
 }

@@ -276,12 +276,14 @@ pub async fn run(
     let mut lock = StoreLock::acquire(&shared.store.lock_path()).map_err(lock_error)?;
 
     let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(64);
-    watch(&shared.store, tx.clone()).map_err(|e| {
-        DaemonError::Other(format!(
-            "inotify on {}: {e}",
-            shared.store.inbox().display()
-        ))
-    })?;
+    if !opts.no_inotify {
+        watch(&shared.store, tx.clone()).map_err(|e| {
+            DaemonError::Other(format!(
+                "inotify on {}: {e}",
+                shared.store.inbox().display()
+            ))
+        })?;
+    }
 
     let root = shared.store.root().display().to_string();
     shared
