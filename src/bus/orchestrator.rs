@@ -131,6 +131,7 @@ impl OrchestratorObject {
     /// (`content.job_id`, `queue`, `job_path`). `correlation_id`, `queue_time`, `source` and
     /// `status` may be omitted. Errors: org.agentstore.Error.InvalidMessage, .NotFound,
     /// .PermissionDenied, .Failed.
+    #[zbus(out_args("response"))]
     async fn submit(
         &self,
         message: String,
@@ -162,6 +163,7 @@ impl OrchestratorObject {
     }
 
     /// Processes the inbox and finished jobs now; returns how many items were handled.
+    #[zbus(out_args("handled"))]
     async fn sweep(
         &self,
         #[zbus(header)] hdr: Header<'_>,
@@ -329,6 +331,9 @@ pub trait Orchestrator1 {
     /// Jobs created.
     #[zbus(property)]
     fn jobs_created(&self) -> zbus::Result<u64>;
+    /// Messages answered with an error.
+    #[zbus(property)]
+    fn errors(&self) -> zbus::Result<u64>;
     /// Last loop time.
     #[zbus(property)]
     fn last_loop_time(&self) -> zbus::Result<String>;

@@ -85,17 +85,20 @@ pub fn cycle(shared: &Shared) -> Result<usize, StoreError> {
 }
 
 /// What a pass did.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 pub struct CycleReport {
     /// Messages answered and finished jobs handled.
     pub handled: usize,
     /// Inbox files left for a moment because they may still be being written.
     pub deferred: usize,
+    /// Inbox messages answered: (correlation id, command, status, project, created job).
+    pub answered: Vec<(String, String, String, String, Option<super::CreatedJob>)>,
 }
 
 /// [`cycle`], also counting deferred files.
 pub fn cycle_report(shared: &Shared) -> Result<CycleReport, StoreError> {
     let mut deferred = 0;
+    let mut answered = Vec::new();
     let store = &shared.store;
     let limit = store.config().orchestrator.max_messages_per_loop.max(1);
     let mut handled = 0;
@@ -123,6 +126,13 @@ pub fn cycle_report(shared: &Shared) -> Result<CycleReport, StoreError> {
                     r.command,
                     r.error.as_deref().unwrap_or("done")
                 );
+                answered.push((
+                    r.correlation_id.clone(),
+                    r.command.clone(),
+                    if o.error.is_some() { "error" } else { "done" }.to_string(),
+                    r.project.clone().unwrap_or_default(),
+                    o.job.clone().filter(|j| j.new),
+                ));
                 if let Some(job) = o.job.as_ref().filter(|j| j.new) {
                     shared.jobs_created.fetch_add(1, Ordering::Relaxed);
                     tracing::info!(job_id = %job.id, queue = %job.queue, correlation_id = %r.correlation_id, "job created");
@@ -146,7 +156,11 @@ pub fn cycle_report(shared: &Shared) -> Result<CycleReport, StoreError> {
     if let Ok(mut t) = shared.last_loop.lock() {
         *t = Some(Timestamp::now());
     }
-    Ok(CycleReport { handled, deferred })
+    Ok(CycleReport {
+        handled,
+        deferred,
+        answered,
+    })
 }
 
 /// Starts a thread that turns inotify events on the inbox and the queues' `finished_jobs/`
@@ -181,6 +195,42 @@ fn watch(store: &Store, tx: tokio::sync::mpsc::Sender<()>) -> std::io::Result<()
             }
         })?;
     Ok(())
+}
+
+/// The D-Bus signals for messages answered from the inbox (D-Bus calls emit their own).
+async fn emit_signals(conn: &zbus::Connection, report: &CycleReport) {
+    use crate::bus::ORCHESTRATOR_INTERFACE as IFACE;
+    for (cid, command, status, project, job) in &report.answered {
+        let _ = conn
+            .emit_signal(
+                None::<&str>,
+                ORCHESTRATOR_PATH,
+                IFACE,
+                "MessageProcessed",
+                &(cid, command, status),
+            )
+            .await;
+        if let Some(j) = job {
+            let _ = conn
+                .emit_signal(
+                    None::<&str>,
+                    ORCHESTRATOR_PATH,
+                    IFACE,
+                    "JobCreated",
+                    &(&j.id, &j.queue, project),
+                )
+                .await;
+        }
+    }
+}
+
+/// Another holder is "already running" (exit 2, no restart); an unwritable lock is an
+/// ordinary failure that systemd may retry.
+fn lock_error(e: super::LockError) -> DaemonError {
+    match e {
+        super::LockError::Held { .. } => DaemonError::AlreadyRunning(e.to_string()),
+        super::LockError::Io { .. } => DaemonError::Other(e.to_string()),
+    }
 }
 
 /// Runs the daemon until `shutdown` resolves or it has been idle long enough.
@@ -223,16 +273,17 @@ pub async fn run(
         }
     };
     // Singleton 2: the store lock, across machines sharing the folder.
-    let mut lock = StoreLock::acquire(&shared.store.lock_path())
-        .map_err(|e| DaemonError::AlreadyRunning(e.to_string()))?;
+    let mut lock = StoreLock::acquire(&shared.store.lock_path()).map_err(lock_error)?;
 
     let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(64);
-    watch(&shared.store, tx.clone()).map_err(|e| {
-        DaemonError::Other(format!(
-            "inotify on {}: {e}",
-            shared.store.inbox().display()
-        ))
-    })?;
+    if !opts.no_inotify {
+        watch(&shared.store, tx.clone()).map_err(|e| {
+            DaemonError::Other(format!(
+                "inotify on {}: {e}",
+                shared.store.inbox().display()
+            ))
+        })?;
+    }
 
     let root = shared.store.root().display().to_string();
     shared
@@ -263,15 +314,18 @@ pub async fn run(
 
     let result = loop {
         let s = shared.clone();
-        let (handled, deferred) = match tokio::task::spawn_blocking(move || cycle_report(&s)).await
-        {
-            Ok(Ok(r)) => (r.handled, r.deferred),
+        let report = match tokio::task::spawn_blocking(move || cycle_report(&s)).await {
+            Ok(Ok(r)) => r,
             Ok(Err(e)) => {
                 tracing::error!("sweep failed: {e}");
-                (0, 0)
+                CycleReport::default()
             }
             Err(e) => break Err(DaemonError::Other(format!("sweep panicked: {e}"))),
         };
+        let (handled, deferred) = (report.handled, report.deferred);
+        if let Some(conn) = &_conn {
+            emit_signals(conn, &report).await;
+        }
         let activity = shared.activity.load(Ordering::Relaxed);
         if handled > 0 || activity != last_activity {
             last_work = Instant::now();

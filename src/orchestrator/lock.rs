@@ -94,16 +94,18 @@ impl StoreLock {
             path: path.to_path_buf(),
             source,
         };
-        // Create-if-absent first (atomic on one machine)...
-        let fresh = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(path);
-        match fresh {
-            Ok(f) => {
-                drop(f);
-                write_json_atomic(path, &info).map_err(io)?;
-            }
+        // Create-if-absent with the whole content at once: write a temp file, then hard-link
+        // it into place (link fails if the lock exists), so no reader ever sees it empty.
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+        write_json_atomic(&tmp, &info).map_err(io)?;
+        let linked = std::fs::hard_link(&tmp, path);
+        let _ = std::fs::remove_file(&tmp);
+        match linked {
+            Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                 // ...else decide whether the holder is alive.
                 match read_lock(path) {

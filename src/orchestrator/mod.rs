@@ -141,11 +141,25 @@ fn fallback_id(path: &Path) -> String {
         id.insert(0, 'm');
     }
     id.truncate(200);
+    if id != stem {
+        // Sanitised: add a digest of the real name so `x y.json` and `x_y.json` differ.
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        stem.hash(&mut h);
+        id.push_str(&format!("-{:08x}", h.finish() as u32));
+    }
     id
 }
 
 /// An error response for a message that could not even be parsed.
-fn unparsed_error(correlation_id: String, error: RouteError, raw: Option<&Value>) -> Message {
+/// `queue_time` comes from the document when it has a valid one, else from the file's
+/// modification time, so answering the same file again after a crash gives the same answer.
+fn unparsed_error(
+    correlation_id: String,
+    error: RouteError,
+    raw: Option<&Value>,
+    path: &Path,
+) -> Message {
     let get = |k: &str| {
         raw.and_then(|v| v.get(k))
             .and_then(Value::as_str)
@@ -157,6 +171,7 @@ fn unparsed_error(correlation_id: String, error: RouteError, raw: Option<&Value>
         project: get("project"),
         queue_time: get("queue_time")
             .and_then(|t| t.parse().ok())
+            .or_else(|| file_time(path))
             .unwrap_or_else(Timestamp::now),
         processed_time: Some(Timestamp::now()),
         command: get("command").unwrap_or_else(|| "unknown".into()),
@@ -165,6 +180,13 @@ fn unparsed_error(correlation_id: String, error: RouteError, raw: Option<&Value>
         error: Some(error.to_string()),
         user: get("user").filter(|u| is_safe_id(u)),
     }
+}
+
+/// A file's modification time, to the second.
+fn file_time(path: &Path) -> Option<Timestamp> {
+    let m = std::fs::metadata(path).ok()?.modified().ok()?;
+    let t = chrono::DateTime::<chrono::Utc>::from(m);
+    chrono::DateTime::from_timestamp(t.timestamp(), 0).map(Timestamp)
 }
 
 /// What became of one inbox file.
@@ -205,14 +227,15 @@ pub fn process_inbox_file(store: &Store, path: &Path) -> Result<FileOutcome, Sto
         Err(e) => {
             // Unreadable (permissions): answer with the reason, keep the file.
             let id = fallback_id(path);
-            let response = unparsed_error(id, RouteError::Failed(e.to_string()), None);
+            let err = RouteError::Failed(e.to_string());
+            let response = unparsed_error(id, err.clone(), None, path);
             return finish(
                 store,
                 path,
                 Outcome {
                     response,
                     job: None,
-                    error: None,
+                    error: Some(err),
                 },
             );
         }
@@ -224,9 +247,29 @@ pub fn process_inbox_file(store: &Store, path: &Path) -> Result<FileOutcome, Sto
     let parsed: Result<Message, StoreError> = store.parse_doc(DocKind::Message, path, &bytes);
     let outcome = match parsed {
         Ok(msg) => {
-            if answered_before(store, &msg.correlation_id) {
-                move_to_processed(store, path)?;
-                return Ok(FileOutcome::AlreadyAnswered(msg.correlation_id));
+            match earlier_answer(store, &msg.correlation_id, &msg.command, &msg.queue_time) {
+                Earlier::None => {}
+                Earlier::Same => {
+                    move_to_processed(store, path)?;
+                    return Ok(FileOutcome::AlreadyAnswered(msg.correlation_id));
+                }
+                Earlier::Other => {
+                    let err = RouteError::Invalid(format!(
+                        "correlation_id {} was already used by an earlier message (answered in messaging/outbox/{}.json); send this one with a new correlation_id",
+                        msg.correlation_id, msg.correlation_id
+                    ));
+                    let mut response =
+                        unparsed_error(msg.correlation_id.clone(), err.clone(), None, path);
+                    response.command = msg.command.clone();
+                    response.queue_time = msg.queue_time;
+                    response.project = msg.project.clone();
+                    let o = Outcome {
+                        response,
+                        job: None,
+                        error: Some(err),
+                    };
+                    return finish_as(store, path, o, &duplicate_name(store, &msg.correlation_id));
+                }
             }
             match caller_for_file(store, &msg) {
                 Ok(who) => handle(store, &msg, &who),
@@ -249,10 +292,6 @@ pub fn process_inbox_file(store: &Store, path: &Path) -> Result<FileOutcome, Sto
                 .filter(|c| is_safe_id(c))
                 .map(str::to_string)
                 .unwrap_or_else(|| fallback_id(path));
-            if answered_before(store, &id) {
-                move_to_processed(store, path)?;
-                return Ok(FileOutcome::AlreadyAnswered(id));
-            }
             let message = match &e {
                 StoreError::Invalid { rejection, .. } => {
                     format!("Invalid message format: {rejection}")
@@ -260,7 +299,23 @@ pub fn process_inbox_file(store: &Store, path: &Path) -> Result<FileOutcome, Sto
                 other => format!("Invalid message format: {other}"),
             };
             let err = RouteError::Invalid(message);
-            let response = unparsed_error(id, err.clone(), raw.as_ref());
+            let response = unparsed_error(id.clone(), err.clone(), raw.as_ref(), path);
+            let qt = response.queue_time;
+            match earlier_answer(store, &id, &response.command, &qt) {
+                Earlier::None => {}
+                Earlier::Same => {
+                    move_to_processed(store, path)?;
+                    return Ok(FileOutcome::AlreadyAnswered(id));
+                }
+                Earlier::Other => {
+                    let o = Outcome {
+                        response,
+                        job: None,
+                        error: Some(err),
+                    };
+                    return finish_as(store, path, o, &duplicate_name(store, &id));
+                }
+            }
             Outcome {
                 response,
                 job: None,
@@ -272,8 +327,19 @@ pub fn process_inbox_file(store: &Store, path: &Path) -> Result<FileOutcome, Sto
 }
 
 fn finish(store: &Store, path: &Path, outcome: Outcome) -> Result<FileOutcome, StoreError> {
+    let name = format!("{}.json", outcome.response.correlation_id);
+    finish_as(store, path, outcome, &name)
+}
+
+/// Writes the answer as `outbox/<name>`, then moves the message to `processed_inbox/`.
+fn finish_as(
+    store: &Store,
+    path: &Path,
+    outcome: Outcome,
+    name: &str,
+) -> Result<FileOutcome, StoreError> {
     let id = outcome.response.correlation_id.clone();
-    let out = store.outbox().join(format!("{id}.json"));
+    let out = store.outbox().join(name);
     store.write_doc(DocKind::Message, &out, &outcome.response)?;
     move_to_processed(store, path)?;
     let mut ev = Event::new(DAEMON, "message_answered").correlation(&id);
@@ -297,9 +363,48 @@ fn finish(store: &Store, path: &Path, outcome: Outcome) -> Result<FileOutcome, S
     Ok(FileOutcome::Answered(Box::new(outcome)))
 }
 
-fn answered_before(store: &Store, correlation_id: &str) -> bool {
-    let name = format!("{correlation_id}.json");
-    store.outbox().join(&name).exists() || store.processed_outbox().join(&name).exists()
+/// Whether a message's correlation id was answered before.
+enum Earlier {
+    /// Never.
+    None,
+    /// Answered, and the answer is for this very message (same command and queue_time): a
+    /// crash came between answering and moving it.
+    Same,
+    /// Answered for a different message that used the same id.
+    Other,
+}
+
+fn earlier_answer(store: &Store, id: &str, command: &str, queue_time: &Timestamp) -> Earlier {
+    let name = format!("{id}.json");
+    for dir in [store.outbox(), store.processed_outbox()] {
+        let p = dir.join(&name);
+        if !p.exists() {
+            continue;
+        }
+        #[derive(serde::Deserialize)]
+        struct Head {
+            command: String,
+            queue_time: String,
+        }
+        let head = std::fs::read(&p)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Head>(&b).ok());
+        return match head {
+            Some(h) if h.command == command && h.queue_time == queue_time.to_string() => {
+                Earlier::Same
+            }
+            _ => Earlier::Other,
+        };
+    }
+    Earlier::None
+}
+
+/// A free outbox name for the error answer to a message that reused a correlation id.
+fn duplicate_name(store: &Store, id: &str) -> String {
+    (1..)
+        .map(|n| format!("{id}.duplicate-{n}.json"))
+        .find(|n| !store.outbox().join(n).exists() && !store.processed_outbox().join(n).exists())
+        .unwrap_or_else(|| format!("{id}.duplicate.json"))
 }
 
 /// Moves an inbox file to `processed_inbox/` (never overwriting: a name taken by an older
@@ -396,8 +501,13 @@ fn sort_key(p: &Path) -> String {
     struct Qt {
         queue_time: String,
     }
-    let from_doc = std::fs::read(p)
-        .ok()
+    // Only small files are read here; big ones sort by modification time.
+    let small = std::fs::metadata(p)
+        .map(|m| m.len() <= 1 << 20)
+        .unwrap_or(false);
+    let from_doc = small
+        .then(|| std::fs::read(p).ok())
+        .flatten()
         .and_then(|b| serde_json::from_slice::<Qt>(&b).ok())
         .and_then(|q| q.queue_time.parse::<Timestamp>().ok());
     let t = from_doc.or_else(|| {

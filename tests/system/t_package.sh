@@ -44,8 +44,8 @@ sys_check "/etc/agentstore/config.yaml is a conffile" conffile_listed
 units=$(x dpkg-query -L agentstore | sed -n 's|^/usr/lib/systemd/system/||p' | grep -v / || true)
 for u in $units; do
     case "$u" in
-    *@.*) sys_check "systemd-analyze verify $u" x systemd-analyze verify "/usr/lib/systemd/system/${u%%@*}@verify.${u##*.}" ;;
-    *) sys_check "systemd-analyze verify $u" x systemd-analyze verify "/usr/lib/systemd/system/$u" ;;
+    *@.*) sys_check "systemd-analyze verify $u" x systemd-analyze verify --man=no "/usr/lib/systemd/system/${u%%@*}@verify.${u##*.}" ;;
+    *) sys_check "systemd-analyze verify $u" x systemd-analyze verify --man=no "/usr/lib/systemd/system/$u" ;;
     esac
 done
 for u in agentstore-orchestrator.path agentstore-orchestrator.timer; do
