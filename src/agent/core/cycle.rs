@@ -9,7 +9,7 @@ use thiserror::Error;
 
 use crate::agent::core::accounting::{PriceTable, RequestStats, Totals};
 use crate::agent::core::config::CoreConfig;
-use crate::agent::core::message::{Message, Role};
+use crate::agent::core::message::Message;
 use crate::agent::core::provider::{ModelRequest, Provider, ProviderError, StreamEvent};
 use crate::agent::tools::subsystems::context::fit;
 use crate::agent::tools::{Ask, AskAnswer, ToolCall, ToolResult, ToolStatus, Toolbox};
@@ -236,8 +236,8 @@ impl Agent {
         }
     }
 
-    /// Drop the conversation (the system prompt is rebuilt every call anyway).
+    /// Forget the conversation (the system prompt is rebuilt for every call anyway).
     pub fn clear(&mut self) {
-        self.history.retain(|m| m.role == Role::System);
+        self.history.clear();
     }
 }
