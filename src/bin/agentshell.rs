@@ -58,7 +58,16 @@ fn agent_home(env: &BTreeMap<String, String>) -> anyhow::Result<AgentHome> {
         env.get(ENV_HOME)
             .filter(|v| !v.is_empty())
             .map(PathBuf::from),
-        env.get("HOME").filter(|v| !v.is_empty()).map(PathBuf::from),
+        env.get("HOME")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            // Services may run without HOME: fall back to the passwd entry.
+            .or_else(|| {
+                nix::unistd::User::from_uid(nix::unistd::getuid())
+                    .ok()
+                    .flatten()
+                    .map(|u| u.dir)
+            }),
     )?)
 }
 
