@@ -35,5 +35,6 @@ fn main() -> std::io::Result<()> {
     let out = PathBuf::from(std::env::args().nth(1).unwrap_or_else(|| "target".into()));
     write(&out, agentstore::cli::Cli::command())?;
     write(&out, agentstore::orchestrator::daemon::Args::command())?;
+    write(&out, agentstore::agent::cli::Cli::command())?;
     Ok(())
 }

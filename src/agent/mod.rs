@@ -69,6 +69,7 @@
 //! `permission_denials` with its reason; the run never waits for a human.
 
 pub mod bootstrap;
+pub mod cli;
 pub mod core;
 pub mod tools;
 pub mod transport;

@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use agentstore::agent::cli::{Cli, Command};
 use anyhow::{Context, bail};
-use clap::{Parser, Subcommand};
+use clap::Parser;
 
 use agentstore::agent::bootstrap::{self, AgentHome, keys, logger, project};
 use agentstore::agent::core::provider::model_spec::known_key_vars;
@@ -18,36 +19,6 @@ use agentstore::agent::transport::line_editor::read_hidden;
 use agentstore::agent::transport::render::TerminalRenderer;
 use agentstore::agent::transport::terminal::{SessionEnd, Terminal};
 use agentstore::agent::wiring::{self, ENV_HOME, ENV_LOG, LoggedEvents};
-
-/// A terminal agent in four layers: the model decides what to do, the code decides what is
-/// allowed.
-#[derive(Debug, Parser)]
-#[command(name = "agentshell", version, about)]
-struct Cli {
-    /// Start the project search here instead of the current directory.
-    #[arg(long, global = true, value_name = "DIR")]
-    project: Option<PathBuf>,
-    #[command(subcommand)]
-    command: Option<Command>,
-}
-
-#[derive(Debug, Subcommand)]
-enum Command {
-    /// Start the interactive agent (the default).
-    Run,
-    /// Create the .agentshell/ skeleton in the current directory (or --project).
-    Init,
-    /// Store API keys in ~/.agentshell/.env (mode 0600). Off a terminal, reads NAME=VALUE lines.
-    SetupKeys,
-    /// Run one prompt headless and print the result.
-    Exec {
-        /// Print one JSON object like `claude -p --output-format json`.
-        #[arg(long)]
-        json: bool,
-        /// The prompt, or `-` to read it from stdin.
-        prompt: String,
-    },
-}
 
 fn env_map() -> BTreeMap<String, String> {
     std::env::vars().collect()
