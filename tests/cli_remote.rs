@@ -7,6 +7,7 @@
 mod common;
 
 use common::TestEnv;
+use common::bus::KillOnDrop;
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Stdio};
@@ -66,17 +67,19 @@ fn unreadable_store_is_browsed_over_dbus_as_the_callers_user() {
         .spawn()
         .unwrap();
     let mut addr = String::new();
-    BufReader::new(bus.stdout.take().unwrap())
-        .read_line(&mut addr)
-        .unwrap();
+    let pipe = bus.stdout.take().unwrap();
+    let _bus = KillOnDrop(bus);
+    BufReader::new(pipe).read_line(&mut addr).unwrap();
     let addr = addr.trim().to_string();
     std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let mut daemon = Command::new(env!("CARGO_BIN_EXE_orchestratord"))
-        .args(["--bus", "session", "--idle-exit", "0", "--root"])
-        .arg(&env.root)
-        .env("DBUS_SESSION_BUS_ADDRESS", &addr)
-        .spawn()
-        .unwrap();
+    let _daemon = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_orchestratord"))
+            .args(["--bus", "session", "--idle-exit", "0", "--root"])
+            .arg(&env.root)
+            .env("DBUS_SESSION_BUS_ADDRESS", &addr)
+            .spawn()
+            .unwrap(),
+    );
     common::bus::wait_until(std::time::Duration::from_secs(30), "orchestratord", || {
         env.root.join(".orchestrator.lock").exists()
     });
@@ -117,8 +120,4 @@ fn unreadable_store_is_browsed_over_dbus_as_the_callers_user() {
         .output()
         .unwrap();
     assert!(!o.status.success());
-    daemon.kill().unwrap();
-    daemon.wait().unwrap();
-    bus.kill().unwrap();
-    bus.wait().unwrap();
 }
