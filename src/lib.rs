@@ -6,6 +6,8 @@ pub mod access;
 pub mod bus;
 pub mod cli;
 pub mod model;
+pub mod queue;
 pub mod schema;
 pub mod store;
 pub mod systemd;
+pub mod worker;

@@ -1,5 +1,7 @@
 //! D-Bus: which bus, the service names, and the named errors every interface returns.
 
+pub mod queue;
+
 use std::fmt;
 
 /// Orchestrator well-known name, object path and interface.
