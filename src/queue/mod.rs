@@ -214,27 +214,7 @@ impl Manager {
             inotify: None,
             cfg,
         };
-        // Reset runtime first: whatever the file says is stale (PRD §4.5).
-        m.write_runtime(true);
         let q = m.cfg.queue.clone();
-        let queued_dir = m.store.jobs_dir(&q, JobStatus::Queued);
-        let inotify = inotify::Inotify::init().map_err(|source| QueueError::Watch {
-            path: queued_dir.clone(),
-            source,
-        })?;
-        use inotify::WatchMask as W;
-        inotify
-            .watches()
-            .add(
-                &queued_dir,
-                W::MOVED_TO | W::CLOSE_WRITE | W::MOVED_FROM | W::DELETE,
-            )
-            .map_err(|source| QueueError::Watch {
-                path: queued_dir.clone(),
-                source,
-            })?;
-        m.inotify = Some(inotify);
-        m.adopt_running();
         if m.cfg.bus != BusTarget::None {
             let builder = match &m.cfg.bus {
                 BusTarget::System => zbus::connection::Builder::system(),
@@ -261,6 +241,26 @@ impl Manager {
             );
             m._conn = Some(conn);
         }
+        // Reset runtime first: whatever the file says is stale (PRD §4.5).
+        m.write_runtime(true);
+        let queued_dir = m.store.jobs_dir(&q, JobStatus::Queued);
+        let inotify = inotify::Inotify::init().map_err(|source| QueueError::Watch {
+            path: queued_dir.clone(),
+            source,
+        })?;
+        use inotify::WatchMask as W;
+        inotify
+            .watches()
+            .add(
+                &queued_dir,
+                W::MOVED_TO | W::CLOSE_WRITE | W::MOVED_FROM | W::DELETE,
+            )
+            .map_err(|source| QueueError::Watch {
+                path: queued_dir.clone(),
+                source,
+            })?;
+        m.inotify = Some(inotify);
+        let dead = m.adopt_running();
         tracing::info!(queue = %q, launcher = m.launcher.name(), adopted = m.running.len(),
             "queue manager started");
         m.store.record_event(
@@ -277,6 +277,9 @@ impl Manager {
                 m.running.len()
             ),
         );
+        for id in dead {
+            m.settle(&id, None).await;
+        }
         m.step().await;
         Ok(m)
     }
@@ -620,7 +623,7 @@ impl Manager {
 
     /// Takes over this host's jobs in `running_jobs/` whose worker still runs; fails those
     /// whose worker is gone (PRD §11 scenario 2).
-    fn adopt_running(&mut self) -> Vec<(String, Job)> {
+    fn adopt_running(&mut self) -> Vec<String> {
         let q = self.cfg.queue.clone();
         let dir = self.store.jobs_dir(&q, JobStatus::Running);
         let docs = match crate::store::scan_dir(&dir) {
@@ -648,7 +651,7 @@ impl Manager {
             match job.runtime.process_id {
                 Some(pid) if pidwatch::is_worker_of(pid, &id) => {
                     let Some(fd) = pidwatch::pidfd_open(pid) else {
-                        dead.push((id, job));
+                        dead.push(id);
                         continue;
                     };
                     let limit = job
@@ -688,24 +691,8 @@ impl Manager {
                         },
                     );
                 }
-                _ => dead.push((id, job)),
+                _ => dead.push(id),
             }
-        }
-        for (id, _) in &dead {
-            // Queued for on_exit-like handling right away.
-            let _ = self.exits_tx.send(id.clone());
-            self.running.insert(
-                id.clone(),
-                Running {
-                    pid: 0,
-                    unit: None,
-                    started_at: Instant::now(),
-                    limit: u64::MAX,
-                    deadline: Instant::now() + Duration::from_secs(86_400 * 365),
-                    end: None,
-                    kill_at: None,
-                },
-            );
         }
         dead
     }
@@ -714,9 +701,13 @@ impl Manager {
         let Some(r) = self.running.remove(id) else {
             return;
         };
-        if r.pid != 0 {
-            self.launcher.clean_up(r.pid, r.unit.as_deref()).await;
-        }
+        self.launcher.clean_up(r.pid, r.unit.as_deref()).await;
+        self.settle(id, Some(r)).await;
+    }
+
+    /// After a worker is gone: signals the end it reported, or writes the end it could not
+    /// (`r` is `None` for a job found running with no live worker).
+    async fn settle(&mut self, id: &str, r: Option<Running>) {
         let q = self.cfg.queue.clone();
         for to in [JobStatus::Finished, JobStatus::Failed] {
             if self.store.job_path(&q, to, id).is_file() {
@@ -733,19 +724,22 @@ impl Manager {
             tracing::warn!(job_id = %id, queue = %q, "job file vanished from running_jobs");
             return;
         };
-        let elapsed = r.started_at.elapsed().as_secs_f64();
-        let timeout = || {
-            format!(
-                "Job timeout after {}s (limit: {}s)",
-                elapsed.floor() as u64,
-                r.limit
-            )
-        };
-        let error = match &r.end {
-            Some(EndCause::Cancelled(by)) => format!("Job cancelled by {by}"),
-            Some(EndCause::Timeout) => timeout(),
-            None if elapsed >= r.limit as f64 => timeout(),
+        let error = match r {
             None => WORKER_DIED.to_string(),
+            Some(r) => {
+                let elapsed = r.started_at.elapsed().as_secs_f64();
+                let timeout = format!(
+                    "Job timeout after {}s (limit: {}s)",
+                    elapsed.floor() as u64,
+                    r.limit
+                );
+                match &r.end {
+                    Some(EndCause::Cancelled(by)) => format!("Job cancelled by {by}"),
+                    Some(EndCause::Timeout) => timeout,
+                    None if elapsed >= r.limit as f64 => timeout,
+                    None => WORKER_DIED.to_string(),
+                }
+            }
         };
         match self.store.parse_doc::<Job>(DocKind::Job, &path, &bytes) {
             Ok(job) => self.fail_owned(id, JobStatus::Running, job, error).await,
@@ -803,14 +797,16 @@ impl Manager {
         let gone: Vec<String> = self
             .running
             .iter()
-            .filter(|(id, r)| r.pid != 0 && !pidwatch::is_worker_of(r.pid, id))
+            .filter(|(id, r)| !pidwatch::is_worker_of(r.pid, id))
             .map(|(id, _)| id.clone())
             .collect();
         for id in gone {
             self.on_exit(&id).await;
         }
         // Running files nobody watches (a restart race, a synced-in file from this host).
-        self.adopt_running();
+        for id in self.adopt_running() {
+            self.settle(&id, None).await;
+        }
         while let Ok(id) = self.exits_rx.try_recv() {
             self.on_exit(&id).await;
         }
