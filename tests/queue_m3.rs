@@ -73,9 +73,15 @@ async fn m3_m4_start_reset_and_noop_job() {
         assert_eq!(c.old, "running");
         let done = env.job("finished", "test-job-001");
         assert_eq!(done["runtime"]["status"], "finished");
-        assert_eq!(done["runtime"]["output"], "No-op job completed successfully");
+        assert_eq!(
+            done["runtime"]["output"],
+            "No-op job completed successfully"
+        );
         assert_eq!(done["runtime"]["error"], json!(null));
-        assert!(done["runtime"]["finish_time"].as_str().unwrap() >= done["runtime"]["start_time"].as_str().unwrap());
+        assert!(
+            done["runtime"]["finish_time"].as_str().unwrap()
+                >= done["runtime"]["start_time"].as_str().unwrap()
+        );
         assert_eq!(env.count("running"), 0);
         m.stop().await;
         assert_eq!(env.queue_json()["runtime"]["process_id"], json!(null));
@@ -147,7 +153,11 @@ async fn m3_worker_count_is_enforced() {
             assert!(env.count("running") <= 2, "folder snapshot on {c:?}");
         }
         assert_eq!(max, 2, "both slots were used");
-        assert_eq!(starts, ["job-4", "job-3", "job-2", "job-1", "job-0"], "oldest queue_time first");
+        assert_eq!(
+            starts,
+            ["job-4", "job-3", "job-2", "job-1", "job-0"],
+            "oldest queue_time first"
+        );
         assert_eq!(env.count("finished"), 5);
         m.stop().await;
     })
@@ -174,7 +184,12 @@ async fn m3_timeout_kills_and_fails() {
             err.starts_with("Job timeout after ") && err.ends_with("s (limit: 2s)"),
             "{err}"
         );
-        let secs: u64 = err["Job timeout after ".len()..].split('s').next().unwrap().parse().unwrap();
+        let secs: u64 = err["Job timeout after ".len()..]
+            .split('s')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
         assert!(secs >= 2, "{err}");
         assert!(!is_worker_of(pid, "slow"), "worker killed");
         m.stop().await;
@@ -198,11 +213,18 @@ async fn m3_restart_readopts_running_job() {
         assert!(is_worker_of(pid, "long"), "the worker outlives its manager");
 
         let second = RunningManager::start(env.manager_config(&bus)).await;
-        assert_eq!(env.queue_json()["runtime"]["active_jobs"], json!(1), "re-adopted");
+        assert_eq!(
+            env.queue_json()["runtime"]["active_jobs"],
+            json!(1),
+            "re-adopted"
+        );
         assert!(env.job_file("running", "long").is_file());
         let c = changes.until("long", "finished").await;
         assert_eq!(c.old, "running");
-        assert_eq!(env.job("finished", "long")["runtime"]["output"], "No-op job completed successfully");
+        assert_eq!(
+            env.job("finished", "long")["runtime"]["output"],
+            "No-op job completed successfully"
+        );
         second.stop().await;
     })
     .await
@@ -238,17 +260,26 @@ async fn pause_resume_and_cancel_over_dbus() {
                 break;
             }
         }
-        assert!(env.job_file("queued", "held").is_file(), "paused: not started");
+        assert!(
+            env.job_file("queued", "held").is_file(),
+            "paused: not started"
+        );
         assert_eq!(env.queue_json()["runtime"]["paused"], json!(true));
 
         p.cancel_job("held").await.unwrap();
         let c = changes.until("held", "failed").await;
         assert_eq!(c.old, "queued");
-        let err = env.job("failed", "held")["runtime"]["error"].as_str().unwrap().to_string();
+        let err = env.job("failed", "held")["runtime"]["error"]
+            .as_str()
+            .unwrap()
+            .to_string();
         assert!(err.starts_with("Job cancelled by "), "{err}");
 
         let e = p.cancel_job("no-such-job").await.unwrap_err();
-        assert!(e.to_string().contains("org.agentstore.Error.NotFound"), "{e}");
+        assert!(
+            e.to_string().contains("org.agentstore.Error.NotFound"),
+            "{e}"
+        );
 
         p.resume().await.unwrap();
         env.queue_job("long", &noop(300.0));
@@ -256,7 +287,10 @@ async fn pause_resume_and_cancel_over_dbus() {
         let pid = pid_of(&env.job("running", "long"));
         p.cancel_job("long").await.unwrap();
         changes.until("long", "failed").await;
-        let err = env.job("failed", "long")["runtime"]["error"].as_str().unwrap().to_string();
+        let err = env.job("failed", "long")["runtime"]["error"]
+            .as_str()
+            .unwrap()
+            .to_string();
         assert!(err.starts_with("Job cancelled by "), "{err}");
         assert!(!is_worker_of(pid, "long"));
         m.stop().await;

@@ -303,7 +303,8 @@ impl Manager {
             ),
             None => None,
         };
-        let mut sweep = tokio::time::interval(Duration::from_secs(self.config.rest_interval.max(1)));
+        let mut sweep =
+            tokio::time::interval(Duration::from_secs(self.config.rest_interval.max(1)));
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         sweep.tick().await;
         loop {
@@ -378,7 +379,9 @@ impl Manager {
     async fn step(&mut self) {
         match self.store.queue(&self.cfg.queue) {
             Ok(q) => self.config = q.config,
-            Err(e) => tracing::warn!(queue = %self.cfg.queue, "keeping the last good queue.json: {e}"),
+            Err(e) => {
+                tracing::warn!(queue = %self.cfg.queue, "keeping the last good queue.json: {e}")
+            }
         }
         self.start_jobs().await;
         self.write_runtime(false);
@@ -441,7 +444,9 @@ impl Manager {
     async fn fail_invalid(&mut self, id: &str, from: JobStatus) {
         let q = self.cfg.queue.clone();
         let path = self.store.job_path(&q, from, id);
-        let Ok(bytes) = read_limited(&path) else { return };
+        let Ok(bytes) = read_limited(&path) else {
+            return;
+        };
         let error = match self.store.parse_doc::<Job>(DocKind::Job, &path, &bytes) {
             Err(StoreError::Invalid { rejection, .. }) => format!("Invalid job file: {rejection}"),
             Err(e) => format!("Invalid job file: {e}"),
@@ -664,9 +669,7 @@ impl Manager {
                         .map(|s| s.seconds_until(&Timestamp::now()).max(0.0))
                         .unwrap_or(0.0);
                     let now = Instant::now();
-                    let started_at = now
-                        .checked_sub(Duration::from_secs_f64(ran))
-                        .unwrap_or(now);
+                    let started_at = now.checked_sub(Duration::from_secs_f64(ran)).unwrap_or(now);
                     let tx = self.exits_tx.clone();
                     let job_id = id.clone();
                     tokio::spawn(async move {

@@ -135,7 +135,10 @@ pub fn scope_properties(
             p.push(("MemoryMax".into(), PropValue::U64(memory_bytes(m)?)));
         }
         if let Some(c) = &l.cpu_quota {
-            p.push(("CPUQuotaPerSecUSec".into(), PropValue::U64(cpu_quota_usec(c)?)));
+            p.push((
+                "CPUQuotaPerSecUSec".into(),
+                PropValue::U64(cpu_quota_usec(c)?),
+            ));
         }
         if let Some(t) = l.tasks_max {
             p.push(("TasksMax".into(), PropValue::U64(t)));
@@ -166,8 +169,7 @@ impl ScopeLauncher {
     pub async fn connect() -> Result<ScopeLauncher, ScopeError> {
         if !std::path::Path::new("/run/systemd/system").is_dir() {
             return Err(ScopeError::Bus(zbus::Error::Failure(
-                "this machine was not booted with systemd (/run/systemd/system is missing)"
-                    .into(),
+                "this machine was not booted with systemd (/run/systemd/system is missing)".into(),
             )));
         }
         let conn = if nix::unistd::geteuid().is_root() {
@@ -259,10 +261,16 @@ mod tests {
         assert_eq!(
             p,
             vec![
-                ("Description".into(), PropValue::Str("agentstore job job-1".into())),
+                (
+                    "Description".into(),
+                    PropValue::Str("agentstore job job-1".into())
+                ),
                 ("PIDs".into(), PropValue::Pids(vec![4242])),
                 ("RuntimeMaxUSec".into(), PropValue::U64(90_000_000)),
-                ("CollectMode".into(), PropValue::Str("inactive-or-failed".into())),
+                (
+                    "CollectMode".into(),
+                    PropValue::Str("inactive-or-failed".into())
+                ),
                 ("TimeoutStopUSec".into(), PropValue::U64(5_000_000)),
                 ("SendSIGKILL".into(), PropValue::Bool(true)),
                 ("MemoryMax".into(), PropValue::U64(4 << 30)),

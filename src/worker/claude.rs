@@ -25,10 +25,13 @@ pub fn command_file(command: &str, home: &Path, project_dir: &Path) -> Option<Pa
             rel.push(p);
         }
     }
-    [home.join(".claude/commands"), project_dir.join(".claude/commands")]
-        .into_iter()
-        .map(|d| d.join(&rel))
-        .find(|p| p.is_file())
+    [
+        home.join(".claude/commands"),
+        project_dir.join(".claude/commands"),
+    ]
+    .into_iter()
+    .map(|d| d.join(&rel))
+    .find(|p| p.is_file())
 }
 
 /// True when `args` already has this flag (`--flag`, `--flag=…`).

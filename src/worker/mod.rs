@@ -107,7 +107,9 @@ pub fn run(args: &WorkerArgs) -> Result<JobStatus, WorkerError> {
 }
 
 fn record(store: &Store, q: &str, id: &str, event: &str, detail: &str) {
-    let mut e = crate::store::Event::new("agent-worker", event).job(id).queue(q);
+    let mut e = crate::store::Event::new("agent-worker", event)
+        .job(id)
+        .queue(q);
     if !detail.is_empty() {
         e = e.detail(detail);
     }
@@ -170,9 +172,7 @@ fn execute(store: &Store, queue: &QueueConfig, job: &mut Job, args: &WorkerArgs)
     match job.config.jobtype {
         JobType::Noop => noop(job),
         JobType::Claude => {
-            let Some(_file) =
-                claude::command_file(&job.config.claude_command, &home, &cwd)
-            else {
+            let Some(_file) = claude::command_file(&job.config.claude_command, &home, &cwd) else {
                 return Outcome::fail(format!(
                     "Unknown Claude command: {}",
                     job.config.claude_command
@@ -304,7 +304,14 @@ fn judge(out: AgentOutput, what: &str, expect_json: bool) -> Outcome {
             Some(c) => format!("{what} exited with code {c}"),
             None => format!("{what} was killed by signal {}", code - 128),
         };
-        notes.insert(0, if why.is_empty() { head } else { format!("{head}: {why}") });
+        notes.insert(
+            0,
+            if why.is_empty() {
+                head
+            } else {
+                format!("{head}: {why}")
+            },
+        );
     } else {
         match &parsed {
             Some(Ok(r)) if r.is_error => {
@@ -373,7 +380,11 @@ mod tests {
     fn truncation_is_noted_and_result_still_parsed() {
         let o = judge(output(0, OK, Some(11 << 20)), "Claude", true);
         assert!(!o.failed);
-        assert!(o.error.unwrap().starts_with("Output truncated to 10485760 bytes"));
+        assert!(
+            o.error
+                .unwrap()
+                .starts_with("Output truncated to 10485760 bytes")
+        );
         assert_eq!(o.num_turns, Some(2));
     }
 
@@ -381,6 +392,10 @@ mod tests {
     fn bad_json_fails() {
         let o = judge(output(0, "this is not JSON\n", None), "Claude", true);
         assert!(o.failed);
-        assert!(o.error.unwrap().starts_with("Claude output is not a JSON result"));
+        assert!(
+            o.error
+                .unwrap()
+                .starts_with("Claude output is not a JSON result")
+        );
     }
 }

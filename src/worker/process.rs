@@ -75,7 +75,10 @@ pub fn agent_env(
     if !env.iter().any(|(k, _)| k == "PATH") {
         env.push(("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()));
     }
-    let inherited_home = from.iter().find(|(k, _)| k == "HOME").map(|(_, v)| v.clone());
+    let inherited_home = from
+        .iter()
+        .find(|(k, _)| k == "HOME")
+        .map(|(_, v)| v.clone());
     let home = match inherited_home {
         Some(h) if keep_home => h,
         _ => run_as.home.display().to_string(),

@@ -112,7 +112,12 @@ impl QueueEnv {
         let work = dir.path().join("work");
         std::fs::create_dir_all(work.join(".claude/commands")).unwrap();
         // The job account must be able to enter the temp dirs.
-        for p in [dir.path(), &work, &work.join(".claude"), &work.join(".claude/commands")] {
+        for p in [
+            dir.path(),
+            &work,
+            &work.join(".claude"),
+            &work.join(".claude/commands"),
+        ] {
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o777)).unwrap();
         }
