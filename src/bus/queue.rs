@@ -113,13 +113,17 @@ impl QueueObject {
 /// Maps a caller's Unix uid to a PRD §10 caller: root and the daemon's own account are
 /// trusted; anyone else must be the `unix_user` (or id) of a user in `users/`.
 pub fn caller_for_uid(store: &Store, uid: u32) -> Result<(Caller, String), BusError> {
-    if uid == 0 || uid == nix::unistd::geteuid().as_raw() {
-        return Ok((Caller::Trusted, format!("uid {uid}")));
-    }
     let login = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
         .ok()
         .flatten()
-        .map(|u| u.name)
+        .map(|u| u.name);
+    if uid == 0 || uid == nix::unistd::geteuid().as_raw() {
+        return Ok((
+            Caller::Trusted,
+            login.unwrap_or_else(|| format!("uid {uid}")),
+        ));
+    }
+    let login = login
         .ok_or_else(|| BusError::PermissionDenied(format!("uid {uid} has no account name")))?;
     let users = store.users(&mut |_| {})?;
     users

@@ -3,6 +3,7 @@
 
 mod admin;
 mod browse;
+mod jobs;
 pub mod render;
 mod session;
 
@@ -136,6 +137,17 @@ pub enum Command {
     AddProject(admin::AddProjectArgs),
     /// Add a queue and its job folders.
     AddQueue(admin::AddQueueArgs),
+    /// Cancel a queued or running job (asks its queue manager over D-Bus).
+    CancelJob {
+        /// Job id.
+        job_id: String,
+    },
+    /// Show a job's output from the journal (JOB_ID=); --follow N streams it until the job
+    /// ends or N seconds pass. Without a journal, the output stored in the job file.
+    Logs {
+        /// Job id.
+        job_id: String,
+    },
 }
 
 /// `--status` values.
@@ -285,5 +297,7 @@ pub fn run(cli: Cli) -> CliResult {
         Command::AddUser(a) => admin::add_user(g, &mut out, a),
         Command::AddProject(a) => admin::add_project(g, &mut out, a),
         Command::AddQueue(a) => admin::add_queue(g, &mut out, a),
+        Command::CancelJob { job_id } => jobs::cancel_job(g, &mut out, &job_id),
+        Command::Logs { job_id } => jobs::logs(g, &mut out, &job_id),
     }
 }

@@ -44,7 +44,10 @@ pub fn init_logging(identifier: &str, default_level: &str) {
         if stderr_is_journal()
             && let Ok(journald) = tracing_journald::layer()
         {
-            let layer = journald.with_syslog_identifier(identifier.to_string());
+            // No `F_` prefix: `job_id = …` becomes `JOB_ID=`, so `journalctl JOB_ID=<id>` works.
+            let layer = journald
+                .with_syslog_identifier(identifier.to_string())
+                .with_field_prefix(None);
             let _ = tracing_subscriber::registry()
                 .with(filter)
                 .with(layer)
