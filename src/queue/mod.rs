@@ -546,6 +546,9 @@ impl Manager {
             runtime_max_secs: limit,
             limits: self.config.resource_limits.as_ref(),
         };
+        // Measured from before the launch: systemd's RuntimeMaxSec clock starts with the scope,
+        // so a job it kills at the limit has run at least `limit` by this clock.
+        let started_at = Instant::now();
         let mut launched = match self.launcher.launch(spec).await {
             Ok(l) => l,
             Err(e) => {
@@ -595,7 +598,6 @@ impl Manager {
             let _ = child.wait().await;
             let _ = tx.send(job_id);
         });
-        let started_at = Instant::now();
         self.running.insert(
             id.to_string(),
             Running {
