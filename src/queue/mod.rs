@@ -135,7 +135,7 @@ struct Running {
 
 enum Wake {
     Shutdown,
-    File(Option<String>),
+    File(Option<String>, bool),
     WatchEnded,
     Exit(String),
     Request(QueueRequest),
@@ -163,6 +163,9 @@ pub struct Manager {
     requests_rx: mpsc::Receiver<QueueRequest>,
     inotify: Option<inotify::Inotify>,
     log_file: String,
+    /// JobStateChanged signals of this pass, sent after queue.json and the properties are
+    /// updated (so a listener that reacts to one sees consistent state).
+    pending: Vec<(String, JobStatus, JobStatus)>,
 }
 
 /// Starts a manager and runs it until `shutdown` resolves.
@@ -212,6 +215,7 @@ impl Manager {
             exits_rx,
             requests_rx,
             inotify: None,
+            pending: Vec::new(),
             cfg,
         };
         let q = m.cfg.queue.clone();
@@ -317,8 +321,11 @@ impl Manager {
                         None => std::future::pending().await,
                     }
                 } => match ev {
-                    Some(Ok(e)) => Wake::File(e.name.and_then(|n| n.to_str().map(str::to_string))),
-                    Some(Err(e)) => { tracing::warn!("inotify: {e}"); Wake::File(None) }
+                    Some(Ok(e)) => Wake::File(
+                        e.name.and_then(|n| n.to_str().map(str::to_string)),
+                        e.mask.intersects(inotify::EventMask::MOVED_FROM | inotify::EventMask::DELETE),
+                    ),
+                    Some(Err(e)) => { tracing::warn!("inotify: {e}"); Wake::File(None, false) }
                     None => Wake::WatchEnded,
                 },
                 Some(id) = self.exits_rx.recv() => Wake::Exit(id),
@@ -328,9 +335,22 @@ impl Manager {
             };
             match wake {
                 Wake::Shutdown => break,
-                Wake::File(name) => {
-                    if let Some(id) = name.as_deref().and_then(|n| n.strip_suffix(".json")) {
-                        self.index.forget(id);
+                Wake::File(name, gone) => {
+                    let Some(name) = name else {
+                        // Overflow or error: fall through to a full pass.
+                        self.index = QueuedIndex::default();
+                        self.step().await;
+                        continue;
+                    };
+                    // Temp files (ours and the orchestrator's) are not jobs yet.
+                    if crate::store::is_ignored(&name) {
+                        continue;
+                    }
+                    let id = name.trim_end_matches(".json");
+                    self.index.forget(id);
+                    // Our own move of a job we just started needs no new pass.
+                    if gone && self.running.contains_key(id) {
+                        continue;
                     }
                 }
                 Wake::WatchEnded => {
@@ -385,6 +405,7 @@ impl Manager {
         }
         self.start_jobs().await;
         self.write_runtime(false);
+        self.flush_signals().await;
     }
 
     fn next_deadline(&self) -> Instant {
@@ -488,13 +509,20 @@ impl Manager {
         self.signal(id, from, to).await;
     }
 
-    async fn signal(&self, id: &str, old: JobStatus, new: JobStatus) {
-        if let Some(iface) = &self.iface
-            && let Err(e) =
-                QueueObject::job_state_changed(iface.signal_emitter(), id, old.name(), new.name())
+    async fn signal(&mut self, id: &str, old: JobStatus, new: JobStatus) {
+        self.pending.push((id.to_string(), old, new));
+    }
+
+    async fn flush_signals(&mut self) {
+        let pending = std::mem::take(&mut self.pending);
+        let Some(iface) = &self.iface else { return };
+        for (id, old, new) in pending {
+            if let Err(e) =
+                QueueObject::job_state_changed(iface.signal_emitter(), &id, old.name(), new.name())
                     .await
-        {
-            tracing::debug!("JobStateChanged: {e}");
+            {
+                tracing::debug!("JobStateChanged: {e}");
+            }
         }
     }
 
@@ -832,13 +860,11 @@ impl Manager {
     async fn on_request(&mut self, req: QueueRequest) {
         match req {
             QueueRequest::Pause { reply } => {
-                self.paused = true;
-                self.store.append_daemon_log(&self.log_file, "paused");
+                self.set_paused(true).await;
                 let _ = reply.send(Ok(()));
             }
             QueueRequest::Resume { reply } => {
-                self.paused = false;
-                self.store.append_daemon_log(&self.log_file, "resumed");
+                self.set_paused(false).await;
                 let _ = reply.send(Ok(()));
             }
             QueueRequest::Cancel {
@@ -850,6 +876,21 @@ impl Manager {
                 let r = self.cancel(&id, &caller, &by).await;
                 let _ = reply.send(r);
             }
+        }
+    }
+
+    /// Pause or resume; the `Paused` property shows it before the caller gets its reply.
+    async fn set_paused(&mut self, paused: bool) {
+        self.paused = paused;
+        self.store
+            .append_daemon_log(&self.log_file, if paused { "paused" } else { "resumed" });
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).paused = paused;
+        if let Some(iface) = &self.iface {
+            let _ = iface
+                .get()
+                .await
+                .paused_changed(iface.signal_emitter())
+                .await;
         }
     }
 
