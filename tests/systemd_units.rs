@@ -6,6 +6,15 @@ use std::path::Path;
 
 #[test]
 fn queue_manager_units_verify_clean() {
+    verify("systemd", &[]);
+}
+
+#[test]
+fn queue_manager_user_units_verify_clean() {
+    verify("systemd/user", &["--user"]);
+}
+
+fn verify(folder: &str, flags: &[&str]) {
     let Ok(v) = std::process::Command::new("systemd-analyze")
         .arg("--version")
         .output()
@@ -13,7 +22,7 @@ fn queue_manager_units_verify_clean() {
         panic!("systemd-analyze is missing: apt-get install systemd");
     };
     assert!(v.status.success());
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(folder);
     let dir = tempfile::tempdir().unwrap();
     let mut units = Vec::new();
     for ext in ["service", "path", "timer"] {
@@ -29,6 +38,9 @@ fn queue_manager_units_verify_clean() {
         units.push(inst);
     }
     let out = std::process::Command::new("systemd-analyze")
+        .args(flags)
+        // --user needs a runtime directory even to verify.
+        .env("XDG_RUNTIME_DIR", dir.path())
         .arg("verify")
         .args(&units)
         .output()

@@ -22,16 +22,19 @@ store=/var/lib/agentstore
 q=poplar
 
 # --- install ---------------------------------------------------------------------------------
-if ! sys_exec "$m" test -x /usr/bin/queue-manager; then
-    for b in queue-manager agent-worker orchestrator; do
-        [ -x "$bin_dir/$b" ] || sys_die "$bin_dir/$b is missing: cargo build --bins first"
-        sys_copy_in "$m" "$bin_dir/$b" "/usr/bin/$b"
-    done
-    for u in service path timer; do
+# What the .deb did not bring (run alone, or a package built before this issue) comes from the
+# source tree and $bin_dir.
+for b in queue-manager agent-worker orchestrator; do
+    sys_exec "$m" test -x "/usr/bin/$b" && continue
+    [ -x "$bin_dir/$b" ] || sys_die "$bin_dir/$b is missing: cargo build --bins first"
+    sys_copy_in "$m" "$bin_dir/$b" "/usr/bin/$b"
+done
+for u in service path timer; do
+    sys_exec "$m" test -f "/usr/lib/systemd/system/queue-manager@.$u" ||
         sys_copy_in "$m" "$repo/systemd/queue-manager@.$u" "/etc/systemd/system/queue-manager@.$u"
-    done
+done
+sys_exec "$m" test -f /usr/share/dbus-1/system.d/org.agentstore.Queue.conf ||
     sys_copy_in "$m" "$repo/dbus/org.agentstore.Queue.conf" /usr/share/dbus-1/system.d/org.agentstore.Queue.conf
-fi
 sys_copy_in "$m" "$repo/tests/fixtures/fake-claude" /usr/local/bin/fake-claude
 sys_exec "$m" mkdir -p /etc/agentstore /etc/systemd/system/queue-manager@$q.service.d
 printf 'agent_store_root: "%s"\nqueues_default: "%s"\n' "$store" "$q" |
