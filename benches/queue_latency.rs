@@ -13,10 +13,18 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 fn main() {
-    let n: usize = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(200);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    // `cargo nextest run --all-targets` lists every target's tests: this one has none.
+    if args.iter().any(|a| a == "--list") {
+        return;
+    }
+    // `cargo bench` passes --bench; `cargo test --all-targets` does not: a 5-job smoke run.
+    let default = if args.iter().any(|a| a == "--bench") {
+        200
+    } else {
+        5
+    };
+    let n: usize = args.iter().find_map(|a| a.parse().ok()).unwrap_or(default);
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("AgentStore");
     let (store, _) = agentstore::store::Store::init(&root).unwrap();
