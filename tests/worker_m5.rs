@@ -296,3 +296,23 @@ async fn agent_job_runs_agentshell_exec() {
     })
     .await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_working_directory_fails_gracefully() {
+    guarded(async {
+        let mut s = setup(vec![]).await;
+        let j = claude_job(
+            &s,
+            "World",
+            json!({"working_directory": "/nonexistent/project"}),
+        );
+        let (state, doc) = run_one(&mut s, "c-nodir", &j).await;
+        assert_eq!(state, "failed");
+        assert_eq!(
+            doc["runtime"]["error"],
+            "Working directory does not exist: /nonexistent/project"
+        );
+        s.manager.stop().await;
+    })
+    .await
+}

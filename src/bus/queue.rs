@@ -166,8 +166,9 @@ impl QueueObject {
         self.snapshot().paused
     }
 
-    /// Time of the manager's last loop (ISO 8601 UTC), empty before the first.
-    #[zbus(property)]
+    /// Time of the manager's last loop (ISO 8601 UTC), empty before the first. Changes on
+    /// every loop, so it is read, not signalled.
+    #[zbus(property(emits_changed_signal = "false"))]
     fn last_update(&self) -> String {
         self.snapshot().last_update
     }

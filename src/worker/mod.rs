@@ -169,6 +169,12 @@ fn execute(store: &Store, queue: &QueueConfig, job: &mut Job, args: &WorkerArgs)
         .map(|(_, v)| PathBuf::from(v))
         .unwrap_or_else(|| run_as.home.clone());
     let cwd = PathBuf::from(&job.config.working_directory);
+    if job.config.jobtype != JobType::Noop && !cwd.is_dir() {
+        return Outcome::fail(format!(
+            "Working directory does not exist: {}",
+            job.config.working_directory
+        ));
+    }
     match job.config.jobtype {
         JobType::Noop => noop(job),
         JobType::Claude => {

@@ -155,11 +155,21 @@ pub fn run_agent(
     c.args(&cmd.args)
         .env_clear()
         .envs(cmd.env.iter().map(|(k, v)| (k, v)))
-        .current_dir(&cmd.cwd)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    if cmd.switch_to.is_none() {
+        c.current_dir(&cmd.cwd);
+    }
     if let Some(user) = &cmd.switch_to {
+        // The working directory is entered after the switch, so the account's own
+        // permissions decide whether it may work there.
+        let cwd = std::ffi::CString::new(cmd.cwd.as_os_str().as_encoded_bytes().to_vec()).map_err(
+            |e| SpawnError::Spawn {
+                program: cmd.program.clone(),
+                source: std::io::Error::other(e),
+            },
+        )?;
         let uid = nix::unistd::Uid::from_raw(user.uid);
         let gid = nix::unistd::Gid::from_raw(user.gid);
         // Supplementary groups are looked up before fork: getgrouplist is not
@@ -169,13 +179,14 @@ pub fn run_agent(
             .and_then(|n| nix::unistd::getgrouplist(&n, gid).ok())
             .unwrap_or_else(|| vec![gid]);
         // SAFETY: the closure runs in the forked child before exec and only makes the
-        // async-signal-safe system calls setgroups, setgid and setuid on data prepared
+        // async-signal-safe system calls setgroups, setgid, setuid and chdir on data prepared
         // before the fork; it allocates nothing and takes no locks.
         unsafe {
             c.pre_exec(move || {
                 nix::unistd::setgroups(&groups)?;
                 nix::unistd::setgid(gid)?;
                 nix::unistd::setuid(uid)?;
+                nix::unistd::chdir(cwd.as_c_str())?;
                 Ok(())
             });
         }
