@@ -129,6 +129,17 @@ sys_expect_eq "it ran in its scope" agentstore-job-noop1.scope "$(field noop1 fi
 journal=$(sys_exec "$m" journalctl --no-pager -o cat JOB_ID=noop1 2>/dev/null || true)
 sys_expect_match "journalctl JOB_ID=noop1 shows the job" "job (started|finished)" "$journal"
 
+logs=$(sys_exec "$m" orchestrator --root "$store" logs noop1 2>&1 || true)
+sys_expect_match "orchestrator logs noop1 reads the journal" "job finished" "$logs"
+
+# --- cancel over the system bus with the CLI ------------------------------------------------
+queue_job cancel1 "$(job_json noop 'noop' 120 '{"sleep_seconds": 100}')"
+sys_wait_until 20 "cancel1 running" in_state cancel1 running || true
+sys_check "orchestrator cancel-job (system bus)" sys_exec "$m" orchestrator --root "$store" cancel-job cancel1
+sys_check "the cancelled job fails" sys_wait_until 20 "cancel1 in failed_jobs" in_state cancel1 failed
+sys_expect_eq "cancel error" "Job cancelled by root" "$(field cancel1 failed error)"
+sys_check "its scope is gone" sys_wait_until 10 "scope gone" unit_gone agentstore-job-cancel1.scope
+
 # --- restart: a running job survives in its scope and is re-adopted --------------------------
 queue_job long1 "$(job_json noop 'noop' 120 '{"sleep_seconds": 8}')"
 sys_wait_until 20 "long1 running" in_state long1 running || true
