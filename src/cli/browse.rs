@@ -1,6 +1,6 @@
 //! Direct commands: login/set-*, list-*, view-*. They read the store directly.
 
-use super::render::{Format, JsonArrayWriter, Table, fit, write_fields, write_json};
+use super::render::{Format, JsonArrayWriter, Table, write_fields, write_json};
 use super::{CliError, CliResult, GlobalArgs, Session, open_store};
 use crate::access::Caller;
 use crate::model::{DocKind, Job, JobStatus, Project, Timestamp};
@@ -221,7 +221,6 @@ struct JobSummary {
 struct JobSummaryConfig {
     project: String,
     queue_time: Timestamp,
-    claude_command: String,
     #[serde(default)]
     user: Option<String>,
 }
@@ -229,8 +228,6 @@ struct JobSummaryConfig {
 #[derive(Debug, Deserialize)]
 struct JobSummaryRuntime {
     status: JobStatus,
-    #[serde(default)]
-    error: Option<String>,
 }
 
 pub(super) fn list_jobs(
@@ -306,22 +303,16 @@ pub(super) fn list_jobs(
             w.finish()?;
         }
         Format::Text => {
-            let mut t = Table::new(&[
-                "ID", "QUEUE", "STATUS", "PROJECT", "COMMAND", "QUEUED", "ERROR",
-            ]);
+            let mut t = Table::new(&["ID", "STATUS", "QUEUE", "PROJECT", "QUEUED"])
+                .keep(0)
+                .keep(1);
             for (loc, s) in &rows {
                 t.row(vec![
                     loc.id.clone(),
-                    loc.queue.clone(),
                     s.runtime.status.name().to_string(),
+                    loc.queue.clone(),
                     s.config.project.clone(),
-                    s.config.claude_command.clone(),
-                    s.config.queue_time.to_string(),
-                    s.runtime
-                        .error
-                        .as_deref()
-                        .map(|e| fit(e, 40))
-                        .unwrap_or_default(),
+                    s.config.queue_time.0.format("%m-%d %H:%M").to_string(),
                 ]);
             }
             t.write(out)?;

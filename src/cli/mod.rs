@@ -2,7 +2,9 @@
 //! command group.
 
 mod admin;
+mod agent;
 mod browse;
+mod daemon;
 mod jobs;
 pub mod render;
 mod session;
@@ -55,6 +57,12 @@ pub struct GlobalArgs {
     /// Store folder (overrides AGENT_STORE_ROOT and config files).
     #[arg(long, global = true, value_name = "DIR")]
     pub root: Option<PathBuf>,
+    /// Bus orchestratord is on (default: $AGENTSTORE_BUS, else system).
+    #[arg(long, global = true, value_enum)]
+    pub bus: Option<crate::bus::BusKind>,
+    /// Never use D-Bus: write agent commands into the inbox.
+    #[arg(long, global = true)]
+    pub no_dbus: bool,
 }
 
 /// The commands.
@@ -137,6 +145,22 @@ pub enum Command {
     AddProject(admin::AddProjectArgs),
     /// Add a queue and its job folders.
     AddQueue(admin::AddQueueArgs),
+    /// Create a PRD from a description (agent command; prints "Job queued: <id>").
+    CreatePrd(agent::AgentArgs),
+    /// Research the project's code and document it (agent command).
+    ResearchCode(agent::AgentArgs),
+    /// Generate tasks from a PRD (agent command).
+    CreateTasks(agent::PrdArgs),
+    /// Implement a PRD's tasks (agent command).
+    ImplementTasks(agent::PrdArgs),
+    /// Create the project's virtualenv with venvman (no job).
+    CreateEnvironment(agent::EnvArgs),
+    /// Start, stop or inspect the orchestrator daemon (systemd unit).
+    Daemon {
+        /// What to do.
+        #[command(subcommand)]
+        action: daemon::DaemonAction,
+    },
     /// Cancel a queued or running job (asks its queue manager over D-Bus).
     CancelJob {
         /// Job id.
@@ -297,6 +321,12 @@ pub fn run(cli: Cli) -> CliResult {
         Command::AddUser(a) => admin::add_user(g, &mut out, a),
         Command::AddProject(a) => admin::add_project(g, &mut out, a),
         Command::AddQueue(a) => admin::add_queue(g, &mut out, a),
+        Command::CreatePrd(a) => agent::simple(g, &mut out, "create-prd", a),
+        Command::ResearchCode(a) => agent::simple(g, &mut out, "research-code", a),
+        Command::CreateTasks(a) => agent::with_prd(g, &mut out, "create-tasks", a),
+        Command::ImplementTasks(a) => agent::with_prd(g, &mut out, "implement-tasks", a),
+        Command::CreateEnvironment(a) => agent::create_environment(g, &mut out, a),
+        Command::Daemon { action } => daemon::run(g, &mut out, action),
         Command::CancelJob { job_id } => jobs::cancel_job(g, &mut out, &job_id),
         Command::Logs { job_id } => jobs::logs(g, &mut out, &job_id),
     }

@@ -22,6 +22,7 @@ pub const WIDTH: usize = 80;
 pub struct Table {
     headers: Vec<&'static str>,
     rows: Vec<Vec<String>>,
+    keep: Vec<usize>,
 }
 
 impl Table {
@@ -30,7 +31,14 @@ impl Table {
         Table {
             headers: headers.to_vec(),
             rows: Vec::new(),
+            keep: Vec::new(),
         }
+    }
+
+    /// Never cuts column `i` (ids that users copy).
+    pub fn keep(mut self, i: usize) -> Table {
+        self.keep.push(i);
+        self
     }
 
     /// Adds a row.
@@ -60,7 +68,12 @@ impl Table {
         // Shrink the widest columns until the whole line fits.
         let total = |w: &[usize]| w.iter().sum::<usize>() + 2 * (n.saturating_sub(1));
         while total(&widths) > WIDTH {
-            let Some((i, _)) = widths.iter().enumerate().max_by_key(|(_, w)| **w) else {
+            let Some((i, _)) = widths
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !self.keep.contains(i))
+                .max_by_key(|(_, w)| **w)
+            else {
                 break;
             };
             if widths[i] <= 8 {

@@ -185,11 +185,7 @@ impl Validator {
         if bytes.len() as u64 > MAX_DOCUMENT_BYTES {
             return Err(Rejection::whole(
                 kind,
-                format!(
-                    "document is {} bytes, larger than the {} byte limit",
-                    bytes.len(),
-                    MAX_DOCUMENT_BYTES
-                ),
+                format!("document is larger than the {MAX_DOCUMENT_BYTES} byte limit"),
             ));
         }
         if bytes.iter().all(u8::is_ascii_whitespace) {

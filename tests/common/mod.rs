@@ -118,3 +118,5 @@ pub fn noop_job(queue_time: &str) -> String {
 }}"#
     )
 }
+
+pub mod bus;

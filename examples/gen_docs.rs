@@ -1,0 +1,40 @@
+//! Writes man pages and shell completions for every binary from its clap definition:
+//! `cargo run --example gen_docs -- OUT_DIR` → OUT_DIR/man/<bin>.1 and
+//! OUT_DIR/completions/{bash/<bin>, zsh/_<bin>, fish/<bin>.fish}. packaging/build-deb.sh runs
+//! it before `cargo deb`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use clap::CommandFactory;
+use clap_complete::Shell;
+use std::path::{Path, PathBuf};
+
+fn write(out: &Path, mut cmd: clap::Command) -> std::io::Result<()> {
+    let name = cmd.get_name().to_string();
+    cmd.build();
+    let man = out.join("man");
+    std::fs::create_dir_all(&man)?;
+    let mut buf = Vec::new();
+    clap_mangen::Man::new(cmd.clone()).render(&mut buf)?;
+    std::fs::write(man.join(format!("{name}.1")), buf)?;
+    for (shell, dir, file) in [
+        (Shell::Bash, "bash", name.clone()),
+        (Shell::Zsh, "zsh", format!("_{name}")),
+        (Shell::Fish, "fish", format!("{name}.fish")),
+    ] {
+        let d = out.join("completions").join(dir);
+        std::fs::create_dir_all(&d)?;
+        let mut buf = Vec::new();
+        clap_complete::generate(shell, &mut cmd, &name, &mut buf);
+        std::fs::write(d.join(file), buf)?;
+    }
+    println!("{name}: man page and bash/zsh/fish completions");
+    Ok(())
+}
+
+fn main() -> std::io::Result<()> {
+    let out = PathBuf::from(std::env::args().nth(1).unwrap_or_else(|| "target".into()));
+    write(&out, agentstore::cli::Cli::command())?;
+    write(&out, agentstore::orchestrator::daemon::Args::command())?;
+    write(&out, agentstore::agent::cli::Cli::command())?;
+    Ok(())
+}

@@ -1,0 +1,36 @@
+//! The `agentshell` command line (clap definitions; the binary in `src/bin/` wires it).
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+/// A terminal agent in four layers: the model decides what to do, the code decides what is
+/// allowed.
+#[derive(Debug, Parser)]
+#[command(name = "agentshell", version, about)]
+pub struct Cli {
+    /// Start the project search here instead of the current directory.
+    #[arg(long, global = true, value_name = "DIR")]
+    pub project: Option<PathBuf>,
+    /// What to do (default: run).
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Start the interactive agent (the default).
+    Run,
+    /// Create the .agentshell/ skeleton in the current directory (or --project).
+    Init,
+    /// Store API keys in ~/.agentshell/.env (mode 0600). Off a terminal, reads NAME=VALUE lines.
+    SetupKeys,
+    /// Run one prompt headless and print the result.
+    Exec {
+        /// Print one JSON object like `claude -p --output-format json`.
+        #[arg(long)]
+        json: bool,
+        /// The prompt, or `-` to read it from stdin.
+        prompt: String,
+    },
+}

@@ -1,0 +1,243 @@
+//! The cycle: append the request, fit the history, call the model, run the tool calls, repeat
+//! until the model answers with text only. L2 owns the loop; L3 only returns values.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures_util::future::join_all;
+use thiserror::Error;
+
+use crate::agent::core::accounting::{PriceTable, RequestStats, Totals};
+use crate::agent::core::config::CoreConfig;
+use crate::agent::core::message::Message;
+use crate::agent::core::provider::{ModelRequest, Provider, ProviderError, StreamEvent};
+use crate::agent::tools::subsystems::context::fit;
+use crate::agent::tools::{Ask, AskAnswer, ToolCall, ToolResult, ToolStatus, Toolbox};
+
+/// What L2 reports upward while a turn runs; L1 implements it (L2 never prints).
+pub trait CoreEvents: Send + Sync {
+    /// Streamed text or reasoning.
+    fn stream(&self, event: &StreamEvent);
+    /// A model call finished.
+    fn request_done(&self, stats: &RequestStats);
+    /// A tool call is about to run (rendered before it runs).
+    fn tool_call(&self, call: &ToolCall);
+    /// A tool call finished.
+    fn tool_result(&self, call: &ToolCall, result: &ToolResult);
+}
+
+/// A turn failed. Rendered as an error, never as model text.
+#[derive(Debug, Error)]
+pub enum CoreError {
+    /// The model call failed.
+    #[error(transparent)]
+    Provider(#[from] ProviderError),
+}
+
+/// How a turn ended without an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TurnStop {
+    /// The model answered with text only.
+    Answered,
+    /// The iteration budget ran out and continuing was declined (or nobody could confirm).
+    BudgetDeclined,
+    /// The human cancelled at a question; the history keeps what was completed.
+    Cancelled,
+}
+
+/// The outcome of one turn.
+#[derive(Debug)]
+pub struct TurnReport {
+    /// How it ended.
+    pub result: Result<TurnStop, CoreError>,
+    /// The last text the model produced in this turn.
+    pub text: String,
+    /// Model calls made in this turn.
+    pub model_calls: u32,
+    /// Tokens, cost and model time of this turn.
+    pub totals: Totals,
+}
+
+/// The agent core: the conversation, the system prompt and the loop.
+pub struct Agent {
+    provider: Box<dyn Provider>,
+    tools: Arc<Toolbox>,
+    ask: Arc<dyn Ask>,
+    config: CoreConfig,
+    prices: PriceTable,
+    project_rules: String,
+    history: Vec<Message>,
+    session: Totals,
+}
+
+impl Agent {
+    /// An agent over `provider` and `tools`; `project_rules` is the project's CLAUDE.md text.
+    pub fn new(
+        provider: Box<dyn Provider>,
+        tools: Arc<Toolbox>,
+        ask: Arc<dyn Ask>,
+        config: CoreConfig,
+        project_rules: String,
+    ) -> Self {
+        let prices = PriceTable(config.prices.clone());
+        Self {
+            provider,
+            tools,
+            ask,
+            config,
+            prices,
+            project_rules,
+            history: Vec::new(),
+            session: Totals::default(),
+        }
+    }
+
+    /// The conversation so far (without the system prompt).
+    pub fn history(&self) -> &[Message] {
+        &self.history
+    }
+
+    /// Totals of the whole session.
+    pub fn session_totals(&self) -> Totals {
+        self.session
+    }
+
+    /// The configured model string.
+    pub fn model(&self) -> &str {
+        &self.config.model
+    }
+
+    /// The system prompt for the next call: base instructions, project rules, and what L3
+    /// says must always be present (the memory index, the secret names).
+    pub fn system_prompt(&self) -> String {
+        let mut prompt = self.config.system_prompt.clone().unwrap_or_else(|| {
+            format!(
+                "You are agentshell, a coding agent working in the project at {}. Use the \
+                 run_command tool to inspect and change the project; commands run in the \
+                 project root. Every call is checked by a policy and may need the user's \
+                 approval; if a call is denied, do not try to get around the denial. When the \
+                 task is done, answer with plain text.",
+                self.tools.root().display()
+            )
+        });
+        if !self.project_rules.trim().is_empty() {
+            prompt.push_str("\n\n# Project rules (CLAUDE.md)\n\n");
+            prompt.push_str(self.project_rules.trim());
+        }
+        let context = self.tools.prompt_context();
+        if !context.trim().is_empty() {
+            prompt.push_str("\n\n");
+            prompt.push_str(context.trim());
+        }
+        prompt
+    }
+
+    /// Run one turn for `input`. Cancel it by dropping the future: the history then holds the
+    /// request and every completed model-call-plus-results step, never a call without results.
+    pub async fn run_turn(&mut self, input: &str, events: &dyn CoreEvents) -> TurnReport {
+        self.history.push(Message::user(input));
+        let mut report = TurnReport {
+            result: Ok(TurnStop::Answered),
+            text: String::new(),
+            model_calls: 0,
+            totals: Totals::default(),
+        };
+        let mut iterations: u32 = 0;
+        loop {
+            if iterations >= self.config.max_iterations {
+                let question = format!("{iterations} iterations. Continue?");
+                match self.ask.ask(&question, &["yes", "no"]).await {
+                    AskAnswer::Answer(a) if a == "yes" => iterations = 0,
+                    AskAnswer::Cancelled => {
+                        report.result = Ok(TurnStop::Cancelled);
+                        return report;
+                    }
+                    answer => {
+                        tracing::info!(?answer, "iteration budget: not continuing");
+                        report.result = Ok(TurnStop::BudgetDeclined);
+                        return report;
+                    }
+                }
+            }
+            iterations += 1;
+
+            let system = Message::system(self.system_prompt());
+            let mut full = Vec::with_capacity(self.history.len() + 1);
+            full.push(system);
+            full.extend(self.history.iter().cloned());
+            let fitted = fit(&full, self.config.context_budget_tokens);
+            let (system, messages) = fitted.split_at(1);
+            let schemas = self.tools.schemas();
+            let request = ModelRequest {
+                system: &system[0].content,
+                messages,
+                tools: &schemas,
+            };
+            let started = Instant::now();
+            let mut on_event = |e: StreamEvent| events.stream(&e);
+            let response = self.provider.complete(request, &mut on_event).await;
+            report.model_calls += 1;
+            let response = match response {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::error!(error = %e, "model call failed");
+                    let stats = RequestStats {
+                        duration: started.elapsed(),
+                        ..RequestStats::default()
+                    };
+                    events.request_done(&stats);
+                    report.result = Err(e.into());
+                    return report;
+                }
+            };
+            let stats = RequestStats {
+                duration: started.elapsed(),
+                usage: response.usage,
+                cost_usd: self.prices.cost(&self.config.model, response.usage),
+            };
+            report.totals.add(&stats);
+            self.session.add(&stats);
+            events.request_done(&stats);
+            tracing::info!(
+                input_tokens = stats.usage.input_tokens,
+                output_tokens = stats.usage.output_tokens,
+                tool_calls = response.tool_calls.len(),
+                stop = ?response.stop_reason,
+                "model call"
+            );
+            if !response.text.is_empty() {
+                report.text = response.text.clone();
+            }
+            if response.tool_calls.is_empty() {
+                self.history
+                    .push(Message::assistant(response.text, Vec::new()));
+                return report;
+            }
+            for call in &response.tool_calls {
+                events.tool_call(call);
+            }
+            let tools = Arc::clone(&self.tools);
+            let results: Vec<ToolResult> =
+                join_all(response.tool_calls.iter().map(|c| tools.execute(c))).await;
+            let mut step = vec![Message::assistant(
+                response.text,
+                response.tool_calls.clone(),
+            )];
+            for (call, result) in response.tool_calls.iter().zip(&results) {
+                events.tool_result(call, result);
+                step.push(Message::tool(call.id.clone(), result.to_model_text()));
+            }
+            self.history.extend(step);
+            if results.iter().any(|r| r.status == ToolStatus::Cancelled) {
+                tracing::info!("turn cancelled at a question");
+                report.result = Ok(TurnStop::Cancelled);
+                return report;
+            }
+        }
+    }
+
+    /// Forget the conversation (the system prompt is rebuilt for every call anyway).
+    pub fn clear(&mut self) {
+        self.history.clear();
+    }
+}

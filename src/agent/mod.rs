@@ -1,0 +1,76 @@
+//! Agent Shell (`agentshell`): the built-in terminal agent, in four layers, one direction.
+//!
+//! ```text
+//! bootstrap/  L0  project root, skeleton, config merge, file logger      (runs once)
+//! transport/  L1  terminal (line editor, rendering, Ctrl+C) and headless; owns ask()
+//! core/       L2  messages, system prompt, model calls (providers), the cycle, accounting
+//! tools/      L3  registry, run_command, ask_user, memory_*, delegate; subsystems/: policy, secrets,
+//!                 context (fit, bound), memory
+//! ```
+//!
+//! Nothing below imports upward: L3 imports no other layer, L2 imports only L3, L1 imports L2
+//! and L3, L0 imports none. `ask()` is created by L1 and passed down as an `Arc<dyn Ask>`;
+//! logging goes through `tracing`, installed by L0. [`wiring`] assembles the layers.
+//!
+//! # Headless contract (used by the job worker for `jobtype: "agent"`)
+//!
+//! Run `agentshell exec --json -` with the prompt on stdin and `cwd` = the job's working
+//! directory. It prints exactly one JSON object on stdout and exits 0 on success, 1 on error:
+//!
+//! ```json
+//! {"type":"result","subtype":"success","is_error":false,"result":"…final text…",
+//!  "num_turns":2,"duration_ms":1234,"duration_api_ms":1100,
+//!  "usage":{"input_tokens":1200,"output_tokens":80},"total_cost_usd":0.0004,
+//!  "session_id":"<uuid v4>","model":"deepseek/deepseek-chat","permission_denials":[]}
+//! ```
+//!
+//! `subtype` is `success`, `error_max_turns` (iteration budget ran out; nobody can confirm
+//! continuing) or `error_during_execution` (provider/network error: `result` holds the error
+//! message, never model text; bootstrap and configuration failures such as a missing API key
+//! are reported the same way, with `num_turns` 0). `num_turns` counts model calls.
+//!
+//! SIGTERM, SIGINT or SIGHUP end the run cleanly: running commands (each in its own process
+//! group) are killed, and the result is printed with `"result": "interrupted by SIGTERM"`.
+//! SIGKILL cannot be handled: a worker that kills with it should run the agent in a cgroup
+//! (the transient scope) so the commands go with it.
+//!
+//! The project root is the nearest ancestor of `cwd` holding `.agentshell/` (else `cwd`
+//! itself; `--project DIR` overrides; the home directory is refused). Missing parts of
+//! `<root>/.agentshell/` are created (config.json, CLAUDE.md, MEMORY.md, memory/, logs/), and the
+//! log goes to `<root>/.agentshell/logs/agent.log`.
+//!
+//! Environment:
+//!
+//! | variable | meaning |
+//! |---|---|
+//! | `AGENTSHELL_MODEL` | model string, LiteLLM style (`deepseek/deepseek-chat`, `anthropic/claude-sonnet-4-5`, `openai/gpt-4o`, `ollama/llama3.1`); overrides config `model` |
+//! | `AGENTSHELL_BASE_URL` | endpoint override; OpenAI-style: the URL before `/chat/completions` (e.g. `http://127.0.0.1:8080/v1`); Anthropic: the URL before `/v1/messages` |
+//! | `AGENTSHELL_API_KEY` | API key for whatever provider; wins over the provider's variable |
+//! | `OPENAI_API_KEY`, `ANTHROPIC_API_KEY`, `DEEPSEEK_API_KEY`, `XAI_API_KEY`, `GEMINI_API_KEY`, `OPENROUTER_API_KEY`, `GROQ_API_KEY`, `MISTRAL_API_KEY` | the provider's key (else read from `~/.agentshell/.env`; never from the project's `.env`) |
+//! | `AGENTSHELL_HOME` | replaces `~/.agentshell` (global `config.json` and `.env`) |
+//! | `AGENTSHELL_LOG` | log filter directive, default `info` |
+//!
+//! Every variable whose name ends in `_API_KEY`, `_TOKEN`, `_SECRET` or `_PASSWORD` is a
+//! secret: it is removed from commands' environments, offered to the model only as a
+//! `{{secret:NAME}}` placeholder, and redacted from every output.
+//!
+//! Configuration (`~/.agentshell/config.json` under `<root>/.agentshell/config.json`), all keys
+//! optional: `model`, `default_provider`, `base_url`, `max_iterations` (50),
+//! `context_budget_tokens` (100000), `max_tokens` (8192), `request_timeout_secs` (120, the
+//! longest wait for headers or the next stream chunk), `max_retries` (3, on 429/5xx/connect
+//! errors), `retry_base_ms` (500, doubling), `prices` (`{"model": {"input_per_mtok": x,
+//! "output_per_mtok": y}}`), `system_prompt`, `command_timeout_secs` (30),
+//! `max_command_timeout_secs` (600), `max_output_bytes` (16384), `auto_allow` (argv prefixes
+//! allowed without asking, e.g. `["cargo test", "cargo build"]`), `allow_tools` (e.g.
+//! `["memory_write"]`), `deny_patterns` (extra regexes), `subagents` (true: the model may
+//! `delegate` a task to a fresh sub-agent; its calls go through the same policy).
+//!
+//! Unattended, a call the policy would ASK about is denied, and the denial is listed in
+//! `permission_denials` with its reason; the run never waits for a human.
+
+pub mod bootstrap;
+pub mod cli;
+pub mod core;
+pub mod tools;
+pub mod transport;
+pub mod wiring;

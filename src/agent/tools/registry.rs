@@ -1,0 +1,239 @@
+//! The tool registry: name → JSON schema + executor + policy entry, and the one method L2
+//! calls, [`Toolbox::execute`], which runs every call through the subsystems.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::agent::tools::subsystems::context::bound;
+use crate::agent::tools::subsystems::memory::Memory;
+use crate::agent::tools::subsystems::policy::{
+    Decision, Policy, PolicyConfig, PolicyError, Verdict,
+};
+use crate::agent::tools::subsystems::secrets::SecretBroker;
+use crate::agent::tools::{Ask, AskAnswer, BoxFuture, Delegate, ToolCall, ToolResult, ToolStatus};
+use crate::agent::tools::{ask_user, delegate, memory_tools, run_command};
+
+/// The tools part of the configuration (`config.json` keys).
+#[derive(Debug, Clone, Deserialize)]
+pub struct ToolsConfig {
+    /// Default timeout of `run_command`, seconds.
+    #[serde(default = "default_command_timeout")]
+    pub command_timeout_secs: u64,
+    /// Upper bound the model may request for `run_command`'s timeout, seconds.
+    #[serde(default = "default_max_command_timeout")]
+    pub max_command_timeout_secs: u64,
+    /// Bytes of stdout and of stderr kept in a tool result (head + tail).
+    #[serde(default = "default_max_output")]
+    pub max_output_bytes: usize,
+    /// The policy keys.
+    #[serde(flatten)]
+    pub policy: PolicyConfig,
+}
+
+fn default_command_timeout() -> u64 {
+    30
+}
+fn default_max_command_timeout() -> u64 {
+    600
+}
+fn default_max_output() -> usize {
+    16 * 1024
+}
+
+impl Default for ToolsConfig {
+    fn default() -> Self {
+        Self {
+            command_timeout_secs: default_command_timeout(),
+            max_command_timeout_secs: default_max_command_timeout(),
+            max_output_bytes: default_max_output(),
+            policy: PolicyConfig::default(),
+        }
+    }
+}
+
+/// What a tool's executor may use: injected, never reached for.
+pub struct ToolEnv {
+    /// The project root; every command runs here.
+    pub root: PathBuf,
+    /// The human-in-the-loop channel.
+    pub ask: Arc<dyn Ask>,
+    /// The secret broker.
+    pub secrets: SecretBroker,
+    /// The project's notes.
+    pub memory: Memory,
+    /// Limits and policy configuration.
+    pub config: ToolsConfig,
+    /// Sub-agents for the `delegate` tool; `None` leaves the tool out (sub-agents themselves).
+    pub delegate: Option<Arc<dyn Delegate>>,
+}
+
+/// A tool's schema as sent to the model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSchema {
+    /// Tool name.
+    pub name: &'static str,
+    /// What the tool does, for the model.
+    pub description: &'static str,
+    /// JSON schema of the arguments object.
+    pub parameters: Value,
+}
+
+/// One tool: a schema, a policy entry and an executor.
+pub trait Tool: Send + Sync {
+    /// The schema sent to the model.
+    fn schema(&self) -> ToolSchema;
+    /// The policy entry: judge the parsed arguments.
+    fn classify(&self, args: &Value, policy: &Policy) -> Decision;
+    /// A one-line description of the call for the confirmation question, e.g. "Run `ls`".
+    fn describe(&self, args: &Value) -> String;
+    /// Run the call. Output is redacted and bounded by the toolbox afterwards.
+    fn execute<'a>(&'a self, args: Value, env: &'a ToolEnv) -> BoxFuture<'a, ToolResult>;
+}
+
+/// The registry plus the subsystems around it.
+pub struct Toolbox {
+    tools: Vec<Box<dyn Tool>>,
+    policy: Policy,
+    env: ToolEnv,
+}
+
+impl Toolbox {
+    /// The standard tool set: `run_command`, `ask_user`, `memory_search`, `memory_read`,
+    /// `memory_write`, and `delegate` when sub-agents are wired in.
+    pub fn new(env: ToolEnv) -> Result<Self, PolicyError> {
+        let policy = Policy::new(&env.config.policy)?;
+        let mut tools: Vec<Box<dyn Tool>> = vec![
+            Box::new(run_command::RunCommand),
+            Box::new(ask_user::AskUser),
+            Box::new(memory_tools::MemorySearch),
+            Box::new(memory_tools::MemoryRead),
+            Box::new(memory_tools::MemoryWrite),
+        ];
+        if env.delegate.is_some() {
+            tools.push(Box::new(delegate::DelegateTool));
+        }
+        Ok(Self { tools, policy, env })
+    }
+
+    /// The schemas of all registered tools (all L2 ever learns about them).
+    pub fn schemas(&self) -> Vec<ToolSchema> {
+        self.tools.iter().map(|t| t.schema()).collect()
+    }
+
+    /// What the system prompt must carry from this layer: the secret placeholders available
+    /// (names only) and the memory index.
+    pub fn prompt_context(&self) -> String {
+        let mut text = String::new();
+        let names = self.env.secrets.names();
+        if !names.is_empty() {
+            text.push_str(
+                "# Secrets\n\nAvailable as placeholders in run_command (command or env): ",
+            );
+            let list: Vec<String> = names
+                .iter()
+                .map(|n| format!("{{{{secret:{n}}}}}"))
+                .collect();
+            text.push_str(&list.join(", "));
+            text.push_str(". Values are never shown to you; outputs are redacted.\n\n");
+        }
+        text.push_str("# Memory index (.agentshell/MEMORY.md)\n\n");
+        let index = self.env.memory.index();
+        if index.trim().is_empty() {
+            text.push_str("(no notes yet; use memory_write to add one)");
+        } else {
+            text.push_str(index.trim());
+            text.push_str("\n\nRead a note with memory_read, search notes with memory_search.");
+        }
+        text
+    }
+
+    /// The project root commands run in.
+    pub fn root(&self) -> &std::path::Path {
+        &self.env.root
+    }
+
+    /// Classify, confirm, run, redact and bound one tool call.
+    pub async fn execute(&self, call: &ToolCall) -> ToolResult {
+        let Some(tool) = self.tools.iter().find(|t| t.schema().name == call.name) else {
+            tracing::warn!(tool = %call.name, "unknown tool");
+            return ToolResult::error(format!("unknown tool `{}`", call.name));
+        };
+        let args: Value = if call.arguments.trim().is_empty() {
+            Value::Object(Default::default())
+        } else {
+            match serde_json::from_str(&call.arguments) {
+                Ok(v @ Value::Object(_)) => v,
+                Ok(_) => return ToolResult::error("arguments must be a JSON object"),
+                Err(e) => return ToolResult::error(format!("arguments are not valid JSON: {e}")),
+            }
+        };
+        let decision = tool.classify(&args, &self.policy);
+        let what = tool.describe(&args);
+        let redacted_what = self.env.secrets.redact(&what);
+        tracing::info!(tool = %call.name, call = %redacted_what, verdict = ?decision.verdict, reason = %decision.reason, "policy decision");
+        match decision.verdict {
+            Verdict::Allow => {}
+            Verdict::Deny => {
+                return ToolResult::denied(format!("denied by policy: {}", decision.reason));
+            }
+            Verdict::Ask => {
+                let question = format!("{redacted_what}? ({})", decision.reason);
+                match self.env.ask.ask(&question, &["yes", "no"]).await {
+                    AskAnswer::Answer(a) if a == "yes" => {
+                        tracing::info!(call = %redacted_what, "confirmed by the user");
+                    }
+                    AskAnswer::Answer(_) => {
+                        tracing::info!(call = %redacted_what, "declined by the user");
+                        return ToolResult::denied(format!(
+                            "declined by the user (policy: {})",
+                            decision.reason
+                        ));
+                    }
+                    AskAnswer::Unavailable(why) => {
+                        tracing::info!(call = %redacted_what, why = %why, "denied: nobody to confirm");
+                        return ToolResult::denied(format!(
+                            "needs confirmation ({}), denied: {why}",
+                            decision.reason
+                        ));
+                    }
+                    AskAnswer::Cancelled => {
+                        tracing::info!(call = %redacted_what, "cancelled by the user");
+                        return ToolResult::cancelled();
+                    }
+                }
+            }
+        }
+        let raw = tool.execute(args, &self.env).await;
+        let limit = self.env.config.max_output_bytes;
+        let stdout = self.env.secrets.redact(&raw.stdout);
+        let stderr = self.env.secrets.redact(&raw.stderr);
+        let bounded_out = bound(&stdout, limit);
+        let bounded_err = bound(&stderr, limit);
+        let truncated =
+            raw.truncated || bounded_out.len() != stdout.len() || bounded_err.len() != stderr.len();
+        let result = ToolResult {
+            status: raw.status,
+            stdout: bounded_out,
+            stderr: bounded_err,
+            exit_code: raw.exit_code,
+            truncated,
+        };
+        match result.status {
+            ToolStatus::Ok => {
+                tracing::info!(tool = %call.name, exit_code = ?result.exit_code, truncated, "tool finished")
+            }
+            _ => {
+                tracing::warn!(tool = %call.name, status = ?result.status, stderr = %result.stderr, "tool failed")
+            }
+        }
+        result
+    }
+}
+
+/// Read a string argument.
+pub(crate) fn str_arg<'a>(args: &'a Value, key: &str) -> Option<&'a str> {
+    args.get(key).and_then(Value::as_str)
+}

@@ -1,0 +1,247 @@
+//! `run_command`: a shell command in the project root, with a timeout and a structured result.
+//!
+//! The child runs `sh -c` in its own process group with stdin closed; on timeout, on
+//! cancellation (the future is dropped) and after it exits, the whole group is killed, so no
+//! grandchild outlives the call. Output is collected head + tail in bounded memory.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::Command;
+
+use crate::agent::tools::registry::{Tool, ToolEnv, ToolSchema, str_arg};
+use crate::agent::tools::subsystems::policy::{Decision, Policy};
+use crate::agent::tools::subsystems::secrets::SecretBroker;
+use crate::agent::tools::{BoxFuture, ToolResult, ToolStatus};
+
+/// Bytes of each stream kept in memory (half head, half tail) before the context manager.
+const CAPTURE_BYTES: usize = 1024 * 1024;
+
+/// The `run_command` tool.
+pub struct RunCommand;
+
+impl Tool for RunCommand {
+    fn schema(&self) -> ToolSchema {
+        ToolSchema {
+            name: "run_command",
+            description: "Run a shell command (sh -c) in the project root and return its exit \
+                code, stdout and stderr (long output keeps head and tail). Secrets are available \
+                only as placeholders {{secret:NAME}}, which become environment variables of the \
+                command. Commands that are not known to be read-only need the user's approval.",
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "command": {"type": "string", "description": "The command line."},
+                    "timeout_secs": {"type": "integer", "minimum": 1,
+                        "description": "Timeout in seconds (default from config)."},
+                    "env": {"type": "object", "additionalProperties": {"type": "string"},
+                        "description": "Extra environment variables; values may contain {{secret:NAME}}."}
+                },
+                "required": ["command"]
+            }),
+        }
+    }
+
+    fn classify(&self, args: &Value, policy: &Policy) -> Decision {
+        match str_arg(args, "command") {
+            Some(cmd) => policy.classify_command(cmd),
+            None => Decision::deny("missing `command`"),
+        }
+    }
+
+    fn describe(&self, args: &Value) -> String {
+        format!("Run `{}`", str_arg(args, "command").unwrap_or(""))
+    }
+
+    fn execute<'a>(&'a self, args: Value, env: &'a ToolEnv) -> BoxFuture<'a, ToolResult> {
+        Box::pin(async move {
+            let Some(command) = str_arg(&args, "command") else {
+                return ToolResult::error("missing `command`");
+            };
+            let extra_env: BTreeMap<String, String> = args
+                .get("env")
+                .and_then(Value::as_object)
+                .map(|o| {
+                    o.iter()
+                        .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let prepared = match env.secrets.prepare(command, &extra_env) {
+                Ok(p) => p,
+                Err(e) => return ToolResult::error(e.to_string()),
+            };
+            let timeout = args
+                .get("timeout_secs")
+                .and_then(Value::as_u64)
+                .unwrap_or(env.config.command_timeout_secs)
+                .clamp(1, env.config.max_command_timeout_secs.max(1));
+            run(
+                &prepared.command,
+                &prepared.set_env,
+                &prepared.remove_env,
+                env,
+                timeout,
+            )
+            .await
+        })
+    }
+}
+
+/// Kills the child's process group when dropped (timeout, cancellation, or normal end).
+struct GroupGuard(Option<i32>);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.0 {
+            // The group may already be gone; ESRCH is the normal case.
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pgid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+async fn run(
+    command: &str,
+    set_env: &BTreeMap<String, String>,
+    remove_env: &[String],
+    env: &ToolEnv,
+    timeout_secs: u64,
+) -> ToolResult {
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(command)
+        .current_dir(&env.root)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    for name in remove_env {
+        cmd.env_remove(name);
+    }
+    cmd.envs(set_env);
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => return ToolResult::error(format!("cannot start sh: {e}")),
+    };
+    let guard = GroupGuard(child.id().and_then(|id| i32::try_from(id).ok()));
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    let out_task = tokio::spawn(collect(stdout));
+    let err_task = tokio::spawn(collect(stderr));
+
+    let waited = tokio::time::timeout(Duration::from_secs(timeout_secs), child.wait()).await;
+    // Exited or not, nothing of the group may outlive the call.
+    drop(guard);
+    let (status, exit_code) = match waited {
+        Ok(Ok(st)) => (ToolStatus::Ok, st.code().or_else(|| signal_code(&st))),
+        Ok(Err(e)) => return ToolResult::error(format!("waiting for the command: {e}")),
+        Err(_) => {
+            let _ = child.kill().await;
+            (ToolStatus::TimedOut, None)
+        }
+    };
+    // A process that left the group (setsid) could hold the pipes; don't wait for it forever.
+    let grace = Duration::from_secs(2);
+    let (out, out_cut) = tokio::time::timeout(grace, out_task)
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default()
+        .into_text(&env.secrets);
+    let (mut err, err_cut) = tokio::time::timeout(grace, err_task)
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default()
+        .into_text(&env.secrets);
+    if status == ToolStatus::TimedOut {
+        if !err.is_empty() && !err.ends_with('\n') {
+            err.push('\n');
+        }
+        err.push_str(&format!("[killed after the {timeout_secs} s timeout]"));
+    }
+    ToolResult {
+        status,
+        stdout: out,
+        stderr: err,
+        exit_code,
+        truncated: out_cut || err_cut,
+    }
+}
+
+/// 128 + signal number, the shell's convention, for a child killed by a signal.
+fn signal_code(status: &std::process::ExitStatus) -> Option<i32> {
+    use std::os::unix::process::ExitStatusExt;
+    status.signal().map(|s| 128 + s)
+}
+
+/// Read a stream to the end keeping at most [`CAPTURE_BYTES`]: the head and the tail.
+async fn collect<R: AsyncRead + Unpin>(stream: Option<R>) -> Captured {
+    let Some(mut stream) = stream else {
+        return Captured::default();
+    };
+    let half = CAPTURE_BYTES / 2;
+    let mut head: Vec<u8> = Vec::new();
+    let mut tail: VecDeque<u8> = VecDeque::new();
+    let mut dropped = 0usize;
+    let mut buf = [0u8; 8192];
+    loop {
+        let n = match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let mut chunk = &buf[..n];
+        if head.len() < half {
+            let take = chunk.len().min(half - head.len());
+            head.extend_from_slice(&chunk[..take]);
+            chunk = &chunk[take..];
+        }
+        tail.extend(chunk);
+        if tail.len() > half {
+            let excess = tail.len() - half;
+            tail.drain(..excess);
+            dropped += excess;
+        }
+    }
+    let (a, b) = tail.as_slices();
+    let mut rest = a.to_vec();
+    rest.extend_from_slice(b);
+    Captured {
+        head: String::from_utf8_lossy(&head).into_owned(),
+        dropped,
+        tail: String::from_utf8_lossy(&rest).into_owned(),
+    }
+}
+
+/// A stream's output: the head, the number of bytes dropped from the middle, the tail.
+#[derive(Debug, Default)]
+struct Captured {
+    head: String,
+    dropped: usize,
+    tail: String,
+}
+
+impl Captured {
+    /// The text, with the cut marked. A secret straddling a cut would survive redaction of the
+    /// whole text as two fragments, so the fragments at the cut are redacted here.
+    fn into_text(self, secrets: &SecretBroker) -> (String, bool) {
+        if self.dropped == 0 {
+            return (self.head + &self.tail, false);
+        }
+        let (head, tail) = secrets.redact_cut(&self.head, &self.tail);
+        (
+            format!(
+                "{head}\n[... {} bytes not captured ...]\n{tail}",
+                self.dropped
+            ),
+            true,
+        )
+    }
+}

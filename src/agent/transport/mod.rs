@@ -1,0 +1,10 @@
+//! L1 · Transport: the only place that touches a human.
+//!
+//! Reads input, renders output, intercepts local slash commands and owns the `ask()` channel
+//! passed down to L2 and L3. Two transports: the interactive [`terminal`] and [`headless`]
+//! (one prompt, one JSON result, an `ask()` that never waits).
+
+pub mod headless;
+pub mod line_editor;
+pub mod render;
+pub mod terminal;

@@ -1,0 +1,233 @@
+//! Rendering for the terminal: streamed text, dim reasoning, every tool call before it runs,
+//! its result bounded after, timing and cost per request.
+
+use std::io::Write;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::agent::core::CoreEvents;
+use crate::agent::core::accounting::{RequestStats, Totals};
+use crate::agent::core::provider::StreamEvent;
+use crate::agent::tools::subsystems::context::bound;
+use crate::agent::tools::{ToolCall, ToolResult, ToolStatus};
+
+/// Bytes of a tool's output shown on screen (the model gets more).
+pub const SCREEN_OUTPUT_BYTES: usize = 2000;
+
+const DIM: &str = "\x1b[2m";
+const BOLD: &str = "\x1b[1m";
+const RED: &str = "\x1b[31m";
+const CYAN: &str = "\x1b[36m";
+const YELLOW: &str = "\x1b[33m";
+const RESET: &str = "\x1b[0m";
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Streaming {
+    #[default]
+    Nothing,
+    Reasoning,
+    Text,
+}
+
+/// Renders core events to a writer (stdout in the terminal).
+pub struct TerminalRenderer<W: Write + Send> {
+    out: Mutex<(W, Streaming, bool)>,
+}
+
+impl<W: Write + Send> TerminalRenderer<W> {
+    /// A renderer writing to `out`.
+    pub fn new(out: W) -> Self {
+        Self {
+            out: Mutex::new((out, Streaming::Nothing, true)),
+        }
+    }
+
+    /// Give the writer back (tests read what was rendered).
+    pub fn into_inner(self) -> W {
+        self.out.into_inner().unwrap_or_else(|e| e.into_inner()).0
+    }
+
+    fn with<F: FnOnce(&mut W, &mut Streaming, &mut bool) -> std::io::Result<()>>(&self, f: F) {
+        let mut guard = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        let (out, state, at_line_start) = &mut *guard;
+        // A closed terminal is not worth failing the turn over.
+        let _ = f(out, state, at_line_start).and_then(|()| out.flush());
+    }
+
+    /// Render an error (provider, network, cancelled) as an error.
+    pub fn error(&self, message: &str) {
+        self.with(|out, state, at_start| {
+            end_line(out, state, at_start)?;
+            writeln!(out, "{RED}error:{RESET} {message}")
+        });
+    }
+
+    /// A plain informational line.
+    pub fn info(&self, message: &str) {
+        self.with(|out, state, at_start| {
+            end_line(out, state, at_start)?;
+            writeln!(out, "{DIM}{message}{RESET}")
+        });
+    }
+}
+
+fn end_line<W: Write>(
+    out: &mut W,
+    state: &mut Streaming,
+    at_start: &mut bool,
+) -> std::io::Result<()> {
+    if *state == Streaming::Reasoning {
+        write!(out, "{RESET}")?;
+    }
+    if !*at_start {
+        writeln!(out)?;
+        *at_start = true;
+    }
+    *state = Streaming::Nothing;
+    Ok(())
+}
+
+impl<W: Write + Send> CoreEvents for TerminalRenderer<W> {
+    fn stream(&self, event: &StreamEvent) {
+        self.with(|out, state, at_start| {
+            let (want, text) = match event {
+                StreamEvent::Reasoning(t) => (Streaming::Reasoning, t),
+                StreamEvent::Text(t) => (Streaming::Text, t),
+            };
+            if *state != want {
+                end_line(out, state, at_start)?;
+                if want == Streaming::Reasoning {
+                    write!(out, "{DIM}")?;
+                }
+                *state = want;
+            }
+            write!(out, "{text}")?;
+            if !text.is_empty() {
+                *at_start = text.ends_with('\n');
+            }
+            Ok(())
+        });
+    }
+
+    fn request_done(&self, stats: &RequestStats) {
+        self.with(|out, state, at_start| {
+            end_line(out, state, at_start)?;
+            writeln!(out, "{DIM}  [{}]{RESET}", request_line(stats))
+        });
+    }
+
+    fn tool_call(&self, call: &ToolCall) {
+        self.with(|out, state, at_start| {
+            end_line(out, state, at_start)?;
+            writeln!(
+                out,
+                "{CYAN}{BOLD}⏺ {}{RESET} {}",
+                call.name,
+                describe_call(call)
+            )
+        });
+    }
+
+    fn tool_result(&self, call: &ToolCall, result: &ToolResult) {
+        self.with(|out, state, at_start| {
+            end_line(out, state, at_start)?;
+            let head = match (result.status, result.exit_code) {
+                (ToolStatus::Ok, Some(0)) | (ToolStatus::Ok, None) => {
+                    format!("{DIM}  ⎿ {} ok", call.name)
+                }
+                (ToolStatus::Ok, Some(code)) => format!("{YELLOW}  ⎿ {} exit {code}", call.name),
+                (ToolStatus::Denied, _) => format!("{YELLOW}  ⎿ {} denied", call.name),
+                (ToolStatus::Cancelled, _) => format!("{YELLOW}  ⎿ {} cancelled", call.name),
+                (ToolStatus::TimedOut, _) => format!("{RED}  ⎿ {} timed out", call.name),
+                (ToolStatus::Error, _) => format!("{RED}  ⎿ {} error", call.name),
+            };
+            let cut = if result.truncated {
+                " (output truncated)"
+            } else {
+                ""
+            };
+            writeln!(out, "{head}{cut}{RESET}")?;
+            for text in [&result.stdout, &result.stderr] {
+                let shown = bound(text.trim_end(), SCREEN_OUTPUT_BYTES);
+                for line in shown.lines() {
+                    writeln!(out, "{DIM}    {line}{RESET}")?;
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
+/// `run_command` shows the command itself; other tools their arguments.
+pub fn describe_call(call: &ToolCall) -> String {
+    let args: serde_json::Value = serde_json::from_str(&call.arguments).unwrap_or_default();
+    if call.name == "run_command"
+        && let Some(cmd) = args.get("command").and_then(|c| c.as_str())
+    {
+        return format!("$ {cmd}");
+    }
+    bound(&call.arguments, 300)
+}
+
+/// "1.23 s · 1200 in · 56 out · $0.0012"
+pub fn request_line(stats: &RequestStats) -> String {
+    format!(
+        "{} · {} in · {} out · ${:.4}",
+        seconds(stats.duration),
+        stats.usage.input_tokens,
+        stats.usage.output_tokens,
+        stats.cost_usd
+    )
+}
+
+/// The session summary printed at exit.
+pub fn session_line(totals: &Totals, wall: Duration) -> String {
+    format!(
+        "session: {} requests · {} in model calls · {} total · {} in · {} out · ${:.4}",
+        totals.requests,
+        seconds(totals.model_time),
+        seconds(wall),
+        totals.usage.input_tokens,
+        totals.usage.output_tokens,
+        totals.cost_usd
+    )
+}
+
+fn seconds(d: Duration) -> String {
+    format!("{:.2} s", d.as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::core::provider::Usage;
+
+    #[test]
+    fn renders_calls_results_and_stats() {
+        let r = TerminalRenderer::new(Vec::new());
+        r.stream(&StreamEvent::Reasoning("thinking".into()));
+        r.stream(&StreamEvent::Text("Hello".into()));
+        r.request_done(&RequestStats {
+            duration: Duration::from_millis(1500),
+            usage: Usage {
+                input_tokens: 10,
+                output_tokens: 2,
+            },
+            cost_usd: 0.5,
+        });
+        let call = ToolCall {
+            id: "1".into(),
+            name: "run_command".into(),
+            arguments: r#"{"command":"ls"}"#.into(),
+        };
+        r.tool_call(&call);
+        r.tool_result(&call, &ToolResult::ok("a\nb"));
+        let text = String::from_utf8(r.into_inner()).unwrap();
+        assert_eq!(
+            text,
+            "\x1b[2mthinking\x1b[0m\nHello\n\x1b[2m  [1.50 s · 10 in · 2 out · $0.5000]\x1b[0m\n\
+             \x1b[36m\x1b[1m⏺ run_command\x1b[0m $ ls\n\x1b[2m  ⎿ run_command ok\x1b[0m\n\
+             \x1b[2m    a\x1b[0m\n\x1b[2m    b\x1b[0m\n"
+        );
+    }
+}

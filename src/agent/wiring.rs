@@ -1,0 +1,202 @@
+//! Wiring: L0's products (root, config, credentials, rules) plus the environment become an L3
+//! toolbox and an L2 agent, with L1's `ask()` passed down. Sits above the four layers, like
+//! the binary; kept in the library so tests and the job worker can assemble an agent too.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::Value;
+use thiserror::Error;
+
+use crate::agent::bootstrap::{AGENT_DIR, Project};
+use crate::agent::core::accounting::RequestStats;
+use crate::agent::core::provider::ProviderError;
+use crate::agent::core::provider::StreamEvent;
+use crate::agent::core::provider::model_spec::known_key_vars;
+use crate::agent::core::{Agent, CoreConfig, CoreEvents, TurnStop, build_provider};
+use crate::agent::tools::subsystems::memory::Memory;
+use crate::agent::tools::subsystems::policy::PolicyError;
+use crate::agent::tools::subsystems::secrets::SecretBroker;
+use crate::agent::tools::{
+    Ask, BoxFuture, Delegate, ToolCall, ToolEnv, ToolResult, Toolbox, ToolsConfig,
+};
+
+/// Overrides the configured model string.
+pub const ENV_MODEL: &str = "AGENTSHELL_MODEL";
+/// Overrides the configured base URL.
+pub const ENV_BASE_URL: &str = "AGENTSHELL_BASE_URL";
+/// An API key used whatever the provider (wins over the provider's own variable).
+pub const ENV_API_KEY: &str = "AGENTSHELL_API_KEY";
+/// Replaces `~/.agentshell`.
+pub const ENV_HOME: &str = "AGENTSHELL_HOME";
+/// `tracing` filter directive for the log file (default `info`).
+pub const ENV_LOG: &str = "AGENTSHELL_LOG";
+
+/// The configuration could not be turned into an agent.
+#[derive(Debug, Error)]
+pub enum WiringError {
+    /// A key has the wrong type.
+    #[error("config: {0}")]
+    Config(#[from] serde_json::Error),
+    /// A deny pattern is invalid.
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    /// The model cannot be reached as configured.
+    #[error(transparent)]
+    Provider(#[from] ProviderError),
+}
+
+/// The merged config with the environment overrides applied (`AGENTSHELL_MODEL`,
+/// `AGENTSHELL_BASE_URL`).
+pub fn effective_config(project: &Project, env: &BTreeMap<String, String>) -> Value {
+    let mut config = project.config.clone();
+    if !config.is_object() {
+        config = Value::Object(Default::default());
+    }
+    for (var, key) in [(ENV_MODEL, "model"), (ENV_BASE_URL, "base_url")] {
+        if let Some(v) = env.get(var).filter(|v| !v.is_empty()) {
+            config[key] = Value::String(v.clone());
+        }
+    }
+    config
+}
+
+/// Whether an environment variable name looks like a credential.
+fn is_credential_name(name: &str) -> bool {
+    known_key_vars().contains(&name)
+        || name == ENV_API_KEY
+        || ["_API_KEY", "_TOKEN", "_SECRET", "_PASSWORD"]
+            .iter()
+            .any(|s| name.ends_with(s))
+}
+
+/// The user's secrets: `~/.agentshell/.env`, overlaid by credential-like variables of the
+/// process environment (which the worker uses to pass keys).
+pub fn user_secrets(project: &Project, env: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    let mut secrets = project.user_env.clone();
+    for (k, v) in env {
+        if is_credential_name(k) && !v.is_empty() {
+            secrets.insert(k.clone(), v.clone());
+        }
+    }
+    secrets
+}
+
+/// Build the toolbox and the agent, without sub-agents. Provider keys come from the process
+/// environment or the user's `.env` — never from the project's `.env`.
+pub fn build_agent(
+    project: &Project,
+    env: &BTreeMap<String, String>,
+    ask: Arc<dyn Ask>,
+) -> Result<Agent, WiringError> {
+    assemble(project, env, ask, None)
+}
+
+/// Like [`build_agent`], plus the `delegate` tool (unless config `"subagents": false`): each
+/// delegated task runs in a fresh agent built the same way (without `delegate`), sharing
+/// `ask` and reporting its progress to `events`.
+pub fn build_agent_with_subagents(
+    project: &Project,
+    env: &BTreeMap<String, String>,
+    ask: Arc<dyn Ask>,
+    events: Arc<dyn CoreEvents>,
+) -> Result<Agent, WiringError> {
+    let enabled = effective_config(project, env)
+        .get("subagents")
+        .and_then(Value::as_bool)
+        .unwrap_or(true);
+    let delegate: Option<Arc<dyn Delegate>> = enabled.then(|| {
+        Arc::new(SubAgents {
+            project: project.clone(),
+            env: env.clone(),
+            ask: Arc::clone(&ask),
+            events,
+        }) as Arc<dyn Delegate>
+    });
+    assemble(project, env, ask, delegate)
+}
+
+fn assemble(
+    project: &Project,
+    env: &BTreeMap<String, String>,
+    ask: Arc<dyn Ask>,
+    delegate: Option<Arc<dyn Delegate>>,
+) -> Result<Agent, WiringError> {
+    let config = effective_config(project, env);
+    let core: CoreConfig = serde_json::from_value(config.clone())?;
+    let tools_config: ToolsConfig = serde_json::from_value(config)?;
+    let (secrets, warnings) =
+        SecretBroker::new(user_secrets(project, env), project.project_env.clone());
+    for w in warnings {
+        tracing::warn!("{w}");
+    }
+    let toolbox = Toolbox::new(ToolEnv {
+        root: project.root.clone(),
+        ask: Arc::clone(&ask),
+        secrets,
+        memory: Memory::new(project.root.join(AGENT_DIR)),
+        config: tools_config,
+        delegate,
+    })?;
+    let key_override = env.get(ENV_API_KEY).filter(|v| !v.is_empty()).cloned();
+    let provider = build_provider(&core, key_override, |var| {
+        env.get(var)
+            .or_else(|| project.user_env.get(var))
+            .filter(|v| !v.is_empty())
+            .cloned()
+    })?;
+    tracing::info!(model = %core.model, root = %project.root.display(), "agent assembled");
+    Ok(Agent::new(
+        provider,
+        Arc::new(toolbox),
+        ask,
+        core,
+        project.rules.clone(),
+    ))
+}
+
+/// Builds and runs sub-agents for the `delegate` tool.
+struct SubAgents {
+    project: Project,
+    env: BTreeMap<String, String>,
+    ask: Arc<dyn Ask>,
+    events: Arc<dyn CoreEvents>,
+}
+
+impl Delegate for SubAgents {
+    fn run<'a>(&'a self, task: &'a str) -> BoxFuture<'a, Result<String, String>> {
+        Box::pin(async move {
+            tracing::info!(%task, "sub-agent started");
+            let mut agent = assemble(&self.project, &self.env, Arc::clone(&self.ask), None)
+                .map_err(|e| e.to_string())?;
+            let report = agent.run_turn(task, self.events.as_ref()).await;
+            tracing::info!(calls = report.model_calls, "sub-agent finished");
+            match report.result {
+                Ok(TurnStop::Answered) => Ok(report.text),
+                Ok(TurnStop::BudgetDeclined) => Err("stopped at the iteration budget".into()),
+                Ok(TurnStop::Cancelled) => Err("cancelled by the user".into()),
+                Err(e) => Err(e.to_string()),
+            }
+        })
+    }
+}
+
+/// Core events written to the log only (for sub-agents of headless runs).
+pub struct LoggedEvents;
+
+impl CoreEvents for LoggedEvents {
+    fn stream(&self, _event: &StreamEvent) {}
+    fn request_done(&self, stats: &RequestStats) {
+        tracing::info!(
+            input_tokens = stats.usage.input_tokens,
+            output_tokens = stats.usage.output_tokens,
+            "sub-agent model call"
+        );
+    }
+    fn tool_call(&self, call: &ToolCall) {
+        tracing::info!(tool = %call.name, "sub-agent tool call");
+    }
+    fn tool_result(&self, call: &ToolCall, result: &ToolResult) {
+        tracing::info!(tool = %call.name, status = ?result.status, "sub-agent tool result");
+    }
+}

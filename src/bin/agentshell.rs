@@ -1,0 +1,255 @@
+//! `agentshell`: wiring only — argv → L0 → L1 → L2 → L3. See `agentstore::agent` for the
+//! layers and the headless contract.
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Read};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use agentstore::agent::cli::{Cli, Command};
+use anyhow::{Context, bail};
+use clap::Parser;
+
+use agentstore::agent::bootstrap::{self, AgentHome, keys, logger, project};
+use agentstore::agent::core::provider::model_spec::known_key_vars;
+use agentstore::agent::tools::Unattended;
+use agentstore::agent::transport::headless::{self, ExecResult, ExecUsage};
+use agentstore::agent::transport::line_editor::read_hidden;
+use agentstore::agent::transport::render::TerminalRenderer;
+use agentstore::agent::transport::terminal::{SessionEnd, Terminal};
+use agentstore::agent::wiring::{self, ENV_HOME, ENV_LOG, LoggedEvents};
+
+fn env_map() -> BTreeMap<String, String> {
+    std::env::vars().collect()
+}
+
+fn agent_home(env: &BTreeMap<String, String>) -> anyhow::Result<AgentHome> {
+    Ok(AgentHome::resolve(
+        env.get(ENV_HOME)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from),
+        env.get("HOME")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            // Services may run without HOME: fall back to the passwd entry.
+            .or_else(|| {
+                nix::unistd::User::from_uid(nix::unistd::getuid())
+                    .ok()
+                    .flatten()
+                    .map(|u| u.dir)
+            }),
+    )?)
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let cwd = match std::env::current_dir() {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("agentshell: cannot read the current directory: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let explicit = cli.project.as_deref();
+    let outcome = match cli.command.unwrap_or(Command::Run) {
+        Command::Run => run(&cwd, explicit),
+        Command::Init => init(&cwd, explicit),
+        Command::SetupKeys => setup_keys(),
+        Command::Exec { json, prompt } => return exec(&cwd, explicit, json, &prompt),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("agentshell: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cwd: &Path, explicit: Option<&Path>) -> anyhow::Result<()> {
+    let env = env_map();
+    let home = agent_home(&env)?;
+    let project = bootstrap::open_project(cwd, explicit, &home)?;
+    logger::init(&project.root, env.get(ENV_LOG).map(String::as_str))?;
+    let terminal = Terminal::new();
+    runtime()?.block_on(async {
+        let screen = Arc::new(TerminalRenderer::new(std::io::stdout()));
+        let mut agent =
+            wiring::build_agent_with_subagents(&project, &env, terminal.ask_channel(), screen)?;
+        let banner = format!(
+            "\x1b[1magentshell {}\x1b[0m · {} · {}",
+            env!("CARGO_PKG_VERSION"),
+            agent.model(),
+            project.root.display()
+        );
+        if let SessionEnd::Signal(_, number) = terminal.run(&mut agent, &banner).await? {
+            // A reader thread may still block on the terminal: leave without waiting for it.
+            std::process::exit(128 + number);
+        }
+        Ok(())
+    })
+}
+
+fn init(cwd: &Path, explicit: Option<&Path>) -> anyhow::Result<()> {
+    let env = env_map();
+    let home = agent_home(&env)?;
+    let target = explicit.unwrap_or(cwd);
+    let root = project::decide_root(cwd, Some(target), &home)?;
+    let report = project::create_skeleton(&root)?;
+    if report.created.is_empty() {
+        println!("{} is already an agentshell project", root.display());
+    } else {
+        println!("initialised {}", root.display());
+        for p in report.created {
+            println!("  created {}", p.display());
+        }
+    }
+    Ok(())
+}
+
+fn setup_keys() -> anyhow::Result<()> {
+    let env = env_map();
+    let home = agent_home(&env)?;
+    let path = home.env_path();
+    let mut updates = BTreeMap::new();
+    if std::io::stdin().is_terminal() {
+        eprintln!("Known key variables: {}", known_key_vars().join(", "));
+        loop {
+            let Some(name) = read_visible("Key name (blank to finish): ")? else {
+                break;
+            };
+            let name = name.trim().to_string();
+            if name.is_empty() {
+                break;
+            }
+            if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                eprintln!("not a variable name: {name}");
+                continue;
+            }
+            let Some(value) = read_hidden(&format!("{name} (hidden): "))? else {
+                break;
+            };
+            if !value.trim().is_empty() {
+                updates.insert(name, value.trim().to_string());
+            }
+        }
+    } else {
+        let mut text = String::new();
+        std::io::stdin().read_to_string(&mut text)?;
+        updates = keys::parse_env(&text);
+    }
+    if updates.is_empty() {
+        bail!("no keys given; nothing written");
+    }
+    let stored = keys::write_env(&path, &updates)?;
+    println!(
+        "wrote {} (mode 0600): {}",
+        path.display(),
+        stored.join(", ")
+    );
+    Ok(())
+}
+
+fn read_visible(prompt: &str) -> anyhow::Result<Option<String>> {
+    use std::io::{BufRead, Write};
+    eprint!("{prompt}");
+    std::io::stderr().flush()?;
+    let mut line = String::new();
+    Ok(match std::io::stdin().lock().read_line(&mut line)? {
+        0 => None,
+        _ => Some(line),
+    })
+}
+
+fn exec(cwd: &Path, explicit: Option<&Path>, json: bool, prompt: &str) -> ExitCode {
+    let started = std::time::Instant::now();
+    let result = match exec_inner(cwd, explicit, prompt) {
+        Ok(r) => r,
+        Err(e) => ExecResult {
+            kind: "result",
+            subtype: "error_during_execution",
+            is_error: true,
+            result: format!("{e:#}"),
+            num_turns: 0,
+            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            duration_api_ms: 0,
+            usage: ExecUsage {
+                input_tokens: 0,
+                output_tokens: 0,
+            },
+            total_cost_usd: 0.0,
+            session_id: uuid::Uuid::new_v4().to_string(),
+            model: std::env::var(wiring::ENV_MODEL).unwrap_or_default(),
+            permission_denials: Vec::new(),
+        },
+    };
+    if json {
+        match serde_json::to_string(&result) {
+            Ok(text) => println!("{text}"),
+            Err(e) => eprintln!("agentshell: {e}"),
+        }
+    } else if result.is_error {
+        eprintln!("agentshell: {}", result.result);
+    } else {
+        println!("{}", result.result);
+    }
+    if result.is_error {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn exec_inner(cwd: &Path, explicit: Option<&Path>, prompt: &str) -> anyhow::Result<ExecResult> {
+    let prompt = if prompt == "-" {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .context("reading the prompt from stdin")?;
+        text
+    } else {
+        prompt.to_string()
+    };
+    if prompt.trim().is_empty() {
+        bail!("empty prompt");
+    }
+    let env = env_map();
+    let home = agent_home(&env)?;
+    let project = bootstrap::open_project(cwd, explicit, &home)?;
+    logger::init(&project.root, env.get(ENV_LOG).map(String::as_str))?;
+    runtime()?.block_on(async {
+        let mut agent = wiring::build_agent_with_subagents(
+            &project,
+            &env,
+            Arc::new(Unattended),
+            Arc::new(LoggedEvents),
+        )?;
+        Ok(headless::exec(&mut agent, &prompt, termination()).await)
+    })
+}
+
+/// Resolves with the signal's name on SIGTERM, SIGINT or SIGHUP (never, if the handlers cannot
+/// be installed).
+async fn termination() -> String {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => "SIGTERM".to_string(),
+        _ = int.recv() => "SIGINT".to_string(),
+        _ = hup.recv() => "SIGHUP".to_string(),
+    }
+}

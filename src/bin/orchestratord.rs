@@ -1,0 +1,59 @@
+//! `orchestratord`: the orchestrator daemon (PRD §6), run by systemd.
+
+use agentstore::orchestrator::daemon::{Args, DaemonError, DaemonOptions, run};
+use agentstore::store::resolve_root;
+use clap::Parser;
+use std::process::ExitCode;
+use std::time::Duration;
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    agentstore::systemd::init_logging("orchestratord", "info");
+    let (root, _) = resolve_root(args.root.as_deref());
+    let opts = DaemonOptions {
+        root,
+        bus: (!args.no_bus).then_some(args.bus),
+        idle_exit: args.idle_exit.map(Duration::from_secs),
+        sweep_interval: args.sweep_interval.map(Duration::from_secs),
+        no_inotify: args.no_inotify,
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("orchestratord: cannot start runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = rt.block_on(run(opts, shutdown_signal()));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e @ DaemonError::AlreadyRunning(_)) => {
+            tracing::error!("{e}");
+            eprintln!("orchestratord: {e}");
+            ExitCode::from(2)
+        }
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("orchestratord: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

@@ -1,0 +1,340 @@
+//! `org.agentstore.Orchestrator1` at `/org/agentstore/Orchestrator1`: the orchestrator's
+//! D-Bus API (server side) and its client proxy.
+
+use super::BusError;
+use crate::access::Caller;
+use crate::model::{DocKind, Message, Timestamp};
+use crate::orchestrator::{self, DAEMON, RouteError};
+use crate::store::{Event, Store, StoreError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use zbus::message::Header;
+use zbus::object_server::SignalEmitter;
+
+/// State shared by the daemon loop and the D-Bus object.
+#[derive(Debug)]
+pub struct Shared {
+    /// The store.
+    pub store: Store,
+    /// Serialises routing: the loop and D-Bus calls never handle messages at the same time.
+    pub routing: Mutex<()>,
+    /// Messages answered since start.
+    pub messages_processed: AtomicU64,
+    /// Jobs created since start.
+    pub jobs_created: AtomicU64,
+    /// Messages answered with an error since start.
+    pub errors: AtomicU64,
+    /// End of the last loop.
+    pub last_loop: Mutex<Option<Timestamp>>,
+    /// Bumped on every call, so the idle timer restarts.
+    pub activity: AtomicU64,
+    /// Our own uid: calls from it (and root) are trusted.
+    pub own_uid: u32,
+    /// Finished jobs known to be handled.
+    pub handled_jobs: Mutex<std::collections::HashSet<String>>,
+}
+
+impl Shared {
+    /// Wraps an opened store.
+    pub fn new(store: Store) -> Arc<Shared> {
+        Arc::new(Shared {
+            store,
+            routing: Mutex::new(()),
+            messages_processed: AtomicU64::new(0),
+            jobs_created: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            last_loop: Mutex::new(None),
+            activity: AtomicU64::new(0),
+            own_uid: nix::unistd::getuid().as_raw(),
+            handled_jobs: Mutex::new(Default::default()),
+        })
+    }
+}
+
+/// The D-Bus object.
+#[derive(Debug, Clone)]
+pub struct OrchestratorObject {
+    shared: Arc<Shared>,
+}
+
+impl OrchestratorObject {
+    /// An object serving `shared`.
+    pub fn new(shared: Arc<Shared>) -> OrchestratorObject {
+        OrchestratorObject { shared }
+    }
+}
+
+/// Maps a D-Bus caller's Unix user to a PRD §10 caller. Root and the daemon's own user are
+/// trusted and may act for the message's `user`; anyone else is the user whose document's
+/// `unix_user` (or id) is their login name.
+pub fn caller_for_uid(
+    store: &Store,
+    uid: u32,
+    own_uid: u32,
+    claimed: Option<&str>,
+) -> Result<Caller, RouteError> {
+    let lookup = |id: &str| -> Result<Caller, RouteError> {
+        match store.user(id) {
+            Ok(u) => Ok(Caller::User(u)),
+            Err(StoreError::NotFound { .. }) => {
+                Err(RouteError::NotFound(format!("User not found: {id}")))
+            }
+            Err(e) => Err(e.into()),
+        }
+    };
+    if uid == 0 || uid == own_uid {
+        return match claimed {
+            Some(id) => lookup(id),
+            None => Ok(Caller::Trusted),
+        };
+    }
+    let name = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+        .ok()
+        .flatten()
+        .map(|u| u.name)
+        .ok_or_else(|| RouteError::PermissionDenied(format!("uid {uid} has no user name")))?;
+    let mut ignore = |_| {};
+    let user = store
+        .users(&mut ignore)?
+        .into_iter()
+        .find(|u| u.unix_name() == name)
+        .ok_or_else(|| {
+            RouteError::PermissionDenied(format!(
+                "Unix user {name} (uid {uid}) has no document in users/ (ask an admin to add one with unix_user: {name})"
+            ))
+        })?;
+    if let Some(c) = claimed
+        && c != user.id
+    {
+        return Err(RouteError::PermissionDenied(format!(
+            "Unix user {name} is {}, not {c}",
+            user.id
+        )));
+    }
+    Ok(Caller::User(user))
+}
+
+async fn caller_uid(conn: &zbus::Connection, hdr: &Header<'_>) -> Result<u32, BusError> {
+    let sender = hdr
+        .sender()
+        .ok_or_else(|| BusError::PermissionDenied("Permission denied: no sender".into()))?;
+    let dbus = zbus::fdo::DBusProxy::new(conn).await?;
+    dbus.get_connection_unix_user(sender.clone().into())
+        .await
+        .map_err(|e| BusError::Failed(format!("cannot identify caller: {e}")))
+}
+
+#[zbus::interface(name = "org.agentstore.Orchestrator1")]
+impl OrchestratorObject {
+    /// Handles one message (a PRD §4.2 document as JSON) and returns the response document.
+    /// Direct commands are answered at once; agent commands return the created job
+    /// (`content.job_id`, `queue`, `job_path`). `correlation_id`, `queue_time`, `source` and
+    /// `status` may be omitted. Errors: org.agentstore.Error.InvalidMessage, .NotFound,
+    /// .PermissionDenied, .Failed.
+    #[zbus(out_args("response"))]
+    async fn submit(
+        &self,
+        message: String,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &zbus::Connection,
+        #[zbus(signal_emitter)] emitter: SignalEmitter<'_>,
+    ) -> Result<String, BusError> {
+        self.shared.activity.fetch_add(1, Ordering::Relaxed);
+        let uid = caller_uid(conn, &hdr).await?;
+        let shared = self.shared.clone();
+        let outcome = tokio::task::spawn_blocking(move || submit_blocking(&shared, &message, uid))
+            .await
+            .map_err(|e| BusError::Failed(e.to_string()))??;
+        let r = &outcome.response;
+        let status = if outcome.error.is_some() {
+            "error"
+        } else {
+            "done"
+        };
+        let _ = Self::message_processed(&emitter, &r.correlation_id, &r.command, status).await;
+        if let Some(job) = outcome.job.as_ref().filter(|j| j.new) {
+            let project = r.project.clone().unwrap_or_default();
+            let _ = Self::job_created(&emitter, &job.id, &job.queue, &project).await;
+        }
+        if let Some(e) = outcome.error {
+            return Err(e.into());
+        }
+        serde_json::to_string(&outcome.response).map_err(|e| BusError::Failed(e.to_string()))
+    }
+
+    /// Processes the inbox and finished jobs now; returns how many items were handled.
+    #[zbus(out_args("handled"))]
+    async fn sweep(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &zbus::Connection,
+    ) -> Result<u32, BusError> {
+        self.shared.activity.fetch_add(1, Ordering::Relaxed);
+        let uid = caller_uid(conn, &hdr).await?;
+        let who = caller_for_uid(&self.shared.store, uid, self.shared.own_uid, None)?;
+        if !who.is_admin() {
+            return Err(BusError::PermissionDenied(
+                "Permission denied: only admins can sweep".into(),
+            ));
+        }
+        let shared = self.shared.clone();
+        tokio::task::spawn_blocking(move || crate::orchestrator::daemon::cycle(&shared))
+            .await
+            .map_err(|e| BusError::Failed(e.to_string()))?
+            .map(|n| u32::try_from(n).unwrap_or(u32::MAX))
+            .map_err(|e| BusError::Failed(e.to_string()))
+    }
+
+    /// Package version.
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn version(&self) -> String {
+        env!("CARGO_PKG_VERSION").to_string()
+    }
+
+    /// The store folder.
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn store_root(&self) -> String {
+        self.shared.store.root().display().to_string()
+    }
+
+    /// Messages answered since start.
+    #[zbus(property(emits_changed_signal = "false"))]
+    fn messages_processed(&self) -> u64 {
+        self.shared.messages_processed.load(Ordering::Relaxed)
+    }
+
+    /// Jobs created since start.
+    #[zbus(property(emits_changed_signal = "false"))]
+    fn jobs_created(&self) -> u64 {
+        self.shared.jobs_created.load(Ordering::Relaxed)
+    }
+
+    /// Messages answered with an error since start.
+    #[zbus(property(emits_changed_signal = "false"))]
+    fn errors(&self) -> u64 {
+        self.shared.errors.load(Ordering::Relaxed)
+    }
+
+    /// End of the last loop (`YYYY-MM-DDTHH:MM:SSZ`, empty before the first).
+    #[zbus(property(emits_changed_signal = "false"))]
+    fn last_loop_time(&self) -> String {
+        self.shared
+            .last_loop
+            .lock()
+            .map(|t| t.map(|t| t.to_string()).unwrap_or_default())
+            .unwrap_or_default()
+    }
+
+    /// A message was answered (D-Bus or inbox).
+    #[zbus(signal)]
+    pub async fn message_processed(
+        emitter: &SignalEmitter<'_>,
+        correlation_id: &str,
+        command: &str,
+        status: &str,
+    ) -> zbus::Result<()>;
+
+    /// A job was created.
+    #[zbus(signal)]
+    pub async fn job_created(
+        emitter: &SignalEmitter<'_>,
+        job_id: &str,
+        queue: &str,
+        project: &str,
+    ) -> zbus::Result<()>;
+}
+
+/// Parses, fills defaults, validates and handles a submitted message.
+fn submit_blocking(
+    shared: &Shared,
+    text: &str,
+    uid: u32,
+) -> Result<orchestrator::Outcome, BusError> {
+    let store = &shared.store;
+    let mut value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
+        BusError::InvalidMessage(format!("Invalid message format: not valid JSON: {e}"))
+    })?;
+    if let Some(obj) = value.as_object_mut() {
+        obj.entry("correlation_id")
+            .or_insert_with(|| uuid::Uuid::new_v4().to_string().into());
+        obj.entry("source").or_insert_with(|| "user".into());
+        obj.entry("queue_time")
+            .or_insert_with(|| Timestamp::now().to_string().into());
+        obj.entry("status").or_insert_with(|| "queued".into());
+        obj.entry("content")
+            .or_insert_with(|| serde_json::json!({}));
+    }
+    if let Err(rej) = store.validator().validate(DocKind::Message, &value) {
+        let bytes = value.to_string().into_bytes();
+        store.log_rejection(std::path::Path::new("dbus-submit.json"), &bytes, &rej);
+        return Err(BusError::InvalidMessage(format!(
+            "Invalid message format: {rej}"
+        )));
+    }
+    let msg: Message = serde_json::from_value(value)
+        .map_err(|e| BusError::InvalidMessage(format!("Invalid message format: {e}")))?;
+    let who = caller_for_uid(store, uid, shared.own_uid, msg.user.as_deref())?;
+    let _guard = shared
+        .routing
+        .lock()
+        .map_err(|_| BusError::Failed("routing lock poisoned".into()))?;
+    let outcome = orchestrator::handle(store, &msg, &who);
+    shared.messages_processed.fetch_add(1, Ordering::Relaxed);
+    if outcome.error.is_some() {
+        shared.errors.fetch_add(1, Ordering::Relaxed);
+    }
+    let mut ev = Event::new(DAEMON, "message_answered")
+        .correlation(&msg.correlation_id)
+        .detail(format!(
+            "{} (D-Bus uid {uid}) → {}",
+            msg.command,
+            outcome.response.error.as_deref().unwrap_or("done")
+        ));
+    if let Some(p) = &msg.project {
+        ev = ev.project(p);
+    }
+    store.record_event(&ev);
+    if let Some(job) = outcome.job.as_ref().filter(|j| j.new) {
+        shared.jobs_created.fetch_add(1, Ordering::Relaxed);
+        store.record_event(
+            &Event::new(DAEMON, "job_created")
+                .job(&job.id)
+                .queue(&job.queue)
+                .correlation(&msg.correlation_id),
+        );
+        tracing::info!(job_id = %job.id, queue = %job.queue, correlation_id = %msg.correlation_id, "job created");
+    }
+    tracing::info!(correlation_id = %msg.correlation_id, "answered {} over D-Bus", msg.command);
+    Ok(outcome)
+}
+
+/// Client side of `org.agentstore.Orchestrator1`.
+#[zbus::proxy(
+    interface = "org.agentstore.Orchestrator1",
+    default_service = "org.agentstore.Orchestrator1",
+    default_path = "/org/agentstore/Orchestrator1"
+)]
+pub trait Orchestrator1 {
+    /// See the server's `Submit`.
+    fn submit(&self, message: &str) -> zbus::Result<String>;
+    /// See the server's `Sweep`.
+    fn sweep(&self) -> zbus::Result<u32>;
+    /// Package version.
+    #[zbus(property)]
+    fn version(&self) -> zbus::Result<String>;
+    /// Store folder.
+    #[zbus(property)]
+    fn store_root(&self) -> zbus::Result<String>;
+    /// Messages answered.
+    #[zbus(property)]
+    fn messages_processed(&self) -> zbus::Result<u64>;
+    /// Jobs created.
+    #[zbus(property)]
+    fn jobs_created(&self) -> zbus::Result<u64>;
+    /// Messages answered with an error.
+    #[zbus(property)]
+    fn errors(&self) -> zbus::Result<u64>;
+    /// Last loop time.
+    #[zbus(property)]
+    fn last_loop_time(&self) -> zbus::Result<String>;
+}

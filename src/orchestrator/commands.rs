@@ -1,0 +1,56 @@
+//! The commands a message may carry (PRD §5, §6.2) and their Claude command mapping.
+
+/// Commands answered directly from the store.
+pub const DIRECT_COMMANDS: [&str; 11] = [
+    "help",
+    "list-users",
+    "list-projects",
+    "list-prds",
+    "list-jobs",
+    "list-queues",
+    "view-user",
+    "view-project",
+    "view-prd",
+    "view-job",
+    "view-queue",
+];
+
+/// Agent commands and the Claude command each job runs (PRD §6.4 `AGENT_COMMAND_MAPPING`).
+pub const AGENT_COMMANDS: [(&str, &str); 4] = [
+    ("create-prd", "prd-creator"),
+    ("research-code", "code-researcher"),
+    ("create-tasks", "task-creator"),
+    ("implement-tasks", "task-implementer"),
+];
+
+/// Runs `venvman` directly; creates no job.
+pub const CREATE_ENVIRONMENT: &str = "create-environment";
+
+/// The Claude command for an agent command.
+pub fn claude_command_for(command: &str) -> Option<&'static str> {
+    AGENT_COMMANDS
+        .iter()
+        .find(|(c, _)| *c == command)
+        .map(|(_, cc)| *cc)
+}
+
+/// True for commands answered from the store.
+pub fn is_direct(command: &str) -> bool {
+    DIRECT_COMMANDS.contains(&command)
+}
+
+/// The answer to `help`.
+pub fn help_text() -> String {
+    let mut s = String::from(
+        "agentstore orchestrator commands (PRD §5)\n\nDirect commands (answered at once):\n",
+    );
+    for c in DIRECT_COMMANDS {
+        s.push_str(&format!("  {c}\n"));
+    }
+    s.push_str("\nAgent commands (create a job; content: task, queue, timeout, claude_extra_args, supporting_data, jobtype, model):\n");
+    for (c, cc) in AGENT_COMMANDS {
+        s.push_str(&format!("  {c:<16} runs Claude command /{cc}\n"));
+    }
+    s.push_str("  create-environment  runs venvman (content: python, install_deps); no job\n");
+    s
+}

@@ -1,0 +1,213 @@
+//! Finished-job handling (PRD §6.5). Each finished job is handled once: its effects are
+//! idempotent (a document written whole, a PRD whose id is the job's, a PRD moved only from
+//! the state before), and `runtime.handled` is set afterwards, so a crash in between only
+//! repeats harmless work.
+
+use super::DAEMON;
+use crate::model::{DocKind, Job, JobStatus, Prd, PrdState, Timestamp};
+use crate::store::{Event, JobLocation, Store, StoreError, move_no_replace, write_atomic};
+use serde_json::{Map, Value};
+use std::collections::HashSet;
+
+/// What handling did, for logs and tests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Handled {
+    /// Job id.
+    pub job_id: String,
+    /// What was done.
+    pub action: String,
+}
+
+/// The useful text of a job's output: Claude's `result` when the output is its JSON, else
+/// the output itself.
+pub fn result_text(job: &Job) -> String {
+    let raw = job.runtime.output.as_deref().unwrap_or("");
+    serde_json::from_str::<Value>(raw)
+        .ok()
+        .and_then(|v| v.get("result").and_then(Value::as_str).map(str::to_string))
+        .unwrap_or_else(|| raw.to_string())
+}
+
+/// Handles every finished job not handled yet, in every queue. `seen` remembers jobs known
+/// to be handled, so a sweep does not re-read every finished job (and its output) each time.
+pub fn handle_finished_jobs(
+    store: &Store,
+    seen: &mut HashSet<String>,
+) -> Result<Vec<Handled>, StoreError> {
+    let mut done = Vec::new();
+    for loc in store.job_locations(&[JobStatus::Finished])? {
+        if seen.contains(&loc.id) {
+            continue;
+        }
+        let mut job = match store.job(&loc) {
+            Ok(j) => j,
+            Err(e) => {
+                tracing::warn!("skipping finished job: {e}");
+                continue;
+            }
+        };
+        if job.runtime.handled == Some(true) {
+            seen.insert(loc.id.clone());
+            continue;
+        }
+        let action = match handle_one(store, &loc, &job) {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(job_id = %loc.id, "completion handler failed: {e}");
+                store.record_event(
+                    &Event::new(DAEMON, "completion_failed")
+                        .job(&loc.id)
+                        .detail(e.to_string()),
+                );
+                format!("failed: {e}")
+            }
+        };
+        job.runtime.handled = Some(true);
+        // The job is finished: its worker is gone, so the orchestrator may write it now.
+        store.write_doc(DocKind::Job, &loc.path, &job)?;
+        tracing::info!(job_id = %loc.id, queue = %loc.queue, "finished job handled: {action}");
+        store.record_event(
+            &Event::new(DAEMON, "job_handled")
+                .job(&loc.id)
+                .queue(&loc.queue)
+                .detail(&action),
+        );
+        done.push(Handled {
+            job_id: loc.id.clone(),
+            action,
+        });
+    }
+    Ok(done)
+}
+
+fn handle_one(store: &Store, loc: &JobLocation, job: &Job) -> Result<String, StoreError> {
+    let command = job.config.command.clone().unwrap_or_else(|| {
+        // Jobs written by hand carry no command; infer it from the Claude command.
+        super::commands::AGENT_COMMANDS
+            .iter()
+            .find(|(_, cc)| *cc == job.config.claude_command)
+            .map(|(c, _)| c.to_string())
+            .unwrap_or_default()
+    });
+    match command.as_str() {
+        "research-code" => research_complete(store, job),
+        "create-prd" => prd_created(store, loc, job),
+        "create-tasks" => prd_moved(store, loc, job, PrdState::Queued, PrdState::Running),
+        "implement-tasks" => prd_moved(store, loc, job, PrdState::Running, PrdState::Complete),
+        _ => Ok("nothing to do".into()),
+    }
+}
+
+fn research_complete(store: &Store, job: &Job) -> Result<String, StoreError> {
+    let mut project = store.project(&job.config.project)?;
+    let Some(doc) = project.code_research_document.clone() else {
+        return Ok("project has no code_research_document".into());
+    };
+    let path = std::path::PathBuf::from(&doc);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+    }
+    write_atomic(&path, result_text(job).as_bytes()).map_err(|source| StoreError::Io {
+        path: path.clone(),
+        source,
+    })?;
+    project.update_time = Timestamp::now();
+    store.write_doc(DocKind::Project, &store.project_path(&project.id), &project)?;
+    Ok(format!("wrote {doc}"))
+}
+
+fn prd_created(store: &Store, loc: &JobLocation, job: &Job) -> Result<String, StoreError> {
+    let project = store.project(&job.config.project)?;
+    if store.find_prd(&loc.id).is_ok() {
+        return Ok(format!("PRD {} exists", loc.id));
+    }
+    let text = result_text(job);
+    let title = text
+        .lines()
+        .map(|l| l.trim().trim_start_matches('#').trim())
+        .find(|l| !l.is_empty())
+        .unwrap_or(&job.config.task_description)
+        .chars()
+        .take(120)
+        .collect::<String>();
+    let mut content = Map::new();
+    content.insert("document".into(), Value::String(text));
+    content.insert(
+        "request".into(),
+        Value::String(job.config.task_description.clone()),
+    );
+    let now = Timestamp::now();
+    let prd = Prd {
+        id: loc.id.clone(),
+        project: project.id.clone(),
+        title,
+        version: "1.0".into(),
+        owner: job.config.user.clone().unwrap_or(project.owner.clone()),
+        status: PrdState::Queued,
+        created_time: now,
+        update_time: now,
+        content,
+        jobs: vec![loc.id.clone()],
+        implementation_report: None,
+    };
+    let path = store
+        .prd_dir(&project.id, PrdState::Queued)
+        .join(format!("{}.json", prd.id));
+    store.write_doc(DocKind::Prd, &path, &prd)?;
+    Ok(format!("created PRD {}", prd.id))
+}
+
+fn prd_moved(
+    store: &Store,
+    loc: &JobLocation,
+    job: &Job,
+    from: PrdState,
+    to: PrdState,
+) -> Result<String, StoreError> {
+    let Some(prd_id) = job.config.prd.clone().or_else(|| {
+        job.config
+            .supporting_data
+            .get("prd")?
+            .get("id")?
+            .as_str()
+            .map(str::to_string)
+    }) else {
+        return Ok("job names no PRD".into());
+    };
+    let (state, path, mut prd) = store.find_prd(&prd_id)?;
+    if state == to {
+        return Ok(format!("PRD {prd_id} already {}", to.name()));
+    }
+    if state != from {
+        return Ok(format!(
+            "PRD {prd_id} is {}, expected {}; left alone",
+            state.name(),
+            from.name()
+        ));
+    }
+    prd.status = to;
+    prd.update_time = Timestamp::now();
+    if !prd.jobs.contains(&loc.id) {
+        prd.jobs.push(loc.id.clone());
+    }
+    if to == PrdState::Complete {
+        prd.implementation_report = Some(Value::String(result_text(job)));
+    }
+    // Write the new state in place, then rename into the new folder: a crash between leaves
+    // a consistent document that the next sweep moves.
+    store.write_doc(DocKind::Prd, &path, &prd)?;
+    let dest_dir = store.prd_dir(&prd.project, to);
+    std::fs::create_dir_all(&dest_dir).map_err(|source| StoreError::Io {
+        path: dest_dir.clone(),
+        source,
+    })?;
+    let dest = dest_dir.join(format!("{prd_id}.json"));
+    move_no_replace(&path, &dest).map_err(|source| StoreError::Io {
+        path: path.clone(),
+        source,
+    })?;
+    Ok(format!("PRD {prd_id} → {}", to.dir()))
+}

@@ -1,0 +1,160 @@
+//! Direct commands (PRD §6.2): answered from the store, filtered by PRD §10.
+
+use super::RouteError;
+use super::commands::help_text;
+use crate::access::Caller;
+use crate::model::{Message, Project};
+use crate::store::{Store, StoreError};
+use serde_json::{Value, json};
+
+fn arg<'a>(msg: &'a Message, key: &str) -> Option<&'a str> {
+    msg.content.get(key).and_then(Value::as_str)
+}
+
+fn required<'a>(msg: &'a Message, key: &str) -> Result<&'a str, RouteError> {
+    arg(msg, key).ok_or_else(|| {
+        RouteError::Invalid(format!(
+            "{}: content.{key} is required (a string)",
+            msg.command
+        ))
+    })
+}
+
+fn to_value<T: serde::Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+fn ignore(e: StoreError) {
+    tracing::warn!("{e}");
+}
+
+/// Answers a direct command; the result goes into the response's `content.result`.
+pub fn answer(store: &Store, msg: &Message, who: &Caller) -> Result<Value, RouteError> {
+    let denied = |what: String| Err(RouteError::PermissionDenied(what));
+    match msg.command.as_str() {
+        "help" => Ok(Value::String(help_text())),
+        "list-users" => {
+            if !who.can_list_users() {
+                return denied("only admins can list users".into());
+            }
+            Ok(to_value(&store.users(&mut ignore)?))
+        }
+        "view-user" => {
+            let id = arg(msg, "user").or(arg(msg, "id")).ok_or_else(|| {
+                RouteError::Invalid("view-user: content.user is required (a string)".into())
+            })?;
+            if !who.can_view_user(id) {
+                return denied(format!("only admins can view other users ({id})"));
+            }
+            Ok(to_value(&store.user(id)?))
+        }
+        "list-projects" => {
+            let all = store.projects(&mut ignore)?;
+            Ok(to_value(
+                &all.into_iter()
+                    .filter(|p| who.can_see_project(p))
+                    .collect::<Vec<_>>(),
+            ))
+        }
+        "view-project" => {
+            let id = arg(msg, "project")
+                .or(msg.project.as_deref())
+                .ok_or_else(|| RouteError::Invalid("view-project: project is required".into()))?;
+            let p = store.project(id)?;
+            if !who.can_see_project(&p) {
+                return denied(format!("project {id} belongs to {}", p.owner));
+            }
+            Ok(to_value(&p))
+        }
+        "list-prds" => {
+            let project = arg(msg, "project").or(msg.project.as_deref());
+            let mut out = Vec::new();
+            for (_, prd) in store.prds(project, &mut ignore)? {
+                let p = store.project(&prd.project).ok();
+                if who.can_see_prd(&prd, p.as_ref()) {
+                    out.push(prd);
+                }
+            }
+            Ok(to_value(&out))
+        }
+        "view-prd" => {
+            let id = required(msg, "prd")?;
+            let (_, _, prd) = store.find_prd(id)?;
+            let p = store.project(&prd.project).ok();
+            if !who.can_see_prd(&prd, p.as_ref()) {
+                return denied(format!("PRD {id} belongs to {}", prd.owner));
+            }
+            Ok(to_value(&prd))
+        }
+        "list-queues" => Ok(to_value(&store.queues(&mut ignore)?)),
+        "view-queue" => {
+            let id = required(msg, "queue")?;
+            Ok(to_value(&store.queue(id)?))
+        }
+        "list-jobs" => list_jobs(store, msg, who),
+        "view-job" => {
+            let id = arg(msg, "job").or(arg(msg, "job_id")).ok_or_else(|| {
+                RouteError::Invalid("view-job: content.job is required (a string)".into())
+            })?;
+            let loc = store.find_job(id)?;
+            let mut job = store.job(&loc)?;
+            let p = store.project(&job.config.project).ok();
+            if !who.can_see_job(&job, p.as_ref()) {
+                return denied(format!("job {id} belongs to another user's project"));
+            }
+            job.id.get_or_insert_with(|| id.to_string());
+            Ok(to_value(&job))
+        }
+        other => Err(RouteError::Invalid(format!("Unknown command: {other}"))),
+    }
+}
+
+/// `list-jobs`: job documents without `runtime.output` (use `view-job` for that), filtered by
+/// `content.status`, `content.project` and `content.queue`, oldest first.
+fn list_jobs(store: &Store, msg: &Message, who: &Caller) -> Result<Value, RouteError> {
+    let statuses = match arg(msg, "status") {
+        None => Vec::new(),
+        Some(s) => vec![crate::model::JobStatus::from_name(s).ok_or_else(|| {
+            RouteError::Invalid(format!(
+                "list-jobs: content.status {s:?} is not one of queued, running, finished, failed"
+            ))
+        })?],
+    };
+    let project = arg(msg, "project");
+    if let Some(p) = project {
+        store.project(p)?;
+    }
+    let queue = arg(msg, "queue");
+    if let Some(q) = queue {
+        store.queue(q)?;
+    }
+    let mut projects: std::collections::HashMap<String, Option<Project>> = Default::default();
+    let mut jobs = Vec::new();
+    for loc in store.job_locations(&statuses)? {
+        if queue.is_some_and(|q| q != loc.queue) {
+            continue;
+        }
+        let Ok(mut job) = store.job(&loc) else {
+            continue;
+        };
+        if project.is_some_and(|p| p != job.config.project) {
+            continue;
+        }
+        let p = projects
+            .entry(job.config.project.clone())
+            .or_insert_with(|| store.project(&job.config.project).ok());
+        if !who.can_see_job(&job, p.as_ref()) {
+            continue;
+        }
+        job.runtime.output = None;
+        job.id.get_or_insert_with(|| loc.id.clone());
+        jobs.push(job);
+    }
+    jobs.sort_by(|a, b| {
+        a.config
+            .queue_time
+            .cmp(&b.config.queue_time)
+            .then(a.id.cmp(&b.id))
+    });
+    Ok(json!(jobs))
+}

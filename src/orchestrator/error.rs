@@ -1,0 +1,56 @@
+//! What can go wrong handling one message. Each kind maps to one outbox error text and one
+//! named D-Bus error.
+
+use crate::bus::BusError;
+use crate::store::StoreError;
+
+/// Why a message could not be handled.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RouteError {
+    /// A user, project, PRD, queue or job that does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// PRD §10 forbids it.
+    #[error("Permission denied: {0}")]
+    PermissionDenied(String),
+    /// The message is malformed, fails its schema, or names an unknown command.
+    #[error("{0}")]
+    Invalid(String),
+    /// Anything else (I/O, a missing tool).
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl From<StoreError> for RouteError {
+    fn from(e: StoreError) -> RouteError {
+        match &e {
+            StoreError::NotFound { kind, id } => {
+                // PRD wording: "Project not found: X", "Queue not found: X".
+                let mut k = kind.to_string();
+                if k == "prd" {
+                    k = "PRD".into();
+                } else if let Some(f) = k.get(0..1) {
+                    k = format!("{}{}", f.to_uppercase(), &k[1..]);
+                }
+                RouteError::NotFound(format!("{k} not found: {id}"))
+            }
+            StoreError::BadId { .. } | StoreError::Invalid { .. } => {
+                RouteError::Invalid(e.to_string())
+            }
+            _ => RouteError::Failed(e.to_string()),
+        }
+    }
+}
+
+impl From<RouteError> for BusError {
+    fn from(e: RouteError) -> BusError {
+        match e {
+            RouteError::NotFound(m) => BusError::NotFound(m),
+            RouteError::PermissionDenied(m) => {
+                BusError::PermissionDenied(format!("Permission denied: {m}"))
+            }
+            RouteError::Invalid(m) => BusError::InvalidMessage(m),
+            RouteError::Failed(m) => BusError::Failed(m),
+        }
+    }
+}

@@ -1,0 +1,290 @@
+//! Agent commands become job files (PRD §6.3, §6.4).
+
+use super::RouteError;
+use super::commands::claude_command_for;
+use crate::access::Caller;
+use crate::model::{
+    DocKind, Job, JobConfig, JobRuntime, JobStatus, JobType, Message, Prd, Project, Timestamp,
+};
+use crate::store::Store;
+use serde_json::{Map, Value};
+
+/// Namespace for job ids derived from correlation ids (UUID v5). Deriving the id makes job
+/// creation idempotent: a restart after a crash finds the job it already wrote.
+const JOB_ID_NAMESPACE: uuid::Uuid =
+    uuid::Uuid::from_u128(0x8f1c_2a6e_5b3d_4c7a_9e0f_1a2b_3c4d_5e6f);
+
+/// Default job timeout when the message gives none (PRD §6.4).
+pub const DEFAULT_TIMEOUT_SECONDS: u64 = 1800;
+
+/// The job made for a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreatedJob {
+    /// Job id.
+    pub id: String,
+    /// Queue it went to.
+    pub queue: String,
+    /// Path relative to the store root.
+    pub path: String,
+    /// False when the job already existed (a message answered again after a crash).
+    pub new: bool,
+}
+
+/// The job id for a message.
+pub fn job_id_for(correlation_id: &str) -> String {
+    uuid::Uuid::new_v5(&JOB_ID_NAMESPACE, correlation_id.as_bytes()).to_string()
+}
+
+/// PRD §6.3: the message's `content.queue`, else the project's `default_queue`, else
+/// `queues_default`; each named queue must exist.
+pub fn select_queue(store: &Store, msg: &Message, project: &Project) -> Result<String, RouteError> {
+    if let Some(q) = msg.content.get("queue").filter(|q| !q.is_null()) {
+        let q = q.as_str().ok_or_else(|| {
+            RouteError::Invalid("content.queue must be a string (a queue name)".into())
+        })?;
+        return if store.queue_exists(q) {
+            Ok(q.to_string())
+        } else {
+            Err(RouteError::NotFound(format!("Queue not found: {q}")))
+        };
+    }
+    if !project.default_queue.is_empty() {
+        let q = &project.default_queue;
+        return if store.queue_exists(q) {
+            Ok(q.clone())
+        } else {
+            Err(RouteError::NotFound(format!(
+                "Project queue not found: {q}"
+            )))
+        };
+    }
+    let q = &store.config().queues_default;
+    if store.queue_exists(q) {
+        Ok(q.clone())
+    } else {
+        Err(RouteError::NotFound(format!(
+            "Default queue not found: {q}"
+        )))
+    }
+}
+
+fn content_str<'a>(msg: &'a Message, key: &str) -> Result<Option<&'a str>, RouteError> {
+    match msg.content.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(RouteError::Invalid(format!(
+            "content.{key} must be a string"
+        ))),
+    }
+}
+
+/// Renders a PRD as plain text for a prompt.
+pub fn format_prd(prd: &Prd) -> String {
+    let mut s = format!("# {} (version {})\n", prd.title, prd.version);
+    for (k, v) in &prd.content {
+        s.push_str(&format!("\n## {}\n", k.replace('_', " ")));
+        match v {
+            Value::String(t) => s.push_str(&format!("{t}\n")),
+            Value::Array(items) => {
+                for i in items {
+                    match i {
+                        Value::String(t) => s.push_str(&format!("- {t}\n")),
+                        other => s.push_str(&format!("- {other}\n")),
+                    }
+                }
+            }
+            other => s.push_str(&format!("{other}\n")),
+        }
+    }
+    s
+}
+
+/// Builds, validates and writes the job for an agent command; appends it to the PRD's
+/// `jobs` at once (provenance). Idempotent per correlation id.
+pub fn create_job(store: &Store, msg: &Message, who: &Caller) -> Result<CreatedJob, RouteError> {
+    let claude_command = claude_command_for(&msg.command)
+        .ok_or_else(|| RouteError::Invalid(format!("Unknown command: {}", msg.command)))?;
+    let project_id = msg
+        .project
+        .as_deref()
+        .or(content_str(msg, "project")?)
+        .ok_or_else(|| {
+            RouteError::Invalid(format!(
+                "{}: project is required (message field `project`)",
+                msg.command
+            ))
+        })?;
+    let project = store.project(project_id)?;
+    if !who.can_see_project(&project) {
+        return Err(RouteError::PermissionDenied(format!(
+            "project {} belongs to {}",
+            project.id, project.owner
+        )));
+    }
+    let queue = select_queue(store, msg, &project)?;
+    let id = job_id_for(&msg.correlation_id);
+    if let Ok(existing) = store.find_job(&id) {
+        return Ok(CreatedJob {
+            path: store.relative(&existing.path).display().to_string(),
+            queue: existing.queue,
+            id,
+            new: false,
+        });
+    }
+
+    // The PRD this job works on, if any.
+    let prd_id = content_str(msg, "prd")?;
+    let prd = match prd_id {
+        Some(p) => Some(store.find_prd(p)?),
+        None if matches!(msg.command.as_str(), "create-tasks" | "implement-tasks") => {
+            return Err(RouteError::Invalid(format!(
+                "{}: content.prd is required (a PRD id)",
+                msg.command
+            )));
+        }
+        None => None,
+    };
+    let task = content_str(msg, "task")?;
+    let task_description = match (msg.command.as_str(), &prd) {
+        ("research-code", _) => {
+            let mut t = format!(
+                "Review the {} codebase and document key components, architecture, and APIs.",
+                project.id
+            );
+            if let Some(extra) = task {
+                t.push_str(&format!("\n\n{extra}"));
+            }
+            t
+        }
+        ("create-tasks", Some((_, _, prd))) => {
+            format!(
+                "Create implementation tasks for PRD: {}\n\n{}",
+                prd.title,
+                format_prd(prd)
+            )
+        }
+        ("implement-tasks", Some((_, _, prd))) => {
+            format!(
+                "Implement the tasks for PRD: {}\n\n{}",
+                prd.title,
+                format_prd(prd)
+            )
+        }
+        _ => task
+            .ok_or_else(|| {
+                RouteError::Invalid(format!(
+                    "{}: content.task is required (a string)",
+                    msg.command
+                ))
+            })?
+            .to_string(),
+    };
+
+    let mut supporting = Map::new();
+    supporting.insert(
+        "project_directory".into(),
+        Value::String(project.directory.clone()),
+    );
+    supporting.insert(
+        "project_repository".into(),
+        project
+            .git_repository
+            .clone()
+            .map(Value::String)
+            .unwrap_or(Value::Null),
+    );
+    if let Some((_, _, prd)) = &prd {
+        supporting.insert(
+            "prd".into(),
+            serde_json::to_value(prd).unwrap_or(Value::Null),
+        );
+    }
+    match msg.content.get("supporting_data") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(extra)) => supporting.extend(extra.clone()),
+        Some(_) => {
+            return Err(RouteError::Invalid(
+                "content.supporting_data must be an object".into(),
+            ));
+        }
+    }
+    let extra_args = match msg.content.get("claude_extra_args") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|v| v.as_str().map(str::to_string))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| {
+                RouteError::Invalid("content.claude_extra_args must be an array of strings".into())
+            })?,
+        Some(_) => {
+            return Err(RouteError::Invalid(
+                "content.claude_extra_args must be an array of strings".into(),
+            ));
+        }
+    };
+    let timeout = match msg.content.get("timeout") {
+        None | Some(Value::Null) => DEFAULT_TIMEOUT_SECONDS,
+        Some(v) => v.as_u64().filter(|t| *t > 0).ok_or_else(|| {
+            RouteError::Invalid("content.timeout must be a positive whole number of seconds".into())
+        })?,
+    };
+    let jobtype = match content_str(msg, "jobtype")? {
+        None | Some("claude") => JobType::Claude,
+        Some("agent") => JobType::Agent,
+        Some("noop") => JobType::Noop,
+        Some(other) => {
+            return Err(RouteError::Invalid(format!(
+                "content.jobtype {other:?} is not one of claude, agent, noop"
+            )));
+        }
+    };
+
+    let job = Job {
+        id: Some(id.clone()),
+        config: JobConfig {
+            project: project.id.clone(),
+            working_directory: project.directory.clone(),
+            queue_time: Timestamp::now(),
+            jobtype,
+            claude_command: claude_command.to_string(),
+            claude_extra_args: extra_args,
+            task_description,
+            supporting_data: supporting,
+            timeout_seconds: Some(timeout),
+            queue: Some(queue.clone()),
+            command: Some(msg.command.clone()),
+            prd: prd.as_ref().map(|(_, _, p)| p.id.clone()),
+            correlation_id: Some(msg.correlation_id.clone()),
+            user: msg
+                .user
+                .clone()
+                .or_else(|| who.user_id().map(str::to_string)),
+            model: content_str(msg, "model")?.map(str::to_string),
+        },
+        runtime: JobRuntime::queued(),
+    };
+    let path = store.job_path(&queue, JobStatus::Queued, &id);
+    store
+        .write_doc(DocKind::Job, &path, &job)
+        .map_err(|e| match e {
+            crate::store::StoreError::Invalid { rejection, .. } => {
+                RouteError::Invalid(format!("Invalid job structure: {rejection}"))
+            }
+            other => other.into(),
+        })?;
+
+    if let Some((_, prd_path, mut prd)) = prd
+        && !prd.jobs.contains(&id)
+    {
+        prd.jobs.push(id.clone());
+        prd.update_time = Timestamp::now();
+        store.write_doc(DocKind::Prd, &prd_path, &prd)?;
+    }
+    Ok(CreatedJob {
+        path: store.relative(&path).display().to_string(),
+        queue,
+        id,
+        new: true,
+    })
+}

@@ -1,0 +1,523 @@
+//! The orchestrator (PRD §6): routes inbox messages, answers direct commands, turns agent
+//! commands into jobs, and handles finished jobs. [`daemon`] runs it as a systemd service
+//! with a D-Bus API.
+//!
+//! Crash safety (DESIGN §4): a message is answered by writing `outbox/<correlation_id>.json`
+//! and only then moved to `processed_inbox/`; the job id is derived from the correlation id.
+//! A restart at any instant therefore finds either nothing done (answers it), the job but no
+//! answer (answers with the same job), or the answer but the message still in the inbox
+//! (just moves it): one answer and at most one job per message.
+
+pub mod commands;
+mod completion;
+pub mod daemon;
+mod direct;
+mod error;
+mod jobs;
+mod lock;
+mod venv;
+
+pub use completion::handle_finished_jobs;
+pub use error::RouteError;
+pub use jobs::{CreatedJob, DEFAULT_TIMEOUT_SECONDS, job_id_for, select_queue};
+pub use lock::{LockError, LockInfo, StoreLock};
+
+use crate::access::Caller;
+use crate::model::{DocKind, Message, MessageSource, MessageStatus, Timestamp, is_safe_id};
+use crate::store::{Event, Store, StoreError, move_no_replace, read_limited, scan_dir};
+use serde_json::{Map, Value, json};
+use std::path::{Path, PathBuf};
+
+/// The outcome of one message.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The response (also written to the outbox for inbox messages).
+    pub response: Message,
+    /// The job created, for agent commands.
+    pub job: Option<CreatedJob>,
+    /// The error, when the response says `status: error`.
+    pub error: Option<RouteError>,
+}
+
+/// Name this process uses in events and logs.
+pub const DAEMON: &str = "orchestratord";
+
+/// Handles one validated message for `who`.
+pub fn handle(store: &Store, msg: &Message, who: &Caller) -> Outcome {
+    let result = route(store, msg, who);
+    let (status, content, error, job) = match result {
+        Ok((content, job)) => (MessageStatus::Done, content, None, job),
+        Err(e) => (MessageStatus::Error, Map::new(), Some(e), None),
+    };
+    let response = Message {
+        correlation_id: msg.correlation_id.clone(),
+        source: MessageSource::Orchestrator,
+        project: msg.project.clone(),
+        queue_time: msg.queue_time,
+        processed_time: Some(Timestamp::now()),
+        command: msg.command.clone(),
+        content,
+        status,
+        error: error.as_ref().map(ToString::to_string),
+        user: msg.user.clone(),
+    };
+    Outcome {
+        response,
+        job,
+        error,
+    }
+}
+
+fn route(
+    store: &Store,
+    msg: &Message,
+    who: &Caller,
+) -> Result<(Map<String, Value>, Option<CreatedJob>), RouteError> {
+    let mut content = Map::new();
+    if commands::is_direct(&msg.command) {
+        content.insert("result".into(), direct::answer(store, msg, who)?);
+        return Ok((content, None));
+    }
+    if msg.command == commands::CREATE_ENVIRONMENT {
+        let id = msg
+            .project
+            .as_deref()
+            .ok_or_else(|| RouteError::Invalid("create-environment: project is required".into()))?;
+        let project = store.project(id)?;
+        if !who.can_modify_project(&project) {
+            return Err(RouteError::PermissionDenied(format!(
+                "project {id} belongs to {}",
+                project.owner
+            )));
+        }
+        content.insert("result".into(), venv::create_environment(msg, &project)?);
+        return Ok((content, None));
+    }
+    if commands::claude_command_for(&msg.command).is_some() {
+        let job = jobs::create_job(store, msg, who)?;
+        content.insert("job_id".into(), json!(job.id));
+        content.insert("queue".into(), json!(job.queue));
+        content.insert("job_path".into(), json!(job.path));
+        return Ok((content, Some(job)));
+    }
+    Err(RouteError::Invalid(format!(
+        "Unknown command: {}",
+        msg.command
+    )))
+}
+
+/// The caller a file message acts for: its `user` (which must exist), else trusted — whoever
+/// can write the inbox can write the whole store.
+pub fn caller_for_file(store: &Store, msg: &Message) -> Result<Caller, RouteError> {
+    match &msg.user {
+        None => Ok(Caller::Trusted),
+        Some(u) => match store.user(u) {
+            Ok(user) => Ok(Caller::User(user)),
+            Err(StoreError::NotFound { .. }) => {
+                Err(RouteError::NotFound(format!("User not found: {u}")))
+            }
+            Err(e) => Err(e.into()),
+        },
+    }
+}
+
+/// A correlation id for a file whose contents could not be trusted: its stem, made safe.
+fn fallback_id(path: &Path) -> String {
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut id: String = stem
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if !id.chars().next().is_some_and(|c| c.is_ascii_alphanumeric()) {
+        id.insert(0, 'm');
+    }
+    id.truncate(200);
+    if id != stem {
+        // Sanitised: add a digest of the real name so `x y.json` and `x_y.json` differ.
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        stem.hash(&mut h);
+        id.push_str(&format!("-{:08x}", h.finish() as u32));
+    }
+    id
+}
+
+/// An error response for a message that could not even be parsed.
+/// `queue_time` comes from the document when it has a valid one, else from the file's
+/// modification time, so answering the same file again after a crash gives the same answer.
+fn unparsed_error(
+    correlation_id: String,
+    error: RouteError,
+    raw: Option<&Value>,
+    path: &Path,
+) -> Message {
+    let get = |k: &str| {
+        raw.and_then(|v| v.get(k))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    Message {
+        correlation_id,
+        source: MessageSource::Orchestrator,
+        project: get("project"),
+        queue_time: get("queue_time")
+            .and_then(|t| t.parse().ok())
+            .or_else(|| file_time(path))
+            .unwrap_or_else(Timestamp::now),
+        processed_time: Some(Timestamp::now()),
+        command: get("command").unwrap_or_else(|| "unknown".into()),
+        content: Map::new(),
+        status: MessageStatus::Error,
+        error: Some(error.to_string()),
+        user: get("user").filter(|u| is_safe_id(u)),
+    }
+}
+
+/// A file's modification time, to the second.
+fn file_time(path: &Path) -> Option<Timestamp> {
+    let m = std::fs::metadata(path).ok()?.modified().ok()?;
+    let t = chrono::DateTime::<chrono::Utc>::from(m);
+    chrono::DateTime::from_timestamp(t.timestamp(), 0).map(Timestamp)
+}
+
+/// What became of one inbox file.
+#[derive(Debug)]
+pub enum FileOutcome {
+    /// Answered now.
+    Answered(Box<Outcome>),
+    /// It had been answered before a crash; only the move was left to do.
+    AlreadyAnswered(String),
+    /// A Dropbox conflict copy, moved to `conflicts/`.
+    SetAside(PathBuf),
+    /// The file vanished (another process took it).
+    Gone,
+    /// Not JSON yet and written moments ago: probably still being written (`cat > inbox/x`);
+    /// looked at again shortly.
+    Deferred(PathBuf),
+}
+
+/// A file that does not parse is left alone this long after its last change, in case its
+/// writer is still writing.
+pub const SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
+
+fn recently_modified(path: &Path) -> bool {
+    std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|m| m.elapsed().ok())
+        .is_some_and(|age| age < SETTLE)
+}
+
+/// Processes one inbox file: validate, route, write the answer, move the file.
+pub fn process_inbox_file(store: &Store, path: &Path) -> Result<FileOutcome, StoreError> {
+    let bytes = match read_limited(path) {
+        Ok(b) => b,
+        Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(FileOutcome::Gone);
+        }
+        Err(e) => {
+            // Unreadable (permissions): answer with the reason, keep the file.
+            let id = fallback_id(path);
+            let err = RouteError::Failed(e.to_string());
+            let response = unparsed_error(id, err.clone(), None, path);
+            return finish(
+                store,
+                path,
+                Outcome {
+                    response,
+                    job: None,
+                    error: Some(err),
+                },
+            );
+        }
+    };
+    let raw: Option<Value> = serde_json::from_slice(&bytes).ok();
+    if raw.is_none() && recently_modified(path) {
+        return Ok(FileOutcome::Deferred(path.to_path_buf()));
+    }
+    let parsed: Result<Message, StoreError> = store.parse_doc(DocKind::Message, path, &bytes);
+    let outcome = match parsed {
+        Ok(msg) => {
+            match earlier_answer(store, &msg.correlation_id, &msg.command, &msg.queue_time) {
+                Earlier::None => {}
+                Earlier::Same => {
+                    move_to_processed(store, path)?;
+                    return Ok(FileOutcome::AlreadyAnswered(msg.correlation_id));
+                }
+                Earlier::Other => {
+                    let err = RouteError::Invalid(format!(
+                        "correlation_id {} was already used by an earlier message (answered in messaging/outbox/{}.json); send this one with a new correlation_id",
+                        msg.correlation_id, msg.correlation_id
+                    ));
+                    let mut response =
+                        unparsed_error(msg.correlation_id.clone(), err.clone(), None, path);
+                    response.command = msg.command.clone();
+                    response.queue_time = msg.queue_time;
+                    response.project = msg.project.clone();
+                    let o = Outcome {
+                        response,
+                        job: None,
+                        error: Some(err),
+                    };
+                    return finish_as(store, path, o, &duplicate_name(store, &msg.correlation_id));
+                }
+            }
+            match caller_for_file(store, &msg) {
+                Ok(who) => handle(store, &msg, &who),
+                Err(e) => {
+                    let mut o = handle(store, &msg, &Caller::Trusted);
+                    o.response.status = MessageStatus::Error;
+                    o.response.content = Map::new();
+                    o.response.error = Some(e.to_string());
+                    o.job = None;
+                    o.error = Some(e);
+                    o
+                }
+            }
+        }
+        Err(e) => {
+            let id = raw
+                .as_ref()
+                .and_then(|v| v.get("correlation_id"))
+                .and_then(Value::as_str)
+                .filter(|c| is_safe_id(c))
+                .map(str::to_string)
+                .unwrap_or_else(|| fallback_id(path));
+            let message = match &e {
+                StoreError::Invalid { rejection, .. } => {
+                    format!("Invalid message format: {rejection}")
+                }
+                other => format!("Invalid message format: {other}"),
+            };
+            let err = RouteError::Invalid(message);
+            let response = unparsed_error(id.clone(), err.clone(), raw.as_ref(), path);
+            let qt = response.queue_time;
+            match earlier_answer(store, &id, &response.command, &qt) {
+                Earlier::None => {}
+                Earlier::Same => {
+                    move_to_processed(store, path)?;
+                    return Ok(FileOutcome::AlreadyAnswered(id));
+                }
+                Earlier::Other => {
+                    let o = Outcome {
+                        response,
+                        job: None,
+                        error: Some(err),
+                    };
+                    return finish_as(store, path, o, &duplicate_name(store, &id));
+                }
+            }
+            Outcome {
+                response,
+                job: None,
+                error: Some(err),
+            }
+        }
+    };
+    finish(store, path, outcome)
+}
+
+fn finish(store: &Store, path: &Path, outcome: Outcome) -> Result<FileOutcome, StoreError> {
+    let name = format!("{}.json", outcome.response.correlation_id);
+    finish_as(store, path, outcome, &name)
+}
+
+/// Writes the answer as `outbox/<name>`, then moves the message to `processed_inbox/`.
+fn finish_as(
+    store: &Store,
+    path: &Path,
+    outcome: Outcome,
+    name: &str,
+) -> Result<FileOutcome, StoreError> {
+    let id = outcome.response.correlation_id.clone();
+    let out = store.outbox().join(name);
+    store.write_doc(DocKind::Message, &out, &outcome.response)?;
+    move_to_processed(store, path)?;
+    let mut ev = Event::new(DAEMON, "message_answered").correlation(&id);
+    if let Some(p) = &outcome.response.project {
+        ev = ev.project(p);
+    }
+    ev = ev.detail(format!(
+        "{} → {}",
+        outcome.response.command,
+        outcome.response.error.as_deref().unwrap_or("done")
+    ));
+    store.record_event(&ev);
+    if let Some(job) = outcome.job.as_ref().filter(|j| j.new) {
+        store.record_event(
+            &Event::new(DAEMON, "job_created")
+                .job(&job.id)
+                .queue(&job.queue)
+                .correlation(&id),
+        );
+    }
+    Ok(FileOutcome::Answered(Box::new(outcome)))
+}
+
+/// Whether a message's correlation id was answered before.
+enum Earlier {
+    /// Never.
+    None,
+    /// Answered, and the answer is for this very message (same command and queue_time): a
+    /// crash came between answering and moving it.
+    Same,
+    /// Answered for a different message that used the same id.
+    Other,
+}
+
+fn earlier_answer(store: &Store, id: &str, command: &str, queue_time: &Timestamp) -> Earlier {
+    let name = format!("{id}.json");
+    for dir in [store.outbox(), store.processed_outbox()] {
+        let p = dir.join(&name);
+        if !p.exists() {
+            continue;
+        }
+        #[derive(serde::Deserialize)]
+        struct Head {
+            command: String,
+            queue_time: String,
+        }
+        let head = std::fs::read(&p)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Head>(&b).ok());
+        return match head {
+            Some(h) if h.command == command && h.queue_time == queue_time.to_string() => {
+                Earlier::Same
+            }
+            _ => Earlier::Other,
+        };
+    }
+    Earlier::None
+}
+
+/// A free outbox name for the error answer to a message that reused a correlation id.
+fn duplicate_name(store: &Store, id: &str) -> String {
+    (1..)
+        .map(|n| format!("{id}.duplicate-{n}.json"))
+        .find(|n| !store.outbox().join(n).exists() && !store.processed_outbox().join(n).exists())
+        .unwrap_or_else(|| format!("{id}.duplicate.json"))
+}
+
+/// Moves an inbox file to `processed_inbox/` (never overwriting: a name taken by an older
+/// message gets a numbered suffix).
+fn move_to_processed(store: &Store, path: &Path) -> Result<(), StoreError> {
+    let dir = store.processed_inbox();
+    std::fs::create_dir_all(&dir).map_err(|source| StoreError::Io {
+        path: dir.clone(),
+        source,
+    })?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut target = dir.join(&name);
+    let mut n = 1;
+    loop {
+        match move_no_replace(path, &target) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let stem = name.strip_suffix(".json").unwrap_or(&name);
+                target = dir.join(format!("{stem}.{n}.json"));
+                n += 1;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(source) => {
+                return Err(StoreError::Io {
+                    path: path.to_path_buf(),
+                    source,
+                });
+            }
+        }
+    }
+}
+
+/// Moves a Dropbox conflict copy to `conflicts/messaging-inbox/`, reporting it.
+fn set_aside(store: &Store, path: &Path) -> Result<PathBuf, StoreError> {
+    let dir = store.conflicts_dir().join("messaging-inbox");
+    std::fs::create_dir_all(&dir).map_err(|source| StoreError::Io {
+        path: dir.clone(),
+        source,
+    })?;
+    let target = dir.join(path.file_name().unwrap_or_default());
+    move_no_replace(path, &target)
+        .or_else(|e| {
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                std::fs::remove_file(path)
+            } else {
+                Err(e)
+            }
+        })
+        .map_err(|source| StoreError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    tracing::warn!(
+        "Dropbox conflict copy {} set aside in {}; resolve it by hand",
+        path.display(),
+        dir.display()
+    );
+    store
+        .record_event(&Event::new(DAEMON, "conflict_set_aside").detail(path.display().to_string()));
+    Ok(target)
+}
+
+/// Processes up to `limit` inbox messages, oldest `queue_time` first (file name breaks ties;
+/// unparsable files sort by modification time). Conflict copies are set aside.
+pub fn process_inbox(store: &Store, limit: usize) -> Result<Vec<FileOutcome>, StoreError> {
+    let inbox = store.inbox();
+    let scan = scan_dir(&inbox).map_err(|source| StoreError::Io {
+        path: inbox.clone(),
+        source,
+    })?;
+    let mut out = Vec::new();
+    for c in scan.conflicts {
+        out.push(FileOutcome::SetAside(set_aside(store, &c)?));
+    }
+    let mut keyed: Vec<(String, PathBuf)> = scan
+        .documents
+        .into_iter()
+        .map(|p| (sort_key(&p), p))
+        .collect();
+    keyed.sort();
+    for (_, p) in keyed.into_iter().take(limit) {
+        out.push(process_inbox_file(store, &p)?);
+    }
+    Ok(out)
+}
+
+/// `queue_time` when the file has one (cheap: it is read again when processed), else the
+/// modification time in the same format, so both sort together.
+fn sort_key(p: &Path) -> String {
+    #[derive(serde::Deserialize)]
+    struct Qt {
+        queue_time: String,
+    }
+    // Only small files are read here; big ones sort by modification time.
+    let small = std::fs::metadata(p)
+        .map(|m| m.len() <= 1 << 20)
+        .unwrap_or(false);
+    let from_doc = small
+        .then(|| std::fs::read(p).ok())
+        .flatten()
+        .and_then(|b| serde_json::from_slice::<Qt>(&b).ok())
+        .and_then(|q| q.queue_time.parse::<Timestamp>().ok());
+    let t = from_doc.or_else(|| {
+        let m = std::fs::metadata(p).ok()?.modified().ok()?;
+        Some(Timestamp(chrono::DateTime::<chrono::Utc>::from(m)))
+    });
+    format!(
+        "{}|{}",
+        t.map(|t| t.0.format("%Y%m%d%H%M%S%.9f").to_string())
+            .unwrap_or_default(),
+        p.display()
+    )
+}

@@ -1,0 +1,153 @@
+//! PRD §12 M1: orchestratord processes inbox messages (daemon on a private bus, CLI as a
+//! separate process).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::TestEnv;
+use common::bus::{PrivateBus, spawn_orchestratord, wait_for_name, wait_until};
+use serde_json::Value;
+use std::time::Duration;
+
+const LONG: Duration = Duration::from_secs(60);
+
+fn m1_message(id: &str, command: &str) -> String {
+    format!(
+        r#"{{
+  "correlation_id": "{id}",
+  "source": "user",
+  "project": "ModelSEEDpy",
+  "queue_time": "2025-10-25T10:00:00Z",
+  "processed_time": null,
+  "command": "{command}",
+  "content": {{}},
+  "status": "queued",
+  "error": null
+}}"#
+    )
+}
+
+fn read(p: &std::path::Path) -> Value {
+    serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+}
+
+#[test]
+fn m1_orchestrator_processes_messages() {
+    let env = TestEnv::initialised();
+    env.ok(&[
+        "add-project",
+        "ModelSEEDpy",
+        "--directory",
+        "/tmp/msp",
+        "--owner",
+        "chenry",
+    ]);
+    let bus = PrivateBus::start();
+    // Test 1: start; the lock file exists.
+    let mut daemon = spawn_orchestratord(&bus, &env.root, &["--idle-exit", "0"]);
+    wait_for_name(&bus, "org.agentstore.Orchestrator1");
+    let lock = env.root.join(".orchestrator.lock");
+    assert!(lock.exists());
+    let info = read(&lock);
+    assert_eq!(info["pid"], daemon.id());
+
+    // Test 2: a second orchestrator fails with "already running".
+    let second = std::process::Command::new(env!("CARGO_BIN_EXE_orchestratord"))
+        .args(["--bus", "session", "--root"])
+        .arg(&env.root)
+        .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
+        .output()
+        .unwrap();
+    assert!(!second.status.success());
+    assert!(String::from_utf8_lossy(&second.stderr).contains("already running"));
+
+    // Tests 3–5: a message file is answered into the outbox and moved to processed_inbox.
+    env.write(
+        "messaging/inbox/test-001.json",
+        &m1_message("test-001", "list-projects"),
+    );
+    let out = env.root.join("messaging/outbox/test-001.json");
+    wait_until(LONG, "outbox/test-001.json", || out.exists());
+    let resp = read(&out);
+    assert_eq!(resp["status"], "done", "{resp}");
+    assert_eq!(resp["source"], "orchestrator");
+    assert_eq!(resp["content"]["result"][0]["id"], "ModelSEEDpy");
+    assert!(resp["processed_time"].as_str().unwrap().ends_with('Z'));
+    assert!(
+        env.root
+            .join("messaging/processed_inbox/test-001.json")
+            .exists()
+    );
+    assert!(!env.root.join("messaging/inbox/test-001.json").exists());
+
+    // Test 6: an unknown command gets an error answer.
+    env.write(
+        "messaging/inbox/test-002.json",
+        &m1_message("test-002", "invalid-command"),
+    );
+    let out2 = env.root.join("messaging/outbox/test-002.json");
+    wait_until(LONG, "outbox/test-002.json", || out2.exists());
+    let resp = read(&out2);
+    assert_eq!(resp["status"], "error");
+    assert_eq!(resp["error"], "Unknown command: invalid-command");
+
+    // Test 7: stop; the lock file is removed.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert!(daemon.wait().unwrap().success());
+    assert!(!lock.exists());
+
+    // The event log recorded what happened.
+    let events = std::fs::read_dir(env.root.join("logs"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .find(|e| e.file_name().to_string_lossy().starts_with("events-"));
+    let text = std::fs::read_to_string(events.unwrap().path()).unwrap();
+    for kind in ["daemon_started", "message_answered", "daemon_stopped"] {
+        assert!(text.contains(kind), "{kind} missing from events:\n{text}");
+    }
+}
+
+#[test]
+fn idle_daemon_exits_and_a_later_one_answers_what_arrived_meanwhile() {
+    let env = TestEnv::initialised();
+    let bus = PrivateBus::start();
+    let mut daemon = spawn_orchestratord(&bus, &env.root, &["--idle-exit", "1"]);
+    assert!(
+        daemon.wait().unwrap().success(),
+        "idle exit is a clean exit"
+    );
+    assert!(!env.root.join(".orchestrator.lock").exists());
+    env.write("messaging/inbox/late.json", &m1_message("late", "help"));
+    let mut again = spawn_orchestratord(&bus, &env.root, &["--idle-exit", "1"]);
+    let out = env.root.join("messaging/outbox/late.json");
+    wait_until(LONG, "the late message answered", || out.exists());
+    assert_eq!(read(&out)["status"], "done");
+    assert!(again.wait().unwrap().success());
+}
+
+#[test]
+fn half_written_file_is_not_answered_as_empty() {
+    let env = TestEnv::initialised();
+    let bus = PrivateBus::start();
+    let mut daemon = spawn_orchestratord(&bus, &env.root, &["--idle-exit", "0"]);
+    wait_for_name(&bus, "org.agentstore.Orchestrator1");
+    // Open, write half, pause, write the rest: like `cat > inbox/x.json` typed slowly.
+    use std::io::Write;
+    let path = env.root.join("messaging/inbox/slow.json");
+    let text = m1_message("slow", "help");
+    let mut f = std::fs::File::create(&path).unwrap();
+    f.write_all(&text.as_bytes()[..20]).unwrap();
+    f.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    f.write_all(&text.as_bytes()[20..]).unwrap();
+    drop(f);
+    let out = env.root.join("messaging/outbox/slow.json");
+    wait_until(LONG, "outbox/slow.json", || out.exists());
+    assert_eq!(read(&out)["status"], "done", "{}", read(&out));
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+}

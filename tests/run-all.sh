@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Every test: formatting, lints, unit + integration tests, then the real-systemd suite
+# (which prints "SKIP: <reason>" and passes when it cannot run: not root, no nspawn).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "==> cargo fmt --check"
+cargo fmt --check
+echo "==> cargo clippy --all-targets -- -D warnings"
+cargo clippy --all-targets -- -D warnings
+echo "==> cargo nextest run (unit + integration)"
+cargo nextest run --all-targets --no-fail-fast
+if [ -x tests/system/run.sh ] || [ -f tests/system/run.sh ]; then
+    echo "==> tests/system (real systemd in systemd-nspawn)"
+    bash tests/system/run.sh
+fi
