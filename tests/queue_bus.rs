@@ -95,7 +95,7 @@ async fn calls_are_authorized_by_unix_user() {
         let m = RunningManager::start(env.manager_config(&bus)).await;
         let (ok, err) = busctl_as(&bus, u.uid, u.gid, &env.queue, &["Pause"]);
         assert!(!ok);
-        assert!(err.contains("not an AgentStore user"), "{err}");
+        assert!(err.contains("has no document in users/"), "{err}");
 
         std::fs::write(
             store.user_path("alice"),

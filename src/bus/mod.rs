@@ -1,5 +1,6 @@
 //! D-Bus: which bus, the service names, and the named errors every interface returns.
 
+pub mod caller;
 pub mod orchestrator;
 pub mod queue;
 

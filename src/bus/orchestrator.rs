@@ -2,10 +2,10 @@
 //! D-Bus API (server side) and its client proxy.
 
 use super::BusError;
-use crate::access::Caller;
+use super::caller::{caller_for_uid, caller_uid};
 use crate::model::{DocKind, Message, Timestamp};
-use crate::orchestrator::{self, DAEMON, RouteError};
-use crate::store::{Event, Store, StoreError};
+use crate::orchestrator::{self, DAEMON};
+use crate::store::{Event, Store};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use zbus::message::Header;
@@ -62,66 +62,6 @@ impl OrchestratorObject {
     pub fn new(shared: Arc<Shared>) -> OrchestratorObject {
         OrchestratorObject { shared }
     }
-}
-
-/// Maps a D-Bus caller's Unix user to a PRD §10 caller. Root and the daemon's own user are
-/// trusted and may act for the message's `user`; anyone else is the user whose document's
-/// `unix_user` (or id) is their login name.
-pub fn caller_for_uid(
-    store: &Store,
-    uid: u32,
-    own_uid: u32,
-    claimed: Option<&str>,
-) -> Result<Caller, RouteError> {
-    let lookup = |id: &str| -> Result<Caller, RouteError> {
-        match store.user(id) {
-            Ok(u) => Ok(Caller::User(u)),
-            Err(StoreError::NotFound { .. }) => {
-                Err(RouteError::NotFound(format!("User not found: {id}")))
-            }
-            Err(e) => Err(e.into()),
-        }
-    };
-    if uid == 0 || uid == own_uid {
-        return match claimed {
-            Some(id) => lookup(id),
-            None => Ok(Caller::Trusted),
-        };
-    }
-    let name = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
-        .ok()
-        .flatten()
-        .map(|u| u.name)
-        .ok_or_else(|| RouteError::PermissionDenied(format!("uid {uid} has no user name")))?;
-    let mut ignore = |_| {};
-    let user = store
-        .users(&mut ignore)?
-        .into_iter()
-        .find(|u| u.unix_name() == name)
-        .ok_or_else(|| {
-            RouteError::PermissionDenied(format!(
-                "Unix user {name} (uid {uid}) has no document in users/ (ask an admin to add one with unix_user: {name})"
-            ))
-        })?;
-    if let Some(c) = claimed
-        && c != user.id
-    {
-        return Err(RouteError::PermissionDenied(format!(
-            "Unix user {name} is {}, not {c}",
-            user.id
-        )));
-    }
-    Ok(Caller::User(user))
-}
-
-async fn caller_uid(conn: &zbus::Connection, hdr: &Header<'_>) -> Result<u32, BusError> {
-    let sender = hdr
-        .sender()
-        .ok_or_else(|| BusError::PermissionDenied("Permission denied: no sender".into()))?;
-    let dbus = zbus::fdo::DBusProxy::new(conn).await?;
-    dbus.get_connection_unix_user(sender.clone().into())
-        .await
-        .map_err(|e| BusError::Failed(format!("cannot identify caller: {e}")))
 }
 
 #[zbus::interface(name = "org.agentstore.Orchestrator1")]

@@ -88,14 +88,7 @@ impl QueueObject {
         hdr: &Header<'_>,
         conn: &zbus::Connection,
     ) -> Result<(Caller, String), BusError> {
-        let sender = hdr
-            .sender()
-            .ok_or_else(|| BusError::PermissionDenied("anonymous caller".into()))?;
-        let dbus = zbus::fdo::DBusProxy::new(conn).await?;
-        let uid = dbus
-            .get_connection_unix_user(sender.clone().into())
-            .await
-            .map_err(|e| BusError::Failed(e.to_string()))?;
+        let uid = super::caller::caller_uid(conn, hdr).await?;
         caller_for_uid(&self.store, uid)
     }
 
@@ -110,34 +103,16 @@ impl QueueObject {
     }
 }
 
-/// Maps a caller's Unix uid to a PRD §10 caller: root and the daemon's own account are
-/// trusted; anyone else must be the `unix_user` (or id) of a user in `users/`.
+/// Maps a caller's Unix uid to a PRD §10 caller (the rule of [`super::caller`]) and the name
+/// to record it by (its user id, or its login for trusted callers).
 pub fn caller_for_uid(store: &Store, uid: u32) -> Result<(Caller, String), BusError> {
-    let login = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
-        .ok()
-        .flatten()
-        .map(|u| u.name);
-    if uid == 0 || uid == nix::unistd::geteuid().as_raw() {
-        return Ok((
-            Caller::Trusted,
-            login.unwrap_or_else(|| format!("uid {uid}")),
-        ));
-    }
-    let login = login
-        .ok_or_else(|| BusError::PermissionDenied(format!("uid {uid} has no account name")))?;
-    let users = store.users(&mut |_| {})?;
-    users
-        .into_iter()
-        .find(|u| u.unix_name() == login)
-        .map(|u| {
-            let id = u.id.clone();
-            (Caller::User(u), id)
-        })
-        .ok_or_else(|| {
-            BusError::PermissionDenied(format!(
-                "Unix user {login} is not an AgentStore user (no users/*.json with that unix_user or id)"
-            ))
-        })
+    let own = nix::unistd::geteuid().as_raw();
+    let caller = super::caller::caller_for_uid(store, uid, own, None)?;
+    let name = match &caller {
+        Caller::User(u) => u.id.clone(),
+        Caller::Trusted => super::caller::login_name(uid).unwrap_or_else(|| format!("uid {uid}")),
+    };
+    Ok((caller, name))
 }
 
 #[zbus::interface(name = "org.agentstore.Queue1")]
