@@ -8,6 +8,8 @@ pub mod bus;
 pub mod cli;
 pub mod model;
 pub mod orchestrator;
+pub mod queue;
 pub mod schema;
 pub mod store;
 pub mod systemd;
+pub mod worker;

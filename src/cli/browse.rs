@@ -175,7 +175,14 @@ pub(super) fn list_prds(g: &GlobalArgs, out: &mut dyn Write, project: Option<&st
 
 pub(super) fn list_queues(g: &GlobalArgs, out: &mut dyn Write) -> CliResult {
     let store = open_store(g)?;
-    let queues = store.queues(&mut warn)?;
+    let mut queues = store.queues(&mut warn)?;
+    let ids: Vec<String> = queues.iter().map(|q| q.config.id.clone()).collect();
+    let live = super::jobs::live_states(&ids);
+    for q in &mut queues {
+        if let Some(s) = live.get(&q.config.id) {
+            with_live(q, s);
+        }
+    }
     match g.format {
         Format::Json => write_json(out, &queues)?,
         Format::Text => {
@@ -362,7 +369,21 @@ pub(super) fn view_prd(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResu
 
 pub(super) fn view_queue(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResult {
     let store = open_store(g)?;
-    show(g, out, &store.queue(id)?)
+    let mut queue = store.queue(id)?;
+    if let Some(s) = super::jobs::live_states(&[id.to_string()]).get(id) {
+        with_live(&mut queue, s);
+    }
+    show(g, out, &queue)
+}
+
+/// Overlays the manager's live D-Bus state on the (possibly stale) runtime from the file.
+fn with_live(q: &mut crate::model::Queue, s: &crate::bus::queue::QueueState) {
+    q.runtime.active_jobs = s.active_jobs;
+    q.runtime.queued_jobs = s.queued_jobs;
+    q.runtime.paused = Some(s.paused);
+    if let Ok(t) = s.last_update.parse() {
+        q.runtime.last_update = Some(t);
+    }
 }
 
 pub(super) fn view_job(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResult {

@@ -5,6 +5,7 @@ mod admin;
 mod agent;
 mod browse;
 mod daemon;
+mod jobs;
 pub mod render;
 mod session;
 
@@ -159,6 +160,17 @@ pub enum Command {
         /// What to do.
         #[command(subcommand)]
         action: daemon::DaemonAction,
+    },
+    /// Cancel a queued or running job (asks its queue manager over D-Bus).
+    CancelJob {
+        /// Job id.
+        job_id: String,
+    },
+    /// Show a job's output from the journal (JOB_ID=); --follow N streams it until the job
+    /// ends or N seconds pass. Without a journal, the output stored in the job file.
+    Logs {
+        /// Job id.
+        job_id: String,
     },
 }
 
@@ -315,5 +327,7 @@ pub fn run(cli: Cli) -> CliResult {
         Command::ImplementTasks(a) => agent::with_prd(g, &mut out, "implement-tasks", a),
         Command::CreateEnvironment(a) => agent::create_environment(g, &mut out, a),
         Command::Daemon { action } => daemon::run(g, &mut out, action),
+        Command::CancelJob { job_id } => jobs::cancel_job(g, &mut out, &job_id),
+        Command::Logs { job_id } => jobs::logs(g, &mut out, &job_id),
     }
 }

@@ -44,6 +44,7 @@ pub fn init_logging(identifier: &str, default_level: &str) {
         if stderr_is_journal()
             && let Ok(journald) = tracing_journald::layer()
         {
+            // No `F_` prefix: `job_id = …` becomes `JOB_ID=`, so `journalctl JOB_ID=<id>` works.
             let layer = journald
                 .with_syslog_identifier(identifier.to_string())
                 .with_field_prefix(None);

@@ -1,0 +1,85 @@
+//! `queue-manager --queue NAME`: the per-queue daemon (PRD §7). Wiring only: arguments,
+//! logging, signals, sd_notify.
+
+use agentstore::model::Launcher;
+use agentstore::queue::{BusTarget, Manager, ManagerConfig, default_worker_path};
+use anyhow::Context;
+use clap::Parser;
+use std::path::PathBuf;
+
+/// Run the queue manager of one queue in the foreground (systemd: queue-manager@NAME).
+#[derive(Debug, Parser)]
+#[command(name = "queue-manager", version)]
+struct Args {
+    /// Queue name (Queues/<NAME>/queue.json).
+    #[arg(long)]
+    queue: String,
+    /// Store root (else AGENT_STORE_ROOT, config files, ~/Dropbox/AgentStore).
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
+    /// Bus to serve org.agentstore.Queue1 on.
+    #[arg(long, value_enum, default_value_t = BusArg::System)]
+    bus: BusArg,
+    /// How to start jobs (default: the queue's `launcher`, else auto).
+    #[arg(long, value_enum)]
+    launcher: Option<agentstore::cli::LauncherArg>,
+    /// The agent-worker binary (default: next to this program, else on PATH).
+    #[arg(long, value_name = "PATH")]
+    worker: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum BusArg {
+    System,
+    Session,
+    None,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    agentstore::systemd::init_logging("queue-manager", "info");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("tokio runtime")?;
+    rt.block_on(serve(args))
+}
+
+async fn serve(args: Args) -> anyhow::Result<()> {
+    let (root, _) = agentstore::store::resolve_root(args.root.as_deref());
+    let mut cfg = ManagerConfig::new(root, &args.queue);
+    cfg.bus = match args.bus {
+        BusArg::System => BusTarget::System,
+        BusArg::Session => BusTarget::Session,
+        BusArg::None => BusTarget::None,
+    };
+    cfg.launcher = args.launcher.map(Launcher::from);
+    cfg.worker = args.worker.unwrap_or_else(default_worker_path);
+    let manager = Manager::start(cfg)
+        .await
+        .with_context(|| format!("queue {}", args.queue))?;
+    agentstore::systemd::notify_ready(&format!(
+        "serving queue {} (launcher {})",
+        args.queue,
+        manager.launcher_name()
+    ));
+    manager.run(shutdown_signal()).await?;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => std::future::pending().await,
+    }
+}

@@ -1,0 +1,182 @@
+//! Commands that talk to a running queue manager over D-Bus: `cancel-job`, `logs`, and the
+//! live state `list-queues`/`view-queue` show when a manager is up.
+
+use super::render::{Format, write_json};
+use super::{CliError, CliResult, GlobalArgs, open_store};
+use crate::bus::BusKind;
+use crate::bus::queue::{QueueState, live_state, queue_proxy};
+use crate::model::JobStatus;
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Upper bound for talking to the bus from the CLI (a wedged bus must not hang a listing).
+const BUS_LIMIT: Duration = Duration::from_secs(5);
+
+fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::new(format!("cannot start the async runtime: {e}")))
+}
+
+async fn connect(bus: BusKind) -> zbus::Result<zbus::Connection> {
+    bus.builder().build().await
+}
+
+/// Live state of each queue whose manager answers on the bus (`AGENTSTORE_BUS`); queues
+/// without one are absent. Never fails: the files are the fallback.
+pub(super) fn live_states(queues: &[String]) -> HashMap<String, QueueState> {
+    let Ok(rt) = runtime() else {
+        return HashMap::new();
+    };
+    rt.block_on(async {
+        let work = async {
+            let mut out = HashMap::new();
+            let Ok(conn) = connect(BusKind::from_env()).await else {
+                return out;
+            };
+            for q in queues {
+                if let Some(s) = live_state(&conn, q).await {
+                    out.insert(q.clone(), s);
+                }
+            }
+            out
+        };
+        tokio::time::timeout(BUS_LIMIT, work)
+            .await
+            .unwrap_or_default()
+    })
+}
+
+fn bus_error(e: zbus::Error, queue: &str, bus: BusKind) -> CliError {
+    let text = e.to_string();
+    if text.contains("ServiceUnknown") || text.contains("NameHasNoOwner") {
+        return CliError::new(format!(
+            "the queue manager for {queue} is not running on the {bus} bus \
+             (start it with `systemctl start queue-manager@{queue}`)"
+        ));
+    }
+    match e {
+        zbus::Error::MethodError(name, msg, _) => {
+            let name = name.as_str();
+            let short = name.rsplit('.').next().unwrap_or(name);
+            CliError::new(format!("{short}: {}", msg.unwrap_or_default()))
+        }
+        other => CliError::new(format!("D-Bus ({bus} bus): {other}")),
+    }
+}
+
+/// `cancel-job ID`: asks the job's queue manager to cancel it.
+pub(super) fn cancel_job(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResult {
+    let store = open_store(g)?;
+    let loc = store.find_job(id)?;
+    if !matches!(loc.status, JobStatus::Queued | JobStatus::Running) {
+        return Err(CliError::new(format!(
+            "job {id} has already {}",
+            loc.status.name()
+        )));
+    }
+    let bus = BusKind::from_env();
+    let rt = runtime()?;
+    rt.block_on(async {
+        let call = async {
+            let conn = connect(bus).await?;
+            queue_proxy(&conn, &loc.queue).await?.cancel_job(id).await
+        };
+        match tokio::time::timeout(BUS_LIMIT, call).await {
+            Ok(r) => r.map_err(|e| bus_error(e, &loc.queue, bus)),
+            Err(_) => Err(CliError::new(format!(
+                "the queue manager for {} did not answer within {} s",
+                loc.queue,
+                BUS_LIMIT.as_secs()
+            ))),
+        }
+    })?;
+    match g.format {
+        Format::Json => write_json(
+            out,
+            &serde_json::json!({"job_id": id, "queue": loc.queue, "cancelled": true}),
+        )?,
+        Format::Text => writeln!(out, "Cancelled job {id} (queue {})", loc.queue)?,
+    }
+    Ok(())
+}
+
+fn journal_available() -> bool {
+    Path::new("/run/systemd/journal/socket").exists()
+        && std::process::Command::new("journalctl")
+            .arg("--version")
+            .stdout(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+}
+
+fn job_done(store: &crate::store::Store, id: &str) -> bool {
+    store
+        .find_job(id)
+        .is_ok_and(|l| matches!(l.status, JobStatus::Finished | JobStatus::Failed))
+}
+
+/// `logs ID [--follow SECONDS]`: the job's live output from the journal (`JOB_ID=` field);
+/// where there is no journal, the output stored in the job file.
+pub(super) fn logs(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResult {
+    let store = open_store(g)?;
+    store.find_job(id)?;
+    let deadline = g.follow.map(|s| Instant::now() + Duration::from_secs(s));
+    if journal_available() {
+        let mut cmd = std::process::Command::new("journalctl");
+        cmd.args(["--no-pager", "-o", "cat"])
+            .arg(format!("JOB_ID={id}"));
+        if deadline.is_some() {
+            cmd.arg("--follow");
+        }
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| CliError::new(format!("journalctl: {e}")))?;
+        if let Some(d) = deadline {
+            // Follow until the job has ended (or the time is up), then stop journalctl.
+            while Instant::now() < d && !job_done(&store, id) {
+                if child.try_wait().ok().flatten().is_some() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            // Let the last lines through before stopping.
+            std::thread::sleep(Duration::from_millis(500));
+            let _ = child.kill();
+        }
+        let _ = child.wait();
+        return Ok(());
+    }
+    if let Some(d) = deadline {
+        while Instant::now() < d && !job_done(&store, id) {
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+    let loc = store.find_job(id)?;
+    let job = store.job(&loc)?;
+    if g.verbose {
+        eprintln!("no systemd journal here; showing the output stored in the job file");
+    }
+    match g.format {
+        Format::Json => write_json(
+            out,
+            &serde_json::json!({"job_id": id, "status": loc.status.name(),
+                "output": job.runtime.output, "error": job.runtime.error}),
+        )?,
+        Format::Text => {
+            if let Some(o) = &job.runtime.output {
+                out.write_all(o.as_bytes())?;
+                if !o.ends_with('\n') {
+                    writeln!(out)?;
+                }
+            }
+            if let Some(e) = &job.runtime.error {
+                writeln!(out, "error: {e}")?;
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,171 @@
+//! Starting and stopping workers. `direct`: the worker gets its own session and is killed by
+//! process group. `systemd`: the same process, placed in a transient scope before it may do
+//! anything (see [`super::scope`]). Either way the worker is started gated: it blocks on its
+//! stdin until the manager has written the job file and says `go`.
+
+use super::scope::{ScopeError, ScopeLauncher};
+use crate::model::{Launcher, ResourceLimits};
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use std::path::{Path, PathBuf};
+use tokio::io::AsyncWriteExt;
+use tokio::process::{Child, ChildStdin, Command};
+
+/// Errors starting a worker.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    /// The worker binary could not be started.
+    #[error("cannot start worker {path}: {source}")]
+    Spawn {
+        /// Worker binary.
+        path: PathBuf,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// The scope could not be made.
+    #[error(transparent)]
+    Scope(#[from] ScopeError),
+}
+
+/// What a job needs to be started.
+#[derive(Debug)]
+pub struct LaunchSpec<'a> {
+    /// Worker binary.
+    pub worker: &'a Path,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Extra environment for it.
+    pub env: &'a [(String, String)],
+    /// Job id.
+    pub job_id: &'a str,
+    /// Seconds until systemd stops the scope.
+    pub runtime_max_secs: u64,
+    /// cgroup limits.
+    pub limits: Option<&'a ResourceLimits>,
+}
+
+/// A started, still gated worker.
+#[derive(Debug)]
+pub struct Launched {
+    /// Its PID (= process group and session id).
+    pub pid: u32,
+    /// The child handle, for waiting.
+    pub child: Child,
+    /// The gate: write `go` to let it run; drop it to make it exit.
+    pub gate: ChildStdin,
+    /// Its scope, for the systemd launcher.
+    pub unit: Option<String>,
+}
+
+/// How workers are started on this machine.
+#[derive(Debug, Clone)]
+pub enum JobLauncher {
+    /// Own session, process-group kill.
+    Direct,
+    /// A transient scope per job.
+    Systemd(ScopeLauncher),
+}
+
+impl JobLauncher {
+    /// Chooses per `launcher`: `auto` is systemd when a systemd service manager answers,
+    /// else direct.
+    pub async fn choose(launcher: Launcher) -> Result<JobLauncher, ScopeError> {
+        match launcher {
+            Launcher::Direct => Ok(JobLauncher::Direct),
+            Launcher::Systemd => Ok(JobLauncher::Systemd(ScopeLauncher::connect().await?)),
+            Launcher::Auto => match ScopeLauncher::connect().await {
+                Ok(s) => Ok(JobLauncher::Systemd(s)),
+                Err(e) => {
+                    tracing::info!("launcher auto: using direct ({e})");
+                    Ok(JobLauncher::Direct)
+                }
+            },
+        }
+    }
+
+    /// `direct` or `systemd`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            JobLauncher::Direct => "direct",
+            JobLauncher::Systemd(_) => "systemd",
+        }
+    }
+
+    /// Starts a gated worker (and, for systemd, its scope).
+    pub async fn launch(&self, spec: LaunchSpec<'_>) -> Result<Launched, LaunchError> {
+        let mut cmd = Command::new(spec.worker);
+        cmd.args(&spec.args)
+            .envs(spec.env.iter().map(|(k, v)| (k, v)))
+            .stdin(std::process::Stdio::piped())
+            .kill_on_drop(false);
+        // SAFETY: runs in the forked child before exec; setsid is a single async-signal-safe
+        // system call with no allocation.
+        unsafe {
+            cmd.pre_exec(|| {
+                nix::unistd::setsid()?;
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().map_err(|source| LaunchError::Spawn {
+            path: spec.worker.to_path_buf(),
+            source,
+        })?;
+        let (Some(pid), Some(gate)) = (child.id(), child.stdin.take()) else {
+            return Err(LaunchError::Spawn {
+                path: spec.worker.to_path_buf(),
+                source: std::io::Error::other("worker exited at once"),
+            });
+        };
+        let unit = match self {
+            JobLauncher::Direct => None,
+            JobLauncher::Systemd(s) => {
+                match s
+                    .start(spec.job_id, pid, spec.runtime_max_secs, spec.limits)
+                    .await
+                {
+                    Ok(u) => Some(u),
+                    Err(e) => {
+                        drop(gate);
+                        let _ = child.wait().await;
+                        return Err(e.into());
+                    }
+                }
+            }
+        };
+        Ok(Launched {
+            pid,
+            child,
+            gate,
+            unit,
+        })
+    }
+
+    /// Sends `signal` to everything the worker started.
+    pub async fn signal(&self, pid: u32, unit: Option<&str>, signal: Signal) {
+        if let (JobLauncher::Systemd(s), Some(u)) = (self, unit)
+            && s.kill(u, signal as i32).await.is_ok()
+        {
+            return;
+        }
+        if let Ok(p) = i32::try_from(pid) {
+            let _ = killpg(Pid::from_raw(p), signal);
+        }
+    }
+
+    /// After the worker is gone: removes whatever it left behind (its process group, or
+    /// its scope).
+    pub async fn clean_up(&self, pid: u32, unit: Option<&str>) {
+        if let (JobLauncher::Systemd(s), Some(u)) = (self, unit) {
+            s.stop(u).await;
+        }
+        if let Ok(p) = i32::try_from(pid) {
+            let _ = killpg(Pid::from_raw(p), Signal::SIGKILL);
+        }
+    }
+}
+
+/// Lets a gated worker run.
+pub async fn release(mut gate: ChildStdin) -> std::io::Result<()> {
+    gate.write_all(b"go\n").await?;
+    gate.flush().await
+}

@@ -1,0 +1,1020 @@
+//! queue-manager (PRD §7, DESIGN §4–5): one per queue per machine. Starts queued jobs oldest
+//! first up to `worker_count`, notices worker exits at once (child wait, pidfd), enforces
+//! timeouts, fails jobs whose worker died, re-adopts jobs still running after its own
+//! restart, and serves `org.agentstore.Queue1`.
+//!
+//! It is event-driven: inotify on `queued_jobs/`, worker exits, D-Bus calls and the next
+//! timeout wake the loop; a `rest_interval` sweep is the backstop for anything missed
+//! (a synced folder, a lost event). `queue.json`'s runtime is written once per loop.
+
+pub mod jobfile;
+pub mod launcher;
+pub mod pidwatch;
+pub mod scope;
+pub mod selection;
+
+use crate::bus::queue::{QueueObject, QueueRequest, QueueState};
+use crate::bus::{BusError, queue_bus_name, queue_object_path};
+use crate::model::{DocKind, Job, JobStatus, Launcher, Queue, QueueConfig, Timestamp};
+use crate::store::{Event, Store, StoreError, hostname, move_no_replace, read_limited};
+use crate::worker::runas::project_owner_login;
+use futures_util::StreamExt;
+use jobfile::{fail_raw, set_failed, write_and_move};
+use launcher::{JobLauncher, LaunchSpec, release};
+use nix::sys::signal::Signal;
+use selection::QueuedIndex;
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use zbus::object_server::InterfaceRef;
+
+/// Grace between SIGTERM and SIGKILL when a job is stopped (timeout, cancel).
+const KILL_GRACE: Duration = Duration::from_secs(5);
+
+/// Error text of a job whose worker died without reporting (PRD §7).
+pub const WORKER_DIED: &str = "Worker harness process died";
+
+/// Which bus the manager serves `org.agentstore.Queue1` on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BusTarget {
+    /// No D-Bus (a store-only run).
+    None,
+    /// The system bus.
+    System,
+    /// The session bus.
+    Session,
+    /// A bus at this address (tests' private `dbus-daemon`).
+    Address(String),
+}
+
+/// How to run one queue manager.
+#[derive(Debug, Clone)]
+pub struct ManagerConfig {
+    /// Store root.
+    pub root: PathBuf,
+    /// Queue name.
+    pub queue: String,
+    /// Bus for `org.agentstore.Queue1`.
+    pub bus: BusTarget,
+    /// Launcher override (else the queue's `launcher`, else auto).
+    pub launcher: Option<Launcher>,
+    /// The agent-worker binary.
+    pub worker: PathBuf,
+    /// Extra environment for workers (the agent sees only its allow-listed part).
+    pub worker_env: Vec<(String, String)>,
+}
+
+impl ManagerConfig {
+    /// Defaults: session bus, launcher from the queue, `agent-worker` next to this program.
+    pub fn new(root: impl Into<PathBuf>, queue: &str) -> ManagerConfig {
+        ManagerConfig {
+            root: root.into(),
+            queue: queue.to_string(),
+            bus: BusTarget::Session,
+            launcher: None,
+            worker: default_worker_path(),
+            worker_env: Vec::new(),
+        }
+    }
+}
+
+/// `agent-worker` in the folder of the running program, else `agent-worker` on PATH.
+pub fn default_worker_path() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(|d| d.join("agent-worker")))
+        .filter(|p| p.is_file())
+        .unwrap_or_else(|| PathBuf::from("agent-worker"))
+}
+
+/// Errors that stop the manager.
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    /// Store access failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Another manager of this queue owns the bus name.
+    #[error("queue manager for {0} is already running (its D-Bus name is taken)")]
+    AlreadyRunning(String),
+    /// D-Bus failed.
+    #[error("D-Bus: {0}")]
+    Bus(#[from] zbus::Error),
+    /// The launcher cannot be used.
+    #[error(transparent)]
+    Scope(#[from] scope::ScopeError),
+    /// inotify failed.
+    #[error("inotify on {path}: {source}")]
+    Watch {
+        /// Folder.
+        path: PathBuf,
+        /// Cause.
+        source: std::io::Error,
+    },
+}
+
+#[derive(Debug, Clone)]
+enum EndCause {
+    Timeout,
+    Cancelled(String),
+}
+
+#[derive(Debug)]
+struct Running {
+    pid: u32,
+    unit: Option<String>,
+    started_at: Instant,
+    limit: u64,
+    deadline: Instant,
+    end: Option<EndCause>,
+    kill_at: Option<Instant>,
+}
+
+enum Wake {
+    Shutdown,
+    File(Option<String>, bool),
+    WatchEnded,
+    Exit(String),
+    Request(QueueRequest),
+    Deadline,
+    Sweep,
+}
+
+/// A started queue manager: runtime reset, bus name owned, running jobs adopted.
+pub struct Manager {
+    cfg: ManagerConfig,
+    store: Arc<Store>,
+    config: QueueConfig,
+    launcher: JobLauncher,
+    running: HashMap<String, Running>,
+    index: QueuedIndex,
+    queued: u32,
+    paused: bool,
+    host: String,
+    root_mode: bool,
+    state: Arc<Mutex<QueueState>>,
+    iface: Option<InterfaceRef<QueueObject>>,
+    _conn: Option<zbus::Connection>,
+    exits_tx: mpsc::UnboundedSender<String>,
+    exits_rx: mpsc::UnboundedReceiver<String>,
+    requests_rx: mpsc::Receiver<QueueRequest>,
+    inotify: Option<inotify::Inotify>,
+    log_file: String,
+    /// JobStateChanged signals of this pass, sent after queue.json and the properties are
+    /// updated (so a listener that reacts to one sees consistent state).
+    pending: Vec<(String, JobStatus, JobStatus)>,
+}
+
+/// Starts a manager and runs it until `shutdown` resolves.
+pub async fn run(cfg: ManagerConfig, shutdown: impl Future<Output = ()>) -> Result<(), QueueError> {
+    Manager::start(cfg).await?.run(shutdown).await
+}
+
+impl Manager {
+    /// Opens the store, resets the queue's runtime (PRD §4.5), re-adopts this host's running
+    /// jobs, watches `queued_jobs/` and takes the bus name. Returns when the manager is
+    /// ready to be [`run`](Manager::run).
+    pub async fn start(cfg: ManagerConfig) -> Result<Manager, QueueError> {
+        let store = Arc::new(Store::open(&cfg.root)?);
+        let queue: Queue = store.queue(&cfg.queue)?;
+        for s in JobStatus::ALL {
+            let d = store.jobs_dir(&cfg.queue, s);
+            std::fs::create_dir_all(&d).map_err(|source| StoreError::Io { path: d, source })?;
+        }
+        let choice = cfg
+            .launcher
+            .or(queue.config.launcher)
+            .unwrap_or(Launcher::Auto);
+        let launcher = JobLauncher::choose(choice).await?;
+        let (exits_tx, exits_rx) = mpsc::unbounded_channel();
+        let (requests_tx, requests_rx) = mpsc::channel(32);
+        let paused = queue.runtime.paused.unwrap_or(false);
+        let state = Arc::new(Mutex::new(QueueState {
+            worker_count: queue.config.worker_count,
+            paused,
+            ..QueueState::default()
+        }));
+        let mut m = Manager {
+            log_file: format!("queue-{}.log", cfg.queue),
+            store: store.clone(),
+            config: queue.config.clone(),
+            launcher,
+            running: HashMap::new(),
+            index: QueuedIndex::default(),
+            queued: 0,
+            paused,
+            host: hostname(),
+            root_mode: nix::unistd::geteuid().is_root(),
+            state: state.clone(),
+            iface: None,
+            _conn: None,
+            exits_tx,
+            exits_rx,
+            requests_rx,
+            inotify: None,
+            pending: Vec::new(),
+            cfg,
+        };
+        let q = m.cfg.queue.clone();
+        if m.cfg.bus != BusTarget::None {
+            let builder = match &m.cfg.bus {
+                BusTarget::System => zbus::connection::Builder::system(),
+                BusTarget::Session => zbus::connection::Builder::session(),
+                BusTarget::Address(a) => zbus::connection::Builder::address(a.as_str()),
+                BusTarget::None => unreachable_bus(),
+            };
+            let object = QueueObject::new(state, requests_tx, store.clone());
+            let path = queue_object_path(&q);
+            let conn = builder
+                .serve_at(path.as_str(), object)
+                .name(queue_bus_name(&q))
+                .replace_existing_names(false)
+                .build()
+                .await
+                .map_err(|e| match e {
+                    zbus::Error::NameTaken => QueueError::AlreadyRunning(q.clone()),
+                    other => QueueError::Bus(other),
+                })?;
+            m.iface = Some(
+                conn.object_server()
+                    .interface::<_, QueueObject>(path.as_str())
+                    .await?,
+            );
+            m._conn = Some(conn);
+        }
+        // Reset runtime first: whatever the file says is stale (PRD §4.5).
+        m.write_runtime(true);
+        let queued_dir = m.store.jobs_dir(&q, JobStatus::Queued);
+        let inotify = inotify::Inotify::init().map_err(|source| QueueError::Watch {
+            path: queued_dir.clone(),
+            source,
+        })?;
+        use inotify::WatchMask as W;
+        inotify
+            .watches()
+            .add(
+                &queued_dir,
+                W::MOVED_TO | W::CLOSE_WRITE | W::MOVED_FROM | W::DELETE,
+            )
+            .map_err(|source| QueueError::Watch {
+                path: queued_dir.clone(),
+                source,
+            })?;
+        m.inotify = Some(inotify);
+        let dead = m.adopt_running();
+        tracing::info!(queue = %q, launcher = m.launcher.name(), adopted = m.running.len(),
+            "queue manager started");
+        m.store.record_event(
+            &Event::new("queue-manager", "daemon_started")
+                .queue(&q)
+                .detail(format!("launcher {}", m.launcher.name())),
+        );
+        m.store.append_daemon_log(
+            &m.log_file,
+            &format!(
+                "queue-manager started (pid {}, launcher {}, {} job(s) re-adopted)",
+                std::process::id(),
+                m.launcher.name(),
+                m.running.len()
+            ),
+        );
+        for id in dead {
+            m.settle(&id, None).await;
+        }
+        m.step().await;
+        Ok(m)
+    }
+
+    /// The launcher in use (`direct` or `systemd`).
+    pub fn launcher_name(&self) -> &'static str {
+        self.launcher.name()
+    }
+
+    /// Runs the loop until `shutdown` resolves. Running jobs are left running: a restarted
+    /// manager re-adopts them.
+    pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> Result<(), QueueError> {
+        tokio::pin!(shutdown);
+        let mut events = match self.inotify.take() {
+            Some(i) => Some(
+                i.into_event_stream(vec![0u8; 16 * 1024])
+                    .map_err(|source| QueueError::Watch {
+                        path: self.store.jobs_dir(&self.cfg.queue, JobStatus::Queued),
+                        source,
+                    })?,
+            ),
+            None => None,
+        };
+        let mut sweep =
+            tokio::time::interval(Duration::from_secs(self.config.rest_interval.max(1)));
+        sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        sweep.tick().await;
+        loop {
+            let next = self.next_deadline();
+            let wake = tokio::select! {
+                _ = &mut shutdown => Wake::Shutdown,
+                ev = async {
+                    match events.as_mut() {
+                        Some(s) => s.next().await,
+                        None => std::future::pending().await,
+                    }
+                } => match ev {
+                    Some(Ok(e)) => Wake::File(
+                        e.name.and_then(|n| n.to_str().map(str::to_string)),
+                        e.mask.intersects(inotify::EventMask::MOVED_FROM | inotify::EventMask::DELETE),
+                    ),
+                    Some(Err(e)) => { tracing::warn!("inotify: {e}"); Wake::File(None, false) }
+                    None => Wake::WatchEnded,
+                },
+                Some(id) = self.exits_rx.recv() => Wake::Exit(id),
+                Some(req) = self.requests_rx.recv() => Wake::Request(req),
+                _ = tokio::time::sleep_until(next) => Wake::Deadline,
+                _ = sweep.tick() => Wake::Sweep,
+            };
+            match wake {
+                Wake::Shutdown => break,
+                Wake::File(name, gone) => {
+                    let Some(name) = name else {
+                        // Overflow or error: fall through to a full pass.
+                        self.index = QueuedIndex::default();
+                        self.step().await;
+                        continue;
+                    };
+                    // Temp files (ours and the orchestrator's) are not jobs yet.
+                    if crate::store::is_ignored(&name) {
+                        continue;
+                    }
+                    let id = name.trim_end_matches(".json");
+                    self.index.forget(id);
+                    // Our own move of a job we just started needs no new pass.
+                    if gone && self.running.contains_key(id) {
+                        continue;
+                    }
+                }
+                Wake::WatchEnded => {
+                    tracing::warn!("inotify stream ended; relying on the rest_interval sweep");
+                    events = None;
+                }
+                Wake::Exit(id) => self.on_exit(&id).await,
+                Wake::Request(r) => self.on_request(r).await,
+                Wake::Deadline => self.on_deadlines().await,
+                Wake::Sweep => self.sweep().await,
+            }
+            // Batch whatever else is ready before one pass and one queue.json write.
+            while let Ok(id) = self.exits_rx.try_recv() {
+                self.on_exit(&id).await;
+            }
+            self.step().await;
+        }
+        self.stop();
+        Ok(())
+    }
+
+    fn stop(&mut self) {
+        let q = &self.cfg.queue;
+        tracing::info!(queue = %q, running = self.running.len(), "queue manager stopping");
+        crate::systemd::notify_stopping("stopping; running jobs continue");
+        self.store.append_daemon_log(
+            &self.log_file,
+            &format!(
+                "queue-manager stopping ({} job(s) left running for the next manager)",
+                self.running.len()
+            ),
+        );
+        self.store
+            .record_event(&Event::new("queue-manager", "daemon_stopped").queue(q));
+        if let Ok(mut doc) = self.store.queue(q) {
+            doc.runtime.process_id = None;
+            doc.runtime.last_update = Some(Timestamp::now());
+            let path = self.store.queue_path(q);
+            if let Err(e) = self.store.write_doc(DocKind::Queue, &path, &doc) {
+                tracing::warn!(queue = %q, "cannot write queue.json: {e}");
+            }
+        }
+    }
+
+    /// One pass: reload the queue config, start what fits, write the runtime.
+    async fn step(&mut self) {
+        match self.store.queue(&self.cfg.queue) {
+            Ok(q) => self.config = q.config,
+            Err(e) => {
+                tracing::warn!(queue = %self.cfg.queue, "keeping the last good queue.json: {e}")
+            }
+        }
+        self.start_jobs().await;
+        self.write_runtime(false);
+        self.flush_signals().await;
+    }
+
+    fn next_deadline(&self) -> Instant {
+        self.running
+            .values()
+            .map(|r| match (&r.end, r.kill_at) {
+                (None, _) => r.deadline,
+                (Some(_), Some(k)) => k,
+                (Some(_), None) => Instant::now() + Duration::from_secs(3600),
+            })
+            .min()
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400))
+    }
+
+    // ---- starting ----------------------------------------------------------------------
+
+    async fn start_jobs(&mut self) {
+        let q = self.cfg.queue.clone();
+        let dir = self.store.jobs_dir(&q, JobStatus::Queued);
+        let scan = match self.index.scan(&dir) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(queue = %q, "cannot scan {}: {e}", dir.display());
+                return;
+            }
+        };
+        for c in &scan.conflicts {
+            self.set_aside(c);
+        }
+        for id in &scan.invalid {
+            self.fail_invalid(id, JobStatus::Queued).await;
+        }
+        let mut waiting = scan.ordered.len() + scan.pending;
+        if !self.paused {
+            let free = (self.config.worker_count as usize).saturating_sub(self.running.len());
+            for id in scan.ordered.iter().take(free) {
+                self.start_job(id).await;
+                waiting -= 1;
+            }
+        }
+        self.queued = u32::try_from(waiting).unwrap_or(u32::MAX);
+    }
+
+    fn set_aside(&self, path: &std::path::Path) {
+        let dir = self.store.conflicts_dir();
+        let name = path.file_name().map(|n| n.to_owned()).unwrap_or_default();
+        let to = dir.join(name);
+        let res = std::fs::create_dir_all(&dir).and_then(|_| move_no_replace(path, &to));
+        match res {
+            Ok(()) => tracing::warn!(queue = %self.cfg.queue,
+                "Dropbox conflict copy {} set aside in {}", path.display(), to.display()),
+            Err(e) => tracing::warn!(queue = %self.cfg.queue,
+                "cannot set aside conflict copy {}: {e}", path.display()),
+        }
+    }
+
+    async fn fail_invalid(&mut self, id: &str, from: JobStatus) {
+        let q = self.cfg.queue.clone();
+        let path = self.store.job_path(&q, from, id);
+        let Ok(bytes) = read_limited(&path) else {
+            return;
+        };
+        let error = match self.store.parse_doc::<Job>(DocKind::Job, &path, &bytes) {
+            Err(StoreError::Invalid { rejection, .. }) => format!("Invalid job file: {rejection}"),
+            Err(e) => format!("Invalid job file: {e}"),
+            Ok(_) => return,
+        };
+        self.index.forget(id);
+        match fail_raw(&self.store, &q, id, from, &bytes, &error) {
+            Ok(_) => self.ended(id, from, JobStatus::Failed, &error).await,
+            Err(e) => tracing::error!(job_id = %id, queue = %q, "cannot fail invalid job: {e}"),
+        }
+    }
+
+    /// Fails a job the manager owns (queued, or running with its worker dead).
+    async fn fail_owned(&mut self, id: &str, from: JobStatus, mut job: Job, error: String) {
+        let q = self.cfg.queue.clone();
+        set_failed(&mut job, error.clone());
+        match write_and_move(&self.store, &q, id, from, &job) {
+            Ok(_) => self.ended(id, from, JobStatus::Failed, &error).await,
+            Err(e) => tracing::error!(job_id = %id, queue = %q, "cannot fail job: {e}"),
+        }
+    }
+
+    async fn ended(&mut self, id: &str, from: JobStatus, to: JobStatus, error: &str) {
+        let q = &self.cfg.queue;
+        let event = if to == JobStatus::Failed {
+            "job_failed"
+        } else {
+            "job_finished"
+        };
+        tracing::warn!(job_id = %id, queue = %q, "job {}: {error}", to.name());
+        self.store.record_event(
+            &Event::new("queue-manager", event)
+                .job(id)
+                .queue(q)
+                .detail(error),
+        );
+        self.store
+            .append_daemon_log(&self.log_file, &format!("job {id} {}: {error}", to.name()));
+        self.signal(id, from, to).await;
+    }
+
+    async fn signal(&mut self, id: &str, old: JobStatus, new: JobStatus) {
+        self.pending.push((id.to_string(), old, new));
+    }
+
+    async fn flush_signals(&mut self) {
+        let pending = std::mem::take(&mut self.pending);
+        let Some(iface) = &self.iface else { return };
+        for (id, old, new) in pending {
+            if let Err(e) =
+                QueueObject::job_state_changed(iface.signal_emitter(), &id, old.name(), new.name())
+                    .await
+            {
+                tracing::debug!("JobStateChanged: {e}");
+            }
+        }
+    }
+
+    async fn start_job(&mut self, id: &str) {
+        let q = self.cfg.queue.clone();
+        let path = self.store.job_path(&q, JobStatus::Queued, id);
+        let bytes = match read_limited(&path) {
+            Ok(b) => b,
+            Err(_) => return, // taken away meanwhile
+        };
+        let mut job: Job = match self.store.parse_doc(DocKind::Job, &path, &bytes) {
+            Ok(j) => j,
+            Err(_) => return self.fail_invalid(id, JobStatus::Queued).await,
+        };
+        self.index.forget(id);
+        let run_as = if self.root_mode {
+            match project_owner_login(&self.store, &job) {
+                Ok(n) => Some(n),
+                Err(e) => {
+                    return self
+                        .fail_owned(id, JobStatus::Queued, job, e.to_string())
+                        .await;
+                }
+            }
+        } else {
+            None
+        };
+        let limit = job
+            .config
+            .timeout_seconds
+            .unwrap_or(self.config.max_job_runtime_seconds);
+        let mut args = vec![
+            "--root".to_string(),
+            self.cfg.root.display().to_string(),
+            "--queue".to_string(),
+            q.clone(),
+            "--gate".to_string(),
+        ];
+        if let Some(u) = &run_as {
+            args.push("--run-as".into());
+            args.push(u.clone());
+        }
+        args.push(id.to_string());
+        let spec = LaunchSpec {
+            worker: &self.cfg.worker,
+            args,
+            env: &self.cfg.worker_env,
+            job_id: id,
+            runtime_max_secs: limit,
+            limits: self.config.resource_limits.as_ref(),
+        };
+        // Measured from before the launch: systemd's RuntimeMaxSec clock starts with the scope,
+        // so a job it kills at the limit has run at least `limit` by this clock.
+        let started_at = Instant::now();
+        let mut launched = match self.launcher.launch(spec).await {
+            Ok(l) => l,
+            Err(e) => {
+                return self
+                    .fail_owned(id, JobStatus::Queued, job, format!("Cannot start job: {e}"))
+                    .await;
+            }
+        };
+        let now = Timestamp::now();
+        let r = &mut job.runtime;
+        r.status = JobStatus::Running;
+        r.start_time = Some(now);
+        r.finish_time = None;
+        r.process_id = Some(launched.pid);
+        r.llm_process_id = None;
+        r.error = None;
+        r.output = None;
+        r.host = Some(self.host.clone());
+        r.unit = launched.unit.clone();
+        let running_path = self.store.job_path(&q, JobStatus::Running, id);
+        let placed = self
+            .store
+            .write_doc(DocKind::Job, &path, &job)
+            .and_then(|_| {
+                move_no_replace(&path, &running_path).map_err(|source| StoreError::Io {
+                    path: running_path.clone(),
+                    source,
+                })
+            });
+        if let Err(e) = placed {
+            tracing::error!(job_id = %id, queue = %q, "cannot move job to running_jobs: {e}");
+            drop(launched.gate);
+            let _ = launched.child.wait().await;
+            self.launcher
+                .clean_up(launched.pid, launched.unit.as_deref())
+                .await;
+            return;
+        }
+        if let Err(e) = release(launched.gate).await {
+            // It died before it could start; the exit watcher reports it as dead.
+            tracing::warn!(job_id = %id, queue = %q, "worker gone before start: {e}");
+        }
+        let tx = self.exits_tx.clone();
+        let job_id = id.to_string();
+        let mut child = launched.child;
+        tokio::spawn(async move {
+            let _ = child.wait().await;
+            let _ = tx.send(job_id);
+        });
+        self.running.insert(
+            id.to_string(),
+            Running {
+                pid: launched.pid,
+                unit: launched.unit.clone(),
+                started_at,
+                limit,
+                deadline: started_at + Duration::from_secs(limit),
+                end: None,
+                kill_at: None,
+            },
+        );
+        tracing::info!(job_id = %id, queue = %q, pid = launched.pid,
+            unit = launched.unit.as_deref().unwrap_or("-"), "job started");
+        self.store.record_event(
+            &Event::new("queue-manager", "job_started")
+                .job(id)
+                .queue(&q)
+                .project(&job.config.project)
+                .detail(format!("pid {}", launched.pid)),
+        );
+        self.store.append_daemon_log(
+            &self.log_file,
+            &format!("job {id} started (worker pid {})", launched.pid),
+        );
+        self.signal(id, JobStatus::Queued, JobStatus::Running).await;
+    }
+
+    // ---- running jobs ------------------------------------------------------------------
+
+    /// Takes over this host's jobs in `running_jobs/` whose worker still runs; fails those
+    /// whose worker is gone (PRD §11 scenario 2).
+    fn adopt_running(&mut self) -> Vec<String> {
+        let q = self.cfg.queue.clone();
+        let dir = self.store.jobs_dir(&q, JobStatus::Running);
+        let docs = match crate::store::scan_dir(&dir) {
+            Ok(s) => s.documents,
+            Err(e) => {
+                tracing::warn!(queue = %q, "cannot scan {}: {e}", dir.display());
+                return Vec::new();
+            }
+        };
+        let mut dead = Vec::new();
+        for path in docs {
+            let Some(id) = crate::store::file_id(&path).map(str::to_string) else {
+                continue;
+            };
+            if self.running.contains_key(&id) {
+                continue;
+            }
+            let job: Job = match self.store.read_doc(DocKind::Job, &path) {
+                Ok(j) => j,
+                Err(_) => continue,
+            };
+            if job.runtime.host.as_deref().is_some_and(|h| h != self.host) {
+                continue; // another machine's job
+            }
+            match job.runtime.process_id {
+                Some(pid) if pidwatch::is_worker_of(pid, &id) => {
+                    let Some(fd) = pidwatch::pidfd_open(pid) else {
+                        dead.push(id);
+                        continue;
+                    };
+                    let limit = job
+                        .config
+                        .timeout_seconds
+                        .unwrap_or(self.config.max_job_runtime_seconds);
+                    let ran = job
+                        .runtime
+                        .start_time
+                        .map(|s| s.seconds_until(&Timestamp::now()).max(0.0))
+                        .unwrap_or(0.0);
+                    let now = Instant::now();
+                    let started_at = now.checked_sub(Duration::from_secs_f64(ran)).unwrap_or(now);
+                    let tx = self.exits_tx.clone();
+                    let job_id = id.clone();
+                    tokio::spawn(async move {
+                        pidwatch::wait_exit(fd).await;
+                        let _ = tx.send(job_id);
+                    });
+                    tracing::info!(job_id = %id, queue = %q, pid, "re-adopted running job");
+                    self.store.append_daemon_log(
+                        &self.log_file,
+                        &format!("job {id} re-adopted (worker pid {pid})"),
+                    );
+                    self.running.insert(
+                        id,
+                        Running {
+                            pid,
+                            unit: job.runtime.unit.clone(),
+                            started_at,
+                            limit,
+                            deadline: started_at + Duration::from_secs(limit),
+                            end: None,
+                            kill_at: None,
+                        },
+                    );
+                }
+                _ => dead.push(id),
+            }
+        }
+        dead
+    }
+
+    async fn on_exit(&mut self, id: &str) {
+        let Some(r) = self.running.remove(id) else {
+            return;
+        };
+        self.launcher.clean_up(r.pid, r.unit.as_deref()).await;
+        self.settle(id, Some(r)).await;
+    }
+
+    /// After a worker is gone: signals the end it reported, or writes the end it could not
+    /// (`r` is `None` for a job found running with no live worker).
+    async fn settle(&mut self, id: &str, r: Option<Running>) {
+        let q = self.cfg.queue.clone();
+        for to in [JobStatus::Finished, JobStatus::Failed] {
+            if self.store.job_path(&q, to, id).is_file() {
+                self.store.append_daemon_log(
+                    &self.log_file,
+                    &format!("job {id} {} (worker exited)", to.name()),
+                );
+                self.signal(id, JobStatus::Running, to).await;
+                return;
+            }
+        }
+        let path = self.store.job_path(&q, JobStatus::Running, id);
+        let Ok(bytes) = read_limited(&path) else {
+            tracing::warn!(job_id = %id, queue = %q, "job file vanished from running_jobs");
+            return;
+        };
+        let error = match r {
+            None => WORKER_DIED.to_string(),
+            Some(r) => {
+                let elapsed = r.started_at.elapsed().as_secs_f64();
+                let timeout = format!(
+                    "Job timeout after {}s (limit: {}s)",
+                    elapsed.floor() as u64,
+                    r.limit
+                );
+                match &r.end {
+                    Some(EndCause::Cancelled(by)) => format!("Job cancelled by {by}"),
+                    Some(EndCause::Timeout) => timeout,
+                    None if elapsed >= r.limit as f64 => timeout,
+                    None => WORKER_DIED.to_string(),
+                }
+            }
+        };
+        match self.store.parse_doc::<Job>(DocKind::Job, &path, &bytes) {
+            Ok(job) => self.fail_owned(id, JobStatus::Running, job, error).await,
+            Err(_) => match fail_raw(&self.store, &q, id, JobStatus::Running, &bytes, &error) {
+                Ok(_) => {
+                    self.ended(id, JobStatus::Running, JobStatus::Failed, &error)
+                        .await
+                }
+                Err(e) => tracing::error!(job_id = %id, queue = %q, "cannot fail job: {e}"),
+            },
+        }
+    }
+
+    async fn stop_job(&mut self, id: &str, cause: EndCause) {
+        let Some(r) = self.running.get_mut(id) else {
+            return;
+        };
+        if r.end.is_none() {
+            r.end = Some(cause);
+        }
+        r.kill_at = Some(Instant::now() + KILL_GRACE);
+        let (pid, unit) = (r.pid, r.unit.clone());
+        self.launcher
+            .signal(pid, unit.as_deref(), Signal::SIGTERM)
+            .await;
+    }
+
+    async fn on_deadlines(&mut self) {
+        let now = Instant::now();
+        let mut overdue = Vec::new();
+        let mut kill = Vec::new();
+        for (id, r) in &mut self.running {
+            match (&r.end, r.kill_at) {
+                (None, _) if now >= r.deadline => overdue.push(id.clone()),
+                (Some(_), Some(k)) if now >= k => {
+                    r.kill_at = None;
+                    kill.push((r.pid, r.unit.clone()));
+                }
+                _ => {}
+            }
+        }
+        for id in overdue {
+            tracing::warn!(job_id = %id, queue = %self.cfg.queue, "job timed out; stopping it");
+            self.stop_job(&id, EndCause::Timeout).await;
+        }
+        for (pid, unit) in kill {
+            self.launcher
+                .signal(pid, unit.as_deref(), Signal::SIGKILL)
+                .await;
+        }
+    }
+
+    async fn sweep(&mut self) {
+        // Workers that vanished without an exit notice (should not happen; cheap to check).
+        let gone: Vec<String> = self
+            .running
+            .iter()
+            .filter(|(id, r)| !pidwatch::is_worker_of(r.pid, id))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in gone {
+            self.on_exit(&id).await;
+        }
+        // Running files nobody watches (a restart race, a synced-in file from this host).
+        for id in self.adopt_running() {
+            self.settle(&id, None).await;
+        }
+        while let Ok(id) = self.exits_rx.try_recv() {
+            self.on_exit(&id).await;
+        }
+        self.index = QueuedIndex::default();
+        let status = format!(
+            "{} running, {} queued{}",
+            self.running.len(),
+            self.queued,
+            if self.paused { ", paused" } else { "" }
+        );
+        crate::systemd::notify_status(&status);
+        self.store
+            .append_daemon_log(&self.log_file, &format!("sweep: {status}"));
+    }
+
+    // ---- requests ----------------------------------------------------------------------
+
+    async fn on_request(&mut self, req: QueueRequest) {
+        match req {
+            QueueRequest::Pause { reply } => {
+                self.set_paused(true).await;
+                let _ = reply.send(Ok(()));
+            }
+            QueueRequest::Resume { reply } => {
+                self.set_paused(false).await;
+                let _ = reply.send(Ok(()));
+            }
+            QueueRequest::Cancel {
+                id,
+                caller,
+                by,
+                reply,
+            } => {
+                let r = self.cancel(&id, &caller, &by).await;
+                let _ = reply.send(r);
+            }
+        }
+    }
+
+    /// Pause or resume; the `Paused` property shows it before the caller gets its reply.
+    async fn set_paused(&mut self, paused: bool) {
+        self.paused = paused;
+        self.store
+            .append_daemon_log(&self.log_file, if paused { "paused" } else { "resumed" });
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).paused = paused;
+        if let Some(iface) = &self.iface {
+            let _ = iface
+                .get()
+                .await
+                .paused_changed(iface.signal_emitter())
+                .await;
+        }
+    }
+
+    async fn cancel(
+        &mut self,
+        id: &str,
+        caller: &crate::access::Caller,
+        by: &str,
+    ) -> Result<(), BusError> {
+        crate::store::check_id("job", id)?;
+        let q = self.cfg.queue.clone();
+        let from = [JobStatus::Running, JobStatus::Queued]
+            .into_iter()
+            .find(|s| self.store.job_path(&q, *s, id).is_file())
+            .ok_or_else(|| {
+                BusError::NotFound(format!("job {id} is not queued or running in queue {q}"))
+            })?;
+        let path = self.store.job_path(&q, from, id);
+        let job: Option<Job> = self.store.read_doc(DocKind::Job, &path).ok();
+        if !caller.is_admin() {
+            let allowed = job.as_ref().is_some_and(|j| {
+                caller.user_id().is_some() && caller.user_id() == j.config.user.as_deref()
+                    || self
+                        .store
+                        .project(&j.config.project)
+                        .is_ok_and(|p| caller.can_modify_project(&p))
+            });
+            if !allowed {
+                return Err(BusError::PermissionDenied(format!(
+                    "job {id} belongs to another user's project"
+                )));
+            }
+        }
+        tracing::info!(job_id = %id, queue = %q, "cancel requested by {by}");
+        match from {
+            JobStatus::Running if self.running.contains_key(id) => {
+                self.stop_job(id, EndCause::Cancelled(by.to_string())).await;
+                Ok(())
+            }
+            JobStatus::Running => Err(BusError::Failed(format!(
+                "job {id} is running under another queue manager"
+            ))),
+            _ => {
+                let error = format!("Job cancelled by {by}");
+                match job {
+                    Some(j) => self.fail_owned(id, JobStatus::Queued, j, error).await,
+                    None => {
+                        let bytes = read_limited(&path)?;
+                        fail_raw(&self.store, &q, id, JobStatus::Queued, &bytes, &error)?;
+                        self.ended(id, JobStatus::Queued, JobStatus::Failed, &error)
+                            .await;
+                    }
+                }
+                self.index.forget(id);
+                Ok(())
+            }
+        }
+    }
+
+    // ---- runtime -----------------------------------------------------------------------
+
+    /// Writes `queue.json`'s runtime (PRD §4.5); `reset` = the startup reset.
+    fn write_runtime(&mut self, reset: bool) {
+        let q = self.cfg.queue.clone();
+        let mut doc = match self.store.queue(&q) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!(queue = %q, "cannot read queue.json: {e}");
+                return;
+            }
+        };
+        let now = Timestamp::now();
+        doc.runtime.process_id = Some(std::process::id());
+        doc.runtime.host = Some(self.host.clone());
+        doc.runtime.paused = Some(self.paused);
+        if reset {
+            doc.runtime.active_jobs = 0;
+            doc.runtime.queued_jobs = 0;
+            doc.runtime.last_update = None;
+        } else {
+            doc.runtime.active_jobs = u32::try_from(self.running.len()).unwrap_or(u32::MAX);
+            doc.runtime.queued_jobs = self.queued;
+            doc.runtime.last_update = Some(now);
+        }
+        let path = self.store.queue_path(&q);
+        if let Err(e) = self.store.write_doc(DocKind::Queue, &path, &doc) {
+            tracing::warn!(queue = %q, "cannot write queue.json: {e}");
+        }
+        if reset {
+            return;
+        }
+        let new = QueueState {
+            worker_count: doc.config.worker_count,
+            active_jobs: doc.runtime.active_jobs,
+            queued_jobs: doc.runtime.queued_jobs,
+            paused: self.paused,
+            last_update: now.to_string(),
+        };
+        let old = {
+            let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            std::mem::replace(&mut *s, new.clone())
+        };
+        if let Some(iface) = self.iface.clone() {
+            tokio::spawn(async move {
+                let obj = iface.get().await;
+                let e = iface.signal_emitter();
+                if old.worker_count != new.worker_count {
+                    let _ = obj.worker_count_changed(e).await;
+                }
+                if old.active_jobs != new.active_jobs {
+                    let _ = obj.active_jobs_changed(e).await;
+                }
+                if old.queued_jobs != new.queued_jobs {
+                    let _ = obj.queued_jobs_changed(e).await;
+                }
+                if old.paused != new.paused {
+                    let _ = obj.paused_changed(e).await;
+                }
+            });
+        }
+    }
+}
+
+fn unreachable_bus() -> zbus::connection::Builder<'static> {
+    // BusTarget::None never reaches the builder; a session builder keeps this total.
+    zbus::connection::Builder::session()
+}

@@ -1,0 +1,123 @@
+//! Which queued job starts next: oldest `queue_time` first, ties by id. The queue times are
+//! cached per file so a busy queue is not re-read on every event; inotify tells the manager
+//! which names to forget.
+
+use crate::model::Timestamp;
+use crate::store::{file_id, scan_dir};
+use serde::Deserialize;
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+/// How long a file that ends early may still be being written (`cat > file` is not atomic).
+const WRITE_GRACE: Duration = Duration::from_secs(2);
+
+#[derive(Deserialize)]
+struct Head {
+    config: HeadConfig,
+}
+
+#[derive(Deserialize)]
+struct HeadConfig {
+    queue_time: Timestamp,
+}
+
+/// What a scan of `queued_jobs/` found.
+#[derive(Debug, Default)]
+pub struct QueuedScan {
+    /// Startable job ids, oldest first.
+    pub ordered: Vec<String>,
+    /// Files that do not parse: to be failed as invalid.
+    pub invalid: Vec<String>,
+    /// Dropbox conflict copies: to be set aside.
+    pub conflicts: Vec<PathBuf>,
+    /// Files that may still be being written (checked again on their close event).
+    pub pending: usize,
+}
+
+/// Cache of queue times by job id.
+#[derive(Debug, Default)]
+pub struct QueuedIndex {
+    times: HashMap<String, Timestamp>,
+}
+
+impl QueuedIndex {
+    /// Forgets what is known about `id` (its file changed).
+    pub fn forget(&mut self, id: &str) {
+        self.times.remove(id);
+    }
+
+    /// Scans `dir`.
+    pub fn scan(&mut self, dir: &Path) -> std::io::Result<QueuedScan> {
+        let scan = scan_dir(dir)?;
+        let mut out = QueuedScan {
+            conflicts: scan.conflicts,
+            ..QueuedScan::default()
+        };
+        let mut seen = HashSet::with_capacity(scan.documents.len());
+        let mut jobs: Vec<(Timestamp, String)> = Vec::with_capacity(scan.documents.len());
+        for path in &scan.documents {
+            let Some(id) = file_id(path) else { continue };
+            seen.insert(id.to_string());
+            if let Some(t) = self.times.get(id) {
+                jobs.push((*t, id.to_string()));
+                continue;
+            }
+            let bytes = match std::fs::read(path) {
+                Ok(b) => b,
+                // Gone between listing and reading (cancelled, taken): not ours to judge.
+                Err(_) => continue,
+            };
+            match serde_json::from_slice::<Head>(&bytes) {
+                Ok(h) => {
+                    self.times.insert(id.to_string(), h.config.queue_time);
+                    jobs.push((h.config.queue_time, id.to_string()));
+                }
+                Err(e) if e.is_eof() && recently_modified(path) => out.pending += 1,
+                Err(_) => out.invalid.push(id.to_string()),
+            }
+        }
+        self.times.retain(|id, _| seen.contains(id));
+        jobs.sort();
+        out.ordered = jobs.into_iter().map(|(_, id)| id).collect();
+        Ok(out)
+    }
+}
+
+fn recently_modified(path: &Path) -> bool {
+    std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| SystemTime::now().duration_since(t).ok())
+        .is_none_or(|age| age < WRITE_GRACE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(t: &str) -> String {
+        format!(r#"{{"config":{{"queue_time":"{t}"}},"runtime":{{}}}}"#)
+    }
+
+    #[test]
+    fn oldest_first_and_invalid_and_pending() {
+        let d = tempfile::tempdir().unwrap();
+        let w = |n: &str, s: &str| std::fs::write(d.path().join(n), s).unwrap();
+        w("b.json", &job("2025-01-02T00:00:00Z"));
+        w("a.json", &job("2025-01-03T00:00:00Z"));
+        w("c.json", &job("2025-01-01T00:00:00Z"));
+        w("d.json", &job("2025-01-02T00:00:00Z"));
+        w("bad.json", "{\"config\": 3}");
+        w("half.json", "{\"config\": {\"queue_ti");
+        w("x (conflicted copy).json", &job("2025-01-01T00:00:00Z"));
+        let mut idx = QueuedIndex::default();
+        let s = idx.scan(d.path()).unwrap();
+        assert_eq!(s.ordered, ["c", "b", "d", "a"]);
+        assert_eq!(s.invalid, ["bad"]);
+        assert_eq!(s.pending, 1);
+        assert_eq!(s.conflicts.len(), 1);
+        std::fs::remove_file(d.path().join("c.json")).unwrap();
+        assert_eq!(idx.scan(d.path()).unwrap().ordered, ["b", "d", "a"]);
+    }
+}

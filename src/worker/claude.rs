@@ -1,0 +1,226 @@
+//! `jobtype: claude` and `jobtype: agent`: the command line, the prompt, and the one JSON
+//! result both `claude -p --output-format json` and `agentshell exec --json` print.
+
+use crate::model::{Job, QueueConfig};
+use serde::Deserialize;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// Where `<command>.md` may live: the run-as user's `~/.claude/commands/` and the project's
+/// `.claude/commands/`. A namespaced command `a:b` is `a/b.md`, as Claude Code names them.
+pub fn command_file(command: &str, home: &Path, project_dir: &Path) -> Option<PathBuf> {
+    let parts: Vec<&str> = command.split(':').collect();
+    let safe = !command.is_empty()
+        && parts
+            .iter()
+            .all(|p| crate::model::is_safe_id(p) && !p.contains(".."));
+    if !safe {
+        return None;
+    }
+    let mut rel = PathBuf::new();
+    for (i, p) in parts.iter().enumerate() {
+        if i + 1 == parts.len() {
+            rel.push(format!("{p}.md"));
+        } else {
+            rel.push(p);
+        }
+    }
+    [
+        home.join(".claude/commands"),
+        project_dir.join(".claude/commands"),
+    ]
+    .into_iter()
+    .map(|d| d.join(&rel))
+    .find(|p| p.is_file())
+}
+
+/// True when `args` already has this flag (`--flag`, `--flag=…`).
+fn has_flag(args: &[String], names: &[&str]) -> bool {
+    args.iter().any(|a| {
+        names
+            .iter()
+            .any(|n| a == n || a.starts_with(&format!("{n}=")))
+    })
+}
+
+/// `claude` arguments: queue defaults, job extras, then `-p` and `--output-format json`
+/// unless already given. The prompt goes on stdin, never in argv.
+pub fn claude_args(queue: &QueueConfig, job: &Job) -> Vec<String> {
+    let mut args: Vec<String> = queue.claude_default_args.clone();
+    args.extend(job.config.claude_extra_args.iter().cloned());
+    if !has_flag(&args, &["-p", "--print"]) {
+        args.insert(0, "-p".to_string());
+    }
+    if !has_flag(&args, &["--output-format"]) {
+        args.push("--output-format".into());
+        args.push("json".into());
+    }
+    args
+}
+
+/// True when the arguments ask for the JSON result.
+pub fn wants_json(args: &[String]) -> bool {
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == "--output-format" {
+            return it.next().is_some_and(|v| v == "json");
+        }
+        if let Some(v) = a.strip_prefix("--output-format=") {
+            return v == "json";
+        }
+    }
+    false
+}
+
+/// The supporting data as `- key: value` lines (strings bare, anything else as JSON).
+fn supporting_lines(job: &Job) -> String {
+    let mut s = String::new();
+    if job.config.supporting_data.is_empty() {
+        return s;
+    }
+    s.push_str("\n\nSupporting Data:\n");
+    for (k, v) in &job.config.supporting_data {
+        let v = match v {
+            Value::String(t) => t.clone(),
+            other => other.to_string(),
+        };
+        s.push_str(&format!("- {k}: {v}\n"));
+    }
+    s
+}
+
+/// The prompt for `claude`: `/<command> <task>` and the supporting data.
+pub fn claude_prompt(job: &Job) -> String {
+    format!(
+        "/{} {}{}",
+        job.config.claude_command,
+        job.config.task_description,
+        supporting_lines(job)
+    )
+}
+
+/// The prompt for the built-in agent: the task and the supporting data.
+pub fn agent_prompt(job: &Job) -> String {
+    format!("{}{}", job.config.task_description, supporting_lines(job))
+}
+
+/// The fields of the JSON result the worker records.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+pub struct AgentResult {
+    /// `true` when the run failed (API error, max turns…), whatever `subtype` says.
+    #[serde(default)]
+    pub is_error: bool,
+    /// `success`, `error_max_turns`, …
+    #[serde(default)]
+    pub subtype: Option<String>,
+    /// The final answer text.
+    #[serde(default)]
+    pub result: Option<String>,
+    /// Total cost in USD.
+    #[serde(default)]
+    pub total_cost_usd: Option<f64>,
+    /// Model turns.
+    #[serde(default)]
+    pub num_turns: Option<u64>,
+    /// Session id (`claude --resume`).
+    #[serde(default)]
+    pub session_id: Option<String>,
+}
+
+/// Parses the result line (the last non-empty line of stdout).
+pub fn parse_result(line: &[u8]) -> Result<AgentResult, String> {
+    let v: Value = serde_json::from_slice(line).map_err(|e| e.to_string())?;
+    if !v.is_object() {
+        return Err("not a JSON object".into());
+    }
+    serde_json::from_value(v).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{JobConfig, JobRuntime, JobType, Timestamp};
+
+    fn job(extra: &[&str]) -> Job {
+        let mut data = serde_json::Map::new();
+        data.insert("dir".into(), Value::String("/src".into()));
+        data.insert("n".into(), serde_json::json!(3));
+        Job {
+            id: None,
+            config: JobConfig {
+                project: "P".into(),
+                working_directory: "/tmp".into(),
+                queue_time: Timestamp::now(),
+                jobtype: JobType::Claude,
+                claude_command: "greet".into(),
+                claude_extra_args: extra.iter().map(|s| s.to_string()).collect(),
+                task_description: "World".into(),
+                supporting_data: data,
+                timeout_seconds: None,
+                queue: None,
+                command: None,
+                prd: None,
+                correlation_id: None,
+                user: None,
+                model: None,
+            },
+            runtime: JobRuntime::queued(),
+        }
+    }
+
+    #[test]
+    fn args_do_not_duplicate_print_or_format() {
+        let mut q = QueueConfig::defaults("q");
+        q.claude_default_args = vec!["-p".into(), "--dangerously-skip-permissions".into()];
+        assert_eq!(
+            claude_args(&q, &job(&["--model", "x"])),
+            [
+                "-p",
+                "--dangerously-skip-permissions",
+                "--model",
+                "x",
+                "--output-format",
+                "json"
+            ]
+        );
+        q.claude_default_args = vec![];
+        let a = claude_args(&q, &job(&["--output-format=text"]));
+        assert_eq!(a, ["-p", "--output-format=text"]);
+        assert!(!wants_json(&a));
+        assert!(wants_json(&claude_args(&q, &job(&[]))));
+    }
+
+    #[test]
+    fn prompt_is_slash_command_and_data() {
+        assert_eq!(
+            claude_prompt(&job(&[])),
+            "/greet World\n\nSupporting Data:\n- dir: /src\n- n: 3\n"
+        );
+    }
+
+    #[test]
+    fn command_files() {
+        let d = tempfile::tempdir().unwrap();
+        let home = d.path().join("home");
+        let proj = d.path().join("proj");
+        std::fs::create_dir_all(home.join(".claude/commands/ns")).unwrap();
+        std::fs::create_dir_all(proj.join(".claude/commands")).unwrap();
+        std::fs::write(home.join(".claude/commands/greet.md"), "x").unwrap();
+        std::fs::write(home.join(".claude/commands/ns/deep.md"), "x").unwrap();
+        std::fs::write(proj.join(".claude/commands/local.md"), "x").unwrap();
+        assert!(command_file("greet", &home, &proj).is_some());
+        assert!(command_file("ns:deep", &home, &proj).is_some());
+        assert!(command_file("local", &home, &proj).is_some());
+        assert!(command_file("missing", &home, &proj).is_none());
+        assert!(command_file("../greet", &home, &proj).is_none());
+        assert!(command_file("", &home, &proj).is_none());
+    }
+
+    #[test]
+    fn result_fields() {
+        let r = parse_result(br#"{"type":"result","subtype":"success","is_error":true,"result":"API Error","num_turns":1,"total_cost_usd":0.5,"session_id":"s"}"#).unwrap();
+        assert!(r.is_error);
+        assert_eq!(r.total_cost_usd, Some(0.5));
+        assert!(parse_result(b"not json").is_err());
+    }
+}

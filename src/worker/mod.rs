@@ -1,0 +1,407 @@
+//! agent-worker, the job harness (PRD §8, DESIGN §6): validates the job in `running_jobs/`,
+//! runs it (`noop`, `claude`, `agent`), records what happened and moves the file to
+//! `finished_jobs/` or `failed_jobs/`. While it runs, only this process writes the job file.
+
+pub mod capture;
+pub mod claude;
+pub mod process;
+pub mod runas;
+
+use crate::model::{Job, JobStatus, JobType, QueueConfig};
+use crate::queue::jobfile::{fail_raw, write_and_move};
+use crate::store::{Store, StoreError, read_limited};
+use capture::OUTPUT_LIMIT;
+use process::{AgentCommand, AgentOutput, agent_env, run_agent};
+use runas::RunAs;
+use std::io::BufRead;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Output of a successful no-op job (PRD M4).
+pub const NOOP_OUTPUT: &str = "No-op job completed successfully";
+
+/// Lines of agent output copied to the journal at most (the job file keeps up to 10 MiB).
+const JOURNAL_LINES: usize = 20_000;
+
+/// What the worker is asked to run.
+#[derive(Debug, Clone)]
+pub struct WorkerArgs {
+    /// Store root.
+    pub root: PathBuf,
+    /// Queue name.
+    pub queue: String,
+    /// Job id (file stem in `running_jobs/`).
+    pub job_id: String,
+    /// Account the agent runs as (the manager passes it when it runs as root).
+    pub run_as: Option<String>,
+    /// Wait for a `go` line on stdin before doing anything (the manager's start gate: the
+    /// job file is written and the process placed in its scope first).
+    pub gate: bool,
+}
+
+/// Errors that stop the worker before it owns a job.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// The manager closed the gate without `go` (it could not start the job).
+    #[error("start aborted by the queue manager")]
+    Aborted,
+    /// The store cannot be opened or the job file read.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// How a job ended, before it is written.
+#[derive(Debug, Default)]
+struct Outcome {
+    error: Option<String>,
+    output: Option<String>,
+    exit_code: Option<i32>,
+    cost_usd: Option<f64>,
+    num_turns: Option<u64>,
+    session_id: Option<String>,
+    failed: bool,
+}
+
+impl Outcome {
+    fn fail(error: impl Into<String>) -> Outcome {
+        Outcome {
+            error: Some(error.into()),
+            failed: true,
+            ..Outcome::default()
+        }
+    }
+}
+
+/// Runs one job to its end; returns the state it ended in.
+pub fn run(args: &WorkerArgs) -> Result<JobStatus, WorkerError> {
+    if args.gate {
+        let mut line = String::new();
+        let _ = std::io::stdin().lock().read_line(&mut line);
+        if line.trim() != "go" {
+            return Err(WorkerError::Aborted);
+        }
+    }
+    let store = Store::open(&args.root)?;
+    let (q, id) = (args.queue.as_str(), args.job_id.as_str());
+    let path = store.job_path(q, JobStatus::Running, id);
+    let bytes = read_limited(&path)?;
+    let mut job: Job = match store.parse_doc(crate::model::DocKind::Job, &path, &bytes) {
+        Ok(j) => j,
+        Err(StoreError::Invalid { rejection, .. }) => {
+            let error = format!("Invalid job file: {rejection}");
+            tracing::error!(job_id = %id, queue = %q, "{error}");
+            fail_raw(&store, q, id, JobStatus::Running, &bytes, &error)?;
+            record(&store, q, id, "job_failed", &error);
+            return Ok(JobStatus::Failed);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    tracing::info!(job_id = %id, queue = %q, project = %job.config.project,
+        "running {:?} job", job.config.jobtype);
+    let outcome = match store.queue(q) {
+        Ok(queue) => execute(&store, &queue.config, &mut job, args),
+        Err(e) => Outcome::fail(format!("Cannot read queue {q}: {e}")),
+    };
+    let status = finish(&store, q, id, job, outcome)?;
+    Ok(status)
+}
+
+fn record(store: &Store, q: &str, id: &str, event: &str, detail: &str) {
+    let mut e = crate::store::Event::new("agent-worker", event)
+        .job(id)
+        .queue(q);
+    if !detail.is_empty() {
+        e = e.detail(detail);
+    }
+    store.record_event(&e);
+}
+
+fn finish(
+    store: &Store,
+    q: &str,
+    id: &str,
+    mut job: Job,
+    o: Outcome,
+) -> Result<JobStatus, StoreError> {
+    let r = &mut job.runtime;
+    r.status = if o.failed {
+        JobStatus::Failed
+    } else {
+        JobStatus::Finished
+    };
+    r.finish_time = Some(crate::model::Timestamp::now());
+    r.error = o.error;
+    r.output = o.output;
+    r.exit_code = o.exit_code.or(r.exit_code);
+    r.cost_usd = o.cost_usd;
+    r.num_turns = o.num_turns;
+    r.session_id = o.session_id;
+    let status = r.status;
+    let detail = r.error.clone().unwrap_or_default();
+    write_and_move(store, q, id, JobStatus::Running, &job)?;
+    match status {
+        JobStatus::Failed => {
+            tracing::warn!(job_id = %id, queue = %q, "job failed: {detail}");
+            record(store, q, id, "job_failed", &detail);
+        }
+        _ => {
+            tracing::info!(job_id = %id, queue = %q, "job finished");
+            record(store, q, id, "job_finished", &detail);
+        }
+    }
+    Ok(status)
+}
+
+fn execute(store: &Store, queue: &QueueConfig, job: &mut Job, args: &WorkerArgs) -> Outcome {
+    let run_as = match &args.run_as {
+        Some(name) => RunAs::lookup(name),
+        None => RunAs::current(),
+    };
+    let run_as = match run_as {
+        Ok(r) => r,
+        Err(e) => return Outcome::fail(e.to_string()),
+    };
+    let switch = run_as.uid != nix::unistd::geteuid().as_raw();
+    let env = agent_env(std::env::vars(), &run_as, !switch);
+    let home = env
+        .iter()
+        .find(|(k, _)| k == "HOME")
+        .map(|(_, v)| PathBuf::from(v))
+        .unwrap_or_else(|| run_as.home.clone());
+    let cwd = PathBuf::from(&job.config.working_directory);
+    if job.config.jobtype != JobType::Noop && !cwd.is_dir() {
+        return Outcome::fail(format!(
+            "Working directory does not exist: {}",
+            job.config.working_directory
+        ));
+    }
+    match job.config.jobtype {
+        JobType::Noop => noop(job),
+        JobType::Claude => {
+            let Some(_file) = claude::command_file(&job.config.claude_command, &home, &cwd) else {
+                return Outcome::fail(format!(
+                    "Unknown Claude command: {}",
+                    job.config.claude_command
+                ));
+            };
+            let args_v = claude::claude_args(queue, job);
+            let json = claude::wants_json(&args_v);
+            let cmd = AgentCommand {
+                program: queue.claude_cli_path.clone(),
+                args: args_v,
+                prompt: claude::claude_prompt(job),
+                cwd,
+                env,
+                switch_to: switch.then(|| run_as.clone()),
+            };
+            run_and_judge(store, args, job, &cmd, "Claude", json)
+        }
+        JobType::Agent => {
+            let mut env = env;
+            if let Some(m) = &job.config.model {
+                env.retain(|(k, _)| k != "AGENTSHELL_MODEL");
+                env.push(("AGENTSHELL_MODEL".into(), m.clone()));
+            }
+            let cmd = AgentCommand {
+                program: queue
+                    .agentshell_path
+                    .clone()
+                    .unwrap_or_else(|| "agentshell".into()),
+                args: vec!["exec".into(), "--json".into(), "-".into()],
+                prompt: claude::agent_prompt(job),
+                cwd,
+                env,
+                switch_to: switch.then(|| run_as.clone()),
+            };
+            run_and_judge(store, args, job, &cmd, "Agent", true)
+        }
+    }
+}
+
+fn noop(job: &Job) -> Outcome {
+    let secs = job
+        .config
+        .supporting_data
+        .get("sleep_seconds")
+        .and_then(|v| v.as_f64())
+        .unwrap_or(5.0)
+        .clamp(0.0, 86_400.0);
+    println!("Starting no-op job...");
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    println!("Job complete!");
+    Outcome {
+        output: Some(NOOP_OUTPUT.into()),
+        exit_code: Some(0),
+        ..Outcome::default()
+    }
+}
+
+/// Runs the agent, records its PID in the job file, and turns its exit and JSON result into
+/// an outcome.
+fn run_and_judge(
+    store: &Store,
+    args: &WorkerArgs,
+    job: &mut Job,
+    cmd: &AgentCommand,
+    what: &str,
+    expect_json: bool,
+) -> Outcome {
+    let (q, id) = (args.queue.as_str(), args.job_id.as_str());
+    let lines = std::sync::atomic::AtomicUsize::new(0);
+    let result = run_agent(
+        cmd,
+        |pid| {
+            job.runtime.llm_process_id = Some(pid);
+            let path = store.job_path(q, JobStatus::Running, id);
+            if let Err(e) = store.write_doc(crate::model::DocKind::Job, &path, &*job) {
+                tracing::warn!(job_id = %id, queue = %q, "cannot record llm_process_id: {e}");
+            }
+            tracing::info!(job_id = %id, queue = %q, llm_pid = pid, "started {}", cmd.program);
+        },
+        |stream, line| {
+            if lines.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < JOURNAL_LINES {
+                let text = String::from_utf8_lossy(line);
+                tracing::info!(job_id = %id, queue = %q, stream, "{text}");
+            }
+        },
+    );
+    let out = match result {
+        Ok(o) => o,
+        Err(e) => return Outcome::fail(e.to_string()),
+    };
+    judge(out, what, expect_json)
+}
+
+fn judge(out: AgentOutput, what: &str, expect_json: bool) -> Outcome {
+    let code = out.exit_code();
+    let mut o = Outcome {
+        exit_code: Some(code),
+        output: Some(out.stdout.head_text(OUTPUT_LIMIT)),
+        ..Outcome::default()
+    };
+    let mut notes: Vec<String> = Vec::new();
+    if out.stdout.truncated() {
+        notes.push(format!(
+            "Output truncated to {OUTPUT_LIMIT} bytes ({what} wrote {} bytes)",
+            out.stdout.total
+        ));
+    }
+    let parsed = if expect_json {
+        Some(claude::parse_result(capture::last_line(out.stdout.end())))
+    } else {
+        None
+    };
+    if let Some(Ok(r)) = &parsed {
+        o.cost_usd = r.total_cost_usd;
+        o.num_turns = r.num_turns;
+        o.session_id = r.session_id.clone();
+    }
+    let stderr_tail = String::from_utf8_lossy(capture::last_line(out.stderr.end())).into_owned();
+    let reason = |r: &Option<Result<claude::AgentResult, String>>| -> String {
+        match r {
+            Some(Ok(res)) => res.result.clone().unwrap_or_default(),
+            _ => stderr_tail.clone(),
+        }
+    };
+    if !out.status.success() {
+        o.failed = true;
+        let why = reason(&parsed);
+        let head = match out.status.code() {
+            Some(c) => format!("{what} exited with code {c}"),
+            None => format!("{what} was killed by signal {}", code - 128),
+        };
+        notes.insert(
+            0,
+            if why.is_empty() {
+                head
+            } else {
+                format!("{head}: {why}")
+            },
+        );
+    } else {
+        match &parsed {
+            Some(Ok(r)) if r.is_error => {
+                o.failed = true;
+                notes.insert(0, format!("{what} reported an error: {}", reason(&parsed)));
+            }
+            Some(Err(e)) if !out.stdout.truncated() => {
+                o.failed = true;
+                notes.insert(0, format!("{what} output is not a JSON result: {e}"));
+            }
+            _ => {}
+        }
+    }
+    if !notes.is_empty() {
+        o.error = Some(notes.join("; "));
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    fn output(code: i32, stdout: &str, total: Option<u64>) -> AgentOutput {
+        let mut c = capture::Captured {
+            head: stdout.as_bytes().to_vec(),
+            tail: Vec::new(),
+            total: stdout.len() as u64,
+        };
+        if let Some(t) = total {
+            c.total = t;
+            c.tail = stdout.as_bytes().to_vec();
+        }
+        AgentOutput {
+            pid: 1,
+            status: std::process::ExitStatus::from_raw(code << 8),
+            stdout: c,
+            stderr: capture::Captured::default(),
+        }
+    }
+
+    const OK: &str = r#"{"type":"result","subtype":"success","is_error":false,"result":"hi","num_turns":2,"total_cost_usd":0.25,"session_id":"s1"}"#;
+
+    #[test]
+    fn success_records_fields() {
+        let o = judge(output(0, OK, None), "Claude", true);
+        assert!(!o.failed, "{o:?}");
+        assert_eq!(o.error, None);
+        assert_eq!(o.output.as_deref(), Some(OK));
+        assert_eq!((o.cost_usd, o.num_turns), (Some(0.25), Some(2)));
+        assert_eq!(o.session_id.as_deref(), Some("s1"));
+    }
+
+    #[test]
+    fn is_error_fails_even_with_subtype_success() {
+        let s = OK.replace("\"is_error\":false", "\"is_error\":true");
+        let o = judge(output(1, &s, None), "Claude", true);
+        assert!(o.failed);
+        assert_eq!(o.error.as_deref(), Some("Claude exited with code 1: hi"));
+        let o = judge(output(0, &s, None), "Claude", true);
+        assert_eq!(o.error.as_deref(), Some("Claude reported an error: hi"));
+    }
+
+    #[test]
+    fn truncation_is_noted_and_result_still_parsed() {
+        let o = judge(output(0, OK, Some(11 << 20)), "Claude", true);
+        assert!(!o.failed);
+        assert!(
+            o.error
+                .unwrap()
+                .starts_with("Output truncated to 10485760 bytes")
+        );
+        assert_eq!(o.num_turns, Some(2));
+    }
+
+    #[test]
+    fn bad_json_fails() {
+        let o = judge(output(0, "this is not JSON\n", None), "Claude", true);
+        assert!(o.failed);
+        assert!(
+            o.error
+                .unwrap()
+                .starts_with("Claude output is not a JSON result")
+        );
+    }
+}

@@ -1,0 +1,185 @@
+//! org.agentstore.Queue1 on the bus: the live introspection matches the checked-in XML,
+//! callers are authorized by their Unix user, and the system-bus policy file loads.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "support/claude_env.rs"]
+mod claude_env;
+#[path = "support/queue_env.rs"]
+mod queue_env;
+
+use queue_env::*;
+use serde_json::json;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+
+/// The `<interface name="org.agentstore.Queue1">` element, comments and blank space removed.
+fn queue1_element(xml: &str) -> String {
+    let start = xml
+        .find("<interface name=\"org.agentstore.Queue1\">")
+        .expect("no Queue1 interface");
+    let end = xml[start..].find("</interface>").unwrap() + start + "</interface>".len();
+    let mut s = xml[start..end].to_string();
+    while let Some(a) = s.find("<!--") {
+        let b = s[a..].find("-->").unwrap() + a + 3;
+        s.replace_range(a..b, "");
+    }
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_introspection_matches_checked_in_xml() {
+    guarded(async {
+        let bus = PrivateBus::start();
+        let env = QueueEnv::new(1);
+        let m = RunningManager::start(env.manager_config(&bus)).await;
+        let conn = bus.connect().await;
+        let proxy = zbus::fdo::IntrospectableProxy::builder(&conn)
+            .destination(agentstore::bus::queue_bus_name(&env.queue))
+            .path(agentstore::bus::queue_object_path(&env.queue))
+            .build()
+            .await
+            .unwrap();
+        let live = proxy.introspect().await.unwrap();
+        let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("dbus/org.agentstore.Queue1.xml");
+        let checked_in = std::fs::read_to_string(&file).unwrap();
+        assert_eq!(
+            queue1_element(&live),
+            queue1_element(&checked_in),
+            "dbus/org.agentstore.Queue1.xml is stale; regenerate the interface element with \
+             `busctl introspect --xml-interface org.agentstore.Queue.<q> /org/agentstore/Queue/<q>`"
+        );
+        m.stop().await;
+    })
+    .await
+}
+
+/// `busctl call` as `user` on the private bus; returns (success, stderr).
+fn busctl_as(bus: &PrivateBus, uid: u32, gid: u32, queue: &str, args: &[&str]) -> (bool, String) {
+    let mut c = std::process::Command::new("busctl");
+    c.arg(format!("--address={}", bus.address))
+        .arg("call")
+        .arg(agentstore::bus::queue_bus_name(queue))
+        .arg(agentstore::bus::queue_object_path(queue))
+        .arg("org.agentstore.Queue1")
+        .args(args)
+        .uid(uid)
+        .gid(gid);
+    let o = c.output().unwrap();
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// Calls are authorized by the caller's Unix user: unknown users are refused, a mapped
+/// `user` may not pause, a mapped admin may. (Needs root to call as another uid; as a
+/// normal user the caller is the daemon's own account, which is trusted.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_are_authorized_by_unix_user() {
+    guarded(async {
+        let Some(u) = claude_env::unprivileged_user() else {
+            eprintln!("not root: only the trusted-caller path is exercised");
+            return;
+        };
+        let bus = PrivateBus::start();
+        let env = QueueEnv::new(1);
+        // chenry maps to the test user; make that mapping a plain user first.
+        let store = env.store();
+        std::fs::write(
+            store.user_path("chenry"),
+            json!({"id": "chenry", "name": "C", "email": "c@x", "permissions": "admin",
+                   "unix_user": "someone-else"})
+            .to_string(),
+        )
+        .unwrap();
+        let m = RunningManager::start(env.manager_config(&bus)).await;
+        let (ok, err) = busctl_as(&bus, u.uid, u.gid, &env.queue, &["Pause"]);
+        assert!(!ok);
+        assert!(err.contains("not an AgentStore user"), "{err}");
+
+        std::fs::write(
+            store.user_path("alice"),
+            json!({"id": "alice", "name": "A", "email": "a@x", "permissions": "user",
+                   "unix_user": u.name})
+            .to_string(),
+        )
+        .unwrap();
+        let (ok, err) = busctl_as(&bus, u.uid, u.gid, &env.queue, &["Pause"]);
+        assert!(!ok);
+        assert!(err.contains("only admins can pause"), "{err}");
+        // alice cannot cancel a job of chenry's project...
+        let (ok, _) = busctl_as(&bus, 0, 0, &env.queue, &["Pause"]);
+        assert!(ok, "root is trusted");
+        env.queue_job("theirs", &noop(0.0));
+        let (ok, err) = busctl_as(
+            &bus,
+            u.uid,
+            u.gid,
+            &env.queue,
+            &["CancelJob", "s", "theirs"],
+        );
+        assert!(!ok);
+        assert!(err.contains("another user's project"), "{err}");
+        // ...but can cancel one she asked for.
+        let mut mine = noop(0.0);
+        mine["config"]["user"] = json!("alice");
+        env.queue_job("mine", &mine);
+        let (ok, err) = busctl_as(&bus, u.uid, u.gid, &env.queue, &["CancelJob", "s", "mine"]);
+        assert!(ok, "{err}");
+        assert_eq!(
+            env.job("failed", "mine")["runtime"]["error"],
+            "Job cancelled by alice"
+        );
+
+        std::fs::write(
+            store.user_path("alice"),
+            json!({"id": "alice", "name": "A", "email": "a@x", "permissions": "admin",
+                   "unix_user": u.name})
+            .to_string(),
+        )
+        .unwrap();
+        let (ok, err) = busctl_as(&bus, u.uid, u.gid, &env.queue, &["Resume"]);
+        assert!(ok, "{err}");
+        m.stop().await;
+    })
+    .await
+}
+
+/// The system-bus policy file is accepted by dbus-daemon.
+#[test]
+fn bus_policy_file_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = Path::new(env!("CARGO_MANIFEST_DIR")).join("dbus/org.agentstore.Queue.conf");
+    let conf = dir.path().join("bus.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig><type>session</type><listen>unix:tmpdir=/tmp</listen><auth>EXTERNAL</auth>
+<include>{}</include></busconfig>"#,
+            policy.display()
+        ),
+    )
+    .unwrap();
+    let mut child = std::process::Command::new("dbus-daemon")
+        .arg(format!("--config-file={}", conf.display()))
+        .args(["--nofork", "--print-address=1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        line.starts_with("unix:"),
+        "dbus-daemon rejected the policy: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -1,0 +1,72 @@
+//! The `queue-manager` binary as systemd runs it: READY=1 on $NOTIFY_SOCKET once the bus
+//! name is owned (Type=notify), clean exit on SIGTERM with process_id cleared.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "support/claude_env.rs"]
+mod claude_env;
+#[path = "support/queue_env.rs"]
+mod queue_env;
+
+use queue_env::*;
+use serde_json::json;
+use std::os::unix::net::UnixDatagram;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_notifies_ready_and_stops_on_sigterm() {
+    guarded(async {
+        let bus = PrivateBus::start();
+        let env = QueueEnv::new(1);
+        let sock_path = env.dir.path().join("notify.sock");
+        let sock = UnixDatagram::bind(&sock_path).unwrap();
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_queue-manager"))
+            .args([
+                "--queue",
+                &env.queue,
+                "--bus",
+                "session",
+                "--launcher",
+                "direct",
+            ])
+            .arg("--root")
+            .arg(&env.root)
+            .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
+            .env("NOTIFY_SOCKET", &sock_path)
+            .spawn()
+            .unwrap();
+        let msg = tokio::task::spawn_blocking(move || {
+            let mut buf = [0u8; 4096];
+            loop {
+                let n = sock.recv(&mut buf).unwrap();
+                let m = String::from_utf8_lossy(&buf[..n]).into_owned();
+                if m.contains("READY=1") {
+                    return m;
+                }
+            }
+        })
+        .await
+        .unwrap();
+        assert!(
+            msg.contains("STATUS=serving queue q1 (launcher direct)"),
+            "{msg}"
+        );
+        // Ready means the name is owned and the runtime reset.
+        let conn = bus.connect().await;
+        let p = agentstore::bus::queue::queue_proxy(&conn, &env.queue)
+            .await
+            .unwrap();
+        assert_eq!(p.worker_count().await.unwrap(), 1);
+        assert_eq!(env.queue_json()["runtime"]["process_id"], json!(child.id()));
+
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap()),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+            .await
+            .unwrap();
+        assert!(status.success(), "{status}");
+        assert_eq!(env.queue_json()["runtime"]["process_id"], json!(null));
+    })
+    .await
+}

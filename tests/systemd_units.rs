@@ -1,0 +1,54 @@
+//! The queue manager's unit files pass `systemd-analyze verify` (with ExecStart pointed at
+//! the freshly built binary, since /usr/bin/queue-manager exists only once packaged).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+
+#[test]
+fn queue_manager_units_verify_clean() {
+    verify("systemd", &[]);
+}
+
+#[test]
+fn queue_manager_user_units_verify_clean() {
+    verify("systemd/user", &["--user"]);
+}
+
+fn verify(folder: &str, flags: &[&str]) {
+    let Ok(v) = std::process::Command::new("systemd-analyze")
+        .arg("--version")
+        .output()
+    else {
+        panic!("systemd-analyze is missing: apt-get install systemd");
+    };
+    assert!(v.status.success());
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(folder);
+    let dir = tempfile::tempdir().unwrap();
+    let mut units = Vec::new();
+    for ext in ["service", "path", "timer"] {
+        let text = std::fs::read_to_string(src.join(format!("queue-manager@.{ext}"))).unwrap();
+        let text = text.replace(
+            "/usr/bin/queue-manager",
+            env!("CARGO_BIN_EXE_queue-manager"),
+        );
+        // The template and an instance, side by side, as systemd-analyze expects.
+        std::fs::write(dir.path().join(format!("queue-manager@.{ext}")), &text).unwrap();
+        let inst = dir.path().join(format!("queue-manager@poplar.{ext}"));
+        std::fs::write(&inst, &text).unwrap();
+        units.push(inst);
+    }
+    let out = std::process::Command::new("systemd-analyze")
+        .args(flags)
+        // --user needs a runtime directory even to verify.
+        .env("XDG_RUNTIME_DIR", dir.path())
+        .arg("verify")
+        .args(&units)
+        .output()
+        .unwrap();
+    let msg = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success() && msg.trim().is_empty(), "{msg}");
+}
