@@ -206,7 +206,8 @@ async fn m3_restart_readopts_running_job() {
         let env = QueueEnv::new(2);
         let mut changes = Changes::subscribe(&bus, &env.queue).await;
         let first = RunningManager::start(env.manager_config(&bus)).await;
-        env.queue_job("long", &noop(3.0));
+        // Long enough to outlive a manager restart (milliseconds), short enough to finish.
+        env.queue_job("long", &noop(5.0));
         changes.until("long", "running").await;
         let pid = pid_of(&env.job("running", "long"));
         first.stop().await;

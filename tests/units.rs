@@ -53,7 +53,7 @@ fn text(o: &Output) -> String {
 }
 
 /// Copies the unit files of `dir` (not subfolders) into `to`, with /usr/bin/orchestratord
-/// replaced by the binary cargo built.
+/// and /usr/bin/queue-manager replaced by the binaries cargo built.
 fn stage_units(dir: &Path, to: &Path) -> Vec<PathBuf> {
     std::fs::create_dir_all(to).unwrap();
     let mut out = Vec::new();
@@ -65,10 +65,16 @@ fn stage_units(dir: &Path, to: &Path) -> Vec<PathBuf> {
         {
             continue;
         }
-        let t = std::fs::read_to_string(&p).unwrap().replace(
-            "/usr/bin/orchestratord",
-            env!("CARGO_BIN_EXE_orchestratord"),
-        );
+        let t = std::fs::read_to_string(&p)
+            .unwrap()
+            .replace(
+                "/usr/bin/orchestratord",
+                env!("CARGO_BIN_EXE_orchestratord"),
+            )
+            .replace(
+                "/usr/bin/queue-manager",
+                env!("CARGO_BIN_EXE_queue-manager"),
+            );
         let dst = to.join(&name);
         std::fs::write(&dst, t).unwrap();
         out.push(dst);
@@ -124,8 +130,9 @@ fn units_pass_systemd_analyze_verify() {
     let user = stage_units(&repo("systemd/user"), &tmp.path().join("user"));
     assert_eq!(
         user.len(),
-        3,
-        "systemd/user/ should hold the service, path and timer units"
+        6,
+        "systemd/user/ should hold the service, path and timer units of the orchestrator and \
+         of queue-manager@"
     );
     verify(&user, true);
 

@@ -212,7 +212,11 @@ async fn claude_timeout_kills_the_tree() {
         let j = claude_job(&s, "SLEEP=300", json!({"timeout_seconds": 2}));
         let (state, doc) = run_one(&mut s, "c-slow", &j).await;
         assert_eq!(state, "failed");
-        assert_eq!(doc["runtime"]["error"], "Job timeout after 2s (limit: 2s)");
+        let err = doc["runtime"]["error"].as_str().unwrap();
+        assert!(
+            err.starts_with("Job timeout after ") && err.ends_with("s (limit: 2s)"),
+            "{err}"
+        );
         let llm = u32::try_from(doc["runtime"]["llm_process_id"].as_u64().unwrap()).unwrap();
         assert!(
             !is_worker_of(llm, "-p"),

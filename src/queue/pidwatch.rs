@@ -53,14 +53,16 @@ mod tests {
     #[tokio::test]
     async fn pidfd_reports_exit() {
         let mut child = std::process::Command::new("sleep")
-            .arg("0.1")
+            .arg("300")
             .spawn()
             .unwrap();
         let fd = pidfd_open(child.id()).unwrap();
-        assert!(is_worker_of(child.id(), "0.1"));
+        assert!(is_worker_of(child.id(), "300"));
         assert!(!is_worker_of(child.id(), "other"));
+        child.kill().unwrap();
         wait_exit(fd).await;
+        assert!(!is_worker_of(child.id(), "300"), "a zombie is not a worker");
         child.wait().unwrap();
-        assert!(!is_worker_of(child.id(), "0.1"));
+        assert!(!is_worker_of(child.id(), "300"));
     }
 }
