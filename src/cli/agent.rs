@@ -214,7 +214,7 @@ fn unreachable(e: &zbus::Error) -> bool {
     }
 }
 
-async fn submit_dbus(bus: BusKind, text: &str) -> zbus::Result<String> {
+pub(super) async fn submit_dbus(bus: BusKind, text: &str) -> zbus::Result<String> {
     let conn = bus
         .builder()
         .method_timeout(Duration::from_secs(120))

@@ -3,7 +3,7 @@
 use super::render::{Format, JsonArrayWriter, Table, write_fields, write_json};
 use super::{CliError, CliResult, GlobalArgs, Session, open_store};
 use crate::access::Caller;
-use crate::model::{DocKind, Job, JobStatus, Project, Timestamp};
+use crate::model::{DocKind, Job, JobStatus, Prd, PrdState, Project, Queue, Timestamp, User};
 use crate::store::{JobLocation, Store, StoreError, read_limited};
 use serde::Deserialize;
 use serde_json::Value;
@@ -96,11 +96,16 @@ pub(super) fn list_users(g: &GlobalArgs, out: &mut dyn Write) -> CliResult {
         return Err(denied("only admins can list users".into()));
     }
     let users = store.users(&mut warn)?;
+    render_users(g, out, &users)
+}
+
+/// Prints users as a table or JSON.
+pub(super) fn render_users(g: &GlobalArgs, out: &mut dyn Write, users: &[User]) -> CliResult {
     match g.format {
         Format::Json => write_json(out, &users)?,
         Format::Text => {
             let mut t = Table::new(&["ID", "PERMISSIONS", "NAME", "EMAIL"]);
-            for u in &users {
+            for u in users {
                 t.row(vec![
                     u.id.clone(),
                     format!("{:?}", u.permissions).to_lowercase(),
@@ -122,11 +127,20 @@ pub(super) fn list_projects(g: &GlobalArgs, out: &mut dyn Write) -> CliResult {
         .into_iter()
         .filter(|p| who.can_see_project(p))
         .collect();
+    render_projects(g, out, &projects)
+}
+
+/// Prints projects as a table or JSON.
+pub(super) fn render_projects(
+    g: &GlobalArgs,
+    out: &mut dyn Write,
+    projects: &[Project],
+) -> CliResult {
     match g.format {
         Format::Json => write_json(out, &projects)?,
         Format::Text => {
             let mut t = Table::new(&["ID", "OWNER", "QUEUE", "UPDATED", "DIRECTORY"]);
-            for p in &projects {
+            for p in projects {
                 t.row(vec![
                     p.id.clone(),
                     p.owner.clone(),
@@ -154,11 +168,20 @@ pub(super) fn list_prds(g: &GlobalArgs, out: &mut dyn Write, project: Option<&st
             prds.push((state, prd));
         }
     }
+    render_prds(g, out, &prds)
+}
+
+/// Prints PRDs (with the state folder each is in) as a table or JSON.
+pub(super) fn render_prds(
+    g: &GlobalArgs,
+    out: &mut dyn Write,
+    prds: &[(PrdState, Prd)],
+) -> CliResult {
     match g.format {
         Format::Json => write_json(out, &prds.iter().map(|(_, p)| p).collect::<Vec<_>>())?,
         Format::Text => {
             let mut t = Table::new(&["ID", "PROJECT", "STATUS", "JOBS", "TITLE"]);
-            for (state, p) in &prds {
+            for (state, p) in prds {
                 t.row(vec![
                     p.id.clone(),
                     p.project.clone(),
@@ -183,11 +206,16 @@ pub(super) fn list_queues(g: &GlobalArgs, out: &mut dyn Write) -> CliResult {
             with_live(q, s);
         }
     }
+    render_queues(g, out, &queues)
+}
+
+/// Prints queues as a table or JSON.
+pub(super) fn render_queues(g: &GlobalArgs, out: &mut dyn Write, queues: &[Queue]) -> CliResult {
     match g.format {
         Format::Json => write_json(out, &queues)?,
         Format::Text => {
             let mut t = Table::new(&["QUEUE", "WORKERS", "ACTIVE", "QUEUED", "PID", "LAST UPDATE"]);
-            for q in &queues {
+            for q in queues {
                 t.row(vec![
                     q.config.id.clone(),
                     q.config.worker_count.to_string(),
@@ -303,21 +331,46 @@ pub(super) fn list_jobs(
             w.finish()?;
         }
         Format::Text => {
-            let mut t = Table::new(&["ID", "STATUS", "QUEUE", "PROJECT", "QUEUED"])
-                .keep(0)
-                .keep(1);
-            for (loc, s) in &rows {
-                t.row(vec![
-                    loc.id.clone(),
-                    s.runtime.status.name().to_string(),
-                    loc.queue.clone(),
-                    s.config.project.clone(),
-                    s.config.queue_time.0.format("%m-%d %H:%M").to_string(),
-                ]);
-            }
-            t.write(out)?;
+            let rows: Vec<JobRow> = rows
+                .iter()
+                .map(|(loc, s)| JobRow {
+                    id: loc.id.clone(),
+                    status: s.runtime.status,
+                    queue: loc.queue.clone(),
+                    project: s.config.project.clone(),
+                    queue_time: s.config.queue_time,
+                })
+                .collect();
+            jobs_table(out, &rows)?;
         }
     }
+    Ok(())
+}
+
+/// One line of the text job listing.
+pub(super) struct JobRow {
+    pub(super) id: String,
+    pub(super) status: JobStatus,
+    pub(super) queue: String,
+    pub(super) project: String,
+    pub(super) queue_time: Timestamp,
+}
+
+/// The text job listing: full ids (users copy them), 80 columns.
+pub(super) fn jobs_table(out: &mut dyn Write, rows: &[JobRow]) -> CliResult {
+    let mut t = Table::new(&["ID", "STATUS", "QUEUE", "PROJECT", "QUEUED"])
+        .keep(0)
+        .keep(1);
+    for r in rows {
+        t.row(vec![
+            r.id.clone(),
+            r.status.name().to_string(),
+            r.queue.clone(),
+            r.project.clone(),
+            r.queue_time.0.format("%m-%d %H:%M").to_string(),
+        ]);
+    }
+    t.write(out)?;
     Ok(())
 }
 
@@ -329,7 +382,8 @@ fn with_id(mut job: Job, id: &str) -> Job {
     job
 }
 
-fn show(g: &GlobalArgs, out: &mut dyn Write, doc: &impl serde::Serialize) -> CliResult {
+/// Prints one document as `key  value` lines or JSON.
+pub(super) fn show(g: &GlobalArgs, out: &mut dyn Write, doc: &impl serde::Serialize) -> CliResult {
     match g.format {
         Format::Json => write_json(out, doc)?,
         Format::Text => {

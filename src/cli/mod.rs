@@ -6,6 +6,7 @@ mod agent;
 mod browse;
 mod daemon;
 mod jobs;
+mod remote;
 pub mod render;
 mod session;
 
@@ -300,6 +301,12 @@ pub fn run(cli: Cli) -> CliResult {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let g = &cli.global;
+    // A store this user may not read (the packaged system store): browse through the daemon.
+    if remote::store_unreadable(g)
+        && let Some(result) = remote::run(g, &mut out, &cli.command)
+    {
+        return result;
+    }
     match cli.command {
         Command::Login { username } => browse::login(g, &mut out, &username),
         Command::SetProject { project_id } => browse::set_project(g, &mut out, &project_id),

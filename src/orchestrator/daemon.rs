@@ -285,6 +285,23 @@ pub async fn run(
         })?;
     }
 
+    // Temp files of writes a crash interrupted (ours are renamed within moments).
+    let mut dirs = vec![
+        shared.store.outbox(),
+        shared.store.processed_inbox(),
+        shared.store.inbox(),
+    ];
+    for q in shared.store.queue_ids().unwrap_or_default() {
+        dirs.push(shared.store.jobs_dir(&q, JobStatus::Queued));
+        dirs.push(shared.store.jobs_dir(&q, JobStatus::Finished));
+    }
+    let stale: usize = dirs
+        .iter()
+        .map(|d| crate::store::remove_stale_temp_files(d, Duration::from_secs(2)))
+        .sum();
+    if stale > 0 {
+        tracing::info!("removed {stale} temp files left by an interrupted write");
+    }
     let root = shared.store.root().display().to_string();
     shared
         .store

@@ -89,3 +89,30 @@ pub fn append_line_locked(path: &Path, line: &[u8]) -> io::Result<()> {
         Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| io::Error::from(e))?;
     locked.write_all(&buf)
 }
+
+/// Removes our own temp files (`.<name>.<pid>.<n>.tmp`) in `dir` that a crash left behind:
+/// those older than `min_age` (a live writer renames its temp file within moments). Returns
+/// how many were removed.
+pub fn remove_stale_temp_files(dir: &Path, min_age: std::time::Duration) -> usize {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if !(name.starts_with('.') && name.ends_with(".tmp")) {
+            continue;
+        }
+        let old = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|m| m.elapsed().ok())
+            .is_some_and(|age| age >= min_age);
+        if old && fs::remove_file(e.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}

@@ -9,7 +9,10 @@ mod scan;
 
 pub use config::{Config, ConfigError, LoggingConfig, OrchestratorConfig, SlackConfig};
 pub use events::{Event, hostname};
-pub use fsio::{append_line_locked, move_no_replace, sync_parent, write_atomic, write_json_atomic};
+pub use fsio::{
+    append_line_locked, move_no_replace, remove_stale_temp_files, sync_parent, write_atomic,
+    write_json_atomic,
+};
 pub use root::{RootSource, SYSTEM_CONFIG, expand_tilde, home_dir, resolve_root};
 pub use scan::{Scan, file_id, is_conflict_copy, is_ignored, scan_dir, scan_subdirs};
 

@@ -95,3 +95,13 @@ pub fn wait_for_name(bus: &PrivateBus, name: &str) {
         },
     );
 }
+
+/// Kills and reaps a child process when dropped, so a failing test leaves nothing running.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -1,0 +1,148 @@
+//! Browsing through orchestratord when the store folder is not readable by the caller (the
+//! packaged system store is owned by the `agentstore` user, mode 0750): the same list/view
+//! commands, answered over D-Bus, with PRD §10 applied by the daemon to the caller's Unix user.
+
+use super::browse::{
+    JobRow, jobs_table, render_prds, render_projects, render_queues, render_users, show,
+};
+use super::render::{Format, write_json};
+use super::{CliError, CliResult, Command, GlobalArgs, Session};
+use crate::bus::BusKind;
+use crate::model::{Job, JobStatus, Prd, PrdState, Project, Queue, User};
+use crate::store::resolve_root;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value, json};
+use std::io::Write;
+
+/// True when the store folder exists but this user may not read it.
+pub(super) fn store_unreadable(g: &GlobalArgs) -> bool {
+    let (root, _) = resolve_root(g.root.as_deref());
+    matches!(std::fs::read_dir(&root), Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied)
+}
+
+/// The direct command and its content for a browsing command; `None` for other commands.
+fn request(command: &Command, g: &GlobalArgs) -> Option<(&'static str, Map<String, Value>)> {
+    let mut c = Map::new();
+    let name = match command {
+        Command::ListUsers => "list-users",
+        Command::ListProjects => "list-projects",
+        Command::ListQueues => "list-queues",
+        Command::ListPrds { project } => {
+            if let Some(p) = project {
+                c.insert("project".into(), json!(p));
+            }
+            "list-prds"
+        }
+        Command::ListJobs { status, project } => {
+            if let Some(s) = status {
+                c.insert("status".into(), json!(JobStatus::from(*s).name()));
+            }
+            if let Some(p) = project {
+                c.insert("project".into(), json!(p));
+            }
+            if let Some(q) = &g.queue {
+                c.insert("queue".into(), json!(q));
+            }
+            "list-jobs"
+        }
+        Command::ViewUser { user_id } => {
+            c.insert("user".into(), json!(user_id));
+            "view-user"
+        }
+        Command::ViewProject { project_id } => {
+            c.insert("project".into(), json!(project_id));
+            "view-project"
+        }
+        Command::ViewPrd { prd_id } => {
+            c.insert("prd".into(), json!(prd_id));
+            "view-prd"
+        }
+        Command::ViewQueue { queue_name } => {
+            c.insert("queue".into(), json!(queue_name));
+            "view-queue"
+        }
+        Command::ViewJob { job_id } => {
+            c.insert("job".into(), json!(job_id));
+            "view-job"
+        }
+        _ => return None,
+    };
+    Some((name, c))
+}
+
+fn decode<T: DeserializeOwned>(v: Value) -> Result<T, CliError> {
+    serde_json::from_value(v)
+        .map_err(|e| CliError::new(format!("unexpected answer from orchestratord: {e}")))
+}
+
+/// Runs a browsing command over D-Bus; `None` when `command` is not one.
+pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, command: &Command) -> Option<CliResult> {
+    let (name, content) = request(command, g)?;
+    Some(call(g, out, command, name, content))
+}
+
+fn call(
+    g: &GlobalArgs,
+    out: &mut dyn Write,
+    command: &Command,
+    name: &str,
+    content: Map<String, Value>,
+) -> CliResult {
+    let user = Session::load().ok().and_then(|s| s.username);
+    let msg = json!({"command": name, "content": content, "user": user});
+    let bus = g.bus.unwrap_or_else(BusKind::from_env);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::new(e.to_string()))?;
+    let answer = rt.block_on(super::agent::submit_dbus(bus, &msg.to_string())).map_err(|e| match e {
+        zbus::Error::MethodError(n, detail, _) if n.as_str().starts_with("org.agentstore.Error.") => {
+            CliError::new(detail.unwrap_or_else(|| n.to_string()))
+        }
+        other => CliError::new(format!(
+            "the store is not readable by you and orchestratord is not reachable on the {bus} bus ({other}); ask an admin to add you to the agentstore group"
+        )),
+    })?;
+    let mut response: Value =
+        serde_json::from_str(&answer).map_err(|e| CliError::new(e.to_string()))?;
+    let result = response
+        .get_mut("content")
+        .and_then(|c| c.get_mut("result"))
+        .map(Value::take)
+        .unwrap_or(Value::Null);
+    match command {
+        Command::ListUsers => render_users(g, out, &decode::<Vec<User>>(result)?),
+        Command::ListProjects => render_projects(g, out, &decode::<Vec<Project>>(result)?),
+        Command::ListQueues => render_queues(g, out, &decode::<Vec<Queue>>(result)?),
+        Command::ListPrds { .. } => {
+            let prds: Vec<Prd> = decode(result)?;
+            render_prds(
+                g,
+                out,
+                &prds
+                    .into_iter()
+                    .map(|p| (p.status, p))
+                    .collect::<Vec<(PrdState, Prd)>>(),
+            )
+        }
+        Command::ListJobs { .. } => {
+            let jobs: Vec<Job> = decode(result)?;
+            if g.format == Format::Json {
+                write_json(out, &jobs)?;
+                return Ok(());
+            }
+            let rows: Vec<JobRow> = jobs
+                .into_iter()
+                .map(|j| JobRow {
+                    id: j.id.unwrap_or_default(),
+                    status: j.runtime.status,
+                    queue: j.config.queue.unwrap_or_default(),
+                    project: j.config.project,
+                    queue_time: j.config.queue_time,
+                })
+                .collect();
+            jobs_table(out, &rows)
+        }
+        _ => show(g, out, &result),
+    }
+}
