@@ -59,6 +59,13 @@ sys_expect_match "mallory cannot cancel jobs" 'PermissionDenied|no document|not 
 sys_check "jobuser (admin) pauses the queue" as jobuser busctl --system call "${QN[@]}" Pause
 sys_expect_eq "Paused is true" "b true" "$(x busctl --system get-property "${QN[@]}" Paused 2>&1)"
 sys_check "root resumes it" x busctl --system call "${QN[@]}" Resume
+# The CLI for users outside the agentstore group (the store is 0750): over D-Bus.
+out=$(as alice orchestrator list-projects 2>&1) && rc=0 || rc=$?
+sys_expect_eq "orchestrator list-projects as alice (over D-Bus) exits 0: $(head -1 <<<"$out")" 0 "$rc"
+out=$(as alice orchestrator list-users 2>&1) && rc=0 || rc=$?
+sys_expect_match "orchestrator list-users as alice is refused (exit $rc)" 'ermission|PermissionDenied|admin' "$out"
+out=$(as mallory orchestrator list-projects 2>&1) && rc=0 || rc=$?
+sys_expect_match "orchestrator list-projects as mallory is refused (exit $rc)" 'ermission|not an AgentStore user|no document' "$out"
 
 # The policy: only agentstore (orchestrator) / root (queue managers) may own the names.
 x cp -a "$AS" /tmp/alice-store
