@@ -48,6 +48,15 @@ sys_expect_match "alice (user role) cannot list users" 'PermissionDenied|ermissi
 out=$(submit mallory '{"command": "list-projects"}' 2>&1) && rc=0 || rc=$?
 sys_expect_match "mallory (no users/ document) is refused: org.agentstore.Error.PermissionDenied" 'PermissionDenied|no document in users' "$out"
 sys_log "mallory: $out"
+# The D-Bus error names (dbus-send prints them; busctl shows only the text).
+ds() { # USER JSON
+    as "$1" dbus-send --system --print-reply --dest="${O[0]}" "${O[1]}" "${O[2]}.Submit" "string:$2"
+}
+out=$(ds mallory '{"command": "list-projects"}' 2>&1) || true
+sys_expect_match "mallory's refusal is org.agentstore.Error.PermissionDenied" 'org\.agentstore\.Error\.PermissionDenied' "$out"
+out=$(ds alice '{"command": "list-users"}' 2>&1) || true
+sys_expect_match "alice's list-users refusal is a named D-Bus error" 'org\.agentstore\.Error\.PermissionDenied|"status": *"error"' "$out"
+sys_log "alice list-users: $(head -c 300 <<<"$out")"
 out=$(submit alice '{"command": "list-projects", "user": "chenry"}' 2>&1) && rc=0 || rc=$?
 sys_expect_match "alice cannot claim to be chenry" 'PermissionDenied|not chenry' "$out"
 out=$(submit root '{"command": "no-such-command"}' 2>&1) && rc=0 || rc=$?

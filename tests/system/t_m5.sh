@@ -51,6 +51,19 @@ sys_check "the fake endpoint saw the /code-researcher prompt" x grep -q 'Researc
 # Test 7: the size bound.
 size=$(x stat -c %s "$f")
 sys_expect_match "M5.7 the job file is under 10 MB ($size bytes)" '^[0-9]{1,7}$' "$size"
+# Large outputs: 12 MiB on claude's stdout is cut at 10 MiB, and the job says so. A real
+# claude run cannot be made to print that much from a fake API cheaply, so this one job uses
+# tests/fixtures/fake-claude (BIG=12) on a second queue, through the same worker.
+cp "$REPO/tests/fixtures/fake-claude" "$(sys_root "$m")/usr/local/bin/fake-claude"
+setup_queue big 1 /usr/local/bin/fake-claude
+x systemctl start queue-manager@big.service
+queue_job big-1 "$(job_json ModelSEEDpy claude code-researcher 'BIG=12' 120 '{}' /srv/ModelSEEDpy)" big
+ended() { in_state big-1 finished big || in_state big-1 failed big; }
+sys_check "M5.7 the 12 MiB job ends" sys_wait_until 120 "big-1 ended" ended
+bf=$(x sh -c "ls $AS/Queues/big/Jobs/*_jobs/big-1.json" | head -1)
+sys_expect_match "M5.7 runtime.error notes the truncation" 'Output truncated to 10485760 bytes' "$(jfield "$bf" error)"
+bsize=$(x stat -c %s "$bf")
+sys_expect_match "M5.7 the job file stays near 10 MiB ($bsize bytes)" '^(10|11)[0-9]{6}$' "$bsize"
 # Test 8: an unknown Claude command fails early.
 queue_job bad-cmd "$(job_json ModelSEEDpy claude no-such-command 'x' 60 '{}' /srv/ModelSEEDpy)"
 sys_check "M5.8 the job fails" sys_wait_until 60 "failed" in_state bad-cmd failed

@@ -47,7 +47,9 @@ queue_job sweep-1 "$(job_json TestProject noop noop 'x' 60 '{}')"
 x sed -i 's/"status": "queued"/"status": "finished"/' "$(jobf sweep-1 queued)"
 x mv "$(jobf sweep-1 queued)" "$(jobf sweep-1 finished)"
 x mkdir -p /etc/systemd/system/agentstore-orchestrator.timer.d
-printf '[Timer]\nOnActiveSec=2s\n' | x sh -c 'cat >/etc/systemd/system/agentstore-orchestrator.timer.d/test.conf'
+# (Both the timer's own activation and the service's last stop count from now.)
+printf '[Timer]\nOnActiveSec=2s\nOnUnitInactiveSec=\nOnUnitInactiveSec=2s\n' |
+    x sh -c 'cat >/etc/systemd/system/agentstore-orchestrator.timer.d/test.conf'
 x systemctl daemon-reload
 sys_check "the timer restarts with OnActiveSec=2s" x systemctl restart agentstore-orchestrator.timer
 sys_log "$(x systemctl list-timers --no-pager agentstore-orchestrator.timer 2>&1 | sed -n 2p)"
@@ -58,9 +60,14 @@ else
     sys_fail "the finished job was not handled after the timer fired"
     x journalctl --no-pager -n 40 -u agentstore-orchestrator.timer -u $svc | sed 's/^/    | /'
     x ls -la "$AS/Queues/poplar/Jobs/finished_jobs" | sed 's/^/    | /'
+    x systemctl list-timers --all --no-pager | sed 's/^/    | /'
 fi
 trig=$(x journalctl --no-pager -u agentstore-orchestrator.timer -u $svc -o cat 2>&1 | grep -c 'Started' || true)
 sys_expect_match "the journal shows the timer-triggered start" '^[1-9]' "$trig"
+# Back to the packaged timer (a 2 s OnUnitInactiveSec would restart the daemon after its idle exit).
+x rm -rf /etc/systemd/system/agentstore-orchestrator.timer.d
+x systemctl daemon-reload
+x systemctl restart agentstore-orchestrator.timer
 x systemctl stop $svc
 
 # Idle exit, and D-Bus activation on demand.
