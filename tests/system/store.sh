@@ -1,7 +1,7 @@
 # tests/system/store.sh — helpers for the tests that drive the installed product on the
 # system store (/var/lib/agentstore): the PRD's milestones (t_m0…t_m6), t_systemd, t_busctl,
 # t_journal, t_twomachines. Sourced after lib.sh; `m` is the machine the helpers act on.
-# shellcheck shell=bash disable=SC2034,SC2016
+# shellcheck shell=bash disable=SC2034,SC2016,SC2154 # m: set by the test that sources this
 AS=/var/lib/agentstore
 Q=poplar
 REPO=$(cd "$SYS_LIB_DIR/../.." && pwd)
@@ -112,7 +112,7 @@ install_claude_env() {
     root=$(sys_root "$m")
     c=$(claude_host_binary) || true
     f=$(fake_anthropic_binary)
-    [ -n "$c" ] && [ -x "$c" ] || sys_die "the real Claude Code CLI is not installed on the host (bash .ci/install-claude.sh)"
+    if [ -z "$c" ] || [ ! -x "$c" ]; then sys_die "the real Claude Code CLI is not installed on the host (bash .ci/install-claude.sh)"; fi
     [ -x "$f" ] || sys_die "$f is missing: cargo build --release --example fake_anthropic (run.sh builds it)"
     cp "$c" "$root/usr/local/bin/claude"
     cp "$f" "$root/usr/local/bin/fake_anthropic"

@@ -25,7 +25,7 @@ sys_check "job jB finishes" sys_wait_until 30 "jB finished" in_state jB finished
 has_finished() { j JOB_ID=jA | grep -q 'finished'; }
 sys_check "journalctl JOB_ID=jA shows the job finishing" sys_wait_until 10 "journal lines" has_finished
 out=$(j JOB_ID=jA)
-sys_log "journalctl JOB_ID=jA:"$'\n'"$(sed 's/^/    /' <<<"$out")"
+sys_log "journalctl JOB_ID=jA:"$'\n'"${out//$'\n'/$'\n'    }"
 sys_expect_match "journalctl JOB_ID=jA shows it starting" 'start' "$out"
 sys_expect_eq "journalctl JOB_ID=jA has no line of jB" 0 "$(grep -c 'jB' <<<"$out" || true)"
 ids=$(x journalctl --no-pager -o verbose JOB_ID=jA 2>/dev/null | sed -n 's/^ *SYSLOG_IDENTIFIER=//p' | sort -u | tr '\n' ' ')

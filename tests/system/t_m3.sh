@@ -68,5 +68,5 @@ sys_check "M3.8 its scope is gone" sys_wait_until 10 "scope gone" inactive agent
 # queue.json is updated each loop.
 lu2=$(jfield "$qf" last_update)
 sys_expect_match "M3 queue.json last_update moved on ($lu1 → $lu2)" '^[0-9]{4}-' "$lu2"
-[ "$lu1" != "$lu2" ] && sys_pass "last_update changed" || sys_fail "last_update did not change"
+if [ "$lu1" != "$lu2" ]; then sys_pass "last_update changed"; else sys_fail "last_update did not change"; fi
 sys_test_end

@@ -39,7 +39,7 @@ handled() { x grep -q '"handled": *true' "$(jobf "$id" finished)"; }
 sys_check "M6 the orchestrator handled the finished job" sys_wait_until 60 "handled" handled
 # Test 2: project updated.
 t1=$(jfield "$pf" update_time)
-[ "$t1" != "$t0" ] && sys_pass "M6.2 project update_time changed ($t0 → $t1)" || sys_fail "M6.2 update_time unchanged ($t0)"
+if [ "$t1" != "$t0" ]; then sys_pass "M6.2 project update_time changed ($t0 → $t1)"; else sys_fail "M6.2 update_time unchanged ($t0)"; fi
 # Test 3: the research document.
 doc=$(x cat "$AS/projects/ModelSEEDpy/CODE_RESEARCH.md" 2>&1) || true
 sys_expect_match "M6.3 the code research document holds Claude's answer" 'Everything documented' "$doc"

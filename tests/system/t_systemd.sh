@@ -84,5 +84,5 @@ before=$(started)
 out=$(x busctl --system get-property org.agentstore.Orchestrator1 /org/agentstore/Orchestrator1 org.agentstore.Orchestrator1 StoreRoot 2>&1) || true
 sys_expect_eq "it comes back on demand (get-property StoreRoot)" "s \"$AS\"" "$out"
 after=$(started)
-[ "$after" -gt "$before" ] && sys_pass "... a new start of $svc ($before < $after)" || sys_fail "no new start of $svc ($before, $after)"
+if [ "$after" -gt "$before" ]; then sys_pass "... a new start of $svc ($before < $after)"; else sys_fail "no new start of $svc ($before, $after)"; fi
 sys_test_end
