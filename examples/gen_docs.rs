@@ -36,5 +36,7 @@ fn main() -> std::io::Result<()> {
     write(&out, agentstore::cli::Cli::command())?;
     write(&out, agentstore::orchestrator::daemon::Args::command())?;
     write(&out, agentstore::agent::cli::Cli::command())?;
+    write(&out, agentstore::queue::args::Args::command())?;
+    write(&out, agentstore::worker::args::Args::command())?;
     Ok(())
 }

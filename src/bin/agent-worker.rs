@@ -1,29 +1,9 @@
 //! `agent-worker`: runs one job (PRD §8). Started by queue-manager; wiring only.
 
+use agentstore::worker::args::Args;
 use anyhow::Context;
 use clap::Parser;
-use std::path::PathBuf;
 use std::process::ExitCode;
-
-/// Run one AgentStore job from running_jobs/ and move it to finished_jobs/ or failed_jobs/.
-#[derive(Debug, Parser)]
-#[command(name = "agent-worker", version)]
-struct Args {
-    /// Store root.
-    #[arg(long, value_name = "DIR")]
-    root: Option<PathBuf>,
-    /// Queue name.
-    #[arg(long)]
-    queue: String,
-    /// Run the agent as this Unix user (the queue manager passes it when it runs as root).
-    #[arg(long, value_name = "USER")]
-    run_as: Option<String>,
-    /// Wait for `go` on stdin before starting (set by the queue manager).
-    #[arg(long)]
-    gate: bool,
-    /// Job id (file stem in Queues/<queue>/Jobs/running_jobs/).
-    job_id: String,
-}
 
 fn main() -> ExitCode {
     agentstore::systemd::init_logging("agent-worker", "info");

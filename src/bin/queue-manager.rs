@@ -2,38 +2,10 @@
 //! logging, signals, sd_notify.
 
 use agentstore::model::Launcher;
+use agentstore::queue::args::{Args, BusArg};
 use agentstore::queue::{BusTarget, Manager, ManagerConfig, default_worker_path};
 use anyhow::Context;
 use clap::Parser;
-use std::path::PathBuf;
-
-/// Run the queue manager of one queue in the foreground (systemd: queue-manager@NAME).
-#[derive(Debug, Parser)]
-#[command(name = "queue-manager", version)]
-struct Args {
-    /// Queue name (Queues/<NAME>/queue.json).
-    #[arg(long)]
-    queue: String,
-    /// Store root (else AGENT_STORE_ROOT, config files, ~/Dropbox/AgentStore).
-    #[arg(long, value_name = "DIR")]
-    root: Option<PathBuf>,
-    /// Bus to serve org.agentstore.Queue1 on.
-    #[arg(long, value_enum, default_value_t = BusArg::System)]
-    bus: BusArg,
-    /// How to start jobs (default: the queue's `launcher`, else auto).
-    #[arg(long, value_enum)]
-    launcher: Option<agentstore::cli::LauncherArg>,
-    /// The agent-worker binary (default: next to this program, else on PATH).
-    #[arg(long, value_name = "PATH")]
-    worker: Option<PathBuf>,
-}
-
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-enum BusArg {
-    System,
-    Session,
-    None,
-}
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();

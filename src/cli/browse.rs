@@ -199,14 +199,20 @@ pub(super) fn render_prds(
 pub(super) fn list_queues(g: &GlobalArgs, out: &mut dyn Write) -> CliResult {
     let store = open_store(g)?;
     let mut queues = store.queues(&mut warn)?;
+    overlay_live(&mut queues);
+    render_queues(g, out, &queues)
+}
+
+/// Replaces each queue's runtime from the file with its manager's live D-Bus state, where
+/// the manager is up.
+pub(super) fn overlay_live(queues: &mut [Queue]) {
     let ids: Vec<String> = queues.iter().map(|q| q.config.id.clone()).collect();
     let live = super::jobs::live_states(&ids);
-    for q in &mut queues {
+    for q in queues {
         if let Some(s) = live.get(&q.config.id) {
             with_live(q, s);
         }
     }
-    render_queues(g, out, &queues)
 }
 
 /// Prints queues as a table or JSON.

@@ -3,7 +3,8 @@
 //! commands, answered over D-Bus, with PRD §10 applied by the daemon to the caller's Unix user.
 
 use super::browse::{
-    JobRow, jobs_table, render_prds, render_projects, render_queues, render_users, show,
+    JobRow, jobs_table, overlay_live, render_prds, render_projects, render_queues, render_users,
+    show,
 };
 use super::render::{Format, write_json};
 use super::{CliError, CliResult, Command, GlobalArgs, Session};
@@ -113,7 +114,11 @@ fn call(
     match command {
         Command::ListUsers => render_users(g, out, &decode::<Vec<User>>(result)?),
         Command::ListProjects => render_projects(g, out, &decode::<Vec<Project>>(result)?),
-        Command::ListQueues => render_queues(g, out, &decode::<Vec<Queue>>(result)?),
+        Command::ListQueues => {
+            let mut queues: Vec<Queue> = decode(result)?;
+            overlay_live(&mut queues);
+            render_queues(g, out, &queues)
+        }
         Command::ListPrds { .. } => {
             let prds: Vec<Prd> = decode(result)?;
             render_prds(

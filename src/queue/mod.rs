@@ -7,6 +7,7 @@
 //! timeout wake the loop; a `rest_interval` sweep is the backstop for anything missed
 //! (a synced folder, a lost event). `queue.json`'s runtime is written once per loop.
 
+pub mod args;
 pub mod jobfile;
 pub mod launcher;
 pub mod pidwatch;

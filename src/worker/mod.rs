@@ -2,6 +2,7 @@
 //! runs it (`noop`, `claude`, `agent`), records what happened and moves the file to
 //! `finished_jobs/` or `failed_jobs/`. While it runs, only this process writes the job file.
 
+pub mod args;
 pub mod capture;
 pub mod claude;
 pub mod process;

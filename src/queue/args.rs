@@ -1,0 +1,35 @@
+//! The `queue-manager` command line (clap definitions; the binary in `src/bin/` wires it).
+
+use std::path::PathBuf;
+
+/// Run the queue manager of one queue in the foreground (systemd: queue-manager@NAME).
+#[derive(Debug, clap::Parser)]
+#[command(name = "queue-manager", version)]
+pub struct Args {
+    /// Queue name (Queues/<NAME>/queue.json).
+    #[arg(long)]
+    pub queue: String,
+    /// Store root (else AGENT_STORE_ROOT, config files, ~/Dropbox/AgentStore).
+    #[arg(long, value_name = "DIR")]
+    pub root: Option<PathBuf>,
+    /// Bus to serve org.agentstore.Queue1 on.
+    #[arg(long, value_enum, default_value_t = BusArg::System)]
+    pub bus: BusArg,
+    /// How to start jobs (default: the queue's `launcher`, else auto).
+    #[arg(long, value_enum)]
+    pub launcher: Option<crate::cli::LauncherArg>,
+    /// The agent-worker binary (default: next to this program, else on PATH).
+    #[arg(long, value_name = "PATH")]
+    pub worker: Option<PathBuf>,
+}
+
+/// `--bus` values.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum BusArg {
+    /// The system bus (packaged service).
+    System,
+    /// The session bus (user service, development).
+    Session,
+    /// No D-Bus.
+    None,
+}

@@ -1,0 +1,23 @@
+//! The `agent-worker` command line (clap definitions; the binary in `src/bin/` wires it).
+
+use std::path::PathBuf;
+
+/// Run one AgentStore job from running_jobs/ and move it to finished_jobs/ or failed_jobs/.
+#[derive(Debug, clap::Parser)]
+#[command(name = "agent-worker", version)]
+pub struct Args {
+    /// Store root.
+    #[arg(long, value_name = "DIR")]
+    pub root: Option<PathBuf>,
+    /// Queue name.
+    #[arg(long)]
+    pub queue: String,
+    /// Run the agent as this Unix user (the queue manager passes it when it runs as root).
+    #[arg(long, value_name = "USER")]
+    pub run_as: Option<String>,
+    /// Wait for `go` on stdin before starting (set by the queue manager).
+    #[arg(long)]
+    pub gate: bool,
+    /// Job id (file stem in Queues/<queue>/Jobs/running_jobs/).
+    pub job_id: String,
+}
