@@ -48,7 +48,8 @@ x sed -i 's/"status": "queued"/"status": "finished"/' "$(jobf sweep-1 queued)"
 x mv "$(jobf sweep-1 queued)" "$(jobf sweep-1 finished)"
 x mkdir -p /etc/systemd/system/agentstore-orchestrator.timer.d
 # (Both the timer's own activation and the service's last stop count from now.)
-printf '[Timer]\nOnActiveSec=2s\nOnUnitInactiveSec=\nOnUnitInactiveSec=2s\n' |
+# AccuracySec: the default (1 min) lets systemd fire anywhere up to a minute late.
+printf '[Timer]\nOnActiveSec=2s\nOnUnitInactiveSec=\nOnUnitInactiveSec=2s\nAccuracySec=100ms\n' |
     x sh -c 'cat >/etc/systemd/system/agentstore-orchestrator.timer.d/test.conf'
 x systemctl daemon-reload
 sys_check "the timer restarts with OnActiveSec=2s" x systemctl restart agentstore-orchestrator.timer
