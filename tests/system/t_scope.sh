@@ -77,9 +77,13 @@ sys_exec "$m" sh -c 'rm -f /run/astest.fifo /run/astest.pid && mkfifo /run/astes
 # The "worker": records its pid, waits until it has been placed, then forks a setsid child.
 # RuntimeMaxUSec is 10 s, not less: under load each nsenter step takes a second or more, and
 # the scope must still be running when the worker is told to go and its processes are counted.
-sys_exec "$m" sh -c 'echo $$ >/run/astest.pid; read go </run/astest.fifo; setsid sleep 1002 & exec sleep 1002' \
-    >/dev/null 2>&1 &
-worker=$!
+# It runs as a service of the container's systemd, as the queue manager's worker does (a process
+# nsenter'ed from the host sits in a host cgroup outside the container's tree, which the
+# container's systemd cannot move into a scope). systemd expands `$$` to `$` in a command
+# line, hence `$$$$` for the shell's `$$`.
+sys_exec "$m" systemd-run --quiet --unit "astest-worker-$RANDOM" --service-type=exec \
+    sh -c 'echo $$$$ >/run/astest.pid; read go </run/astest.fifo; setsid sleep 1002 & exec sleep 1002' \
+    >/dev/null 2>&1
 pid_file_written() { sys_exec "$m" test -s /run/astest.pid; }
 sys_wait_until 10 "the worker's pid file" pid_file_written || true
 wpid=$(sys_exec "$m" cat /run/astest.pid 2>/dev/null || true)
@@ -108,6 +112,5 @@ sys_expect_eq "D-Bus scope: TasksMax" 20 "$(prop "$unit" TasksMax)"
 sys_check "D-Bus scope stops at RuntimeMaxUSec" sys_wait_until 40 "$unit to stop" unit_inactive "$unit"
 sys_expect_eq "D-Bus scope ended with Result=timeout" timeout "$(prop "$unit" Result)"
 sys_check "nothing of the D-Bus scope survives" sys_wait_until 5 "no sleep 1002" no_proc "sleep 1002"
-wait "$worker" || true
 
 sys_test_end
