@@ -14,3 +14,7 @@ if [ -x tests/system/run.sh ] || [ -f tests/system/run.sh ]; then
     echo "==> tests/system (real systemd in systemd-nspawn)"
     bash tests/system/run.sh
 fi
+if command -v lintian >/dev/null 2>&1 && compgen -G 'target/debian/*.deb' >/dev/null; then
+    echo "==> lintian (errors fail)"
+    lintian --fail-on error target/debian/*.deb
+fi
