@@ -7,7 +7,6 @@ use serde_json::{Value, json};
 
 use crate::agent::core::message::{Message, Role};
 use crate::agent::core::provider::openai::preview;
-use crate::agent::core::provider::sse::SseParser;
 use crate::agent::core::provider::{
     ModelRequest, ModelResponse, Provider, ProviderError, ProviderSettings, StreamEvent, http,
 };
@@ -117,9 +116,9 @@ pub struct EventAssembler {
     stopped: bool,
 }
 
-impl EventAssembler {
+impl http::StreamAssembler for EventAssembler {
     /// Apply one event's data. Returns `true` at `message_stop`.
-    pub fn apply(
+    fn apply(
         &mut self,
         data: &str,
         on_event: &mut (dyn FnMut(StreamEvent) + Send),
@@ -228,7 +227,7 @@ impl EventAssembler {
     }
 
     /// The assembled response; an error if the stream ended before `message_stop`.
-    pub fn finish(mut self) -> Result<ModelResponse, ProviderError> {
+    fn finish(mut self) -> Result<ModelResponse, ProviderError> {
         if !self.started || !(self.stopped || self.response.stop_reason.is_some()) {
             return Err(ProviderError::MalformedStream(
                 "the stream ended before message_stop".to_string(),
@@ -283,23 +282,16 @@ impl Provider for AnthropicProvider {
                 headers.insert(HeaderName::from_static("x-api-key"), value);
             }
             let body = self.body(&request);
-            let mut response =
+            let response =
                 http::post_with_retries(self.client.get()?, &url, headers, &body, &self.settings)
                     .await?;
-            let mut parser = SseParser::default();
-            let mut assembler = EventAssembler::default();
-            'stream: while let Some(chunk) = http::next_chunk(&mut response, &self.settings).await?
-            {
-                for event in parser.feed(&chunk)? {
-                    if assembler.apply(&event.data, on_event)? {
-                        break 'stream;
-                    }
-                }
-            }
-            if let Some(event) = parser.finish() {
-                assembler.apply(&event.data, on_event)?;
-            }
-            assembler.finish()
+            http::read_sse(
+                response,
+                &self.settings,
+                EventAssembler::default(),
+                on_event,
+            )
+            .await
         })
     }
 }

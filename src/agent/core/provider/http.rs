@@ -6,7 +6,8 @@ use std::time::Duration;
 use reqwest::header::HeaderMap;
 use serde_json::Value;
 
-use crate::agent::core::provider::{ProviderError, ProviderSettings};
+use crate::agent::core::provider::sse::SseParser;
+use crate::agent::core::provider::{ModelResponse, ProviderError, ProviderSettings, StreamEvent};
 
 /// Longest `Retry-After` honoured.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
@@ -101,6 +102,40 @@ pub async fn post_with_retries(
         tokio::time::sleep(retry_after.unwrap_or(backoff)).await;
         attempt += 1;
     }
+}
+
+/// Turns a provider's SSE event payloads into a [`ModelResponse`]: one per wire format.
+pub trait StreamAssembler {
+    /// Applies one event's `data`; `true` when the provider signalled the end of the stream.
+    fn apply(
+        &mut self,
+        data: &str,
+        on_event: &mut (dyn FnMut(StreamEvent) + Send),
+    ) -> Result<bool, ProviderError>;
+    /// The whole response, once the stream has ended.
+    fn finish(self) -> Result<ModelResponse, ProviderError>;
+}
+
+/// Reads an SSE response to its end (or the provider's end marker) through `assembler`,
+/// with the idle timeout of [`next_chunk`] between chunks.
+pub async fn read_sse<A: StreamAssembler>(
+    mut response: reqwest::Response,
+    settings: &ProviderSettings,
+    mut assembler: A,
+    on_event: &mut (dyn FnMut(StreamEvent) + Send),
+) -> Result<ModelResponse, ProviderError> {
+    let mut parser = SseParser::default();
+    'stream: while let Some(chunk) = next_chunk(&mut response, settings).await? {
+        for event in parser.feed(&chunk)? {
+            if assembler.apply(&event.data, on_event)? {
+                break 'stream;
+            }
+        }
+    }
+    if let Some(event) = parser.finish() {
+        assembler.apply(&event.data, on_event)?;
+    }
+    assembler.finish()
 }
 
 /// The next chunk of the body, or `None` at its end; times out when the stream goes idle.

@@ -6,7 +6,6 @@ use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 use serde_json::{Value, json};
 
 use crate::agent::core::message::{Message, Role};
-use crate::agent::core::provider::sse::SseParser;
 use crate::agent::core::provider::{
     ModelRequest, ModelResponse, Provider, ProviderError, ProviderSettings, StreamEvent, Usage,
     http,
@@ -105,9 +104,9 @@ pub struct ChunkAssembler {
     done: bool,
 }
 
-impl ChunkAssembler {
+impl http::StreamAssembler for ChunkAssembler {
     /// Apply one `data:` payload. Returns `true` at `[DONE]`.
-    pub fn apply(
+    fn apply(
         &mut self,
         data: &str,
         on_event: &mut (dyn FnMut(StreamEvent) + Send),
@@ -193,7 +192,7 @@ impl ChunkAssembler {
     }
 
     /// The assembled response; an error if the stream ended before it was complete.
-    pub fn finish(mut self) -> Result<ModelResponse, ProviderError> {
+    fn finish(mut self) -> Result<ModelResponse, ProviderError> {
         if !self.done && self.response.stop_reason.is_none() {
             return Err(ProviderError::MalformedStream(
                 "the stream ended before a finish_reason or [DONE]".to_string(),
@@ -245,23 +244,16 @@ impl Provider for OpenAiProvider {
                 headers.insert(AUTHORIZATION, value);
             }
             let body = self.body(&request);
-            let mut response =
+            let response =
                 http::post_with_retries(self.client.get()?, &url, headers, &body, &self.settings)
                     .await?;
-            let mut parser = SseParser::default();
-            let mut assembler = ChunkAssembler::default();
-            'stream: while let Some(chunk) = http::next_chunk(&mut response, &self.settings).await?
-            {
-                for event in parser.feed(&chunk)? {
-                    if assembler.apply(&event.data, on_event)? {
-                        break 'stream;
-                    }
-                }
-            }
-            if let Some(event) = parser.finish() {
-                assembler.apply(&event.data, on_event)?;
-            }
-            assembler.finish()
+            http::read_sse(
+                response,
+                &self.settings,
+                ChunkAssembler::default(),
+                on_event,
+            )
+            .await
         })
     }
 }
