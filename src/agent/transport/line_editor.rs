@@ -288,8 +288,8 @@ fn read_byte(fd: RawFd) -> Option<u8> {
 pub fn read_hidden(prompt: &str) -> io::Result<Option<String>> {
     let fd = libc::STDIN_FILENO;
     let mut out = io::stderr();
-    write!(out, "{prompt}")?;
-    out.flush()?;
+    // Echo goes off before the prompt appears: whatever is typed (or pasted) once the prompt
+    // is visible is never echoed.
     let saved = if is_tty(fd) {
         // SAFETY: as in RawMode::enable; only ECHO is cleared, canonical input stays on.
         let mut t: libc::termios = unsafe { std::mem::zeroed() };
@@ -305,6 +305,8 @@ pub fn read_hidden(prompt: &str) -> io::Result<Option<String>> {
     } else {
         None
     };
+    write!(out, "{prompt}")?;
+    out.flush()?;
     let mut line = String::new();
     let n = io::stdin().lock().read_line(&mut line);
     if let Some(t) = saved {
