@@ -57,6 +57,16 @@ mod tests {
             .spawn()
             .unwrap();
         let fd = pidfd_open(child.id()).unwrap();
+        // spawn() returns once the child is in execve, which may not yet have set up the new
+        // command line (/proc/PID/cmdline is empty for a moment): wait for it to appear.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::fs::read(format!("/proc/{}/cmdline", child.id()))
+            .unwrap_or_default()
+            .is_empty()
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         assert!(is_worker_of(child.id(), "300"));
         assert!(!is_worker_of(child.id(), "other"));
         child.kill().unwrap();
