@@ -75,7 +75,7 @@ sys_check "systemctl stop ends the scope's process" sys_wait_until 10 "no sleep 
 unit=astest-dbus-$RANDOM.scope
 sys_exec "$m" sh -c 'rm -f /run/astest.fifo /run/astest.pid && mkfifo /run/astest.fifo'
 # The "worker": records its pid, waits until it has been placed, then forks a setsid child.
-# RuntimeMaxUSec is 10 s, not less: under load each nsenter step takes a second or more, and
+# RuntimeMaxUSec is 30 s, not less: under load each nsenter step takes a second or more, and
 # the scope must still be running when the worker is told to go and its processes are counted.
 # It runs as a service of the container's systemd, as the queue manager's worker does (a process
 # nsenter'ed from the host sits in a host cgroup outside the container's tree, which the
@@ -91,7 +91,7 @@ if [ -n "$wpid" ] && sys_exec "$m" busctl --system call org.freedesktop.systemd1
     org.freedesktop.systemd1.Manager StartTransientUnit 'ssa(sv)a(sa(sv))' "$unit" fail 6 \
     PIDs au 1 "$wpid" \
     Description s "agentstore harness job" \
-    RuntimeMaxUSec t 10000000 \
+    RuntimeMaxUSec t 30000000 \
     MemoryMax t 268435456 \
     CPUQuotaPerSecUSec t 500000 \
     TasksMax t 20 \
@@ -101,15 +101,16 @@ else
     sys_fail "StartTransientUnit over D-Bus failed (worker pid '$wpid')"
 fi
 sys_exec "$m" sh -c 'echo go >/run/astest.fifo'
-if sys_wait_until 15 "worker and grandchild in $unit" has_n_procs "$unit" "sleep 1002" 2; then
+if sys_wait_until 25 "worker and grandchild in $unit" has_n_procs "$unit" "sleep 1002" 2; then
     sys_pass "the placed worker and its setsid child run in $unit"
 else
-    sys_fail "expected 2 'sleep 1002' in $unit, got $(count_procs "$unit" "sleep 1002")"
+    sys_fail "expected 2 'sleep 1002' in $unit, got $(count_procs "$unit" "sleep 1002"); processes:" \
+        "$(sys_exec "$m" ps -e -o pid=,unit=,args= | grep -e 1002 -e astest || true)"
 fi
 sys_expect_eq "D-Bus scope: MemoryMax" 268435456 "$(prop "$unit" MemoryMax)"
 sys_expect_eq "D-Bus scope: CPUQuotaPerSecUSec" 500ms "$(prop "$unit" CPUQuotaPerSecUSec)"
 sys_expect_eq "D-Bus scope: TasksMax" 20 "$(prop "$unit" TasksMax)"
-sys_check "D-Bus scope stops at RuntimeMaxUSec" sys_wait_until 40 "$unit to stop" unit_inactive "$unit"
+sys_check "D-Bus scope stops at RuntimeMaxUSec" sys_wait_until 60 "$unit to stop" unit_inactive "$unit"
 sys_expect_eq "D-Bus scope ended with Result=timeout" timeout "$(prop "$unit" Result)"
 sys_check "nothing of the D-Bus scope survives" sys_wait_until 5 "no sleep 1002" no_proc "sleep 1002"
 
