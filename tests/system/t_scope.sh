@@ -100,6 +100,10 @@ if [ -n "$wpid" ] && sys_exec "$m" busctl --system call org.freedesktop.systemd1
 else
     sys_fail "StartTransientUnit over D-Bus failed (worker pid '$wpid')"
 fi
+# StartTransientUnit returns once the start job is queued; the PID moves when the job runs
+# (the queue manager waits for JobRemoved). Release the worker only once it is in the scope.
+worker_placed() { [ "$(sys_exec "$m" ps -o unit= -p "$wpid" | tr -d ' ')" = "$unit" ]; }
+sys_check "the worker is in $unit before it is released" sys_wait_until 20 "pid $wpid in $unit" worker_placed
 sys_exec "$m" sh -c 'echo go >/run/astest.fifo'
 if sys_wait_until 25 "worker and grandchild in $unit" has_n_procs "$unit" "sleep 1002" 2; then
     sys_pass "the placed worker and its setsid child run in $unit"
