@@ -2,7 +2,7 @@
 //! `users/` (its `unix_user`, else its id) — one rule for every agentstore interface.
 
 use super::BusError;
-use crate::access::Caller;
+use crate::permissions::Caller;
 use crate::orchestrator::RouteError;
 use crate::store::{Store, StoreError};
 use zbus::message::Header;

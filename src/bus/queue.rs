@@ -6,7 +6,7 @@
 //! channel (the loop is the only place that changes jobs).
 
 use super::BusError;
-use crate::access::Caller;
+use crate::permissions::Caller;
 use crate::store::Store;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot};

@@ -2,7 +2,7 @@
 
 use super::render::{Format, JsonArrayWriter, Table, write_fields, write_json};
 use super::{CliError, CliResult, GlobalArgs, Session, open_store};
-use crate::access::Caller;
+use crate::permissions::Caller;
 use crate::model::{DocKind, Job, JobStatus, Prd, PrdState, Project, Queue, Timestamp, User};
 use crate::store::{JobLocation, Store, StoreError, read_limited};
 use serde::Deserialize;

@@ -2,7 +2,7 @@
 
 use super::RouteError;
 use super::commands::help_text;
-use crate::access::Caller;
+use crate::permissions::Caller;
 use crate::model::{Message, Project};
 use crate::store::{Store, StoreError};
 use serde_json::{Value, json};

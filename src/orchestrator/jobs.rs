@@ -2,7 +2,7 @@
 
 use super::RouteError;
 use super::commands::claude_command_for;
-use crate::access::Caller;
+use crate::permissions::Caller;
 use crate::model::{
     DocKind, Job, JobConfig, JobRuntime, JobStatus, JobType, Message, Prd, Project, Timestamp,
 };

@@ -898,7 +898,7 @@ impl Manager {
     async fn cancel(
         &mut self,
         id: &str,
-        caller: &crate::access::Caller,
+        caller: &crate::permissions::Caller,
         by: &str,
     ) -> Result<(), BusError> {
         crate::store::check_id("job", id)?;
