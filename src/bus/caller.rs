@@ -2,8 +2,8 @@
 //! `users/` (its `unix_user`, else its id) — one rule for every agentstore interface.
 
 use super::BusError;
-use crate::permissions::Caller;
 use crate::orchestrator::RouteError;
+use crate::permissions::Caller;
 use crate::store::{Store, StoreError};
 use zbus::message::Header;
 

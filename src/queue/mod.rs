@@ -8,7 +8,6 @@
 //! (a synced folder, a lost event). `queue.json`'s runtime is written once per loop.
 
 pub mod args;
-pub mod jobfile;
 pub mod launcher;
 pub mod pidwatch;
 pub mod scope;
@@ -17,10 +16,10 @@ pub mod selection;
 use crate::bus::queue::{QueueObject, QueueRequest, QueueState};
 use crate::bus::{BusError, queue_bus_name, queue_object_path};
 use crate::model::{DocKind, Job, JobStatus, Launcher, Queue, QueueConfig, Timestamp};
+use crate::permissions::project_owner_login;
+use crate::store::jobfile::{fail_raw, set_failed, write_and_move};
 use crate::store::{Event, Store, StoreError, hostname, move_no_replace, read_limited};
-use crate::worker::runas::project_owner_login;
 use futures_util::StreamExt;
-use jobfile::{fail_raw, set_failed, write_and_move};
 use launcher::{JobLauncher, LaunchSpec, release};
 use nix::sys::signal::Signal;
 use selection::QueuedIndex;
