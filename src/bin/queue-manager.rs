@@ -1,7 +1,6 @@
 //! `queue-manager --queue NAME`: the per-queue daemon (PRD §7). Wiring only: arguments,
 //! logging, signals, sd_notify.
 
-use agentstore::model::Launcher;
 use agentstore::queue::args::{Args, BusArg};
 use agentstore::queue::{BusTarget, Manager, ManagerConfig, default_worker_path};
 use anyhow::Context;
@@ -26,7 +25,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         BusArg::Session => BusTarget::Session,
         BusArg::None => BusTarget::None,
     };
-    cfg.launcher = args.launcher.map(Launcher::from);
+    cfg.launcher = args.launcher;
     cfg.worker = args.worker.unwrap_or_else(default_worker_path);
     let manager = Manager::start(cfg)
         .await
