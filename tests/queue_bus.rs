@@ -106,7 +106,10 @@ async fn calls_are_authorized_by_unix_user() {
         .unwrap();
         let (ok, err) = busctl_as(&bus, u.uid, u.gid, &env.queue, &["Pause"]);
         assert!(!ok);
-        assert!(err.contains("only admins can pause"), "{err}");
+        assert!(
+            err.contains("Permission denied: only admins can pause"),
+            "every PermissionDenied text carries the one prefix: {err}"
+        );
         // alice cannot cancel a job of chenry's project...
         let (ok, _) = busctl_as(&bus, 0, 0, &env.queue, &["Pause"]);
         assert!(ok, "root is trusted");
@@ -119,7 +122,10 @@ async fn calls_are_authorized_by_unix_user() {
             &["CancelJob", "s", "theirs"],
         );
         assert!(!ok);
-        assert!(err.contains("another user's project"), "{err}");
+        assert!(
+            err.contains("Permission denied: job theirs belongs to another user's project"),
+            "{err}"
+        );
         // ...but can cancel one she asked for.
         let mut mine = noop(0.0);
         mine["config"]["user"] = json!("alice");

@@ -113,9 +113,7 @@ impl OrchestratorObject {
         let uid = caller_uid(conn, &hdr).await?;
         let who = caller_for_uid(&self.shared.store, uid, self.shared.own_uid, None)?;
         if !who.is_admin() {
-            return Err(BusError::PermissionDenied(
-                "Permission denied: only admins can sweep".into(),
-            ));
+            return Err(BusError::permission_denied("only admins can sweep"));
         }
         let shared = self.shared.clone();
         tokio::task::spawn_blocking(move || crate::orchestrator::daemon::cycle(&shared))
