@@ -58,7 +58,7 @@ fn m1_orchestrator_processes_messages() {
         .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
         .output()
         .unwrap();
-    assert!(!second.status.success());
+    assert_eq!(second.status.code(), Some(2), "already running exits 2");
     assert!(String::from_utf8_lossy(&second.stderr).contains("already running"));
 
     // Tests 3–5: a message file is answered into the outbox and moved to processed_inbox.

@@ -57,6 +57,27 @@ async fn binary_notifies_ready_and_stops_on_sigterm() {
         assert_eq!(p.worker_count().await.unwrap(), 1);
         assert_eq!(env.queue_json()["runtime"]["process_id"], json!(child.id()));
 
+        // A second manager of the same queue finds the name taken: "already running", exit
+        // 2 (the unit's RestartPreventExitStatus=2), and the first one keeps serving.
+        let second = std::process::Command::new(env!("CARGO_BIN_EXE_queue-manager"))
+            .args([
+                "--queue",
+                &env.queue,
+                "--bus",
+                "session",
+                "--launcher",
+                "direct",
+            ])
+            .arg("--root")
+            .arg(&env.root)
+            .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&second.stderr);
+        assert_eq!(second.status.code(), Some(2), "{err}");
+        assert!(err.contains("already running"), "{err}");
+        assert_eq!(p.worker_count().await.unwrap(), 1);
+
         nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap()),
             nix::sys::signal::Signal::SIGTERM,

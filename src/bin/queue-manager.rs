@@ -2,19 +2,34 @@
 //! logging, signals, sd_notify.
 
 use agentstore::queue::args::{Args, BusArg};
-use agentstore::queue::{BusTarget, Manager, ManagerConfig, default_worker_path};
+use agentstore::queue::{BusTarget, Manager, ManagerConfig, QueueError, default_worker_path};
 use anyhow::Context;
 use clap::Parser;
+use std::process::ExitCode;
 
-fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
     let args = Args::parse();
     agentstore::systemd::init_logging("queue-manager", "info");
-    let rt = tokio::runtime::Builder::new_multi_thread()
+    let result = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .context("tokio runtime")?;
-    rt.block_on(serve(args))
+        .context("tokio runtime")
+        .and_then(|rt| rt.block_on(serve(args)));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            eprintln!("queue-manager: {e:#}");
+            // Another manager serves this queue: exit 2, which the unit's
+            // RestartPreventExitStatus= keeps systemd from restarting against it.
+            if matches!(e.downcast_ref(), Some(QueueError::AlreadyRunning(_))) {
+                ExitCode::from(agentstore::systemd::EXIT_ALREADY_RUNNING)
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+    }
 }
 
 async fn serve(args: Args) -> anyhow::Result<()> {
@@ -35,22 +50,10 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         args.queue,
         manager.launcher_name()
     ));
-    manager.run(shutdown_signal()).await?;
+    manager
+        .run(async {
+            agentstore::systemd::shutdown_signal().await;
+        })
+        .await?;
     Ok(())
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-        }
-        _ => std::future::pending().await,
-    }
 }
