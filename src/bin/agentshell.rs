@@ -1,5 +1,6 @@
 //! `agentshell`: wiring only — argv → L0 → L1 → L2 → L3. See `agentstore::agent` for the
 //! layers and the headless contract.
+#![deny(unsafe_code)]
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Read};

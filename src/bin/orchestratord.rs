@@ -1,4 +1,5 @@
 //! `orchestratord`: the orchestrator daemon (PRD §6), run by systemd.
+#![deny(unsafe_code)]
 
 use agentstore::orchestrator::daemon::{Args, DaemonError, DaemonOptions, run};
 use agentstore::store::resolve_root;

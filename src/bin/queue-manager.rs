@@ -1,5 +1,6 @@
 //! `queue-manager --queue NAME`: the per-queue daemon (PRD §7). Wiring only: arguments,
 //! logging, signals, sd_notify.
+#![deny(unsafe_code)]
 
 use agentstore::queue::args::{Args, BusArg};
 use agentstore::queue::{BusTarget, Manager, ManagerConfig, QueueError, default_worker_path};
