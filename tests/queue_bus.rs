@@ -4,6 +4,8 @@
 
 #[path = "support/claude_env.rs"]
 mod claude_env;
+#[path = "support/introspection.rs"]
+mod introspection;
 #[path = "support/queue_env.rs"]
 mod queue_env;
 
@@ -11,20 +13,6 @@ use queue_env::*;
 use serde_json::json;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-
-/// The `<interface name="org.agentstore.Queue1">` element, comments and blank space removed.
-fn queue1_element(xml: &str) -> String {
-    let start = xml
-        .find("<interface name=\"org.agentstore.Queue1\">")
-        .expect("no Queue1 interface");
-    let end = xml[start..].find("</interface>").unwrap() + start + "</interface>".len();
-    let mut s = xml[start..end].to_string();
-    while let Some(a) = s.find("<!--") {
-        let b = s[a..].find("-->").unwrap() + a + 3;
-        s.replace_range(a..b, "");
-    }
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_introspection_matches_checked_in_xml() {
@@ -42,11 +30,13 @@ async fn live_introspection_matches_checked_in_xml() {
         let live = proxy.introspect().await.unwrap();
         let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("dbus/org.agentstore.Queue1.xml");
         let checked_in = std::fs::read_to_string(&file).unwrap();
-        assert_eq!(
-            queue1_element(&live),
-            queue1_element(&checked_in),
-            "dbus/org.agentstore.Queue1.xml is stale; regenerate the interface element with \
-             `busctl introspect --xml-interface org.agentstore.Queue.<q> /org/agentstore/Queue/<q>`"
+        let d = introspection::compare(&checked_in, &live, "org.agentstore.Queue1").unwrap();
+        assert!(
+            d.is_empty(),
+            "dbus/org.agentstore.Queue1.xml does not match the live object:\n{}\n\
+             regenerate the interface element with `busctl introspect --xml-interface \
+             org.agentstore.Queue.<q> /org/agentstore/Queue/<q>`",
+            d.join("\n")
         );
         m.stop().await;
     })
