@@ -528,3 +528,57 @@ fn the_rule_refuses_what_it_should() {
     assert!(forbidden("queue", "store").is_none());
     assert!(forbidden("store", "schema").is_none());
 }
+
+/// Relative link targets in a Markdown text: `[text](target)`, anchors and titles dropped.
+fn markdown_links(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("](") {
+        rest = &rest[i + 2..];
+        let Some(end) = rest.find(')') else { break };
+        let target = rest[..end].split_whitespace().next().unwrap_or("");
+        let target = target.split('#').next().unwrap_or("");
+        if !target.is_empty() && !target.contains("://") && !target.starts_with("mailto:") {
+            out.push(target.to_string());
+        }
+        rest = &rest[end..];
+    }
+    out
+}
+
+/// The README and the documents under docs/ link only to files in the repository (a link
+/// to the team's workspace, `../shared/…`, is dead for every user of the repository).
+#[test]
+fn documents_link_only_to_files_in_the_repository() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut docs = vec![root.join("README.md")];
+    for e in std::fs::read_dir(root.join("docs")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "md") {
+            docs.push(p);
+        }
+    }
+    assert!(docs.iter().any(|d| d.ends_with("docs/architecture.md")));
+    let repo = root.canonicalize().unwrap();
+    let mut bad = Vec::new();
+    for doc in &docs {
+        let text = std::fs::read_to_string(doc).unwrap();
+        for link in markdown_links(&text) {
+            let target = doc.parent().unwrap().join(&link);
+            match target.canonicalize() {
+                Ok(t) if t.starts_with(&repo) => {}
+                Ok(t) => bad.push(format!(
+                    "{}: {link} leaves the repository ({})",
+                    doc.display(),
+                    t.display()
+                )),
+                Err(e) => bad.push(format!("{}: {link}: {e}", doc.display())),
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+    assert_eq!(
+        markdown_links("[a](x.md#s) [b](https://e.org) [c](../shared/D.md \"t\")"),
+        ["x.md", "../shared/D.md"]
+    );
+}
