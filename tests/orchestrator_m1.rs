@@ -171,3 +171,51 @@ fn half_written_file_is_not_answered_as_empty() {
     wait_until(LONG, "outbox/slow.json", || out.exists());
     assert_eq!(read(&out)["status"], "done", "{}", read(&out));
 }
+
+/// A message that the D-Bus method `Sweep` answers from the inbox is announced like one the
+/// loop answers: `MessageProcessed` with its correlation id. (inotify off and an hour-long
+/// sweep interval, so only the `Sweep` call can answer it.)
+#[test]
+fn sweep_announces_what_it_answered() {
+    let env = TestEnv::initialised();
+    let bus = PrivateBus::start();
+    let _daemon = KillOnDrop(spawn_orchestratord(
+        &bus,
+        &env.root,
+        &[
+            "--idle-exit",
+            "0",
+            "--no-inotify",
+            "--sweep-interval",
+            "3600",
+        ],
+    ));
+    wait_for_name(&bus, "org.agentstore.Orchestrator1");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        use futures_util::StreamExt;
+        let conn = bus.connect().await;
+        let proxy = agentstore::bus::orchestrator::Orchestrator1Proxy::new(&conn)
+            .await
+            .unwrap();
+        let mut processed = proxy.receive_message_processed().await.unwrap();
+        let inbox = env.root.join("messaging/inbox");
+        let tmp = inbox.join(".swept.json.tmp");
+        std::fs::write(&tmp, m1_message("swept", "list-projects")).unwrap();
+        std::fs::rename(&tmp, inbox.join("swept.json")).unwrap();
+        assert_eq!(proxy.sweep().await.unwrap(), 1, "Sweep answers the message");
+        assert!(env.root.join("messaging/outbox/swept.json").exists());
+        let signal = tokio::time::timeout(LONG, processed.next())
+            .await
+            .expect("no MessageProcessed signal after Sweep")
+            .unwrap();
+        let args = signal.args().unwrap();
+        assert_eq!(
+            (args.correlation_id(), args.command(), args.status()),
+            (&"swept", &"list-projects", &"done")
+        );
+    });
+}
