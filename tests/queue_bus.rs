@@ -181,3 +181,80 @@ fn bus_policy_file_loads() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The signals of one queue, in the order they left the manager: `JobStateChanged` as
+/// `id:old>new`, `PropertiesChanged` of `ActiveJobs` as `ActiveJobs=n`.
+async fn ordered_signals(
+    bus: &PrivateBus,
+    queue: &str,
+) -> tokio::sync::mpsc::UnboundedReceiver<String> {
+    use futures_util::StreamExt;
+    let conn = bus.connect().await;
+    let path = agentstore::bus::queue_object_path(queue);
+    let rule = zbus::MatchRule::builder()
+        .msg_type(zbus::message::Type::Signal)
+        .path(path)
+        .build()
+        .unwrap();
+    let mut stream = zbus::MessageStream::for_match_rule(rule, &conn, None)
+        .await
+        .unwrap();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let _conn = &conn;
+        while let Some(Ok(m)) = stream.next().await {
+            let h = m.header();
+            let event = match h.member().map(|m| m.as_str()) {
+                Some("JobStateChanged") => {
+                    let (id, old, new): (String, String, String) = m.body().deserialize().unwrap();
+                    format!("{id}:{old}>{new}")
+                }
+                Some("PropertiesChanged") => {
+                    let (_, changed, _): (
+                        String,
+                        std::collections::HashMap<String, zbus::OwnedVariant>,
+                        Vec<String>,
+                    ) = m.body().deserialize().unwrap();
+                    match changed.get("ActiveJobs") {
+                        Some(v) => format!("ActiveJobs={}", u32::try_from(v).unwrap()),
+                        None => continue,
+                    }
+                }
+                _ => continue,
+            };
+            if tx.send(event).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// A client that follows a queue by its signals (and a proxy that caches properties from
+/// PropertiesChanged) sees the counts of a step before the job moves that step announces:
+/// `ActiveJobs=1` before `a:queued>running`, `ActiveJobs=0` before `a:running>finished`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn property_changes_arrive_before_the_job_moves_they_count() {
+    guarded(async {
+        let bus = PrivateBus::start();
+        let env = QueueEnv::new(1);
+        let mut rx = ordered_signals(&bus, &env.queue).await;
+        let m = RunningManager::start(env.manager_config(&bus)).await;
+        env.queue_job("a", &noop(0.2));
+        let mut seen = Vec::new();
+        while !seen.iter().any(|s| s == "a:running>finished") {
+            seen.push(rx.recv().await.unwrap());
+        }
+        let at = |s: &str| seen.iter().position(|x| x == s);
+        let (up, start, down, end) = (
+            at("ActiveJobs=1"),
+            at("a:queued>running"),
+            at("ActiveJobs=0"),
+            at("a:running>finished"),
+        );
+        assert!(up.is_some() && start.is_some() && up < start, "{seen:?}");
+        assert!(down.is_some() && end.is_some() && down < end, "{seen:?}");
+        m.stop().await;
+    })
+    .await
+}

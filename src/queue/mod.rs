@@ -404,8 +404,8 @@ impl Manager {
             }
         }
         self.start_jobs().await;
-        self.write_runtime(false);
-        self.flush_signals().await;
+        let changed = self.write_runtime(false);
+        self.flush_signals(changed).await;
     }
 
     fn next_deadline(&self) -> Instant {
@@ -513,9 +513,29 @@ impl Manager {
         self.pending.push((id.to_string(), old, new));
     }
 
-    async fn flush_signals(&mut self) {
+    /// Emits, in this order, the property changes of the step (`changed`: the state before
+    /// and after), then the job moves it made: a client (or a proxy's property cache) sees
+    /// the new counts before the moves they count. Awaited here, never from a spawned task,
+    /// so the order on the bus is the order of the calls.
+    async fn flush_signals(&mut self, changed: Option<(QueueState, QueueState)>) {
         let pending = std::mem::take(&mut self.pending);
         let Some(iface) = &self.iface else { return };
+        if let Some((old, new)) = changed {
+            let obj = iface.get().await;
+            let e = iface.signal_emitter();
+            if old.worker_count != new.worker_count {
+                let _ = obj.worker_count_changed(e).await;
+            }
+            if old.active_jobs != new.active_jobs {
+                let _ = obj.active_jobs_changed(e).await;
+            }
+            if old.queued_jobs != new.queued_jobs {
+                let _ = obj.queued_jobs_changed(e).await;
+            }
+            if old.paused != new.paused {
+                let _ = obj.paused_changed(e).await;
+            }
+        }
         for (id, old, new) in pending {
             if let Err(e) =
                 QueueObject::job_state_changed(iface.signal_emitter(), &id, old.name(), new.name())
@@ -952,14 +972,15 @@ impl Manager {
 
     // ---- runtime -----------------------------------------------------------------------
 
-    /// Writes `queue.json`'s runtime (PRD §4.5); `reset` = the startup reset.
-    fn write_runtime(&mut self, reset: bool) {
+    /// Writes `queue.json`'s runtime (PRD §4.5); `reset` = the startup reset. Returns the
+    /// served state before and after, for [`Self::flush_signals`] (`None` on the reset).
+    fn write_runtime(&mut self, reset: bool) -> Option<(QueueState, QueueState)> {
         let q = self.cfg.queue.clone();
         let mut doc = match self.store.queue(&q) {
             Ok(d) => d,
             Err(e) => {
                 tracing::warn!(queue = %q, "cannot read queue.json: {e}");
-                return;
+                return None;
             }
         };
         let now = Timestamp::now();
@@ -980,7 +1001,7 @@ impl Manager {
             tracing::warn!(queue = %q, "cannot write queue.json: {e}");
         }
         if reset {
-            return;
+            return None;
         }
         let new = QueueState {
             worker_count: doc.config.worker_count,
@@ -993,24 +1014,7 @@ impl Manager {
             let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
             std::mem::replace(&mut *s, new.clone())
         };
-        if let Some(iface) = self.iface.clone() {
-            tokio::spawn(async move {
-                let obj = iface.get().await;
-                let e = iface.signal_emitter();
-                if old.worker_count != new.worker_count {
-                    let _ = obj.worker_count_changed(e).await;
-                }
-                if old.active_jobs != new.active_jobs {
-                    let _ = obj.active_jobs_changed(e).await;
-                }
-                if old.queued_jobs != new.queued_jobs {
-                    let _ = obj.queued_jobs_changed(e).await;
-                }
-                if old.paused != new.paused {
-                    let _ = obj.paused_changed(e).await;
-                }
-            });
-        }
+        Some((old, new))
     }
 }
 
