@@ -15,8 +15,10 @@ use std::process::{Command, Stdio};
 #[test]
 fn unreadable_store_is_browsed_over_dbus_as_the_callers_user() {
     if !nix::unistd::getuid().is_root() {
-        eprintln!("SKIP: needs root to run the CLI as user nobody");
-        return;
+        return common::bus::skip(
+            "browsing an unreadable store over D-Bus",
+            "needs root to run the CLI as user nobody",
+        );
     }
     let env = TestEnv::initialised();
     env.ok(&[

@@ -9,7 +9,7 @@
 mod common;
 
 use common::TestEnv;
-use common::bus::{PrivateBus, spawn_orchestratord, wait_for_name, wait_until};
+use common::bus::{KillOnDrop, PrivateBus, orchestratord_command, wait_for_name, wait_until};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;
@@ -539,26 +539,33 @@ fn bad_inbox_files_are_answered_with_errors_and_the_daemon_keeps_serving() {
     let errors_before = env.error_log().len();
 
     let mut cases = corpus();
+    // A mode-000 file. Root would read it anyway, so as root the daemon runs without
+    // CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH (below): the case runs for every user.
     let root_user = nix::unistd::geteuid().is_root();
-    if root_user {
-        eprintln!(
-            "note: running as root, which reads a mode-000 file anyway: the unreadable-file case is skipped"
-        );
-    } else {
-        cases.push(Case {
-            stem: "unreadable".into(),
-            body: bytes(&base("unreadable", "help", None, json!({}))),
-            answer_id: "unreadable".into(),
-            expect: vec!["Permission denied"],
-            logged_as: None,
-        });
-    }
+    cases.push(Case {
+        stem: "unreadable".into(),
+        body: bytes(&base("unreadable", "help", None, json!({}))),
+        answer_id: "unreadable".into(),
+        expect: vec!["Permission denied"],
+        logged_as: None,
+    });
     assert!(cases.len() >= 30, "only {} cases", cases.len());
     let ids: BTreeSet<&str> = cases.iter().map(|c| c.answer_id.as_str()).collect();
     assert_eq!(ids.len(), cases.len(), "answer ids must be unique");
 
     let bus = PrivateBus::start();
-    let mut daemon = KillOnDrop(spawn_orchestratord(&bus, &env.root, &["--idle-exit", "0"]));
+    let mut cmd = orchestratord_command(&bus, &env.root, &["--idle-exit", "0"]);
+    if root_user {
+        let mut setpriv = std::process::Command::new("setpriv");
+        setpriv
+            .args(["--bounding-set=-dac_override,-dac_read_search", "--"])
+            .arg(cmd.get_program())
+            .args(cmd.get_args())
+            .envs(cmd.get_envs().filter_map(|(k, v)| Some((k, v?))))
+            .stdout(std::process::Stdio::null());
+        cmd = setpriv;
+    }
+    let mut daemon = KillOnDrop(cmd.spawn().unwrap());
     wait_for_name(&bus, "org.agentstore.Orchestrator1");
 
     let inbox = env.root.join("messaging/inbox");
@@ -767,18 +774,6 @@ fn bad_inbox_files_are_answered_with_errors_and_the_daemon_keeps_serving() {
     )
     .unwrap();
     assert!(daemon.0.wait().unwrap().success(), "clean exit on SIGTERM");
-}
-
-/// Kills the daemon if the test fails before stopping it (before the temp store goes away).
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
 }
 
 fn truncate(s: &str, n: usize) -> String {

@@ -5,7 +5,7 @@
 mod common;
 
 use common::TestEnv;
-use common::bus::{PrivateBus, spawn_orchestratord, wait_for_name, wait_until};
+use common::bus::{KillOnDrop, PrivateBus, spawn_orchestratord, wait_for_name, wait_until};
 use serde_json::Value;
 use std::time::Duration;
 
@@ -58,7 +58,7 @@ fn m1_orchestrator_processes_messages() {
         .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
         .output()
         .unwrap();
-    assert!(!second.status.success());
+    assert_eq!(second.status.code(), Some(2), "already running exits 2");
     assert!(String::from_utf8_lossy(&second.stderr).contains("already running"));
 
     // Tests 3–5: a message file is answered into the outbox and moved to processed_inbox.
@@ -133,21 +133,89 @@ fn idle_daemon_exits_and_a_later_one_answers_what_arrived_meanwhile() {
 fn half_written_file_is_not_answered_as_empty() {
     let env = TestEnv::initialised();
     let bus = PrivateBus::start();
-    let mut daemon = spawn_orchestratord(&bus, &env.root, &["--idle-exit", "0"]);
+    let _daemon = KillOnDrop(spawn_orchestratord(&bus, &env.root, &["--idle-exit", "0"]));
     wait_for_name(&bus, "org.agentstore.Orchestrator1");
     // Open, write half, pause, write the rest: like `cat > inbox/x.json` typed slowly.
     use std::io::Write;
     let path = env.root.join("messaging/inbox/slow.json");
     let text = m1_message("slow", "help");
+    let out = env.root.join("messaging/outbox/slow.json");
+    let processed = env.root.join("messaging/processed_inbox/slow.json");
     let mut f = std::fs::File::create(&path).unwrap();
     f.write_all(&text.as_bytes()[..20]).unwrap();
     f.flush().unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    // While the file is half written, make the daemon process the inbox now (Sweep returns
+    // when it has): a daemon that does not defer open files answers the half as invalid
+    // JSON here.
+    let sweep = std::process::Command::new("busctl")
+        .args(["--address", &bus.address, "call"])
+        .args([
+            "org.agentstore.Orchestrator1",
+            "/org/agentstore/Orchestrator1",
+        ])
+        .args(["org.agentstore.Orchestrator1", "Sweep"])
+        .output()
+        .unwrap();
+    assert!(
+        sweep.status.success(),
+        "Sweep: {}",
+        String::from_utf8_lossy(&sweep.stderr)
+    );
+    assert!(
+        !out.exists() && !processed.exists() && path.exists(),
+        "a half-written file was taken: {}",
+        std::fs::read_to_string(&out).unwrap_or_default()
+    );
     f.write_all(&text.as_bytes()[20..]).unwrap();
     drop(f);
-    let out = env.root.join("messaging/outbox/slow.json");
     wait_until(LONG, "outbox/slow.json", || out.exists());
     assert_eq!(read(&out)["status"], "done", "{}", read(&out));
-    daemon.kill().unwrap();
-    daemon.wait().unwrap();
+}
+
+/// A message that the D-Bus method `Sweep` answers from the inbox is announced like one the
+/// loop answers: `MessageProcessed` with its correlation id. (inotify off and an hour-long
+/// sweep interval, so only the `Sweep` call can answer it.)
+#[test]
+fn sweep_announces_what_it_answered() {
+    let env = TestEnv::initialised();
+    let bus = PrivateBus::start();
+    let _daemon = KillOnDrop(spawn_orchestratord(
+        &bus,
+        &env.root,
+        &[
+            "--idle-exit",
+            "0",
+            "--no-inotify",
+            "--sweep-interval",
+            "3600",
+        ],
+    ));
+    wait_for_name(&bus, "org.agentstore.Orchestrator1");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        use futures_util::StreamExt;
+        let conn = bus.connect().await;
+        let proxy = agentstore::bus::orchestrator::Orchestrator1Proxy::new(&conn)
+            .await
+            .unwrap();
+        let mut processed = proxy.receive_message_processed().await.unwrap();
+        let inbox = env.root.join("messaging/inbox");
+        let tmp = inbox.join(".swept.json.tmp");
+        std::fs::write(&tmp, m1_message("swept", "list-projects")).unwrap();
+        std::fs::rename(&tmp, inbox.join("swept.json")).unwrap();
+        assert_eq!(proxy.sweep().await.unwrap(), 1, "Sweep answers the message");
+        assert!(env.root.join("messaging/outbox/swept.json").exists());
+        let signal = tokio::time::timeout(LONG, processed.next())
+            .await
+            .expect("no MessageProcessed signal after Sweep")
+            .unwrap();
+        let args = signal.args().unwrap();
+        assert_eq!(
+            (args.correlation_id(), args.command(), args.status()),
+            (&"swept", &"list-projects", &"done")
+        );
+    });
 }

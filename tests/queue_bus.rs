@@ -4,6 +4,8 @@
 
 #[path = "support/claude_env.rs"]
 mod claude_env;
+#[path = "support/introspection.rs"]
+mod introspection;
 #[path = "support/queue_env.rs"]
 mod queue_env;
 
@@ -11,20 +13,6 @@ use queue_env::*;
 use serde_json::json;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-
-/// The `<interface name="org.agentstore.Queue1">` element, comments and blank space removed.
-fn queue1_element(xml: &str) -> String {
-    let start = xml
-        .find("<interface name=\"org.agentstore.Queue1\">")
-        .expect("no Queue1 interface");
-    let end = xml[start..].find("</interface>").unwrap() + start + "</interface>".len();
-    let mut s = xml[start..end].to_string();
-    while let Some(a) = s.find("<!--") {
-        let b = s[a..].find("-->").unwrap() + a + 3;
-        s.replace_range(a..b, "");
-    }
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_introspection_matches_checked_in_xml() {
@@ -42,11 +30,13 @@ async fn live_introspection_matches_checked_in_xml() {
         let live = proxy.introspect().await.unwrap();
         let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("dbus/org.agentstore.Queue1.xml");
         let checked_in = std::fs::read_to_string(&file).unwrap();
-        assert_eq!(
-            queue1_element(&live),
-            queue1_element(&checked_in),
-            "dbus/org.agentstore.Queue1.xml is stale; regenerate the interface element with \
-             `busctl introspect --xml-interface org.agentstore.Queue.<q> /org/agentstore/Queue/<q>`"
+        let d = introspection::compare(&checked_in, &live, "org.agentstore.Queue1").unwrap();
+        assert!(
+            d.is_empty(),
+            "dbus/org.agentstore.Queue1.xml does not match the live object:\n{}\n\
+             regenerate the interface element with `busctl introspect --xml-interface \
+             org.agentstore.Queue.<q> /org/agentstore/Queue/<q>`",
+            d.join("\n")
         );
         m.stop().await;
     })
@@ -78,8 +68,10 @@ fn busctl_as(bus: &PrivateBus, uid: u32, gid: u32, queue: &str, args: &[&str]) -
 async fn calls_are_authorized_by_unix_user() {
     guarded(async {
         let Some(u) = claude_env::unprivileged_user() else {
-            eprintln!("not root: only the trusted-caller path is exercised");
-            return;
+            return skip(
+                "calls as another Unix user",
+                "needs root to call as another uid (only the trusted-caller path would run)",
+            );
         };
         let bus = PrivateBus::start();
         let env = QueueEnv::new(1);
@@ -106,7 +98,10 @@ async fn calls_are_authorized_by_unix_user() {
         .unwrap();
         let (ok, err) = busctl_as(&bus, u.uid, u.gid, &env.queue, &["Pause"]);
         assert!(!ok);
-        assert!(err.contains("only admins can pause"), "{err}");
+        assert!(
+            err.contains("Permission denied: only admins can pause"),
+            "every PermissionDenied text carries the one prefix: {err}"
+        );
         // alice cannot cancel a job of chenry's project...
         let (ok, _) = busctl_as(&bus, 0, 0, &env.queue, &["Pause"]);
         assert!(ok, "root is trusted");
@@ -119,7 +114,10 @@ async fn calls_are_authorized_by_unix_user() {
             &["CancelJob", "s", "theirs"],
         );
         assert!(!ok);
-        assert!(err.contains("another user's project"), "{err}");
+        assert!(
+            err.contains("Permission denied: job theirs belongs to another user's project"),
+            "{err}"
+        );
         // ...but can cancel one she asked for.
         let mut mine = noop(0.0);
         mine["config"]["user"] = json!("alice");
@@ -182,4 +180,81 @@ fn bus_policy_file_loads() {
         "dbus-daemon rejected the policy: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The signals of one queue, in the order they left the manager: `JobStateChanged` as
+/// `id:old>new`, `PropertiesChanged` of `ActiveJobs` as `ActiveJobs=n`.
+async fn ordered_signals(
+    bus: &PrivateBus,
+    queue: &str,
+) -> tokio::sync::mpsc::UnboundedReceiver<String> {
+    use futures_util::StreamExt;
+    let conn = bus.connect().await;
+    let path = agentstore::bus::queue_object_path(queue);
+    let rule = zbus::MatchRule::builder()
+        .msg_type(zbus::message::Type::Signal)
+        .path(path)
+        .build()
+        .unwrap();
+    let mut stream = zbus::MessageStream::for_match_rule(rule, &conn, None)
+        .await
+        .unwrap();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let _conn = &conn;
+        while let Some(Ok(m)) = stream.next().await {
+            let h = m.header();
+            let event = match h.member().map(|m| m.as_str()) {
+                Some("JobStateChanged") => {
+                    let (id, old, new): (String, String, String) = m.body().deserialize().unwrap();
+                    format!("{id}:{old}>{new}")
+                }
+                Some("PropertiesChanged") => {
+                    let (_, changed, _): (
+                        String,
+                        std::collections::HashMap<String, zbus::OwnedVariant>,
+                        Vec<String>,
+                    ) = m.body().deserialize().unwrap();
+                    match changed.get("ActiveJobs") {
+                        Some(v) => format!("ActiveJobs={}", u32::try_from(v).unwrap()),
+                        None => continue,
+                    }
+                }
+                _ => continue,
+            };
+            if tx.send(event).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// A client that follows a queue by its signals (and a proxy that caches properties from
+/// PropertiesChanged) sees the counts of a step before the job moves that step announces:
+/// `ActiveJobs=1` before `a:queued>running`, `ActiveJobs=0` before `a:running>finished`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn property_changes_arrive_before_the_job_moves_they_count() {
+    guarded(async {
+        let bus = PrivateBus::start();
+        let env = QueueEnv::new(1);
+        let mut rx = ordered_signals(&bus, &env.queue).await;
+        let m = RunningManager::start(env.manager_config(&bus)).await;
+        env.queue_job("a", &noop(0.2));
+        let mut seen = Vec::new();
+        while !seen.iter().any(|s| s == "a:running>finished") {
+            seen.push(rx.recv().await.unwrap());
+        }
+        let at = |s: &str| seen.iter().position(|x| x == s);
+        let (up, start, down, end) = (
+            at("ActiveJobs=1"),
+            at("a:queued>running"),
+            at("ActiveJobs=0"),
+            at("a:running>finished"),
+        );
+        assert!(up.is_some() && start.is_some() && up < start, "{seen:?}");
+        assert!(down.is_some() && end.is_some() && down < end, "{seen:?}");
+        m.stop().await;
+    })
+    .await
 }

@@ -11,6 +11,23 @@ use queue_env::*;
 use serde_json::json;
 use std::os::unix::net::UnixDatagram;
 
+/// The `queue-manager` binary for `env`'s queue on `bus`, with the direct launcher.
+fn manager(env: &QueueEnv, bus: &PrivateBus) -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_queue-manager"));
+    c.args([
+        "--queue",
+        &env.queue,
+        "--bus",
+        "session",
+        "--launcher",
+        "direct",
+    ])
+    .arg("--root")
+    .arg(&env.root)
+    .env("DBUS_SESSION_BUS_ADDRESS", &bus.address);
+    c
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn binary_notifies_ready_and_stops_on_sigterm() {
     guarded(async {
@@ -18,18 +35,7 @@ async fn binary_notifies_ready_and_stops_on_sigterm() {
         let env = QueueEnv::new(1);
         let sock_path = env.dir.path().join("notify.sock");
         let sock = UnixDatagram::bind(&sock_path).unwrap();
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_queue-manager"))
-            .args([
-                "--queue",
-                &env.queue,
-                "--bus",
-                "session",
-                "--launcher",
-                "direct",
-            ])
-            .arg("--root")
-            .arg(&env.root)
-            .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
+        let mut child = manager(&env, &bus)
             .env("NOTIFY_SOCKET", &sock_path)
             .spawn()
             .unwrap();
@@ -56,6 +62,14 @@ async fn binary_notifies_ready_and_stops_on_sigterm() {
             .unwrap();
         assert_eq!(p.worker_count().await.unwrap(), 1);
         assert_eq!(env.queue_json()["runtime"]["process_id"], json!(child.id()));
+
+        // A second manager of the same queue finds the name taken: "already running", exit
+        // 2 (the unit's RestartPreventExitStatus=2), and the first one keeps serving.
+        let second = manager(&env, &bus).output().unwrap();
+        let err = String::from_utf8_lossy(&second.stderr);
+        assert_eq!(second.status.code(), Some(2), "{err}");
+        assert!(err.contains("already running"), "{err}");
+        assert_eq!(p.worker_count().await.unwrap(), 1);
 
         nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap()),

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every test: formatting, lints, unit + integration tests, then the real-systemd suite
-# (which prints "SKIP: <reason>" and passes when it cannot run: not root, no nspawn).
+# (which prints "SKIP: <reason>" and passes when it cannot run: not root, no nspawn — unless
+# CI is set, as .ci/run sets it: then a skip fails).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

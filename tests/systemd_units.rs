@@ -52,3 +52,34 @@ fn verify(folder: &str, flags: &[&str]) {
     );
     assert!(out.status.success() && msg.trim().is_empty(), "{msg}");
 }
+
+/// Both daemons exit 2 when another instance is already running (bus name or store lock
+/// held); every unit that restarts them on failure must not restart them for that.
+#[test]
+fn daemon_units_do_not_restart_on_already_running() {
+    let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd");
+    let mut checked = 0;
+    for folder in [base.clone(), base.join("user")] {
+        for name in ["agentstore-orchestrator.service", "queue-manager@.service"] {
+            let path = folder.join(name);
+            let text = std::fs::read_to_string(&path).unwrap();
+            let lines: Vec<&str> = text.lines().map(str::trim).collect();
+            assert!(
+                lines.iter().any(|l| l.starts_with("Restart=on-failure")),
+                "{}: expected Restart=on-failure",
+                path.display()
+            );
+            assert!(
+                lines.iter().any(|l| {
+                    l.strip_prefix("RestartPreventExitStatus=")
+                        .is_some_and(|v| v.split_whitespace().any(|s| s == "2"))
+                }),
+                "{}: Restart=on-failure without RestartPreventExitStatus=2 restarts a second \
+                 instance every few seconds against the running one",
+                path.display()
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 4);
+}

@@ -9,14 +9,13 @@
 //! from a temp copy that names the binary cargo built instead (nothing else is changed).
 //! A missing tool (systemd-analyze, dbus-daemon, dbus-send, setpriv) skips that check with a
 //! note on stderr; the policy test needs root (to run processes as other users) and skips
-//! otherwise. Booting the units under a real systemd is tests/system/'s job.
+//! otherwise. Under CI (`CI` set) every such skip fails instead. Booting the units under a real systemd is tests/system/'s job.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
 use common::TestEnv;
-use common::bus::wait_until;
-use std::io::{BufRead, BufReader};
+use common::bus::{PrivateBus, have, skip, wait_until};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -30,18 +29,6 @@ const MAX_EXPOSURE: f64 = 2.0;
 
 fn repo(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
-}
-
-fn have(cmd: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {cmd}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-fn skip(what: &str, why: &str) {
-    eprintln!("SKIPPED {what}: {why}");
 }
 
 fn text(o: &Output) -> String {
@@ -200,68 +187,6 @@ fn system_service_exposure_is_at_most_2() {
 
 // ---- D-Bus: a real dbus-daemon enforcing dbus/org.agentstore.Orchestrator1.conf ----------
 
-/// A dbus-daemon run with a generated config; killed on drop.
-struct Bus {
-    child: Child,
-    address: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Bus {
-    /// Starts dbus-daemon with `body` inside `<busconfig>`; `env` goes to activated services.
-    fn start(body: &str, env: &[(&str, &Path)]) -> Bus {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let conf = dir.path().join("bus.conf");
-        let socket = dir.path().join("bus_socket");
-        std::fs::write(
-            &conf,
-            format!(
-                r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <listen>unix:path={}</listen>
-  <auth>EXTERNAL</auth>
-{body}
-</busconfig>
-"#,
-                socket.display()
-            ),
-        )
-        .unwrap();
-        let mut c = Command::new("dbus-daemon");
-        c.arg(format!("--config-file={}", conf.display()))
-            .args(["--nofork", "--print-address=1"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        let mut child = c.spawn().unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let address = line.trim().to_string();
-        assert!(
-            address.starts_with("unix:"),
-            "dbus-daemon printed {address:?}"
-        );
-        Bus {
-            child,
-            address,
-            _dir: dir,
-        }
-    }
-}
-
-impl Drop for Bus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// The default policy of a Debian system bus (/usr/share/dbus-1/system.conf), in short:
 /// connect, but own nothing and call nothing that a service file does not open up.
 const SYSTEM_DEFAULT_POLICY: &str = r#"
@@ -298,7 +223,7 @@ fn as_user(user: &str) -> Vec<String> {
 }
 
 /// `dbus-send` as `user` (root: as is).
-fn dbus_send(bus: &Bus, user: &str, args: &[&str]) -> Output {
+fn dbus_send(bus: &PrivateBus, user: &str, args: &[&str]) -> Output {
     let mut c = Command::new("setpriv");
     c.args(as_user(user));
     c.args([
@@ -312,7 +237,7 @@ fn dbus_send(bus: &Bus, user: &str, args: &[&str]) -> Output {
     .unwrap()
 }
 
-fn spawn_as(user: &str, bus: &Bus, root: &Path) -> Child {
+fn spawn_as(user: &str, bus: &PrivateBus, root: &Path) -> Child {
     let mut c = Command::new("setpriv");
     c.args(as_user(user));
     c.arg(env!("CARGO_BIN_EXE_orchestratord"))
@@ -326,7 +251,7 @@ fn spawn_as(user: &str, bus: &Bus, root: &Path) -> Child {
         .unwrap()
 }
 
-fn name_owned(bus: &Bus) -> bool {
+fn name_owned(bus: &PrivateBus) -> bool {
     let o = dbus_send(
         bus,
         "root",
@@ -377,7 +302,7 @@ fn system_bus_policy_only_the_service_user_owns_and_anyone_may_call() {
     let tmp = tempfile::tempdir().unwrap();
     let included = tmp.path().join("policy.conf");
     std::fs::write(&included, policy).unwrap();
-    let bus = Bus::start(
+    let bus = PrivateBus::with_config(
         &format!(
             "{SYSTEM_DEFAULT_POLICY}\n  <servicedir>{}</servicedir>\n  <include>{}</include>",
             services.path().display(),
@@ -545,7 +470,7 @@ fn session_activation_file_starts_orchestratord() {
     let env = TestEnv::initialised();
     // Without --systemd-activation the bus runs Exec= itself; orchestratord then finds the
     // store the way the CLI does (here AGENT_STORE_ROOT, inherited from the bus).
-    let bus = Bus::start(
+    let bus = PrivateBus::with_config(
         &format!(
             r#"  <type>session</type>
   <servicedir>{}</servicedir>
@@ -608,4 +533,50 @@ fn session_activation_file_starts_orchestratord() {
                 || !env.root.join(".orchestrator.lock").exists()
         },
     );
+}
+
+/// Stands for any check that cannot run where it is run; only run by the next test.
+#[test]
+#[ignore = "run by a_skipped_check_fails_under_ci"]
+fn always_skips() {
+    skip("a check", "it can never run");
+}
+
+/// The skip rule itself (DESIGN §8): outside CI a skipped check passes with a note; with
+/// `CI` set it fails. Runs this very test binary on `always_skips`, once each way.
+#[test]
+fn a_skipped_check_fails_under_ci() {
+    let run = |ci: Option<&str>| {
+        let mut c = Command::new(std::env::current_exe().unwrap());
+        c.args([
+            "--ignored",
+            "--exact",
+            "always_skips",
+            "--test-threads=1",
+            "--nocapture",
+        ]);
+        match ci {
+            Some(v) => c.env("CI", v),
+            None => c.env_remove("CI"),
+        };
+        c.output().unwrap()
+    };
+    let outside = run(None);
+    assert!(outside.status.success(), "{}", text(&outside));
+    assert!(
+        text(&outside).contains("SKIPPED a check"),
+        "{}",
+        text(&outside)
+    );
+    for v in ["1", "true"] {
+        let under = run(Some(v));
+        assert!(!under.status.success(), "CI={v}: {}", text(&under));
+        assert!(
+            text(&under).contains("under CI a skipped test fails"),
+            "{}",
+            text(&under)
+        );
+    }
+    let off = run(Some("false"));
+    assert!(off.status.success(), "CI=false is not CI: {}", text(&off));
 }

@@ -1,4 +1,5 @@
 //! `agent-worker`: runs one job (PRD §8). Started by queue-manager; wiring only.
+#![deny(unsafe_code)]
 
 use agentstore::worker::args::Args;
 use anyhow::Context;

@@ -1,5 +1,6 @@
 //! `agentshell`: wiring only — argv → L0 → L1 → L2 → L3. See `agentstore::agent` for the
 //! layers and the headless contract.
+#![deny(unsafe_code)]
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Read};
@@ -232,24 +233,9 @@ fn exec_inner(cwd: &Path, explicit: Option<&Path>, prompt: &str) -> anyhow::Resu
             Arc::new(Unattended),
             Arc::new(LoggedEvents),
         )?;
-        Ok(headless::exec(&mut agent, &prompt, termination()).await)
+        Ok(headless::exec(&mut agent, &prompt, async {
+            agentstore::systemd::termination_signal().await.to_string()
+        })
+        .await)
     })
-}
-
-/// Resolves with the signal's name on SIGTERM, SIGINT or SIGHUP (never, if the handlers cannot
-/// be installed).
-async fn termination() -> String {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::hangup()),
-    ) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => "SIGTERM".to_string(),
-        _ = int.recv() => "SIGINT".to_string(),
-        _ = hup.recv() => "SIGHUP".to_string(),
-    }
 }

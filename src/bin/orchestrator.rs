@@ -1,4 +1,5 @@
 //! `orchestrator`: the user CLI (PRD §5).
+#![deny(unsafe_code)]
 
 use clap::Parser;
 use std::process::ExitCode;

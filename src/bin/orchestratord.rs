@@ -1,4 +1,5 @@
 //! `orchestratord`: the orchestrator daemon (PRD §6), run by systemd.
+#![deny(unsafe_code)]
 
 use agentstore::orchestrator::daemon::{Args, DaemonError, DaemonOptions, run};
 use agentstore::store::resolve_root;
@@ -28,32 +29,20 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = rt.block_on(run(opts, shutdown_signal()));
+    let result = rt.block_on(run(opts, async {
+        agentstore::systemd::shutdown_signal().await;
+    }));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e @ DaemonError::AlreadyRunning(_)) => {
             tracing::error!("{e}");
             eprintln!("orchestratord: {e}");
-            ExitCode::from(2)
+            ExitCode::from(agentstore::systemd::EXIT_ALREADY_RUNNING)
         }
         Err(e) => {
             tracing::error!("{e}");
             eprintln!("orchestratord: {e}");
             ExitCode::FAILURE
         }
-    }
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
     }
 }

@@ -1,21 +1,36 @@
 //! `queue-manager --queue NAME`: the per-queue daemon (PRD §7). Wiring only: arguments,
 //! logging, signals, sd_notify.
+#![deny(unsafe_code)]
 
-use agentstore::model::Launcher;
 use agentstore::queue::args::{Args, BusArg};
-use agentstore::queue::{BusTarget, Manager, ManagerConfig, default_worker_path};
+use agentstore::queue::{BusTarget, Manager, ManagerConfig, QueueError, default_worker_path};
 use anyhow::Context;
 use clap::Parser;
+use std::process::ExitCode;
 
-fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
     let args = Args::parse();
     agentstore::systemd::init_logging("queue-manager", "info");
-    let rt = tokio::runtime::Builder::new_multi_thread()
+    let result = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .context("tokio runtime")?;
-    rt.block_on(serve(args))
+        .context("tokio runtime")
+        .and_then(|rt| rt.block_on(serve(args)));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            eprintln!("queue-manager: {e:#}");
+            // Another manager serves this queue: exit 2, which the unit's
+            // RestartPreventExitStatus= keeps systemd from restarting against it.
+            if matches!(e.downcast_ref(), Some(QueueError::AlreadyRunning(_))) {
+                ExitCode::from(agentstore::systemd::EXIT_ALREADY_RUNNING)
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+    }
 }
 
 async fn serve(args: Args) -> anyhow::Result<()> {
@@ -26,7 +41,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         BusArg::Session => BusTarget::Session,
         BusArg::None => BusTarget::None,
     };
-    cfg.launcher = args.launcher.map(Launcher::from);
+    cfg.launcher = args.launcher;
     cfg.worker = args.worker.unwrap_or_else(default_worker_path);
     let manager = Manager::start(cfg)
         .await
@@ -36,22 +51,10 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         args.queue,
         manager.launcher_name()
     ));
-    manager.run(shutdown_signal()).await?;
+    manager
+        .run(async {
+            agentstore::systemd::shutdown_signal().await;
+        })
+        .await?;
     Ok(())
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-        }
-        _ => std::future::pending().await,
-    }
 }

@@ -2,8 +2,8 @@
 //! `users/` (its `unix_user`, else its id) — one rule for every agentstore interface.
 
 use super::BusError;
-use crate::access::Caller;
 use crate::orchestrator::RouteError;
+use crate::permissions::Caller;
 use crate::store::{Store, StoreError};
 use zbus::message::Header;
 
@@ -66,7 +66,7 @@ pub fn caller_for_uid(
 pub async fn caller_uid(conn: &zbus::Connection, hdr: &Header<'_>) -> Result<u32, BusError> {
     let sender = hdr
         .sender()
-        .ok_or_else(|| BusError::PermissionDenied("Permission denied: no sender".into()))?;
+        .ok_or_else(|| BusError::permission_denied("no sender"))?;
     let dbus = zbus::fdo::DBusProxy::new(conn).await?;
     dbus.get_connection_unix_user(sender.clone().into())
         .await

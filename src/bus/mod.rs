@@ -1,9 +1,12 @@
-//! D-Bus: which bus, the service names, and the named errors every interface returns.
+//! D-Bus: which bus, the service names, and the named errors every interface returns
+//! ([`error`]).
 
 pub mod caller;
+pub mod error;
 pub mod orchestrator;
 pub mod queue;
 
+pub use error::BusError;
 use std::fmt;
 
 /// Orchestrator well-known name, object path and interface.
@@ -61,34 +64,6 @@ impl BusKind {
             Ok("session") => BusKind::Session,
             Ok("system") => BusKind::System,
             _ => BusKind::System,
-        }
-    }
-}
-
-/// The named errors of `org.agentstore.*` interfaces (`org.agentstore.Error.NotFound`, …).
-#[derive(Debug, zbus::DBusError)]
-#[zbus(prefix = "org.agentstore.Error")]
-pub enum BusError {
-    /// A transport error.
-    #[zbus(error)]
-    ZBus(zbus::Error),
-    /// A user, project, PRD, queue or job that does not exist.
-    NotFound(String),
-    /// PRD §10 forbids this for the caller.
-    PermissionDenied(String),
-    /// The message or document fails validation.
-    InvalidMessage(String),
-    /// Anything else that went wrong on the daemon's side.
-    Failed(String),
-}
-
-impl From<crate::store::StoreError> for BusError {
-    fn from(e: crate::store::StoreError) -> BusError {
-        use crate::store::StoreError as S;
-        match e {
-            S::NotFound { .. } => BusError::NotFound(e.to_string()),
-            S::BadId { .. } | S::Invalid { .. } => BusError::InvalidMessage(e.to_string()),
-            other => BusError::Failed(other.to_string()),
         }
     }
 }

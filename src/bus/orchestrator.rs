@@ -4,6 +4,7 @@
 use super::BusError;
 use super::caller::{caller_for_uid, caller_uid};
 use crate::model::{DocKind, Message, Timestamp};
+use crate::orchestrator::daemon::CycleReport;
 use crate::orchestrator::{self, DAEMON};
 use crate::store::{Event, Store};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -62,6 +63,21 @@ impl OrchestratorObject {
     pub fn new(shared: Arc<Shared>) -> OrchestratorObject {
         OrchestratorObject { shared }
     }
+
+    /// The typed signals for the inbox messages one pass answered, in order: each message's
+    /// `MessageProcessed`, then its `JobCreated`. (D-Bus `Submit` emits its own.)
+    pub async fn emit_cycle_signals(emitter: &SignalEmitter<'_>, report: &CycleReport) {
+        for (cid, command, status, project, job) in &report.answered {
+            if let Err(e) = Self::message_processed(emitter, cid, command, status).await {
+                tracing::debug!("MessageProcessed: {e}");
+            }
+            if let Some(j) = job
+                && let Err(e) = Self::job_created(emitter, &j.id, &j.queue, project).await
+            {
+                tracing::debug!("JobCreated: {e}");
+            }
+        }
+    }
 }
 
 #[zbus::interface(name = "org.agentstore.Orchestrator1")]
@@ -103,26 +119,28 @@ impl OrchestratorObject {
     }
 
     /// Processes the inbox and finished jobs now; returns how many items were handled.
+    /// Messages it answers are announced with `MessageProcessed` (and `JobCreated`), as the
+    /// daemon's own loop announces them.
     #[zbus(out_args("handled"))]
     async fn sweep(
         &self,
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &zbus::Connection,
+        #[zbus(signal_emitter)] emitter: SignalEmitter<'_>,
     ) -> Result<u32, BusError> {
         self.shared.activity.fetch_add(1, Ordering::Relaxed);
         let uid = caller_uid(conn, &hdr).await?;
         let who = caller_for_uid(&self.shared.store, uid, self.shared.own_uid, None)?;
         if !who.is_admin() {
-            return Err(BusError::PermissionDenied(
-                "Permission denied: only admins can sweep".into(),
-            ));
+            return Err(BusError::permission_denied("only admins can sweep"));
         }
         let shared = self.shared.clone();
-        tokio::task::spawn_blocking(move || crate::orchestrator::daemon::cycle(&shared))
-            .await
-            .map_err(|e| BusError::Failed(e.to_string()))?
-            .map(|n| u32::try_from(n).unwrap_or(u32::MAX))
-            .map_err(|e| BusError::Failed(e.to_string()))
+        let report =
+            tokio::task::spawn_blocking(move || crate::orchestrator::daemon::cycle_report(&shared))
+                .await?
+                .map_err(|e| BusError::Failed(e.to_string()))?;
+        Self::emit_cycle_signals(&emitter, &report).await;
+        Ok(u32::try_from(report.handled).unwrap_or(u32::MAX))
     }
 
     /// Package version.
@@ -277,4 +295,15 @@ pub trait Orchestrator1 {
     /// Last loop time.
     #[zbus(property)]
     fn last_loop_time(&self) -> zbus::Result<String>;
+    /// See the server's `MessageProcessed`.
+    #[zbus(signal)]
+    fn message_processed(
+        &self,
+        correlation_id: &str,
+        command: &str,
+        status: &str,
+    ) -> zbus::Result<()>;
+    /// See the server's `JobCreated`.
+    #[zbus(signal)]
+    fn job_created(&self, job_id: &str, queue: &str, project: &str) -> zbus::Result<()>;
 }

@@ -6,7 +6,7 @@
 //! channel (the loop is the only place that changes jobs).
 
 use super::BusError;
-use crate::access::Caller;
+use crate::permissions::Caller;
 use crate::store::Store;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot};
@@ -100,6 +100,7 @@ impl QueueObject {
             .map_err(|_| BusError::Failed("the queue manager is stopping".into()))?;
         rx.await
             .map_err(|_| BusError::Failed("the queue manager is stopping".into()))?
+            .map_err(BusError::normalized)
     }
 }
 
@@ -174,9 +175,7 @@ impl QueueObject {
     ) -> Result<(), BusError> {
         let (caller, _) = self.caller(&hdr, conn).await?;
         if !caller.is_admin() {
-            return Err(BusError::PermissionDenied(
-                "only admins can pause a queue".into(),
-            ));
+            return Err(BusError::permission_denied("only admins can pause a queue"));
         }
         self.send(|reply| QueueRequest::Pause { reply }).await
     }
@@ -189,8 +188,8 @@ impl QueueObject {
     ) -> Result<(), BusError> {
         let (caller, _) = self.caller(&hdr, conn).await?;
         if !caller.is_admin() {
-            return Err(BusError::PermissionDenied(
-                "only admins can resume a queue".into(),
+            return Err(BusError::permission_denied(
+                "only admins can resume a queue",
             ));
         }
         self.send(|reply| QueueRequest::Resume { reply }).await

@@ -364,7 +364,7 @@ pub(super) fn add_queue(g: &GlobalArgs, out: &mut dyn Write, a: AddQueueArgs) ->
         claude_cli_path: a.claude_cli_path,
         rest_interval: a.rest_interval,
         max_job_runtime_seconds: a.max_job_runtime_seconds,
-        launcher: a.launcher.map(Into::into),
+        launcher: a.launcher,
         resource_limits: (limits != ResourceLimits::default()).then_some(limits),
         ..QueueConfig::defaults(&a.id)
     };

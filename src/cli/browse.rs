@@ -2,8 +2,8 @@
 
 use super::render::{Format, JsonArrayWriter, Table, write_fields, write_json};
 use super::{CliError, CliResult, GlobalArgs, Session, open_store};
-use crate::access::Caller;
 use crate::model::{DocKind, Job, JobStatus, Prd, PrdState, Project, Queue, Timestamp, User};
+use crate::permissions::Caller;
 use crate::store::{JobLocation, Store, StoreError, read_limited};
 use serde::Deserialize;
 use serde_json::Value;

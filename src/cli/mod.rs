@@ -13,7 +13,7 @@ mod session;
 pub use render::Format;
 pub use session::{Session, session_path};
 
-use crate::model::{JobStatus, Launcher, Permission};
+use crate::model::{JobStatus, Permission};
 use crate::store::{Store, StoreError, resolve_root};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -217,26 +217,8 @@ impl From<PermissionArg> for Permission {
     }
 }
 
-/// `--launcher` values.
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum LauncherArg {
-    /// systemd when reachable, else direct.
-    Auto,
-    /// A transient scope per job.
-    Systemd,
-    /// Own session and process group.
-    Direct,
-}
-
-impl From<LauncherArg> for Launcher {
-    fn from(l: LauncherArg) -> Launcher {
-        match l {
-            LauncherArg::Auto => Launcher::Auto,
-            LauncherArg::Systemd => Launcher::Systemd,
-            LauncherArg::Direct => Launcher::Direct,
-        }
-    }
-}
+/// `--launcher` values: the model's own enum (clap derives `ValueEnum` on it).
+pub use crate::model::Launcher as LauncherArg;
 
 /// A failed command: what to print and the exit code.
 #[derive(Debug, thiserror::Error)]

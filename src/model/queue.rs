@@ -39,13 +39,16 @@ pub struct QueueConfig {
 }
 
 /// How the queue manager starts workers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+///
+/// It is also the `--launcher` value of the CLI and the queue manager (clap derives it here, so
+/// the command lines need no copy of the enum).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Launcher {
     /// systemd when reachable, else direct.
     #[default]
     Auto,
-    /// Transient scope per job.
+    /// A transient scope per job.
     Systemd,
     /// Own session and process group.
     Direct,

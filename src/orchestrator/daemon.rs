@@ -197,30 +197,12 @@ fn watch(store: &Store, tx: tokio::sync::mpsc::Sender<()>) -> std::io::Result<()
     Ok(())
 }
 
-/// The D-Bus signals for messages answered from the inbox (D-Bus calls emit their own).
+/// The D-Bus signals for messages answered from the inbox (D-Bus calls emit their own),
+/// typed and in order (`OrchestratorObject::emit_cycle_signals`).
 async fn emit_signals(conn: &zbus::Connection, report: &CycleReport) {
-    use crate::bus::ORCHESTRATOR_INTERFACE as IFACE;
-    for (cid, command, status, project, job) in &report.answered {
-        let _ = conn
-            .emit_signal(
-                None::<&str>,
-                ORCHESTRATOR_PATH,
-                IFACE,
-                "MessageProcessed",
-                &(cid, command, status),
-            )
-            .await;
-        if let Some(j) = job {
-            let _ = conn
-                .emit_signal(
-                    None::<&str>,
-                    ORCHESTRATOR_PATH,
-                    IFACE,
-                    "JobCreated",
-                    &(&j.id, &j.queue, project),
-                )
-                .await;
-        }
+    match zbus::object_server::SignalEmitter::new(conn, ORCHESTRATOR_PATH) {
+        Ok(emitter) => OrchestratorObject::emit_cycle_signals(&emitter, report).await,
+        Err(e) => tracing::debug!("cannot emit signals: {e}"),
     }
 }
 

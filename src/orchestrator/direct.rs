@@ -2,8 +2,8 @@
 
 use super::RouteError;
 use super::commands::help_text;
-use crate::access::Caller;
 use crate::model::{Message, Project};
+use crate::permissions::Caller;
 use crate::store::{Store, StoreError};
 use serde_json::{Value, json};
 

@@ -1,7 +1,6 @@
 //! What can go wrong handling one message. Each kind maps to one outbox error text and one
-//! named D-Bus error.
+//! named D-Bus error (the mapping is `bus::error`; this layer knows nothing of D-Bus).
 
-use crate::bus::BusError;
 use crate::store::StoreError;
 
 /// Why a message could not be handled.
@@ -38,19 +37,6 @@ impl From<StoreError> for RouteError {
                 RouteError::Invalid(e.to_string())
             }
             _ => RouteError::Failed(e.to_string()),
-        }
-    }
-}
-
-impl From<RouteError> for BusError {
-    fn from(e: RouteError) -> BusError {
-        match e {
-            RouteError::NotFound(m) => BusError::NotFound(m),
-            RouteError::PermissionDenied(m) => {
-                BusError::PermissionDenied(format!("Permission denied: {m}"))
-            }
-            RouteError::Invalid(m) => BusError::InvalidMessage(m),
-            RouteError::Failed(m) => BusError::Failed(m),
         }
     }
 }

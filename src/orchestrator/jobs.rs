@@ -2,10 +2,10 @@
 
 use super::RouteError;
 use super::commands::claude_command_for;
-use crate::access::Caller;
 use crate::model::{
     DocKind, Job, JobConfig, JobRuntime, JobStatus, JobType, Message, Prd, Project, Timestamp,
 };
+use crate::permissions::Caller;
 use crate::store::Store;
 use serde_json::{Map, Value};
 

@@ -22,8 +22,8 @@ pub use error::RouteError;
 pub use jobs::{CreatedJob, DEFAULT_TIMEOUT_SECONDS, job_id_for, select_queue};
 pub use lock::{LockError, LockInfo, StoreLock};
 
-use crate::access::Caller;
 use crate::model::{DocKind, Message, MessageSource, MessageStatus, Timestamp, is_safe_id};
+use crate::permissions::Caller;
 use crate::store::{Event, Store, StoreError, move_no_replace, read_limited, scan_dir};
 use serde_json::{Map, Value, json};
 use std::path::{Path, PathBuf};

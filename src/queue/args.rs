@@ -17,7 +17,7 @@ pub struct Args {
     pub bus: BusArg,
     /// How to start jobs (default: the queue's `launcher`, else auto).
     #[arg(long, value_enum)]
-    pub launcher: Option<crate::cli::LauncherArg>,
+    pub launcher: Option<crate::model::Launcher>,
     /// The agent-worker binary (default: next to this program, else on PATH).
     #[arg(long, value_name = "PATH")]
     pub worker: Option<PathBuf>,

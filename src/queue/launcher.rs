@@ -2,6 +2,8 @@
 //! process group. `systemd`: the same process, placed in a transient scope before it may do
 //! anything (see [`super::scope`]). Either way the worker is started gated: it blocks on its
 //! stdin until the manager has written the job file and says `go`.
+// `pre_exec` (the worker's own session before exec) has no safe form.
+#![allow(unsafe_code)]
 
 use super::scope::{ScopeError, ScopeLauncher};
 use crate::model::{Launcher, ResourceLimits};

@@ -8,7 +8,6 @@
 //! (a synced folder, a lost event). `queue.json`'s runtime is written once per loop.
 
 pub mod args;
-pub mod jobfile;
 pub mod launcher;
 pub mod pidwatch;
 pub mod scope;
@@ -17,10 +16,10 @@ pub mod selection;
 use crate::bus::queue::{QueueObject, QueueRequest, QueueState};
 use crate::bus::{BusError, queue_bus_name, queue_object_path};
 use crate::model::{DocKind, Job, JobStatus, Launcher, Queue, QueueConfig, Timestamp};
+use crate::permissions::project_owner_login;
+use crate::store::jobfile::{fail_raw, set_failed, write_and_move};
 use crate::store::{Event, Store, StoreError, hostname, move_no_replace, read_limited};
-use crate::worker::runas::project_owner_login;
 use futures_util::StreamExt;
-use jobfile::{fail_raw, set_failed, write_and_move};
 use launcher::{JobLauncher, LaunchSpec, release};
 use nix::sys::signal::Signal;
 use selection::QueuedIndex;
@@ -405,8 +404,8 @@ impl Manager {
             }
         }
         self.start_jobs().await;
-        self.write_runtime(false);
-        self.flush_signals().await;
+        let changed = self.write_runtime(false);
+        self.flush_signals(changed).await;
     }
 
     fn next_deadline(&self) -> Instant {
@@ -514,9 +513,29 @@ impl Manager {
         self.pending.push((id.to_string(), old, new));
     }
 
-    async fn flush_signals(&mut self) {
+    /// Emits, in this order, the property changes of the step (`changed`: the state before
+    /// and after), then the job moves it made: a client (or a proxy's property cache) sees
+    /// the new counts before the moves they count. Awaited here, never from a spawned task,
+    /// so the order on the bus is the order of the calls.
+    async fn flush_signals(&mut self, changed: Option<(QueueState, QueueState)>) {
         let pending = std::mem::take(&mut self.pending);
         let Some(iface) = &self.iface else { return };
+        if let Some((old, new)) = changed {
+            let obj = iface.get().await;
+            let e = iface.signal_emitter();
+            if old.worker_count != new.worker_count {
+                let _ = obj.worker_count_changed(e).await;
+            }
+            if old.active_jobs != new.active_jobs {
+                let _ = obj.active_jobs_changed(e).await;
+            }
+            if old.queued_jobs != new.queued_jobs {
+                let _ = obj.queued_jobs_changed(e).await;
+            }
+            if old.paused != new.paused {
+                let _ = obj.paused_changed(e).await;
+            }
+        }
         for (id, old, new) in pending {
             if let Err(e) =
                 QueueObject::job_state_changed(iface.signal_emitter(), &id, old.name(), new.name())
@@ -898,7 +917,7 @@ impl Manager {
     async fn cancel(
         &mut self,
         id: &str,
-        caller: &crate::access::Caller,
+        caller: &crate::permissions::Caller,
         by: &str,
     ) -> Result<(), BusError> {
         crate::store::check_id("job", id)?;
@@ -953,14 +972,15 @@ impl Manager {
 
     // ---- runtime -----------------------------------------------------------------------
 
-    /// Writes `queue.json`'s runtime (PRD §4.5); `reset` = the startup reset.
-    fn write_runtime(&mut self, reset: bool) {
+    /// Writes `queue.json`'s runtime (PRD §4.5); `reset` = the startup reset. Returns the
+    /// served state before and after, for [`Self::flush_signals`] (`None` on the reset).
+    fn write_runtime(&mut self, reset: bool) -> Option<(QueueState, QueueState)> {
         let q = self.cfg.queue.clone();
         let mut doc = match self.store.queue(&q) {
             Ok(d) => d,
             Err(e) => {
                 tracing::warn!(queue = %q, "cannot read queue.json: {e}");
-                return;
+                return None;
             }
         };
         let now = Timestamp::now();
@@ -981,7 +1001,7 @@ impl Manager {
             tracing::warn!(queue = %q, "cannot write queue.json: {e}");
         }
         if reset {
-            return;
+            return None;
         }
         let new = QueueState {
             worker_count: doc.config.worker_count,
@@ -994,24 +1014,7 @@ impl Manager {
             let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
             std::mem::replace(&mut *s, new.clone())
         };
-        if let Some(iface) = self.iface.clone() {
-            tokio::spawn(async move {
-                let obj = iface.get().await;
-                let e = iface.signal_emitter();
-                if old.worker_count != new.worker_count {
-                    let _ = obj.worker_count_changed(e).await;
-                }
-                if old.active_jobs != new.active_jobs {
-                    let _ = obj.active_jobs_changed(e).await;
-                }
-                if old.queued_jobs != new.queued_jobs {
-                    let _ = obj.queued_jobs_changed(e).await;
-                }
-                if old.paused != new.paused {
-                    let _ = obj.paused_changed(e).await;
-                }
-            });
-        }
+        Some((old, new))
     }
 }
 

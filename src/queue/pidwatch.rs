@@ -1,6 +1,8 @@
 //! Watching a process that is not our child (a worker re-adopted after a manager restart):
 //! a pidfd becomes readable when the process exits, so the manager learns of it at once
 //! instead of at the next sweep.
+// `pidfd_open(2)` has no safe wrapper in nix or std yet (each block has its SAFETY note).
+#![allow(unsafe_code)]
 
 use std::os::fd::{FromRawFd, OwnedFd};
 use tokio::io::unix::AsyncFd;

@@ -3,11 +3,8 @@
 //! Schemas are embedded from `schemas/` at build time and compiled once. When a store carries
 //! its own copy in `JSONValidation/Schemas/<kind>.schema.json`, that copy is used instead, as
 //! the PRD says. A rejection names every failing field by JSON pointer and can be logged as one
-//! JSON line in `JSONValidation/errors.out` ([`ErrorLog`]).
-
-mod error_log;
-
-pub use error_log::{ErrorLog, ErrorLogEntry};
+//! JSON line in `JSONValidation/errors.out` (`store::ErrorLog` writes it; this layer does no I/O
+//! on the store).
 
 use crate::model::DocKind;
 use jsonschema::error::ValidationErrorKind;

@@ -2,12 +2,15 @@
 //! typed access to the documents.
 
 mod config;
+mod error_log;
 mod events;
 mod fsio;
+pub mod jobfile;
 mod root;
 mod scan;
 
 pub use config::{Config, ConfigError, LoggingConfig, OrchestratorConfig, SlackConfig};
+pub use error_log::{ErrorLog, ErrorLogEntry};
 pub use events::{Event, hostname};
 pub use fsio::{
     append_line_locked, move_no_replace, remove_stale_temp_files, sync_parent, write_atomic,
@@ -20,7 +23,7 @@ use crate::model::{
     DocKind, Job, JobStatus, Message, Prd, PrdState, Project, Queue, QueueConfig, QueueRuntime,
     User, is_safe_id,
 };
-use crate::schema::{ErrorLog, Rejection, SchemaError, Validator, document_id};
+use crate::schema::{Rejection, SchemaError, Validator, document_id};
 use serde::de::DeserializeOwned;
 use std::io;
 use std::path::{Path, PathBuf};

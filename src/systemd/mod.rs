@@ -64,3 +64,50 @@ pub fn init_logging(identifier: &str, default_level: &str) {
             .try_init();
     });
 }
+
+/// The exit status of a daemon that finds another instance already running (the D-Bus name
+/// or the store lock is held). Its unit lists it in `RestartPreventExitStatus=`, so systemd
+/// does not restart it every few seconds against the running one.
+pub const EXIT_ALREADY_RUNNING: u8 = 2;
+
+/// Resolves with the signal's name when the daemon is asked to stop (SIGTERM from systemd,
+/// SIGINT from a terminal). Never resolves if the handlers cannot be installed. The one
+/// shutdown future both daemons' `run(…, shutdown)` get from their binaries.
+pub async fn shutdown_signal() -> &'static str {
+    first_signal(false).await
+}
+
+/// Like [`shutdown_signal`], and also on SIGHUP (the terminal went away): for programs that
+/// run in a terminal or as a job's child rather than as a service.
+pub async fn termination_signal() -> &'static str {
+    first_signal(true).await
+}
+
+async fn first_signal(hangup: bool) -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    let mut hup = if hangup {
+        match signal(SignalKind::hangup()) {
+            Ok(s) => Some(s),
+            Err(_) => return std::future::pending().await,
+        }
+    } else {
+        None
+    };
+    let hup_recv = async {
+        match hup.as_mut() {
+            Some(h) => h.recv().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+        _ = hup_recv => "SIGHUP",
+    }
+}

@@ -9,7 +9,7 @@ pub mod process;
 pub mod runas;
 
 use crate::model::{Job, JobStatus, JobType, QueueConfig};
-use crate::queue::jobfile::{fail_raw, write_and_move};
+use crate::store::jobfile::{fail_raw, write_and_move};
 use crate::store::{Store, StoreError, read_limited};
 use capture::OUTPUT_LIMIT;
 use process::{AgentCommand, AgentOutput, agent_env, run_agent};

@@ -1,6 +1,8 @@
 //! Starting the agent process (`claude -p`, `agentshell exec`): cleared environment plus an
 //! allow-list, the run-as account, the prompt on stdin, both output streams captured with a
 //! bound.
+// `pre_exec` (dropping to the run-as account before exec) has no safe form.
+#![allow(unsafe_code)]
 
 use super::capture::{Captured, OUTPUT_LIMIT, capture};
 use super::runas::RunAs;

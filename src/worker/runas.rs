@@ -2,8 +2,6 @@
 //! project owner's Unix account (`unix_user` in the owner's user document, else the user id);
 //! otherwise the manager's own account.
 
-use crate::model::Job;
-use crate::store::Store;
 use std::path::PathBuf;
 
 /// A resolved Unix account.
@@ -24,14 +22,6 @@ pub struct RunAs {
 /// Why no account could be chosen.
 #[derive(Debug, thiserror::Error)]
 pub enum RunAsError {
-    /// The job's project document cannot be read.
-    #[error("cannot choose the Unix user for project {project}: {reason}")]
-    Project {
-        /// Project id.
-        project: String,
-        /// Cause.
-        reason: String,
-    },
     /// The account does not exist on this machine.
     #[error("Unix user {0:?} does not exist on this machine")]
     NoSuchUser(String),
@@ -79,25 +69,5 @@ impl RunAs {
             home: u.dir,
             shell: u.shell,
         }
-    }
-}
-
-/// The Unix login name a job of `job`'s project runs as when the manager is root: the
-/// owner's `unix_user`, else the owner's id.
-pub fn project_owner_login(store: &Store, job: &Job) -> Result<String, RunAsError> {
-    let project = store
-        .project(&job.config.project)
-        .map_err(|e| RunAsError::Project {
-            project: job.config.project.clone(),
-            reason: e.to_string(),
-        })?;
-    match store.user(&project.owner) {
-        Ok(user) => Ok(user.unix_name().to_string()),
-        // No user document: the owner id is the login name (PRD ids are user names).
-        Err(crate::store::StoreError::NotFound { .. }) => Ok(project.owner),
-        Err(e) => Err(RunAsError::Project {
-            project: job.config.project.clone(),
-            reason: e.to_string(),
-        }),
     }
 }

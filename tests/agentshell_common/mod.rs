@@ -4,9 +4,12 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
+
+#[path = "../support/harness.rs"]
+mod harness;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -100,16 +103,10 @@ pub fn pids_running(argv: &[&str]) -> Vec<i32> {
         .collect()
 }
 
-/// Poll `cond` until true; panics after a generous hang guard.
-pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let guard = Instant::now();
-    while !cond() {
-        assert!(
-            guard.elapsed() < Duration::from_secs(30),
-            "hang guard: {what} never happened"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+/// Poll `cond` until true; panics after a generous hang guard (the shared
+/// `tests/support/harness.rs` one).
+pub fn wait_until(what: &str, cond: impl FnMut() -> bool) {
+    harness::wait_until(Duration::from_secs(30), what, cond)
 }
 
 async fn serve(

@@ -9,79 +9,16 @@ use agentstore::model::{Launcher, Queue, QueueConfig};
 use agentstore::queue::{BusTarget, Manager, ManagerConfig};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
+#[path = "harness.rs"]
+mod harness;
+pub use harness::*;
+
 /// Guard for one test: a hang fails instead of blocking CI (not a timing assertion).
 pub const HANG_GUARD: Duration = Duration::from_secs(180);
-
-/// A private `dbus-daemon`, killed on drop.
-pub struct PrivateBus {
-    child: Child,
-    pub address: String,
-    _dir: tempfile::TempDir,
-}
-
-impl PrivateBus {
-    /// Starts `dbus-daemon --nofork --print-address` with a policy that lets any local user
-    /// connect (so tests can call as another Unix user).
-    pub fn start() -> PrivateBus {
-        let dir = tempfile::tempdir().unwrap();
-        let conf = dir.path().join("bus.conf");
-        std::fs::write(
-            &conf,
-            r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>session</type>
-  <listen>unix:tmpdir=/tmp</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">
-    <allow user="*"/>
-    <allow send_destination="*" eavesdrop="true"/>
-    <allow eavesdrop="true"/>
-    <allow own="*"/>
-  </policy>
-</busconfig>
-"#,
-        )
-        .unwrap();
-        let mut child = Command::new("dbus-daemon")
-            .arg(format!("--config-file={}", conf.display()))
-            .args(["--nofork", "--print-address=1"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("dbus-daemon (apt-get install dbus)");
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        PrivateBus {
-            child,
-            address: line.trim().to_string(),
-            _dir: dir,
-        }
-    }
-
-    /// A client connection.
-    pub async fn connect(&self) -> zbus::Connection {
-        zbus::connection::Builder::address(self.address.as_str())
-            .build()
-            .await
-            .unwrap()
-    }
-}
-
-impl Drop for PrivateBus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// Login name jobs run as: the test user when root (as the product would), else ourselves.
 pub fn job_login() -> String {

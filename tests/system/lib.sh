@@ -14,7 +14,8 @@
 #   * commands run inside with `nsenter -t <container PID 1> -a`.
 #
 # Functions (NAME is the test's short name; it is also the container's hostname):
-#   sys_preflight                          root? host packages? namespaces? else SKIP (exit 0)
+#   sys_preflight                          root? host packages? namespaces? else SKIP (exit 0;
+#                                          under CI: FAIL, exit 1)
 #   sys_rootfs                             print the cached rootfs path, building it if needed
 #   sys_boot NAME [--bind SRC:DST] [--bind-ro SRC:DST] [--network host|private]
 #   sys_prepare NAME / sys_root NAME        make (and print) a container's root without booting
@@ -52,7 +53,16 @@ SYS_ON_EXIT=()
 
 sys_log() { printf '[sys %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 
+# sys_in_ci — true when CI is set (to anything but empty, 0 or false): then nothing may skip.
+sys_in_ci() {
+    case "${CI:-}" in "" | 0 | false | FALSE) return 1 ;; *) return 0 ;; esac
+}
+
 sys_skip() {
+    if sys_in_ci; then
+        echo "FAIL: the system suite cannot run here, and CI is set (under CI a skip fails): $*"
+        exit 1
+    fi
     echo "SKIP: $*"
     exit 0
 }
@@ -485,6 +495,10 @@ sys_test_begin() {
 
 # sys_test_skip REASON — this test cannot run here (the runner counts it as skipped).
 sys_test_skip() {
+    if sys_in_ci; then
+        echo "FAIL: ${SYS_TEST:-test}: cannot run here, and CI is set (under CI a skip fails): $*"
+        exit 1
+    fi
     echo "SKIP: ${SYS_TEST:-test}: $*"
     exit 77
 }

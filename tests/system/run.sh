@@ -3,7 +3,8 @@
 #
 #   tests/system/run.sh [--deb FILE | --no-deb] [t_NAME ...]
 #
-# 1. preflight: root, systemd-nspawn, debootstrap, namespaces — else "SKIP: <reason>", exit 0;
+# 1. preflight: root, systemd-nspawn, debootstrap, namespaces — else "SKIP: <reason>", exit 0
+#    (with CI set: "FAIL: …", exit 1);
 # 2. the .deb: built by packaging/build-deb.sh (release binaries, man pages, completions,
 #    cargo-deb), unless --deb FILE (or SYS_DEB) names one; --no-deb runs without a package
 #    (tests that need it skip themselves);

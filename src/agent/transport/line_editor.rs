@@ -4,8 +4,8 @@
 //! history and Ctrl+C — a few hundred lines — not a crate that brings its own terminal stack.
 //! When stdin is not a terminal it reads plain lines, so pipes and tests work too.
 
-use std::io::{self, BufRead, Write};
-use std::os::fd::RawFd;
+use nix::sys::termios::{self, InputFlags, LocalFlags, SetArg, SpecialCharacterIndices, Termios};
+use std::io::{self, BufRead, IsTerminal, Write};
 
 /// What reading a line produced.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -200,84 +200,67 @@ impl LineBuffer {
     }
 }
 
-/// Puts the terminal in raw mode and restores it when dropped.
+/// Puts the terminal (stdin) in raw mode and restores it when dropped.
 struct RawMode {
-    fd: RawFd,
-    saved: libc::termios,
+    saved: Termios,
 }
 
 impl RawMode {
-    fn enable(fd: RawFd) -> io::Result<Self> {
-        // SAFETY: termios is plain data; tcgetattr fills it or fails without touching memory
-        // beyond it.
-        let mut saved: libc::termios = unsafe { std::mem::zeroed() };
-        // SAFETY: fd is a valid descriptor for the duration of the call; `saved` is writable.
-        if unsafe { libc::tcgetattr(fd, &mut saved) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let mut raw = saved;
-        raw.c_iflag &= !(libc::ICRNL | libc::IXON | libc::BRKINT | libc::INPCK | libc::ISTRIP);
-        raw.c_lflag &= !(libc::ICANON | libc::ECHO | libc::ISIG | libc::IEXTEN);
-        raw.c_cc[libc::VMIN] = 1;
-        raw.c_cc[libc::VTIME] = 0;
-        // SAFETY: `raw` is a valid termios derived from the one the kernel gave us.
-        if unsafe { libc::tcsetattr(fd, libc::TCSADRAIN, &raw) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Self { fd, saved })
+    fn enable() -> io::Result<Self> {
+        let stdin = io::stdin();
+        let saved = termios::tcgetattr(&stdin)?;
+        let mut raw = saved.clone();
+        raw.input_flags &= !(InputFlags::ICRNL
+            | InputFlags::IXON
+            | InputFlags::BRKINT
+            | InputFlags::INPCK
+            | InputFlags::ISTRIP);
+        raw.local_flags &=
+            !(LocalFlags::ICANON | LocalFlags::ECHO | LocalFlags::ISIG | LocalFlags::IEXTEN);
+        raw.control_chars[SpecialCharacterIndices::VMIN as usize] = 1;
+        raw.control_chars[SpecialCharacterIndices::VTIME as usize] = 0;
+        termios::tcsetattr(&stdin, SetArg::TCSADRAIN, &raw)?;
+        Ok(Self { saved })
     }
 }
 
 impl Drop for RawMode {
     fn drop(&mut self) {
-        // SAFETY: restores the attributes saved from the same descriptor.
-        unsafe {
-            libc::tcsetattr(self.fd, libc::TCSADRAIN, &self.saved);
-        }
+        let _ = termios::tcsetattr(io::stdin(), SetArg::TCSADRAIN, &self.saved);
     }
 }
 
 /// The terminal's attributes, saved so they can be restored on an abrupt exit (a signal while
 /// a reader thread holds the terminal in raw mode).
-pub struct TerminalState(libc::termios);
+pub struct TerminalState(Termios);
 
 impl TerminalState {
     /// Save stdin's attributes; `None` when stdin is not a terminal.
     pub fn save() -> Option<Self> {
-        let fd = libc::STDIN_FILENO;
-        if !is_tty(fd) {
+        let stdin = io::stdin();
+        if !is_tty(&stdin) {
             return None;
         }
-        // SAFETY: termios is plain data, filled by tcgetattr.
-        let mut t: libc::termios = unsafe { std::mem::zeroed() };
-        // SAFETY: valid descriptor and writable termios.
-        (unsafe { libc::tcgetattr(fd, &mut t) } == 0).then_some(Self(t))
+        termios::tcgetattr(&stdin).ok().map(Self)
     }
 
     /// Put the saved attributes back.
     pub fn restore(&self) {
-        // SAFETY: attributes previously read from the same descriptor.
-        unsafe {
-            libc::tcsetattr(libc::STDIN_FILENO, libc::TCSANOW, &self.0);
-        }
+        let _ = termios::tcsetattr(io::stdin(), SetArg::TCSANOW, &self.0);
     }
 }
 
-/// Whether `fd` is a terminal.
-pub fn is_tty(fd: RawFd) -> bool {
-    // SAFETY: isatty only inspects the descriptor.
-    unsafe { libc::isatty(fd) == 1 }
+/// Whether `f` (stdin, stdout, a file) is a terminal.
+pub fn is_tty(f: &impl IsTerminal) -> bool {
+    f.is_terminal()
 }
 
-fn read_byte(fd: RawFd) -> Option<u8> {
-    let mut b = 0u8;
+fn read_byte() -> Option<u8> {
+    let mut b = [0u8; 1];
     loop {
-        // SAFETY: reads at most one byte into a valid one-byte buffer.
-        let n = unsafe { libc::read(fd, (&mut b as *mut u8).cast(), 1) };
-        match n {
-            1 => return Some(b),
-            0 => return None,
-            _ if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => continue,
+        match nix::unistd::read(io::stdin(), &mut b) {
+            Ok(1) => return Some(b[0]),
+            Err(nix::errno::Errno::EINTR) => continue,
             _ => return None,
         }
     }
@@ -286,21 +269,16 @@ fn read_byte(fd: RawFd) -> Option<u8> {
 /// Read one line without echo (for API keys); `None` at end of input. Off a terminal it reads a
 /// plain line.
 pub fn read_hidden(prompt: &str) -> io::Result<Option<String>> {
-    let fd = libc::STDIN_FILENO;
+    let stdin = io::stdin();
     let mut out = io::stderr();
     // Echo goes off before the prompt appears: whatever is typed (or pasted) once the prompt
     // is visible is never echoed.
-    let saved = if is_tty(fd) {
-        // SAFETY: as in RawMode::enable; only ECHO is cleared, canonical input stays on.
-        let mut t: libc::termios = unsafe { std::mem::zeroed() };
-        // SAFETY: valid descriptor and writable termios.
-        if unsafe { libc::tcgetattr(fd, &mut t) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let mut quiet = t;
-        quiet.c_lflag &= !libc::ECHO;
-        // SAFETY: a termios derived from the kernel's.
-        unsafe { libc::tcsetattr(fd, libc::TCSADRAIN, &quiet) };
+    let saved = if is_tty(&stdin) {
+        // Only ECHO is cleared; canonical input stays on.
+        let t = termios::tcgetattr(&stdin)?;
+        let mut quiet = t.clone();
+        quiet.local_flags &= !LocalFlags::ECHO;
+        termios::tcsetattr(&stdin, SetArg::TCSADRAIN, &quiet)?;
         Some(t)
     } else {
         None
@@ -308,10 +286,9 @@ pub fn read_hidden(prompt: &str) -> io::Result<Option<String>> {
     write!(out, "{prompt}")?;
     out.flush()?;
     let mut line = String::new();
-    let n = io::stdin().lock().read_line(&mut line);
+    let n = stdin.lock().read_line(&mut line);
     if let Some(t) = saved {
-        // SAFETY: restores the saved attributes.
-        unsafe { libc::tcsetattr(fd, libc::TCSADRAIN, &t) };
+        let _ = termios::tcsetattr(&stdin, SetArg::TCSADRAIN, &t);
         writeln!(out)?;
     }
     Ok(match n? {
@@ -342,9 +319,8 @@ impl LineEditor {
 
     /// Show `prompt` and read one line from stdin.
     pub fn read_line(&mut self, prompt: &str) -> io::Result<ReadOutcome> {
-        let fd = libc::STDIN_FILENO;
         let mut out = io::stdout();
-        if !is_tty(fd) {
+        if !is_tty(&io::stdin()) {
             write!(out, "{prompt}")?;
             out.flush()?;
             let mut line = String::new();
@@ -353,8 +329,8 @@ impl LineEditor {
                 _ => ReadOutcome::Line(line.trim_end_matches(['\n', '\r']).to_string()),
             });
         }
-        let raw = RawMode::enable(fd)?;
-        let outcome = self.edit(prompt, &mut || read_byte(fd), &mut out);
+        let raw = RawMode::enable()?;
+        let outcome = self.edit(prompt, &mut read_byte, &mut out);
         drop(raw);
         outcome
     }

@@ -4,6 +4,7 @@
 //! projects it owns or collaborates on, and the PRDs and jobs of those projects.
 
 use crate::model::{Job, Prd, Project, User};
+use crate::store::{Store, StoreError};
 
 /// Who is asking.
 #[derive(Debug, Clone)]
@@ -108,5 +109,33 @@ mod tests {
         assert!(alice.can_see_project(&mine) && !alice.can_see_project(&theirs));
         assert!(alice.can_see_project(&shared) && !alice.can_modify_project(&shared));
         assert!(Caller::Trusted.can_list_users());
+    }
+}
+
+/// Why the owner of a job's project could not be told.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot choose the Unix user for project {project}: {reason}")]
+pub struct OwnerError {
+    /// Project id.
+    pub project: String,
+    /// Cause.
+    pub reason: String,
+}
+
+/// The Unix login name a job of `job`'s project runs as when the queue manager is root
+/// (DESIGN §6, §8): the project owner's `unix_user`, else the owner's id.
+pub fn project_owner_login(store: &Store, job: &Job) -> Result<String, OwnerError> {
+    let failed = |reason: String| OwnerError {
+        project: job.config.project.clone(),
+        reason,
+    };
+    let project = store
+        .project(&job.config.project)
+        .map_err(|e| failed(e.to_string()))?;
+    match store.user(&project.owner) {
+        Ok(user) => Ok(user.unix_name().to_string()),
+        // No user document: the owner id is the login name (PRD ids are user names).
+        Err(StoreError::NotFound { .. }) => Ok(project.owner),
+        Err(e) => Err(failed(e.to_string())),
     }
 }

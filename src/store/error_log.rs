@@ -1,7 +1,9 @@
-//! `JSONValidation/errors.out`: one JSON line per rejection.
+//! `JSONValidation/errors.out`: one JSON line per rejection (the schema layer judges, the store
+//! writes).
 
-use super::Rejection;
+use super::fsio::append_line_locked;
 use crate::model::Timestamp;
+use crate::schema::Rejection;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -21,7 +23,7 @@ pub struct ErrorLogEntry {
 
 /// Appends rejections to an `errors.out` file.
 ///
-/// Each entry is one locked append ([`crate::store::append_line_locked`]), so concurrent
+/// Each entry is one locked append ([`append_line_locked`]), so concurrent
 /// writers (several daemons, several machines' CLIs) never interleave.
 #[derive(Debug, Clone)]
 pub struct ErrorLog {
@@ -58,6 +60,6 @@ impl ErrorLog {
     /// Appends one entry as one line.
     pub fn append(&self, entry: &ErrorLogEntry) -> std::io::Result<()> {
         let line = serde_json::to_vec(entry).map_err(std::io::Error::other)?;
-        crate::store::append_line_locked(&self.path, &line)
+        append_line_locked(&self.path, &line)
     }
 }

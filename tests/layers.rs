@@ -1,0 +1,584 @@
+//! The crate's layers (DESIGN §8, docs/architecture.md) import in one direction only:
+//!
+//! ```text
+//! bin → cli, bus → orchestrator, queue, worker → permissions, store, schema, systemd → model
+//! ```
+//!
+//! A module may use a module of a lower layer, and within one layer only along the few
+//! arrows listed in `SIDEWAYS` (which form no circle). `agent/` stands apart: it uses nothing
+//! else of the crate, and only the upper layers (worker, cli, bin) use it; its own four layers
+//! are checked by `tests/agentshell_layers.rs`.
+//!
+//! Every reference counts, not only `use` lines: `crate::x::…`, `super::…` (resolved against
+//! the file's module path and inline `mod` blocks), `use crate::{x, y::z}` groups, and in the
+//! binaries `agentstore::x::…`, wherever they stand in code (comments and string literals are
+//! skipped). Arrows that are known, named and not yet straightened are listed in `EXCEPTIONS`
+//! with the reason; an exception that no longer occurs fails the test too, so the list only
+//! shrinks.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The layer of each top-level module; higher may use lower.
+const LAYERS: &[(&str, u8)] = &[
+    ("bin", 5),
+    ("cli", 4),
+    ("bus", 4),
+    ("orchestrator", 3),
+    ("queue", 3),
+    ("worker", 3),
+    ("permissions", 2),
+    ("store", 2),
+    ("schema", 2),
+    ("systemd", 2),
+    ("model", 1),
+];
+
+/// Arrows inside one layer (from, to). Together they must stay free of circles.
+const SIDEWAYS: &[(&str, &str)] = &[
+    // The CLI talks to the daemons through the bus proxies.
+    ("cli", "bus"),
+    // PRD §10 decisions read users and projects; the store validates with the schema.
+    ("permissions", "store"),
+    ("store", "schema"),
+];
+
+/// Who may use `agent/` (it is a library for the worker's `agent` jobs, the CLI and the
+/// `agentshell` binary).
+const AGENT_USERS: &[&str] = &["bin", "cli", "worker"];
+
+/// Known upward arrows, each (file, module it uses, why it is still there). Remove the row
+/// with the arrow.
+const EXCEPTIONS: &[(&str, &str, &str)] = &[
+    (
+        "src/orchestrator/daemon.rs",
+        "bus",
+        "the orchestrator service state (`Shared`) and submit logic still live in \
+         bus/orchestrator.rs; moving them into orchestrator/ (issue 12 item 1) waits until the \
+         parallel daemon work on those files has merged",
+    ),
+    (
+        "src/queue/mod.rs",
+        "bus",
+        "the queue manager serves `bus::queue::QueueObject` itself and answers requests with \
+         `BusError`; a queue handle with its own error type (issue 12 item 1) needs larger \
+         edits of queue/mod.rs than this pass may make while others change it",
+    ),
+];
+
+fn layer(m: &str) -> Option<u8> {
+    LAYERS.iter().find(|(n, _)| *n == m).map(|(_, l)| *l)
+}
+
+/// Why `from` may not use `to`, or None when it may.
+fn forbidden(from: &str, to: &str) -> Option<String> {
+    if from == to {
+        return None;
+    }
+    if from == "agent" {
+        return Some("agent/ stands apart and uses nothing else of the crate".into());
+    }
+    if to == "agent" {
+        return (!AGENT_USERS.contains(&from))
+            .then(|| format!("only {AGENT_USERS:?} may use agent/"));
+    }
+    let (Some(lf), Some(lt)) = (layer(from), layer(to)) else {
+        return Some(format!(
+            "unknown module in {from} -> {to}: add it to LAYERS"
+        ));
+    };
+    if lt < lf || SIDEWAYS.contains(&(from, to)) {
+        None
+    } else if lt == lf {
+        Some("same layer, not an arrow listed in SIDEWAYS".into())
+    } else {
+        Some("uses a higher layer".into())
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// A small Rust lexer: enough to find paths outside comments and literals.
+
+#[derive(Debug, Clone, PartialEq)]
+enum Tok {
+    Ident(String),
+    Path, // `::`
+    Open,
+    Close,
+    Comma,
+    Other,
+}
+
+fn lex(src: &str) -> Vec<Tok> {
+    let b: Vec<char> = src.chars().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    let at = |i: usize| b.get(i).copied().unwrap_or('\0');
+    while i < b.len() {
+        let c = b[i];
+        if c == '/' && at(i + 1) == '/' {
+            while i < b.len() && b[i] != '\n' {
+                i += 1;
+            }
+        } else if c == '/' && at(i + 1) == '*' {
+            let mut depth = 0;
+            while i < b.len() {
+                if b[i] == '/' && at(i + 1) == '*' {
+                    depth += 1;
+                    i += 2;
+                } else if b[i] == '*' && at(i + 1) == '/' {
+                    depth -= 1;
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    i += 1;
+                }
+            }
+        } else if c == 'r'
+            && (at(i + 1) == '"' || (at(i + 1) == '#' && matches!(at(i + 2), '"' | '#')))
+        {
+            // raw string r"…", r#"…"#
+            let mut j = i + 1;
+            let mut hashes = 0;
+            while at(j) == '#' {
+                hashes += 1;
+                j += 1;
+            }
+            j += 1; // the quote
+            loop {
+                if j >= b.len() {
+                    break;
+                }
+                if b[j] == '"' && (0..hashes).all(|k| at(j + 1 + k) == '#') {
+                    j += 1 + hashes;
+                    break;
+                }
+                j += 1;
+            }
+            i = j;
+            out.push(Tok::Other);
+        } else if c == '"' || (c == 'b' && at(i + 1) == '"') {
+            let mut j = if c == 'b' { i + 2 } else { i + 1 };
+            while j < b.len() && b[j] != '"' {
+                if b[j] == '\\' {
+                    j += 1;
+                }
+                j += 1;
+            }
+            i = j + 1;
+            out.push(Tok::Other);
+        } else if c == '\'' {
+            // a char literal 'x' or '\n' / '\u{..}'; else a lifetime
+            if at(i + 1) == '\\' {
+                let mut j = i + 2;
+                while j < b.len() && b[j] != '\'' {
+                    j += 1;
+                }
+                i = j + 1;
+            } else if at(i + 2) == '\'' {
+                i += 3;
+            } else {
+                i += 1;
+            }
+            out.push(Tok::Other);
+        } else if c.is_alphabetic() || c == '_' {
+            let s = i;
+            while i < b.len() && (b[i].is_alphanumeric() || b[i] == '_') {
+                i += 1;
+            }
+            out.push(Tok::Ident(b[s..i].iter().collect()));
+        } else if c == ':' && at(i + 1) == ':' {
+            out.push(Tok::Path);
+            i += 2;
+        } else {
+            out.push(match c {
+                '{' => Tok::Open,
+                '}' => Tok::Close,
+                ',' => Tok::Comma,
+                c if c.is_whitespace() => {
+                    i += 1;
+                    continue;
+                }
+                _ => Tok::Other,
+            });
+            i += 1;
+        }
+    }
+    out
+}
+
+/// The crate-level modules a file's code refers to. `module` is the file's module path
+/// (`["queue", "scope"]`; `["bin"]` for a binary, which names the library `agentstore`).
+fn referenced(src: &str, module: &[String]) -> BTreeSet<String> {
+    let toks = lex(src);
+    let mut out = BTreeSet::new();
+    // inline `mod name {` blocks: (name, brace depth inside it)
+    let mut inline: Vec<(String, usize)> = Vec::new();
+    let mut depth = 0usize;
+    let ident = |k: usize| match toks.get(k) {
+        Some(Tok::Ident(s)) => Some(s.as_str()),
+        _ => None,
+    };
+    let mut k = 0;
+    while k < toks.len() {
+        match &toks[k] {
+            Tok::Open => depth += 1,
+            Tok::Close => {
+                if inline.last().is_some_and(|(_, d)| *d == depth) {
+                    inline.pop();
+                }
+                depth = depth.saturating_sub(1);
+            }
+            Tok::Ident(w) if w == "mod" => {
+                if let (Some(name), Some(Tok::Open)) = (ident(k + 1), toks.get(k + 2)) {
+                    inline.push((name.to_string(), depth + 1));
+                }
+            }
+            Tok::Ident(w) if matches!(w.as_str(), "crate" | "super" | "agentstore") => {
+                // not the tail of a longer path (`x::super` is not valid Rust anyway)
+                let after_path = k > 0 && toks[k - 1] == Tok::Path;
+                if !after_path && toks.get(k + 1) == Some(&Tok::Path) {
+                    let mut here: Vec<String> = module.to_vec();
+                    here.extend(inline.iter().map(|(n, _)| n.clone()));
+                    let mut j = k;
+                    let base: Vec<String> = match w.as_str() {
+                        "agentstore" if module.first().is_some_and(|m| m == "bin") => vec![],
+                        "agentstore" => {
+                            k += 1;
+                            continue;
+                        }
+                        "crate" if module.first().is_some_and(|m| m == "bin") => {
+                            k += 1;
+                            continue;
+                        }
+                        "crate" => vec![],
+                        _ => {
+                            while ident(j) == Some("super") && toks.get(j + 1) == Some(&Tok::Path) {
+                                here.pop();
+                                j += 2;
+                            }
+                            j -= 2; // back onto the last `super`
+                            here
+                        }
+                    };
+                    let next = j + 2;
+                    if let Some(first) = base.first() {
+                        out.insert(first.clone());
+                    } else if let Some(name) = ident(next) {
+                        out.insert(name.to_string());
+                    } else if toks.get(next) == Some(&Tok::Open) {
+                        // a group: the first segment of each item at depth 1
+                        let mut d = 0;
+                        let mut item_start = true;
+                        for t in &toks[next..] {
+                            match t {
+                                Tok::Open => {
+                                    d += 1;
+                                    continue;
+                                }
+                                Tok::Close => {
+                                    d -= 1;
+                                    if d == 0 {
+                                        break;
+                                    }
+                                }
+                                Tok::Comma if d == 1 => {
+                                    item_start = true;
+                                    continue;
+                                }
+                                Tok::Ident(s) if d == 1 && item_start => {
+                                    out.insert(s.clone());
+                                }
+                                _ => {}
+                            }
+                            item_start = false;
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        k += 1;
+    }
+    // `self` and names of the file's own module are not arrows to another module
+    out.remove("self");
+    out.into_iter()
+        .map(|m| {
+            if m == "access" {
+                "permissions".into()
+            } else {
+                m
+            }
+        })
+        .collect()
+}
+
+fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            sources(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// `src/queue/mod.rs` → ["queue"], `src/queue/scope.rs` → ["queue", "scope"],
+/// `src/permissions.rs` → ["permissions"], `src/bin/x.rs` → ["bin"].
+fn module_of(rel: &Path) -> Vec<String> {
+    let parts: Vec<String> = rel
+        .iter()
+        .skip(1) // src
+        .map(|p| p.to_string_lossy().trim_end_matches(".rs").to_string())
+        .collect();
+    if parts.first().is_some_and(|p| p == "bin") {
+        return vec!["bin".into()];
+    }
+    let mut parts = parts;
+    if parts.last().is_some_and(|p| p == "mod") {
+        parts.pop();
+    }
+    parts
+}
+
+#[test]
+fn nothing_imports_upward() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    sources(&root.join("src"), &mut files);
+    files.sort();
+    assert!(files.len() > 50, "found only {} sources", files.len());
+    let mut violations = Vec::new();
+    let mut used_exceptions = BTreeSet::new();
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for path in &files {
+        let rel = path.strip_prefix(root).unwrap();
+        let rel_s = rel.to_string_lossy().to_string();
+        if rel_s == "src/lib.rs" {
+            continue; // declares the modules
+        }
+        let module = module_of(rel);
+        let from = module[0].clone();
+        let text = std::fs::read_to_string(path).unwrap();
+        for to in referenced(&text, &module) {
+            let to = if to == "access" {
+                "permissions".to_string()
+            } else {
+                to
+            };
+            if to == from {
+                continue;
+            }
+            edges.entry(from.clone()).or_default().insert(to.clone());
+            if let Some(why) = forbidden(&from, &to) {
+                if EXCEPTIONS.iter().any(|(f, m, _)| *f == rel_s && *m == to) {
+                    used_exceptions.insert((rel_s.clone(), to.clone()));
+                } else {
+                    violations.push(format!("{rel_s} uses {to}: {why}"));
+                }
+            }
+        }
+    }
+    for (f, m, _) in EXCEPTIONS {
+        if !used_exceptions.contains(&(f.to_string(), m.to_string())) {
+            violations.push(format!(
+                "exception {f} -> {m} no longer occurs: remove it from EXCEPTIONS"
+            ));
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "layer violations (DESIGN §8):\n{}\n\nedges found: {edges:#?}",
+        violations.join("\n")
+    );
+    // The scan must have seen the arrows every build has, or it sees nothing at all.
+    for (from, to) in [
+        ("bin", "cli"),
+        ("cli", "store"),
+        ("queue", "store"),
+        ("store", "model"),
+    ] {
+        assert!(
+            edges.get(from).is_some_and(|t| t.contains(to)),
+            "the scan missed {from} -> {to}: {edges:#?}"
+        );
+    }
+}
+
+#[test]
+fn sideways_arrows_form_no_circle() {
+    for &(a, b) in SIDEWAYS {
+        assert_eq!(layer(a), layer(b), "{a} -> {b} is not sideways");
+        let mut seen = BTreeSet::from([b]);
+        let mut todo = vec![b];
+        while let Some(n) = todo.pop() {
+            assert_ne!(n, a, "SIDEWAYS has a circle through {a} -> {b}");
+            for &(x, y) in SIDEWAYS {
+                if x == n && seen.insert(y) {
+                    todo.push(y);
+                }
+            }
+        }
+    }
+}
+
+fn refs(src: &str, module: &[&str]) -> Vec<String> {
+    let m: Vec<String> = module.iter().map(|s| s.to_string()).collect();
+    referenced(src, &m).into_iter().collect()
+}
+
+#[test]
+fn the_scanner_sees_every_form_of_path() {
+    // use lines, groups, nested groups
+    assert_eq!(refs("use crate::store::Store;", &["queue"]), ["store"]);
+    assert_eq!(
+        refs(
+            "use crate::{model::{Job, Queue}, store, bus::BusError};",
+            &["queue"]
+        ),
+        ["bus", "model", "store"]
+    );
+    // paths in expressions and types
+    assert_eq!(
+        refs(
+            "fn f() { crate::orchestrator::daemon::cycle(&s); }",
+            &["bus", "orchestrator"]
+        ),
+        ["orchestrator"]
+    );
+    assert_eq!(
+        refs(
+            "let x: Option<crate::cli::LauncherArg>;",
+            &["queue", "args"]
+        ),
+        ["cli"]
+    );
+    // super:: from a mod.rs reaches the crate root; from a leaf, its own module
+    assert_eq!(refs("use super::store::Store;", &["queue"]), ["store"]);
+    assert_eq!(
+        refs("use super::super::cli::X;", &["queue", "args"]),
+        ["cli"]
+    );
+    assert_eq!(
+        refs("use super::Rejection;", &["schema", "error_log"]),
+        ["schema"]
+    );
+    assert_eq!(
+        refs("use super::{store, model};", &["queue"]),
+        ["model", "store"]
+    );
+    // super:: inside an inline module refers to the file's module
+    assert_eq!(
+        refs(
+            "mod tests { use super::*; use super::super::store; }",
+            &["queue"]
+        ),
+        ["queue", "store"]
+    );
+    assert_eq!(refs("mod a { } use super::cli;", &["queue"]), ["cli"]);
+    // the binaries name the library
+    assert_eq!(
+        refs("use agentstore::{cli, systemd::x};", &["bin"]),
+        ["cli", "systemd"]
+    );
+    // comments, doc comments and strings are not code
+    assert!(
+        refs(
+            "// crate::bus::X\n/// [`crate::cli`]\n/* crate::bus */",
+            &["store"]
+        )
+        .is_empty()
+    );
+    assert!(
+        refs(
+            r#"let s = "crate::bus::X"; let r = r"super::cli";"#,
+            &["store"]
+        )
+        .is_empty()
+    );
+    assert!(refs(r##"let s = r#"crate::bus "quoted""#;"##, &["store"]).is_empty());
+    assert_eq!(refs("let c = '\"'; use crate::bus;", &["store"]), ["bus"]);
+    assert_eq!(
+        refs("fn f<'a>(x: &'a str) { crate::bus::g() }", &["store"]),
+        ["bus"]
+    );
+    // the old name of permissions counts as permissions
+    assert_eq!(
+        refs("use crate::access::Caller;", &["cli"]),
+        ["permissions"]
+    );
+}
+
+#[test]
+fn the_rule_refuses_what_it_should() {
+    assert!(forbidden("queue", "bus").is_some());
+    assert!(forbidden("schema", "store").is_some());
+    assert!(forbidden("queue", "worker").is_some());
+    assert!(forbidden("worker", "queue").is_some());
+    assert!(forbidden("model", "store").is_some());
+    assert!(forbidden("agent", "store").is_some());
+    assert!(forbidden("store", "agent").is_some());
+    assert!(forbidden("bus", "cli").is_some());
+    assert!(forbidden("cli", "bus").is_none());
+    assert!(forbidden("bin", "agent").is_none());
+    assert!(forbidden("queue", "store").is_none());
+    assert!(forbidden("store", "schema").is_none());
+}
+
+/// Relative link targets in a Markdown text: `[text](target)`, anchors and titles dropped.
+fn markdown_links(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("](") {
+        rest = &rest[i + 2..];
+        let Some(end) = rest.find(')') else { break };
+        let target = rest[..end].split_whitespace().next().unwrap_or("");
+        let target = target.split('#').next().unwrap_or("");
+        if !target.is_empty() && !target.contains("://") && !target.starts_with("mailto:") {
+            out.push(target.to_string());
+        }
+        rest = &rest[end..];
+    }
+    out
+}
+
+/// The README and the documents under docs/ link only to files in the repository (a link
+/// to the team's workspace, `../shared/…`, is dead for every user of the repository).
+#[test]
+fn documents_link_only_to_files_in_the_repository() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut docs = vec![root.join("README.md")];
+    for e in std::fs::read_dir(root.join("docs")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "md") {
+            docs.push(p);
+        }
+    }
+    assert!(docs.iter().any(|d| d.ends_with("docs/architecture.md")));
+    let repo = root.canonicalize().unwrap();
+    let mut bad = Vec::new();
+    for doc in &docs {
+        let text = std::fs::read_to_string(doc).unwrap();
+        for link in markdown_links(&text) {
+            let target = doc.parent().unwrap().join(&link);
+            match target.canonicalize() {
+                Ok(t) if t.starts_with(&repo) => {}
+                Ok(t) => bad.push(format!(
+                    "{}: {link} leaves the repository ({})",
+                    doc.display(),
+                    t.display()
+                )),
+                Err(e) => bad.push(format!("{}: {link}: {e}", doc.display())),
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+    assert_eq!(
+        markdown_links("[a](x.md#s) [b](https://e.org) [c](../shared/D.md \"t\")"),
+        ["x.md", "../shared/D.md"]
+    );
+}

@@ -1,0 +1,165 @@
+//! The one test toolkit every integration test shares: a private `dbus-daemon` with a policy,
+//! waiting on a condition, killing children on drop, and skipping — which fails under CI.
+//!
+//! Include it as `#[path = "support/harness.rs"] mod harness;` (or through `tests/common` and
+//! `tests/support/queue_env.rs`, which re-export it).
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A session-type bus any local user may connect to, call on and own names on: what the
+/// tests need to call as another Unix user, and to watch signals.
+pub const OPEN_POLICY: &str = r#"  <type>session</type>
+  <policy context="default">
+    <allow user="*"/>
+    <allow send_destination="*" eavesdrop="true"/>
+    <allow eavesdrop="true"/>
+    <allow own="*"/>
+  </policy>"#;
+
+/// A private `dbus-daemon` on a socket in its own temp folder; killed on drop.
+pub struct PrivateBus {
+    child: Child,
+    /// The bus address (`DBUS_SESSION_BUS_ADDRESS` for clients and daemons).
+    pub address: String,
+    _dir: tempfile::TempDir,
+}
+
+impl PrivateBus {
+    /// A bus with [`OPEN_POLICY`].
+    pub fn start() -> PrivateBus {
+        PrivateBus::with_config(OPEN_POLICY, &[])
+    }
+
+    /// A bus with `body` inside `<busconfig>` (policies, `<type>`, `<servicedir>`); `env` is
+    /// passed to the services it activates. The socket's folder is world-searchable so
+    /// processes run as other users can connect.
+    pub fn with_config(body: &str, env: &[(&str, &Path)]) -> PrivateBus {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let conf = dir.path().join("bus.conf");
+        let socket = dir.path().join("bus_socket");
+        std::fs::write(
+            &conf,
+            format!(
+                r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <listen>unix:path={}</listen>
+  <auth>EXTERNAL</auth>
+{body}
+</busconfig>
+"#,
+                socket.display()
+            ),
+        )
+        .unwrap();
+        let mut c = Command::new("dbus-daemon");
+        c.arg(format!("--config-file={}", conf.display()))
+            .args(["--nofork", "--print-address=1"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let mut child = c
+            .spawn()
+            .expect("dbus-daemon not found: apt-get install dbus (.ci/run does)");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let address = line.trim().to_string();
+        assert!(
+            address.starts_with("unix:"),
+            "dbus-daemon printed {address:?}"
+        );
+        PrivateBus {
+            child,
+            address,
+            _dir: dir,
+        }
+    }
+
+    /// A zbus connection to this bus.
+    pub async fn connect(&self) -> zbus::Connection {
+        zbus::connection::Builder::address(self.address.as_str())
+            .build()
+            .await
+            .unwrap()
+    }
+}
+
+impl Drop for PrivateBus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Waits (up to `limit`) until `cond` holds, checking every 20 ms. A hang guard, not a timing
+/// assertion: the limit is far above what any healthy run needs.
+pub fn wait_until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until `name` has an owner on `bus`.
+pub fn wait_for_name(bus: &PrivateBus, name: &str) {
+    let addr = bus.address.clone();
+    wait_until(
+        Duration::from_secs(30),
+        &format!("{name} on the bus"),
+        || {
+            Command::new("busctl")
+                .args(["--address", &addr, "status", name])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        },
+    );
+}
+
+/// Kills and reaps a child process when dropped, so a failing test leaves nothing running.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// True when running under CI: `CI` is set to anything but empty, `0` or `false` (GitHub,
+/// GitLab and `.ci/run` set `CI=true`/`CI=1`).
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !matches!(v.trim(), "" | "0" | "false" | "FALSE"))
+}
+
+/// This check cannot run here (a tool or privilege is missing). Outside CI: a `SKIPPED` note
+/// on stderr, and the caller returns. Under CI it panics, so CI can never pass by skipping.
+pub fn skip(what: &str, why: &str) {
+    assert!(
+        !in_ci(),
+        "{what} cannot run here ({why}), and CI is set: under CI a skipped test fails \
+         (install what is missing, or run as root as .ci/run does)"
+    );
+    eprintln!("SKIPPED {what}: {why}");
+}
+
+/// Whether `cmd` is on PATH.
+pub fn have(cmd: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {cmd}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
