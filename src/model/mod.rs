@@ -74,14 +74,35 @@ impl fmt::Display for DocKind {
     }
 }
 
-/// True when `id` is a safe file-name id (`[A-Za-z0-9][A-Za-z0-9._-]*`, at most 255 bytes).
+/// Longest id, in bytes: `<id>.json` and the daemons' derived names (`.<id>.json.<pid>.<n>.tmp`,
+/// `<id>.duplicate-<n>.json`) stay well within the 255-byte file-name limit.
+pub const MAX_ID_BYTES: usize = 200;
+
+/// The one id rule, for every id that becomes a file name (correlation id, job, queue,
+/// project, user, PRD): `[A-Za-z0-9][A-Za-z0-9._-]*`, no `..`, at most [`MAX_ID_BYTES`].
+/// Checked in code whatever schema a store carries.
 pub fn is_safe_id(id: &str) -> bool {
+    id_problem(id).is_none()
+}
+
+/// Why `id` breaks the id rule, or `None` when it is a safe id.
+pub fn id_problem(id: &str) -> Option<&'static str> {
     let mut chars = id.chars();
     match chars.next() {
+        None => return Some("is empty"),
         Some(c) if c.is_ascii_alphanumeric() => {}
-        _ => return false,
+        Some(_) => return Some("must start with a letter or digit"),
     }
-    id.len() <= 255 && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+    if id.len() > MAX_ID_BYTES {
+        return Some("is longer than 200 bytes");
+    }
+    if !chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')) {
+        return Some("may hold only letters, digits, '.', '_' and '-'");
+    }
+    if id.contains("..") {
+        return Some("must not contain '..'");
+    }
+    None
 }
 
 #[cfg(test)]
@@ -106,7 +127,8 @@ mod tests {
             "../x",
             "a b",
             "é",
-            &"x".repeat(256),
+            &"x".repeat(201),
+            "a..b",
         ] {
             assert!(!is_safe_id(bad), "{bad}");
         }
