@@ -105,9 +105,59 @@ pub fn id_problem(id: &str) -> Option<&'static str> {
     None
 }
 
+/// A safe id derived from any text (a file stem, a rejected correlation id): unsafe characters
+/// become `_`, `..` is broken up, the result is cut to fit, and when anything changed a digest
+/// of the original is appended so different inputs stay different. Always passes
+/// [`is_safe_id`].
+pub fn derive_safe_id(text: &str) -> String {
+    if is_safe_id(text) {
+        return text.to_string();
+    }
+    let mut id = String::with_capacity(text.len().min(MAX_ID_BYTES));
+    for c in text.chars() {
+        if id.len() >= MAX_ID_BYTES - 20 {
+            break;
+        }
+        let c = if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+            c
+        } else {
+            '_'
+        };
+        if c == '.' && id.ends_with('.') {
+            id.push('_');
+        } else {
+            id.push(c);
+        }
+    }
+    if !id.chars().next().is_some_and(|c| c.is_ascii_alphanumeric()) {
+        id.insert(0, 'm');
+    }
+    // FNV-1a: stable across builds and machines (the name must be the same after a restart).
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.as_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    if id.ends_with('.') {
+        id.push('_');
+    }
+    id.push_str(&format!("-{:016x}", h));
+    id
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn derived_ids_are_safe() {
+        for t in ["", ".", "..", "a..b", "-x", &"é".repeat(300), &"a".repeat(255), "x y", "a."] {
+            let d = derive_safe_id(t);
+            assert!(is_safe_id(&d), "{t:?} -> {d:?}");
+        }
+        assert_eq!(derive_safe_id("ok-1"), "ok-1");
+        assert_ne!(derive_safe_id("x y"), derive_safe_id("x_y"));
+    }
 
     #[test]
     fn safe_ids() {

@@ -489,6 +489,26 @@ pub fn create_dir_all(dir: &Path) -> io::Result<()> {
     }
 }
 
+/// Fails when `dir` is a link (or, beneath a store root, has one in its path). Outside every
+/// store the folder itself is checked, since the system's own links (`/home` → …) above it
+/// are not the store's to judge.
+pub fn refuse_linked_dir(dir: &Path) -> io::Result<()> {
+    if split(dir).is_some() {
+        return open_dir(dir).map(drop);
+    }
+    let m = std::fs::symlink_metadata(dir)?;
+    if m.file_type().is_symlink() {
+        return Err(refused(dir));
+    }
+    if !m.is_dir() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotADirectory,
+            format!("{} is not a folder", dir.display()),
+        ));
+    }
+    Ok(())
+}
+
 /// Opens a folder for listing or as a base for `*at` calls; a link is refused.
 pub fn open_dir(dir: &Path) -> io::Result<OwnedFd> {
     match resolve(dir)? {
