@@ -567,17 +567,17 @@ impl Manager {
             .config
             .timeout_seconds
             .unwrap_or(self.config.max_job_runtime_seconds);
+        // Values glued to their options and `--` before the job id: a job file named
+        // `--help.json` or `-V.json` is a job like any other, never an option.
         let mut args = vec![
-            "--root".to_string(),
-            self.cfg.root.display().to_string(),
-            "--queue".to_string(),
-            q.clone(),
+            format!("--root={}", self.cfg.root.display()),
+            format!("--queue={q}"),
             "--gate".to_string(),
         ];
         if let Some(u) = &run_as {
-            args.push("--run-as".into());
-            args.push(u.clone());
+            args.push(format!("--run-as={u}"));
         }
+        args.push("--".to_string());
         args.push(id.to_string());
         let spec = LaunchSpec {
             worker: &self.cfg.worker,
