@@ -151,7 +151,17 @@ mod tests {
 
     #[test]
     fn derived_ids_are_safe() {
-        for t in ["", ".", "..", "a..b", "-x", &"é".repeat(300), &"a".repeat(255), "x y", "a."] {
+        for t in [
+            "",
+            ".",
+            "..",
+            "a..b",
+            "-x",
+            &"é".repeat(300),
+            &"a".repeat(255),
+            "x y",
+            "a.",
+        ] {
             let d = derive_safe_id(t);
             assert!(is_safe_id(&d), "{t:?} -> {d:?}");
         }

@@ -154,7 +154,18 @@ fn unparsed_error(
             .unwrap_or_else(Timestamp::now),
         processed_time: Some(Timestamp::now()),
         command: get("command")
-            .map(|c| crate::schema::quote_limited(&c, 200))
+            .map(|c| {
+                if c.len() <= 200 {
+                    c
+                } else {
+                    // The answer must pass its own schema (≤ 200 characters).
+                    let mut end = 180;
+                    while !c.is_char_boundary(end) {
+                        end -= 1;
+                    }
+                    format!("{}…", &c[..end])
+                }
+            })
             .unwrap_or_else(|| "unknown".into()),
         content: Map::new(),
         status: MessageStatus::Error,
@@ -335,7 +346,26 @@ fn finish_as(
     }
     let id = outcome.response.correlation_id.clone();
     let out = store.outbox().join(name);
-    store.write_doc(DocKind::Message, &out, &outcome.response)?;
+    match store.write_doc(DocKind::Message, &out, &outcome.response) {
+        Err(StoreError::Invalid { rejection, .. }) => {
+            // The answer itself does not pass the schema (a loosened or odd store copy):
+            // answer with the bare error instead, so the message is never left unanswered.
+            let r = &mut outcome.response;
+            r.status = MessageStatus::Error;
+            r.content = Map::new();
+            r.project = r.project.take().filter(|p| is_safe_id(p));
+            r.command = "unknown".into();
+            r.error = Some(crate::schema::quote_limited(
+                &format!(
+                    "{} (the full answer failed its schema: {rejection})",
+                    r.error.as_deref().unwrap_or("cannot answer")
+                ),
+                4 * crate::schema::MAX_QUOTE_BYTES,
+            ));
+            store.write_doc(DocKind::Message, &out, &outcome.response)?;
+        }
+        other => other?,
+    }
     move_to_processed(store, path)?;
     let mut ev = Event::new(DAEMON, "message_answered").correlation(&id);
     if let Some(p) = &outcome.response.project {
@@ -398,7 +428,10 @@ fn earlier_answer(store: &Store, id: &str, command: &str, queue_time: &Timestamp
 fn duplicate_name(store: &Store, id: &str) -> String {
     (1..)
         .map(|n| format!("{id}.duplicate-{n}.json"))
-        .find(|n| !safe::exists(&store.outbox().join(n)) && !safe::exists(&store.processed_outbox().join(n)))
+        .find(|n| {
+            !safe::exists(&store.outbox().join(n))
+                && !safe::exists(&store.processed_outbox().join(n))
+        })
         .unwrap_or_else(|| format!("{id}.duplicate.json"))
 }
 
@@ -507,12 +540,12 @@ pub fn process_inbox(store: &Store, limit: usize) -> Result<Vec<FileOutcome>, St
             Ok(o) => out.push(o),
             Err(e) => {
                 tracing::error!("cannot answer {}: {e}", p.display());
-                store.record_event(
-                    &Event::new(DAEMON, "message_failed").detail(crate::schema::quote_limited(
+                store.record_event(&Event::new(DAEMON, "message_failed").detail(
+                    crate::schema::quote_limited(
                         &format!("{}: {e}", p.display()),
                         crate::schema::MAX_QUOTE_BYTES,
-                    )),
-                );
+                    ),
+                ));
                 out.push(FileOutcome::Failed(p, e.to_string()));
             }
         }

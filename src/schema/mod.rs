@@ -120,7 +120,11 @@ pub fn quote_limited(text: &str, max: usize) -> String {
     while !text.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{}… [{} more bytes not shown]", &text[..end], text.len() - end)
+    format!(
+        "{}… [{} more bytes not shown]",
+        &text[..end],
+        text.len() - end
+    )
 }
 
 fn limit_errors(errors: &mut Vec<FieldError>) {

@@ -99,10 +99,7 @@ static MODE: AtomicU8 = AtomicU8::new(MODE_UNKNOWN);
 
 /// Forces (or stops forcing) the component-by-component walk instead of `openat2`.
 pub fn force_component_walk(on: bool) {
-    MODE.store(
-        if on { MODE_WALK } else { MODE_UNKNOWN },
-        Ordering::Relaxed,
-    );
+    MODE.store(if on { MODE_WALK } else { MODE_UNKNOWN }, Ordering::Relaxed);
 }
 
 fn current_mode() -> u8 {
@@ -246,8 +243,7 @@ fn openat2_beneath(dir: BorrowedFd<'_>, rel: &Path, flags: i32, mode: u32) -> io
     } else {
         0
     };
-    how.resolve =
-        libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
     // SAFETY: valid descriptor, string and struct of the size passed; the result is checked.
     let fd = unsafe {
         libc::syscall(
@@ -308,13 +304,7 @@ fn open_beneath(
         let next = if last {
             openat_one(at, Path::new(name), flags, mode)
         } else {
-            openat_one(
-                at,
-                Path::new(name),
-                libc::O_RDONLY | libc::O_DIRECTORY,
-                0,
-            )
-            .map_err(|e| {
+            openat_one(at, Path::new(name), libc::O_RDONLY | libc::O_DIRECTORY, 0).map_err(|e| {
                 // A link where a folder should be: ELOOP; a file there: ENOTDIR.
                 if e.raw_os_error() == Some(libc::ENOTDIR) && is_link_at(at, Path::new(name)) {
                     refused(full)
@@ -787,7 +777,10 @@ mod tests {
             let e = open_read(&root.join("a/../a/file.json")).unwrap_err();
             assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
         });
-        assert_eq!(std::fs::read_to_string(outside.join("secret.json")).unwrap(), "secret");
+        assert_eq!(
+            std::fs::read_to_string(outside.join("secret.json")).unwrap(),
+            "secret"
+        );
         assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 1);
     }
 
@@ -810,7 +803,11 @@ mod tests {
             open_read(&p).unwrap().read_to_string(&mut s).unwrap();
             assert_eq!(s, "hi\n");
             rename_noreplace(&p, &dir.join("b.json")).unwrap();
-            let names: Vec<_> = list_dir(&dir).unwrap().into_iter().map(|e| e.name).collect();
+            let names: Vec<_> = list_dir(&dir)
+                .unwrap()
+                .into_iter()
+                .map(|e| e.name)
+                .collect();
             assert_eq!(names, vec![std::ffi::OsString::from("b.json")]);
             remove_file(&dir.join("b.json")).unwrap();
             assert!(!exists(&dir.join("b.json")));
