@@ -44,7 +44,7 @@ impl ErrorLog {
         let entry = ErrorLogEntry {
             timestamp: Timestamp::now(),
             kind: rejection.kind.name().to_string(),
-            id: super::quote_limited(id, 256),
+            id: super::quote_limited(id, super::MAX_QUOTE_BYTES),
             // Each field error quotes at most 1 KiB; the whole entry stays a few KiB.
             error: super::quote_limited(
                 &rejection
