@@ -412,7 +412,6 @@ fn loosened_schema_cannot_disable_id_checks() {
         "../../escaped2",
         "a..b",
         "x/../../../../escaped3",
-        &"b".repeat(240),
     ];
     for (i, id) in bad.iter().enumerate() {
         env.inbox(
