@@ -503,6 +503,7 @@ fn big_bad_message_is_quoted_briefly() {
         let out = process_inbox(&store, 100).unwrap();
         assert!(matches!(out[..], [FileOutcome::Answered(_)]), "{out:?}");
         let grown = std::fs::metadata(&errors).unwrap().len() - before;
+        eprintln!("case {i}: errors.out grew {grown} bytes");
         assert!(
             grown > 0 && grown <= 8192,
             "case {i}: errors.out grew {grown} bytes"
@@ -517,6 +518,7 @@ fn big_bad_message_is_quoted_briefly() {
             ))
         };
         let size = std::fs::metadata(&answer).unwrap().len();
+        eprintln!("case {i}: answer is {size} bytes");
         assert!(size <= 8192, "case {i}: answer is {size} bytes");
     }
 }
