@@ -563,3 +563,33 @@ fn logs_rotate_and_keep_n_files() {
     // All 300 answered.
     assert_eq!(names(&env.root.join("messaging/outbox")).len(), 300);
 }
+
+/// A `conflicts/` folder that is a link cannot block the inbox: the entries that would be set
+/// aside there fail alone (named), nothing is moved outside, the messages are answered.
+#[test]
+fn linked_conflicts_folder_does_not_block_the_inbox() {
+    let env = Env::new();
+    let store = env.store();
+    let trap = env.outside.join("conflicts");
+    std::fs::create_dir_all(&trap).unwrap();
+    symlink(&trap, env.root.join("conflicts")).unwrap();
+    env.inbox(
+        "c (laptop's conflicted copy 2025-10-23).json",
+        &serde_json::to_vec(&message("c", "help")).unwrap(),
+    );
+    let target = env.secret_file("s.json", SECRET);
+    symlink(&target, env.root.join("messaging/inbox/link.json")).unwrap();
+    env.inbox(
+        "ok.json",
+        &serde_json::to_vec(&message("ok", "help")).unwrap(),
+    );
+    let out = process_inbox(&store, 100).unwrap();
+    let shown = format!("{out:?}");
+    assert_eq!(env.answer("ok")["status"], "done", "{shown}");
+    assert!(
+        shown.contains("link.json") && shown.contains("conflicted copy"),
+        "{shown}"
+    );
+    assert_eq!(names(&trap), Vec::<String>::new());
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), SECRET);
+}

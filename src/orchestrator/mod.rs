@@ -516,7 +516,14 @@ pub fn process_inbox(store: &Store, limit: usize) -> Result<Vec<FileOutcome>, St
     })?;
     let mut out = Vec::new();
     for c in scan.conflicts {
-        out.push(FileOutcome::SetAside(set_aside(store, &c)?));
+        match set_aside(store, &c) {
+            Ok(to) => out.push(FileOutcome::SetAside(to)),
+            Err(e) => {
+                // Never fatal: the messages still get answered.
+                tracing::error!("{e}");
+                out.push(FileOutcome::Failed(c, e.to_string()));
+            }
+        }
     }
     for r in scan.refused {
         let what = "not a regular file (a symbolic link, FIFO or device; never followed or read):";

@@ -487,6 +487,14 @@ impl Store {
                 source: io::Error::other("Dropbox conflict copy; not read (resolve it by hand)"),
             });
         }
+        for r in scan.refused {
+            on_error(StoreError::Io {
+                path: r,
+                source: io::Error::other(
+                    "not a regular file (a symbolic link, FIFO or device); never followed or read",
+                ),
+            });
+        }
         Ok(out)
     }
 
