@@ -39,7 +39,7 @@ pub enum StoreError {
     },
     /// An id that is not a safe file name.
     #[error(
-        "invalid {kind} id {id:?}: ids are letters, digits, '.', '_' and '-', starting with a letter or digit"
+        "invalid {kind} id {id:?}: ids are letters, digits, '.', '_' and '-', starting with a letter or digit, no '..', at most 200 bytes"
     )]
     BadId {
         /// What kind of id.
@@ -96,7 +96,7 @@ pub fn check_id(kind: &'static str, id: &str) -> Result<()> {
     } else {
         Err(StoreError::BadId {
             kind,
-            id: id.to_string(),
+            id: crate::schema::quote_limited(id, crate::schema::MAX_QUOTE_BYTES),
         })
     }
 }
