@@ -593,3 +593,46 @@ fn linked_conflicts_folder_does_not_block_the_inbox() {
     assert_eq!(names(&trap), Vec::<String>::new());
     assert_eq!(std::fs::read_to_string(&target).unwrap(), SECRET);
 }
+
+/// The folder of a project's `code_research_document` that is a link is refused: the
+/// completion handler fails with an error naming it, and nothing is written through it.
+#[test]
+fn code_research_document_folder_link_is_refused() {
+    let env = Env::new();
+    let store = env.store();
+    let real = env.outside.join("real");
+    std::fs::create_dir_all(&real).unwrap();
+    let work = env.dir.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    symlink(&real, work.join("docs")).unwrap();
+    let now = Timestamp::now().to_string();
+    std::fs::create_dir_all(env.root.join("projects/TestProject")).unwrap();
+    std::fs::write(
+        store.project_path("TestProject"),
+        json!({"id": "TestProject", "directory": work, "create_time": now,
+               "update_time": now, "owner": "chenry", "default_queue": "poplar",
+               "code_research_document": work.join("docs/RESEARCH.md")})
+        .to_string(),
+    )
+    .unwrap();
+    let q = store.config().queues_default.clone();
+    let mut j = job(
+        "claude",
+        json!({"claude_command": "code-researcher", "command": "research-code"}),
+    );
+    j["runtime"]["status"] = json!("finished");
+    j["runtime"]["start_time"] = json!(now);
+    j["runtime"]["finish_time"] = json!(now);
+    j["runtime"]["output"] = json!("# Research");
+    let path = store.job_path(&q, agentstore::model::JobStatus::Finished, "r1");
+    std::fs::write(&path, j.to_string()).unwrap();
+    let done =
+        agentstore::orchestrator::handle_finished_jobs(&store, &mut Default::default()).unwrap();
+    assert_eq!(done.len(), 1);
+    assert!(
+        done[0].action.contains("symbolic link") && done[0].action.contains("docs"),
+        "{}",
+        done[0].action
+    );
+    assert_eq!(names(&real), Vec::<String>::new());
+}
