@@ -7,6 +7,7 @@
 
 #[path = "support/claude_env.rs"]
 mod claude_env;
+mod common;
 #[path = "support/queue_env.rs"]
 mod queue_env;
 
@@ -635,4 +636,63 @@ fn code_research_document_folder_link_is_refused() {
         done[0].action
     );
     assert_eq!(names(&real), Vec::<String>::new());
+}
+
+/// Messages that keep failing (here: processed_inbox/ is a link) never make the running
+/// orchestratord spin: more of them than one batch holds, and it still answers on D-Bus.
+#[test]
+fn failing_messages_do_not_stall_the_daemon() {
+    let env = Env::new();
+    let cfg = env.root.join("config.yaml");
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("max_messages_per_loop: 50", "max_messages_per_loop: 2");
+    assert!(text.contains("max_messages_per_loop: 2"), "{text}");
+    std::fs::write(&cfg, text).unwrap();
+    let trap = env.outside.join("processed");
+    std::fs::create_dir_all(&trap).unwrap();
+    let pi = env.root.join("messaging/processed_inbox");
+    std::fs::remove_dir(&pi).unwrap();
+    symlink(&trap, &pi).unwrap();
+    for i in 0..5 {
+        env.inbox(
+            &format!("s{i}.json"),
+            &serde_json::to_vec(&message(&format!("s{i}"), "help")).unwrap(),
+        );
+    }
+    let bus = common::bus::PrivateBus::start();
+    let mut daemon = common::bus::spawn_orchestratord(&bus, &env.root, &[]);
+    common::bus::wait_for_name(&bus, "org.agentstore.Orchestrator1");
+    let store = env.store();
+    common::bus::wait_until(
+        std::time::Duration::from_secs(60),
+        "message_failed events",
+        || {
+            std::fs::read_to_string(store.events_path(&Timestamp::now()))
+                .is_ok_and(|t| t.contains("message_failed") && t.contains("s4.json"))
+        },
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let answer = rt.block_on(async {
+        let conn = bus.connect().await;
+        let p = agentstore::bus::orchestrator::Orchestrator1Proxy::new(&conn)
+            .await
+            .unwrap();
+        tokio::time::timeout(
+            std::time::Duration::from_secs(30),
+            p.submit(r#"{"command": "help"}"#),
+        )
+        .await
+        .expect("the daemon answers D-Bus while messages keep failing")
+        .unwrap()
+    });
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    let answer: Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(answer["status"], "done", "{answer}");
+    assert_eq!(names(&trap), Vec::<String>::new());
+    assert_eq!(names(&env.root.join("messaging/inbox")).len(), 5);
 }

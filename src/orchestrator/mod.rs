@@ -541,11 +541,23 @@ pub fn process_inbox(store: &Store, limit: usize) -> Result<Vec<FileOutcome>, St
         .map(|p| (sort_key(&p), p))
         .collect();
     keyed.sort();
-    for (_, p) in keyed.into_iter().take(limit) {
+    // Messages that failed moments ago wait their turn (RETRY_FAILED_AFTER), so they never
+    // fill every batch and starve the messages behind them.
+    let now = std::time::Instant::now();
+    let mut failed = FAILED_AT.lock().unwrap_or_else(|p| p.into_inner());
+    failed.retain(|p, at| now.duration_since(*at) < RETRY_FAILED_AFTER && safe::exists(p));
+    let ready: Vec<PathBuf> = keyed
+        .into_iter()
+        .map(|(_, p)| p)
+        .filter(|p| !failed.contains_key(p))
+        .take(limit)
+        .collect();
+    for p in ready {
         // Each message fails alone: one that cannot be answered never stops the others.
         match process_inbox_file(store, &p) {
             Ok(o) => out.push(o),
             Err(e) => {
+                failed.insert(p.clone(), std::time::Instant::now());
                 tracing::error!("cannot answer {}: {e}", p.display());
                 store.record_event(&Event::new(DAEMON, "message_failed").detail(
                     crate::schema::quote_limited(
@@ -559,6 +571,14 @@ pub fn process_inbox(store: &Store, limit: usize) -> Result<Vec<FileOutcome>, St
     }
     Ok(out)
 }
+
+/// How long an inbox message whose handling failed (an I/O error, a linked folder) is left
+/// out of the sweeps before it is tried again.
+pub const RETRY_FAILED_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Inbox messages that failed, and when (this process only; a restart tries them again).
+static FAILED_AT: std::sync::Mutex<std::collections::BTreeMap<PathBuf, std::time::Instant>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
 
 /// `queue_time` when the file has one (cheap: it is read again when processed), else the
 /// modification time in the same format, so both sort together.
