@@ -127,11 +127,12 @@ pub(super) fn logs(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResult {
     let deadline = g.follow.map(|s| Instant::now() + Duration::from_secs(s));
     if journal_available() {
         let mut cmd = std::process::Command::new("journalctl");
-        cmd.args(["--no-pager", "-o", "cat"])
-            .arg(format!("JOB_ID={id}"));
+        cmd.args(["--no-pager", "-o", "cat"]);
         if deadline.is_some() {
             cmd.arg("--follow");
         }
+        // `--` before the match: nothing after it is read as an option.
+        cmd.arg("--").arg(format!("JOB_ID={id}"));
         let mut child = cmd
             .spawn()
             .map_err(|e| CliError::new(format!("journalctl: {e}")))?;

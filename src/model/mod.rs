@@ -74,19 +74,100 @@ impl fmt::Display for DocKind {
     }
 }
 
-/// True when `id` is a safe file-name id (`[A-Za-z0-9][A-Za-z0-9._-]*`, at most 255 bytes).
+/// Longest id, in bytes: `<id>.json` and the daemons' derived names (`.<id>.json.<pid>.<n>.tmp`,
+/// `<id>.duplicate-<n>.json`) stay well within the 255-byte file-name limit.
+pub const MAX_ID_BYTES: usize = 200;
+
+/// The one id rule, for every id that becomes a file name (correlation id, job, queue,
+/// project, user, PRD): `[A-Za-z0-9][A-Za-z0-9._-]*`, no `..`, at most [`MAX_ID_BYTES`].
+/// Checked in code whatever schema a store carries.
 pub fn is_safe_id(id: &str) -> bool {
+    id_problem(id).is_none()
+}
+
+/// Why `id` breaks the id rule, or `None` when it is a safe id.
+pub fn id_problem(id: &str) -> Option<&'static str> {
     let mut chars = id.chars();
     match chars.next() {
+        None => return Some("is empty"),
         Some(c) if c.is_ascii_alphanumeric() => {}
-        _ => return false,
+        Some(_) => return Some("must start with a letter or digit"),
     }
-    id.len() <= 255 && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+    if id.len() > MAX_ID_BYTES {
+        return Some("is longer than 200 bytes");
+    }
+    if !chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')) {
+        return Some("may hold only letters, digits, '.', '_' and '-'");
+    }
+    if id.contains("..") {
+        return Some("must not contain '..'");
+    }
+    None
+}
+
+/// A safe id derived from any text (a file stem, a rejected correlation id): unsafe characters
+/// become `_`, `..` is broken up, the result is cut to fit, and when anything changed a digest
+/// of the original is appended so different inputs stay different. Always passes
+/// [`is_safe_id`].
+pub fn derive_safe_id(text: &str) -> String {
+    if is_safe_id(text) {
+        return text.to_string();
+    }
+    let mut id = String::with_capacity(text.len().min(MAX_ID_BYTES));
+    for c in text.chars() {
+        if id.len() >= MAX_ID_BYTES - 20 {
+            break;
+        }
+        let c = if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+            c
+        } else {
+            '_'
+        };
+        if c == '.' && id.ends_with('.') {
+            id.push('_');
+        } else {
+            id.push(c);
+        }
+    }
+    if !id.chars().next().is_some_and(|c| c.is_ascii_alphanumeric()) {
+        id.insert(0, 'm');
+    }
+    // FNV-1a: stable across builds and machines (the name must be the same after a restart).
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.as_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    if id.ends_with('.') {
+        id.push('_');
+    }
+    id.push_str(&format!("-{:016x}", h));
+    id
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn derived_ids_are_safe() {
+        for t in [
+            "",
+            ".",
+            "..",
+            "a..b",
+            "-x",
+            &"é".repeat(300),
+            &"a".repeat(255),
+            "x y",
+            "a.",
+        ] {
+            let d = derive_safe_id(t);
+            assert!(is_safe_id(&d), "{t:?} -> {d:?}");
+        }
+        assert_eq!(derive_safe_id("ok-1"), "ok-1");
+        assert_ne!(derive_safe_id("x y"), derive_safe_id("x_y"));
+    }
 
     #[test]
     fn safe_ids() {
@@ -106,7 +187,8 @@ mod tests {
             "../x",
             "a b",
             "é",
-            &"x".repeat(256),
+            &"x".repeat(201),
+            "a..b",
         ] {
             assert!(!is_safe_id(bad), "{bad}");
         }

@@ -105,7 +105,14 @@ fn research_complete(store: &Store, job: &Job) -> Result<String, StoreError> {
     };
     let path = std::path::PathBuf::from(&doc);
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
+        crate::store::safe::create_dir_all(dir).map_err(|source| StoreError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        // Its folder must be a real folder: a link there is refused, never followed (beneath
+        // the store root the whole path is checked; the document itself is replaced by a
+        // rename, which never follows a link).
+        crate::store::safe::refuse_linked_dir(dir).map_err(|source| StoreError::Io {
             path: dir.to_path_buf(),
             source,
         })?;
@@ -200,7 +207,7 @@ fn prd_moved(
     // a consistent document that the next sweep moves.
     store.write_doc(DocKind::Prd, &path, &prd)?;
     let dest_dir = store.prd_dir(&prd.project, to);
-    std::fs::create_dir_all(&dest_dir).map_err(|source| StoreError::Io {
+    crate::store::safe::create_dir_all(&dest_dir).map_err(|source| StoreError::Io {
         path: dest_dir.clone(),
         source,
     })?;

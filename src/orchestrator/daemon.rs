@@ -111,7 +111,9 @@ pub fn cycle_report(shared: &Shared) -> Result<CycleReport, StoreError> {
         drop(_guard);
         let n = outcomes.len();
         for o in &outcomes {
-            if matches!(o, FileOutcome::Deferred(_)) {
+            // A failed message stays in the inbox: like a deferred one, it ends the batch
+            // loop (no busy retry), and the next sweep tries it again.
+            if matches!(o, FileOutcome::Deferred(_) | FileOutcome::Failed(..)) {
                 deferred += 1;
             }
             if let FileOutcome::Answered(o) = o {

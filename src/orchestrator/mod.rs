@@ -24,7 +24,7 @@ pub use lock::{LockError, LockInfo, StoreLock};
 
 use crate::model::{DocKind, Message, MessageSource, MessageStatus, Timestamp, is_safe_id};
 use crate::permissions::Caller;
-use crate::store::{Event, Store, StoreError, move_no_replace, read_limited, scan_dir};
+use crate::store::{Event, Store, StoreError, move_no_replace, read_limited, safe, scan_dir};
 use serde_json::{Map, Value, json};
 use std::path::{Path, PathBuf};
 
@@ -127,28 +127,7 @@ fn fallback_id(path: &Path) -> String {
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let mut id: String = stem
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    if !id.chars().next().is_some_and(|c| c.is_ascii_alphanumeric()) {
-        id.insert(0, 'm');
-    }
-    id.truncate(200);
-    if id != stem {
-        // Sanitised: add a digest of the real name so `x y.json` and `x_y.json` differ.
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        stem.hash(&mut h);
-        id.push_str(&format!("-{:08x}", h.finish() as u32));
-    }
-    id
+    crate::model::derive_safe_id(&stem)
 }
 
 /// An error response for a message that could not even be parsed.
@@ -168,13 +147,26 @@ fn unparsed_error(
     Message {
         correlation_id,
         source: MessageSource::Orchestrator,
-        project: get("project"),
+        project: get("project").filter(|p| is_safe_id(p)),
         queue_time: get("queue_time")
             .and_then(|t| t.parse().ok())
             .or_else(|| file_time(path))
             .unwrap_or_else(Timestamp::now),
         processed_time: Some(Timestamp::now()),
-        command: get("command").unwrap_or_else(|| "unknown".into()),
+        command: get("command")
+            .map(|c| {
+                if c.len() <= 200 {
+                    c
+                } else {
+                    // The answer must pass its own schema (≤ 200 characters).
+                    let mut end = 180;
+                    while !c.is_char_boundary(end) {
+                        end -= 1;
+                    }
+                    format!("{}…", &c[..end])
+                }
+            })
+            .unwrap_or_else(|| "unknown".into()),
         content: Map::new(),
         status: MessageStatus::Error,
         error: Some(error.to_string()),
@@ -184,7 +176,7 @@ fn unparsed_error(
 
 /// A file's modification time, to the second.
 fn file_time(path: &Path) -> Option<Timestamp> {
-    let m = std::fs::metadata(path).ok()?.modified().ok()?;
+    let m = safe::symlink_metadata(path).ok()?.modified().ok()?;
     let t = chrono::DateTime::<chrono::Utc>::from(m);
     chrono::DateTime::from_timestamp(t.timestamp(), 0).map(Timestamp)
 }
@@ -200,6 +192,9 @@ pub enum FileOutcome {
     SetAside(PathBuf),
     /// The file vanished (another process took it).
     Gone,
+    /// Could not be answered (the error is logged and recorded as a `message_failed` event);
+    /// it stays in the inbox and is tried again, and the other messages go on.
+    Failed(PathBuf, String),
     /// Not JSON yet and written moments ago: probably still being written (`cat > inbox/x`);
     /// looked at again shortly.
     Deferred(PathBuf),
@@ -210,7 +205,7 @@ pub enum FileOutcome {
 pub const SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
 
 fn recently_modified(path: &Path) -> bool {
-    std::fs::metadata(path)
+    safe::symlink_metadata(path)
         .and_then(|m| m.modified())
         .ok()
         .and_then(|m| m.elapsed().ok())
@@ -327,7 +322,11 @@ pub fn process_inbox_file(store: &Store, path: &Path) -> Result<FileOutcome, Sto
 }
 
 fn finish(store: &Store, path: &Path, outcome: Outcome) -> Result<FileOutcome, StoreError> {
-    let name = format!("{}.json", outcome.response.correlation_id);
+    // The one id rule, whatever schema the store carries: the answer's name is always safe.
+    let name = format!(
+        "{}.json",
+        crate::model::derive_safe_id(&outcome.response.correlation_id)
+    );
     finish_as(store, path, outcome, &name)
 }
 
@@ -338,9 +337,35 @@ fn finish_as(
     outcome: Outcome,
     name: &str,
 ) -> Result<FileOutcome, StoreError> {
+    let mut outcome = outcome;
+    // An answer quotes a bounded part of what it complains about (issue 9: no amplification).
+    if let Some(e) = outcome.response.error.as_mut()
+        && e.len() > 4 * crate::schema::MAX_QUOTE_BYTES
+    {
+        *e = crate::schema::quote_limited(e, 4 * crate::schema::MAX_QUOTE_BYTES);
+    }
     let id = outcome.response.correlation_id.clone();
     let out = store.outbox().join(name);
-    store.write_doc(DocKind::Message, &out, &outcome.response)?;
+    match store.write_doc(DocKind::Message, &out, &outcome.response) {
+        Err(StoreError::Invalid { rejection, .. }) => {
+            // The answer itself does not pass the schema (a loosened or odd store copy):
+            // answer with the bare error instead, so the message is never left unanswered.
+            let r = &mut outcome.response;
+            r.status = MessageStatus::Error;
+            r.content = Map::new();
+            r.project = r.project.take().filter(|p| is_safe_id(p));
+            r.command = "unknown".into();
+            r.error = Some(crate::schema::quote_limited(
+                &format!(
+                    "{} (the full answer failed its schema: {rejection})",
+                    r.error.as_deref().unwrap_or("cannot answer")
+                ),
+                4 * crate::schema::MAX_QUOTE_BYTES,
+            ));
+            store.write_doc(DocKind::Message, &out, &outcome.response)?;
+        }
+        other => other?,
+    }
     move_to_processed(store, path)?;
     let mut ev = Event::new(DAEMON, "message_answered").correlation(&id);
     if let Some(p) = &outcome.response.project {
@@ -378,7 +403,7 @@ fn earlier_answer(store: &Store, id: &str, command: &str, queue_time: &Timestamp
     let name = format!("{id}.json");
     for dir in [store.outbox(), store.processed_outbox()] {
         let p = dir.join(&name);
-        if !p.exists() {
+        if !safe::exists(&p) {
             continue;
         }
         #[derive(serde::Deserialize)]
@@ -386,7 +411,7 @@ fn earlier_answer(store: &Store, id: &str, command: &str, queue_time: &Timestamp
             command: String,
             queue_time: String,
         }
-        let head = std::fs::read(&p)
+        let head = read_limited(&p)
             .ok()
             .and_then(|b| serde_json::from_slice::<Head>(&b).ok());
         return match head {
@@ -403,7 +428,10 @@ fn earlier_answer(store: &Store, id: &str, command: &str, queue_time: &Timestamp
 fn duplicate_name(store: &Store, id: &str) -> String {
     (1..)
         .map(|n| format!("{id}.duplicate-{n}.json"))
-        .find(|n| !store.outbox().join(n).exists() && !store.processed_outbox().join(n).exists())
+        .find(|n| {
+            !safe::exists(&store.outbox().join(n))
+                && !safe::exists(&store.processed_outbox().join(n))
+        })
         .unwrap_or_else(|| format!("{id}.duplicate.json"))
 }
 
@@ -411,7 +439,7 @@ fn duplicate_name(store: &Store, id: &str) -> String {
 /// message gets a numbered suffix).
 fn move_to_processed(store: &Store, path: &Path) -> Result<(), StoreError> {
     let dir = store.processed_inbox();
-    std::fs::create_dir_all(&dir).map_err(|source| StoreError::Io {
+    safe::create_dir_all(&dir).map_err(|source| StoreError::Io {
         path: dir.clone(),
         source,
     })?;
@@ -442,8 +470,15 @@ fn move_to_processed(store: &Store, path: &Path) -> Result<(), StoreError> {
 
 /// Moves a Dropbox conflict copy to `conflicts/messaging-inbox/`, reporting it.
 fn set_aside(store: &Store, path: &Path) -> Result<PathBuf, StoreError> {
+    set_aside_because(store, path, "Dropbox conflict copy")
+}
+
+/// Moves an inbox entry that cannot be a message (a conflict copy; a link, FIFO or other
+/// non-regular file, which is never followed or read) to `conflicts/messaging-inbox/`,
+/// reporting it by name.
+fn set_aside_because(store: &Store, path: &Path, what: &str) -> Result<PathBuf, StoreError> {
     let dir = store.conflicts_dir().join("messaging-inbox");
-    std::fs::create_dir_all(&dir).map_err(|source| StoreError::Io {
+    safe::create_dir_all(&dir).map_err(|source| StoreError::Io {
         path: dir.clone(),
         source,
     })?;
@@ -451,7 +486,7 @@ fn set_aside(store: &Store, path: &Path) -> Result<PathBuf, StoreError> {
     move_no_replace(path, &target)
         .or_else(|e| {
             if e.kind() == std::io::ErrorKind::AlreadyExists {
-                std::fs::remove_file(path)
+                safe::remove_file(path)
             } else {
                 Err(e)
             }
@@ -461,12 +496,13 @@ fn set_aside(store: &Store, path: &Path) -> Result<PathBuf, StoreError> {
             source,
         })?;
     tracing::warn!(
-        "Dropbox conflict copy {} set aside in {}; resolve it by hand",
+        "{what} {} set aside in {}; resolve it by hand",
         path.display(),
         dir.display()
     );
-    store
-        .record_event(&Event::new(DAEMON, "conflict_set_aside").detail(path.display().to_string()));
+    store.record_event(
+        &Event::new(DAEMON, "conflict_set_aside").detail(format!("{what}: {}", path.display())),
+    );
     Ok(target)
 }
 
@@ -480,7 +516,24 @@ pub fn process_inbox(store: &Store, limit: usize) -> Result<Vec<FileOutcome>, St
     })?;
     let mut out = Vec::new();
     for c in scan.conflicts {
-        out.push(FileOutcome::SetAside(set_aside(store, &c)?));
+        match set_aside(store, &c) {
+            Ok(to) => out.push(FileOutcome::SetAside(to)),
+            Err(e) => {
+                // Never fatal: the messages still get answered.
+                tracing::error!("{e}");
+                out.push(FileOutcome::Failed(c, e.to_string()));
+            }
+        }
+    }
+    for r in scan.refused {
+        let what = "not a regular file (a symbolic link, FIFO or device; never followed or read):";
+        match set_aside_because(store, &r, what) {
+            Ok(to) => out.push(FileOutcome::SetAside(to)),
+            Err(e) => {
+                tracing::error!("{e}");
+                out.push(FileOutcome::Failed(r, e.to_string()));
+            }
+        }
     }
     let mut keyed: Vec<(String, PathBuf)> = scan
         .documents
@@ -488,11 +541,44 @@ pub fn process_inbox(store: &Store, limit: usize) -> Result<Vec<FileOutcome>, St
         .map(|p| (sort_key(&p), p))
         .collect();
     keyed.sort();
-    for (_, p) in keyed.into_iter().take(limit) {
-        out.push(process_inbox_file(store, &p)?);
+    // Messages that failed moments ago wait their turn (RETRY_FAILED_AFTER), so they never
+    // fill every batch and starve the messages behind them.
+    let now = std::time::Instant::now();
+    let mut failed = FAILED_AT.lock().unwrap_or_else(|p| p.into_inner());
+    failed.retain(|p, at| now.duration_since(*at) < RETRY_FAILED_AFTER && safe::exists(p));
+    let ready: Vec<PathBuf> = keyed
+        .into_iter()
+        .map(|(_, p)| p)
+        .filter(|p| !failed.contains_key(p))
+        .take(limit)
+        .collect();
+    for p in ready {
+        // Each message fails alone: one that cannot be answered never stops the others.
+        match process_inbox_file(store, &p) {
+            Ok(o) => out.push(o),
+            Err(e) => {
+                failed.insert(p.clone(), std::time::Instant::now());
+                tracing::error!("cannot answer {}: {e}", p.display());
+                store.record_event(&Event::new(DAEMON, "message_failed").detail(
+                    crate::schema::quote_limited(
+                        &format!("{}: {e}", p.display()),
+                        crate::schema::MAX_QUOTE_BYTES,
+                    ),
+                ));
+                out.push(FileOutcome::Failed(p, e.to_string()));
+            }
+        }
     }
     Ok(out)
 }
+
+/// How long an inbox message whose handling failed (an I/O error, a linked folder) is left
+/// out of the sweeps before it is tried again.
+pub const RETRY_FAILED_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Inbox messages that failed, and when (this process only; a restart tries them again).
+static FAILED_AT: std::sync::Mutex<std::collections::BTreeMap<PathBuf, std::time::Instant>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
 
 /// `queue_time` when the file has one (cheap: it is read again when processed), else the
 /// modification time in the same format, so both sort together.
@@ -502,16 +588,16 @@ fn sort_key(p: &Path) -> String {
         queue_time: String,
     }
     // Only small files are read here; big ones sort by modification time.
-    let small = std::fs::metadata(p)
+    let small = safe::symlink_metadata(p)
         .map(|m| m.len() <= 1 << 20)
         .unwrap_or(false);
     let from_doc = small
-        .then(|| std::fs::read(p).ok())
+        .then(|| read_limited(p).ok())
         .flatten()
         .and_then(|b| serde_json::from_slice::<Qt>(&b).ok())
         .and_then(|q| q.queue_time.parse::<Timestamp>().ok());
     let t = from_doc.or_else(|| {
-        let m = std::fs::metadata(p).ok()?.modified().ok()?;
+        let m = safe::symlink_metadata(p).ok()?.modified().ok()?;
         Some(Timestamp(chrono::DateTime::<chrono::Utc>::from(m)))
     });
     format!(

@@ -10,21 +10,21 @@ pub fn venvman_program() -> String {
     std::env::var("AGENTSTORE_VENVMAN").unwrap_or_else(|_| "venvman".to_string())
 }
 
-/// Runs `venvman create --project <id> --dir <directory> [--python V] [--install-deps]`.
+/// Runs `venvman create --project=<id> --dir=<directory> [--python=V] [--install-deps]`.
 pub fn create_environment(msg: &Message, project: &Project) -> Result<Value, RouteError> {
     let program = venvman_program();
     let mut cmd = Command::new(&program);
+    // Values glued to their options (`--dir=-x` stays a value), so nothing from a document
+    // can become an option of venvman.
     cmd.args([
-        "create",
-        "--project",
-        &project.id,
-        "--dir",
-        &project.directory,
+        "create".to_string(),
+        format!("--project={}", project.id),
+        format!("--dir={}", project.directory),
     ]);
     match msg.content.get("python") {
         None | Some(Value::Null) => {}
         Some(Value::String(v)) => {
-            cmd.args(["--python", v]);
+            cmd.arg(format!("--python={v}"));
         }
         Some(_) => {
             return Err(RouteError::Invalid(

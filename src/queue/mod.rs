@@ -182,7 +182,8 @@ impl Manager {
         let queue: Queue = store.queue(&cfg.queue)?;
         for s in JobStatus::ALL {
             let d = store.jobs_dir(&cfg.queue, s);
-            std::fs::create_dir_all(&d).map_err(|source| StoreError::Io { path: d, source })?;
+            crate::store::safe::create_dir_all(&d)
+                .map_err(|source| StoreError::Io { path: d, source })?;
         }
         let choice = cfg
             .launcher
@@ -433,7 +434,13 @@ impl Manager {
             }
         };
         for c in &scan.conflicts {
-            self.set_aside(c);
+            self.set_aside(c, "Dropbox conflict copy");
+        }
+        for r in &scan.refused {
+            self.set_aside(
+                r,
+                "not a regular file (a symbolic link, FIFO or device; never followed or read):",
+            );
         }
         for id in &scan.invalid {
             self.fail_invalid(id, JobStatus::Queued).await;
@@ -449,17 +456,22 @@ impl Manager {
         self.queued = u32::try_from(waiting).unwrap_or(u32::MAX);
     }
 
-    fn set_aside(&self, path: &std::path::Path) {
+    fn set_aside(&self, path: &std::path::Path, what: &str) {
         let dir = self.store.conflicts_dir();
         let name = path.file_name().map(|n| n.to_owned()).unwrap_or_default();
         let to = dir.join(name);
-        let res = std::fs::create_dir_all(&dir).and_then(|_| move_no_replace(path, &to));
-        match res {
-            Ok(()) => tracing::warn!(queue = %self.cfg.queue,
-                "Dropbox conflict copy {} set aside in {}", path.display(), to.display()),
-            Err(e) => tracing::warn!(queue = %self.cfg.queue,
-                "cannot set aside conflict copy {}: {e}", path.display()),
-        }
+        let res = crate::store::safe::create_dir_all(&dir).and_then(|_| move_no_replace(path, &to));
+        let text = match res {
+            Ok(()) => format!("{what} {} set aside in {}", path.display(), to.display()),
+            Err(e) => format!("cannot set aside {what} {}: {e}", path.display()),
+        };
+        tracing::warn!(queue = %self.cfg.queue, "{text}");
+        self.store.append_daemon_log(&self.log_file, &text);
+        self.store.record_event(
+            &Event::new("queue-manager", "conflict_set_aside")
+                .queue(&self.cfg.queue)
+                .detail(text),
+        );
     }
 
     async fn fail_invalid(&mut self, id: &str, from: JobStatus) {
@@ -574,17 +586,17 @@ impl Manager {
             .config
             .timeout_seconds
             .unwrap_or(self.config.max_job_runtime_seconds);
+        // Values glued to their options and `--` before the job id: a job file named
+        // `--help.json` or `-V.json` is a job like any other, never an option.
         let mut args = vec![
-            "--root".to_string(),
-            self.cfg.root.display().to_string(),
-            "--queue".to_string(),
-            q.clone(),
+            format!("--root={}", self.cfg.root.display()),
+            format!("--queue={q}"),
             "--gate".to_string(),
         ];
         if let Some(u) = &run_as {
-            args.push("--run-as".into());
-            args.push(u.clone());
+            args.push(format!("--run-as={u}"));
         }
+        args.push("--".to_string());
         args.push(id.to_string());
         let spec = LaunchSpec {
             worker: &self.cfg.worker,
@@ -763,7 +775,7 @@ impl Manager {
     async fn settle(&mut self, id: &str, r: Option<Running>) {
         let q = self.cfg.queue.clone();
         for to in [JobStatus::Finished, JobStatus::Failed] {
-            if self.store.job_path(&q, to, id).is_file() {
+            if crate::store::safe::is_file(&self.store.job_path(&q, to, id)) {
                 self.store.append_daemon_log(
                     &self.log_file,
                     &format!("job {id} {} (worker exited)", to.name()),
@@ -924,7 +936,7 @@ impl Manager {
         let q = self.cfg.queue.clone();
         let from = [JobStatus::Running, JobStatus::Queued]
             .into_iter()
-            .find(|s| self.store.job_path(&q, *s, id).is_file())
+            .find(|s| crate::store::safe::is_file(&self.store.job_path(&q, *s, id)))
             .ok_or_else(|| {
                 BusError::NotFound(format!("job {id} is not queued or running in queue {q}"))
             })?;

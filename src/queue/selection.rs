@@ -31,6 +31,8 @@ pub struct QueuedScan {
     pub invalid: Vec<String>,
     /// Dropbox conflict copies: to be set aside.
     pub conflicts: Vec<PathBuf>,
+    /// Links, FIFOs and other non-regular `*.json` entries: never read; to be set aside.
+    pub refused: Vec<PathBuf>,
     /// Files that may still be being written (checked again on their close event).
     pub pending: usize,
 }
@@ -52,6 +54,7 @@ impl QueuedIndex {
         let scan = scan_dir(dir)?;
         let mut out = QueuedScan {
             conflicts: scan.conflicts,
+            refused: scan.refused,
             ..QueuedScan::default()
         };
         let mut seen = HashSet::with_capacity(scan.documents.len());
@@ -63,7 +66,7 @@ impl QueuedIndex {
                 jobs.push((*t, id.to_string()));
                 continue;
             }
-            let bytes = match std::fs::read(path) {
+            let bytes = match crate::store::read_limited(path) {
                 Ok(b) => b,
                 // Gone between listing and reading (cancelled, taken): not ours to judge.
                 Err(_) => continue,
@@ -85,7 +88,7 @@ impl QueuedIndex {
 }
 
 fn recently_modified(path: &Path) -> bool {
-    std::fs::metadata(path)
+    crate::store::safe::symlink_metadata(path)
         .and_then(|m| m.modified())
         .ok()
         .and_then(|t| SystemTime::now().duration_since(t).ok())

@@ -95,9 +95,122 @@ impl Rejection {
             kind,
             errors: vec![FieldError {
                 pointer: String::new(),
-                message,
+                message: quote_limited(&message, MAX_QUOTE_BYTES),
             }],
         }
+    }
+}
+
+/// Most bytes of a bad value (or of one error message) an error report quotes: a 5 MB bad
+/// field costs `errors.out` and the answer about 1 KiB, not 5 MB.
+pub const MAX_QUOTE_BYTES: usize = 1024;
+
+/// Most field errors one rejection lists; the rest are counted.
+pub const MAX_FIELD_ERRORS: usize = 20;
+
+/// `text` cut to at most `max` bytes (on a character boundary), saying how much was cut.
+pub fn quote_limited(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{}… [{} more bytes not shown]",
+        &text[..end],
+        text.len() - end
+    )
+}
+
+fn limit_errors(errors: &mut Vec<FieldError>) {
+    if errors.len() > MAX_FIELD_ERRORS {
+        let more = errors.len() - MAX_FIELD_ERRORS;
+        errors.truncate(MAX_FIELD_ERRORS);
+        errors.push(FieldError {
+            pointer: String::new(),
+            message: format!("… and {more} more errors"),
+        });
+    }
+    for e in errors.iter_mut() {
+        if e.pointer.len() > MAX_QUOTE_BYTES {
+            e.pointer = quote_limited(&e.pointer, MAX_QUOTE_BYTES);
+        }
+    }
+}
+
+/// Collects the paths (`*` for every array item) of properties that `$ref` the id
+/// definitions in `schema`.
+fn id_pointers(node: &Value, at: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
+    match node {
+        Value::Object(map) => {
+            if let Some(Value::String(r)) = map.get("$ref")
+                && (r == "#/$defs/id" || r == "#/$defs/id_or_null")
+            {
+                out.push(at.clone());
+            }
+            for (k, v) in map {
+                match k.as_str() {
+                    "$defs" => {}
+                    "properties" => {
+                        if let Value::Object(props) = v {
+                            for (name, sub) in props {
+                                at.push(name.clone());
+                                id_pointers(sub, at, out);
+                                at.pop();
+                            }
+                        }
+                    }
+                    "items" => {
+                        at.push("*".to_string());
+                        id_pointers(v, at, out);
+                        at.pop();
+                    }
+                    _ => id_pointers(v, at, out),
+                }
+            }
+        }
+        Value::Array(items) => {
+            for v in items {
+                id_pointers(v, at, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Checks every string at `path` in `doc` with the one id rule ([`crate::model::is_safe_id`]).
+fn check_ids(doc: &Value, path: &[String], pointer: &mut String, errors: &mut Vec<FieldError>) {
+    let Some((first, rest)) = path.split_first() else {
+        if let Value::String(id) = doc
+            && let Some(problem) = crate::model::id_problem(id)
+            && !errors.iter().any(|e| e.pointer == *pointer)
+        {
+            errors.push(FieldError {
+                pointer: pointer.clone(),
+                message: format!(
+                    "{} is not a safe id: it {problem} (ids are letters, digits, '.', '_' and '-', starting with a letter or digit, no '..', at most 200 bytes)",
+                    quote_limited(&format!("{id:?}"), MAX_QUOTE_BYTES)
+                ),
+            });
+        }
+        return;
+    };
+    let len = pointer.len();
+    if first == "*" {
+        if let Value::Array(items) = doc {
+            for (i, item) in items.iter().enumerate() {
+                pointer.push_str(&format!("/{i}"));
+                check_ids(item, rest, pointer, errors);
+                pointer.truncate(len);
+            }
+        }
+    } else if let Some(v) = doc.get(first.as_str()) {
+        pointer.push('/');
+        pointer.push_str(first);
+        check_ids(v, rest, pointer, errors);
+        pointer.truncate(len);
     }
 }
 
@@ -119,6 +232,9 @@ impl std::error::Error for Rejection {}
 /// The six compiled schemas.
 pub struct Validator {
     compiled: HashMap<DocKind, jsonschema::Validator>,
+    /// Where each kind carries ids that become file names, taken from the *embedded* schemas
+    /// so a loosened store copy cannot turn the code-side check off.
+    id_fields: HashMap<DocKind, Vec<Vec<String>>>,
 }
 
 impl fmt::Debug for Validator {
@@ -141,12 +257,18 @@ impl Validator {
         let mut compiled = HashMap::new();
         for (kind, text) in EMBEDDED {
             let override_path = dir.map(|d| d.join(format!("{kind}.schema.json")));
-            let (origin, text) = match override_path.filter(|p| p.is_file()) {
+            let (origin, text) = match override_path.filter(|p| crate::store::safe::exists(p)) {
                 Some(path) => {
-                    let t = std::fs::read_to_string(&path).map_err(|source| SchemaError::Read {
-                        path: path.clone(),
-                        source,
-                    })?;
+                    // No link followed, only a regular file read (a link here is an error).
+                    let t = crate::store::safe::open_read(&path)
+                        .and_then(|mut f| {
+                            let mut t = String::new();
+                            std::io::Read::read_to_string(&mut f, &mut t).map(|_| t)
+                        })
+                        .map_err(|source| SchemaError::Read {
+                            path: path.clone(),
+                            source,
+                        })?;
                     (path.display().to_string(), t)
                 }
                 None => (format!("embedded {kind}.schema.json"), text.to_string()),
@@ -161,7 +283,24 @@ impl Validator {
             })?;
             compiled.insert(kind, v);
         }
-        Ok(Validator { compiled })
+        let mut id_fields = HashMap::new();
+        for (kind, text) in EMBEDDED {
+            let schema: Value = serde_json::from_str(text).map_err(|e| SchemaError::Compile {
+                origin: format!("embedded {kind}.schema.json"),
+                message: e.to_string(),
+            })?;
+            let mut found = Vec::new();
+            id_pointers(&schema, &mut Vec::new(), &mut found);
+            if kind == DocKind::Message {
+                // `project` names a folder too (checked again by the store on lookup).
+                found.push(vec!["project".to_string()]);
+            }
+            id_fields.insert(kind, found);
+        }
+        Ok(Validator {
+            compiled,
+            id_fields,
+        })
     }
 
     /// Checks `doc` against the schema of `kind`.
@@ -169,7 +308,11 @@ impl Validator {
         let Some(v) = self.compiled.get(&kind) else {
             return Err(Rejection::whole(kind, format!("no schema for {kind}")));
         };
-        let errors: Vec<FieldError> = v.iter_errors(doc).map(field_error).collect();
+        let mut errors: Vec<FieldError> = v.iter_errors(doc).map(field_error).collect();
+        for path in self.id_fields.get(&kind).into_iter().flatten() {
+            check_ids(doc, path, &mut String::new(), &mut errors);
+        }
+        limit_errors(&mut errors);
         if errors.is_empty() {
             Ok(())
         } else {
@@ -227,7 +370,7 @@ fn field_error(e: jsonschema::ValidationError<'_>) -> FieldError {
     };
     FieldError {
         pointer,
-        message: e.to_string(),
+        message: quote_limited(&e.to_string(), MAX_QUOTE_BYTES),
     }
 }
 

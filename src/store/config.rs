@@ -87,6 +87,11 @@ pub struct LoggingConfig {
     pub level: String,
     /// Event log path relative to the root; `{YYYY-MM}` is replaced by the month.
     pub events_file: String,
+    /// Largest size of one log file in the store (`JSONValidation/errors.out`, the event
+    /// logs, the daemon logs under `logs/`) before it is rotated to `<name>.1`.
+    pub max_file_bytes: u64,
+    /// Rotated files kept per log (`<name>.1` … `<name>.<keep_files>`).
+    pub keep_files: usize,
 }
 
 impl Default for LoggingConfig {
@@ -94,6 +99,8 @@ impl Default for LoggingConfig {
         LoggingConfig {
             level: "INFO".to_string(),
             events_file: "logs/events-{YYYY-MM}.jsonl".to_string(),
+            max_file_bytes: super::safe::DEFAULT_LOG_LIMITS.max_bytes,
+            keep_files: super::safe::DEFAULT_LOG_LIMITS.keep,
         }
     }
 }
@@ -133,7 +140,11 @@ impl Config {
 
     /// Loads `path`; a missing file gives the defaults.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        match std::fs::read_to_string(path) {
+        let text = super::safe::open_read(path).and_then(|mut f| {
+            let mut t = String::new();
+            std::io::Read::read_to_string(&mut f, &mut t).map(|_| t)
+        });
+        match text {
             Ok(t) => Config::parse(&t, &path.display().to_string()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
             Err(source) => Err(ConfigError::Read {

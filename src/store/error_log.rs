@@ -46,13 +46,17 @@ impl ErrorLog {
         let entry = ErrorLogEntry {
             timestamp: Timestamp::now(),
             kind: rejection.kind.name().to_string(),
-            id: id.to_string(),
-            error: rejection
-                .errors
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("; "),
+            id: super::quote_limited(id, super::MAX_QUOTE_BYTES),
+            // Each field error quotes at most 1 KiB; the whole entry stays a few KiB.
+            error: super::quote_limited(
+                &rejection
+                    .errors
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; "),
+                4 * super::MAX_QUOTE_BYTES,
+            ),
         };
         self.append(&entry)
     }

@@ -104,7 +104,11 @@ impl Store {
     /// Appends an event; failures are logged, never fatal (the journal has it too).
     pub fn record_event(&self, event: &Event) {
         let path = self.events_path(&event.timestamp);
-        let result = serde_json::to_vec(event)
+        let mut event = event.clone();
+        if let Some(d) = event.detail.as_mut() {
+            *d = crate::schema::quote_limited(d, crate::schema::MAX_QUOTE_BYTES);
+        }
+        let result = serde_json::to_vec(&event)
             .map_err(std::io::Error::other)
             .and_then(|line| append_line_locked(&path, &line));
         if let Err(e) = result {
@@ -116,6 +120,9 @@ impl Store {
     /// `orchestrator.log`, `queue-poplar.log`), as the PRD's layout names them.
     pub fn append_daemon_log(&self, file: &str, text: &str) {
         let path = self.logs_dir().join(file);
+        // One line per entry, whatever the text holds (a job file name may hold newlines).
+        let text = crate::schema::quote_limited(text, 4 * crate::schema::MAX_QUOTE_BYTES)
+            .replace(['\n', '\r'], "\\n");
         let line = format!("{} {} {}", Timestamp::now(), hostname(), text);
         if let Err(e) = append_line_locked(&path, line.as_bytes()) {
             tracing::warn!("cannot append to {}: {e}", path.display());

@@ -1,6 +1,10 @@
 //! Atomic file operations (DESIGN §4): temp file in the same folder, fsync, rename.
+//!
+//! Every path beneath a store root goes through [`super::safe`]: no link is followed at any
+//! component, logs are opened `O_APPEND | O_NOFOLLOW`, renames are `renameat2` relative to the
+//! folders' descriptors.
 
-use std::fs::{self, File, OpenOptions};
+use super::safe;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,7 +18,9 @@ fn temp_sibling(path: &Path) -> io::Result<PathBuf> {
         .and_then(|n| n.to_str())
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
     let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-    Ok(path.with_file_name(format!(".{name}.{}.{n}.tmp", std::process::id())))
+    // Keep the temp name within NAME_MAX (255) whatever the target's length.
+    let short: String = name.chars().take(200).collect();
+    Ok(path.with_file_name(format!(".{short}.{}.{n}.tmp", std::process::id())))
 }
 
 /// Writes `bytes` to `path` atomically: readers see the old file or the new one, never a mix,
@@ -22,15 +28,15 @@ fn temp_sibling(path: &Path) -> io::Result<PathBuf> {
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let tmp = temp_sibling(path)?;
     let result = (|| {
-        let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        let mut f = safe::create_new(&tmp, 0o644)?;
         f.write_all(bytes)?;
         f.sync_all()?;
         drop(f);
-        fs::rename(&tmp, path)?;
+        safe::rename(&tmp, path)?;
         sync_parent(path)
     })();
     if result.is_err() {
-        let _ = fs::remove_file(&tmp);
+        let _ = safe::remove_file(&tmp);
     }
     result
 }
@@ -45,7 +51,7 @@ pub fn write_json_atomic<T: serde::Serialize>(path: &Path, value: &T) -> io::Res
 /// fsyncs the folder holding `path`, so a rename survives power loss.
 pub fn sync_parent(path: &Path) -> io::Result<()> {
     match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => File::open(dir)?.sync_all(),
+        Some(dir) if !dir.as_os_str().is_empty() => safe::sync_dir(dir),
         _ => Ok(()),
     }
 }
@@ -53,66 +59,126 @@ pub fn sync_parent(path: &Path) -> io::Result<()> {
 /// Moves `from` to `to` with one rename, refusing to replace an existing `to`
 /// (a state change must never overwrite another document).
 pub fn move_no_replace(from: &Path, to: &Path) -> io::Result<()> {
-    use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
-    match renameat2(AT_FDCWD, from, AT_FDCWD, to, RenameFlags::RENAME_NOREPLACE) {
-        Ok(()) => {}
-        Err(nix::errno::Errno::EINVAL) | Err(nix::errno::Errno::ENOSYS) => {
-            // Filesystems without RENAME_NOREPLACE: check, then rename.
-            if to.exists() {
-                return Err(io::Error::new(
-                    io::ErrorKind::AlreadyExists,
-                    format!("{} already exists", to.display()),
-                ));
-            }
-            fs::rename(from, to)?;
-        }
-        Err(e) => return Err(io::Error::from(e)),
-    }
+    safe::rename_noreplace(from, to)?;
     sync_parent(to)?;
     sync_parent(from)
 }
 
-/// Appends one line to `path` (created if missing) with a single `write` on an `O_APPEND`
-/// descriptor under an exclusive `flock`, so concurrent writers never interleave lines.
+/// Appends one line to `path` (created if missing) with a single `write` on an
+/// `O_APPEND | O_NOFOLLOW` descriptor under an exclusive `flock`, so concurrent writers never
+/// interleave lines. The file is capped and rotated by its store's [`safe::LogLimits`]
+/// (`<name>.1` … `<name>.<keep>`).
 pub fn append_line_locked(path: &Path, line: &[u8]) -> io::Result<()> {
     use nix::fcntl::{Flock, FlockArg};
-    if let Some(dir) = path.parent() {
-        fs::create_dir_all(dir)?;
-    }
+    use std::os::unix::fs::MetadataExt;
     let mut buf = Vec::with_capacity(line.len() + 1);
     buf.extend_from_slice(line);
     if buf.last() != Some(&b'\n') {
         buf.push(b'\n');
     }
-    let file = OpenOptions::new().create(true).append(true).open(path)?;
+    let limits = safe::log_limits(path);
+    // A rotation by another writer between our open and our lock: reopen (a few times).
+    for _ in 0..4 {
+        let file = safe::open_append(path)?;
+        let mut locked =
+            Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| io::Error::from(e))?;
+        let meta = locked.metadata()?;
+        let current = safe::symlink_metadata(path)
+            .is_ok_and(|m| m.ino() == meta.ino() && m.dev() == meta.dev());
+        if !current {
+            continue;
+        }
+        if meta.len() > 0 && meta.len().saturating_add(buf.len() as u64) > limits.max_bytes {
+            rotate(path, limits.keep)?;
+            drop(locked);
+            continue;
+        }
+        return locked.write_all(&buf);
+    }
+    // Still racing: write to whatever file is there now rather than lose the line.
+    let file = safe::open_append(path)?;
     let mut locked =
         Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| io::Error::from(e))?;
     locked.write_all(&buf)
+}
+
+/// Shifts `<path>.<n>` to `<path>.<n+1>` (dropping `<path>.<keep>`) and `<path>` to
+/// `<path>.1`. With `keep == 0` the current file is simply removed.
+fn rotate(path: &Path, keep: usize) -> io::Result<()> {
+    let numbered = |n: usize| {
+        let mut s = path.as_os_str().to_os_string();
+        s.push(format!(".{n}"));
+        PathBuf::from(s)
+    };
+    if keep == 0 {
+        return safe::remove_file(path);
+    }
+    let _ = safe::remove_file(&numbered(keep));
+    for n in (1..keep).rev() {
+        match safe::rename(&numbered(n), &numbered(n + 1)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+    }
+    safe::rename(path, &numbered(1))
 }
 
 /// Removes our own temp files (`.<name>.<pid>.<n>.tmp`) in `dir` that a crash left behind:
 /// those older than `min_age` (a live writer renames its temp file within moments). Returns
 /// how many were removed.
 pub fn remove_stale_temp_files(dir: &Path, min_age: std::time::Duration) -> usize {
-    let Ok(entries) = fs::read_dir(dir) else {
+    let Ok(entries) = safe::list_dir(dir) else {
         return 0;
     };
     let mut removed = 0;
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let name = name.to_string_lossy();
+    for e in entries {
+        let name = e.name.to_string_lossy();
         if !(name.starts_with('.') && name.ends_with(".tmp")) {
             continue;
         }
-        let old = e
-            .metadata()
+        let p = dir.join(&e.name);
+        let old = safe::symlink_metadata(&p)
             .and_then(|m| m.modified())
             .ok()
             .and_then(|m| m.elapsed().ok())
             .is_some_and(|age| age >= min_age);
-        if old && fs::remove_file(e.path()).is_ok() {
+        if old && safe::remove_file(&p).is_ok() {
             removed += 1;
         }
     }
     removed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rotation_keeps_n_files() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("store");
+        std::fs::create_dir_all(&root).unwrap();
+        safe::register_root(
+            &root,
+            safe::LogLimits {
+                max_bytes: 1000,
+                keep: 3,
+            },
+        );
+        let p = root.join("logs/x.log");
+        for i in 0..200 {
+            append_line_locked(&p, format!("{i:099}").as_bytes()).unwrap();
+        }
+        let mut names: Vec<_> = std::fs::read_dir(root.join("logs"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["x.log", "x.log.1", "x.log.2", "x.log.3"]);
+        for n in &names {
+            assert!(std::fs::metadata(root.join("logs").join(n)).unwrap().len() <= 1000);
+        }
+        let last = std::fs::read_to_string(&p).unwrap();
+        assert!(last.ends_with(&format!("{:099}\n", 199)), "{last}");
+    }
 }

@@ -7,6 +7,7 @@ mod events;
 mod fsio;
 pub mod jobfile;
 mod root;
+pub mod safe;
 mod scan;
 
 pub use config::{Config, ConfigError, LoggingConfig, OrchestratorConfig, SlackConfig};
@@ -41,7 +42,7 @@ pub enum StoreError {
     },
     /// An id that is not a safe file name.
     #[error(
-        "invalid {kind} id {id:?}: ids are letters, digits, '.', '_' and '-', starting with a letter or digit"
+        "invalid {kind} id {id:?}: ids are letters, digits, '.', '_' and '-', starting with a letter or digit, no '..', at most 200 bytes"
     )]
     BadId {
         /// What kind of id.
@@ -98,7 +99,7 @@ pub fn check_id(kind: &'static str, id: &str) -> Result<()> {
     } else {
         Err(StoreError::BadId {
             kind,
-            id: id.to_string(),
+            id: crate::schema::quote_limited(id, crate::schema::MAX_QUOTE_BYTES),
         })
     }
 }
@@ -130,7 +131,16 @@ impl Store {
     /// `JSONValidation/Schemas/` copies where present).
     pub fn open(root: impl Into<PathBuf>) -> Result<Store> {
         let root = root.into();
+        // Register first: even config.yaml is read with no link followed.
+        safe::register_root(&root, safe::DEFAULT_LOG_LIMITS);
         let config = Config::load(&root.join("config.yaml"))?;
+        safe::register_root(
+            &root,
+            safe::LogLimits {
+                max_bytes: config.logging.max_file_bytes.max(4096),
+                keep: config.logging.keep_files,
+            },
+        );
         let validator = Validator::with_overrides(Some(&root.join("JSONValidation/Schemas")))?;
         let errors = ErrorLog::new(root.join("JSONValidation/errors.out"));
         Ok(Store {
@@ -309,7 +319,7 @@ impl Store {
         let ids = scan_subdirs(&dir).map_err(io_err(&dir))?;
         Ok(ids
             .into_iter()
-            .filter(|id| self.project_path(id).is_file())
+            .filter(|id| safe::is_file(&self.project_path(id)))
             .collect())
     }
 
@@ -355,7 +365,7 @@ impl Store {
         for p in self.project_ids()? {
             for state in PrdState::ALL {
                 let path = self.prd_dir(&p, state).join(format!("{id}.json"));
-                if path.is_file() {
+                if safe::is_file(&path) {
                     let prd = self.read_doc(DocKind::Prd, &path)?;
                     return Ok((state, path, prd));
                 }
@@ -373,13 +383,13 @@ impl Store {
         let ids = scan_subdirs(&dir).map_err(io_err(&dir))?;
         Ok(ids
             .into_iter()
-            .filter(|q| self.queue_path(q).is_file())
+            .filter(|q| safe::is_file(&self.queue_path(q)))
             .collect())
     }
 
     /// True when `Queues/<q>/queue.json` exists.
     pub fn queue_exists(&self, queue: &str) -> bool {
-        is_safe_id(queue) && self.queue_path(queue).is_file()
+        is_safe_id(queue) && safe::is_file(&self.queue_path(queue))
     }
 
     /// One queue.
@@ -434,7 +444,7 @@ impl Store {
         for queue in self.queue_ids()? {
             for status in JobStatus::ALL {
                 let path = self.job_path(&queue, status, id);
-                if path.is_file() {
+                if safe::is_file(&path) {
                     return Ok(JobLocation {
                         queue,
                         status,
@@ -480,6 +490,14 @@ impl Store {
                 source: io::Error::other("Dropbox conflict copy; not read (resolve it by hand)"),
             });
         }
+        for r in scan.refused {
+            on_error(StoreError::Io {
+                path: r,
+                source: io::Error::other(
+                    "not a regular file (a symbolic link, FIFO or device); never followed or read",
+                ),
+            });
+        }
         Ok(out)
     }
 
@@ -505,7 +523,7 @@ impl Store {
             });
         }
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+            safe::create_dir_all(dir).map_err(io_err(dir))?;
         }
         write_json_atomic(path, &value).map_err(io_err(path))
     }
@@ -514,7 +532,7 @@ impl Store {
     pub fn add_user(&self, user: &User) -> Result<PathBuf> {
         check_id("user", &user.id)?;
         let path = self.user_path(&user.id);
-        if path.exists() {
+        if safe::exists(&path) {
             return Err(StoreError::Exists {
                 kind: "user",
                 id: user.id.clone(),
@@ -528,7 +546,7 @@ impl Store {
     pub fn add_project(&self, project: &Project) -> Result<PathBuf> {
         check_id("project", &project.id)?;
         let path = self.project_path(&project.id);
-        if path.exists() {
+        if safe::exists(&path) {
             return Err(StoreError::Exists {
                 kind: "project",
                 id: project.id.clone(),
@@ -536,7 +554,7 @@ impl Store {
         }
         for state in PrdState::ALL {
             let d = self.prd_dir(&project.id, state);
-            std::fs::create_dir_all(&d).map_err(io_err(&d))?;
+            safe::create_dir_all(&d).map_err(io_err(&d))?;
         }
         self.write_doc(DocKind::Project, &path, project)?;
         Ok(path)
@@ -546,7 +564,7 @@ impl Store {
     pub fn add_queue(&self, config: QueueConfig) -> Result<PathBuf> {
         check_id("queue", &config.id)?;
         let path = self.queue_path(&config.id);
-        if path.exists() {
+        if safe::exists(&path) {
             return Err(StoreError::Exists {
                 kind: "queue",
                 id: config.id.clone(),
@@ -554,7 +572,7 @@ impl Store {
         }
         for status in JobStatus::ALL {
             let d = self.jobs_dir(&config.id, status);
-            std::fs::create_dir_all(&d).map_err(io_err(&d))?;
+            safe::create_dir_all(&d).map_err(io_err(&d))?;
         }
         let queue = Queue {
             config,
@@ -568,6 +586,11 @@ impl Store {
     /// opens it. Returns the paths it created.
     pub fn init(root: &Path) -> Result<(Store, Vec<PathBuf>)> {
         let mut created = Vec::new();
+        if !root.is_dir() {
+            std::fs::create_dir_all(root).map_err(io_err(root))?;
+            created.push(root.to_path_buf());
+        }
+        safe::register_root(root, safe::DEFAULT_LOG_LIMITS);
         let dirs = [
             "messaging/inbox",
             "messaging/processed_inbox",
@@ -581,31 +604,31 @@ impl Store {
         ];
         for d in dirs {
             let p = root.join(d);
-            if !p.is_dir() {
-                std::fs::create_dir_all(&p).map_err(io_err(&p))?;
+            if !safe::is_dir(&p) {
+                safe::create_dir_all(&p).map_err(io_err(&p))?;
                 created.push(p);
             }
         }
         let cfg = root.join("config.yaml");
-        if !cfg.exists() {
+        if !safe::exists(&cfg) {
             write_atomic(&cfg, Config::default_yaml(root).as_bytes()).map_err(io_err(&cfg))?;
             created.push(cfg);
         }
         for (kind, text) in crate::schema::EMBEDDED {
             let p = root.join(format!("JSONValidation/Schemas/{kind}.schema.json"));
-            if !p.exists() {
+            if !safe::exists(&p) {
                 write_atomic(&p, text.as_bytes()).map_err(io_err(&p))?;
                 created.push(p);
             }
         }
         let errors = root.join("JSONValidation/errors.out");
-        if !errors.exists() {
-            std::fs::File::create(&errors).map_err(io_err(&errors))?;
+        if !safe::exists(&errors) {
+            safe::open_append(&errors).map_err(io_err(&errors))?;
             created.push(errors);
         }
         let store = Store::open(root)?;
         let default_queue = store.config.queues_default.clone();
-        if !store.queue_path(&default_queue).exists() {
+        if !safe::exists(&store.queue_path(&default_queue)) {
             created.push(store.add_queue(QueueConfig::defaults(&default_queue))?);
         }
         Ok((store, created))
@@ -630,9 +653,11 @@ impl QueueConfig {
 }
 
 /// Reads a file, refusing anything larger than the validator's limit without reading it.
+/// Beneath a store root no link is followed and only a regular file is read
+/// ([`safe::open_read`]).
 pub fn read_limited(path: &Path) -> Result<Vec<u8>> {
     use std::io::Read;
-    let f = std::fs::File::open(path).map_err(io_err(path))?;
+    let f = safe::open_read(path).map_err(io_err(path))?;
     let len = f.metadata().map_err(io_err(path))?.len();
     let limit = crate::schema::MAX_DOCUMENT_BYTES;
     let mut buf = Vec::with_capacity(len.min(limit) as usize + 1);

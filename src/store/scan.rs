@@ -1,5 +1,6 @@
 //! Folder scans that see only real documents.
 
+use super::safe::{self, EntryKind};
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -10,6 +11,9 @@ pub struct Scan {
     pub documents: Vec<PathBuf>,
     /// Dropbox conflict copies (`… (conflicted copy …).json`), to be reported and set aside.
     pub conflicts: Vec<PathBuf>,
+    /// `*.json` entries that are symbolic links, FIFOs, sockets, devices or folders: never
+    /// followed or read; to be reported and set aside.
+    pub refused: Vec<PathBuf>,
 }
 
 /// True for Dropbox's conflict copies: `name (Host's conflicted copy 2025-10-23).json`.
@@ -23,49 +27,57 @@ pub fn is_ignored(name: &str) -> bool {
     name.starts_with('.') || name.starts_with('~') || !name.ends_with(".json")
 }
 
-/// Lists the documents in `dir`. A missing folder is empty.
+/// Lists the documents in `dir`. A missing folder is empty; a folder that is a link (or has
+/// one in its path below the store root) is an error.
 pub fn scan_dir(dir: &Path) -> io::Result<Scan> {
     let mut scan = Scan::default();
-    let entries = match std::fs::read_dir(dir) {
+    let entries = match safe::list_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(scan),
         Err(e) => return Err(e),
     };
     for entry in entries {
-        let entry = entry?;
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
+        let Some(name) = entry.name.to_str() else {
+            continue;
+        };
         if is_ignored(name) {
             continue;
         }
-        if !entry.file_type()?.is_file() {
-            continue;
+        let path = dir.join(name);
+        match entry.kind {
+            EntryKind::File => {}
+            EntryKind::Symlink | EntryKind::Other => {
+                scan.refused.push(path);
+                continue;
+            }
+            EntryKind::Dir => continue,
         }
         if is_conflict_copy(name) {
-            scan.conflicts.push(entry.path());
+            scan.conflicts.push(path);
         } else {
-            scan.documents.push(entry.path());
+            scan.documents.push(path);
         }
     }
     scan.documents.sort();
     scan.conflicts.sort();
+    scan.refused.sort();
     Ok(scan)
 }
 
-/// Lists sub-folders of `dir` whose names are safe ids, sorted. A missing folder is empty.
+/// Lists sub-folders of `dir` whose names are safe ids, sorted (links to folders are not
+/// folders). A missing folder is empty.
 pub fn scan_subdirs(dir: &Path) -> io::Result<Vec<String>> {
-    let entries = match std::fs::read_dir(dir) {
+    let entries = match safe::list_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
     let mut out = Vec::new();
     for entry in entries {
-        let entry = entry?;
-        if !entry.file_type()?.is_dir() {
+        if entry.kind != EntryKind::Dir {
             continue;
         }
-        if let Some(name) = entry.file_name().to_str()
+        if let Some(name) = entry.name.to_str()
             && crate::model::is_safe_id(name)
         {
             out.push(name.to_string());

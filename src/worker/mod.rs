@@ -208,7 +208,7 @@ fn execute(store: &Store, queue: &QueueConfig, job: &mut Job, args: &WorkerArgs)
                     .agentshell_path
                     .clone()
                     .unwrap_or_else(|| "agentshell".into()),
-                args: vec!["exec".into(), "--json".into(), "-".into()],
+                args: vec!["exec".into(), "--json".into(), "--".into(), "-".into()],
                 prompt: claude::agent_prompt(job),
                 cwd,
                 env,
