@@ -46,16 +46,16 @@ impl ErrorLog {
         let entry = ErrorLogEntry {
             timestamp: Timestamp::now(),
             kind: rejection.kind.name().to_string(),
-            id: super::quote_limited(id, super::MAX_QUOTE_BYTES),
+            id: crate::schema::quote_limited(id, crate::schema::MAX_QUOTE_BYTES),
             // Each field error quotes at most 1 KiB; the whole entry stays a few KiB.
-            error: super::quote_limited(
+            error: crate::schema::quote_limited(
                 &rejection
                     .errors
                     .iter()
                     .map(ToString::to_string)
                     .collect::<Vec<_>>()
                     .join("; "),
-                4 * super::MAX_QUOTE_BYTES,
+                4 * crate::schema::MAX_QUOTE_BYTES,
             ),
         };
         self.append(&entry)

@@ -15,6 +15,8 @@
 //! [`crate::store::scan_dir`], …) apply this rule to every path beneath a registered root, so no
 //! call site can forget it. Paths outside every registered root are used as given.
 
+#![allow(unsafe_code)] // openat2/openat/renameat2 through libc; each block has its SAFETY note
+
 use std::ffi::CString;
 use std::fs::{File, Metadata};
 use std::io;
