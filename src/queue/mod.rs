@@ -16,7 +16,10 @@ pub mod selection;
 
 use crate::bus::queue::{QueueObject, QueueRequest, QueueState};
 use crate::bus::{BusError, queue_bus_name, queue_object_path};
-use crate::model::{DocKind, Job, JobStatus, Launcher, Queue, QueueConfig, Timestamp};
+use crate::model::{
+    DocKind, Job, JobStatus, Launcher, MAX_REST_INTERVAL, MAX_TIMEOUT_SECONDS, MAX_WORKER_COUNT,
+    Queue, QueueConfig, Timestamp,
+};
 use crate::store::{Event, Store, StoreError, hostname, move_no_replace, read_limited};
 use crate::worker::runas::project_owner_login;
 use futures_util::StreamExt;
@@ -38,6 +41,37 @@ const KILL_GRACE: Duration = Duration::from_secs(5);
 
 /// Error text of a job whose worker died without reporting (PRD §7).
 pub const WORKER_DIED: &str = "Worker harness process died";
+
+/// Error text of a job whose handling crashed an earlier queue manager (a poison document):
+/// it is failed instead of being tried again, so one document cannot crash-loop the manager.
+pub const POISON: &str = "A previous queue manager stopped while handling this job (it crashed or was killed); the job is failed so that it cannot stop the manager again";
+
+/// `t + secs`, or — where that is past what the clock can represent — the latest of
+/// `t + MAX_TIMEOUT_SECONDS` and `t`: never a panic.
+fn add_secs(t: Instant, secs: u64) -> Instant {
+    t.checked_add(Duration::from_secs(secs))
+        .or_else(|| t.checked_add(Duration::from_secs(MAX_TIMEOUT_SECONDS)))
+        .unwrap_or(t)
+}
+
+/// The timeout of `job` (its own, else the queue's), checked against 1..=[`MAX_TIMEOUT_SECONDS`]
+/// whatever schema the store carries.
+fn job_limit(job: &Job, config: &QueueConfig) -> Result<u64, String> {
+    let (limit, field) = match job.config.timeout_seconds {
+        Some(t) => (t, "config.timeout_seconds"),
+        None => (
+            config.max_job_runtime_seconds,
+            "the queue's max_job_runtime_seconds",
+        ),
+    };
+    if (1..=MAX_TIMEOUT_SECONDS).contains(&limit) {
+        Ok(limit)
+    } else {
+        Err(format!(
+            "Invalid job: {field} is {limit}; it must be between 1 and {MAX_TIMEOUT_SECONDS} seconds (30 days)"
+        ))
+    }
+}
 
 /// Which bus the manager serves `org.agentstore.Queue1` on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,6 +149,33 @@ pub enum QueueError {
         /// Cause.
         source: std::io::Error,
     },
+}
+
+/// Folder of the poison markers, `Queues/<q>/.handling/`.
+const MARKER_DIR: &str = ".handling";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MarkKind {
+    Start,
+    Adopt,
+}
+
+impl MarkKind {
+    fn prefix(self) -> &'static str {
+        match self {
+            MarkKind::Start => "start",
+            MarkKind::Adopt => "adopt",
+        }
+    }
+
+    fn parse(name: &str) -> Option<(MarkKind, &str)> {
+        [MarkKind::Start, MarkKind::Adopt].into_iter().find_map(|k| {
+            name.strip_prefix(k.prefix())
+                .and_then(|r| r.strip_prefix('-'))
+                .filter(|id| crate::model::is_safe_id(id))
+                .map(|id| (k, id))
+        })
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -265,6 +326,7 @@ impl Manager {
                 source,
             })?;
         m.inotify = Some(inotify);
+        m.recover_poisoned().await;
         let dead = m.adopt_running();
         tracing::info!(queue = %q, launcher = m.launcher.name(), adopted = m.running.len(),
             "queue manager started");
@@ -308,8 +370,9 @@ impl Manager {
             ),
             None => None,
         };
-        let mut sweep =
-            tokio::time::interval(Duration::from_secs(self.config.rest_interval.max(1)));
+        let mut sweep = tokio::time::interval(Duration::from_secs(
+            self.config.rest_interval.clamp(1, MAX_REST_INTERVAL),
+        ));
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         sweep.tick().await;
         loop {
@@ -415,10 +478,10 @@ impl Manager {
             .map(|r| match (&r.end, r.kill_at) {
                 (None, _) => r.deadline,
                 (Some(_), Some(k)) => k,
-                (Some(_), None) => Instant::now() + Duration::from_secs(3600),
+                (Some(_), None) => add_secs(Instant::now(), 3600),
             })
             .min()
-            .unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400))
+            .unwrap_or_else(|| add_secs(Instant::now(), 86_400))
     }
 
     // ---- starting ----------------------------------------------------------------------
@@ -426,7 +489,7 @@ impl Manager {
     async fn start_jobs(&mut self) {
         let q = self.cfg.queue.clone();
         let dir = self.store.jobs_dir(&q, JobStatus::Queued);
-        let scan = match self.index.scan(&dir) {
+        let scan = match self.index.scan(&dir, self.store.validator()) {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(queue = %q, "cannot scan {}: {e}", dir.display());
@@ -441,7 +504,10 @@ impl Manager {
         }
         let mut waiting = scan.ordered.len() + scan.pending;
         if !self.paused {
-            let free = (self.config.worker_count as usize).saturating_sub(self.running.len());
+            let workers = self.config.worker_count.min(MAX_WORKER_COUNT);
+            let free = usize::try_from(workers)
+                .unwrap_or(1)
+                .saturating_sub(self.running.len());
             for id in scan.ordered.iter().take(free) {
                 self.start_job(id).await;
                 waiting -= 1;
@@ -527,7 +593,17 @@ impl Manager {
         }
     }
 
+    /// Starts one queued job. A marker naming the job is on disk for the whole attempt: if
+    /// the manager dies meanwhile, its successor fails the job instead of trying again.
     async fn start_job(&mut self, id: &str) {
+        let marked = self.mark(MarkKind::Start, id);
+        self.start_job_inner(id).await;
+        if marked {
+            self.unmark(MarkKind::Start, id);
+        }
+    }
+
+    async fn start_job_inner(&mut self, id: &str) {
         let q = self.cfg.queue.clone();
         let path = self.store.job_path(&q, JobStatus::Queued, id);
         let bytes = match read_limited(&path) {
@@ -551,10 +627,10 @@ impl Manager {
         } else {
             None
         };
-        let limit = job
-            .config
-            .timeout_seconds
-            .unwrap_or(self.config.max_job_runtime_seconds);
+        let limit = match job_limit(&job, &self.config) {
+            Ok(l) => l,
+            Err(e) => return self.fail_owned(id, JobStatus::Queued, job, e).await,
+        };
         let mut args = vec![
             "--root".to_string(),
             self.cfg.root.display().to_string(),
@@ -634,7 +710,7 @@ impl Manager {
                 unit: launched.unit.clone(),
                 started_at,
                 limit,
-                deadline: started_at + Duration::from_secs(limit),
+                deadline: add_secs(started_at, limit),
                 end: None,
                 kill_at: None,
             },
@@ -677,58 +753,151 @@ impl Manager {
             if self.running.contains_key(&id) {
                 continue;
             }
-            let job: Job = match self.store.read_doc(DocKind::Job, &path) {
-                Ok(j) => j,
-                Err(_) => continue,
-            };
-            if job.runtime.host.as_deref().is_some_and(|h| h != self.host) {
-                continue; // another machine's job
+            let marked = self.mark(MarkKind::Adopt, &id);
+            if !self.adopt_one(&id, &path) {
+                dead.push(id.clone());
             }
-            match job.runtime.process_id {
-                Some(pid) if pidwatch::is_worker_of(pid, &id) => {
-                    let Some(fd) = pidwatch::pidfd_open(pid) else {
-                        dead.push(id);
-                        continue;
-                    };
-                    let limit = job
-                        .config
-                        .timeout_seconds
-                        .unwrap_or(self.config.max_job_runtime_seconds);
-                    let ran = job
-                        .runtime
-                        .start_time
-                        .map(|s| s.seconds_until(&Timestamp::now()).max(0.0))
-                        .unwrap_or(0.0);
-                    let now = Instant::now();
-                    let started_at = now.checked_sub(Duration::from_secs_f64(ran)).unwrap_or(now);
-                    let tx = self.exits_tx.clone();
-                    let job_id = id.clone();
-                    tokio::spawn(async move {
-                        pidwatch::wait_exit(fd).await;
-                        let _ = tx.send(job_id);
-                    });
-                    tracing::info!(job_id = %id, queue = %q, pid, "re-adopted running job");
-                    self.store.append_daemon_log(
-                        &self.log_file,
-                        &format!("job {id} re-adopted (worker pid {pid})"),
-                    );
-                    self.running.insert(
-                        id,
-                        Running {
-                            pid,
-                            unit: job.runtime.unit.clone(),
-                            started_at,
-                            limit,
-                            deadline: started_at + Duration::from_secs(limit),
-                            end: None,
-                            kill_at: None,
-                        },
-                    );
-                }
-                _ => dead.push(id),
+            if marked {
+                self.unmark(MarkKind::Adopt, &id);
             }
         }
         dead
+    }
+
+    /// Adopts one running job; false when its worker is gone (the job is to be settled).
+    fn adopt_one(&mut self, id: &str, path: &std::path::Path) -> bool {
+        let q = self.cfg.queue.clone();
+        let job: Job = match self.store.read_doc(DocKind::Job, path) {
+            Ok(j) => j,
+            Err(_) => return true,
+        };
+        if job.runtime.host.as_deref().is_some_and(|h| h != self.host) {
+            return true; // another machine's job
+        }
+        let Some(pid) = job.runtime.process_id.filter(|p| pidwatch::is_worker_of(*p, id)) else {
+            return false;
+        };
+        let Some(fd) = pidwatch::pidfd_open(pid) else {
+            return false;
+        };
+        // A limit out of range (a loosened schema) still gets a deadline: the longest allowed.
+        let limit = job_limit(&job, &self.config).unwrap_or(MAX_TIMEOUT_SECONDS);
+        let ran = job
+            .runtime
+            .start_time
+            .map(|s| s.seconds_until(&Timestamp::now()).max(0.0))
+            .unwrap_or(0.0);
+        let now = Instant::now();
+        let started_at = Duration::try_from_secs_f64(ran)
+            .ok()
+            .and_then(|d| now.checked_sub(d))
+            .unwrap_or(now);
+        let tx = self.exits_tx.clone();
+        let job_id = id.to_string();
+        tokio::spawn(async move {
+            pidwatch::wait_exit(fd).await;
+            let _ = tx.send(job_id);
+        });
+        tracing::info!(job_id = %id, queue = %q, pid, "re-adopted running job");
+        self.store.append_daemon_log(
+            &self.log_file,
+            &format!("job {id} re-adopted (worker pid {pid})"),
+        );
+        self.running.insert(
+            id.to_string(),
+            Running {
+                pid,
+                unit: job.runtime.unit.clone(),
+                started_at,
+                limit,
+                deadline: add_secs(started_at, limit),
+                end: None,
+                kill_at: None,
+            },
+        );
+        true
+    }
+
+    // ---- poison markers ----------------------------------------------------------------
+
+    fn marker_path(&self, kind: MarkKind, id: &str) -> PathBuf {
+        self.store
+            .queue_dir(&self.cfg.queue)
+            .join(MARKER_DIR)
+            .join(format!("{}-{id}", kind.prefix()))
+    }
+
+    /// Records on disk that handling `id` begins. False when it could not be recorded (a
+    /// full disk): the attempt goes on unprotected, as nothing else can be written either.
+    fn mark(&self, kind: MarkKind, id: &str) -> bool {
+        let p = self.marker_path(kind, id);
+        let res = p
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|_| std::fs::write(&p, std::process::id().to_string()))
+            .and_then(|_| std::fs::File::open(&p)?.sync_all());
+        if let Err(e) = &res {
+            tracing::warn!(job_id = %id, queue = %self.cfg.queue, "cannot write {}: {e}", p.display());
+        }
+        res.is_ok()
+    }
+
+    fn unmark(&self, kind: MarkKind, id: &str) {
+        let p = self.marker_path(kind, id);
+        if let Err(e) = std::fs::remove_file(&p)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(job_id = %id, queue = %self.cfg.queue, "cannot remove {}: {e}", p.display());
+        }
+    }
+
+    /// At start: every job whose handling an earlier manager began and never finished is
+    /// failed with [`POISON`] (its worker, if one runs, is stopped first).
+    async fn recover_poisoned(&mut self) {
+        let dir = self.store.queue_dir(&self.cfg.queue).join(MARKER_DIR);
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return;
+        };
+        let q = self.cfg.queue.clone();
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some((kind, id)) = MarkKind::parse(&name) else {
+                continue;
+            };
+            let from = match kind {
+                MarkKind::Start => JobStatus::Queued,
+                MarkKind::Adopt => JobStatus::Running,
+            };
+            let path = self.store.job_path(&q, from, id);
+            if let Ok(bytes) = read_limited(&path) {
+                if from == JobStatus::Running {
+                    let pid = crate::model::strict::parse_value(&bytes)
+                        .ok()
+                        .and_then(|v| v.pointer("/runtime/process_id")?.as_u64())
+                        .and_then(|p| u32::try_from(p).ok());
+                    if let Some(pid) = pid.filter(|p| pidwatch::is_worker_of(*p, id))
+                        && let Ok(pid) = i32::try_from(pid)
+                    {
+                        let _ = nix::sys::signal::killpg(
+                            nix::unistd::Pid::from_raw(pid),
+                            Signal::SIGKILL,
+                        );
+                        let _ = nix::sys::signal::kill(
+                            nix::unistd::Pid::from_raw(pid),
+                            Signal::SIGKILL,
+                        );
+                    }
+                }
+                match fail_raw(&self.store, &q, id, from, &bytes, POISON) {
+                    Ok(_) => self.ended(id, from, JobStatus::Failed, POISON).await,
+                    Err(e) => {
+                        tracing::error!(job_id = %id, queue = %q, "cannot fail poisoned job: {e}");
+                        continue; // keep the marker: tried again at the next start
+                    }
+                }
+            }
+            let _ = std::fs::remove_file(e.path());
+        }
     }
 
     async fn on_exit(&mut self, id: &str) {
