@@ -13,7 +13,7 @@ pub mod strict;
 mod time;
 mod user;
 
-pub use job::{Job, JobConfig, JobRuntime, JobStatus, JobType};
+pub use job::{Job, JobConfig, JobRuntime, JobStatus, JobType, permission_widening_arg};
 pub use message::{Message, MessageSource, MessageStatus};
 pub use prd::{Prd, PrdState};
 pub use project::Project;

@@ -163,38 +163,73 @@ pub fn cycle_report(shared: &Shared) -> Result<CycleReport, StoreError> {
     })
 }
 
-/// Starts a thread that turns inotify events on the inbox and the queues' `finished_jobs/`
-/// into wake-ups. Folders created later (new queues) are picked up at each re-arm.
-fn watch(store: &Store, tx: tokio::sync::mpsc::Sender<()>) -> std::io::Result<()> {
-    use inotify::{Inotify, WatchMask};
-    let mut ino = Inotify::init()?;
-    // Not CREATE: a file is ready when its writer closes it or renames it into place.
-    let mask = WatchMask::CLOSE_WRITE | WatchMask::MOVED_TO;
-    ino.watches().add(store.inbox(), mask)?;
-    ino.watches()
-        .add(store.queues_dir(), WatchMask::CREATE | WatchMask::MOVED_TO)?;
-    for q in store.queue_ids().unwrap_or_default() {
-        let _ = ino
-            .watches()
-            .add(store.jobs_dir(&q, JobStatus::Finished), mask);
-    }
-    std::thread::Builder::new()
-        .name("inotify".into())
-        .spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(events) = ino.read_events_blocking(&mut buf) {
-                let relevant = events.into_iter().any(|e| {
-                    e.name.is_none_or(|n| {
-                        let n = n.to_string_lossy();
-                        !n.starts_with('.')
-                    })
-                });
-                if relevant && tx.blocking_send(()).is_err() {
-                    break;
+/// The one inotify watcher of the daemon's lifetime: one instance and one thread turn events
+/// on the inbox, `Queues/` and every queue's `finished_jobs/` into wake-ups. Queues added or
+/// removed later only add or remove a watch on the same instance.
+struct Watcher {
+    watches: inotify::Watches,
+    finished: std::collections::HashMap<String, inotify::WatchDescriptor>,
+}
+
+impl Watcher {
+    const MASK: inotify::WatchMask = inotify::WatchMask::CLOSE_WRITE.union(inotify::WatchMask::MOVED_TO);
+
+    fn start(store: &Store, tx: tokio::sync::mpsc::Sender<()>) -> std::io::Result<Watcher> {
+        use inotify::{Inotify, WatchMask};
+        let mut ino = Inotify::init()?;
+        // Not CREATE: a file is ready when its writer closes it or renames it into place.
+        ino.watches().add(store.inbox(), Self::MASK)?;
+        ino.watches()
+            .add(store.queues_dir(), WatchMask::CREATE | WatchMask::MOVED_TO | WatchMask::DELETE)?;
+        let mut w = Watcher {
+            watches: ino.watches(),
+            finished: Default::default(),
+        };
+        w.refresh(store, &store.queue_ids().unwrap_or_default());
+        std::thread::Builder::new()
+            .name("inotify".into())
+            .spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(events) = ino.read_events_blocking(&mut buf) {
+                    let relevant = events.into_iter().any(|e| {
+                        e.name.is_none_or(|n| {
+                            let n = n.to_string_lossy();
+                            !n.starts_with('.')
+                        })
+                    });
+                    if relevant && tx.blocking_send(()).is_err() {
+                        break;
+                    }
                 }
+            })?;
+        Ok(w)
+    }
+
+    /// Watches the `finished_jobs/` of every queue in `queues` and forgets the others.
+    fn refresh(&mut self, store: &Store, queues: &[String]) {
+        self.finished.retain(|q, wd| {
+            let keep = queues.contains(q);
+            if !keep {
+                // Gone already when the folder was removed (the kernel drops the watch).
+                let _ = self.watches.remove(wd.clone());
             }
-        })?;
-    Ok(())
+            keep
+        });
+        for q in queues {
+            if self.finished.contains_key(q) {
+                continue;
+            }
+            match self
+                .watches
+                .add(store.jobs_dir(q, JobStatus::Finished), Self::MASK)
+            {
+                Ok(wd) => {
+                    self.finished.insert(q.clone(), wd);
+                }
+                Err(e) => tracing::debug!("inotify on queue {q}: {e}"),
+            }
+        }
+    }
 }
 
 /// The D-Bus signals for messages answered from the inbox (D-Bus calls emit their own).
@@ -276,14 +311,20 @@ pub async fn run(
     let mut lock = StoreLock::acquire(&shared.store.lock_path()).map_err(lock_error)?;
 
     let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(64);
-    if !opts.no_inotify {
-        watch(&shared.store, tx.clone()).map_err(|e| {
-            DaemonError::Other(format!(
-                "inotify on {}: {e}",
-                shared.store.inbox().display()
-            ))
-        })?;
-    }
+    let mut watcher = if opts.no_inotify {
+        None
+    } else {
+        match Watcher::start(&shared.store, tx.clone()) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::warn!(
+                    "inotify on {} failed ({e}); polling every sweep interval instead",
+                    shared.store.inbox().display()
+                );
+                None
+            }
+        }
+    };
 
     // Temp files of writes a crash interrupted (ours are renamed within moments).
     let mut dirs = vec![
@@ -361,13 +402,13 @@ pub async fn run(
             }
             last_heartbeat = Instant::now();
         }
-        // New queues: restart the watcher so their finished_jobs/ are watched too.
+        // New or removed queues: their finished_jobs/ watches follow.
         let queues = shared.store.queue_ids().unwrap_or_default();
         if queues != known_queues {
-            known_queues = queues;
-            if !opts.no_inotify {
-                let _ = watch(&shared.store, tx.clone());
+            if let Some(w) = watcher.as_mut() {
+                w.refresh(&shared.store, &queues);
             }
+            known_queues = queues;
         }
         let idle_left = if idle_exit.is_zero() {
             Duration::MAX

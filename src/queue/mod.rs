@@ -615,6 +615,9 @@ impl Manager {
             Err(_) => return self.fail_invalid(id, JobStatus::Queued).await,
         };
         self.index.forget(id);
+        if let Err(e) = self.may_run(&job) {
+            return self.fail_owned(id, JobStatus::Queued, job, e).await;
+        }
         let run_as = if self.root_mode {
             match project_owner_login(&self.store, &job) {
                 Ok(n) => Some(n),
@@ -729,6 +732,37 @@ impl Manager {
             &format!("job {id} started (worker pid {})", launched.pid),
         );
         self.signal(id, JobStatus::Queued, JobStatus::Running).await;
+    }
+
+    /// The checks a job file gets whoever wrote it (the orchestrator makes the same ones when
+    /// it creates a job): PRD §10 — a job that names its user runs only if that user owns the
+    /// project or is an admin — and extra args never widen the queue's permissions.
+    fn may_run(&self, job: &Job) -> Result<(), String> {
+        if let Some(arg) = crate::model::permission_widening_arg(&job.config.claude_extra_args)
+            && self.config.allow_permission_args != Some(true)
+        {
+            return Err(format!(
+                "Invalid job: claude_extra_args {arg:?} would change the agent's permissions, which queue {} does not allow (its allow_permission_args is not true)",
+                self.cfg.queue
+            ));
+        }
+        if let Some(u) = &job.config.user {
+            let user = self
+                .store
+                .user(u)
+                .map_err(|e| format!("Job refused: its user {u}: {e}"))?;
+            let project = self
+                .store
+                .project(&job.config.project)
+                .map_err(|e| format!("Job refused: project {}: {e}", job.config.project))?;
+            if !crate::access::Caller::User(user).can_modify_project(&project) {
+                return Err(format!(
+                    "Job refused: only the owner of project {} or an admin can create jobs for it; {u} is neither",
+                    project.id
+                ));
+            }
+        }
+        Ok(())
     }
 
     // ---- running jobs ------------------------------------------------------------------
