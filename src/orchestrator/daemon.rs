@@ -263,7 +263,9 @@ async fn emit_signals(conn: &zbus::Connection, report: &CycleReport) {
 /// ordinary failure that systemd may retry.
 fn lock_error(e: super::LockError) -> DaemonError {
     match e {
-        super::LockError::Held { .. } => DaemonError::AlreadyRunning(e.to_string()),
+        super::LockError::Held { .. } | super::LockError::Unknown { .. } => {
+            DaemonError::AlreadyRunning(e.to_string())
+        }
         super::LockError::Io { .. } => DaemonError::Other(e.to_string()),
     }
 }
