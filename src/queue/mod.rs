@@ -225,6 +225,12 @@ pub struct Manager {
     requests_rx: mpsc::Receiver<QueueRequest>,
     inotify: Option<inotify::Inotify>,
     log_file: String,
+    /// Jobs whose start failed for a reason outside the job (the store could not be
+    /// written): not tried again before the instant, with the attempt count.
+    backoff: HashMap<String, (Instant, u32)>,
+    /// Why the store could not be written when a job's worker died: recorded on the job
+    /// instead of "worker died" once the job can be written again.
+    store_errors: HashMap<String, String>,
     /// JobStateChanged signals of this pass, sent after queue.json and the properties are
     /// updated (so a listener that reacts to one sees consistent state).
     pending: Vec<(String, JobStatus, JobStatus)>,
@@ -277,6 +283,8 @@ impl Manager {
             exits_rx,
             requests_rx,
             inotify: None,
+            backoff: HashMap::new(),
+            store_errors: HashMap::new(),
             pending: Vec::new(),
             cfg,
         };
@@ -480,6 +488,7 @@ impl Manager {
                 (Some(_), Some(k)) => k,
                 (Some(_), None) => add_secs(Instant::now(), 3600),
             })
+            .chain(self.backoff.values().map(|(at, _)| *at))
             .min()
             .unwrap_or_else(|| add_secs(Instant::now(), 86_400))
     }
@@ -508,9 +517,20 @@ impl Manager {
             let free = usize::try_from(workers)
                 .unwrap_or(1)
                 .saturating_sub(self.running.len());
-            for id in scan.ordered.iter().take(free) {
+            let now = Instant::now();
+            self.backoff
+                .retain(|id, _| scan.ordered.iter().any(|o| o == id));
+            let startable: Vec<&String> = scan
+                .ordered
+                .iter()
+                .filter(|id| self.backoff.get(*id).is_none_or(|(at, _)| *at <= now))
+                .take(free)
+                .collect();
+            for id in startable {
                 self.start_job(id).await;
-                waiting -= 1;
+                if !self.backoff.contains_key(id.as_str()) {
+                    waiting -= 1;
+                }
             }
         }
         self.queued = u32::try_from(waiting).unwrap_or(u32::MAX);
@@ -558,6 +578,8 @@ impl Manager {
     }
 
     async fn ended(&mut self, id: &str, from: JobStatus, to: JobStatus, error: &str) {
+        self.store_errors.remove(id);
+        self.backoff.remove(id);
         let q = &self.cfg.queue;
         let event = if to == JobStatus::Failed {
             "job_failed"
@@ -634,6 +656,11 @@ impl Manager {
             Ok(l) => l,
             Err(e) => return self.fail_owned(id, JobStatus::Queued, job, e).await,
         };
+        // The store must take the job's next write before a worker is started for it: on a
+        // full disk the start is put off (with a growing pause), not tried again at once.
+        if let Err(e) = self.store.write_doc(DocKind::Job, &path, &job) {
+            return self.back_off(id, &e.to_string());
+        }
         let mut args = vec![
             "--root".to_string(),
             self.cfg.root.display().to_string(),
@@ -693,8 +720,9 @@ impl Manager {
             self.launcher
                 .clean_up(launched.pid, launched.unit.as_deref())
                 .await;
-            return;
+            return self.back_off(id, &e.to_string());
         }
+        self.backoff.remove(id);
         if let Err(e) = release(launched.gate).await {
             // It died before it could start; the exit watcher reports it as dead.
             tracing::warn!(job_id = %id, queue = %q, "worker gone before start: {e}");
@@ -732,6 +760,39 @@ impl Manager {
             &format!("job {id} started (worker pid {})", launched.pid),
         );
         self.signal(id, JobStatus::Queued, JobStatus::Running).await;
+    }
+
+    /// Puts off starting `id` after a failure that is not the job's fault (the store cannot be
+    /// written): 2 s, doubling up to 5 minutes.
+    fn back_off(&mut self, id: &str, error: &str) {
+        let n = self.backoff.get(id).map_or(0, |(_, n)| *n).saturating_add(1);
+        let pause = Duration::from_secs(1u64 << n.min(8)).min(Duration::from_secs(300));
+        self.backoff
+            .insert(id.to_string(), (add_secs(Instant::now(), pause.as_secs()), n));
+        tracing::warn!(job_id = %id, queue = %self.cfg.queue,
+            "cannot start job (attempt {n}): {error}; trying again in {} s", pause.as_secs());
+        self.store.append_daemon_log(
+            &self.log_file,
+            &format!(
+                "job {id} not started (attempt {n}): {error}; next try in {} s",
+                pause.as_secs()
+            ),
+        );
+    }
+
+    /// Whether the store takes a write now (a worker that died without a word may have died
+    /// of a full disk): `Some(reason)` when it does not.
+    fn store_write_error(&self) -> Option<String> {
+        let dir = self.store.jobs_dir(&self.cfg.queue, JobStatus::Running);
+        let probe = dir.join(format!(".write-probe-{}.tmp", std::process::id()));
+        let res = std::fs::write(&probe, [0u8; 4096])
+            .and_then(|_| std::fs::File::open(&probe)?.sync_all());
+        let _ = std::fs::remove_file(&probe);
+        res.err().map(|e| {
+            format!(
+                "The job's result could not be saved: the store cannot be written ({e}); the worker stopped when it could not write the job file"
+            )
+        })
     }
 
     /// The checks a job file gets whoever wrote it (the orchestrator makes the same ones when
@@ -961,8 +1022,19 @@ impl Manager {
             tracing::warn!(job_id = %id, queue = %q, "job file vanished from running_jobs");
             return;
         };
+        if !self.store_errors.contains_key(id)
+            && r.as_ref().is_none_or(|r| r.end.is_none())
+            && let Some(e) = self.store_write_error()
+        {
+            self.store_errors.insert(id.to_string(), e);
+        }
+        let died = self
+            .store_errors
+            .get(id)
+            .cloned()
+            .unwrap_or_else(|| WORKER_DIED.to_string());
         let error = match r {
-            None => WORKER_DIED.to_string(),
+            None => died,
             Some(r) => {
                 let elapsed = r.started_at.elapsed().as_secs_f64();
                 let timeout = format!(
@@ -974,7 +1046,7 @@ impl Manager {
                     Some(EndCause::Cancelled(by)) => format!("Job cancelled by {by}"),
                     Some(EndCause::Timeout) => timeout,
                     None if elapsed >= r.limit as f64 => timeout,
-                    None => WORKER_DIED.to_string(),
+                    None => died,
                 }
             }
         };
