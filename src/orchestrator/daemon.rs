@@ -172,15 +172,18 @@ struct Watcher {
 }
 
 impl Watcher {
-    const MASK: inotify::WatchMask = inotify::WatchMask::CLOSE_WRITE.union(inotify::WatchMask::MOVED_TO);
+    const MASK: inotify::WatchMask =
+        inotify::WatchMask::CLOSE_WRITE.union(inotify::WatchMask::MOVED_TO);
 
     fn start(store: &Store, tx: tokio::sync::mpsc::Sender<()>) -> std::io::Result<Watcher> {
         use inotify::{Inotify, WatchMask};
         let mut ino = Inotify::init()?;
         // Not CREATE: a file is ready when its writer closes it or renames it into place.
         ino.watches().add(store.inbox(), Self::MASK)?;
-        ino.watches()
-            .add(store.queues_dir(), WatchMask::CREATE | WatchMask::MOVED_TO | WatchMask::DELETE)?;
+        ino.watches().add(
+            store.queues_dir(),
+            WatchMask::CREATE | WatchMask::MOVED_TO | WatchMask::DELETE,
+        )?;
         let mut w = Watcher {
             watches: ino.watches(),
             finished: Default::default(),
@@ -259,6 +262,21 @@ async fn emit_signals(conn: &zbus::Connection, report: &CycleReport) {
     }
 }
 
+/// Records whether the store can be written; logged when it changes.
+fn set_read_only(shared: &Shared, why: Option<String>) {
+    let Ok(mut r) = shared.read_only.lock() else {
+        return;
+    };
+    match (&*r, &why) {
+        (None, Some(w)) => tracing::warn!(
+            "the store cannot be written ({w}); serving D-Bus read-only until it can"
+        ),
+        (Some(_), None) => tracing::info!("the store can be written again; lock taken"),
+        _ => {}
+    }
+    *r = why;
+}
+
 /// Another holder is "already running" (exit 2, no restart); an unwritable lock is an
 /// ordinary failure that systemd may retry.
 fn lock_error(e: super::LockError) -> DaemonError {
@@ -310,7 +328,17 @@ pub async fn run(
         }
     };
     // Singleton 2: the store lock, across machines sharing the folder.
-    let mut lock = StoreLock::acquire(&shared.store.lock_path()).map_err(lock_error)?;
+    // A store that cannot be written (full disk, read-only mount) does not stop the daemon: it
+    // serves D-Bus read-only and takes the lock as soon as it can write.
+    let lock_path = shared.store.lock_path();
+    let mut lock = match StoreLock::acquire(&lock_path) {
+        Ok(l) => Some(l),
+        Err(e @ super::LockError::Io { .. }) => {
+            set_read_only(&shared, Some(e.to_string()));
+            None
+        }
+        Err(e) => return Err(lock_error(e)),
+    };
 
     let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(64);
     let mut watcher = if opts.no_inotify {
@@ -373,14 +401,29 @@ pub async fn run(
     tokio::pin!(shutdown);
 
     let result = loop {
-        let s = shared.clone();
-        let report = match tokio::task::spawn_blocking(move || cycle_report(&s)).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => {
-                tracing::error!("sweep failed: {e}");
-                CycleReport::default()
+        if lock.is_none() {
+            match StoreLock::acquire(&lock_path) {
+                Ok(l) => {
+                    lock = Some(l);
+                    last_heartbeat = Instant::now();
+                    set_read_only(&shared, None);
+                }
+                Err(e @ super::LockError::Io { .. }) => set_read_only(&shared, Some(e.to_string())),
+                Err(e) => break Err(lock_error(e)),
             }
-            Err(e) => break Err(DaemonError::Other(format!("sweep panicked: {e}"))),
+        }
+        let s = shared.clone();
+        let report = if lock.is_none() {
+            CycleReport::default()
+        } else {
+            match tokio::task::spawn_blocking(move || cycle_report(&s)).await {
+                Ok(Ok(r)) => r,
+                Ok(Err(e)) => {
+                    tracing::error!("sweep failed: {e}");
+                    CycleReport::default()
+                }
+                Err(e) => break Err(DaemonError::Other(format!("sweep panicked: {e}"))),
+            }
         };
         let (handled, deferred) = (report.handled, report.deferred);
         if let Some(conn) = &_conn {
@@ -396,11 +439,18 @@ pub async fn run(
             shared.messages_processed.load(Ordering::Relaxed),
             shared.jobs_created.load(Ordering::Relaxed)
         ));
-        if last_heartbeat.elapsed() >= heartbeat_every {
-            if let Err(e) = lock.heartbeat() {
-                break Err(DaemonError::AlreadyRunning(format!(
-                    "lost the store lock: {e}"
-                )));
+        if last_heartbeat.elapsed() >= heartbeat_every
+            && let Some(l) = lock.as_mut()
+        {
+            match l.heartbeat() {
+                Ok(()) => {}
+                // A full disk: keep the lock (the file is still ours) and try again.
+                Err(e @ super::LockError::Io { .. }) => tracing::warn!("heartbeat: {e}"),
+                Err(e) => {
+                    break Err(DaemonError::AlreadyRunning(format!(
+                        "lost the store lock: {e}"
+                    )));
+                }
             }
             last_heartbeat = Instant::now();
         }
@@ -425,6 +475,9 @@ pub async fn run(
             break Ok(());
         }
         let mut wait = sweep_every.min(heartbeat_every).min(idle_left);
+        if lock.is_none() {
+            wait = wait.min(Duration::from_secs(5));
+        }
         if deferred > 0 {
             wait = wait.min(super::SETTLE);
         }

@@ -59,7 +59,9 @@ pub enum LockError {
     },
     /// The lock file exists but cannot be read or is empty, and it changed recently: an
     /// unknown owner holds it until it is [`STALE_AFTER_SECS`] old.
-    #[error("Orchestrator lock {path} is held by an unknown owner (the file is empty or unreadable and was changed {age_secs} s ago; it counts as stale after {STALE_AFTER_SECS} s)")]
+    #[error(
+        "Orchestrator lock {path} is held by an unknown owner (the file is empty or unreadable and was changed {age_secs} s ago; it counts as stale after {STALE_AFTER_SECS} s)"
+    )]
     Unknown {
         /// The lock file.
         path: PathBuf,
@@ -189,23 +191,24 @@ impl StoreLock {
             .write(true)
             .open(&local_path)
             .map_err(io)?;
-        let local = match nix::fcntl::Flock::lock(local, nix::fcntl::FlockArg::LockExclusiveNonblock) {
-            Ok(l) => l,
-            Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
-                return Err(match read_lock(path) {
-                    Some(h) => LockError::Held {
-                        host: h.host,
-                        pid: h.pid,
-                        path: path.to_path_buf(),
-                    },
-                    None => LockError::Unknown {
-                        path: path.to_path_buf(),
-                        age_secs: 0,
-                    },
-                });
-            }
-            Err((_, e)) => return Err(io(std::io::Error::from(e))),
-        };
+        let local =
+            match nix::fcntl::Flock::lock(local, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+                Ok(l) => l,
+                Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+                    return Err(match read_lock(path) {
+                        Some(h) => LockError::Held {
+                            host: h.host,
+                            pid: h.pid,
+                            path: path.to_path_buf(),
+                        },
+                        None => LockError::Unknown {
+                            path: path.to_path_buf(),
+                            age_secs: 0,
+                        },
+                    });
+                }
+                Err((_, e)) => return Err(io(std::io::Error::from(e))),
+            };
         let now = Timestamp::now();
         let info = LockInfo {
             host: hostname(),

@@ -169,12 +169,14 @@ impl MarkKind {
     }
 
     fn parse(name: &str) -> Option<(MarkKind, &str)> {
-        [MarkKind::Start, MarkKind::Adopt].into_iter().find_map(|k| {
-            name.strip_prefix(k.prefix())
-                .and_then(|r| r.strip_prefix('-'))
-                .filter(|id| crate::model::is_safe_id(id))
-                .map(|id| (k, id))
-        })
+        [MarkKind::Start, MarkKind::Adopt]
+            .into_iter()
+            .find_map(|k| {
+                name.strip_prefix(k.prefix())
+                    .and_then(|r| r.strip_prefix('-'))
+                    .filter(|id| crate::model::is_safe_id(id))
+                    .map(|id| (k, id))
+            })
     }
 }
 
@@ -765,10 +767,16 @@ impl Manager {
     /// Puts off starting `id` after a failure that is not the job's fault (the store cannot be
     /// written): 2 s, doubling up to 5 minutes.
     fn back_off(&mut self, id: &str, error: &str) {
-        let n = self.backoff.get(id).map_or(0, |(_, n)| *n).saturating_add(1);
+        let n = self
+            .backoff
+            .get(id)
+            .map_or(0, |(_, n)| *n)
+            .saturating_add(1);
         let pause = Duration::from_secs(1u64 << n.min(8)).min(Duration::from_secs(300));
-        self.backoff
-            .insert(id.to_string(), (add_secs(Instant::now(), pause.as_secs()), n));
+        self.backoff.insert(
+            id.to_string(),
+            (add_secs(Instant::now(), pause.as_secs()), n),
+        );
         tracing::warn!(job_id = %id, queue = %self.cfg.queue,
             "cannot start job (attempt {n}): {error}; trying again in {} s", pause.as_secs());
         self.store.append_daemon_log(
@@ -869,7 +877,11 @@ impl Manager {
         if job.runtime.host.as_deref().is_some_and(|h| h != self.host) {
             return true; // another machine's job
         }
-        let Some(pid) = job.runtime.process_id.filter(|p| pidwatch::is_worker_of(*p, id)) else {
+        let Some(pid) = job
+            .runtime
+            .process_id
+            .filter(|p| pidwatch::is_worker_of(*p, id))
+        else {
             return false;
         };
         let Some(fd) = pidwatch::pidfd_open(pid) else {
