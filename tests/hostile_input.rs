@@ -404,3 +404,129 @@ fn watcher_does_not_leak_on_queue_changes() {
     assert!(after.1 <= before.1 + 4, "threads {before:?} → {after:?}");
     assert_eq!(after.2, 1, "one watcher");
 }
+
+// ---- the queue manager: poison documents ---------------------------------------------------
+
+mod qm {
+    use super::queue_env::*;
+    use serde_json::json;
+
+    /// A job with a u64::MAX timeout and a job with a duplicate `config` key are failed with
+    /// a reason; the manager goes on and runs the next job.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn poison_job_files_are_failed_and_the_manager_goes_on() {
+        guarded(async {
+            let bus = PrivateBus::start();
+            let env = QueueEnv::new(1);
+            let mut changes = Changes::subscribe(&bus, &env.queue).await;
+            let m = RunningManager::start(env.manager_config(&bus)).await;
+            let mut huge = noop(0.0);
+            huge["config"]["timeout_seconds"] = json!(18446744073709551615u64);
+            huge["config"]["queue_time"] = json!("2025-01-01T00:00:00Z");
+            env.queue_job("huge", &huge);
+            let good = noop(0.0);
+            let text = serde_json::to_string(&good).unwrap();
+            let dup = text.replacen('{', r#"{"config": "", "#, 1);
+            std::fs::write(env.job_file("queued", "dup"), dup).unwrap();
+            env.queue_job("good", &good);
+            changes.until("huge", "failed").await;
+            changes.until("dup", "failed").await;
+            changes.until("good", "finished").await;
+            let e = env.job("failed", "huge")["runtime"]["error"].to_string();
+            assert!(e.contains("timeout_seconds"), "{e}");
+            let e = env.job("failed", "dup")["runtime"]["error"].to_string();
+            assert!(e.contains("duplicate key"), "{e}");
+            assert_eq!(env.count("queued"), 0);
+            m.stop().await;
+        })
+        .await
+    }
+
+    /// With a loosened schema in the store (no maximum), the code still refuses the timeout.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn loosened_schema_does_not_let_a_huge_timeout_through() {
+        guarded(async {
+            let bus = PrivateBus::start();
+            let env = QueueEnv::new(1);
+            let schema = include_str!("../schemas/job.schema.json")
+                .replace(r#""maximum": 2592000"#, r#""maximum": 18446744073709551615"#);
+            let dir = env.root.join("JSONValidation/Schemas");
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("job.schema.json"), schema).unwrap();
+            let mut changes = Changes::subscribe(&bus, &env.queue).await;
+            let m = RunningManager::start(env.manager_config(&bus)).await;
+            let mut huge = noop(0.0);
+            huge["config"]["timeout_seconds"] = json!(18446744073709551615u64);
+            env.queue_job("huge", &huge);
+            env.queue_job("good", &noop(0.0));
+            changes.until("huge", "failed").await;
+            changes.until("good", "finished").await;
+            let e = env.job("failed", "huge")["runtime"]["error"].to_string();
+            assert!(e.contains("between 1 and 2592000 seconds"), "{e}");
+            m.stop().await;
+        })
+        .await
+    }
+
+    /// A job whose handling an earlier manager began and never finished is failed at start
+    /// instead of being tried again (no crash loop on one poison document).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn job_marked_as_being_handled_is_failed_on_restart() {
+        guarded(async {
+            let bus = PrivateBus::start();
+            let env = QueueEnv::new(1);
+            env.queue_job("p1", &noop(0.0));
+            let marks = env.root.join("Queues/q1/.handling");
+            std::fs::create_dir_all(&marks).unwrap();
+            std::fs::write(marks.join("start-p1"), "12345").unwrap();
+            let mut changes = Changes::subscribe(&bus, &env.queue).await;
+            let m = RunningManager::start(env.manager_config(&bus)).await;
+            changes.until("p1", "failed").await;
+            let e = env.job("failed", "p1")["runtime"]["error"].to_string();
+            assert!(e.contains("previous queue manager"), "{e}");
+            assert!(!marks.join("start-p1").exists());
+            env.queue_job("p2", &noop(0.0));
+            changes.until("p2", "finished").await;
+            assert_eq!(std::fs::read_dir(&marks).unwrap().count(), 0);
+            m.stop().await;
+        })
+        .await
+    }
+
+    /// Job files written straight into queued_jobs/ get the same checks as jobs the
+    /// orchestrator creates: PRD §10 and no permission-widening extra args.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn job_files_cannot_bypass_section_10_or_widen_permissions() {
+        guarded(async {
+            let bus = PrivateBus::start();
+            let env = QueueEnv::new(1);
+            let store = env.store();
+            std::fs::write(
+                store.user_path("alice"),
+                json!({"id": "alice", "name": "Alice", "email": "a@x", "permissions": "user"})
+                    .to_string(),
+            )
+            .unwrap();
+            let mut changes = Changes::subscribe(&bus, &env.queue).await;
+            let m = RunningManager::start(env.manager_config(&bus)).await;
+            let mut as_alice = noop(0.0);
+            as_alice["config"]["user"] = json!("alice");
+            env.queue_job("as-alice", &as_alice);
+            let mut wide = noop(0.0);
+            wide["config"]["claude_extra_args"] = json!(["--dangerously-skip-permissions"]);
+            env.queue_job("wide", &wide);
+            let mut owner = noop(0.0);
+            owner["config"]["user"] = json!("chenry");
+            env.queue_job("owner", &owner);
+            changes.until("as-alice", "failed").await;
+            changes.until("wide", "failed").await;
+            changes.until("owner", "finished").await;
+            let e = env.job("failed", "as-alice")["runtime"]["error"].to_string();
+            assert!(e.contains("owner"), "{e}");
+            let e = env.job("failed", "wide")["runtime"]["error"].to_string();
+            assert!(e.contains("permissions"), "{e}");
+            m.stop().await;
+        })
+        .await
+    }
+}
