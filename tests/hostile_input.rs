@@ -3,9 +3,9 @@
 //! binaries, a private dbus-daemon) and asserts the fixed behaviour.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
 #[path = "support/claude_env.rs"]
 mod claude_env;
+mod common;
 #[path = "support/queue_env.rs"]
 mod queue_env;
 
@@ -72,7 +72,10 @@ fn msg(user: &str, command: &str, project: &str, content: Value) -> Value {
 }
 
 fn jobs_in(env: &TestEnv, state: &str) -> Vec<PathBuf> {
-    let dir = env.root.join("Queues/poplar/Jobs").join(format!("{state}_jobs"));
+    let dir = env
+        .root
+        .join("Queues/poplar/Jobs")
+        .join(format!("{state}_jobs"));
     agentstore::store::scan_dir(&dir).unwrap().documents
 }
 
@@ -91,12 +94,22 @@ async fn huge_timeout_over_dbus_is_refused() {
     let conn = d.bus.connect().await;
     let p = Orchestrator1Proxy::new(&conn).await.unwrap();
     for t in [json!(18446744073709551615u64), json!(2592001), json!(0)] {
-        let m = msg("chenry", "research-code", "TestProject", json!({"timeout": t}));
+        let m = msg(
+            "chenry",
+            "research-code",
+            "TestProject",
+            json!({"timeout": t}),
+        );
         let e = err_text(p.submit(&m.to_string()).await.unwrap_err());
         assert!(e.contains("content.timeout"), "{t}: {e}");
     }
     assert!(jobs_in(&env, "queued").is_empty());
-    let m = msg("chenry", "research-code", "TestProject", json!({"timeout": 2592000}));
+    let m = msg(
+        "chenry",
+        "research-code",
+        "TestProject",
+        json!({"timeout": 2592000}),
+    );
     let r: Value = serde_json::from_str(&p.submit(&m.to_string()).await.unwrap()).unwrap();
     assert_eq!(r["status"], "done", "{r}");
     assert_eq!(jobs_in(&env, "queued").len(), 1);
@@ -112,7 +125,12 @@ async fn correlation_id_reuse_across_users_reveals_nothing() {
     let d = start(&env);
     let conn = d.bus.connect().await;
     let p = Orchestrator1Proxy::new(&conn).await.unwrap();
-    let mut bobs = msg("bob", "research-code", "BobProj", json!({"task": "secret plan"}));
+    let mut bobs = msg(
+        "bob",
+        "research-code",
+        "BobProj",
+        json!({"task": "secret plan"}),
+    );
     bobs["correlation_id"] = json!("shared-id-1");
     let r: Value = serde_json::from_str(&p.submit(&bobs.to_string()).await.unwrap()).unwrap();
     let bob_job = r["content"]["job_id"].as_str().unwrap().to_string();
@@ -125,7 +143,14 @@ async fn correlation_id_reuse_across_users_reveals_nothing() {
     alices["correlation_id"] = json!("shared-id-1");
     let e = err_text(p.submit(&alices.to_string()).await.unwrap_err());
     assert!(e.contains("already in use"), "{e}");
-    for secret in [bob_job.as_str(), "BobProj", "Queues", "poplar", "secret", "bob"] {
+    for secret in [
+        bob_job.as_str(),
+        "BobProj",
+        "Queues",
+        "poplar",
+        "secret",
+        "bob",
+    ] {
         assert!(!e.contains(secret), "answer leaks {secret:?}: {e}");
     }
     assert_eq!(jobs_in(&env, "queued").len(), 1);
@@ -145,7 +170,9 @@ async fn correlation_id_reuse_across_users_reveals_nothing() {
     a2["project"] = json!("AliceProj");
     a2["queue_time"] = json!("2025-10-25T10:00:01Z");
     env.write("messaging/inbox/alice-copy.json", &a2.to_string());
-    let dup = env.root.join("messaging/outbox/shared-id-2.duplicate-1.json");
+    let dup = env
+        .root
+        .join("messaging/outbox/shared-id-2.duplicate-1.json");
     wait_until(LONG, "alice's answer", || dup.exists());
     let text = std::fs::read_to_string(&dup).unwrap();
     let ans: Value = serde_json::from_str(&text).unwrap();
@@ -169,7 +196,15 @@ async fn collaborator_cannot_create_a_job() {
     let p = Orchestrator1Proxy::new(&conn).await.unwrap();
     // She can see it...
     let seen = p
-        .submit(&msg("alice", "view-project", "BobProj", json!({"project": "BobProj"})).to_string())
+        .submit(
+            &msg(
+                "alice",
+                "view-project",
+                "BobProj",
+                json!({"project": "BobProj"}),
+            )
+            .to_string(),
+        )
         .await;
     assert!(seen.is_ok(), "{seen:?}");
     // ...but not create a job for it.
@@ -399,7 +434,10 @@ fn watcher_does_not_leak_on_queue_changes() {
     }
     std::thread::sleep(Duration::from_millis(1500));
     let after = measure();
-    assert_eq!(after.2, before.2, "inotify instances {before:?} → {after:?}");
+    assert_eq!(
+        after.2, before.2,
+        "inotify instances {before:?} → {after:?}"
+    );
     assert!(after.0 <= before.0 + 2, "fds {before:?} → {after:?}");
     assert!(after.1 <= before.1 + 4, "threads {before:?} → {after:?}");
     assert_eq!(after.2, 1, "one watcher");
@@ -448,8 +486,10 @@ mod qm {
         guarded(async {
             let bus = PrivateBus::start();
             let env = QueueEnv::new(1);
-            let schema = include_str!("../schemas/job.schema.json")
-                .replace(r#""maximum": 2592000"#, r#""maximum": 18446744073709551615"#);
+            let schema = include_str!("../schemas/job.schema.json").replace(
+                r#""maximum": 2592000"#,
+                r#""maximum": 18446744073709551615"#,
+            );
             let dir = env.root.join("JSONValidation/Schemas");
             std::fs::create_dir_all(&dir).unwrap();
             std::fs::write(dir.join("job.schema.json"), schema).unwrap();
@@ -529,4 +569,187 @@ mod qm {
         })
         .await
     }
+}
+
+// ---- item 10: a full disk ----------------------------------------------------------------------
+
+/// Runs `program args…` in a private mount namespace where `mnt` is a fresh 2 MB tmpfs
+/// holding a copy of `store`, filled up to the last byte (`mnt/fill`). The returned child is
+/// `program` itself; the test sees the tmpfs through `/proc/<pid>/root`.
+fn on_full_disk(
+    store: &Path,
+    mnt: &Path,
+    program: &str,
+    args: &[&str],
+    envs: &[(&str, &str)],
+) -> std::process::Child {
+    std::fs::create_dir_all(mnt).unwrap();
+    let script = r#"set -e
+mount -t tmpfs -o size=2m tmpfs "$MNT"
+cp -a "$SRC/." "$MNT/"
+dd if=/dev/zero of="$MNT/fill" bs=4096 2>/dev/null || true
+exec "$@""#;
+    let mut c = std::process::Command::new("unshare");
+    c.args([
+        "-m",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        script,
+        "sh",
+        program,
+    ])
+    .args(args)
+    .env("MNT", mnt)
+    .env("SRC", store)
+    .env("RUST_LOG", "warn")
+    .stdout(std::process::Stdio::null());
+    for (k, v) in envs {
+        c.env(k, v);
+    }
+    c.spawn().unwrap()
+}
+
+/// `p` as the process `pid` sees it.
+fn seen_by(pid: u32, p: &Path) -> PathBuf {
+    PathBuf::from(format!("/proc/{pid}/root{}", p.display()))
+}
+
+/// orchestratord starts on a full disk, answers read-only commands over D-Bus, refuses
+/// submissions with the reason, and works normally once space is freed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orchestratord_serves_read_only_on_a_full_disk() {
+    let env = store();
+    let mnt = env.dir.path().join("full");
+    let bus = common::bus::PrivateBus::start();
+    let child = on_full_disk(
+        &env.root,
+        &mnt,
+        env!("CARGO_BIN_EXE_orchestratord"),
+        &[
+            "--bus",
+            "session",
+            "--idle-exit",
+            "0",
+            "--root",
+            mnt.to_str().unwrap(),
+        ],
+        &[("DBUS_SESSION_BUS_ADDRESS", &bus.address)],
+    );
+    let pid = child.id();
+    let _child = KillOnDrop(child);
+    wait_for_name(&bus, "org.agentstore.Orchestrator1");
+    assert!(
+        seen_by(pid, &mnt.join("fill")).exists(),
+        "the tmpfs is full"
+    );
+    let conn = bus.connect().await;
+    let p = Orchestrator1Proxy::new(&conn).await.unwrap();
+    let list = p
+        .submit(&msg("chenry", "list-projects", "TestProject", json!({})).to_string())
+        .await
+        .unwrap();
+    assert!(list.contains("BobProj"), "{list}");
+    let e = err_text(
+        p.submit(&msg("chenry", "research-code", "TestProject", json!({})).to_string())
+            .await
+            .unwrap_err(),
+    );
+    assert!(
+        e.contains("read-only") && e.contains("No space left"),
+        "{e}"
+    );
+    std::fs::remove_file(seen_by(pid, &mnt.join("fill"))).unwrap();
+    wait_until(LONG, "the lock taken once space is free", || {
+        seen_by(pid, &mnt.join(".orchestrator.lock")).exists()
+    });
+    let r: Value = serde_json::from_str(
+        &p.submit(&msg("chenry", "research-code", "TestProject", json!({})).to_string())
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(r["status"], "done", "{r}");
+}
+
+/// The queue manager on a full disk: no worker is started while the job cannot be written
+/// (no relaunch loop); once space is back the job runs; a worker that dies because the disk
+/// filled up while it ran gets the disk error recorded, not "Worker harness process died".
+#[test]
+fn queue_manager_backs_off_and_records_the_disk_error() {
+    let env = queue_env::QueueEnv::new(1);
+    env.edit_queue(|q| q.config.rest_interval = 1);
+    env.queue_job("j1", &queue_env::noop(0.0));
+    let launches = env.dir.path().join("launches");
+    let wrapper = env.dir.path().join("worker-wrapper");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\necho launch >> '{}'\nexec '{}' \"$@\"\n",
+            launches.display(),
+            env!("CARGO_BIN_EXE_agent-worker")
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mnt = env.dir.path().join("full");
+    let m = mnt.to_str().unwrap();
+    let child = on_full_disk(
+        &env.root,
+        &mnt,
+        env!("CARGO_BIN_EXE_queue-manager"),
+        &[
+            "--queue",
+            "q1",
+            "--bus",
+            "none",
+            "--launcher",
+            "direct",
+            "--root",
+            m,
+            "--worker",
+            wrapper.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let pid = child.id();
+    let _child = KillOnDrop(child);
+    let jobs = |state: &str, id: &str| {
+        seen_by(
+            pid,
+            &mnt.join(format!("Queues/q1/Jobs/{state}_jobs/{id}.json")),
+        )
+    };
+    wait_until(LONG, "the manager up", || jobs("queued", "j1").exists());
+    std::thread::sleep(Duration::from_secs(8));
+    let n = std::fs::read_to_string(&launches)
+        .unwrap_or_default()
+        .lines()
+        .count();
+    assert!(n <= 1, "{n} worker launches on a full disk");
+    assert!(jobs("queued", "j1").exists());
+    let fill = seen_by(pid, &mnt.join("fill"));
+    std::fs::remove_file(&fill).unwrap();
+    wait_until(LONG, "j1 finished once space is back", || {
+        jobs("finished", "j1").exists()
+    });
+
+    // The disk fills up while a job runs.
+    agentstore::store::write_json_atomic(&jobs("queued", "j2"), &queue_env::noop(3.0)).unwrap();
+    wait_until(LONG, "j2 running", || jobs("running", "j2").exists());
+    let _ = std::process::Command::new("dd")
+        .args(["if=/dev/zero", "bs=4096"])
+        .arg(format!("of={}", fill.display()))
+        .stderr(std::process::Stdio::null())
+        .status();
+    std::thread::sleep(Duration::from_secs(6));
+    std::fs::remove_file(&fill).unwrap();
+    wait_until(LONG, "j2 ended", || {
+        jobs("failed", "j2").exists() || jobs("finished", "j2").exists()
+    });
+    let j2: Value = read(&jobs("failed", "j2"));
+    let e = j2["runtime"]["error"].to_string();
+    assert!(e.contains("No space left on device"), "{e}");
 }
