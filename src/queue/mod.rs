@@ -56,7 +56,7 @@ fn add_secs(t: Instant, secs: u64) -> Instant {
 
 /// The timeout of `job` (its own, else the queue's), checked against 1..=[`MAX_TIMEOUT_SECONDS`]
 /// whatever schema the store carries.
-fn job_limit(job: &Job, config: &QueueConfig) -> Result<u64, String> {
+pub fn job_limit(job: &Job, config: &QueueConfig) -> Result<u64, String> {
     let (limit, field) = match job.config.timeout_seconds {
         Some(t) => (t, "config.timeout_seconds"),
         None => (
