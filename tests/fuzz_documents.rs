@@ -304,7 +304,7 @@ fn messages_through_the_router_are_all_answered() {
         .to_string(),
     )
     .unwrap();
-    let bases = vec![
+    let bases = [
         json!({"correlation_id": "c", "source": "user", "project": "TestProject",
                "queue_time": "2025-10-25T10:00:00Z", "command": "research-code",
                "content": {"task": "t", "timeout": 60, "claude_extra_args": ["--model", "m"],
