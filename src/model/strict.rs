@@ -8,38 +8,23 @@ use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 use std::fmt;
 
-/// Largest nesting depth accepted (serde_json's own limit is 128; this keeps deep input from
-/// costing stack in later recursive walks).
-pub const MAX_DEPTH: usize = 64;
-
-/// Parses JSON text into a [`Value`], rejecting duplicate keys at any depth.
+/// Parses JSON text into a [`Value`], rejecting duplicate keys at any depth. Nesting is
+/// bounded by serde_json's own recursion limit (128), as before.
 pub fn parse_value(bytes: &[u8]) -> Result<Value, serde_json::Error> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let v = StrictValue::deserialize_in(&mut de, 0)?;
+    let v = de.deserialize_any(ValueVisitor)?;
     de.end()?;
     Ok(v)
 }
 
-struct StrictValue;
+struct ValueVisitor;
 
-impl StrictValue {
-    fn deserialize_in<'de, D: Deserializer<'de>>(d: D, depth: usize) -> Result<Value, D::Error> {
-        d.deserialize_any(ValueVisitor { depth })
-    }
-}
-
-struct ValueVisitor {
-    depth: usize,
-}
-
-struct Seed {
-    depth: usize,
-}
+struct Seed;
 
 impl<'de> de::DeserializeSeed<'de> for Seed {
     type Value = Value;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
-        StrictValue::deserialize_in(d, self.depth)
+        d.deserialize_any(ValueVisitor)
     }
 }
 
@@ -76,36 +61,23 @@ impl<'de> Visitor<'de> for ValueVisitor {
         Ok(Value::Null)
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-        let depth = self.deeper::<A::Error>()?;
         let mut out = Vec::new();
-        while let Some(v) = seq.next_element_seed(Seed { depth })? {
+        while let Some(v) = seq.next_element_seed(Seed)? {
             out.push(v);
         }
         Ok(Value::Array(out))
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let depth = self.deeper::<A::Error>()?;
         let mut out = Map::new();
         while let Some(key) = map.next_key::<String>()? {
             if out.contains_key(&key) {
                 let shown: String = key.chars().take(100).collect();
                 return Err(de::Error::custom(format!("duplicate key {shown:?}")));
             }
-            let v = map.next_value_seed(Seed { depth })?;
+            let v = map.next_value_seed(Seed)?;
             out.insert(key, v);
         }
         Ok(Value::Object(out))
-    }
-}
-
-impl ValueVisitor {
-    fn deeper<E: de::Error>(&self) -> Result<usize, E> {
-        let d = self.depth + 1;
-        if d > MAX_DEPTH {
-            Err(E::custom(format!("nested deeper than {MAX_DEPTH} levels")))
-        } else {
-            Ok(d)
-        }
     }
 }
 
