@@ -516,7 +516,10 @@ mod qm {
             let bus = PrivateBus::start();
             let env = QueueEnv::new(1);
             env.queue_job("p1", &noop(0.0));
-            let marks = env.root.join("Queues/q1/.handling");
+            let marks = env
+                .root
+                .join("Queues/q1/.handling")
+                .join(agentstore::store::hostname());
             std::fs::create_dir_all(&marks).unwrap();
             std::fs::write(marks.join("start-p1"), "12345").unwrap();
             let mut changes = Changes::subscribe(&bus, &env.queue).await;

@@ -856,12 +856,8 @@ impl Manager {
             if self.running.contains_key(&id) {
                 continue;
             }
-            let marked = self.mark(MarkKind::Adopt, &id);
             if !self.adopt_one(&id, &path) {
-                dead.push(id.clone());
-            }
-            if marked {
-                self.unmark(MarkKind::Adopt, &id);
+                dead.push(id);
             }
         }
         dead
@@ -869,7 +865,6 @@ impl Manager {
 
     /// Adopts one running job; false when its worker is gone (the job is to be settled).
     fn adopt_one(&mut self, id: &str, path: &std::path::Path) -> bool {
-        let q = self.cfg.queue.clone();
         let job: Job = match self.store.read_doc(DocKind::Job, path) {
             Ok(j) => j,
             Err(_) => return true,
@@ -877,6 +872,16 @@ impl Manager {
         if job.runtime.host.as_deref().is_some_and(|h| h != self.host) {
             return true; // another machine's job
         }
+        let marked = self.mark(MarkKind::Adopt, id);
+        let alive = self.adopt_job(id, &job);
+        if marked {
+            self.unmark(MarkKind::Adopt, id);
+        }
+        alive
+    }
+
+    fn adopt_job(&mut self, id: &str, job: &Job) -> bool {
+        let q = self.cfg.queue.clone();
         let Some(pid) = job
             .runtime
             .process_id
@@ -927,11 +932,22 @@ impl Manager {
 
     // ---- poison markers ----------------------------------------------------------------
 
-    fn marker_path(&self, kind: MarkKind, id: &str) -> PathBuf {
+    /// `Queues/<q>/.handling/<host>/`: each machine's manager sees only its own markers (a
+    /// synced store carries the others').
+    fn marker_dir(&self) -> PathBuf {
+        let host = if crate::model::is_safe_id(&self.host) {
+            self.host.as_str()
+        } else {
+            "this-host"
+        };
         self.store
             .queue_dir(&self.cfg.queue)
             .join(MARKER_DIR)
-            .join(format!("{}-{id}", kind.prefix()))
+            .join(host)
+    }
+
+    fn marker_path(&self, kind: MarkKind, id: &str) -> PathBuf {
+        self.marker_dir().join(format!("{}-{id}", kind.prefix()))
     }
 
     /// Records on disk that handling `id` begins. False when it could not be recorded (a
@@ -961,7 +977,7 @@ impl Manager {
     /// At start: every job whose handling an earlier manager began and never finished is
     /// failed with [`POISON`] (its worker, if one runs, is stopped first).
     async fn recover_poisoned(&mut self) {
-        let dir = self.store.queue_dir(&self.cfg.queue).join(MARKER_DIR);
+        let dir = self.marker_dir();
         let Ok(entries) = std::fs::read_dir(&dir) else {
             return;
         };
