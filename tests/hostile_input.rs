@@ -756,3 +756,41 @@ fn queue_manager_backs_off_and_records_the_disk_error() {
     let e = j2["runtime"]["error"].to_string();
     assert!(e.contains("No space left on device"), "{e}");
 }
+
+/// inotify exhausted at start (no instances left, in a private user namespace so nothing
+/// else is touched): orchestratord polls instead of exiting, and answers the inbox.
+#[test]
+fn orchestratord_polls_when_inotify_is_exhausted() {
+    let env = store();
+    let bus = common::bus::PrivateBus::start();
+    let child = std::process::Command::new("unshare")
+        .args(["-U", "-r", "sh", "-c"])
+        .arg("echo 0 > /proc/sys/user/max_inotify_instances && exec \"$@\"")
+        .args(["sh", env!("CARGO_BIN_EXE_orchestratord")])
+        .args([
+            "--bus",
+            "session",
+            "--idle-exit",
+            "0",
+            "--sweep-interval",
+            "1",
+        ])
+        .arg("--root")
+        .arg(&env.root)
+        .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let _child = KillOnDrop(child);
+    wait_for_name(&bus, "org.agentstore.Orchestrator1");
+    let mut m = msg("chenry", "list-projects", "TestProject", json!({}));
+    m["correlation_id"] = json!("polled-1");
+    m["source"] = json!("user");
+    m["status"] = json!("queued");
+    m["queue_time"] = json!("2025-10-25T10:00:00Z");
+    env.write("messaging/inbox/polled-1.json", &m.to_string());
+    let out = env.root.join("messaging/outbox/polled-1.json");
+    wait_until(LONG, "the inbox answered by polling", || out.exists());
+    assert_eq!(read(&out)["status"], "done");
+}
