@@ -893,7 +893,7 @@ impl Manager {
             return false;
         };
         // A limit out of range (a loosened schema) still gets a deadline: the longest allowed.
-        let limit = job_limit(&job, &self.config).unwrap_or(MAX_TIMEOUT_SECONDS);
+        let limit = job_limit(job, &self.config).unwrap_or(MAX_TIMEOUT_SECONDS);
         let ran = job
             .runtime
             .start_time
