@@ -522,9 +522,19 @@ mod qm {
                 .join(agentstore::store::hostname());
             std::fs::create_dir_all(&marks).unwrap();
             std::fs::write(marks.join("start-p1"), "12345").unwrap();
+            // A running job whose re-adoption was under way when the manager died.
+            let mut r1 = noop(0.0);
+            r1["runtime"]["status"] = json!("running");
+            r1["runtime"]["process_id"] = json!(std::process::id());
+            r1["runtime"]["host"] = json!(agentstore::store::hostname());
+            agentstore::store::write_json_atomic(&env.job_file("running", "r1"), &r1).unwrap();
+            std::fs::write(marks.join("adopt-r1"), "12345").unwrap();
             let mut changes = Changes::subscribe(&bus, &env.queue).await;
             let m = RunningManager::start(env.manager_config(&bus)).await;
             changes.until("p1", "failed").await;
+            changes.until("r1", "failed").await;
+            let e = env.job("failed", "r1")["runtime"]["error"].to_string();
+            assert!(e.contains("previous queue manager"), "{e}");
             let e = env.job("failed", "p1")["runtime"]["error"].to_string();
             assert!(e.contains("previous queue manager"), "{e}");
             assert!(!marks.join("start-p1").exists());
