@@ -34,6 +34,35 @@ fn corpus(kind: &str) -> Vec<Value> {
     out
 }
 
+/// Characters of ids and plain text.
+const SAFE: &[char] = &[
+    'a', 'b', 'z', 'A', 'Z', '0', '9', ' ', '.', '/', '_', '-', ':', 'T',
+];
+/// Object keys: the documents' own field names (so nested objects look real) and others.
+const KEYS: &[&str] = &[
+    "id",
+    "config",
+    "runtime",
+    "status",
+    "content",
+    "task",
+    "timeout",
+    "queue",
+    "project",
+    "user",
+    "owner",
+    "timeout_seconds",
+    "worker_count",
+    "claude_extra_args",
+    "jobs",
+    "x",
+    "supporting_data",
+    "process_id",
+    "queue_time",
+    "correlation_id",
+    "",
+];
+
 fn arb_json() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![
         Just(Value::Null),
@@ -50,8 +79,10 @@ fn arb_json() -> impl Strategy<Value = Value> {
         any::<f64>()
             .prop_filter("finite", |f| f.is_finite())
             .prop_map(|f| json!(f)),
-        "[a-zA-Z0-9 ./_-]{0,24}".prop_map(Value::String),
-        any::<String>().prop_map(Value::String),
+        prop::collection::vec(prop::sample::select(SAFE), 0..24)
+            .prop_map(|c| Value::String(c.into_iter().collect())),
+        prop::collection::vec(any::<char>(), 0..12)
+            .prop_map(|c| Value::String(c.into_iter().collect())),
         Just(json!("x".repeat(300))),
         Just(json!("../../etc/passwd")),
         Just(json!("--help")),
@@ -61,8 +92,13 @@ fn arb_json() -> impl Strategy<Value = Value> {
     leaf.prop_recursive(3, 24, 4, |inner| {
         prop_oneof![
             prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
-            prop::collection::vec(("[a-z_]{1,12}", inner), 0..4)
-                .prop_map(|kv| Value::Object(kv.into_iter().collect::<Map<_, _>>())),
+            prop::collection::vec((prop::sample::select(KEYS), inner), 0..4).prop_map(|kv| {
+                Value::Object(
+                    kv.into_iter()
+                        .map(|(k, v)| (k.to_string(), v))
+                        .collect::<Map<_, _>>(),
+                )
+            }),
         ]
     })
 }
@@ -202,7 +238,7 @@ fn runner(kind: DocKind) -> TestRunner {
             max_shrink_iters: 200,
             ..Config::default()
         },
-        TestRng::from_seed(RngAlgorithm::ChaCha, &seed),
+        TestRng::from_seed(RngAlgorithm::XorShift, &seed[..16]),
     )
 }
 
