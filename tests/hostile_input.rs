@@ -312,7 +312,7 @@ fn stale_lock(path: &Path) {
         boot_id: Some("an-earlier-boot".into()),
         pid_start: Some(1),
     };
-    agentstore::store::write_json_atomic(path, &info).unwrap();
+    std::fs::write(path, serde_json::to_vec(&info).unwrap()).unwrap();
 }
 
 /// 1,000 trials of 4 simultaneous starts over a stale lock: exactly one holder every time.
