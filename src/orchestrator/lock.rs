@@ -184,13 +184,31 @@ impl StoreLock {
             .unwrap_or_default();
         // 1. Same-host exclusion: the flock is taken by one process (or thread) at a time.
         let local_path = path.with_file_name(format!("{name}.flock"));
-        let local = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
+        // Read access is enough for flock, so a file another account created (a system
+        // service before a user service) still works; never through a symlink.
+        use std::os::unix::fs::OpenOptionsExt;
+        let local = match std::fs::OpenOptions::new()
             .read(true)
-            .write(true)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&local_path)
-            .map_err(io)?;
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let f = std::fs::OpenOptions::new()
+                    .create(true)
+                    .truncate(false)
+                    .read(true)
+                    .write(true)
+                    .custom_flags(libc::O_NOFOLLOW)
+                    .open(&local_path)
+                    .map_err(io)?;
+                // Empty, and readable by any account that may run the daemon later.
+                use std::os::unix::fs::PermissionsExt;
+                let _ = f.set_permissions(std::fs::Permissions::from_mode(0o644));
+                f
+            }
+            Err(e) => return Err(io(e)),
+        };
         let local =
             match nix::fcntl::Flock::lock(local, nix::fcntl::FlockArg::LockExclusiveNonblock) {
                 Ok(l) => l,
