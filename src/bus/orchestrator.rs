@@ -33,6 +33,9 @@ pub struct Shared {
     pub own_uid: u32,
     /// Finished jobs known to be handled.
     pub handled_jobs: Mutex<std::collections::HashSet<String>>,
+    /// Why the store cannot be written, while it cannot (a full disk): the daemon then
+    /// answers only read-only commands.
+    pub read_only: Mutex<Option<String>>,
 }
 
 impl Shared {
@@ -48,6 +51,7 @@ impl Shared {
             activity: AtomicU64::new(0),
             own_uid: nix::unistd::getuid().as_raw(),
             handled_jobs: Mutex::new(Default::default()),
+            read_only: Mutex::new(None),
         })
     }
 }
@@ -134,6 +138,11 @@ impl OrchestratorObject {
         if !who.is_admin() {
             return Err(BusError::permission_denied("only admins can sweep"));
         }
+        if let Some(why) = self.shared.read_only.lock().ok().and_then(|r| r.clone()) {
+            return Err(BusError::Failed(format!(
+                "orchestratord is read-only for now: {why}"
+            )));
+        }
         let shared = self.shared.clone();
         let report =
             tokio::task::spawn_blocking(move || crate::orchestrator::daemon::cycle_report(&shared))
@@ -209,9 +218,10 @@ fn submit_blocking(
     uid: u32,
 ) -> Result<orchestrator::Outcome, BusError> {
     let store = &shared.store;
-    let mut value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
-        BusError::InvalidMessage(format!("Invalid message format: not valid JSON: {e}"))
-    })?;
+    let mut value: serde_json::Value =
+        crate::model::strict::parse_value(text.as_bytes()).map_err(|e| {
+            BusError::InvalidMessage(format!("Invalid message format: not valid JSON: {e}"))
+        })?;
     if let Some(obj) = value.as_object_mut() {
         obj.entry("correlation_id")
             .or_insert_with(|| uuid::Uuid::new_v4().to_string().into());
@@ -232,6 +242,13 @@ fn submit_blocking(
     let msg: Message = serde_json::from_value(value)
         .map_err(|e| BusError::InvalidMessage(format!("Invalid message format: {e}")))?;
     let who = caller_for_uid(store, uid, shared.own_uid, msg.user.as_deref())?;
+    if !orchestrator::commands::is_direct(&msg.command)
+        && let Some(why) = shared.read_only.lock().ok().and_then(|r| r.clone())
+    {
+        return Err(BusError::Failed(format!(
+            "orchestratord is read-only for now: {why}; only list-* and view-* commands are answered until the store can be written"
+        )));
+    }
     let _guard = shared
         .routing
         .lock()

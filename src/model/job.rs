@@ -180,3 +180,70 @@ impl JobStatus {
         JobStatus::ALL.into_iter().find(|k| k.name() == s)
     }
 }
+
+/// Normalised names (lower case, no `-`/`_`) of agent CLI options that change what the agent
+/// may do without asking: permission modes, tool allow/deny lists, extra directories, MCP
+/// servers, settings files, plugins, sub-agents. Matched as substrings of the option name, so
+/// spelling variants (`--allowedTools`, `--allowed-tools`, `--permission-mode=…`) are caught.
+const PERMISSION_OPTION_PARTS: [&str; 11] = [
+    "permission",
+    "dangerous",
+    "tool",
+    "adddir",
+    "mcp",
+    "setting",
+    "plugin",
+    "agents",
+    "sandbox",
+    "bypass",
+    "yolo",
+];
+
+/// The first of `args` that would widen the agent's permissions beyond the queue's own
+/// `claude_default_args` (PRD §10: a job never gets more than its queue allows), if any.
+pub fn permission_widening_arg(args: &[String]) -> Option<&str> {
+    args.iter().map(String::as_str).find(|a| {
+        let Some(opt) = a.strip_prefix('-') else {
+            return false;
+        };
+        let name = opt.split('=').next().unwrap_or_default();
+        let norm: String = name
+            .chars()
+            .filter(|c| !matches!(c, '-' | '_'))
+            .flat_map(char::to_lowercase)
+            .collect();
+        PERMISSION_OPTION_PARTS.iter().any(|p| norm.contains(p))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::permission_widening_arg;
+
+    #[test]
+    fn widening_args_are_found_in_any_spelling() {
+        let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        for bad in [
+            &["--dangerously-skip-permissions"][..],
+            &["--model", "m", "--permission-mode", "bypassPermissions"],
+            &["--permission-mode=bypassPermissions"],
+            &["--allowedTools", "Bash"],
+            &["--allowed-tools=Bash(*)"],
+            &["--disallowedTools", "x"],
+            &["--add-dir", "/"],
+            &["--mcp-config", "x.json"],
+            &["--settings", "{}"],
+            &["--DANGEROUSLY_SKIP_PERMISSIONS"],
+        ] {
+            assert!(permission_widening_arg(&v(bad)).is_some(), "{bad:?}");
+        }
+        for ok in [
+            &["--model", "m1"][..],
+            &["--verbose", "--max-turns", "3"],
+            &["a positional prompt mentioning tools"],
+            &[],
+        ] {
+            assert_eq!(permission_widening_arg(&v(ok)), None, "{ok:?}");
+        }
+    }
+}

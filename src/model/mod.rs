@@ -9,10 +9,11 @@ mod message;
 mod prd;
 mod project;
 mod queue;
+pub mod strict;
 mod time;
 mod user;
 
-pub use job::{Job, JobConfig, JobRuntime, JobStatus, JobType};
+pub use job::{Job, JobConfig, JobRuntime, JobStatus, JobType, permission_widening_arg};
 pub use message::{Message, MessageSource, MessageStatus};
 pub use prd::{Prd, PrdState};
 pub use project::Project;
@@ -21,6 +22,15 @@ pub use time::Timestamp;
 pub use user::{Permission, User};
 
 use std::fmt;
+
+/// Longest job timeout accepted anywhere (30 days): the schema's `maximum` for
+/// `timeout_seconds` and `max_job_runtime_seconds`, enforced in code too, whatever schema a
+/// store carries.
+pub const MAX_TIMEOUT_SECONDS: u64 = 30 * 24 * 3600;
+/// Most workers one queue may run at once (the schema's `maximum` for `worker_count`).
+pub const MAX_WORKER_COUNT: u32 = 1024;
+/// Longest `rest_interval` (one day).
+pub const MAX_REST_INTERVAL: u64 = 86_400;
 
 /// The six document kinds; each has one schema named `<kind>.schema.json`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

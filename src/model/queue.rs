@@ -36,6 +36,9 @@ pub struct QueueConfig {
     /// Command that runs the built-in agent (extension; default `agentshell`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agentshell_path: Option<String>,
+    /// Whether a job's extra args may change permissions (extension; default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_permission_args: Option<bool>,
 }
 
 /// How the queue manager starts workers.

@@ -165,38 +165,76 @@ pub fn cycle_report(shared: &Shared) -> Result<CycleReport, StoreError> {
     })
 }
 
-/// Starts a thread that turns inotify events on the inbox and the queues' `finished_jobs/`
-/// into wake-ups. Folders created later (new queues) are picked up at each re-arm.
-fn watch(store: &Store, tx: tokio::sync::mpsc::Sender<()>) -> std::io::Result<()> {
-    use inotify::{Inotify, WatchMask};
-    let mut ino = Inotify::init()?;
-    // Not CREATE: a file is ready when its writer closes it or renames it into place.
-    let mask = WatchMask::CLOSE_WRITE | WatchMask::MOVED_TO;
-    ino.watches().add(store.inbox(), mask)?;
-    ino.watches()
-        .add(store.queues_dir(), WatchMask::CREATE | WatchMask::MOVED_TO)?;
-    for q in store.queue_ids().unwrap_or_default() {
-        let _ = ino
-            .watches()
-            .add(store.jobs_dir(&q, JobStatus::Finished), mask);
-    }
-    std::thread::Builder::new()
-        .name("inotify".into())
-        .spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(events) = ino.read_events_blocking(&mut buf) {
-                let relevant = events.into_iter().any(|e| {
-                    e.name.is_none_or(|n| {
-                        let n = n.to_string_lossy();
-                        !n.starts_with('.')
-                    })
-                });
-                if relevant && tx.blocking_send(()).is_err() {
-                    break;
+/// The one inotify watcher of the daemon's lifetime: one instance and one thread turn events
+/// on the inbox, `Queues/` and every queue's `finished_jobs/` into wake-ups. Queues added or
+/// removed later only add or remove a watch on the same instance.
+struct Watcher {
+    watches: inotify::Watches,
+    finished: std::collections::HashMap<String, inotify::WatchDescriptor>,
+}
+
+impl Watcher {
+    const MASK: inotify::WatchMask =
+        inotify::WatchMask::CLOSE_WRITE.union(inotify::WatchMask::MOVED_TO);
+
+    fn start(store: &Store, tx: tokio::sync::mpsc::Sender<()>) -> std::io::Result<Watcher> {
+        use inotify::{Inotify, WatchMask};
+        let mut ino = Inotify::init()?;
+        // Not CREATE: a file is ready when its writer closes it or renames it into place.
+        ino.watches().add(store.inbox(), Self::MASK)?;
+        ino.watches().add(
+            store.queues_dir(),
+            WatchMask::CREATE | WatchMask::MOVED_TO | WatchMask::DELETE,
+        )?;
+        let mut w = Watcher {
+            watches: ino.watches(),
+            finished: Default::default(),
+        };
+        w.refresh(store, &store.queue_ids().unwrap_or_default());
+        std::thread::Builder::new()
+            .name("inotify".into())
+            .spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(events) = ino.read_events_blocking(&mut buf) {
+                    let relevant = events.into_iter().any(|e| {
+                        e.name.is_none_or(|n| {
+                            let n = n.to_string_lossy();
+                            !n.starts_with('.')
+                        })
+                    });
+                    if relevant && tx.blocking_send(()).is_err() {
+                        break;
+                    }
                 }
+            })?;
+        Ok(w)
+    }
+
+    /// Watches the `finished_jobs/` of every queue in `queues` and forgets the others.
+    fn refresh(&mut self, store: &Store, queues: &[String]) {
+        self.finished.retain(|q, wd| {
+            let keep = queues.contains(q);
+            if !keep {
+                // Gone already when the folder was removed (the kernel drops the watch).
+                let _ = self.watches.remove(wd.clone());
             }
-        })?;
-    Ok(())
+            keep
+        });
+        for q in queues {
+            if self.finished.contains_key(q) {
+                continue;
+            }
+            match self
+                .watches
+                .add(store.jobs_dir(q, JobStatus::Finished), Self::MASK)
+            {
+                Ok(wd) => {
+                    self.finished.insert(q.clone(), wd);
+                }
+                Err(e) => tracing::debug!("inotify on queue {q}: {e}"),
+            }
+        }
+    }
 }
 
 /// The D-Bus signals for messages answered from the inbox (D-Bus calls emit their own),
@@ -208,11 +246,28 @@ async fn emit_signals(conn: &zbus::Connection, report: &CycleReport) {
     }
 }
 
+/// Records whether the store can be written; logged when it changes.
+fn set_read_only(shared: &Shared, why: Option<String>) {
+    let Ok(mut r) = shared.read_only.lock() else {
+        return;
+    };
+    match (&*r, &why) {
+        (None, Some(w)) => tracing::warn!(
+            "the store cannot be written ({w}); serving D-Bus read-only until it can"
+        ),
+        (Some(_), None) => tracing::info!("the store can be written again; lock taken"),
+        _ => {}
+    }
+    *r = why;
+}
+
 /// Another holder is "already running" (exit 2, no restart); an unwritable lock is an
 /// ordinary failure that systemd may retry.
 fn lock_error(e: super::LockError) -> DaemonError {
     match e {
-        super::LockError::Held { .. } => DaemonError::AlreadyRunning(e.to_string()),
+        super::LockError::Held { .. } | super::LockError::Unknown { .. } => {
+            DaemonError::AlreadyRunning(e.to_string())
+        }
         super::LockError::Io { .. } => DaemonError::Other(e.to_string()),
     }
 }
@@ -257,17 +312,33 @@ pub async fn run(
         }
     };
     // Singleton 2: the store lock, across machines sharing the folder.
-    let mut lock = StoreLock::acquire(&shared.store.lock_path()).map_err(lock_error)?;
+    // A store that cannot be written (full disk, read-only mount) does not stop the daemon: it
+    // serves D-Bus read-only and takes the lock as soon as it can write.
+    let lock_path = shared.store.lock_path();
+    let mut lock = match StoreLock::acquire(&lock_path) {
+        Ok(l) => Some(l),
+        Err(e @ super::LockError::Io { .. }) => {
+            set_read_only(&shared, Some(e.to_string()));
+            None
+        }
+        Err(e) => return Err(lock_error(e)),
+    };
 
     let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(64);
-    if !opts.no_inotify {
-        watch(&shared.store, tx.clone()).map_err(|e| {
-            DaemonError::Other(format!(
-                "inotify on {}: {e}",
-                shared.store.inbox().display()
-            ))
-        })?;
-    }
+    let mut watcher = if opts.no_inotify {
+        None
+    } else {
+        match Watcher::start(&shared.store, tx.clone()) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::warn!(
+                    "inotify on {} failed ({e}); polling every sweep interval instead",
+                    shared.store.inbox().display()
+                );
+                None
+            }
+        }
+    };
 
     // Temp files of writes a crash interrupted (ours are renamed within moments).
     let mut dirs = vec![
@@ -314,14 +385,29 @@ pub async fn run(
     tokio::pin!(shutdown);
 
     let result = loop {
-        let s = shared.clone();
-        let report = match tokio::task::spawn_blocking(move || cycle_report(&s)).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => {
-                tracing::error!("sweep failed: {e}");
-                CycleReport::default()
+        if lock.is_none() {
+            match StoreLock::acquire(&lock_path) {
+                Ok(l) => {
+                    lock = Some(l);
+                    last_heartbeat = Instant::now();
+                    set_read_only(&shared, None);
+                }
+                Err(e @ super::LockError::Io { .. }) => set_read_only(&shared, Some(e.to_string())),
+                Err(e) => break Err(lock_error(e)),
             }
-            Err(e) => break Err(DaemonError::Other(format!("sweep panicked: {e}"))),
+        }
+        let s = shared.clone();
+        let report = if lock.is_none() {
+            CycleReport::default()
+        } else {
+            match tokio::task::spawn_blocking(move || cycle_report(&s)).await {
+                Ok(Ok(r)) => r,
+                Ok(Err(e)) => {
+                    tracing::error!("sweep failed: {e}");
+                    CycleReport::default()
+                }
+                Err(e) => break Err(DaemonError::Other(format!("sweep panicked: {e}"))),
+            }
         };
         let (handled, deferred) = (report.handled, report.deferred);
         if let Some(conn) = &_conn {
@@ -337,21 +423,28 @@ pub async fn run(
             shared.messages_processed.load(Ordering::Relaxed),
             shared.jobs_created.load(Ordering::Relaxed)
         ));
-        if last_heartbeat.elapsed() >= heartbeat_every {
-            if let Err(e) = lock.heartbeat() {
-                break Err(DaemonError::AlreadyRunning(format!(
-                    "lost the store lock: {e}"
-                )));
+        if last_heartbeat.elapsed() >= heartbeat_every
+            && let Some(l) = lock.as_mut()
+        {
+            match l.heartbeat() {
+                Ok(()) => {}
+                // A full disk: keep the lock (the file is still ours) and try again.
+                Err(e @ super::LockError::Io { .. }) => tracing::warn!("heartbeat: {e}"),
+                Err(e) => {
+                    break Err(DaemonError::AlreadyRunning(format!(
+                        "lost the store lock: {e}"
+                    )));
+                }
             }
             last_heartbeat = Instant::now();
         }
-        // New queues: restart the watcher so their finished_jobs/ are watched too.
+        // New or removed queues: their finished_jobs/ watches follow.
         let queues = shared.store.queue_ids().unwrap_or_default();
         if queues != known_queues {
-            known_queues = queues;
-            if !opts.no_inotify {
-                let _ = watch(&shared.store, tx.clone());
+            if let Some(w) = watcher.as_mut() {
+                w.refresh(&shared.store, &queues);
             }
+            known_queues = queues;
         }
         let idle_left = if idle_exit.is_zero() {
             Duration::MAX
@@ -366,6 +459,9 @@ pub async fn run(
             break Ok(());
         }
         let mut wait = sweep_every.min(heartbeat_every).min(idle_left);
+        if lock.is_none() {
+            wait = wait.min(Duration::from_secs(5));
+        }
         if deferred > 0 {
             wait = wait.min(super::SETTLE);
         }

@@ -3,7 +3,8 @@
 use super::RouteError;
 use super::commands::claude_command_for;
 use crate::model::{
-    DocKind, Job, JobConfig, JobRuntime, JobStatus, JobType, Message, Prd, Project, Timestamp,
+    DocKind, Job, JobConfig, JobRuntime, JobStatus, JobType, MAX_TIMEOUT_SECONDS, Message, Prd,
+    Project, Timestamp, permission_widening_arg,
 };
 use crate::permissions::Caller;
 use crate::store::Store;
@@ -121,9 +122,32 @@ pub fn create_job(store: &Store, msg: &Message, who: &Caller) -> Result<CreatedJ
             project.id, project.owner
         )));
     }
+    // PRD §10: collaborators may see a project, only its owner (or an admin) creates jobs.
+    if !who.can_modify_project(&project) {
+        return Err(RouteError::PermissionDenied(format!(
+            "only the owner of project {} or an admin can create jobs for it (collaborators can only see it)",
+            project.id
+        )));
+    }
     let queue = select_queue(store, msg, &project)?;
     let id = job_id_for(&msg.correlation_id);
+    let asked_by = msg
+        .user
+        .clone()
+        .or_else(|| who.user_id().map(str::to_string));
     if let Ok(existing) = store.find_job(&id) {
+        // The same message again (a restart after a crash) gets the job it made. A message of
+        // someone else that reuses the correlation id learns nothing about the other's job.
+        let same = store.job(&existing).is_ok_and(|j| {
+            j.config.user == asked_by
+                && j.config.correlation_id.as_deref() == Some(msg.correlation_id.as_str())
+        });
+        if !same {
+            return Err(RouteError::Invalid(format!(
+                "correlation_id {} is already in use; send this message with a new correlation_id",
+                msg.correlation_id
+            )));
+        }
         return Ok(CreatedJob {
             path: store.relative(&existing.path).display().to_string(),
             queue: existing.queue,
@@ -225,10 +249,26 @@ pub fn create_job(store: &Store, msg: &Message, who: &Caller) -> Result<CreatedJ
     };
     let timeout = match msg.content.get("timeout") {
         None | Some(Value::Null) => DEFAULT_TIMEOUT_SECONDS,
-        Some(v) => v.as_u64().filter(|t| *t > 0).ok_or_else(|| {
-            RouteError::Invalid("content.timeout must be a positive whole number of seconds".into())
-        })?,
+        Some(v) => v
+            .as_u64()
+            .filter(|t| (1..=MAX_TIMEOUT_SECONDS).contains(t))
+            .ok_or_else(|| {
+                RouteError::Invalid(format!(
+                    "content.timeout must be a whole number of seconds from 1 to {MAX_TIMEOUT_SECONDS} (30 days)"
+                ))
+            })?,
     };
+    if let Some(arg) = permission_widening_arg(&extra_args) {
+        let allowed = store
+            .queue(&queue)
+            .map(|q| q.config.allow_permission_args == Some(true))
+            .unwrap_or(false);
+        if !allowed {
+            return Err(RouteError::PermissionDenied(format!(
+                "content.claude_extra_args: {arg:?} would change the agent's permissions, which queue {queue} does not allow (its allow_permission_args is not true)"
+            )));
+        }
+    }
     let jobtype = match content_str(msg, "jobtype")? {
         None | Some("claude") => JobType::Claude,
         Some("agent") => JobType::Agent,
@@ -256,10 +296,7 @@ pub fn create_job(store: &Store, msg: &Message, who: &Caller) -> Result<CreatedJ
             command: Some(msg.command.clone()),
             prd: prd.as_ref().map(|(_, _, p)| p.id.clone()),
             correlation_id: Some(msg.correlation_id.clone()),
-            user: msg
-                .user
-                .clone()
-                .or_else(|| who.user_id().map(str::to_string)),
+            user: asked_by,
             model: content_str(msg, "model")?.map(str::to_string),
         },
         runtime: JobRuntime::queued(),

@@ -1,12 +1,24 @@
 //! The store-wide singleton lock (PRD §6.6, DESIGN §5): `<root>/.orchestrator.lock` holds the
-//! host, pid and a heartbeat. A lock whose process is gone (same host) or whose heartbeat is
-//! older than [`STALE_AFTER_SECS`] (another host, e.g. a laptop that went to sleep with the
-//! Dropbox folder) is stale and taken over.
+//! host, pid and a heartbeat.
+//!
+//! Acquisition is atomic on one host: an `flock` on `.orchestrator.lock.flock` beside it is
+//! taken first and held for the lock's lifetime, so two orchestrators starting at once on this
+//! machine cannot both get past it. The synced lock file is then created whole (temp file +
+//! hard link, which fails if it exists) or taken over by compare-and-rename: the stale file is
+//! renamed to a unique name (only one renamer wins), checked to be the very file judged
+//! stale, and only then replaced.
+//!
+//! Staleness: on this host a lock is stale when the boot id differs (a reboot), the PID is
+//! gone, or the PID's start time differs from the one recorded (PID reuse); on another host,
+//! when its heartbeat is older than [`STALE_AFTER_SECS`] (a laptop that went to sleep with
+//! the Dropbox folder). A lock file that is empty or unreadable is held by an unknown owner
+//! until its modification time is that old.
 
 use crate::model::Timestamp;
 use crate::store::{hostname, write_json_atomic};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// How often the holder rewrites its heartbeat.
 pub const HEARTBEAT_SECS: u64 = 30;
@@ -24,6 +36,12 @@ pub struct LockInfo {
     pub started: Timestamp,
     /// Last sign of life.
     pub heartbeat: Timestamp,
+    /// The holder's boot id (`/proc/sys/kernel/random/boot_id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
+    /// The holder's start time in clock ticks since boot (`/proc/<pid>/stat` field 22).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid_start: Option<u64>,
 }
 
 /// Why the lock could not be taken.
@@ -38,6 +56,17 @@ pub enum LockError {
         pid: u32,
         /// The lock file.
         path: PathBuf,
+    },
+    /// The lock file exists but cannot be read or is empty, and it changed recently: an
+    /// unknown owner holds it until it is [`STALE_AFTER_SECS`] old.
+    #[error(
+        "Orchestrator lock {path} is held by an unknown owner (the file is empty or unreadable and was changed {age_secs} s ago; it counts as stale after {STALE_AFTER_SECS} s)"
+    )]
+    Unknown {
+        /// The lock file.
+        path: PathBuf,
+        /// Seconds since its last change.
+        age_secs: u64,
     },
     /// The lock file could not be written.
     #[error("cannot write lock {path}: {source}")]
@@ -54,12 +83,17 @@ pub enum LockError {
 pub struct StoreLock {
     path: PathBuf,
     info: LockInfo,
+    /// The same-host `flock`, held until drop.
+    _local: nix::fcntl::Flock<std::fs::File>,
 }
 
 fn pid_alive(pid: u32) -> bool {
     let Ok(pid) = i32::try_from(pid) else {
         return false;
     };
+    if pid <= 0 {
+        return false;
+    }
     // Signal 0 checks existence; EPERM means it exists but belongs to someone else.
     matches!(
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
@@ -67,74 +101,224 @@ fn pid_alive(pid: u32) -> bool {
     )
 }
 
+/// This machine's boot id.
+pub fn boot_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+/// Start time of `pid` in clock ticks since boot.
+pub fn pid_start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    // Fields after the command: state is field 3, starttime field 22.
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
 /// Reads the lock file, if any.
 pub fn read_lock(path: &Path) -> Option<LockInfo> {
-    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+    parse_lock(&std::fs::read(path).ok()?)
+}
+
+fn parse_lock(bytes: &[u8]) -> Option<LockInfo> {
+    crate::model::strict::parse_value(bytes)
+        .ok()
+        .and_then(|v| serde_json::from_value(v).ok())
 }
 
 /// True when `info` no longer stands for a live orchestrator.
 pub fn is_stale(info: &LockInfo, now: &Timestamp) -> bool {
-    if info.host == hostname() {
-        return !pid_alive(info.pid) || info.pid == std::process::id();
+    let silent = info.heartbeat.seconds_until(now) > STALE_AFTER_SECS as f64;
+    if info.host != hostname() {
+        return silent;
     }
-    info.heartbeat.seconds_until(now) > STALE_AFTER_SECS as f64
+    if let (Some(theirs), Some(ours)) = (&info.boot_id, boot_id())
+        && *theirs != ours
+    {
+        return true; // written before a reboot
+    }
+    if !pid_alive(info.pid) {
+        return true;
+    }
+    match info.pid_start {
+        Some(t) => pid_start_time(info.pid) != Some(t),
+        // An old-format lock naming a live PID: that PID may be anyone's after a reboot; trust
+        // it only while its heartbeat is fresh.
+        None => silent,
+    }
+}
+
+fn file_age(meta: &std::fs::Metadata) -> Duration {
+    meta.modified()
+        .ok()
+        .and_then(|m| m.elapsed().ok())
+        .unwrap_or(Duration::ZERO)
+}
+
+fn unique_suffix() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(
+        "{}.{}.{nanos}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 impl StoreLock {
     /// Takes the lock at `path`, replacing a stale one.
     pub fn acquire(path: &Path) -> Result<StoreLock, LockError> {
+        let io = |source| LockError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        // 1. Same-host exclusion: the flock is taken by one process (or thread) at a time.
+        let local_path = path.with_file_name(format!("{name}.flock"));
+        // Read access is enough for flock, so a file another account created (a system
+        // service before a user service) still works; never through a symlink.
+        use std::os::unix::fs::OpenOptionsExt;
+        let local = match std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&local_path)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let f = std::fs::OpenOptions::new()
+                    .create(true)
+                    .truncate(false)
+                    .read(true)
+                    .write(true)
+                    .custom_flags(libc::O_NOFOLLOW)
+                    .open(&local_path)
+                    .map_err(io)?;
+                // Empty, and readable by any account that may run the daemon later.
+                use std::os::unix::fs::PermissionsExt;
+                let _ = f.set_permissions(std::fs::Permissions::from_mode(0o644));
+                f
+            }
+            Err(e) => return Err(io(e)),
+        };
+        let local =
+            match nix::fcntl::Flock::lock(local, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+                Ok(l) => l,
+                Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+                    return Err(match read_lock(path) {
+                        Some(h) => LockError::Held {
+                            host: h.host,
+                            pid: h.pid,
+                            path: path.to_path_buf(),
+                        },
+                        None => LockError::Unknown {
+                            path: path.to_path_buf(),
+                            age_secs: 0,
+                        },
+                    });
+                }
+                Err((_, e)) => return Err(io(std::io::Error::from(e))),
+            };
         let now = Timestamp::now();
         let info = LockInfo {
             host: hostname(),
             pid: std::process::id(),
             started: now,
             heartbeat: now,
+            boot_id: boot_id(),
+            pid_start: pid_start_time(std::process::id()),
         };
-        let io = |source| LockError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        // Create-if-absent with the whole content at once: write a temp file, then hard-link
-        // it into place (link fails if the lock exists), so no reader ever sees it empty.
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-        write_json_atomic(&tmp, &info).map_err(io)?;
-        let linked = std::fs::hard_link(&tmp, path);
-        let _ = std::fs::remove_file(&tmp);
-        match linked {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                // ...else decide whether the holder is alive.
-                match read_lock(path) {
-                    Some(held) if !is_stale(&held, &now) => {
-                        return Err(LockError::Held {
-                            host: held.host,
-                            pid: held.pid,
+        // 2. The synced file: create whole, or take a stale one over by compare-and-rename.
+        for _ in 0..5 {
+            let tmp = path.with_file_name(format!(".{name}.{}.tmp", unique_suffix()));
+            write_json_atomic(&tmp, &info).map_err(io)?;
+            let linked = std::fs::hard_link(&tmp, path);
+            let _ = std::fs::remove_file(&tmp);
+            match linked {
+                Ok(()) => {
+                    return Ok(StoreLock {
+                        path: path.to_path_buf(),
+                        info,
+                        _local: local,
+                    });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(io(e)),
+            }
+            let meta = match std::fs::symlink_metadata(path) {
+                Ok(m) => m,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(io(e)),
+            };
+            let seen = std::fs::read(path).ok();
+            match seen.as_deref().and_then(parse_lock) {
+                Some(held) if !is_stale(&held, &now) => {
+                    return Err(LockError::Held {
+                        host: held.host,
+                        pid: held.pid,
+                        path: path.to_path_buf(),
+                    });
+                }
+                Some(old) => tracing::warn!(
+                    "taking over stale lock of PID {} on {} (last heartbeat {})",
+                    old.pid,
+                    old.host,
+                    old.heartbeat
+                ),
+                None => {
+                    let age = file_age(&meta);
+                    if age < Duration::from_secs(STALE_AFTER_SECS) {
+                        return Err(LockError::Unknown {
                             path: path.to_path_buf(),
+                            age_secs: age.as_secs(),
                         });
                     }
-                    other => {
-                        if let Some(old) = other {
-                            tracing::warn!(
-                                "taking over stale lock of PID {} on {} (last heartbeat {})",
-                                old.pid,
-                                old.host,
-                                old.heartbeat
-                            );
-                        }
-                        write_json_atomic(path, &info).map_err(io)?;
-                    }
+                    tracing::warn!(
+                        "taking over lock {} that has been empty or unreadable for {} s",
+                        path.display(),
+                        age.as_secs()
+                    );
                 }
             }
-            Err(e) => return Err(io(e)),
+            // Compare-and-rename: only one process moves this file away; the mover checks it
+            // moved the file it judged, else puts it back and yields.
+            let aside = path.with_file_name(format!(".{name}.stale.{}", unique_suffix()));
+            match std::fs::rename(path, &aside) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(io(e)),
+            }
+            let moved = std::fs::read(&aside).ok();
+            if moved != seen {
+                // Someone replaced it between our read and our rename: that is their lock.
+                let _ = std::fs::hard_link(&aside, path);
+                let _ = std::fs::remove_file(&aside);
+                let held = moved.as_deref().and_then(parse_lock);
+                return Err(match held {
+                    Some(h) => LockError::Held {
+                        host: h.host,
+                        pid: h.pid,
+                        path: path.to_path_buf(),
+                    },
+                    None => LockError::Unknown {
+                        path: path.to_path_buf(),
+                        age_secs: 0,
+                    },
+                });
+            }
+            let _ = std::fs::remove_file(&aside);
         }
-        Ok(StoreLock {
-            path: path.to_path_buf(),
-            info,
-        })
+        Err(io(std::io::Error::other(
+            "the lock file kept changing while it was being taken over",
+        )))
     }
 
     /// Rewrites the heartbeat. Fails with `Held` when another host took the lock over (our
@@ -201,6 +385,8 @@ mod tests {
             pid: u32::MAX - 1,
             started: now,
             heartbeat: now,
+            boot_id: boot_id(),
+            pid_start: None,
         };
         assert!(is_stale(&dead, &now));
         let old: Timestamp = "2020-01-01T00:00:00Z".parse().unwrap();
@@ -209,6 +395,8 @@ mod tests {
             pid: 1,
             started: old,
             heartbeat: old,
+            boot_id: None,
+            pid_start: None,
         };
         assert!(is_stale(&remote, &now));
         let live = LockInfo {
@@ -216,7 +404,31 @@ mod tests {
             pid: 1,
             started: now,
             heartbeat: now,
+            boot_id: None,
+            pid_start: None,
         };
         assert!(!is_stale(&live, &now));
+        // PID reuse after a reboot: PID 1 lives, but the lock is from 2020 and another boot.
+        let reused = LockInfo {
+            host: hostname(),
+            pid: 1,
+            started: old,
+            heartbeat: old,
+            boot_id: Some("another-boot".into()),
+            pid_start: Some(1),
+        };
+        assert!(is_stale(&reused, &now));
+        let old_format = LockInfo {
+            boot_id: None,
+            pid_start: None,
+            ..reused.clone()
+        };
+        assert!(is_stale(&old_format, &now));
+        let restarted = LockInfo {
+            boot_id: boot_id(),
+            pid_start: pid_start_time(1).map(|t| t + 1),
+            ..reused
+        };
+        assert!(is_stale(&restarted, &now));
     }
 }

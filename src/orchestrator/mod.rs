@@ -242,7 +242,13 @@ pub fn process_inbox_file(store: &Store, path: &Path) -> Result<FileOutcome, Sto
     let parsed: Result<Message, StoreError> = store.parse_doc(DocKind::Message, path, &bytes);
     let outcome = match parsed {
         Ok(msg) => {
-            match earlier_answer(store, &msg.correlation_id, &msg.command, &msg.queue_time) {
+            match earlier_answer(
+                store,
+                &msg.correlation_id,
+                &msg.command,
+                &msg.queue_time,
+                msg.user.as_deref(),
+            ) {
                 Earlier::None => {}
                 Earlier::Same => {
                     move_to_processed(store, path)?;
@@ -250,8 +256,8 @@ pub fn process_inbox_file(store: &Store, path: &Path) -> Result<FileOutcome, Sto
                 }
                 Earlier::Other => {
                     let err = RouteError::Invalid(format!(
-                        "correlation_id {} was already used by an earlier message (answered in messaging/outbox/{}.json); send this one with a new correlation_id",
-                        msg.correlation_id, msg.correlation_id
+                        "correlation_id {} is already in use; send this message with a new correlation_id",
+                        msg.correlation_id
                     ));
                     let mut response =
                         unparsed_error(msg.correlation_id.clone(), err.clone(), None, path);
@@ -296,7 +302,7 @@ pub fn process_inbox_file(store: &Store, path: &Path) -> Result<FileOutcome, Sto
             let err = RouteError::Invalid(message);
             let response = unparsed_error(id.clone(), err.clone(), raw.as_ref(), path);
             let qt = response.queue_time;
-            match earlier_answer(store, &id, &response.command, &qt) {
+            match earlier_answer(store, &id, &response.command, &qt, response.user.as_deref()) {
                 Earlier::None => {}
                 Earlier::Same => {
                     move_to_processed(store, path)?;
@@ -399,7 +405,13 @@ enum Earlier {
     Other,
 }
 
-fn earlier_answer(store: &Store, id: &str, command: &str, queue_time: &Timestamp) -> Earlier {
+fn earlier_answer(
+    store: &Store,
+    id: &str,
+    command: &str,
+    queue_time: &Timestamp,
+    user: Option<&str>,
+) -> Earlier {
     let name = format!("{id}.json");
     for dir in [store.outbox(), store.processed_outbox()] {
         let p = dir.join(&name);
@@ -410,12 +422,19 @@ fn earlier_answer(store: &Store, id: &str, command: &str, queue_time: &Timestamp
         struct Head {
             command: String,
             queue_time: String,
+            #[serde(default)]
+            user: Option<String>,
         }
         let head = read_limited(&p)
             .ok()
-            .and_then(|b| serde_json::from_slice::<Head>(&b).ok());
+            .and_then(|b| crate::model::strict::parse_value(&b).ok())
+            .and_then(|v| serde_json::from_value::<Head>(v).ok());
         return match head {
-            Some(h) if h.command == command && h.queue_time == queue_time.to_string() => {
+            Some(h)
+                if h.command == command
+                    && h.queue_time == queue_time.to_string()
+                    && h.user.as_deref() == user =>
+            {
                 Earlier::Same
             }
             _ => Earlier::Other,

@@ -15,7 +15,10 @@ pub mod selection;
 
 use crate::bus::queue::{QueueObject, QueueRequest, QueueState};
 use crate::bus::{BusError, queue_bus_name, queue_object_path};
-use crate::model::{DocKind, Job, JobStatus, Launcher, Queue, QueueConfig, Timestamp};
+use crate::model::{
+    DocKind, Job, JobStatus, Launcher, MAX_REST_INTERVAL, MAX_TIMEOUT_SECONDS, MAX_WORKER_COUNT,
+    Queue, QueueConfig, Timestamp,
+};
 use crate::permissions::project_owner_login;
 use crate::store::jobfile::{fail_raw, set_failed, write_and_move};
 use crate::store::{Event, Store, StoreError, hostname, move_no_replace, read_limited};
@@ -37,6 +40,37 @@ const KILL_GRACE: Duration = Duration::from_secs(5);
 
 /// Error text of a job whose worker died without reporting (PRD §7).
 pub const WORKER_DIED: &str = "Worker harness process died";
+
+/// Error text of a job whose handling crashed an earlier queue manager (a poison document):
+/// it is failed instead of being tried again, so one document cannot crash-loop the manager.
+pub const POISON: &str = "A previous queue manager stopped while handling this job (it crashed or was killed); the job is failed so that it cannot stop the manager again";
+
+/// `t + secs`, or — where that is past what the clock can represent — the latest of
+/// `t + MAX_TIMEOUT_SECONDS` and `t`: never a panic.
+fn add_secs(t: Instant, secs: u64) -> Instant {
+    t.checked_add(Duration::from_secs(secs))
+        .or_else(|| t.checked_add(Duration::from_secs(MAX_TIMEOUT_SECONDS)))
+        .unwrap_or(t)
+}
+
+/// The timeout of `job` (its own, else the queue's), checked against 1..=[`MAX_TIMEOUT_SECONDS`]
+/// whatever schema the store carries.
+pub fn job_limit(job: &Job, config: &QueueConfig) -> Result<u64, String> {
+    let (limit, field) = match job.config.timeout_seconds {
+        Some(t) => (t, "config.timeout_seconds"),
+        None => (
+            config.max_job_runtime_seconds,
+            "the queue's max_job_runtime_seconds",
+        ),
+    };
+    if (1..=MAX_TIMEOUT_SECONDS).contains(&limit) {
+        Ok(limit)
+    } else {
+        Err(format!(
+            "Invalid job: {field} is {limit}; it must be between 1 and {MAX_TIMEOUT_SECONDS} seconds (30 days)"
+        ))
+    }
+}
 
 /// Which bus the manager serves `org.agentstore.Queue1` on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,6 +150,35 @@ pub enum QueueError {
     },
 }
 
+/// Folder of the poison markers, `Queues/<q>/.handling/`.
+const MARKER_DIR: &str = ".handling";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MarkKind {
+    Start,
+    Adopt,
+}
+
+impl MarkKind {
+    fn prefix(self) -> &'static str {
+        match self {
+            MarkKind::Start => "start",
+            MarkKind::Adopt => "adopt",
+        }
+    }
+
+    fn parse(name: &str) -> Option<(MarkKind, &str)> {
+        [MarkKind::Start, MarkKind::Adopt]
+            .into_iter()
+            .find_map(|k| {
+                name.strip_prefix(k.prefix())
+                    .and_then(|r| r.strip_prefix('-'))
+                    .filter(|id| crate::model::is_safe_id(id))
+                    .map(|id| (k, id))
+            })
+    }
+}
+
 #[derive(Debug, Clone)]
 enum EndCause {
     Timeout,
@@ -163,6 +226,12 @@ pub struct Manager {
     requests_rx: mpsc::Receiver<QueueRequest>,
     inotify: Option<inotify::Inotify>,
     log_file: String,
+    /// Jobs whose start failed for a reason outside the job (the store could not be
+    /// written): not tried again before the instant, with the attempt count.
+    backoff: HashMap<String, (Instant, u32)>,
+    /// Why the store could not be written when a job's worker died: recorded on the job
+    /// instead of "worker died" once the job can be written again.
+    store_errors: HashMap<String, String>,
     /// JobStateChanged signals of this pass, sent after queue.json and the properties are
     /// updated (so a listener that reacts to one sees consistent state).
     pending: Vec<(String, JobStatus, JobStatus)>,
@@ -216,6 +285,8 @@ impl Manager {
             exits_rx,
             requests_rx,
             inotify: None,
+            backoff: HashMap::new(),
+            store_errors: HashMap::new(),
             pending: Vec::new(),
             cfg,
         };
@@ -265,6 +336,7 @@ impl Manager {
                 source,
             })?;
         m.inotify = Some(inotify);
+        m.recover_poisoned().await;
         let dead = m.adopt_running();
         tracing::info!(queue = %q, launcher = m.launcher.name(), adopted = m.running.len(),
             "queue manager started");
@@ -308,8 +380,9 @@ impl Manager {
             ),
             None => None,
         };
-        let mut sweep =
-            tokio::time::interval(Duration::from_secs(self.config.rest_interval.max(1)));
+        let mut sweep = tokio::time::interval(Duration::from_secs(
+            self.config.rest_interval.clamp(1, MAX_REST_INTERVAL),
+        ));
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         sweep.tick().await;
         loop {
@@ -415,10 +488,11 @@ impl Manager {
             .map(|r| match (&r.end, r.kill_at) {
                 (None, _) => r.deadline,
                 (Some(_), Some(k)) => k,
-                (Some(_), None) => Instant::now() + Duration::from_secs(3600),
+                (Some(_), None) => add_secs(Instant::now(), 3600),
             })
+            .chain(self.backoff.values().map(|(at, _)| *at))
             .min()
-            .unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400))
+            .unwrap_or_else(|| add_secs(Instant::now(), 86_400))
     }
 
     // ---- starting ----------------------------------------------------------------------
@@ -426,7 +500,7 @@ impl Manager {
     async fn start_jobs(&mut self) {
         let q = self.cfg.queue.clone();
         let dir = self.store.jobs_dir(&q, JobStatus::Queued);
-        let scan = match self.index.scan(&dir) {
+        let scan = match self.index.scan(&dir, self.store.validator()) {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(queue = %q, "cannot scan {}: {e}", dir.display());
@@ -447,10 +521,24 @@ impl Manager {
         }
         let mut waiting = scan.ordered.len() + scan.pending;
         if !self.paused {
-            let free = (self.config.worker_count as usize).saturating_sub(self.running.len());
-            for id in scan.ordered.iter().take(free) {
+            let workers = self.config.worker_count.min(MAX_WORKER_COUNT);
+            let free = usize::try_from(workers)
+                .unwrap_or(1)
+                .saturating_sub(self.running.len());
+            let now = Instant::now();
+            self.backoff
+                .retain(|id, _| scan.ordered.iter().any(|o| o == id));
+            let startable: Vec<&String> = scan
+                .ordered
+                .iter()
+                .filter(|id| self.backoff.get(*id).is_none_or(|(at, _)| *at <= now))
+                .take(free)
+                .collect();
+            for id in startable {
                 self.start_job(id).await;
-                waiting -= 1;
+                if !self.backoff.contains_key(id.as_str()) {
+                    waiting -= 1;
+                }
             }
         }
         self.queued = u32::try_from(waiting).unwrap_or(u32::MAX);
@@ -503,6 +591,8 @@ impl Manager {
     }
 
     async fn ended(&mut self, id: &str, from: JobStatus, to: JobStatus, error: &str) {
+        self.store_errors.remove(id);
+        self.backoff.remove(id);
         let q = &self.cfg.queue;
         let event = if to == JobStatus::Failed {
             "job_failed"
@@ -558,7 +648,17 @@ impl Manager {
         }
     }
 
+    /// Starts one queued job. A marker naming the job is on disk for the whole attempt: if
+    /// the manager dies meanwhile, its successor fails the job instead of trying again.
     async fn start_job(&mut self, id: &str) {
+        let marked = self.mark(MarkKind::Start, id);
+        self.start_job_inner(id).await;
+        if marked {
+            self.unmark(MarkKind::Start, id);
+        }
+    }
+
+    async fn start_job_inner(&mut self, id: &str) {
         let q = self.cfg.queue.clone();
         let path = self.store.job_path(&q, JobStatus::Queued, id);
         let bytes = match read_limited(&path) {
@@ -570,6 +670,9 @@ impl Manager {
             Err(_) => return self.fail_invalid(id, JobStatus::Queued).await,
         };
         self.index.forget(id);
+        if let Err(e) = self.may_run(&job) {
+            return self.fail_owned(id, JobStatus::Queued, job, e).await;
+        }
         let run_as = if self.root_mode {
             match project_owner_login(&self.store, &job) {
                 Ok(n) => Some(n),
@@ -582,10 +685,15 @@ impl Manager {
         } else {
             None
         };
-        let limit = job
-            .config
-            .timeout_seconds
-            .unwrap_or(self.config.max_job_runtime_seconds);
+        let limit = match job_limit(&job, &self.config) {
+            Ok(l) => l,
+            Err(e) => return self.fail_owned(id, JobStatus::Queued, job, e).await,
+        };
+        // The store must take the job's next write before a worker is started for it: on a
+        // full disk the start is put off (with a growing pause), not tried again at once.
+        if let Err(e) = self.store.write_doc(DocKind::Job, &path, &job) {
+            return self.back_off(id, &e.to_string());
+        }
         // Values glued to their options and `--` before the job id: a job file named
         // `--help.json` or `-V.json` is a job like any other, never an option.
         let mut args = vec![
@@ -645,8 +753,9 @@ impl Manager {
             self.launcher
                 .clean_up(launched.pid, launched.unit.as_deref())
                 .await;
-            return;
+            return self.back_off(id, &e.to_string());
         }
+        self.backoff.remove(id);
         if let Err(e) = release(launched.gate).await {
             // It died before it could start; the exit watcher reports it as dead.
             tracing::warn!(job_id = %id, queue = %q, "worker gone before start: {e}");
@@ -665,7 +774,7 @@ impl Manager {
                 unit: launched.unit.clone(),
                 started_at,
                 limit,
-                deadline: started_at + Duration::from_secs(limit),
+                deadline: add_secs(started_at, limit),
                 end: None,
                 kill_at: None,
             },
@@ -684,6 +793,76 @@ impl Manager {
             &format!("job {id} started (worker pid {})", launched.pid),
         );
         self.signal(id, JobStatus::Queued, JobStatus::Running).await;
+    }
+
+    /// Puts off starting `id` after a failure that is not the job's fault (the store cannot be
+    /// written): 2 s, doubling up to 5 minutes.
+    fn back_off(&mut self, id: &str, error: &str) {
+        let n = self
+            .backoff
+            .get(id)
+            .map_or(0, |(_, n)| *n)
+            .saturating_add(1);
+        let pause = Duration::from_secs(1u64 << n.min(8)).min(Duration::from_secs(300));
+        self.backoff.insert(
+            id.to_string(),
+            (add_secs(Instant::now(), pause.as_secs()), n),
+        );
+        tracing::warn!(job_id = %id, queue = %self.cfg.queue,
+            "cannot start job (attempt {n}): {error}; trying again in {} s", pause.as_secs());
+        self.store.append_daemon_log(
+            &self.log_file,
+            &format!(
+                "job {id} not started (attempt {n}): {error}; next try in {} s",
+                pause.as_secs()
+            ),
+        );
+    }
+
+    /// Whether the store takes a write now (a worker that died without a word may have died
+    /// of a full disk): `Some(reason)` when it does not.
+    fn store_write_error(&self) -> Option<String> {
+        let dir = self.store.jobs_dir(&self.cfg.queue, JobStatus::Running);
+        let probe = dir.join(format!(".write-probe-{}.tmp", std::process::id()));
+        let res = std::fs::write(&probe, [0u8; 4096])
+            .and_then(|_| std::fs::File::open(&probe)?.sync_all());
+        let _ = std::fs::remove_file(&probe);
+        res.err().map(|e| {
+            format!(
+                "The job's result could not be saved: the store cannot be written ({e}); the worker stopped when it could not write the job file"
+            )
+        })
+    }
+
+    /// The checks a job file gets whoever wrote it (the orchestrator makes the same ones when
+    /// it creates a job): PRD §10 — a job that names its user runs only if that user owns the
+    /// project or is an admin — and extra args never widen the queue's permissions.
+    fn may_run(&self, job: &Job) -> Result<(), String> {
+        if let Some(arg) = crate::model::permission_widening_arg(&job.config.claude_extra_args)
+            && self.config.allow_permission_args != Some(true)
+        {
+            return Err(format!(
+                "Invalid job: claude_extra_args {arg:?} would change the agent's permissions, which queue {} does not allow (its allow_permission_args is not true)",
+                self.cfg.queue
+            ));
+        }
+        if let Some(u) = &job.config.user {
+            let user = self
+                .store
+                .user(u)
+                .map_err(|e| format!("Job refused: its user {u}: {e}"))?;
+            let project = self
+                .store
+                .project(&job.config.project)
+                .map_err(|e| format!("Job refused: project {}: {e}", job.config.project))?;
+            if !crate::access::Caller::User(user).can_modify_project(&project) {
+                return Err(format!(
+                    "Job refused: only the owner of project {} or an admin can create jobs for it; {u} is neither",
+                    project.id
+                ));
+            }
+        }
+        Ok(())
     }
 
     // ---- running jobs ------------------------------------------------------------------
@@ -708,58 +887,171 @@ impl Manager {
             if self.running.contains_key(&id) {
                 continue;
             }
-            let job: Job = match self.store.read_doc(DocKind::Job, &path) {
-                Ok(j) => j,
-                Err(_) => continue,
-            };
-            if job.runtime.host.as_deref().is_some_and(|h| h != self.host) {
-                continue; // another machine's job
-            }
-            match job.runtime.process_id {
-                Some(pid) if pidwatch::is_worker_of(pid, &id) => {
-                    let Some(fd) = pidwatch::pidfd_open(pid) else {
-                        dead.push(id);
-                        continue;
-                    };
-                    let limit = job
-                        .config
-                        .timeout_seconds
-                        .unwrap_or(self.config.max_job_runtime_seconds);
-                    let ran = job
-                        .runtime
-                        .start_time
-                        .map(|s| s.seconds_until(&Timestamp::now()).max(0.0))
-                        .unwrap_or(0.0);
-                    let now = Instant::now();
-                    let started_at = now.checked_sub(Duration::from_secs_f64(ran)).unwrap_or(now);
-                    let tx = self.exits_tx.clone();
-                    let job_id = id.clone();
-                    tokio::spawn(async move {
-                        pidwatch::wait_exit(fd).await;
-                        let _ = tx.send(job_id);
-                    });
-                    tracing::info!(job_id = %id, queue = %q, pid, "re-adopted running job");
-                    self.store.append_daemon_log(
-                        &self.log_file,
-                        &format!("job {id} re-adopted (worker pid {pid})"),
-                    );
-                    self.running.insert(
-                        id,
-                        Running {
-                            pid,
-                            unit: job.runtime.unit.clone(),
-                            started_at,
-                            limit,
-                            deadline: started_at + Duration::from_secs(limit),
-                            end: None,
-                            kill_at: None,
-                        },
-                    );
-                }
-                _ => dead.push(id),
+            if !self.adopt_one(&id, &path) {
+                dead.push(id);
             }
         }
         dead
+    }
+
+    /// Adopts one running job; false when its worker is gone (the job is to be settled).
+    fn adopt_one(&mut self, id: &str, path: &std::path::Path) -> bool {
+        let job: Job = match self.store.read_doc(DocKind::Job, path) {
+            Ok(j) => j,
+            Err(_) => return true,
+        };
+        if job.runtime.host.as_deref().is_some_and(|h| h != self.host) {
+            return true; // another machine's job
+        }
+        let marked = self.mark(MarkKind::Adopt, id);
+        let alive = self.adopt_job(id, &job);
+        if marked {
+            self.unmark(MarkKind::Adopt, id);
+        }
+        alive
+    }
+
+    fn adopt_job(&mut self, id: &str, job: &Job) -> bool {
+        let q = self.cfg.queue.clone();
+        let Some(pid) = job
+            .runtime
+            .process_id
+            .filter(|p| pidwatch::is_worker_of(*p, id))
+        else {
+            return false;
+        };
+        let Some(fd) = pidwatch::pidfd_open(pid) else {
+            return false;
+        };
+        // A limit out of range (a loosened schema) still gets a deadline: the longest allowed.
+        let limit = job_limit(job, &self.config).unwrap_or(MAX_TIMEOUT_SECONDS);
+        let ran = job
+            .runtime
+            .start_time
+            .map(|s| s.seconds_until(&Timestamp::now()).max(0.0))
+            .unwrap_or(0.0);
+        let now = Instant::now();
+        let started_at = Duration::try_from_secs_f64(ran)
+            .ok()
+            .and_then(|d| now.checked_sub(d))
+            .unwrap_or(now);
+        let tx = self.exits_tx.clone();
+        let job_id = id.to_string();
+        tokio::spawn(async move {
+            pidwatch::wait_exit(fd).await;
+            let _ = tx.send(job_id);
+        });
+        tracing::info!(job_id = %id, queue = %q, pid, "re-adopted running job");
+        self.store.append_daemon_log(
+            &self.log_file,
+            &format!("job {id} re-adopted (worker pid {pid})"),
+        );
+        self.running.insert(
+            id.to_string(),
+            Running {
+                pid,
+                unit: job.runtime.unit.clone(),
+                started_at,
+                limit,
+                deadline: add_secs(started_at, limit),
+                end: None,
+                kill_at: None,
+            },
+        );
+        true
+    }
+
+    // ---- poison markers ----------------------------------------------------------------
+
+    /// `Queues/<q>/.handling/<host>/`: each machine's manager sees only its own markers (a
+    /// synced store carries the others').
+    fn marker_dir(&self) -> PathBuf {
+        let host = if crate::model::is_safe_id(&self.host) {
+            self.host.as_str()
+        } else {
+            "this-host"
+        };
+        self.store
+            .queue_dir(&self.cfg.queue)
+            .join(MARKER_DIR)
+            .join(host)
+    }
+
+    fn marker_path(&self, kind: MarkKind, id: &str) -> PathBuf {
+        self.marker_dir().join(format!("{}-{id}", kind.prefix()))
+    }
+
+    /// Records on disk that handling `id` begins. False when it could not be recorded (a
+    /// full disk): the attempt goes on unprotected, as nothing else can be written either.
+    fn mark(&self, kind: MarkKind, id: &str) -> bool {
+        let p = self.marker_path(kind, id);
+        let res = p
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|_| std::fs::write(&p, std::process::id().to_string()))
+            .and_then(|_| std::fs::File::open(&p)?.sync_all());
+        if let Err(e) = &res {
+            tracing::warn!(job_id = %id, queue = %self.cfg.queue, "cannot write {}: {e}", p.display());
+        }
+        res.is_ok()
+    }
+
+    fn unmark(&self, kind: MarkKind, id: &str) {
+        let p = self.marker_path(kind, id);
+        if let Err(e) = std::fs::remove_file(&p)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(job_id = %id, queue = %self.cfg.queue, "cannot remove {}: {e}", p.display());
+        }
+    }
+
+    /// At start: every job whose handling an earlier manager began and never finished is
+    /// failed with [`POISON`] (its worker, if one runs, is stopped first).
+    async fn recover_poisoned(&mut self) {
+        let dir = self.marker_dir();
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return;
+        };
+        let q = self.cfg.queue.clone();
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some((kind, id)) = MarkKind::parse(&name) else {
+                continue;
+            };
+            let from = match kind {
+                MarkKind::Start => JobStatus::Queued,
+                MarkKind::Adopt => JobStatus::Running,
+            };
+            let path = self.store.job_path(&q, from, id);
+            if let Ok(bytes) = read_limited(&path) {
+                if from == JobStatus::Running {
+                    let pid = crate::model::strict::parse_value(&bytes)
+                        .ok()
+                        .and_then(|v| v.pointer("/runtime/process_id")?.as_u64())
+                        .and_then(|p| u32::try_from(p).ok());
+                    if let Some(pid) = pid.filter(|p| pidwatch::is_worker_of(*p, id))
+                        && let Ok(pid) = i32::try_from(pid)
+                    {
+                        let _ = nix::sys::signal::killpg(
+                            nix::unistd::Pid::from_raw(pid),
+                            Signal::SIGKILL,
+                        );
+                        let _ = nix::sys::signal::kill(
+                            nix::unistd::Pid::from_raw(pid),
+                            Signal::SIGKILL,
+                        );
+                    }
+                }
+                match fail_raw(&self.store, &q, id, from, &bytes, POISON) {
+                    Ok(_) => self.ended(id, from, JobStatus::Failed, POISON).await,
+                    Err(e) => {
+                        tracing::error!(job_id = %id, queue = %q, "cannot fail poisoned job: {e}");
+                        continue; // keep the marker: tried again at the next start
+                    }
+                }
+            }
+            let _ = std::fs::remove_file(e.path());
+        }
     }
 
     async fn on_exit(&mut self, id: &str) {
@@ -789,8 +1081,19 @@ impl Manager {
             tracing::warn!(job_id = %id, queue = %q, "job file vanished from running_jobs");
             return;
         };
+        if !self.store_errors.contains_key(id)
+            && r.as_ref().is_none_or(|r| r.end.is_none())
+            && let Some(e) = self.store_write_error()
+        {
+            self.store_errors.insert(id.to_string(), e);
+        }
+        let died = self
+            .store_errors
+            .get(id)
+            .cloned()
+            .unwrap_or_else(|| WORKER_DIED.to_string());
         let error = match r {
-            None => WORKER_DIED.to_string(),
+            None => died,
             Some(r) => {
                 let elapsed = r.started_at.elapsed().as_secs_f64();
                 let timeout = format!(
@@ -802,7 +1105,7 @@ impl Manager {
                     Some(EndCause::Cancelled(by)) => format!("Job cancelled by {by}"),
                     Some(EndCause::Timeout) => timeout,
                     None if elapsed >= r.limit as f64 => timeout,
-                    None => WORKER_DIED.to_string(),
+                    None => died,
                 }
             }
         };

@@ -2,25 +2,15 @@
 //! cached per file so a busy queue is not re-read on every event; inotify tells the manager
 //! which names to forget.
 
-use crate::model::Timestamp;
+use crate::model::{DocKind, Job, Timestamp};
+use crate::schema::Validator;
 use crate::store::{file_id, scan_dir};
-use serde::Deserialize;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 /// How long a file that ends early may still be being written (`cat > file` is not atomic).
 const WRITE_GRACE: Duration = Duration::from_secs(2);
-
-#[derive(Deserialize)]
-struct Head {
-    config: HeadConfig,
-}
-
-#[derive(Deserialize)]
-struct HeadConfig {
-    queue_time: Timestamp,
-}
 
 /// What a scan of `queued_jobs/` found.
 #[derive(Debug, Default)]
@@ -49,8 +39,10 @@ impl QueuedIndex {
         self.times.remove(id);
     }
 
-    /// Scans `dir`.
-    pub fn scan(&mut self, dir: &Path) -> std::io::Result<QueuedScan> {
+    /// Scans `dir`. A file is judged by the same parser as the full read that starts the job
+    /// (`validator`, duplicate keys rejected), so a file the picker accepts is never refused
+    /// later and one it refuses is failed, never left queued.
+    pub fn scan(&mut self, dir: &Path, validator: &Validator) -> std::io::Result<QueuedScan> {
         let scan = scan_dir(dir)?;
         let mut out = QueuedScan {
             conflicts: scan.conflicts,
@@ -71,12 +63,18 @@ impl QueuedIndex {
                 // Gone between listing and reading (cancelled, taken): not ours to judge.
                 Err(_) => continue,
             };
-            match serde_json::from_slice::<Head>(&bytes) {
-                Ok(h) => {
-                    self.times.insert(id.to_string(), h.config.queue_time);
-                    jobs.push((h.config.queue_time, id.to_string()));
+            if let Err(e) = crate::model::strict::parse_value(&bytes)
+                && e.is_eof()
+                && recently_modified(path)
+            {
+                out.pending += 1;
+                continue;
+            }
+            match validator.parse::<Job>(DocKind::Job, &bytes) {
+                Ok(job) => {
+                    self.times.insert(id.to_string(), job.config.queue_time);
+                    jobs.push((job.config.queue_time, id.to_string()));
                 }
-                Err(e) if e.is_eof() && recently_modified(path) => out.pending += 1,
                 Err(_) => out.invalid.push(id.to_string()),
             }
         }
@@ -100,7 +98,13 @@ mod tests {
     use super::*;
 
     fn job(t: &str) -> String {
-        format!(r#"{{"config":{{"queue_time":"{t}"}},"runtime":{{}}}}"#)
+        format!(
+            r#"{{"config":{{"project":"P","working_directory":"/tmp","queue_time":"{t}",
+            "jobtype":"noop","claude_command":"noop","claude_extra_args":[],
+            "task_description":"t","supporting_data":{{}},"timeout_seconds":60}},
+            "runtime":{{"status":"queued","start_time":null,"finish_time":null,
+            "process_id":null,"llm_process_id":null,"error":null,"output":null}}}}"#
+        )
     }
 
     #[test]
@@ -112,15 +116,20 @@ mod tests {
         w("c.json", &job("2025-01-01T00:00:00Z"));
         w("d.json", &job("2025-01-02T00:00:00Z"));
         w("bad.json", "{\"config\": 3}");
+        let dup = job("2025-01-01T00:00:00Z").replacen("{", "{\"config\": \"\",", 1);
+        w("dup.json", &dup);
         w("half.json", "{\"config\": {\"queue_ti");
         w("x (conflicted copy).json", &job("2025-01-01T00:00:00Z"));
+        let v = Validator::embedded().unwrap();
         let mut idx = QueuedIndex::default();
-        let s = idx.scan(d.path()).unwrap();
+        let s = idx.scan(d.path(), &v).unwrap();
         assert_eq!(s.ordered, ["c", "b", "d", "a"]);
-        assert_eq!(s.invalid, ["bad"]);
+        let mut invalid = s.invalid.clone();
+        invalid.sort();
+        assert_eq!(invalid, ["bad", "dup"]);
         assert_eq!(s.pending, 1);
         assert_eq!(s.conflicts.len(), 1);
         std::fs::remove_file(d.path().join("c.json")).unwrap();
-        assert_eq!(idx.scan(d.path()).unwrap().ordered, ["b", "d", "a"]);
+        assert_eq!(idx.scan(d.path(), &v).unwrap().ordered, ["b", "d", "a"]);
     }
 }

@@ -334,7 +334,7 @@ impl Validator {
                 "empty file: expected a JSON object".into(),
             ));
         }
-        let doc: Value = serde_json::from_slice(bytes)
+        let doc: Value = crate::model::strict::parse_value(bytes)
             .map_err(|e| Rejection::whole(kind, format!("not valid JSON: {e}")))?;
         self.validate(kind, &doc)?;
         Ok(doc)

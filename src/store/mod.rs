@@ -648,6 +648,7 @@ impl QueueConfig {
             launcher: None,
             resource_limits: None,
             agentshell_path: None,
+            allow_permission_args: None,
         }
     }
 }

@@ -1,0 +1,806 @@
+//! Issue 9, the daemon half: hostile documents and hostile callers. Each test recreates one
+//! reported defect on a private store (real orchestratord / queue-manager / agent-worker
+//! binaries, a private dbus-daemon) and asserts the fixed behaviour.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "support/claude_env.rs"]
+mod claude_env;
+mod common;
+#[path = "support/queue_env.rs"]
+mod queue_env;
+
+use agentstore::bus::orchestrator::Orchestrator1Proxy;
+use agentstore::orchestrator::{LockError, LockInfo, StoreLock};
+use common::TestEnv;
+use common::bus::{KillOnDrop, spawn_orchestratord, wait_for_name, wait_until};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const LONG: Duration = Duration::from_secs(60);
+
+// ---- helpers ------------------------------------------------------------------------------
+
+/// A store with users bob (owner of BobProj, alice collaborating) and alice (owner of
+/// AliceProj), and chenry (admin, owner of TestProject).
+fn store() -> TestEnv {
+    let env = TestEnv::initialised();
+    env.ok(&["add-user", "alice", "--name", "Alice", "--email", "a@x"]);
+    env.ok(&["add-user", "bob", "--name", "Bob", "--email", "b@x"]);
+    for (id, owner, collab) in [
+        ("BobProj", "bob", vec!["alice"]),
+        ("AliceProj", "alice", vec![]),
+        ("TestProject", "chenry", vec![]),
+    ] {
+        env.write(
+            &format!("projects/{id}/project.json"),
+            &json!({"id": id, "directory": "/tmp", "create_time": "2025-10-25T10:00:00Z",
+                    "update_time": "2025-10-25T10:00:00Z", "owner": owner,
+                    "collaborators": collab, "default_queue": "poplar"})
+            .to_string(),
+        );
+    }
+    env
+}
+
+struct Daemon {
+    bus: common::bus::PrivateBus,
+    _child: KillOnDrop,
+}
+
+fn start(env: &TestEnv) -> Daemon {
+    let bus = common::bus::PrivateBus::start();
+    let child = spawn_orchestratord(&bus, &env.root, &["--idle-exit", "0"]);
+    wait_for_name(&bus, "org.agentstore.Orchestrator1");
+    Daemon {
+        bus,
+        _child: KillOnDrop(child),
+    }
+}
+
+fn err_text(e: zbus::Error) -> String {
+    match e {
+        zbus::Error::MethodError(name, detail, _) => {
+            format!("{} {}", name.as_str(), detail.unwrap_or_default())
+        }
+        other => panic!("unexpected {other}"),
+    }
+}
+
+fn msg(user: &str, command: &str, project: &str, content: Value) -> Value {
+    json!({"command": command, "user": user, "project": project, "content": content})
+}
+
+fn jobs_in(env: &TestEnv, state: &str) -> Vec<PathBuf> {
+    let dir = env
+        .root
+        .join("Queues/poplar/Jobs")
+        .join(format!("{state}_jobs"));
+    agentstore::store::scan_dir(&dir).unwrap().documents
+}
+
+fn read(p: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+}
+
+// ---- item 1: numbers ----------------------------------------------------------------------
+
+/// A u64::MAX timeout over D-Bus is refused with a reason; the daemon stays up and the next
+/// message is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_timeout_over_dbus_is_refused() {
+    let env = store();
+    let d = start(&env);
+    let conn = d.bus.connect().await;
+    let p = Orchestrator1Proxy::new(&conn).await.unwrap();
+    for t in [json!(18446744073709551615u64), json!(2592001), json!(0)] {
+        let m = msg(
+            "chenry",
+            "research-code",
+            "TestProject",
+            json!({"timeout": t}),
+        );
+        let e = err_text(p.submit(&m.to_string()).await.unwrap_err());
+        assert!(e.contains("content.timeout"), "{t}: {e}");
+    }
+    assert!(jobs_in(&env, "queued").is_empty());
+    let m = msg(
+        "chenry",
+        "research-code",
+        "TestProject",
+        json!({"timeout": 2592000}),
+    );
+    let r: Value = serde_json::from_str(&p.submit(&m.to_string()).await.unwrap()).unwrap();
+    assert_eq!(r["status"], "done", "{r}");
+    assert_eq!(jobs_in(&env, "queued").len(), 1);
+}
+
+// ---- item 11: correlation ids -------------------------------------------------------------
+
+/// alice reusing bob's correlation id learns nothing about bob's message; bob sending his own
+/// again gets his own job (exactly once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn correlation_id_reuse_across_users_reveals_nothing() {
+    let env = store();
+    let d = start(&env);
+    let conn = d.bus.connect().await;
+    let p = Orchestrator1Proxy::new(&conn).await.unwrap();
+    let mut bobs = msg(
+        "bob",
+        "research-code",
+        "BobProj",
+        json!({"task": "secret plan"}),
+    );
+    bobs["correlation_id"] = json!("shared-id-1");
+    let r: Value = serde_json::from_str(&p.submit(&bobs.to_string()).await.unwrap()).unwrap();
+    let bob_job = r["content"]["job_id"].as_str().unwrap().to_string();
+    // bob again: same job, nothing new.
+    let again: Value = serde_json::from_str(&p.submit(&bobs.to_string()).await.unwrap()).unwrap();
+    assert_eq!(again["content"]["job_id"], json!(bob_job));
+    assert_eq!(jobs_in(&env, "queued").len(), 1);
+
+    let mut alices = msg("alice", "research-code", "AliceProj", json!({}));
+    alices["correlation_id"] = json!("shared-id-1");
+    let e = err_text(p.submit(&alices.to_string()).await.unwrap_err());
+    assert!(e.contains("already in use"), "{e}");
+    for secret in [
+        bob_job.as_str(),
+        "BobProj",
+        "Queues",
+        "poplar",
+        "secret",
+        "bob",
+    ] {
+        assert!(!e.contains(secret), "answer leaks {secret:?}: {e}");
+    }
+    assert_eq!(jobs_in(&env, "queued").len(), 1);
+
+    // The same through the file inbox: bob's answered message, then alice's with his id.
+    let mut b2 = msg("bob", "research-code", "BobProj", json!({}));
+    b2["correlation_id"] = json!("shared-id-2");
+    b2["source"] = json!("user");
+    b2["status"] = json!("queued");
+    b2["queue_time"] = json!("2025-10-25T10:00:00Z");
+    env.write("messaging/inbox/shared-id-2.json", &b2.to_string());
+    wait_until(LONG, "bob's answer", || {
+        env.root.join("messaging/outbox/shared-id-2.json").exists()
+    });
+    let mut a2 = b2.clone();
+    a2["user"] = json!("alice");
+    a2["project"] = json!("AliceProj");
+    a2["queue_time"] = json!("2025-10-25T10:00:01Z");
+    env.write("messaging/inbox/alice-copy.json", &a2.to_string());
+    let dup = env
+        .root
+        .join("messaging/outbox/shared-id-2.duplicate-1.json");
+    wait_until(LONG, "alice's answer", || dup.exists());
+    let text = std::fs::read_to_string(&dup).unwrap();
+    let ans: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(ans["status"], "error", "{ans}");
+    let bobs_answer = read(&env.root.join("messaging/outbox/shared-id-2.json"));
+    let bob_job2 = bobs_answer["content"]["job_id"].as_str().unwrap();
+    for secret in [bob_job2, "BobProj", "Queues", "outbox"] {
+        assert!(!text.contains(secret), "answer leaks {secret:?}: {text}");
+    }
+    assert_eq!(jobs_in(&env, "queued").len(), 2);
+}
+
+// ---- item 12: PRD §10 and permission-widening args --------------------------------------
+
+/// A collaborator may see bob's project but not create jobs in it: D-Bus and inbox.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn collaborator_cannot_create_a_job() {
+    let env = store();
+    let d = start(&env);
+    let conn = d.bus.connect().await;
+    let p = Orchestrator1Proxy::new(&conn).await.unwrap();
+    // She can see it...
+    let seen = p
+        .submit(
+            &msg(
+                "alice",
+                "view-project",
+                "BobProj",
+                json!({"project": "BobProj"}),
+            )
+            .to_string(),
+        )
+        .await;
+    assert!(seen.is_ok(), "{seen:?}");
+    // ...but not create a job for it.
+    let e = err_text(
+        p.submit(&msg("alice", "research-code", "BobProj", json!({})).to_string())
+            .await
+            .unwrap_err(),
+    );
+    assert!(e.contains("PermissionDenied") && e.contains("owner"), "{e}");
+    let mut m = msg("alice", "research-code", "BobProj", json!({}));
+    m["correlation_id"] = json!("alice-inbox-1");
+    m["source"] = json!("user");
+    m["status"] = json!("queued");
+    m["queue_time"] = json!("2025-10-25T10:00:00Z");
+    env.write("messaging/inbox/alice-inbox-1.json", &m.to_string());
+    let out = env.root.join("messaging/outbox/alice-inbox-1.json");
+    wait_until(LONG, "the inbox answer", || out.exists());
+    let ans = read(&out);
+    assert_eq!(ans["status"], "error", "{ans}");
+    assert!(ans["error"].as_str().unwrap().contains("owner"), "{ans}");
+    assert!(jobs_in(&env, "queued").is_empty());
+    // bob, the owner, can.
+    let ok = p
+        .submit(&msg("bob", "research-code", "BobProj", json!({})).to_string())
+        .await;
+    assert!(ok.is_ok(), "{ok:?}");
+}
+
+/// Extra args that would widen the agent's permissions are refused unless the queue allows
+/// them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extra_args_cannot_widen_permissions() {
+    let env = store();
+    let d = start(&env);
+    let conn = d.bus.connect().await;
+    let p = Orchestrator1Proxy::new(&conn).await.unwrap();
+    for args in [
+        json!(["--dangerously-skip-permissions"]),
+        json!(["--permission-mode", "bypassPermissions"]),
+        json!(["--permission-mode=bypassPermissions"]),
+        json!(["--allowedTools", "Bash(*)"]),
+        json!(["--model", "m", "--add-dir", "/"]),
+    ] {
+        let m = msg(
+            "bob",
+            "research-code",
+            "BobProj",
+            json!({"claude_extra_args": args}),
+        );
+        let e = err_text(p.submit(&m.to_string()).await.unwrap_err());
+        assert!(e.contains("permissions"), "{args}: {e}");
+    }
+    assert!(jobs_in(&env, "queued").is_empty());
+    let ok = msg(
+        "bob",
+        "research-code",
+        "BobProj",
+        json!({"claude_extra_args": ["--model", "m1"]}),
+    );
+    assert!(p.submit(&ok.to_string()).await.is_ok());
+    // A queue that allows it.
+    let store = agentstore::store::Store::open(&env.root).unwrap();
+    let mut q = store.queue("poplar").unwrap();
+    q.config.allow_permission_args = Some(true);
+    store
+        .write_doc(
+            agentstore::model::DocKind::Queue,
+            &store.queue_path("poplar"),
+            &q,
+        )
+        .unwrap();
+    let m = msg(
+        "bob",
+        "research-code",
+        "BobProj",
+        json!({"claude_extra_args": ["--permission-mode", "acceptEdits"]}),
+    );
+    assert!(p.submit(&m.to_string()).await.is_ok());
+    assert_eq!(jobs_in(&env, "queued").len(), 2);
+}
+
+// ---- item 5: duplicate keys over D-Bus ----------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicate_keys_over_dbus_are_refused() {
+    let env = store();
+    let d = start(&env);
+    let conn = d.bus.connect().await;
+    let p = Orchestrator1Proxy::new(&conn).await.unwrap();
+    let text = r#"{"command": "research-code", "user": "chenry", "user": "alice", "project": "TestProject", "content": {}}"#;
+    let e = err_text(p.submit(text).await.unwrap_err());
+    assert!(e.contains("duplicate key"), "{e}");
+    assert!(jobs_in(&env, "queued").is_empty());
+}
+
+// ---- item 7: the lock ---------------------------------------------------------------------
+
+fn stale_lock(path: &Path) {
+    let old: agentstore::model::Timestamp = "2020-01-01T00:00:00Z".parse().unwrap();
+    let info = LockInfo {
+        host: agentstore::store::hostname(),
+        pid: 1, // alive (PID reuse after a reboot), but not an orchestrator of this boot
+        started: old,
+        heartbeat: old,
+        boot_id: Some("an-earlier-boot".into()),
+        pid_start: Some(1),
+    };
+    std::fs::write(path, serde_json::to_vec(&info).unwrap()).unwrap();
+}
+
+/// 1,000 trials of 4 simultaneous starts over a stale lock: exactly one holder every time.
+#[test]
+fn lock_simultaneous_starts_never_two_holders() {
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join(".orchestrator.lock");
+    for trial in 0..1000 {
+        stale_lock(&path);
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(4));
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let (b, p) = (barrier.clone(), path.clone());
+                std::thread::spawn(move || {
+                    b.wait();
+                    StoreLock::acquire(&p)
+                })
+            })
+            .collect();
+        let results: Vec<Result<StoreLock, LockError>> =
+            handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let holders = results.iter().filter(|r| r.is_ok()).count();
+        assert_eq!(holders, 1, "trial {trial}: {results:?}");
+        for r in &results {
+            if let Err(e) = r {
+                assert!(
+                    matches!(e, LockError::Held { .. } | LockError::Unknown { .. }),
+                    "trial {trial}: {e}"
+                );
+            }
+        }
+        drop(results);
+        assert!(!path.exists(), "the holder removes the lock on drop");
+    }
+}
+
+/// An empty lock file is held by an unknown owner until it is old; PID reuse after a reboot
+/// does not keep a lock alive.
+#[test]
+fn lock_empty_is_held_until_stale_and_pid_reuse_is_stale() {
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join(".orchestrator.lock");
+    std::fs::write(&path, "").unwrap();
+    let e = StoreLock::acquire(&path).unwrap_err();
+    assert!(matches!(e, LockError::Unknown { .. }), "{e}");
+    let old = std::time::SystemTime::now() - Duration::from_secs(600);
+    std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let l = StoreLock::acquire(&path).unwrap();
+    drop(l);
+    stale_lock(&path);
+    let l = StoreLock::acquire(&path).unwrap();
+    // The holder's lock emptied under it: a second starter is still refused.
+    std::fs::write(&path, "").unwrap();
+    let e = StoreLock::acquire(&path).unwrap_err();
+    assert!(
+        matches!(e, LockError::Held { .. } | LockError::Unknown { .. }),
+        "{e}"
+    );
+    drop(l);
+}
+
+// ---- item 8: one watcher ------------------------------------------------------------------
+
+fn count_dir(p: &str) -> usize {
+    std::fs::read_dir(p).map(|d| d.count()).unwrap_or(0)
+}
+
+fn inotify_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| {
+            std::fs::read_link(e.path())
+                .map(|t| t.to_string_lossy().contains("inotify"))
+                .unwrap_or(false)
+        })
+        .count()
+}
+
+/// 60 queue add/remove cycles leave orchestratord's fd, inotify and thread counts flat.
+#[test]
+fn watcher_does_not_leak_on_queue_changes() {
+    let env = store();
+    let bus = common::bus::PrivateBus::start();
+    let child = spawn_orchestratord(
+        &bus,
+        &env.root,
+        &["--idle-exit", "0", "--sweep-interval", "1"],
+    );
+    let pid = child.id();
+    let _child = KillOnDrop(child);
+    wait_for_name(&bus, "org.agentstore.Orchestrator1");
+    let store = agentstore::store::Store::open(&env.root).unwrap();
+    let measure = || {
+        (
+            count_dir(&format!("/proc/{pid}/fd")),
+            count_dir(&format!("/proc/{pid}/task")),
+            inotify_fds(pid),
+        )
+    };
+    // Warm up (the first queue change, the blocking pool).
+    std::thread::sleep(Duration::from_millis(1500));
+    let before = measure();
+    for i in 0..60 {
+        let q = format!("leak{i}");
+        let mut cfg = agentstore::model::QueueConfig::defaults(&q);
+        cfg.worker_count = 1;
+        store.add_queue(cfg).unwrap();
+        std::fs::create_dir_all(store.jobs_dir(&q, agentstore::model::JobStatus::Finished))
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(60));
+        std::fs::remove_dir_all(store.queue_dir(&q)).unwrap();
+        std::thread::sleep(Duration::from_millis(60));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let after = measure();
+    assert_eq!(
+        after.2, before.2,
+        "inotify instances {before:?} → {after:?}"
+    );
+    assert!(after.0 <= before.0 + 2, "fds {before:?} → {after:?}");
+    assert!(after.1 <= before.1 + 4, "threads {before:?} → {after:?}");
+    assert_eq!(after.2, 1, "one watcher");
+}
+
+// ---- the queue manager: poison documents ---------------------------------------------------
+
+mod qm {
+    use super::queue_env::*;
+    use serde_json::json;
+
+    /// A job with a u64::MAX timeout and a job with a duplicate `config` key are failed with
+    /// a reason; the manager goes on and runs the next job.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn poison_job_files_are_failed_and_the_manager_goes_on() {
+        guarded(async {
+            let bus = PrivateBus::start();
+            let env = QueueEnv::new(1);
+            let mut changes = Changes::subscribe(&bus, &env.queue).await;
+            let m = RunningManager::start(env.manager_config(&bus)).await;
+            let mut huge = noop(0.0);
+            huge["config"]["timeout_seconds"] = json!(18446744073709551615u64);
+            huge["config"]["queue_time"] = json!("2025-01-01T00:00:00Z");
+            env.queue_job("huge", &huge);
+            let good = noop(0.0);
+            let text = serde_json::to_string(&good).unwrap();
+            let dup = text.replacen('{', r#"{"config": "", "#, 1);
+            std::fs::write(env.job_file("queued", "dup"), dup).unwrap();
+            env.queue_job("good", &good);
+            changes.until("huge", "failed").await;
+            changes.until("dup", "failed").await;
+            changes.until("good", "finished").await;
+            let e = env.job("failed", "huge")["runtime"]["error"].to_string();
+            assert!(e.contains("timeout_seconds"), "{e}");
+            let e = env.job("failed", "dup")["runtime"]["error"].to_string();
+            assert!(e.contains("duplicate key"), "{e}");
+            assert_eq!(env.count("queued"), 0);
+            m.stop().await;
+        })
+        .await
+    }
+
+    /// With a loosened schema in the store (no maximum), the code still refuses the timeout.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn loosened_schema_does_not_let_a_huge_timeout_through() {
+        guarded(async {
+            let bus = PrivateBus::start();
+            let env = QueueEnv::new(1);
+            let schema = include_str!("../schemas/job.schema.json").replace(
+                r#""maximum": 2592000"#,
+                r#""maximum": 18446744073709551615"#,
+            );
+            let dir = env.root.join("JSONValidation/Schemas");
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("job.schema.json"), schema).unwrap();
+            let mut changes = Changes::subscribe(&bus, &env.queue).await;
+            let m = RunningManager::start(env.manager_config(&bus)).await;
+            let mut huge = noop(0.0);
+            huge["config"]["timeout_seconds"] = json!(18446744073709551615u64);
+            env.queue_job("huge", &huge);
+            env.queue_job("good", &noop(0.0));
+            changes.until("huge", "failed").await;
+            changes.until("good", "finished").await;
+            let e = env.job("failed", "huge")["runtime"]["error"].to_string();
+            assert!(e.contains("between 1 and 2592000 seconds"), "{e}");
+            m.stop().await;
+        })
+        .await
+    }
+
+    /// A job whose handling an earlier manager began and never finished is failed at start
+    /// instead of being tried again (no crash loop on one poison document).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn job_marked_as_being_handled_is_failed_on_restart() {
+        guarded(async {
+            let bus = PrivateBus::start();
+            let env = QueueEnv::new(1);
+            env.queue_job("p1", &noop(0.0));
+            let marks = env
+                .root
+                .join("Queues/q1/.handling")
+                .join(agentstore::store::hostname());
+            std::fs::create_dir_all(&marks).unwrap();
+            std::fs::write(marks.join("start-p1"), "12345").unwrap();
+            // A running job whose re-adoption was under way when the manager died.
+            let mut r1 = noop(0.0);
+            r1["runtime"]["status"] = json!("running");
+            r1["runtime"]["process_id"] = json!(std::process::id());
+            r1["runtime"]["host"] = json!(agentstore::store::hostname());
+            agentstore::store::write_json_atomic(&env.job_file("running", "r1"), &r1).unwrap();
+            std::fs::write(marks.join("adopt-r1"), "12345").unwrap();
+            let mut changes = Changes::subscribe(&bus, &env.queue).await;
+            let m = RunningManager::start(env.manager_config(&bus)).await;
+            changes.until("p1", "failed").await;
+            changes.until("r1", "failed").await;
+            let e = env.job("failed", "r1")["runtime"]["error"].to_string();
+            assert!(e.contains("previous queue manager"), "{e}");
+            let e = env.job("failed", "p1")["runtime"]["error"].to_string();
+            assert!(e.contains("previous queue manager"), "{e}");
+            assert!(!marks.join("start-p1").exists());
+            env.queue_job("p2", &noop(0.0));
+            changes.until("p2", "finished").await;
+            assert_eq!(std::fs::read_dir(&marks).unwrap().count(), 0);
+            m.stop().await;
+        })
+        .await
+    }
+
+    /// Job files written straight into queued_jobs/ get the same checks as jobs the
+    /// orchestrator creates: PRD §10 and no permission-widening extra args.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn job_files_cannot_bypass_section_10_or_widen_permissions() {
+        guarded(async {
+            let bus = PrivateBus::start();
+            let env = QueueEnv::new(1);
+            let store = env.store();
+            std::fs::write(
+                store.user_path("alice"),
+                json!({"id": "alice", "name": "Alice", "email": "a@x", "permissions": "user"})
+                    .to_string(),
+            )
+            .unwrap();
+            let mut changes = Changes::subscribe(&bus, &env.queue).await;
+            let m = RunningManager::start(env.manager_config(&bus)).await;
+            let mut as_alice = noop(0.0);
+            as_alice["config"]["user"] = json!("alice");
+            env.queue_job("as-alice", &as_alice);
+            let mut wide = noop(0.0);
+            wide["config"]["claude_extra_args"] = json!(["--dangerously-skip-permissions"]);
+            env.queue_job("wide", &wide);
+            let mut owner = noop(0.0);
+            owner["config"]["user"] = json!("chenry");
+            env.queue_job("owner", &owner);
+            changes.until("as-alice", "failed").await;
+            changes.until("wide", "failed").await;
+            changes.until("owner", "finished").await;
+            let e = env.job("failed", "as-alice")["runtime"]["error"].to_string();
+            assert!(e.contains("owner"), "{e}");
+            let e = env.job("failed", "wide")["runtime"]["error"].to_string();
+            assert!(e.contains("permissions"), "{e}");
+            m.stop().await;
+        })
+        .await
+    }
+}
+
+// ---- item 10: a full disk ----------------------------------------------------------------------
+
+/// Runs `program args…` in a private mount namespace where `mnt` is a fresh 2 MB tmpfs
+/// holding a copy of `store`, filled up to the last byte (`mnt/fill`). The returned child is
+/// `program` itself; the test sees the tmpfs through `/proc/<pid>/root`.
+fn on_full_disk(
+    store: &Path,
+    mnt: &Path,
+    program: &str,
+    args: &[&str],
+    envs: &[(&str, &str)],
+) -> std::process::Child {
+    std::fs::create_dir_all(mnt).unwrap();
+    let script = r#"set -e
+mount -t tmpfs -o size=2m tmpfs "$MNT"
+cp -a "$SRC/." "$MNT/"
+dd if=/dev/zero of="$MNT/fill" bs=4096 2>/dev/null || true
+exec "$@""#;
+    let mut c = std::process::Command::new("unshare");
+    c.args([
+        "-m",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        script,
+        "sh",
+        program,
+    ])
+    .args(args)
+    .env("MNT", mnt)
+    .env("SRC", store)
+    .env("RUST_LOG", "warn")
+    .stdout(std::process::Stdio::null());
+    for (k, v) in envs {
+        c.env(k, v);
+    }
+    c.spawn().unwrap()
+}
+
+/// `p` as the process `pid` sees it.
+fn seen_by(pid: u32, p: &Path) -> PathBuf {
+    PathBuf::from(format!("/proc/{pid}/root{}", p.display()))
+}
+
+/// orchestratord starts on a full disk, answers read-only commands over D-Bus, refuses
+/// submissions with the reason, and works normally once space is freed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orchestratord_serves_read_only_on_a_full_disk() {
+    let env = store();
+    let mnt = env.dir.path().join("full");
+    let bus = common::bus::PrivateBus::start();
+    let child = on_full_disk(
+        &env.root,
+        &mnt,
+        env!("CARGO_BIN_EXE_orchestratord"),
+        &[
+            "--bus",
+            "session",
+            "--idle-exit",
+            "0",
+            "--root",
+            mnt.to_str().unwrap(),
+        ],
+        &[("DBUS_SESSION_BUS_ADDRESS", &bus.address)],
+    );
+    let pid = child.id();
+    let _child = KillOnDrop(child);
+    wait_for_name(&bus, "org.agentstore.Orchestrator1");
+    assert!(
+        seen_by(pid, &mnt.join("fill")).exists(),
+        "the tmpfs is full"
+    );
+    let conn = bus.connect().await;
+    let p = Orchestrator1Proxy::new(&conn).await.unwrap();
+    let list = p
+        .submit(&msg("chenry", "list-projects", "TestProject", json!({})).to_string())
+        .await
+        .unwrap();
+    assert!(list.contains("BobProj"), "{list}");
+    let e = err_text(
+        p.submit(&msg("chenry", "research-code", "TestProject", json!({})).to_string())
+            .await
+            .unwrap_err(),
+    );
+    assert!(
+        e.contains("read-only") && e.contains("No space left"),
+        "{e}"
+    );
+    std::fs::remove_file(seen_by(pid, &mnt.join("fill"))).unwrap();
+    wait_until(LONG, "the lock taken once space is free", || {
+        seen_by(pid, &mnt.join(".orchestrator.lock")).exists()
+    });
+    let r: Value = serde_json::from_str(
+        &p.submit(&msg("chenry", "research-code", "TestProject", json!({})).to_string())
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(r["status"], "done", "{r}");
+}
+
+/// The queue manager on a full disk: no worker is started while the job cannot be written
+/// (no relaunch loop); once space is back the job runs; a worker that dies because the disk
+/// filled up while it ran gets the disk error recorded, not "Worker harness process died".
+#[test]
+fn queue_manager_backs_off_and_records_the_disk_error() {
+    let env = queue_env::QueueEnv::new(1);
+    env.edit_queue(|q| q.config.rest_interval = 1);
+    env.queue_job("j1", &queue_env::noop(0.0));
+    let launches = env.dir.path().join("launches");
+    let wrapper = env.dir.path().join("worker-wrapper");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\necho launch >> '{}'\nexec '{}' \"$@\"\n",
+            launches.display(),
+            env!("CARGO_BIN_EXE_agent-worker")
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mnt = env.dir.path().join("full");
+    let m = mnt.to_str().unwrap();
+    let child = on_full_disk(
+        &env.root,
+        &mnt,
+        env!("CARGO_BIN_EXE_queue-manager"),
+        &[
+            "--queue",
+            "q1",
+            "--bus",
+            "none",
+            "--launcher",
+            "direct",
+            "--root",
+            m,
+            "--worker",
+            wrapper.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let pid = child.id();
+    let _child = KillOnDrop(child);
+    let jobs = |state: &str, id: &str| {
+        seen_by(
+            pid,
+            &mnt.join(format!("Queues/q1/Jobs/{state}_jobs/{id}.json")),
+        )
+    };
+    wait_until(LONG, "the manager up", || jobs("queued", "j1").exists());
+    std::thread::sleep(Duration::from_secs(8));
+    let n = std::fs::read_to_string(&launches)
+        .unwrap_or_default()
+        .lines()
+        .count();
+    assert!(n <= 1, "{n} worker launches on a full disk");
+    assert!(jobs("queued", "j1").exists());
+    let fill = seen_by(pid, &mnt.join("fill"));
+    std::fs::remove_file(&fill).unwrap();
+    wait_until(LONG, "j1 finished once space is back", || {
+        jobs("finished", "j1").exists()
+    });
+
+    // The disk fills up while a job runs.
+    agentstore::store::write_json_atomic(&jobs("queued", "j2"), &queue_env::noop(3.0)).unwrap();
+    wait_until(LONG, "j2 running", || jobs("running", "j2").exists());
+    let _ = std::process::Command::new("dd")
+        .args(["if=/dev/zero", "bs=4096"])
+        .arg(format!("of={}", fill.display()))
+        .stderr(std::process::Stdio::null())
+        .status();
+    std::thread::sleep(Duration::from_secs(6));
+    std::fs::remove_file(&fill).unwrap();
+    wait_until(LONG, "j2 ended", || {
+        jobs("failed", "j2").exists() || jobs("finished", "j2").exists()
+    });
+    let j2: Value = read(&jobs("failed", "j2"));
+    let e = j2["runtime"]["error"].to_string();
+    assert!(e.contains("No space left on device"), "{e}");
+}
+
+/// inotify exhausted at start (no instances left, in a private user namespace so nothing
+/// else is touched): orchestratord polls instead of exiting, and answers the inbox.
+#[test]
+fn orchestratord_polls_when_inotify_is_exhausted() {
+    let env = store();
+    let bus = common::bus::PrivateBus::start();
+    let child = std::process::Command::new("unshare")
+        .args(["-U", "-r", "sh", "-c"])
+        .arg("echo 0 > /proc/sys/user/max_inotify_instances && exec \"$@\"")
+        .args(["sh", env!("CARGO_BIN_EXE_orchestratord")])
+        .args([
+            "--bus",
+            "session",
+            "--idle-exit",
+            "0",
+            "--sweep-interval",
+            "1",
+        ])
+        .arg("--root")
+        .arg(&env.root)
+        .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let _child = KillOnDrop(child);
+    wait_for_name(&bus, "org.agentstore.Orchestrator1");
+    let mut m = msg("chenry", "list-projects", "TestProject", json!({}));
+    m["correlation_id"] = json!("polled-1");
+    m["source"] = json!("user");
+    m["status"] = json!("queued");
+    m["queue_time"] = json!("2025-10-25T10:00:00Z");
+    env.write("messaging/inbox/polled-1.json", &m.to_string());
+    let out = env.root.join("messaging/outbox/polled-1.json");
+    wait_until(LONG, "the inbox answered by polling", || out.exists());
+    assert_eq!(read(&out)["status"], "done");
+}
