@@ -2,7 +2,8 @@
 //! logging, signals, sd_notify.
 
 use agentstore::model::Launcher;
-use agentstore::queue::args::{Args, BusArg};
+use agentstore::bus::BusKind;
+use agentstore::queue::args::Args;
 use agentstore::queue::{BusTarget, Manager, ManagerConfig, default_worker_path};
 use anyhow::Context;
 use clap::Parser;
@@ -19,12 +20,12 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn serve(args: Args) -> anyhow::Result<()> {
-    let (root, _) = agentstore::store::resolve_root(args.root.as_deref());
+    let (root, _) = agentstore::store::resolve_daemon_root(args.root.as_deref());
     let mut cfg = ManagerConfig::new(root, &args.queue);
-    cfg.bus = match args.bus {
-        BusArg::System => BusTarget::System,
-        BusArg::Session => BusTarget::Session,
-        BusArg::None => BusTarget::None,
+    cfg.bus = match args.bus.for_daemon() {
+        Some(BusKind::System) => BusTarget::System,
+        Some(BusKind::Session) => BusTarget::Session,
+        None => BusTarget::None,
     };
     cfg.launcher = args.launcher.map(Launcher::from);
     cfg.worker = args.worker.unwrap_or_else(default_worker_path);

@@ -58,12 +58,33 @@ pub struct GlobalArgs {
     /// Store folder (overrides AGENT_STORE_ROOT and config files).
     #[arg(long, global = true, value_name = "DIR")]
     pub root: Option<PathBuf>,
-    /// Bus orchestratord is on (default: $AGENTSTORE_BUS, else system).
-    #[arg(long, global = true, value_enum)]
-    pub bus: Option<crate::bus::BusKind>,
-    /// Never use D-Bus: write agent commands into the inbox.
-    #[arg(long, global = true)]
+    /// Bus to find orchestratord on: auto (the session bus if there is one, then the system
+    /// bus; $AGENTSTORE_BUS=session|system|none narrows it), system, session, or none (write
+    /// agent commands into the inbox). Only a daemon serving this store is used.
+    #[arg(long, global = true, value_enum, default_value_t = crate::bus::BusChoice::Auto)]
+    pub bus: crate::bus::BusChoice,
+    /// Deprecated spelling of `--bus none`.
+    #[arg(long, global = true, hide = true)]
     pub no_dbus: bool,
+}
+
+impl GlobalArgs {
+    /// The buses to look for orchestratord on, in order (empty: inbox only).
+    pub fn client_buses(&self) -> Vec<crate::bus::BusKind> {
+        if self.no_dbus {
+            return Vec::new();
+        }
+        self.bus.client_buses()
+    }
+
+    /// The one bus for commands that need one (systemctl, queue managers): the first to try,
+    /// else the system bus.
+    pub fn first_bus(&self) -> crate::bus::BusKind {
+        self.client_buses()
+            .first()
+            .copied()
+            .unwrap_or(crate::bus::BusKind::System)
+    }
 }
 
 /// The commands.

@@ -8,7 +8,6 @@ use super::browse::{
 };
 use super::render::{Format, write_json};
 use super::{CliError, CliResult, Command, GlobalArgs, Session};
-use crate::bus::BusKind;
 use crate::model::{Job, JobStatus, Prd, PrdState, Project, Queue, User};
 use crate::store::resolve_root;
 use serde::de::DeserializeOwned;
@@ -91,7 +90,7 @@ fn call(
 ) -> CliResult {
     let user = Session::load().ok().and_then(|s| s.username);
     let msg = json!({"command": name, "content": content, "user": user});
-    let bus = g.bus.unwrap_or_else(BusKind::from_env);
+    let bus = g.first_bus();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

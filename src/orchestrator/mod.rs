@@ -21,6 +21,7 @@ pub use completion::handle_finished_jobs;
 pub use error::RouteError;
 pub use jobs::{CreatedJob, DEFAULT_TIMEOUT_SECONDS, job_id_for, select_queue};
 pub use lock::{LockError, LockInfo, StoreLock};
+pub use venv::venvman_program;
 
 use crate::access::Caller;
 use crate::model::{DocKind, Message, MessageSource, MessageStatus, Timestamp, is_safe_id};

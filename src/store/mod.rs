@@ -13,7 +13,10 @@ pub use fsio::{
     append_line_locked, move_no_replace, remove_stale_temp_files, sync_parent, write_atomic,
     write_json_atomic,
 };
-pub use root::{RootSource, SYSTEM_CONFIG, expand_tilde, home_dir, resolve_root};
+pub use root::{
+    MODE_ENV, RootSource, RootUser, SYSTEM_CONFIG, expand_tilde, home_dir, resolve_daemon_root,
+    resolve_root, resolve_root_for, system_mode,
+};
 pub use scan::{Scan, file_id, is_conflict_copy, is_ignored, scan_dir, scan_subdirs};
 
 use crate::model::{
