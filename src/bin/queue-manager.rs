@@ -1,8 +1,8 @@
 //! `queue-manager --queue NAME`: the per-queue daemon (PRD §7). Wiring only: arguments,
 //! logging, signals, sd_notify.
 
-use agentstore::model::Launcher;
 use agentstore::bus::BusKind;
+use agentstore::model::Launcher;
 use agentstore::queue::args::Args;
 use agentstore::queue::{BusTarget, Manager, ManagerConfig, default_worker_path};
 use anyhow::Context;

@@ -84,9 +84,12 @@ pub fn system_bus_available() -> bool {
     if std::env::var_os("DBUS_SYSTEM_BUS_ADDRESS").is_some_and(|v| !v.is_empty()) {
         return true;
     }
-    ["/run/dbus/system_bus_socket", "/var/run/dbus/system_bus_socket"]
-        .iter()
-        .any(|p| std::path::Path::new(p).exists())
+    [
+        "/run/dbus/system_bus_socket",
+        "/var/run/dbus/system_bus_socket",
+    ]
+    .iter()
+    .any(|p| std::path::Path::new(p).exists())
 }
 
 /// "Which bus", as every binary spells it: `--bus auto|system|session|none`.

@@ -372,9 +372,8 @@ fn on_path(program: &str) -> bool {
     if program.contains('/') {
         return executable(Path::new(program));
     }
-    std::env::var_os("PATH").is_some_and(|path| {
-        std::env::split_paths(&path).any(|dir| executable(&dir.join(program)))
-    })
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| executable(&dir.join(program))))
 }
 
 /// Writes the message into the inbox; with `--follow N`, waits for its answer.
@@ -433,7 +432,8 @@ fn send(g: &GlobalArgs, out: &mut dyn Write, msg: Message) -> CliResult {
             let left = store.outbox().join(format!("{id}.json"));
             if left.exists() {
                 let _ = std::fs::create_dir_all(store.processed_outbox());
-                let _ = move_no_replace(&left, &store.processed_outbox().join(format!("{id}.json")));
+                let _ =
+                    move_no_replace(&left, &store.processed_outbox().join(format!("{id}.json")));
             }
             Delivery::Answered(answer)
         }

@@ -68,7 +68,10 @@ fn from_config(cfg: &Path) -> Option<(PathBuf, RootSource)> {
         Ok(Config {
             agent_store_root: Some(root),
             ..
-        }) => Some((expand_tilde(&root), RootSource::ConfigFile(cfg.to_path_buf()))),
+        }) => Some((
+            expand_tilde(&root),
+            RootSource::ConfigFile(cfg.to_path_buf()),
+        )),
         _ => None,
     }
 }

@@ -1,0 +1,372 @@
+//! The PRD's own mode (issue 11): a researcher running the daemons and the CLI as themselves,
+//! with the session bus when there is one and without any bus when there is none. Each test
+//! owns its HOME, store, runtime dir and (private) bus; the system bus is pointed at a socket
+//! that does not exist, so nothing on the host can change the outcome.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::TestEnv;
+use common::bus::{KillOnDrop, PrivateBus, wait_for_name, wait_until};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+const LONG: Duration = Duration::from_secs(120);
+
+/// Which bus a process of the test sees.
+#[derive(Clone, Copy)]
+enum Sees<'a> {
+    /// No session bus and no system bus.
+    Nothing,
+    /// This private bus as its session bus.
+    Bus(&'a PrivateBus),
+}
+
+/// The per-test environment: a store with a project and the poplar queue, HOME, and a
+/// runtime dir without a bus socket.
+struct User {
+    env: TestEnv,
+    run_dir: PathBuf,
+    project_dir: PathBuf,
+}
+
+impl User {
+    fn new() -> User {
+        let env = TestEnv::empty();
+        env.ok(&["init"]);
+        env.ok(&[
+            "add-user",
+            "chenry",
+            "--name",
+            "C",
+            "--email",
+            "c@x.org",
+            "--permissions",
+            "admin",
+            "--unix-user",
+            &login(),
+        ]);
+        let run_dir = env.dir.path().join("run");
+        let project_dir = env.dir.path().join("project");
+        std::fs::create_dir_all(&run_dir).unwrap();
+        std::fs::create_dir_all(&project_dir).unwrap();
+        env.ok(&[
+            "add-project",
+            "P",
+            "--directory",
+            project_dir.to_str().unwrap(),
+            "--owner",
+            "chenry",
+            "--default-queue",
+            "poplar",
+        ]);
+        User {
+            env,
+            run_dir,
+            project_dir,
+        }
+    }
+
+    /// Sets the bus-related environment of `c` to what `sees` says, nothing inherited.
+    fn scope(&self, c: &mut Command, sees: Sees<'_>) {
+        c.env("HOME", &self.env.home)
+            .env("XDG_RUNTIME_DIR", &self.run_dir)
+            .env(
+                "DBUS_SYSTEM_BUS_ADDRESS",
+                format!("unix:path={}", self.run_dir.join("no-system-bus").display()),
+            )
+            .env_remove("AGENTSTORE_BUS")
+            .env_remove("AGENTSTORE_MODE")
+            .env_remove("XDG_CONFIG_HOME")
+            .env_remove("INVOCATION_ID")
+            .env_remove("JOURNAL_STREAM")
+            .env("RUST_LOG", "warn");
+        match sees {
+            Sees::Nothing => {
+                c.env_remove("DBUS_SESSION_BUS_ADDRESS");
+            }
+            Sees::Bus(b) => {
+                c.env("DBUS_SESSION_BUS_ADDRESS", &b.address);
+            }
+        }
+    }
+
+    /// The CLI on `root` (AGENT_STORE_ROOT), seeing `sees`.
+    fn cli(&self, root: &Path, sees: Sees<'_>, args: &[&str]) -> Output {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_orchestrator"));
+        self.scope(&mut c, sees);
+        c.env("AGENT_STORE_ROOT", root).args(args);
+        c.output().unwrap()
+    }
+
+    /// A daemon binary, with the store from AGENT_STORE_ROOT (as a user unit would), no
+    /// `--bus` flag: the default must just work.
+    fn daemon(&self, bin: &str, root: &Path, sees: Sees<'_>, args: &[&str]) -> KillOnDrop {
+        let mut c = Command::new(bin);
+        self.scope(&mut c, sees);
+        c.env("AGENT_STORE_ROOT", root)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        KillOnDrop(c.spawn().unwrap())
+    }
+}
+
+/// This process's login name: jobs run as the project owner's `unix_user` when the queue
+/// manager runs as root, so the owner is mapped to whoever runs the test.
+fn login() -> String {
+    let o = Command::new("id").arg("-un").output().unwrap();
+    text(&o.stdout).trim().to_string()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn job_id(o: &Output) -> String {
+    let out = text(&o.stdout);
+    let first = out.lines().next().unwrap_or_default();
+    let id = first.strip_prefix("Job queued: ").unwrap_or_else(|| {
+        panic!(
+            "no 'Job queued: ' line in {out:?} (stderr {})",
+            text(&o.stderr)
+        )
+    });
+    assert!(uuid::Uuid::parse_str(id).is_ok(), "{id}");
+    id.to_string()
+}
+
+fn json_files(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".json") && !n.starts_with('.'))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// Issue 11, first bullet: a plain user with no system bus and no session bus. Before, both
+/// daemons exited 1 (system bus socket) and the CLI failed the same way; now they run without
+/// a bus, the CLI falls back to the inbox, and the job goes all the way through.
+#[test]
+fn no_bus_at_all_daemons_run_and_the_cli_uses_the_inbox() {
+    let u = User::new();
+    let root = u.env.root.clone();
+    let mut orch = u.daemon(
+        env!("CARGO_BIN_EXE_orchestratord"),
+        &root,
+        Sees::Nothing,
+        &["--idle-exit", "0"],
+    );
+    let mut qm = u.daemon(
+        env!("CARGO_BIN_EXE_queue-manager"),
+        &root,
+        Sees::Nothing,
+        &["--queue", "poplar", "--launcher", "direct"],
+    );
+    let o = u.cli(
+        &root,
+        Sees::Nothing,
+        &[
+            "research-code",
+            "--project",
+            "P",
+            "--jobtype",
+            "noop",
+            "--follow",
+            "120",
+        ],
+    );
+    assert!(
+        orch.0.try_wait().unwrap().is_none(),
+        "orchestratord exited without a bus"
+    );
+    assert!(
+        qm.0.try_wait().unwrap().is_none(),
+        "queue-manager exited without a bus"
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let id = job_id(&o);
+    assert_eq!(
+        text(&o.stdout),
+        format!("Job queued: {id}\nJob {id}: finished\n")
+    );
+    assert!(
+        root.join(format!("Queues/poplar/Jobs/finished_jobs/{id}.json"))
+            .exists()
+    );
+    let _ = &u.project_dir;
+}
+
+/// Issue 11, second bullet: the CLI never sends to a daemon serving another store. A daemon
+/// on S answers on the session bus; the CLI on S2 writes S2's inbox; the CLI on S uses it.
+#[test]
+fn the_cli_talks_only_to_a_daemon_of_its_own_store() {
+    let u = User::new();
+    let s = u.env.root.clone();
+    let s2 = u.env.dir.path().join("Store2");
+    // S2: a copy of the same set-up, in another folder.
+    let o = u.cli(&s2, Sees::Nothing, &["init"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let me = login();
+    for args in [
+        vec![
+            "add-user",
+            "chenry",
+            "--name",
+            "C",
+            "--email",
+            "c@x.org",
+            "--permissions",
+            "admin",
+            "--unix-user",
+            &me,
+        ],
+        vec![
+            "add-project",
+            "P",
+            "--directory",
+            u.project_dir.to_str().unwrap(),
+            "--owner",
+            "chenry",
+            "--default-queue",
+            "poplar",
+        ],
+    ] {
+        let o = u.cli(&s2, Sees::Nothing, &args);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+    }
+    let bus = PrivateBus::start();
+    let _orch = u.daemon(
+        env!("CARGO_BIN_EXE_orchestratord"),
+        &s,
+        Sees::Bus(&bus),
+        &["--idle-exit", "0"],
+    );
+    wait_for_name(&bus, "org.agentstore.Orchestrator1");
+
+    let o = u.cli(&s2, Sees::Bus(&bus), &["research-code", "--project", "P"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let id = job_id(&o);
+    let inbox = json_files(&s2.join("messaging/inbox"));
+    assert_eq!(
+        inbox.len(),
+        1,
+        "the message belongs in S2's inbox: {inbox:?}"
+    );
+    assert!(
+        json_files(&s.join("Queues/poplar/Jobs/queued_jobs")).is_empty(),
+        "a job landed in the daemon's store S"
+    );
+    assert!(json_files(&s.join("messaging/inbox")).is_empty());
+    // The id printed is the id the orchestrator of S2 gives the job.
+    let cid = inbox[0].trim_end_matches(".json");
+    assert_eq!(id, agentstore::orchestrator::job_id_for(cid));
+
+    // The CLI on S itself goes over D-Bus: the job is in S at once, nothing in the inbox,
+    // and the answer is in processed_outbox (the audit trail; delivered).
+    let o = u.cli(&s, Sees::Bus(&bus), &["research-code", "--project", "P"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let id = job_id(&o);
+    assert!(
+        s.join(format!("Queues/poplar/Jobs/queued_jobs/{id}.json"))
+            .exists()
+    );
+    assert!(json_files(&s.join("messaging/inbox")).is_empty());
+}
+
+/// PRD §5.3 on both paths: the same stdout, stderr message and exit code whether the
+/// daemon answers over D-Bus or the CLI writes the inbox (checked locally from the store).
+#[test]
+fn inbox_and_dbus_paths_answer_the_same() {
+    let u = User::new();
+    let root = u.env.root.clone();
+    let bus = PrivateBus::start();
+    let missing_venvman = u.env.dir.path().join("no/venvman");
+    let mut c = Command::new(env!("CARGO_BIN_EXE_orchestratord"));
+    u.scope(&mut c, Sees::Bus(&bus));
+    c.env("AGENT_STORE_ROOT", &root)
+        .env("AGENTSTORE_VENVMAN", &missing_venvman)
+        .args(["--idle-exit", "0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    let _orch = KillOnDrop(c.spawn().unwrap());
+    wait_for_name(&bus, "org.agentstore.Orchestrator1");
+
+    let run = |sees: Sees<'_>, args: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_orchestrator"));
+        u.scope(&mut c, sees);
+        c.env("AGENT_STORE_ROOT", &root)
+            .env("AGENTSTORE_VENVMAN", &missing_venvman)
+            .args(args);
+        c.output().unwrap()
+    };
+    let cases: [&[&str]; 4] = [
+        &["research-code", "--project", "Nope"],
+        &["research-code", "--project", "P", "--queue", "oak"],
+        &["create-tasks", "--project", "P", "--prd", "no-such-prd"],
+        &["create-environment", "--project", "P"],
+    ];
+    for args in cases {
+        let over_bus = run(Sees::Bus(&bus), args);
+        let inbox = run(Sees::Nothing, args);
+        assert_eq!(over_bus.status.code(), Some(1), "{args:?} over D-Bus");
+        assert_eq!(
+            inbox.status.code(),
+            over_bus.status.code(),
+            "{args:?}: inbox {} / D-Bus {}",
+            text(&inbox.stderr),
+            text(&over_bus.stderr)
+        );
+        assert_eq!(text(&inbox.stderr), text(&over_bus.stderr), "{args:?}");
+        assert_eq!(text(&inbox.stdout), text(&over_bus.stdout), "{args:?}");
+        assert!(!text(&inbox.stderr).trim().is_empty(), "{args:?}");
+    }
+    // The messages are the PRD's.
+    assert!(
+        text(&run(Sees::Nothing, cases[0]).stderr).contains("Project not found: Nope"),
+        "project"
+    );
+    assert!(text(&run(Sees::Nothing, cases[1]).stderr).contains("Queue not found: oak"));
+    assert!(text(&run(Sees::Nothing, cases[3]).stderr).contains("venvman not installed"));
+    // Nothing was written for the refused commands.
+    assert!(json_files(&root.join("messaging/inbox")).is_empty());
+
+    // Accepted: the same line on both paths, and the inbox's id is the job id the daemon
+    // uses once it reads the inbox.
+    let ok = &["research-code", "--project", "P"];
+    let over_bus = run(Sees::Bus(&bus), ok);
+    let inbox = run(Sees::Nothing, ok);
+    assert!(over_bus.status.success() && inbox.status.success());
+    let (a, b) = (job_id(&over_bus), job_id(&inbox));
+    assert_eq!(text(&over_bus.stdout), format!("Job queued: {a}\n"));
+    assert_eq!(text(&inbox.stdout), format!("Job queued: {b}\n"));
+    // The running daemon picks the inbox message up (inotify) and makes exactly that job.
+    wait_until(LONG, "the inbox job", || {
+        root.join(format!("Queues/poplar/Jobs/queued_jobs/{b}.json"))
+            .exists()
+    });
+    // --follow on the inbox path: the answer, then the job state (no queue manager: still
+    // queued when the time is up), exit 0 as over D-Bus.
+    let over_bus = run(
+        Sees::Bus(&bus),
+        &["--follow", "1", "research-code", "--project", "P"],
+    );
+    let inbox = run(
+        Sees::Nothing,
+        &["--follow", "5", "research-code", "--project", "P"],
+    );
+    for (o, secs) in [(&over_bus, 1), (&inbox, 5)] {
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let id = job_id(o);
+        assert_eq!(
+            text(&o.stdout),
+            format!("Job queued: {id}\nJob {id}: queued (still, after {secs} s)\n")
+        );
+    }
+}
