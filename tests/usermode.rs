@@ -250,23 +250,36 @@ fn the_cli_talks_only_to_a_daemon_of_its_own_store() {
     );
     wait_for_name(&bus, "org.agentstore.Orchestrator1");
 
-    let o = u.cli(&s2, Sees::Bus(&bus), &["research-code", "--project", "P"]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    let id = job_id(&o);
-    let inbox = json_files(&s2.join("messaging/inbox"));
-    assert_eq!(
-        inbox.len(),
-        1,
-        "the message belongs in S2's inbox: {inbox:?}"
-    );
-    assert!(
-        json_files(&s.join("Queues/poplar/Jobs/queued_jobs")).is_empty(),
-        "a job landed in the daemon's store S"
-    );
-    assert!(json_files(&s.join("messaging/inbox")).is_empty());
-    // The id printed is the id the orchestrator of S2 gives the job.
-    let cid = inbox[0].trim_end_matches(".json");
-    assert_eq!(id, agentstore::orchestrator::job_id_for(cid));
+    // The default bus choice, and the session bus named explicitly: both skip S's daemon.
+    for (n, args) in [
+        &["research-code", "--project", "P"][..],
+        &["--bus", "session", "research-code", "--project", "P"][..],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let o = u.cli(&s2, Sees::Bus(&bus), args);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let id = job_id(&o);
+        let inbox = json_files(&s2.join("messaging/inbox"));
+        assert_eq!(
+            inbox.len(),
+            n + 1,
+            "the message belongs in S2's inbox: {inbox:?}"
+        );
+        assert!(
+            json_files(&s.join("Queues/poplar/Jobs/queued_jobs")).is_empty(),
+            "{args:?}: a job landed in the daemon's store S"
+        );
+        assert!(json_files(&s.join("messaging/inbox")).is_empty());
+        // The id printed is the id the orchestrator of S2 will give the job.
+        assert!(
+            inbox
+                .iter()
+                .any(|f| agentstore::orchestrator::job_id_for(f.trim_end_matches(".json")) == id),
+            "{id} is not derived from any of {inbox:?}"
+        );
+    }
 
     // The CLI on S itself goes over D-Bus: the job is in S at once, nothing in the inbox,
     // and the answer is in processed_outbox (the audit trail; delivered).
