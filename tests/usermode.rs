@@ -8,6 +8,7 @@ mod common;
 
 use common::TestEnv;
 use common::bus::{KillOnDrop, PrivateBus, wait_for_name, wait_until};
+use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -291,6 +292,47 @@ fn the_cli_talks_only_to_a_daemon_of_its_own_store() {
             .exists()
     );
     assert!(json_files(&s.join("messaging/inbox")).is_empty());
+    let answers: Vec<Value> = json_files(&s.join("messaging/processed_outbox"))
+        .iter()
+        .map(|f| {
+            serde_json::from_slice(
+                &std::fs::read(s.join("messaging/processed_outbox").join(f)).unwrap(),
+            )
+            .unwrap()
+        })
+        .collect();
+    assert!(
+        answers
+            .iter()
+            .any(|a| a["content"]["job_id"] == id.as_str() && a["status"] == "done"),
+        "no answer for job {id} in processed_outbox: {answers:?}"
+    );
+    // A submission by another D-Bus client leaves its answer in the outbox, as a file
+    // submission would; errors too.
+    for (cid, project, status) in [("audit-1", "P", "done"), ("audit-2", "Nope", "error")] {
+        let msg = serde_json::json!({"correlation_id": cid, "command": "research-code", "project": project});
+        let _ = Command::new("busctl")
+            .args([
+                "--address",
+                &bus.address,
+                "call",
+                "org.agentstore.Orchestrator1",
+                "/org/agentstore/Orchestrator1",
+                "org.agentstore.Orchestrator1",
+                "Submit",
+                "s",
+                &msg.to_string(),
+            ])
+            .output()
+            .unwrap();
+        let path = s.join(format!("messaging/outbox/{cid}.json"));
+        let answer: Value = serde_json::from_slice(
+            &std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+        )
+        .unwrap();
+        assert_eq!(answer["status"], status, "{answer}");
+        assert_eq!(answer["source"], "orchestrator", "{answer}");
+    }
 }
 
 /// PRD §5.3 on both paths: the same stdout, stderr message and exit code whether the

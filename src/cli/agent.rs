@@ -424,19 +424,19 @@ fn send(g: &GlobalArgs, out: &mut dyn Write, msg: Message) -> CliResult {
     let store = open_store(g)?;
     let text = serde_json::to_string(&msg).map_err(|e| CliError::new(e.to_string()))?;
     let mut queue = None;
-    let delivery = match try_dbus(g, &store, &text)? {
-        Some(answer) => {
-            // The daemon also left its answer in the outbox (the audit trail other machines
-            // see); it has been delivered, so it moves on as a followed inbox answer does.
-            let id = &answer.correlation_id;
-            let left = store.outbox().join(format!("{id}.json"));
-            if left.exists() {
-                let _ = std::fs::create_dir_all(store.processed_outbox());
-                let _ =
-                    move_no_replace(&left, &store.processed_outbox().join(format!("{id}.json")));
-            }
-            Delivery::Answered(answer)
+    let dbus = try_dbus(g, &store, &text);
+    if !matches!(dbus, Ok(None)) {
+        // The daemon also left its answer in the outbox (the audit trail other machines
+        // see); it has been delivered, so it moves on as a followed inbox answer does.
+        let name = format!("{}.json", msg.correlation_id);
+        let left = store.outbox().join(&name);
+        if left.exists() {
+            let _ = std::fs::create_dir_all(store.processed_outbox());
+            let _ = move_no_replace(&left, &store.processed_outbox().join(&name));
         }
+    }
+    let delivery = match dbus? {
+        Some(answer) => Delivery::Answered(answer),
         None => {
             // No daemon serving this store: check here what it would check (same
             // messages, exit 1), then write the inbox.
@@ -513,7 +513,13 @@ fn follow_job(
     out.flush()?;
     let deadline = started + Duration::from_secs(secs);
     loop {
-        let loc = store.find_job(id).ok();
+        let loc = match store.find_job(id) {
+            Ok(l) => Some(l),
+            // A rename between state folders can hide it for an instant: look again.
+            Err(crate::store::StoreError::NotFound { .. }) => None,
+            // The job folders are not readable here (the system store): nothing to follow.
+            Err(_) => return Ok(()),
+        };
         let status = loc.as_ref().map(|l| l.status);
         match status {
             Some(JobStatus::Finished) => {
