@@ -22,4 +22,9 @@ pub struct Args {
     /// The agent-worker binary (default: next to this program, else on PATH).
     #[arg(long, value_name = "PATH")]
     pub worker: Option<PathBuf>,
+    /// Exit after this many seconds with nothing queued and nothing of this host running
+    /// (0 = never); default: `idle_exit_seconds` of the store's config.yaml. Its `.path`
+    /// and `.timer` units start it again when a job is queued.
+    #[arg(long, value_name = "SECONDS")]
+    pub idle_exit: Option<u64>,
 }
