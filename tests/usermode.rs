@@ -495,3 +495,136 @@ fn queue_manager_exits_when_idle_but_not_while_a_job_runs() {
     );
     wait_until(LONG, "the idle exit", || qm.0.try_wait().unwrap().is_some());
 }
+
+/// The `ExecStart=` of a unit in `systemd/user/`, with `%h`, `%i` and `/usr/bin/` resolved.
+fn user_unit_command(unit: &str, home: &Path, instance: &str) -> Vec<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("systemd/user")
+        .join(unit);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStart="))
+        .unwrap_or_else(|| panic!("no ExecStart= in {}", path.display()));
+    line.split_whitespace()
+        .map(|w| {
+            let w = w
+                .replace("%h", home.to_str().unwrap())
+                .replace("%i", instance);
+            match w.as_str() {
+                "/usr/bin/orchestratord" => env!("CARGO_BIN_EXE_orchestratord").to_string(),
+                "/usr/bin/queue-manager" => env!("CARGO_BIN_EXE_queue-manager").to_string(),
+                _ => w,
+            }
+        })
+        .collect()
+}
+
+/// Per-user mode: the user units' daemons serve the store the CLI resolves — here the one
+/// named by ~/.config/agentstore/config.yaml — not a hard-coded ~/Dropbox/AgentStore; the
+/// system units alone say they are the system service; agentstore.target gathers the rest.
+#[test]
+fn user_units_serve_the_store_the_cli_resolves() {
+    let u = User::new();
+    let root = u.env.root.clone();
+    let home = u.env.home.clone();
+    std::fs::create_dir_all(home.join(".config/agentstore")).unwrap();
+    std::fs::write(
+        home.join(".config/agentstore/config.yaml"),
+        format!("agent_store_root: {}\n", root.display()),
+    )
+    .unwrap();
+    // A Dropbox store exists too: the config must win over it, as for the CLI.
+    let o = u.cli(&home.join("Dropbox/AgentStore"), Sees::Nothing, &["init"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+
+    let bus = PrivateBus::start();
+    let spawn = |argv: Vec<String>| {
+        let mut c = Command::new(&argv[0]);
+        u.scope(&mut c, Sees::Bus(&bus));
+        c.args(&argv[1..])
+            .env_remove("AGENT_STORE_ROOT")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        KillOnDrop(c.spawn().unwrap())
+    };
+    let _orch = spawn(user_unit_command(
+        "agentstore-orchestrator.service",
+        &home,
+        "",
+    ));
+    wait_for_name(&bus, "org.agentstore.Orchestrator1");
+    let o = Command::new("busctl")
+        .args([
+            "--address",
+            &bus.address,
+            "get-property",
+            "org.agentstore.Orchestrator1",
+            "/org/agentstore/Orchestrator1",
+            "org.agentstore.Orchestrator1",
+            "StoreRoot",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        text(&o.stdout).trim(),
+        format!("s {:?}", root.display().to_string()),
+        "{}",
+        text(&o.stderr)
+    );
+    let qm = spawn(user_unit_command("queue-manager@.service", &home, "poplar"));
+    wait_for_name(&bus, "org.agentstore.Queue.poplar");
+    let q: Value =
+        serde_json::from_slice(&std::fs::read(root.join("Queues/poplar/queue.json")).unwrap())
+            .unwrap();
+    assert_eq!(q["runtime"]["process_id"], qm.0.id(), "{q}");
+    // And the CLI, with the same HOME and no AGENT_STORE_ROOT, reaches that daemon.
+    let mut c = Command::new(env!("CARGO_BIN_EXE_orchestrator"));
+    u.scope(&mut c, Sees::Bus(&bus));
+    let o = c
+        .env_remove("AGENT_STORE_ROOT")
+        .args(["research-code", "--project", "P"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let id = job_id(&o);
+    assert!(
+        root.join(format!("Queues/poplar/Jobs/queued_jobs/{id}.json"))
+            .exists()
+            || root
+                .join(format!("Queues/poplar/Jobs/running_jobs/{id}.json"))
+                .exists()
+            || root
+                .join(format!("Queues/poplar/Jobs/finished_jobs/{id}.json"))
+                .exists()
+            || root
+                .join(format!("Queues/poplar/Jobs/failed_jobs/{id}.json"))
+                .exists()
+    );
+
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd");
+    for unit in ["agentstore-orchestrator.service", "queue-manager@.service"] {
+        let user = std::fs::read_to_string(dir.join("user").join(unit)).unwrap();
+        assert!(!user.contains("Environment=AGENTSTORE_MODE"), "user {unit}");
+        let system = std::fs::read_to_string(dir.join(unit)).unwrap();
+        assert!(
+            system.contains("\nEnvironment=AGENTSTORE_MODE=system\n"),
+            "system {unit}"
+        );
+    }
+    let target = std::fs::read_to_string(dir.join("user/agentstore.target")).unwrap();
+    assert!(target.contains("WantedBy=default.target"));
+    for unit in [
+        "agentstore-orchestrator.path",
+        "agentstore-orchestrator.timer",
+        "queue-manager@.path",
+        "queue-manager@.timer",
+    ] {
+        let t = std::fs::read_to_string(dir.join("user").join(unit)).unwrap();
+        assert!(
+            t.lines()
+                .any(|l| l.starts_with("WantedBy=") && l.contains("agentstore.target")),
+            "{unit} is not part of agentstore.target"
+        );
+    }
+}
