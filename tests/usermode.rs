@@ -628,3 +628,155 @@ fn user_units_serve_the_store_the_cli_resolves() {
         );
     }
 }
+
+/// Out of the box, the four agent commands work: no command file in ~/.claude/commands nor
+/// in the project, only the ones the package ships (share/commands/, found through
+/// AGENTSTORE_COMMANDS_DIR as the package's /usr/share/agentstore/claude-commands would be),
+/// and the queue's default arguments let implement-tasks edit unattended with a narrow
+/// permission mode. `add-queue`/`set-queue` reach every config field.
+#[test]
+fn the_four_agent_commands_work_out_of_the_box() {
+    let u = User::new();
+    let root = u.env.root.clone();
+    let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-claude");
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("share/commands");
+    let q: Value =
+        serde_json::from_str(&u.env.ok(&["--format", "json", "view-queue", "poplar"])).unwrap();
+    assert_eq!(
+        q["config"]["claude_default_args"],
+        serde_json::json!(["-p", "--permission-mode", "acceptEdits"]),
+        "{q}"
+    );
+    let set = u.env.ok(&[
+        "--format",
+        "json",
+        "set-queue",
+        "poplar",
+        "--claude-cli-path",
+        fake.to_str().unwrap(),
+        "--worker-count",
+        "3",
+        "--rest-interval",
+        "30",
+        "--max-job-runtime-seconds",
+        "600",
+        "--launcher",
+        "direct",
+        "--memory-max",
+        "2G",
+        "--cpu-quota",
+        "150%",
+        "--tasks-max",
+        "64",
+        "--agentshell-path",
+        "/opt/agentshell",
+        "--claude-default-arg=-p",
+        "--claude-default-arg=--permission-mode",
+        "--claude-default-arg=acceptEdits",
+        "--claude-default-arg=--max-turns",
+        "--claude-default-arg=40",
+    ]);
+    let q: Value = serde_json::from_str(&set).unwrap();
+    let c = &q["config"];
+    assert_eq!(c["worker_count"], 3);
+    assert_eq!(c["rest_interval"], 30);
+    assert_eq!(c["max_job_runtime_seconds"], 600);
+    assert_eq!(c["launcher"], "direct");
+    assert_eq!(c["resource_limits"]["memory_max"], "2G");
+    assert_eq!(c["resource_limits"]["cpu_quota"], "150%");
+    assert_eq!(c["resource_limits"]["tasks_max"], 64);
+    assert_eq!(c["agentshell_path"], "/opt/agentshell");
+    assert_eq!(
+        c["claude_default_args"],
+        serde_json::json!([
+            "-p",
+            "--permission-mode",
+            "acceptEdits",
+            "--max-turns",
+            "40"
+        ])
+    );
+    // set-queue changes only what it is given; add-queue takes the same fields.
+    u.env.ok(&["set-queue", "poplar", "--memory-max", ""]);
+    let q: Value =
+        serde_json::from_str(&u.env.ok(&["--format", "json", "view-queue", "poplar"])).unwrap();
+    assert_eq!(
+        q["config"]["resource_limits"]["memory_max"],
+        Value::Null,
+        "{q}"
+    );
+    assert_eq!(q["config"]["worker_count"], 3, "{q}");
+    let added: Value = serde_json::from_str(&u.env.ok(&[
+        "--format",
+        "json",
+        "add-queue",
+        "oak",
+        "--no-claude-default-args",
+        "--worker-count",
+        "5",
+    ]))
+    .unwrap();
+    assert_eq!(
+        added["config"]["claude_default_args"],
+        serde_json::json!([])
+    );
+    assert_eq!(added["config"]["worker_count"], 5);
+    let bad = u.env.fails(&["set-queue", "poplar", "--worker-count", "0"]);
+    assert!(bad.contains("--worker-count"), "{bad}");
+    let bad = u.env.fails(&["set-queue", "nope", "--worker-count", "1"]);
+    assert!(bad.contains("nope"), "{bad}");
+
+    let spawn = |bin: &str, args: &[&str]| {
+        let mut c = Command::new(bin);
+        u.scope(&mut c, Sees::Nothing);
+        c.env("AGENT_STORE_ROOT", &root)
+            .env("AGENTSTORE_COMMANDS_DIR", &shipped)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        KillOnDrop(c.spawn().unwrap())
+    };
+    let _orch = spawn(env!("CARGO_BIN_EXE_orchestratord"), &["--idle-exit", "0"]);
+    let _qm = spawn(
+        env!("CARGO_BIN_EXE_queue-manager"),
+        &["--queue", "poplar", "--idle-exit", "0"],
+    );
+    let agent = |args: &[&str]| {
+        let mut all = vec!["--follow", "120"];
+        all.extend_from_slice(args);
+        let o = u.cli(&root, Sees::Nothing, &all);
+        assert!(o.status.success(), "{args:?}: {}", text(&o.stderr));
+        let id = job_id(&o);
+        assert_eq!(
+            text(&o.stdout),
+            format!("Job queued: {id}\nJob {id}: finished\n"),
+            "{args:?}"
+        );
+        let job: Value = serde_json::from_slice(
+            &std::fs::read(root.join(format!("Queues/poplar/Jobs/finished_jobs/{id}.json")))
+                .unwrap(),
+        )
+        .unwrap();
+        (
+            id,
+            job["runtime"]["output"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        )
+    };
+    // The fake claude answers with the prompt it got: the shipped command's text.
+    let (_, out) = agent(&["research-code", "--project", "P"]);
+    assert!(out.contains("code research"), "{out}");
+    let (prd, out) = agent(&["create-prd", "--project", "P", "--task", "Make it fast"]);
+    assert!(out.contains("product requirements document"), "{out}");
+    assert!(out.contains("Make it fast"), "{out}");
+    wait_until(LONG, "the PRD from create-prd", || {
+        root.join(format!("projects/P/queued_prds/{prd}.json"))
+            .exists()
+    });
+    let (_, out) = agent(&["create-tasks", "--project", "P", "--prd", &prd]);
+    assert!(out.contains("planning the implementation"), "{out}");
+    let (_, out) = agent(&["implement-tasks", "--project", "P", "--prd", &prd]);
+    assert!(out.contains("Implementation report"), "{out}");
+}

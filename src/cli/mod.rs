@@ -167,6 +167,8 @@ pub enum Command {
     AddProject(admin::AddProjectArgs),
     /// Add a queue and its job folders.
     AddQueue(admin::AddQueueArgs),
+    /// Change settings of an existing queue (any config field; the runtime is kept).
+    SetQueue(admin::SetQueueArgs),
     /// Create a PRD from a description (agent command; prints "Job queued: <id>").
     CreatePrd(agent::AgentArgs),
     /// Research the project's code and document it (agent command).
@@ -349,6 +351,7 @@ pub fn run(cli: Cli) -> CliResult {
         Command::AddUser(a) => admin::add_user(g, &mut out, a),
         Command::AddProject(a) => admin::add_project(g, &mut out, a),
         Command::AddQueue(a) => admin::add_queue(g, &mut out, a),
+        Command::SetQueue(a) => admin::set_queue(g, &mut out, a),
         Command::CreatePrd(a) => agent::simple(g, &mut out, "create-prd", a),
         Command::ResearchCode(a) => agent::simple(g, &mut out, "research-code", a),
         Command::CreateTasks(a) => agent::with_prd(g, &mut out, "create-tasks", a),

@@ -620,7 +620,12 @@ impl QueueConfig {
             worker_count: 2,
             claude_cli_path: "claude".to_string(),
             rest_interval: 60,
-            claude_default_args: vec!["-p".to_string()],
+            // Unattended jobs may edit files in their working directory without asking (and
+            // nothing more: no `--dangerously-skip-permissions`). `set-queue
+            // --claude-default-arg …` widens or narrows it per queue.
+            claude_default_args: ["-p", "--permission-mode", "acceptEdits"]
+                .map(String::from)
+                .to_vec(),
             max_job_runtime_seconds: 3600,
             launcher: None,
             resource_limits: None,

@@ -179,18 +179,27 @@ fn execute(store: &Store, queue: &QueueConfig, job: &mut Job, args: &WorkerArgs)
     match job.config.jobtype {
         JobType::Noop => noop(job),
         JobType::Claude => {
-            let Some(_file) = claude::command_file(&job.config.claude_command, &home, &cwd) else {
+            let Some(file) = claude::find_command(
+                &job.config.claude_command,
+                &home,
+                &cwd,
+                &claude::shipped_commands_dir(),
+            ) else {
                 return Outcome::fail(format!(
                     "Unknown Claude command: {}",
                     job.config.claude_command
                 ));
+            };
+            let prompt = match claude::prompt_for(job, &file) {
+                Ok(p) => p,
+                Err(e) => return Outcome::fail(e),
             };
             let args_v = claude::claude_args(queue, job);
             let json = claude::wants_json(&args_v);
             let cmd = AgentCommand {
                 program: queue.claude_cli_path.clone(),
                 args: args_v,
-                prompt: claude::claude_prompt(job),
+                prompt,
                 cwd,
                 env,
                 switch_to: switch.then(|| run_as.clone()),
