@@ -766,8 +766,11 @@ fn the_four_agent_commands_work_out_of_the_box() {
         )
     };
     // The fake claude answers with the prompt it got: the shipped command's text.
-    let (_, out) = agent(&["research-code", "--project", "P"]);
+    let (_, out) = agent(&["research-code", "--project", "P", "--task", "STDERR=careful"]);
     assert!(out.contains("code research"), "{out}");
+    // runtime.output keeps stderr too, after stdout (PRD §4.6).
+    assert!(out.ends_with("\n--- stderr ---\ncareful"), "{out}");
+    assert!(out.starts_with('{'), "stdout (Claude's JSON) comes first: {out}");
     let (prd, out) = agent(&["create-prd", "--project", "P", "--task", "Make it fast"]);
     assert!(out.contains("product requirements document"), "{out}");
     assert!(out.contains("Make it fast"), "{out}");
