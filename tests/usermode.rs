@@ -766,11 +766,20 @@ fn the_four_agent_commands_work_out_of_the_box() {
         )
     };
     // The fake claude answers with the prompt it got: the shipped command's text.
-    let (_, out) = agent(&["research-code", "--project", "P", "--task", "STDERR=careful"]);
+    let (_, out) = agent(&[
+        "research-code",
+        "--project",
+        "P",
+        "--task",
+        "STDERR=careful",
+    ]);
     assert!(out.contains("code research"), "{out}");
     // runtime.output keeps stderr too, after stdout (PRD §4.6).
     assert!(out.ends_with("\n--- stderr ---\ncareful"), "{out}");
-    assert!(out.starts_with('{'), "stdout (Claude's JSON) comes first: {out}");
+    assert!(
+        out.starts_with('{'),
+        "stdout (Claude's JSON) comes first: {out}"
+    );
     let (prd, out) = agent(&["create-prd", "--project", "P", "--task", "Make it fast"]);
     assert!(out.contains("product requirements document"), "{out}");
     assert!(out.contains("Make it fast"), "{out}");
@@ -782,4 +791,82 @@ fn the_four_agent_commands_work_out_of_the_box() {
     assert!(out.contains("planning the implementation"), "{out}");
     let (_, out) = agent(&["implement-tasks", "--project", "P", "--prd", &prd]);
     assert!(out.contains("Implementation report"), "{out}");
+}
+
+/// `orchestrator demo`: the main job in one command, as a plain user with whatever bus there
+/// is — none, a free session bus, or one where the user's own orchestrator already owns the
+/// name — each step printed with its time, then the result; the store is removed unless
+/// `--keep`.
+#[test]
+fn demo_runs_the_whole_path_with_or_without_a_bus() {
+    let u = User::new();
+    let demo = |sees: Sees<'_>, args: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_orchestrator"));
+        u.scope(&mut c, sees);
+        c.env_remove("AGENT_STORE_ROOT")
+            .env_remove("ANTHROPIC_API_KEY")
+            .env("TMPDIR", u.env.dir.path())
+            .arg("demo")
+            .args(args);
+        c.output().unwrap()
+    };
+    let steps = [
+        "store created: ",
+        "orchestratord started (pid ",
+        "queue-manager poplar started (pid ",
+        "message sent: research-code --project hello",
+        "Job queued: ",
+        "job finished",
+        "Result (finished):\nNo-op job completed successfully\n",
+    ];
+    let check = |o: &Output, via: &str| {
+        let out = text(&o.stdout);
+        assert!(o.status.success(), "{out}\n{}", text(&o.stderr));
+        let mut at = 0;
+        for s in steps {
+            let found = out[at..]
+                .find(s)
+                .unwrap_or_else(|| panic!("{s:?} missing (in order) from:\n{out}"));
+            at += found + s.len();
+        }
+        assert!(out.contains(&format!("answered ({via})")), "{out}");
+        assert!(
+            out.lines()
+                .filter(|l| l.starts_with('['))
+                .all(|l| l.contains("s] ")),
+            "every step has its time:\n{out}"
+        );
+        out
+    };
+    let leftovers = || {
+        std::fs::read_dir(u.env.dir.path())
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with("agentstore-demo-")
+            })
+            .count()
+    };
+    // No bus at all: the inbox.
+    let out = check(&demo(Sees::Nothing, &[]), "inbox");
+    assert!(out.contains("bus: none"), "{out}");
+    assert_eq!(leftovers(), 0, "the throwaway store was not removed");
+    // A free session bus: D-Bus.
+    let bus = PrivateBus::start();
+    let out = check(&demo(Sees::Bus(&bus), &[]), "D-Bus");
+    assert!(out.contains("bus: session"), "{out}");
+    // The user's own orchestrator owns the name: the demo runs beside it, through the inbox,
+    // and never sends to it.
+    let _theirs = u.daemon(
+        env!("CARGO_BIN_EXE_orchestratord"),
+        &u.env.root,
+        Sees::Bus(&bus),
+        &["--idle-exit", "0"],
+    );
+    wait_for_name(&bus, "org.agentstore.Orchestrator1");
+    check(&demo(Sees::Bus(&bus), &["--keep"]), "inbox");
+    assert!(json_files(&u.env.root.join("messaging/processed_inbox")).is_empty());
+    assert_eq!(leftovers(), 1, "--keep keeps the store");
 }

@@ -471,6 +471,37 @@ fn send(g: &GlobalArgs, out: &mut dyn Write, msg: Message) -> CliResult {
     }
 }
 
+/// Delivers `msg` to orchestratord (over D-Bus when one serves this store, else through
+/// the inbox, waiting `--follow` seconds for the answer) and returns the answer and how it
+/// came ("D-Bus" or "inbox").
+pub(super) fn submit(
+    g: &GlobalArgs,
+    store: &Store,
+    msg: &Message,
+) -> Result<(Message, &'static str), CliError> {
+    let text = serde_json::to_string(msg).map_err(|e| CliError::new(e.to_string()))?;
+    if let Some(answer) = try_dbus(g, store, &text)? {
+        let name = format!("{}.json", msg.correlation_id);
+        let left = store.outbox().join(&name);
+        if left.exists() {
+            let _ = std::fs::create_dir_all(store.processed_outbox());
+            let _ = move_no_replace(&left, &store.processed_outbox().join(&name));
+        }
+        return Ok((answer, "D-Bus"));
+    }
+    precheck(store, msg)?;
+    let g = GlobalArgs {
+        follow: Some(g.follow.unwrap_or(60)),
+        ..g.clone()
+    };
+    match deliver_inbox(&g, store, msg)? {
+        Delivery::Inbox {
+            answer: Some(m), ..
+        } => Ok((m, "inbox")),
+        _ => Err(CliError::new("no answer from orchestratord")),
+    }
+}
+
 /// What the inbox path can say before the orchestrator answers: the answer it will give
 /// (same job id, queue and job path), with `status: "queued"`.
 fn pending_answer(store: &Store, msg: &Message, queue: Option<&str>) -> Message {

@@ -5,6 +5,7 @@ mod admin;
 mod agent;
 mod browse;
 mod daemon;
+mod demo;
 mod jobs;
 mod remote;
 pub mod render;
@@ -185,6 +186,11 @@ pub enum Command {
         #[command(subcommand)]
         action: daemon::DaemonAction,
     },
+    /// Run the whole job path once, no root, no network: a throwaway store, orchestratord and
+    /// a queue manager as children (session bus if present, else none), one research-code
+    /// job (the built-in no-op, or the real Claude Code when `claude` and a key are present),
+    /// each step with its time, then the result. --keep leaves the store to explore.
+    Demo(demo::DemoArgs),
     /// Cancel a queued or running job (asks its queue manager over D-Bus).
     CancelJob {
         /// Job id.
@@ -358,6 +364,7 @@ pub fn run(cli: Cli) -> CliResult {
         Command::ImplementTasks(a) => agent::with_prd(g, &mut out, "implement-tasks", a),
         Command::CreateEnvironment(a) => agent::create_environment(g, &mut out, a),
         Command::Daemon { action } => daemon::run(g, &mut out, action),
+        Command::Demo(a) => demo::run(g, &mut out, a),
         Command::CancelJob { job_id } => jobs::cancel_job(g, &mut out, &job_id),
         Command::Logs { job_id } => jobs::logs(g, &mut out, &job_id),
     }
