@@ -870,3 +870,118 @@ fn demo_runs_the_whole_path_with_or_without_a_bus() {
     assert!(json_files(&u.env.root.join("messaging/processed_inbox")).is_empty());
     assert_eq!(leftovers(), 1, "--keep keeps the store");
 }
+
+/// `orchestrator setup` walks a new user through per-user mode and can be run again: the
+/// store, the user document and login, a project, the queue this machine serves, the
+/// config and unit drop-ins that point the user units at a store outside the default place.
+#[test]
+fn setup_is_complete_and_rerunnable() {
+    let t = tempfile::tempdir().unwrap();
+    let home = t.path().join("home");
+    let run_dir = t.path().join("run");
+    let store = t.path().join("Research/AgentStore");
+    let project = t.path().join("code/hello");
+    for d in [&home, &run_dir, &project] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let cli = |root: Option<&Path>, args: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_orchestrator"));
+        c.env("HOME", &home)
+            .env("XDG_RUNTIME_DIR", &run_dir)
+            .env_remove("XDG_CONFIG_HOME")
+            .env_remove("DBUS_SESSION_BUS_ADDRESS")
+            .env_remove("AGENTSTORE_BUS")
+            .env_remove("AGENTSTORE_MODE")
+            .env_remove("AGENT_STORE_ROOT")
+            .env(
+                "DBUS_SYSTEM_BUS_ADDRESS",
+                format!("unix:path={}", run_dir.join("none").display()),
+            );
+        if let Some(r) = root {
+            c.env("AGENT_STORE_ROOT", r);
+        }
+        c.args(args).output().unwrap()
+    };
+    let setup = [
+        "setup",
+        "--project",
+        "hello",
+        "--directory",
+        project.to_str().unwrap(),
+        "--serve-queue",
+        "oak",
+    ];
+    let first = cli(Some(&store), &setup);
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    let out = text(&first.stdout);
+    for want in [
+        "user ",
+        "added",
+        "queue      oak added",
+        "project    hello added",
+        "no systemd user manager",
+    ] {
+        assert!(out.contains(want), "{want:?} missing:\n{out}");
+    }
+    let cfg = std::fs::read_to_string(home.join(".config/agentstore/config.yaml")).unwrap();
+    let canon = std::fs::canonicalize(&store).unwrap();
+    assert!(
+        cfg.contains(&format!("agent_store_root: {}", canon.display())),
+        "{cfg}"
+    );
+    let dropin = std::fs::read_to_string(
+        home.join(".config/systemd/user/queue-manager@.path.d/agentstore-store.conf"),
+    )
+    .unwrap();
+    assert!(
+        dropin.contains(&format!(
+            "DirectoryNotEmpty={}/Queues/%i/Jobs/queued_jobs",
+            canon.display()
+        )),
+        "{dropin}"
+    );
+    assert!(
+        home.join(".config/systemd/user/agentstore-orchestrator.path.d/agentstore-store.conf")
+            .is_file()
+    );
+    // Without AGENT_STORE_ROOT, the CLI (and so the user units) now find that store, logged in
+    // as the new user, with the project current.
+    let o = cli(None, &["--format", "json", "view-project", "hello"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let p: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(p["default_queue"], "oak");
+    assert_eq!(p["directory"], project.to_str().unwrap());
+    let session: Value =
+        serde_json::from_slice(&std::fs::read(home.join(".orchestrator_config.json")).unwrap())
+            .unwrap();
+    assert_eq!(session["project"], "hello");
+    assert!(session["username"].is_string());
+    // Again: nothing changes, everything is reported as there.
+    let before = std::fs::read(store.join("projects/hello/project.json")).unwrap();
+    let again = cli(None, &setup);
+    assert!(again.status.success(), "{}", text(&again.stderr));
+    let out = text(&again.stdout);
+    for want in [
+        "already complete",
+        "exists",
+        "queue      oak exists",
+        "unchanged",
+    ] {
+        assert!(out.contains(want), "{want:?} missing:\n{out}");
+    }
+    assert_eq!(
+        before,
+        std::fs::read(store.join("projects/hello/project.json")).unwrap()
+    );
+    // A config naming another store is not overwritten: a clear error, exit 1.
+    let other = t.path().join("Other");
+    let o = cli(Some(&other), &["setup"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stdout));
+    assert!(
+        text(&o.stderr).contains("config.yaml exists and does not name"),
+        "{}",
+        text(&o.stderr)
+    );
+    let cfg2 = std::fs::read_to_string(home.join(".config/agentstore/config.yaml")).unwrap();
+    assert_eq!(cfg, cfg2);
+}

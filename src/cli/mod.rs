@@ -10,6 +10,7 @@ mod jobs;
 mod remote;
 pub mod render;
 mod session;
+mod setup;
 
 pub use render::Format;
 pub use session::{Session, session_path};
@@ -191,6 +192,10 @@ pub enum Command {
     /// job (the built-in no-op, or the real Claude Code when `claude` and a key are present),
     /// each step with its time, then the result. --keep leaves the store to explore.
     Demo(demo::DemoArgs),
+    /// Set up per-user mode on this machine, re-runnable: the store, your user document and
+    /// login, a project (--project/--directory), the queue this machine serves, the config and
+    /// unit drop-ins that point the user units at the store, and `agentstore.target` enabled.
+    Setup(setup::SetupArgs),
     /// Cancel a queued or running job (asks its queue manager over D-Bus).
     CancelJob {
         /// Job id.
@@ -365,6 +370,7 @@ pub fn run(cli: Cli) -> CliResult {
         Command::CreateEnvironment(a) => agent::create_environment(g, &mut out, a),
         Command::Daemon { action } => daemon::run(g, &mut out, action),
         Command::Demo(a) => demo::run(g, &mut out, a),
+        Command::Setup(a) => setup::run(g, &mut out, a),
         Command::CancelJob { job_id } => jobs::cancel_job(g, &mut out, &job_id),
         Command::Logs { job_id } => jobs::logs(g, &mut out, &job_id),
     }
