@@ -84,7 +84,8 @@ async fn idle(root: PathBuf, queue: String, limit: Duration) {
     }
 }
 
-/// True when `queue` has a queued job, or a running job of this host (or of no host yet).
+/// True when `queue` has anything in `queued_jobs/`, or a running job of this host (or of
+/// no host yet).
 /// Anything unreadable counts as busy: never exit on a doubt.
 fn busy(root: &Path, queue: &str, host: &str) -> bool {
     let Ok(store) = agentstore::store::Store::open(root) else {
@@ -105,9 +106,12 @@ fn busy(root: &Path, queue: &str, host: &str) -> bool {
             })
             .collect())
     };
-    match has_json(JobStatus::Queued) {
-        Ok(v) if v.is_empty() => {}
-        _ => return true,
+    // Any entry at all, not only jobs: `queue-manager@.path` (DirectoryNotEmpty) would start
+    // the manager again at once for a stray file, so such a file keeps it up instead.
+    let queued_empty = std::fs::read_dir(store.jobs_dir(queue, JobStatus::Queued))
+        .is_ok_and(|mut rd| rd.next().is_none());
+    if !queued_empty {
+        return true;
     }
     let Ok(running) = has_json(JobStatus::Running) else {
         return true;
