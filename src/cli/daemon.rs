@@ -64,7 +64,7 @@ fn live(bus: BusKind) -> Option<serde_json::Value> {
 }
 
 pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, action: DaemonAction) -> CliResult {
-    let bus = g.first_bus();
+    let bus = g.store_bus();
     match action {
         DaemonAction::Start | DaemonAction::Stop => {
             let verb = if matches!(action, DaemonAction::Start) {

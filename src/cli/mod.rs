@@ -87,6 +87,23 @@ impl GlobalArgs {
             .copied()
             .unwrap_or(crate::bus::BusKind::System)
     }
+
+    /// The bus of the daemons serving this CLI's store: with `--bus auto` (and no
+    /// `AGENTSTORE_BUS`), the system bus when the store came from the system configuration
+    /// (the packaged system store), else [`first_bus`](Self::first_bus).
+    pub fn store_bus(&self) -> crate::bus::BusKind {
+        let explicit = self.bus != crate::bus::BusChoice::Auto
+            || std::env::var_os("AGENTSTORE_BUS").is_some_and(|v| !v.is_empty());
+        if !explicit {
+            let (_, source) = resolve_root(self.root.as_deref());
+            if source
+                == crate::store::RootSource::ConfigFile(PathBuf::from(crate::store::SYSTEM_CONFIG))
+            {
+                return crate::bus::BusKind::System;
+            }
+        }
+        self.first_bus()
+    }
 }
 
 /// The commands.
