@@ -30,7 +30,7 @@ pub struct DemoArgs {
     pub timeout: u64,
     /// The job type: noop (the built-in no-op), claude (the real Claude Code with the
     /// shipped code-researcher command), or auto: claude when `claude` is on PATH and an
-    /// ANTHROPIC_API_KEY is set, else noop.
+    /// ANTHROPIC_API_KEY is set (or ~/.claude/.credentials.json exists), else noop.
     #[arg(long, value_parser = ["auto", "noop", "claude"], default_value = "auto")]
     pub jobtype: String,
 }
@@ -256,9 +256,10 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, a: DemoArgs) -> CliResult
         "claude" => true,
         "noop" => false,
         _ => {
-            on_path("claude")
-                && std::env::var_os("ANTHROPIC_API_KEY").is_some_and(|k| !k.is_empty())
-                && shipped.is_some()
+            let key = std::env::var_os("ANTHROPIC_API_KEY").is_some_and(|k| !k.is_empty())
+                || crate::store::home_dir()
+                    .is_some_and(|h| h.join(".claude/.credentials.json").is_file());
+            on_path("claude") && key && shipped.is_some()
         }
     };
     if real && shipped.is_none() {
@@ -391,7 +392,7 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, a: DemoArgs) -> CliResult
             if real {
                 "jobtype claude: the real Claude Code"
             } else {
-                "jobtype noop: claude or ANTHROPIC_API_KEY absent"
+                "jobtype noop: no claude with a key here"
             },
             msg.correlation_id
         ),
