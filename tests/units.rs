@@ -48,7 +48,9 @@ fn stage_units(dir: &Path, to: &Path) -> Vec<PathBuf> {
         let p = e.unwrap().path();
         let name = p.file_name().unwrap().to_string_lossy().into_owned();
         if !p.is_file()
-            || !(name.ends_with(".service") || name.ends_with(".path") || name.ends_with(".timer"))
+            || ![".service", ".path", ".timer", ".target"]
+                .iter()
+                .any(|ext| name.ends_with(ext))
         {
             continue;
         }
@@ -117,9 +119,9 @@ fn units_pass_systemd_analyze_verify() {
     let user = stage_units(&repo("systemd/user"), &tmp.path().join("user"));
     assert_eq!(
         user.len(),
-        6,
+        7,
         "systemd/user/ should hold the service, path and timer units of the orchestrator and \
-         of queue-manager@"
+         of queue-manager@, and agentstore.target"
     );
     verify(&user, true);
 

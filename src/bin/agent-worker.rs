@@ -20,7 +20,7 @@ fn main() -> ExitCode {
 
 fn run() -> anyhow::Result<agentstore::model::JobStatus> {
     let a = Args::parse();
-    let (root, _) = agentstore::store::resolve_root(a.root.as_deref());
+    let (root, _) = agentstore::store::resolve_daemon_root(a.root.as_deref());
     let args = agentstore::worker::WorkerArgs {
         root,
         queue: a.queue,

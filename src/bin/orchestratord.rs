@@ -2,7 +2,7 @@
 #![deny(unsafe_code)]
 
 use agentstore::orchestrator::daemon::{Args, DaemonError, DaemonOptions, run};
-use agentstore::store::resolve_root;
+use agentstore::store::resolve_daemon_root;
 use clap::Parser;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -10,10 +10,14 @@ use std::time::Duration;
 fn main() -> ExitCode {
     let args = Args::parse();
     agentstore::systemd::init_logging("orchestratord", "info");
-    let (root, _) = resolve_root(args.root.as_deref());
+    let (root, _) = resolve_daemon_root(args.root.as_deref());
     let opts = DaemonOptions {
         root,
-        bus: (!args.no_bus).then_some(args.bus),
+        bus: if args.no_bus {
+            None
+        } else {
+            args.bus.for_daemon()
+        },
         idle_exit: args.idle_exit.map(Duration::from_secs),
         sweep_interval: args.sweep_interval.map(Duration::from_secs),
         no_inotify: args.no_inotify,

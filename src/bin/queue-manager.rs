@@ -2,11 +2,13 @@
 //! logging, signals, sd_notify.
 #![deny(unsafe_code)]
 
-use agentstore::queue::args::{Args, BusArg};
+use agentstore::bus::BusKind;
+use agentstore::queue::args::Args;
 use agentstore::queue::{BusTarget, Manager, ManagerConfig, QueueError, default_worker_path};
 use anyhow::Context;
 use clap::Parser;
 use std::process::ExitCode;
+use std::time::Duration;
 
 fn main() -> ExitCode {
     let args = Args::parse();
@@ -34,12 +36,18 @@ fn main() -> ExitCode {
 }
 
 async fn serve(args: Args) -> anyhow::Result<()> {
-    let (root, _) = agentstore::store::resolve_root(args.root.as_deref());
-    let mut cfg = ManagerConfig::new(root, &args.queue);
-    cfg.bus = match args.bus {
-        BusArg::System => BusTarget::System,
-        BusArg::Session => BusTarget::Session,
-        BusArg::None => BusTarget::None,
+    let (root, _) = agentstore::store::resolve_daemon_root(args.root.as_deref());
+    let idle_exit = match args.idle_exit {
+        Some(s) => s,
+        None => agentstore::store::Store::open(&root)
+            .map(|s| s.config().orchestrator.idle_exit_seconds)
+            .unwrap_or(0),
+    };
+    let mut cfg = ManagerConfig::new(root.clone(), &args.queue);
+    cfg.bus = match args.bus.for_daemon() {
+        Some(BusKind::System) => BusTarget::System,
+        Some(BusKind::Session) => BusTarget::Session,
+        None => BusTarget::None,
     };
     cfg.launcher = args.launcher;
     cfg.worker = args.worker.unwrap_or_else(default_worker_path);
@@ -51,10 +59,15 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         args.queue,
         manager.launcher_name()
     ));
-    manager
-        .run(async {
-            agentstore::systemd::shutdown_signal().await;
-        })
-        .await?;
+    let queue = args.queue.clone();
+    let stop = async move {
+        tokio::select! {
+            _ = agentstore::systemd::shutdown_signal() => {}
+            () = agentstore::queue::idle::idle_exit(root, queue, Duration::from_secs(idle_exit)) => {
+                agentstore::systemd::notify_stopping("idle: nothing queued or running");
+            }
+        }
+    };
+    manager.run(stop).await?;
     Ok(())
 }

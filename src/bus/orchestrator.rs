@@ -254,6 +254,7 @@ fn submit_blocking(
         .lock()
         .map_err(|_| BusError::Failed("routing lock poisoned".into()))?;
     let outcome = orchestrator::handle(store, &msg, &who);
+    leave_in_outbox(store, &msg, &outcome);
     shared.messages_processed.fetch_add(1, Ordering::Relaxed);
     if outcome.error.is_some() {
         shared.errors.fetch_add(1, Ordering::Relaxed);
@@ -281,6 +282,27 @@ fn submit_blocking(
     }
     tracing::info!(correlation_id = %msg.correlation_id, "answered {} over D-Bus", msg.command);
     Ok(outcome)
+}
+
+/// The audit trail (PRD §4.2, issue 11): the answer to a D-Bus submission that does
+/// something (agent commands, create-environment; not the read-only browsing commands) is
+/// also written to `messaging/outbox/<correlation_id>.json`, as a file submission's would be,
+/// so other machines see it through the synced folder. An answer already there (a reused
+/// correlation id) is never replaced; a failure to write is logged and does not fail the call.
+fn leave_in_outbox(store: &crate::store::Store, msg: &Message, outcome: &orchestrator::Outcome) {
+    if orchestrator::commands::is_direct(&msg.command)
+        || !crate::model::is_safe_id(&msg.correlation_id)
+    {
+        return;
+    }
+    let name = format!("{}.json", msg.correlation_id);
+    let path = store.outbox().join(&name);
+    if path.exists() || store.processed_outbox().join(&name).exists() {
+        return;
+    }
+    if let Err(e) = store.write_doc(DocKind::Message, &path, &outcome.response) {
+        tracing::warn!(correlation_id = %msg.correlation_id, "cannot leave the answer in the outbox: {e}");
+    }
 }
 
 /// Client side of `org.agentstore.Orchestrator1`.

@@ -321,56 +321,142 @@ pub(super) fn add_project(g: &GlobalArgs, out: &mut dyn Write, a: AddProjectArgs
     created(g, out, &store, &path, &project)
 }
 
+/// The queue settings `add-queue` and `set-queue` take: every field of the queue's
+/// `config` (PRD §4.5 and the extensions). `add-queue` fills what is not given from the
+/// defaults; `set-queue` changes only what is given.
+#[derive(Debug, Args, Clone, Default)]
+pub struct QueueFields {
+    /// Maximum simultaneous jobs (default 2).
+    #[arg(long)]
+    pub worker_count: Option<u32>,
+    /// Command that runs Claude Code (default `claude`).
+    #[arg(long)]
+    pub claude_cli_path: Option<String>,
+    /// Seconds between backstop sweeps (default 60).
+    #[arg(long)]
+    pub rest_interval: Option<u64>,
+    /// Default job timeout in seconds (default 3600).
+    #[arg(long)]
+    pub max_job_runtime_seconds: Option<u64>,
+    /// Arguments given to every Claude job; repeat it, once per argument, to replace the
+    /// whole list (e.g. --claude-default-arg=-p --claude-default-arg=--permission-mode
+    /// --claude-default-arg=acceptEdits). Default: -p --permission-mode acceptEdits.
+    #[arg(
+        long = "claude-default-arg",
+        value_name = "ARG",
+        allow_hyphen_values = true
+    )]
+    pub claude_default_args: Vec<String>,
+    /// Give Claude jobs no default arguments at all.
+    #[arg(long, conflicts_with = "claude_default_args")]
+    pub no_claude_default_args: bool,
+    /// How jobs are started.
+    #[arg(long, value_enum)]
+    pub launcher: Option<LauncherArg>,
+    /// MemoryMax= for each job (e.g. 4G; "" removes it).
+    #[arg(long)]
+    pub memory_max: Option<String>,
+    /// CPUQuota= for each job (e.g. 200%; "" removes it).
+    #[arg(long)]
+    pub cpu_quota: Option<String>,
+    /// TasksMax= for each job (0 removes it).
+    #[arg(long)]
+    pub tasks_max: Option<u64>,
+    /// Command that runs the built-in agent (default `agentshell`; "" restores it).
+    #[arg(long)]
+    pub agentshell_path: Option<String>,
+}
+
+impl QueueFields {
+    /// Applies the given fields to `c`.
+    fn apply(self, c: &mut QueueConfig) -> Result<(), CliError> {
+        if self.worker_count == Some(0) {
+            return Err(CliError::new("--worker-count must be at least 1"));
+        }
+        if let Some(v) = self.worker_count {
+            c.worker_count = v;
+        }
+        if let Some(v) = self.claude_cli_path {
+            if v.trim().is_empty() {
+                return Err(CliError::new("--claude-cli-path must not be empty"));
+            }
+            c.claude_cli_path = v;
+        }
+        if let Some(v) = self.rest_interval {
+            c.rest_interval = v;
+        }
+        if let Some(v) = self.max_job_runtime_seconds {
+            c.max_job_runtime_seconds = v;
+        }
+        if self.no_claude_default_args {
+            c.claude_default_args.clear();
+        } else if !self.claude_default_args.is_empty() {
+            c.claude_default_args = self.claude_default_args;
+        }
+        if let Some(l) = self.launcher {
+            c.launcher = Some(l);
+        }
+        let mut limits = c.resource_limits.clone().unwrap_or_default();
+        if let Some(m) = self.memory_max {
+            limits.memory_max = (!m.is_empty()).then_some(serde_json::Value::String(m));
+        }
+        if let Some(q) = self.cpu_quota {
+            limits.cpu_quota = (!q.is_empty()).then_some(q);
+        }
+        if let Some(t) = self.tasks_max {
+            limits.tasks_max = (t != 0).then_some(t);
+        }
+        c.resource_limits = (limits != ResourceLimits::default()).then_some(limits);
+        if let Some(a) = self.agentshell_path {
+            c.agentshell_path = (!a.is_empty()).then_some(a);
+        }
+        Ok(())
+    }
+}
+
 /// `add-queue` options.
 #[derive(Debug, Args)]
 pub struct AddQueueArgs {
     /// Queue name.
     pub id: String,
-    /// Maximum simultaneous jobs.
-    #[arg(long, default_value_t = 2)]
-    pub worker_count: u32,
-    /// Command that runs Claude Code.
-    #[arg(long, default_value = "claude")]
-    pub claude_cli_path: String,
-    /// Seconds between backstop sweeps.
-    #[arg(long, default_value_t = 60)]
-    pub rest_interval: u64,
-    /// Default job timeout in seconds.
-    #[arg(long, default_value_t = 3600)]
-    pub max_job_runtime_seconds: u64,
-    /// How jobs are started.
-    #[arg(long, value_enum)]
-    pub launcher: Option<LauncherArg>,
-    /// MemoryMax= for each job (e.g. 4G).
-    #[arg(long)]
-    pub memory_max: Option<String>,
-    /// CPUQuota= for each job (e.g. 200%).
-    #[arg(long)]
-    pub cpu_quota: Option<String>,
-    /// TasksMax= for each job.
-    #[arg(long)]
-    pub tasks_max: Option<u64>,
+    /// The settings.
+    #[command(flatten)]
+    pub fields: QueueFields,
 }
 
 pub(super) fn add_queue(g: &GlobalArgs, out: &mut dyn Write, a: AddQueueArgs) -> CliResult {
     let store = open_store(g)?;
-    let limits = ResourceLimits {
-        memory_max: a.memory_max.map(serde_json::Value::String),
-        cpu_quota: a.cpu_quota,
-        tasks_max: a.tasks_max,
-    };
-    let config = QueueConfig {
-        worker_count: a.worker_count,
-        claude_cli_path: a.claude_cli_path,
-        rest_interval: a.rest_interval,
-        max_job_runtime_seconds: a.max_job_runtime_seconds,
-        launcher: a.launcher,
-        resource_limits: (limits != ResourceLimits::default()).then_some(limits),
-        ..QueueConfig::defaults(&a.id)
-    };
+    let mut config = QueueConfig::defaults(&a.id);
+    a.fields.apply(&mut config)?;
     let path = store.add_queue(config)?;
     let queue = store.queue(&a.id)?;
     created(g, out, &store, &path, &queue)
+}
+
+/// `set-queue` options.
+#[derive(Debug, Args)]
+pub struct SetQueueArgs {
+    /// Queue name.
+    pub id: String,
+    /// The settings to change.
+    #[command(flatten)]
+    pub fields: QueueFields,
+}
+
+/// `set-queue NAME --field …`: changes the given config fields of an existing queue; its
+/// runtime (written by the queue manager) is kept. A running manager picks the change up
+/// on its next pass.
+pub(super) fn set_queue(g: &GlobalArgs, out: &mut dyn Write, a: SetQueueArgs) -> CliResult {
+    let store = open_store(g)?;
+    let mut queue = store.queue(&a.id)?;
+    a.fields.apply(&mut queue.config)?;
+    let path = store.queue_path(&a.id);
+    store.write_doc(DocKind::Queue, &path, &queue)?;
+    match g.format {
+        Format::Json => write_json(out, &queue)?,
+        Format::Text => writeln!(out, "Updated {}", store.relative(&path).display())?,
+    }
+    Ok(())
 }
 
 fn created(

@@ -6,11 +6,13 @@ use super::render::{Format, write_json};
 use super::{CliError, CliResult, GlobalArgs, Session, open_store};
 use crate::bus::BusKind;
 use crate::bus::orchestrator::Orchestrator1Proxy;
-use crate::model::{DocKind, Message, MessageSource, MessageStatus, Timestamp};
+use crate::model::{DocKind, JobStatus, Message, MessageSource, MessageStatus, Timestamp};
+use crate::orchestrator::RouteError;
 use crate::store::{Store, move_no_replace};
 use clap::Args;
 use serde_json::{Map, Value, json};
 use std::io::Write;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// Options shared by the agent commands.
@@ -182,7 +184,7 @@ pub(super) fn create_environment(g: &GlobalArgs, out: &mut dyn Write, a: EnvArgs
 enum Delivery {
     /// Answered over D-Bus.
     Answered(Message),
-    /// Written to the inbox; maybe answered from the outbox.
+    /// Written to the inbox; answered from the outbox when `--follow` waited for it.
     Inbox {
         path: std::path::PathBuf,
         answer: Option<Message>,
@@ -214,45 +216,168 @@ fn unreachable(e: &zbus::Error) -> bool {
     }
 }
 
+/// An orchestrator proxy that never caches properties (each read asks the daemon).
+async fn orchestrator_proxy(conn: &zbus::Connection) -> zbus::Result<Orchestrator1Proxy<'_>> {
+    Orchestrator1Proxy::builder(conn)
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await
+}
+
 pub(super) async fn submit_dbus(bus: BusKind, text: &str) -> zbus::Result<String> {
     let conn = bus
         .builder()
         .method_timeout(Duration::from_secs(120))
         .build()
         .await?;
-    let proxy = Orchestrator1Proxy::new(&conn).await?;
+    let proxy = orchestrator_proxy(&conn).await?;
     proxy.submit(text).await
 }
 
-fn deliver(g: &GlobalArgs, store: &Store, msg: &Message) -> Result<Delivery, CliError> {
-    let text = serde_json::to_string(msg).map_err(|e| CliError::new(e.to_string()))?;
-    let bus = g.bus.unwrap_or_else(BusKind::from_env);
-    if !g.no_dbus {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| CliError::new(e.to_string()))?;
-        match rt.block_on(submit_dbus(bus, &text)) {
-            Ok(resp) => {
-                let m: Message = serde_json::from_str(&resp)
-                    .map_err(|e| CliError::new(format!("bad answer from orchestratord: {e}")))?;
-                return Ok(Delivery::Answered(m));
+/// The same folder, as far as this machine can tell (both canonicalised when they exist).
+pub(super) fn same_root(a: &Path, b: &Path) -> bool {
+    let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    canon(a) == canon(b)
+}
+
+/// The first bus whose orchestratord serves `root` (asking for `StoreRoot` starts an
+/// activatable daemon), as a connection to submit on. Daemons of other stores are skipped:
+/// a message must never land in a store other than the CLI's own.
+async fn daemon_for_root(
+    buses: &[BusKind],
+    root: &Path,
+    verbose: bool,
+) -> Option<(BusKind, zbus::Connection)> {
+    for &bus in buses {
+        let attempt = async {
+            let conn = bus
+                .builder()
+                .method_timeout(Duration::from_secs(120))
+                .build()
+                .await?;
+            let served = orchestrator_proxy(&conn).await?.store_root().await?;
+            Ok::<_, zbus::Error>((conn, served))
+        };
+        match tokio::time::timeout(Duration::from_secs(30), attempt).await {
+            Ok(Ok((conn, served))) if same_root(Path::new(&served), root) => {
+                return Some((bus, conn));
             }
-            Err(zbus::Error::MethodError(name, detail, _))
-                if name.as_str().starts_with("org.agentstore.Error.") =>
-            {
-                return Err(CliError::new(detail.unwrap_or_else(|| name.to_string())));
-            }
-            Err(e) if unreachable(&e) => {
-                if g.verbose {
+            Ok(Ok((_, served))) => {
+                if verbose {
                     eprintln!(
-                        "orchestratord not reachable on the {bus} bus ({e}); using the inbox"
+                        "orchestratord on the {bus} bus serves {served}, not {}; not using it",
+                        root.display()
                     );
                 }
             }
-            Err(e) => return Err(CliError::new(format!("D-Bus: {e}"))),
+            Ok(Err(e)) => {
+                if verbose {
+                    eprintln!("no orchestratord on the {bus} bus ({e})");
+                }
+            }
+            Err(_) => {
+                if verbose {
+                    eprintln!("orchestratord on the {bus} bus did not answer within 30 s");
+                }
+            }
         }
     }
+    None
+}
+
+/// Submits over D-Bus to a daemon serving `store`; `Ok(None)` when there is none (or it
+/// went away), so the caller writes the inbox. The correlation id makes a retry through
+/// the inbox safe: the job id derives from it.
+fn try_dbus(g: &GlobalArgs, store: &Store, text: &str) -> Result<Option<Message>, CliError> {
+    let buses = g.client_buses();
+    if buses.is_empty() {
+        return Ok(None);
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::new(e.to_string()))?;
+    rt.block_on(async {
+        let Some((bus, conn)) = daemon_for_root(&buses, store.root(), g.verbose).await else {
+            return Ok(None);
+        };
+        let result = async { orchestrator_proxy(&conn).await?.submit(text).await }.await;
+        match result {
+            Ok(resp) => serde_json::from_str(&resp)
+                .map(Some)
+                .map_err(|e| CliError::new(format!("bad answer from orchestratord: {e}"))),
+            Err(zbus::Error::MethodError(name, detail, _))
+                if name.as_str().starts_with("org.agentstore.Error.") =>
+            {
+                Err(CliError::new(detail.unwrap_or_else(|| name.to_string())))
+            }
+            Err(e) if unreachable(&e) => {
+                if g.verbose {
+                    eprintln!("orchestratord on the {bus} bus went away ({e}); using the inbox");
+                }
+                Ok(None)
+            }
+            Err(e) => Err(CliError::new(format!("D-Bus: {e}"))),
+        }
+    })
+}
+
+/// The checks orchestratord makes before it answers (PRD §5.3 error handling), made here
+/// from the store when the message goes through the inbox, with the same messages: the
+/// user, the project (and the caller's right to it), the queue, the PRD, and venvman.
+/// Returns the queue the job will go to (agent commands).
+fn precheck(store: &Store, msg: &Message) -> Result<Option<String>, CliError> {
+    let fail = |e: RouteError| CliError::new(e.to_string());
+    let who = crate::orchestrator::caller_for_file(store, msg).map_err(fail)?;
+    let Some(project_id) = msg.project.as_deref() else {
+        return Ok(None);
+    };
+    let project = store
+        .project(project_id)
+        .map_err(|e| fail(RouteError::from(e)))?;
+    if msg.command == crate::orchestrator::commands::CREATE_ENVIRONMENT {
+        if !who.can_modify_project(&project) {
+            return Err(fail(RouteError::PermissionDenied(format!(
+                "project {project_id} belongs to {}",
+                project.owner
+            ))));
+        }
+        let program = crate::orchestrator::venvman_program();
+        if !on_path(&program) {
+            return Err(CliError::new(format!(
+                "venvman not installed: `{program}` was not found on PATH (install venvman, then retry)"
+            )));
+        }
+        return Ok(None);
+    }
+    if !who.can_see_project(&project) {
+        return Err(fail(RouteError::PermissionDenied(format!(
+            "project {} belongs to {}",
+            project.id, project.owner
+        ))));
+    }
+    let queue = crate::orchestrator::select_queue(store, msg, &project).map_err(fail)?;
+    if let Some(prd) = msg.content.get("prd").and_then(Value::as_str) {
+        store.find_prd(prd).map_err(|e| fail(RouteError::from(e)))?;
+    }
+    Ok(Some(queue))
+}
+
+/// True when `program` names an executable file, directly or on `PATH`.
+fn on_path(program: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        return executable(Path::new(program));
+    }
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| executable(&dir.join(program))))
+}
+
+/// Writes the message into the inbox; with `--follow N`, waits for its answer.
+fn deliver_inbox(g: &GlobalArgs, store: &Store, msg: &Message) -> Result<Delivery, CliError> {
     let path = store.inbox().join(format!("{}.json", msg.correlation_id));
     store.write_doc(DocKind::Message, &path, msg)?;
     let answer = match g.follow {
@@ -295,27 +420,161 @@ fn wait_for_answer(
 }
 
 fn send(g: &GlobalArgs, out: &mut dyn Write, msg: Message) -> CliResult {
+    let started = Instant::now();
     let store = open_store(g)?;
-    match deliver(g, &store, &msg)? {
+    let text = serde_json::to_string(&msg).map_err(|e| CliError::new(e.to_string()))?;
+    let mut queue = None;
+    let dbus = try_dbus(g, &store, &text);
+    if !matches!(dbus, Ok(None)) {
+        // The daemon also left its answer in the outbox (the audit trail other machines
+        // see); it has been delivered, so it moves on as a followed inbox answer does.
+        let name = format!("{}.json", msg.correlation_id);
+        let left = store.outbox().join(&name);
+        if left.exists() {
+            let _ = std::fs::create_dir_all(store.processed_outbox());
+            let _ = move_no_replace(&left, &store.processed_outbox().join(&name));
+        }
+    }
+    let delivery = match dbus? {
+        Some(answer) => Delivery::Answered(answer),
+        None => {
+            // No daemon serving this store: check here what it would check (same
+            // messages, exit 1), then write the inbox.
+            queue = precheck(&store, &msg)?;
+            deliver_inbox(g, &store, &msg)?
+        }
+    };
+    match delivery {
         Delivery::Answered(m)
         | Delivery::Inbox {
             answer: Some(m), ..
-        } => print_answer(g, out, &m),
+        } => {
+            print_answer(g, out, &m)?;
+            follow_job(g, out, &store, &m, started)
+        }
         Delivery::Inbox { path, answer: None } => {
+            let pending = pending_answer(&store, &msg, queue.as_deref());
             match g.format {
-                Format::Json => write_json(out, &msg)?,
-                Format::Text => writeln!(
-                    out,
-                    "Message queued: {} ({}); the answer will be in messaging/outbox/ — use --follow SECONDS to wait",
-                    msg.correlation_id,
-                    store.relative(&path).display()
-                )?,
+                Format::Json => write_json(out, &pending)?,
+                Format::Text => match pending.content.get("job_id").and_then(Value::as_str) {
+                    Some(job) => writeln!(out, "Job queued: {job}")?,
+                    None => writeln!(
+                        out,
+                        "Message queued: {} ({}); the answer will be in messaging/outbox/ — use --follow SECONDS to wait",
+                        msg.correlation_id,
+                        store.relative(&path).display()
+                    )?,
+                },
             }
             Ok(())
         }
     }
 }
 
+/// Delivers `msg` to orchestratord (over D-Bus when one serves this store, else through
+/// the inbox, waiting `--follow` seconds for the answer) and returns the answer and how it
+/// came ("D-Bus" or "inbox").
+pub(super) fn submit(
+    g: &GlobalArgs,
+    store: &Store,
+    msg: &Message,
+) -> Result<(Message, &'static str), CliError> {
+    let text = serde_json::to_string(msg).map_err(|e| CliError::new(e.to_string()))?;
+    if let Some(answer) = try_dbus(g, store, &text)? {
+        let name = format!("{}.json", msg.correlation_id);
+        let left = store.outbox().join(&name);
+        if left.exists() {
+            let _ = std::fs::create_dir_all(store.processed_outbox());
+            let _ = move_no_replace(&left, &store.processed_outbox().join(&name));
+        }
+        return Ok((answer, "D-Bus"));
+    }
+    precheck(store, msg)?;
+    let g = GlobalArgs {
+        follow: Some(g.follow.unwrap_or(60)),
+        ..g.clone()
+    };
+    match deliver_inbox(&g, store, msg)? {
+        Delivery::Inbox {
+            answer: Some(m), ..
+        } => Ok((m, "inbox")),
+        _ => Err(CliError::new("no answer from orchestratord")),
+    }
+}
+
+/// What the inbox path can say before the orchestrator answers: the answer it will give
+/// (same job id, queue and job path), with `status: "queued"`.
+fn pending_answer(store: &Store, msg: &Message, queue: Option<&str>) -> Message {
+    let mut content = Map::new();
+    if crate::orchestrator::commands::claude_command_for(&msg.command).is_some() {
+        let job = crate::orchestrator::job_id_for(&msg.correlation_id);
+        if let Some(q) = queue {
+            content.insert("queue".into(), json!(q));
+            let path = store.job_path(q, JobStatus::Queued, &job);
+            content.insert(
+                "job_path".into(),
+                json!(store.relative(&path).display().to_string()),
+            );
+        }
+        content.insert("job_id".into(), json!(job));
+    }
+    Message {
+        source: MessageSource::Orchestrator,
+        content,
+        status: MessageStatus::Queued,
+        ..msg.clone()
+    }
+}
+
+/// `--follow N` (text): after the answer, waits for the job until N seconds after the start,
+/// then prints its state: finished (exit 0), failed (exit 1), or still queued/running.
+fn follow_job(
+    g: &GlobalArgs,
+    out: &mut dyn Write,
+    store: &Store,
+    answer: &Message,
+    started: Instant,
+) -> CliResult {
+    let (Some(secs), Format::Text) = (g.follow, g.format) else {
+        return Ok(());
+    };
+    let Some(id) = answer.content.get("job_id").and_then(Value::as_str) else {
+        return Ok(());
+    };
+    out.flush()?;
+    let deadline = started + Duration::from_secs(secs);
+    loop {
+        let loc = match store.find_job(id) {
+            Ok(l) => Some(l),
+            // A rename between state folders can hide it for an instant: look again.
+            Err(crate::store::StoreError::NotFound { .. }) => None,
+            // The job folders are not readable here (the system store): nothing to follow.
+            Err(_) => return Ok(()),
+        };
+        let status = loc.as_ref().map(|l| l.status);
+        match status {
+            Some(JobStatus::Finished) => {
+                writeln!(out, "Job {id}: finished")?;
+                return Ok(());
+            }
+            Some(JobStatus::Failed) => {
+                let error = loc
+                    .and_then(|l| store.job(&l).ok())
+                    .and_then(|j| j.runtime.error)
+                    .unwrap_or_else(|| "no error recorded".into());
+                writeln!(out, "Job {id}: failed")?;
+                return Err(CliError::new(format!("job {id} failed: {error}")));
+            }
+            _ => {}
+        }
+        if Instant::now() >= deadline {
+            let name = status.map(|s| s.name()).unwrap_or("queued");
+            writeln!(out, "Job {id}: {name} (still, after {secs} s)")?;
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
 fn print_answer(g: &GlobalArgs, out: &mut dyn Write, m: &Message) -> CliResult {
     if g.format == Format::Json {
         write_json(out, m)?;

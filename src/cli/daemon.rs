@@ -26,7 +26,7 @@ pub enum DaemonAction {
 fn systemctl(bus: BusKind, args: &[&str]) -> Result<std::process::Output, CliError> {
     if !std::path::Path::new("/run/systemd/system").exists() {
         return Err(CliError::new(
-            "systemd is not running on this machine; run the daemon in the foreground instead: orchestratord --bus session",
+            "systemd is not running on this machine; run the daemon in the foreground instead: orchestratord (it uses the session bus when there is one, else none)",
         ));
     }
     let mut c = Command::new("systemctl");
@@ -64,7 +64,7 @@ fn live(bus: BusKind) -> Option<serde_json::Value> {
 }
 
 pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, action: DaemonAction) -> CliResult {
-    let bus = g.bus.unwrap_or_else(BusKind::from_env);
+    let bus = g.store_bus();
     match action {
         DaemonAction::Start | DaemonAction::Stop => {
             let verb = if matches!(action, DaemonAction::Start) {

@@ -5,10 +5,12 @@ mod admin;
 mod agent;
 mod browse;
 mod daemon;
+mod demo;
 mod jobs;
 mod remote;
 pub mod render;
 mod session;
+mod setup;
 
 pub use render::Format;
 pub use session::{Session, session_path};
@@ -58,12 +60,50 @@ pub struct GlobalArgs {
     /// Store folder (overrides AGENT_STORE_ROOT and config files).
     #[arg(long, global = true, value_name = "DIR")]
     pub root: Option<PathBuf>,
-    /// Bus orchestratord is on (default: $AGENTSTORE_BUS, else system).
-    #[arg(long, global = true, value_enum)]
-    pub bus: Option<crate::bus::BusKind>,
-    /// Never use D-Bus: write agent commands into the inbox.
-    #[arg(long, global = true)]
+    /// Bus to find orchestratord on: auto (the session bus if there is one, then the system
+    /// bus; $AGENTSTORE_BUS=session|system|none narrows it), system, session, or none (write
+    /// agent commands into the inbox). Only a daemon serving this store is used.
+    #[arg(long, global = true, value_enum, default_value_t = crate::bus::BusChoice::Auto)]
+    pub bus: crate::bus::BusChoice,
+    /// Deprecated spelling of `--bus none`.
+    #[arg(long, global = true, hide = true)]
     pub no_dbus: bool,
+}
+
+impl GlobalArgs {
+    /// The buses to look for orchestratord on, in order (empty: inbox only).
+    pub fn client_buses(&self) -> Vec<crate::bus::BusKind> {
+        if self.no_dbus {
+            return Vec::new();
+        }
+        self.bus.client_buses()
+    }
+
+    /// The one bus for commands that need one (systemctl, queue managers): the first to try,
+    /// else the system bus.
+    pub fn first_bus(&self) -> crate::bus::BusKind {
+        self.client_buses()
+            .first()
+            .copied()
+            .unwrap_or(crate::bus::BusKind::System)
+    }
+
+    /// The bus of the daemons serving this CLI's store: with `--bus auto` (and no
+    /// `AGENTSTORE_BUS`), the system bus when the store came from the system configuration
+    /// (the packaged system store), else [`first_bus`](Self::first_bus).
+    pub fn store_bus(&self) -> crate::bus::BusKind {
+        let explicit = self.bus != crate::bus::BusChoice::Auto
+            || std::env::var_os("AGENTSTORE_BUS").is_some_and(|v| !v.is_empty());
+        if !explicit {
+            let (_, source) = resolve_root(self.root.as_deref());
+            if source
+                == crate::store::RootSource::ConfigFile(PathBuf::from(crate::store::SYSTEM_CONFIG))
+            {
+                return crate::bus::BusKind::System;
+            }
+        }
+        self.first_bus()
+    }
 }
 
 /// The commands.
@@ -146,6 +186,8 @@ pub enum Command {
     AddProject(admin::AddProjectArgs),
     /// Add a queue and its job folders.
     AddQueue(admin::AddQueueArgs),
+    /// Change settings of an existing queue (any config field; the runtime is kept).
+    SetQueue(admin::SetQueueArgs),
     /// Create a PRD from a description (agent command; prints "Job queued: <id>").
     CreatePrd(agent::AgentArgs),
     /// Research the project's code and document it (agent command).
@@ -162,6 +204,15 @@ pub enum Command {
         #[command(subcommand)]
         action: daemon::DaemonAction,
     },
+    /// Run the whole job path once, no root, no network: a throwaway store, orchestratord and
+    /// a queue manager as children (session bus if present, else none), one research-code
+    /// job (the built-in no-op, or the real Claude Code when `claude` and a key are present),
+    /// each step with its time, then the result. --keep leaves the store to explore.
+    Demo(demo::DemoArgs),
+    /// Set up per-user mode on this machine, re-runnable: the store, your user document and
+    /// login, a project (--project/--directory), the queue this machine serves, the config and
+    /// unit drop-ins that point the user units at the store, and `agentstore.target` enabled.
+    Setup(setup::SetupArgs),
     /// Cancel a queued or running job (asks its queue manager over D-Bus).
     CancelJob {
         /// Job id.
@@ -310,12 +361,15 @@ pub fn run(cli: Cli) -> CliResult {
         Command::AddUser(a) => admin::add_user(g, &mut out, a),
         Command::AddProject(a) => admin::add_project(g, &mut out, a),
         Command::AddQueue(a) => admin::add_queue(g, &mut out, a),
+        Command::SetQueue(a) => admin::set_queue(g, &mut out, a),
         Command::CreatePrd(a) => agent::simple(g, &mut out, "create-prd", a),
         Command::ResearchCode(a) => agent::simple(g, &mut out, "research-code", a),
         Command::CreateTasks(a) => agent::with_prd(g, &mut out, "create-tasks", a),
         Command::ImplementTasks(a) => agent::with_prd(g, &mut out, "implement-tasks", a),
         Command::CreateEnvironment(a) => agent::create_environment(g, &mut out, a),
         Command::Daemon { action } => daemon::run(g, &mut out, action),
+        Command::Demo(a) => demo::run(g, &mut out, a),
+        Command::Setup(a) => setup::run(g, &mut out, a),
         Command::CancelJob { job_id } => jobs::cancel_job(g, &mut out, &job_id),
         Command::Logs { job_id } => jobs::logs(g, &mut out, &job_id),
     }

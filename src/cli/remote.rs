@@ -8,7 +8,6 @@ use super::browse::{
 };
 use super::render::{Format, write_json};
 use super::{CliError, CliResult, Command, GlobalArgs, Session};
-use crate::bus::BusKind;
 use crate::model::{Job, JobStatus, Prd, PrdState, Project, Queue, User};
 use crate::store::resolve_root;
 use serde::de::DeserializeOwned;
@@ -91,7 +90,15 @@ fn call(
 ) -> CliResult {
     let user = Session::load().ok().and_then(|s| s.username);
     let msg = json!({"command": name, "content": content, "user": user});
-    let bus = g.bus.unwrap_or_else(BusKind::from_env);
+    // A store this user cannot read is the packaged system store: its daemon is on the
+    // system bus unless the bus is named (--bus, AGENTSTORE_BUS).
+    let named = g.bus != crate::bus::BusChoice::Auto
+        || std::env::var_os("AGENTSTORE_BUS").is_some_and(|v| !v.is_empty());
+    let bus = if named {
+        g.first_bus()
+    } else {
+        crate::bus::BusKind::System
+    };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -22,8 +22,11 @@ pub struct Handled {
 /// the output itself.
 pub fn result_text(job: &Job) -> String {
     let raw = job.runtime.output.as_deref().unwrap_or("");
-    serde_json::from_str::<Value>(raw)
-        .ok()
+    // The first JSON value: stdout comes first, stderr may follow it (worker::STDERR_MARKER).
+    serde_json::Deserializer::from_str(raw)
+        .into_iter::<Value>()
+        .next()
+        .and_then(Result::ok)
         .and_then(|v| v.get("result").and_then(Value::as_str).map(str::to_string))
         .unwrap_or_else(|| raw.to_string())
 }

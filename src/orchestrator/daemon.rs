@@ -28,11 +28,13 @@ pub struct Args {
     /// Store folder (default: AGENT_STORE_ROOT, config files, ~/Dropbox/AgentStore).
     #[arg(long, value_name = "DIR")]
     pub root: Option<PathBuf>,
-    /// Bus to own org.agentstore.Orchestrator1 on.
-    #[arg(long, value_enum, default_value_t = BusKind::System)]
-    pub bus: BusKind,
-    /// Run without D-Bus (inbox files only).
-    #[arg(long)]
+    /// Bus to own org.agentstore.Orchestrator1 on: auto (system bus when run as the system
+    /// service, else the session bus if there is one, else none), system, session or none
+    /// (inbox files only).
+    #[arg(long, value_enum, default_value_t = crate::bus::BusChoice::Auto)]
+    pub bus: crate::bus::BusChoice,
+    /// Deprecated spelling of `--bus none`.
+    #[arg(long, hide = true)]
     pub no_bus: bool,
     /// Exit after this many idle seconds (0 = never); default from config.yaml.
     #[arg(long, value_name = "SECONDS")]

@@ -17,10 +17,11 @@ mod jobs;
 mod lock;
 mod venv;
 
-pub use completion::handle_finished_jobs;
+pub use completion::{handle_finished_jobs, result_text};
 pub use error::RouteError;
 pub use jobs::{CreatedJob, DEFAULT_TIMEOUT_SECONDS, job_id_for, select_queue};
 pub use lock::{LockError, LockInfo, StoreLock};
+pub use venv::venvman_program;
 
 use crate::model::{DocKind, Message, MessageSource, MessageStatus, Timestamp, is_safe_id};
 use crate::permissions::Caller;

@@ -12,24 +12,19 @@ pub struct Args {
     /// Store root (else AGENT_STORE_ROOT, config files, ~/Dropbox/AgentStore).
     #[arg(long, value_name = "DIR")]
     pub root: Option<PathBuf>,
-    /// Bus to serve org.agentstore.Queue1 on.
-    #[arg(long, value_enum, default_value_t = BusArg::System)]
-    pub bus: BusArg,
+    /// Bus to serve org.agentstore.Queue1 on: auto (system bus when run as the system service,
+    /// else the session bus if there is one, else none), system, session or none.
+    #[arg(long, value_enum, default_value_t = crate::bus::BusChoice::Auto)]
+    pub bus: crate::bus::BusChoice,
     /// How to start jobs (default: the queue's `launcher`, else auto).
     #[arg(long, value_enum)]
     pub launcher: Option<crate::model::Launcher>,
     /// The agent-worker binary (default: next to this program, else on PATH).
     #[arg(long, value_name = "PATH")]
     pub worker: Option<PathBuf>,
-}
-
-/// `--bus` values.
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum BusArg {
-    /// The system bus (packaged service).
-    System,
-    /// The session bus (user service, development).
-    Session,
-    /// No D-Bus.
-    None,
+    /// Exit after this many seconds with nothing queued and nothing of this host running
+    /// (0 = never); default: `idle_exit_seconds` of the store's config.yaml. Its `.path`
+    /// and `.timer` units start it again when a job is queued.
+    #[arg(long, value_name = "SECONDS")]
+    pub idle_exit: Option<u64>,
 }

@@ -8,6 +8,7 @@
 //! (a synced folder, a lost event). `queue.json`'s runtime is written once per loop.
 
 pub mod args;
+pub mod idle;
 pub mod launcher;
 pub mod pidwatch;
 pub mod scope;

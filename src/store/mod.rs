@@ -17,7 +17,10 @@ pub use fsio::{
     append_line_locked, move_no_replace, remove_stale_temp_files, sync_parent, write_atomic,
     write_json_atomic,
 };
-pub use root::{RootSource, SYSTEM_CONFIG, expand_tilde, home_dir, resolve_root};
+pub use root::{
+    MODE_ENV, RootSource, RootUser, SYSTEM_CONFIG, expand_tilde, home_dir, resolve_daemon_root,
+    resolve_root, resolve_root_for, system_mode,
+};
 pub use scan::{Scan, file_id, is_conflict_copy, is_ignored, scan_dir, scan_subdirs};
 
 use crate::model::{
@@ -643,7 +646,12 @@ impl QueueConfig {
             worker_count: 2,
             claude_cli_path: "claude".to_string(),
             rest_interval: 60,
-            claude_default_args: vec!["-p".to_string()],
+            // Unattended jobs may edit files in their working directory without asking (and
+            // nothing more: no `--dangerously-skip-permissions`). `set-queue
+            // --claude-default-arg …` widens or narrows it per queue.
+            claude_default_args: ["-p", "--permission-mode", "acceptEdits"]
+                .map(String::from)
+                .to_vec(),
             max_job_runtime_seconds: 3600,
             launcher: None,
             resource_limits: None,

@@ -1,6 +1,8 @@
-//! Where the store is: `--root`, then `AGENT_STORE_ROOT`, then `agent_store_root` in
-//! `~/.config/agentstore/config.yaml` or `/etc/agentstore/config.yaml`, else
-//! `~/Dropbox/AgentStore` (PRD §2.1).
+//! Where the store is (PRD §2.1, DESIGN §8): `--root`, then `AGENT_STORE_ROOT`, then
+//! `agent_store_root` in the user's `~/.config/agentstore/config.yaml`, else
+//! `~/Dropbox/AgentStore`. The system configuration `/etc/agentstore/config.yaml` applies to
+//! the packaged system services (`AGENTSTORE_MODE=system`, set by the system units only), and
+//! to the CLI of a user who has no store of their own (a lab server's users).
 
 use super::Config;
 use std::path::{Path, PathBuf};
@@ -36,29 +38,81 @@ pub fn expand_tilde(p: &str) -> PathBuf {
     }
 }
 
-/// Resolves the store root.
+/// The environment variable the packaged *system* units set (`AGENTSTORE_MODE=system`).
+pub const MODE_ENV: &str = "AGENTSTORE_MODE";
+
+/// True when running as the packaged system service (`AGENTSTORE_MODE=system`).
+pub fn system_mode() -> bool {
+    std::env::var(MODE_ENV).is_ok_and(|v| v.trim().eq_ignore_ascii_case("system"))
+}
+
+/// Who resolves the root: the CLI or a daemon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RootUser {
+    /// The `orchestrator` CLI: falls back to the system config when the user has no store.
+    Cli,
+    /// A daemon: per-user unless [`system_mode`].
+    Daemon,
+}
+
+fn user_config() -> Option<PathBuf> {
+    std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| home_dir().map(|h| h.join(".config")))
+        .map(|d| d.join("agentstore/config.yaml"))
+}
+
+fn from_config(cfg: &Path) -> Option<(PathBuf, RootSource)> {
+    match Config::load(cfg) {
+        Ok(Config {
+            agent_store_root: Some(root),
+            ..
+        }) => Some((
+            expand_tilde(&root),
+            RootSource::ConfigFile(cfg.to_path_buf()),
+        )),
+        _ => None,
+    }
+}
+
+/// Resolves the store root for the CLI (see the module documentation).
 pub fn resolve_root(flag: Option<&Path>) -> (PathBuf, RootSource) {
+    resolve_root_for(flag, RootUser::Cli)
+}
+
+/// Resolves the store root for a daemon: the user's store unless running as the system
+/// service; `/etc/agentstore/config.yaml` is read only in system mode.
+pub fn resolve_daemon_root(flag: Option<&Path>) -> (PathBuf, RootSource) {
+    resolve_root_for(flag, RootUser::Daemon)
+}
+
+/// Resolves the store root for `who`.
+pub fn resolve_root_for(flag: Option<&Path>, who: RootUser) -> (PathBuf, RootSource) {
     if let Some(p) = flag {
         return (p.to_path_buf(), RootSource::Flag);
     }
     if let Some(env) = std::env::var_os("AGENT_STORE_ROOT").filter(|v| !v.is_empty()) {
         return (expand_tilde(&env.to_string_lossy()), RootSource::Env);
     }
-    let user_cfg = std::env::var_os("XDG_CONFIG_HOME")
-        .map(PathBuf::from)
-        .or_else(|| home_dir().map(|h| h.join(".config")))
-        .map(|d| d.join("agentstore/config.yaml"));
-    for cfg in user_cfg.into_iter().chain([PathBuf::from(SYSTEM_CONFIG)]) {
-        if let Ok(Config {
-            agent_store_root: Some(root),
-            ..
-        }) = Config::load(&cfg)
-        {
-            return (expand_tilde(&root), RootSource::ConfigFile(cfg));
-        }
+    let system = Path::new(SYSTEM_CONFIG);
+    if system_mode()
+        && let Some(found) = from_config(system)
+    {
+        return found;
+    }
+    if let Some(found) = user_config().and_then(|c| from_config(&c)) {
+        return found;
     }
     let default = home_dir()
         .unwrap_or_else(|| PathBuf::from("/"))
         .join("Dropbox/AgentStore");
+    if who == RootUser::Cli
+        && !system_mode()
+        && !default.is_dir()
+        && let Some(found) = from_config(system)
+    {
+        return found;
+    }
     (default, RootSource::Default)
 }

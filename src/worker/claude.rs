@@ -6,9 +6,31 @@ use serde::Deserialize;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
-/// Where `<command>.md` may live: the run-as user's `~/.claude/commands/` and the project's
-/// `.claude/commands/`. A namespaced command `a:b` is `a/b.md`, as Claude Code names them.
-pub fn command_file(command: &str, home: &Path, project_dir: &Path) -> Option<PathBuf> {
+/// Where the package installs the agent command files it ships (`share/commands/` in the
+/// repository): code-researcher, prd-creator, task-creator, task-implementer.
+pub const SHIPPED_COMMANDS_DIR: &str = "/usr/share/agentstore/claude-commands";
+
+/// The folder of shipped command files: `AGENTSTORE_COMMANDS_DIR` (tests, other prefixes),
+/// else [`SHIPPED_COMMANDS_DIR`].
+pub fn shipped_commands_dir() -> PathBuf {
+    std::env::var_os("AGENTSTORE_COMMANDS_DIR")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(SHIPPED_COMMANDS_DIR))
+}
+
+/// A command file and who reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommandFile {
+    /// In `~/.claude/commands/` or the project's `.claude/commands/`: Claude Code finds it
+    /// itself, so the prompt is `/<command> …`.
+    Claude(PathBuf),
+    /// Shipped with the package, where Claude Code does not look: the worker puts its text
+    /// into the prompt (`$ARGUMENTS` replaced by the task).
+    Shipped(PathBuf),
+}
+
+fn command_rel(command: &str) -> Option<PathBuf> {
     let parts: Vec<&str> = command.split(':').collect();
     let safe = !command.is_empty()
         && parts
@@ -25,6 +47,13 @@ pub fn command_file(command: &str, home: &Path, project_dir: &Path) -> Option<Pa
             rel.push(p);
         }
     }
+    Some(rel)
+}
+
+/// Where `<command>.md` may live: the run-as user's `~/.claude/commands/` and the project's
+/// `.claude/commands/`. A namespaced command `a:b` is `a/b.md`, as Claude Code names them.
+pub fn command_file(command: &str, home: &Path, project_dir: &Path) -> Option<PathBuf> {
+    let rel = command_rel(command)?;
     [
         home.join(".claude/commands"),
         project_dir.join(".claude/commands"),
@@ -32,6 +61,62 @@ pub fn command_file(command: &str, home: &Path, project_dir: &Path) -> Option<Pa
     .into_iter()
     .map(|d| d.join(&rel))
     .find(|p| p.is_file())
+}
+
+/// [`command_file`], then the shipped commands in `shipped` (the user's and the project's
+/// own files win).
+pub fn find_command(
+    command: &str,
+    home: &Path,
+    project_dir: &Path,
+    shipped: &Path,
+) -> Option<CommandFile> {
+    if let Some(p) = command_file(command, home, project_dir) {
+        return Some(CommandFile::Claude(p));
+    }
+    let p = shipped.join(command_rel(command)?);
+    p.is_file().then_some(CommandFile::Shipped(p))
+}
+
+/// Largest shipped command file read into a prompt.
+const MAX_COMMAND_FILE: u64 = 256 * 1024;
+
+/// The prompt for `claude` with this command file: `/<command> <task>` and the supporting
+/// data for a file Claude Code finds itself; for a shipped file, its text (front matter
+/// removed) with `$ARGUMENTS` replaced by the task and the supporting data (appended when
+/// the text has no `$ARGUMENTS`).
+pub fn prompt_for(job: &Job, file: &CommandFile) -> Result<String, String> {
+    let path = match file {
+        CommandFile::Claude(_) => return Ok(claude_prompt(job)),
+        CommandFile::Shipped(p) => p,
+    };
+    let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if meta.len() > MAX_COMMAND_FILE {
+        return Err(format!(
+            "{}: {} bytes, more than the {MAX_COMMAND_FILE} a command file may have",
+            path.display(),
+            meta.len()
+        ));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let body = strip_front_matter(&text);
+    let arguments = format!("{}{}", job.config.task_description, supporting_lines(job));
+    Ok(if body.contains("$ARGUMENTS") {
+        body.replace("$ARGUMENTS", &arguments)
+    } else {
+        format!("{body}\n\n{arguments}")
+    })
+}
+
+/// The text after a leading `---` … `---` YAML block, if any.
+fn strip_front_matter(text: &str) -> &str {
+    let Some(rest) = text.strip_prefix("---\n") else {
+        return text;
+    };
+    match rest.find("\n---\n") {
+        Some(end) => rest[end + 5..].trim_start_matches('\n'),
+        None => text,
+    }
 }
 
 /// True when `args` already has this flag (`--flag`, `--flag=…`).
@@ -222,5 +307,56 @@ mod tests {
         assert!(r.is_error);
         assert_eq!(r.total_cost_usd, Some(0.5));
         assert!(parse_result(b"not json").is_err());
+    }
+
+    #[test]
+    fn shipped_commands_come_after_the_users_and_the_projects() {
+        let t = tempfile::tempdir().unwrap();
+        let (home, proj, shipped) = (t.path().join("h"), t.path().join("p"), t.path().join("s"));
+        std::fs::create_dir_all(&shipped).unwrap();
+        std::fs::write(
+            shipped.join("code-researcher.md"),
+            "---\ndescription: x\n---\nResearch: $ARGUMENTS\nEnd.\n",
+        )
+        .unwrap();
+        let found = find_command("code-researcher", &home, &proj, &shipped).unwrap();
+        assert_eq!(
+            found,
+            CommandFile::Shipped(shipped.join("code-researcher.md"))
+        );
+        let p = prompt_for(&job(&[]), &found).unwrap();
+        assert!(
+            p.starts_with("Research: World\n\nSupporting Data:\n"),
+            "{p}"
+        );
+        assert!(p.ends_with("End.\n"), "{p}");
+        assert!(!p.contains("description:"), "{p}");
+        for dir in [proj.join(".claude/commands"), home.join(".claude/commands")] {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("code-researcher.md"), "own").unwrap();
+            let found = find_command("code-researcher", &home, &proj, &shipped).unwrap();
+            assert_eq!(found, CommandFile::Claude(dir.join("code-researcher.md")));
+            assert_eq!(
+                prompt_for(&job(&[]), &found).unwrap(),
+                claude_prompt(&job(&[]))
+            );
+        }
+        assert_eq!(find_command("../x", &home, &proj, &shipped), None);
+        assert_eq!(find_command("nope", &home, &proj, &shipped), None);
+    }
+
+    #[test]
+    fn the_repository_ships_the_four_prd_commands() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("share/commands");
+        for c in [
+            "code-researcher",
+            "prd-creator",
+            "task-creator",
+            "task-implementer",
+        ] {
+            let text = std::fs::read_to_string(dir.join(format!("{c}.md"))).unwrap();
+            assert!(text.contains("$ARGUMENTS"), "{c}");
+            assert!(!strip_front_matter(&text).starts_with("---"), "{c}");
+        }
     }
 }

@@ -179,18 +179,27 @@ fn execute(store: &Store, queue: &QueueConfig, job: &mut Job, args: &WorkerArgs)
     match job.config.jobtype {
         JobType::Noop => noop(job),
         JobType::Claude => {
-            let Some(_file) = claude::command_file(&job.config.claude_command, &home, &cwd) else {
+            let Some(file) = claude::find_command(
+                &job.config.claude_command,
+                &home,
+                &cwd,
+                &claude::shipped_commands_dir(),
+            ) else {
                 return Outcome::fail(format!(
                     "Unknown Claude command: {}",
                     job.config.claude_command
                 ));
+            };
+            let prompt = match claude::prompt_for(job, &file) {
+                Ok(p) => p,
+                Err(e) => return Outcome::fail(e),
             };
             let args_v = claude::claude_args(queue, job);
             let json = claude::wants_json(&args_v);
             let cmd = AgentCommand {
                 program: queue.claude_cli_path.clone(),
                 args: args_v,
-                prompt: claude::claude_prompt(job),
+                prompt,
                 cwd,
                 env,
                 switch_to: switch.then(|| run_as.clone()),
@@ -273,11 +282,35 @@ fn run_and_judge(
     judge(out, what, expect_json)
 }
 
+/// Separates stdout from stderr in `runtime.output`.
+pub const STDERR_MARKER: &str = "\n--- stderr ---\n";
+
+/// The most of stderr kept in `runtime.output` (its end: where the error is).
+pub const STDERR_KEEP: usize = 64 * 1024;
+
+/// `runtime.output` (PRD §4.6: stdout and stderr, 10 MB in all): stdout, then — when the
+/// agent wrote to stderr — [`STDERR_MARKER`] and the last [`STDERR_KEEP`] bytes of stderr.
+/// stdout gives up the room stderr takes, so the total stays within [`OUTPUT_LIMIT`].
+/// Readers that want Claude's JSON parse the first JSON value (stdout comes first).
+fn combined_output(stdout: &capture::Captured, stderr: &capture::Captured) -> String {
+    let err_bytes = stderr.end();
+    let err_bytes = &err_bytes[err_bytes.len().saturating_sub(STDERR_KEEP)..];
+    let err = String::from_utf8_lossy(err_bytes);
+    let err = err.trim_end_matches('\n');
+    if err.trim().is_empty() {
+        return stdout.head_text(OUTPUT_LIMIT);
+    }
+    let mut text = stdout.head_text(OUTPUT_LIMIT - STDERR_MARKER.len() - err.len());
+    text.push_str(STDERR_MARKER);
+    text.push_str(err);
+    text
+}
+
 fn judge(out: AgentOutput, what: &str, expect_json: bool) -> Outcome {
     let code = out.exit_code();
     let mut o = Outcome {
         exit_code: Some(code),
-        output: Some(out.stdout.head_text(OUTPUT_LIMIT)),
+        output: Some(combined_output(&out.stdout, &out.stderr)),
         ..Outcome::default()
     };
     let mut notes: Vec<String> = Vec::new();
@@ -404,5 +437,27 @@ mod tests {
                 .unwrap()
                 .starts_with("Claude output is not a JSON result")
         );
+    }
+
+    #[test]
+    fn output_keeps_stdout_and_a_bounded_stderr_within_10_mb() {
+        let cap = |b: Vec<u8>, limit: usize| capture::capture(&b[..], limit, |_| {});
+        let o = combined_output(
+            &cap(b"{\"result\":\"ok\"}\n".to_vec(), OUTPUT_LIMIT),
+            &cap(Vec::new(), 1 << 20),
+        );
+        assert_eq!(o, "{\"result\":\"ok\"}\n");
+        let o = combined_output(
+            &cap(b"out\n".to_vec(), OUTPUT_LIMIT),
+            &cap(b"warn: x\n".to_vec(), 1 << 20),
+        );
+        assert_eq!(o, format!("out\n{STDERR_MARKER}warn: x"));
+        let big_out = vec![b'a'; OUTPUT_LIMIT + 10];
+        let mut big_err = vec![b'e'; 200 * 1024];
+        big_err.extend_from_slice(b"the real error");
+        let o = combined_output(&cap(big_out, OUTPUT_LIMIT), &cap(big_err, 1 << 20));
+        assert!(o.len() <= OUTPUT_LIMIT, "{}", o.len());
+        assert!(o.ends_with("the real error"));
+        assert!(o.contains(STDERR_MARKER));
     }
 }

@@ -1,0 +1,987 @@
+//! The PRD's own mode (issue 11): a researcher running the daemons and the CLI as themselves,
+//! with the session bus when there is one and without any bus when there is none. Each test
+//! owns its HOME, store, runtime dir and (private) bus; the system bus is pointed at a socket
+//! that does not exist, so nothing on the host can change the outcome.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::TestEnv;
+use common::bus::{KillOnDrop, PrivateBus, wait_for_name, wait_until};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+const LONG: Duration = Duration::from_secs(120);
+
+/// Which bus a process of the test sees.
+#[derive(Clone, Copy)]
+enum Sees<'a> {
+    /// No session bus and no system bus.
+    Nothing,
+    /// This private bus as its session bus.
+    Bus(&'a PrivateBus),
+}
+
+/// The per-test environment: a store with a project and the poplar queue, HOME, and a
+/// runtime dir without a bus socket.
+struct User {
+    env: TestEnv,
+    run_dir: PathBuf,
+    project_dir: PathBuf,
+}
+
+impl User {
+    fn new() -> User {
+        let env = TestEnv::empty();
+        env.ok(&["init"]);
+        env.ok(&[
+            "add-user",
+            "chenry",
+            "--name",
+            "C",
+            "--email",
+            "c@x.org",
+            "--permissions",
+            "admin",
+            "--unix-user",
+            &login(),
+        ]);
+        let run_dir = env.dir.path().join("run");
+        let project_dir = env.dir.path().join("project");
+        std::fs::create_dir_all(&run_dir).unwrap();
+        std::fs::create_dir_all(&project_dir).unwrap();
+        env.ok(&[
+            "add-project",
+            "P",
+            "--directory",
+            project_dir.to_str().unwrap(),
+            "--owner",
+            "chenry",
+            "--default-queue",
+            "poplar",
+        ]);
+        User {
+            env,
+            run_dir,
+            project_dir,
+        }
+    }
+
+    /// Sets the bus-related environment of `c` to what `sees` says, nothing inherited.
+    fn scope(&self, c: &mut Command, sees: Sees<'_>) {
+        c.env("HOME", &self.env.home)
+            .env("XDG_RUNTIME_DIR", &self.run_dir)
+            .env(
+                "DBUS_SYSTEM_BUS_ADDRESS",
+                format!("unix:path={}", self.run_dir.join("no-system-bus").display()),
+            )
+            .env_remove("AGENTSTORE_BUS")
+            .env_remove("AGENTSTORE_MODE")
+            .env_remove("XDG_CONFIG_HOME")
+            .env_remove("INVOCATION_ID")
+            .env_remove("JOURNAL_STREAM")
+            .env("RUST_LOG", "warn");
+        match sees {
+            Sees::Nothing => {
+                c.env_remove("DBUS_SESSION_BUS_ADDRESS");
+            }
+            Sees::Bus(b) => {
+                c.env("DBUS_SESSION_BUS_ADDRESS", &b.address);
+            }
+        }
+    }
+
+    /// The CLI on `root` (AGENT_STORE_ROOT), seeing `sees`.
+    fn cli(&self, root: &Path, sees: Sees<'_>, args: &[&str]) -> Output {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_orchestrator"));
+        self.scope(&mut c, sees);
+        c.env("AGENT_STORE_ROOT", root).args(args);
+        c.output().unwrap()
+    }
+
+    /// A daemon binary, with the store from AGENT_STORE_ROOT (as a user unit would), no
+    /// `--bus` flag: the default must just work.
+    fn daemon(&self, bin: &str, root: &Path, sees: Sees<'_>, args: &[&str]) -> KillOnDrop {
+        let mut c = Command::new(bin);
+        self.scope(&mut c, sees);
+        c.env("AGENT_STORE_ROOT", root)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        KillOnDrop(c.spawn().unwrap())
+    }
+}
+
+/// This process's login name: jobs run as the project owner's `unix_user` when the queue
+/// manager runs as root, so the owner is mapped to whoever runs the test.
+fn login() -> String {
+    let o = Command::new("id").arg("-un").output().unwrap();
+    text(&o.stdout).trim().to_string()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn job_id(o: &Output) -> String {
+    let out = text(&o.stdout);
+    let first = out.lines().next().unwrap_or_default();
+    let id = first.strip_prefix("Job queued: ").unwrap_or_else(|| {
+        panic!(
+            "no 'Job queued: ' line in {out:?} (stderr {})",
+            text(&o.stderr)
+        )
+    });
+    assert!(uuid::Uuid::parse_str(id).is_ok(), "{id}");
+    id.to_string()
+}
+
+fn json_files(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".json") && !n.starts_with('.'))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// Issue 11, first bullet: a plain user with no system bus and no session bus. Before, both
+/// daemons exited 1 (system bus socket) and the CLI failed the same way; now they run without
+/// a bus, the CLI falls back to the inbox, and the job goes all the way through.
+#[test]
+fn no_bus_at_all_daemons_run_and_the_cli_uses_the_inbox() {
+    let u = User::new();
+    let root = u.env.root.clone();
+    let mut orch = u.daemon(
+        env!("CARGO_BIN_EXE_orchestratord"),
+        &root,
+        Sees::Nothing,
+        &["--idle-exit", "0"],
+    );
+    let mut qm = u.daemon(
+        env!("CARGO_BIN_EXE_queue-manager"),
+        &root,
+        Sees::Nothing,
+        &["--queue", "poplar", "--launcher", "direct"],
+    );
+    let o = u.cli(
+        &root,
+        Sees::Nothing,
+        &[
+            "research-code",
+            "--project",
+            "P",
+            "--jobtype",
+            "noop",
+            "--follow",
+            "120",
+        ],
+    );
+    assert!(
+        orch.0.try_wait().unwrap().is_none(),
+        "orchestratord exited without a bus"
+    );
+    assert!(
+        qm.0.try_wait().unwrap().is_none(),
+        "queue-manager exited without a bus"
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let id = job_id(&o);
+    assert_eq!(
+        text(&o.stdout),
+        format!("Job queued: {id}\nJob {id}: finished\n")
+    );
+    assert!(
+        root.join(format!("Queues/poplar/Jobs/finished_jobs/{id}.json"))
+            .exists()
+    );
+    let _ = &u.project_dir;
+}
+
+/// Issue 11, second bullet: the CLI never sends to a daemon serving another store. A daemon
+/// on S answers on the session bus; the CLI on S2 writes S2's inbox; the CLI on S uses it.
+#[test]
+fn the_cli_talks_only_to_a_daemon_of_its_own_store() {
+    let u = User::new();
+    let s = u.env.root.clone();
+    let s2 = u.env.dir.path().join("Store2");
+    // S2: a copy of the same set-up, in another folder.
+    let o = u.cli(&s2, Sees::Nothing, &["init"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let me = login();
+    for args in [
+        vec![
+            "add-user",
+            "chenry",
+            "--name",
+            "C",
+            "--email",
+            "c@x.org",
+            "--permissions",
+            "admin",
+            "--unix-user",
+            &me,
+        ],
+        vec![
+            "add-project",
+            "P",
+            "--directory",
+            u.project_dir.to_str().unwrap(),
+            "--owner",
+            "chenry",
+            "--default-queue",
+            "poplar",
+        ],
+    ] {
+        let o = u.cli(&s2, Sees::Nothing, &args);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+    }
+    let bus = PrivateBus::start();
+    let _orch = u.daemon(
+        env!("CARGO_BIN_EXE_orchestratord"),
+        &s,
+        Sees::Bus(&bus),
+        &["--idle-exit", "0"],
+    );
+    wait_for_name(&bus, "org.agentstore.Orchestrator1");
+
+    // The default bus choice, and the session bus named explicitly: both skip S's daemon.
+    for (n, args) in [
+        &["research-code", "--project", "P"][..],
+        &["--bus", "session", "research-code", "--project", "P"][..],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let o = u.cli(&s2, Sees::Bus(&bus), args);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let id = job_id(&o);
+        let inbox = json_files(&s2.join("messaging/inbox"));
+        assert_eq!(
+            inbox.len(),
+            n + 1,
+            "the message belongs in S2's inbox: {inbox:?}"
+        );
+        assert!(
+            json_files(&s.join("Queues/poplar/Jobs/queued_jobs")).is_empty(),
+            "{args:?}: a job landed in the daemon's store S"
+        );
+        assert!(json_files(&s.join("messaging/inbox")).is_empty());
+        // The id printed is the id the orchestrator of S2 will give the job.
+        assert!(
+            inbox
+                .iter()
+                .any(|f| agentstore::orchestrator::job_id_for(f.trim_end_matches(".json")) == id),
+            "{id} is not derived from any of {inbox:?}"
+        );
+    }
+
+    // The CLI on S itself goes over D-Bus: the job is in S at once, nothing in the inbox,
+    // and the answer is in processed_outbox (the audit trail; delivered).
+    let o = u.cli(&s, Sees::Bus(&bus), &["research-code", "--project", "P"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let id = job_id(&o);
+    assert!(
+        s.join(format!("Queues/poplar/Jobs/queued_jobs/{id}.json"))
+            .exists()
+    );
+    assert!(json_files(&s.join("messaging/inbox")).is_empty());
+    let answers: Vec<Value> = json_files(&s.join("messaging/processed_outbox"))
+        .iter()
+        .map(|f| {
+            serde_json::from_slice(
+                &std::fs::read(s.join("messaging/processed_outbox").join(f)).unwrap(),
+            )
+            .unwrap()
+        })
+        .collect();
+    assert!(
+        answers
+            .iter()
+            .any(|a| a["content"]["job_id"] == id.as_str() && a["status"] == "done"),
+        "no answer for job {id} in processed_outbox: {answers:?}"
+    );
+    // A submission by another D-Bus client leaves its answer in the outbox, as a file
+    // submission would; errors too.
+    for (cid, project, status) in [("audit-1", "P", "done"), ("audit-2", "Nope", "error")] {
+        let msg = serde_json::json!({"correlation_id": cid, "command": "research-code", "project": project});
+        let _ = Command::new("busctl")
+            .args([
+                "--address",
+                &bus.address,
+                "call",
+                "org.agentstore.Orchestrator1",
+                "/org/agentstore/Orchestrator1",
+                "org.agentstore.Orchestrator1",
+                "Submit",
+                "s",
+                &msg.to_string(),
+            ])
+            .output()
+            .unwrap();
+        let path = s.join(format!("messaging/outbox/{cid}.json"));
+        let answer: Value = serde_json::from_slice(
+            &std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+        )
+        .unwrap();
+        assert_eq!(answer["status"], status, "{answer}");
+        assert_eq!(answer["source"], "orchestrator", "{answer}");
+    }
+}
+
+/// PRD §5.3 on both paths: the same stdout, stderr message and exit code whether the
+/// daemon answers over D-Bus or the CLI writes the inbox (checked locally from the store).
+#[test]
+fn inbox_and_dbus_paths_answer_the_same() {
+    let u = User::new();
+    let root = u.env.root.clone();
+    let bus = PrivateBus::start();
+    let missing_venvman = u.env.dir.path().join("no/venvman");
+    let mut c = Command::new(env!("CARGO_BIN_EXE_orchestratord"));
+    u.scope(&mut c, Sees::Bus(&bus));
+    c.env("AGENT_STORE_ROOT", &root)
+        .env("AGENTSTORE_VENVMAN", &missing_venvman)
+        .args(["--idle-exit", "0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    let _orch = KillOnDrop(c.spawn().unwrap());
+    wait_for_name(&bus, "org.agentstore.Orchestrator1");
+
+    let run = |sees: Sees<'_>, args: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_orchestrator"));
+        u.scope(&mut c, sees);
+        c.env("AGENT_STORE_ROOT", &root)
+            .env("AGENTSTORE_VENVMAN", &missing_venvman)
+            .args(args);
+        c.output().unwrap()
+    };
+    let cases: [&[&str]; 4] = [
+        &["research-code", "--project", "Nope"],
+        &["research-code", "--project", "P", "--queue", "oak"],
+        &["create-tasks", "--project", "P", "--prd", "no-such-prd"],
+        &["create-environment", "--project", "P"],
+    ];
+    for args in cases {
+        let over_bus = run(Sees::Bus(&bus), args);
+        let inbox = run(Sees::Nothing, args);
+        assert_eq!(over_bus.status.code(), Some(1), "{args:?} over D-Bus");
+        assert_eq!(
+            inbox.status.code(),
+            over_bus.status.code(),
+            "{args:?}: inbox {} / D-Bus {}",
+            text(&inbox.stderr),
+            text(&over_bus.stderr)
+        );
+        assert_eq!(text(&inbox.stderr), text(&over_bus.stderr), "{args:?}");
+        assert_eq!(text(&inbox.stdout), text(&over_bus.stdout), "{args:?}");
+        assert!(!text(&inbox.stderr).trim().is_empty(), "{args:?}");
+    }
+    // The messages are the PRD's.
+    assert!(
+        text(&run(Sees::Nothing, cases[0]).stderr).contains("Project not found: Nope"),
+        "project"
+    );
+    assert!(text(&run(Sees::Nothing, cases[1]).stderr).contains("Queue not found: oak"));
+    assert!(text(&run(Sees::Nothing, cases[3]).stderr).contains("venvman not installed"));
+    // Nothing was written for the refused commands.
+    assert!(json_files(&root.join("messaging/inbox")).is_empty());
+
+    // Accepted: the same line on both paths, and the inbox's id is the job id the daemon
+    // uses once it reads the inbox.
+    let ok = &["research-code", "--project", "P"];
+    let over_bus = run(Sees::Bus(&bus), ok);
+    let inbox = run(Sees::Nothing, ok);
+    assert!(over_bus.status.success() && inbox.status.success());
+    let (a, b) = (job_id(&over_bus), job_id(&inbox));
+    assert_eq!(text(&over_bus.stdout), format!("Job queued: {a}\n"));
+    assert_eq!(text(&inbox.stdout), format!("Job queued: {b}\n"));
+    // The running daemon picks the inbox message up (inotify) and makes exactly that job.
+    wait_until(LONG, "the inbox job", || {
+        root.join(format!("Queues/poplar/Jobs/queued_jobs/{b}.json"))
+            .exists()
+    });
+    // --follow on the inbox path: the answer, then the job state (no queue manager: still
+    // queued when the time is up), exit 0 as over D-Bus.
+    let over_bus = run(
+        Sees::Bus(&bus),
+        &["--follow", "1", "research-code", "--project", "P"],
+    );
+    let inbox = run(
+        Sees::Nothing,
+        &["--follow", "5", "research-code", "--project", "P"],
+    );
+    for (o, secs) in [(&over_bus, 1), (&inbox, 5)] {
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let id = job_id(o);
+        assert_eq!(
+            text(&o.stdout),
+            format!("Job queued: {id}\nJob {id}: queued (still, after {secs} s)\n")
+        );
+    }
+}
+
+/// Zero resident processes when idle: the queue manager exits on its own after
+/// `--idle-exit` seconds with nothing queued and nothing running — not while a job runs.
+#[test]
+fn queue_manager_exits_when_idle_but_not_while_a_job_runs() {
+    let u = User::new();
+    let root = u.env.root.clone();
+    let mut job: Value = serde_json::from_str(&common::noop_job("2025-10-25T10:00:00Z")).unwrap();
+    job["config"]["project"] = "P".into();
+    job["config"]["supporting_data"] = serde_json::json!({"sleep_seconds": 4});
+    std::fs::write(
+        root.join("Queues/poplar/Jobs/queued_jobs/idle-1.json"),
+        job.to_string(),
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let mut qm = u.daemon(
+        env!("CARGO_BIN_EXE_queue-manager"),
+        &root,
+        Sees::Nothing,
+        &[
+            "--queue",
+            "poplar",
+            "--launcher",
+            "direct",
+            "--idle-exit",
+            "1",
+        ],
+    );
+    let finished = root.join("Queues/poplar/Jobs/finished_jobs/idle-1.json");
+    let mut finished_at = None;
+    let status = loop {
+        if finished_at.is_none() && finished.exists() {
+            finished_at = Some(std::time::Instant::now());
+        }
+        if let Some(s) = qm.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            started.elapsed() < LONG,
+            "queue-manager never exited when idle"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "queue-manager exited with {status}");
+    assert!(
+        finished_at.is_some() || finished.exists(),
+        "it exited before its job finished"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_secs(4),
+        "it exited while the 4 s job ran"
+    );
+    // Nothing queued from the start: it exits too (and 0 keeps it resident: covered by the
+    // other tests, which run managers for their whole length).
+    let mut qm = u.daemon(
+        env!("CARGO_BIN_EXE_queue-manager"),
+        &root,
+        Sees::Nothing,
+        &[
+            "--queue",
+            "poplar",
+            "--launcher",
+            "direct",
+            "--idle-exit",
+            "1",
+        ],
+    );
+    wait_until(LONG, "the idle exit", || qm.0.try_wait().unwrap().is_some());
+}
+
+/// The `ExecStart=` of a unit in `systemd/user/`, with `%h`, `%i` and `/usr/bin/` resolved.
+fn user_unit_command(unit: &str, home: &Path, instance: &str) -> Vec<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("systemd/user")
+        .join(unit);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStart="))
+        .unwrap_or_else(|| panic!("no ExecStart= in {}", path.display()));
+    line.split_whitespace()
+        .map(|w| {
+            let w = w
+                .replace("%h", home.to_str().unwrap())
+                .replace("%i", instance);
+            match w.as_str() {
+                "/usr/bin/orchestratord" => env!("CARGO_BIN_EXE_orchestratord").to_string(),
+                "/usr/bin/queue-manager" => env!("CARGO_BIN_EXE_queue-manager").to_string(),
+                _ => w,
+            }
+        })
+        .collect()
+}
+
+/// Per-user mode: the user units' daemons serve the store the CLI resolves — here the one
+/// named by ~/.config/agentstore/config.yaml — not a hard-coded ~/Dropbox/AgentStore; the
+/// system units alone say they are the system service; agentstore.target gathers the rest.
+#[test]
+fn user_units_serve_the_store_the_cli_resolves() {
+    let u = User::new();
+    let root = u.env.root.clone();
+    let home = u.env.home.clone();
+    std::fs::create_dir_all(home.join(".config/agentstore")).unwrap();
+    std::fs::write(
+        home.join(".config/agentstore/config.yaml"),
+        format!("agent_store_root: {}\n", root.display()),
+    )
+    .unwrap();
+    // A Dropbox store exists too: the config must win over it, as for the CLI.
+    let o = u.cli(&home.join("Dropbox/AgentStore"), Sees::Nothing, &["init"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+
+    let bus = PrivateBus::start();
+    let spawn = |argv: Vec<String>| {
+        let mut c = Command::new(&argv[0]);
+        u.scope(&mut c, Sees::Bus(&bus));
+        c.args(&argv[1..])
+            .env_remove("AGENT_STORE_ROOT")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        KillOnDrop(c.spawn().unwrap())
+    };
+    let _orch = spawn(user_unit_command(
+        "agentstore-orchestrator.service",
+        &home,
+        "",
+    ));
+    wait_for_name(&bus, "org.agentstore.Orchestrator1");
+    let o = Command::new("busctl")
+        .args([
+            "--address",
+            &bus.address,
+            "get-property",
+            "org.agentstore.Orchestrator1",
+            "/org/agentstore/Orchestrator1",
+            "org.agentstore.Orchestrator1",
+            "StoreRoot",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        text(&o.stdout).trim(),
+        format!("s {:?}", root.display().to_string()),
+        "{}",
+        text(&o.stderr)
+    );
+    let qm = spawn(user_unit_command("queue-manager@.service", &home, "poplar"));
+    wait_for_name(&bus, "org.agentstore.Queue.poplar");
+    let q: Value =
+        serde_json::from_slice(&std::fs::read(root.join("Queues/poplar/queue.json")).unwrap())
+            .unwrap();
+    assert_eq!(q["runtime"]["process_id"], qm.0.id(), "{q}");
+    // And the CLI, with the same HOME and no AGENT_STORE_ROOT, reaches that daemon.
+    let mut c = Command::new(env!("CARGO_BIN_EXE_orchestrator"));
+    u.scope(&mut c, Sees::Bus(&bus));
+    let o = c
+        .env_remove("AGENT_STORE_ROOT")
+        .args(["research-code", "--project", "P"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let id = job_id(&o);
+    assert!(
+        root.join(format!("Queues/poplar/Jobs/queued_jobs/{id}.json"))
+            .exists()
+            || root
+                .join(format!("Queues/poplar/Jobs/running_jobs/{id}.json"))
+                .exists()
+            || root
+                .join(format!("Queues/poplar/Jobs/finished_jobs/{id}.json"))
+                .exists()
+            || root
+                .join(format!("Queues/poplar/Jobs/failed_jobs/{id}.json"))
+                .exists()
+    );
+
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd");
+    for unit in ["agentstore-orchestrator.service", "queue-manager@.service"] {
+        let user = std::fs::read_to_string(dir.join("user").join(unit)).unwrap();
+        assert!(!user.contains("Environment=AGENTSTORE_MODE"), "user {unit}");
+        let system = std::fs::read_to_string(dir.join(unit)).unwrap();
+        assert!(
+            system.contains("\nEnvironment=AGENTSTORE_MODE=system\n"),
+            "system {unit}"
+        );
+    }
+    let target = std::fs::read_to_string(dir.join("user/agentstore.target")).unwrap();
+    assert!(target.contains("WantedBy=default.target"));
+    for unit in [
+        "agentstore-orchestrator.path",
+        "agentstore-orchestrator.timer",
+        "queue-manager@.path",
+        "queue-manager@.timer",
+    ] {
+        let t = std::fs::read_to_string(dir.join("user").join(unit)).unwrap();
+        assert!(
+            t.lines()
+                .any(|l| l.starts_with("WantedBy=") && l.contains("agentstore.target")),
+            "{unit} is not part of agentstore.target"
+        );
+    }
+}
+
+/// Out of the box, the four agent commands work: no command file in ~/.claude/commands nor
+/// in the project, only the ones the package ships (share/commands/, found through
+/// AGENTSTORE_COMMANDS_DIR as the package's /usr/share/agentstore/claude-commands would be),
+/// and the queue's default arguments let implement-tasks edit unattended with a narrow
+/// permission mode. `add-queue`/`set-queue` reach every config field.
+#[test]
+fn the_four_agent_commands_work_out_of_the_box() {
+    let u = User::new();
+    let root = u.env.root.clone();
+    let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-claude");
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("share/commands");
+    let q: Value =
+        serde_json::from_str(&u.env.ok(&["--format", "json", "view-queue", "poplar"])).unwrap();
+    assert_eq!(
+        q["config"]["claude_default_args"],
+        serde_json::json!(["-p", "--permission-mode", "acceptEdits"]),
+        "{q}"
+    );
+    let set = u.env.ok(&[
+        "--format",
+        "json",
+        "set-queue",
+        "poplar",
+        "--claude-cli-path",
+        fake.to_str().unwrap(),
+        "--worker-count",
+        "3",
+        "--rest-interval",
+        "30",
+        "--max-job-runtime-seconds",
+        "600",
+        "--launcher",
+        "direct",
+        "--memory-max",
+        "2G",
+        "--cpu-quota",
+        "150%",
+        "--tasks-max",
+        "64",
+        "--agentshell-path",
+        "/opt/agentshell",
+        "--claude-default-arg=-p",
+        "--claude-default-arg=--permission-mode",
+        "--claude-default-arg=acceptEdits",
+        "--claude-default-arg=--max-turns",
+        "--claude-default-arg=40",
+    ]);
+    let q: Value = serde_json::from_str(&set).unwrap();
+    let c = &q["config"];
+    assert_eq!(c["worker_count"], 3);
+    assert_eq!(c["rest_interval"], 30);
+    assert_eq!(c["max_job_runtime_seconds"], 600);
+    assert_eq!(c["launcher"], "direct");
+    assert_eq!(c["resource_limits"]["memory_max"], "2G");
+    assert_eq!(c["resource_limits"]["cpu_quota"], "150%");
+    assert_eq!(c["resource_limits"]["tasks_max"], 64);
+    assert_eq!(c["agentshell_path"], "/opt/agentshell");
+    assert_eq!(
+        c["claude_default_args"],
+        serde_json::json!([
+            "-p",
+            "--permission-mode",
+            "acceptEdits",
+            "--max-turns",
+            "40"
+        ])
+    );
+    // set-queue changes only what it is given; add-queue takes the same fields.
+    u.env.ok(&["set-queue", "poplar", "--memory-max", ""]);
+    let q: Value =
+        serde_json::from_str(&u.env.ok(&["--format", "json", "view-queue", "poplar"])).unwrap();
+    assert_eq!(
+        q["config"]["resource_limits"]["memory_max"],
+        Value::Null,
+        "{q}"
+    );
+    assert_eq!(q["config"]["worker_count"], 3, "{q}");
+    let added: Value = serde_json::from_str(&u.env.ok(&[
+        "--format",
+        "json",
+        "add-queue",
+        "oak",
+        "--no-claude-default-args",
+        "--worker-count",
+        "5",
+    ]))
+    .unwrap();
+    assert_eq!(
+        added["config"]["claude_default_args"],
+        serde_json::json!([])
+    );
+    assert_eq!(added["config"]["worker_count"], 5);
+    let bad = u.env.fails(&["set-queue", "poplar", "--worker-count", "0"]);
+    assert!(bad.contains("--worker-count"), "{bad}");
+    let bad = u.env.fails(&["set-queue", "nope", "--worker-count", "1"]);
+    assert!(bad.contains("nope"), "{bad}");
+
+    let spawn = |bin: &str, args: &[&str]| {
+        let mut c = Command::new(bin);
+        u.scope(&mut c, Sees::Nothing);
+        c.env("AGENT_STORE_ROOT", &root)
+            .env("AGENTSTORE_COMMANDS_DIR", &shipped)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        KillOnDrop(c.spawn().unwrap())
+    };
+    let _orch = spawn(env!("CARGO_BIN_EXE_orchestratord"), &["--idle-exit", "0"]);
+    let _qm = spawn(
+        env!("CARGO_BIN_EXE_queue-manager"),
+        &["--queue", "poplar", "--idle-exit", "0"],
+    );
+    let agent = |args: &[&str]| {
+        let mut all = vec!["--follow", "120"];
+        all.extend_from_slice(args);
+        let o = u.cli(&root, Sees::Nothing, &all);
+        assert!(o.status.success(), "{args:?}: {}", text(&o.stderr));
+        let id = job_id(&o);
+        assert_eq!(
+            text(&o.stdout),
+            format!("Job queued: {id}\nJob {id}: finished\n"),
+            "{args:?}"
+        );
+        let job: Value = serde_json::from_slice(
+            &std::fs::read(root.join(format!("Queues/poplar/Jobs/finished_jobs/{id}.json")))
+                .unwrap(),
+        )
+        .unwrap();
+        (
+            id,
+            job["runtime"]["output"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        )
+    };
+    // The fake claude answers with the prompt it got: the shipped command's text.
+    let (_, out) = agent(&[
+        "research-code",
+        "--project",
+        "P",
+        "--task",
+        "STDERR=careful",
+    ]);
+    assert!(out.contains("code research"), "{out}");
+    // runtime.output keeps stderr too, after stdout (PRD §4.6).
+    assert!(out.ends_with("\n--- stderr ---\ncareful"), "{out}");
+    assert!(
+        out.starts_with('{'),
+        "stdout (Claude's JSON) comes first: {out}"
+    );
+    let (prd, out) = agent(&["create-prd", "--project", "P", "--task", "Make it fast"]);
+    assert!(out.contains("product requirements document"), "{out}");
+    assert!(out.contains("Make it fast"), "{out}");
+    wait_until(LONG, "the PRD from create-prd", || {
+        root.join(format!("projects/P/queued_prds/{prd}.json"))
+            .exists()
+    });
+    let (_, out) = agent(&["create-tasks", "--project", "P", "--prd", &prd]);
+    assert!(out.contains("planning the implementation"), "{out}");
+    let (_, out) = agent(&["implement-tasks", "--project", "P", "--prd", &prd]);
+    assert!(out.contains("Implementation report"), "{out}");
+}
+
+/// `orchestrator demo`: the main job in one command, as a plain user with whatever bus there
+/// is — none, a free session bus, or one where the user's own orchestrator already owns the
+/// name — each step printed with its time, then the result; the store is removed unless
+/// `--keep`.
+#[test]
+fn demo_runs_the_whole_path_with_or_without_a_bus() {
+    let u = User::new();
+    let demo = |sees: Sees<'_>, args: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_orchestrator"));
+        u.scope(&mut c, sees);
+        c.env_remove("AGENT_STORE_ROOT")
+            .env_remove("ANTHROPIC_API_KEY")
+            .env("TMPDIR", u.env.dir.path())
+            .arg("demo")
+            .args(args);
+        c.output().unwrap()
+    };
+    let steps = [
+        "store created: ",
+        "orchestratord started (pid ",
+        "queue-manager poplar started (pid ",
+        "message sent: research-code --project hello",
+        "Job queued: ",
+        "job finished",
+        "Result (finished):\nNo-op job completed successfully\n",
+    ];
+    let check = |o: &Output, via: &str| {
+        let out = text(&o.stdout);
+        assert!(o.status.success(), "{out}\n{}", text(&o.stderr));
+        let mut at = 0;
+        for s in steps {
+            let found = out[at..]
+                .find(s)
+                .unwrap_or_else(|| panic!("{s:?} missing (in order) from:\n{out}"));
+            at += found + s.len();
+        }
+        assert!(out.contains(&format!("answered ({via})")), "{out}");
+        assert!(
+            out.lines()
+                .filter(|l| l.starts_with('['))
+                .all(|l| l.contains("s] ")),
+            "every step has its time:\n{out}"
+        );
+        out
+    };
+    let leftovers = || {
+        std::fs::read_dir(u.env.dir.path())
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with("agentstore-demo-")
+            })
+            .count()
+    };
+    // No bus at all: the inbox.
+    let out = check(&demo(Sees::Nothing, &[]), "inbox");
+    assert!(out.contains("bus: none"), "{out}");
+    assert_eq!(leftovers(), 0, "the throwaway store was not removed");
+    // A free session bus: D-Bus.
+    let bus = PrivateBus::start();
+    let out = check(&demo(Sees::Bus(&bus), &[]), "D-Bus");
+    assert!(out.contains("bus: session"), "{out}");
+    // The user's own orchestrator owns the name: the demo runs beside it, through the inbox,
+    // and never sends to it.
+    let _theirs = u.daemon(
+        env!("CARGO_BIN_EXE_orchestratord"),
+        &u.env.root,
+        Sees::Bus(&bus),
+        &["--idle-exit", "0"],
+    );
+    wait_for_name(&bus, "org.agentstore.Orchestrator1");
+    check(&demo(Sees::Bus(&bus), &["--keep"]), "inbox");
+    assert!(json_files(&u.env.root.join("messaging/processed_inbox")).is_empty());
+    assert_eq!(leftovers(), 1, "--keep keeps the store");
+}
+
+/// `orchestrator setup` walks a new user through per-user mode and can be run again: the
+/// store, the user document and login, a project, the queue this machine serves, the
+/// config and unit drop-ins that point the user units at a store outside the default place.
+#[test]
+fn setup_is_complete_and_rerunnable() {
+    let t = tempfile::tempdir().unwrap();
+    let home = t.path().join("home");
+    let run_dir = t.path().join("run");
+    let store = t.path().join("Research/AgentStore");
+    let project = t.path().join("code/hello");
+    for d in [&home, &run_dir, &project] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let cli = |root: Option<&Path>, args: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_orchestrator"));
+        c.env("HOME", &home)
+            .env("XDG_RUNTIME_DIR", &run_dir)
+            .env_remove("XDG_CONFIG_HOME")
+            .env_remove("DBUS_SESSION_BUS_ADDRESS")
+            .env_remove("AGENTSTORE_BUS")
+            .env_remove("AGENTSTORE_MODE")
+            .env_remove("AGENT_STORE_ROOT")
+            .env(
+                "DBUS_SYSTEM_BUS_ADDRESS",
+                format!("unix:path={}", run_dir.join("none").display()),
+            );
+        if let Some(r) = root {
+            c.env("AGENT_STORE_ROOT", r);
+        }
+        c.args(args).output().unwrap()
+    };
+    let setup = [
+        "setup",
+        "--project",
+        "hello",
+        "--directory",
+        project.to_str().unwrap(),
+        "--serve-queue",
+        "oak",
+    ];
+    let first = cli(Some(&store), &setup);
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    let out = text(&first.stdout);
+    for want in [
+        "user ",
+        "added",
+        "queue      oak added",
+        "project    hello added",
+        "no systemd user manager",
+    ] {
+        assert!(out.contains(want), "{want:?} missing:\n{out}");
+    }
+    let cfg = std::fs::read_to_string(home.join(".config/agentstore/config.yaml")).unwrap();
+    let canon = std::fs::canonicalize(&store).unwrap();
+    assert!(
+        cfg.contains(&format!("agent_store_root: {}", canon.display())),
+        "{cfg}"
+    );
+    let dropin = std::fs::read_to_string(
+        home.join(".config/systemd/user/queue-manager@.path.d/agentstore-store.conf"),
+    )
+    .unwrap();
+    assert!(
+        dropin.contains(&format!(
+            "DirectoryNotEmpty={}/Queues/%i/Jobs/queued_jobs",
+            canon.display()
+        )),
+        "{dropin}"
+    );
+    assert!(
+        home.join(".config/systemd/user/agentstore-orchestrator.path.d/agentstore-store.conf")
+            .is_file()
+    );
+    // Without AGENT_STORE_ROOT, the CLI (and so the user units) now find that store, logged in
+    // as the new user, with the project current.
+    let o = cli(None, &["--format", "json", "view-project", "hello"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let p: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(p["default_queue"], "oak");
+    assert_eq!(p["directory"], project.to_str().unwrap());
+    let session: Value =
+        serde_json::from_slice(&std::fs::read(home.join(".orchestrator_config.json")).unwrap())
+            .unwrap();
+    assert_eq!(session["project"], "hello");
+    assert!(session["username"].is_string());
+    // Again: nothing changes, everything is reported as there.
+    let before = std::fs::read(store.join("projects/hello/project.json")).unwrap();
+    let again = cli(None, &setup);
+    assert!(again.status.success(), "{}", text(&again.stderr));
+    let out = text(&again.stdout);
+    for want in [
+        "already complete",
+        "exists",
+        "queue      oak exists",
+        "unchanged",
+    ] {
+        assert!(out.contains(want), "{want:?} missing:\n{out}");
+    }
+    assert_eq!(
+        before,
+        std::fs::read(store.join("projects/hello/project.json")).unwrap()
+    );
+    // A config naming another store is not overwritten: a clear error, exit 1.
+    let other = t.path().join("Other");
+    let o = cli(Some(&other), &["setup"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stdout));
+    assert!(
+        text(&o.stderr).contains("config.yaml exists and does not name"),
+        "{}",
+        text(&o.stderr)
+    );
+    let cfg2 = std::fs::read_to_string(home.join(".config/agentstore/config.yaml")).unwrap();
+    assert_eq!(cfg, cfg2);
+}
