@@ -42,6 +42,9 @@ const SIDEWAYS: &[(&str, &str)] = &[
     // PRD §10 decisions read users and projects; the store validates with the schema.
     ("permissions", "store"),
     ("store", "schema"),
+    // The deployment mode (system service or the user's own) is the store's to say; the
+    // bus choice follows it.
+    ("systemd", "store"),
 ];
 
 /// Who may use `agent/` (it is a library for the worker's `agent` jobs, the CLI and the

@@ -574,10 +574,15 @@ fn user_units_serve_the_store_the_cli_resolves() {
     );
     let qm = spawn(user_unit_command("queue-manager@.service", &home, "poplar"));
     wait_for_name(&bus, "org.agentstore.Queue.poplar");
-    let q: Value =
-        serde_json::from_slice(&std::fs::read(root.join("Queues/poplar/queue.json")).unwrap())
-            .unwrap();
-    assert_eq!(q["runtime"]["process_id"], qm.0.id(), "{q}");
+    // The name comes first; the runtime fields are written by the manager's first loop.
+    let queue_json = root.join("Queues/poplar/queue.json");
+    let pid = qm.0.id();
+    wait_until(LONG, "queue.json names the user unit's manager", || {
+        std::fs::read(&queue_json)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .is_some_and(|q| q["runtime"]["process_id"] == pid)
+    });
     // And the CLI, with the same HOME and no AGENT_STORE_ROOT, reaches that daemon.
     let mut c = Command::new(env!("CARGO_BIN_EXE_orchestrator"));
     u.scope(&mut c, Sees::Bus(&bus));

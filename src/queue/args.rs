@@ -14,8 +14,8 @@ pub struct Args {
     pub root: Option<PathBuf>,
     /// Bus to serve org.agentstore.Queue1 on: auto (system bus when run as the system service,
     /// else the session bus if there is one, else none), system, session or none.
-    #[arg(long, value_enum, default_value_t = crate::bus::BusChoice::Auto)]
-    pub bus: crate::bus::BusChoice,
+    #[arg(long, value_enum, default_value_t = crate::systemd::BusChoice::Auto)]
+    pub bus: crate::systemd::BusChoice,
     /// How to start jobs (default: the queue's `launcher`, else auto).
     #[arg(long, value_enum)]
     pub launcher: Option<crate::model::Launcher>,

@@ -248,29 +248,29 @@ impl fmt::Debug for Validator {
 impl Validator {
     /// Compiles the embedded schemas.
     pub fn embedded() -> Result<Validator, SchemaError> {
-        Self::with_overrides(None)
+        Self::with_overrides(None, &|_| Ok(None))
     }
 
-    /// Compiles the schemas, preferring `<dir>/<kind>.schema.json` where it exists
-    /// (a store's `JSONValidation/Schemas/`).
-    pub fn with_overrides(dir: Option<&Path>) -> Result<Validator, SchemaError> {
+    /// Compiles the schemas, preferring `<dir>/<kind>.schema.json` where `read` finds it
+    /// (a store's `JSONValidation/Schemas/`). `read` gives the file's text, `None` when it
+    /// does not exist; the store passes its no-link reader (this layer does no store I/O).
+    pub fn with_overrides(
+        dir: Option<&Path>,
+        read: &dyn Fn(&Path) -> std::io::Result<Option<String>>,
+    ) -> Result<Validator, SchemaError> {
         let mut compiled = HashMap::new();
         for (kind, text) in EMBEDDED {
-            let override_path = dir.map(|d| d.join(format!("{kind}.schema.json")));
-            let (origin, text) = match override_path.filter(|p| crate::store::safe::exists(p)) {
-                Some(path) => {
-                    // No link followed, only a regular file read (a link here is an error).
-                    let t = crate::store::safe::open_read(&path)
-                        .and_then(|mut f| {
-                            let mut t = String::new();
-                            std::io::Read::read_to_string(&mut f, &mut t).map(|_| t)
-                        })
-                        .map_err(|source| SchemaError::Read {
-                            path: path.clone(),
-                            source,
-                        })?;
-                    (path.display().to_string(), t)
-                }
+            let override_text = match dir.map(|d| d.join(format!("{kind}.schema.json"))) {
+                Some(path) => read(&path)
+                    .map_err(|source| SchemaError::Read {
+                        path: path.clone(),
+                        source,
+                    })?
+                    .map(|t| (path, t)),
+                None => None,
+            };
+            let (origin, text) = match override_text {
+                Some((path, t)) => (path.display().to_string(), t),
                 None => (format!("embedded {kind}.schema.json"), text.to_string()),
             };
             let schema: Value = serde_json::from_str(&text).map_err(|e| SchemaError::Compile {

@@ -144,7 +144,16 @@ impl Store {
                 keep: config.logging.keep_files,
             },
         );
-        let validator = Validator::with_overrides(Some(&root.join("JSONValidation/Schemas")))?;
+        // No link followed, only a regular file read (a link there is an error).
+        let validator =
+            Validator::with_overrides(Some(&root.join("JSONValidation/Schemas")), &|p| {
+                if !safe::exists(p) {
+                    return Ok(None);
+                }
+                let mut t = String::new();
+                std::io::Read::read_to_string(&mut safe::open_read(p)?, &mut t)?;
+                Ok(Some(t))
+            })?;
         let errors = ErrorLog::new(root.join("JSONValidation/errors.out"));
         Ok(Store {
             root,

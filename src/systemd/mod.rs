@@ -1,6 +1,9 @@
 //! The systemd side of a daemon: readiness and status notifications, and logging to the
 //! journal with structured fields (or to stderr where there is no journal).
 
+pub mod bus_choice;
+
+pub use bus_choice::{BusChoice, BusKind};
 use std::sync::OnceLock;
 
 /// Tells the service manager the daemon is ready (`Type=notify`). A no-op outside systemd.
