@@ -399,7 +399,9 @@ async fn memory_write_asks_by_default() {
     turn(&mut f, "x", &Log::default()).await;
     assert_eq!(
         f.ask.questions(),
-        vec!["Write note `n`? (memory_write writes note `n`)"]
+        vec![
+            "Write note `n`? (memory_write writes note `n` into .agentshell/ (its MEMORY.md index steers the agent: it is in every later system prompt))"
+        ]
     );
     assert!(!f.root.join(".agentshell/memory/n.md").exists());
 }

@@ -104,7 +104,7 @@ impl Toolbox {
     /// The standard tool set: `run_command`, `ask_user`, `memory_search`, `memory_read`,
     /// `memory_write`, and `delegate` when sub-agents are wired in.
     pub fn new(env: ToolEnv) -> Result<Self, PolicyError> {
-        let policy = Policy::new(&env.config.policy)?;
+        let policy = Policy::new(&env.config.policy, &env.root)?;
         let mut tools: Vec<Box<dyn Tool>> = vec![
             Box::new(run_command::RunCommand),
             Box::new(ask_user::AskUser),

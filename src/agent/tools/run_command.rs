@@ -47,7 +47,7 @@ impl Tool for RunCommand {
 
     fn classify(&self, args: &Value, policy: &Policy) -> Decision {
         match str_arg(args, "command") {
-            Some(cmd) => policy.classify_command(cmd),
+            Some(cmd) => policy.classify_run(cmd, &env_arg(args)),
             None => Decision::deny("missing `command`"),
         }
     }
@@ -61,15 +61,7 @@ impl Tool for RunCommand {
             let Some(command) = str_arg(&args, "command") else {
                 return ToolResult::error("missing `command`");
             };
-            let extra_env: BTreeMap<String, String> = args
-                .get("env")
-                .and_then(Value::as_object)
-                .map(|o| {
-                    o.iter()
-                        .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
-                        .collect()
-                })
-                .unwrap_or_default();
+            let extra_env = env_arg(&args);
             let prepared = match env.secrets.prepare(command, &extra_env) {
                 Ok(p) => p,
                 Err(e) => return ToolResult::error(e.to_string()),
@@ -89,6 +81,22 @@ impl Tool for RunCommand {
             .await
         })
     }
+}
+
+/// The `env` argument as a map; a non-string value is kept as its JSON text, so the policy
+/// judges every name the model sent.
+pub(crate) fn env_arg(args: &Value) -> BTreeMap<String, String> {
+    args.get("env")
+        .and_then(Value::as_object)
+        .map(|o| {
+            o.iter()
+                .map(|(k, v)| {
+                    let v = v.as_str().map_or_else(|| v.to_string(), str::to_string);
+                    (k.clone(), v)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Kills the child's process group when dropped (timeout, cancellation, or normal end).
