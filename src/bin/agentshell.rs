@@ -14,6 +14,7 @@ use clap::Parser;
 use agentstore::agent::bootstrap::{self, AgentHome, keys, logger, project};
 use agentstore::agent::core::provider::model_spec::known_key_vars;
 use agentstore::agent::tools::Unattended;
+use agentstore::agent::tools::display::visible;
 use agentstore::agent::transport::headless::{self, ExecResult, ExecUsage};
 use agentstore::agent::transport::line_editor::read_hidden;
 use agentstore::agent::transport::render::TerminalRenderer;
@@ -197,9 +198,9 @@ fn exec(cwd: &Path, explicit: Option<&Path>, json: bool, prompt: &str) -> ExitCo
             Err(e) => eprintln!("agentshell: {e}"),
         }
     } else if result.is_error {
-        eprintln!("agentshell: {}", result.result);
+        eprintln!("agentshell: {}", visible(&result.result));
     } else {
-        println!("{}", result.result);
+        println!("{}", visible(&result.result));
     }
     if result.is_error {
         ExitCode::FAILURE

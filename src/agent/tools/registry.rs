@@ -7,6 +7,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::agent::tools::display::visible_line;
 use crate::agent::tools::subsystems::context::bound;
 use crate::agent::tools::subsystems::memory::Memory;
 use crate::agent::tools::subsystems::policy::{
@@ -180,7 +181,11 @@ impl Toolbox {
                 return ToolResult::denied(format!("denied by policy: {}", decision.reason));
             }
             Verdict::Ask => {
-                let question = format!("{redacted_what}? ({})", decision.reason);
+                let question = format!(
+                    "{}? ({})",
+                    visible_line(&redacted_what),
+                    visible_line(&self.env.secrets.redact(&decision.reason))
+                );
                 match self.env.ask.ask(&question, &["yes", "no"]).await {
                     AskAnswer::Answer(a) if a == "yes" => {
                         tracing::info!(call = %redacted_what, "confirmed by the user");

@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 
+use crate::agent::tools::display::visible_line;
 use crate::agent::tools::registry::{Tool, ToolEnv, ToolSchema, str_arg};
 use crate::agent::tools::subsystems::policy::{Decision, Policy};
 use crate::agent::tools::subsystems::secrets::SecretBroker;
@@ -53,7 +54,18 @@ impl Tool for RunCommand {
     }
 
     fn describe(&self, args: &Value) -> String {
-        format!("Run `{}`", str_arg(args, "command").unwrap_or(""))
+        // Exactly what will run: `sh -c COMMAND` in the root, plus the environment asked for.
+        let command = str_arg(args, "command").unwrap_or("");
+        let mut text = format!("Run sh -c `{}`", visible_line(command));
+        let env = env_arg(args);
+        if !env.is_empty() {
+            let pairs: Vec<String> = env
+                .iter()
+                .map(|(k, v)| format!("{}={}", visible_line(k), visible_line(v)))
+                .collect();
+            text.push_str(&format!(" with env {}", pairs.join(" ")));
+        }
+        text
     }
 
     fn execute<'a>(&'a self, args: Value, env: &'a ToolEnv) -> BoxFuture<'a, ToolResult> {
