@@ -138,13 +138,13 @@ fn confirmation_answered_yes_then_no_then_exit() {
     let t = Tmux::start(&server, "confirm");
     t.send("make the yes file");
     t.wait_for("⏺ run_command $ touch yes.txt");
-    t.wait_for("? Run `touch yes.txt`? (`touch` is not known to be read-only) [yes/no]");
+    t.wait_for("? Run sh -c `touch yes.txt`? (`touch` is not known to be read-only) [yes/no]");
     t.send("y");
     t.wait_for("made the yes file");
     assert!(t.root().join("yes.txt").exists());
 
     t.send("make the no file");
-    t.wait_for("? Run `touch no.txt`?");
+    t.wait_for("? Run sh -c `touch no.txt`?");
     t.send("n");
     t.wait_for("skipped the no file");
     assert!(!t.root().join("no.txt").exists());
@@ -214,7 +214,7 @@ fn ctrl_c_at_a_confirmation_cancels_the_request() {
     ]);
     let t = Tmux::start(&server, "askc");
     t.send("make a file");
-    t.wait_for("? Run `touch never.txt`?");
+    t.wait_for("? Run sh -c `touch never.txt`?");
     t.ctrl_c();
     t.wait_for("request cancelled");
     assert!(!t.root().join("never.txt").exists());
