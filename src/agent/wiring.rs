@@ -61,13 +61,27 @@ pub fn effective_config(project: &Project, env: &BTreeMap<String, String>) -> Va
     config
 }
 
-/// Whether an environment variable name looks like a credential.
-fn is_credential_name(name: &str) -> bool {
+/// Whether an environment variable name looks like a credential: a known key variable, or a
+/// name with KEY, TOKEN, SECRET, PASSWORD, PASSWD, CREDENTIAL or AUTH in it
+/// (`AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `GH_AUTH`), except the agent sockets.
+pub fn is_credential_name(name: &str) -> bool {
+    if matches!(name, "SSH_AUTH_SOCK" | "XAUTHORITY" | "GPG_AGENT_INFO") {
+        return false;
+    }
+    let upper = name.to_ascii_uppercase();
     known_key_vars().contains(&name)
         || name == ENV_API_KEY
-        || ["_API_KEY", "_TOKEN", "_SECRET", "_PASSWORD"]
-            .iter()
-            .any(|s| name.ends_with(s))
+        || [
+            "KEY",
+            "TOKEN",
+            "SECRET",
+            "PASSWORD",
+            "PASSWD",
+            "CREDENTIAL",
+            "AUTH",
+        ]
+        .iter()
+        .any(|s| upper.contains(s))
 }
 
 /// The user's secrets: `~/.agentshell/.env`, overlaid by credential-like variables of the

@@ -21,8 +21,73 @@ use agentstore::agent::transport::render::TerminalRenderer;
 use agentstore::agent::transport::terminal::{SessionEnd, Terminal};
 use agentstore::agent::wiring::{self, ENV_HOME, ENV_LOG, LoggedEvents};
 
+/// Carries the credentials across the re-exec of [`scrub_environment`].
+const ENV_KEYS_FD: &str = "AGENTSHELL_KEYS_FD";
+
+/// The credentials moved out of the process environment at start (see [`scrub_environment`]).
+static HANDED_OVER: std::sync::OnceLock<BTreeMap<String, String>> = std::sync::OnceLock::new();
+
 fn env_map() -> BTreeMap<String, String> {
-    std::env::vars().collect()
+    let mut env: BTreeMap<String, String> =
+        std::env::vars().filter(|(k, _)| k != ENV_KEYS_FD).collect();
+    if let Some(keys) = HANDED_OVER.get() {
+        env.extend(keys.clone());
+    }
+    env
+}
+
+/// Keys in this process's environment are visible to every process of the user
+/// (`ps axeww`, `/proc/PID/environ`) for as long as it runs, and the kernel keeps the initial
+/// environment block whatever `unsetenv` does. So when credential-like variables are present,
+/// re-execute the binary without them, handing them over through a pipe, and read them back.
+fn scrub_environment() -> BTreeMap<String, String> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    if let Ok(fd) = std::env::var(ENV_KEYS_FD) {
+        let read = fd
+            .parse::<i32>()
+            .ok()
+            .filter(|fd| *fd > 2)
+            .and_then(|fd| std::fs::read(format!("/proc/self/fd/{fd}")).ok())
+            .and_then(|bytes| serde_json::from_slice::<BTreeMap<String, String>>(&bytes).ok());
+        return read.unwrap_or_default();
+    }
+    let keys: BTreeMap<String, String> = std::env::vars()
+        .filter(|(k, v)| wiring::is_credential_name(k) && !v.is_empty())
+        .collect();
+    if keys.is_empty() {
+        return keys;
+    }
+    let Ok(payload) = serde_json::to_vec(&keys) else {
+        return BTreeMap::new();
+    };
+    // A pipe holds 64 KiB without a reader; more than that stays in the environment.
+    if payload.len() > 60_000 {
+        eprintln!("agentshell: too many credential variables to move out of the environment");
+        return BTreeMap::new();
+    }
+    let Ok((read, write)) = nix::unistd::pipe() else {
+        return BTreeMap::new();
+    };
+    let mut writer = std::fs::File::from(write);
+    if std::io::Write::write_all(&mut writer, &payload).is_err() {
+        return BTreeMap::new();
+    }
+    drop(writer);
+    let mut args = std::env::args_os();
+    let mut cmd = std::process::Command::new("/proc/self/exe");
+    if let Some(arg0) = args.next() {
+        cmd.arg0(arg0);
+    }
+    cmd.args(args);
+    for name in keys.keys() {
+        cmd.env_remove(name);
+    }
+    cmd.env(ENV_KEYS_FD, read.as_raw_fd().to_string());
+    let error = cmd.exec();
+    // Still here: the exec failed; carry on with the keys where they are.
+    eprintln!("agentshell: could not re-execute without the keys in the environment: {error}");
+    BTreeMap::new()
 }
 
 fn agent_home(env: &BTreeMap<String, String>) -> anyhow::Result<AgentHome> {
@@ -52,6 +117,7 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let _ = HANDED_OVER.set(scrub_environment());
     let cwd = match std::env::current_dir() {
         Ok(d) => d,
         Err(e) => {
