@@ -130,6 +130,7 @@ fn main() -> ExitCode {
         Command::Run => run(&cwd, explicit),
         Command::Init => init(&cwd, explicit),
         Command::SetupKeys => setup_keys(),
+        Command::Trust => trust(&cwd, explicit),
         Command::Exec { json, prompt } => return exec(&cwd, explicit, json, &prompt),
     };
     match outcome {
@@ -146,6 +147,9 @@ fn run(cwd: &Path, explicit: Option<&Path>) -> anyhow::Result<()> {
     let home = agent_home(&env)?;
     let project = bootstrap::open_project(cwd, explicit, &home)?;
     logger::init(&project.root, env.get(ENV_LOG).map(String::as_str))?;
+    if let Some(w) = project.untrusted_warning() {
+        eprintln!("agentshell: {}", visible(&w));
+    }
     let terminal = Terminal::new();
     runtime()?.block_on(async {
         let screen = Arc::new(TerminalRenderer::new(std::io::stdout()));
@@ -163,6 +167,33 @@ fn run(cwd: &Path, explicit: Option<&Path>) -> anyhow::Result<()> {
         }
         Ok(())
     })
+}
+
+fn trust(cwd: &Path, explicit: Option<&Path>) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let env = env_map();
+    let home = agent_home(&env)?;
+    let root = project::decide_root(cwd, explicit, &home)?;
+    let meta = std::fs::metadata(&root).with_context(|| format!("reading {}", root.display()))?;
+    if meta.mode() & 0o002 != 0 || meta.uid() != nix::unistd::getuid().as_raw() {
+        bail!(
+            "{} is writable by everyone or owned by another user; it cannot be trusted",
+            root.display()
+        );
+    }
+    let path = root.join(bootstrap::AGENT_DIR).join("config.json");
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let hash = bootstrap::trust::trust(&home, &root, &bytes)?;
+    println!(
+        "trusted {} (config.json hash {hash}); a change to {} makes it untrusted again",
+        root.display(),
+        path.display()
+    );
+    Ok(())
 }
 
 fn init(cwd: &Path, explicit: Option<&Path>) -> anyhow::Result<()> {
@@ -292,6 +323,9 @@ fn exec_inner(cwd: &Path, explicit: Option<&Path>, prompt: &str) -> anyhow::Resu
     let home = agent_home(&env)?;
     let project = bootstrap::open_project(cwd, explicit, &home)?;
     logger::init(&project.root, env.get(ENV_LOG).map(String::as_str))?;
+    if let Some(w) = project.untrusted_warning() {
+        eprintln!("agentshell: {}", visible(&w));
+    }
     runtime()?.block_on(async {
         let mut agent = wiring::build_agent_with_subagents(
             &project,
