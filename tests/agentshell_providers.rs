@@ -23,6 +23,8 @@ fn settings(url: &str) -> ProviderSettings {
         api_key: Some("sk-test".into()),
         max_tokens: 1000,
         request_timeout: Duration::from_secs(20), // a hang guard; the timeout tests set their own
+        request_deadline: Duration::from_secs(60),
+        max_response_bytes: 64 * 1024 * 1024,
         max_retries: 2,
         retry_base: Duration::from_millis(1),
     }
@@ -434,6 +436,56 @@ async fn connection_refused_is_a_network_error() {
     };
     drop(server);
     let p = OpenAiProvider::new(settings(&url)).unwrap();
+    let (r, _) = call(&p, &[Message::user("hi")]).await;
+    assert!(matches!(r, Err(ProviderError::Network { .. })), "{r:?}");
+}
+
+#[tokio::test]
+async fn a_trickling_response_ends_at_the_total_deadline() {
+    let server = FakeServer::start(vec![Reply::Trickle]);
+    let mut s = settings(&format!("{}/v1", server.url));
+    s.request_timeout = Duration::from_secs(20); // never idle: a byte every 100 ms
+    s.request_deadline = Duration::from_millis(800);
+    let p = OpenAiProvider::new(s).unwrap();
+    let started = std::time::Instant::now();
+    let (r, _) = call(&p, &[Message::user("hi")]).await;
+    assert!(
+        matches!(r, Err(ProviderError::Timeout(d, _)) if d == Duration::from_millis(800)),
+        "{r:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[tokio::test]
+async fn a_response_over_the_size_cap_is_an_error() {
+    let big = "y".repeat(200_000);
+    let server = FakeServer::start(vec![Reply::Sse(vec![
+        oa_chunk(json!({"content": big}), None),
+        oa_done(),
+    ])]);
+    let mut s = settings(&format!("{}/v1", server.url));
+    s.max_response_bytes = 100_000;
+    let p = OpenAiProvider::new(s).unwrap();
+    let (r, _) = call(&p, &[Message::user("hi")]).await;
+    match r {
+        Err(ProviderError::MalformedStream(m)) => {
+            assert!(m.contains("max_response_bytes"), "{m}")
+        }
+        other => panic!("expected the size cap, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn an_https_endpoint_still_works_after_a_plain_http_one() {
+    // The plain client is built without TLS roots; an https URL must get the other client
+    // (here it fails to connect: nothing listens — a network error, not a TLS setup error).
+    let server = FakeServer::start(vec![oa_text(&["ok"], 1, 1)]);
+    let p = OpenAiProvider::new(settings(&format!("{}/v1", server.url))).unwrap();
+    let (r, _) = call(&p, &[Message::user("hi")]).await;
+    assert!(r.is_ok(), "{r:?}");
+    let mut s = settings("https://127.0.0.1:9/v1");
+    s.max_retries = 0;
+    let p = OpenAiProvider::new(s).unwrap();
     let (r, _) = call(&p, &[Message::user("hi")]).await;
     assert!(matches!(r, Err(ProviderError::Network { .. })), "{r:?}");
 }

@@ -12,28 +12,58 @@ use crate::agent::core::provider::{ModelResponse, ProviderError, ProviderSetting
 /// Longest `Retry-After` honoured.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 
-/// Build the HTTP client (no total timeout: a stream may legitimately run for minutes; the
-/// idle timeout is applied per read instead).
-pub fn client() -> Result<reqwest::Client, ProviderError> {
-    reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(30))
+/// Build an HTTP client (no reqwest total timeout: the per-request deadline and the idle
+/// timeout are applied around it). `tls_roots` loads the system CA bundle, which costs most of
+/// a short run's CPU; a client for plain-http endpoints is built without it.
+pub fn client(tls_roots: bool) -> Result<reqwest::Client, ProviderError> {
+    let builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(30));
+    let builder = if tls_roots {
+        builder
+    } else {
+        // No root is trusted: an https URL on this client fails instead of loading the roots.
+        builder.tls_certs_only(Vec::new()).https_only(false)
+    };
+    builder
         .build()
         .map_err(|e| ProviderError::Client(e.to_string()))
 }
 
-/// An HTTP client built on first use: loading the TLS roots is the most expensive part of
-/// start-up, and the prompt should not wait for it.
+/// The process-wide clients, one per scheme, built on first use: the CA bundle is loaded once
+/// per process and only when an https endpoint is used (sub-agents share the clients).
+static PLAIN: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+static TLS: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+
+/// Hands out the shared client for a URL's scheme.
 #[derive(Debug, Default)]
-pub struct LazyClient(std::sync::OnceLock<reqwest::Client>);
+pub struct LazyClient;
 
 impl LazyClient {
-    /// The client, built now if this is the first call.
-    pub fn get(&self) -> Result<&reqwest::Client, ProviderError> {
-        if let Some(c) = self.0.get() {
+    /// The client for `url`, built now if this is the first call for its scheme.
+    pub fn get(&self, url: &str) -> Result<&'static reqwest::Client, ProviderError> {
+        let https = !url
+            .get(..7)
+            .is_some_and(|p| p.eq_ignore_ascii_case("http://"));
+        let cell = if https { &TLS } else { &PLAIN };
+        if let Some(c) = cell.get() {
             return Ok(c);
         }
-        let built = client()?;
-        Ok(self.0.get_or_init(|| built))
+        let built = client(https)?;
+        Ok(cell.get_or_init(|| built))
+    }
+}
+
+/// Runs one whole model request (sending, retries, streaming) within the configured total
+/// deadline: a server that trickles bytes forever still ends.
+pub async fn within_deadline<T>(
+    settings: &ProviderSettings,
+    work: impl std::future::Future<Output = Result<T, ProviderError>>,
+) -> Result<T, ProviderError> {
+    match tokio::time::timeout(settings.request_deadline, work).await {
+        Ok(result) => result,
+        Err(_) => Err(ProviderError::Timeout(
+            settings.request_deadline,
+            "the whole response (request_deadline_secs)",
+        )),
     }
 }
 
@@ -125,7 +155,15 @@ pub async fn read_sse<A: StreamAssembler>(
     on_event: &mut (dyn FnMut(StreamEvent) + Send),
 ) -> Result<ModelResponse, ProviderError> {
     let mut parser = SseParser::default();
+    let mut received = 0usize;
     'stream: while let Some(chunk) = next_chunk(&mut response, settings).await? {
+        received = received.saturating_add(chunk.len());
+        if received > settings.max_response_bytes {
+            return Err(ProviderError::MalformedStream(format!(
+                "the response is larger than {} bytes (max_response_bytes)",
+                settings.max_response_bytes
+            )));
+        }
         for event in parser.feed(&chunk)? {
             if assembler.apply(&event.data, on_event)? {
                 break 'stream;

@@ -128,6 +128,10 @@ pub struct ProviderSettings {
     pub max_tokens: u32,
     /// Longest wait for the response headers or for the next stream chunk.
     pub request_timeout: Duration,
+    /// Longest time one whole request may take, retries and streaming included.
+    pub request_deadline: Duration,
+    /// Largest response body accepted, in bytes.
+    pub max_response_bytes: usize,
     /// Retries after a 429, a 5xx or a connection error.
     pub max_retries: u32,
     /// First backoff delay; doubles every retry (a `Retry-After` header wins, capped at 60 s).

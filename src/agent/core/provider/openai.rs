@@ -244,15 +244,18 @@ impl Provider for OpenAiProvider {
                 headers.insert(AUTHORIZATION, value);
             }
             let body = self.body(&request);
-            let response =
-                http::post_with_retries(self.client.get()?, &url, headers, &body, &self.settings)
-                    .await?;
-            http::read_sse(
-                response,
-                &self.settings,
-                ChunkAssembler::default(),
-                on_event,
-            )
+            let client = self.client.get(&url)?;
+            http::within_deadline(&self.settings, async {
+                let response =
+                    http::post_with_retries(client, &url, headers, &body, &self.settings).await?;
+                http::read_sse(
+                    response,
+                    &self.settings,
+                    ChunkAssembler::default(),
+                    on_event,
+                )
+                .await
+            })
             .await
         })
     }
