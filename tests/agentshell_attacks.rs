@@ -401,3 +401,44 @@ fn model_text_cannot_emit_escape_sequences() {
     );
     assert_eq!(stdout, "hi^[]0;pwned^G^[[2Jthere\n");
 }
+
+#[test]
+fn subagent_fan_out_is_capped_and_accounted_in_the_parent_result() {
+    let f = fixture();
+    std::fs::write(
+        f.root.join(".agentshell/config.json"),
+        r#"{"max_subagents": 2, "max_parallel_subagents": 1}"#,
+    )
+    .unwrap();
+    let task = |t: &str| json!({ "task": t }).to_string();
+    let (t1, t2, t3) = (task("one"), task("two"), task("three"));
+    let server = FakeServer::start(vec![
+        oa_tool_calls(
+            &[
+                ("d1", "delegate", &t1),
+                ("d2", "delegate", &t2),
+                ("d3", "delegate", &t3),
+            ],
+            10,
+            5,
+        ),
+        oa_command("s1", "touch pwned-by-sub"),
+        oa_text(&["sub one done"], 100, 50),
+        oa_text(&["sub two done"], 1000, 500),
+        oa_text(&["all done"], 1, 1),
+    ]);
+    let out = exec(&f, &server, &[]);
+    let v = result(&out);
+    assert_eq!(v["result"], "all done", "{v:#}");
+    assert_eq!(server.requests().len(), 5);
+    assert_eq!(v["num_turns"], 5, "parent 2 + sub-agents 3: {v:#}");
+    assert_eq!(v["usage"]["input_tokens"], 10 + 10 + 100 + 1000 + 1);
+    assert_eq!(v["usage"]["output_tokens"], 5 + 5 + 50 + 500 + 1);
+    let denials = v["permission_denials"].as_array().unwrap();
+    assert_eq!(denials.len(), 1, "{v:#}");
+    assert_eq!(denials[0]["tool_use_id"], "s1");
+    assert!(!f.root.join("pwned-by-sub").exists());
+    let mut last = String::new();
+    strings(&server.requests()[4].body, &mut last);
+    assert!(last.contains("limit of 2 sub-agents"), "{last}");
+}
