@@ -21,6 +21,7 @@ fn settings(url: &str) -> ProviderSettings {
         model: "test-model".into(),
         base_url: url.to_string(),
         api_key: Some("sk-test".into()),
+        key_header: None,
         max_tokens: 1000,
         request_timeout: Duration::from_secs(20), // a hang guard; the timeout tests set their own
         request_deadline: Duration::from_secs(60),
@@ -488,4 +489,50 @@ async fn an_https_endpoint_still_works_after_a_plain_http_one() {
     let p = OpenAiProvider::new(s).unwrap();
     let (r, _) = call(&p, &[Message::user("hi")]).await;
     assert!(matches!(r, Err(ProviderError::Network { .. })), "{r:?}");
+}
+
+#[tokio::test]
+async fn azure_uses_its_base_setting_and_the_api_key_header() {
+    use agentstore::agent::core::{CoreConfig, build_provider};
+    let server = FakeServer::start(vec![oa_text(&["hi"], 1, 1)]);
+    let config = CoreConfig {
+        model: "azure/my-deployment".into(),
+        ..CoreConfig::default()
+    };
+    let url = server.url.clone();
+    let p = build_provider(&config, None, move |var| match var {
+        "AZURE_API_BASE" => Some(format!("{url}/")),
+        "AZURE_API_KEY" => Some("azure-key-123".into()),
+        _ => None,
+    })
+    .unwrap();
+    let (r, _) = call(p.as_ref(), &[Message::user("hi")]).await;
+    assert_eq!(r.unwrap().text, "hi");
+    let req = &server.requests()[0];
+    assert_eq!(req.path, "/openai/v1/chat/completions");
+    assert_eq!(req.header("api-key"), Some("azure-key-123"));
+    assert_eq!(req.header("authorization"), None);
+    assert_eq!(req.body["model"], "my-deployment");
+}
+
+#[test]
+fn missing_provider_settings_are_named() {
+    use agentstore::agent::core::{CoreConfig, build_provider};
+    for (model, var) in [
+        ("bedrock/anthropic.claude-3-haiku", "AWS_REGION"),
+        ("azure/gpt", "AZURE_API_BASE"),
+        ("vertex_ai/gemini-2.0-flash", "VERTEXAI_LOCATION"),
+        ("vertex_ai/gemini-2.0-flash", "VERTEXAI_ACCESS_TOKEN"),
+        ("groq/llama", "GROQ_API_KEY"),
+    ] {
+        let config = CoreConfig {
+            model: model.into(),
+            ..CoreConfig::default()
+        };
+        // every variable but the one under test is set
+        let err = build_provider(&config, None, |k| (k != var).then(|| "x".to_string()))
+            .err()
+            .unwrap_or_else(|| panic!("{model} without {var} must fail"));
+        assert!(err.to_string().contains(var), "{model}: {err}");
+    }
 }

@@ -125,21 +125,28 @@ pub fn build_provider(
     {
         return Err(ProviderError::MissingApiKey(var.clone()));
     }
-    let settings = ProviderSettings {
-        provider: spec.provider.clone(),
-        model: spec.model.clone(),
-        base_url: config
-            .base_url
-            .clone()
-            .unwrap_or_else(|| spec.default_base_url.clone()),
-        api_key,
-        max_tokens: config.max_tokens,
-        request_timeout: Duration::from_secs(config.request_timeout_secs.max(1)),
-        request_deadline: Duration::from_secs(config.request_deadline_secs.max(1)),
-        max_response_bytes: config.max_response_bytes.max(1024),
-        max_retries: config.max_retries,
-        retry_base: Duration::from_millis(config.retry_base_ms),
-    };
+    let settings =
+        ProviderSettings {
+            provider: spec.provider.clone(),
+            model: spec.model.clone(),
+            base_url: match &config.base_url {
+                Some(url) => url.clone(),
+                None => model_spec::fill_base_url(&spec.default_base_url, &lookup_key).map_err(
+                    |var| ProviderError::MissingSetting {
+                        model: config.model.clone(),
+                        var,
+                    },
+                )?,
+            },
+            api_key,
+            key_header: spec.key_header.clone(),
+            max_tokens: config.max_tokens,
+            request_timeout: Duration::from_secs(config.request_timeout_secs.max(1)),
+            request_deadline: Duration::from_secs(config.request_deadline_secs.max(1)),
+            max_response_bytes: config.max_response_bytes.max(1024),
+            max_retries: config.max_retries,
+            retry_base: Duration::from_millis(config.retry_base_ms),
+        };
     Ok(match spec.protocol {
         Protocol::OpenAi => Box::new(OpenAiProvider::new(settings)?),
         Protocol::Anthropic => Box::new(AnthropicProvider::new(settings)?),

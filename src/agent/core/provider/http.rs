@@ -185,9 +185,9 @@ impl HttpClient {
                     builder = builder.header(k, v);
                 }
                 let request = builder
-                    .body(http_body_util::Full::new(hyper::body::Bytes::copy_from_slice(
-                        body,
-                    )))
+                    .body(http_body_util::Full::new(
+                        hyper::body::Bytes::copy_from_slice(body),
+                    ))
                     .map_err(|e| SendError {
                         retryable: false,
                         message: e.to_string(),

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
+use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Value, json};
 
 use crate::agent::core::message::{Message, Role};
@@ -239,9 +239,24 @@ impl Provider for OpenAiProvider {
             );
             let mut headers = HeaderMap::new();
             if let Some(key) = &self.settings.api_key {
-                let value = HeaderValue::from_str(&format!("Bearer {key}"))
-                    .map_err(|_| ProviderError::Client("API key is not a valid header".into()))?;
-                headers.insert(AUTHORIZATION, value);
+                match &self.settings.key_header {
+                    Some(name) => {
+                        let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                            ProviderError::Client(format!("`{name}` is not a header name"))
+                        })?;
+                        let value = HeaderValue::from_str(key).map_err(|_| {
+                            ProviderError::Client("API key is not a valid header".into())
+                        })?;
+                        headers.insert(name, value);
+                    }
+                    None => {
+                        let value =
+                            HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
+                                ProviderError::Client("API key is not a valid header".into())
+                            })?;
+                        headers.insert(AUTHORIZATION, value);
+                    }
+                }
             }
             let body = self.body(&request);
             let client = self.client.get(&url)?;
