@@ -25,7 +25,7 @@ impl AnthropicProvider {
     /// A provider for `settings`.
     pub fn new(settings: ProviderSettings) -> Result<Self, ProviderError> {
         Ok(Self {
-            client: http::LazyClient::default(),
+            client: http::LazyClient,
             settings,
         })
     }

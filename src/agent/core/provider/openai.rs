@@ -22,7 +22,7 @@ impl OpenAiProvider {
     /// A provider for `settings`.
     pub fn new(settings: ProviderSettings) -> Result<Self, ProviderError> {
         Ok(Self {
-            client: http::LazyClient::default(),
+            client: http::LazyClient,
             settings,
         })
     }
