@@ -339,7 +339,6 @@ pub fn lookup(program: &str) -> Option<Spec> {
                 "--report-identical-files",
                 "--unified",
                 "--context",
-                "--recursive",
                 "--new-file",
                 "--ignore-case",
                 "--ignore-all-space",
@@ -354,7 +353,8 @@ pub fn lookup(program: &str) -> Option<Spec> {
             ],
             long_values: &["--label", "--width", "--exclude"],
             long_optional: &["--color"],
-            ..spec("qsurNiwbBEZtTyacp", "UCWx", Paths)
+            // not -r: a recursive diff follows symlinks out of the tree
+            ..spec("qsuNiwbBEZtTyacp", "UCWx", Paths)
         },
         "cmp" => Spec {
             long_flags: &[
@@ -458,6 +458,7 @@ pub fn lookup(program: &str) -> Option<Spec> {
                 "--version",
             ],
             long_values: &["--filelimit", "--sort", "--charset", "--gitignore"],
+            // not -l: it follows symlinks to directories, out of the tree
             ..spec("adfFiqNQpugshDvtrCAnx", "LPI", Paths)
         },
         "uniq" => Spec {

@@ -568,7 +568,17 @@ impl Policy {
             Operands::OnePath => &operands,
             Operands::PatternThenPaths if !pattern_given => operands.get(1..).unwrap_or(&[]),
             Operands::PatternThenPaths => &operands,
-            Operands::FilterThenPaths => operands.get(1..).unwrap_or(&[]),
+            Operands::FilterThenPaths => {
+                // jq modules are read from a search path outside the root
+                if let Some(filter) = operands.first()
+                    && (filter.contains("import") || filter.contains("include"))
+                {
+                    return Err(
+                        "with `import`/`include` reads modules from outside the root".into(),
+                    );
+                }
+                operands.get(1..).unwrap_or(&[])
+            }
             Operands::DateFormat => {
                 if let Some(op) = operands.iter().find(|o| !o.starts_with('+')) {
                     return Err(format!("with operand `{op}` sets the clock"));
@@ -960,6 +970,10 @@ mod tests {
             ("find . -fprint out", Ask),
             ("find -L . -name x", Ask),
             ("grep -R x .", Ask),
+            ("diff -r src etclink", Ask),
+            ("tree -l", Ask),
+            ("jq 'import \"x\" as x; .' a.txt", Ask),
+            ("jq -r .x a.txt", Allow),
             ("wc --files0-from=list", Ask),
             ("ps axeww", Ask),
             ("ps e", Ask),
