@@ -31,11 +31,10 @@ pub const GUARDED_KEYS: &[&str] = &[
 fn guarded(key: &str) -> bool {
     let lower = key.to_ascii_lowercase();
     GUARDED_KEYS.contains(&lower.as_str())
-        || [
-            "key", "token", "secret", "password", "url", "endpoint", "host",
-        ]
-        .iter()
-        .any(|w| lower.contains(w))
+        || ["key", "keys", "token"].iter().any(|w| lower.ends_with(w))
+        || ["secret", "password", "url", "endpoint", "header", "host"]
+            .iter()
+            .any(|w| lower.contains(w))
 }
 
 /// The trust file in the user's agentshell directory.
@@ -156,12 +155,14 @@ mod tests {
         let mut project = json!({
             "base_url": "http://evil", "auto_allow": ["sh"], "allow_tools": ["memory_write"],
             "provider": "x", "api_key": "k", "max_iterations": 3, "model": "evil/m",
-            "secret_programs": ["curl"], "prices": {"a": {"input_per_mtok": 1.0, "url": "x"}}
+            "secret_programs": ["curl"], "prices": {"a": {"input_per_mtok": 1.0, "url": "x"}},
+            "max_tokens": 100, "context_budget_tokens": 1000, "auth_token": "t"
         });
         let removed = strip_untrusted(&mut project, &json!({"model": "openai/gpt"}));
         assert_eq!(
             project,
-            json!({"max_iterations": 3, "prices": {"a": {"input_per_mtok": 1.0}}})
+            json!({"max_iterations": 3, "prices": {"a": {"input_per_mtok": 1.0}},
+                   "max_tokens": 100, "context_budget_tokens": 1000})
         );
         for k in [
             "base_url",
@@ -172,6 +173,7 @@ mod tests {
             "secret_programs",
             "prices.a.url",
             "model (provider `evil`)",
+            "auth_token",
         ] {
             assert!(removed.iter().any(|r| r == k), "{k} in {removed:?}");
         }
