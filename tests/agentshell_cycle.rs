@@ -192,8 +192,8 @@ async fn ask_answered_yes_runs_and_no_declines() {
     assert_eq!(
         f.ask.questions(),
         vec![
-            "Run `touch yes.txt`? (`touch` is not known to be read-only)",
-            "Run `touch no.txt`? (`touch` is not known to be read-only)"
+            "Run sh -c `touch yes.txt`? (`touch` is not known to be read-only)",
+            "Run sh -c `touch no.txt`? (`touch` is not known to be read-only)"
         ]
     );
     let r = &tool_results(&f.server, 2)[1];
@@ -312,7 +312,8 @@ async fn secrets_are_substituted_into_the_environment_and_redacted_from_outputs(
             oa_command("c3", "echo {{secret:GITHUB_TOKEN}} | wc -c"),
             oa_text(&["done"], 1, 1),
         ],
-        &["yes"],
+        // both commands that pass the secret need confirmation (echo is not in secret_programs)
+        &["yes", "yes"],
         json!({}),
         &[("GITHUB_TOKEN", token)],
     );
@@ -399,7 +400,9 @@ async fn memory_write_asks_by_default() {
     turn(&mut f, "x", &Log::default()).await;
     assert_eq!(
         f.ask.questions(),
-        vec!["Write note `n`? (memory_write writes note `n`)"]
+        vec![
+            "Write note `n`? (memory_write writes note `n` into .agentshell/ (its MEMORY.md index steers the agent: it is in every later system prompt))"
+        ]
     );
     assert!(!f.root.join(".agentshell/memory/n.md").exists());
 }

@@ -45,6 +45,23 @@ fn exec(
     child.wait_with_output().unwrap()
 }
 
+/// `agentshell trust` in `root`, as the user whose HOME is `home` (the real binary).
+fn trust(root: &Path, home: &Path) {
+    let out = Command::new(env!("CARGO_BIN_EXE_agentshell"))
+        .arg("trust")
+        .current_dir(root)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap())
+        .env("HOME", home)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "trust: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn parse(out: &Output) -> Value {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = stdout.lines().collect();
@@ -89,6 +106,7 @@ fn exec_json_success_with_an_allowed_and_a_denied_command() {
             "prices": {"openai/test-model": {"input_per_mtok": 2.0, "output_per_mtok": 10.0}}}"#,
     )
     .unwrap();
+    trust(&root, &home);
     std::fs::create_dir_all(root.join("build")).unwrap();
     let touch = json!({"command": "touch made-by-agent"}).to_string();
     let rm = json!({"command": "rm -rf build"}).to_string();
@@ -333,6 +351,7 @@ fn sigterm_ends_the_run_with_a_result_and_kills_running_commands() {
         r#"{"auto_allow": ["sleep"]}"#,
     )
     .unwrap();
+    trust(&root, &home);
     let marker = format!("300.{}2", std::process::id()); // a unique `sleep` argument
     let server = FakeServer::start(vec![oa_command("c1", &format!("sleep {marker}"))]);
     let mut child = Command::new(env!("CARGO_BIN_EXE_agentshell"))

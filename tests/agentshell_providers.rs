@@ -21,8 +21,11 @@ fn settings(url: &str) -> ProviderSettings {
         model: "test-model".into(),
         base_url: url.to_string(),
         api_key: Some("sk-test".into()),
+        key_header: None,
         max_tokens: 1000,
         request_timeout: Duration::from_secs(20), // a hang guard; the timeout tests set their own
+        request_deadline: Duration::from_secs(60),
+        max_response_bytes: 64 * 1024 * 1024,
         max_retries: 2,
         retry_base: Duration::from_millis(1),
     }
@@ -436,4 +439,100 @@ async fn connection_refused_is_a_network_error() {
     let p = OpenAiProvider::new(settings(&url)).unwrap();
     let (r, _) = call(&p, &[Message::user("hi")]).await;
     assert!(matches!(r, Err(ProviderError::Network { .. })), "{r:?}");
+}
+
+#[tokio::test]
+async fn a_trickling_response_ends_at_the_total_deadline() {
+    let server = FakeServer::start(vec![Reply::Trickle]);
+    let mut s = settings(&format!("{}/v1", server.url));
+    s.request_timeout = Duration::from_secs(20); // never idle: a byte every 100 ms
+    s.request_deadline = Duration::from_millis(800);
+    let p = OpenAiProvider::new(s).unwrap();
+    let started = std::time::Instant::now();
+    let (r, _) = call(&p, &[Message::user("hi")]).await;
+    assert!(
+        matches!(r, Err(ProviderError::Timeout(d, _)) if d == Duration::from_millis(800)),
+        "{r:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[tokio::test]
+async fn a_response_over_the_size_cap_is_an_error() {
+    let big = "y".repeat(200_000);
+    let server = FakeServer::start(vec![Reply::Sse(vec![
+        oa_chunk(json!({"content": big}), None),
+        oa_done(),
+    ])]);
+    let mut s = settings(&format!("{}/v1", server.url));
+    s.max_response_bytes = 100_000;
+    let p = OpenAiProvider::new(s).unwrap();
+    let (r, _) = call(&p, &[Message::user("hi")]).await;
+    match r {
+        Err(ProviderError::MalformedStream(m)) => {
+            assert!(m.contains("max_response_bytes"), "{m}")
+        }
+        other => panic!("expected the size cap, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn an_https_endpoint_still_works_after_a_plain_http_one() {
+    // The plain client is built without TLS roots; an https URL must get the other client
+    // (here it fails to connect: nothing listens — a network error, not a TLS setup error).
+    let server = FakeServer::start(vec![oa_text(&["ok"], 1, 1)]);
+    let p = OpenAiProvider::new(settings(&format!("{}/v1", server.url))).unwrap();
+    let (r, _) = call(&p, &[Message::user("hi")]).await;
+    assert!(r.is_ok(), "{r:?}");
+    let mut s = settings("https://127.0.0.1:9/v1");
+    s.max_retries = 0;
+    let p = OpenAiProvider::new(s).unwrap();
+    let (r, _) = call(&p, &[Message::user("hi")]).await;
+    assert!(matches!(r, Err(ProviderError::Network { .. })), "{r:?}");
+}
+
+#[tokio::test]
+async fn azure_uses_its_base_setting_and_the_api_key_header() {
+    use agentstore::agent::core::{CoreConfig, build_provider};
+    let server = FakeServer::start(vec![oa_text(&["hi"], 1, 1)]);
+    let config = CoreConfig {
+        model: "azure/my-deployment".into(),
+        ..CoreConfig::default()
+    };
+    let url = server.url.clone();
+    let p = build_provider(&config, None, move |var| match var {
+        "AZURE_API_BASE" => Some(format!("{url}/")),
+        "AZURE_API_KEY" => Some("azure-key-123".into()),
+        _ => None,
+    })
+    .unwrap();
+    let (r, _) = call(p.as_ref(), &[Message::user("hi")]).await;
+    assert_eq!(r.unwrap().text, "hi");
+    let req = &server.requests()[0];
+    assert_eq!(req.path, "/openai/v1/chat/completions");
+    assert_eq!(req.header("api-key"), Some("azure-key-123"));
+    assert_eq!(req.header("authorization"), None);
+    assert_eq!(req.body["model"], "my-deployment");
+}
+
+#[test]
+fn missing_provider_settings_are_named() {
+    use agentstore::agent::core::{CoreConfig, build_provider};
+    for (model, var) in [
+        ("bedrock/anthropic.claude-3-haiku", "AWS_REGION"),
+        ("azure/gpt", "AZURE_API_BASE"),
+        ("vertex_ai/gemini-2.0-flash", "VERTEXAI_LOCATION"),
+        ("vertex_ai/gemini-2.0-flash", "VERTEXAI_ACCESS_TOKEN"),
+        ("groq/llama", "GROQ_API_KEY"),
+    ] {
+        let config = CoreConfig {
+            model: model.into(),
+            ..CoreConfig::default()
+        };
+        // every variable but the one under test is set
+        let err = build_provider(&config, None, |k| (k != var).then(|| "x".to_string()))
+            .err()
+            .unwrap_or_else(|| panic!("{model} without {var} must fail"));
+        assert!(err.to_string().contains(var), "{model}: {err}");
+    }
 }

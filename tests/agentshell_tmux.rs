@@ -138,13 +138,13 @@ fn confirmation_answered_yes_then_no_then_exit() {
     let t = Tmux::start(&server, "confirm");
     t.send("make the yes file");
     t.wait_for("⏺ run_command $ touch yes.txt");
-    t.wait_for("? Run `touch yes.txt`? (`touch` is not known to be read-only) [yes/no]");
+    t.wait_for("? Run sh -c `touch yes.txt`? (`touch` is not known to be read-only) [yes/no]");
     t.send("y");
     t.wait_for("made the yes file");
     assert!(t.root().join("yes.txt").exists());
 
     t.send("make the no file");
-    t.wait_for("? Run `touch no.txt`?");
+    t.wait_for("? Run sh -c `touch no.txt`?");
     t.send("n");
     t.wait_for("skipped the no file");
     assert!(!t.root().join("no.txt").exists());
@@ -214,7 +214,7 @@ fn ctrl_c_at_a_confirmation_cancels_the_request() {
     ]);
     let t = Tmux::start(&server, "askc");
     t.send("make a file");
-    t.wait_for("? Run `touch never.txt`?");
+    t.wait_for("? Run sh -c `touch never.txt`?");
     t.ctrl_c();
     t.wait_for("request cancelled");
     assert!(!t.root().join("never.txt").exists());
@@ -335,7 +335,7 @@ fn sigterm_during_a_command_kills_it_and_restores_the_terminal() {
     let t = Tmux::start(&server, "term1");
     let pid = agentshell_pid(&t);
     t.send("wait");
-    t.wait_for("? Run `sleep");
+    t.wait_for("? Run sh -c `sleep");
     t.send("y");
     wait_until("the sleep command", || {
         !pids_running(&["sleep", &marker]).is_empty()
@@ -359,4 +359,26 @@ fn sigterm_at_the_prompt_restores_the_terminal() {
     sigterm(pid);
     t.wait_for("EXITED rc=143");
     t.wait_for("TTY icanon");
+}
+
+#[test]
+fn a_spoofed_confirmation_shows_what_really_runs() {
+    // backspaces would make the terminal show `ls -la $HOME` while `touch pwned` runs;
+    // escape sequences from the model would retitle the window and clear the screen
+    let spoof = format!("touch pwned{}ls -la $HOME", "\u{8}".repeat(11));
+    let server = FakeServer::start(vec![
+        oa_text(&["before\u{1b}]0;retitled\u{7}\u{1b}[2J after"], 1, 1),
+        oa_command("c1", &spoof),
+        oa_text(&["ok"], 1, 1),
+    ]);
+    let t = Tmux::start(&server, "spoof");
+    t.send("hello");
+    t.wait_for("before^[]0;retitled^G^[[2J after");
+    t.send("go");
+    t.wait_for("? Run sh -c `touch pwned^H^H^H^H^H^H^H^H^H^H^Hls -la $HOME`?");
+    t.send("n");
+    t.wait_for("ok");
+    assert!(!t.root().join("pwned").exists());
+    t.send("/exit");
+    t.wait_for("EXITED rc=0");
 }

@@ -25,6 +25,11 @@ pub enum Command {
     Init,
     /// Store API keys in ~/.agentshell/.env (mode 0600). Off a terminal, reads NAME=VALUE lines.
     SetupKeys,
+    /// Trust this project's .agentshell/config.json as it is now (stored in ~/.agentshell/trusted.json
+    /// with a hash of the file: any later change makes the folder untrusted again). An untrusted
+    /// project config cannot set base_url, provider, keys, model provider, auto_allow,
+    /// allow_tools or secret_programs.
+    Trust,
     /// Run one prompt headless and print the result.
     Exec {
         /// Print one JSON object like `claude -p --output-format json`.

@@ -27,7 +27,9 @@
 //! `subtype` is `success`, `error_max_turns` (iteration budget ran out; nobody can confirm
 //! continuing) or `error_during_execution` (provider/network error: `result` holds the error
 //! message, never model text; bootstrap and configuration failures such as a missing API key
-//! are reported the same way, with `num_turns` 0). `num_turns` counts model calls.
+//! are reported the same way, with `num_turns` 0). `num_turns` counts model calls, the
+//! sub-agents' included; their tokens, cost and refused calls are in `usage`,
+//! `total_cost_usd` and `permission_denials` too.
 //!
 //! SIGTERM, SIGINT or SIGHUP end the run cleanly: running commands (each in its own process
 //! group) are killed, and the result is printed with `"result": "interrupted by SIGTERM"`.
@@ -35,7 +37,9 @@
 //! (the transient scope) so the commands go with it.
 //!
 //! The project root is the nearest ancestor of `cwd` holding `.agentshell/` (else `cwd`
-//! itself; `--project DIR` overrides; the home directory is refused). Missing parts of
+//! itself; `--project DIR` overrides; the home directory is refused); the walk stops at the
+//! first folder not owned by the user (or root) or writable by everyone, so a `/tmp/.agentshell`
+//! left by anyone is never taken. Missing parts of
 //! `<root>/.agentshell/` are created (config.json, CLAUDE.md, MEMORY.md, memory/, logs/), and the
 //! log goes to `<root>/.agentshell/logs/agent.log`.
 //!
@@ -46,24 +50,38 @@
 //! | `AGENTSHELL_MODEL` | model string, LiteLLM style (`deepseek/deepseek-chat`, `anthropic/claude-sonnet-4-5`, `openai/gpt-4o`, `ollama/llama3.1`); overrides config `model` |
 //! | `AGENTSHELL_BASE_URL` | endpoint override; OpenAI-style: the URL before `/chat/completions` (e.g. `http://127.0.0.1:8080/v1`); Anthropic: the URL before `/v1/messages` |
 //! | `AGENTSHELL_API_KEY` | API key for whatever provider; wins over the provider's variable |
-//! | `OPENAI_API_KEY`, `ANTHROPIC_API_KEY`, `DEEPSEEK_API_KEY`, `XAI_API_KEY`, `GEMINI_API_KEY`, `OPENROUTER_API_KEY`, `GROQ_API_KEY`, `MISTRAL_API_KEY` | the provider's key (else read from `~/.agentshell/.env`; never from the project's `.env`) |
+//! | `OPENAI_API_KEY`, `ANTHROPIC_API_KEY`, `DEEPSEEK_API_KEY`, `XAI_API_KEY`, `GEMINI_API_KEY`, `OPENROUTER_API_KEY`, `GROQ_API_KEY`, `MISTRAL_API_KEY`, `AZURE_API_KEY`, `AWS_BEARER_TOKEN_BEDROCK`, `VERTEXAI_ACCESS_TOKEN`, … | the provider's key (else read from `~/.agentshell/.env`; never from the project's `.env`) |
+//! | `AZURE_API_BASE`, `AWS_REGION`, `VERTEXAI_PROJECT` + `VERTEXAI_LOCATION` | where `azure/`, `bedrock/` and `vertex_ai/` models live (or set `base_url`) |
 //! | `AGENTSHELL_HOME` | replaces `~/.agentshell` (global `config.json` and `.env`) |
 //! | `AGENTSHELL_LOG` | log filter directive, default `info` |
 //!
-//! Every variable whose name ends in `_API_KEY`, `_TOKEN`, `_SECRET` or `_PASSWORD` is a
+//! Every key of `~/.agentshell/.env` and of the project's `.env`, and every environment
+//! variable whose name contains KEY, TOKEN, SECRET, PASSWORD, PASSWD, CREDENTIAL or AUTH, is a
 //! secret: it is removed from commands' environments, offered to the model only as a
-//! `{{secret:NAME}}` placeholder, and redacted from every output.
+//! `{{secret:NAME}}` placeholder (a command using one needs confirmation unless its program is
+//! in `secret_programs`), and redacted from every output (encoded forms best effort). At start
+//! the binary re-executes itself without such variables (handing them over through a pipe), so
+//! they are not visible in its `/proc/PID/environ`.
+//!
+//! A project's `.agentshell/config.json` is untrusted until `agentshell trust` is run in it
+//! (stored in `~/.agentshell/trusted.json` with a hash of the file; any change untrusts it):
+//! until then `base_url`, `provider`/`default_provider`, key-, token-, URL-like keys, a `model`
+//! of another provider, `auto_allow`, `allow_tools` and `secret_programs` are ignored, and
+//! stderr says which.
 //!
 //! Configuration (`~/.agentshell/config.json` under `<root>/.agentshell/config.json`), all keys
 //! optional: `model`, `default_provider`, `base_url`, `max_iterations` (50),
 //! `context_budget_tokens` (100000), `max_tokens` (8192), `request_timeout_secs` (120, the
-//! longest wait for headers or the next stream chunk), `max_retries` (3, on 429/5xx/connect
+//! longest wait for headers or the next stream chunk), `request_deadline_secs` (900, one whole
+//! request, retries and streaming included), `max_response_bytes` (64 MiB), `max_retries` (3, on 429/5xx/connect
 //! errors), `retry_base_ms` (500, doubling), `prices` (`{"model": {"input_per_mtok": x,
 //! "output_per_mtok": y}}`), `system_prompt`, `command_timeout_secs` (30),
 //! `max_command_timeout_secs` (600), `max_output_bytes` (16384), `auto_allow` (argv prefixes
 //! allowed without asking, e.g. `["cargo test", "cargo build"]`), `allow_tools` (e.g.
 //! `["memory_write"]`), `deny_patterns` (extra regexes), `subagents` (true: the model may
-//! `delegate` a task to a fresh sub-agent; its calls go through the same policy).
+//! `delegate` a task to a fresh sub-agent; its calls go through the same policy),
+//! `max_subagents` (8 per session), `max_parallel_subagents` (2), `secret_programs` (programs
+//! that may receive `{{secret:NAME}}` without asking).
 //!
 //! Unattended, a call the policy would ASK about is denied, and the denial is listed in
 //! `permission_denials` with its reason; the run never waits for a human.

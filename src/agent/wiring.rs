@@ -9,7 +9,7 @@ use serde_json::Value;
 use thiserror::Error;
 
 use crate::agent::bootstrap::{AGENT_DIR, Project};
-use crate::agent::core::accounting::RequestStats;
+use crate::agent::core::accounting::{RequestStats, SubagentLedger};
 use crate::agent::core::provider::ProviderError;
 use crate::agent::core::provider::StreamEvent;
 use crate::agent::core::provider::model_spec::known_key_vars;
@@ -18,7 +18,7 @@ use crate::agent::tools::subsystems::memory::Memory;
 use crate::agent::tools::subsystems::policy::PolicyError;
 use crate::agent::tools::subsystems::secrets::SecretBroker;
 use crate::agent::tools::{
-    Ask, BoxFuture, Delegate, ToolCall, ToolEnv, ToolResult, Toolbox, ToolsConfig,
+    Ask, BoxFuture, Delegate, ToolCall, ToolEnv, ToolResult, ToolStatus, Toolbox, ToolsConfig,
 };
 
 /// Overrides the configured model string.
@@ -61,13 +61,27 @@ pub fn effective_config(project: &Project, env: &BTreeMap<String, String>) -> Va
     config
 }
 
-/// Whether an environment variable name looks like a credential.
-fn is_credential_name(name: &str) -> bool {
+/// Whether an environment variable name looks like a credential: a known key variable, or a
+/// name with KEY, TOKEN, SECRET, PASSWORD, PASSWD, CREDENTIAL or AUTH in it
+/// (`AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `GH_AUTH`), except the agent sockets.
+pub fn is_credential_name(name: &str) -> bool {
+    if matches!(name, "SSH_AUTH_SOCK" | "XAUTHORITY" | "GPG_AGENT_INFO") {
+        return false;
+    }
+    let upper = name.to_ascii_uppercase();
     known_key_vars().contains(&name)
         || name == ENV_API_KEY
-        || ["_API_KEY", "_TOKEN", "_SECRET", "_PASSWORD"]
-            .iter()
-            .any(|s| name.ends_with(s))
+        || [
+            "KEY",
+            "TOKEN",
+            "SECRET",
+            "PASSWORD",
+            "PASSWD",
+            "CREDENTIAL",
+            "AUTH",
+        ]
+        .iter()
+        .any(|s| upper.contains(s))
 }
 
 /// The user's secrets: `~/.agentshell/.env`, overlaid by credential-like variables of the
@@ -101,20 +115,42 @@ pub fn build_agent_with_subagents(
     ask: Arc<dyn Ask>,
     events: Arc<dyn CoreEvents>,
 ) -> Result<Agent, WiringError> {
-    let enabled = effective_config(project, env)
+    let config = effective_config(project, env);
+    let enabled = config
         .get("subagents")
         .and_then(Value::as_bool)
         .unwrap_or(true);
+    let limit = |key: &str, default: u64| {
+        config
+            .get(key)
+            .and_then(Value::as_u64)
+            .map_or(default, |v| v.min(1000))
+    };
+    let ledger = Arc::new(SubagentLedger::default());
     let delegate: Option<Arc<dyn Delegate>> = enabled.then(|| {
         Arc::new(SubAgents {
             project: project.clone(),
             env: env.clone(),
             ask: Arc::clone(&ask),
             events,
+            ledger: Arc::clone(&ledger),
+            max_total: u32::try_from(limit("max_subagents", DEFAULT_MAX_SUBAGENTS)).unwrap_or(1),
+            parallel: Arc::new(tokio::sync::Semaphore::new(
+                usize::try_from(limit("max_parallel_subagents", DEFAULT_PARALLEL_SUBAGENTS))
+                    .unwrap_or(1)
+                    .max(1),
+            )),
         }) as Arc<dyn Delegate>
     });
-    assemble(project, env, ask, delegate)
+    let mut agent = assemble(project, env, ask, delegate)?;
+    agent.set_subagent_ledger(ledger);
+    Ok(agent)
 }
+
+/// Sub-agents one session may start (config `max_subagents`).
+pub const DEFAULT_MAX_SUBAGENTS: u64 = 8;
+/// Sub-agents running at once (config `max_parallel_subagents`); the others wait.
+pub const DEFAULT_PARALLEL_SUBAGENTS: u64 = 2;
 
 fn assemble(
     project: &Project,
@@ -161,15 +197,58 @@ struct SubAgents {
     env: BTreeMap<String, String>,
     ask: Arc<dyn Ask>,
     events: Arc<dyn CoreEvents>,
+    ledger: Arc<SubagentLedger>,
+    max_total: u32,
+    parallel: Arc<tokio::sync::Semaphore>,
+}
+
+/// A sub-agent's events: passed on, and its model calls and refusals written to the ledger.
+struct LedgerEvents<'a> {
+    inner: &'a dyn CoreEvents,
+    ledger: &'a SubagentLedger,
+}
+
+impl CoreEvents for LedgerEvents<'_> {
+    fn stream(&self, event: &StreamEvent) {
+        self.inner.stream(event);
+    }
+    fn request_done(&self, stats: &RequestStats) {
+        self.ledger.add_request(stats);
+        self.inner.request_done(stats);
+    }
+    fn tool_call(&self, call: &ToolCall) {
+        self.inner.tool_call(call);
+    }
+    fn tool_result(&self, call: &ToolCall, result: &ToolResult) {
+        if matches!(result.status, ToolStatus::Denied | ToolStatus::Cancelled) {
+            self.ledger.add_denial(call, &result.stderr);
+        }
+        self.inner.tool_result(call, result);
+    }
 }
 
 impl Delegate for SubAgents {
     fn run<'a>(&'a self, task: &'a str) -> BoxFuture<'a, Result<String, String>> {
         Box::pin(async move {
+            if !self.ledger.try_start(self.max_total) {
+                return Err(format!(
+                    "the session's limit of {} sub-agents is reached (config max_subagents)",
+                    self.max_total
+                ));
+            }
+            let _slot = self
+                .parallel
+                .acquire()
+                .await
+                .map_err(|e| format!("sub-agent slots: {e}"))?;
             tracing::info!(%task, "sub-agent started");
             let mut agent = assemble(&self.project, &self.env, Arc::clone(&self.ask), None)
                 .map_err(|e| e.to_string())?;
-            let report = agent.run_turn(task, self.events.as_ref()).await;
+            let events = LedgerEvents {
+                inner: self.events.as_ref(),
+                ledger: &self.ledger,
+            };
+            let report = agent.run_turn(task, &events).await;
             tracing::info!(calls = report.model_calls, "sub-agent finished");
             match report.result {
                 Ok(TurnStop::Answered) => Ok(report.text),

@@ -15,14 +15,80 @@ use clap::Parser;
 use agentstore::agent::bootstrap::{self, AgentHome, keys, logger, project};
 use agentstore::agent::core::provider::model_spec::known_key_vars;
 use agentstore::agent::tools::Unattended;
+use agentstore::agent::tools::display::visible;
 use agentstore::agent::transport::headless::{self, ExecResult, ExecUsage};
 use agentstore::agent::transport::line_editor::read_hidden;
 use agentstore::agent::transport::render::TerminalRenderer;
 use agentstore::agent::transport::terminal::{SessionEnd, Terminal};
 use agentstore::agent::wiring::{self, ENV_HOME, ENV_LOG, LoggedEvents};
 
+/// Carries the credentials across the re-exec of [`scrub_environment`].
+const ENV_KEYS_FD: &str = "AGENTSHELL_KEYS_FD";
+
+/// The credentials moved out of the process environment at start (see [`scrub_environment`]).
+static HANDED_OVER: std::sync::OnceLock<BTreeMap<String, String>> = std::sync::OnceLock::new();
+
 fn env_map() -> BTreeMap<String, String> {
-    std::env::vars().collect()
+    let mut env: BTreeMap<String, String> =
+        std::env::vars().filter(|(k, _)| k != ENV_KEYS_FD).collect();
+    if let Some(keys) = HANDED_OVER.get() {
+        env.extend(keys.clone());
+    }
+    env
+}
+
+/// Keys in this process's environment are visible to every process of the user
+/// (`ps axeww`, `/proc/PID/environ`) for as long as it runs, and the kernel keeps the initial
+/// environment block whatever `unsetenv` does. So when credential-like variables are present,
+/// re-execute the binary without them, handing them over through a pipe, and read them back.
+fn scrub_environment() -> BTreeMap<String, String> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    if let Ok(fd) = std::env::var(ENV_KEYS_FD) {
+        let read = fd
+            .parse::<i32>()
+            .ok()
+            .filter(|fd| *fd > 2)
+            .and_then(|fd| std::fs::read(format!("/proc/self/fd/{fd}")).ok())
+            .and_then(|bytes| serde_json::from_slice::<BTreeMap<String, String>>(&bytes).ok());
+        return read.unwrap_or_default();
+    }
+    let keys: BTreeMap<String, String> = std::env::vars()
+        .filter(|(k, v)| wiring::is_credential_name(k) && !v.is_empty())
+        .collect();
+    if keys.is_empty() {
+        return keys;
+    }
+    let Ok(payload) = serde_json::to_vec(&keys) else {
+        return BTreeMap::new();
+    };
+    // A pipe holds 64 KiB without a reader; more than that stays in the environment.
+    if payload.len() > 60_000 {
+        eprintln!("agentshell: too many credential variables to move out of the environment");
+        return BTreeMap::new();
+    }
+    let Ok((read, write)) = nix::unistd::pipe() else {
+        return BTreeMap::new();
+    };
+    let mut writer = std::fs::File::from(write);
+    if std::io::Write::write_all(&mut writer, &payload).is_err() {
+        return BTreeMap::new();
+    }
+    drop(writer);
+    let mut args = std::env::args_os();
+    let mut cmd = std::process::Command::new("/proc/self/exe");
+    if let Some(arg0) = args.next() {
+        cmd.arg0(arg0);
+    }
+    cmd.args(args);
+    for name in keys.keys() {
+        cmd.env_remove(name);
+    }
+    cmd.env(ENV_KEYS_FD, read.as_raw_fd().to_string());
+    let error = cmd.exec();
+    // Still here: the exec failed; carry on with the keys where they are.
+    eprintln!("agentshell: could not re-execute without the keys in the environment: {error}");
+    BTreeMap::new()
 }
 
 fn agent_home(env: &BTreeMap<String, String>) -> anyhow::Result<AgentHome> {
@@ -52,6 +118,7 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let _ = HANDED_OVER.set(scrub_environment());
     let cwd = match std::env::current_dir() {
         Ok(d) => d,
         Err(e) => {
@@ -64,6 +131,7 @@ fn main() -> ExitCode {
         Command::Run => run(&cwd, explicit),
         Command::Init => init(&cwd, explicit),
         Command::SetupKeys => setup_keys(),
+        Command::Trust => trust(&cwd, explicit),
         Command::Exec { json, prompt } => return exec(&cwd, explicit, json, &prompt),
     };
     match outcome {
@@ -80,6 +148,9 @@ fn run(cwd: &Path, explicit: Option<&Path>) -> anyhow::Result<()> {
     let home = agent_home(&env)?;
     let project = bootstrap::open_project(cwd, explicit, &home)?;
     logger::init(&project.root, env.get(ENV_LOG).map(String::as_str))?;
+    if let Some(w) = project.untrusted_warning() {
+        eprintln!("agentshell: {}", visible(&w));
+    }
     let terminal = Terminal::new();
     runtime()?.block_on(async {
         let screen = Arc::new(TerminalRenderer::new(std::io::stdout()));
@@ -97,6 +168,33 @@ fn run(cwd: &Path, explicit: Option<&Path>) -> anyhow::Result<()> {
         }
         Ok(())
     })
+}
+
+fn trust(cwd: &Path, explicit: Option<&Path>) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let env = env_map();
+    let home = agent_home(&env)?;
+    let root = project::decide_root(cwd, explicit, &home)?;
+    let meta = std::fs::metadata(&root).with_context(|| format!("reading {}", root.display()))?;
+    if meta.mode() & 0o002 != 0 || meta.uid() != nix::unistd::getuid().as_raw() {
+        bail!(
+            "{} is writable by everyone or owned by another user; it cannot be trusted",
+            root.display()
+        );
+    }
+    let path = root.join(bootstrap::AGENT_DIR).join("config.json");
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let hash = bootstrap::trust::trust(&home, &root, &bytes)?;
+    println!(
+        "trusted {} (config.json hash {hash}); a change to {} makes it untrusted again",
+        root.display(),
+        path.display()
+    );
+    Ok(())
 }
 
 fn init(cwd: &Path, explicit: Option<&Path>) -> anyhow::Result<()> {
@@ -198,9 +296,9 @@ fn exec(cwd: &Path, explicit: Option<&Path>, json: bool, prompt: &str) -> ExitCo
             Err(e) => eprintln!("agentshell: {e}"),
         }
     } else if result.is_error {
-        eprintln!("agentshell: {}", result.result);
+        eprintln!("agentshell: {}", visible(&result.result));
     } else {
-        println!("{}", result.result);
+        println!("{}", visible(&result.result));
     }
     if result.is_error {
         ExitCode::FAILURE
@@ -226,6 +324,9 @@ fn exec_inner(cwd: &Path, explicit: Option<&Path>, prompt: &str) -> anyhow::Resu
     let home = agent_home(&env)?;
     let project = bootstrap::open_project(cwd, explicit, &home)?;
     logger::init(&project.root, env.get(ENV_LOG).map(String::as_str))?;
+    if let Some(w) = project.untrusted_warning() {
+        eprintln!("agentshell: {}", visible(&w));
+    }
     runtime()?.block_on(async {
         let mut agent = wiring::build_agent_with_subagents(
             &project,

@@ -24,6 +24,8 @@ pub enum Reply {
     Stall,
     /// Send the headers and these chunks, then go silent without closing.
     SseThenStall(Vec<String>),
+    /// Send the headers, then an SSE comment line every 100 ms, forever.
+    Trickle,
 }
 
 /// A recorded request.
@@ -183,6 +185,14 @@ async fn serve(
         }
         Reply::Stall => {
             tokio::time::sleep(Duration::from_secs(3600)).await;
+        }
+        Reply::Trickle => {
+            sse_head(&mut stream).await?;
+            loop {
+                stream.write_all(b": still here\n").await?;
+                stream.flush().await?;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
         }
         Reply::SseThenStall(chunks) => {
             sse_head(&mut stream).await?;

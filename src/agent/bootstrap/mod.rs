@@ -10,6 +10,7 @@ pub mod config;
 pub mod keys;
 pub mod logger;
 pub mod project;
+pub mod trust;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -18,6 +19,10 @@ use serde_json::Value;
 use thiserror::Error;
 
 pub use project::{AGENT_DIR, AgentHome};
+
+/// The provider of the built-in default model (`deepseek/deepseek-chat`), for the trust rule
+/// on a project's `model`.
+pub const DEFAULT_MODEL_PROVIDER: &str = "deepseek";
 
 /// Bootstrap failed; nothing below has started.
 #[derive(Debug, Error)]
@@ -79,6 +84,22 @@ pub struct Project {
     pub rules: String,
     /// Paths the skeleton step created.
     pub created: Vec<PathBuf>,
+    /// Keys of the project config ignored because the folder is not trusted.
+    pub ignored: Vec<String>,
+}
+
+impl Project {
+    /// The warning to show when project settings were ignored, naming them and the fix.
+    pub fn untrusted_warning(&self) -> Option<String> {
+        (!self.ignored.is_empty()).then(|| {
+            format!(
+                "{} is not trusted: ignored {} from {}/{AGENT_DIR}/config.json (run `agentshell trust` there to allow them)",
+                self.root.display(),
+                self.ignored.join(", "),
+                self.root.display(),
+            )
+        })
+    }
 }
 
 /// Decide the root, create the skeleton's missing parts, merge the configuration and read the
@@ -91,7 +112,17 @@ pub fn open_project(
     let root = project::decide_root(cwd, explicit, home)?;
     let created = project::create_skeleton(&root)?.created;
     let user_config = config::load(&home.config_path())?;
-    let project_config = config::load(&root.join(AGENT_DIR).join("config.json"))?;
+    let project_path = root.join(AGENT_DIR).join("config.json");
+    let mut project_config = config::load(&project_path)?;
+    let bytes = std::fs::read(&project_path).unwrap_or_default();
+    let ignored = if trust::is_trusted(home, &root, &bytes)? {
+        Vec::new()
+    } else {
+        trust::strip_untrusted(&mut project_config, &user_config)
+    };
+    if !ignored.is_empty() {
+        tracing::warn!(root = %root.display(), ignored = ?ignored, "project config not trusted");
+    }
     let mut rules = String::new();
     for path in [
         root.join("CLAUDE.md"),
@@ -110,6 +141,7 @@ pub fn open_project(
         project_env: keys::read_env(&root.join(".env"))?,
         rules: rules.trim_end().to_string(),
         created,
+        ignored,
         root,
     })
 }

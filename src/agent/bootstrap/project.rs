@@ -60,16 +60,33 @@ impl AgentHome {
 }
 
 /// Walk up from `start` to the first directory holding `.agentshell/`, never taking the home
-/// directory (its `.agentshell` is the global config, not a project marker).
+/// directory (its `.agentshell` is the global config, not a project marker). The walk stops at
+/// the first folder (or marker) not owned by the user or writable by everyone: a
+/// `/tmp/.agentshell` left by anyone must not become the root of every run under `/tmp`.
 pub fn find_root(start: &Path, home: &AgentHome) -> Option<PathBuf> {
+    find_root_as(start, home, nix::unistd::getuid().as_raw())
+}
+
+/// [`find_root`] for the user `uid`.
+pub fn find_root_as(start: &Path, home: &AgentHome, uid: u32) -> Option<PathBuf> {
     let mut dir = Some(start);
     while let Some(d) = dir {
-        if !home.is_home(d) && d.join(AGENT_DIR).is_dir() {
-            return Some(d.to_path_buf());
+        if !owned_and_private(d, uid) {
+            return None;
+        }
+        let marker = d.join(AGENT_DIR);
+        if !home.is_home(d) && marker.is_dir() {
+            return owned_and_private(&marker, uid).then(|| d.to_path_buf());
         }
         dir = d.parent();
     }
     None
+}
+
+/// Owned by `uid` (or root, for the folders above home) and not writable by everyone.
+fn owned_and_private(path: &Path, uid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).is_ok_and(|m| (m.uid() == uid || m.uid() == 0) && m.mode() & 0o002 == 0)
 }
 
 /// Decide the project root before anything is written: `--project` wins, then the nearest
@@ -158,6 +175,46 @@ mod tests {
         assert_eq!(decide_root(&other, None, &home).unwrap(), other);
         // --project wins
         assert_eq!(decide_root(&other, Some(&project), &home).unwrap(), project);
+    }
+
+    #[test]
+    fn the_walk_stops_at_foreign_or_world_writable_folders() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        let home = home_in(t.path());
+        let shared = t.path().join("shared");
+        std::fs::create_dir_all(shared.join(".agentshell")).unwrap();
+        std::fs::create_dir_all(shared.join("mine/deep")).unwrap();
+        let me = nix::unistd::getuid().as_raw();
+        assert_eq!(
+            find_root_as(&shared.join("mine/deep"), &home, me),
+            Some(shared.clone())
+        );
+        // world-writable like /tmp: its marker is not taken
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        assert_eq!(find_root_as(&shared.join("mine/deep"), &home, me), None);
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // a world-writable marker is not taken either
+        std::fs::set_permissions(
+            shared.join(".agentshell"),
+            std::fs::Permissions::from_mode(0o777),
+        )
+        .unwrap();
+        assert_eq!(find_root_as(&shared.join("mine/deep"), &home, me), None);
+        std::fs::set_permissions(
+            shared.join(".agentshell"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+        // owned by somebody else (the files belong to `me`, so ask as another uid; root-owned
+        // folders are accepted only for the user root itself)
+        if me != 0 {
+            assert_eq!(find_root_as(&shared.join("mine/deep"), &home, me + 1), None);
+        } else {
+            let other = 4242;
+            nix::unistd::chown(&shared, Some(nix::unistd::Uid::from_raw(other)), None).unwrap();
+            assert_eq!(find_root_as(&shared.join("mine/deep"), &home, me), None);
+        }
     }
 
     #[test]

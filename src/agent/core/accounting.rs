@@ -80,6 +80,60 @@ impl Totals {
     }
 }
 
+impl Totals {
+    /// Add another set of totals (a sub-agent's).
+    pub fn merge(&mut self, other: &Totals) {
+        self.requests += other.requests;
+        self.model_time += other.model_time;
+        self.usage += other.usage;
+        self.cost_usd += other.cost_usd;
+    }
+}
+
+/// What the sub-agents of a session used and were refused, for the parent's result.
+#[derive(Debug, Default)]
+pub struct SubagentLedger {
+    inner: std::sync::Mutex<LedgerEntries>,
+}
+
+/// The ledger's contents.
+#[derive(Debug, Clone, Default)]
+pub struct LedgerEntries {
+    /// Sub-agents started.
+    pub started: u32,
+    /// Their model calls, tokens, cost and model time.
+    pub totals: Totals,
+    /// Their refused tool calls: (call, reason).
+    pub denials: Vec<(crate::agent::tools::ToolCall, String)>,
+}
+
+impl SubagentLedger {
+    fn lock(&self) -> std::sync::MutexGuard<'_, LedgerEntries> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    /// Reserve a sub-agent start; `false` when `limit` sub-agents have already started.
+    pub fn try_start(&self, limit: u32) -> bool {
+        let mut l = self.lock();
+        if l.started >= limit {
+            return false;
+        }
+        l.started += 1;
+        true
+    }
+    /// Record one sub-agent model call.
+    pub fn add_request(&self, stats: &RequestStats) {
+        self.lock().totals.add(stats);
+    }
+    /// Record a refused sub-agent tool call.
+    pub fn add_denial(&self, call: &crate::agent::tools::ToolCall, reason: &str) {
+        self.lock().denials.push((call.clone(), reason.to_string()));
+    }
+    /// A copy of the contents.
+    pub fn snapshot(&self) -> LedgerEntries {
+        self.lock().clone()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -38,6 +38,12 @@ pub struct CoreConfig {
     /// Longest wait for response headers or the next stream chunk, seconds.
     #[serde(default = "default_request_timeout")]
     pub request_timeout_secs: u64,
+    /// Longest time one model request may take in total (retries and streaming included), s.
+    #[serde(default = "default_request_deadline")]
+    pub request_deadline_secs: u64,
+    /// Largest model response accepted, bytes.
+    #[serde(default = "default_max_response_bytes")]
+    pub max_response_bytes: usize,
     /// Retries after 429/5xx/connection errors.
     #[serde(default = "default_max_retries")]
     pub max_retries: u32,
@@ -67,6 +73,12 @@ fn default_max_tokens() -> u32 {
 fn default_request_timeout() -> u64 {
     120
 }
+fn default_request_deadline() -> u64 {
+    900
+}
+fn default_max_response_bytes() -> usize {
+    64 * 1024 * 1024
+}
 fn default_max_retries() -> u32 {
     3
 }
@@ -84,6 +96,8 @@ impl Default for CoreConfig {
             context_budget_tokens: default_context_budget(),
             max_tokens: default_max_tokens(),
             request_timeout_secs: default_request_timeout(),
+            request_deadline_secs: default_request_deadline(),
+            max_response_bytes: default_max_response_bytes(),
             max_retries: default_max_retries(),
             retry_base_ms: default_retry_base_ms(),
             prices: BTreeMap::new(),
@@ -111,19 +125,28 @@ pub fn build_provider(
     {
         return Err(ProviderError::MissingApiKey(var.clone()));
     }
-    let settings = ProviderSettings {
-        provider: spec.provider.clone(),
-        model: spec.model.clone(),
-        base_url: config
-            .base_url
-            .clone()
-            .unwrap_or_else(|| spec.default_base_url.clone()),
-        api_key,
-        max_tokens: config.max_tokens,
-        request_timeout: Duration::from_secs(config.request_timeout_secs.max(1)),
-        max_retries: config.max_retries,
-        retry_base: Duration::from_millis(config.retry_base_ms),
-    };
+    let settings =
+        ProviderSettings {
+            provider: spec.provider.clone(),
+            model: spec.model.clone(),
+            base_url: match &config.base_url {
+                Some(url) => url.clone(),
+                None => model_spec::fill_base_url(&spec.default_base_url, &lookup_key).map_err(
+                    |var| ProviderError::MissingSetting {
+                        model: config.model.clone(),
+                        var,
+                    },
+                )?,
+            },
+            api_key,
+            key_header: spec.key_header.clone(),
+            max_tokens: config.max_tokens,
+            request_timeout: Duration::from_secs(config.request_timeout_secs.max(1)),
+            request_deadline: Duration::from_secs(config.request_deadline_secs.max(1)),
+            max_response_bytes: config.max_response_bytes.max(1024),
+            max_retries: config.max_retries,
+            retry_base: Duration::from_millis(config.retry_base_ms),
+        };
     Ok(match spec.protocol {
         Protocol::OpenAi => Box::new(OpenAiProvider::new(settings)?),
         Protocol::Anthropic => Box::new(AnthropicProvider::new(settings)?),

@@ -7,7 +7,9 @@ use std::time::Instant;
 use futures_util::future::join_all;
 use thiserror::Error;
 
-use crate::agent::core::accounting::{PriceTable, RequestStats, Totals};
+use crate::agent::core::accounting::{
+    LedgerEntries, PriceTable, RequestStats, SubagentLedger, Totals,
+};
 use crate::agent::core::config::CoreConfig;
 use crate::agent::core::message::Message;
 use crate::agent::core::provider::{ModelRequest, Provider, ProviderError, StreamEvent};
@@ -68,6 +70,7 @@ pub struct Agent {
     project_rules: String,
     history: Vec<Message>,
     session: Totals,
+    subagents: Option<Arc<SubagentLedger>>,
 }
 
 impl Agent {
@@ -89,7 +92,18 @@ impl Agent {
             project_rules,
             history: Vec::new(),
             session: Totals::default(),
+            subagents: None,
         }
+    }
+
+    /// Attach the ledger the sub-agents of this agent report into.
+    pub fn set_subagent_ledger(&mut self, ledger: Arc<SubagentLedger>) {
+        self.subagents = Some(ledger);
+    }
+
+    /// What this agent's sub-agents used and were refused so far.
+    pub fn subagent_ledger(&self) -> Option<LedgerEntries> {
+        self.subagents.as_ref().map(|l| l.snapshot())
     }
 
     /// The conversation so far (without the system prompt).

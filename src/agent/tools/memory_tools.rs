@@ -108,7 +108,12 @@ impl Tool for MemoryWrite {
     }
     fn classify(&self, args: &Value, policy: &Policy) -> Decision {
         let name = str_arg(args, "name").unwrap_or("");
-        policy.classify_tool("memory_write", &format!("writes note `{name}`"))
+        policy.classify_tool(
+            "memory_write",
+            &format!(
+                "writes note `{name}` into .agentshell/ (its MEMORY.md index steers the agent: it is in every later system prompt)"
+            ),
+        )
     }
     fn describe(&self, args: &Value) -> String {
         format!("Write note `{}`", str_arg(args, "name").unwrap_or(""))

@@ -10,6 +10,7 @@
 
 pub mod ask_user;
 pub mod delegate;
+pub mod display;
 pub mod memory_tools;
 pub mod registry;
 pub mod run_command;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::agent::tools::display::visible_line;
 use crate::agent::tools::subsystems::context::bound;
 use crate::agent::tools::subsystems::memory::Memory;
 use crate::agent::tools::subsystems::policy::{
@@ -104,7 +105,7 @@ impl Toolbox {
     /// The standard tool set: `run_command`, `ask_user`, `memory_search`, `memory_read`,
     /// `memory_write`, and `delegate` when sub-agents are wired in.
     pub fn new(env: ToolEnv) -> Result<Self, PolicyError> {
-        let policy = Policy::new(&env.config.policy)?;
+        let policy = Policy::new(&env.config.policy, &env.root)?;
         let mut tools: Vec<Box<dyn Tool>> = vec![
             Box::new(run_command::RunCommand),
             Box::new(ask_user::AskUser),
@@ -180,7 +181,11 @@ impl Toolbox {
                 return ToolResult::denied(format!("denied by policy: {}", decision.reason));
             }
             Verdict::Ask => {
-                let question = format!("{redacted_what}? ({})", decision.reason);
+                let question = format!(
+                    "{}? ({})",
+                    visible_line(&redacted_what),
+                    visible_line(&self.env.secrets.redact(&decision.reason))
+                );
                 match self.env.ask.ask(&question, &["yes", "no"]).await {
                     AskAnswer::Answer(a) if a == "yes" => {
                         tracing::info!(call = %redacted_what, "confirmed by the user");

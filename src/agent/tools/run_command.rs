@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 
+use crate::agent::tools::display::visible_line;
 use crate::agent::tools::registry::{Tool, ToolEnv, ToolSchema, str_arg};
 use crate::agent::tools::subsystems::policy::{Decision, Policy};
 use crate::agent::tools::subsystems::secrets::SecretBroker;
@@ -47,13 +48,24 @@ impl Tool for RunCommand {
 
     fn classify(&self, args: &Value, policy: &Policy) -> Decision {
         match str_arg(args, "command") {
-            Some(cmd) => policy.classify_command(cmd),
+            Some(cmd) => policy.classify_run(cmd, &env_arg(args)),
             None => Decision::deny("missing `command`"),
         }
     }
 
     fn describe(&self, args: &Value) -> String {
-        format!("Run `{}`", str_arg(args, "command").unwrap_or(""))
+        // Exactly what will run: `sh -c COMMAND` in the root, plus the environment asked for.
+        let command = str_arg(args, "command").unwrap_or("");
+        let mut text = format!("Run sh -c `{}`", visible_line(command));
+        let env = env_arg(args);
+        if !env.is_empty() {
+            let pairs: Vec<String> = env
+                .iter()
+                .map(|(k, v)| format!("{}={}", visible_line(k), visible_line(v)))
+                .collect();
+            text.push_str(&format!(" with env {}", pairs.join(" ")));
+        }
+        text
     }
 
     fn execute<'a>(&'a self, args: Value, env: &'a ToolEnv) -> BoxFuture<'a, ToolResult> {
@@ -61,15 +73,7 @@ impl Tool for RunCommand {
             let Some(command) = str_arg(&args, "command") else {
                 return ToolResult::error("missing `command`");
             };
-            let extra_env: BTreeMap<String, String> = args
-                .get("env")
-                .and_then(Value::as_object)
-                .map(|o| {
-                    o.iter()
-                        .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
-                        .collect()
-                })
-                .unwrap_or_default();
+            let extra_env = env_arg(&args);
             let prepared = match env.secrets.prepare(command, &extra_env) {
                 Ok(p) => p,
                 Err(e) => return ToolResult::error(e.to_string()),
@@ -89,6 +93,22 @@ impl Tool for RunCommand {
             .await
         })
     }
+}
+
+/// The `env` argument as a map; a non-string value is kept as its JSON text, so the policy
+/// judges every name the model sent.
+pub(crate) fn env_arg(args: &Value) -> BTreeMap<String, String> {
+    args.get("env")
+        .and_then(Value::as_object)
+        .map(|o| {
+            o.iter()
+                .map(|(k, v)| {
+                    let v = v.as_str().map_or_else(|| v.to_string(), str::to_string);
+                    (k.clone(), v)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Kills the child's process group when dropped (timeout, cancellation, or normal end).

@@ -200,6 +200,21 @@ pub fn parse(line: &str) -> Result<ParsedCommand, ParseError> {
                     i += 1;
                 }
             }
+            '*' | '?' | '[' => {
+                s.issue("uses a shell glob (unquoted `*`, `?` or `[`)");
+                s.in_word = true;
+                s.word.push(c);
+            }
+            '{' | '}' => {
+                s.issue("uses braces (grouping or brace expansion)");
+                s.in_word = true;
+                s.word.push(c);
+            }
+            '~' if !s.in_word || s.word.ends_with('=') || s.word.ends_with(':') => {
+                s.issue("uses tilde expansion (`~`)");
+                s.in_word = true;
+                s.word.push(c);
+            }
             _ => {
                 s.in_word = true;
                 s.word.push(c);
@@ -263,10 +278,24 @@ mod tests {
             "sleep 5 &",
             "echo hi > out.txt",
             "echo hi >> out.txt",
+            "cat .?/.ss?/id_*",
+            "cat src/*.rs",
+            "ls [a-z]",
+            "ls ~/x",
+            "ls --dir=~/x",
+            "echo {a,b}",
+            "{ ls; }",
         ] {
             let p = parse(line).unwrap();
             assert!(!p.issues.is_empty(), "{line} should have issues");
         }
+    }
+
+    #[test]
+    fn quoted_glob_characters_are_literal() {
+        let p = parse("find . -name '*.rs' -o -name \"[ab]?\" HEAD~1").unwrap();
+        assert!(p.issues.is_empty(), "{:?}", p.issues);
+        assert_eq!(p.segments[0][3], "*.rs");
     }
 
     #[test]

@@ -148,6 +148,27 @@ pub async fn exec(
     if is_error {
         tracing::error!(%subtype, %result, "headless exec failed");
     }
+    // The sub-agents' calls, tokens, cost and refusals belong to this run too.
+    let mut totals = totals;
+    let mut num_turns = num_turns;
+    let mut denials = events
+        .denials
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(sub) = agent.subagent_ledger() {
+        totals.merge(&sub.totals);
+        num_turns =
+            num_turns.saturating_add(u32::try_from(sub.totals.requests).unwrap_or(u32::MAX));
+        denials.extend(sub.denials.into_iter().map(|(call, reason)| {
+            PermissionDenial {
+                tool_name: call.name.clone(),
+                tool_use_id: call.id.clone(),
+                tool_input: serde_json::from_str(&call.arguments)
+                    .unwrap_or_else(|_| Value::String(call.arguments.clone())),
+                reason,
+            }
+        }));
+    }
     ExecResult {
         kind: "result",
         subtype,
@@ -163,9 +184,6 @@ pub async fn exec(
         total_cost_usd: totals.cost_usd,
         session_id,
         model: agent.model().to_string(),
-        permission_denials: events
-            .denials
-            .into_inner()
-            .unwrap_or_else(|e| e.into_inner()),
+        permission_denials: denials,
     }
 }

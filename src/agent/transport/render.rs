@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::agent::core::CoreEvents;
 use crate::agent::core::accounting::{RequestStats, Totals};
 use crate::agent::core::provider::StreamEvent;
+use crate::agent::tools::display::{visible, visible_line};
 use crate::agent::tools::subsystems::context::bound;
 use crate::agent::tools::{ToolCall, ToolResult, ToolStatus};
 
@@ -58,7 +59,7 @@ impl<W: Write + Send> TerminalRenderer<W> {
     pub fn error(&self, message: &str) {
         self.with(|out, state, at_start| {
             end_line(out, state, at_start)?;
-            writeln!(out, "{RED}error:{RESET} {message}")
+            writeln!(out, "{RED}error:{RESET} {}", visible(message))
         });
     }
 
@@ -66,7 +67,7 @@ impl<W: Write + Send> TerminalRenderer<W> {
     pub fn info(&self, message: &str) {
         self.with(|out, state, at_start| {
             end_line(out, state, at_start)?;
-            writeln!(out, "{DIM}{message}{RESET}")
+            writeln!(out, "{DIM}{}{RESET}", visible(message))
         });
     }
 }
@@ -101,7 +102,7 @@ impl<W: Write + Send> CoreEvents for TerminalRenderer<W> {
                 }
                 *state = want;
             }
-            write!(out, "{text}")?;
+            write!(out, "{}", visible(text))?;
             if !text.is_empty() {
                 *at_start = text.ends_with('\n');
             }
@@ -122,7 +123,7 @@ impl<W: Write + Send> CoreEvents for TerminalRenderer<W> {
             writeln!(
                 out,
                 "{CYAN}{BOLD}⏺ {}{RESET} {}",
-                call.name,
+                visible_line(&call.name),
                 describe_call(call)
             )
         });
@@ -150,7 +151,7 @@ impl<W: Write + Send> CoreEvents for TerminalRenderer<W> {
             for text in [&result.stdout, &result.stderr] {
                 let shown = bound(text.trim_end(), SCREEN_OUTPUT_BYTES);
                 for line in shown.lines() {
-                    writeln!(out, "{DIM}    {line}{RESET}")?;
+                    writeln!(out, "{DIM}    {}{RESET}", visible(line))?;
                 }
             }
             Ok(())
@@ -164,9 +165,9 @@ pub fn describe_call(call: &ToolCall) -> String {
     if call.name == "run_command"
         && let Some(cmd) = args.get("command").and_then(|c| c.as_str())
     {
-        return format!("$ {cmd}");
+        return format!("$ {}", visible_line(cmd));
     }
-    bound(&call.arguments, 300)
+    visible_line(&bound(&call.arguments, 300))
 }
 
 /// "1.23 s · 1200 in · 56 out · $0.0012"

@@ -12,6 +12,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::Mutex;
 
 use crate::agent::core::{Agent, CoreError, TurnStop};
+use crate::agent::tools::display::visible_line;
 use crate::agent::tools::{Ask, AskAnswer, BoxFuture};
 use crate::agent::transport::line_editor::{LineEditor, ReadOutcome, TerminalState};
 use crate::agent::transport::render::{TerminalRenderer, request_line, session_line};
@@ -58,7 +59,11 @@ impl Ask for TerminalAsk {
             } else {
                 format!(" [{}]", options.join("/"))
             };
-            let prompt = format!("\x1b[33m? {question}{hint}\x1b[0m ");
+            let prompt = format!(
+                "\x1b[33m? {}{}\x1b[0m ",
+                visible_line(question),
+                visible_line(&hint)
+            );
             loop {
                 let p = prompt.clone();
                 let read =

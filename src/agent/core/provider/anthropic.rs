@@ -25,7 +25,7 @@ impl AnthropicProvider {
     /// A provider for `settings`.
     pub fn new(settings: ProviderSettings) -> Result<Self, ProviderError> {
         Ok(Self {
-            client: http::LazyClient::default(),
+            client: http::LazyClient,
             settings,
         })
     }
@@ -282,15 +282,18 @@ impl Provider for AnthropicProvider {
                 headers.insert(HeaderName::from_static("x-api-key"), value);
             }
             let body = self.body(&request);
-            let response =
-                http::post_with_retries(self.client.get()?, &url, headers, &body, &self.settings)
-                    .await?;
-            http::read_sse(
-                response,
-                &self.settings,
-                EventAssembler::default(),
-                on_event,
-            )
+            let client = self.client.get(&url)?;
+            http::within_deadline(&self.settings, async {
+                let response =
+                    http::post_with_retries(client, &url, headers, &body, &self.settings).await?;
+                http::read_sse(
+                    response,
+                    &self.settings,
+                    EventAssembler::default(),
+                    on_event,
+                )
+                .await
+            })
             .await
         })
     }

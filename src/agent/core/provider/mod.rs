@@ -104,9 +104,19 @@ pub enum ProviderError {
     MissingApiKey(String),
     /// The model string names no known provider and no base URL was given.
     #[error(
-        "unknown provider in model `{0}`; use provider/model (openai, anthropic, deepseek, xai, gemini, ollama, openrouter, groq, mistral) or set base_url"
+        "unknown provider in model `{0}`; use provider/model (openai, anthropic, deepseek, xai, gemini, ollama, openrouter, groq, mistral, azure, bedrock, vertex_ai, together_ai, fireworks_ai, cerebras, deepinfra, perplexity) or set base_url"
     )]
     UnknownProvider(String),
+    /// The model needs a setting that is not set.
+    #[error(
+        "model `{model}` needs {var}: set it in the environment or in ~/.agentshell/.env, or set base_url in config"
+    )]
+    MissingSetting {
+        /// The model string.
+        model: String,
+        /// The variable to set.
+        var: String,
+    },
     /// The HTTP client could not be built.
     #[error("HTTP client: {0}")]
     Client(String),
@@ -124,10 +134,16 @@ pub struct ProviderSettings {
     pub base_url: String,
     /// API key, if the provider needs one.
     pub api_key: Option<String>,
+    /// The header carrying the key, when not `Authorization: Bearer` (Azure: `api-key`).
+    pub key_header: Option<String>,
     /// Maximum output tokens per call.
     pub max_tokens: u32,
     /// Longest wait for the response headers or for the next stream chunk.
     pub request_timeout: Duration,
+    /// Longest time one whole request may take, retries and streaming included.
+    pub request_deadline: Duration,
+    /// Largest response body accepted, in bytes.
+    pub max_response_bytes: usize,
     /// Retries after a 429, a 5xx or a connection error.
     pub max_retries: u32,
     /// First backoff delay; doubles every retry (a `Retry-After` header wins, capped at 60 s).

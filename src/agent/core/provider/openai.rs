@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
+use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Value, json};
 
 use crate::agent::core::message::{Message, Role};
@@ -22,7 +22,7 @@ impl OpenAiProvider {
     /// A provider for `settings`.
     pub fn new(settings: ProviderSettings) -> Result<Self, ProviderError> {
         Ok(Self {
-            client: http::LazyClient::default(),
+            client: http::LazyClient,
             settings,
         })
     }
@@ -239,20 +239,38 @@ impl Provider for OpenAiProvider {
             );
             let mut headers = HeaderMap::new();
             if let Some(key) = &self.settings.api_key {
-                let value = HeaderValue::from_str(&format!("Bearer {key}"))
-                    .map_err(|_| ProviderError::Client("API key is not a valid header".into()))?;
-                headers.insert(AUTHORIZATION, value);
+                match &self.settings.key_header {
+                    Some(name) => {
+                        let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                            ProviderError::Client(format!("`{name}` is not a header name"))
+                        })?;
+                        let value = HeaderValue::from_str(key).map_err(|_| {
+                            ProviderError::Client("API key is not a valid header".into())
+                        })?;
+                        headers.insert(name, value);
+                    }
+                    None => {
+                        let value =
+                            HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
+                                ProviderError::Client("API key is not a valid header".into())
+                            })?;
+                        headers.insert(AUTHORIZATION, value);
+                    }
+                }
             }
             let body = self.body(&request);
-            let response =
-                http::post_with_retries(self.client.get()?, &url, headers, &body, &self.settings)
-                    .await?;
-            http::read_sse(
-                response,
-                &self.settings,
-                ChunkAssembler::default(),
-                on_event,
-            )
+            let client = self.client.get(&url)?;
+            http::within_deadline(&self.settings, async {
+                let response =
+                    http::post_with_retries(client, &url, headers, &body, &self.settings).await?;
+                http::read_sse(
+                    response,
+                    &self.settings,
+                    ChunkAssembler::default(),
+                    on_event,
+                )
+                .await
+            })
             .await
         })
     }

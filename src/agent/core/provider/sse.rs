@@ -12,9 +12,13 @@ pub struct SseEvent {
 }
 
 /// Feeds on chunks of any size; lines may be split anywhere, even inside a UTF-8 character.
+/// Linear in the input: each byte is scanned for a line end once (`scanned` remembers where the
+/// last search stopped), and consumed lines are dropped from the buffer once per chunk.
 #[derive(Debug, Default)]
 pub struct SseParser {
     pending: Vec<u8>,
+    /// Bytes of `pending` already known to hold no `\n`.
+    scanned: usize,
     event: String,
     data: Vec<String>,
 }
@@ -24,38 +28,55 @@ impl SseParser {
     pub fn feed(&mut self, chunk: &[u8]) -> Result<Vec<SseEvent>, ProviderError> {
         self.pending.extend_from_slice(chunk);
         let mut events = Vec::new();
-        while let Some(pos) = self.pending.iter().position(|&b| b == b'\n') {
-            let raw: Vec<u8> = self.pending.drain(..=pos).collect();
-            let line = std::str::from_utf8(&raw[..raw.len() - 1])
-                .map_err(|e| ProviderError::MalformedStream(format!("invalid UTF-8: {e}")))?;
-            let line = line.strip_suffix('\r').unwrap_or(line);
-            if line.is_empty() {
-                if !self.data.is_empty() || !self.event.is_empty() {
-                    events.push(SseEvent {
-                        event: std::mem::take(&mut self.event),
-                        data: std::mem::take(&mut self.data).join("\n"),
-                    });
-                }
-                continue;
-            }
-            if line.starts_with(':') {
-                continue;
-            }
-            let (field, value) = line.split_once(':').unwrap_or((line, ""));
-            let value = value.strip_prefix(' ').unwrap_or(value);
-            match field {
-                "data" => self.data.push(value.to_string()),
-                "event" => self.event = value.to_string(),
-                _ => {}
-            }
+        let mut start = 0;
+        let mut from = self.scanned;
+        while let Some(offset) = self.pending[from..].iter().position(|&b| b == b'\n') {
+            let end = from + offset;
+            let raw = std::mem::take(&mut self.pending);
+            let result = self.line(&raw[start..end], &mut events);
+            self.pending = raw;
+            result?;
+            start = end + 1;
+            from = start;
         }
+        if start > 0 {
+            self.pending.drain(..start);
+        }
+        self.scanned = self.pending.len();
         Ok(events)
+    }
+
+    fn line(&mut self, raw: &[u8], events: &mut Vec<SseEvent>) -> Result<(), ProviderError> {
+        let line = std::str::from_utf8(raw)
+            .map_err(|e| ProviderError::MalformedStream(format!("invalid UTF-8: {e}")))?;
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        if line.is_empty() {
+            if !self.data.is_empty() || !self.event.is_empty() {
+                events.push(SseEvent {
+                    event: std::mem::take(&mut self.event),
+                    data: std::mem::take(&mut self.data).join("\n"),
+                });
+            }
+            return Ok(());
+        }
+        if line.starts_with(':') {
+            return Ok(());
+        }
+        let (field, value) = line.split_once(':').unwrap_or((line, ""));
+        let value = value.strip_prefix(' ').unwrap_or(value);
+        match field {
+            "data" => self.data.push(value.to_string()),
+            "event" => self.event = value.to_string(),
+            _ => {}
+        }
+        Ok(())
     }
 
     /// At end of stream: the last event if the stream did not end with a blank line.
     pub fn finish(&mut self) -> Option<SseEvent> {
         if !self.pending.is_empty() {
             let rest = std::mem::take(&mut self.pending);
+            self.scanned = 0;
             let _ = self.feed_line_end(&rest);
         }
         if self.data.is_empty() && self.event.is_empty() {
@@ -109,6 +130,36 @@ mod tests {
                 "split at {split}"
             );
         }
+    }
+
+    /// A 50 MB answer in one SSE line, in 16 KiB chunks, parses in linear time (the old parser
+    /// rescanned the whole pending buffer per chunk: minutes).
+    #[test]
+    fn one_huge_line_is_linear() {
+        let payload = "x".repeat(50 * 1024 * 1024);
+        let text = format!("data: {payload}\n\n");
+        let started = std::time::Instant::now();
+        let mut p = SseParser::default();
+        let mut events = Vec::new();
+        for chunk in text.as_bytes().chunks(16 * 1024) {
+            events.extend(p.feed(chunk).unwrap());
+        }
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].data.len(), payload.len());
+        // generous for an unoptimised build on a loaded machine; quadratic takes minutes
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[test]
+    fn many_small_lines_in_one_chunk() {
+        let text = "data: 1\n\n".repeat(100_000);
+        let mut p = SseParser::default();
+        let events = p.feed(text.as_bytes()).unwrap();
+        assert_eq!(events.len(), 100_000);
     }
 
     #[test]

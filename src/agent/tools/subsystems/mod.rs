@@ -1,5 +1,6 @@
 //! Subsystems: the guards the code runs around every tool call. None is callable by the model.
 
+pub mod commands;
 pub mod context;
 pub mod memory;
 pub mod policy;

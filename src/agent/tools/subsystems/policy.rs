@@ -1,23 +1,30 @@
 //! Policy — the gate in front of every tool call.
 //!
-//! The default is ASK. A command is ALLOWED only when every simple command in it is known to be
-//! read-only (judged on the parsed argv, with argument checks for the tools that can write),
-//! every path argument stays inside the project root, and the line uses no construct the
-//! parser cannot judge; or when the configuration's `auto_allow` names it. The regex list is a
-//! complement — an extra reason to DENY — not the primary mechanism.
+//! The default is ASK. A command is ALLOWED only when every simple command in it is on the
+//! allow-list judged on what will really execute: the program is a known read-only one, every
+//! option is one of its known read-only options (exact names; an abbreviation or anything else
+//! is ASK), attached short-option values are parsed, no operand is an output file, the line
+//! has no glob, expansion or unquoted metacharacter, every file operand resolves (symlinks
+//! followed) inside the project root, the `env` asked for holds only harmless names, and no
+//! secret placeholder goes to a program not listed in `secret_programs`. Or when the
+//! configuration's `auto_allow` names it (never for a line naming a file that steers the agent).
+//! The regex list is a complement — an extra reason to DENY — not the primary mechanism.
 //!
-//! Honest scope: a gate against mistakes and a model that wandered off, not a security boundary
-//! against a model that is trying. Known gaps: a symlink inside the root can point outside it;
-//! read-only `git` subcommands honour the repository's own config (`core.fsmonitor`,
-//! `diff.external`, textconv drivers), which in an untrusted repository can run code.
+//! Read-only `git` subcommands are allowed only while the repository's own config names no
+//! program (`core.fsmonitor`, `diff.external`, textconv drivers, pagers, includes): such a
+//! config makes `git status` run code. Remaining gaps (documented): a recursive read (`grep
+//! -r`) of the tree can still print a project `.env` line, which the secret broker redacts
+//! best-effort; files read are judged at classification time.
 
-use std::path::{Component, Path};
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
 
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::agent::tools::shell_words;
+use crate::agent::tools::subsystems::commands;
 
 /// A policy verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -77,6 +84,10 @@ pub struct PolicyConfig {
     /// Extra deny regexes, added to the built-in ones.
     #[serde(default)]
     pub deny_patterns: Vec<String>,
+    /// Programs that may receive secrets (`{{secret:NAME}}`) without asking, e.g. `"gh"`.
+    /// Any other command that references a placeholder needs confirmation.
+    #[serde(default)]
+    pub secret_programs: Vec<String>,
 }
 
 /// A deny pattern in the configuration is not a valid regex.
@@ -114,95 +125,141 @@ const BUILTIN_DENY: &[(&str, &str)] = &[
     (r":\(\)\s*\{.*\};\s*:", "fork bomb"),
 ];
 
-/// Commands that only read, whatever their arguments.
-const READ_ONLY: &[&str] = &[
-    "ls",
-    "cat",
-    "head",
-    "tail",
-    "wc",
-    "grep",
-    "egrep",
-    "fgrep",
-    "pwd",
-    "echo",
-    "printf",
-    "which",
-    "stat",
-    "du",
-    "df",
-    "cut",
-    "tr",
-    "diff",
-    "cmp",
-    "comm",
-    "basename",
-    "dirname",
-    "realpath",
-    "readlink",
-    "whoami",
-    "id",
-    "uname",
-    "printenv",
-    "true",
-    "false",
-    "nl",
-    "sha256sum",
-    "sha1sum",
-    "md5sum",
-    "b2sum",
-    "jq",
-    "column",
-    "test",
-    "[",
-    "fold",
-    "rev",
-    "od",
-    "hexdump",
-    "strings",
-    "uptime",
-    "nproc",
-    "seq",
-    "ps",
-    "free",
+/// Environment variable names the model may set through `run_command`'s `env` without asking:
+/// locale, time zone and display settings, which change no program's behaviour beyond output.
+const HARMLESS_ENV: &[&str] = &[
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "TERM",
+    "NO_COLOR",
+    "CLICOLOR",
+    "CLICOLOR_FORCE",
+    "FORCE_COLOR",
+    "COLUMNS",
+    "LINES",
+    "RUST_BACKTRACE",
+    "RUST_LOG",
 ];
 
-/// Read-only `git` subcommands.
-const GIT_READ_ONLY: &[&str] = &[
-    "status",
-    "log",
-    "diff",
-    "show",
-    "rev-parse",
-    "ls-files",
-    "blame",
-    "describe",
-    "shortlog",
-    "grep",
-    "cat-file",
-    "ls-tree",
-    "rev-list",
-    "whatchanged",
+/// Whether an environment variable can make a program run code or read other files
+/// (never allowed without asking, whatever the configuration says).
+fn env_can_execute(name: &str) -> bool {
+    const PREFIXES: &[&str] = &[
+        "GIT_", "LD_", "DYLD_", "PYTHON", "PERL", "RUBY", "NODE_", "BASH_", "ZDOTDIR", "PAGER",
+        "LESS", "RIPGREP", "CARGO", "RUSTC", "RUSTUP", "SSH_", "GPG", "GNUPG", "JQ_",
+    ];
+    const NAMES: &[&str] = &[
+        "PATH",
+        "ENV",
+        "IFS",
+        "PS4",
+        "SHELL",
+        "SHELLOPTS",
+        "HOME",
+        "EDITOR",
+        "VISUAL",
+        "BROWSER",
+        "TMPDIR",
+        "MANPAGER",
+        "PROMPT_COMMAND",
+        "XDG_CONFIG_HOME",
+        "XDG_DATA_HOME",
+        "MAGIC",
+        "POSIXLY_CORRECT",
+        "GREP_OPTIONS",
+        "TAR_OPTIONS",
+        "GCONV_PATH",
+        "LOCPATH",
+        "NLSPATH",
+        "HOSTALIASES",
+        "RESOLV_HOST_CONF",
+    ];
+    NAMES.contains(&name) || PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+/// Files and folders that steer the agent or the user's shell: writing them changes what a
+/// later session does (its system prompt, its policy) or runs code later.
+const STEERING: &[&str] = &[
+    ".agentshell",
+    "CLAUDE.md",
+    "MEMORY.md",
+    "AGENTS.md",
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".bash_logout",
+    ".profile",
+    ".zshrc",
+    ".zshenv",
+    ".zprofile",
+    ".zlogin",
+    ".envrc",
+    ".gitconfig",
+    ".git/config",
+    ".git/hooks",
+    ".git/info",
+    ".gitattributes",
+    ".cargo/config",
+    "rust-toolchain",
+    ".config/fish",
 ];
 
-/// The gate: built-in rules plus configuration.
+/// The steering file a word names, if any.
+pub fn steering_file(word: &str) -> Option<&'static str> {
+    STEERING.iter().copied().find(|s| word.contains(s))
+}
+
+/// The keys of a repository's git config that make read-only git commands run programs.
+const GIT_CONFIG_DANGER: &[&str] = &[
+    "fsmonitor",
+    "external",
+    "textconv",
+    "pager",
+    "editor",
+    "sshcommand",
+    "hookspath",
+    "filter",
+    "process",
+    "command",
+    "program",
+    "helper",
+    "include",
+    "askpass",
+    "alias",
+    "worktree",
+    "proxy",
+    "exec",
+];
+
+/// The gate: built-in rules plus configuration, for one project root.
 #[derive(Debug)]
 pub struct Policy {
     deny: Vec<(Regex, String)>,
     auto_allow: Vec<Vec<String>>,
     allow_tools: Vec<String>,
+    secret_programs: Vec<String>,
+    /// The canonical project root; every path must resolve inside it.
+    root: PathBuf,
 }
+
+/// Why reading a credentials file is refused.
+const CREDENTIALS: &str = "touches a .env file (credentials)";
 
 /// How one simple command was judged.
 enum SegmentJudgement {
     ReadOnly,
+    Denied(String),
     AutoAllowed(String),
     Unknown(String),
 }
 
+/// The placeholder syntax of the secret broker.
+const PLACEHOLDER_OPEN: &str = "{{secret:";
+
 impl Policy {
-    /// Build the policy; fails on an invalid configured deny regex.
-    pub fn new(config: &PolicyConfig) -> Result<Self, PolicyError> {
+    /// Build the policy for the project at `root`; fails on an invalid configured deny regex.
+    pub fn new(config: &PolicyConfig, root: &Path) -> Result<Self, PolicyError> {
         let mut deny = Vec::new();
         for (pattern, reason) in BUILTIN_DENY {
             let re = Regex::new(pattern).map_err(|source| PolicyError {
@@ -227,6 +284,8 @@ impl Policy {
                 .filter(|w| !w.is_empty())
                 .collect(),
             allow_tools: config.allow_tools.clone(),
+            secret_programs: config.secret_programs.clone(),
+            root: root.canonicalize().unwrap_or_else(|_| root.to_path_buf()),
         })
     }
 
@@ -239,38 +298,137 @@ impl Policy {
         }
     }
 
-    /// Judge a shell command line that would run with `cwd = root`.
+    /// Judge a shell command line that would run with `cwd = root` and no extra environment.
     pub fn classify_command(&self, command: &str) -> Decision {
+        self.classify_run(command, &BTreeMap::new())
+    }
+
+    /// Judge `run_command`: the command line plus the `env` it asks for.
+    pub fn classify_run(&self, command: &str, env: &BTreeMap<String, String>) -> Decision {
+        let decision = self.classify_inner(command, env);
+        if decision.verdict != Verdict::Ask {
+            return decision;
+        }
+        // Say so when the command names a file that steers the agent or the shell.
+        let parsed = shell_words::parse(command).ok().unwrap_or_default();
+        let git_config = parsed
+            .segments
+            .iter()
+            .any(|a| a.len() > 2 && a[0] == "git" && a[1] == "config")
+            .then_some(".git/config");
+        let steering = git_config
+            .or_else(|| {
+                parsed
+                    .segments
+                    .iter()
+                    .flatten()
+                    .chain(&parsed.inputs)
+                    .find_map(|w| steering_file(w))
+            })
+            .or_else(|| steering_file(command));
+        match steering {
+            Some(file) => Decision::ask(format!(
+                "{}; it names `{file}`, a file that steers the agent or the shell (writing it changes later sessions)",
+                decision.reason
+            )),
+            None => decision,
+        }
+    }
+
+    fn classify_inner(&self, command: &str, env: &BTreeMap<String, String>) -> Decision {
         for (re, reason) in &self.deny {
             if re.is_match(command) {
                 return Decision::deny(reason.clone());
             }
         }
-        let parsed = match shell_words::parse(command) {
+        // Placeholders are the broker's, not the shell's: judge the line with a plain word in
+        // their place, and remember that secrets are passed.
+        let mut secrets_used = Vec::new();
+        let mut line = String::with_capacity(command.len());
+        let mut rest = command;
+        while let Some(start) = rest.find(PLACEHOLDER_OPEN) {
+            let after = &rest[start + PLACEHOLDER_OPEN.len()..];
+            let Some(end) = after.find("}}") else {
+                break;
+            };
+            secrets_used.push(after[..end].trim().to_string());
+            line.push_str(&rest[..start]);
+            line.push_str("SECRET");
+            rest = &after[end + 2..];
+        }
+        line.push_str(rest);
+        for value in env.values() {
+            if value.contains(PLACEHOLDER_OPEN) {
+                secrets_used.push("(in env)".to_string());
+            }
+        }
+        let parsed = match shell_words::parse(&line) {
             Ok(p) => p,
             Err(e) => return Decision::ask(format!("cannot parse the command: {e}")),
         };
         if parsed.segments.is_empty() {
             return Decision::deny("empty command");
         }
+        // The deny rules also see the words as the shell will pass them (`.e''nv` is `.env`).
+        for argv in &parsed.segments {
+            let joined = argv.join(" ");
+            for (re, reason) in &self.deny {
+                if re.is_match(&joined) {
+                    return Decision::deny(reason.clone());
+                }
+            }
+        }
         if !parsed.issues.is_empty() {
             return Decision::ask(parsed.issues.join("; "));
         }
+        // The environment the model asked for.
+        for name in env.keys() {
+            if env_can_execute(name) {
+                return Decision::ask(format!(
+                    "sets environment variable {name}, which can make programs run code or read other files"
+                ));
+            }
+        }
+        if let Some(name) = env
+            .keys()
+            .find(|n| !HARMLESS_ENV.contains(&n.as_str()) && !n.starts_with("LC_"))
+        {
+            return Decision::ask(format!(
+                "sets environment variable {name}, which is not known to be harmless"
+            ));
+        }
+        if !secrets_used.is_empty() {
+            let programs: Vec<&str> = parsed.segments.iter().map(|a| a[0].as_str()).collect();
+            if let Some(p) = programs
+                .iter()
+                .find(|p| !self.secret_programs.iter().any(|s| s == *p))
+            {
+                return Decision::ask(format!(
+                    "passes secret {} to `{p}`, which is not in config secret_programs",
+                    secrets_used.join(", ")
+                ));
+            }
+        }
         for input in &parsed.inputs {
-            if escapes_root(input) {
-                return Decision::ask(format!("reads `{input}`, outside the project root"));
+            if let Err(why) = self.confine(input) {
+                return why;
             }
         }
         let mut read_only = Vec::new();
         let mut allowed_by = Vec::new();
         for argv in &parsed.segments {
-            if let Some(arg) = argv.iter().skip(1).find(|a| escapes_root(a)) {
-                return Decision::ask(format!("argument `{arg}` is outside the project root"));
-            }
             match self.judge(argv) {
                 SegmentJudgement::ReadOnly => read_only.push(argv[0].clone()),
-                SegmentJudgement::AutoAllowed(entry) => allowed_by.push(entry),
+                SegmentJudgement::AutoAllowed(entry) => {
+                    if let Some(file) = argv.iter().find_map(|w| steering_file(w)) {
+                        return Decision::ask(format!(
+                            "`{entry}` is auto-allowed, but the command names `{file}`"
+                        ));
+                    }
+                    allowed_by.push(entry)
+                }
                 SegmentJudgement::Unknown(reason) => return Decision::ask(reason),
+                SegmentJudgement::Denied(reason) => return Decision::deny(reason),
             }
         }
         if allowed_by.is_empty() {
@@ -295,132 +453,450 @@ impl Policy {
         }
         let program = argv[0].as_str();
         let args = &argv[1..];
-        let has = |flags: &[&str]| {
-            args.iter().any(|a| {
-                flags
-                    .iter()
-                    .any(|f| a == f || a.starts_with(&format!("{f}=")))
-            })
-        };
-        let unknown = |why: &str| SegmentJudgement::Unknown(format!("`{program}` {why}"));
-        // A short option cluster (`-no`, `-oout`) containing `flag`.
-        let short = |flag: char| {
-            args.iter()
-                .any(|a| a.starts_with('-') && !a.starts_with("--") && a.contains(flag))
-        };
-        let positional = args.iter().filter(|a| !a.starts_with('-')).count();
-        match program {
-            p if READ_ONLY.contains(&p) => SegmentJudgement::ReadOnly,
-            "env" if args.is_empty() => SegmentJudgement::ReadOnly,
-            "env" => unknown("with arguments runs another command"),
-            "hostname" if args.is_empty() => SegmentJudgement::ReadOnly,
-            "sort" if has(&["--output"]) || short('o') => unknown("with -o writes a file"),
-            "tree" if short('o') => unknown("with -o writes a file"),
-            "tree" => SegmentJudgement::ReadOnly,
-            "uniq" if positional > 1 => unknown("with two files writes the second"),
-            "uniq" => SegmentJudgement::ReadOnly,
-            "file" if short('C') => unknown("with -C writes a compiled magic file"),
-            "file" => SegmentJudgement::ReadOnly,
-            "date" if has(&["--set"]) || short('s') => unknown("with -s sets the clock"),
-            "date" => SegmentJudgement::ReadOnly,
-            "sort" => SegmentJudgement::ReadOnly,
-            "rg" if has(&["--pre"]) => unknown("with --pre runs another command"),
-            "rg" => SegmentJudgement::ReadOnly,
-            "find" => {
-                let writes = [
-                    "-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprint0",
-                    "-fprintf", "-fls",
-                ];
-                if args.iter().any(|a| writes.contains(&a.as_str())) {
-                    unknown("with -exec/-delete/-fprint can run commands or write")
-                } else {
-                    SegmentJudgement::ReadOnly
-                }
-            }
-            "git" => judge_git(args),
-            "cargo" => match args.first().map(String::as_str) {
-                Some("--version" | "-V" | "metadata" | "tree" | "locate-project") => {
-                    SegmentJudgement::ReadOnly
-                }
-                Some("fmt") if has(&["--check"]) => SegmentJudgement::ReadOnly,
-                _ => unknown("is not known to be read-only (build scripts run code)"),
+        let result = match program {
+            "env" | "hostname" if args.is_empty() => Ok(()),
+            "env" => Err("with arguments runs another command or changes the environment".into()),
+            "ps" => judge_ps(args),
+            "find" => self.judge_find(args),
+            "git" => self.judge_git(args),
+            _ => match commands::lookup(program) {
+                Some(spec) => self.judge_spec(&spec, args),
+                None => Err("is not known to be read-only".into()),
             },
-            _ => unknown("is not known to be read-only"),
+        };
+        match result {
+            Ok(()) => SegmentJudgement::ReadOnly,
+            Err(why) if why == CREDENTIALS => SegmentJudgement::Denied(why),
+            Err(why) if why.starts_with('`') => SegmentJudgement::Unknown(why),
+            Err(why) => SegmentJudgement::Unknown(format!("`{program}` {why}")),
         }
     }
-}
 
-fn judge_git(args: &[String]) -> SegmentJudgement {
-    let Some(sub) = args.first() else {
-        return SegmentJudgement::ReadOnly;
-    };
-    let rest = &args[1..];
-    if args.iter().any(|a| {
-        a.starts_with("--output")
-            || a == "--ext-diff"
-            || a.starts_with("--exec")
-            || a.starts_with("--open-files-in-pager")
-            || a.starts_with("-O")
-    }) {
-        return SegmentJudgement::Unknown("`git` with --output/--exec writes or runs".into());
+    /// Check `args` against a program's allow-list.
+    fn judge_spec(&self, spec: &commands::Spec, args: &[String]) -> Result<(), String> {
+        use commands::Operands;
+        let mut operands: Vec<&str> = Vec::new();
+        let mut pattern_given = false;
+        let mut i = 0;
+        let mut options_done = false;
+        while i < args.len() {
+            let a = args[i].as_str();
+            i += 1;
+            if options_done || a == "-" || !a.starts_with('-') {
+                operands.push(a);
+                continue;
+            }
+            if a == "--" {
+                options_done = true;
+                continue;
+            }
+            if let Some(long) = a.strip_prefix("--") {
+                let (name, value) = match long.split_once('=') {
+                    Some((n, v)) => (format!("--{n}"), Some(v)),
+                    None => (a.to_string(), None),
+                };
+                let name = name.as_str();
+                if spec.long_flags.contains(&name) && value.is_none() {
+                    continue;
+                }
+                if spec.long_optional.contains(&name) {
+                    continue;
+                }
+                let is_path = spec.long_paths.contains(&name);
+                if spec.long_values.contains(&name) || is_path {
+                    let v = match value {
+                        Some(v) => v.to_string(),
+                        None => {
+                            let Some(v) = args.get(i) else {
+                                return Err(format!("option {name} needs a value"));
+                            };
+                            i += 1;
+                            v.clone()
+                        }
+                    };
+                    if matches!(name, "--regexp" | "--file") {
+                        pattern_given = true;
+                    }
+                    if is_path {
+                        self.confine_str(&v)?;
+                    }
+                    continue;
+                }
+                return Err(format!("option `{name}` is not known to be read-only"));
+            }
+            // A short cluster: flags, then possibly one option taking a value.
+            let cluster = &a[1..];
+            if spec.numeric_option && cluster.chars().all(|c| c.is_ascii_digit()) {
+                continue;
+            }
+            for (pos, c) in cluster.char_indices() {
+                if spec.flags.contains(c) {
+                    continue;
+                }
+                let is_path = spec.short_paths.contains(c);
+                if spec.short_values.contains(c) || is_path {
+                    let attached = &cluster[pos + c.len_utf8()..];
+                    let v = if attached.is_empty() {
+                        let Some(v) = args.get(i) else {
+                            return Err(format!("option -{c} needs a value"));
+                        };
+                        i += 1;
+                        v.clone()
+                    } else {
+                        attached.to_string()
+                    };
+                    if c == 'e' || c == 'f' {
+                        pattern_given = true;
+                    }
+                    if is_path {
+                        self.confine_str(&v)?;
+                    }
+                    break;
+                }
+                return Err(format!("option `-{c}` is not known to be read-only"));
+            }
+        }
+        let files: &[&str] = match spec.operands {
+            Operands::None if !operands.is_empty() => {
+                return Err("takes no operands here".into());
+            }
+            Operands::None | Operands::Text => &[],
+            Operands::Paths => &operands,
+            Operands::OnePath if operands.len() > 1 => {
+                return Err("with a second operand writes that file".into());
+            }
+            Operands::OnePath => &operands,
+            Operands::PatternThenPaths if !pattern_given => operands.get(1..).unwrap_or(&[]),
+            Operands::PatternThenPaths => &operands,
+            Operands::FilterThenPaths => {
+                // jq modules are read from a search path outside the root
+                if let Some(filter) = operands.first()
+                    && (filter.contains("import") || filter.contains("include"))
+                {
+                    return Err(
+                        "with `import`/`include` reads modules from outside the root".into(),
+                    );
+                }
+                operands.get(1..).unwrap_or(&[])
+            }
+            Operands::DateFormat => {
+                if let Some(op) = operands.iter().find(|o| !o.starts_with('+')) {
+                    return Err(format!("with operand `{op}` sets the clock"));
+                }
+                &[]
+            }
+        };
+        for f in files {
+            self.confine_str(f)?;
+        }
+        Ok(())
     }
-    let only_flags = |allowed: &[&str]| rest.iter().all(|a| allowed.contains(&a.as_str()));
-    let ok = match sub.as_str() {
-        s if GIT_READ_ONLY.contains(&s) => true,
-        "branch" => only_flags(&["-a", "-r", "-v", "-vv", "--list", "-l", "--show-current"]),
-        "tag" => only_flags(&["-l", "--list"]),
-        "remote" => only_flags(&["-v"]),
-        "stash" => rest.first().is_some_and(|a| a == "list" || a == "show"),
-        "config" => rest.first().is_some_and(|a| {
-            ["--get", "--list", "-l", "--get-all", "--get-regexp"].contains(&a.as_str())
-        }),
-        "--version" => true,
-        _ => false,
-    };
-    if ok {
-        SegmentJudgement::ReadOnly
-    } else {
-        SegmentJudgement::Unknown(format!("`git {sub}` is not known to be read-only"))
-    }
-}
 
-/// Whether a path-looking argument leaves the project root (absolute, `~`, or too many `..`).
-fn escapes_root(arg: &str) -> bool {
-    let value = arg
-        .split_once('=')
-        .map_or(arg, |(k, v)| if k.starts_with('-') { v } else { arg });
-    if value == "/dev/null" {
-        return false;
-    }
-    if value.starts_with('/') || value.starts_with('~') {
-        return true;
-    }
-    let mut depth: i64 = 0;
-    for component in Path::new(value).components() {
-        match component {
-            Component::ParentDir => {
-                depth -= 1;
-                if depth < 0 {
-                    return true;
+    fn judge_find(&self, args: &[String]) -> Result<(), String> {
+        let mut i = 0;
+        // Start points come first, up to the first predicate.
+        while i < args.len() && !args[i].starts_with('-') && args[i] != "(" && args[i] != "!" {
+            self.confine_str(&args[i])?;
+            i += 1;
+        }
+        while i < args.len() {
+            let a = args[i].as_str();
+            i += 1;
+            if commands::find_path_predicate(a) {
+                let Some(v) = args.get(i) else {
+                    return Err(format!("{a} needs a file"));
+                };
+                self.confine_str(v)?;
+                i += 1;
+                continue;
+            }
+            match commands::find_predicate(a) {
+                Some(n) => i += n,
+                None => {
+                    return Err(format!(
+                        "with `{a}` is not known to be read-only (-exec, -delete, -fprint, -L … run commands, write or leave the tree)"
+                    ));
                 }
             }
-            Component::Normal(_) => depth += 1,
+        }
+        Ok(())
+    }
+
+    fn judge_git(&self, args: &[String]) -> Result<(), String> {
+        let Some(sub) = args.first() else {
+            return Ok(());
+        };
+        if sub.starts_with('-') && sub != "--version" {
+            return Err(format!(
+                "`git` with global option `{sub}` (-c, -C, --git-dir, --exec-path, -p …) is not judged read-only"
+            ));
+        }
+        self.git_config_is_plain()?;
+        let rest = &args[1..];
+        let only = |allowed: &[&str]| -> Result<(), String> {
+            match rest.iter().find(|a| !allowed.contains(&a.as_str())) {
+                Some(a) => Err(format!(
+                    "`git {sub}` with `{a}` is not known to be read-only"
+                )),
+                None => Ok(()),
+            }
+        };
+        match sub.as_str() {
+            "branch" => {
+                return only(&["-a", "-r", "-v", "-vv", "--list", "-l", "--show-current"]);
+            }
+            "tag" => return only(&["-l", "--list"]),
+            "remote" => return only(&["-v"]),
+            "stash" => {
+                return match rest.first().map(String::as_str) {
+                    Some("list") if rest.len() == 1 => Ok(()),
+                    Some("show") => self.git_args(sub, &rest[1..]),
+                    _ => Err(format!(
+                        "`git stash` {} is not known to be read-only",
+                        rest.join(" ")
+                    )),
+                };
+            }
+            "config" => {
+                return match rest {
+                    [a] if a == "--list" || a == "-l" => Ok(()),
+                    [a, _] if a == "--get" || a == "--get-all" || a == "--get-regexp" => Ok(()),
+                    _ => Err("`git config` is read-only only as --list or --get NAME".into()),
+                };
+            }
             _ => {}
         }
+        self.git_args(sub, rest)
     }
-    false
+
+    fn git_args(&self, sub: &str, rest: &[String]) -> Result<(), String> {
+        let Some((flags, values)) = commands::git_options(sub) else {
+            return Err(format!("`git {sub}` is not known to be read-only"));
+        };
+        let mut i = 0;
+        let mut after_dashes = false;
+        while i < rest.len() {
+            let a = rest[i].as_str();
+            i += 1;
+            if after_dashes || !a.starts_with('-') {
+                self.confine_str(a)?;
+                continue;
+            }
+            if a == "--" {
+                after_dashes = true;
+                continue;
+            }
+            if flags.contains(&a) {
+                continue;
+            }
+            // -5 (a count) for the log family
+            if matches!(sub, "log" | "shortlog" | "rev-list" | "whatchanged")
+                && a.len() > 1
+                && a[1..].chars().all(|c| c.is_ascii_digit())
+            {
+                continue;
+            }
+            if let Some((name, _)) = a.split_once('=')
+                && a.starts_with("--")
+                && values.contains(&name)
+            {
+                continue;
+            }
+            if values.contains(&a) {
+                if i >= rest.len() {
+                    return Err(format!("`git {sub}` option {a} needs a value"));
+                }
+                i += 1;
+                continue;
+            }
+            // An attached short value: -n5, -Sfoo, -U3.
+            if !a.starts_with("--") && a.len() > 2 && values.contains(&&a[..2]) {
+                continue;
+            }
+            return Err(format!(
+                "`git {sub}` with option `{a}` is not known to be read-only"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Read-only git commands still run programs the repository's own config names
+    /// (`core.fsmonitor`, `diff.external`, textconv drivers, pagers): allow them only when
+    /// that config names none.
+    fn git_config_is_plain(&self) -> Result<(), String> {
+        let mut dir = Some(self.root.as_path());
+        while let Some(d) = dir {
+            let dot_git = d.join(".git");
+            match std::fs::symlink_metadata(&dot_git) {
+                Ok(m) if m.is_dir() => {
+                    for name in ["config", "config.worktree"] {
+                        let path = dot_git.join(name);
+                        let text = match std::fs::read_to_string(&path) {
+                            Ok(t) => t.to_ascii_lowercase(),
+                            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                            Err(e) => {
+                                return Err(format!("`git`: cannot read {}: {e}", path.display()));
+                            }
+                        };
+                        if let Some(key) = GIT_CONFIG_DANGER.iter().find(|k| text.contains(*k)) {
+                            return Err(format!(
+                                "`git`: the repository's {} mentions `{key}`, which can make git run a program",
+                                path.display()
+                            ));
+                        }
+                    }
+                    return Ok(());
+                }
+                Ok(_) => {
+                    return Err(
+                        "`git`: .git is not a plain directory (a gitdir file or link can point anywhere)"
+                            .into(),
+                    );
+                }
+                Err(_) => dir = d.parent(),
+            }
+        }
+        Ok(())
+    }
+
+    fn confine_str(&self, word: &str) -> Result<(), String> {
+        self.confine(word).map_err(|d| d.reason)
+    }
+
+    /// A file operand must resolve (symlinks included) inside the root and must not be a
+    /// credentials file.
+    fn confine(&self, word: &str) -> Result<(), Decision> {
+        if word == "-" || word == "/dev/null" || word == "SECRET" {
+            return Ok(());
+        }
+        let path = Path::new(word);
+        if let Some(name) = path.file_name().and_then(|n| n.to_str())
+            && (name == ".env" || name.starts_with(".env."))
+        {
+            return Err(Decision::deny(CREDENTIALS));
+        }
+        let outside = || Decision::ask(format!("`{word}` is outside the project root"));
+        let joined = self.root.join(path);
+        let resolved = resolve(&joined).ok_or_else(outside)?;
+        if !resolved.starts_with(&self.root) {
+            return Err(outside());
+        }
+        if let Some(name) = resolved.file_name().and_then(|n| n.to_str())
+            && (name == ".env" || name.starts_with(".env."))
+        {
+            return Err(Decision::deny(CREDENTIALS));
+        }
+        Ok(())
+    }
+}
+
+/// Resolve `path` like `realpath -m`: symlinks followed (dangling ones too), the missing rest
+/// appended; `None` when the missing rest climbs with `..` or links loop.
+fn resolve(path: &Path) -> Option<PathBuf> {
+    resolve_depth(path, 0)
+}
+
+fn resolve_depth(path: &Path, depth: usize) -> Option<PathBuf> {
+    if depth > 40 {
+        return None;
+    }
+    if let Ok(p) = path.canonicalize() {
+        return Some(p);
+    }
+    let mut missing = Vec::new();
+    let mut existing = path;
+    loop {
+        if let Ok(meta) = std::fs::symlink_metadata(existing) {
+            let base = if meta.file_type().is_symlink() {
+                // A dangling link: resolve its target instead.
+                let target = std::fs::read_link(existing).ok()?;
+                let joined = existing.parent()?.join(target);
+                resolve_depth(&joined, depth + 1)?
+            } else {
+                existing.canonicalize().ok()?
+            };
+            let mut out = base;
+            for c in missing.iter().rev() {
+                out.push(c);
+            }
+            return Some(out);
+        }
+        let name = existing.file_name()?;
+        if Path::new(name)
+            .components()
+            .any(|c| matches!(c, Component::ParentDir))
+        {
+            return None;
+        }
+        missing.push(name.to_os_string());
+        existing = existing.parent()?;
+    }
+}
+
+/// `ps` only in the common forms that show no environments (`e` would show other processes').
+fn judge_ps(args: &[String]) -> Result<(), String> {
+    const FORMS: &[&str] = &[
+        "aux",
+        "ax",
+        "-ef",
+        "-eF",
+        "-e",
+        "-f",
+        "-A",
+        "-a",
+        "x",
+        "a",
+        "u",
+        "ux",
+        "-ely",
+        "-H",
+        "--forest",
+        "-o",
+        "pid,ppid,cmd",
+        "pid,cmd",
+        "-p",
+    ];
+    match args
+        .iter()
+        .find(|a| !FORMS.contains(&a.as_str()) && !a.chars().all(|c| c.is_ascii_digit()))
+    {
+        Some(a) => Err(format!(
+            "with `{a}` is not known to be harmless (e shows environments)"
+        )),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn policy() -> Policy {
-        Policy::new(&PolicyConfig {
-            auto_allow: vec!["cargo test".into(), "make check".into()],
-            allow_tools: vec![],
-            deny_patterns: vec![r"\bshutdown\b".into()],
-        })
+    /// A project root the test owns: a few files, a plain `.git`, a symlink leading out.
+    fn fixture() -> (tempfile::TempDir, PathBuf) {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("proj");
+        std::fs::create_dir_all(root.join("src")).unwrap();
+        std::fs::create_dir_all(root.join(".git")).unwrap();
+        std::fs::write(root.join(".git/config"), "[core]\n\tbare = false\n").unwrap();
+        std::fs::write(root.join("src/main.rs"), "fn main() {}\n").unwrap();
+        std::fs::write(root.join("Cargo.toml"), "[package]\n").unwrap();
+        std::fs::write(root.join("a.txt"), "a\n").unwrap();
+        std::os::unix::fs::symlink("/etc", root.join("etclink")).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", root.join("pw")).unwrap();
+        std::os::unix::fs::symlink(".env", root.join("envlink")).unwrap();
+        (t, root)
+    }
+
+    fn policy(root: &Path) -> Policy {
+        Policy::new(
+            &PolicyConfig {
+                auto_allow: vec!["cargo test".into(), "make check".into(), "sed -i".into()],
+                allow_tools: vec![],
+                deny_patterns: vec![r"\bshutdown\b".into()],
+                secret_programs: vec!["gh".into()],
+            },
+            root,
+        )
         .unwrap()
     }
 
@@ -428,37 +904,122 @@ mod tests {
     #[test]
     fn decision_table() {
         use Verdict::*;
+        let (_t, root) = fixture();
         let table: &[(&str, Verdict)] = &[
             // known read-only, inside the root
             ("ls -la", Allow),
             ("cat src/main.rs", Allow),
             ("grep -rn 'fn main' src | head -20", Allow),
+            ("grep -e main -f a.txt src", Allow),
             ("git status", Allow),
             ("git log --oneline -5", Allow),
+            ("git log -n5 --format=%H", Allow),
             ("git diff HEAD~1", Allow),
             ("git branch", Allow),
             ("find . -name '*.rs'", Allow),
+            ("find src -type f -newer Cargo.toml -print", Allow),
             ("wc -l < Cargo.toml", Allow),
             ("ls 2>/dev/null", Allow),
             ("env", Allow),
-            ("cargo fmt --check", Allow),
             ("date +%Y", Allow),
-            ("date -s 2020-01-01", Ask),
+            ("date -u", Allow),
             ("tree -L 2", Allow),
-            ("tree -o out.txt", Ask),
             ("uniq a.txt", Allow),
-            ("uniq a.txt b.txt", Ask),
-            ("sort -nooutput.txt x", Ask),
-            ("file -C -m magic", Ask),
+            ("sort -n -k2 a.txt", Allow),
+            ("head -c 100 a.txt", Allow),
+            ("tail -n5 a.txt", Allow),
+            ("ps aux", Allow),
+            ("cat -- a.txt", Allow),
+            ("echo cargo test", Allow),
+            ("ls src/../Cargo.toml", Allow),
+            ("cat .envrc", Allow),
+            ("grep -rn process.env src", Allow),
+            // the issue's cases: abbreviations and side-effect options
+            ("sort --outp=out.txt a.txt", Ask),
+            ("sort --output=out.txt a.txt", Ask),
+            ("sort -o out.txt a.txt", Ask),
+            ("sort -nooutput.txt a.txt", Ask),
+            ("sort --compress-program=sh a.txt", Ask),
+            ("sort --compress=sh a.txt", Ask),
+            ("sort -T /tmp a.txt", Ask),
+            ("git grep --open='touch x' main", Ask),
+            ("git grep --open-files-in-pager=vim main", Ask),
             ("git grep -Ovim main", Ask),
+            ("git grep -O main", Ask),
+            ("date --se 2020-01-01", Ask),
+            ("date --set=2020-01-01", Ask),
+            ("date -s 2020-01-01", Ask),
+            ("date 0101000020", Ask),
+            ("uniq - OUTFILE", Ask),
+            ("uniq a.txt .agentshell/config.json", Ask),
+            ("uniq a.txt b.txt", Ask),
+            ("file --compile -m magic", Ask),
+            ("file -C -m magic", Ask),
+            ("tree -o out.txt", Ask),
+            ("tree -R -o x", Ask),
+            ("rg --pre sh main", Ask),
+            ("rg --pr=sh main", Ask),
+            ("git diff --output=x", Ask),
+            ("git diff --ext-diff", Ask),
+            ("git log --outp=x", Ask),
             ("git -c core.pager=x log", Ask),
+            ("git -C /tmp log", Ask),
+            ("git --exec-path=/tmp status", Ask),
+            ("find . -delete", Ask),
+            ("find . -exec rm {} ;", Ask),
+            ("find . -fprint out", Ask),
+            ("find -L . -name x", Ask),
+            ("grep -R x .", Ask),
+            ("diff -r src etclink", Ask),
+            ("tree -l", Ask),
+            ("jq 'import \"x\" as x; .' a.txt", Ask),
+            ("jq -r .x a.txt", Allow),
+            ("wc --files0-from=list", Ask),
+            ("ps axeww", Ask),
+            ("ps e", Ask),
+            ("cargo --version", Ask),
+            ("cargo fmt --check", Ask),
+            ("env rm -rf x", Ask),
+            ("env LD_PRELOAD=x ls", Ask),
+            ("GIT_EXTERNAL_DIFF=sh git diff", Ask),
+            ("sh -c 'ls'", Ask),
+            // globs, expansions, metacharacters
+            ("cat .?/.ss?/id_*", Ask),
+            ("cat src/*.rs", Ask),
+            ("head -c 200 .e*", Ask),
+            ("echo $HOME", Ask),
+            ("ls $(pwd)", Ask),
+            ("echo hi > file.txt", Ask),
+            ("sleep 1 &", Ask),
+            ("cat 'unterminated", Ask),
+            ("ls ~", Ask),
+            // attached short-option values and paths outside the root
+            ("file -f/etc/passwd", Ask),
+            ("date -f/etc/group", Ask),
+            ("grep -f/etc/passwd x a.txt", Ask),
+            ("grep -f /etc/passwd x a.txt", Ask),
+            ("grep --file=/etc/passwd x a.txt", Ask),
+            ("date -r/etc/passwd", Ask),
+            ("cat /etc/passwd", Ask),
+            ("ls ../..", Ask),
+            ("ls src/../..", Ask),
+            ("cat etclink/passwd", Ask),
+            ("cat pw", Ask),
+            ("ls etclink", Ask),
+            ("find etclink -name x", Ask),
+            ("find . -newer /etc/passwd", Ask),
+            ("git diff --no-index /etc/passwd a.txt", Ask),
+            ("git log -- ../x", Ask),
+            ("cat nothere/../../x", Ask),
             // auto_allow on parsed argv
             ("cargo test", Allow),
             ("cargo test --lib agent 2>&1 | tail -40", Allow),
             ("make check", Allow),
             ("cargo testx", Ask),
             ("cargo build", Ask),
-            ("echo cargo test", Allow),
+            ("sed -i s/a/b/ src/main.rs", Allow),
+            ("sed -i s/a/b/ CLAUDE.md", Ask),
+            ("sed -i s/a/b/ .agentshell/MEMORY.md", Ask),
             // default ASK
             ("rm -rf build", Ask),
             ("touch x", Ask),
@@ -466,30 +1027,17 @@ mod tests {
             ("./run.sh", Ask),
             ("git push", Ask),
             ("git branch -D main", Ask),
-            ("git diff --output=x", Ask),
-            ("find . -delete", Ask),
-            ("find . -exec rm {} ;", Ask),
-            ("sort -o out.txt in.txt", Ask),
-            ("env rm -rf x", Ask),
-            ("sh -c 'ls'", Ask),
-            // constructs that cannot be judged
-            ("echo $HOME", Ask),
-            ("ls $(pwd)", Ask),
-            ("echo hi > file.txt", Ask),
-            ("sleep 1 &", Ask),
-            ("cat 'unterminated", Ask),
-            // outside the project root
-            ("cat /etc/passwd", Ask),
-            ("ls ../..", Ask),
-            ("cat ~/notes", Ask),
-            ("ls src/../..", Ask),
-            ("ls src/../Cargo.toml", Allow),
+            // secrets need confirmation unless the program may receive them
+            ("echo {{secret:TOKEN}}", Ask),
+            ("gh api {{secret:TOKEN}}", Ask),
             // deny list: extra reasons to refuse
             ("rm -rf /", Deny),
             ("rm -rf ~", Deny),
             ("rm -rf $HOME", Deny),
             ("cat .env", Deny),
+            ("cat .e''nv", Deny),
             ("cat config/.env.local", Deny),
+            ("cat envlink", Deny),
             ("ls ~/.ssh", Deny),
             ("cat ~/.aws/credentials", Deny),
             ("cat server.pem", Deny),
@@ -500,11 +1048,8 @@ mod tests {
             ("dd if=x of=/dev/sda", Deny),
             ("sudo shutdown now", Deny),
             ("", Deny),
-            // near misses that must not be denied
-            ("cat .envrc", Allow),
-            ("grep -rn process.env src", Allow),
         ];
-        let p = policy();
+        let p = policy(&root);
         let mut failures = Vec::new();
         for (cmd, expected) in table {
             let d = p.classify_command(cmd);
@@ -517,8 +1062,108 @@ mod tests {
     }
 
     #[test]
+    fn env_parameter_is_judged() {
+        let (_t, root) = fixture();
+        let p = policy(&root);
+        let env = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        for (name, value) in [
+            ("GIT_EXTERNAL_DIFF", "sh -c 'touch x'"),
+            ("GIT_CONFIG_PARAMETERS", "'core.fsmonitor=touch x'"),
+            ("LD_PRELOAD", "/tmp/x.so"),
+            ("PATH", "/tmp"),
+            ("BASH_ENV", "/tmp/x"),
+            ("SOMETHING", "x"),
+        ] {
+            let d = p.classify_run("git diff", &env(&[(name, value)]));
+            assert_eq!(d.verdict, Verdict::Ask, "{name}: {d:?}");
+            assert!(d.reason.contains(name), "{d:?}");
+        }
+        assert_eq!(
+            p.classify_run("ls", &env(&[("LANG", "C"), ("LC_ALL", "C"), ("TZ", "UTC")]))
+                .verdict,
+            Verdict::Allow
+        );
+        // auto_allow does not open the env either
+        assert_eq!(
+            p.classify_run("cargo test", &env(&[("LD_PRELOAD", "x")]))
+                .verdict,
+            Verdict::Ask
+        );
+        // a placeholder in env needs confirmation
+        assert_eq!(
+            p.classify_run("ls", &env(&[("LANG", "{{secret:TOKEN}}")]))
+                .verdict,
+            Verdict::Ask
+        );
+    }
+
+    #[test]
+    fn a_hostile_git_config_makes_git_ask() {
+        let (_t, root) = fixture();
+        std::fs::write(
+            root.join(".git/config"),
+            "[core]\n\tfsmonitor = touch /tmp/pwned\n",
+        )
+        .unwrap();
+        let d = policy(&root).classify_command("git status");
+        assert_eq!(d.verdict, Verdict::Ask, "{d:?}");
+        assert!(d.reason.contains("fsmonitor"), "{d:?}");
+        std::fs::remove_dir_all(root.join(".git")).unwrap();
+        std::fs::write(root.join(".git"), "gitdir: /tmp/elsewhere\n").unwrap();
+        assert_eq!(
+            policy(&root).classify_command("git status").verdict,
+            Verdict::Ask
+        );
+    }
+
+    #[test]
+    fn secret_programs_may_receive_placeholders() {
+        let (_t, root) = fixture();
+        let p = Policy::new(
+            &PolicyConfig {
+                auto_allow: vec!["gh api".into()],
+                secret_programs: vec!["gh".into()],
+                ..PolicyConfig::default()
+            },
+            &root,
+        )
+        .unwrap();
+        assert_eq!(
+            p.classify_command("gh api -H {{secret:TOKEN}} /user")
+                .verdict,
+            Verdict::Allow
+        );
+        let d = p.classify_command("echo {{secret:TOKEN}} | gh api x");
+        assert_eq!(d.verdict, Verdict::Ask);
+        assert!(d.reason.contains("`echo`"), "{d:?}");
+    }
+
+    #[test]
+    fn steering_files_are_named_in_the_question() {
+        let (_t, root) = fixture();
+        let p = policy(&root);
+        for cmd in [
+            "echo x >> CLAUDE.md",
+            "cp a .agentshell/config.json",
+            "tee -a ~/.bashrc",
+            "cp hook .git/hooks/pre-commit",
+            "git config core.pager x",
+        ] {
+            let d = p.classify_command(cmd);
+            assert_eq!(d.verdict, Verdict::Ask, "{cmd}");
+            assert!(d.reason.contains("steers"), "{cmd}: {d:?}");
+        }
+    }
+
+    #[test]
     fn reasons_are_specific() {
-        let p = policy();
+        let (_t, root) = fixture();
+        let p = policy(&root);
         assert_eq!(
             p.classify_command("cargo test"),
             Decision::allow("allowed by config auto_allow: cargo test")
@@ -535,19 +1180,27 @@ mod tests {
             p.classify_command("touch x"),
             Decision::ask("`touch` is not known to be read-only")
         );
+        assert_eq!(
+            p.classify_command("sort --outp=x a.txt"),
+            Decision::ask("`sort` option `--outp` is not known to be read-only")
+        );
     }
 
     #[test]
     fn tools_default_to_ask() {
-        let p = policy();
+        let (_t, root) = fixture();
+        let p = policy(&root);
         assert_eq!(
             p.classify_tool("memory_write", "writes a note").verdict,
             Verdict::Ask
         );
-        let p = Policy::new(&PolicyConfig {
-            allow_tools: vec!["memory_write".into()],
-            ..PolicyConfig::default()
-        })
+        let p = Policy::new(
+            &PolicyConfig {
+                allow_tools: vec!["memory_write".into()],
+                ..PolicyConfig::default()
+            },
+            &root,
+        )
         .unwrap();
         assert_eq!(
             p.classify_tool("memory_write", "writes a note").verdict,
@@ -557,10 +1210,13 @@ mod tests {
 
     #[test]
     fn invalid_deny_pattern_is_an_error() {
-        let err = Policy::new(&PolicyConfig {
-            deny_patterns: vec!["(".into()],
-            ..PolicyConfig::default()
-        })
+        let err = Policy::new(
+            &PolicyConfig {
+                deny_patterns: vec!["(".into()],
+                ..PolicyConfig::default()
+            },
+            Path::new("/nonexistent"),
+        )
         .unwrap_err();
         assert!(err.to_string().contains("invalid deny pattern"));
     }

@@ -6,10 +6,17 @@
 //! the child's environment unless the call asked for it, and every output is redacted before it
 //! becomes a tool result, so `env` or `cat` of a file holding a secret returns nothing useful.
 //!
+//! Redaction is best effort against a model that chooses the output format: besides the exact
+//! value, it finds fragments (a third of the value, 8..12 bytes) of the value, its reverse,
+//! its rot13, its hex and its base64 forms, compared case-insensitively, both in the text as
+//! is and with whitespace removed (`od -c`, `hexdump -C`, `fold`). Shorter pieces, other
+//! encodings or a program that computes on the value can still get it out: the policy, which
+//! asks before any command receives a secret, is the real gate.
+//!
 //! Credentials come from the user's `~/.agentshell/.env` (trusted). A project's `.env` may add
 //! names, but it cannot replace one the user defined: the conflict is reported and ignored.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use thiserror::Error;
 
@@ -44,6 +51,90 @@ pub struct SecretBroker {
     secrets: BTreeMap<String, String>,
     /// Values sorted longest first, so a secret containing another is replaced whole.
     redaction_order: Vec<(String, String)>,
+    /// Per secret: the fragment length and every lower-cased fragment of its encoded forms.
+    fragments: Vec<Fragments>,
+}
+
+#[derive(Debug, Clone)]
+struct Fragments {
+    name: String,
+    len: usize,
+    grams: HashSet<Vec<u8>>,
+}
+
+impl Fragments {
+    fn new(name: &str, value: &str) -> Self {
+        let bytes = value.as_bytes();
+        let len = (bytes.len() / 3).clamp(8, 12);
+        let mut forms: Vec<Vec<u8>> = vec![bytes.to_vec()];
+        forms.push(bytes.iter().rev().copied().collect());
+        forms.push(bytes.iter().map(|b| rot13(*b)).collect());
+        forms.push(hex(bytes).into_bytes());
+        forms.push(hex(&bytes.iter().rev().copied().collect::<Vec<u8>>()).into_bytes());
+        for url in [false, true] {
+            for shift in 0..3usize {
+                // The value at each offset mod 3 inside a larger base64 stream: drop the
+                // characters that depend on the bytes around it.
+                let mut padded = vec![0u8; shift];
+                padded.extend_from_slice(bytes);
+                let encoded = base64(&padded, url);
+                let skip = if shift == 0 {
+                    0
+                } else {
+                    (shift * 4).div_ceil(3)
+                };
+                let keep = encoded.len().saturating_sub(4);
+                if keep > skip {
+                    forms.push(encoded.as_bytes()[skip..keep].to_vec());
+                }
+            }
+        }
+        let mut grams = HashSet::new();
+        for form in forms {
+            let lower: Vec<u8> = form.iter().map(u8::to_ascii_lowercase).collect();
+            if lower.len() >= len {
+                for w in lower.windows(len) {
+                    grams.insert(w.to_vec());
+                }
+            }
+        }
+        Self {
+            name: name.to_string(),
+            len,
+            grams,
+        }
+    }
+}
+
+fn rot13(b: u8) -> u8 {
+    match b {
+        b'a'..=b'z' => (b - b'a' + 13) % 26 + b'a',
+        b'A'..=b'Z' => (b - b'A' + 13) % 26 + b'A',
+        _ => b,
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn base64(bytes: &[u8], url: bool) -> String {
+    const STD: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const URL: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let table = if url { URL } else { STD };
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..=chunk.len() {
+            out.push(char::from(table[((n >> (18 - 6 * i)) & 63) as usize]));
+        }
+    }
+    out
 }
 
 impl SecretBroker {
@@ -72,10 +163,15 @@ impl SecretBroker {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         redaction_order.sort_by_key(|entry| std::cmp::Reverse(entry.1.len()));
+        let fragments = redaction_order
+            .iter()
+            .map(|(name, value)| Fragments::new(name, value))
+            .collect();
         (
             Self {
                 secrets,
                 redaction_order,
+                fragments,
             },
             warnings,
         )
@@ -153,7 +249,8 @@ impl SecretBroker {
         Ok(out)
     }
 
-    /// Replace every known secret value in `text` with its placeholder.
+    /// Replace every known secret value in `text` with its placeholder, then every fragment
+    /// of an encoded form (best effort, see the module notes).
     pub fn redact(&self, text: &str) -> String {
         let mut out = text.to_string();
         for (name, value) in &self.redaction_order {
@@ -161,6 +258,75 @@ impl SecretBroker {
                 out = out.replace(value.as_str(), &format!("{{{{secret:{name}}}}}"));
             }
         }
+        self.redact_fragments(&out)
+    }
+
+    fn redact_fragments(&self, text: &str) -> String {
+        if self.fragments.is_empty() || text.is_empty() {
+            return text.to_string();
+        }
+        let lower: Vec<u8> = text.bytes().map(|b| b.to_ascii_lowercase()).collect();
+        let identity: Vec<usize> = (0..lower.len()).collect();
+        let (compact, map): (Vec<u8>, Vec<usize>) = lower
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| !b.is_ascii_whitespace())
+            .map(|(i, b)| (*b, i))
+            .unzip();
+        // (start, end, secret index) in `text`'s byte offsets.
+        let mut ranges: Vec<(usize, usize, usize)> = Vec::new();
+        for (view, map) in [(&lower, &identity), (&compact, &map)] {
+            for (idx, f) in self.fragments.iter().enumerate() {
+                if view.len() < f.len {
+                    continue;
+                }
+                let mut run: Option<(usize, usize)> = None;
+                for i in 0..=view.len() - f.len {
+                    if f.grams.contains(&view[i..i + f.len]) {
+                        run = match run {
+                            Some((s, e)) if i <= e => Some((s, i + f.len)),
+                            Some((s, e)) => {
+                                ranges.push((map[s], map[e - 1] + 1, idx));
+                                Some((i, i + f.len))
+                            }
+                            None => Some((i, i + f.len)),
+                        };
+                    }
+                }
+                if let Some((s, e)) = run {
+                    ranges.push((map[s], map[e - 1] + 1, idx));
+                }
+            }
+        }
+        if ranges.is_empty() {
+            return text.to_string();
+        }
+        ranges.sort_unstable();
+        let mut out = String::with_capacity(text.len());
+        let mut pos = 0;
+        for (start, end, idx) in ranges {
+            let mut start = start.max(pos);
+            let mut end = end;
+            while start > 0 && !text.is_char_boundary(start) {
+                start -= 1;
+            }
+            while end < text.len() && !text.is_char_boundary(end) {
+                end += 1;
+            }
+            if end <= pos {
+                continue;
+            }
+            if start > pos {
+                out.push_str(&text[pos..start]);
+            } else if start < pos {
+                start = pos;
+            }
+            if start < end {
+                out.push_str(&format!("{{{{secret:{}}}}}", self.fragments[idx].name));
+            }
+            pos = end;
+        }
+        out.push_str(&text[pos..]);
         out
     }
 }
@@ -292,6 +458,76 @@ mod tests {
             ("ends abc".to_string(), "xyz".to_string()),
             "fragments shorter than MIN_FRAGMENT_LEN stay"
         );
+    }
+
+    /// The encodings a model can choose: each output must lose the secret.
+    #[test]
+    fn encoded_forms_are_redacted() {
+        let value = "AKIAsecretvalue0123456789XYZ";
+        let (broker, _) =
+            SecretBroker::new(map(&[("AWS_SECRET_ACCESS_KEY", value)]), BTreeMap::new());
+        let rev: String = value.chars().rev().collect();
+        let rot: String = value.bytes().map(|b| char::from(rot13(b))).collect();
+        let hexed = hex(value.as_bytes());
+        let spaced_hex: String = value
+            .bytes()
+            .map(|b| format!("{b:02x} "))
+            .collect::<String>();
+        let od_c: String = value
+            .chars()
+            .collect::<Vec<_>>()
+            .chunks(16)
+            .enumerate()
+            .map(|(i, c)| {
+                format!(
+                    "{:07o} {}\n",
+                    i * 16,
+                    c.iter().map(|c| format!("   {c}")).collect::<String>()
+                )
+            })
+            .collect();
+        let folded: String = value
+            .chars()
+            .collect::<Vec<_>>()
+            .chunks(3)
+            .map(|c| c.iter().collect::<String>() + "\n")
+            .collect();
+        let mut outputs = vec![
+            format!("KEY={rev}"),
+            rot.clone(),
+            value.to_uppercase(),
+            value.to_lowercase(),
+            hexed.to_uppercase(),
+            spaced_hex,
+            od_c,
+            folded,
+            value[..14].to_string(),
+            value[14..].to_string(),
+        ];
+        for prefix in ["", "K", "KE", "AWS_SECRET_ACCESS_KEY="] {
+            outputs.push(base64(format!("{prefix}{value}\n").as_bytes(), false));
+            outputs.push(base64(format!("{prefix}{value}").as_bytes(), true));
+        }
+        for out in outputs {
+            let red = broker.redact(&out);
+            let flat: String = red.chars().filter(|c| !c.is_whitespace()).collect();
+            assert!(
+                red.contains("{{secret:AWS_SECRET_ACCESS_KEY}}"),
+                "{out:?} -> {red:?}"
+            );
+            for piece in value.as_bytes().chunks(8) {
+                let piece = std::str::from_utf8(piece).unwrap().to_lowercase();
+                if piece.len() == 8 {
+                    assert!(!flat.to_lowercase().contains(&piece), "{out:?} -> {red:?}");
+                }
+            }
+        }
+        // ordinary text is left alone
+        assert_eq!(
+            broker.redact("cargo test --lib 2>&1 | tail"),
+            "cargo test --lib 2>&1 | tail"
+        );
+        assert_eq!(broker.redact("née ünïcode ✓"), "née ünïcode ✓");
     }
 
     #[test]
