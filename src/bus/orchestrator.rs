@@ -30,8 +30,8 @@ pub struct Shared {
     pub activity: AtomicU64,
     /// Our own uid: calls from it (and root) are trusted.
     pub own_uid: u32,
-    /// Finished jobs known to be handled.
-    pub handled_jobs: Mutex<std::collections::HashSet<String>>,
+    /// Event-driven completion handling: the handled-log and the jobs reported finished.
+    pub completions: Mutex<crate::orchestrator::handled::Completions>,
 }
 
 impl Shared {
@@ -46,7 +46,7 @@ impl Shared {
             last_loop: Mutex::new(None),
             activity: AtomicU64::new(0),
             own_uid: nix::unistd::getuid().as_raw(),
-            handled_jobs: Mutex::new(Default::default()),
+            completions: Mutex::new(crate::orchestrator::handled::Completions::new()),
         })
     }
 }
@@ -116,6 +116,9 @@ impl OrchestratorObject {
             return Err(BusError::PermissionDenied(
                 "Permission denied: only admins can sweep".into(),
             ));
+        }
+        if let Ok(mut c) = self.shared.completions.lock() {
+            c.request_full_sweep();
         }
         let shared = self.shared.clone();
         tokio::task::spawn_blocking(move || crate::orchestrator::daemon::cycle(&shared))

@@ -15,6 +15,7 @@ use crate::store::{Event, Store, StoreError};
 use crate::systemd::{notify_ready, notify_status, notify_stopping};
 use std::future::Future;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -143,11 +144,11 @@ pub fn cycle_report(shared: &Shared) -> Result<CycleReport, StoreError> {
         // PRD §6.1: after each batch of at most max_messages_per_loop, finished jobs; a
         // flood of messages never starves completion handling.
         if store.config().orchestrator.enable_job_completion_handler {
-            let mut seen = shared.handled_jobs.lock().map_err(|_| StoreError::Io {
+            let mut completions = shared.completions.lock().map_err(|_| StoreError::Io {
                 path: store.root().to_path_buf(),
-                source: std::io::Error::other("handled-jobs lock poisoned"),
+                source: std::io::Error::other("completions lock poisoned"),
             })?;
-            handled += handle_finished_jobs(store, &mut seen)?.len();
+            handled += handle_finished_jobs(store, &mut completions)?.len();
         }
         if n < limit || deferred > 0 {
             break;
@@ -164,37 +165,66 @@ pub fn cycle_report(shared: &Shared) -> Result<CycleReport, StoreError> {
 }
 
 /// Starts a thread that turns inotify events on the inbox and the queues' `finished_jobs/`
-/// into wake-ups. Folders created later (new queues) are picked up at each re-arm.
-fn watch(store: &Store, tx: tokio::sync::mpsc::Sender<()>) -> std::io::Result<()> {
-    use inotify::{Inotify, WatchMask};
+/// into wake-ups. A name moved into a `finished_jobs/` is handed to the completion state, so
+/// a pass looks at that job alone; an overflow asks for a backstop sweep. Folders created
+/// later (new queues) are picked up at each re-arm.
+fn watch(shared: &Arc<Shared>, tx: tokio::sync::mpsc::Sender<()>) -> std::io::Result<()> {
+    use inotify::{EventMask, Inotify, WatchMask};
+    let store = &shared.store;
     let mut ino = Inotify::init()?;
     // Not CREATE: a file is ready when its writer closes it or renames it into place.
     let mask = WatchMask::CLOSE_WRITE | WatchMask::MOVED_TO;
     ino.watches().add(store.inbox(), mask)?;
     ino.watches()
         .add(store.queues_dir(), WatchMask::CREATE | WatchMask::MOVED_TO)?;
+    let mut finished = std::collections::HashMap::new();
     for q in store.queue_ids().unwrap_or_default() {
-        let _ = ino
+        if let Ok(wd) = ino
             .watches()
-            .add(store.jobs_dir(&q, JobStatus::Finished), mask);
+            .add(store.jobs_dir(&q, JobStatus::Finished), mask)
+        {
+            finished.insert(wd, q);
+        }
     }
+    let shared = shared.clone();
     std::thread::Builder::new()
         .name("inotify".into())
         .spawn(move || {
             let mut buf = [0u8; 4096];
             while let Ok(events) = ino.read_events_blocking(&mut buf) {
-                let relevant = events.into_iter().any(|e| {
-                    e.name.is_none_or(|n| {
-                        let n = n.to_string_lossy();
-                        !n.starts_with('.')
-                    })
-                });
+                let mut relevant = false;
+                for e in events {
+                    if e.mask.contains(EventMask::Q_OVERFLOW) {
+                        if let Ok(mut c) = shared.completions.lock() {
+                            c.request_sweep();
+                        }
+                        relevant = true;
+                        continue;
+                    }
+                    let name = e.name.map(|n| n.to_string_lossy().into_owned());
+                    if name.as_deref().is_some_and(|n| n.starts_with('.')) {
+                        continue;
+                    }
+                    relevant = true;
+                    if let (Some(q), Some(n)) = (finished.get(&e.wd), name.as_deref())
+                        && let Ok(mut c) = shared.completions.lock()
+                    {
+                        c.notify(q, n);
+                    }
+                }
                 if relevant && tx.blocking_send(()).is_err() {
                     break;
                 }
             }
         })?;
     Ok(())
+}
+
+/// Asks the next pass to run the completion backstop sweep.
+fn request_sweep(shared: &Shared) {
+    if let Ok(mut c) = shared.completions.lock() {
+        c.request_sweep();
+    }
 }
 
 /// The D-Bus signals for messages answered from the inbox (D-Bus calls emit their own).
@@ -277,7 +307,7 @@ pub async fn run(
 
     let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(64);
     if !opts.no_inotify {
-        watch(&shared.store, tx.clone()).map_err(|e| {
+        watch(&shared, tx.clone()).map_err(|e| {
             DaemonError::Other(format!(
                 "inotify on {}: {e}",
                 shared.store.inbox().display()
@@ -366,7 +396,9 @@ pub async fn run(
         if queues != known_queues {
             known_queues = queues;
             if !opts.no_inotify {
-                let _ = watch(&shared.store, tx.clone());
+                let _ = watch(&shared, tx.clone());
+                // Jobs that finished before the new watch existed.
+                request_sweep(&shared);
             }
         }
         let idle_left = if idle_exit.is_zero() {
@@ -392,7 +424,10 @@ pub async fn run(
                 // Coalesce a burst of events into one pass.
                 while rx.try_recv().is_ok() {}
             }
-            _ = tokio::time::sleep(wait) => {}
+            _ = tokio::time::sleep(wait) => request_sweep(&shared),
+        }
+        if opts.no_inotify {
+            request_sweep(&shared);
         }
     };
     notify_stopping("Stopping");

@@ -743,17 +743,33 @@ impl Manager {
     /// (`r` is `None` for a job found running with no live worker).
     async fn settle(&mut self, id: &str, r: Option<Running>) {
         let q = self.cfg.queue.clone();
-        for to in [JobStatus::Finished, JobStatus::Failed] {
-            if self.store.job_path(&q, to, id).is_file() {
-                self.store.append_daemon_log(
-                    &self.log_file,
-                    &format!("job {id} {} (worker exited)", to.name()),
-                );
-                self.signal(id, JobStatus::Running, to).await;
-                return;
-            }
-        }
         let path = self.store.job_path(&q, JobStatus::Running, id);
+        // Still in running_jobs/ means the worker did not end it, even when a file of the
+        // same id exists in finished_jobs/ (an id collision: the worker's move was refused).
+        if !path.is_file() {
+            let collided = jobfile::collision_path(&self.store, &q, id, 1).is_file();
+            let ended = [JobStatus::Failed, JobStatus::Finished]
+                .into_iter()
+                .find(|to| self.store.job_path(&q, *to, id).is_file());
+            let to = if collided {
+                Some(JobStatus::Failed)
+            } else {
+                ended
+            };
+            match to {
+                Some(to) => {
+                    self.store.append_daemon_log(
+                        &self.log_file,
+                        &format!("job {id} {} (worker exited)", to.name()),
+                    );
+                    self.signal(id, JobStatus::Running, to).await;
+                }
+                None => {
+                    tracing::warn!(job_id = %id, queue = %q, "job file vanished from running_jobs")
+                }
+            }
+            return;
+        }
         let Ok(bytes) = read_limited(&path) else {
             tracing::warn!(job_id = %id, queue = %q, "job file vanished from running_jobs");
             return;
