@@ -182,3 +182,152 @@ async fn id_collision_with_finished_job_ends_failed() {
     })
     .await;
 }
+
+/// orchestratord on the private bus `bus`.
+fn orchestratord_on(bus: &PrivateBus, root: &Path, home: &Path) -> Daemon {
+    Daemon(
+        Command::new(env!("CARGO_BIN_EXE_orchestratord"))
+            .args(["--bus", "session", "--idle-exit", "0", "--root"])
+            .arg(root)
+            .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
+            .env("HOME", home)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+async fn orchestrator_proxy(
+    conn: &zbus::Connection,
+) -> agentstore::bus::orchestrator::Orchestrator1Proxy<'static> {
+    let p = agentstore::bus::orchestrator::Orchestrator1Proxy::new(conn)
+        .await
+        .unwrap();
+    // Wait for the daemon's name (a hang guard bounds it).
+    loop {
+        if p.version().await.is_ok() {
+            return p;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Every page of ListJobs, with the size of each answer.
+async fn all_pages(
+    p: &agentstore::bus::orchestrator::Orchestrator1Proxy<'static>,
+    filter: &[(&str, &str)],
+    limit: u32,
+) -> (Vec<Value>, Vec<usize>) {
+    let filter: std::collections::HashMap<&str, &str> = filter.iter().copied().collect();
+    let (mut jobs, mut sizes, mut offset) = (Vec::new(), Vec::new(), 0);
+    loop {
+        let (page, total, next) = p.list_jobs(filter.clone(), offset, limit).await.unwrap();
+        sizes.push(page.len());
+        let v: Vec<Value> = serde_json::from_str(&page).unwrap();
+        assert!(next > offset || next >= total, "no progress at {offset}");
+        jobs.extend(v);
+        if next >= total {
+            assert_eq!(jobs.len() as u32, total);
+            return (jobs, sizes);
+        }
+        offset = next;
+    }
+}
+
+fn ids(jobs: &[Value]) -> Vec<String> {
+    jobs.iter()
+        .map(|j| j["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// ListJobs pages: every job exactly once, oldest first, filters honoured, no output in a
+/// listing, and each answer bounded however large the documents are; an answer that could
+/// not fit a D-Bus message is refused with an error and the daemon keeps its name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_jobs_pages_are_complete_filtered_and_bounded() {
+    guarded(async {
+        let bus = PrivateBus::start();
+        let env = QueueEnv::new(1);
+        let home = env.dir.path().join("home");
+        std::fs::create_dir_all(&home).unwrap();
+        let store = env.store();
+        let mut q2 = agentstore::model::QueueConfig::defaults("q2");
+        q2.launcher = Some(agentstore::model::Launcher::Direct);
+        store.add_queue(q2).unwrap();
+        let other = serde_json::json!({"id": "Other", "directory": "/tmp", "create_time": "2025-01-01T00:00:00Z",
+            "update_time": "2025-01-01T00:00:00Z", "owner": "chenry", "default_queue": "q2"});
+        let path = store.project_path("Other");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, other.to_string()).unwrap();
+        let mut expected = Vec::new();
+        for i in 0..1200u32 {
+            let (q, state, project) = match i % 3 {
+                0 => ("q1", "queued", "TestProject"),
+                1 => ("q1", "finished", "TestProject"),
+                _ => ("q2", "finished", "Other"),
+            };
+            let id = format!("job-{i:04}");
+            let mut j = job("noop", json!({"project": project,
+                "queue_time": format!("2025-01-01T00:{:02}:{:02}Z", (1199 - i) / 60, (1199 - i) % 60)}));
+            j["runtime"]["status"] = json!(state);
+            j["runtime"]["output"] = json!("an output the listing leaves out");
+            let dir = env.root.join(format!("Queues/{q}/Jobs/{state}_jobs"));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join(format!("{id}.json")), j.to_string()).unwrap();
+            expected.push((q, state, project, id));
+        }
+        // Oldest first: queue times run backwards with the number.
+        expected.reverse();
+        let _d = orchestratord_on(&bus, &env.root, &home);
+        let conn = bus.connect().await;
+        let p = orchestrator_proxy(&conn).await;
+
+        let (jobs, _) = all_pages(&p, &[], 97).await;
+        let want: Vec<String> = expected.iter().map(|e| e.3.clone()).collect();
+        assert_eq!(ids(&jobs), want, "every job once, oldest first");
+        assert!(jobs.iter().all(|j| j["runtime"]["output"].is_null()));
+        let (jobs, _) = all_pages(&p, &[("status", "finished")], 0).await;
+        assert_eq!(jobs.len(), 800);
+        assert!(jobs.iter().all(|j| j["runtime"]["status"] == "finished"));
+        let (jobs, _) = all_pages(&p, &[("queue", "q2")], 50).await;
+        assert_eq!(jobs.len(), 400);
+        assert!(jobs.iter().all(|j| j["config"]["project"] == "Other"));
+        let (jobs, _) = all_pages(&p, &[("project", "TestProject"), ("status", "queued")], 33).await;
+        assert_eq!(jobs.len(), 400);
+        let err = p
+            .list_jobs([("status", "done")].into_iter().collect(), 0, 10)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("status") && err.contains("done"), "{err}");
+        let err = p
+            .list_jobs([("colour", "red")].into_iter().collect(), 0, 10)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("colour"), "{err}");
+
+        // Big documents (300 KB of supporting data each, 20 MB in all): pages stay bounded.
+        let big = "x".repeat(300 * 1024);
+        for i in 0..70 {
+            let mut j = job("noop", json!({"supporting_data": {"blob": big},
+                "queue_time": "2030-01-01T00:00:00Z"}));
+            j["runtime"]["status"] = json!("queued");
+            env.queue_job(&format!("big-{i:02}"), &j);
+        }
+        let (jobs, sizes) = all_pages(&p, &[("queue", "q1"), ("status", "queued")], 5000).await;
+        assert_eq!(jobs.len(), 470);
+        assert!(sizes.len() > 1, "{sizes:?}");
+        assert!(sizes.iter().all(|s| *s < 5 << 20), "{sizes:?}");
+        // The one-string answer would be too big for one message: refused, name kept.
+        let msg = json!({"command": "list-jobs", "content": {}}).to_string();
+        let err = p.submit(&msg).await.unwrap_err().to_string();
+        assert!(err.contains("ListJobs"), "{err}");
+        assert!(p.version().await.is_ok(), "the daemon keeps its name");
+        let (jobs, _) = all_pages(&p, &[("status", "queued")], 0).await;
+        assert_eq!(jobs.len(), 470);
+    })
+    .await;
+}

@@ -1,6 +1,7 @@
 //! D-Bus: which bus, the service names, and the named errors every interface returns.
 
 pub mod caller;
+pub mod listing;
 pub mod orchestrator;
 pub mod queue;
 

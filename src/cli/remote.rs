@@ -78,6 +78,16 @@ fn decode<T: DeserializeOwned>(v: Value) -> Result<T, CliError> {
 
 /// Runs a browsing command over D-Bus; `None` when `command` is not one.
 pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, command: &Command) -> Option<CliResult> {
+    // Job listings page through ListJobs: one answer could exceed the bus's message limit.
+    if let Command::ListJobs { status, project } = command {
+        let status = status.map(JobStatus::from);
+        return Some(super::browse::list_jobs_dbus(
+            g,
+            out,
+            status,
+            project.as_deref(),
+        ));
+    }
     let (name, content) = request(command, g)?;
     Some(call(g, out, command, name, content))
 }

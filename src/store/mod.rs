@@ -4,6 +4,7 @@
 mod config;
 mod events;
 mod fsio;
+pub mod listing;
 mod root;
 mod scan;
 
