@@ -285,7 +285,9 @@ impl Manager {
         for id in dead {
             m.settle(&id, None).await;
         }
-        m.step().await;
+        // The first pass over queued_jobs/ (which reads each queued job's queue time) runs
+        // in `run`, after systemd has been told the manager is ready: readiness never waits
+        // on the size of the queue.
         Ok(m)
     }
 
@@ -312,6 +314,7 @@ impl Manager {
             tokio::time::interval(Duration::from_secs(self.config.rest_interval.max(1)));
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         sweep.tick().await;
+        self.step().await;
         loop {
             let next = self.next_deadline();
             let wake = tokio::select! {
