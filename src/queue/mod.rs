@@ -174,6 +174,15 @@ pub async fn run(cfg: ManagerConfig, shutdown: impl Future<Output = ()>) -> Resu
     Manager::start(cfg).await?.run(shutdown).await
 }
 
+/// A queued job read and ready to launch.
+struct PreparedStart {
+    id: String,
+    path: PathBuf,
+    job: Job,
+    args: Vec<String>,
+    limit: u64,
+}
+
 impl Manager {
     /// Opens the store, resets the queue's runtime (PRD §4.5), re-adopts this host's running
     /// jobs, watches `queued_jobs/` and takes the bus name. Returns when the manager is
@@ -445,9 +454,40 @@ impl Manager {
         let mut waiting = scan.ordered.len() + scan.pending;
         if !self.paused {
             let free = (self.config.worker_count as usize).saturating_sub(self.running.len());
+            let mut ready = Vec::new();
             for id in scan.ordered.iter().take(free) {
-                self.start_job(id).await;
                 waiting -= 1;
+                if let Some(p) = self.prepare_start(id).await {
+                    ready.push(p);
+                }
+            }
+            // Scope placements overlap: every StartTransientUnit and its JobRemoved are in
+            // flight together (never more than the free slots), and each worker is still
+            // released only after its own scope exists and its file is in running_jobs/.
+            let launcher = &self.launcher;
+            let (worker, env, limits) = (
+                &self.cfg.worker,
+                &self.cfg.worker_env,
+                self.config.resource_limits.as_ref(),
+            );
+            let launches = futures_util::future::join_all(ready.iter().map(|p| {
+                let spec = LaunchSpec {
+                    worker,
+                    args: p.args.clone(),
+                    env,
+                    job_id: &p.id,
+                    runtime_max_secs: p.limit,
+                    limits,
+                };
+                // Measured from before the launch: systemd's RuntimeMaxSec clock starts with
+                // the scope, so a job it kills at the limit has run at least `limit` by this
+                // clock.
+                let started_at = Instant::now();
+                async move { (started_at, launcher.launch(spec).await) }
+            }))
+            .await;
+            for (p, (started_at, launched)) in ready.into_iter().zip(launches) {
+                self.finish_start(p, started_at, launched).await;
             }
         }
         self.queued = u32::try_from(waiting).unwrap_or(u32::MAX);
@@ -530,25 +570,30 @@ impl Manager {
         }
     }
 
-    async fn start_job(&mut self, id: &str) {
+    /// Reads a queued job and works out how to launch it; `None` when it was taken away or
+    /// has been failed (invalid, no account to run as).
+    async fn prepare_start(&mut self, id: &str) -> Option<PreparedStart> {
         let q = self.cfg.queue.clone();
         let path = self.store.job_path(&q, JobStatus::Queued, id);
         let bytes = match read_limited(&path) {
             Ok(b) => b,
-            Err(_) => return, // taken away meanwhile
+            Err(_) => return None, // taken away meanwhile
         };
-        let mut job: Job = match self.store.parse_doc(DocKind::Job, &path, &bytes) {
+        let job: Job = match self.store.parse_doc(DocKind::Job, &path, &bytes) {
             Ok(j) => j,
-            Err(_) => return self.fail_invalid(id, JobStatus::Queued).await,
+            Err(_) => {
+                self.fail_invalid(id, JobStatus::Queued).await;
+                return None;
+            }
         };
         self.index.forget(id);
         let run_as = if self.root_mode {
             match project_owner_login(&self.store, &job) {
                 Ok(n) => Some(n),
                 Err(e) => {
-                    return self
-                        .fail_owned(id, JobStatus::Queued, job, e.to_string())
+                    self.fail_owned(id, JobStatus::Queued, job, e.to_string())
                         .await;
+                    return None;
                 }
             }
         } else {
@@ -570,18 +615,32 @@ impl Manager {
             args.push(u.clone());
         }
         args.push(id.to_string());
-        let spec = LaunchSpec {
-            worker: &self.cfg.worker,
+        Some(PreparedStart {
+            id: id.to_string(),
+            path,
+            job,
             args,
-            env: &self.cfg.worker_env,
-            job_id: id,
-            runtime_max_secs: limit,
-            limits: self.config.resource_limits.as_ref(),
-        };
-        // Measured from before the launch: systemd's RuntimeMaxSec clock starts with the scope,
-        // so a job it kills at the limit has run at least `limit` by this clock.
-        let started_at = Instant::now();
-        let mut launched = match self.launcher.launch(spec).await {
+            limit,
+        })
+    }
+
+    /// Records a launched worker: the job file into running_jobs/, then the worker released.
+    async fn finish_start(
+        &mut self,
+        p: PreparedStart,
+        started_at: Instant,
+        launched: Result<launcher::Launched, launcher::LaunchError>,
+    ) {
+        let q = self.cfg.queue.clone();
+        let PreparedStart {
+            id,
+            path,
+            mut job,
+            limit,
+            ..
+        } = p;
+        let id = id.as_str();
+        let mut launched = match launched {
             Ok(l) => l,
             Err(e) => {
                 return self
