@@ -54,6 +54,7 @@ pub fn handle_finished_jobs(
             Ok(j) => j,
             Err(e) => {
                 tracing::warn!("skipping finished job: {e}");
+                completions.retry_later(&loc.queue, &loc.id, &loc.path);
                 continue;
             }
         };

@@ -16,7 +16,7 @@
 
 use crate::model::{JobStatus, is_safe_id};
 use crate::store::{Store, StoreError, file_id, hostname, scan_dir};
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -156,6 +156,9 @@ impl NoFollow for std::fs::OpenOptions {
 pub struct Completions {
     log: Option<HandledLog>,
     pending: BTreeSet<(String, String)>,
+    /// Jobs that could not be read: looked at again at every sweep (a half-synced file
+    /// may be completed in place, which leaves the folder's time alone).
+    retry: BTreeMap<(String, String), Option<SystemTime>>,
     dir_mtimes: HashMap<String, SystemTime>,
     sweep_due: bool,
 }
@@ -180,6 +183,16 @@ impl Completions {
         }
     }
 
+    /// A reported job could not be read now (`path`): tried again at a sweep once the
+    /// file has changed.
+    pub fn retry_later(&mut self, queue: &str, id: &str, path: &Path) {
+        let mtime = std::fs::symlink_metadata(path)
+            .and_then(|m| m.modified())
+            .ok();
+        self.retry
+            .insert((queue.to_string(), id.to_string()), mtime);
+    }
+
     /// The next pass also runs the backstop sweep.
     pub fn request_sweep(&mut self) {
         self.sweep_due = true;
@@ -201,6 +214,21 @@ impl Completions {
     pub fn take_candidates(&mut self, store: &Store) -> Vec<(String, String)> {
         let mut out: BTreeSet<(String, String)> = std::mem::take(&mut self.pending);
         if std::mem::take(&mut self.sweep_due) {
+            let changed: Vec<(String, String)> = self
+                .retry
+                .iter()
+                .filter(|((q, id), seen)| {
+                    let now = std::fs::symlink_metadata(store.job_path(q, JobStatus::Finished, id))
+                        .and_then(|m| m.modified())
+                        .ok();
+                    now.is_none() || now != **seen
+                })
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in changed {
+                self.retry.remove(&k);
+                out.insert(k);
+            }
             let queues = store.queue_ids().unwrap_or_default();
             let mut fresh = HashMap::new();
             for q in queues {
