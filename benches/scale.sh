@@ -2,6 +2,7 @@
 # Benchmark (issue 18, scale): cost per event against the size of the store's history.
 #   bash benches/scale.sh [SIZES...]        (default: 10000 100000)
 #   PROFILE=debug bash benches/scale.sh     (use target/debug instead of a release build)
+#   NO_BUILD=1 bash benches/scale.sh        (use the release binaries as they are)
 # For each size N it builds a store directly on disk (a fast generator writes the job files:
 # N already-handled finished jobs with a handled-log, plus N queued jobs in a second queue)
 # and measures:
@@ -16,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 profile=${PROFILE:-release}
-if [ "$profile" = release ]; then
+if [ "$profile" = release ] && [ -z "${NO_BUILD:-}" ]; then
     cargo build --release --bins -q
 fi
 bin=$PWD/target/$profile
