@@ -3,6 +3,7 @@
 
 pub mod caller;
 pub mod error;
+pub mod listing;
 pub mod orchestrator;
 pub mod queue;
 

@@ -31,11 +31,13 @@ pub struct Shared {
     pub activity: AtomicU64,
     /// Our own uid: calls from it (and root) are trusted.
     pub own_uid: u32,
-    /// Finished jobs known to be handled.
-    pub handled_jobs: Mutex<std::collections::HashSet<String>>,
     /// Why the store cannot be written, while it cannot (a full disk): the daemon then
     /// answers only read-only commands.
     pub read_only: Mutex<Option<String>>,
+    /// Event-driven completion handling: the handled-log and the jobs reported finished.
+    pub completions: Mutex<crate::orchestrator::handled::Completions>,
+    /// Job heads for `ListJobs`, kept between calls (folders re-listed only when changed).
+    pub job_index: Mutex<crate::store::listing::JobIndex>,
 }
 
 impl Shared {
@@ -50,8 +52,9 @@ impl Shared {
             last_loop: Mutex::new(None),
             activity: AtomicU64::new(0),
             own_uid: nix::unistd::getuid().as_raw(),
-            handled_jobs: Mutex::new(Default::default()),
             read_only: Mutex::new(None),
+            completions: Mutex::new(crate::orchestrator::handled::Completions::new()),
+            job_index: Mutex::new(Default::default()),
         })
     }
 }
@@ -119,7 +122,46 @@ impl OrchestratorObject {
         if let Some(e) = outcome.error {
             return Err(e.into());
         }
-        serde_json::to_string(&outcome.response).map_err(|e| BusError::Failed(e.to_string()))
+        let text = serde_json::to_string(&outcome.response)
+            .map_err(|e| BusError::Failed(e.to_string()))?;
+        // An answer over the bus's message limit would be refused by the bus (and cost the
+        // daemon its connection and its name): answer with an error that says what to do.
+        if text.len() > super::listing::MAX_REPLY_BYTES {
+            return Err(BusError::Failed(format!(
+                "the answer to {} is {} bytes, over the {} bytes one D-Bus reply may carry; list jobs page by page (ListJobs, as `orchestrator list-jobs` does) or narrow the request",
+                outcome.response.command,
+                text.len(),
+                super::listing::MAX_REPLY_BYTES
+            )));
+        }
+        Ok(text)
+    }
+
+    /// One page of jobs, oldest `queue_time` first (ties by id), as a JSON array of job
+    /// documents without `runtime.output` (use view-job for that). `filter` may hold
+    /// `status` (queued, running, finished, failed), `project`, `queue`, and `user` (the
+    /// user a trusted caller acts for). `limit` 0 means the default (500); at most 5000 jobs
+    /// and about 4 MiB go in one page, so an answer always fits a D-Bus message. Returns the
+    /// page, how many jobs match in all, and the offset of the next page (= `total` when
+    /// this was the last). Errors: org.agentstore.Error.InvalidMessage, .NotFound,
+    /// .PermissionDenied.
+    #[zbus(out_args("jobs", "total", "next_offset"))]
+    async fn list_jobs(
+        &self,
+        filter: std::collections::HashMap<String, String>,
+        offset: u32,
+        limit: u32,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &zbus::Connection,
+    ) -> Result<(String, u32, u32), BusError> {
+        self.shared.activity.fetch_add(1, Ordering::Relaxed);
+        let uid = caller_uid(conn, &hdr).await?;
+        let shared = self.shared.clone();
+        tokio::task::spawn_blocking(move || {
+            super::listing::list_jobs_page(&shared, uid, &filter, offset, limit)
+        })
+        .await
+        .map_err(|e| BusError::Failed(e.to_string()))?
     }
 
     /// Processes the inbox and finished jobs now; returns how many items were handled.
@@ -142,6 +184,9 @@ impl OrchestratorObject {
             return Err(BusError::Failed(format!(
                 "orchestratord is read-only for now: {why}"
             )));
+        }
+        if let Ok(mut c) = self.shared.completions.lock() {
+            c.request_full_sweep();
         }
         let shared = self.shared.clone();
         let report =
@@ -316,6 +361,13 @@ pub trait Orchestrator1 {
     fn submit(&self, message: &str) -> zbus::Result<String>;
     /// See the server's `Sweep`.
     fn sweep(&self) -> zbus::Result<u32>;
+    /// See the server's `ListJobs`.
+    fn list_jobs(
+        &self,
+        filter: std::collections::HashMap<&str, &str>,
+        offset: u32,
+        limit: u32,
+    ) -> zbus::Result<(String, u32, u32)>;
     /// Package version.
     #[zbus(property)]
     fn version(&self) -> zbus::Result<String>;

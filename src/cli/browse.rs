@@ -2,10 +2,10 @@
 
 use super::render::{Format, JsonArrayWriter, Table, write_fields, write_json};
 use super::{CliError, CliResult, GlobalArgs, Session, open_store};
-use crate::model::{DocKind, Job, JobStatus, Prd, PrdState, Project, Queue, Timestamp, User};
+use crate::model::{Job, JobStatus, Prd, PrdState, Project, Queue, Timestamp, User};
 use crate::permissions::Caller;
-use crate::store::{JobLocation, Store, StoreError, read_limited};
-use serde::Deserialize;
+use crate::store::listing::{JobFilter, JobIndex, Listed};
+use crate::store::{JobLocation, Store, StoreError};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::io::Write;
@@ -243,27 +243,6 @@ pub(super) fn render_queues(g: &GlobalArgs, out: &mut dyn Write, queues: &[Queue
     Ok(())
 }
 
-/// The fields a job listing needs. Deserialising into this skips `runtime.output` without
-/// allocating it, so a listing holds no outputs at all.
-#[derive(Debug, Deserialize)]
-struct JobSummary {
-    config: JobSummaryConfig,
-    runtime: JobSummaryRuntime,
-}
-
-#[derive(Debug, Deserialize)]
-struct JobSummaryConfig {
-    project: String,
-    queue_time: Timestamp,
-    #[serde(default)]
-    user: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-struct JobSummaryRuntime {
-    status: JobStatus,
-}
-
 pub(super) fn list_jobs(
     g: &GlobalArgs,
     out: &mut dyn Write,
@@ -278,58 +257,51 @@ pub(super) fn list_jobs(
     if let Some(q) = &g.queue {
         store.queue(q)?;
     }
-    let statuses: Vec<JobStatus> = status.into_iter().collect();
-    let mut projects: HashMap<String, Option<Project>> = HashMap::new();
-    let mut rows: Vec<(JobLocation, JobSummary)> = Vec::new();
-    for loc in store.job_locations(&statuses)? {
-        if g.queue.as_deref().is_some_and(|q| q != loc.queue) {
-            continue;
+    let filter = JobFilter {
+        status,
+        project: project.map(str::to_string),
+        queue: g.queue.clone(),
+    };
+    // One pass over the files keeps only each job's head (queue time, project, user); the
+    // order comes from those, and whole documents are read one at a time while writing.
+    let mut index = JobIndex::default();
+    index.refresh(&store, &filter);
+    for (q, s, id) in index.unreadable(&filter) {
+        let path = store.job_path(q, s, id);
+        // Read through the validator so the reason is reported and logged in errors.out.
+        if let Err(e) = store.job(&JobLocation {
+            queue: q.to_string(),
+            status: s,
+            id: id.to_string(),
+            path,
+        }) {
+            warn(e);
         }
-        let bytes = match read_limited(&loc.path) {
-            Ok(b) => b,
-            Err(e) => {
-                warn(e);
-                continue;
-            }
-        };
-        if let Err(rejection) = store.validator().validate_bytes(DocKind::Job, &bytes) {
-            store.log_rejection(&loc.path, &bytes, &rejection);
-            warn(StoreError::Invalid {
-                path: loc.path.clone(),
-                rejection,
-            });
-            continue;
-        }
-        let Ok(summary) = serde_json::from_slice::<JobSummary>(&bytes) else {
-            continue;
-        };
-        drop(bytes);
-        if project.is_some_and(|p| p != summary.config.project) {
-            continue;
-        }
-        if !who.is_admin() {
-            let p = projects
-                .entry(summary.config.project.clone())
-                .or_insert_with(|| store.project(&summary.config.project).ok());
-            let mine = who.user_id().is_some() && who.user_id() == summary.config.user.as_deref();
-            if !mine && !p.as_ref().is_some_and(|p| who.can_see_project(p)) {
-                continue;
-            }
-        }
-        rows.push((loc, summary));
     }
-    rows.sort_by(|a, b| {
-        a.1.config
-            .queue_time
-            .cmp(&b.1.config.queue_time)
-            .then(a.0.id.cmp(&b.0.id))
+    let mut projects: HashMap<String, Option<Project>> = HashMap::new();
+    let rows = index.select(&filter, |l| {
+        if who.is_admin() {
+            return true;
+        }
+        let mine = who.user_id().is_some() && who.user_id() == l.head.user.as_deref();
+        mine || projects
+            .entry(l.head.project.clone())
+            .or_insert_with(|| store.project(&l.head.project).ok())
+            .as_ref()
+            .is_some_and(|p| who.can_see_project(p))
     });
     match g.format {
         Format::Json => {
             let mut w = JsonArrayWriter::start(out)?;
-            for (loc, _) in &rows {
-                // Second pass, one document at a time: memory stays at one job.
-                match store.job(loc) {
+            for l in &rows {
+                let loc = JobLocation {
+                    queue: l.queue.to_string(),
+                    status: l.status,
+                    id: l.id.to_string(),
+                    path: store.job_path(l.queue, l.status, l.id),
+                };
+                // One document at a time: memory stays at one job.
+                match store.job(&loc) {
                     Ok(job) => w.element(&with_id(job, &loc.id))?,
                     Err(e) => warn(e),
                 }
@@ -337,20 +309,101 @@ pub(super) fn list_jobs(
             w.finish()?;
         }
         Format::Text => {
-            let rows: Vec<JobRow> = rows
-                .iter()
-                .map(|(loc, s)| JobRow {
-                    id: loc.id.clone(),
-                    status: s.runtime.status,
-                    queue: loc.queue.clone(),
-                    project: s.config.project.clone(),
-                    queue_time: s.config.queue_time,
-                })
-                .collect();
-            jobs_table(out, &rows)?;
+            let cells = |l: &Listed<'_>| {
+                [
+                    l.id.to_string(),
+                    l.status.name().to_string(),
+                    l.queue.to_string(),
+                    l.head.project.clone(),
+                    l.head.queue_time.0.format("%m-%d %H:%M").to_string(),
+                ]
+            };
+            let mut t = StreamTable::new(&JOB_HEADERS, &[0, 1]);
+            for l in &rows {
+                t.measure(&cells(l));
+            }
+            t.header(out)?;
+            for l in &rows {
+                t.line(out, &cells(l))?;
+            }
         }
     }
     Ok(())
+}
+
+const JOB_HEADERS: [&str; 5] = ["ID", "STATUS", "QUEUE", "PROJECT", "QUEUED"];
+
+/// A table written row by row: widths are measured in a first pass over the rows (cheap
+/// cells, not documents), then each line is written as it is made — the same layout as
+/// [`super::render::Table`] without holding every row.
+struct StreamTable {
+    headers: Vec<String>,
+    widths: Vec<usize>,
+    keep: Vec<usize>,
+    fitted: Option<Vec<usize>>,
+}
+
+impl StreamTable {
+    fn new(headers: &[&str], keep: &[usize]) -> StreamTable {
+        StreamTable {
+            headers: headers.iter().map(|h| h.to_string()).collect(),
+            widths: headers.iter().map(|h| h.chars().count()).collect(),
+            keep: keep.to_vec(),
+            fitted: None,
+        }
+    }
+
+    fn measure(&mut self, cells: &[String]) {
+        for (w, c) in self.widths.iter_mut().zip(cells) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+
+    fn fitted(&mut self) -> Vec<usize> {
+        if let Some(f) = &self.fitted {
+            return f.clone();
+        }
+        let n = self.widths.len();
+        let mut widths = self.widths.clone();
+        let total = |w: &[usize]| w.iter().sum::<usize>() + 2 * (n.saturating_sub(1));
+        while total(&widths) > super::render::WIDTH {
+            let Some((i, _)) = widths
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !self.keep.contains(i))
+                .max_by_key(|(_, w)| **w)
+            else {
+                break;
+            };
+            if widths[i] <= 8 {
+                break;
+            }
+            widths[i] -= 1;
+        }
+        self.fitted = Some(widths.clone());
+        widths
+    }
+
+    fn header(&mut self, out: &mut dyn Write) -> std::io::Result<()> {
+        let h = self.headers.clone();
+        self.line(out, &h)
+    }
+
+    fn line(&mut self, out: &mut dyn Write, cells: &[String]) -> std::io::Result<()> {
+        let widths = self.fitted();
+        let n = widths.len();
+        let mut s = String::new();
+        for (i, w) in widths.iter().enumerate() {
+            let cell = cells.get(i).map(String::as_str).unwrap_or("");
+            let cut = super::render::fit(cell, *w);
+            if i + 1 == n {
+                s.push_str(&cut);
+            } else {
+                s.push_str(&format!("{cut:<w$}  ", w = w));
+            }
+        }
+        writeln!(out, "{}", s.trim_end())
+    }
 }
 
 /// One line of the text job listing.
@@ -485,4 +538,98 @@ pub(super) fn view_job(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResu
             _ => return show(g, out, &with_id(job, id)),
         }
     }
+}
+
+/// `list-jobs` through orchestratord (the store is not readable by the caller): pages of
+/// `ListJobs`, each bounded, streamed out as they come (JSON), or as small rows for the
+/// table (text).
+pub(super) fn list_jobs_dbus(
+    g: &GlobalArgs,
+    out: &mut dyn Write,
+    status: Option<JobStatus>,
+    project: Option<&str>,
+) -> CliResult {
+    use crate::bus::orchestrator::Orchestrator1Proxy;
+    let user = Session::load().ok().and_then(|s| s.username);
+    let mut filter: HashMap<&str, &str> = HashMap::new();
+    if let Some(s) = status {
+        filter.insert("status", s.name());
+    }
+    if let Some(p) = project {
+        filter.insert("project", p);
+    }
+    if let Some(q) = &g.queue {
+        filter.insert("queue", q);
+    }
+    if let Some(u) = &user {
+        filter.insert("user", u);
+    }
+    let bus = g.unreadable_store_bus();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::new(e.to_string()))?;
+    let unreachable = |e: zbus::Error| match e {
+        zbus::Error::MethodError(n, detail, _)
+            if n.as_str().starts_with("org.agentstore.Error.") =>
+        {
+            CliError::new(detail.unwrap_or_else(|| n.to_string()))
+        }
+        other => CliError::new(format!(
+            "the store is not readable by you and orchestratord is not reachable on the {bus} bus ({other}); ask an admin to add you to the agentstore group"
+        )),
+    };
+    let proxy = rt.block_on(async {
+        let conn = bus
+            .builder()
+            .method_timeout(Duration::from_secs(120))
+            .build()
+            .await?;
+        Orchestrator1Proxy::new(&conn).await
+    });
+    let proxy = proxy.map_err(unreachable)?;
+    let mut json = match g.format {
+        Format::Json => Some(JsonArrayWriter::start(out)?),
+        Format::Text => None,
+    };
+    let mut table = StreamTable::new(&JOB_HEADERS, &[0, 1]);
+    let mut rows: Vec<[String; 5]> = Vec::new();
+    let mut offset = 0u32;
+    loop {
+        let (page, total, next) = rt
+            .block_on(proxy.list_jobs(filter.clone(), offset, 0))
+            .map_err(unreachable)?;
+        let jobs: Vec<Job> = serde_json::from_str(&page)
+            .map_err(|e| CliError::new(format!("unexpected answer from orchestratord: {e}")))?;
+        for j in jobs {
+            match &mut json {
+                Some(w) => w.element(&j)?,
+                None => {
+                    let cells = [
+                        j.id.clone().unwrap_or_default(),
+                        j.runtime.status.name().to_string(),
+                        j.config.queue.clone().unwrap_or_default(),
+                        j.config.project.clone(),
+                        j.config.queue_time.0.format("%m-%d %H:%M").to_string(),
+                    ];
+                    table.measure(&cells);
+                    rows.push(cells);
+                }
+            }
+        }
+        if next >= total || next <= offset {
+            break;
+        }
+        offset = next;
+    }
+    match json {
+        Some(w) => w.finish()?,
+        None => {
+            table.header(out)?;
+            for r in &rows {
+                table.line(out, r)?;
+            }
+        }
+    }
+    Ok(())
 }

@@ -88,6 +88,18 @@ impl GlobalArgs {
             .unwrap_or(crate::bus::BusKind::System)
     }
 
+    /// The bus to browse a store this user cannot read: that is the packaged system store,
+    /// whose daemon is on the system bus unless the bus is named (--bus, AGENTSTORE_BUS).
+    pub fn unreadable_store_bus(&self) -> crate::bus::BusKind {
+        let named = self.bus != crate::bus::BusChoice::Auto
+            || std::env::var_os("AGENTSTORE_BUS").is_some_and(|v| !v.is_empty());
+        if named {
+            self.first_bus()
+        } else {
+            crate::bus::BusKind::System
+        }
+    }
+
     /// The bus of the daemons serving this CLI's store: with `--bus auto` (and no
     /// `AGENTSTORE_BUS`), the system bus when the store came from the system configuration
     /// (the packaged system store), else [`first_bus`](Self::first_bus).

@@ -77,6 +77,16 @@ fn decode<T: DeserializeOwned>(v: Value) -> Result<T, CliError> {
 
 /// Runs a browsing command over D-Bus; `None` when `command` is not one.
 pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, command: &Command) -> Option<CliResult> {
+    // Job listings page through ListJobs: one answer could exceed the bus's message limit.
+    if let Command::ListJobs { status, project } = command {
+        let status = status.map(JobStatus::from);
+        return Some(super::browse::list_jobs_dbus(
+            g,
+            out,
+            status,
+            project.as_deref(),
+        ));
+    }
     let (name, content) = request(command, g)?;
     Some(call(g, out, command, name, content))
 }
@@ -90,15 +100,7 @@ fn call(
 ) -> CliResult {
     let user = Session::load().ok().and_then(|s| s.username);
     let msg = json!({"command": name, "content": content, "user": user});
-    // A store this user cannot read is the packaged system store: its daemon is on the
-    // system bus unless the bus is named (--bus, AGENTSTORE_BUS).
-    let named = g.bus != crate::bus::BusChoice::Auto
-        || std::env::var_os("AGENTSTORE_BUS").is_some_and(|v| !v.is_empty());
-    let bus = if named {
-        g.first_bus()
-    } else {
-        crate::bus::BusKind::System
-    };
+    let bus = g.unreadable_store_bus();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

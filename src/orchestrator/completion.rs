@@ -1,13 +1,14 @@
 //! Finished-job handling (PRD §6.5). Each finished job is handled once: its effects are
 //! idempotent (a document written whole, a PRD whose id is the job's, a PRD moved only from
 //! the state before), and `runtime.handled` is set afterwards, so a crash in between only
-//! repeats harmless work.
+//! repeats harmless work. What was handled is also recorded in the handled-log
+//! ([`super::handled`]), so finished history is never re-read.
 
 use super::DAEMON;
+use super::handled::Completions;
 use crate::model::{DocKind, Job, JobStatus, Prd, PrdState, Timestamp};
 use crate::store::{Event, JobLocation, Store, StoreError, move_no_replace, write_atomic};
 use serde_json::{Map, Value};
-use std::collections::HashSet;
 
 /// What handling did, for logs and tests.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,26 +32,37 @@ pub fn result_text(job: &Job) -> String {
         .unwrap_or_else(|| raw.to_string())
 }
 
-/// Handles every finished job not handled yet, in every queue. `seen` remembers jobs known
-/// to be handled, so a sweep does not re-read every finished job (and its output) each time.
+/// Handles the finished jobs `completions` names (reported by the watcher, or found by its
+/// backstop sweep) that the handled-log does not list yet. Each handled job gets its
+/// `runtime.handled` flag, then a line in this machine's handled-log; a job whose flag is
+/// already set (handled before a crash lost the log line, or by an older version) is only
+/// logged. Jobs the log names are never read again.
 pub fn handle_finished_jobs(
     store: &Store,
-    seen: &mut HashSet<String>,
+    completions: &mut Completions,
 ) -> Result<Vec<Handled>, StoreError> {
     let mut done = Vec::new();
-    for loc in store.job_locations(&[JobStatus::Finished])? {
-        if seen.contains(&loc.id) {
-            continue;
+    for (queue, id) in completions.take_candidates(store) {
+        let path = store.job_path(&queue, JobStatus::Finished, &id);
+        if !std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
+            continue; // moved on meanwhile (or not a regular file: never followed)
         }
+        let loc = JobLocation {
+            queue,
+            status: JobStatus::Finished,
+            id,
+            path,
+        };
         let mut job = match store.job(&loc) {
             Ok(j) => j,
             Err(e) => {
                 tracing::warn!("skipping finished job: {e}");
+                completions.retry_later(&loc.queue, &loc.id, &loc.path);
                 continue;
             }
         };
         if job.runtime.handled == Some(true) {
-            seen.insert(loc.id.clone());
+            completions.log(store).record(&loc.queue, &loc.id)?;
             continue;
         }
         let action = match handle_one(store, &loc, &job) {
@@ -68,6 +80,7 @@ pub fn handle_finished_jobs(
         job.runtime.handled = Some(true);
         // The job is finished: its worker is gone, so the orchestrator may write it now.
         store.write_doc(DocKind::Job, &loc.path, &job)?;
+        completions.log(store).record(&loc.queue, &loc.id)?;
         tracing::info!(job_id = %loc.id, queue = %loc.queue, "finished job handled: {action}");
         store.record_event(
             &Event::new(DAEMON, "job_handled")

@@ -15,6 +15,7 @@ use crate::store::{Event, Store, StoreError};
 use crate::systemd::{notify_ready, notify_status, notify_stopping};
 use std::future::Future;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -147,11 +148,11 @@ pub fn cycle_report(shared: &Shared) -> Result<CycleReport, StoreError> {
         // PRD §6.1: after each batch of at most max_messages_per_loop, finished jobs; a
         // flood of messages never starves completion handling.
         if store.config().orchestrator.enable_job_completion_handler {
-            let mut seen = shared.handled_jobs.lock().map_err(|_| StoreError::Io {
+            let mut completions = shared.completions.lock().map_err(|_| StoreError::Io {
                 path: store.root().to_path_buf(),
-                source: std::io::Error::other("handled-jobs lock poisoned"),
+                source: std::io::Error::other("completions lock poisoned"),
             })?;
-            handled += handle_finished_jobs(store, &mut seen)?.len();
+            handled += handle_finished_jobs(store, &mut completions)?.len();
         }
         if n < limit || deferred > 0 {
             break;
@@ -168,19 +169,24 @@ pub fn cycle_report(shared: &Shared) -> Result<CycleReport, StoreError> {
 }
 
 /// The one inotify watcher of the daemon's lifetime: one instance and one thread turn events
-/// on the inbox, `Queues/` and every queue's `finished_jobs/` into wake-ups. Queues added or
-/// removed later only add or remove a watch on the same instance.
+/// on the inbox, `Queues/` and every queue's `finished_jobs/` into wake-ups. A name moved into
+/// a `finished_jobs/` is handed to the completion state, so a pass looks at that job alone; an
+/// overflow asks for a backstop sweep. Queues added or removed later only add or remove a
+/// watch on the same instance.
 struct Watcher {
     watches: inotify::Watches,
     finished: std::collections::HashMap<String, inotify::WatchDescriptor>,
+    /// The same pairs the other way round, for the watcher thread.
+    queue_of: Arc<std::sync::Mutex<std::collections::HashMap<inotify::WatchDescriptor, String>>>,
 }
 
 impl Watcher {
     const MASK: inotify::WatchMask =
         inotify::WatchMask::CLOSE_WRITE.union(inotify::WatchMask::MOVED_TO);
 
-    fn start(store: &Store, tx: tokio::sync::mpsc::Sender<()>) -> std::io::Result<Watcher> {
-        use inotify::{Inotify, WatchMask};
+    fn start(shared: &Arc<Shared>, tx: tokio::sync::mpsc::Sender<()>) -> std::io::Result<Watcher> {
+        use inotify::{EventMask, Inotify, WatchMask};
+        let store = &shared.store;
         let mut ino = Inotify::init()?;
         // Not CREATE: a file is ready when its writer closes it or renames it into place.
         ino.watches().add(store.inbox(), Self::MASK)?;
@@ -188,22 +194,39 @@ impl Watcher {
             store.queues_dir(),
             WatchMask::CREATE | WatchMask::MOVED_TO | WatchMask::DELETE,
         )?;
+        let queue_of = Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
         let mut w = Watcher {
             watches: ino.watches(),
             finished: Default::default(),
+            queue_of: queue_of.clone(),
         };
         w.refresh(store, &store.queue_ids().unwrap_or_default());
+        let shared = shared.clone();
         std::thread::Builder::new()
             .name("inotify".into())
             .spawn(move || {
                 let mut buf = [0u8; 4096];
                 while let Ok(events) = ino.read_events_blocking(&mut buf) {
-                    let relevant = events.into_iter().any(|e| {
-                        e.name.is_none_or(|n| {
-                            let n = n.to_string_lossy();
-                            !n.starts_with('.')
-                        })
-                    });
+                    let mut relevant = false;
+                    for e in events {
+                        if e.mask.contains(EventMask::Q_OVERFLOW) {
+                            request_sweep(&shared);
+                            relevant = true;
+                            continue;
+                        }
+                        let name = e.name.map(|n| n.to_string_lossy().into_owned());
+                        if name.as_deref().is_some_and(|n| n.starts_with('.')) {
+                            continue;
+                        }
+                        relevant = true;
+                        let queue: Option<String> =
+                            queue_of.lock().ok().and_then(|m| m.get(&e.wd).cloned());
+                        if let (Some(q), Some(n)) = (queue, name.as_deref())
+                            && let Ok(mut c) = shared.completions.lock()
+                        {
+                            c.notify(&q, n);
+                        }
+                    }
                     if relevant && tx.blocking_send(()).is_err() {
                         break;
                     }
@@ -214,11 +237,15 @@ impl Watcher {
 
     /// Watches the `finished_jobs/` of every queue in `queues` and forgets the others.
     fn refresh(&mut self, store: &Store, queues: &[String]) {
+        let Ok(mut queue_of) = self.queue_of.lock() else {
+            return;
+        };
         self.finished.retain(|q, wd| {
             let keep = queues.contains(q);
             if !keep {
                 // Gone already when the folder was removed (the kernel drops the watch).
                 let _ = self.watches.remove(wd.clone());
+                queue_of.remove(wd);
             }
             keep
         });
@@ -231,11 +258,19 @@ impl Watcher {
                 .add(store.jobs_dir(q, JobStatus::Finished), Self::MASK)
             {
                 Ok(wd) => {
+                    queue_of.insert(wd.clone(), q.clone());
                     self.finished.insert(q.clone(), wd);
                 }
                 Err(e) => tracing::debug!("inotify on queue {q}: {e}"),
             }
         }
+    }
+}
+
+/// Asks the next pass to run the completion backstop sweep.
+fn request_sweep(shared: &Shared) {
+    if let Ok(mut c) = shared.completions.lock() {
+        c.request_sweep();
     }
 }
 
@@ -330,7 +365,7 @@ pub async fn run(
     let mut watcher = if opts.no_inotify {
         None
     } else {
-        match Watcher::start(&shared.store, tx.clone()) {
+        match Watcher::start(&shared, tx.clone()) {
             Ok(w) => Some(w),
             Err(e) => {
                 tracing::warn!(
@@ -445,6 +480,8 @@ pub async fn run(
         if queues != known_queues {
             if let Some(w) = watcher.as_mut() {
                 w.refresh(&shared.store, &queues);
+                // Jobs that finished before the new watch existed.
+                request_sweep(&shared);
             }
             known_queues = queues;
         }
@@ -474,7 +511,10 @@ pub async fn run(
                 // Coalesce a burst of events into one pass.
                 while rx.try_recv().is_ok() {}
             }
-            _ = tokio::time::sleep(wait) => {}
+            _ = tokio::time::sleep(wait) => request_sweep(&shared),
+        }
+        if opts.no_inotify {
+            request_sweep(&shared);
         }
     };
     notify_stopping("Stopping");

@@ -243,6 +243,15 @@ pub async fn run(cfg: ManagerConfig, shutdown: impl Future<Output = ()>) -> Resu
     Manager::start(cfg).await?.run(shutdown).await
 }
 
+/// A queued job read and ready to launch.
+struct PreparedStart {
+    id: String,
+    path: PathBuf,
+    job: Job,
+    args: Vec<String>,
+    limit: u64,
+}
+
 impl Manager {
     /// Opens the store, resets the queue's runtime (PRD §4.5), re-adopts this host's running
     /// jobs, watches `queued_jobs/` and takes the bus name. Returns when the manager is
@@ -358,7 +367,9 @@ impl Manager {
         for id in dead {
             m.settle(&id, None).await;
         }
-        m.step().await;
+        // The first pass over queued_jobs/ (which reads each queued job's queue time) runs
+        // in `run`, after systemd has been told the manager is ready: readiness never waits
+        // on the size of the queue.
         Ok(m)
     }
 
@@ -386,6 +397,7 @@ impl Manager {
         ));
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         sweep.tick().await;
+        self.step().await;
         loop {
             let next = self.next_deadline();
             let wake = tokio::select! {
@@ -529,16 +541,59 @@ impl Manager {
             let now = Instant::now();
             self.backoff
                 .retain(|id, _| scan.ordered.iter().any(|o| o == id));
-            let startable: Vec<&String> = scan
+            let startable: Vec<String> = scan
                 .ordered
                 .iter()
                 .filter(|id| self.backoff.get(*id).is_none_or(|(at, _)| *at <= now))
                 .take(free)
+                .cloned()
                 .collect();
-            for id in startable {
-                self.start_job(id).await;
+            // A marker naming each job is on disk for the whole attempt: if the manager dies
+            // meanwhile, its successor fails the job instead of trying it again.
+            let mut marked = Vec::new();
+            let mut ready = Vec::new();
+            for id in &startable {
+                if self.mark(MarkKind::Start, id) {
+                    marked.push(id.clone());
+                }
+                if let Some(p) = self.prepare_start(id).await {
+                    ready.push(p);
+                }
+            }
+            // Scope placements overlap: every StartTransientUnit and its JobRemoved are in
+            // flight together (never more than the free slots), and each worker is still
+            // released only after its own scope exists and its file is in running_jobs/.
+            let launcher = &self.launcher;
+            let (worker, env, limits) = (
+                &self.cfg.worker,
+                &self.cfg.worker_env,
+                self.config.resource_limits.as_ref(),
+            );
+            let launches = futures_util::future::join_all(ready.iter().map(|p| {
+                let spec = LaunchSpec {
+                    worker,
+                    args: p.args.clone(),
+                    env,
+                    job_id: &p.id,
+                    runtime_max_secs: p.limit,
+                    limits,
+                };
+                // Measured from before the launch: systemd's RuntimeMaxSec clock starts with
+                // the scope, so a job it kills at the limit has run at least `limit` by this
+                // clock.
+                let started_at = Instant::now();
+                async move { (started_at, launcher.launch(spec).await) }
+            }))
+            .await;
+            for (p, (started_at, launched)) in ready.into_iter().zip(launches) {
+                self.finish_start(p, started_at, launched).await;
+            }
+            for id in &marked {
+                self.unmark(MarkKind::Start, id);
+            }
+            for id in &startable {
                 if !self.backoff.contains_key(id.as_str()) {
-                    waiting -= 1;
+                    waiting = waiting.saturating_sub(1);
                 }
             }
         }
@@ -649,38 +704,35 @@ impl Manager {
         }
     }
 
-    /// Starts one queued job. A marker naming the job is on disk for the whole attempt: if
-    /// the manager dies meanwhile, its successor fails the job instead of trying again.
-    async fn start_job(&mut self, id: &str) {
-        let marked = self.mark(MarkKind::Start, id);
-        self.start_job_inner(id).await;
-        if marked {
-            self.unmark(MarkKind::Start, id);
-        }
-    }
-
-    async fn start_job_inner(&mut self, id: &str) {
+    /// Reads a queued job and works out how to launch it; `None` when it was taken away,
+    /// has been failed (invalid, no account to run as) or is put off (the store cannot be
+    /// written).
+    async fn prepare_start(&mut self, id: &str) -> Option<PreparedStart> {
         let q = self.cfg.queue.clone();
         let path = self.store.job_path(&q, JobStatus::Queued, id);
         let bytes = match read_limited(&path) {
             Ok(b) => b,
-            Err(_) => return, // taken away meanwhile
+            Err(_) => return None, // taken away meanwhile
         };
-        let mut job: Job = match self.store.parse_doc(DocKind::Job, &path, &bytes) {
+        let job: Job = match self.store.parse_doc(DocKind::Job, &path, &bytes) {
             Ok(j) => j,
-            Err(_) => return self.fail_invalid(id, JobStatus::Queued).await,
+            Err(_) => {
+                self.fail_invalid(id, JobStatus::Queued).await;
+                return None;
+            }
         };
         self.index.forget(id);
         if let Err(e) = self.may_run(&job) {
-            return self.fail_owned(id, JobStatus::Queued, job, e).await;
+            self.fail_owned(id, JobStatus::Queued, job, e).await;
+            return None;
         }
         let run_as = if self.root_mode {
             match project_owner_login(&self.store, &job) {
                 Ok(n) => Some(n),
                 Err(e) => {
-                    return self
-                        .fail_owned(id, JobStatus::Queued, job, e.to_string())
+                    self.fail_owned(id, JobStatus::Queued, job, e.to_string())
                         .await;
+                    return None;
                 }
             }
         } else {
@@ -688,12 +740,16 @@ impl Manager {
         };
         let limit = match job_limit(&job, &self.config) {
             Ok(l) => l,
-            Err(e) => return self.fail_owned(id, JobStatus::Queued, job, e).await,
+            Err(e) => {
+                self.fail_owned(id, JobStatus::Queued, job, e).await;
+                return None;
+            }
         };
         // The store must take the job's next write before a worker is started for it: on a
         // full disk the start is put off (with a growing pause), not tried again at once.
         if let Err(e) = self.store.write_doc(DocKind::Job, &path, &job) {
-            return self.back_off(id, &e.to_string());
+            self.back_off(id, &e.to_string());
+            return None;
         }
         // Values glued to their options and `--` before the job id: a job file named
         // `--help.json` or `-V.json` is a job like any other, never an option.
@@ -707,18 +763,32 @@ impl Manager {
         }
         args.push("--".to_string());
         args.push(id.to_string());
-        let spec = LaunchSpec {
-            worker: &self.cfg.worker,
+        Some(PreparedStart {
+            id: id.to_string(),
+            path,
+            job,
             args,
-            env: &self.cfg.worker_env,
-            job_id: id,
-            runtime_max_secs: limit,
-            limits: self.config.resource_limits.as_ref(),
-        };
-        // Measured from before the launch: systemd's RuntimeMaxSec clock starts with the scope,
-        // so a job it kills at the limit has run at least `limit` by this clock.
-        let started_at = Instant::now();
-        let mut launched = match self.launcher.launch(spec).await {
+            limit,
+        })
+    }
+
+    /// Records a launched worker: the job file into running_jobs/, then the worker released.
+    async fn finish_start(
+        &mut self,
+        p: PreparedStart,
+        started_at: Instant,
+        launched: Result<launcher::Launched, launcher::LaunchError>,
+    ) {
+        let q = self.cfg.queue.clone();
+        let PreparedStart {
+            id,
+            path,
+            mut job,
+            limit,
+            ..
+        } = p;
+        let id = id.as_str();
+        let mut launched = match launched {
             Ok(l) => l,
             Err(e) => {
                 return self
@@ -1067,17 +1137,33 @@ impl Manager {
     /// (`r` is `None` for a job found running with no live worker).
     async fn settle(&mut self, id: &str, r: Option<Running>) {
         let q = self.cfg.queue.clone();
-        for to in [JobStatus::Finished, JobStatus::Failed] {
-            if crate::store::safe::is_file(&self.store.job_path(&q, to, id)) {
-                self.store.append_daemon_log(
-                    &self.log_file,
-                    &format!("job {id} {} (worker exited)", to.name()),
-                );
-                self.signal(id, JobStatus::Running, to).await;
-                return;
-            }
-        }
         let path = self.store.job_path(&q, JobStatus::Running, id);
+        // Still in running_jobs/ means the worker did not end it, even when a file of the
+        // same id exists in finished_jobs/ (an id collision: the worker's move was refused).
+        if !path.is_file() {
+            let collided = crate::store::jobfile::collision_path(&self.store, &q, id, 1).is_file();
+            let ended = [JobStatus::Failed, JobStatus::Finished]
+                .into_iter()
+                .find(|to| self.store.job_path(&q, *to, id).is_file());
+            let to = if collided {
+                Some(JobStatus::Failed)
+            } else {
+                ended
+            };
+            match to {
+                Some(to) => {
+                    self.store.append_daemon_log(
+                        &self.log_file,
+                        &format!("job {id} {} (worker exited)", to.name()),
+                    );
+                    self.signal(id, JobStatus::Running, to).await;
+                }
+                None => {
+                    tracing::warn!(job_id = %id, queue = %q, "job file vanished from running_jobs")
+                }
+            }
+            return;
+        }
         let Ok(bytes) = read_limited(&path) else {
             tracing::warn!(job_id = %id, queue = %q, "job file vanished from running_jobs");
             return;

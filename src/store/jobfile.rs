@@ -32,9 +32,80 @@ pub fn write_and_move(
         Err(e) => return Err(e),
     }
     let dst = store.job_path(queue, job.runtime.status, id);
-    if src != dst {
-        move_no_replace(&src, &dst).map_err(io(&dst))?;
+    if src == dst {
+        return Ok(dst);
     }
+    match move_no_replace(&src, &dst) {
+        Ok(()) => Ok(dst),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            end_collided(store, queue, id, &src, job.runtime.status, |error| {
+                let mut failed = job.clone();
+                let earlier = failed.runtime.error.take();
+                set_failed(
+                    &mut failed,
+                    match earlier {
+                        Some(e) => format!("{error}; the run's own error: {e}"),
+                        None => error.to_string(),
+                    },
+                );
+                write_json_atomic(&src, &failed).map_err(io(&src))
+            })
+        }
+        Err(e) => Err(io(&dst)(e)),
+    }
+}
+
+/// The name a job that collided with an existing file of the same id ends under:
+/// `failed_jobs/<id>.collision-<n>.json`, the first free `n`.
+pub fn collision_path(store: &Store, queue: &str, id: &str, n: u32) -> PathBuf {
+    store
+        .jobs_dir(queue, JobStatus::Failed)
+        .join(format!("{id}.collision-{n}.json"))
+}
+
+/// Ends a job whose move into `to` failed because `<to>/<id>.json` exists (a job with the
+/// same id ended before): `rewrite` writes the job in place as failed with the given error,
+/// then it moves to a disambiguated name in `failed_jobs/`, so it never stays behind in
+/// `running_jobs/` and neither file is lost.
+fn end_collided(
+    store: &Store,
+    queue: &str,
+    id: &str,
+    src: &std::path::Path,
+    to: JobStatus,
+    rewrite: impl FnOnce(&str) -> Result<(), StoreError>,
+) -> Result<PathBuf, StoreError> {
+    let n = (1..u32::MAX)
+        .find(|n| std::fs::symlink_metadata(collision_path(store, queue, id, *n)).is_err())
+        .unwrap_or(u32::MAX);
+    let mut dst = collision_path(store, queue, id, n);
+    let error = format!(
+        "Job id {id} already exists in Queues/{queue}/Jobs/{}/ (an earlier job with the same id); this run ended as Queues/{queue}/Jobs/{}/{}",
+        to.dir(),
+        JobStatus::Failed.dir(),
+        dst.file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default()
+    );
+    tracing::error!(job_id = %id, queue = %queue, "{error}");
+    rewrite(&error)?;
+    let mut n = n;
+    loop {
+        match move_no_replace(src, &dst) {
+            Ok(()) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < u32::MAX => {
+                n += 1;
+                dst = collision_path(store, queue, id, n);
+            }
+            Err(e) => return Err(io(&dst)(e)),
+        }
+    }
+    store.record_event(
+        &crate::store::Event::new("agentstore", "job_id_collision")
+            .job(id)
+            .queue(queue)
+            .detail(&error),
+    );
     Ok(dst)
 }
 
@@ -75,10 +146,23 @@ pub fn fail_raw(
             Value::String(Timestamp::now().to_string()),
         );
     }
-    write_json_atomic(&src, &Value::Object(doc)).map_err(io(&src))?;
+    write_json_atomic(&src, &Value::Object(doc.clone())).map_err(io(&src))?;
     let dst = store.job_path(queue, JobStatus::Failed, id);
-    move_no_replace(&src, &dst).map_err(io(&dst))?;
-    Ok(dst)
+    match move_no_replace(&src, &dst) {
+        Ok(()) => Ok(dst),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            end_collided(store, queue, id, &src, JobStatus::Failed, |collided| {
+                if let Some(Value::Object(r)) = doc.get_mut("runtime") {
+                    r.insert(
+                        "error".into(),
+                        Value::String(format!("{collided}; the run's own error: {error}")),
+                    );
+                }
+                write_json_atomic(&src, &Value::Object(doc)).map_err(io(&src))
+            })
+        }
+        Err(e) => Err(io(&dst)(e)),
+    }
 }
 
 /// Marks `job` failed with `error` now.

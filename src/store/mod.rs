@@ -6,6 +6,7 @@ mod error_log;
 mod events;
 mod fsio;
 pub mod jobfile;
+pub mod listing;
 mod root;
 pub mod safe;
 mod scan;

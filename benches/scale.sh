@@ -1,0 +1,235 @@
+#!/usr/bin/env bash
+# Benchmark (issue 18, scale): cost per event against the size of the store's history.
+#   bash benches/scale.sh [SIZES...]        (default: 10000 100000)
+#   PROFILE=debug bash benches/scale.sh     (use target/debug instead of a release build)
+#   NO_BUILD=1 bash benches/scale.sh        (use the release binaries as they are)
+# For each size N it builds a store directly on disk (a fast generator writes the job files:
+# N already-handled finished jobs with a handled-log, plus N queued jobs in a second queue)
+# and measures:
+#   - orchestratord start → READY, and → end of the first pass (sd_notify STATUS after it)
+#   - inbox → outbox answer p50/p99 (100 messages, one at a time) with N finished jobs
+#   - queue-manager start → READY with N jobs in queued_jobs/
+#   - orchestrator list-jobs (text, json) wall time and peak RSS (/usr/bin/time)
+#   - ListJobs paged over D-Bus (all pages): wall time, daemon RSS after (VmRSS, VmHWM)
+# pueue has no equivalent for a store-wide listing or a file inbox; it is not compared here
+# (installing it from crates.io costs a long build on a shared 2-core machine).
+# Needs python3, dbus-daemon, busctl and GNU time.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+profile=${PROFILE:-release}
+if [ "$profile" = release ] && [ -z "${NO_BUILD:-}" ]; then
+    cargo build --release --bins -q
+fi
+bin=$PWD/target/$profile
+sizes=("$@")
+[ ${#sizes[@]} -gt 0 ] || sizes=(10000 100000)
+work=$(mktemp -d)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    rm -rf "$work"
+}
+trap cleanup EXIT
+results=$work/results.tsv
+: >"$results"
+
+python3 - "$bin" "$work" "$results" "${sizes[@]}" <<'PY'
+import json, os, socket, subprocess, sys, time, statistics, uuid, shutil
+
+bin_dir, work, results = sys.argv[1], sys.argv[2], sys.argv[3]
+sizes = [int(s) for s in sys.argv[4:]]
+env0 = dict(os.environ)
+
+def row(size, what, value):
+    with open(results, "a") as f:
+        f.write(f"{size}\t{what}\t{value}\n")
+    print(f"  {what}: {value}", flush=True)
+
+def job(i, status, handled):
+    t = "2025-%02d-%02dT%02d:%02d:%02dZ" % (1 + i // 2_000_000 % 12, 1 + i // 86400 % 28,
+                                         i // 3600 % 24, i // 60 % 60, i % 60)
+    return {"config": {"project": "P", "working_directory": "/tmp", "queue_time": t,
+                       "jobtype": "noop", "claude_command": "noop", "claude_extra_args": [],
+                       "task_description": "bench", "supporting_data": {}, "timeout_seconds": 60},
+            "runtime": {"status": status, "start_time": None, "finish_time": None,
+                        "process_id": None, "llm_process_id": None, "error": None,
+                        "output": "done" if status == "finished" else None,
+                        **({"handled": True} if handled else {})}}
+
+def build(n):
+    root = os.path.join(work, f"store-{n}")
+    home = os.path.join(work, "home")
+    os.makedirs(home, exist_ok=True)
+    env = dict(env0, AGENT_STORE_ROOT=root, HOME=home)
+    subprocess.run([f"{bin_dir}/orchestrator", "init"], env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+    subprocess.run([f"{bin_dir}/orchestrator", "add-queue", "bulk"], env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+    os.makedirs(os.path.join(root, "projects/P"), exist_ok=True)
+    with open(os.path.join(root, "projects/P/project.json"), "w") as f:
+        json.dump({"id": "P", "directory": "/tmp", "create_time": "2025-01-01T00:00:00Z",
+                   "update_time": "2025-01-01T00:00:00Z", "owner": "bench",
+                   "default_queue": "poplar"}, f)
+    fin = os.path.join(root, "Queues/poplar/Jobs/finished_jobs")
+    qd = os.path.join(root, "Queues/bulk/Jobs/queued_jobs")
+    os.makedirs(fin, exist_ok=True)
+    os.makedirs(qd, exist_ok=True)
+    logdir = os.path.join(root, "logs/handled-jobs")
+    os.makedirs(logdir, exist_ok=True)
+    lines = []
+    for i in range(n):
+        with open(os.path.join(fin, "f-%06d.json" % i), "w") as f:
+            json.dump(job(i, "finished", True), f)
+        lines.append("poplar/f-%06d\n" % i)
+        with open(os.path.join(qd, "q-%06d.json" % i), "w") as f:
+            json.dump(job(i, "queued", False), f)
+    with open(os.path.join(logdir, "generator.log"), "w") as f:
+        f.writelines(lines)
+    # The bulk queue is paused: its manager only indexes, it starts nothing.
+    qp = os.path.join(root, "Queues/bulk/queue.json")
+    q = json.load(open(qp))
+    q["runtime"]["paused"] = True
+    json.dump(q, open(qp, "w"))
+    return root, env
+
+def notify_socket():
+    path = os.path.join(work, "notify-%s" % uuid.uuid4().hex[:8])
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.bind(path)
+    return s, path
+
+def wait_notify(sock, key, limit=600):
+    sock.settimeout(limit)
+    while True:
+        msg = sock.recv(65536).decode(errors="replace")
+        if any(key in l for l in msg.split("\n")):
+            return time.monotonic()
+
+def rss(pid):
+    out = {}
+    for l in open(f"/proc/{pid}/status"):
+        k, _, v = l.partition(":")
+        if k in ("VmRSS", "VmHWM"):
+            out[k] = int(v.split()[0]) // 1024
+    return out
+
+def peak(cmd, env):
+    t0 = time.monotonic()
+    r = subprocess.run(["/usr/bin/time", "-f", "%M"] + cmd, env=env, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, text=True, check=True)
+    return time.monotonic() - t0, int(r.stderr.strip().splitlines()[-1]) // 1024
+
+for n in sizes:
+    print(f"== {n} finished jobs (+ {n} queued in a second queue)", flush=True)
+    t0 = time.monotonic()
+    root, env = build(n)
+    row(n, "store generated (s)", "%.1f" % (time.monotonic() - t0))
+    subprocess.run(["sync"])
+
+    # orchestratord: start → READY → first pass (STATUS after the first cycle).
+    sock, path = notify_socket()
+    t0 = time.monotonic()
+    d = subprocess.Popen([f"{bin_dir}/orchestratord", "--no-bus", "--idle-exit", "0",
+                          "--root", root], env=dict(env, NOTIFY_SOCKET=path, RUST_LOG="warn"),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ready = wait_notify(sock, "READY=1")
+    first = wait_notify(sock, "messages answered")
+    row(n, "orchestratord start→READY (ms)", "%.0f" % ((ready - t0) * 1000))
+    row(n, "orchestratord start→first pass (ms)", "%.0f" % ((first - t0) * 1000))
+    # Stop listening: a full, unread notify socket would block the daemon's sd_notify.
+    sock.close(); os.unlink(path)
+
+    # inbox → answer, one message at a time.
+    inbox, outbox = os.path.join(root, "messaging/inbox"), os.path.join(root, "messaging/outbox")
+    lat = []
+    for i in range(100):
+        cid = "bench-%d-%d" % (n, i)
+        msg = {"correlation_id": cid, "source": "user", "project": None,
+               "queue_time": "2025-10-25T10:00:00Z", "processed_time": None,
+               "command": "list-queues", "content": {}, "status": "queued", "error": None}
+        tmp = os.path.join(inbox, "." + cid + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump(msg, f)
+        t = time.monotonic()
+        os.rename(tmp, os.path.join(inbox, cid + ".json"))
+        answer = os.path.join(outbox, cid + ".json")
+        while not os.path.exists(answer):
+            time.sleep(0.0002)
+        lat.append((time.monotonic() - t) * 1000)
+    lat.sort()
+    row(n, "inbox→answer p50 (ms)", "%.1f" % statistics.median(lat))
+    row(n, "inbox→answer p99 (ms)", "%.1f" % lat[98])
+    row(n, "orchestratord RSS after (MiB)", rss(d.pid)["VmRSS"])
+    d.kill(); d.wait()
+
+    # queue-manager READY with n queued jobs.
+    sock, path = notify_socket()
+    t0 = time.monotonic()
+    qm = subprocess.Popen([f"{bin_dir}/queue-manager", "--queue", "bulk", "--root", root,
+                           "--bus", "none", "--launcher", "direct"],
+                          env=dict(env, NOTIFY_SOCKET=path, RUST_LOG="warn"),
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ready = wait_notify(sock, "READY=1")
+    row(n, "queue-manager start→READY (ms)", "%.0f" % ((ready - t0) * 1000))
+    qm.kill(); qm.wait(); sock.close(); os.unlink(path)
+
+    # CLI list-jobs over 2n jobs, warm.
+    for fmt in ("text", "json"):
+        cmd = [f"{bin_dir}/orchestrator", "list-jobs", "--format", fmt]
+        peak(cmd, env)
+        t, m = peak(cmd, env)
+        row(n, f"CLI list-jobs {fmt} (2N jobs): time (s)", "%.2f" % t)
+        row(n, f"CLI list-jobs {fmt} (2N jobs): peak RSS (MiB)", m)
+
+    # ListJobs paged over D-Bus (a private session bus).
+    bus = subprocess.Popen(["dbus-daemon", "--session", "--nofork", "--print-address=1"],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    addr = bus.stdout.readline().strip()
+    benv = dict(env, DBUS_SESSION_BUS_ADDRESS=addr, RUST_LOG="warn")
+    d = subprocess.Popen([f"{bin_dir}/orchestratord", "--bus", "session", "--idle-exit", "0",
+                          "--root", root], env=benv, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    while subprocess.run(["busctl", "--address", addr, "status", "org.agentstore.Orchestrator1"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode:
+        time.sleep(0.05)
+    t0 = time.monotonic()
+    offset, pages, listed = 0, 0, 0
+    while True:
+        r = subprocess.run(["busctl", "--address", addr, "--json=short", "call",
+                            "org.agentstore.Orchestrator1", "/org/agentstore/Orchestrator1",
+                            "org.agentstore.Orchestrator1", "ListJobs", "a{ss}uu", "0",
+                            str(offset), "5000"], env=benv, capture_output=True, text=True,
+                           check=True)
+        page, total, nxt = json.loads(r.stdout)["data"]
+        listed += len(json.loads(page))
+        pages += 1
+        if nxt >= total or nxt <= offset:
+            break
+        offset = nxt
+    assert listed == 2 * n, (listed, n)
+    row(n, "ListJobs over D-Bus, all pages of 2N jobs (s)", "%.2f" % (time.monotonic() - t0))
+    row(n, "ListJobs pages", pages)
+    m = rss(d.pid)
+    row(n, "orchestratord RSS after paged listing (MiB)", m["VmRSS"])
+    row(n, "orchestratord peak RSS (VmHWM, MiB)", m["VmHWM"])
+    d.kill(); d.wait(); bus.kill(); bus.wait()
+    shutil.rmtree(root)
+PY
+
+echo
+echo "== summary ($profile build)"
+python3 - "$results" "${sizes[@]}" <<'PY'
+import sys
+rows, sizes = {}, sys.argv[2:]
+order = []
+for l in open(sys.argv[1]):
+    n, what, v = l.rstrip("\n").split("\t")
+    if what not in rows:
+        rows[what] = {}
+        order.append(what)
+    rows[what][n] = v
+w = max(len(k) for k in order)
+print(f"{'measure':<{w}}  " + "  ".join(f"{s:>10}" for s in sizes))
+for k in order:
+    print(f"{k:<{w}}  " + "  ".join(f"{rows[k].get(s, '-'):>10}" for s in sizes))
+PY

@@ -1,0 +1,277 @@
+//! What completion handling has done, without re-reading finished jobs.
+//!
+//! The durable record is a per-machine append-only log, `logs/handled-jobs/<host>.log`, one
+//! `<queue>/<job id>` per line, appended after the job's `runtime.handled` flag is written.
+//! Each machine appends only to its own file (a synced folder never merges two writers into
+//! one file); readers take the union of every `*.log` there, conflict copies included. A line
+//! lost in a crash costs one read of that job file on the next start (its flag says handled,
+//! so nothing is done twice); a line without its flag cannot happen, the flag is written
+//! first.
+//!
+//! [`Completions`] drives handling by events: the inotify watcher reports each name moved
+//! into a `finished_jobs/`, and a pass looks at those only. The backstop sweep (start-up, the
+//! timer, an inotify overflow, `Sweep` over D-Bus) lists a `finished_jobs/` folder only when
+//! its modification time changed since the last sweep, and even then reads only the files the
+//! log does not name.
+
+use crate::model::{JobStatus, is_safe_id};
+use crate::store::{Store, StoreError, file_id, hostname, scan_dir};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+/// The folder of the handled-logs, under `logs/`.
+pub const HANDLED_DIR: &str = "handled-jobs";
+
+/// The union of every machine's handled-log, and this machine's file to append to.
+#[derive(Debug)]
+pub struct HandledLog {
+    own: PathBuf,
+    set: HashSet<String>,
+}
+
+fn key(queue: &str, id: &str) -> String {
+    format!("{queue}/{id}")
+}
+
+/// This machine's log file name: the host name, made safe.
+fn own_name() -> String {
+    let h: String = hostname()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let h = h.trim_start_matches('.');
+    format!("{}.log", if h.is_empty() { "localhost" } else { h })
+}
+
+impl HandledLog {
+    /// The folder the logs live in.
+    pub fn dir(store: &Store) -> PathBuf {
+        store.logs_dir().join(HANDLED_DIR)
+    }
+
+    /// Reads every machine's log. Lines that are not `<queue>/<id>` with safe names are
+    /// ignored (a torn last line after a crash, a hand edit).
+    pub fn load(store: &Store) -> HandledLog {
+        let dir = Self::dir(store);
+        let own = dir.join(own_name());
+        let mut set = HashSet::new();
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            for e in entries.flatten() {
+                let name = e.file_name();
+                let Some(name) = name.to_str() else { continue };
+                if name.starts_with('.') || !name.ends_with(".log") {
+                    continue;
+                }
+                // Never follow a symlink planted in the store.
+                if !e.file_type().is_ok_and(|t| t.is_file()) {
+                    continue;
+                }
+                match std::fs::read(e.path()) {
+                    Ok(bytes) => {
+                        for line in bytes.split(|b| *b == b'\n') {
+                            let Ok(line) = std::str::from_utf8(line) else {
+                                continue;
+                            };
+                            if let Some((q, id)) = line.split_once('/')
+                                && is_safe_id(q)
+                                && is_safe_id(id)
+                            {
+                                set.insert(line.to_string());
+                            }
+                        }
+                    }
+                    Err(err) => {
+                        tracing::warn!("cannot read handled-log {}: {err}", e.path().display())
+                    }
+                }
+            }
+        }
+        HandledLog { own, set }
+    }
+
+    /// Whether the job was handled (by any machine).
+    pub fn contains(&self, queue: &str, id: &str) -> bool {
+        self.set.contains(&key(queue, id))
+    }
+
+    /// How many jobs are recorded.
+    pub fn len(&self) -> usize {
+        self.set.len()
+    }
+
+    /// True when nothing is recorded.
+    pub fn is_empty(&self) -> bool {
+        self.set.is_empty()
+    }
+
+    /// Records a handled job: appends a line to this machine's log.
+    pub fn record(&mut self, queue: &str, id: &str) -> Result<(), StoreError> {
+        let k = key(queue, id);
+        if self.set.contains(&k) {
+            return Ok(());
+        }
+        let io = |source| StoreError::Io {
+            path: self.own.clone(),
+            source,
+        };
+        if let Some(dir) = self.own.parent() {
+            std::fs::create_dir_all(dir).map_err(io)?;
+        }
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .custom_flags_nofollow()
+            .open(&self.own)
+            .map_err(io)?;
+        // One write of the whole line: O_APPEND keeps concurrent appends whole.
+        f.write_all(format!("{k}\n").as_bytes()).map_err(io)?;
+        self.set.insert(k);
+        Ok(())
+    }
+}
+
+/// `O_NOFOLLOW` on the log file: a symlink planted there is refused, not followed.
+trait NoFollow {
+    fn custom_flags_nofollow(&mut self) -> &mut Self;
+}
+
+impl NoFollow for std::fs::OpenOptions {
+    fn custom_flags_nofollow(&mut self) -> &mut Self {
+        use std::os::unix::fs::OpenOptionsExt;
+        self.custom_flags(nix::libc::O_NOFOLLOW)
+    }
+}
+
+/// Event-driven completion state: the handled-log, names reported by the watcher, and what
+/// the backstop sweep saw last.
+#[derive(Debug, Default)]
+pub struct Completions {
+    log: Option<HandledLog>,
+    pending: BTreeSet<(String, String)>,
+    /// Jobs that could not be read: looked at again at every sweep (a half-synced file
+    /// may be completed in place, which leaves the folder's time alone).
+    retry: BTreeMap<(String, String), Option<SystemTime>>,
+    dir_mtimes: HashMap<String, SystemTime>,
+    sweep_due: bool,
+}
+
+impl Completions {
+    /// A fresh state: the first pass sweeps.
+    pub fn new() -> Completions {
+        Completions {
+            sweep_due: true,
+            ..Completions::default()
+        }
+    }
+
+    /// A name appeared in `queue`'s `finished_jobs/`.
+    pub fn notify(&mut self, queue: &str, name: &str) {
+        if let Some(id) = file_id(Path::new(name))
+            && !crate::store::is_ignored(name)
+            && is_safe_id(queue)
+            && is_safe_id(id)
+        {
+            self.pending.insert((queue.to_string(), id.to_string()));
+        }
+    }
+
+    /// A reported job could not be read now (`path`): tried again at a sweep once the
+    /// file has changed.
+    pub fn retry_later(&mut self, queue: &str, id: &str, path: &Path) {
+        let mtime = std::fs::symlink_metadata(path)
+            .and_then(|m| m.modified())
+            .ok();
+        self.retry
+            .insert((queue.to_string(), id.to_string()), mtime);
+    }
+
+    /// The next pass also runs the backstop sweep.
+    pub fn request_sweep(&mut self) {
+        self.sweep_due = true;
+    }
+
+    /// Forces the next sweep to list every folder, changed or not.
+    pub fn request_full_sweep(&mut self) {
+        self.dir_mtimes.clear();
+        self.sweep_due = true;
+    }
+
+    /// The handled-log, loaded on first use.
+    pub fn log(&mut self, store: &Store) -> &mut HandledLog {
+        self.log.get_or_insert_with(|| HandledLog::load(store))
+    }
+
+    /// The jobs to look at now: the reported ones, plus (when a sweep is due) every finished
+    /// job the log does not name, in folders that changed since the last sweep.
+    pub fn take_candidates(&mut self, store: &Store) -> Vec<(String, String)> {
+        let mut out: BTreeSet<(String, String)> = std::mem::take(&mut self.pending);
+        if std::mem::take(&mut self.sweep_due) {
+            let changed: Vec<(String, String)> = self
+                .retry
+                .iter()
+                .filter(|((q, id), seen)| {
+                    let now = std::fs::symlink_metadata(store.job_path(q, JobStatus::Finished, id))
+                        .and_then(|m| m.modified())
+                        .ok();
+                    now.is_none() || now != **seen
+                })
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in changed {
+                self.retry.remove(&k);
+                out.insert(k);
+            }
+            let queues = store.queue_ids().unwrap_or_default();
+            let mut fresh = HashMap::new();
+            for q in queues {
+                let dir = store.jobs_dir(&q, JobStatus::Finished);
+                let mtime = std::fs::symlink_metadata(&dir)
+                    .and_then(|m| m.modified())
+                    .ok();
+                if let Some(m) = mtime {
+                    if self.dir_mtimes.get(&q) == Some(&m) {
+                        fresh.insert(q.clone(), m);
+                        continue;
+                    }
+                    // A change within the file system's timestamp granularity of this listing
+                    // could leave the time unchanged: remember only times safely in the past.
+                    let settled = m
+                        .elapsed()
+                        .is_ok_and(|age| age > std::time::Duration::from_secs(2));
+                    if settled {
+                        fresh.insert(q.clone(), m);
+                    }
+                }
+                let docs = match scan_dir(&dir) {
+                    Ok(s) => s.documents,
+                    Err(e) => {
+                        tracing::warn!("cannot list {}: {e}", dir.display());
+                        fresh.remove(&q);
+                        continue;
+                    }
+                };
+                let log = self.log(store);
+                for p in docs {
+                    if let Some(id) = file_id(&p)
+                        && !log.contains(&q, id)
+                    {
+                        out.insert((q.clone(), id.to_string()));
+                    }
+                }
+            }
+            self.dir_mtimes = fresh;
+        }
+        let log = self.log(store);
+        out.into_iter()
+            .filter(|(q, id)| !log.contains(q, id))
+            .collect()
+    }
+}

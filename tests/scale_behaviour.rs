@@ -1,0 +1,333 @@
+//! Issue 18 (scale): behaviour that keeps per-event work proportional to the new work, never
+//! to the store's history. Checked by behaviour (which files are read, what is reported),
+//! never by timing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "support/claude_env.rs"]
+mod claude_env;
+#[path = "support/queue_env.rs"]
+mod queue_env;
+
+use queue_env::*;
+use serde_json::{Value, json};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A hang guard, not a timing assertion.
+const LONG: Duration = Duration::from_secs(120);
+
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + LONG;
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// orchestratord without D-Bus (inbox and finished jobs only), never idling out.
+fn orchestratord(root: &Path, home: &Path) -> Daemon {
+    Daemon(
+        Command::new(env!("CARGO_BIN_EXE_orchestratord"))
+            .args(["--no-bus", "--idle-exit", "0", "--root"])
+            .arg(root)
+            .env("HOME", home)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+fn finished_job(id: &str) -> Value {
+    let mut j = job("noop", json!({}));
+    j["id"] = json!(id);
+    j["runtime"]["status"] = json!("finished");
+    j["runtime"]["output"] = json!("done");
+    j
+}
+
+fn errors_out(root: &Path) -> String {
+    std::fs::read_to_string(root.join("JSONValidation/errors.out")).unwrap_or_default()
+}
+
+/// 20,000 finished jobs the handled-log names, each file corrupt: a new finished job is
+/// handled, and none of the old files is read (a read would report it in errors.out, as the
+/// one corrupt file the log does not name is) or touched; a restart reads none of them either.
+#[test]
+fn completion_never_rereads_handled_history() {
+    let env = QueueEnv::new(1);
+    let home = env.dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let fin = env.dir("finished");
+    std::fs::create_dir_all(&fin).unwrap();
+    let mut log = String::new();
+    for i in 0..20_000 {
+        let id = format!("old-{i:05}");
+        std::fs::write(fin.join(format!("{id}.json")), "corrupt {").unwrap();
+        log.push_str(&format!("{}/{id}\n", env.queue));
+    }
+    let logdir = env.root.join("logs/handled-jobs");
+    std::fs::create_dir_all(&logdir).unwrap();
+    // Another machine's log: readers take the union of every machine's file.
+    std::fs::write(logdir.join("other-host.log"), log).unwrap();
+    // The control: a corrupt finished file nobody handled is read and reported.
+    std::fs::write(fin.join("unlogged.json"), "corrupt {").unwrap();
+
+    let d = orchestratord(&env.root, &home);
+    wait_until("the unlogged corrupt job reported", || {
+        errors_out(&env.root).contains("unlogged")
+    });
+    let fresh = env.job_file("finished", "fresh-1");
+    write_json_atomic_value(&fresh, &finished_job("fresh-1"));
+    wait_until("the new job handled", || {
+        read_json(&fresh)["runtime"]["handled"] == json!(true)
+    });
+    let own_log = std::fs::read_dir(&logdir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| !p.ends_with("other-host.log"))
+        .expect("this machine's handled-log");
+    assert!(
+        std::fs::read_to_string(&own_log)
+            .unwrap()
+            .lines()
+            .any(|l| l == format!("{}/fresh-1", env.queue)),
+        "the handled job is recorded in {}",
+        own_log.display()
+    );
+    drop(d);
+
+    // A restart with one more finished job: the old ones stay unread.
+    let second = env.job_file("finished", "fresh-2");
+    write_json_atomic_value(&second, &finished_job("fresh-2"));
+    let _d = orchestratord(&env.root, &home);
+    wait_until("the second job handled after a restart", || {
+        read_json(&second)["runtime"]["handled"] == json!(true)
+    });
+    let errors = errors_out(&env.root);
+    assert!(
+        !errors.contains("old-"),
+        "handled history was read again: {}",
+        errors.lines().find(|l| l.contains("old-")).unwrap_or("")
+    );
+    for i in [0, 9_999, 19_999] {
+        assert_eq!(
+            std::fs::read_to_string(fin.join(format!("old-{i:05}.json"))).unwrap(),
+            "corrupt {"
+        );
+    }
+    // Handled exactly once across the restart: one job_handled event per job (the event is
+    // appended just after the flag is written, so wait for it, then look for a second).
+    let handled = |id: &str| {
+        std::fs::read_dir(env.root.join("logs"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.to_string_lossy().contains("events-"))
+            .map(|p| std::fs::read_to_string(p).unwrap())
+            .collect::<String>()
+            .lines()
+            .filter(|l| l.contains("\"job_handled\"") && l.contains(&format!("\"{id}\"")))
+            .count()
+    };
+    wait_until("the job_handled event", || handled("fresh-2") > 0);
+    assert_eq!(handled("fresh-1"), 1);
+    assert_eq!(handled("fresh-2"), 1);
+}
+
+fn write_json_atomic_value(path: &Path, v: &Value) {
+    agentstore::store::write_json_atomic(path, v).unwrap();
+}
+
+/// A job whose id already exists in finished_jobs/ ends failed under a disambiguated name with
+/// an error naming the collision; the earlier job's file is untouched; nothing stays in
+/// running_jobs/.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn id_collision_with_finished_job_ends_failed() {
+    guarded(async {
+        let bus = PrivateBus::start();
+        let env = QueueEnv::new(1);
+        std::fs::create_dir_all(env.dir("finished")).unwrap();
+        let earlier = env.job_file("finished", "dup-1");
+        let before = serde_json::to_vec_pretty(&finished_job("dup-1")).unwrap();
+        std::fs::write(&earlier, &before).unwrap();
+        let m = RunningManager::start(env.manager_config(&bus)).await;
+        let mut changes = Changes::subscribe(&bus, &env.queue).await;
+        env.queue_job("dup-1", &noop(0.0));
+        changes.until("dup-1", "failed").await;
+        m.stop().await;
+        assert_eq!(env.count("running"), 0, "nothing stays in running_jobs/");
+        let collided = env.dir("failed").join("dup-1.collision-1.json");
+        let doc = read_json(&collided);
+        assert_eq!(doc["runtime"]["status"], "failed");
+        let err = doc["runtime"]["error"].as_str().unwrap();
+        assert!(
+            err.contains("dup-1 already exists") && err.contains("finished_jobs"),
+            "{err}"
+        );
+        assert_eq!(std::fs::read(&earlier).unwrap(), before);
+    })
+    .await;
+}
+
+/// orchestratord on the private bus `bus`.
+fn orchestratord_on(bus: &PrivateBus, root: &Path, home: &Path) -> Daemon {
+    Daemon(
+        Command::new(env!("CARGO_BIN_EXE_orchestratord"))
+            .args(["--bus", "session", "--idle-exit", "0", "--root"])
+            .arg(root)
+            .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
+            .env("HOME", home)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+async fn orchestrator_proxy(
+    conn: &zbus::Connection,
+) -> agentstore::bus::orchestrator::Orchestrator1Proxy<'static> {
+    let p = agentstore::bus::orchestrator::Orchestrator1Proxy::new(conn)
+        .await
+        .unwrap();
+    // Wait for the daemon's name (a hang guard bounds it).
+    loop {
+        if p.version().await.is_ok() {
+            return p;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Every page of ListJobs, with the size of each answer.
+async fn all_pages(
+    p: &agentstore::bus::orchestrator::Orchestrator1Proxy<'static>,
+    filter: &[(&str, &str)],
+    limit: u32,
+) -> (Vec<Value>, Vec<usize>) {
+    let filter: std::collections::HashMap<&str, &str> = filter.iter().copied().collect();
+    let (mut jobs, mut sizes, mut offset) = (Vec::new(), Vec::new(), 0);
+    loop {
+        let (page, total, next) = p.list_jobs(filter.clone(), offset, limit).await.unwrap();
+        sizes.push(page.len());
+        let v: Vec<Value> = serde_json::from_str(&page).unwrap();
+        assert!(next > offset || next >= total, "no progress at {offset}");
+        jobs.extend(v);
+        if next >= total {
+            assert_eq!(jobs.len() as u32, total);
+            return (jobs, sizes);
+        }
+        offset = next;
+    }
+}
+
+fn ids(jobs: &[Value]) -> Vec<String> {
+    jobs.iter()
+        .map(|j| j["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// ListJobs pages: every job exactly once, oldest first, filters honoured, no output in a
+/// listing, and each answer bounded however large the documents are; an answer that could
+/// not fit a D-Bus message is refused with an error and the daemon keeps its name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_jobs_pages_are_complete_filtered_and_bounded() {
+    guarded(async {
+        let bus = PrivateBus::start();
+        let env = QueueEnv::new(1);
+        let home = env.dir.path().join("home");
+        std::fs::create_dir_all(&home).unwrap();
+        let store = env.store();
+        let mut q2 = agentstore::model::QueueConfig::defaults("q2");
+        q2.launcher = Some(agentstore::model::Launcher::Direct);
+        store.add_queue(q2).unwrap();
+        let other = serde_json::json!({"id": "Other", "directory": "/tmp", "create_time": "2025-01-01T00:00:00Z",
+            "update_time": "2025-01-01T00:00:00Z", "owner": "chenry", "default_queue": "q2"});
+        let path = store.project_path("Other");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, other.to_string()).unwrap();
+        let mut expected = Vec::new();
+        for i in 0..1200u32 {
+            let (q, state, project) = match i % 3 {
+                0 => ("q1", "queued", "TestProject"),
+                1 => ("q1", "finished", "TestProject"),
+                _ => ("q2", "finished", "Other"),
+            };
+            let id = format!("job-{i:04}");
+            let mut j = job("noop", json!({"project": project,
+                "queue_time": format!("2025-01-01T00:{:02}:{:02}Z", (1199 - i) / 60, (1199 - i) % 60)}));
+            j["runtime"]["status"] = json!(state);
+            j["runtime"]["output"] = json!("an output the listing leaves out");
+            let dir = env.root.join(format!("Queues/{q}/Jobs/{state}_jobs"));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join(format!("{id}.json")), j.to_string()).unwrap();
+            expected.push((q, state, project, id));
+        }
+        // Oldest first: queue times run backwards with the number.
+        expected.reverse();
+        let _d = orchestratord_on(&bus, &env.root, &home);
+        let conn = bus.connect().await;
+        let p = orchestrator_proxy(&conn).await;
+
+        let (jobs, _) = all_pages(&p, &[], 97).await;
+        let want: Vec<String> = expected.iter().map(|e| e.3.clone()).collect();
+        assert_eq!(ids(&jobs), want, "every job once, oldest first");
+        assert!(jobs.iter().all(|j| j["runtime"]["output"].is_null()));
+        let (jobs, _) = all_pages(&p, &[("status", "finished")], 0).await;
+        assert_eq!(jobs.len(), 800);
+        assert!(jobs.iter().all(|j| j["runtime"]["status"] == "finished"));
+        let (jobs, _) = all_pages(&p, &[("queue", "q2")], 50).await;
+        assert_eq!(jobs.len(), 400);
+        assert!(jobs.iter().all(|j| j["config"]["project"] == "Other"));
+        let (jobs, _) = all_pages(&p, &[("project", "TestProject"), ("status", "queued")], 33).await;
+        assert_eq!(jobs.len(), 400);
+        let err = p
+            .list_jobs([("status", "done")].into_iter().collect(), 0, 10)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("status") && err.contains("done"), "{err}");
+        let err = p
+            .list_jobs([("colour", "red")].into_iter().collect(), 0, 10)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("colour"), "{err}");
+
+        // Big documents (300 KB of supporting data each, 20 MB in all): pages stay bounded.
+        let big = "x".repeat(300 * 1024);
+        for i in 0..70 {
+            let mut j = job("noop", json!({"supporting_data": {"blob": big},
+                "queue_time": "2030-01-01T00:00:00Z"}));
+            j["runtime"]["status"] = json!("queued");
+            env.queue_job(&format!("big-{i:02}"), &j);
+        }
+        let (jobs, sizes) = all_pages(&p, &[("queue", "q1"), ("status", "queued")], 5000).await;
+        assert_eq!(jobs.len(), 470);
+        assert!(sizes.len() > 1, "{sizes:?}");
+        assert!(sizes.iter().all(|s| *s < 5 << 20), "{sizes:?}");
+        // The one-string answer would be too big for one message: refused, name kept.
+        let msg = json!({"command": "list-jobs", "content": {}}).to_string();
+        let err = p.submit(&msg).await.unwrap_err().to_string();
+        assert!(err.contains("ListJobs"), "{err}");
+        assert!(p.version().await.is_ok(), "the daemon keeps its name");
+        let (jobs, _) = all_pages(&p, &[("status", "queued")], 0).await;
+        assert_eq!(jobs.len(), 470);
+    })
+    .await;
+}
