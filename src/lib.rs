@@ -18,8 +18,3 @@ pub mod schema;
 pub mod store;
 pub mod systemd;
 pub mod worker;
-
-/// The old name of [`permissions`], kept so branches written before the rename still build.
-/// New code names `permissions`; the layer test counts `access` as `permissions`.
-#[doc(hidden)]
-pub use permissions as access;

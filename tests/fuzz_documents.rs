@@ -5,10 +5,10 @@
 //! a rejection — and never panic. A corpus of the hostile cases of issue 9 is run first.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use agentstore::access::Caller;
 use agentstore::model::{
     DocKind, Job, MAX_TIMEOUT_SECONDS, Message, MessageStatus, Prd, Project, Queue, User,
 };
+use agentstore::permissions::Caller;
 use agentstore::schema::Validator;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};

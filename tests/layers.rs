@@ -308,15 +308,7 @@ fn referenced(src: &str, module: &[String]) -> BTreeSet<String> {
     }
     // `self` and names of the file's own module are not arrows to another module
     out.remove("self");
-    out.into_iter()
-        .map(|m| {
-            if m == "access" {
-                "permissions".into()
-            } else {
-                m
-            }
-        })
-        .collect()
+    out.into_iter().collect()
 }
 
 fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -368,11 +360,6 @@ fn nothing_imports_upward() {
         let from = module[0].clone();
         let text = std::fs::read_to_string(path).unwrap();
         for to in referenced(&text, &module) {
-            let to = if to == "access" {
-                "permissions".to_string()
-            } else {
-                to
-            };
             if to == from {
                 continue;
             }
@@ -508,11 +495,6 @@ fn the_scanner_sees_every_form_of_path() {
     assert_eq!(
         refs("fn f<'a>(x: &'a str) { crate::bus::g() }", &["store"]),
         ["bus"]
-    );
-    // the old name of permissions counts as permissions
-    assert_eq!(
-        refs("use crate::access::Caller;", &["cli"]),
-        ["permissions"]
     );
 }
 

@@ -926,7 +926,7 @@ impl Manager {
                 .store
                 .project(&job.config.project)
                 .map_err(|e| format!("Job refused: project {}: {e}", job.config.project))?;
-            if !crate::access::Caller::User(user).can_modify_project(&project) {
+            if !crate::permissions::Caller::User(user).can_modify_project(&project) {
                 return Err(format!(
                     "Job refused: only the owner of project {} or an admin can create jobs for it; {u} is neither",
                     project.id
