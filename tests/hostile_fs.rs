@@ -629,8 +629,11 @@ fn code_research_document_folder_link_is_refused() {
     j["runtime"]["output"] = json!("# Research");
     let path = store.job_path(&q, agentstore::model::JobStatus::Finished, "r1");
     std::fs::write(&path, j.to_string()).unwrap();
-    let done =
-        agentstore::orchestrator::handle_finished_jobs(&store, &mut Default::default()).unwrap();
+    let done = agentstore::orchestrator::handle_finished_jobs(
+        &store,
+        &mut agentstore::orchestrator::handled::Completions::new(),
+    )
+    .unwrap();
     assert_eq!(done.len(), 1);
     assert!(
         done[0].action.contains("symbolic link") && done[0].action.contains("docs"),
