@@ -1,0 +1,367 @@
+//! Starting queued jobs (PRD §7): oldest first up to `worker_count`, reading and checking
+//! each job, launching its worker, recording it running, and backing off when the store
+//! cannot be written.
+
+use super::Manager;
+use super::launcher::{self, LaunchSpec, release};
+use super::poison::MarkKind;
+use super::{Running, add_secs, job_limit};
+use crate::model::{DocKind, Job, JobStatus, MAX_WORKER_COUNT, Timestamp};
+use crate::permissions::project_owner_login;
+use crate::store::{Event, StoreError, move_no_replace, read_limited};
+use std::path::PathBuf;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// A queued job read and ready to launch.
+struct PreparedStart {
+    id: String,
+    path: PathBuf,
+    job: Job,
+    args: Vec<String>,
+    limit: u64,
+}
+
+impl Manager {
+    // ---- starting ----------------------------------------------------------------------
+
+    pub(super) async fn start_jobs(&mut self) {
+        let q = self.cfg.queue.clone();
+        let dir = self.store.jobs_dir(&q, JobStatus::Queued);
+        let scan = match self.index.scan(&dir, self.store.validator()) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(queue = %q, "cannot scan {}: {e}", dir.display());
+                return;
+            }
+        };
+        for c in &scan.conflicts {
+            self.set_aside(c, "Dropbox conflict copy");
+        }
+        for r in &scan.refused {
+            self.set_aside(
+                r,
+                "not a regular file (a symbolic link, FIFO or device; never followed or read):",
+            );
+        }
+        for id in &scan.invalid {
+            self.fail_invalid(id, JobStatus::Queued).await;
+        }
+        let mut waiting = scan.ordered.len() + scan.pending;
+        if !self.paused {
+            let workers = self.config.worker_count.min(MAX_WORKER_COUNT);
+            let free = usize::try_from(workers)
+                .unwrap_or(1)
+                .saturating_sub(self.running.len());
+            let now = Instant::now();
+            self.backoff
+                .retain(|id, _| scan.ordered.iter().any(|o| o == id));
+            let startable: Vec<String> = scan
+                .ordered
+                .iter()
+                .filter(|id| self.backoff.get(*id).is_none_or(|(at, _)| *at <= now))
+                .take(free)
+                .cloned()
+                .collect();
+            // A marker naming each job is on disk for the whole attempt: if the manager dies
+            // meanwhile, its successor fails the job instead of trying it again.
+            let mut marked = Vec::new();
+            let mut ready = Vec::new();
+            for id in &startable {
+                if self.mark(MarkKind::Start, id) {
+                    marked.push(id.clone());
+                }
+                if let Some(p) = self.prepare_start(id).await {
+                    ready.push(p);
+                }
+            }
+            // Scope placements overlap: every StartTransientUnit and its JobRemoved are in
+            // flight together (never more than the free slots), and each worker is still
+            // released only after its own scope exists and its file is in running_jobs/.
+            let launcher = &self.launcher;
+            let (worker, env, limits) = (
+                &self.cfg.worker,
+                &self.cfg.worker_env,
+                self.config.resource_limits.as_ref(),
+            );
+            let launches = futures_util::future::join_all(ready.iter().map(|p| {
+                let spec = LaunchSpec {
+                    worker,
+                    args: p.args.clone(),
+                    env,
+                    job_id: &p.id,
+                    runtime_max_secs: p.limit,
+                    limits,
+                };
+                // Measured from before the launch: systemd's RuntimeMaxSec clock starts with
+                // the scope, so a job it kills at the limit has run at least `limit` by this
+                // clock.
+                let started_at = Instant::now();
+                async move { (started_at, launcher.launch(spec).await) }
+            }))
+            .await;
+            for (p, (started_at, launched)) in ready.into_iter().zip(launches) {
+                self.finish_start(p, started_at, launched).await;
+            }
+            for id in &marked {
+                self.unmark(MarkKind::Start, id);
+            }
+            for id in &startable {
+                if !self.backoff.contains_key(id.as_str()) {
+                    waiting = waiting.saturating_sub(1);
+                }
+            }
+        }
+        self.queued = u32::try_from(waiting).unwrap_or(u32::MAX);
+    }
+
+    pub(super) fn set_aside(&self, path: &std::path::Path, what: &str) {
+        let dir = self.store.conflicts_dir();
+        let name = path.file_name().map(|n| n.to_owned()).unwrap_or_default();
+        let to = dir.join(name);
+        let res = crate::store::safe::create_dir_all(&dir).and_then(|_| move_no_replace(path, &to));
+        let text = match res {
+            Ok(()) => format!("{what} {} set aside in {}", path.display(), to.display()),
+            Err(e) => format!("cannot set aside {what} {}: {e}", path.display()),
+        };
+        tracing::warn!(queue = %self.cfg.queue, "{text}");
+        self.store.append_daemon_log(&self.log_file, &text);
+        self.store.record_event(
+            &Event::new("queue-manager", "conflict_set_aside")
+                .queue(&self.cfg.queue)
+                .detail(text),
+        );
+    }
+
+    /// Reads a queued job and works out how to launch it; `None` when it was taken away,
+    /// has been failed (invalid, no account to run as) or is put off (the store cannot be
+    /// written).
+    async fn prepare_start(&mut self, id: &str) -> Option<PreparedStart> {
+        let q = self.cfg.queue.clone();
+        let path = self.store.job_path(&q, JobStatus::Queued, id);
+        let bytes = match read_limited(&path) {
+            Ok(b) => b,
+            Err(_) => return None, // taken away meanwhile
+        };
+        let job: Job = match self.store.parse_doc(DocKind::Job, &path, &bytes) {
+            Ok(j) => j,
+            Err(_) => {
+                self.fail_invalid(id, JobStatus::Queued).await;
+                return None;
+            }
+        };
+        self.index.forget(id);
+        if let Err(e) = self.may_run(&job) {
+            self.fail_owned(id, JobStatus::Queued, job, e).await;
+            return None;
+        }
+        let run_as = if self.root_mode {
+            match project_owner_login(&self.store, &job) {
+                Ok(n) => Some(n),
+                Err(e) => {
+                    self.fail_owned(id, JobStatus::Queued, job, e.to_string())
+                        .await;
+                    return None;
+                }
+            }
+        } else {
+            None
+        };
+        let limit = match job_limit(&job, &self.config) {
+            Ok(l) => l,
+            Err(e) => {
+                self.fail_owned(id, JobStatus::Queued, job, e).await;
+                return None;
+            }
+        };
+        // The store must take the job's next write before a worker is started for it: on a
+        // full disk the start is put off (with a growing pause), not tried again at once.
+        if let Err(e) = self.store.write_doc(DocKind::Job, &path, &job) {
+            self.back_off(id, &e.to_string());
+            return None;
+        }
+        // Values glued to their options and `--` before the job id: a job file named
+        // `--help.json` or `-V.json` is a job like any other, never an option.
+        let mut args = vec![
+            format!("--root={}", self.cfg.root.display()),
+            format!("--queue={q}"),
+            "--gate".to_string(),
+        ];
+        if let Some(u) = &run_as {
+            args.push(format!("--run-as={u}"));
+        }
+        args.push("--".to_string());
+        args.push(id.to_string());
+        Some(PreparedStart {
+            id: id.to_string(),
+            path,
+            job,
+            args,
+            limit,
+        })
+    }
+
+    /// Records a launched worker: the job file into running_jobs/, then the worker released.
+    async fn finish_start(
+        &mut self,
+        p: PreparedStart,
+        started_at: Instant,
+        launched: Result<launcher::Launched, launcher::LaunchError>,
+    ) {
+        let q = self.cfg.queue.clone();
+        let PreparedStart {
+            id,
+            path,
+            mut job,
+            limit,
+            ..
+        } = p;
+        let id = id.as_str();
+        let mut launched = match launched {
+            Ok(l) => l,
+            Err(e) => {
+                return self
+                    .fail_owned(id, JobStatus::Queued, job, format!("Cannot start job: {e}"))
+                    .await;
+            }
+        };
+        let now = Timestamp::now();
+        let r = &mut job.runtime;
+        r.status = JobStatus::Running;
+        r.start_time = Some(now);
+        r.finish_time = None;
+        r.process_id = Some(launched.pid);
+        r.llm_process_id = None;
+        r.error = None;
+        r.output = None;
+        r.host = Some(self.host.clone());
+        r.unit = launched.unit.clone();
+        let running_path = self.store.job_path(&q, JobStatus::Running, id);
+        let placed = self
+            .store
+            .write_doc(DocKind::Job, &path, &job)
+            .and_then(|_| {
+                move_no_replace(&path, &running_path).map_err(|source| StoreError::Io {
+                    path: running_path.clone(),
+                    source,
+                })
+            });
+        if let Err(e) = placed {
+            tracing::error!(job_id = %id, queue = %q, "cannot move job to running_jobs: {e}");
+            drop(launched.gate);
+            let _ = launched.child.wait().await;
+            self.launcher
+                .clean_up(launched.pid, launched.unit.as_deref())
+                .await;
+            return self.back_off(id, &e.to_string());
+        }
+        self.backoff.remove(id);
+        if let Err(e) = release(launched.gate).await {
+            // It died before it could start; the exit watcher reports it as dead.
+            tracing::warn!(job_id = %id, queue = %q, "worker gone before start: {e}");
+        }
+        let tx = self.exits_tx.clone();
+        let job_id = id.to_string();
+        let mut child = launched.child;
+        tokio::spawn(async move {
+            let _ = child.wait().await;
+            let _ = tx.send(job_id);
+        });
+        self.running.insert(
+            id.to_string(),
+            Running {
+                pid: launched.pid,
+                unit: launched.unit.clone(),
+                started_at,
+                limit,
+                deadline: add_secs(started_at, limit),
+                end: None,
+                kill_at: None,
+            },
+        );
+        tracing::info!(job_id = %id, queue = %q, pid = launched.pid,
+            unit = launched.unit.as_deref().unwrap_or("-"), "job started");
+        self.store.record_event(
+            &Event::new("queue-manager", "job_started")
+                .job(id)
+                .queue(&q)
+                .project(&job.config.project)
+                .detail(format!("pid {}", launched.pid)),
+        );
+        self.store.append_daemon_log(
+            &self.log_file,
+            &format!("job {id} started (worker pid {})", launched.pid),
+        );
+        self.signal(id, JobStatus::Queued, JobStatus::Running).await;
+    }
+
+    /// Puts off starting `id` after a failure that is not the job's fault (the store cannot be
+    /// written): 2 s, doubling up to 5 minutes.
+    pub(super) fn back_off(&mut self, id: &str, error: &str) {
+        let n = self
+            .backoff
+            .get(id)
+            .map_or(0, |(_, n)| *n)
+            .saturating_add(1);
+        let pause = Duration::from_secs(1u64 << n.min(8)).min(Duration::from_secs(300));
+        self.backoff.insert(
+            id.to_string(),
+            (add_secs(Instant::now(), pause.as_secs()), n),
+        );
+        tracing::warn!(job_id = %id, queue = %self.cfg.queue,
+            "cannot start job (attempt {n}): {error}; trying again in {} s", pause.as_secs());
+        self.store.append_daemon_log(
+            &self.log_file,
+            &format!(
+                "job {id} not started (attempt {n}): {error}; next try in {} s",
+                pause.as_secs()
+            ),
+        );
+    }
+
+    /// Whether the store takes a write now (a worker that died without a word may have died
+    /// of a full disk): `Some(reason)` when it does not.
+    pub(super) fn store_write_error(&self) -> Option<String> {
+        let dir = self.store.jobs_dir(&self.cfg.queue, JobStatus::Running);
+        let probe = dir.join(format!(".write-probe-{}.tmp", std::process::id()));
+        let res = std::fs::write(&probe, [0u8; 4096])
+            .and_then(|_| std::fs::File::open(&probe)?.sync_all());
+        let _ = std::fs::remove_file(&probe);
+        res.err().map(|e| {
+            format!(
+                "The job's result could not be saved: the store cannot be written ({e}); the worker stopped when it could not write the job file"
+            )
+        })
+    }
+
+    /// The checks a job file gets whoever wrote it (the orchestrator makes the same ones when
+    /// it creates a job): PRD §10 — a job that names its user runs only if that user owns the
+    /// project or is an admin — and extra args never widen the queue's permissions.
+    pub(super) fn may_run(&self, job: &Job) -> Result<(), String> {
+        if let Some(arg) = crate::model::permission_widening_arg(&job.config.claude_extra_args)
+            && self.config.allow_permission_args != Some(true)
+        {
+            return Err(format!(
+                "Invalid job: claude_extra_args {arg:?} would change the agent's permissions, which queue {} does not allow (its allow_permission_args is not true)",
+                self.cfg.queue
+            ));
+        }
+        if let Some(u) = &job.config.user {
+            let user = self
+                .store
+                .user(u)
+                .map_err(|e| format!("Job refused: its user {u}: {e}"))?;
+            let project = self
+                .store
+                .project(&job.config.project)
+                .map_err(|e| format!("Job refused: project {}: {e}", job.config.project))?;
+            if !crate::permissions::Caller::User(user).can_modify_project(&project) {
+                return Err(format!(
+                    "Job refused: only the owner of project {} or an admin can create jobs for it; {u} is neither",
+                    project.id
+                ));
+            }
+        }
+        Ok(())
+    }
+}

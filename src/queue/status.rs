@@ -1,0 +1,91 @@
+//! What the queue manager reports (PRD §4.5, §7): `queue.json`'s runtime, the served
+//! `org.agentstore.Queue1` properties and the `JobStateChanged` signals.
+
+use super::Manager;
+use crate::bus::queue::{QueueObject, QueueState};
+use crate::model::{DocKind, JobStatus, Timestamp};
+
+impl Manager {
+    pub(super) async fn signal(&mut self, id: &str, old: JobStatus, new: JobStatus) {
+        self.pending.push((id.to_string(), old, new));
+    }
+
+    /// Emits, in this order, the property changes of the step (`changed`: the state before
+    /// and after), then the job moves it made: a client (or a proxy's property cache) sees
+    /// the new counts before the moves they count. Awaited here, never from a spawned task,
+    /// so the order on the bus is the order of the calls.
+    pub(super) async fn flush_signals(&mut self, changed: Option<(QueueState, QueueState)>) {
+        let pending = std::mem::take(&mut self.pending);
+        let Some(iface) = &self.iface else { return };
+        if let Some((old, new)) = changed {
+            let obj = iface.get().await;
+            let e = iface.signal_emitter();
+            if old.worker_count != new.worker_count {
+                let _ = obj.worker_count_changed(e).await;
+            }
+            if old.active_jobs != new.active_jobs {
+                let _ = obj.active_jobs_changed(e).await;
+            }
+            if old.queued_jobs != new.queued_jobs {
+                let _ = obj.queued_jobs_changed(e).await;
+            }
+            if old.paused != new.paused {
+                let _ = obj.paused_changed(e).await;
+            }
+        }
+        for (id, old, new) in pending {
+            if let Err(e) =
+                QueueObject::job_state_changed(iface.signal_emitter(), &id, old.name(), new.name())
+                    .await
+            {
+                tracing::debug!("JobStateChanged: {e}");
+            }
+        }
+    }
+    // ---- runtime -----------------------------------------------------------------------
+
+    /// Writes `queue.json`'s runtime (PRD §4.5); `reset` = the startup reset. Returns the
+    /// served state before and after, for [`Self::flush_signals`] (`None` on the reset).
+    pub(super) fn write_runtime(&mut self, reset: bool) -> Option<(QueueState, QueueState)> {
+        let q = self.cfg.queue.clone();
+        let mut doc = match self.store.queue(&q) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!(queue = %q, "cannot read queue.json: {e}");
+                return None;
+            }
+        };
+        let now = Timestamp::now();
+        doc.runtime.process_id = Some(std::process::id());
+        doc.runtime.host = Some(self.host.clone());
+        doc.runtime.paused = Some(self.paused);
+        if reset {
+            doc.runtime.active_jobs = 0;
+            doc.runtime.queued_jobs = 0;
+            doc.runtime.last_update = None;
+        } else {
+            doc.runtime.active_jobs = u32::try_from(self.running.len()).unwrap_or(u32::MAX);
+            doc.runtime.queued_jobs = self.queued;
+            doc.runtime.last_update = Some(now);
+        }
+        let path = self.store.queue_path(&q);
+        if let Err(e) = self.store.write_doc(DocKind::Queue, &path, &doc) {
+            tracing::warn!(queue = %q, "cannot write queue.json: {e}");
+        }
+        if reset {
+            return None;
+        }
+        let new = QueueState {
+            worker_count: doc.config.worker_count,
+            active_jobs: doc.runtime.active_jobs,
+            queued_jobs: doc.runtime.queued_jobs,
+            paused: self.paused,
+            last_update: now.to_string(),
+        };
+        let old = {
+            let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            std::mem::replace(&mut *s, new.clone())
+        };
+        Some((old, new))
+    }
+}

@@ -1,0 +1,318 @@
+//! Supervising running jobs (PRD §7): failing jobs, worker exits and settling their end,
+//! timeouts, re-adopting this host's running jobs and the `rest_interval` sweep.
+
+use super::Manager;
+use super::poison::MarkKind;
+use super::selection::QueuedIndex;
+use super::{EndCause, KILL_GRACE, Running, WORKER_DIED, add_secs, job_limit, pidwatch};
+use crate::model::{DocKind, Job, JobStatus, MAX_TIMEOUT_SECONDS, Timestamp};
+use crate::store::jobfile::{fail_raw, set_failed, write_and_move};
+use crate::store::{Event, StoreError, read_limited};
+use nix::sys::signal::Signal;
+use std::time::Duration;
+use tokio::time::Instant;
+
+impl Manager {
+    pub(super) async fn fail_invalid(&mut self, id: &str, from: JobStatus) {
+        let q = self.cfg.queue.clone();
+        let path = self.store.job_path(&q, from, id);
+        let Ok(bytes) = read_limited(&path) else {
+            return;
+        };
+        let error = match self.store.parse_doc::<Job>(DocKind::Job, &path, &bytes) {
+            Err(StoreError::Invalid { rejection, .. }) => format!("Invalid job file: {rejection}"),
+            Err(e) => format!("Invalid job file: {e}"),
+            Ok(_) => return,
+        };
+        self.index.forget(id);
+        match fail_raw(&self.store, &q, id, from, &bytes, &error) {
+            Ok(_) => self.ended(id, from, JobStatus::Failed, &error).await,
+            Err(e) => tracing::error!(job_id = %id, queue = %q, "cannot fail invalid job: {e}"),
+        }
+    }
+
+    /// Fails a job the manager owns (queued, or running with its worker dead).
+    pub(super) async fn fail_owned(
+        &mut self,
+        id: &str,
+        from: JobStatus,
+        mut job: Job,
+        error: String,
+    ) {
+        let q = self.cfg.queue.clone();
+        set_failed(&mut job, error.clone());
+        match write_and_move(&self.store, &q, id, from, &job) {
+            Ok(_) => self.ended(id, from, JobStatus::Failed, &error).await,
+            Err(e) => tracing::error!(job_id = %id, queue = %q, "cannot fail job: {e}"),
+        }
+    }
+
+    pub(super) async fn ended(&mut self, id: &str, from: JobStatus, to: JobStatus, error: &str) {
+        self.store_errors.remove(id);
+        self.backoff.remove(id);
+        let q = &self.cfg.queue;
+        let event = if to == JobStatus::Failed {
+            "job_failed"
+        } else {
+            "job_finished"
+        };
+        tracing::warn!(job_id = %id, queue = %q, "job {}: {error}", to.name());
+        self.store.record_event(
+            &Event::new("queue-manager", event)
+                .job(id)
+                .queue(q)
+                .detail(error),
+        );
+        self.store
+            .append_daemon_log(&self.log_file, &format!("job {id} {}: {error}", to.name()));
+        self.signal(id, from, to).await;
+    }
+
+    // ---- running jobs ------------------------------------------------------------------
+
+    /// Takes over this host's jobs in `running_jobs/` whose worker still runs; fails those
+    /// whose worker is gone (PRD §11 scenario 2).
+    pub(super) fn adopt_running(&mut self) -> Vec<String> {
+        let q = self.cfg.queue.clone();
+        let dir = self.store.jobs_dir(&q, JobStatus::Running);
+        let docs = match crate::store::scan_dir(&dir) {
+            Ok(s) => s.documents,
+            Err(e) => {
+                tracing::warn!(queue = %q, "cannot scan {}: {e}", dir.display());
+                return Vec::new();
+            }
+        };
+        let mut dead = Vec::new();
+        for path in docs {
+            let Some(id) = crate::store::file_id(&path).map(str::to_string) else {
+                continue;
+            };
+            if self.running.contains_key(&id) {
+                continue;
+            }
+            if !self.adopt_one(&id, &path) {
+                dead.push(id);
+            }
+        }
+        dead
+    }
+
+    /// Adopts one running job; false when its worker is gone (the job is to be settled).
+    pub(super) fn adopt_one(&mut self, id: &str, path: &std::path::Path) -> bool {
+        let job: Job = match self.store.read_doc(DocKind::Job, path) {
+            Ok(j) => j,
+            Err(_) => return true,
+        };
+        if job.runtime.host.as_deref().is_some_and(|h| h != self.host) {
+            return true; // another machine's job
+        }
+        let marked = self.mark(MarkKind::Adopt, id);
+        let alive = self.adopt_job(id, &job);
+        if marked {
+            self.unmark(MarkKind::Adopt, id);
+        }
+        alive
+    }
+
+    pub(super) fn adopt_job(&mut self, id: &str, job: &Job) -> bool {
+        let q = self.cfg.queue.clone();
+        let Some(pid) = job
+            .runtime
+            .process_id
+            .filter(|p| pidwatch::is_worker_of(*p, id))
+        else {
+            return false;
+        };
+        let Some(fd) = pidwatch::pidfd_open(pid) else {
+            return false;
+        };
+        // A limit out of range (a loosened schema) still gets a deadline: the longest allowed.
+        let limit = job_limit(job, &self.config).unwrap_or(MAX_TIMEOUT_SECONDS);
+        let ran = job
+            .runtime
+            .start_time
+            .map(|s| s.seconds_until(&Timestamp::now()).max(0.0))
+            .unwrap_or(0.0);
+        let now = Instant::now();
+        let started_at = Duration::try_from_secs_f64(ran)
+            .ok()
+            .and_then(|d| now.checked_sub(d))
+            .unwrap_or(now);
+        let tx = self.exits_tx.clone();
+        let job_id = id.to_string();
+        tokio::spawn(async move {
+            pidwatch::wait_exit(fd).await;
+            let _ = tx.send(job_id);
+        });
+        tracing::info!(job_id = %id, queue = %q, pid, "re-adopted running job");
+        self.store.append_daemon_log(
+            &self.log_file,
+            &format!("job {id} re-adopted (worker pid {pid})"),
+        );
+        self.running.insert(
+            id.to_string(),
+            Running {
+                pid,
+                unit: job.runtime.unit.clone(),
+                started_at,
+                limit,
+                deadline: add_secs(started_at, limit),
+                end: None,
+                kill_at: None,
+            },
+        );
+        true
+    }
+
+    pub(super) async fn on_exit(&mut self, id: &str) {
+        let Some(r) = self.running.remove(id) else {
+            return;
+        };
+        self.launcher.clean_up(r.pid, r.unit.as_deref()).await;
+        self.settle(id, Some(r)).await;
+    }
+
+    /// After a worker is gone: signals the end it reported, or writes the end it could not
+    /// (`r` is `None` for a job found running with no live worker).
+    pub(super) async fn settle(&mut self, id: &str, r: Option<Running>) {
+        let q = self.cfg.queue.clone();
+        let path = self.store.job_path(&q, JobStatus::Running, id);
+        // Still in running_jobs/ means the worker did not end it, even when a file of the
+        // same id exists in finished_jobs/ (an id collision: the worker's move was refused).
+        if !path.is_file() {
+            let collided = crate::store::jobfile::collision_path(&self.store, &q, id, 1).is_file();
+            let ended = [JobStatus::Failed, JobStatus::Finished]
+                .into_iter()
+                .find(|to| self.store.job_path(&q, *to, id).is_file());
+            let to = if collided {
+                Some(JobStatus::Failed)
+            } else {
+                ended
+            };
+            match to {
+                Some(to) => {
+                    self.store.append_daemon_log(
+                        &self.log_file,
+                        &format!("job {id} {} (worker exited)", to.name()),
+                    );
+                    self.signal(id, JobStatus::Running, to).await;
+                }
+                None => {
+                    tracing::warn!(job_id = %id, queue = %q, "job file vanished from running_jobs")
+                }
+            }
+            return;
+        }
+        let Ok(bytes) = read_limited(&path) else {
+            tracing::warn!(job_id = %id, queue = %q, "job file vanished from running_jobs");
+            return;
+        };
+        if !self.store_errors.contains_key(id)
+            && r.as_ref().is_none_or(|r| r.end.is_none())
+            && let Some(e) = self.store_write_error()
+        {
+            self.store_errors.insert(id.to_string(), e);
+        }
+        let died = self
+            .store_errors
+            .get(id)
+            .cloned()
+            .unwrap_or_else(|| WORKER_DIED.to_string());
+        let error = match r {
+            None => died,
+            Some(r) => {
+                let elapsed = r.started_at.elapsed().as_secs_f64();
+                let timeout = format!(
+                    "Job timeout after {}s (limit: {}s)",
+                    elapsed.floor() as u64,
+                    r.limit
+                );
+                match &r.end {
+                    Some(EndCause::Cancelled(by)) => format!("Job cancelled by {by}"),
+                    Some(EndCause::Timeout) => timeout,
+                    None if elapsed >= r.limit as f64 => timeout,
+                    None => died,
+                }
+            }
+        };
+        match self.store.parse_doc::<Job>(DocKind::Job, &path, &bytes) {
+            Ok(job) => self.fail_owned(id, JobStatus::Running, job, error).await,
+            Err(_) => match fail_raw(&self.store, &q, id, JobStatus::Running, &bytes, &error) {
+                Ok(_) => {
+                    self.ended(id, JobStatus::Running, JobStatus::Failed, &error)
+                        .await
+                }
+                Err(e) => tracing::error!(job_id = %id, queue = %q, "cannot fail job: {e}"),
+            },
+        }
+    }
+
+    pub(super) async fn stop_job(&mut self, id: &str, cause: EndCause) {
+        let Some(r) = self.running.get_mut(id) else {
+            return;
+        };
+        if r.end.is_none() {
+            r.end = Some(cause);
+        }
+        r.kill_at = Some(Instant::now() + KILL_GRACE);
+        let (pid, unit) = (r.pid, r.unit.clone());
+        self.launcher
+            .signal(pid, unit.as_deref(), Signal::SIGTERM)
+            .await;
+    }
+
+    pub(super) async fn on_deadlines(&mut self) {
+        let now = Instant::now();
+        let mut overdue = Vec::new();
+        let mut kill = Vec::new();
+        for (id, r) in &mut self.running {
+            match (&r.end, r.kill_at) {
+                (None, _) if now >= r.deadline => overdue.push(id.clone()),
+                (Some(_), Some(k)) if now >= k => {
+                    r.kill_at = None;
+                    kill.push((r.pid, r.unit.clone()));
+                }
+                _ => {}
+            }
+        }
+        for id in overdue {
+            tracing::warn!(job_id = %id, queue = %self.cfg.queue, "job timed out; stopping it");
+            self.stop_job(&id, EndCause::Timeout).await;
+        }
+        for (pid, unit) in kill {
+            self.launcher
+                .signal(pid, unit.as_deref(), Signal::SIGKILL)
+                .await;
+        }
+    }
+
+    pub(super) async fn sweep(&mut self) {
+        // Workers that vanished without an exit notice (should not happen; cheap to check).
+        let gone: Vec<String> = self
+            .running
+            .iter()
+            .filter(|(id, r)| !pidwatch::is_worker_of(r.pid, id))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in gone {
+            self.on_exit(&id).await;
+        }
+        // Running files nobody watches (a restart race, a synced-in file from this host).
+        for id in self.adopt_running() {
+            self.settle(&id, None).await;
+        }
+        while let Ok(id) = self.exits_rx.try_recv() {
+            self.on_exit(&id).await;
+        }
+        self.index = QueuedIndex::default();
+        let status = format!(
+            "{} running, {} queued{}",
+            self.running.len(),
+            self.queued,
+            if self.paused { ", paused" } else { "" }
+        );
+        crate::systemd::notify_status(&status);
+        self.store
+            .append_daemon_log(&self.log_file, &format!("sweep: {status}"));
+    }
+}
