@@ -363,23 +363,8 @@ impl StreamTable {
         if let Some(f) = &self.fitted {
             return f.clone();
         }
-        let n = self.widths.len();
         let mut widths = self.widths.clone();
-        let total = |w: &[usize]| w.iter().sum::<usize>() + 2 * (n.saturating_sub(1));
-        while total(&widths) > super::render::WIDTH {
-            let Some((i, _)) = widths
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| !self.keep.contains(i))
-                .max_by_key(|(_, w)| **w)
-            else {
-                break;
-            };
-            if widths[i] <= 8 {
-                break;
-            }
-            widths[i] -= 1;
-        }
+        super::render::fit_widths(&mut widths, &self.keep);
         self.fitted = Some(widths.clone());
         widths
     }

@@ -65,22 +65,7 @@ impl Table {
                 widths[i] = widths[i].max(c.chars().count());
             }
         }
-        // Shrink the widest columns until the whole line fits.
-        let total = |w: &[usize]| w.iter().sum::<usize>() + 2 * (n.saturating_sub(1));
-        while total(&widths) > WIDTH {
-            let Some((i, _)) = widths
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| !self.keep.contains(i))
-                .max_by_key(|(_, w)| **w)
-            else {
-                break;
-            };
-            if widths[i] <= 8 {
-                break;
-            }
-            widths[i] -= 1;
-        }
+        fit_widths(&mut widths, &self.keep);
         let line = |cells: &[String]| {
             let mut s = String::new();
             for (i, w) in widths.iter().enumerate() {
@@ -200,6 +185,27 @@ impl<'a> JsonArrayWriter<'a> {
     pub fn finish(self) -> io::Result<()> {
         self.out
             .write_all(if self.first { b"]\n" } else { b"\n]\n" })
+    }
+}
+
+/// Shrinks the widest columns (never those in `keep`, never below 8) until a line of these
+/// widths, two spaces apart, fits in [`WIDTH`].
+pub fn fit_widths(widths: &mut [usize], keep: &[usize]) {
+    let n = widths.len();
+    let total = |w: &[usize]| w.iter().sum::<usize>() + 2 * (n.saturating_sub(1));
+    while total(widths) > WIDTH {
+        let Some((i, _)) = widths
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !keep.contains(i))
+            .max_by_key(|(_, w)| **w)
+        else {
+            break;
+        };
+        if widths[i] <= 8 {
+            break;
+        }
+        widths[i] -= 1;
     }
 }
 

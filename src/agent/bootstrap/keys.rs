@@ -65,6 +65,13 @@ pub fn write_env(
     for (k, v) in &all {
         text.push_str(&format!("{k}=\"{}\"\n", v.replace('"', "")));
     }
+    write_private(path, &text)?;
+    Ok(all.into_keys().collect())
+}
+
+/// Writes `text` to `path` mode 0600, atomically: a `.partial` file created new (never
+/// through an existing file or link), synced, then renamed over `path`.
+pub fn write_private(path: &Path, text: &str) -> Result<(), BootstrapError> {
     let mut partial = path.as_os_str().to_owned();
     partial.push(".partial");
     let partial = PathBuf::from(partial);
@@ -78,8 +85,7 @@ pub fn write_env(
     f.write_all(text.as_bytes())
         .and_then(|()| f.sync_all())
         .map_err(|e| BootstrapError::io("writing", &partial, e))?;
-    std::fs::rename(&partial, path).map_err(|e| BootstrapError::io("renaming", path, e))?;
-    Ok(all.into_keys().collect())
+    std::fs::rename(&partial, path).map_err(|e| BootstrapError::io("renaming", path, e))
 }
 
 #[cfg(test)]

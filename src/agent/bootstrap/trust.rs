@@ -6,8 +6,6 @@
 //! untrusted again.
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
@@ -81,20 +79,7 @@ pub fn trust(home: &AgentHome, root: &Path, config: &[u8]) -> Result<String, Boo
     let path = store_path(home);
     std::fs::create_dir_all(&home.dir).map_err(|e| BootstrapError::io("creating", &home.dir, e))?;
     let text = serde_json::to_string_pretty(&store).unwrap_or_else(|_| "{}".into());
-    let mut partial = path.as_os_str().to_owned();
-    partial.push(".partial");
-    let partial = PathBuf::from(partial);
-    let _ = std::fs::remove_file(&partial);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&partial)
-        .map_err(|e| BootstrapError::io("creating", &partial, e))?;
-    f.write_all(text.as_bytes())
-        .and_then(|()| f.sync_all())
-        .map_err(|e| BootstrapError::io("writing", &partial, e))?;
-    std::fs::rename(&partial, &path).map_err(|e| BootstrapError::io("renaming", &path, e))?;
+    super::keys::write_private(&path, &text)?;
     Ok(hash)
 }
 
