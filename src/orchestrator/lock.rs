@@ -213,17 +213,7 @@ impl StoreLock {
             match nix::fcntl::Flock::lock(local, nix::fcntl::FlockArg::LockExclusiveNonblock) {
                 Ok(l) => l,
                 Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
-                    return Err(match read_lock(path) {
-                        Some(h) => LockError::Held {
-                            host: h.host,
-                            pid: h.pid,
-                            path: path.to_path_buf(),
-                        },
-                        None => LockError::Unknown {
-                            path: path.to_path_buf(),
-                            age_secs: 0,
-                        },
-                    });
+                    return Err(held_by(read_lock(path), path));
                 }
                 Err((_, e)) => return Err(io(std::io::Error::from(e))),
             };
@@ -301,18 +291,7 @@ impl StoreLock {
                 // Someone replaced it between our read and our rename: that is their lock.
                 let _ = std::fs::hard_link(&aside, path);
                 let _ = std::fs::remove_file(&aside);
-                let held = moved.as_deref().and_then(parse_lock);
-                return Err(match held {
-                    Some(h) => LockError::Held {
-                        host: h.host,
-                        pid: h.pid,
-                        path: path.to_path_buf(),
-                    },
-                    None => LockError::Unknown {
-                        path: path.to_path_buf(),
-                        age_secs: 0,
-                    },
-                });
+                return Err(held_by(moved.as_deref().and_then(parse_lock), path));
             }
             let _ = std::fs::remove_file(&aside);
         }
@@ -352,6 +331,22 @@ impl Drop for StoreLock {
         {
             let _ = std::fs::remove_file(&self.path);
         }
+    }
+}
+
+/// The refusal for a lock someone else holds: who, when the file says so, else an unknown
+/// owner (an empty or unreadable lock, just taken).
+fn held_by(holder: Option<LockInfo>, path: &Path) -> LockError {
+    match holder {
+        Some(h) => LockError::Held {
+            host: h.host,
+            pid: h.pid,
+            path: path.to_path_buf(),
+        },
+        None => LockError::Unknown {
+            path: path.to_path_buf(),
+            age_secs: 0,
+        },
     }
 }
 
