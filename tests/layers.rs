@@ -55,13 +55,6 @@ const AGENT_USERS: &[&str] = &["bin", "cli", "worker"];
 /// with the arrow.
 const EXCEPTIONS: &[(&str, &str, &str)] = &[
     (
-        "src/orchestrator/daemon.rs",
-        "bus",
-        "the orchestrator service state (`Shared`) and submit logic still live in \
-         bus/orchestrator.rs; moving them into orchestrator/ (issue 12 item 1) waits until the \
-         parallel daemon work on those files has merged",
-    ),
-    (
         "src/queue/manager.rs",
         "bus",
         "the queue manager serves `bus::queue::QueueObject` itself (it builds the object, owns \

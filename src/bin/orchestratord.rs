@@ -11,13 +11,13 @@ fn main() -> ExitCode {
     let args = Args::parse();
     agentstore::systemd::init_logging("orchestratord", "info");
     let (root, _) = resolve_daemon_root(args.root.as_deref());
+    let bus = if args.no_bus {
+        None
+    } else {
+        args.bus.for_daemon()
+    };
     let opts = DaemonOptions {
         root,
-        bus: if args.no_bus {
-            None
-        } else {
-            args.bus.for_daemon()
-        },
         idle_exit: args.idle_exit.map(Duration::from_secs),
         sweep_interval: args.sweep_interval.map(Duration::from_secs),
         no_inotify: args.no_inotify,
@@ -33,7 +33,8 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = rt.block_on(run(opts, async {
+    let frontend = agentstore::bus::orchestrator::DbusFrontend::new(bus);
+    let result = rt.block_on(run(opts, frontend, async {
         agentstore::systemd::shutdown_signal().await;
     }));
     match result {

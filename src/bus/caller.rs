@@ -1,66 +1,11 @@
-//! Who is calling: the D-Bus sender's Unix uid (`GetConnectionUnixUser`) mapped to a user in
-//! `users/` (its `unix_user`, else its id) — one rule for every agentstore interface.
+//! Who is calling over D-Bus: the sender's Unix uid (`GetConnectionUnixUser`); the uid is
+//! mapped to a PRD §10 caller by [`caller_for_uid`] (the orchestrator's one rule, re-exported
+//! here for the interfaces).
 
 use super::BusError;
-use crate::orchestrator::RouteError;
-use crate::permissions::Caller;
-use crate::store::{Store, StoreError};
 use zbus::message::Header;
 
-/// The login name of a uid, if it has one.
-pub fn login_name(uid: u32) -> Option<String> {
-    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
-        .ok()
-        .flatten()
-        .map(|u| u.name)
-}
-
-/// Maps a D-Bus caller's Unix user to a PRD §10 caller. Root and the daemon's own user are
-/// trusted and may act for the message's `user`; anyone else is the user whose document's
-/// `unix_user` (or id) is their login name.
-pub fn caller_for_uid(
-    store: &Store,
-    uid: u32,
-    own_uid: u32,
-    claimed: Option<&str>,
-) -> Result<Caller, RouteError> {
-    let lookup = |id: &str| -> Result<Caller, RouteError> {
-        match store.user(id) {
-            Ok(u) => Ok(Caller::User(u)),
-            Err(StoreError::NotFound { .. }) => {
-                Err(RouteError::NotFound(format!("User not found: {id}")))
-            }
-            Err(e) => Err(e.into()),
-        }
-    };
-    if uid == 0 || uid == own_uid {
-        return match claimed {
-            Some(id) => lookup(id),
-            None => Ok(Caller::Trusted),
-        };
-    }
-    let name = login_name(uid)
-        .ok_or_else(|| RouteError::PermissionDenied(format!("uid {uid} has no user name")))?;
-    let mut ignore = |_| {};
-    let user = store
-        .users(&mut ignore)?
-        .into_iter()
-        .find(|u| u.unix_name() == name)
-        .ok_or_else(|| {
-            RouteError::PermissionDenied(format!(
-                "Unix user {name} (uid {uid}) has no document in users/ (ask an admin to add one with unix_user: {name})"
-            ))
-        })?;
-    if let Some(c) = claimed
-        && c != user.id
-    {
-        return Err(RouteError::PermissionDenied(format!(
-            "Unix user {name} is {}, not {c}",
-            user.id
-        )));
-    }
-    Ok(Caller::User(user))
-}
+pub use crate::orchestrator::caller::{caller_for_uid, login_name};
 
 /// The Unix uid of the sender of the message being handled.
 pub async fn caller_uid(conn: &zbus::Connection, hdr: &Header<'_>) -> Result<u32, BusError> {

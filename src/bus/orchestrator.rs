@@ -1,63 +1,22 @@
 //! `org.agentstore.Orchestrator1` at `/org/agentstore/Orchestrator1`: the orchestrator's
 //! D-Bus API (server side) and its client proxy.
+//!
+//! A thin adapter: each method finds the caller's uid, hands the call to the orchestrator
+//! service (`orchestrator::service`), and translates its answer and errors into D-Bus
+//! (`bus::error`); [`DbusFrontend`] serves the object for the daemon and turns what a pass
+//! answered into signals.
 
 use super::BusError;
-use super::caller::{caller_for_uid, caller_uid};
-use crate::model::{DocKind, Message, Timestamp};
-use crate::orchestrator::daemon::CycleReport;
-use crate::orchestrator::{self, DAEMON};
-use crate::store::{Event, Store};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use super::caller::caller_uid;
+use super::{BusKind, ORCHESTRATOR_NAME, ORCHESTRATOR_PATH};
+use crate::orchestrator::daemon::{CycleReport, DaemonError};
+use crate::orchestrator::service::{self, Frontend};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use zbus::message::Header;
 use zbus::object_server::SignalEmitter;
 
-/// State shared by the daemon loop and the D-Bus object.
-#[derive(Debug)]
-pub struct Shared {
-    /// The store.
-    pub store: Store,
-    /// Serialises routing: the loop and D-Bus calls never handle messages at the same time.
-    pub routing: Mutex<()>,
-    /// Messages answered since start.
-    pub messages_processed: AtomicU64,
-    /// Jobs created since start.
-    pub jobs_created: AtomicU64,
-    /// Messages answered with an error since start.
-    pub errors: AtomicU64,
-    /// End of the last loop.
-    pub last_loop: Mutex<Option<Timestamp>>,
-    /// Bumped on every call, so the idle timer restarts.
-    pub activity: AtomicU64,
-    /// Our own uid: calls from it (and root) are trusted.
-    pub own_uid: u32,
-    /// Why the store cannot be written, while it cannot (a full disk): the daemon then
-    /// answers only read-only commands.
-    pub read_only: Mutex<Option<String>>,
-    /// Event-driven completion handling: the handled-log and the jobs reported finished.
-    pub completions: Mutex<crate::orchestrator::handled::Completions>,
-    /// Job heads for `ListJobs`, kept between calls (folders re-listed only when changed).
-    pub job_index: Mutex<crate::store::listing::JobIndex>,
-}
-
-impl Shared {
-    /// Wraps an opened store.
-    pub fn new(store: Store) -> Arc<Shared> {
-        Arc::new(Shared {
-            store,
-            routing: Mutex::new(()),
-            messages_processed: AtomicU64::new(0),
-            jobs_created: AtomicU64::new(0),
-            errors: AtomicU64::new(0),
-            last_loop: Mutex::new(None),
-            activity: AtomicU64::new(0),
-            own_uid: nix::unistd::getuid().as_raw(),
-            read_only: Mutex::new(None),
-            completions: Mutex::new(crate::orchestrator::handled::Completions::new()),
-            job_index: Mutex::new(Default::default()),
-        })
-    }
-}
+pub use crate::orchestrator::service::Shared;
 
 /// The D-Bus object.
 #[derive(Debug, Clone)]
@@ -105,9 +64,10 @@ impl OrchestratorObject {
         self.shared.activity.fetch_add(1, Ordering::Relaxed);
         let uid = caller_uid(conn, &hdr).await?;
         let shared = self.shared.clone();
-        let outcome = tokio::task::spawn_blocking(move || submit_blocking(&shared, &message, uid))
-            .await
-            .map_err(|e| BusError::Failed(e.to_string()))??;
+        let outcome =
+            tokio::task::spawn_blocking(move || service::submit(&shared, &message, uid))
+                .await
+                .map_err(|e| BusError::Failed(e.to_string()))??;
         let r = &outcome.response;
         let status = if outcome.error.is_some() {
             "error"
@@ -176,23 +136,8 @@ impl OrchestratorObject {
     ) -> Result<u32, BusError> {
         self.shared.activity.fetch_add(1, Ordering::Relaxed);
         let uid = caller_uid(conn, &hdr).await?;
-        let who = caller_for_uid(&self.shared.store, uid, self.shared.own_uid, None)?;
-        if !who.is_admin() {
-            return Err(BusError::permission_denied("only admins can sweep"));
-        }
-        if let Some(why) = self.shared.read_only.lock().ok().and_then(|r| r.clone()) {
-            return Err(BusError::Failed(format!(
-                "orchestratord is read-only for now: {why}"
-            )));
-        }
-        if let Ok(mut c) = self.shared.completions.lock() {
-            c.request_full_sweep();
-        }
         let shared = self.shared.clone();
-        let report =
-            tokio::task::spawn_blocking(move || crate::orchestrator::daemon::cycle_report(&shared))
-                .await?
-                .map_err(|e| BusError::Failed(e.to_string()))?;
+        let report = tokio::task::spawn_blocking(move || service::sweep(&shared, uid)).await??;
         Self::emit_cycle_signals(&emitter, &report).await;
         Ok(u32::try_from(report.handled).unwrap_or(u32::MAX))
     }
@@ -256,97 +201,55 @@ impl OrchestratorObject {
     ) -> zbus::Result<()>;
 }
 
-/// Parses, fills defaults, validates and handles a submitted message.
-fn submit_blocking(
-    shared: &Shared,
-    text: &str,
-    uid: u32,
-) -> Result<orchestrator::Outcome, BusError> {
-    let store = &shared.store;
-    let mut value: serde_json::Value =
-        crate::model::strict::parse_value(text.as_bytes()).map_err(|e| {
-            BusError::InvalidMessage(format!("Invalid message format: not valid JSON: {e}"))
-        })?;
-    if let Some(obj) = value.as_object_mut() {
-        obj.entry("correlation_id")
-            .or_insert_with(|| uuid::Uuid::new_v4().to_string().into());
-        obj.entry("source").or_insert_with(|| "user".into());
-        obj.entry("queue_time")
-            .or_insert_with(|| Timestamp::now().to_string().into());
-        obj.entry("status").or_insert_with(|| "queued".into());
-        obj.entry("content")
-            .or_insert_with(|| serde_json::json!({}));
-    }
-    if let Err(rej) = store.validator().validate(DocKind::Message, &value) {
-        let bytes = value.to_string().into_bytes();
-        store.log_rejection(std::path::Path::new("dbus-submit.json"), &bytes, &rej);
-        return Err(BusError::InvalidMessage(format!(
-            "Invalid message format: {rej}"
-        )));
-    }
-    let msg: Message = serde_json::from_value(value)
-        .map_err(|e| BusError::InvalidMessage(format!("Invalid message format: {e}")))?;
-    let who = caller_for_uid(store, uid, shared.own_uid, msg.user.as_deref())?;
-    if !orchestrator::commands::is_direct(&msg.command)
-        && let Some(why) = shared.read_only.lock().ok().and_then(|r| r.clone())
-    {
-        return Err(BusError::Failed(format!(
-            "orchestratord is read-only for now: {why}; only list-* and view-* commands are answered until the store can be written"
-        )));
-    }
-    let _guard = shared
-        .routing
-        .lock()
-        .map_err(|_| BusError::Failed("routing lock poisoned".into()))?;
-    let outcome = orchestrator::handle(store, &msg, &who);
-    leave_in_outbox(store, &msg, &outcome);
-    shared.messages_processed.fetch_add(1, Ordering::Relaxed);
-    if outcome.error.is_some() {
-        shared.errors.fetch_add(1, Ordering::Relaxed);
-    }
-    let mut ev = Event::new(DAEMON, "message_answered")
-        .correlation(&msg.correlation_id)
-        .detail(format!(
-            "{} (D-Bus uid {uid}) → {}",
-            msg.command,
-            outcome.response.error.as_deref().unwrap_or("done")
-        ));
-    if let Some(p) = &msg.project {
-        ev = ev.project(p);
-    }
-    store.record_event(&ev);
-    if let Some(job) = outcome.job.as_ref().filter(|j| j.new) {
-        shared.jobs_created.fetch_add(1, Ordering::Relaxed);
-        store.record_event(
-            &Event::new(DAEMON, "job_created")
-                .job(&job.id)
-                .queue(&job.queue)
-                .correlation(&msg.correlation_id),
-        );
-        tracing::info!(job_id = %job.id, queue = %job.queue, correlation_id = %msg.correlation_id, "job created");
-    }
-    tracing::info!(correlation_id = %msg.correlation_id, "answered {} over D-Bus", msg.command);
-    Ok(outcome)
+/// The daemon's D-Bus front end: serves [`OrchestratorObject`] under
+/// `org.agentstore.Orchestrator1` on the chosen bus (none: the inbox only) and emits the
+/// signals of each pass.
+#[derive(Debug)]
+pub struct DbusFrontend {
+    bus: Option<BusKind>,
+    conn: Option<zbus::Connection>,
 }
 
-/// The audit trail (PRD §4.2, issue 11): the answer to a D-Bus submission that does
-/// something (agent commands, create-environment; not the read-only browsing commands) is
-/// also written to `messaging/outbox/<correlation_id>.json`, as a file submission's would be,
-/// so other machines see it through the synced folder. An answer already there (a reused
-/// correlation id) is never replaced; a failure to write is logged and does not fail the call.
-fn leave_in_outbox(store: &crate::store::Store, msg: &Message, outcome: &orchestrator::Outcome) {
-    if orchestrator::commands::is_direct(&msg.command)
-        || !crate::model::is_safe_id(&msg.correlation_id)
-    {
-        return;
+impl DbusFrontend {
+    /// A front end on `bus` (`None`: no D-Bus).
+    pub fn new(bus: Option<BusKind>) -> DbusFrontend {
+        DbusFrontend { bus, conn: None }
     }
-    let name = format!("{}.json", msg.correlation_id);
-    let path = store.outbox().join(&name);
-    if path.exists() || store.processed_outbox().join(&name).exists() {
-        return;
+}
+
+impl Frontend for DbusFrontend {
+    async fn serve(&mut self, shared: Arc<Shared>) -> Result<(), DaemonError> {
+        let Some(kind) = self.bus else {
+            return Ok(());
+        };
+        let built = kind
+            .builder()
+            .serve_at(ORCHESTRATOR_PATH, OrchestratorObject::new(shared))
+            .name(ORCHESTRATOR_NAME)
+            .replace_existing_names(false)
+            .allow_name_replacements(false)
+            .build()
+            .await;
+        match built {
+            Ok(c) => {
+                self.conn = Some(c);
+                Ok(())
+            }
+            Err(zbus::Error::NameTaken) => Err(DaemonError::AlreadyRunning(format!(
+                "Orchestrator already running: {ORCHESTRATOR_NAME} is owned on the {kind} bus"
+            ))),
+            Err(e) => Err(e.into()),
+        }
     }
-    if let Err(e) = store.write_doc(DocKind::Message, &path, &outcome.response) {
-        tracing::warn!(correlation_id = %msg.correlation_id, "cannot leave the answer in the outbox: {e}");
+
+    /// The D-Bus signals for messages answered from the inbox (D-Bus calls emit their own),
+    /// typed and in order.
+    async fn announce(&self, report: &CycleReport) {
+        let Some(conn) = &self.conn else { return };
+        match SignalEmitter::new(conn, ORCHESTRATOR_PATH) {
+            Ok(emitter) => OrchestratorObject::emit_cycle_signals(&emitter, report).await,
+            Err(e) => tracing::debug!("cannot emit signals: {e}"),
+        }
     }
 }
 

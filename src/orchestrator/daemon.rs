@@ -8,8 +8,7 @@
 //! work (systemd's path, timer and D-Bus activation start it again on demand).
 
 use super::{DAEMON, FileOutcome, StoreLock, handle_finished_jobs, process_inbox};
-use crate::bus::orchestrator::{OrchestratorObject, Shared};
-use crate::bus::{BusKind, ORCHESTRATOR_NAME, ORCHESTRATOR_PATH};
+use super::service::{Frontend, Shared};
 use crate::model::{JobStatus, Timestamp};
 use crate::store::{Event, Store, StoreError};
 use crate::systemd::{notify_ready, notify_status, notify_stopping};
@@ -32,8 +31,8 @@ pub struct Args {
     /// Bus to own org.agentstore.Orchestrator1 on: auto (system bus when run as the system
     /// service, else the session bus if there is one, else none), system, session or none
     /// (inbox files only).
-    #[arg(long, value_enum, default_value_t = crate::bus::BusChoice::Auto)]
-    pub bus: crate::bus::BusChoice,
+    #[arg(long, value_enum, default_value_t = crate::systemd::bus_choice::BusChoice::Auto)]
+    pub bus: crate::systemd::bus_choice::BusChoice,
     /// Deprecated spelling of `--bus none`.
     #[arg(long, hide = true)]
     pub no_bus: bool,
@@ -53,8 +52,6 @@ pub struct Args {
 pub struct DaemonOptions {
     /// Store root.
     pub root: PathBuf,
-    /// Bus to serve on; `None` runs without D-Bus (inbox only).
-    pub bus: Option<BusKind>,
     /// Overrides `idle_exit_seconds` (0 = never exit when idle).
     pub idle_exit: Option<Duration>,
     /// Overrides `polling_interval_seconds`.
@@ -274,15 +271,6 @@ fn request_sweep(shared: &Shared) {
     }
 }
 
-/// The D-Bus signals for messages answered from the inbox (D-Bus calls emit their own),
-/// typed and in order (`OrchestratorObject::emit_cycle_signals`).
-async fn emit_signals(conn: &zbus::Connection, report: &CycleReport) {
-    match zbus::object_server::SignalEmitter::new(conn, ORCHESTRATOR_PATH) {
-        Ok(emitter) => OrchestratorObject::emit_cycle_signals(&emitter, report).await,
-        Err(e) => tracing::debug!("cannot emit signals: {e}"),
-    }
-}
-
 /// Records whether the store can be written; logged when it changes.
 fn set_read_only(shared: &Shared, why: Option<String>) {
     let Ok(mut r) = shared.read_only.lock() else {
@@ -309,9 +297,11 @@ fn lock_error(e: super::LockError) -> DaemonError {
     }
 }
 
-/// Runs the daemon until `shutdown` resolves or it has been idle long enough.
+/// Runs the daemon, reachable through `frontend` besides the inbox, until `shutdown`
+/// resolves or it has been idle long enough.
 pub async fn run(
     opts: DaemonOptions,
+    mut frontend: impl Frontend,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), DaemonError> {
     let store = Store::open(&opts.root)?;
@@ -326,28 +316,7 @@ pub async fn run(
     let shared = Shared::new(store);
 
     // Singleton 1: the bus name on this machine.
-    let _conn = match opts.bus {
-        None => None,
-        Some(kind) => {
-            let built = kind
-                .builder()
-                .serve_at(ORCHESTRATOR_PATH, OrchestratorObject::new(shared.clone()))
-                .name(ORCHESTRATOR_NAME)
-                .replace_existing_names(false)
-                .allow_name_replacements(false)
-                .build()
-                .await;
-            match built {
-                Ok(c) => Some(c),
-                Err(zbus::Error::NameTaken) => {
-                    return Err(DaemonError::AlreadyRunning(format!(
-                        "Orchestrator already running: {ORCHESTRATOR_NAME} is owned on the {kind} bus"
-                    )));
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-    };
+    frontend.serve(shared.clone()).await?;
     // Singleton 2: the store lock, across machines sharing the folder.
     // A store that cannot be written (full disk, read-only mount) does not stop the daemon: it
     // serves D-Bus read-only and takes the lock as soon as it can write.
@@ -447,9 +416,7 @@ pub async fn run(
             }
         };
         let (handled, deferred) = (report.handled, report.deferred);
-        if let Some(conn) = &_conn {
-            emit_signals(conn, &report).await;
-        }
+        frontend.announce(&report).await;
         let activity = shared.activity.load(Ordering::Relaxed);
         if handled > 0 || activity != last_activity {
             last_work = Instant::now();

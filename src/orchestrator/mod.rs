@@ -8,6 +8,7 @@
 //! answer (answers with the same job), or the answer but the message still in the inbox
 //! (just moves it): one answer and at most one job per message.
 
+pub mod caller;
 pub mod commands;
 mod completion;
 pub mod daemon;
@@ -16,6 +17,7 @@ mod error;
 pub mod handled;
 mod jobs;
 mod lock;
+pub mod service;
 mod venv;
 
 pub use completion::{handle_finished_jobs, result_text};

@@ -1,0 +1,197 @@
+//! The orchestrator service: the state the daemon loop and its front end share
+//! ([`Shared`]), what a submission and a sweep do ([`submit`], [`sweep`]), and the
+//! [`Frontend`] the daemon serves through. The front end (D-Bus, `bus::orchestrator`) only
+//! translates calls and errors; every decision is made here or below.
+
+use super::caller::caller_for_uid;
+use super::daemon::{CycleReport, DaemonError};
+use super::{DAEMON, Outcome, RouteError};
+use crate::model::{DocKind, Message, Timestamp};
+use crate::store::{Event, Store};
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// State shared by the daemon loop and the D-Bus object.
+#[derive(Debug)]
+pub struct Shared {
+    /// The store.
+    pub store: Store,
+    /// Serialises routing: the loop and D-Bus calls never handle messages at the same time.
+    pub routing: Mutex<()>,
+    /// Messages answered since start.
+    pub messages_processed: AtomicU64,
+    /// Jobs created since start.
+    pub jobs_created: AtomicU64,
+    /// Messages answered with an error since start.
+    pub errors: AtomicU64,
+    /// End of the last loop.
+    pub last_loop: Mutex<Option<Timestamp>>,
+    /// Bumped on every call, so the idle timer restarts.
+    pub activity: AtomicU64,
+    /// Our own uid: calls from it (and root) are trusted.
+    pub own_uid: u32,
+    /// Why the store cannot be written, while it cannot (a full disk): the daemon then
+    /// answers only read-only commands.
+    pub read_only: Mutex<Option<String>>,
+    /// Event-driven completion handling: the handled-log and the jobs reported finished.
+    pub completions: Mutex<crate::orchestrator::handled::Completions>,
+    /// Job heads for `ListJobs`, kept between calls (folders re-listed only when changed).
+    pub job_index: Mutex<crate::store::listing::JobIndex>,
+}
+
+impl Shared {
+    /// Wraps an opened store.
+    pub fn new(store: Store) -> Arc<Shared> {
+        Arc::new(Shared {
+            store,
+            routing: Mutex::new(()),
+            messages_processed: AtomicU64::new(0),
+            jobs_created: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            last_loop: Mutex::new(None),
+            activity: AtomicU64::new(0),
+            own_uid: nix::unistd::getuid().as_raw(),
+            read_only: Mutex::new(None),
+            completions: Mutex::new(crate::orchestrator::handled::Completions::new()),
+            job_index: Mutex::new(Default::default()),
+        })
+    }
+
+    /// Why the store cannot be written now, if it cannot.
+    pub fn read_only_reason(&self) -> Option<String> {
+        self.read_only.lock().ok().and_then(|r| r.clone())
+    }
+}
+
+/// The daemon's front end: how callers reach it besides the inbox (D-Bus, served by
+/// `bus::orchestrator::DbusFrontend`), or nothing. The daemon knows no D-Bus: it asks the
+/// front end to start serving and to announce what each pass answered.
+pub trait Frontend: Send {
+    /// Starts serving `shared` (for D-Bus: takes the well-known name; a name owned by
+    /// another instance is [`DaemonError::AlreadyRunning`]).
+    fn serve(
+        &mut self,
+        shared: Arc<Shared>,
+    ) -> impl Future<Output = Result<(), DaemonError>> + Send;
+
+    /// Announces the inbox messages one pass answered, in order (`MessageProcessed`, then
+    /// the message's `JobCreated`).
+    fn announce(&self, report: &CycleReport) -> impl Future<Output = ()> + Send;
+}
+
+/// No front end: the inbox only.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct InboxOnly;
+
+impl Frontend for InboxOnly {
+    async fn serve(&mut self, _shared: Arc<Shared>) -> Result<(), DaemonError> {
+        Ok(())
+    }
+
+    async fn announce(&self, _report: &CycleReport) {}
+}
+
+/// Parses, fills defaults, validates and handles a message submitted by Unix user `uid`
+/// (PRD §4.2; `correlation_id`, `queue_time`, `source` and `status` may be omitted).
+pub fn submit(shared: &Shared, text: &str, uid: u32) -> Result<Outcome, RouteError> {
+    let store = &shared.store;
+    let mut value: serde_json::Value = crate::model::strict::parse_value(text.as_bytes())
+        .map_err(|e| RouteError::Invalid(format!("Invalid message format: not valid JSON: {e}")))?;
+    if let Some(obj) = value.as_object_mut() {
+        obj.entry("correlation_id")
+            .or_insert_with(|| uuid::Uuid::new_v4().to_string().into());
+        obj.entry("source").or_insert_with(|| "user".into());
+        obj.entry("queue_time")
+            .or_insert_with(|| Timestamp::now().to_string().into());
+        obj.entry("status").or_insert_with(|| "queued".into());
+        obj.entry("content")
+            .or_insert_with(|| serde_json::json!({}));
+    }
+    if let Err(rej) = store.validator().validate(DocKind::Message, &value) {
+        let bytes = value.to_string().into_bytes();
+        store.log_rejection(std::path::Path::new("dbus-submit.json"), &bytes, &rej);
+        return Err(RouteError::Invalid(format!("Invalid message format: {rej}")));
+    }
+    let msg: Message = serde_json::from_value(value)
+        .map_err(|e| RouteError::Invalid(format!("Invalid message format: {e}")))?;
+    let who = caller_for_uid(store, uid, shared.own_uid, msg.user.as_deref())?;
+    if !super::commands::is_direct(&msg.command)
+        && let Some(why) = shared.read_only_reason()
+    {
+        return Err(RouteError::Failed(format!(
+            "orchestratord is read-only for now: {why}; only list-* and view-* commands are answered until the store can be written"
+        )));
+    }
+    let _guard = shared
+        .routing
+        .lock()
+        .map_err(|_| RouteError::Failed("routing lock poisoned".into()))?;
+    let outcome = super::handle(store, &msg, &who);
+    leave_in_outbox(store, &msg, &outcome);
+    shared.messages_processed.fetch_add(1, Ordering::Relaxed);
+    if outcome.error.is_some() {
+        shared.errors.fetch_add(1, Ordering::Relaxed);
+    }
+    let mut ev = Event::new(DAEMON, "message_answered")
+        .correlation(&msg.correlation_id)
+        .detail(format!(
+            "{} (D-Bus uid {uid}) → {}",
+            msg.command,
+            outcome.response.error.as_deref().unwrap_or("done")
+        ));
+    if let Some(p) = &msg.project {
+        ev = ev.project(p);
+    }
+    store.record_event(&ev);
+    if let Some(job) = outcome.job.as_ref().filter(|j| j.new) {
+        shared.jobs_created.fetch_add(1, Ordering::Relaxed);
+        store.record_event(
+            &Event::new(DAEMON, "job_created")
+                .job(&job.id)
+                .queue(&job.queue)
+                .correlation(&msg.correlation_id),
+        );
+        tracing::info!(job_id = %job.id, queue = %job.queue, correlation_id = %msg.correlation_id, "job created");
+    }
+    tracing::info!(correlation_id = %msg.correlation_id, "answered {} over D-Bus", msg.command);
+    Ok(outcome)
+}
+
+/// The audit trail (PRD §4.2, issue 11): the answer to a D-Bus submission that does
+/// something (agent commands, create-environment; not the read-only browsing commands) is
+/// also written to `messaging/outbox/<correlation_id>.json`, as a file submission's would be,
+/// so other machines see it through the synced folder. An answer already there (a reused
+/// correlation id) is never replaced; a failure to write is logged and does not fail the call.
+fn leave_in_outbox(store: &Store, msg: &Message, outcome: &Outcome) {
+    if super::commands::is_direct(&msg.command) || !crate::model::is_safe_id(&msg.correlation_id)
+    {
+        return;
+    }
+    let name = format!("{}.json", msg.correlation_id);
+    let path = store.outbox().join(&name);
+    if path.exists() || store.processed_outbox().join(&name).exists() {
+        return;
+    }
+    if let Err(e) = store.write_doc(DocKind::Message, &path, &outcome.response) {
+        tracing::warn!(correlation_id = %msg.correlation_id, "cannot leave the answer in the outbox: {e}");
+    }
+}
+
+/// A sweep asked for by Unix user `uid` (admins only): the inbox and every finished job now,
+/// the completion backstop included. Returns what the pass did.
+pub fn sweep(shared: &Shared, uid: u32) -> Result<CycleReport, RouteError> {
+    let who = caller_for_uid(&shared.store, uid, shared.own_uid, None)?;
+    if !who.is_admin() {
+        return Err(RouteError::PermissionDenied("only admins can sweep".into()));
+    }
+    if let Some(why) = shared.read_only_reason() {
+        return Err(RouteError::Failed(format!(
+            "orchestratord is read-only for now: {why}"
+        )));
+    }
+    if let Ok(mut c) = shared.completions.lock() {
+        c.request_full_sweep();
+    }
+    super::daemon::cycle_report(shared).map_err(|e| RouteError::Failed(e.to_string()))
+}
