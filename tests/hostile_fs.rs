@@ -343,7 +343,7 @@ async fn queue_folder_symlink_is_refused() {
         let q = env.dir("queued");
         std::fs::remove_dir(&q).unwrap();
         symlink(&outside, &q).unwrap();
-        let e = agentstore::queue::Manager::start(env.manager_config(&bus))
+        let e = agentstore::bus::queue::start_manager(env.manager_config(&bus))
             .await
             .err()
             .expect("start must refuse a linked queued_jobs/")

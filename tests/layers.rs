@@ -53,30 +53,7 @@ const AGENT_USERS: &[&str] = &["bin", "cli", "worker"];
 
 /// Known upward arrows, each (file, module it uses, why it is still there). Remove the row
 /// with the arrow.
-const EXCEPTIONS: &[(&str, &str, &str)] = &[
-    (
-        "src/queue/manager.rs",
-        "bus",
-        "the queue manager serves `bus::queue::QueueObject` itself (it builds the object, owns \
-         the bus name and takes `QueueRequest`s); a queue handle with its own error type \
-         (issue 12 item 1) needs larger edits of the queue manager than this pass may make \
-         while others change it",
-    ),
-    (
-        "src/queue/requests.rs",
-        "bus",
-        "the queue manager answers `bus::queue::QueueRequest`s with `BusError`; a queue handle \
-         with its own error type (issue 12 item 1) needs larger edits of the queue manager than \
-         this pass may make while others change it",
-    ),
-    (
-        "src/queue/status.rs",
-        "bus",
-        "the queue manager updates the served `bus::queue::QueueState` and emits \
-         `QueueObject`'s signals itself; a queue handle (issue 12 item 1) needs larger edits \
-         of the queue manager than this pass may make while others change it",
-    ),
-];
+const EXCEPTIONS: &[(&str, &str, &str)] = &[];
 
 fn layer(m: &str) -> Option<u8> {
     LAYERS.iter().find(|(n, _)| *n == m).map(|(_, l)| *l)

@@ -306,7 +306,7 @@ async fn second_manager_is_refused() {
         let bus = PrivateBus::start();
         let env = QueueEnv::new(1);
         let m = RunningManager::start(env.manager_config(&bus)).await;
-        let e = agentstore::queue::Manager::start(env.manager_config(&bus))
+        let e = agentstore::bus::queue::start_manager(env.manager_config(&bus))
             .await
             .err()
             .unwrap();

@@ -4,7 +4,7 @@
 
 use agentstore::bus::BusKind;
 use agentstore::queue::args::Args;
-use agentstore::queue::{BusTarget, Manager, ManagerConfig, QueueError, default_worker_path};
+use agentstore::queue::{BusTarget, ManagerConfig, QueueError, default_worker_path};
 use anyhow::Context;
 use clap::Parser;
 use std::process::ExitCode;
@@ -51,7 +51,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     };
     cfg.launcher = args.launcher;
     cfg.worker = args.worker.unwrap_or_else(default_worker_path);
-    let manager = Manager::start(cfg)
+    let manager = agentstore::bus::queue::start_manager(cfg)
         .await
         .with_context(|| format!("queue {}", args.queue))?;
     agentstore::systemd::notify_ready(&format!(

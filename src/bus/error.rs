@@ -7,6 +7,7 @@
 //! refused and whether or not it already wrote the prefix.
 
 use crate::orchestrator::RouteError;
+use crate::queue::QueueError;
 use crate::store::StoreError;
 
 /// The prefix every `org.agentstore.Error.PermissionDenied` text starts with.
@@ -69,6 +70,18 @@ impl From<RouteError> for BusError {
             RouteError::PermissionDenied(m) => BusError::permission_denied(m),
             RouteError::Invalid(m) => BusError::InvalidMessage(m),
             RouteError::Failed(m) => BusError::Failed(m),
+        }
+    }
+}
+
+impl From<QueueError> for BusError {
+    fn from(e: QueueError) -> BusError {
+        match e {
+            QueueError::Store(e) => e.into(),
+            QueueError::Bus(e) => BusError::ZBus(e),
+            QueueError::NotFound(m) => BusError::NotFound(m),
+            QueueError::PermissionDenied(m) => BusError::permission_denied(m),
+            other => BusError::Failed(other.to_string()),
         }
     }
 }

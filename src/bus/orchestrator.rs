@@ -64,10 +64,9 @@ impl OrchestratorObject {
         self.shared.activity.fetch_add(1, Ordering::Relaxed);
         let uid = caller_uid(conn, &hdr).await?;
         let shared = self.shared.clone();
-        let outcome =
-            tokio::task::spawn_blocking(move || service::submit(&shared, &message, uid))
-                .await
-                .map_err(|e| BusError::Failed(e.to_string()))??;
+        let outcome = tokio::task::spawn_blocking(move || service::submit(&shared, &message, uid))
+            .await
+            .map_err(|e| BusError::Failed(e.to_string()))??;
         let r = &outcome.response;
         let status = if outcome.error.is_some() {
             "error"

@@ -7,80 +7,32 @@
 
 use super::BusError;
 use crate::permissions::Caller;
+use crate::queue::{
+    BusTarget, Manager, ManagerConfig, QueueError, QueueEvent, QueueEvents, QueueHandle,
+};
 use crate::store::Store;
-use std::sync::{Arc, Mutex};
-use tokio::sync::{mpsc, oneshot};
+use futures_util::future::BoxFuture;
+use std::sync::Arc;
 use zbus::message::Header;
-use zbus::object_server::SignalEmitter;
+use zbus::object_server::{InterfaceRef, SignalEmitter};
 
-/// What the properties show.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct QueueState {
-    /// `worker_count` from the queue config.
-    pub worker_count: u32,
-    /// Jobs running now.
-    pub active_jobs: u32,
-    /// Jobs waiting.
-    pub queued_jobs: u32,
-    /// Whether new jobs are held back.
-    pub paused: bool,
-    /// Last loop time (ISO 8601), empty before the first.
-    pub last_update: String,
-}
-
-/// A reply to the caller.
-pub type Reply = oneshot::Sender<Result<(), BusError>>;
-
-/// A request for the manager's loop, already authorized.
-#[derive(Debug)]
-pub enum QueueRequest {
-    /// Cancel a queued or running job.
-    Cancel {
-        /// Job id.
-        id: String,
-        /// Who asks (the loop checks the job's project).
-        caller: Caller,
-        /// Caller's name for the job's error text.
-        by: String,
-        /// Answer.
-        reply: Reply,
-    },
-    /// Stop starting new jobs.
-    Pause {
-        /// Answer.
-        reply: Reply,
-    },
-    /// Start new jobs again.
-    Resume {
-        /// Answer.
-        reply: Reply,
-    },
-}
+pub use crate::queue::{QueueRequest, QueueState};
 
 /// The served object.
 #[derive(Debug)]
 pub struct QueueObject {
-    state: Arc<Mutex<QueueState>>,
-    requests: mpsc::Sender<QueueRequest>,
+    handle: QueueHandle,
     store: Arc<Store>,
 }
 
 impl QueueObject {
-    /// An object showing `state` and sending calls to `requests`.
-    pub fn new(
-        state: Arc<Mutex<QueueState>>,
-        requests: mpsc::Sender<QueueRequest>,
-        store: Arc<Store>,
-    ) -> QueueObject {
-        QueueObject {
-            state,
-            requests,
-            store,
-        }
+    /// An object showing and driving the manager behind `handle`.
+    pub fn new(handle: QueueHandle, store: Arc<Store>) -> QueueObject {
+        QueueObject { handle, store }
     }
 
     fn snapshot(&self) -> QueueState {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.handle.snapshot()
     }
 
     async fn caller(
@@ -90,17 +42,6 @@ impl QueueObject {
     ) -> Result<(Caller, String), BusError> {
         let uid = super::caller::caller_uid(conn, hdr).await?;
         caller_for_uid(&self.store, uid)
-    }
-
-    async fn send(&self, make: impl FnOnce(Reply) -> QueueRequest) -> Result<(), BusError> {
-        let (tx, rx) = oneshot::channel();
-        self.requests
-            .send(make(tx))
-            .await
-            .map_err(|_| BusError::Failed("the queue manager is stopping".into()))?;
-        rx.await
-            .map_err(|_| BusError::Failed("the queue manager is stopping".into()))?
-            .map_err(BusError::normalized)
     }
 }
 
@@ -157,14 +98,7 @@ impl QueueObject {
         #[zbus(connection)] conn: &zbus::Connection,
     ) -> Result<(), BusError> {
         let (caller, by) = self.caller(&hdr, conn).await?;
-        let id = id.to_string();
-        self.send(|reply| QueueRequest::Cancel {
-            id,
-            caller,
-            by,
-            reply,
-        })
-        .await
+        Ok(self.handle.cancel(id, caller, by).await?)
     }
 
     /// Stops starting new jobs (running ones continue). Admins only.
@@ -174,10 +108,7 @@ impl QueueObject {
         #[zbus(connection)] conn: &zbus::Connection,
     ) -> Result<(), BusError> {
         let (caller, _) = self.caller(&hdr, conn).await?;
-        if !caller.is_admin() {
-            return Err(BusError::permission_denied("only admins can pause a queue"));
-        }
-        self.send(|reply| QueueRequest::Pause { reply }).await
+        Ok(self.handle.pause(&caller).await?)
     }
 
     /// Starts new jobs again. Admins only.
@@ -187,12 +118,7 @@ impl QueueObject {
         #[zbus(connection)] conn: &zbus::Connection,
     ) -> Result<(), BusError> {
         let (caller, _) = self.caller(&hdr, conn).await?;
-        if !caller.is_admin() {
-            return Err(BusError::permission_denied(
-                "only admins can resume a queue",
-            ));
-        }
-        self.send(|reply| QueueRequest::Resume { reply }).await
+        Ok(self.handle.resume(&caller).await?)
     }
 
     /// A job moved: `old` and `new` are `queued`, `running`, `finished` or `failed`.
@@ -203,6 +129,93 @@ impl QueueObject {
         old: &str,
         new: &str,
     ) -> zbus::Result<()>;
+}
+
+/// The manager's events as `org.agentstore.Queue1` signals: property changes
+/// (`PropertiesChanged`) and `JobStateChanged`, each emitted before the manager goes on. It
+/// keeps the connection (and with it the bus name) for the manager's life.
+struct QueueSignals {
+    iface: InterfaceRef<QueueObject>,
+    _conn: zbus::Connection,
+}
+
+impl QueueSignals {
+    async fn emit_event(&self, event: &QueueEvent) {
+        let e = self.iface.signal_emitter();
+        match event {
+            QueueEvent::StateChanged { old, new } => {
+                let obj = self.iface.get().await;
+                if old.worker_count != new.worker_count {
+                    let _ = obj.worker_count_changed(e).await;
+                }
+                if old.active_jobs != new.active_jobs {
+                    let _ = obj.active_jobs_changed(e).await;
+                }
+                if old.queued_jobs != new.queued_jobs {
+                    let _ = obj.queued_jobs_changed(e).await;
+                }
+                if old.paused != new.paused {
+                    let _ = obj.paused_changed(e).await;
+                }
+            }
+            QueueEvent::JobStateChanged { id, old, new } => {
+                if let Err(err) =
+                    QueueObject::job_state_changed(e, id, old.name(), new.name()).await
+                {
+                    tracing::debug!("JobStateChanged: {err}");
+                }
+            }
+        }
+    }
+}
+
+impl QueueEvents for QueueSignals {
+    fn emit<'a>(&'a self, event: &'a QueueEvent) -> BoxFuture<'a, ()> {
+        Box::pin(self.emit_event(event))
+    }
+}
+
+/// Serves `handle` as `org.agentstore.Queue1` under `queue_bus_name(queue)` on `bus`.
+/// A name another manager owns is [`QueueError::AlreadyRunning`].
+async fn serve(
+    bus: &BusTarget,
+    queue: &str,
+    handle: QueueHandle,
+    store: Arc<Store>,
+) -> Result<Option<QueueSignals>, QueueError> {
+    let builder = match bus {
+        BusTarget::None => return Ok(None),
+        BusTarget::System => zbus::connection::Builder::system(),
+        BusTarget::Session => zbus::connection::Builder::session(),
+        BusTarget::Address(a) => zbus::connection::Builder::address(a.as_str()),
+    };
+    let path = super::queue_object_path(queue);
+    let conn = builder
+        .serve_at(path.as_str(), QueueObject::new(handle, store))
+        .name(super::queue_bus_name(queue))
+        .replace_existing_names(false)
+        .build()
+        .await
+        .map_err(|e| match e {
+            zbus::Error::NameTaken => QueueError::AlreadyRunning(queue.to_string()),
+            other => QueueError::Bus(other),
+        })?;
+    let iface = conn
+        .object_server()
+        .interface::<_, QueueObject>(path.as_str())
+        .await?;
+    Ok(Some(QueueSignals { iface, _conn: conn }))
+}
+
+/// Opens queue `cfg.queue`'s manager, serves it on `cfg.bus` (taking the bus name before
+/// anything in the store changes) and starts it: ready to [`Manager::run`].
+pub async fn start_manager(cfg: ManagerConfig) -> Result<Manager, QueueError> {
+    let (bus, queue) = (cfg.bus.clone(), cfg.queue.clone());
+    let mut m = Manager::open(cfg).await?;
+    if let Some(signals) = serve(&bus, &queue, m.handle(), m.store()).await? {
+        m.attach(Box::new(signals));
+    }
+    m.start().await
 }
 
 /// Client side of `org.agentstore.Queue1`.

@@ -7,8 +7,8 @@
 //! `polling_interval_seconds` as a backstop, and exits after `idle_exit_seconds` without
 //! work (systemd's path, timer and D-Bus activation start it again on demand).
 
-use super::{DAEMON, FileOutcome, StoreLock, handle_finished_jobs, process_inbox};
 use super::service::{Frontend, Shared};
+use super::{DAEMON, FileOutcome, StoreLock, handle_finished_jobs, process_inbox};
 use crate::model::{JobStatus, Timestamp};
 use crate::store::{Event, Store, StoreError};
 use crate::systemd::{notify_ready, notify_status, notify_stopping};

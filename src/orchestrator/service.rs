@@ -111,7 +111,9 @@ pub fn submit(shared: &Shared, text: &str, uid: u32) -> Result<Outcome, RouteErr
     if let Err(rej) = store.validator().validate(DocKind::Message, &value) {
         let bytes = value.to_string().into_bytes();
         store.log_rejection(std::path::Path::new("dbus-submit.json"), &bytes, &rej);
-        return Err(RouteError::Invalid(format!("Invalid message format: {rej}")));
+        return Err(RouteError::Invalid(format!(
+            "Invalid message format: {rej}"
+        )));
     }
     let msg: Message = serde_json::from_value(value)
         .map_err(|e| RouteError::Invalid(format!("Invalid message format: {e}")))?;
@@ -164,8 +166,7 @@ pub fn submit(shared: &Shared, text: &str, uid: u32) -> Result<Outcome, RouteErr
 /// so other machines see it through the synced folder. An answer already there (a reused
 /// correlation id) is never replaced; a failure to write is logged and does not fail the call.
 fn leave_in_outbox(store: &Store, msg: &Message, outcome: &Outcome) {
-    if super::commands::is_direct(&msg.command) || !crate::model::is_safe_id(&msg.correlation_id)
-    {
+    if super::commands::is_direct(&msg.command) || !crate::model::is_safe_id(&msg.correlation_id) {
         return;
     }
     let name = format!("{}.json", msg.correlation_id);

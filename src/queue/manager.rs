@@ -1,11 +1,10 @@
 //! The queue manager itself (PRD §7): its configuration, the [`Manager`] with its state, and
 //! start-up (runtime reset, bus name, re-adoption) and the event loop that drives the rest.
 
+use super::handle::{QueueEvents, QueueHandle, QueueRequest, QueueState};
 use super::launcher::JobLauncher;
 use super::selection::QueuedIndex;
-use super::{Running, add_secs, scope};
-use crate::bus::queue::{QueueObject, QueueRequest, QueueState};
-use crate::bus::{queue_bus_name, queue_object_path};
+use super::{QueueError, Running, add_secs};
 use crate::model::{
     DocKind, JobStatus, Launcher, MAX_REST_INTERVAL, Queue, QueueConfig, Timestamp,
 };
@@ -18,7 +17,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-use zbus::object_server::InterfaceRef;
 
 /// Which bus the manager serves `org.agentstore.Queue1` on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,31 +71,6 @@ pub fn default_worker_path() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("agent-worker"))
 }
 
-/// Errors that stop the manager.
-#[derive(Debug, thiserror::Error)]
-pub enum QueueError {
-    /// Store access failed.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// Another manager of this queue owns the bus name.
-    #[error("queue manager for {0} is already running (its D-Bus name is taken)")]
-    AlreadyRunning(String),
-    /// D-Bus failed.
-    #[error("D-Bus: {0}")]
-    Bus(#[from] zbus::Error),
-    /// The launcher cannot be used.
-    #[error(transparent)]
-    Scope(#[from] scope::ScopeError),
-    /// inotify failed.
-    #[error("inotify on {path}: {source}")]
-    Watch {
-        /// Folder.
-        path: PathBuf,
-        /// Cause.
-        source: std::io::Error,
-    },
-}
-
 enum Wake {
     Shutdown,
     File(Option<String>, bool),
@@ -121,8 +94,9 @@ pub struct Manager {
     pub(super) host: String,
     pub(super) root_mode: bool,
     pub(super) state: Arc<Mutex<QueueState>>,
-    pub(super) iface: Option<InterfaceRef<QueueObject>>,
-    pub(super) _conn: Option<zbus::Connection>,
+    /// Where the events of each step go (the D-Bus front end), once one is attached.
+    pub(super) events: Option<Box<dyn QueueEvents>>,
+    requests_tx: mpsc::Sender<QueueRequest>,
     pub(super) exits_tx: mpsc::UnboundedSender<String>,
     pub(super) exits_rx: mpsc::UnboundedReceiver<String>,
     pub(super) requests_rx: mpsc::Receiver<QueueRequest>,
@@ -139,16 +113,12 @@ pub struct Manager {
     pub(super) pending: Vec<(String, JobStatus, JobStatus)>,
 }
 
-/// Starts a manager and runs it until `shutdown` resolves.
-pub async fn run(cfg: ManagerConfig, shutdown: impl Future<Output = ()>) -> Result<(), QueueError> {
-    Manager::start(cfg).await?.run(shutdown).await
-}
-
 impl Manager {
-    /// Opens the store, resets the queue's runtime (PRD §4.5), re-adopts this host's running
-    /// jobs, watches `queued_jobs/` and takes the bus name. Returns when the manager is
-    /// ready to be [`run`](Manager::run).
-    pub async fn start(cfg: ManagerConfig) -> Result<Manager, QueueError> {
+    /// Opens the store and chooses the launcher; nothing is changed yet. A front end then
+    /// serves its [`handle`](Manager::handle) and [`attach`](Manager::attach)es its event
+    /// sink (taking its bus name first, so a second manager stops before touching the
+    /// queue), and [`start`](Manager::start) makes it ready to [`run`](Manager::run).
+    pub async fn open(cfg: ManagerConfig) -> Result<Manager, QueueError> {
         let store = Arc::new(Store::open(&cfg.root)?);
         let queue: Queue = store.queue(&cfg.queue)?;
         for s in JobStatus::ALL {
@@ -169,7 +139,7 @@ impl Manager {
             paused,
             ..QueueState::default()
         }));
-        let mut m = Manager {
+        Ok(Manager {
             log_file: format!("queue-{}.log", cfg.queue),
             store: store.clone(),
             config: queue.config.clone(),
@@ -180,9 +150,9 @@ impl Manager {
             paused,
             host: hostname(),
             root_mode: nix::unistd::geteuid().is_root(),
-            state: state.clone(),
-            iface: None,
-            _conn: None,
+            state,
+            events: None,
+            requests_tx,
             exits_tx,
             exits_rx,
             requests_rx,
@@ -191,34 +161,29 @@ impl Manager {
             store_errors: HashMap::new(),
             pending: Vec::new(),
             cfg,
-        };
+        })
+    }
+
+    /// What a front end serves: the state snapshot and the request channel.
+    pub fn handle(&self) -> QueueHandle {
+        QueueHandle::new(self.state.clone(), self.requests_tx.clone())
+    }
+
+    /// The manager's store.
+    pub fn store(&self) -> Arc<Store> {
+        self.store.clone()
+    }
+
+    /// Sends the events of every later step to `events`.
+    pub fn attach(&mut self, events: Box<dyn QueueEvents>) {
+        self.events = Some(events);
+    }
+
+    /// Resets the queue's runtime (PRD §4.5), watches `queued_jobs/` and re-adopts this
+    /// host's running jobs. Returns when the manager is ready to be [`run`](Manager::run).
+    pub async fn start(self) -> Result<Manager, QueueError> {
+        let mut m = self;
         let q = m.cfg.queue.clone();
-        if m.cfg.bus != BusTarget::None {
-            let builder = match &m.cfg.bus {
-                BusTarget::System => zbus::connection::Builder::system(),
-                BusTarget::Session => zbus::connection::Builder::session(),
-                BusTarget::Address(a) => zbus::connection::Builder::address(a.as_str()),
-                BusTarget::None => unreachable_bus(),
-            };
-            let object = QueueObject::new(state, requests_tx, store.clone());
-            let path = queue_object_path(&q);
-            let conn = builder
-                .serve_at(path.as_str(), object)
-                .name(queue_bus_name(&q))
-                .replace_existing_names(false)
-                .build()
-                .await
-                .map_err(|e| match e {
-                    zbus::Error::NameTaken => QueueError::AlreadyRunning(q.clone()),
-                    other => QueueError::Bus(other),
-                })?;
-            m.iface = Some(
-                conn.object_server()
-                    .interface::<_, QueueObject>(path.as_str())
-                    .await?,
-            );
-            m._conn = Some(conn);
-        }
         // Reset runtime first: whatever the file says is stale (PRD §4.5).
         m.write_runtime(true);
         let queued_dir = m.store.jobs_dir(&q, JobStatus::Queued);
@@ -399,9 +364,4 @@ impl Manager {
             .min()
             .unwrap_or_else(|| add_secs(Instant::now(), 86_400))
     }
-}
-
-fn unreachable_bus() -> zbus::connection::Builder<'static> {
-    // BusTarget::None never reaches the builder; a session builder keeps this total.
-    zbus::connection::Builder::session()
 }

@@ -10,10 +10,13 @@
 //! The manager is split along its seams: `manager` (config, the `Manager`, start and the
 //! run loop), `starting` (starting queued jobs, start back-off), `supervising` (worker
 //! exits, settling, timeouts, re-adoption), `poison` (poison markers and their recovery),
-//! `requests` (D-Bus requests: cancel, pause, resume) and `status` (`queue.json`'s
-//! runtime, signals).
+//! `requests` (requests: cancel, pause, resume) and `status` (`queue.json`'s runtime,
+//! events). A front end (D-Bus: `bus::queue`) sees it only through its [`handle`] and the
+//! events it pushes; errors are its own ([`QueueError`]).
 
 pub mod args;
+mod error;
+pub mod handle;
 pub mod idle;
 pub mod launcher;
 mod manager;
@@ -26,7 +29,9 @@ mod starting;
 mod status;
 mod supervising;
 
-pub use manager::{BusTarget, Manager, ManagerConfig, QueueError, default_worker_path, run};
+pub use error::QueueError;
+pub use handle::{QueueEvent, QueueEvents, QueueHandle, QueueRequest, QueueState};
+pub use manager::{BusTarget, Manager, ManagerConfig, default_worker_path};
 
 use crate::model::{Job, MAX_TIMEOUT_SECONDS, QueueConfig};
 use std::time::Duration;

@@ -1,9 +1,10 @@
-//! D-Bus requests to the queue manager (`org.agentstore.Queue1`): cancel, pause, resume.
+//! Requests to the queue manager (through its handle; `org.agentstore.Queue1` on D-Bus):
+//! cancel, pause, resume.
 
 use super::EndCause;
 use super::Manager;
-use crate::bus::BusError;
-use crate::bus::queue::QueueRequest;
+use super::QueueError;
+use super::handle::{QueueEvent, QueueRequest};
 use crate::model::{DocKind, Job, JobStatus};
 use crate::store::jobfile::fail_raw;
 use crate::store::read_limited;
@@ -38,13 +39,14 @@ impl Manager {
         self.paused = paused;
         self.store
             .append_daemon_log(&self.log_file, if paused { "paused" } else { "resumed" });
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).paused = paused;
-        if let Some(iface) = &self.iface {
-            let _ = iface
-                .get()
-                .await
-                .paused_changed(iface.signal_emitter())
-                .await;
+        let (old, new) = {
+            let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            let old = s.clone();
+            s.paused = paused;
+            (old, s.clone())
+        };
+        if let Some(events) = &self.events {
+            events.emit(&QueueEvent::StateChanged { old, new }).await;
         }
     }
 
@@ -53,14 +55,14 @@ impl Manager {
         id: &str,
         caller: &crate::permissions::Caller,
         by: &str,
-    ) -> Result<(), BusError> {
+    ) -> Result<(), QueueError> {
         crate::store::check_id("job", id)?;
         let q = self.cfg.queue.clone();
         let from = [JobStatus::Running, JobStatus::Queued]
             .into_iter()
             .find(|s| crate::store::safe::is_file(&self.store.job_path(&q, *s, id)))
             .ok_or_else(|| {
-                BusError::NotFound(format!("job {id} is not queued or running in queue {q}"))
+                QueueError::NotFound(format!("job {id} is not queued or running in queue {q}"))
             })?;
         let path = self.store.job_path(&q, from, id);
         let job: Option<Job> = self.store.read_doc(DocKind::Job, &path).ok();
@@ -73,7 +75,7 @@ impl Manager {
                         .is_ok_and(|p| caller.can_modify_project(&p))
             });
             if !allowed {
-                return Err(BusError::PermissionDenied(format!(
+                return Err(QueueError::PermissionDenied(format!(
                     "job {id} belongs to another user's project"
                 )));
             }
@@ -84,7 +86,7 @@ impl Manager {
                 self.stop_job(id, EndCause::Cancelled(by.to_string())).await;
                 Ok(())
             }
-            JobStatus::Running => Err(BusError::Failed(format!(
+            JobStatus::Running => Err(QueueError::Failed(format!(
                 "job {id} is running under another queue manager"
             ))),
             _ => {

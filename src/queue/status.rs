@@ -1,8 +1,9 @@
-//! What the queue manager reports (PRD §4.5, §7): `queue.json`'s runtime, the served
-//! `org.agentstore.Queue1` properties and the `JobStateChanged` signals.
+//! What the queue manager reports (PRD §4.5, §7): `queue.json`'s runtime, the state its
+//! handle shows and the events of each step (on D-Bus: `org.agentstore.Queue1`'s properties
+//! and `JobStateChanged` signals).
 
 use super::Manager;
-use crate::bus::queue::{QueueObject, QueueState};
+use super::handle::{QueueEvent, QueueState};
 use crate::model::{DocKind, JobStatus, Timestamp};
 
 impl Manager {
@@ -10,36 +11,22 @@ impl Manager {
         self.pending.push((id.to_string(), old, new));
     }
 
-    /// Emits, in this order, the property changes of the step (`changed`: the state before
+    /// Emits, in this order, the state change of the step (`changed`: the state before
     /// and after), then the job moves it made: a client (or a proxy's property cache) sees
     /// the new counts before the moves they count. Awaited here, never from a spawned task,
     /// so the order on the bus is the order of the calls.
     pub(super) async fn flush_signals(&mut self, changed: Option<(QueueState, QueueState)>) {
         let pending = std::mem::take(&mut self.pending);
-        let Some(iface) = &self.iface else { return };
-        if let Some((old, new)) = changed {
-            let obj = iface.get().await;
-            let e = iface.signal_emitter();
-            if old.worker_count != new.worker_count {
-                let _ = obj.worker_count_changed(e).await;
-            }
-            if old.active_jobs != new.active_jobs {
-                let _ = obj.active_jobs_changed(e).await;
-            }
-            if old.queued_jobs != new.queued_jobs {
-                let _ = obj.queued_jobs_changed(e).await;
-            }
-            if old.paused != new.paused {
-                let _ = obj.paused_changed(e).await;
-            }
+        let Some(events) = &self.events else { return };
+        if let Some((old, new)) = changed
+            && old != new
+        {
+            events.emit(&QueueEvent::StateChanged { old, new }).await;
         }
         for (id, old, new) in pending {
-            if let Err(e) =
-                QueueObject::job_state_changed(iface.signal_emitter(), &id, old.name(), new.name())
-                    .await
-            {
-                tracing::debug!("JobStateChanged: {e}");
-            }
+            events
+                .emit(&QueueEvent::JobStateChanged { id, old, new })
+                .await;
         }
     }
     // ---- runtime -----------------------------------------------------------------------

@@ -6,7 +6,7 @@
 
 use agentstore::bus::queue::{Queue1Proxy, queue_proxy};
 use agentstore::model::{Launcher, Queue, QueueConfig};
-use agentstore::queue::{BusTarget, Manager, ManagerConfig};
+use agentstore::queue::{BusTarget, ManagerConfig};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -188,7 +188,7 @@ pub struct RunningManager {
 impl RunningManager {
     /// Starts the manager and returns once it is ready (runtime reset, name owned).
     pub async fn start(cfg: ManagerConfig) -> RunningManager {
-        let m = Manager::start(cfg).await.unwrap();
+        let m = agentstore::bus::queue::start_manager(cfg).await.unwrap();
         let (tx, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             m.run(async {

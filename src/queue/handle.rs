@@ -1,0 +1,145 @@
+//! The queue manager's handle: how a front end (D-Bus, `bus::queue`) sees and drives a
+//! manager without knowing its insides — a state snapshot, a request channel whose requests
+//! are authorized here (PRD §10), and the events of each step, pushed in order to the
+//! [`QueueEvents`] sink the front end attached.
+
+use super::QueueError;
+use crate::model::JobStatus;
+use crate::permissions::Caller;
+use futures_util::future::BoxFuture;
+use std::sync::{Arc, Mutex};
+use tokio::sync::{mpsc, oneshot};
+
+/// What the served properties show.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueState {
+    /// `worker_count` from the queue config.
+    pub worker_count: u32,
+    /// Jobs running now.
+    pub active_jobs: u32,
+    /// Jobs waiting.
+    pub queued_jobs: u32,
+    /// Whether new jobs are held back.
+    pub paused: bool,
+    /// Last loop time (ISO 8601), empty before the first.
+    pub last_update: String,
+}
+
+/// A reply to the caller.
+pub type Reply = oneshot::Sender<Result<(), QueueError>>;
+
+/// A request for the manager's loop, already authorized.
+#[derive(Debug)]
+pub enum QueueRequest {
+    /// Cancel a queued or running job.
+    Cancel {
+        /// Job id.
+        id: String,
+        /// Who asks (the loop checks the job's project).
+        caller: Caller,
+        /// Caller's name for the job's error text.
+        by: String,
+        /// Answer.
+        reply: Reply,
+    },
+    /// Stop starting new jobs.
+    Pause {
+        /// Answer.
+        reply: Reply,
+    },
+    /// Start new jobs again.
+    Resume {
+        /// Answer.
+        reply: Reply,
+    },
+}
+
+/// What a step of the manager changed, in the order it happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QueueEvent {
+    /// The served state changed (before, after); sent before the job moves it counts.
+    StateChanged {
+        /// Before.
+        old: QueueState,
+        /// After.
+        new: QueueState,
+    },
+    /// A job moved from one folder to another.
+    JobStateChanged {
+        /// Job id.
+        id: String,
+        /// Where it was.
+        old: JobStatus,
+        /// Where it is.
+        new: JobStatus,
+    },
+}
+
+/// Where a manager sends its events (the D-Bus front end turns them into signals). Each is
+/// awaited before the manager goes on, so the order a listener sees is the order of the
+/// steps, and a caller's reply comes after the events of its request.
+pub trait QueueEvents: Send + Sync {
+    /// Publishes one event.
+    fn emit<'a>(&'a self, event: &'a QueueEvent) -> BoxFuture<'a, ()>;
+}
+
+/// A front end's view of one queue manager.
+#[derive(Debug, Clone)]
+pub struct QueueHandle {
+    state: Arc<Mutex<QueueState>>,
+    requests: mpsc::Sender<QueueRequest>,
+}
+
+impl QueueHandle {
+    pub(super) fn new(
+        state: Arc<Mutex<QueueState>>,
+        requests: mpsc::Sender<QueueRequest>,
+    ) -> QueueHandle {
+        QueueHandle { state, requests }
+    }
+
+    /// The state as of the manager's last step.
+    pub fn snapshot(&self) -> QueueState {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Cancels a queued or running job for `caller` (recorded as `by`): admins, the job's
+    /// user and those who may modify its project.
+    pub async fn cancel(&self, id: &str, caller: Caller, by: String) -> Result<(), QueueError> {
+        let id = id.to_string();
+        self.send(|reply| QueueRequest::Cancel {
+            id,
+            caller,
+            by,
+            reply,
+        })
+        .await
+    }
+
+    /// Stops starting new jobs (running ones continue). Admins only.
+    pub async fn pause(&self, caller: &Caller) -> Result<(), QueueError> {
+        if !caller.is_admin() {
+            return Err(QueueError::PermissionDenied(
+                "only admins can pause a queue".into(),
+            ));
+        }
+        self.send(|reply| QueueRequest::Pause { reply }).await
+    }
+
+    /// Starts new jobs again. Admins only.
+    pub async fn resume(&self, caller: &Caller) -> Result<(), QueueError> {
+        if !caller.is_admin() {
+            return Err(QueueError::PermissionDenied(
+                "only admins can resume a queue".into(),
+            ));
+        }
+        self.send(|reply| QueueRequest::Resume { reply }).await
+    }
+
+    async fn send(&self, make: impl FnOnce(Reply) -> QueueRequest) -> Result<(), QueueError> {
+        let (tx, rx) = oneshot::channel();
+        let stopping = || QueueError::Failed("the queue manager is stopping".into());
+        self.requests.send(make(tx)).await.map_err(|_| stopping())?;
+        rx.await.map_err(|_| stopping())?
+    }
+}
