@@ -1,5 +1,5 @@
 //! `queue-manager --queue NAME`: the per-queue daemon (PRD §7). Wiring only: arguments,
-//! logging, signals, sd_notify.
+//! logging, signals (readiness is told by the manager's own loop).
 #![deny(unsafe_code)]
 
 use agentstore::bus::BusKind;
@@ -54,18 +54,11 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let manager = agentstore::bus::queue::start_manager(cfg)
         .await
         .with_context(|| format!("queue {}", args.queue))?;
-    agentstore::systemd::notify_ready(&format!(
-        "serving queue {} (launcher {})",
-        args.queue,
-        manager.launcher_name()
-    ));
     let queue = args.queue.clone();
     let stop = async move {
         tokio::select! {
             _ = agentstore::systemd::shutdown_signal() => {}
-            () = agentstore::queue::idle::idle_exit(root, queue, Duration::from_secs(idle_exit)) => {
-                agentstore::systemd::notify_stopping("idle: nothing queued or running");
-            }
+            () = agentstore::queue::idle::idle_exit(root, queue, Duration::from_secs(idle_exit)) => {}
         }
     };
     manager.run(stop).await?;

@@ -64,9 +64,10 @@ impl OrchestratorObject {
         self.shared.activity.fetch_add(1, Ordering::Relaxed);
         let uid = caller_uid(conn, &hdr).await?;
         let shared = self.shared.clone();
-        let outcome = tokio::task::spawn_blocking(move || service::submit(&shared, &message, uid))
-            .await
-            .map_err(|e| BusError::Failed(e.to_string()))??;
+        let outcome = self
+            .shared
+            .run_blocking(move || service::submit(&shared, &message, uid))
+            .await??;
         let r = &outcome.response;
         let status = if outcome.error.is_some() {
             "error"
@@ -116,11 +117,11 @@ impl OrchestratorObject {
         self.shared.activity.fetch_add(1, Ordering::Relaxed);
         let uid = caller_uid(conn, &hdr).await?;
         let shared = self.shared.clone();
-        tokio::task::spawn_blocking(move || {
-            super::listing::list_jobs_page(&shared, uid, &filter, offset, limit)
-        })
-        .await
-        .map_err(|e| BusError::Failed(e.to_string()))?
+        self.shared
+            .run_blocking(move || {
+                super::listing::list_jobs_page(&shared, uid, &filter, offset, limit)
+            })
+            .await?
     }
 
     /// Processes the inbox and finished jobs now; returns how many items were handled.
@@ -136,7 +137,10 @@ impl OrchestratorObject {
         self.shared.activity.fetch_add(1, Ordering::Relaxed);
         let uid = caller_uid(conn, &hdr).await?;
         let shared = self.shared.clone();
-        let report = tokio::task::spawn_blocking(move || service::sweep(&shared, uid)).await??;
+        let report = self
+            .shared
+            .run_blocking(move || service::sweep(&shared, uid))
+            .await??;
         Self::emit_cycle_signals(&emitter, &report).await;
         Ok(u32::try_from(report.handled).unwrap_or(u32::MAX))
     }

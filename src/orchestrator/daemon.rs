@@ -406,13 +406,13 @@ pub async fn run(
         let report = if lock.is_none() {
             CycleReport::default()
         } else {
-            match tokio::task::spawn_blocking(move || cycle_report(&s)).await {
+            match shared.run_blocking(move || cycle_report(&s)).await {
                 Ok(Ok(r)) => r,
                 Ok(Err(e)) => {
                     tracing::error!("sweep failed: {e}");
                     CycleReport::default()
                 }
-                Err(e) => break Err(DaemonError::Other(format!("sweep panicked: {e}"))),
+                Err(e) => break Err(DaemonError::Other(format!("sweep stopped: {e}"))),
             }
         };
         let (handled, deferred) = (report.handled, report.deferred);
@@ -485,6 +485,8 @@ pub async fn run(
         }
     };
     notify_stopping("Stopping");
+    // Calls under way finish before the lock is let go; new ones are refused.
+    shared.drain().await;
     shared
         .store
         .record_event(&Event::new(DAEMON, "daemon_stopped"));

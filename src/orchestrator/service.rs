@@ -11,6 +11,7 @@ use crate::store::{Event, Store};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use tokio::task::JoinSet;
 
 /// State shared by the daemon loop and the D-Bus object.
 #[derive(Debug)]
@@ -38,6 +39,9 @@ pub struct Shared {
     pub completions: Mutex<crate::orchestrator::handled::Completions>,
     /// Job heads for `ListJobs`, kept between calls (folders re-listed only when changed).
     pub job_index: Mutex<crate::store::listing::JobIndex>,
+    /// The blocking work of the loop and of calls ([`Shared::run_blocking`]); `None` once
+    /// the daemon is stopping. Drained before the store lock is let go.
+    tasks: Mutex<Option<JoinSet<()>>>,
 }
 
 impl Shared {
@@ -55,7 +59,38 @@ impl Shared {
             read_only: Mutex::new(None),
             completions: Mutex::new(crate::orchestrator::handled::Completions::new()),
             job_index: Mutex::new(Default::default()),
+            tasks: Mutex::new(Some(JoinSet::new())),
         })
+    }
+
+    /// Runs `work` on a blocking thread, tracked so that shutdown waits for it (a call's
+    /// write is never cut off by the daemon letting the store lock go). Refused once the
+    /// daemon is stopping.
+    pub async fn run_blocking<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, RouteError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        {
+            let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(set) = tasks.as_mut() else {
+                return Err(RouteError::Failed("orchestratord is stopping".into()));
+            };
+            while set.try_join_next().is_some() {}
+            set.spawn_blocking(move || {
+                let _ = tx.send(work());
+            });
+        }
+        rx.await
+            .map_err(|_| RouteError::Failed("the daemon's work stopped before it answered".into()))
+    }
+
+    /// Refuses new work and waits for the work under way.
+    pub async fn drain(&self) {
+        let set = self.tasks.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(mut set) = set {
+            while set.join_next().await.is_some() {}
+        }
     }
 
     /// Why the store cannot be written now, if it cannot.

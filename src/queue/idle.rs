@@ -28,6 +28,7 @@ pub async fn idle_exit(root: PathBuf, queue: String, limit: Duration) {
             idle_since = Instant::now();
         } else if idle_since.elapsed() >= limit {
             tracing::info!(queue = %queue, "idle for {} s: exiting", limit.as_secs());
+            crate::systemd::notify_stopping("idle: nothing queued or running");
             return;
         }
     }

@@ -98,6 +98,9 @@ pub struct Manager {
     pub(super) events: Option<Box<dyn QueueEvents>>,
     requests_tx: mpsc::Sender<QueueRequest>,
     pub(super) exits_tx: mpsc::UnboundedSender<String>,
+    /// The tasks the manager spawned (one per worker, waiting for its exit): reaped as they
+    /// end, and stopped and drained at shutdown (the jobs themselves keep running).
+    pub(super) tasks: tokio::task::JoinSet<()>,
     pub(super) exits_rx: mpsc::UnboundedReceiver<String>,
     pub(super) requests_rx: mpsc::Receiver<QueueRequest>,
     pub(super) inotify: Option<inotify::Inotify>,
@@ -154,6 +157,7 @@ impl Manager {
             events: None,
             requests_tx,
             exits_tx,
+            tasks: tokio::task::JoinSet::new(),
             exits_rx,
             requests_rx,
             inotify: None,
@@ -254,6 +258,13 @@ impl Manager {
         ));
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         sweep.tick().await;
+        // Ready (systemd's READY=1) before the first pass: readiness never waits on the size
+        // of the queue. The daemons tell systemd from their own loops, never from `bin/`.
+        crate::systemd::notify_ready(&format!(
+            "serving queue {} (launcher {})",
+            self.cfg.queue,
+            self.launcher.name()
+        ));
         self.step().await;
         loop {
             let next = self.next_deadline();
@@ -306,6 +317,8 @@ impl Manager {
                 Wake::Deadline => self.on_deadlines().await,
                 Wake::Sweep => self.sweep().await,
             }
+            // Forget the tasks of workers that have ended.
+            while self.tasks.try_join_next().is_some() {}
             // Batch whatever else is ready before one pass and one queue.json write.
             while let Ok(id) = self.exits_rx.try_recv() {
                 self.on_exit(&id).await;
@@ -313,6 +326,10 @@ impl Manager {
             self.step().await;
         }
         self.stop();
+        // Nothing spawned outlives the manager: the exit watchers stop (their workers run
+        // on, for the next manager to re-adopt).
+        self.tasks.abort_all();
+        while self.tasks.join_next().await.is_some() {}
         Ok(())
     }
 

@@ -263,7 +263,7 @@ impl Manager {
         let tx = self.exits_tx.clone();
         let job_id = id.to_string();
         let mut child = launched.child;
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             let _ = child.wait().await;
             let _ = tx.send(job_id);
         });

@@ -140,7 +140,7 @@ impl Manager {
             .unwrap_or(now);
         let tx = self.exits_tx.clone();
         let job_id = id.to_string();
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             pidwatch::wait_exit(fd).await;
             let _ = tx.send(job_id);
         });
