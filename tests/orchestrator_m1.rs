@@ -46,8 +46,9 @@ fn m1_orchestrator_processes_messages() {
     // Test 1: start; the lock file exists.
     let mut daemon = spawn_orchestratord(&bus, &env.root, &["--idle-exit", "0"]);
     wait_for_name(&bus, "org.agentstore.Orchestrator1");
+    // The name is taken first, then the store lock (a moment later).
     let lock = env.root.join(".orchestrator.lock");
-    assert!(lock.exists());
+    wait_until(Duration::from_secs(10), "the store lock", || lock.exists());
     let info = read(&lock);
     assert_eq!(info["pid"], daemon.id());
 

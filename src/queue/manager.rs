@@ -8,7 +8,7 @@ use super::{QueueError, Running, add_secs};
 use crate::model::{
     DocKind, JobStatus, Launcher, MAX_REST_INTERVAL, Queue, QueueConfig, Timestamp,
 };
-use crate::store::{Event, Store, StoreError, hostname};
+use crate::store::{Event, Record, Store, StoreError, hostname};
 use futures_util::StreamExt;
 use std::collections::HashMap;
 use std::future::Future;
@@ -173,6 +173,17 @@ impl Manager {
         QueueHandle::new(self.state.clone(), self.requests_tx.clone())
     }
 
+    /// An event of this manager about its queue.
+    pub(super) fn event(&self, kind: &str) -> Event {
+        Event::new("queue-manager", kind).queue(&self.cfg.queue)
+    }
+
+    /// Records an action once: journal, events file and the queue's daemon log
+    /// (`logs/queue-<q>.log`).
+    pub(super) fn record(&self, r: Record) {
+        self.store.record(r.log(&self.log_file));
+    }
+
     /// The manager's store.
     pub fn store(&self) -> Arc<Store> {
         self.store.clone()
@@ -209,22 +220,16 @@ impl Manager {
         m.inotify = Some(inotify);
         m.recover_poisoned().await;
         let dead = m.adopt_running();
-        tracing::info!(queue = %q, launcher = m.launcher.name(), adopted = m.running.len(),
-            "queue manager started");
-        m.store.record_event(
-            &Event::new("queue-manager", "daemon_started")
-                .queue(&q)
+        m.record(Record::info(
+            m.event("daemon_started")
                 .detail(format!("launcher {}", m.launcher.name())),
-        );
-        m.store.append_daemon_log(
-            &m.log_file,
-            &format!(
+            format!(
                 "queue-manager started (pid {}, launcher {}, {} job(s) re-adopted)",
                 std::process::id(),
                 m.launcher.name(),
                 m.running.len()
             ),
-        );
+        ));
         for id in dead {
             m.settle(&id, None).await;
         }
@@ -335,17 +340,14 @@ impl Manager {
 
     pub(super) fn stop(&mut self) {
         let q = &self.cfg.queue;
-        tracing::info!(queue = %q, running = self.running.len(), "queue manager stopping");
         crate::systemd::notify_stopping("stopping; running jobs continue");
-        self.store.append_daemon_log(
-            &self.log_file,
-            &format!(
+        self.record(Record::info(
+            self.event("daemon_stopped"),
+            format!(
                 "queue-manager stopping ({} job(s) left running for the next manager)",
                 self.running.len()
             ),
-        );
-        self.store
-            .record_event(&Event::new("queue-manager", "daemon_stopped").queue(q));
+        ));
         if let Ok(mut doc) = self.store.queue(q) {
             doc.runtime.process_id = None;
             doc.runtime.last_update = Some(Timestamp::now());

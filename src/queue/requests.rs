@@ -7,7 +7,7 @@ use super::QueueError;
 use super::handle::{QueueEvent, QueueRequest};
 use crate::model::{DocKind, Job, JobStatus};
 use crate::store::jobfile::fail_raw;
-use crate::store::read_limited;
+use crate::store::{Record, read_limited};
 
 impl Manager {
     // ---- requests ----------------------------------------------------------------------
@@ -37,8 +37,8 @@ impl Manager {
     /// Pause or resume; the `Paused` property shows it before the caller gets its reply.
     pub(super) async fn set_paused(&mut self, paused: bool) {
         self.paused = paused;
-        self.store
-            .append_daemon_log(&self.log_file, if paused { "paused" } else { "resumed" });
+        let what = if paused { "paused" } else { "resumed" };
+        self.record(Record::info(self.event(what), what).no_event_line());
         let (old, new) = {
             let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
             let old = s.clone();

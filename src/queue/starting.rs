@@ -8,7 +8,7 @@ use super::poison::MarkKind;
 use super::{Running, add_secs, job_limit};
 use crate::model::{DocKind, Job, JobStatus, MAX_WORKER_COUNT, Timestamp};
 use crate::permissions::project_owner_login;
-use crate::store::{Event, StoreError, move_no_replace, read_limited};
+use crate::store::{Record, StoreError, move_no_replace, read_limited};
 use std::path::PathBuf;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -124,13 +124,10 @@ impl Manager {
             Ok(()) => format!("{what} {} set aside in {}", path.display(), to.display()),
             Err(e) => format!("cannot set aside {what} {}: {e}", path.display()),
         };
-        tracing::warn!(queue = %self.cfg.queue, "{text}");
-        self.store.append_daemon_log(&self.log_file, &text);
-        self.store.record_event(
-            &Event::new("queue-manager", "conflict_set_aside")
-                .queue(&self.cfg.queue)
-                .detail(text),
-        );
+        self.record(Record::warn(
+            self.event("conflict_set_aside").detail(&text),
+            text,
+        ));
     }
 
     /// Reads a queued job and works out how to launch it; `None` when it was taken away,
@@ -279,19 +276,17 @@ impl Manager {
                 kill_at: None,
             },
         );
-        tracing::info!(job_id = %id, queue = %q, pid = launched.pid,
-            unit = launched.unit.as_deref().unwrap_or("-"), "job started");
-        self.store.record_event(
-            &Event::new("queue-manager", "job_started")
+        self.record(Record::info(
+            self.event("job_started")
                 .job(id)
-                .queue(&q)
                 .project(&job.config.project)
                 .detail(format!("pid {}", launched.pid)),
-        );
-        self.store.append_daemon_log(
-            &self.log_file,
-            &format!("job {id} started (worker pid {})", launched.pid),
-        );
+            format!(
+                "job {id} started (worker pid {}, unit {})",
+                launched.pid,
+                launched.unit.as_deref().unwrap_or("-")
+            ),
+        ));
         self.signal(id, JobStatus::Queued, JobStatus::Running).await;
     }
 
@@ -308,14 +303,15 @@ impl Manager {
             id.to_string(),
             (add_secs(Instant::now(), pause.as_secs()), n),
         );
-        tracing::warn!(job_id = %id, queue = %self.cfg.queue,
-            "cannot start job (attempt {n}): {error}; trying again in {} s", pause.as_secs());
-        self.store.append_daemon_log(
-            &self.log_file,
-            &format!(
-                "job {id} not started (attempt {n}): {error}; next try in {} s",
-                pause.as_secs()
-            ),
+        self.record(
+            Record::warn(
+                self.event("job_start_put_off").job(id),
+                format!(
+                    "job {id} not started (attempt {n}): {error}; next try in {} s",
+                    pause.as_secs()
+                ),
+            )
+            .no_event_line(),
         );
     }
 

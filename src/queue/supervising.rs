@@ -7,7 +7,7 @@ use super::selection::QueuedIndex;
 use super::{EndCause, KILL_GRACE, Running, WORKER_DIED, add_secs, job_limit, pidwatch};
 use crate::model::{DocKind, Job, JobStatus, MAX_TIMEOUT_SECONDS, Timestamp};
 use crate::store::jobfile::{fail_raw, set_failed, write_and_move};
-use crate::store::{Event, StoreError, read_limited};
+use crate::store::{Record, StoreError, read_limited};
 use nix::sys::signal::Signal;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -50,21 +50,15 @@ impl Manager {
     pub(super) async fn ended(&mut self, id: &str, from: JobStatus, to: JobStatus, error: &str) {
         self.store_errors.remove(id);
         self.backoff.remove(id);
-        let q = &self.cfg.queue;
         let event = if to == JobStatus::Failed {
             "job_failed"
         } else {
             "job_finished"
         };
-        tracing::warn!(job_id = %id, queue = %q, "job {}: {error}", to.name());
-        self.store.record_event(
-            &Event::new("queue-manager", event)
-                .job(id)
-                .queue(q)
-                .detail(error),
-        );
-        self.store
-            .append_daemon_log(&self.log_file, &format!("job {id} {}: {error}", to.name()));
+        self.record(Record::warn(
+            self.event(event).job(id).detail(error),
+            format!("job {id} {}: {error}", to.name()),
+        ));
         self.signal(id, from, to).await;
     }
 
@@ -115,7 +109,6 @@ impl Manager {
     }
 
     pub(super) fn adopt_job(&mut self, id: &str, job: &Job) -> bool {
-        let q = self.cfg.queue.clone();
         let Some(pid) = job
             .runtime
             .process_id
@@ -144,10 +137,12 @@ impl Manager {
             pidwatch::wait_exit(fd).await;
             let _ = tx.send(job_id);
         });
-        tracing::info!(job_id = %id, queue = %q, pid, "re-adopted running job");
-        self.store.append_daemon_log(
-            &self.log_file,
-            &format!("job {id} re-adopted (worker pid {pid})"),
+        self.record(
+            Record::info(
+                self.event("job_adopted").job(id),
+                format!("job {id} re-adopted (worker pid {pid})"),
+            )
+            .no_event_line(),
         );
         self.running.insert(
             id.to_string(),
@@ -191,9 +186,12 @@ impl Manager {
             };
             match to {
                 Some(to) => {
-                    self.store.append_daemon_log(
-                        &self.log_file,
-                        &format!("job {id} {} (worker exited)", to.name()),
+                    self.record(
+                        Record::info(
+                            self.event("worker_exited").job(id),
+                            format!("job {id} {} (worker exited)", to.name()),
+                        )
+                        .no_event_line(),
                     );
                     self.signal(id, JobStatus::Running, to).await;
                 }
@@ -312,7 +310,6 @@ impl Manager {
             if self.paused { ", paused" } else { "" }
         );
         crate::systemd::notify_status(&status);
-        self.store
-            .append_daemon_log(&self.log_file, &format!("sweep: {status}"));
+        self.record(Record::info(self.event("sweep"), format!("sweep: {status}")).no_event_line());
     }
 }

@@ -1,5 +1,10 @@
 //! The store's own record of what happened where (DESIGN §5, PRD §13.1):
 //! one JSON line per event in `logs/events-YYYY-MM.jsonl`, readable from any synced machine.
+//!
+//! An action is recorded once, with [`Store::record`]: the one call writes the journal (a
+//! tracing event whose fields are the event's `job_id`, `queue`, `correlation_id` and
+//! `project`, inside whatever span the daemon is in), the event line, and — when the record
+//! names one — the line of the daemon's own log under `logs/`.
 
 use super::{Store, append_line_locked};
 use crate::model::Timestamp;
@@ -93,7 +98,95 @@ impl Event {
     }
 }
 
+/// How loud a record is in the journal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    /// Normal operation.
+    Info,
+    /// Something went wrong with one job or message; the daemon goes on.
+    Warn,
+    /// Something went wrong with the daemon's own work.
+    Error,
+}
+
+/// One action to record (see [`Store::record`]).
+#[derive(Debug, Clone)]
+pub struct Record {
+    level: Level,
+    text: String,
+    event: Event,
+    line: bool,
+    log: Option<String>,
+}
+
+impl Record {
+    /// `event` at `level`, told as `text` in the journal (and in the daemon log, if one is
+    /// named with [`Record::log`]).
+    pub fn new(level: Level, event: Event, text: impl Into<String>) -> Record {
+        Record {
+            level,
+            text: text.into(),
+            event,
+            line: true,
+            log: None,
+        }
+    }
+
+    /// [`Record::new`] at [`Level::Info`].
+    pub fn info(event: Event, text: impl Into<String>) -> Record {
+        Record::new(Level::Info, event, text)
+    }
+
+    /// [`Record::new`] at [`Level::Warn`].
+    pub fn warn(event: Event, text: impl Into<String>) -> Record {
+        Record::new(Level::Warn, event, text)
+    }
+
+    /// Also writes `text` to the daemon log `logs/<file>`.
+    pub fn log(mut self, file: &str) -> Record {
+        self.log = Some(file.to_string());
+        self
+    }
+
+    /// Writes no event line (the event's fields still label the journal entry): for what
+    /// only the journal and the daemon log show.
+    pub fn no_event_line(mut self) -> Record {
+        self.line = false;
+        self
+    }
+}
+
 impl Store {
+    /// Records one action everywhere it is read: the journal (tracing), the events file
+    /// and, when named, the daemon log. Failures to write are logged, never fatal.
+    pub fn record(&self, r: Record) {
+        let e = &r.event;
+        let (job_id, queue, correlation_id, project) = (
+            e.job_id.as_deref(),
+            e.queue.as_deref(),
+            e.correlation_id.as_deref(),
+            e.project.as_deref(),
+        );
+        let event = e.event.as_str();
+        match r.level {
+            Level::Info => {
+                tracing::info!(event, job_id, queue, correlation_id, project, "{}", r.text)
+            }
+            Level::Warn => {
+                tracing::warn!(event, job_id, queue, correlation_id, project, "{}", r.text)
+            }
+            Level::Error => {
+                tracing::error!(event, job_id, queue, correlation_id, project, "{}", r.text)
+            }
+        }
+        if r.line {
+            self.record_event(e);
+        }
+        if let Some(file) = &r.log {
+            self.append_daemon_log(file, &r.text);
+        }
+    }
+
     /// The event log file for the month of `at`.
     pub fn events_path(&self, at: &Timestamp) -> PathBuf {
         let month = at.0.format("%Y-%m").to_string();

@@ -13,7 +13,7 @@ mod scan;
 
 pub use config::{Config, ConfigError, LoggingConfig, OrchestratorConfig, SlackConfig};
 pub use error_log::{ErrorLog, ErrorLogEntry};
-pub use events::{Event, hostname};
+pub use events::{Event, Level, Record, hostname};
 pub use fsio::{
     append_line_locked, move_no_replace, remove_stale_temp_files, sync_parent, write_atomic,
     write_json_atomic,
