@@ -7,7 +7,7 @@
 use super::DAEMON;
 use super::handled::Completions;
 use crate::model::{DocKind, Job, JobStatus, Prd, PrdState, Timestamp};
-use crate::store::{Event, JobLocation, Store, StoreError, move_no_replace, write_atomic};
+use crate::store::{Event, JobLocation, Record, Store, StoreError, move_no_replace, write_atomic};
 use serde_json::{Map, Value};
 
 /// What handling did, for logs and tests.
@@ -65,15 +65,16 @@ pub fn handle_finished_jobs(
             completions.log(store).record(&loc.queue, &loc.id)?;
             continue;
         }
+        let _span = tracing::info_span!("job", job_id = %loc.id, queue = %loc.queue).entered();
         let action = match handle_one(store, &loc, &job) {
             Ok(a) => a,
             Err(e) => {
-                tracing::warn!(job_id = %loc.id, "completion handler failed: {e}");
-                store.record_event(
-                    &Event::new(DAEMON, "completion_failed")
+                store.record(Record::warn(
+                    Event::new(DAEMON, "completion_failed")
                         .job(&loc.id)
                         .detail(e.to_string()),
-                );
+                    format!("completion handler failed: {e}"),
+                ));
                 format!("failed: {e}")
             }
         };
@@ -81,13 +82,13 @@ pub fn handle_finished_jobs(
         // The job is finished: its worker is gone, so the orchestrator may write it now.
         store.write_doc(DocKind::Job, &loc.path, &job)?;
         completions.log(store).record(&loc.queue, &loc.id)?;
-        tracing::info!(job_id = %loc.id, queue = %loc.queue, "finished job handled: {action}");
-        store.record_event(
-            &Event::new(DAEMON, "job_handled")
+        store.record(Record::info(
+            Event::new(DAEMON, "job_handled")
                 .job(&loc.id)
                 .queue(&loc.queue)
                 .detail(&action),
-        );
+            format!("finished job handled: {action}"),
+        ));
         done.push(Handled {
             job_id: loc.id.clone(),
             action,

@@ -10,13 +10,16 @@
 use super::service::{Frontend, Shared};
 use super::{DAEMON, FileOutcome, StoreLock, handle_finished_jobs, process_inbox};
 use crate::model::{JobStatus, Timestamp};
-use crate::store::{Event, Store, StoreError};
+use crate::store::{Event, Record, Store, StoreError};
 use crate::systemd::{notify_ready, notify_status, notify_stopping};
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
+
+/// The daemon's own log under `logs/`.
+const LOG_FILE: &str = "orchestrator.log";
 
 /// Route AgentStore inbox messages, create jobs, and handle finished jobs.
 ///
@@ -122,12 +125,6 @@ pub fn cycle_report(shared: &Shared) -> Result<CycleReport, StoreError> {
                 if o.error.is_some() {
                     shared.errors.fetch_add(1, Ordering::Relaxed);
                 }
-                tracing::info!(
-                    correlation_id = %r.correlation_id,
-                    "answered {} from inbox: {}",
-                    r.command,
-                    r.error.as_deref().unwrap_or("done")
-                );
                 answered.push((
                     r.correlation_id.clone(),
                     r.command.clone(),
@@ -135,9 +132,8 @@ pub fn cycle_report(shared: &Shared) -> Result<CycleReport, StoreError> {
                     r.project.clone().unwrap_or_default(),
                     o.job.clone().filter(|j| j.new),
                 ));
-                if let Some(job) = o.job.as_ref().filter(|j| j.new) {
+                if o.job.as_ref().is_some_and(|j| j.new) {
                     shared.jobs_created.fetch_add(1, Ordering::Relaxed);
-                    tracing::info!(job_id = %job.id, queue = %job.queue, correlation_id = %r.correlation_id, "job created");
                 }
             }
         }
@@ -364,16 +360,16 @@ pub async fn run(
         tracing::info!("removed {stale} temp files left by an interrupted write");
     }
     let root = shared.store.root().display().to_string();
-    shared
-        .store
-        .record_event(&Event::new(DAEMON, "daemon_started").detail(format!("root {root}")));
-    shared.store.append_daemon_log(
-        "orchestrator.log",
-        &format!("started pid {}", std::process::id()),
-    );
-    tracing::info!(
-        "orchestratord {} watching {root}",
-        env!("CARGO_PKG_VERSION")
+    shared.store.record(
+        Record::info(
+            Event::new(DAEMON, "daemon_started").detail(format!("root {root}")),
+            format!(
+                "orchestratord {} started pid {}, watching {root}",
+                env!("CARGO_PKG_VERSION"),
+                std::process::id()
+            ),
+        )
+        .log(LOG_FILE),
     );
     notify_ready(&format!("Watching {root}"));
 
@@ -487,12 +483,12 @@ pub async fn run(
     notify_stopping("Stopping");
     // Calls under way finish before the lock is let go; new ones are refused.
     shared.drain().await;
-    shared
-        .store
-        .record_event(&Event::new(DAEMON, "daemon_stopped"));
-    shared.store.append_daemon_log(
-        "orchestrator.log",
-        &format!("stopped pid {}", std::process::id()),
+    shared.store.record(
+        Record::info(
+            Event::new(DAEMON, "daemon_stopped"),
+            format!("orchestratord stopped pid {}", std::process::id()),
+        )
+        .log(LOG_FILE),
     );
     drop(lock);
     result

@@ -28,7 +28,9 @@ pub use venv::venvman_program;
 
 use crate::model::{DocKind, Message, MessageSource, MessageStatus, Timestamp, is_safe_id};
 use crate::permissions::Caller;
-use crate::store::{Event, Store, StoreError, move_no_replace, read_limited, safe, scan_dir};
+use crate::store::{
+    Event, Level, Record, Store, StoreError, move_no_replace, read_limited, safe, scan_dir,
+};
 use serde_json::{Map, Value, json};
 use std::path::{Path, PathBuf};
 
@@ -246,6 +248,7 @@ pub fn process_inbox_file(store: &Store, path: &Path) -> Result<FileOutcome, Sto
     let parsed: Result<Message, StoreError> = store.parse_doc(DocKind::Message, path, &bytes);
     let outcome = match parsed {
         Ok(msg) => {
+            tracing::Span::current().record("correlation_id", msg.correlation_id.as_str());
             match earlier_answer(
                 store,
                 &msg.correlation_id,
@@ -297,6 +300,7 @@ pub fn process_inbox_file(store: &Store, path: &Path) -> Result<FileOutcome, Sto
                 .filter(|c| is_safe_id(c))
                 .map(str::to_string)
                 .unwrap_or_else(|| fallback_id(path));
+            tracing::Span::current().record("correlation_id", id.as_str());
             let message = match &e {
                 StoreError::Invalid { rejection, .. } => {
                     format!("Invalid message format: {rejection}")
@@ -377,25 +381,40 @@ fn finish_as(
         other => other?,
     }
     move_to_processed(store, path)?;
-    let mut ev = Event::new(DAEMON, "message_answered").correlation(&id);
-    if let Some(p) = &outcome.response.project {
+    record_answer(store, &id, &outcome, None);
+    Ok(FileOutcome::Answered(Box::new(outcome)))
+}
+
+/// Records an answered message once (journal and events): `message_answered`, then
+/// `job_created` when it made a job. `via` says how a message that did not come through the
+/// inbox arrived (`D-Bus uid 1000`).
+pub(crate) fn record_answer(store: &Store, cid: &str, outcome: &Outcome, via: Option<&str>) {
+    let r = &outcome.response;
+    let result = r.error.as_deref().unwrap_or("done");
+    let mut ev = Event::new(DAEMON, "message_answered").correlation(cid);
+    if let Some(p) = &r.project {
         ev = ev.project(p);
     }
-    ev = ev.detail(format!(
-        "{} → {}",
-        outcome.response.command,
-        outcome.response.error.as_deref().unwrap_or("done")
-    ));
-    store.record_event(&ev);
+    let (detail, text) = match via {
+        None => (
+            format!("{} → {result}", r.command),
+            format!("answered {} from inbox: {result}", r.command),
+        ),
+        Some(v) => (
+            format!("{} ({v}) → {result}", r.command),
+            format!("answered {} over {v}: {result}", r.command),
+        ),
+    };
+    store.record(Record::info(ev.detail(detail), text));
     if let Some(job) = outcome.job.as_ref().filter(|j| j.new) {
-        store.record_event(
-            &Event::new(DAEMON, "job_created")
+        store.record(Record::info(
+            Event::new(DAEMON, "job_created")
                 .job(&job.id)
                 .queue(&job.queue)
-                .correlation(&id),
-        );
+                .correlation(cid),
+            "job created",
+        ));
     }
-    Ok(FileOutcome::Answered(Box::new(outcome)))
 }
 
 /// Whether a message's correlation id was answered before.
@@ -518,14 +537,14 @@ fn set_aside_because(store: &Store, path: &Path, what: &str) -> Result<PathBuf, 
             path: path.to_path_buf(),
             source,
         })?;
-    tracing::warn!(
-        "{what} {} set aside in {}; resolve it by hand",
-        path.display(),
-        dir.display()
-    );
-    store.record_event(
-        &Event::new(DAEMON, "conflict_set_aside").detail(format!("{what}: {}", path.display())),
-    );
+    store.record(Record::warn(
+        Event::new(DAEMON, "conflict_set_aside").detail(format!("{what}: {}", path.display())),
+        format!(
+            "{what} {} set aside in {}; resolve it by hand",
+            path.display(),
+            dir.display()
+        ),
+    ));
     Ok(target)
 }
 
@@ -576,17 +595,26 @@ pub fn process_inbox(store: &Store, limit: usize) -> Result<Vec<FileOutcome>, St
         .take(limit)
         .collect();
     for p in ready {
+        // Everything said about this message carries its file and, once read, its
+        // correlation id (journal fields FILE=, CORRELATION_ID=).
+        let span = tracing::info_span!(
+            "message",
+            file = %p.file_name().unwrap_or_default().to_string_lossy(),
+            correlation_id = tracing::field::Empty
+        );
+        let _span = span.enter();
         // Each message fails alone: one that cannot be answered never stops the others.
         match process_inbox_file(store, &p) {
             Ok(o) => out.push(o),
             Err(e) => {
                 failed.insert(p.clone(), std::time::Instant::now());
-                tracing::error!("cannot answer {}: {e}", p.display());
-                store.record_event(&Event::new(DAEMON, "message_failed").detail(
-                    crate::schema::quote_limited(
+                store.record(Record::new(
+                    Level::Error,
+                    Event::new(DAEMON, "message_failed").detail(crate::schema::quote_limited(
                         &format!("{}: {e}", p.display()),
                         crate::schema::MAX_QUOTE_BYTES,
-                    ),
+                    )),
+                    format!("cannot answer {}: {e}", p.display()),
                 ));
                 out.push(FileOutcome::Failed(p, e.to_string()));
             }

@@ -5,9 +5,9 @@
 
 use super::caller::caller_for_uid;
 use super::daemon::{CycleReport, DaemonError};
-use super::{DAEMON, Outcome, RouteError};
+use super::{Outcome, RouteError};
 use crate::model::{DocKind, Message, Timestamp};
-use crate::store::{Event, Store};
+use crate::store::Store;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -152,6 +152,7 @@ pub fn submit(shared: &Shared, text: &str, uid: u32) -> Result<Outcome, RouteErr
     }
     let msg: Message = serde_json::from_value(value)
         .map_err(|e| RouteError::Invalid(format!("Invalid message format: {e}")))?;
+    let _span = tracing::info_span!("message", correlation_id = %msg.correlation_id).entered();
     let who = caller_for_uid(store, uid, shared.own_uid, msg.user.as_deref())?;
     if !super::commands::is_direct(&msg.command)
         && let Some(why) = shared.read_only_reason()
@@ -170,28 +171,15 @@ pub fn submit(shared: &Shared, text: &str, uid: u32) -> Result<Outcome, RouteErr
     if outcome.error.is_some() {
         shared.errors.fetch_add(1, Ordering::Relaxed);
     }
-    let mut ev = Event::new(DAEMON, "message_answered")
-        .correlation(&msg.correlation_id)
-        .detail(format!(
-            "{} (D-Bus uid {uid}) → {}",
-            msg.command,
-            outcome.response.error.as_deref().unwrap_or("done")
-        ));
-    if let Some(p) = &msg.project {
-        ev = ev.project(p);
-    }
-    store.record_event(&ev);
-    if let Some(job) = outcome.job.as_ref().filter(|j| j.new) {
+    if outcome.job.as_ref().is_some_and(|j| j.new) {
         shared.jobs_created.fetch_add(1, Ordering::Relaxed);
-        store.record_event(
-            &Event::new(DAEMON, "job_created")
-                .job(&job.id)
-                .queue(&job.queue)
-                .correlation(&msg.correlation_id),
-        );
-        tracing::info!(job_id = %job.id, queue = %job.queue, correlation_id = %msg.correlation_id, "job created");
     }
-    tracing::info!(correlation_id = %msg.correlation_id, "answered {} over D-Bus", msg.command);
+    super::record_answer(
+        store,
+        &msg.correlation_id,
+        &outcome,
+        Some(&format!("D-Bus uid {uid}")),
+    );
     Ok(outcome)
 }
 

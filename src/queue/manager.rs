@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 /// Which bus the manager serves `org.agentstore.Queue1` on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -197,6 +198,16 @@ impl Manager {
     /// Resets the queue's runtime (PRD §4.5), watches `queued_jobs/` and re-adopts this
     /// host's running jobs. Returns when the manager is ready to be [`run`](Manager::run).
     pub async fn start(self) -> Result<Manager, QueueError> {
+        let span = self.span();
+        self.start_in_span().instrument(span).await
+    }
+
+    /// The span everything the manager says is in: its queue (journal field `QUEUE=`).
+    fn span(&self) -> tracing::Span {
+        tracing::info_span!("queue_manager", queue = %self.cfg.queue)
+    }
+
+    async fn start_in_span(self) -> Result<Manager, QueueError> {
         let mut m = self;
         let q = m.cfg.queue.clone();
         // Reset runtime first: whatever the file says is stale (PRD §4.5).
@@ -246,7 +257,12 @@ impl Manager {
 
     /// Runs the loop until `shutdown` resolves. Running jobs are left running: a restarted
     /// manager re-adopts them.
-    pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> Result<(), QueueError> {
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), QueueError> {
+        let span = self.span();
+        self.run_in_span(shutdown).instrument(span).await
+    }
+
+    async fn run_in_span(mut self, shutdown: impl Future<Output = ()>) -> Result<(), QueueError> {
         tokio::pin!(shutdown);
         let mut events = match self.inotify.take() {
             Some(i) => Some(
