@@ -5,7 +5,9 @@
 mod common;
 
 use common::TestEnv;
-use common::bus::{KillOnDrop, PrivateBus, spawn_orchestratord, wait_for_name, wait_until};
+use common::bus::{
+    Announcements, KillOnDrop, PrivateBus, spawn_orchestratord, wait_for_name, wait_until,
+};
 use serde_json::Value;
 use std::time::Duration;
 
@@ -62,13 +64,18 @@ fn m1_orchestrator_processes_messages() {
     assert_eq!(second.status.code(), Some(2), "already running exits 2");
     assert!(String::from_utf8_lossy(&second.stderr).contains("already running"));
 
-    // Tests 3–5: a message file is answered into the outbox and moved to processed_inbox.
+    // Tests 3–5: a message file is answered into the outbox and moved to processed_inbox;
+    // MessageProcessed announces it once both are done.
+    let mut signals = Announcements::subscribe(&bus);
     env.write(
         "messaging/inbox/test-001.json",
         &m1_message("test-001", "list-projects"),
     );
     let out = env.root.join("messaging/outbox/test-001.json");
-    wait_until(LONG, "outbox/test-001.json", || out.exists());
+    assert_eq!(
+        signals.processed("test-001", LONG),
+        ("list-projects".to_string(), "done".to_string())
+    );
     let resp = read(&out);
     assert_eq!(resp["status"], "done", "{resp}");
     assert_eq!(resp["source"], "orchestrator");
@@ -87,7 +94,10 @@ fn m1_orchestrator_processes_messages() {
         &m1_message("test-002", "invalid-command"),
     );
     let out2 = env.root.join("messaging/outbox/test-002.json");
-    wait_until(LONG, "outbox/test-002.json", || out2.exists());
+    assert_eq!(
+        signals.processed("test-002", LONG),
+        ("invalid-command".to_string(), "error".to_string())
+    );
     let resp = read(&out2);
     assert_eq!(resp["status"], "error");
     assert_eq!(resp["error"], "Unknown command: invalid-command");
@@ -136,6 +146,7 @@ fn half_written_file_is_not_answered_as_empty() {
     let bus = PrivateBus::start();
     let _daemon = KillOnDrop(spawn_orchestratord(&bus, &env.root, &["--idle-exit", "0"]));
     wait_for_name(&bus, "org.agentstore.Orchestrator1");
+    let mut signals = Announcements::subscribe(&bus);
     // Open, write half, pause, write the rest: like `cat > inbox/x.json` typed slowly.
     use std::io::Write;
     let path = env.root.join("messaging/inbox/slow.json");
@@ -169,7 +180,11 @@ fn half_written_file_is_not_answered_as_empty() {
     );
     f.write_all(&text.as_bytes()[20..]).unwrap();
     drop(f);
-    wait_until(LONG, "outbox/slow.json", || out.exists());
+    assert_eq!(
+        signals.processed("slow", LONG),
+        ("help".to_string(), "done".to_string())
+    );
+    assert!(processed.exists() && !path.exists());
     assert_eq!(read(&out)["status"], "done", "{}", read(&out));
 }
 
