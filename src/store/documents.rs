@@ -1,0 +1,296 @@
+//! Reading the store's documents: validated and parsed (rejections logged to
+//! `errors.out`), one or all of a kind, with no link followed and a size limit.
+
+use super::{Result, Store, StoreError, check_id, file_id, io_err, safe, scan_dir, scan_subdirs};
+use crate::model::{
+    DocKind, Job, JobStatus, Message, Prd, PrdState, Project, Queue, User, is_safe_id,
+};
+use crate::schema::{Rejection, document_id};
+use serde::de::DeserializeOwned;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// Where a job file is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobLocation {
+    /// Queue name.
+    pub queue: String,
+    /// State folder it is in.
+    pub status: JobStatus,
+    /// Job id (file stem).
+    pub id: String,
+    /// Full path.
+    pub path: PathBuf,
+}
+
+impl Store {
+    /// Reads, validates and parses a document. A rejection is logged to `errors.out`.
+    pub fn read_doc<T: DeserializeOwned>(&self, kind: DocKind, path: &Path) -> Result<T> {
+        let bytes = read_limited(path)?;
+        self.parse_doc(kind, path, &bytes)
+    }
+
+    /// Validates and parses `bytes` read from `path`, logging a rejection.
+    pub fn parse_doc<T: DeserializeOwned>(
+        &self,
+        kind: DocKind,
+        path: &Path,
+        bytes: &[u8],
+    ) -> Result<T> {
+        self.validator.parse(kind, bytes).map_err(|rejection| {
+            self.log_rejection(path, bytes, &rejection);
+            StoreError::Invalid {
+                path: path.to_path_buf(),
+                rejection,
+            }
+        })
+    }
+
+    /// Appends a rejection to `errors.out`, naming the document by its id (or file name).
+    pub fn log_rejection(&self, path: &Path, bytes: &[u8], rejection: &Rejection) {
+        let parsed: Option<serde_json::Value> = serde_json::from_slice(bytes).ok();
+        let id = parsed
+            .as_ref()
+            .and_then(document_id)
+            .map(str::to_string)
+            .or_else(|| file_id(path).map(str::to_string))
+            .unwrap_or_else(|| path.display().to_string());
+        if let Err(e) = self.errors.record(&id, rejection) {
+            tracing::warn!("cannot append to {}: {e}", self.errors.path().display());
+        }
+    }
+
+    /// One user.
+    pub fn user(&self, id: &str) -> Result<User> {
+        check_id("user", id)?;
+        let path = self.user_path(id);
+        not_found_as(self.read_doc(DocKind::User, &path), "user", id)
+    }
+
+    /// All users, sorted by id; invalid files are reported through `on_error`.
+    pub fn users(&self, on_error: &mut dyn FnMut(StoreError)) -> Result<Vec<User>> {
+        self.read_all(DocKind::User, &self.users_dir(), on_error)
+    }
+
+    /// One project.
+    pub fn project(&self, id: &str) -> Result<Project> {
+        check_id("project", id)?;
+        let path = self.project_path(id);
+        not_found_as(self.read_doc(DocKind::Project, &path), "project", id)
+    }
+
+    /// Project ids (folders under `projects/` holding a `project.json`).
+    pub fn project_ids(&self) -> Result<Vec<String>> {
+        let dir = self.projects_dir();
+        let ids = scan_subdirs(&dir).map_err(io_err(&dir))?;
+        Ok(ids
+            .into_iter()
+            .filter(|id| safe::is_file(&self.project_path(id)))
+            .collect())
+    }
+
+    /// All projects.
+    pub fn projects(&self, on_error: &mut dyn FnMut(StoreError)) -> Result<Vec<Project>> {
+        let mut out = Vec::new();
+        for id in self.project_ids()? {
+            match self.read_doc(DocKind::Project, &self.project_path(&id)) {
+                Ok(p) => out.push(p),
+                Err(e) => on_error(e),
+            }
+        }
+        Ok(out)
+    }
+
+    /// PRDs of one project (or every project), each with its state folder.
+    pub fn prds(
+        &self,
+        project: Option<&str>,
+        on_error: &mut dyn FnMut(StoreError),
+    ) -> Result<Vec<(PrdState, Prd)>> {
+        let projects = match project {
+            Some(p) => {
+                self.project(p)?;
+                vec![p.to_string()]
+            }
+            None => self.project_ids()?,
+        };
+        let mut out = Vec::new();
+        for p in &projects {
+            for state in PrdState::ALL {
+                for prd in self.read_all::<Prd>(DocKind::Prd, &self.prd_dir(p, state), on_error)? {
+                    out.push((state, prd));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Finds a PRD by id in any project and state.
+    pub fn find_prd(&self, id: &str) -> Result<(PrdState, PathBuf, Prd)> {
+        check_id("prd", id)?;
+        for p in self.project_ids()? {
+            for state in PrdState::ALL {
+                let path = self.prd_dir(&p, state).join(format!("{id}.json"));
+                if safe::is_file(&path) {
+                    let prd = self.read_doc(DocKind::Prd, &path)?;
+                    return Ok((state, path, prd));
+                }
+            }
+        }
+        Err(StoreError::NotFound {
+            kind: "prd",
+            id: id.to_string(),
+        })
+    }
+
+    /// Queue names (folders under `Queues/` holding a `queue.json`).
+    pub fn queue_ids(&self) -> Result<Vec<String>> {
+        let dir = self.queues_dir();
+        let ids = scan_subdirs(&dir).map_err(io_err(&dir))?;
+        Ok(ids
+            .into_iter()
+            .filter(|q| safe::is_file(&self.queue_path(q)))
+            .collect())
+    }
+
+    /// True when `Queues/<q>/queue.json` exists.
+    pub fn queue_exists(&self, queue: &str) -> bool {
+        is_safe_id(queue) && safe::is_file(&self.queue_path(queue))
+    }
+
+    /// One queue.
+    pub fn queue(&self, id: &str) -> Result<Queue> {
+        check_id("queue", id)?;
+        let path = self.queue_path(id);
+        not_found_as(self.read_doc(DocKind::Queue, &path), "queue", id)
+    }
+
+    /// All queues.
+    pub fn queues(&self, on_error: &mut dyn FnMut(StoreError)) -> Result<Vec<Queue>> {
+        let mut out = Vec::new();
+        for id in self.queue_ids()? {
+            match self.read_doc(DocKind::Queue, &self.queue_path(&id)) {
+                Ok(q) => out.push(q),
+                Err(e) => on_error(e),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every job file, optionally limited to some states, without reading them.
+    pub fn job_locations(&self, statuses: &[JobStatus]) -> Result<Vec<JobLocation>> {
+        let states: &[JobStatus] = if statuses.is_empty() {
+            &JobStatus::ALL
+        } else {
+            statuses
+        };
+        let mut out = Vec::new();
+        for queue in self.queue_ids()? {
+            for &status in states {
+                let dir = self.jobs_dir(&queue, status);
+                for path in scan_dir(&dir).map_err(io_err(&dir))?.documents {
+                    let Some(id) = file_id(&path).map(str::to_string) else {
+                        continue;
+                    };
+                    out.push(JobLocation {
+                        queue: queue.clone(),
+                        status,
+                        id,
+                        path,
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Finds a job by id in any queue and state.
+    pub fn find_job(&self, id: &str) -> Result<JobLocation> {
+        check_id("job", id)?;
+        for queue in self.queue_ids()? {
+            for status in JobStatus::ALL {
+                let path = self.job_path(&queue, status, id);
+                if safe::is_file(&path) {
+                    return Ok(JobLocation {
+                        queue,
+                        status,
+                        id: id.to_string(),
+                        path,
+                    });
+                }
+            }
+        }
+        Err(StoreError::NotFound {
+            kind: "job",
+            id: id.to_string(),
+        })
+    }
+
+    /// Reads a job.
+    pub fn job(&self, loc: &JobLocation) -> Result<Job> {
+        self.read_doc(DocKind::Job, &loc.path)
+    }
+
+    /// Reads a message file.
+    pub fn message(&self, path: &Path) -> Result<Message> {
+        self.read_doc(DocKind::Message, path)
+    }
+
+    fn read_all<T: DeserializeOwned>(
+        &self,
+        kind: DocKind,
+        dir: &Path,
+        on_error: &mut dyn FnMut(StoreError),
+    ) -> Result<Vec<T>> {
+        let scan = scan_dir(dir).map_err(io_err(dir))?;
+        let mut out = Vec::with_capacity(scan.documents.len());
+        for path in scan.documents {
+            match self.read_doc(kind, &path) {
+                Ok(d) => out.push(d),
+                Err(e) => on_error(e),
+            }
+        }
+        for c in scan.conflicts {
+            on_error(StoreError::Io {
+                path: c,
+                source: io::Error::other("Dropbox conflict copy; not read (resolve it by hand)"),
+            });
+        }
+        for r in scan.refused {
+            on_error(StoreError::Io {
+                path: r,
+                source: io::Error::other(
+                    "not a regular file (a symbolic link, FIFO or device); never followed or read",
+                ),
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// Reads a file, refusing anything larger than the validator's limit without reading it.
+/// Beneath a store root no link is followed and only a regular file is read
+/// ([`safe::open_read`]).
+pub fn read_limited(path: &Path) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let f = safe::open_read(path).map_err(io_err(path))?;
+    let len = f.metadata().map_err(io_err(path))?.len();
+    let limit = crate::schema::MAX_DOCUMENT_BYTES;
+    let mut buf = Vec::with_capacity(len.min(limit) as usize + 1);
+    f.take(limit + 1)
+        .read_to_end(&mut buf)
+        .map_err(io_err(path))?;
+    Ok(buf)
+}
+
+pub(super) fn not_found_as<T>(r: Result<T>, kind: &'static str, id: &str) -> Result<T> {
+    match r {
+        Err(StoreError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+            Err(StoreError::NotFound {
+                kind,
+                id: id.to_string(),
+            })
+        }
+        other => other,
+    }
+}
