@@ -222,3 +222,62 @@ impl Store {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines_of(dir: &std::path::Path, starts: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let p = e.map(|e| e.path()).unwrap_or_default();
+            let name = p.file_name().unwrap_or_default().to_string_lossy();
+            if name.starts_with(starts) {
+                let text = std::fs::read_to_string(&p).unwrap_or_default();
+                out.extend(text.lines().map(str::to_string));
+            }
+        }
+        out
+    }
+
+    /// One `record()` writes the event line and the daemon log's line; a record without an
+    /// event line writes the log alone.
+    #[test]
+    fn one_record_reaches_the_events_file_and_the_daemon_log() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let (store, _) =
+            Store::init(&dir.path().join("store")).unwrap_or_else(|e| panic!("init: {e}"));
+        store.record(
+            Record::warn(
+                Event::new("queue-manager", "job_failed")
+                    .job("j1")
+                    .queue("q")
+                    .detail("boom"),
+                "job j1 failed: boom",
+            )
+            .log("queue-q.log"),
+        );
+        store.record(
+            Record::info(
+                Event::new("queue-manager", "sweep").queue("q"),
+                "sweep: idle",
+            )
+            .log("queue-q.log")
+            .no_event_line(),
+        );
+        let logs = store.logs_dir();
+        let events: Vec<Event> = lines_of(&logs, "events-")
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+            .collect();
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(events[0].event, "job_failed");
+        assert_eq!(events[0].job_id.as_deref(), Some("j1"));
+        assert_eq!(events[0].queue.as_deref(), Some("q"));
+        assert_eq!(events[0].detail.as_deref(), Some("boom"));
+        let log = lines_of(&logs, "queue-q.log");
+        assert_eq!(log.len(), 2, "{log:?}");
+        assert!(log[0].ends_with(" job j1 failed: boom"), "{log:?}");
+        assert!(log[1].ends_with(" sweep: idle"), "{log:?}");
+    }
+}
