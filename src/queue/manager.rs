@@ -1,5 +1,6 @@
 //! The queue manager itself (PRD §7): its configuration, the [`Manager`] with its state, and
-//! start-up (runtime reset, bus name, re-adoption) and the event loop that drives the rest.
+//! start-up (open, runtime reset, re-adoption; the front end takes the bus name in between)
+//! and the event loop that drives the rest.
 
 use super::handle::{QueueEvents, QueueHandle, QueueRequest, QueueState};
 use super::launcher::JobLauncher;
@@ -82,7 +83,8 @@ enum Wake {
     Sweep,
 }
 
-/// A started queue manager: runtime reset, bus name owned, running jobs adopted.
+/// A queue manager: opened ([`Manager::open`]), served by a front end, then started
+/// ([`Manager::start`]: runtime reset, running jobs adopted) and [run](Manager::run).
 pub struct Manager {
     pub(super) cfg: ManagerConfig,
     pub(super) store: Arc<Store>,
