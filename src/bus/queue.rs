@@ -1,9 +1,10 @@
 //! `org.agentstore.Queue1`, served by each queue manager at `queue_object_path(q)` under the
 //! name `queue_bus_name(q)`; and the client proxy the CLI and tests use.
 //!
-//! The interface object only answers: property reads come from a snapshot the manager
-//! updates, and method calls are authorized here, then handed to the manager's loop over a
-//! channel (the loop is the only place that changes jobs).
+//! A thin adapter over the manager's handle (`queue::QueueHandle`): property reads come from
+//! its snapshot, method calls find the caller's uid and go to the handle (which authorizes
+//! them and hands them to the manager's loop, the only place that changes jobs), and the
+//! manager's events become signals ([`start_manager`] wires it up).
 
 use super::BusError;
 use crate::permissions::Caller;
