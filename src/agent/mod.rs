@@ -89,6 +89,7 @@
 pub mod bootstrap;
 pub mod cli;
 pub mod core;
+pub mod private_file;
 pub mod tools;
 pub mod transport;
 pub mod wiring;
