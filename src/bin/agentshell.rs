@@ -19,7 +19,10 @@ use agentstore::agent::tools::display::visible;
 use agentstore::agent::transport::headless::{self, ExecResult, ExecUsage};
 use agentstore::agent::transport::line_editor::read_hidden;
 use agentstore::agent::transport::render::TerminalRenderer;
-use agentstore::agent::transport::terminal::{SessionEnd, Terminal};
+use agentstore::agent::transport::sessions::{SessionFile, SessionStore};
+use agentstore::agent::transport::terminal::{
+    SessionEnd, Terminal, TerminalOptions, session_list,
+};
 use agentstore::agent::wiring::{self, ENV_HOME, ENV_LOG, LoggedEvents};
 
 /// Carries the credentials across the re-exec of [`scrub_environment`].
@@ -128,7 +131,7 @@ fn main() -> ExitCode {
     };
     let explicit = cli.project.as_deref();
     let outcome = match cli.command.unwrap_or(Command::Run) {
-        Command::Run => run(&cwd, explicit),
+        Command::Run => run(&cwd, explicit, cli.resume.as_deref(), cli.continue_last),
         Command::Init => init(&cwd, explicit),
         Command::SetupKeys => setup_keys(),
         Command::Trust => trust(&cwd, explicit),
@@ -143,7 +146,12 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cwd: &Path, explicit: Option<&Path>) -> anyhow::Result<()> {
+fn run(
+    cwd: &Path,
+    explicit: Option<&Path>,
+    resume: Option<&str>,
+    continue_last: bool,
+) -> anyhow::Result<()> {
     let env = env_map();
     let home = agent_home(&env)?;
     let project = bootstrap::open_project(cwd, explicit, &home)?;
@@ -151,7 +159,25 @@ fn run(cwd: &Path, explicit: Option<&Path>) -> anyhow::Result<()> {
     if let Some(w) = project.untrusted_warning() {
         eprintln!("agentshell: {}", visible(&w));
     }
-    let terminal = Terminal::new();
+    let store = SessionStore::new(home.dir.join("sessions"), project.root.clone());
+    let reopen = match (resume, continue_last) {
+        (_, true) => {
+            let latest = store.latest();
+            if latest.is_none() {
+                eprintln!("agentshell: no saved session for this project; starting a new one");
+            }
+            latest
+        }
+        (Some(""), false) => pick_session(&store)?,
+        (Some(key), false) => Some(store.find(key)?),
+        (None, false) => None,
+    };
+    let terminal = Terminal::with_options(TerminalOptions {
+        sessions: Some(store),
+        history_file: Some(home.dir.join("history")),
+        resume: reopen,
+        switch_model: Some(Box::new(wiring::model_switcher(&project, &env))),
+    });
     runtime()?.block_on(async {
         let screen = Arc::new(TerminalRenderer::new(std::io::stdout()));
         let mut agent =
@@ -168,6 +194,26 @@ fn run(cwd: &Path, explicit: Option<&Path>) -> anyhow::Result<()> {
         }
         Ok(())
     })
+}
+
+/// `--resume` without an id: list the project's sessions and ask which one.
+fn pick_session(store: &SessionStore) -> anyhow::Result<Option<SessionFile>> {
+    println!("{}", session_list(store));
+    if store.list().0.is_empty() {
+        return Ok(None);
+    }
+    if !std::io::stdin().is_terminal() {
+        bail!("--resume without an id needs a terminal to choose; give the id or number");
+    }
+    let Some(answer) = read_visible("Resume which (number or id; Enter for a new session)? ")?
+    else {
+        return Ok(None);
+    };
+    let answer = answer.trim();
+    if answer.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(store.find(answer)?))
 }
 
 fn trust(cwd: &Path, explicit: Option<&Path>) -> anyhow::Result<()> {
@@ -284,7 +330,7 @@ fn exec(cwd: &Path, explicit: Option<&Path>, json: bool, prompt: &str) -> ExitCo
                 input_tokens: 0,
                 output_tokens: 0,
             },
-            total_cost_usd: 0.0,
+            total_cost_usd: Some(0.0),
             session_id: uuid::Uuid::new_v4().to_string(),
             model: std::env::var(wiring::ENV_MODEL).unwrap_or_default(),
             permission_denials: Vec::new(),

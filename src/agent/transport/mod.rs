@@ -7,4 +7,5 @@
 pub mod headless;
 pub mod line_editor;
 pub mod render;
+pub mod sessions;
 pub mod terminal;

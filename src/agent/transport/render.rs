@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::agent::core::CoreEvents;
-use crate::agent::core::accounting::{RequestStats, Totals};
+use crate::agent::core::accounting::{RequestStats, Totals, cost_text};
 use crate::agent::core::provider::StreamEvent;
 use crate::agent::tools::display::{visible, visible_line};
 use crate::agent::tools::subsystems::context::bound;
@@ -33,6 +33,9 @@ enum Streaming {
 /// Renders core events to a writer (stdout in the terminal).
 pub struct TerminalRenderer<W: Write + Send> {
     out: Mutex<(W, Streaming, bool)>,
+    /// The answer text of the model call under way (or of the last one, until its step is
+    /// in the history), kept for Ctrl+C; `true` once its call finished.
+    partial: Mutex<(String, bool)>,
 }
 
 impl<W: Write + Send> TerminalRenderer<W> {
@@ -40,7 +43,20 @@ impl<W: Write + Send> TerminalRenderer<W> {
     pub fn new(out: W) -> Self {
         Self {
             out: Mutex::new((out, Streaming::Nothing, true)),
+            partial: Mutex::new((String::new(), false)),
         }
+    }
+
+    /// The answer text streamed by the model call that a cancelled turn did not get to keep
+    /// in its history (empty when every streamed answer is there).
+    pub fn take_partial(&self) -> String {
+        let mut p = self.partial.lock().unwrap_or_else(|e| e.into_inner());
+        p.1 = false;
+        std::mem::take(&mut p.0)
+    }
+
+    fn partial(&self) -> std::sync::MutexGuard<'_, (String, bool)> {
+        self.partial.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Give the writer back (tests read what was rendered).
@@ -90,6 +106,13 @@ fn end_line<W: Write>(
 
 impl<W: Write + Send> CoreEvents for TerminalRenderer<W> {
     fn stream(&self, event: &StreamEvent) {
+        if let StreamEvent::Text(t) = event {
+            let mut p = self.partial();
+            if p.1 {
+                *p = (String::new(), false);
+            }
+            p.0.push_str(t);
+        }
         self.with(|out, state, at_start| {
             let (want, text) = match event {
                 StreamEvent::Reasoning(t) => (Streaming::Reasoning, t),
@@ -111,6 +134,7 @@ impl<W: Write + Send> CoreEvents for TerminalRenderer<W> {
     }
 
     fn request_done(&self, stats: &RequestStats) {
+        self.partial().1 = true;
         self.with(|out, state, at_start| {
             end_line(out, state, at_start)?;
             writeln!(out, "{DIM}  [{}]{RESET}", request_line(stats))
@@ -130,6 +154,8 @@ impl<W: Write + Send> CoreEvents for TerminalRenderer<W> {
     }
 
     fn tool_result(&self, call: &ToolCall, result: &ToolResult) {
+        // The step (its text and calls) goes into the history with its results.
+        *self.partial() = (String::new(), false);
         self.with(|out, state, at_start| {
             end_line(out, state, at_start)?;
             let head = match (result.status, result.exit_code) {
@@ -170,27 +196,40 @@ pub fn describe_call(call: &ToolCall) -> String {
     visible_line(&bound(&call.arguments, 300))
 }
 
-/// "1.23 s · 1200 in · 56 out · $0.0012"
+/// "1.23 s · 1200 in · 56 out · $0.0012" (or "cost unknown")
 pub fn request_line(stats: &RequestStats) -> String {
     format!(
-        "{} · {} in · {} out · ${:.4}",
+        "{} · {} in · {} out · {}",
         seconds(stats.duration),
         stats.usage.input_tokens,
         stats.usage.output_tokens,
-        stats.cost_usd
+        stats
+            .cost()
+            .map_or_else(|| "cost unknown".to_string(), |c| format!("${c:.4}"))
+    )
+}
+
+/// "2 requests · 1.23 s · 1200 in · 56 out · $0.0012" for a turn.
+pub fn turn_line(totals: &Totals, calls: u32) -> String {
+    format!(
+        "turn: {calls} requests · {} · {} in · {} out · {}",
+        seconds(totals.model_time),
+        totals.usage.input_tokens,
+        totals.usage.output_tokens,
+        cost_text(totals)
     )
 }
 
 /// The session summary printed at exit.
 pub fn session_line(totals: &Totals, wall: Duration) -> String {
     format!(
-        "session: {} requests · {} in model calls · {} total · {} in · {} out · ${:.4}",
+        "session: {} requests · {} in model calls · {} total · {} in · {} out · {}",
         totals.requests,
         seconds(totals.model_time),
         seconds(wall),
         totals.usage.input_tokens,
         totals.usage.output_tokens,
-        totals.cost_usd
+        cost_text(totals)
     )
 }
 
@@ -215,6 +254,7 @@ mod tests {
                 output_tokens: 2,
             },
             cost_usd: 0.5,
+            priced: true,
         });
         let call = ToolCall {
             id: "1".into(),
