@@ -10,9 +10,9 @@ use thiserror::Error;
 
 use crate::agent::bootstrap::{AGENT_DIR, Project};
 use crate::agent::core::accounting::{RequestStats, SubagentLedger};
-use crate::agent::core::provider::{Provider, ProviderError};
 use crate::agent::core::provider::StreamEvent;
 use crate::agent::core::provider::model_spec::known_key_vars;
+use crate::agent::core::provider::{Provider, ProviderError};
 use crate::agent::core::{Agent, CoreConfig, CoreEvents, TurnStop, build_provider};
 use crate::agent::tools::subsystems::memory::Memory;
 use crate::agent::tools::subsystems::policy::PolicyError;
@@ -278,7 +278,7 @@ impl Delegate for SubAgents {
                 None,
                 Arc::clone(&self.grants),
             )
-                .map_err(|e| e.to_string())?;
+            .map_err(|e| e.to_string())?;
             let events = LedgerEvents {
                 inner: self.events.as_ref(),
                 ledger: &self.ledger,

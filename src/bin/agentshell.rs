@@ -20,9 +20,7 @@ use agentstore::agent::transport::headless::{self, ExecResult, ExecUsage};
 use agentstore::agent::transport::line_editor::read_hidden;
 use agentstore::agent::transport::render::TerminalRenderer;
 use agentstore::agent::transport::sessions::{SessionFile, SessionStore};
-use agentstore::agent::transport::terminal::{
-    SessionEnd, Terminal, TerminalOptions, session_list,
-};
+use agentstore::agent::transport::terminal::{SessionEnd, Terminal, TerminalOptions, session_list};
 use agentstore::agent::wiring::{self, ENV_HOME, ENV_LOG, LoggedEvents};
 
 /// Carries the credentials across the re-exec of [`scrub_environment`].

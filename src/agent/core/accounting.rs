@@ -281,7 +281,12 @@ mod tests {
     #[test]
     fn the_price_file_says_its_date_and_source_and_every_entry_is_complete() {
         let v: serde_json::Value = serde_json::from_str(BUILTIN_PRICES).unwrap();
-        assert!(v["about"].as_str().unwrap().contains("List prices as known on"));
+        assert!(
+            v["about"]
+                .as_str()
+                .unwrap()
+                .contains("List prices as known on")
+        );
         assert!(v["as_of"].is_string());
         for (name, p) in v["models"].as_object().unwrap() {
             assert!(

@@ -48,7 +48,8 @@ pub enum TurnStop {
 }
 
 /// The head of the message `/compact` leaves in place of the older conversation.
-pub const COMPACTED: &str = "[Summary of the earlier conversation, written by the model at /compact]";
+pub const COMPACTED: &str =
+    "[Summary of the earlier conversation, written by the model at /compact]";
 
 /// The older conversation as plain text for the summary request (tool calls and results
 /// included, each bounded).
@@ -343,7 +344,11 @@ impl Agent {
             return Ok(None);
         }
         let split = requests[requests.len() - keep];
-        let budget_chars = self.config.context_budget_tokens.saturating_mul(3).max(4000);
+        let budget_chars = self
+            .config
+            .context_budget_tokens
+            .saturating_mul(3)
+            .max(4000);
         let transcript = bound(
             &transcript(&self.history[..split]),
             budget_chars.saturating_sub(2000),

@@ -218,7 +218,9 @@ impl Toolbox {
                 let grant = (!decision.every_time)
                     .then(|| tool.session_key(&args))
                     .flatten();
-                let granted = grant.as_deref().is_some_and(|k| self.env.grants.contains(k));
+                let granted = grant
+                    .as_deref()
+                    .is_some_and(|k| self.env.grants.contains(k));
                 let question = format!(
                     "{}? ({})",
                     visible_line(&redacted_what),

@@ -566,8 +566,7 @@ impl LineEditor {
             match key {
                 // A backslash right before the cursor at the end: a newline instead of Enter.
                 Key::Enter
-                    if line.cursor() == line.chars.len()
-                        && line.chars.last() == Some(&'\\') =>
+                    if line.cursor() == line.chars.len() && line.chars.last() == Some(&'\\') =>
                 {
                     line.apply(Key::Backspace);
                     line.apply(Key::Newline);
@@ -579,7 +578,8 @@ impl LineEditor {
                     return Ok(ReadOutcome::Line(text));
                 }
                 Key::Interrupt => {
-                    screen.finish(out, &line)?;
+                    line.cursor = line.chars.len();
+                    screen.redraw(out, &line)?;
                     write!(out, "^C\r\n")?;
                     out.flush()?;
                     return Ok(ReadOutcome::Interrupted {
@@ -688,7 +688,9 @@ pub fn display_width(text: &str) -> usize {
 
 /// Columns one character of the input takes as drawn (controls are shown as `^X` or `<U+…>`).
 fn char_width(c: char) -> usize {
-    if c.is_control() || !crate::agent::tools::display::visible_line(&c.to_string()).eq(&c.to_string()) {
+    if c.is_control()
+        || !crate::agent::tools::display::visible_line(&c.to_string()).eq(&c.to_string())
+    {
         crate::agent::tools::display::visible_line(&c.to_string())
             .chars()
             .count()

@@ -333,7 +333,11 @@ mod tests {
         assert!(kept.len() < many.len() && !kept.is_empty());
         assert_eq!(kept[0].role, Role::User);
         assert_eq!(kept[kept.len() - 2].content, "q5");
-        assert!(std::fs::metadata(dir.path().join("sessions/s3.json")).unwrap().len()
-            <= MAX_SESSION_BYTES as u64);
+        assert!(
+            std::fs::metadata(dir.path().join("sessions/s3.json"))
+                .unwrap()
+                .len()
+                <= MAX_SESSION_BYTES as u64
+        );
     }
 }

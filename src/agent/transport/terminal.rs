@@ -410,7 +410,10 @@ impl Terminal {
         match switch(name) {
             Ok(provider) => {
                 agent.set_model(name.to_string(), provider);
-                screen.info(&format!("model: {} (from the next request on)", agent.model()));
+                screen.info(&format!(
+                    "model: {} (from the next request on)",
+                    agent.model()
+                ));
             }
             Err(e) => screen.error(&format!("cannot switch to {name}: {e}")),
         }
@@ -522,7 +525,11 @@ pub fn session_list(store: &SessionStore) -> String {
 
 fn short_time(rfc3339: &str) -> String {
     chrono::DateTime::parse_from_rfc3339(rfc3339)
-        .map(|t| t.with_timezone(&chrono::Local).format("%Y-%m-%d %H:%M").to_string())
+        .map(|t| {
+            t.with_timezone(&chrono::Local)
+                .format("%Y-%m-%d %H:%M")
+                .to_string()
+        })
         .unwrap_or_else(|_| visible_line(rfc3339))
 }
 
