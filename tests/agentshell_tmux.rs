@@ -725,3 +725,83 @@ fn model_cost_compact_and_help() {
     t.send("/exit");
     t.wait_for("EXITED rc=0");
 }
+
+const MARKDOWN_ANSWER: &str = "# Plan\n\n- item one\n- item two\n\nuse `cargo` for **bold** moves\n\n```rust\nfn main() {}\n```\n";
+
+#[test]
+fn answers_are_rendered_as_markdown_and_a_long_answer_is_not_redrawn() {
+    let pieces: Vec<String> = (0..5000).map(|i| format!("word{} ", i % 1000)).collect();
+    let long: Vec<&str> = pieces.iter().map(String::as_str).collect();
+    let answer_bytes: usize = pieces.iter().map(String::len).sum();
+    let server = FakeServer::start(vec![
+        oa_text(&[MARKDOWN_ANSWER], 1, 1),
+        oa_text(&long, 1, 5000),
+    ]);
+    let t = Tmux::start(&server, "markdown");
+    t.send("plan");
+    t.wait_for("• item two");
+    let screen = t.screen();
+    assert!(
+        screen.contains("Plan") && !screen.contains("# Plan"),
+        "{screen}"
+    );
+    assert!(screen.contains("use cargo for bold moves"), "{screen}");
+    assert!(screen.contains("  fn main() {}"), "{screen}");
+
+    // every byte written to the terminal while a 5,000-token answer streams
+    let log = t.dir.path().join("pty.log");
+    t.tmux(&[
+        "pipe-pane",
+        "-o",
+        "-t",
+        "main",
+        &format!("cat > '{}'", log.display()),
+    ]);
+    t.send("long");
+    t.wait_for("turn: 1 requests");
+    wait_until("the pty log", || {
+        std::fs::read(&log).is_ok_and(|b| String::from_utf8_lossy(&b).contains("turn: 1 requests"))
+    });
+    let written = std::fs::read(&log).unwrap().len();
+    eprintln!(
+        "5,000-token answer: {answer_bytes} bytes of text, {written} bytes written to the pty"
+    );
+    assert!(
+        written < answer_bytes + answer_bytes / 5 + 4096,
+        "{written} bytes written for {answer_bytes} bytes of answer"
+    );
+    // wrapped by the renderer at the 150-column width: no screen line is longer
+    let screen = t.screen();
+    assert!(screen.lines().all(|l| l.chars().count() <= 150));
+    assert!(screen.contains("word999 word0 word1"), "{screen}");
+    t.send("/exit");
+    t.wait_for("EXITED rc=0");
+}
+
+#[test]
+fn off_a_terminal_answers_are_plain_text() {
+    let server = FakeServer::start(vec![oa_text(&[MARKDOWN_ANSWER], 1, 1)]);
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("proj");
+    std::fs::create_dir_all(&root).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agentshell"))
+        .args(["--project", root.to_str().unwrap()])
+        .env("HOME", dir.path())
+        .env("AGENTSHELL_MODEL", "openai/test-model")
+        .env("AGENTSHELL_BASE_URL", format!("{}/v1", server.url))
+        .env("OPENAI_API_KEY", "sk-plain-test")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"plan\n/exit\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(MARKDOWN_ANSWER), "{text}");
+}

@@ -177,7 +177,7 @@ fn run(
         switch_model: Some(Box::new(wiring::model_switcher(&project, &env))),
     });
     runtime()?.block_on(async {
-        let screen = Arc::new(TerminalRenderer::new(std::io::stdout()));
+        let screen = Arc::new(TerminalRenderer::stdout());
         let mut agent =
             wiring::build_agent_with_subagents(&project, &env, terminal.ask_channel(), screen)?;
         let banner = format!(

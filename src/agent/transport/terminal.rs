@@ -235,7 +235,7 @@ impl Terminal {
         let mut sigint = signal(SignalKind::interrupt())?;
         let mut sigterm = signal(SignalKind::terminate())?;
         let mut sighup = signal(SignalKind::hangup())?;
-        let screen = TerminalRenderer::new(std::io::stdout());
+        let screen = TerminalRenderer::stdout();
         println!("{banner}");
         println!("\x1b[2mType /help for commands, /exit to quit.\x1b[0m");
         let mut session = Session {
@@ -309,7 +309,7 @@ impl Terminal {
                     Slash::Resume(key) => session.resume(agent, key.as_deref(), &screen),
                     Slash::Compact => {
                         while let Some(Some(())) = sigint.recv().now_or_never() {}
-                        let renderer = TerminalRenderer::new(std::io::stdout());
+                        let renderer = TerminalRenderer::stdout();
                         renderer.info("compacting the conversation…");
                         let done = tokio::select! {
                             r = agent.compact(COMPACT_KEEP_TURNS, &renderer) => Some(r),
@@ -340,7 +340,7 @@ impl Terminal {
             tracing::info!(input = %line, "user request");
             // A SIGINT that arrived while no request ran must not cancel this one.
             while let Some(Some(())) = sigint.recv().now_or_never() {}
-            let renderer = TerminalRenderer::new(std::io::stdout());
+            let renderer = TerminalRenderer::stdout();
             let report = tokio::select! {
                 report = agent.run_turn(line, &renderer) => Ok(Some(report)),
                 _ = sigint.recv() => Ok(None),
@@ -591,7 +591,7 @@ fn end_by_signal(
     }
     let summary = session_line(&agent.session_totals(), session_start.elapsed());
     tracing::info!(signal = name, %summary, "session ended by a signal");
-    let screen = TerminalRenderer::new(std::io::stdout());
+    let screen = TerminalRenderer::stdout();
     screen.error(&format!("terminated by {name}"));
     screen.info(&summary);
     SessionEnd::Signal(name, number)
