@@ -86,6 +86,7 @@
 //! Unattended, a call the policy would ASK about is denied, and the denial is listed in
 //! `permission_denials` with its reason; the run never waits for a human.
 
+pub mod app;
 pub mod bootstrap;
 pub mod cli;
 pub mod core;
