@@ -12,7 +12,7 @@ use crate::agent::core::accounting::{
 };
 use crate::agent::core::config::CoreConfig;
 use crate::agent::core::message::{Message, Role};
-use crate::agent::core::provider::{ModelRequest, Provider, ProviderError, StreamEvent};
+use crate::agent::core::provider::{ModelRequest, Provider, ProviderError, StreamEvent, Usage};
 use crate::agent::tools::subsystems::context::{bound, fit};
 use crate::agent::tools::{Ask, AskAnswer, ToolCall, ToolResult, ToolStatus, Toolbox};
 
@@ -236,15 +236,7 @@ impl Agent {
                     return report;
                 }
             };
-            let stats = RequestStats {
-                duration: started.elapsed(),
-                usage: response.usage,
-                cost_usd: self
-                    .prices
-                    .cost(&self.config.model, response.usage)
-                    .unwrap_or(0.0),
-                priced: self.prices.knows(&self.config.model),
-            };
+            let stats = self.stats(started, response.usage);
             report.totals.add(&stats);
             self.session.add(&stats);
             events.request_done(&stats);
@@ -316,6 +308,16 @@ impl Agent {
         self.history.push(Message::assistant(text, Vec::new()));
     }
 
+    /// The figures of one model call that started at `started` and used `usage`.
+    fn stats(&self, started: Instant, usage: Usage) -> RequestStats {
+        RequestStats {
+            duration: started.elapsed(),
+            usage,
+            cost_usd: self.prices.cost(&self.config.model, usage).unwrap_or(0.0),
+            priced: self.prices.knows(&self.config.model),
+        }
+    }
+
     /// Talk to another model from the next call on (`/model`); the conversation stays.
     pub fn set_model(&mut self, model: String, provider: Box<dyn Provider>) {
         tracing::info!(from = %self.config.model, to = %model, "model switched");
@@ -378,15 +380,7 @@ impl Agent {
                 return Err(e.into());
             }
         };
-        let stats = RequestStats {
-            duration: started.elapsed(),
-            usage: response.usage,
-            cost_usd: self
-                .prices
-                .cost(&self.config.model, response.usage)
-                .unwrap_or(0.0),
-            priced: self.prices.knows(&self.config.model),
-        };
+        let stats = self.stats(started, response.usage);
         self.session.add(&stats);
         events.request_done(&stats);
         let before = self.history.len();
