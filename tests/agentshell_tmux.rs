@@ -39,6 +39,11 @@ impl Tmux {
 
     /// (Re)start the binary in a new tmux server, same project and HOME.
     fn launch(&self, server: &FakeServer, args: &str) {
+        self.launch_after(server, args, "");
+    }
+
+    /// Like [`Tmux::launch`], with `prelude` run first by the wrapper shell.
+    fn launch_after(&self, server: &FakeServer, args: &str, prelude: &str) {
         let _ = Command::new("tmux")
             .arg("-L")
             .arg(&self.socket)
@@ -49,7 +54,7 @@ impl Tmux {
         std::fs::write(
             &script,
             format!(
-                "trap : INT\ncd '{root}'\nexport HOME='{home}' AGENTSHELL_MODEL=openai/test-model \
+                "{prelude}trap : INT\ncd '{root}'\nexport HOME='{home}' AGENTSHELL_MODEL=openai/test-model \
                  AGENTSHELL_BASE_URL='{url}/v1' OPENAI_API_KEY=sk-tmux-test-123456 TERM=xterm\n\
                  '{bin}' --project '{root}' {args}\necho \"EXITED rc=$?\"\n\
                  echo \"TTY $(stty -a | tr ' ;' '\\n\\n' | grep -x -- '-\\?icanon')\"\nsleep 600\n",
@@ -805,4 +810,37 @@ fn off_a_terminal_answers_are_plain_text() {
     let out = child.wait_with_output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains(MARKDOWN_ANSWER), "{text}");
+}
+
+#[test]
+fn ctrl_z_gives_the_terminal_back_without_paste_mode() {
+    let server = FakeServer::start(vec![]);
+    let t = Tmux::start(&server, "suspend");
+    // job control, as in an interactive shell: agentshell in a process group of its own,
+    // whose stop signals are not discarded
+    t.launch_after(&server, "", "set -m\n");
+    let pid = agentshell_pid(&t);
+    t.tmux(&["send-keys", "-t", "main", "C-z"]);
+    wait_until("agentshell stopped", || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('T')
+        })
+    });
+    // stopped: the terminal is cooked and paste mode is off, so a paste is echoed as typed
+    t.tmux(&["set-buffer", "-b", "z", "zebra"]);
+    t.tmux(&["paste-buffer", "-p", "-b", "z", "-t", "main"]);
+    t.wait_for("zebra");
+    assert!(!t.screen().contains("^[[200~"), "{}", t.screen());
+    // the terminal was restored before the stop (the shell's report and its cooked tty)
+    t.wait_for("Stopped");
+    assert!(server.requests().is_empty(), "nothing was sent");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
 }
