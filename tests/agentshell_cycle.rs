@@ -564,3 +564,70 @@ async fn a_secret_cut_by_the_capture_limit_leaks_no_fragment() {
     );
     assert!(!out.contains("ghp_0123"));
 }
+
+#[tokio::test]
+async fn a_resumed_history_never_ends_in_a_call_without_its_result() {
+    use agentstore::agent::core::message::Message;
+    let mut f = fixture(vec![oa_text(&["fine"], 1, 1)], &[], json!({}), &[]);
+    let call = ToolCall {
+        id: "c9".into(),
+        name: "run_command".into(),
+        arguments: r#"{"command":"ls"}"#.into(),
+    };
+    // a saved session cut right after the model asked for a call (a crash mid-step)
+    f.agent.set_history(vec![
+        Message::user("first"),
+        Message::assistant("answer", vec![]),
+        Message::user("second"),
+        Message::assistant("", vec![call]),
+    ]);
+    assert_eq!(f.agent.history().len(), 3);
+    let log = Log::default();
+    let report = turn(&mut f, "third", &log).await;
+    assert!(matches!(report.result, Ok(TurnStop::Answered)));
+    let sent = f.server.requests()[0].body["messages"].to_string();
+    assert!(!sent.contains("c9"), "{sent}");
+}
+
+#[tokio::test]
+async fn compact_replaces_the_older_turns_by_the_models_summary() {
+    let mut f = fixture(
+        vec![
+            oa_text(&["a1"], 1, 1),
+            oa_text(&["a2"], 1, 1),
+            oa_text(&["a3"], 1, 1),
+            oa_text(&["the summary"], 7, 3),
+        ],
+        &[],
+        json!({}),
+        &[],
+    );
+    let log = Log::default();
+    for q in ["q1", "q2", "q3"] {
+        turn(&mut f, q, &log).await;
+    }
+    let done = f.agent.compact(1, &log).await.unwrap();
+    assert_eq!(done, Some((6, 4)));
+    let h = f.agent.history();
+    assert!(h[0].content.contains("the summary") && h[0].content.contains("/compact"));
+    assert_eq!(h[2].content, "q3");
+    // the summary call has no tools and sees the older turns only
+    let req = &f.server.requests()[3].body;
+    assert!(
+        req.get("tools")
+            .is_none_or(|t| t.as_array().is_none_or(|a| a.is_empty()))
+    );
+    let asked = req["messages"].to_string();
+    assert!(
+        asked.contains("q1") && asked.contains("a2") && !asked.contains("q3"),
+        "{asked}"
+    );
+    assert_eq!(
+        f.agent.session_totals().requests,
+        4,
+        "the summary call is accounted"
+    );
+    // nothing older than the kept turns (the summary and q3): nothing to do, no call
+    assert_eq!(f.agent.compact(2, &log).await.unwrap(), None);
+    assert_eq!(f.server.requests().len(), 4);
+}

@@ -386,3 +386,26 @@ fn sigterm_ends_the_run_with_a_result_and_kills_running_commands() {
         pids_running(&["sleep", &marker]).is_empty()
     });
 }
+
+#[test]
+fn exec_cost_comes_from_the_builtin_price_table_and_is_null_when_unknown() {
+    let (_dir, root, home) = project();
+    // a known model, no prices in any config: the built-in list price
+    let server = FakeServer::start(vec![oa_text(&["priced"], 1000, 100)]);
+    let out = exec(
+        &root,
+        &home,
+        &server,
+        "hi\n",
+        &[("AGENTSHELL_MODEL", "openai/gpt-4o-2024-08-06")],
+    );
+    let v = parse(&out);
+    let cost = v["total_cost_usd"].as_f64().unwrap_or(-1.0);
+    assert!((cost - 0.0035).abs() < 1e-12, "{v}");
+    // a model nobody priced: unknown (null), never a false 0
+    let server = FakeServer::start(vec![oa_text(&["unpriced"], 1000, 100)]);
+    let out = exec(&root, &home, &server, "hi\n", &[]);
+    let v = parse(&out);
+    assert!(v["total_cost_usd"].is_null(), "{v}");
+    assert_eq!(v["usage"]["input_tokens"], 1000);
+}

@@ -43,3 +43,19 @@ fn nothing_below_imports_upward() {
     }
     assert!(violations.is_empty(), "{}", violations.join("\n"));
 }
+
+#[test]
+fn the_binary_is_wiring_only() {
+    // argv → app::main; every decision lives in the library (src/agent/app.rs) where tests and
+    // the worker can reach it.
+    let bin = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("src/bin/agentshell.rs"),
+    )
+    .unwrap();
+    let fns = bin.matches("fn ").count();
+    assert_eq!(fns, 1, "only main() in src/bin/agentshell.rs");
+    assert!(
+        bin.lines().count() <= 30,
+        "src/bin/agentshell.rs grew logic again"
+    );
+}

@@ -11,6 +11,13 @@ pub struct Cli {
     /// Start the project search here instead of the current directory.
     #[arg(long, global = true, value_name = "DIR")]
     pub project: Option<PathBuf>,
+    /// Reopen a saved session of this project: by id or number, or (without a value) pick
+    /// one from the list.
+    #[arg(long, value_name = "ID", num_args = 0..=1, default_missing_value = "", conflicts_with = "continue_last")]
+    pub resume: Option<String>,
+    /// Reopen the newest saved session of this project.
+    #[arg(long = "continue", short = 'c')]
+    pub continue_last: bool,
     /// What to do (default: run).
     #[command(subcommand)]
     pub command: Option<Command>,

@@ -75,7 +75,8 @@
 //! longest wait for headers or the next stream chunk), `request_deadline_secs` (900, one whole
 //! request, retries and streaming included), `max_response_bytes` (64 MiB), `max_retries` (3, on 429/5xx/connect
 //! errors), `retry_base_ms` (500, doubling), `prices` (`{"model": {"input_per_mtok": x,
-//! "output_per_mtok": y}}`), `system_prompt`, `command_timeout_secs` (30),
+//! "output_per_mtok": y}}`, over the built-in list prices of `core/prices.json`; a model in
+//! neither has an unknown cost: `null` in exec's JSON, "unknown" on screen), `system_prompt`, `command_timeout_secs` (30),
 //! `max_command_timeout_secs` (600), `max_output_bytes` (16384), `auto_allow` (argv prefixes
 //! allowed without asking, e.g. `["cargo test", "cargo build"]`), `allow_tools` (e.g.
 //! `["memory_write"]`), `deny_patterns` (extra regexes), `subagents` (true: the model may
@@ -83,12 +84,24 @@
 //! `max_subagents` (8 per session), `max_parallel_subagents` (2), `secret_programs` (programs
 //! that may receive `{{secret:NAME}}` without asking).
 //!
+//! The terminal: multi-line input (Alt+Enter or a trailing `\` before Enter) and bracketed
+//! paste (one message, newlines kept); input history and conversations kept across sessions
+//! in `~/.agentshell/history` and `~/.agentshell/sessions/<id>.json` (mode 0600, atomic,
+//! bounded), reopened with `agentshell --continue`, `--resume [ID]` or `/resume`; Ctrl+C
+//! during an answer keeps what was streamed, marked interrupted; confirmations accept
+//! `always` (this program and options, this session, in memory only; never for steering
+//! files, secrets or code-running environment variables); `/model [NAME]`, `/cost`,
+//! `/compact`, `/help`; answers rendered as markdown and word-wrapped on a terminal (plain
+//! off a terminal, no colours with `NO_COLOR`).
+//!
 //! Unattended, a call the policy would ASK about is denied, and the denial is listed in
 //! `permission_denials` with its reason; the run never waits for a human.
 
+pub mod app;
 pub mod bootstrap;
 pub mod cli;
 pub mod core;
+pub mod private_file;
 pub mod tools;
 pub mod transport;
 pub mod wiring;

@@ -10,15 +10,16 @@ use thiserror::Error;
 
 use crate::agent::bootstrap::{AGENT_DIR, Project};
 use crate::agent::core::accounting::{RequestStats, SubagentLedger};
-use crate::agent::core::provider::ProviderError;
 use crate::agent::core::provider::StreamEvent;
 use crate::agent::core::provider::model_spec::known_key_vars;
+use crate::agent::core::provider::{Provider, ProviderError};
 use crate::agent::core::{Agent, CoreConfig, CoreEvents, TurnStop, build_provider};
 use crate::agent::tools::subsystems::memory::Memory;
 use crate::agent::tools::subsystems::policy::PolicyError;
 use crate::agent::tools::subsystems::secrets::SecretBroker;
 use crate::agent::tools::{
-    Ask, BoxFuture, Delegate, ToolCall, ToolEnv, ToolResult, ToolStatus, Toolbox, ToolsConfig,
+    Ask, BoxFuture, Delegate, SessionGrants, ToolCall, ToolEnv, ToolResult, ToolStatus, Toolbox,
+    ToolsConfig,
 };
 
 /// Overrides the configured model string.
@@ -103,7 +104,7 @@ pub fn build_agent(
     env: &BTreeMap<String, String>,
     ask: Arc<dyn Ask>,
 ) -> Result<Agent, WiringError> {
-    assemble(project, env, ask, None)
+    assemble(project, env, ask, None, Arc::default())
 }
 
 /// Like [`build_agent`], plus the `delegate` tool (unless config `"subagents": false`): each
@@ -127,6 +128,7 @@ pub fn build_agent_with_subagents(
             .map_or(default, |v| v.min(1000))
     };
     let ledger = Arc::new(SubagentLedger::default());
+    let grants: Arc<SessionGrants> = Arc::default();
     let delegate: Option<Arc<dyn Delegate>> = enabled.then(|| {
         Arc::new(SubAgents {
             project: project.clone(),
@@ -134,6 +136,7 @@ pub fn build_agent_with_subagents(
             ask: Arc::clone(&ask),
             events,
             ledger: Arc::clone(&ledger),
+            grants: Arc::clone(&grants),
             max_total: u32::try_from(limit("max_subagents", DEFAULT_MAX_SUBAGENTS)).unwrap_or(1),
             parallel: Arc::new(tokio::sync::Semaphore::new(
                 usize::try_from(limit("max_parallel_subagents", DEFAULT_PARALLEL_SUBAGENTS))
@@ -142,7 +145,7 @@ pub fn build_agent_with_subagents(
             )),
         }) as Arc<dyn Delegate>
     });
-    let mut agent = assemble(project, env, ask, delegate)?;
+    let mut agent = assemble(project, env, ask, delegate, grants)?;
     agent.set_subagent_ledger(ledger);
     Ok(agent)
 }
@@ -157,6 +160,7 @@ fn assemble(
     env: &BTreeMap<String, String>,
     ask: Arc<dyn Ask>,
     delegate: Option<Arc<dyn Delegate>>,
+    grants: Arc<SessionGrants>,
 ) -> Result<Agent, WiringError> {
     let config = effective_config(project, env);
     let core: CoreConfig = serde_json::from_value(config.clone())?;
@@ -173,6 +177,7 @@ fn assemble(
         memory: Memory::new(project.root.join(AGENT_DIR)),
         config: tools_config,
         delegate,
+        grants,
     })?;
     let key_override = env.get(ENV_API_KEY).filter(|v| !v.is_empty()).cloned();
     let provider = build_provider(&core, key_override, |var| {
@@ -191,6 +196,29 @@ fn assemble(
     ))
 }
 
+/// Builds the provider for another model string with the same configuration and keys
+/// (`/model NAME` in the terminal).
+pub fn model_switcher(
+    project: &Project,
+    env: &BTreeMap<String, String>,
+) -> impl Fn(&str) -> Result<Box<dyn Provider>, String> + Send + Sync + 'static {
+    let project = project.clone();
+    let env = env.clone();
+    move |model: &str| {
+        let mut config = effective_config(&project, &env);
+        config["model"] = Value::String(model.to_string());
+        let core: CoreConfig = serde_json::from_value(config).map_err(|e| e.to_string())?;
+        let key_override = env.get(ENV_API_KEY).filter(|v| !v.is_empty()).cloned();
+        build_provider(&core, key_override, |var| {
+            env.get(var)
+                .or_else(|| project.user_env.get(var))
+                .filter(|v| !v.is_empty())
+                .cloned()
+        })
+        .map_err(|e| e.to_string())
+    }
+}
+
 /// Builds and runs sub-agents for the `delegate` tool.
 struct SubAgents {
     project: Project,
@@ -198,6 +226,7 @@ struct SubAgents {
     ask: Arc<dyn Ask>,
     events: Arc<dyn CoreEvents>,
     ledger: Arc<SubagentLedger>,
+    grants: Arc<SessionGrants>,
     max_total: u32,
     parallel: Arc<tokio::sync::Semaphore>,
 }
@@ -242,8 +271,14 @@ impl Delegate for SubAgents {
                 .await
                 .map_err(|e| format!("sub-agent slots: {e}"))?;
             tracing::info!(%task, "sub-agent started");
-            let mut agent = assemble(&self.project, &self.env, Arc::clone(&self.ask), None)
-                .map_err(|e| e.to_string())?;
+            let mut agent = assemble(
+                &self.project,
+                &self.env,
+                Arc::clone(&self.ask),
+                None,
+                Arc::clone(&self.grants),
+            )
+            .map_err(|e| e.to_string())?;
             let events = LedgerEvents {
                 inner: self.events.as_ref(),
                 ledger: &self.ledger,

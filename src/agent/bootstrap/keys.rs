@@ -1,9 +1,8 @@
 //! The `.env` files: parsing them, and writing the user's `~/.agentshell/.env` with mode 0600.
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 
 use crate::agent::bootstrap::BootstrapError;
 
@@ -69,23 +68,10 @@ pub fn write_env(
     Ok(all.into_keys().collect())
 }
 
-/// Writes `text` to `path` mode 0600, atomically: a `.partial` file created new (never
-/// through an existing file or link), synced, then renamed over `path`.
+/// Writes `text` to `path` mode 0600, atomically (see [`crate::agent::private_file`]).
 pub fn write_private(path: &Path, text: &str) -> Result<(), BootstrapError> {
-    let mut partial = path.as_os_str().to_owned();
-    partial.push(".partial");
-    let partial = PathBuf::from(partial);
-    let _ = std::fs::remove_file(&partial);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&partial)
-        .map_err(|e| BootstrapError::io("creating", &partial, e))?;
-    f.write_all(text.as_bytes())
-        .and_then(|()| f.sync_all())
-        .map_err(|e| BootstrapError::io("writing", &partial, e))?;
-    std::fs::rename(&partial, path).map_err(|e| BootstrapError::io("renaming", path, e))
+    crate::agent::private_file::write_private(path, text)
+        .map_err(|e| BootstrapError::io(e.action, &e.path, e.source))
 }
 
 #[cfg(test)]

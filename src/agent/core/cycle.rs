@@ -11,9 +11,9 @@ use crate::agent::core::accounting::{
     LedgerEntries, PriceTable, RequestStats, SubagentLedger, Totals,
 };
 use crate::agent::core::config::CoreConfig;
-use crate::agent::core::message::Message;
-use crate::agent::core::provider::{ModelRequest, Provider, ProviderError, StreamEvent};
-use crate::agent::tools::subsystems::context::fit;
+use crate::agent::core::message::{Message, Role};
+use crate::agent::core::provider::{ModelRequest, Provider, ProviderError, StreamEvent, Usage};
+use crate::agent::tools::subsystems::context::{bound, fit};
 use crate::agent::tools::{Ask, AskAnswer, ToolCall, ToolResult, ToolStatus, Toolbox};
 
 /// What L2 reports upward while a turn runs; L1 implements it (L2 never prints).
@@ -46,6 +46,38 @@ pub enum TurnStop {
     /// The human cancelled at a question; the history keeps what was completed.
     Cancelled,
 }
+
+/// The head of the message `/compact` leaves in place of the older conversation.
+pub const COMPACTED: &str =
+    "[Summary of the earlier conversation, written by the model at /compact]";
+
+/// The older conversation as plain text for the summary request (tool calls and results
+/// included, each bounded).
+fn transcript(messages: &[Message]) -> String {
+    let mut text = String::new();
+    for m in messages {
+        let who = match m.role {
+            Role::System => continue,
+            Role::User => "User",
+            Role::Assistant => "Assistant",
+            Role::Tool => "Tool result",
+        };
+        if !m.content.trim().is_empty() {
+            text.push_str(&format!("{who}: {}\n\n", bound(m.content.trim(), 4000)));
+        }
+        for c in &m.tool_calls {
+            text.push_str(&format!(
+                "Assistant called {} with {}\n\n",
+                c.name,
+                bound(&c.arguments, 2000)
+            ));
+        }
+    }
+    text
+}
+
+/// The mark on an answer the user interrupted (Ctrl+C) before it was complete.
+pub const INTERRUPTED: &str = "[answer interrupted by the user]";
 
 /// The outcome of one turn.
 #[derive(Debug)]
@@ -82,7 +114,7 @@ impl Agent {
         config: CoreConfig,
         project_rules: String,
     ) -> Self {
-        let prices = PriceTable(config.prices.clone());
+        let prices = PriceTable::builtin_with(&config.prices);
         Self {
             provider,
             tools,
@@ -204,11 +236,7 @@ impl Agent {
                     return report;
                 }
             };
-            let stats = RequestStats {
-                duration: started.elapsed(),
-                usage: response.usage,
-                cost_usd: self.prices.cost(&self.config.model, response.usage),
-            };
+            let stats = self.stats(started, response.usage);
             report.totals.add(&stats);
             self.session.add(&stats);
             events.request_done(&stats);
@@ -248,6 +276,122 @@ impl Agent {
                 return report;
             }
         }
+    }
+
+    /// Replace the conversation (a resumed session). A trailing assistant message with tool
+    /// calls whose results are missing is dropped, so the history never asks the model to
+    /// continue from a call without its result.
+    pub fn set_history(&mut self, mut messages: Vec<Message>) {
+        messages.retain(|m| m.role != Role::System);
+        while let Some(last) = messages.last() {
+            let answered = last.tool_calls.iter().all(|c| {
+                messages
+                    .iter()
+                    .any(|m| m.tool_call_id.as_deref() == Some(c.id.as_str()))
+            });
+            if answered {
+                break;
+            }
+            messages.pop();
+        }
+        self.history = messages;
+    }
+
+    /// Keep what the model had streamed of an answer the user interrupted, marked as such, so
+    /// the next turn (and a resumed session) sees it.
+    pub fn record_interrupted(&mut self, partial: &str) {
+        let text = if partial.trim().is_empty() {
+            INTERRUPTED.to_string()
+        } else {
+            format!("{}\n\n{INTERRUPTED}", partial.trim_end())
+        };
+        self.history.push(Message::assistant(text, Vec::new()));
+    }
+
+    /// The figures of one model call that started at `started` and used `usage`.
+    fn stats(&self, started: Instant, usage: Usage) -> RequestStats {
+        RequestStats {
+            duration: started.elapsed(),
+            usage,
+            cost_usd: self.prices.cost(&self.config.model, usage).unwrap_or(0.0),
+            priced: self.prices.knows(&self.config.model),
+        }
+    }
+
+    /// Talk to another model from the next call on (`/model`); the conversation stays.
+    pub fn set_model(&mut self, model: String, provider: Box<dyn Provider>) {
+        tracing::info!(from = %self.config.model, to = %model, "model switched");
+        self.config.model = model;
+        self.provider = provider;
+    }
+
+    /// Replace everything but the last `keep_turns` (at least one) requests (and what followed them) by one
+    /// summary written by the model (`/compact`). The summary call is accounted like any
+    /// other. Returns the number of messages before and after; `Ok(None)` when there is
+    /// nothing older than the kept turns.
+    pub async fn compact(
+        &mut self,
+        keep_turns: usize,
+        events: &dyn CoreEvents,
+    ) -> Result<Option<(usize, usize)>, CoreError> {
+        let requests: Vec<usize> = self
+            .history
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.role == Role::User && !m.is_marker)
+            .map(|(i, _)| i)
+            .collect();
+        let keep = keep_turns.max(1);
+        if requests.len() <= keep {
+            return Ok(None);
+        }
+        let split = requests[requests.len() - keep];
+        let budget_chars = self
+            .config
+            .context_budget_tokens
+            .saturating_mul(3)
+            .max(4000);
+        let transcript = bound(
+            &transcript(&self.history[..split]),
+            budget_chars.saturating_sub(2000),
+        );
+        let ask = Message::user(format!(
+            "Summarise the conversation below for your own later use: the user's goals and \
+             requests, decisions made, files and commands that matter, results, and what is \
+             still open. Be complete but brief; answer with the summary only.\n\n<conversation>\n\
+             {transcript}\n</conversation>"
+        ));
+        let system = "You write faithful, compact summaries of coding-agent conversations.";
+        let request = ModelRequest {
+            system,
+            messages: std::slice::from_ref(&ask),
+            tools: &[],
+        };
+        let started = Instant::now();
+        let mut on_event = |_e: StreamEvent| {};
+        let response = self.provider.complete(request, &mut on_event).await;
+        let response = match response {
+            Ok(r) => r,
+            Err(e) => {
+                events.request_done(&RequestStats {
+                    duration: started.elapsed(),
+                    ..RequestStats::default()
+                });
+                return Err(e.into());
+            }
+        };
+        let stats = self.stats(started, response.usage);
+        self.session.add(&stats);
+        events.request_done(&stats);
+        let before = self.history.len();
+        let kept = self.history.split_off(split);
+        self.history = vec![
+            Message::user(format!("{COMPACTED}\n\n{}", response.text.trim())),
+            Message::assistant("Understood; I continue from this summary.", Vec::new()),
+        ];
+        self.history.extend(kept);
+        tracing::info!(before, after = self.history.len(), "conversation compacted");
+        Ok(Some((before, self.history.len())))
     }
 
     /// Forget the conversation (the system prompt is rebuilt for every call anyway).

@@ -4,7 +4,8 @@ use crate::agent::tools::ToolCall;
 use crate::agent::tools::subsystems::context::{ContextItem, estimate_tokens};
 
 /// Who said it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Role {
     /// The system prompt.
     System,
@@ -16,18 +17,21 @@ pub enum Role {
     Tool,
 }
 
-/// One message of the conversation.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One message of the conversation (also the shape saved in a session file).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Message {
     /// Who said it.
     pub role: Role,
     /// The text (for a tool message: the result as JSON text).
     pub content: String,
     /// Tool calls the model asked for (assistant messages only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCall>,
     /// For a tool message: the id of the call it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
     /// Set on markers inserted by the context manager.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub is_marker: bool,
 }
 

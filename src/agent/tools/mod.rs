@@ -22,13 +22,13 @@ use std::pin::Pin;
 
 use serde::Serialize;
 
-pub use registry::{Tool, ToolEnv, ToolSchema, Toolbox, ToolsConfig};
+pub use registry::{SessionGrants, Tool, ToolEnv, ToolSchema, Toolbox, ToolsConfig};
 
 /// A boxed, sendable future; the shape of every async method on a trait object here.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// A tool call as the model requested it. Arguments stay raw JSON text until a tool parses them.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ToolCall {
     /// Provider-assigned id that ties the result back to the call.
     pub id: String,

@@ -69,6 +69,35 @@ pub struct ToolEnv {
     pub config: ToolsConfig,
     /// Sub-agents for the `delegate` tool; `None` leaves the tool out (sub-agents themselves).
     pub delegate: Option<Arc<dyn Delegate>>,
+    /// What the user allowed for the rest of this session (shared with sub-agents; never
+    /// written anywhere).
+    pub grants: Arc<SessionGrants>,
+}
+
+/// Calls the user answered "always" for: kept in memory for the session only.
+#[derive(Debug, Default)]
+pub struct SessionGrants(std::sync::Mutex<std::collections::BTreeSet<String>>);
+
+impl SessionGrants {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeSet<String>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    /// Whether `key` was allowed for the session.
+    pub fn contains(&self, key: &str) -> bool {
+        self.lock().contains(key)
+    }
+    /// Allow `key` for the rest of the session.
+    pub fn grant(&self, key: String) {
+        self.lock().insert(key);
+    }
+    /// How many shapes are allowed.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+    /// Whether nothing is allowed.
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
 }
 
 /// A tool's schema as sent to the model.
@@ -90,6 +119,11 @@ pub trait Tool: Send + Sync {
     fn classify(&self, args: &Value, policy: &Policy) -> Decision;
     /// A one-line description of the call for the confirmation question, e.g. "Run `ls`".
     fn describe(&self, args: &Value) -> String;
+    /// What an "always for this session" answer to this call's question covers, if it may
+    /// be given at all (default: never; see `run_command::session_shape`).
+    fn session_key(&self, _args: &Value) -> Option<String> {
+        None
+    }
     /// Run the call. Output is redacted and bounded by the toolbox afterwards.
     fn execute<'a>(&'a self, args: Value, env: &'a ToolEnv) -> BoxFuture<'a, ToolResult>;
 }
@@ -181,14 +215,37 @@ impl Toolbox {
                 return ToolResult::denied(format!("denied by policy: {}", decision.reason));
             }
             Verdict::Ask => {
+                let grant = (!decision.every_time)
+                    .then(|| tool.session_key(&args))
+                    .flatten();
+                let granted = grant
+                    .as_deref()
+                    .is_some_and(|k| self.env.grants.contains(k));
                 let question = format!(
                     "{}? ({})",
                     visible_line(&redacted_what),
                     visible_line(&self.env.secrets.redact(&decision.reason))
                 );
-                match self.env.ask.ask(&question, &["yes", "no"]).await {
+                let options: &[&str] = if grant.is_some() {
+                    &["yes", "no", "always"]
+                } else {
+                    &["yes", "no"]
+                };
+                let answer = if granted {
+                    tracing::info!(call = %redacted_what, "allowed: the user said always for this session");
+                    AskAnswer::Answer("yes".to_string())
+                } else {
+                    self.env.ask.ask(&question, options).await
+                };
+                match answer {
                     AskAnswer::Answer(a) if a == "yes" => {
                         tracing::info!(call = %redacted_what, "confirmed by the user");
+                    }
+                    AskAnswer::Answer(a) if a == "always" && grant.is_some() => {
+                        tracing::info!(call = %redacted_what, "confirmed by the user for the rest of the session");
+                        if let Some(key) = grant {
+                            self.env.grants.grant(key);
+                        }
                     }
                     AskAnswer::Answer(_) => {
                         tracing::info!(call = %redacted_what, "declined by the user");

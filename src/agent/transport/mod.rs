@@ -6,5 +6,7 @@
 
 pub mod headless;
 pub mod line_editor;
+pub mod markdown;
 pub mod render;
+pub mod sessions;
 pub mod terminal;

@@ -6,11 +6,13 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::agent::core::CoreEvents;
-use crate::agent::core::accounting::{RequestStats, Totals};
+use crate::agent::core::accounting::{RequestStats, Totals, cost_text};
 use crate::agent::core::provider::StreamEvent;
 use crate::agent::tools::display::{visible, visible_line};
 use crate::agent::tools::subsystems::context::bound;
 use crate::agent::tools::{ToolCall, ToolResult, ToolStatus};
+use crate::agent::transport::line_editor::{is_tty, terminal_width};
+use crate::agent::transport::markdown::Markdown;
 
 /// Bytes of a tool's output shown on screen (the model gets more).
 pub const SCREEN_OUTPUT_BYTES: usize = 2000;
@@ -33,6 +35,11 @@ enum Streaming {
 /// Renders core events to a writer (stdout in the terminal).
 pub struct TerminalRenderer<W: Write + Send> {
     out: Mutex<(W, Streaming, bool)>,
+    /// Markdown rendering of answers (`None`: the text as it comes).
+    markdown: Mutex<Option<Markdown>>,
+    /// The answer text of the model call under way (or of the last one, until its step is
+    /// in the history), kept for Ctrl+C; `true` once its call finished.
+    partial: Mutex<(String, bool)>,
 }
 
 impl<W: Write + Send> TerminalRenderer<W> {
@@ -40,7 +47,48 @@ impl<W: Write + Send> TerminalRenderer<W> {
     pub fn new(out: W) -> Self {
         Self {
             out: Mutex::new((out, Streaming::Nothing, true)),
+            markdown: Mutex::new(None),
+            partial: Mutex::new((String::new(), false)),
         }
+    }
+
+    /// A renderer whose answers are rendered as markdown for a `width`-column screen
+    /// (`color` off: no escape sequences in them).
+    pub fn with_markdown(out: W, width: usize, color: bool) -> Self {
+        let r = Self::new(out);
+        *r.markdown.lock().unwrap_or_else(|e| e.into_inner()) = Some(Markdown::new(width, color));
+        r
+    }
+
+    /// Write what the markdown renderer still holds (before anything else is shown).
+    fn flush_markdown(&self) {
+        let mut text = String::new();
+        let at_start = {
+            let mut md = self.markdown.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(md) = md.as_mut() else { return };
+            md.finish(&mut text);
+            md.at_line_start()
+        };
+        if text.is_empty() {
+            return;
+        }
+        self.with(|out, _, line_start| {
+            write!(out, "{text}")?;
+            *line_start = at_start || text.ends_with('\n');
+            Ok(())
+        });
+    }
+
+    /// The answer text streamed by the model call that a cancelled turn did not get to keep
+    /// in its history (empty when every streamed answer is there).
+    pub fn take_partial(&self) -> String {
+        let mut p = self.partial.lock().unwrap_or_else(|e| e.into_inner());
+        p.1 = false;
+        std::mem::take(&mut p.0)
+    }
+
+    fn partial(&self) -> std::sync::MutexGuard<'_, (String, bool)> {
+        self.partial.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Give the writer back (tests read what was rendered).
@@ -57,6 +105,7 @@ impl<W: Write + Send> TerminalRenderer<W> {
 
     /// Render an error (provider, network, cancelled) as an error.
     pub fn error(&self, message: &str) {
+        self.flush_markdown();
         self.with(|out, state, at_start| {
             end_line(out, state, at_start)?;
             writeln!(out, "{RED}error:{RESET} {}", visible(message))
@@ -65,10 +114,24 @@ impl<W: Write + Send> TerminalRenderer<W> {
 
     /// A plain informational line.
     pub fn info(&self, message: &str) {
+        self.flush_markdown();
         self.with(|out, state, at_start| {
             end_line(out, state, at_start)?;
             writeln!(out, "{DIM}{}{RESET}", visible(message))
         });
+    }
+}
+
+impl TerminalRenderer<std::io::Stdout> {
+    /// The renderer for the terminal: markdown wrapped to its width when stdout is a
+    /// terminal (without colours when `NO_COLOR` is set), the text as it comes otherwise.
+    pub fn stdout() -> Self {
+        let out = std::io::stdout();
+        if !is_tty(&out) {
+            return Self::new(out);
+        }
+        let color = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+        Self::with_markdown(out, terminal_width(), color)
     }
 }
 
@@ -90,11 +153,43 @@ fn end_line<W: Write>(
 
 impl<W: Write + Send> CoreEvents for TerminalRenderer<W> {
     fn stream(&self, event: &StreamEvent) {
+        if let StreamEvent::Text(t) = event {
+            let mut p = self.partial();
+            if p.1 {
+                *p = (String::new(), false);
+            }
+            p.0.push_str(t);
+        }
+        let rendered = match event {
+            StreamEvent::Text(t) => {
+                let mut md = self.markdown.lock().unwrap_or_else(|e| e.into_inner());
+                md.as_mut().map(|md| {
+                    let mut out = String::new();
+                    md.push(&visible(t), &mut out);
+                    (out, md.at_line_start())
+                })
+            }
+            StreamEvent::Reasoning(_) => {
+                self.flush_markdown();
+                None
+            }
+        };
         self.with(|out, state, at_start| {
             let (want, text) = match event {
                 StreamEvent::Reasoning(t) => (Streaming::Reasoning, t),
                 StreamEvent::Text(t) => (Streaming::Text, t),
             };
+            if let Some((text, line_start)) = &rendered {
+                if *state != want {
+                    end_line(out, state, at_start)?;
+                    *state = want;
+                }
+                write!(out, "{text}")?;
+                if !text.is_empty() {
+                    *at_start = *line_start;
+                }
+                return Ok(());
+            }
             if *state != want {
                 end_line(out, state, at_start)?;
                 if want == Streaming::Reasoning {
@@ -111,6 +206,8 @@ impl<W: Write + Send> CoreEvents for TerminalRenderer<W> {
     }
 
     fn request_done(&self, stats: &RequestStats) {
+        self.partial().1 = true;
+        self.flush_markdown();
         self.with(|out, state, at_start| {
             end_line(out, state, at_start)?;
             writeln!(out, "{DIM}  [{}]{RESET}", request_line(stats))
@@ -118,6 +215,7 @@ impl<W: Write + Send> CoreEvents for TerminalRenderer<W> {
     }
 
     fn tool_call(&self, call: &ToolCall) {
+        self.flush_markdown();
         self.with(|out, state, at_start| {
             end_line(out, state, at_start)?;
             writeln!(
@@ -130,6 +228,9 @@ impl<W: Write + Send> CoreEvents for TerminalRenderer<W> {
     }
 
     fn tool_result(&self, call: &ToolCall, result: &ToolResult) {
+        // The step (its text and calls) goes into the history with its results.
+        *self.partial() = (String::new(), false);
+        self.flush_markdown();
         self.with(|out, state, at_start| {
             end_line(out, state, at_start)?;
             let head = match (result.status, result.exit_code) {
@@ -170,27 +271,40 @@ pub fn describe_call(call: &ToolCall) -> String {
     visible_line(&bound(&call.arguments, 300))
 }
 
-/// "1.23 s · 1200 in · 56 out · $0.0012"
+/// "1.23 s · 1200 in · 56 out · $0.0012" (or "cost unknown")
 pub fn request_line(stats: &RequestStats) -> String {
     format!(
-        "{} · {} in · {} out · ${:.4}",
+        "{} · {} in · {} out · {}",
         seconds(stats.duration),
         stats.usage.input_tokens,
         stats.usage.output_tokens,
-        stats.cost_usd
+        stats
+            .cost()
+            .map_or_else(|| "cost unknown".to_string(), |c| format!("${c:.4}"))
+    )
+}
+
+/// "2 requests · 1.23 s · 1200 in · 56 out · $0.0012" for a turn.
+pub fn turn_line(totals: &Totals, calls: u32) -> String {
+    format!(
+        "turn: {calls} requests · {} · {} in · {} out · {}",
+        seconds(totals.model_time),
+        totals.usage.input_tokens,
+        totals.usage.output_tokens,
+        cost_text(totals)
     )
 }
 
 /// The session summary printed at exit.
 pub fn session_line(totals: &Totals, wall: Duration) -> String {
     format!(
-        "session: {} requests · {} in model calls · {} total · {} in · {} out · ${:.4}",
+        "session: {} requests · {} in model calls · {} total · {} in · {} out · {}",
         totals.requests,
         seconds(totals.model_time),
         seconds(wall),
         totals.usage.input_tokens,
         totals.usage.output_tokens,
-        totals.cost_usd
+        cost_text(totals)
     )
 }
 
@@ -215,6 +329,7 @@ mod tests {
                 output_tokens: 2,
             },
             cost_usd: 0.5,
+            priced: true,
         });
         let call = ToolCall {
             id: "1".into(),

@@ -226,6 +226,24 @@ pub async fn within_deadline<T>(
     }
 }
 
+/// One streamed model request, the tail both protocols share: POST `body` with retries, then
+/// read the SSE answer through `assembler`, all within the total deadline.
+pub async fn stream_post<A: StreamAssembler>(
+    client: HttpClient,
+    url: &str,
+    headers: HeaderMap,
+    body: &Value,
+    settings: &ProviderSettings,
+    assembler: A,
+    on_event: &mut (dyn FnMut(StreamEvent) + Send),
+) -> Result<ModelResponse, ProviderError> {
+    within_deadline(settings, async {
+        let response = post_with_retries(client, url, headers, body, settings).await?;
+        read_sse(response, settings, assembler, on_event).await
+    })
+    .await
+}
+
 /// POST `body` as JSON and return the response once its status is a success. 429 and 5xx
 /// answers and connection failures are retried with exponential backoff.
 pub async fn post_with_retries(

@@ -260,17 +260,15 @@ impl Provider for OpenAiProvider {
             }
             let body = self.body(&request);
             let client = self.client.get(&url)?;
-            http::within_deadline(&self.settings, async {
-                let response =
-                    http::post_with_retries(client, &url, headers, &body, &self.settings).await?;
-                http::read_sse(
-                    response,
-                    &self.settings,
-                    ChunkAssembler::default(),
-                    on_event,
-                )
-                .await
-            })
+            http::stream_post(
+                client,
+                &url,
+                headers,
+                &body,
+                &self.settings,
+                ChunkAssembler::default(),
+                on_event,
+            )
             .await
         })
     }

@@ -45,6 +45,10 @@ pub struct Decision {
     pub verdict: Verdict,
     /// Why.
     pub reason: String,
+    /// An ASK that may not be answered "always for this session": it names a file that
+    /// steers the agent, passes a secret, or sets an environment variable that can run code.
+    #[serde(skip)]
+    pub every_time: bool,
 }
 
 impl Decision {
@@ -53,6 +57,7 @@ impl Decision {
         Self {
             verdict: Verdict::Allow,
             reason: reason.into(),
+            every_time: false,
         }
     }
     /// Deny, because `reason`.
@@ -60,13 +65,20 @@ impl Decision {
         Self {
             verdict: Verdict::Deny,
             reason: reason.into(),
+            every_time: false,
         }
+    }
+    /// The same decision, asked every time (never allowed for the rest of a session).
+    pub fn every_time(mut self) -> Self {
+        self.every_time = true;
+        self
     }
     /// Ask the human, because `reason`.
     pub fn ask(reason: impl Into<String>) -> Self {
         Self {
             verdict: Verdict::Ask,
             reason: reason.into(),
+            every_time: false,
         }
     }
 }
@@ -330,7 +342,8 @@ impl Policy {
             Some(file) => Decision::ask(format!(
                 "{}; it names `{file}`, a file that steers the agent or the shell (writing it changes later sessions)",
                 decision.reason
-            )),
+            ))
+            .every_time(),
             None => decision,
         }
     }
@@ -386,7 +399,8 @@ impl Policy {
             if env_can_execute(name) {
                 return Decision::ask(format!(
                     "sets environment variable {name}, which can make programs run code or read other files"
-                ));
+                ))
+                .every_time();
             }
         }
         if let Some(name) = env
@@ -406,7 +420,8 @@ impl Policy {
                 return Decision::ask(format!(
                     "passes secret {} to `{p}`, which is not in config secret_programs",
                     secrets_used.join(", ")
-                ));
+                ))
+                .every_time();
             }
         }
         for input in &parsed.inputs {
@@ -423,7 +438,8 @@ impl Policy {
                     if let Some(file) = argv.iter().find_map(|w| steering_file(w)) {
                         return Decision::ask(format!(
                             "`{entry}` is auto-allowed, but the command names `{file}`"
-                        ));
+                        ))
+                        .every_time();
                     }
                     allowed_by.push(entry)
                 }
