@@ -510,35 +510,69 @@ mod qm {
         .await
     }
 
-    /// A job whose handling an earlier manager began and never finished is failed at start
-    /// instead of being tried again (no crash loop on one poison document).
+    /// Plants poison markers as a manager killed during a start of `p1` and a re-adoption of
+    /// `r1` leaves them (`content` is the marker's text), with `r1` in running_jobs/.
+    fn plant_interrupted(env: &QueueEnv, content: &str) -> std::path::PathBuf {
+        env.queue_job("p1", &noop(0.0));
+        let marks = env
+            .root
+            .join("Queues/q1/.handling")
+            .join(agentstore::store::hostname());
+        std::fs::create_dir_all(&marks).unwrap();
+        std::fs::write(marks.join("start-p1"), content).unwrap();
+        let mut r1 = noop(0.0);
+        r1["runtime"]["status"] = json!("running");
+        r1["runtime"]["process_id"] = json!(std::process::id());
+        r1["runtime"]["host"] = json!(agentstore::store::hostname());
+        agentstore::store::write_json_atomic(&env.job_file("running", "r1"), &r1).unwrap();
+        std::fs::write(marks.join("adopt-r1"), content).unwrap();
+        marks
+    }
+
+    /// One interrupted attempt (an operator's kill -9 during a start or a re-adoption) is
+    /// forgiven: the job is tried again and runs to the end. Markers of the format before
+    /// attempts were counted (a bare PID) count as one attempt.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn job_marked_as_being_handled_is_failed_on_restart() {
+    async fn one_interrupted_attempt_is_tried_again() {
+        for content in ["attempts 1\npid 12345\n", "12345"] {
+            guarded(async {
+                let bus = PrivateBus::start();
+                let env = QueueEnv::new(1);
+                let marks = plant_interrupted(&env, content);
+                let mut changes = Changes::subscribe(&bus, &env.queue).await;
+                let m = RunningManager::start(env.manager_config(&bus)).await;
+                changes.until("p1", "finished").await;
+                // r1's worker is not alive: settled as a dead worker, not as poison.
+                changes.until("r1", "failed").await;
+                let e = env.job("failed", "r1")["runtime"]["error"].to_string();
+                assert!(e.contains("Worker harness process died"), "{e}");
+                assert!(!e.contains("previous queue manager"), "{e}");
+                assert_eq!(std::fs::read_dir(&marks).unwrap().count(), 0);
+                m.stop().await;
+            })
+            .await
+        }
+    }
+
+    /// The second interrupted attempt fails the job with a reason naming the attempts (a
+    /// poison document cannot crash-loop the manager), and the manager goes on.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn second_interrupted_attempt_fails_the_job() {
         guarded(async {
             let bus = PrivateBus::start();
             let env = QueueEnv::new(1);
-            env.queue_job("p1", &noop(0.0));
-            let marks = env
-                .root
-                .join("Queues/q1/.handling")
-                .join(agentstore::store::hostname());
-            std::fs::create_dir_all(&marks).unwrap();
-            std::fs::write(marks.join("start-p1"), "12345").unwrap();
-            // A running job whose re-adoption was under way when the manager died.
-            let mut r1 = noop(0.0);
-            r1["runtime"]["status"] = json!("running");
-            r1["runtime"]["process_id"] = json!(std::process::id());
-            r1["runtime"]["host"] = json!(agentstore::store::hostname());
-            agentstore::store::write_json_atomic(&env.job_file("running", "r1"), &r1).unwrap();
-            std::fs::write(marks.join("adopt-r1"), "12345").unwrap();
+            let marks = plant_interrupted(&env, "attempts 2\npid 12345\n");
             let mut changes = Changes::subscribe(&bus, &env.queue).await;
             let m = RunningManager::start(env.manager_config(&bus)).await;
             changes.until("p1", "failed").await;
             changes.until("r1", "failed").await;
             let e = env.job("failed", "r1")["runtime"]["error"].to_string();
-            assert!(e.contains("previous queue manager"), "{e}");
+            assert!(
+                e.contains("re-adopting this job, 2 attempts in a row"),
+                "{e}"
+            );
             let e = env.job("failed", "p1")["runtime"]["error"].to_string();
-            assert!(e.contains("previous queue manager"), "{e}");
+            assert!(e.contains("starting this job, 2 attempts in a row"), "{e}");
             assert!(!marks.join("start-p1").exists());
             env.queue_job("p2", &noop(0.0));
             changes.until("p2", "finished").await;
