@@ -317,12 +317,27 @@ fn stale_lock(path: &Path) {
     std::fs::write(path, serde_json::to_vec(&info).unwrap()).unwrap();
 }
 
-/// 1,000 trials of 4 simultaneous starts over a stale lock: exactly one holder every time.
+/// 1,000 trials of 4 simultaneous starts over a stale lock in a registered store (the no-link
+/// `*at` calls the daemon uses): exactly one holder every time; 250 more on plain paths
+/// outside any store.
 #[test]
 fn lock_simultaneous_starts_never_two_holders() {
-    let d = tempfile::tempdir().unwrap();
-    let path = d.path().join(".orchestrator.lock");
-    for trial in 0..1000 {
+    for in_store in [false, true] {
+        let d = tempfile::tempdir().unwrap();
+        if in_store {
+            agentstore::store::safe::register_root(
+                d.path(),
+                agentstore::store::safe::DEFAULT_LOG_LIMITS,
+            );
+        }
+        let trials = if in_store { 1000 } else { 250 };
+        simultaneous_start_trials(&d.path().join(".orchestrator.lock"), trials);
+    }
+}
+
+fn simultaneous_start_trials(path: &Path, trials: usize) {
+    let path = path.to_path_buf();
+    for trial in 0..trials {
         stale_lock(&path);
         let barrier = std::sync::Arc::new(std::sync::Barrier::new(4));
         let handles: Vec<_> = (0..4)
@@ -349,6 +364,38 @@ fn lock_simultaneous_starts_never_two_holders() {
         drop(results);
         assert!(!path.exists(), "the holder removes the lock on drop");
     }
+}
+
+/// A lock file that is a link (here to a live lock outside the store) is never read through:
+/// it is an unknown owner until the link itself is old, then taken over without touching the
+/// target.
+#[test]
+fn lock_link_is_never_followed() {
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().join("store");
+    std::fs::create_dir_all(&root).unwrap();
+    agentstore::store::safe::register_root(&root, agentstore::store::safe::DEFAULT_LOG_LIMITS);
+    let outside = d.path().join("outside.lock");
+    let live = StoreLock::acquire(&outside).unwrap();
+    let before = std::fs::read(&outside).unwrap();
+    let path = root.join(".orchestrator.lock");
+    std::os::unix::fs::symlink(&outside, &path).unwrap();
+    let e = StoreLock::acquire(&path).unwrap_err();
+    assert!(matches!(e, LockError::Unknown { .. }), "{e}");
+    let ok = std::process::Command::new("touch")
+        .args(["-h", "-d", "2020-01-01T00:00:00Z"])
+        .arg(&path)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let l = StoreLock::acquire(&path).unwrap();
+    assert!(!path.symlink_metadata().unwrap().is_symlink());
+    assert_eq!(std::fs::read(&outside).unwrap(), before);
+    assert_eq!(l.info().pid, std::process::id());
+    drop(l);
+    assert!(!path.exists());
+    assert_eq!(std::fs::read(&outside).unwrap(), before);
+    drop(live);
 }
 
 /// An empty lock file is held by an unknown owner until it is old; PID reuse after a reboot
@@ -397,6 +444,63 @@ fn inotify_fds(pid: u32) -> usize {
                 .unwrap_or(false)
         })
         .count()
+}
+
+/// The inodes orchestratord's inotify instances watch (`/proc/PID/fdinfo`).
+fn watched_inodes(pid: u32) -> Vec<u64> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .unwrap()
+        .flatten()
+    {
+        let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+        for l in text.lines().filter(|l| l.starts_with("inotify wd:")) {
+            let ino = l
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("ino:"))
+                .and_then(|h| u64::from_str_radix(h, 16).ok());
+            out.extend(ino);
+        }
+    }
+    out
+}
+
+/// A queue folder that is a link (`Queues/q/Jobs/finished_jobs` → a folder outside the
+/// store) is never watched through; the real folders are.
+#[test]
+fn watcher_never_follows_a_linked_folder() {
+    use std::os::unix::fs::MetadataExt;
+    let env = store();
+    let store = agentstore::store::Store::open(&env.root).unwrap();
+    for q in ["linked", "plain"] {
+        let mut cfg = agentstore::model::QueueConfig::defaults(q);
+        cfg.worker_count = 1;
+        store.add_queue(cfg).unwrap();
+        std::fs::create_dir_all(store.jobs_dir(q, agentstore::model::JobStatus::Finished)).unwrap();
+    }
+    let fin = store.jobs_dir("linked", agentstore::model::JobStatus::Finished);
+    let _ = std::fs::remove_dir(&fin);
+    let outside = env.dir.path().join("outside-finished");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::os::unix::fs::symlink(&outside, &fin).unwrap();
+    let bus = common::bus::PrivateBus::start();
+    let child = spawn_orchestratord(&bus, &env.root, &["--idle-exit", "0"]);
+    let pid = child.id();
+    let _child = KillOnDrop(child);
+    wait_for_name(&bus, "org.agentstore.Orchestrator1");
+    let inbox = std::fs::metadata(env.root.join("messaging/inbox"))
+        .unwrap()
+        .ino();
+    let plain = std::fs::metadata(store.jobs_dir("plain", agentstore::model::JobStatus::Finished))
+        .unwrap()
+        .ino();
+    wait_until(Duration::from_secs(10), "the watches", || {
+        let w = watched_inodes(pid);
+        w.contains(&inbox) && w.contains(&plain)
+    });
+    let watched = watched_inodes(pid);
+    let target = std::fs::metadata(&outside).unwrap().ino();
+    assert!(!watched.contains(&target), "watched {watched:?}");
 }
 
 /// 60 queue add/remove cycles leave orchestratord's fd, inotify and thread counts flat.

@@ -718,6 +718,46 @@ pub fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
     }
 }
 
+/// Makes `to` a second name of the file `from` (`linkat` without following a link, both
+/// beneath the root with no link followed on the way); fails with `AlreadyExists` when `to`
+/// exists. The atomic create-whole of the orchestrator lock.
+pub fn hard_link(from: &Path, to: &Path) -> io::Result<()> {
+    let (rf, rt) = match (resolve(from)?, resolve(to)?) {
+        (Some(rf), Some(rt)) => (rf, rt),
+        _ => return std::fs::hard_link(from, to),
+    };
+    let (fp, fname) = rf.parent_and_name()?;
+    let (tp, tname) = rt.parent_and_name()?;
+    let fdir = rf.dir(&fp, false)?;
+    let tdir = rt.dir(&tp, false)?;
+    let (cf, ct) = (cstr(&fname)?, cstr(&tname)?);
+    // SAFETY: valid descriptors and strings; flags 0 = the link itself, never its target.
+    let r = unsafe {
+        libc::linkat(
+            fdir.as_raw_fd(),
+            cf.as_ptr(),
+            tdir.as_raw_fd(),
+            ct.as_ptr(),
+            0,
+        )
+    };
+    if r < 0 { Err(errno()) } else { Ok(()) }
+}
+
+/// Adds an inotify watch on the folder `dir`, never through a link: a link at any component
+/// beneath the store root is refused first ([`open_dir`]), and the watch itself is added with
+/// `IN_DONT_FOLLOW | IN_ONLYDIR`, so a link (or a file) swapped in at the last moment is not
+/// watched either.
+pub fn watch_dir(
+    watches: &mut inotify::Watches,
+    dir: &Path,
+    mask: inotify::WatchMask,
+) -> io::Result<inotify::WatchDescriptor> {
+    refuse_linked_dir(dir)?;
+    use inotify::WatchMask as W;
+    watches.add(dir, mask | W::DONT_FOLLOW | W::ONLYDIR)
+}
+
 /// Removes a file (a link is removed, not followed).
 pub fn remove_file(path: &Path) -> io::Result<()> {
     match resolve(path)? {
