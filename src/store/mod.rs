@@ -7,6 +7,7 @@ mod events;
 mod fsio;
 pub mod jobfile;
 pub mod listing;
+pub mod owner;
 mod root;
 pub mod safe;
 mod scan;

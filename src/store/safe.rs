@@ -410,14 +410,42 @@ impl Resolved {
                     return Err(e);
                 }
             }
-            cur = openat_one(cur.as_fd(), name, flags, 0).map_err(|e| match e.raw_os_error() {
-                Some(libc::ELOOP) => refused(&self.full),
-                Some(libc::ENOTDIR) if is_link_at(cur.as_fd(), name) => refused(&self.full),
-                _ => e,
-            })?;
+            let next =
+                openat_one(cur.as_fd(), name, flags, 0).map_err(|e| match e.raw_os_error() {
+                    Some(libc::ELOOP) => refused(&self.full),
+                    Some(libc::ENOTDIR) if is_link_at(cur.as_fd(), name) => refused(&self.full),
+                    _ => e,
+                })?;
+            if r == 0 {
+                give_to_folder_owner(cur.as_fd(), next.as_fd());
+            }
+            cur = next;
         }
         Ok(cur)
     }
+}
+
+/// A file or folder root just made in a store folder owned by someone else (the packaged
+/// store belongs to `agentstore`) is given to that folder's owner, so root never leaves
+/// entries the store's own account cannot append to or replace. Only an entry owned by root
+/// with one name (`st_nlink` 1 for a file) is given away: a hard link to a file elsewhere is
+/// never touched. Best effort: without the right to chown nothing changes.
+fn give_to_folder_owner(dir: BorrowedFd<'_>, fd: BorrowedFd<'_>) {
+    if !nix::unistd::geteuid().is_root() {
+        return;
+    }
+    let (Ok(d), Ok(f)) = (nix::sys::stat::fstat(dir), nix::sys::stat::fstat(fd)) else {
+        return;
+    };
+    let is_dir = f.st_mode & libc::S_IFMT == libc::S_IFDIR;
+    if d.st_uid == 0 || f.st_uid != 0 || (!is_dir && f.st_nlink != 1) {
+        return;
+    }
+    let _ = nix::unistd::fchown(
+        fd,
+        Some(nix::unistd::Uid::from_raw(d.st_uid)),
+        Some(nix::unistd::Gid::from_raw(d.st_gid)),
+    );
 }
 
 fn check_regular(f: &File, path: &Path) -> io::Result<Metadata> {
@@ -596,13 +624,14 @@ pub fn create_new(path: &Path, mode: u32) -> io::Result<File> {
         Some(r) => {
             let (parent, name) = r.parent_and_name()?;
             let dir = r.dir(&parent, false)?;
-            openat_one(
+            let fd = openat_one(
                 dir.as_fd(),
                 &name,
                 libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
                 mode,
-            )
-            .map(File::from)
+            )?;
+            give_to_folder_owner(dir.as_fd(), fd.as_fd());
+            Ok(File::from(fd))
         }
         None => {
             use std::os::unix::fs::OpenOptionsExt;
@@ -623,21 +652,24 @@ pub fn open_append(path: &Path) -> io::Result<File> {
         Some(r) => {
             let (parent, name) = r.parent_and_name()?;
             let dir = r.dir(&parent, true)?;
-            File::from(
-                openat_one(
-                    dir.as_fd(),
-                    &name,
-                    libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT | libc::O_NONBLOCK,
-                    0o644,
-                )
-                .map_err(|e| {
-                    if e.raw_os_error() == Some(libc::ELOOP) {
-                        refused(path)
-                    } else {
-                        e
-                    }
-                })?,
+            let fd = openat_one(
+                dir.as_fd(),
+                &name,
+                libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT | libc::O_NONBLOCK,
+                0o644,
             )
+            .map_err(|e| {
+                if e.raw_os_error() == Some(libc::ELOOP) {
+                    refused(path)
+                } else {
+                    e
+                }
+            })?;
+            let f = File::from(fd);
+            if f.metadata().is_ok_and(|m| m.file_type().is_file()) {
+                give_to_folder_owner(dir.as_fd(), f.as_fd());
+            }
+            f
         }
         None => {
             if let Some(dir) = path.parent() {
