@@ -686,6 +686,46 @@ mod qm {
         .await
     }
 
+    /// A job whose start was interrupted is started alone, before the batch of the others
+    /// (older ones included): if it is the poison, it cannot take innocent jobs with it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn retried_start_runs_alone_before_the_others() {
+        guarded(async {
+            let bus = PrivateBus::start();
+            let env = QueueEnv::new(3);
+            for (id, t) in [
+                ("f1", "2025-01-01T00:00:00Z"),
+                ("f2", "2025-01-02T00:00:00Z"),
+                ("p1", "2025-06-01T00:00:00Z"),
+            ] {
+                let mut j = noop(0.0);
+                j["config"]["queue_time"] = json!(t);
+                env.queue_job(id, &j);
+            }
+            let marks = env
+                .root
+                .join("Queues/q1/.handling")
+                .join(agentstore::store::hostname());
+            std::fs::create_dir_all(&marks).unwrap();
+            std::fs::write(marks.join("start-p1"), "attempts 1\npid 1\n").unwrap();
+            let mut changes = Changes::subscribe(&bus, &env.queue).await;
+            let m = RunningManager::start(env.manager_config(&bus)).await;
+            for id in ["f1", "f2", "p1"] {
+                changes.until(id, "finished").await;
+            }
+            let order: Vec<&str> = changes
+                .seen
+                .iter()
+                .filter(|c| c.new == "running")
+                .map(|c| c.id.as_str())
+                .collect();
+            assert_eq!(order.first(), Some(&"p1"), "{order:?}");
+            assert_eq!(std::fs::read_dir(&marks).unwrap().count(), 0);
+            m.stop().await;
+        })
+        .await
+    }
+
     /// Job files written straight into queued_jobs/ get the same checks as jobs the
     /// orchestrator creates: PRD §10 and no permission-widening extra args.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -90,6 +90,12 @@ impl Manager {
         res.is_ok()
     }
 
+    /// True when an earlier attempt at starting `id` was interrupted (its marker is still
+    /// on disk): the job is then started on its own.
+    pub(super) fn start_was_interrupted(&self, id: &str) -> bool {
+        read_attempts(&self.marker_path(MarkKind::Start, id)).is_some()
+    }
+
     /// The attempt is over (whatever its outcome): the marker goes.
     pub(super) fn unmark(&self, kind: MarkKind, id: &str) {
         let p = self.marker_path(kind, id);

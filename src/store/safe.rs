@@ -386,6 +386,13 @@ impl Resolved {
         Ok((parent, PathBuf::from(name)))
     }
 
+    /// The folder holding the path (opened with no link followed) and the last name, for the
+    /// `*at` calls that take two of them (rename, link).
+    fn parent_dir_and_name(&self) -> io::Result<(OwnedFd, CString)> {
+        let (parent, name) = self.parent_and_name()?;
+        Ok((self.dir(&parent, false)?, cstr(&name)?))
+    }
+
     fn open(&self, rel: &Path, flags: i32, mode: u32) -> io::Result<OwnedFd> {
         open_beneath(self.root_fd.as_fd(), &self.full, rel, flags, mode)
     }
@@ -709,11 +716,7 @@ fn rename_flags(from: &Path, to: &Path, flags: u32) -> io::Result<()> {
             .map_err(io::Error::from);
         }
     };
-    let (fp, fname) = rf.parent_and_name()?;
-    let (tp, tname) = rt.parent_and_name()?;
-    let fdir = rf.dir(&fp, false)?;
-    let tdir = rt.dir(&tp, false)?;
-    let (cf, ct) = (cstr(&fname)?, cstr(&tname)?);
+    let ((fdir, cf), (tdir, ct)) = (rf.parent_dir_and_name()?, rt.parent_dir_and_name()?);
     // SAFETY: valid descriptors and strings; the result is checked.
     let r = unsafe {
         libc::syscall(
@@ -758,11 +761,7 @@ pub fn hard_link(from: &Path, to: &Path) -> io::Result<()> {
         (Some(rf), Some(rt)) => (rf, rt),
         _ => return std::fs::hard_link(from, to),
     };
-    let (fp, fname) = rf.parent_and_name()?;
-    let (tp, tname) = rt.parent_and_name()?;
-    let fdir = rf.dir(&fp, false)?;
-    let tdir = rt.dir(&tp, false)?;
-    let (cf, ct) = (cstr(&fname)?, cstr(&tname)?);
+    let ((fdir, cf), (tdir, ct)) = (rf.parent_dir_and_name()?, rt.parent_dir_and_name()?);
     // SAFETY: valid descriptors and strings; flags 0 = the link itself, never its target.
     let r = unsafe {
         libc::linkat(
