@@ -4,14 +4,17 @@
 # stuck. Not a CI test: it runs for half an hour by default.
 #
 #   benches/soak.sh [DURATION_SECONDS]     (default 1800; release binaries from
-#                                          $AGENTSTORE_BIN_DIR, default target/release)
+#                                          $AGENTSTORE_BIN_DIR, default target/release;
+#                                          DRAIN=SECONDS to wait for the store to settle,
+#                                          default 180)
 #
 # Every message is a research-code command for a no-op job sleeping 1–3 s, written into the
 # inbox at a rate that keeps about ten jobs running (worker_count 10, direct launcher, no bus).
 # A respawn loop restarts each daemon when it dies; a killer picks one of the two every 2–10 s.
 # After the writer stops, the script waits (up to 180 s) for the store to settle and reports:
 #   lost      messages with neither an answer in outbox/ nor a job anywhere
-#   doubled   correlation ids with more than one job, or more than one answer
+#   doubled   correlation ids with more than one job (distinct job files), or more than one
+#             answer
 #   stuck     jobs still in queued_jobs/ or running_jobs/ after the drain
 #   failed    jobs in failed_jobs/, by reason (a kill may fail a job honestly: "Worker
 #             harness process died" is the manager's verdict for a worker killed with it only
@@ -93,7 +96,7 @@ settled() {
         [ "$(count "$jobs/queued_jobs")" -eq 0 ] &&
         [ "$(count "$jobs/running_jobs")" -eq 0 ]
 }
-deadline=$(($(date +%s) + 180))
+deadline=$(($(date +%s) + ${DRAIN:-180}))
 until settled || [ "$(date +%s)" -ge "$deadline" ]; do sleep 1; done
 
 # Tally by correlation id.
@@ -102,7 +105,9 @@ tally=$work/tally
 for d in queued_jobs running_jobs finished_jobs failed_jobs; do
     for f in "$jobs/$d"/*.json; do
         [ -e "$f" ] || continue
-        jq -r --arg d "$d" '"job \(.config.correlation_id) \($d)"' "$f" >>"$tally" 2>/dev/null || echo "job ? $d" >>"$tally"
+        # The job id (file name) too: a job moving between folders while this runs (a drain
+        # that has not settled) is seen twice under one id, which is not a double.
+        jq -r --arg d "$d" --arg f "$(basename "$f" .json)" '"job \(.config.correlation_id) \($d) \($f)"' "$f" >>"$tally" 2>/dev/null || echo "job ? $d ?" >>"$tally"
     done
 done
 for f in "$root/messaging/outbox"/*.json; do
@@ -113,7 +118,7 @@ lost=0
 doubled=0
 for ((i = 0; i < n; i++)); do
     cid=$(printf 'soak-%06d' "$i")
-    j=$(grep -c "^job $cid " "$tally" || true)
+    j=$(grep "^job $cid " "$tally" | cut -d' ' -f4 | sort -u | wc -l || true)
     a=$(grep -c "^answer $cid " "$tally" || true)
     [ "$j" -eq 0 ] && [ "$a" -eq 0 ] && lost=$((lost + 1))
     { [ "$j" -gt 1 ] || [ "$a" -gt 1 ]; } && doubled=$((doubled + 1))

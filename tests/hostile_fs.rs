@@ -701,3 +701,114 @@ fn failing_messages_do_not_stall_the_daemon() {
     assert_eq!(names(&trap), Vec::<String>::new());
     assert_eq!(names(&env.root.join("messaging/inbox")).len(), 5);
 }
+
+// ---- least privilege: the root queue-manager's store I/O -----------------------------------
+
+/// A root queue-manager on a store owned by another account (`nobody` here, `agentstore` in
+/// the package) reads and writes the store with that account's rights: a hard link and a
+/// symbolic link planted in queued_jobs/ to a root-only file outside the store do not get
+/// its content copied into the store, the file stays as it was, a normal job still runs, and
+/// what the daemons create in the store belongs to the store's owner.
+#[test]
+fn root_queue_manager_uses_the_store_owners_rights() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    if !nix::unistd::geteuid().is_root() {
+        common::bus::skip(
+            "root_queue_manager_uses_the_store_owners_rights",
+            "needs root (a root daemon dropping to the store owner)",
+        );
+        return;
+    }
+    let env = QueueEnv::new(1);
+    env.queue_job("good", &noop(0.0));
+    let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap();
+    let ok = std::process::Command::new("chown")
+        .args(["-R", "-h"])
+        .arg(format!("{}:{}", nobody.uid, nobody.gid))
+        .arg(&env.root)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let canary = env.dir.path().join("canary.json");
+    let body = json!({"secret": SECRET}).to_string();
+    std::fs::write(&canary, &body).unwrap();
+    std::fs::set_permissions(&canary, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::hard_link(&canary, env.job_file("queued", "evil")).unwrap();
+    symlink(&canary, env.job_file("queued", "link")).unwrap();
+    let before = std::fs::metadata(&canary).unwrap();
+
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_queue-manager"))
+        .args(["--queue", "q1", "--bus", "none", "--launcher", "direct"])
+        .arg("--root")
+        .arg(&env.root)
+        .arg("--worker")
+        .arg(env!("CARGO_BIN_EXE_agent-worker"))
+        .args(["--idle-exit", "0"])
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = common::bus::KillOnDrop(child);
+    let done = env.job_file("finished", "good");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !done.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // A few more passes over the planted entries.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let _ = child.0.kill();
+    let out = child.0.wait_with_output_ref();
+    assert!(done.exists(), "the normal job did not finish: {out}");
+
+    // The root-only file: same bytes, mode, owner and inode; its content nowhere else.
+    let after = std::fs::metadata(&canary).unwrap();
+    assert_eq!(std::fs::read_to_string(&canary).unwrap(), body);
+    assert_eq!(
+        (after.mode(), after.uid(), after.ino()),
+        (before.mode(), before.uid(), before.ino())
+    );
+    for (path, text) in store_files(&env.root) {
+        let ino = std::fs::symlink_metadata(&path).unwrap().ino();
+        if ino != before.ino() {
+            assert!(
+                !text.contains(SECRET),
+                "{} holds the secret",
+                path.display()
+            );
+        }
+    }
+    // What the manager (and its root worker) made in the store is the store owner's.
+    for p in [
+        env.root.join("logs/queue-q1.log"),
+        done.clone(),
+        env.root.join("Queues/q1/runtime"),
+    ] {
+        if let Ok(m) = std::fs::symlink_metadata(&p) {
+            assert_eq!(m.uid(), nobody.uid.as_raw(), "{} owner", p.display());
+        }
+    }
+    let m = std::fs::metadata(env.root.join("logs/queue-q1.log")).unwrap();
+    assert_eq!(m.uid(), nobody.uid.as_raw());
+    assert!(
+        out.contains("store owner's rights"),
+        "the manager did not report the drop: {out}"
+    );
+}
+
+/// Reads what a killed child wrote to its piped stderr.
+trait StderrText {
+    fn wait_with_output_ref(&mut self) -> String;
+}
+
+impl StderrText for std::process::Child {
+    fn wait_with_output_ref(&mut self) -> String {
+        use std::io::Read;
+        let _ = self.wait();
+        let mut s = String::new();
+        if let Some(mut e) = self.stderr.take() {
+            let _ = e.read_to_string(&mut s);
+        }
+        s
+    }
+}

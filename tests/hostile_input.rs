@@ -317,12 +317,27 @@ fn stale_lock(path: &Path) {
     std::fs::write(path, serde_json::to_vec(&info).unwrap()).unwrap();
 }
 
-/// 1,000 trials of 4 simultaneous starts over a stale lock: exactly one holder every time.
+/// 1,000 trials of 4 simultaneous starts over a stale lock in a registered store (the no-link
+/// `*at` calls the daemon uses): exactly one holder every time; 250 more on plain paths
+/// outside any store.
 #[test]
 fn lock_simultaneous_starts_never_two_holders() {
-    let d = tempfile::tempdir().unwrap();
-    let path = d.path().join(".orchestrator.lock");
-    for trial in 0..1000 {
+    for in_store in [false, true] {
+        let d = tempfile::tempdir().unwrap();
+        if in_store {
+            agentstore::store::safe::register_root(
+                d.path(),
+                agentstore::store::safe::DEFAULT_LOG_LIMITS,
+            );
+        }
+        let trials = if in_store { 1000 } else { 250 };
+        simultaneous_start_trials(&d.path().join(".orchestrator.lock"), trials);
+    }
+}
+
+fn simultaneous_start_trials(path: &Path, trials: usize) {
+    let path = path.to_path_buf();
+    for trial in 0..trials {
         stale_lock(&path);
         let barrier = std::sync::Arc::new(std::sync::Barrier::new(4));
         let handles: Vec<_> = (0..4)
@@ -349,6 +364,38 @@ fn lock_simultaneous_starts_never_two_holders() {
         drop(results);
         assert!(!path.exists(), "the holder removes the lock on drop");
     }
+}
+
+/// A lock file that is a link (here to a live lock outside the store) is never read through:
+/// it is an unknown owner until the link itself is old, then taken over without touching the
+/// target.
+#[test]
+fn lock_link_is_never_followed() {
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().join("store");
+    std::fs::create_dir_all(&root).unwrap();
+    agentstore::store::safe::register_root(&root, agentstore::store::safe::DEFAULT_LOG_LIMITS);
+    let outside = d.path().join("outside.lock");
+    let live = StoreLock::acquire(&outside).unwrap();
+    let before = std::fs::read(&outside).unwrap();
+    let path = root.join(".orchestrator.lock");
+    std::os::unix::fs::symlink(&outside, &path).unwrap();
+    let e = StoreLock::acquire(&path).unwrap_err();
+    assert!(matches!(e, LockError::Unknown { .. }), "{e}");
+    let ok = std::process::Command::new("touch")
+        .args(["-h", "-d", "2020-01-01T00:00:00Z"])
+        .arg(&path)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let l = StoreLock::acquire(&path).unwrap();
+    assert!(!path.symlink_metadata().unwrap().is_symlink());
+    assert_eq!(std::fs::read(&outside).unwrap(), before);
+    assert_eq!(l.info().pid, std::process::id());
+    drop(l);
+    assert!(!path.exists());
+    assert_eq!(std::fs::read(&outside).unwrap(), before);
+    drop(live);
 }
 
 /// An empty lock file is held by an unknown owner until it is old; PID reuse after a reboot
@@ -397,6 +444,63 @@ fn inotify_fds(pid: u32) -> usize {
                 .unwrap_or(false)
         })
         .count()
+}
+
+/// The inodes orchestratord's inotify instances watch (`/proc/PID/fdinfo`).
+fn watched_inodes(pid: u32) -> Vec<u64> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .unwrap()
+        .flatten()
+    {
+        let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+        for l in text.lines().filter(|l| l.starts_with("inotify wd:")) {
+            let ino = l
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("ino:"))
+                .and_then(|h| u64::from_str_radix(h, 16).ok());
+            out.extend(ino);
+        }
+    }
+    out
+}
+
+/// A queue folder that is a link (`Queues/q/Jobs/finished_jobs` → a folder outside the
+/// store) is never watched through; the real folders are.
+#[test]
+fn watcher_never_follows_a_linked_folder() {
+    use std::os::unix::fs::MetadataExt;
+    let env = store();
+    let store = agentstore::store::Store::open(&env.root).unwrap();
+    for q in ["linked", "plain"] {
+        let mut cfg = agentstore::model::QueueConfig::defaults(q);
+        cfg.worker_count = 1;
+        store.add_queue(cfg).unwrap();
+        std::fs::create_dir_all(store.jobs_dir(q, agentstore::model::JobStatus::Finished)).unwrap();
+    }
+    let fin = store.jobs_dir("linked", agentstore::model::JobStatus::Finished);
+    let _ = std::fs::remove_dir(&fin);
+    let outside = env.dir.path().join("outside-finished");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::os::unix::fs::symlink(&outside, &fin).unwrap();
+    let bus = common::bus::PrivateBus::start();
+    let child = spawn_orchestratord(&bus, &env.root, &["--idle-exit", "0"]);
+    let pid = child.id();
+    let _child = KillOnDrop(child);
+    wait_for_name(&bus, "org.agentstore.Orchestrator1");
+    let inbox = std::fs::metadata(env.root.join("messaging/inbox"))
+        .unwrap()
+        .ino();
+    let plain = std::fs::metadata(store.jobs_dir("plain", agentstore::model::JobStatus::Finished))
+        .unwrap()
+        .ino();
+    wait_until(Duration::from_secs(10), "the watches", || {
+        let w = watched_inodes(pid);
+        w.contains(&inbox) && w.contains(&plain)
+    });
+    let watched = watched_inodes(pid);
+    let target = std::fs::metadata(&outside).unwrap().ino();
+    assert!(!watched.contains(&target), "watched {watched:?}");
 }
 
 /// 60 queue add/remove cycles leave orchestratord's fd, inotify and thread counts flat.
@@ -510,38 +614,112 @@ mod qm {
         .await
     }
 
-    /// A job whose handling an earlier manager began and never finished is failed at start
-    /// instead of being tried again (no crash loop on one poison document).
+    /// Plants poison markers as a manager killed during a start of `p1` and a re-adoption of
+    /// `r1` leaves them (`content` is the marker's text), with `r1` in running_jobs/.
+    fn plant_interrupted(env: &QueueEnv, content: &str) -> std::path::PathBuf {
+        env.queue_job("p1", &noop(0.0));
+        let marks = env
+            .root
+            .join("Queues/q1/.handling")
+            .join(agentstore::store::hostname());
+        std::fs::create_dir_all(&marks).unwrap();
+        std::fs::write(marks.join("start-p1"), content).unwrap();
+        let mut r1 = noop(0.0);
+        r1["runtime"]["status"] = json!("running");
+        r1["runtime"]["process_id"] = json!(std::process::id());
+        r1["runtime"]["host"] = json!(agentstore::store::hostname());
+        agentstore::store::write_json_atomic(&env.job_file("running", "r1"), &r1).unwrap();
+        std::fs::write(marks.join("adopt-r1"), content).unwrap();
+        marks
+    }
+
+    /// One interrupted attempt (an operator's kill -9 during a start or a re-adoption) is
+    /// forgiven: the job is tried again and runs to the end. Markers of the format before
+    /// attempts were counted (a bare PID) count as one attempt.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn job_marked_as_being_handled_is_failed_on_restart() {
+    async fn one_interrupted_attempt_is_tried_again() {
+        for content in ["attempts 1\npid 12345\n", "12345"] {
+            guarded(async {
+                let bus = PrivateBus::start();
+                let env = QueueEnv::new(1);
+                let marks = plant_interrupted(&env, content);
+                let mut changes = Changes::subscribe(&bus, &env.queue).await;
+                let m = RunningManager::start(env.manager_config(&bus)).await;
+                changes.until("p1", "finished").await;
+                // r1's worker is not alive: settled as a dead worker, not as poison.
+                changes.until("r1", "failed").await;
+                let e = env.job("failed", "r1")["runtime"]["error"].to_string();
+                assert!(e.contains("Worker harness process died"), "{e}");
+                assert!(!e.contains("previous queue manager"), "{e}");
+                assert_eq!(std::fs::read_dir(&marks).unwrap().count(), 0);
+                m.stop().await;
+            })
+            .await
+        }
+    }
+
+    /// The second interrupted attempt fails the job with a reason naming the attempts (a
+    /// poison document cannot crash-loop the manager), and the manager goes on.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn second_interrupted_attempt_fails_the_job() {
         guarded(async {
             let bus = PrivateBus::start();
             let env = QueueEnv::new(1);
-            env.queue_job("p1", &noop(0.0));
-            let marks = env
-                .root
-                .join("Queues/q1/.handling")
-                .join(agentstore::store::hostname());
-            std::fs::create_dir_all(&marks).unwrap();
-            std::fs::write(marks.join("start-p1"), "12345").unwrap();
-            // A running job whose re-adoption was under way when the manager died.
-            let mut r1 = noop(0.0);
-            r1["runtime"]["status"] = json!("running");
-            r1["runtime"]["process_id"] = json!(std::process::id());
-            r1["runtime"]["host"] = json!(agentstore::store::hostname());
-            agentstore::store::write_json_atomic(&env.job_file("running", "r1"), &r1).unwrap();
-            std::fs::write(marks.join("adopt-r1"), "12345").unwrap();
+            let marks = plant_interrupted(&env, "attempts 2\npid 12345\n");
             let mut changes = Changes::subscribe(&bus, &env.queue).await;
             let m = RunningManager::start(env.manager_config(&bus)).await;
             changes.until("p1", "failed").await;
             changes.until("r1", "failed").await;
             let e = env.job("failed", "r1")["runtime"]["error"].to_string();
-            assert!(e.contains("previous queue manager"), "{e}");
+            assert!(
+                e.contains("re-adopting this job, 2 attempts in a row"),
+                "{e}"
+            );
             let e = env.job("failed", "p1")["runtime"]["error"].to_string();
-            assert!(e.contains("previous queue manager"), "{e}");
+            assert!(e.contains("starting this job, 2 attempts in a row"), "{e}");
             assert!(!marks.join("start-p1").exists());
             env.queue_job("p2", &noop(0.0));
             changes.until("p2", "finished").await;
+            assert_eq!(std::fs::read_dir(&marks).unwrap().count(), 0);
+            m.stop().await;
+        })
+        .await
+    }
+
+    /// A job whose start was interrupted is started alone, before the batch of the others
+    /// (older ones included): if it is the poison, it cannot take innocent jobs with it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn retried_start_runs_alone_before_the_others() {
+        guarded(async {
+            let bus = PrivateBus::start();
+            let env = QueueEnv::new(3);
+            for (id, t) in [
+                ("f1", "2025-01-01T00:00:00Z"),
+                ("f2", "2025-01-02T00:00:00Z"),
+                ("p1", "2025-06-01T00:00:00Z"),
+            ] {
+                let mut j = noop(0.0);
+                j["config"]["queue_time"] = json!(t);
+                env.queue_job(id, &j);
+            }
+            let marks = env
+                .root
+                .join("Queues/q1/.handling")
+                .join(agentstore::store::hostname());
+            std::fs::create_dir_all(&marks).unwrap();
+            std::fs::write(marks.join("start-p1"), "attempts 1\npid 1\n").unwrap();
+            let mut changes = Changes::subscribe(&bus, &env.queue).await;
+            let m = RunningManager::start(env.manager_config(&bus)).await;
+            for id in ["f1", "f2", "p1"] {
+                changes.until(id, "finished").await;
+            }
+            let order: Vec<&str> = changes
+                .seen
+                .iter()
+                .filter(|c| c.new == "running")
+                .map(|c| c.id.as_str())
+                .collect();
+            assert_eq!(order.first(), Some(&"p1"), "{order:?}");
             assert_eq!(std::fs::read_dir(&marks).unwrap().count(), 0);
             m.stop().await;
         })

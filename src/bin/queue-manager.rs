@@ -13,6 +13,22 @@ use std::time::Duration;
 fn main() -> ExitCode {
     let args = Args::parse();
     agentstore::systemd::init_logging("queue-manager", "info");
+    // Least privilege (issue 9): as root, the store is read and written with its owner's
+    // rights. Before the runtime: the filesystem ids are per thread and inherited.
+    let (root, _) = agentstore::store::resolve_daemon_root(args.root.as_deref());
+    match agentstore::store::owner::act_as_store_owner(&root) {
+        Ok(Some(o)) => tracing::info!(
+            "store I/O with the store owner's rights (uid {}, gid {})",
+            o.uid,
+            o.gid
+        ),
+        Ok(None) => {}
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("queue-manager: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     let result = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

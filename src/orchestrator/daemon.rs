@@ -178,13 +178,15 @@ impl Watcher {
         inotify::WatchMask::CLOSE_WRITE.union(inotify::WatchMask::MOVED_TO);
 
     fn start(shared: &Arc<Shared>, tx: tokio::sync::mpsc::Sender<()>) -> std::io::Result<Watcher> {
+        use crate::store::safe::watch_dir;
         use inotify::{EventMask, Inotify, WatchMask};
         let store = &shared.store;
         let mut ino = Inotify::init()?;
         // Not CREATE: a file is ready when its writer closes it or renames it into place.
-        ino.watches().add(store.inbox(), Self::MASK)?;
-        ino.watches().add(
-            store.queues_dir(),
+        watch_dir(&mut ino.watches(), &store.inbox(), Self::MASK)?;
+        watch_dir(
+            &mut ino.watches(),
+            &store.queues_dir(),
             WatchMask::CREATE | WatchMask::MOVED_TO | WatchMask::DELETE,
         )?;
         let queue_of = Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
@@ -230,6 +232,7 @@ impl Watcher {
 
     /// Watches the `finished_jobs/` of every queue in `queues` and forgets the others.
     fn refresh(&mut self, store: &Store, queues: &[String]) {
+        use crate::store::safe::watch_dir;
         let Ok(mut queue_of) = self.queue_of.lock() else {
             return;
         };
@@ -246,13 +249,17 @@ impl Watcher {
             if self.finished.contains_key(q) {
                 continue;
             }
-            match self
-                .watches
-                .add(store.jobs_dir(q, JobStatus::Finished), Self::MASK)
-            {
+            match watch_dir(
+                &mut self.watches,
+                &store.jobs_dir(q, JobStatus::Finished),
+                Self::MASK,
+            ) {
                 Ok(wd) => {
                     queue_of.insert(wd.clone(), q.clone());
                     self.finished.insert(q.clone(), wd);
+                }
+                Err(e) if crate::store::safe::is_refusal(&e) => {
+                    tracing::warn!("not watching queue {q}: {e}")
                 }
                 Err(e) => tracing::debug!("inotify on queue {q}: {e}"),
             }

@@ -15,7 +15,7 @@
 //! until its modification time is that old.
 
 use crate::model::Timestamp;
-use crate::store::{hostname, write_json_atomic};
+use crate::store::{hostname, read_limited, safe, write_json_atomic};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -119,7 +119,7 @@ pub fn pid_start_time(pid: u32) -> Option<u64> {
 
 /// Reads the lock file, if any.
 pub fn read_lock(path: &Path) -> Option<LockInfo> {
-    parse_lock(&std::fs::read(path).ok()?)
+    parse_lock(&read_limited(path).ok()?)
 }
 
 fn parse_lock(bytes: &[u8]) -> Option<LockInfo> {
@@ -148,6 +148,28 @@ pub fn is_stale(info: &LockInfo, now: &Timestamp) -> bool {
         // it only while its heartbeat is fresh.
         None => silent,
     }
+}
+
+/// Opens (creating it empty, mode 0644, when missing) the local flock file: a regular file
+/// reached with no link followed ([`safe::open_read`]).
+fn open_flock_file(path: &Path) -> std::io::Result<std::fs::File> {
+    for _ in 0..3 {
+        match safe::open_read(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            other => return other,
+        }
+        match safe::create_new(path, 0o644) {
+            Ok(f) => {
+                // Readable by any account that may run the daemon later, whatever the umask.
+                use std::os::unix::fs::PermissionsExt;
+                let _ = f.set_permissions(std::fs::Permissions::from_mode(0o644));
+                drop(f);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+    }
+    safe::open_read(path)
 }
 
 fn file_age(meta: &std::fs::Metadata) -> Duration {
@@ -185,30 +207,8 @@ impl StoreLock {
         // 1. Same-host exclusion: the flock is taken by one process (or thread) at a time.
         let local_path = path.with_file_name(format!("{name}.flock"));
         // Read access is enough for flock, so a file another account created (a system
-        // service before a user service) still works; never through a symlink.
-        use std::os::unix::fs::OpenOptionsExt;
-        let local = match std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&local_path)
-        {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let f = std::fs::OpenOptions::new()
-                    .create(true)
-                    .truncate(false)
-                    .read(true)
-                    .write(true)
-                    .custom_flags(libc::O_NOFOLLOW)
-                    .open(&local_path)
-                    .map_err(io)?;
-                // Empty, and readable by any account that may run the daemon later.
-                use std::os::unix::fs::PermissionsExt;
-                let _ = f.set_permissions(std::fs::Permissions::from_mode(0o644));
-                f
-            }
-            Err(e) => return Err(io(e)),
-        };
+        // service before a user service) still works; never through a link, never a FIFO.
+        let local = open_flock_file(&local_path).map_err(io)?;
         let local =
             match nix::fcntl::Flock::lock(local, nix::fcntl::FlockArg::LockExclusiveNonblock) {
                 Ok(l) => l,
@@ -230,8 +230,8 @@ impl StoreLock {
         for _ in 0..5 {
             let tmp = path.with_file_name(format!(".{name}.{}.tmp", unique_suffix()));
             write_json_atomic(&tmp, &info).map_err(io)?;
-            let linked = std::fs::hard_link(&tmp, path);
-            let _ = std::fs::remove_file(&tmp);
+            let linked = safe::hard_link(&tmp, path);
+            let _ = safe::remove_file(&tmp);
             match linked {
                 Ok(()) => {
                     return Ok(StoreLock {
@@ -243,12 +243,13 @@ impl StoreLock {
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(io(e)),
             }
-            let meta = match std::fs::symlink_metadata(path) {
+            let meta = match safe::symlink_metadata(path) {
                 Ok(m) => m,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(io(e)),
             };
-            let seen = std::fs::read(path).ok();
+            // Never through a link (a link is an unreadable lock: unknown owner).
+            let seen = read_limited(path).ok();
             match seen.as_deref().and_then(parse_lock) {
                 Some(held) if !is_stale(&held, &now) => {
                     return Err(LockError::Held {
@@ -281,19 +282,19 @@ impl StoreLock {
             // Compare-and-rename: only one process moves this file away; the mover checks it
             // moved the file it judged, else puts it back and yields.
             let aside = path.with_file_name(format!(".{name}.stale.{}", unique_suffix()));
-            match std::fs::rename(path, &aside) {
+            match safe::rename(path, &aside) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(io(e)),
             }
-            let moved = std::fs::read(&aside).ok();
+            let moved = read_limited(&aside).ok();
             if moved != seen {
                 // Someone replaced it between our read and our rename: that is their lock.
-                let _ = std::fs::hard_link(&aside, path);
-                let _ = std::fs::remove_file(&aside);
+                let _ = safe::hard_link(&aside, path);
+                let _ = safe::remove_file(&aside);
                 return Err(held_by(moved.as_deref().and_then(parse_lock), path));
             }
-            let _ = std::fs::remove_file(&aside);
+            let _ = safe::remove_file(&aside);
         }
         Err(io(std::io::Error::other(
             "the lock file kept changing while it was being taken over",
@@ -329,7 +330,7 @@ impl Drop for StoreLock {
     fn drop(&mut self) {
         if read_lock(&self.path).is_some_and(|c| c.host == self.info.host && c.pid == self.info.pid)
         {
-            let _ = std::fs::remove_file(&self.path);
+            let _ = safe::remove_file(&self.path);
         }
     }
 }

@@ -220,16 +220,15 @@ impl Manager {
             source,
         })?;
         use inotify::WatchMask as W;
-        inotify
-            .watches()
-            .add(
-                &queued_dir,
-                W::MOVED_TO | W::CLOSE_WRITE | W::MOVED_FROM | W::DELETE,
-            )
-            .map_err(|source| QueueError::Watch {
-                path: queued_dir.clone(),
-                source,
-            })?;
+        crate::store::safe::watch_dir(
+            &mut inotify.watches(),
+            &queued_dir,
+            W::MOVED_TO | W::CLOSE_WRITE | W::MOVED_FROM | W::DELETE,
+        )
+        .map_err(|source| QueueError::Watch {
+            path: queued_dir.clone(),
+            source,
+        })?;
         m.inotify = Some(inotify);
         m.recover_poisoned().await;
         let dead = m.adopt_running();

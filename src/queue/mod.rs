@@ -43,9 +43,18 @@ const KILL_GRACE: Duration = Duration::from_secs(5);
 /// Error text of a job whose worker died without reporting (PRD §7).
 pub const WORKER_DIED: &str = "Worker harness process died";
 
-/// Error text of a job whose handling crashed an earlier queue manager (a poison document):
-/// it is failed instead of being tried again, so one document cannot crash-loop the manager.
-pub const POISON: &str = "A previous queue manager stopped while handling this job (it crashed or was killed); the job is failed so that it cannot stop the manager again";
+/// Interrupted attempts at handling one job (a start or a re-adoption during which the queue
+/// manager died) after which the job is failed instead of being tried again: one interruption
+/// (an operator's `kill -9`, a reboot) is retried, a second means the job itself is the likely
+/// cause, so one document cannot crash-loop the manager.
+pub const POISON_ATTEMPTS: u32 = 2;
+
+/// Error text of a job failed by the poison rule ([`POISON_ATTEMPTS`]).
+pub fn poison_reason(what: &str, attempts: u32) -> String {
+    format!(
+        "A previous queue manager stopped while {what} this job, {attempts} attempts in a row (it crashed or was killed each time); the job is failed so that it cannot stop the manager again"
+    )
+}
 
 /// `t + secs`, or — where that is past what the clock can represent — the latest of
 /// `t + MAX_TIMEOUT_SECONDS` and `t`: never a panic.

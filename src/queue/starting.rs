@@ -63,49 +63,17 @@ impl Manager {
                 .take(free)
                 .cloned()
                 .collect();
-            // A marker naming each job is on disk for the whole attempt: if the manager dies
-            // meanwhile, its successor fails the job instead of trying it again.
-            let mut marked = Vec::new();
-            let mut ready = Vec::new();
-            for id in &startable {
-                if self.mark(MarkKind::Start, id) {
-                    marked.push(id.clone());
-                }
-                if let Some(p) = self.prepare_start(id).await {
-                    ready.push(p);
-                }
+            // A job whose earlier start was interrupted is started alone, before the others:
+            // if it is what stops the manager, only it is counted again (and failed at the
+            // second interruption), never the innocent jobs that shared its batch.
+            let (retried, fresh): (Vec<String>, Vec<String>) = startable
+                .iter()
+                .cloned()
+                .partition(|id| self.start_was_interrupted(id));
+            for id in &retried {
+                self.start_batch(std::slice::from_ref(id)).await;
             }
-            // Scope placements overlap: every StartTransientUnit and its JobRemoved are in
-            // flight together (never more than the free slots), and each worker is still
-            // released only after its own scope exists and its file is in running_jobs/.
-            let launcher = &self.launcher;
-            let (worker, env, limits) = (
-                &self.cfg.worker,
-                &self.cfg.worker_env,
-                self.config.resource_limits.as_ref(),
-            );
-            let launches = futures_util::future::join_all(ready.iter().map(|p| {
-                let spec = LaunchSpec {
-                    worker,
-                    args: p.args.clone(),
-                    env,
-                    job_id: &p.id,
-                    runtime_max_secs: p.limit,
-                    limits,
-                };
-                // Measured from before the launch: systemd's RuntimeMaxSec clock starts with
-                // the scope, so a job it kills at the limit has run at least `limit` by this
-                // clock.
-                let started_at = Instant::now();
-                async move { (started_at, launcher.launch(spec).await) }
-            }))
-            .await;
-            for (p, (started_at, launched)) in ready.into_iter().zip(launches) {
-                self.finish_start(p, started_at, launched).await;
-            }
-            for id in &marked {
-                self.unmark(MarkKind::Start, id);
-            }
+            self.start_batch(&fresh).await;
             for id in &startable {
                 if !self.backoff.contains_key(id.as_str()) {
                     waiting = waiting.saturating_sub(1);
@@ -113,6 +81,55 @@ impl Manager {
             }
         }
         self.queued = u32::try_from(waiting).unwrap_or(u32::MAX);
+    }
+
+    /// Starts `ids` as one batch. A marker naming each job is on disk for the whole attempt:
+    /// if the manager dies meanwhile, its successor counts the interruption (poison.rs).
+    async fn start_batch(&mut self, ids: &[String]) {
+        if ids.is_empty() {
+            return;
+        }
+        let mut marked = Vec::new();
+        let mut ready = Vec::new();
+        for id in ids {
+            if self.mark(MarkKind::Start, id) {
+                marked.push(id.clone());
+            }
+            if let Some(p) = self.prepare_start(id).await {
+                ready.push(p);
+            }
+        }
+        // Scope placements overlap: every StartTransientUnit and its JobRemoved are in
+        // flight together (never more than the free slots), and each worker is still
+        // released only after its own scope exists and its file is in running_jobs/.
+        let launcher = &self.launcher;
+        let (worker, env, limits) = (
+            &self.cfg.worker,
+            &self.cfg.worker_env,
+            self.config.resource_limits.as_ref(),
+        );
+        let launches = futures_util::future::join_all(ready.iter().map(|p| {
+            let spec = LaunchSpec {
+                worker,
+                args: p.args.clone(),
+                env,
+                job_id: &p.id,
+                runtime_max_secs: p.limit,
+                limits,
+            };
+            // Measured from before the launch: systemd's RuntimeMaxSec clock starts with
+            // the scope, so a job it kills at the limit has run at least `limit` by this
+            // clock.
+            let started_at = Instant::now();
+            async move { (started_at, launcher.launch(spec).await) }
+        }))
+        .await;
+        for (p, (started_at, launched)) in ready.into_iter().zip(launches) {
+            self.finish_start(p, started_at, launched).await;
+        }
+        for id in &marked {
+            self.unmark(MarkKind::Start, id);
+        }
     }
 
     pub(super) fn set_aside(&self, path: &std::path::Path, what: &str) {

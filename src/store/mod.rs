@@ -17,6 +17,7 @@ mod init;
 pub mod jobfile;
 mod layout;
 pub mod listing;
+pub mod owner;
 mod root;
 pub mod safe;
 mod scan;

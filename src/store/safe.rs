@@ -386,6 +386,13 @@ impl Resolved {
         Ok((parent, PathBuf::from(name)))
     }
 
+    /// The folder holding the path (opened with no link followed) and the last name, for the
+    /// `*at` calls that take two of them (rename, link).
+    fn parent_dir_and_name(&self) -> io::Result<(OwnedFd, CString)> {
+        let (parent, name) = self.parent_and_name()?;
+        Ok((self.dir(&parent, false)?, cstr(&name)?))
+    }
+
     fn open(&self, rel: &Path, flags: i32, mode: u32) -> io::Result<OwnedFd> {
         open_beneath(self.root_fd.as_fd(), &self.full, rel, flags, mode)
     }
@@ -410,14 +417,42 @@ impl Resolved {
                     return Err(e);
                 }
             }
-            cur = openat_one(cur.as_fd(), name, flags, 0).map_err(|e| match e.raw_os_error() {
-                Some(libc::ELOOP) => refused(&self.full),
-                Some(libc::ENOTDIR) if is_link_at(cur.as_fd(), name) => refused(&self.full),
-                _ => e,
-            })?;
+            let next =
+                openat_one(cur.as_fd(), name, flags, 0).map_err(|e| match e.raw_os_error() {
+                    Some(libc::ELOOP) => refused(&self.full),
+                    Some(libc::ENOTDIR) if is_link_at(cur.as_fd(), name) => refused(&self.full),
+                    _ => e,
+                })?;
+            if r == 0 {
+                give_to_folder_owner(cur.as_fd(), next.as_fd());
+            }
+            cur = next;
         }
         Ok(cur)
     }
+}
+
+/// A file or folder root just made in a store folder owned by someone else (the packaged
+/// store belongs to `agentstore`) is given to that folder's owner, so root never leaves
+/// entries the store's own account cannot append to or replace. Only an entry owned by root
+/// with one name (`st_nlink` 1 for a file) is given away: a hard link to a file elsewhere is
+/// never touched. Best effort: without the right to chown nothing changes.
+fn give_to_folder_owner(dir: BorrowedFd<'_>, fd: BorrowedFd<'_>) {
+    if !nix::unistd::geteuid().is_root() {
+        return;
+    }
+    let (Ok(d), Ok(f)) = (nix::sys::stat::fstat(dir), nix::sys::stat::fstat(fd)) else {
+        return;
+    };
+    let is_dir = f.st_mode & libc::S_IFMT == libc::S_IFDIR;
+    if d.st_uid == 0 || f.st_uid != 0 || (!is_dir && f.st_nlink != 1) {
+        return;
+    }
+    let _ = nix::unistd::fchown(
+        fd,
+        Some(nix::unistd::Uid::from_raw(d.st_uid)),
+        Some(nix::unistd::Gid::from_raw(d.st_gid)),
+    );
 }
 
 fn check_regular(f: &File, path: &Path) -> io::Result<Metadata> {
@@ -596,13 +631,14 @@ pub fn create_new(path: &Path, mode: u32) -> io::Result<File> {
         Some(r) => {
             let (parent, name) = r.parent_and_name()?;
             let dir = r.dir(&parent, false)?;
-            openat_one(
+            let fd = openat_one(
                 dir.as_fd(),
                 &name,
                 libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
                 mode,
-            )
-            .map(File::from)
+            )?;
+            give_to_folder_owner(dir.as_fd(), fd.as_fd());
+            Ok(File::from(fd))
         }
         None => {
             use std::os::unix::fs::OpenOptionsExt;
@@ -623,21 +659,24 @@ pub fn open_append(path: &Path) -> io::Result<File> {
         Some(r) => {
             let (parent, name) = r.parent_and_name()?;
             let dir = r.dir(&parent, true)?;
-            File::from(
-                openat_one(
-                    dir.as_fd(),
-                    &name,
-                    libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT | libc::O_NONBLOCK,
-                    0o644,
-                )
-                .map_err(|e| {
-                    if e.raw_os_error() == Some(libc::ELOOP) {
-                        refused(path)
-                    } else {
-                        e
-                    }
-                })?,
+            let fd = openat_one(
+                dir.as_fd(),
+                &name,
+                libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT | libc::O_NONBLOCK,
+                0o644,
             )
+            .map_err(|e| {
+                if e.raw_os_error() == Some(libc::ELOOP) {
+                    refused(path)
+                } else {
+                    e
+                }
+            })?;
+            let f = File::from(fd);
+            if f.metadata().is_ok_and(|m| m.file_type().is_file()) {
+                give_to_folder_owner(dir.as_fd(), f.as_fd());
+            }
+            f
         }
         None => {
             if let Some(dir) = path.parent() {
@@ -677,11 +716,7 @@ fn rename_flags(from: &Path, to: &Path, flags: u32) -> io::Result<()> {
             .map_err(io::Error::from);
         }
     };
-    let (fp, fname) = rf.parent_and_name()?;
-    let (tp, tname) = rt.parent_and_name()?;
-    let fdir = rf.dir(&fp, false)?;
-    let tdir = rt.dir(&tp, false)?;
-    let (cf, ct) = (cstr(&fname)?, cstr(&tname)?);
+    let ((fdir, cf), (tdir, ct)) = (rf.parent_dir_and_name()?, rt.parent_dir_and_name()?);
     // SAFETY: valid descriptors and strings; the result is checked.
     let r = unsafe {
         libc::syscall(
@@ -716,6 +751,42 @@ pub fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
         }
         other => other,
     }
+}
+
+/// Makes `to` a second name of the file `from` (`linkat` without following a link, both
+/// beneath the root with no link followed on the way); fails with `AlreadyExists` when `to`
+/// exists. The atomic create-whole of the orchestrator lock.
+pub fn hard_link(from: &Path, to: &Path) -> io::Result<()> {
+    let (rf, rt) = match (resolve(from)?, resolve(to)?) {
+        (Some(rf), Some(rt)) => (rf, rt),
+        _ => return std::fs::hard_link(from, to),
+    };
+    let ((fdir, cf), (tdir, ct)) = (rf.parent_dir_and_name()?, rt.parent_dir_and_name()?);
+    // SAFETY: valid descriptors and strings; flags 0 = the link itself, never its target.
+    let r = unsafe {
+        libc::linkat(
+            fdir.as_raw_fd(),
+            cf.as_ptr(),
+            tdir.as_raw_fd(),
+            ct.as_ptr(),
+            0,
+        )
+    };
+    if r < 0 { Err(errno()) } else { Ok(()) }
+}
+
+/// Adds an inotify watch on the folder `dir`, never through a link: a link at any component
+/// beneath the store root is refused first ([`open_dir`]), and the watch itself is added with
+/// `IN_DONT_FOLLOW | IN_ONLYDIR`, so a link (or a file) swapped in at the last moment is not
+/// watched either.
+pub fn watch_dir(
+    watches: &mut inotify::Watches,
+    dir: &Path,
+    mask: inotify::WatchMask,
+) -> io::Result<inotify::WatchDescriptor> {
+    refuse_linked_dir(dir)?;
+    use inotify::WatchMask as W;
+    watches.add(dir, mask | W::DONT_FOLLOW | W::ONLYDIR)
 }
 
 /// Removes a file (a link is removed, not followed).
