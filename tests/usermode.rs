@@ -1102,13 +1102,14 @@ fn project_side_effects_are_made_by_the_job_as_its_user() {
             .stderr(Stdio::inherit());
         match venvman {
             Some(name) => c.env("AGENTSTORE_VENVMAN", name),
-            None => c.env("PATH", &path_with_fake).env_remove("AGENTSTORE_VENVMAN"),
+            None => c
+                .env("PATH", &path_with_fake)
+                .env_remove("AGENTSTORE_VENVMAN"),
         };
         KillOnDrop(c.spawn().unwrap())
     };
-    let job_file = |state: &str, id: &str| {
-        root.join(format!("Queues/poplar/Jobs/{state}_jobs/{id}.json"))
-    };
+    let job_file =
+        |state: &str, id: &str| root.join(format!("Queues/poplar/Jobs/{state}_jobs/{id}.json"));
     let read_job = |state: &str, id: &str| -> Value {
         serde_json::from_slice(&std::fs::read(job_file(state, id)).unwrap()).unwrap()
     };
@@ -1116,7 +1117,11 @@ fn project_side_effects_are_made_by_the_job_as_its_user() {
     // Jobs made by the orchestrator, which then goes away (killed and reaped): whatever
     // happens in the project afterwards is not its doing.
     let make_jobs = |cmds: &[&[&str]]| -> Vec<String> {
-        let orch = daemon(env!("CARGO_BIN_EXE_orchestratord"), &["--idle-exit", "0"], None);
+        let orch = daemon(
+            env!("CARGO_BIN_EXE_orchestratord"),
+            &["--idle-exit", "0"],
+            None,
+        );
         let ids: Vec<String> = cmds.iter().map(|a| cli(a)).collect();
         for id in &ids {
             wait_until(LONG, "the orchestrator made the job", || {
@@ -1145,7 +1150,10 @@ fn project_side_effects_are_made_by_the_job_as_its_user() {
     let missing = make_jobs(&[&["create-environment", "--project", "P"]]);
     let queued = read_job("queued", &missing[0]);
     assert_eq!(queued["config"]["jobtype"], "venvman", "{queued}");
-    assert!(walk(&u.project_dir).is_empty(), "the orchestrator touched the project");
+    assert!(
+        walk(&u.project_dir).is_empty(),
+        "the orchestrator touched the project"
+    );
     run_jobs(&missing, Some("venvman-absent-8c1f"));
     let failed = read_job("failed", &missing[0]);
     let error = failed["runtime"]["error"].as_str().unwrap_or_default();
@@ -1168,7 +1176,10 @@ fn project_side_effects_are_made_by_the_job_as_its_user() {
         ],
         &["research-code", "--project", "P"],
     ]);
-    assert!(walk(&u.project_dir).is_empty(), "the orchestrator touched the project");
+    assert!(
+        walk(&u.project_dir).is_empty(),
+        "the orchestrator touched the project"
+    );
     run_jobs(&ids, None);
     let (env_job, research) = (ids[0].clone(), ids[1].clone());
     for id in &ids {
@@ -1182,7 +1193,16 @@ fn project_side_effects_are_made_by_the_job_as_its_user() {
     let dir = u.project_dir.display().to_string();
     assert_eq!(
         argv.lines().collect::<Vec<_>>(),
-        vec!["create", "--project", "P", "--dir", &dir, "--python", "3.11", "--install-deps"]
+        vec![
+            "create",
+            "--project",
+            "P",
+            "--dir",
+            &dir,
+            "--python",
+            "3.11",
+            "--install-deps"
+        ]
     );
     let rec = std::fs::read_to_string(&record).unwrap();
     assert!(rec.contains(&format!("uid {job_uid}\n")), "{rec}");
@@ -1194,19 +1214,31 @@ fn project_side_effects_are_made_by_the_job_as_its_user() {
     let venv = u.project_dir.join(".venv/pyvenv.cfg");
     assert_eq!(std::fs::metadata(&venv).unwrap().uid(), job_uid);
     let out = read_job("finished", &env_job)["runtime"]["output"].clone();
-    assert!(out.as_str().unwrap_or_default().contains("venv made in"), "{out}");
+    assert!(
+        out.as_str().unwrap_or_default().contains("venv made in"),
+        "{out}"
+    );
 
     let text_doc = std::fs::read_to_string(&doc).unwrap();
     assert!(text_doc.contains("code research"), "{text_doc}");
     for p in [&doc, &u.project_dir.join("docs")] {
-        assert_eq!(std::fs::metadata(p).unwrap().uid(), job_uid, "{}", p.display());
+        assert_eq!(
+            std::fs::metadata(p).unwrap().uid(),
+            job_uid,
+            "{}",
+            p.display()
+        );
     }
 
     // The orchestrator comes back: it records the work (update_time) and leaves the project
     // as the jobs made it.
     let before: Vec<_> = walk(&u.project_dir);
     let t0 = project["update_time"].clone();
-    let _orch = daemon(env!("CARGO_BIN_EXE_orchestratord"), &["--idle-exit", "0"], None);
+    let _orch = daemon(
+        env!("CARGO_BIN_EXE_orchestratord"),
+        &["--idle-exit", "0"],
+        None,
+    );
     for id in [&env_job, &research] {
         wait_until(LONG, "handled", || {
             read_job("finished", id)["runtime"]["handled"] == Value::Bool(true)
@@ -1214,7 +1246,11 @@ fn project_side_effects_are_made_by_the_job_as_its_user() {
     }
     let now: Value = serde_json::from_slice(&std::fs::read(&project_doc).unwrap()).unwrap();
     assert_ne!(now["update_time"], t0);
-    assert_eq!(walk(&u.project_dir), before, "the orchestrator changed the project");
+    assert_eq!(
+        walk(&u.project_dir),
+        before,
+        "the orchestrator changed the project"
+    );
 }
 
 /// Every path under `dir` with its size, owner and modification time.
@@ -1229,7 +1265,12 @@ fn walk(dir: &Path) -> Vec<(PathBuf, u64, u32, i64)> {
             if m.is_dir() {
                 todo.push(p.clone());
             }
-            out.push((p, m.size(), m.uid(), m.mtime_nsec() + m.mtime() * 1_000_000_000));
+            out.push((
+                p,
+                m.size(),
+                m.uid(),
+                m.mtime_nsec() + m.mtime() * 1_000_000_000,
+            ));
         }
     }
     out.sort();

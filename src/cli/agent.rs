@@ -181,7 +181,9 @@ pub(super) fn create_environment(g: &GlobalArgs, out: &mut dyn Write, a: EnvArgs
     // path, so D-Bus and inbox answer alike. The job checks again where it runs (the compute
     // host) and fails naming venvman when it is missing there.
     let program = crate::worker::project_side::venvman_program();
-    let home = std::env::var_os("HOME").map(std::path::PathBuf::from).unwrap_or_default();
+    let home = std::env::var_os("HOME")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_default();
     let path = std::env::var("PATH").ok();
     if crate::worker::project_side::find_program(&program, path.as_deref(), &home).is_none() {
         return Err(CliError::new(format!(

@@ -108,8 +108,7 @@ pub fn venvman_options(msg: &Message) -> Result<Value, RouteError> {
         let ok = !v.is_empty()
             && v.len() <= 64
             && !v.starts_with('-')
-            && v
-                .chars()
+            && v.chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '+' | '-' | '/'));
         if !ok {
             return Err(RouteError::Invalid(format!(

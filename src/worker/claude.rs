@@ -41,8 +41,14 @@ const BUILT_IN_COMMANDS: [(&str, &str); 4] = [
         "code-researcher",
         include_str!("../../share/commands/code-researcher.md"),
     ),
-    ("prd-creator", include_str!("../../share/commands/prd-creator.md")),
-    ("task-creator", include_str!("../../share/commands/task-creator.md")),
+    (
+        "prd-creator",
+        include_str!("../../share/commands/prd-creator.md"),
+    ),
+    (
+        "task-creator",
+        include_str!("../../share/commands/task-creator.md"),
+    ),
     (
         "task-implementer",
         include_str!("../../share/commands/task-implementer.md"),
@@ -392,11 +398,18 @@ mod tests {
             let found = find_command(c, &home, &proj, &shipped).unwrap();
             let file = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("share/commands/{c}.md"));
             let text = std::fs::read_to_string(file).unwrap();
-            assert_eq!(found, CommandFile::BuiltIn(Box::leak(text.into_boxed_str())), "{c}");
+            assert_eq!(
+                found,
+                CommandFile::BuiltIn(Box::leak(text.into_boxed_str())),
+                "{c}"
+            );
             let p = prompt_for(&job(&[]), &found).unwrap();
             assert!(p.contains("World") && !p.contains("$ARGUMENTS"), "{c}: {p}");
         }
-        assert_eq!(find_command("code-researcher-x", &home, &proj, &shipped), None);
+        assert_eq!(
+            find_command("code-researcher-x", &home, &proj, &shipped),
+            None
+        );
     }
 
     #[test]

@@ -180,7 +180,12 @@ fn execute(store: &Store, queue: &QueueConfig, job: &mut Job, args: &WorkerArgs)
     let mut outcome = match job.config.jobtype {
         JobType::Noop => noop(job),
         JobType::Venvman => {
-            match project_side::venvman_command(job, env.clone(), &home, switch.then(|| run_as.clone())) {
+            match project_side::venvman_command(
+                job,
+                env.clone(),
+                &home,
+                switch.then(|| run_as.clone()),
+            ) {
                 Ok(cmd) => run_and_judge(store, args, job, &cmd, "venvman", false),
                 Err(e) => Outcome::fail(e),
             }

@@ -140,10 +140,12 @@ pub fn research_document(store: &Store, job: &Job) -> Option<PathBuf> {
         .and_then(Value::as_str)
     {
         Some(d) => d.to_string(),
-        None => store
-            .project(&job.config.project)
-            .ok()?
-            .code_research_document?,
+        None => {
+            store
+                .project(&job.config.project)
+                .ok()?
+                .code_research_document?
+        }
     };
     if doc.is_empty() {
         return None;
@@ -193,7 +195,8 @@ trap - EXIT"#;
         env,
         switch_to,
     };
-    let out: AgentOutput = run_agent(&cmd, |_| {}, |_, _| {}).map_err(|e| format!("{}: {e}", what()))?;
+    let out: AgentOutput =
+        run_agent(&cmd, |_| {}, |_, _| {}).map_err(|e| format!("{}: {e}", what()))?;
     if out.status.success() {
         return Ok(());
     }
@@ -232,6 +235,9 @@ mod tests {
             Some(a.join("vm"))
         );
         // Relative PATH entries are not searched (they would depend on the cwd).
-        assert_eq!(find_program("vm", Some("a"), Path::new("/nonexistent")), None);
+        assert_eq!(
+            find_program("vm", Some("a"), Path::new("/nonexistent")),
+            None
+        );
     }
 }
