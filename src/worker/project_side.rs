@@ -240,4 +240,28 @@ mod tests {
             None
         );
     }
+
+    #[test]
+    fn the_document_is_written_whole_and_a_failure_names_it() {
+        let t = tempfile::tempdir().unwrap();
+        let env = vec![("PATH".to_string(), "/usr/bin:/bin".to_string())];
+        let doc = t.path().join("docs/deep/R.md");
+        write_as_job_user(&doc, "# R\n", env.clone(), Path::new("/"), None).unwrap();
+        assert_eq!(std::fs::read_to_string(&doc).unwrap(), "# R\n");
+        write_as_job_user(&doc, "new", env.clone(), Path::new("/"), None).unwrap();
+        assert_eq!(std::fs::read_to_string(&doc).unwrap(), "new");
+        // Nothing but the document is left in its folder.
+        assert_eq!(std::fs::read_dir(doc.parent().unwrap()).unwrap().count(), 1);
+        // Its folder cannot be made (a file is in the way): the error names the document.
+        std::fs::write(t.path().join("file"), "x").unwrap();
+        let bad = t.path().join("file/R.md");
+        let e = write_as_job_user(&bad, "x", env, Path::new("/"), None).unwrap_err();
+        assert!(
+            e.starts_with(&format!(
+                "cannot write the code research document {}:",
+                bad.display()
+            )),
+            "{e}"
+        );
+    }
 }
