@@ -104,13 +104,18 @@ impl User {
     /// A daemon binary, with the store from AGENT_STORE_ROOT (as a user unit would), no
     /// `--bus` flag: the default must just work.
     fn daemon(&self, bin: &str, root: &Path, sees: Sees<'_>, args: &[&str]) -> KillOnDrop {
+        KillOnDrop(self.daemon_cmd(bin, root, sees, args).spawn().unwrap())
+    }
+
+    /// The command [`User::daemon`] runs, to add to before spawning it.
+    fn daemon_cmd(&self, bin: &str, root: &Path, sees: Sees<'_>, args: &[&str]) -> Command {
         let mut c = Command::new(bin);
         self.scope(&mut c, sees);
         c.env("AGENT_STORE_ROOT", root)
             .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
-        KillOnDrop(c.spawn().unwrap())
+        c
     }
 }
 
@@ -732,13 +737,8 @@ fn the_four_agent_commands_work_out_of_the_box() {
     assert!(bad.contains("nope"), "{bad}");
 
     let spawn = |bin: &str, args: &[&str]| {
-        let mut c = Command::new(bin);
-        u.scope(&mut c, Sees::Nothing);
-        c.env("AGENT_STORE_ROOT", &root)
-            .env("AGENTSTORE_COMMANDS_DIR", &shipped)
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
+        let mut c = u.daemon_cmd(bin, &root, Sees::Nothing, args);
+        c.env("AGENTSTORE_COMMANDS_DIR", &shipped);
         KillOnDrop(c.spawn().unwrap())
     };
     let _orch = spawn(env!("CARGO_BIN_EXE_orchestratord"), &["--idle-exit", "0"]);
@@ -1066,7 +1066,6 @@ fn project_side_effects_are_made_by_the_job_as_its_user() {
     let bin = u.env.dir.path().join("bin");
     fake_venvman(&bin, &record);
     let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-claude");
-    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("share/commands");
     u.env.ok(&[
         "set-queue",
         "poplar",
@@ -1092,14 +1091,10 @@ fn project_side_effects_are_made_by_the_job_as_its_user() {
         assert!(o.status.success(), "{args:?}: {}", text(&o.stderr));
         job_id(&o)
     };
+    // The command files are the ones built into the binary (nothing installed here).
     let daemon = |bin: &str, args: &[&str], venvman: Option<&str>| {
-        let mut c = Command::new(bin);
-        u.scope(&mut c, Sees::Nothing);
-        c.env("AGENT_STORE_ROOT", &root)
-            .env("AGENTSTORE_COMMANDS_DIR", &shipped)
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
+        let mut c = u.daemon_cmd(bin, &root, Sees::Nothing, args);
+        c.env_remove("AGENTSTORE_COMMANDS_DIR");
         match venvman {
             Some(name) => c.env("AGENTSTORE_VENVMAN", name),
             None => c
