@@ -427,6 +427,30 @@ fn corpus() -> Vec<Case> {
         vec!["project is required"],
         false,
     ));
+    // create-environment's options become venvman's arguments on the compute host: a
+    // python that would be an option, or flags that are not booleans, are refused here.
+    cases.push(doc_case(
+        "env-python-option",
+        base(
+            "env-python-option",
+            "create-environment",
+            Some("Proj"),
+            json!({"python": "--index-url=http://evil"}),
+        ),
+        vec!["content.python", "not a Python version"],
+        false,
+    ));
+    cases.push(doc_case(
+        "env-flag-not-bool",
+        base(
+            "env-flag-not-bool",
+            "create-environment",
+            Some("Proj"),
+            json!({"install_deps": "yes"}),
+        ),
+        vec!["content.install_deps must be true or false"],
+        false,
+    ));
     cases.push(doc_case(
         "view-job-no-id",
         base("view-job-no-id", "view-job", None, json!({})),

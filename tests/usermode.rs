@@ -104,13 +104,18 @@ impl User {
     /// A daemon binary, with the store from AGENT_STORE_ROOT (as a user unit would), no
     /// `--bus` flag: the default must just work.
     fn daemon(&self, bin: &str, root: &Path, sees: Sees<'_>, args: &[&str]) -> KillOnDrop {
+        KillOnDrop(self.daemon_cmd(bin, root, sees, args).spawn().unwrap())
+    }
+
+    /// The command [`User::daemon`] runs, to add to before spawning it.
+    fn daemon_cmd(&self, bin: &str, root: &Path, sees: Sees<'_>, args: &[&str]) -> Command {
         let mut c = Command::new(bin);
         self.scope(&mut c, sees);
         c.env("AGENT_STORE_ROOT", root)
             .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
-        KillOnDrop(c.spawn().unwrap())
+        c
     }
 }
 
@@ -732,13 +737,8 @@ fn the_four_agent_commands_work_out_of_the_box() {
     assert!(bad.contains("nope"), "{bad}");
 
     let spawn = |bin: &str, args: &[&str]| {
-        let mut c = Command::new(bin);
-        u.scope(&mut c, Sees::Nothing);
-        c.env("AGENT_STORE_ROOT", &root)
-            .env("AGENTSTORE_COMMANDS_DIR", &shipped)
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
+        let mut c = u.daemon_cmd(bin, &root, Sees::Nothing, args);
+        c.env("AGENTSTORE_COMMANDS_DIR", &shipped);
         KillOnDrop(c.spawn().unwrap())
     };
     let _orch = spawn(env!("CARGO_BIN_EXE_orchestratord"), &["--idle-exit", "0"]);
@@ -989,4 +989,285 @@ fn setup_is_complete_and_rerunnable() {
     );
     let cfg2 = std::fs::read_to_string(home.join(".config/agentstore/config.yaml")).unwrap();
     assert_eq!(cfg, cfg2);
+}
+
+/// A fake `venvman` that records its argv, uid, cwd and parent chain (`comm` of each
+/// ancestor) into `record`, then makes `<dir>/.venv/pyvenv.cfg` as venvman would.
+fn fake_venvman(bin: &Path, record: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(bin).unwrap();
+    let script = format!(
+        r#"#!/bin/sh
+dir=
+while [ $# -gt 0 ]; do
+  case "$1" in --dir) dir=$2;; esac
+  printf '%s\n' "$1" >> '{rec}.argv'
+  shift
+done
+{{
+  echo "uid $(id -u)"
+  echo "cwd $(pwd)"
+  p=$PPID; chain=
+  while [ -n "$p" ] && [ "$p" -gt 1 ]; do
+    chain="$chain $(cat /proc/$p/comm)"
+    p=$(sed -n 's/^PPid:[[:space:]]*//p' /proc/$p/status)
+  done
+  echo "chain$chain"
+}} > '{rec}'
+mkdir -p "$dir/.venv" && echo "home = /usr/bin" > "$dir/.venv/pyvenv.cfg"
+echo "venv made in $dir"
+"#,
+        rec = record.display()
+    );
+    let path = bin.join("venvman");
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// Issue 11, "project-side effects run where the project is, as its owner": the research
+/// document and the venvman environment are made by the job — agent-worker on the compute
+/// host, as the job's Unix user — with no orchestratord running at all, and the orchestrator,
+/// once back, only records them (project update_time) and writes nothing in the project.
+/// Before, orchestratord ran venvman itself when it answered the message and wrote the
+/// document in its completion handler. A compute host without venvman fails the job with an
+/// error naming venvman.
+#[test]
+fn project_side_effects_are_made_by_the_job_as_its_user() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let u = User::new();
+    let root = u.env.root.clone();
+    // When the test runs as root, jobs run as the project owner's Unix user: make that
+    // `nobody`, so what the job writes is told apart from what a daemon (root) would.
+    let root_mode = nix::unistd::geteuid().is_root();
+    let (job_login, job_uid) = if root_mode {
+        let n = nix::unistd::User::from_name("nobody").unwrap().unwrap();
+        (n.name, n.uid.as_raw())
+    } else {
+        (login(), nix::unistd::geteuid().as_raw())
+    };
+    let user_doc = root.join("users/chenry.json");
+    let mut user: Value = serde_json::from_slice(&std::fs::read(&user_doc).unwrap()).unwrap();
+    user["unix_user"] = Value::String(job_login.clone());
+    std::fs::write(&user_doc, user.to_string()).unwrap();
+    let doc = u.project_dir.join("docs/RESEARCH.md");
+    let project_doc = root.join("projects/P/project.json");
+    let mut project: Value = serde_json::from_slice(&std::fs::read(&project_doc).unwrap()).unwrap();
+    project["code_research_document"] = Value::String(doc.display().to_string());
+    std::fs::write(&project_doc, project.to_string()).unwrap();
+    let record_dir = u.env.dir.path().join("record");
+    std::fs::create_dir_all(&record_dir).unwrap();
+    if root_mode {
+        for d in [u.env.dir.path(), &record_dir] {
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o777)).unwrap();
+        }
+        nix::unistd::chown(&u.project_dir, Some(job_uid.into()), None).unwrap();
+    }
+    let record = record_dir.join("venvman.txt");
+    let bin = u.env.dir.path().join("bin");
+    fake_venvman(&bin, &record);
+    let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-claude");
+    u.env.ok(&[
+        "set-queue",
+        "poplar",
+        "--claude-cli-path",
+        fake.to_str().unwrap(),
+        "--launcher",
+        "direct",
+    ]);
+    let path_with_fake = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    // The CLI (this host has venvman: PRD §5.3 checks it here) writes the inbox.
+    let cli = |args: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_orchestrator"));
+        u.scope(&mut c, Sees::Nothing);
+        c.env("AGENT_STORE_ROOT", &root)
+            .env("PATH", &path_with_fake)
+            .env_remove("AGENTSTORE_VENVMAN")
+            .args(args);
+        let o = c.output().unwrap();
+        assert!(o.status.success(), "{args:?}: {}", text(&o.stderr));
+        job_id(&o)
+    };
+    // The command files are the ones built into the binary (nothing installed here).
+    let daemon = |bin: &str, args: &[&str], venvman: Option<&str>| {
+        let mut c = u.daemon_cmd(bin, &root, Sees::Nothing, args);
+        c.env_remove("AGENTSTORE_COMMANDS_DIR");
+        match venvman {
+            Some(name) => c.env("AGENTSTORE_VENVMAN", name),
+            None => c
+                .env("PATH", &path_with_fake)
+                .env_remove("AGENTSTORE_VENVMAN"),
+        };
+        KillOnDrop(c.spawn().unwrap())
+    };
+    let job_file =
+        |state: &str, id: &str| root.join(format!("Queues/poplar/Jobs/{state}_jobs/{id}.json"));
+    let read_job = |state: &str, id: &str| -> Value {
+        serde_json::from_slice(&std::fs::read(job_file(state, id)).unwrap()).unwrap()
+    };
+
+    // Jobs made by the orchestrator, which then goes away (killed and reaped): whatever
+    // happens in the project afterwards is not its doing.
+    let make_jobs = |cmds: &[&[&str]]| -> Vec<String> {
+        let orch = daemon(
+            env!("CARGO_BIN_EXE_orchestratord"),
+            &["--idle-exit", "0"],
+            None,
+        );
+        let ids: Vec<String> = cmds.iter().map(|a| cli(a)).collect();
+        for id in &ids {
+            wait_until(LONG, "the orchestrator made the job", || {
+                job_file("queued", id).exists()
+            });
+        }
+        drop(orch);
+        ids
+    };
+    // Runs the queue's jobs to their end with a queue manager that has `venvman`.
+    let run_jobs = |ids: &[String], venvman: Option<&str>| {
+        let _qm = daemon(
+            env!("CARGO_BIN_EXE_queue-manager"),
+            &["--queue", "poplar", "--idle-exit", "0"],
+            venvman,
+        );
+        for id in ids {
+            wait_until(LONG, "the job ends", || {
+                job_file("failed", id).exists() || job_file("finished", id).exists()
+            });
+        }
+    };
+
+    // A compute host without venvman: the job fails, naming it. (A program name that is
+    // nowhere, so a venvman installed on this machine cannot change the outcome.)
+    let missing = make_jobs(&[&["create-environment", "--project", "P"]]);
+    let queued = read_job("queued", &missing[0]);
+    assert_eq!(queued["config"]["jobtype"], "venvman", "{queued}");
+    assert!(
+        walk(&u.project_dir).is_empty(),
+        "the orchestrator touched the project"
+    );
+    run_jobs(&missing, Some("venvman-absent-8c1f"));
+    let failed = read_job("failed", &missing[0]);
+    let error = failed["runtime"]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.starts_with("venvman not installed on ") && error.contains("venvman-absent-8c1f"),
+        "{error}"
+    );
+    assert!(!record.exists() && walk(&u.project_dir).is_empty());
+
+    // With venvman: the job runs it from agent-worker, as the job's user; the research job
+    // writes the project's document the same way. No orchestratord runs meanwhile.
+    let ids = make_jobs(&[
+        &[
+            "create-environment",
+            "--project",
+            "P",
+            "--python",
+            "3.11",
+            "--install-deps",
+        ],
+        &["research-code", "--project", "P"],
+    ]);
+    assert!(
+        walk(&u.project_dir).is_empty(),
+        "the orchestrator touched the project"
+    );
+    run_jobs(&ids, None);
+    let (env_job, research) = (ids[0].clone(), ids[1].clone());
+    for id in &ids {
+        assert!(
+            job_file("finished", id).exists(),
+            "{}",
+            std::fs::read_to_string(job_file("failed", id)).unwrap_or_default()
+        );
+    }
+    let argv = std::fs::read_to_string(format!("{}.argv", record.display())).unwrap();
+    let dir = u.project_dir.display().to_string();
+    assert_eq!(
+        argv.lines().collect::<Vec<_>>(),
+        vec![
+            "create",
+            "--project",
+            "P",
+            "--dir",
+            &dir,
+            "--python",
+            "3.11",
+            "--install-deps"
+        ]
+    );
+    let rec = std::fs::read_to_string(&record).unwrap();
+    assert!(rec.contains(&format!("uid {job_uid}\n")), "{rec}");
+    assert!(rec.contains(&format!("cwd {dir}\n")), "{rec}");
+    let chain = rec.lines().find_map(|l| l.strip_prefix("chain")).unwrap();
+    let chain: Vec<&str> = chain.split_whitespace().collect();
+    assert_eq!(chain.first(), Some(&"agent-worker"), "{rec}");
+    assert!(!chain.contains(&"orchestratord"), "{rec}");
+    let venv = u.project_dir.join(".venv/pyvenv.cfg");
+    assert_eq!(std::fs::metadata(&venv).unwrap().uid(), job_uid);
+    let out = read_job("finished", &env_job)["runtime"]["output"].clone();
+    assert!(
+        out.as_str().unwrap_or_default().contains("venv made in"),
+        "{out}"
+    );
+
+    let text_doc = std::fs::read_to_string(&doc).unwrap();
+    assert!(text_doc.contains("code research"), "{text_doc}");
+    for p in [&doc, &u.project_dir.join("docs")] {
+        assert_eq!(
+            std::fs::metadata(p).unwrap().uid(),
+            job_uid,
+            "{}",
+            p.display()
+        );
+    }
+
+    // The orchestrator comes back: it records the work (update_time) and leaves the project
+    // as the jobs made it.
+    let before: Vec<_> = walk(&u.project_dir);
+    let t0 = project["update_time"].clone();
+    let _orch = daemon(
+        env!("CARGO_BIN_EXE_orchestratord"),
+        &["--idle-exit", "0"],
+        None,
+    );
+    for id in [&env_job, &research] {
+        wait_until(LONG, "handled", || {
+            read_job("finished", id)["runtime"]["handled"] == Value::Bool(true)
+        });
+    }
+    let now: Value = serde_json::from_slice(&std::fs::read(&project_doc).unwrap()).unwrap();
+    assert_ne!(now["update_time"], t0);
+    assert_eq!(
+        walk(&u.project_dir),
+        before,
+        "the orchestrator changed the project"
+    );
+}
+
+/// Every path under `dir` with its size, owner and modification time.
+fn walk(dir: &Path) -> Vec<(PathBuf, u64, u32, i64)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            if m.is_dir() {
+                todo.push(p.clone());
+            }
+            out.push((
+                p,
+                m.size(),
+                m.uid(),
+                m.mtime_nsec() + m.mtime() * 1_000_000_000,
+            ));
+        }
+    }
+    out.sort();
+    out
 }

@@ -61,6 +61,9 @@ pub struct EnvArgs {
     /// Install the project's dependencies.
     #[arg(long)]
     pub install_deps: bool,
+    /// Replace an existing environment.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// Builds the message for `command`.
@@ -167,6 +170,25 @@ pub(super) fn create_environment(g: &GlobalArgs, out: &mut dyn Write, a: EnvArgs
     }
     if a.install_deps {
         content.insert("install_deps".into(), json!(true));
+    }
+    if a.force {
+        content.insert("force".into(), json!(true));
+    }
+    if let Some(q) = &g.queue {
+        content.insert("queue".into(), json!(q));
+    }
+    // PRD §5.3: "If venvman not installed: Print error, exit 1" — checked here, before either
+    // path, so D-Bus and inbox answer alike. The job checks again where it runs (the compute
+    // host) and fails naming venvman when it is missing there.
+    let program = crate::worker::project_side::venvman_program();
+    let home = std::env::var_os("HOME")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_default();
+    let path = std::env::var("PATH").ok();
+    if crate::worker::project_side::find_program(&program, path.as_deref(), &home).is_none() {
+        return Err(CliError::new(format!(
+            "venvman not installed: `{program}` was not found on PATH nor in ~/.local/bin (install venvman, then retry)"
+        )));
     }
     send(
         g,
@@ -324,7 +346,8 @@ fn try_dbus(g: &GlobalArgs, store: &Store, text: &str) -> Result<Option<Message>
 
 /// The checks orchestratord makes before it answers (PRD §5.3 error handling), made here
 /// from the store when the message goes through the inbox, with the same messages: the
-/// user, the project (and the caller's right to it), the queue, the PRD, and venvman.
+/// user, the project (and the caller's right to it), the queue, the PRD, and venvman's
+/// options (venvman itself is looked for by `create_environment` before either path).
 /// Returns the queue the job will go to (agent commands).
 fn precheck(store: &Store, msg: &Message) -> Result<Option<String>, CliError> {
     let fail = |e: RouteError| CliError::new(e.to_string());
@@ -335,45 +358,27 @@ fn precheck(store: &Store, msg: &Message) -> Result<Option<String>, CliError> {
     let project = store
         .project(project_id)
         .map_err(|e| fail(RouteError::from(e)))?;
-    if msg.command == crate::orchestrator::commands::CREATE_ENVIRONMENT {
-        if !who.can_modify_project(&project) {
-            return Err(fail(RouteError::PermissionDenied(format!(
-                "project {project_id} belongs to {}",
-                project.owner
-            ))));
-        }
-        let program = crate::orchestrator::venvman_program();
-        if !on_path(&program) {
-            return Err(CliError::new(format!(
-                "venvman not installed: `{program}` was not found on PATH (install venvman, then retry)"
-            )));
-        }
-        return Ok(None);
-    }
     if !who.can_see_project(&project) {
         return Err(fail(RouteError::PermissionDenied(format!(
             "project {} belongs to {}",
             project.id, project.owner
         ))));
     }
+    if crate::orchestrator::commands::creates_job(&msg.command) && !who.can_modify_project(&project)
+    {
+        return Err(fail(RouteError::PermissionDenied(format!(
+            "only the owner of project {} or an admin can create jobs for it (collaborators can only see it)",
+            project.id
+        ))));
+    }
+    if msg.command == crate::orchestrator::commands::CREATE_ENVIRONMENT {
+        crate::orchestrator::venvman_options(msg).map_err(fail)?;
+    }
     let queue = crate::orchestrator::select_queue(store, msg, &project).map_err(fail)?;
     if let Some(prd) = msg.content.get("prd").and_then(Value::as_str) {
         store.find_prd(prd).map_err(|e| fail(RouteError::from(e)))?;
     }
     Ok(Some(queue))
-}
-
-/// True when `program` names an executable file, directly or on `PATH`.
-fn on_path(program: &str) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    let executable = |p: &Path| {
-        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    };
-    if program.contains('/') {
-        return executable(Path::new(program));
-    }
-    std::env::var_os("PATH")
-        .is_some_and(|path| std::env::split_paths(&path).any(|dir| executable(&dir.join(program))))
 }
 
 /// Writes the message into the inbox; with `--follow N`, waits for its answer.
@@ -506,7 +511,7 @@ pub(super) fn submit(
 /// (same job id, queue and job path), with `status: "queued"`.
 fn pending_answer(store: &Store, msg: &Message, queue: Option<&str>) -> Message {
     let mut content = Map::new();
-    if crate::orchestrator::commands::claude_command_for(&msg.command).is_some() {
+    if crate::orchestrator::commands::creates_job(&msg.command) {
         let job = crate::orchestrator::job_id_for(&msg.correlation_id);
         if let Some(q) = queue {
             content.insert("queue".into(), json!(q));

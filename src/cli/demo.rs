@@ -453,18 +453,24 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, a: DemoArgs) -> CliResult
     };
     let job = job.ok_or_else(|| err("the finished job could not be read"))?;
     let result = crate::orchestrator::result_text(&job);
-    // The orchestrator's completion handler writes the research document.
+    // The job wrote the research document itself (as this user, where the project is); the
+    // orchestrator's completion handler only records it.
     let doc = project_dir.join("CODE_RESEARCH.md");
-    let handled_by = Instant::now() + Duration::from_secs(30);
-    while job.runtime.status == JobStatus::Finished && !doc.exists() && Instant::now() < handled_by
-    {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    if doc.exists() {
-        clock.step(
-            out,
-            &format!("orchestrator recorded the result in {}", doc.display()),
-        )?;
+    if job.runtime.status == JobStatus::Finished && doc.exists() {
+        clock.step(out, &format!("job wrote the result to {}", doc.display()))?;
+        let handled_by = Instant::now() + Duration::from_secs(30);
+        let handled = || {
+            store
+                .find_job(&job_id)
+                .and_then(|l| store.job(&l))
+                .is_ok_and(|j| j.runtime.handled == Some(true))
+        };
+        while !handled() && Instant::now() < handled_by {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if handled() {
+            clock.step(out, "orchestrator recorded it in the project")?;
+        }
     }
     if clock.json {
         write_json(

@@ -208,7 +208,7 @@ pub enum Command {
     CreateTasks(agent::PrdArgs),
     /// Implement a PRD's tasks (agent command).
     ImplementTasks(agent::PrdArgs),
-    /// Create the project's virtualenv with venvman (no job).
+    /// Create the project's virtualenv: a job runs `venvman create` on the compute host.
     CreateEnvironment(agent::EnvArgs),
     /// Start, stop or inspect the orchestrator daemon (systemd unit).
     Daemon {

@@ -6,7 +6,7 @@
 use super::render::{Format, write_json};
 use super::{CliError, CliResult, GlobalArgs, Session};
 use crate::model::{Permission, Project, QueueConfig, Timestamp, User};
-use crate::store::{RootSource, Store, StoreError, home_dir, resolve_root};
+use crate::store::{RootSource, Store, StoreError, home_dir, resolve_daemon_root};
 use clap::Args;
 use serde_json::json;
 use std::io::Write;
@@ -82,8 +82,11 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, a: SetupArgs) -> CliResul
         Ok(())
     };
 
-    // 1. The store.
-    let (root, source) = resolve_root(g.root.as_deref());
+    // 1. The store: the user's own, resolved as the user units resolve it (--root,
+    // AGENT_STORE_ROOT, ~/.config/agentstore/config.yaml, else ~/Dropbox/AgentStore). The
+    // package's /etc/agentstore/config.yaml names the system store: it is for the system
+    // services, and must not turn a new user's setup into one of /var/lib/agentstore.
+    let (root, source) = resolve_daemon_root(g.root.as_deref());
     let (store, created) = Store::init(&root)?;
     let root = std::fs::canonicalize(store.root()).unwrap_or_else(|_| store.root().to_path_buf());
     step(

@@ -67,6 +67,9 @@ pub enum JobType {
     Noop,
     /// The built-in agent (`agentshell exec`).
     Agent,
+    /// `venvman create` for the project (`create-environment`), run by the job on the
+    /// compute host as the job's user; its options are `supporting_data.venvman`.
+    Venvman,
 }
 
 /// Job state.
@@ -130,6 +133,26 @@ impl JobRuntime {
             handled: None,
         }
     }
+}
+
+/// Key of `supporting_data` naming the file a `research-code` job writes its result to
+/// (the project's `code_research_document`, put there by the orchestrator).
+pub const RESEARCH_DOCUMENT_KEY: &str = "code_research_document";
+
+/// Key of `supporting_data` holding a `venvman` job's options (`python`, `install_deps`,
+/// `force`).
+pub const VENVMAN_KEY: &str = "venvman";
+
+/// The useful text of a job's output: Claude's `result` when the output is its JSON, else
+/// the output itself.
+pub fn result_text(output: &str) -> String {
+    // The first JSON value: stdout comes first, stderr may follow it (worker::STDERR_MARKER).
+    serde_json::Deserializer::from_str(output)
+        .into_iter::<Value>()
+        .next()
+        .and_then(Result::ok)
+        .and_then(|v| v.get("result").and_then(Value::as_str).map(str::to_string))
+        .unwrap_or_else(|| output.to_string())
 }
 
 /// Job state, one folder each.

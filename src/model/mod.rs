@@ -13,7 +13,10 @@ pub mod strict;
 mod time;
 mod user;
 
-pub use job::{Job, JobConfig, JobRuntime, JobStatus, JobType, permission_widening_arg};
+pub use job::{
+    Job, JobConfig, JobRuntime, JobStatus, JobType, RESEARCH_DOCUMENT_KEY, VENVMAN_KEY,
+    permission_widening_arg, result_text,
+};
 pub use message::{Message, MessageSource, MessageStatus};
 pub use prd::{Prd, PrdState};
 pub use project::Project;

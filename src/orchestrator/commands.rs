@@ -23,8 +23,14 @@ pub const AGENT_COMMANDS: [(&str, &str); 4] = [
     ("implement-tasks", "task-implementer"),
 ];
 
-/// Runs `venvman` directly; creates no job.
+/// Creates a `venvman` job: the environment is made by the job on the compute host, as the
+/// job's user, inside its scope (never by the orchestrator).
 pub const CREATE_ENVIRONMENT: &str = "create-environment";
+
+/// True for the commands that become jobs (the agent commands and `create-environment`).
+pub fn creates_job(command: &str) -> bool {
+    command == CREATE_ENVIRONMENT || claude_command_for(command).is_some()
+}
 
 /// The Claude command for an agent command.
 pub fn claude_command_for(command: &str) -> Option<&'static str> {
@@ -51,6 +57,6 @@ pub fn help_text() -> String {
     for (c, cc) in AGENT_COMMANDS {
         s.push_str(&format!("  {c:<16} runs Claude command /{cc}\n"));
     }
-    s.push_str("  create-environment  runs venvman (content: python, install_deps); no job\n");
+    s.push_str("  create-environment  a job that runs `venvman create` for the project on the compute host (content: python, install_deps, force)\n");
     s
 }

@@ -7,7 +7,7 @@
 use super::DAEMON;
 use super::handled::Completions;
 use crate::model::{DocKind, Job, JobStatus, Prd, PrdState, Timestamp};
-use crate::store::{Event, JobLocation, Record, Store, StoreError, move_no_replace, write_atomic};
+use crate::store::{Event, JobLocation, Record, Store, StoreError, move_no_replace};
 use serde_json::{Map, Value};
 
 /// What handling did, for logs and tests.
@@ -22,14 +22,7 @@ pub struct Handled {
 /// The useful text of a job's output: Claude's `result` when the output is its JSON, else
 /// the output itself.
 pub fn result_text(job: &Job) -> String {
-    let raw = job.runtime.output.as_deref().unwrap_or("");
-    // The first JSON value: stdout comes first, stderr may follow it (worker::STDERR_MARKER).
-    serde_json::Deserializer::from_str(raw)
-        .into_iter::<Value>()
-        .next()
-        .and_then(Result::ok)
-        .and_then(|v| v.get("result").and_then(Value::as_str).map(str::to_string))
-        .unwrap_or_else(|| raw.to_string())
+    crate::model::result_text(job.runtime.output.as_deref().unwrap_or(""))
 }
 
 /// Handles the finished jobs `completions` names (reported by the watcher, or found by its
@@ -107,7 +100,23 @@ fn handle_one(store: &Store, loc: &JobLocation, job: &Job) -> Result<String, Sto
             .unwrap_or_default()
     });
     match command.as_str() {
-        "research-code" => research_complete(store, job),
+        "research-code" => {
+            let what = match job
+                .config
+                .supporting_data
+                .get(crate::model::RESEARCH_DOCUMENT_KEY)
+                .and_then(Value::as_str)
+            {
+                Some(doc) => format!("research document {doc}"),
+                None => "research without a code_research_document".to_string(),
+            };
+            project_work_recorded(store, job, &what)
+        }
+        super::commands::CREATE_ENVIRONMENT => project_work_recorded(
+            store,
+            job,
+            &format!("environment in {}", job.config.working_directory),
+        ),
         "create-prd" => prd_created(store, loc, job),
         "create-tasks" => prd_moved(store, loc, job, PrdState::Queued, PrdState::Running),
         "implement-tasks" => prd_moved(store, loc, job, PrdState::Running, PrdState::Complete),
@@ -115,32 +124,16 @@ fn handle_one(store: &Store, loc: &JobLocation, job: &Job) -> Result<String, Sto
     }
 }
 
-fn research_complete(store: &Store, job: &Job) -> Result<String, StoreError> {
+/// `research-code` and `create-environment` changed the project's own folder: the job did
+/// that on the compute host as its user (the research document, the venv). The orchestrator
+/// only records it (PRD §6.5: the project's `update_time`); it never touches the project's
+/// folder, which may not even exist on this machine.
+fn project_work_recorded(store: &Store, job: &Job, what: &str) -> Result<String, StoreError> {
     let mut project = store.project(&job.config.project)?;
-    let Some(doc) = project.code_research_document.clone() else {
-        return Ok("project has no code_research_document".into());
-    };
-    let path = std::path::PathBuf::from(&doc);
-    if let Some(dir) = path.parent() {
-        crate::store::safe::create_dir_all(dir).map_err(|source| StoreError::Io {
-            path: dir.to_path_buf(),
-            source,
-        })?;
-        // Its folder must be a real folder: a link there is refused, never followed (beneath
-        // the store root the whole path is checked; the document itself is replaced by a
-        // rename, which never follows a link).
-        crate::store::safe::refuse_linked_dir(dir).map_err(|source| StoreError::Io {
-            path: dir.to_path_buf(),
-            source,
-        })?;
-    }
-    write_atomic(&path, result_text(job).as_bytes()).map_err(|source| StoreError::Io {
-        path: path.clone(),
-        source,
-    })?;
     project.update_time = Timestamp::now();
     store.write_doc(DocKind::Project, &store.project_path(&project.id), &project)?;
-    Ok(format!("wrote {doc}"))
+    let host = job.runtime.host.as_deref().unwrap_or("the compute host");
+    Ok(format!("recorded: {what} (made by the job on {host})"))
 }
 
 fn prd_created(store: &Store, loc: &JobLocation, job: &Job) -> Result<String, StoreError> {

@@ -1,10 +1,10 @@
 //! Agent commands become job files (PRD §6.3, §6.4).
 
 use super::RouteError;
-use super::commands::claude_command_for;
+use super::commands::{CREATE_ENVIRONMENT, claude_command_for};
 use crate::model::{
     DocKind, Job, JobConfig, JobRuntime, JobStatus, JobType, MAX_TIMEOUT_SECONDS, Message, Prd,
-    Project, Timestamp, permission_widening_arg,
+    Project, RESEARCH_DOCUMENT_KEY, Timestamp, VENVMAN_KEY, permission_widening_arg,
 };
 use crate::permissions::Caller;
 use crate::store::Store;
@@ -100,11 +100,46 @@ pub fn format_prd(prd: &Prd) -> String {
     s
 }
 
+/// `supporting_data.venvman` of a `create-environment` job: `python` (a version such as
+/// `3.11`; never an option), `install_deps` and `force` (booleans).
+pub fn venvman_options(msg: &Message) -> Result<Value, RouteError> {
+    let python = content_str(msg, "python")?;
+    if let Some(v) = python {
+        let ok = !v.is_empty()
+            && v.len() <= 64
+            && !v.starts_with('-')
+            && v.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '+' | '-' | '/'));
+        if !ok {
+            return Err(RouteError::Invalid(format!(
+                "content.python {v:?} is not a Python version (letters, digits and . _ + - /, not starting with -)"
+            )));
+        }
+    }
+    let flag = |key: &str| match msg.content.get(key) {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(_) => Err(RouteError::Invalid(format!(
+            "content.{key} must be true or false"
+        ))),
+    };
+    Ok(serde_json::json!({
+        "python": python,
+        "install_deps": flag("install_deps")?,
+        "force": flag("force")?,
+    }))
+}
+
 /// Builds, validates and writes the job for an agent command; appends it to the PRD's
 /// `jobs` at once (provenance). Idempotent per correlation id.
 pub fn create_job(store: &Store, msg: &Message, who: &Caller) -> Result<CreatedJob, RouteError> {
-    let claude_command = claude_command_for(&msg.command)
-        .ok_or_else(|| RouteError::Invalid(format!("Unknown command: {}", msg.command)))?;
+    let environment = msg.command == CREATE_ENVIRONMENT;
+    let claude_command = if environment {
+        "venvman"
+    } else {
+        claude_command_for(&msg.command)
+            .ok_or_else(|| RouteError::Invalid(format!("Unknown command: {}", msg.command)))?
+    };
     let project_id = msg
         .project
         .as_deref()
@@ -194,6 +229,10 @@ pub fn create_job(store: &Store, msg: &Message, who: &Caller) -> Result<CreatedJ
                 format_prd(prd)
             )
         }
+        (CREATE_ENVIRONMENT, _) => format!(
+            "Create the virtual environment of project {} in {} with venvman.",
+            project.id, project.directory
+        ),
         _ => task
             .ok_or_else(|| {
                 RouteError::Invalid(format!(
@@ -231,6 +270,17 @@ pub fn create_job(store: &Store, msg: &Message, who: &Caller) -> Result<CreatedJ
                 "content.supporting_data must be an object".into(),
             ));
         }
+    }
+    // Set after the message's own supporting data, so the project's settings win: the job
+    // writes the research document where the project says (as the job's user, on the
+    // compute host), and runs venvman with these options only.
+    if msg.command == "research-code"
+        && let Some(doc) = &project.code_research_document
+    {
+        supporting.insert(RESEARCH_DOCUMENT_KEY.into(), Value::String(doc.clone()));
+    }
+    if environment {
+        supporting.insert(VENVMAN_KEY.into(), venvman_options(msg)?);
     }
     let extra_args = match msg.content.get("claude_extra_args") {
         None | Some(Value::Null) => Vec::new(),
@@ -270,6 +320,12 @@ pub fn create_job(store: &Store, msg: &Message, who: &Caller) -> Result<CreatedJ
         }
     }
     let jobtype = match content_str(msg, "jobtype")? {
+        None | Some("venvman") if environment => JobType::Venvman,
+        Some(other) if environment => {
+            return Err(RouteError::Invalid(format!(
+                "create-environment: content.jobtype {other:?} cannot be set (its job always runs venvman)"
+            )));
+        }
         None | Some("claude") => JobType::Claude,
         Some("agent") => JobType::Agent,
         Some("noop") => JobType::Noop,

@@ -18,13 +18,11 @@ pub mod handled;
 mod jobs;
 mod lock;
 pub mod service;
-mod venv;
 
 pub use completion::{handle_finished_jobs, result_text};
 pub use error::RouteError;
-pub use jobs::{CreatedJob, DEFAULT_TIMEOUT_SECONDS, job_id_for, select_queue};
+pub use jobs::{CreatedJob, DEFAULT_TIMEOUT_SECONDS, job_id_for, select_queue, venvman_options};
 pub use lock::{LockError, LockInfo, StoreLock};
-pub use venv::venvman_program;
 
 use crate::model::{DocKind, Message, MessageSource, MessageStatus, Timestamp, is_safe_id};
 use crate::permissions::Caller;
@@ -84,22 +82,7 @@ fn route(
         content.insert("result".into(), direct::answer(store, msg, who)?);
         return Ok((content, None));
     }
-    if msg.command == commands::CREATE_ENVIRONMENT {
-        let id = msg
-            .project
-            .as_deref()
-            .ok_or_else(|| RouteError::Invalid("create-environment: project is required".into()))?;
-        let project = store.project(id)?;
-        if !who.can_modify_project(&project) {
-            return Err(RouteError::PermissionDenied(format!(
-                "project {id} belongs to {}",
-                project.owner
-            )));
-        }
-        content.insert("result".into(), venv::create_environment(msg, &project)?);
-        return Ok((content, None));
-    }
-    if commands::claude_command_for(&msg.command).is_some() {
+    if commands::creates_job(&msg.command) {
         let job = jobs::create_job(store, msg, who)?;
         content.insert("job_id".into(), json!(job.id));
         content.insert("queue".into(), json!(job.queue));

@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 pub const SHIPPED_COMMANDS_DIR: &str = "/usr/share/agentstore/claude-commands";
 
 /// The folder of shipped command files: `AGENTSTORE_COMMANDS_DIR` (tests, other prefixes),
-/// else [`SHIPPED_COMMANDS_DIR`].
+/// else [`SHIPPED_COMMANDS_DIR`]. When the command is not there either, [`find_command`]
+/// falls back to the same text built into the binary.
 pub fn shipped_commands_dir() -> PathBuf {
     std::env::var_os("AGENTSTORE_COMMANDS_DIR")
         .filter(|v| !v.is_empty())
@@ -28,7 +29,31 @@ pub enum CommandFile {
     /// Shipped with the package, where Claude Code does not look: the worker puts its text
     /// into the prompt (`$ARGUMENTS` replaced by the task).
     Shipped(PathBuf),
+    /// Not installed anywhere (a binary built from a clone, a `cargo install`): the same text
+    /// as the shipped file, built into the binary, used the same way.
+    BuiltIn(&'static str),
 }
+
+/// The four shipped command files, built in: the last place the worker looks, so the agent
+/// commands work out of the box wherever the binary came from.
+const BUILT_IN_COMMANDS: [(&str, &str); 4] = [
+    (
+        "code-researcher",
+        include_str!("../../share/commands/code-researcher.md"),
+    ),
+    (
+        "prd-creator",
+        include_str!("../../share/commands/prd-creator.md"),
+    ),
+    (
+        "task-creator",
+        include_str!("../../share/commands/task-creator.md"),
+    ),
+    (
+        "task-implementer",
+        include_str!("../../share/commands/task-implementer.md"),
+    ),
+];
 
 fn command_rel(command: &str) -> Option<PathBuf> {
     let parts: Vec<&str> = command.split(':').collect();
@@ -75,7 +100,13 @@ pub fn find_command(
         return Some(CommandFile::Claude(p));
     }
     let p = shipped.join(command_rel(command)?);
-    p.is_file().then_some(CommandFile::Shipped(p))
+    if p.is_file() {
+        return Some(CommandFile::Shipped(p));
+    }
+    BUILT_IN_COMMANDS
+        .iter()
+        .find(|(name, _)| *name == command)
+        .map(|(_, text)| CommandFile::BuiltIn(text))
 }
 
 /// Largest shipped command file read into a prompt.
@@ -88,6 +119,7 @@ const MAX_COMMAND_FILE: u64 = 256 * 1024;
 pub fn prompt_for(job: &Job, file: &CommandFile) -> Result<String, String> {
     let path = match file {
         CommandFile::Claude(_) => return Ok(claude_prompt(job)),
+        CommandFile::BuiltIn(text) => return Ok(fill_arguments(job, text)),
         CommandFile::Shipped(p) => p,
     };
     let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -99,13 +131,19 @@ pub fn prompt_for(job: &Job, file: &CommandFile) -> Result<String, String> {
         ));
     }
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let body = strip_front_matter(&text);
+    Ok(fill_arguments(job, &text))
+}
+
+/// A shipped command's text (front matter removed) with `$ARGUMENTS` replaced by the task
+/// and the supporting data (appended when the text has no `$ARGUMENTS`).
+fn fill_arguments(job: &Job, text: &str) -> String {
+    let body = strip_front_matter(text);
     let arguments = format!("{}{}", job.config.task_description, supporting_lines(job));
-    Ok(if body.contains("$ARGUMENTS") {
+    if body.contains("$ARGUMENTS") {
         body.replace("$ARGUMENTS", &arguments)
     } else {
         format!("{body}\n\n{arguments}")
-    })
+    }
 }
 
 /// The text after a leading `---` … `---` YAML block, if any.
@@ -343,6 +381,35 @@ mod tests {
         }
         assert_eq!(find_command("../x", &home, &proj, &shipped), None);
         assert_eq!(find_command("nope", &home, &proj, &shipped), None);
+    }
+
+    /// Issue 11: from a clone (nothing installed, no shipped folder) the four commands still
+    /// work — the built-in text, the same as the shipped files.
+    #[test]
+    fn the_four_commands_are_built_in_when_nothing_is_installed() {
+        let t = tempfile::tempdir().unwrap();
+        let (home, proj, shipped) = (t.path().join("h"), t.path().join("p"), t.path().join("s"));
+        for c in [
+            "code-researcher",
+            "prd-creator",
+            "task-creator",
+            "task-implementer",
+        ] {
+            let found = find_command(c, &home, &proj, &shipped).unwrap();
+            let file = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("share/commands/{c}.md"));
+            let text = std::fs::read_to_string(file).unwrap();
+            assert_eq!(
+                found,
+                CommandFile::BuiltIn(Box::leak(text.into_boxed_str())),
+                "{c}"
+            );
+            let p = prompt_for(&job(&[]), &found).unwrap();
+            assert!(p.contains("World") && !p.contains("$ARGUMENTS"), "{c}: {p}");
+        }
+        assert_eq!(
+            find_command("code-researcher-x", &home, &proj, &shipped),
+            None
+        );
     }
 
     #[test]

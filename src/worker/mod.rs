@@ -6,6 +6,7 @@ pub mod args;
 pub mod capture;
 pub mod claude;
 pub mod process;
+pub mod project_side;
 pub mod runas;
 
 use crate::model::{Job, JobStatus, JobType, QueueConfig};
@@ -176,8 +177,19 @@ fn execute(store: &Store, queue: &QueueConfig, job: &mut Job, args: &WorkerArgs)
             job.config.working_directory
         ));
     }
-    match job.config.jobtype {
+    let mut outcome = match job.config.jobtype {
         JobType::Noop => noop(job),
+        JobType::Venvman => {
+            match project_side::venvman_command(
+                job,
+                env.clone(),
+                &home,
+                switch.then(|| run_as.clone()),
+            ) {
+                Ok(cmd) => run_and_judge(store, args, job, &cmd, "venvman", false),
+                Err(e) => Outcome::fail(e),
+            }
+        }
         JobType::Claude => {
             let Some(file) = claude::find_command(
                 &job.config.claude_command,
@@ -201,13 +213,13 @@ fn execute(store: &Store, queue: &QueueConfig, job: &mut Job, args: &WorkerArgs)
                 args: args_v,
                 prompt,
                 cwd,
-                env,
+                env: env.clone(),
                 switch_to: switch.then(|| run_as.clone()),
             };
             run_and_judge(store, args, job, &cmd, "Claude", json)
         }
         JobType::Agent => {
-            let mut env = env;
+            let mut env = env.clone();
             if let Some(m) = &job.config.model {
                 env.retain(|(k, _)| k != "AGENTSHELL_MODEL");
                 env.push(("AGENTSHELL_MODEL".into(), m.clone()));
@@ -225,7 +237,32 @@ fn execute(store: &Store, queue: &QueueConfig, job: &mut Job, args: &WorkerArgs)
             };
             run_and_judge(store, args, job, &cmd, "Agent", true)
         }
+    };
+    // A research job leaves its result in the project's document itself, as its user.
+    if !outcome.failed
+        && let Some(doc) = project_side::research_document(store, job)
+    {
+        let text = crate::model::result_text(outcome.output.as_deref().unwrap_or(""));
+        let written = project_side::write_as_job_user(
+            &doc,
+            &text,
+            env,
+            std::path::Path::new("/"),
+            switch.then(|| run_as.clone()),
+        );
+        match written {
+            Ok(()) => tracing::info!(job_id = %args.job_id, queue = %args.queue,
+                "wrote the research document {}", doc.display()),
+            Err(e) => {
+                outcome.failed = true;
+                outcome.error = Some(match outcome.error.take() {
+                    Some(prev) => format!("{e}; {prev}"),
+                    None => e,
+                });
+            }
+        }
     }
+    outcome
 }
 
 fn noop(job: &Job) -> Outcome {

@@ -15,7 +15,9 @@ m=$SYS_MACHINE
 . "$SYS_LIB_DIR/store.sh"
 install_claude_env '{"replies": [], "fallback_text": "# Code research\n\nEverything documented."}'
 setup_users
-setup_project ModelSEEDpy /srv/ModelSEEDpy poplar "$AS/projects/ModelSEEDpy/CODE_RESEARCH.md"
+# The research document lives in the project (PRD §4.3's example); the job writes it there as
+# the project owner's Unix user (issue 11), in a folder it creates.
+setup_project ModelSEEDpy /srv/ModelSEEDpy poplar /srv/ModelSEEDpy/docs/CODE_RESEARCH.md
 setup_project TestProject /srv/TestProject poplar
 setup_project Broken /srv/does-not-exist poplar
 x rm -rf /srv/does-not-exist
@@ -41,8 +43,10 @@ sys_check "M6 the orchestrator handled the finished job" sys_wait_until 60 "hand
 t1=$(jfield "$pf" update_time)
 if [ "$t1" != "$t0" ]; then sys_pass "M6.2 project update_time changed ($t0 → $t1)"; else sys_fail "M6.2 update_time unchanged ($t0)"; fi
 # Test 3: the research document.
-doc=$(x cat "$AS/projects/ModelSEEDpy/CODE_RESEARCH.md" 2>&1) || true
+doc=$(x cat /srv/ModelSEEDpy/docs/CODE_RESEARCH.md 2>&1) || true
 sys_expect_match "M6.3 the code research document holds Claude's answer" 'Everything documented' "$doc"
+sys_expect_eq "M6.3 ... written by the job as its Unix user" "jobuser jobuser" \
+    "$(x stat -c '%U' /srv/ModelSEEDpy/docs/CODE_RESEARCH.md /srv/ModelSEEDpy/docs 2>&1 | tr '\n' ' ' | sed 's/ $//')"
 out=$(u orchestrator view-job "$id" 2>&1) || true
 sys_expect_match "view-job shows the finished job" 'finished' "$out"
 

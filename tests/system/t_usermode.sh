@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# t_usermode: the PRD's own mode (issue 11, DESIGN §8) under a real user manager. A real login
+# user (useradd -m) with lingering, its own systemd --user and session bus; as that user:
+# `orchestrator setup` makes ~/Dropbox/AgentStore and enables agentstore.target; a job
+# submitted with the CLI goes over the SESSION bus to the user's orchestratord, runs in a
+# transient scope of the USER manager as that user, leaves its output in the user's store and
+# its research document in the project; `journalctl --user` has the daemons' lines; the
+# package's /etc/agentstore/config.yaml (/var/lib/agentstore) does not shadow the user's
+# store; both daemons exit when idle and their .path units bring them back.
+# shellcheck source-path=SCRIPTDIR
+# shellcheck disable=SC2016
+set -euo pipefail
+# shellcheck source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+sys_test_begin
+[ -n "${SYS_DEB:-}" ] || sys_test_skip "needs the package"
+m=$SYS_MACHINE
+REPO=$(cd "$SYS_LIB_DIR/../.." && pwd)
+x() { sys_exec "$m" "$@"; }
+
+U=rita
+x useradd --create-home --shell /bin/bash "$U"
+uid=$(x id -u "$U")
+H=/home/$U
+S=$H/Dropbox/AgentStore
+RUN=/run/user/$uid
+# The user, in a login-like environment of its own user manager (what a shell in a session
+# would have): nothing of root's.
+u() {
+    x runuser -u "$U" -- env HOME="$H" USER="$U" LOGNAME="$U" XDG_RUNTIME_DIR="$RUN" \
+        DBUS_SESSION_BUS_ADDRESS="unix:path=$RUN/bus" "$@"
+}
+usys() { u systemctl --user "$@"; }
+uactive() { [ "$(usys is-active "$1" 2>/dev/null)" = active ]; }
+uinactive() {
+    local s
+    s=$(usys show -p ActiveState --value "$1" 2>/dev/null)
+    [ "$s" = inactive ] || [ "$s" = failed ]
+}
+jobf() { echo "$S/Queues/poplar/Jobs/$2_jobs/$1.json"; } # ID STATE
+in_state() { x test -f "$(jobf "$1" "$2")"; }
+jfield() { # FILE NAME — the first "NAME": value (minbase has no jq)
+    x sh -c "grep -o '\"$2\": *\\(\"[^\"]*\"\\|[^,}]*\\)' '$1' | head -1" |
+        sed 's/^[^:]*: *//; s/^"//; s/"[[:space:]]*$//'
+}
+
+# The session bus of the user manager. Debian ships it in dbus-user-session; the test image
+# (minbase) has dbus-daemon but not that package and no network to fetch it, so its two
+# units are written here, as that package has them.
+if ! x test -e /usr/lib/systemd/user/dbus.socket; then
+    x mkdir -p /etc/systemd/user
+    x sh -c 'cat >/etc/systemd/user/dbus.socket' <<'EOT'
+[Unit]
+Description=D-Bus User Message Bus Socket
+[Socket]
+ListenStream=%t/bus
+ExecStartPost=-/usr/bin/systemctl --user set-environment DBUS_SESSION_BUS_ADDRESS=unix:path=%t/bus
+[Install]
+WantedBy=sockets.target
+Also=dbus.service
+EOT
+    x sh -c 'cat >/etc/systemd/user/dbus.service' <<'EOT'
+[Unit]
+Description=D-Bus User Message Bus
+Requires=dbus.socket
+[Service]
+ExecStart=/usr/bin/dbus-daemon --session --address=systemd: --nofork --nopidfile --systemd-activation --syslog-only
+ExecReload=/usr/bin/dbus-send --print-reply --session --type=method_call --dest=org.freedesktop.DBus / org.freedesktop.DBus.ReloadConfig
+[Install]
+Also=dbus.socket
+EOT
+    x systemctl --global enable dbus.socket >/dev/null 2>&1
+fi
+# journalctl --user reads the user's own journal file: journald splits per user only on
+# persistent storage (and gives the user an ACL on it, which the test's overlay file system
+# may not keep: systemd-journal membership lets journalctl --user read the lines either way;
+# it still shows only the user's own units).
+x usermod -aG systemd-journal "$U"
+x mkdir -p /var/log/journal
+x systemd-tmpfiles --create --prefix /var/log/journal >/dev/null 2>&1 || true
+x journalctl --flush >/dev/null 2>&1 || true
+sys_copy_in "$m" "$REPO/tests/fixtures/fake-claude" /usr/local/bin/fake-claude
+
+# The system configuration of the package is there and names the system store.
+sys_expect_match "the package's /etc/agentstore/config.yaml names /var/lib/agentstore" \
+    '/var/lib/agentstore' "$(x cat /etc/agentstore/config.yaml 2>&1)"
+
+sys_check "loginctl enable-linger $U" x loginctl enable-linger "$U"
+manager_up() { [ "$(x systemctl is-active "user@$uid.service")" = active ] && x test -S "$RUN/bus"; }
+sys_check "lingering starts user@$uid.service with a session bus" sys_wait_until 60 "user manager" manager_up
+
+# setup, non-interactive, as the user.
+u mkdir -p "$H/src/demo"
+out=$(u orchestrator setup --project demo --directory "$H/src/demo" --serve-queue poplar 2>&1) || true
+sys_log "setup: $out"
+sys_expect_match "setup made the store in ~/Dropbox/AgentStore" "$S" "$out"
+sys_expect_eq "... owned by $U" "$U" "$(x stat -c %U "$S/config.yaml" 2>&1)"
+sys_expect_eq "systemctl --user is-enabled agentstore.target" enabled "$(usys is-enabled agentstore.target 2>&1)"
+sys_check "agentstore.target is active" sys_wait_until 30 "target" uactive agentstore.target
+sys_check "queue-manager@poplar.path is active" sys_wait_until 30 "qm path" uactive queue-manager@poplar.path
+sys_check "agentstore-orchestrator.path is active" sys_wait_until 30 "orch path" uactive agentstore-orchestrator.path
+out2=$(u orchestrator setup --project demo --directory "$H/src/demo" --serve-queue poplar 2>&1) && rc=0 || rc=$?
+sys_expect_eq "setup again exits 0" 0 "$rc"
+sys_expect_match "... and keeps what exists" 'exists' "$out2"
+sys_expect_eq "nothing was written to the system store" "" "$(x sh -c 'ls /var/lib/agentstore/Queues/*/Jobs/*_jobs/ 2>/dev/null | grep json' || true)"
+
+# The queue runs the fake claude; the daemons exit after 4 s idle.
+sys_check "set-queue poplar --claude-cli-path" u orchestrator set-queue poplar --claude-cli-path /usr/local/bin/fake-claude
+u sed -i 's/idle_exit_seconds: *[0-9]*/idle_exit_seconds: 4/' "$S/config.yaml"
+sys_expect_match "idle_exit_seconds is 4" 'idle_exit_seconds: 4' "$(x cat "$S/config.yaml")"
+
+# A job submitted with the CLI: over the session bus (D-Bus activation of orchestratord).
+out=$(u orchestrator research-code --project demo --task 'SLEEP=6' 2>&1) || true
+id=$(sed -n 's/^Job queued: \([0-9a-f-]*\)$/\1/p' <<<"$out" | head -1)
+sys_expect_match "research-code prints Job queued: <uuid> ($out)" '^[0-9a-f]{8}-[0-9a-f-]{27}$' "$id"
+busnames() { u busctl --user list --no-legend --acquired 2>/dev/null; }
+sys_expect_match "busctl --user shows org.agentstore.Orchestrator1" 'org\.agentstore\.Orchestrator1' "$(busnames)"
+sys_expect_eq "its StoreRoot is the user's store (not /etc's /var/lib/agentstore)" "s \"$S\"" \
+    "$(u busctl --user get-property org.agentstore.Orchestrator1 /org/agentstore/Orchestrator1 org.agentstore.Orchestrator1 StoreRoot 2>&1)"
+sys_check "the job runs" sys_wait_until 60 "running" in_state "$id" running
+qm_named() { busnames | grep -q 'org\.agentstore\.Queue\.poplar'; }
+sys_check "busctl --user shows org.agentstore.Queue.poplar" sys_wait_until 20 "queue name" qm_named
+scope=agentstore-job-$id.scope
+scope_listed() { usys list-units --type=scope --no-legend --plain 2>/dev/null | grep -q "$scope"; }
+sys_check "the job is a transient scope of the user manager ($scope)" sys_wait_until 10 "scope" scope_listed
+pid=$(jfield "$(jobf "$id" running)" process_id)
+cg=$(x cat "/proc/$pid/cgroup" 2>&1 || true)
+sys_expect_match "the worker's cgroup is under user@$uid.service ($cg)" "user@$uid\\.service/.*$scope" "$cg"
+sys_expect_eq "the worker runs as $U" "$U" "$(x ps -o user= -p "$pid" 2>&1 | tr -d ' ')"
+sys_check "the job finishes" sys_wait_until 60 "finished" in_state "$id" finished
+f=$(jobf "$id" finished)
+sys_expect_eq "the job file is the user's" "$U" "$(x stat -c %U "$f")"
+sys_expect_match "runtime.unit names the scope" "$scope" "$(jfield "$f" unit)"
+sys_check "its output holds the shipped command's text" x grep -q 'code research' "$f"
+sys_check "the job is not in the system store" x test ! -e "/var/lib/agentstore/Queues/poplar/Jobs/finished_jobs/$id.json"
+doc=$(jfield "$S/projects/demo/project.json" code_research_document)
+sys_expect_match "the project has a research document path ($doc)" "^$H/src/demo/" "$doc"
+sys_check "the job wrote the research document" sys_wait_until 10 "document" x test -s "$doc"
+sys_expect_eq "... as $U" "$U" "$(x stat -c %U "$doc" 2>&1)"
+handled() { x grep -q '"handled": *true' "$f"; }
+sys_check "the user's orchestratord handled the finished job" sys_wait_until 60 "handled" handled
+
+# The journal of the user: both daemons and the job.
+jq_lines() { u journalctl --user --no-pager -o cat "$@" 2>/dev/null; }
+has_orch() { jq_lines -u agentstore-orchestrator.service | grep -q .; }
+has_qm() { jq_lines -u queue-manager@poplar.service | grep -q .; }
+has_job() { jq_lines "JOB_ID=$id" | grep -q .; }
+sys_check "journalctl --user -u agentstore-orchestrator has lines" sys_wait_until 20 "orch journal" has_orch
+sys_check "journalctl --user -u queue-manager@poplar has lines" sys_wait_until 20 "qm journal" has_qm
+sys_check "journalctl --user JOB_ID=<id> has the job's lines" sys_wait_until 20 "job journal" has_job
+
+# Zero resident processes when idle, then the .path units bring both back.
+sys_check "queue-manager@poplar exits when idle" sys_wait_until 60 "qm idle exit" uinactive queue-manager@poplar.service
+sys_check "orchestratord exits when idle" sys_wait_until 60 "orch idle exit" uinactive agentstore-orchestrator.service
+no_daemons() { ! x pgrep -u "$U" -x 'orchestratord|queue-manager' >/dev/null; }
+sys_check "no AgentStore process of $U is left" sys_wait_until 10 "no daemons" no_daemons
+# An inbox file, as another machine writes it through Dropbox (the CLI with --bus none).
+out=$(u orchestrator --bus none research-code --project demo 2>&1) || true
+id2=$(sed -n 's/^Job queued: \([0-9a-f-]*\)$/\1/p' <<<"$out" | head -1)
+sys_expect_match "the inbox path prints Job queued: <uuid> ($out)" '^[0-9a-f]{8}-' "$id2"
+sys_check "agentstore-orchestrator.path starts orchestratord and the job is queued or further" \
+    sys_wait_until 60 "job made" x sh -c "ls $S/Queues/poplar/Jobs/*_jobs/$id2.json"
+sys_check "queue-manager@poplar.path starts the manager and the job finishes" \
+    sys_wait_until 90 "finished" in_state "$id2" finished
+sys_test_end
