@@ -36,6 +36,9 @@ pub struct AgentArgs {
     /// Extra argument for the Claude CLI (repeatable).
     #[arg(long = "claude-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub claude_extra_args: Vec<String>,
+    /// Flow options: priority, dependencies, retries.
+    #[command(flatten)]
+    pub flow: super::flow::FlowArgs,
 }
 
 /// Options of create-tasks and implement-tasks.
@@ -110,6 +113,7 @@ fn common_content(a: &AgentArgs, queue: &Option<String>) -> Map<String, Value> {
     if !a.claude_extra_args.is_empty() {
         c.insert("claude_extra_args".into(), json!(a.claude_extra_args));
     }
+    a.flow.add_to(&mut c);
     c
 }
 

@@ -6,6 +6,7 @@ mod agent;
 mod browse;
 mod daemon;
 mod demo;
+mod flow;
 mod jobs;
 mod remote;
 pub mod render;

@@ -280,7 +280,9 @@ pub fn create_job(store: &Store, msg: &Message, who: &Caller) -> Result<CreatedJ
         }
     };
 
-    let job = Job {
+    let flow = super::flow::job_flow(store, msg, &id)?;
+    let mut job = Job {
+        schema_version: Some(crate::model::flow::SCHEMA_VERSION.to_string()),
         id: Some(id.clone()),
         config: JobConfig {
             project: project.id.clone(),
@@ -298,9 +300,17 @@ pub fn create_job(store: &Store, msg: &Message, who: &Caller) -> Result<CreatedJ
             correlation_id: Some(msg.correlation_id.clone()),
             user: asked_by,
             model: content_str(msg, "model")?.map(str::to_string),
+            priority: None,
+            after: None,
+            after_any: None,
+            retry: None,
+            attempt: None,
+            retry_of: None,
+            not_before: None,
         },
         runtime: JobRuntime::queued(),
     };
+    flow.apply(&mut job.config);
     let path = store.job_path(&queue, JobStatus::Queued, &id);
     store
         .write_doc(DocKind::Job, &path, &job)

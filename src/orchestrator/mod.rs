@@ -13,6 +13,7 @@ mod completion;
 pub mod daemon;
 mod direct;
 mod error;
+pub mod flow;
 pub mod handled;
 mod jobs;
 mod lock;

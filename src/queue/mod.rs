@@ -14,6 +14,7 @@
 //! runtime, signals).
 
 pub mod args;
+pub mod flow;
 pub mod idle;
 pub mod launcher;
 mod manager;

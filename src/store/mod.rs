@@ -667,6 +667,7 @@ impl QueueConfig {
             resource_limits: None,
             agentshell_path: None,
             allow_permission_args: None,
+            retry: None,
         }
     }
 }
