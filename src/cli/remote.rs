@@ -150,6 +150,7 @@ fn call(
                 .map(|j| JobRow {
                     id: j.id.unwrap_or_default(),
                     status: j.runtime.status,
+                    priority: j.config.priority,
                     queue: j.config.queue.unwrap_or_default(),
                     project: j.config.project,
                     queue_time: j.config.queue_time,

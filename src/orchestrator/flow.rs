@@ -39,8 +39,9 @@ impl Flow {
 /// `msg` for the job `id` about to be made.
 pub fn job_flow(store: &Store, msg: &Message, id: &str) -> Result<Flow, RouteError> {
     let invalid = RouteError::Invalid;
+    // Written even when not asked for, so every listing and D-Bus answer shows it.
     let priority = match msg.content.get("priority") {
-        None | Some(Value::Null) => None,
+        None | Some(Value::Null) => Some(crate::model::flow::PRIORITY_NORMAL),
         Some(Value::String(s)) => {
             Some(parse_priority(s).map_err(|e| invalid(format!("content.{e}")))?)
         }
