@@ -67,7 +67,7 @@ pub struct EnvArgs {
 }
 
 /// Builds the message for `command`.
-fn message(
+pub(super) fn message(
     command: &str,
     project: Option<String>,
     content: Map<String, Value>,
@@ -87,7 +87,7 @@ fn message(
     }
 }
 
-fn project_or_current(p: Option<String>, s: &Session) -> Result<String, CliError> {
+pub(super) fn project_or_current(p: Option<String>, s: &Session) -> Result<String, CliError> {
     p.or_else(|| s.project.clone()).ok_or_else(|| {
         CliError::new("no --project given and no current project (orchestrator set-project ID)")
     })
@@ -423,7 +423,7 @@ fn wait_for_answer(
     }
 }
 
-fn send(g: &GlobalArgs, out: &mut dyn Write, msg: Message) -> CliResult {
+pub(super) fn send(g: &GlobalArgs, out: &mut dyn Write, msg: Message) -> CliResult {
     let started = Instant::now();
     let store = open_store(g)?;
     let text = serde_json::to_string(&msg).map_err(|e| CliError::new(e.to_string()))?;

@@ -18,7 +18,7 @@ fn warn(e: StoreError) {
 }
 
 /// The caller for permission checks: the logged-in user, or trusted when nobody is.
-fn caller(store: &Store) -> Result<Caller, CliError> {
+pub(super) fn caller(store: &Store) -> Result<Caller, CliError> {
     let session = Session::load().map_err(CliError::new)?;
     match session.username {
         None => Ok(Caller::Trusted),
@@ -464,7 +464,11 @@ pub(super) fn view_prd(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResu
     if !caller(&store)?.can_see_prd(&prd, project.as_ref()) {
         return Err(denied(format!("PRD {id} belongs to {}", prd.owner)));
     }
-    show(g, out, &prd)
+    show(g, out, &prd)?;
+    if g.format == Format::Text {
+        super::flow::show_chain(&store, out, &prd)?;
+    }
+    Ok(())
 }
 
 pub(super) fn view_queue(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResult {

@@ -122,6 +122,35 @@ pub fn compare_versions(a: &str, b: &str) -> Option<std::cmp::Ordering> {
     Some(parse(a)?.cmp(&parse(b)?))
 }
 
+/// The next attempt of failed job `failed` (`failed_id`), made new: same config, `attempt`
+/// one more, `retry_of` the failed job, `not_before` after the back-off, fresh runtime.
+/// `None` when `policy` allows no more attempts (`None` policy: a retry by hand, no back-off, at
+/// most [`MAX_ATTEMPTS`]).
+pub fn next_attempt(
+    failed: &super::Job,
+    failed_id: &str,
+    policy: Option<&RetryPolicy>,
+) -> Option<super::Job> {
+    let attempt = failed.config.attempt.unwrap_or(1);
+    let (max, backoff) = match policy.map(RetryPolicy::bounded) {
+        Some(p) => (p.max_attempts, p.backoff_seconds),
+        None => (MAX_ATTEMPTS, 0),
+    };
+    if attempt >= max {
+        return None;
+    }
+    let mut job = failed.clone();
+    let now = super::Timestamp::now();
+    job.id = Some(retry_id(failed_id));
+    job.schema_version = Some(SCHEMA_VERSION.to_string());
+    job.config.attempt = Some(attempt.saturating_add(1));
+    job.config.retry_of = Some(failed_id.to_string());
+    job.config.queue_time = now;
+    job.config.not_before = (backoff > 0).then(|| now.plus_secs(backoff));
+    job.runtime = super::JobRuntime::queued();
+    Some(job)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -135,6 +135,21 @@ pub struct JobRuntime {
     pub handled: Option<bool>,
 }
 
+impl Job {
+    /// The useful text of the job's output: Claude's `result` when the output is its JSON,
+    /// else the output itself.
+    pub fn result_text(&self) -> String {
+        let raw = self.runtime.output.as_deref().unwrap_or("");
+        // The first JSON value: stdout comes first, stderr may follow it.
+        serde_json::Deserializer::from_str(raw)
+            .into_iter::<Value>()
+            .next()
+            .and_then(Result::ok)
+            .and_then(|v| v.get("result").and_then(Value::as_str).map(str::to_string))
+            .unwrap_or_else(|| raw.to_string())
+    }
+}
+
 impl JobRuntime {
     /// A fresh runtime for a queued job.
     pub fn queued() -> JobRuntime {

@@ -22,14 +22,7 @@ pub struct Handled {
 /// The useful text of a job's output: Claude's `result` when the output is its JSON, else
 /// the output itself.
 pub fn result_text(job: &Job) -> String {
-    let raw = job.runtime.output.as_deref().unwrap_or("");
-    // The first JSON value: stdout comes first, stderr may follow it (worker::STDERR_MARKER).
-    serde_json::Deserializer::from_str(raw)
-        .into_iter::<Value>()
-        .next()
-        .and_then(Result::ok)
-        .and_then(|v| v.get("result").and_then(Value::as_str).map(str::to_string))
-        .unwrap_or_else(|| raw.to_string())
+    job.result_text()
 }
 
 /// Handles the finished jobs `completions` names (reported by the watcher, or found by its
@@ -215,6 +208,11 @@ fn prd_moved(
     prd.update_time = Timestamp::now();
     if !prd.jobs.contains(&loc.id) {
         prd.jobs.push(loc.id.clone());
+    }
+    if from == PrdState::Queued {
+        // The tasks feed the implementation step through the PRD (issue 17 pipelines).
+        prd.content
+            .insert("tasks".into(), Value::String(result_text(job)));
     }
     if to == PrdState::Complete {
         prd.implementation_report = Some(Value::String(result_text(job)));

@@ -4,7 +4,7 @@
 
 use super::RouteError;
 use crate::model::flow::{MAX_AFTER, parse_priority};
-use crate::model::{JobConfig, Message, RetryPolicy, is_safe_id};
+use crate::model::{Job, Message, RetryPolicy, is_safe_id};
 use crate::store::Store;
 use serde_json::Value;
 use std::collections::HashSet;
@@ -23,22 +23,66 @@ pub struct Flow {
     pub after_any: Option<bool>,
     /// `config.retry`.
     pub retry: Option<RetryPolicy>,
+    /// `schema_version` (`None` in a store still at 0.5).
+    pub schema_version: Option<String>,
+    /// `supporting_data.pipeline`: the pipeline this job is a step of.
+    pub pipeline: Option<Value>,
+    /// `config.prd` of a step whose PRD the step before it makes.
+    pub pending_prd: Option<String>,
 }
 
 impl Flow {
     /// Sets the fields on a job being made.
-    pub fn apply(self, c: &mut JobConfig) {
+    pub fn apply(self, job: &mut Job) {
+        job.schema_version = self.schema_version;
+        let c = &mut job.config;
         c.priority = self.priority;
         c.after = self.after;
         c.after_any = self.after_any;
         c.retry = self.retry;
+        if let Some(p) = self.pipeline {
+            c.supporting_data.insert("pipeline".into(), p);
+        }
+        if c.prd.is_none() {
+            c.prd = self.pending_prd;
+        }
     }
+}
+
+/// Whether `prd` may not exist yet: the message is a pipeline step that waits for the
+/// create-prd job whose id the PRD will have (the completion handler names a PRD after the
+/// job that made it).
+pub fn prd_pending(msg: &Message, prd: &str) -> bool {
+    msg.content.get("pipeline").is_some_and(Value::is_object)
+        && msg
+            .content
+            .get("after")
+            .and_then(Value::as_array)
+            .is_some_and(|a| a.iter().any(|v| v.as_str() == Some(prd)))
 }
 
 /// Reads `content.priority`, `content.after`, `content.after_any` and `content.retry` of
 /// `msg` for the job `id` about to be made.
 pub fn job_flow(store: &Store, msg: &Message, id: &str) -> Result<Flow, RouteError> {
     let invalid = RouteError::Invalid;
+    // A store not yet migrated keeps its v0.5 schema copies: its jobs get no new field.
+    let current = crate::model::flow::compare_versions(
+        store.config().schema_version(),
+        crate::model::flow::SCHEMA_VERSION,
+    )
+    .is_some_and(|o| o.is_ge());
+    if !current {
+        if let Some(k) = ["priority", "after", "after_any", "retry", "pipeline"]
+            .into_iter()
+            .find(|k| msg.content.get(*k).is_some_and(|v| !v.is_null()))
+        {
+            return Err(invalid(format!(
+                "content.{k}: this store is at schema version {}, which has no {k}; upgrade it with `orchestrator migrate` first",
+                store.config().schema_version()
+            )));
+        }
+        return Ok(Flow::default());
+    }
     // Written even when not asked for, so every listing and D-Bus answer shows it.
     let priority = match msg.content.get("priority") {
         None | Some(Value::Null) => Some(crate::model::flow::PRIORITY_NORMAL),
@@ -72,8 +116,22 @@ pub fn job_flow(store: &Store, msg: &Message, id: &str) -> Result<Flow, RouteErr
             ));
         }
     };
+    // A pipeline's steps may arrive out of order through the inbox: its own jobs need not
+    // exist yet (a step whose predecessor never comes fails when it would start).
+    let own: Vec<String> = msg
+        .content
+        .get("pipeline")
+        .and_then(|p| p.get("steps"))
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
     let after = match after {
-        Some(list) if !list.is_empty() => Some(check_after(store, id, list)?),
+        Some(list) if !list.is_empty() => Some(check_after(store, id, list, &own)?),
         _ => None,
     };
     let after_any = match msg.content.get("after_any") {
@@ -86,6 +144,15 @@ pub fn job_flow(store: &Store, msg: &Message, id: &str) -> Result<Flow, RouteErr
             "content.after_any needs content.after (the jobs to wait for)".into(),
         ));
     }
+    let pipeline = match msg.content.get("pipeline") {
+        None | Some(Value::Null) => None,
+        Some(v @ Value::Object(_)) => Some(v.clone()),
+        Some(_) => return Err(invalid("content.pipeline must be an object".into())),
+    };
+    let pending_prd = match msg.content.get("prd").and_then(Value::as_str) {
+        Some(p) if prd_pending(msg, p) => Some(p.to_string()),
+        _ => None,
+    };
     let retry = match msg.content.get("retry") {
         None | Some(Value::Null) => None,
         Some(v) => Some(parse_retry(v).map_err(|e| invalid(format!("content.retry: {e}")))?),
@@ -95,6 +162,9 @@ pub fn job_flow(store: &Store, msg: &Message, id: &str) -> Result<Flow, RouteErr
         after,
         after_any,
         retry,
+        schema_version: Some(crate::model::flow::SCHEMA_VERSION.to_string()),
+        pipeline,
+        pending_prd,
     })
 }
 
@@ -132,7 +202,12 @@ pub fn parse_retry(v: &Value) -> Result<RetryPolicy, String> {
 /// Checks the dependencies of job `id`: each a safe id of an existing job (any queue, any
 /// state), none the job itself, no more than [`MAX_AFTER`], and no cycle back to `id`
 /// through the dependencies' own `after` lists.
-pub fn check_after(store: &Store, id: &str, list: Vec<String>) -> Result<Vec<String>, RouteError> {
+pub fn check_after(
+    store: &Store,
+    id: &str,
+    list: Vec<String>,
+    may_be_pending: &[String],
+) -> Result<Vec<String>, RouteError> {
     let invalid = RouteError::Invalid;
     if list.len() > MAX_AFTER {
         return Err(invalid(format!(
@@ -150,7 +225,7 @@ pub fn check_after(store: &Store, id: &str, list: Vec<String>) -> Result<Vec<Str
                 "content.after: job {id} cannot wait for itself"
             )));
         }
-        if store.find_job(&dep).is_err() {
+        if store.find_job(&dep).is_err() && !may_be_pending.contains(&dep) {
             return Err(RouteError::NotFound(format!(
                 "content.after: unknown job {dep} (no such job in any queue)"
             )));

@@ -17,6 +17,7 @@ pub mod flow;
 pub mod handled;
 mod jobs;
 mod lock;
+pub mod retry;
 mod venv;
 
 pub use completion::{handle_finished_jobs, result_text};

@@ -6,9 +6,10 @@
 //! finished/failed folders), never by listing history.
 
 use super::Manager;
-use crate::model::flow::{MAX_ATTEMPTS, retry_id};
-use crate::model::{DocKind, Job, JobRuntime, JobStatus, RetryOn, RetryPolicy, Timestamp};
+use crate::model::flow::{MAX_ATTEMPTS, next_attempt, retry_id};
+use crate::model::{DocKind, Job, JobStatus, RetryOn, Timestamp};
 use crate::store::{Event, Store};
+use serde_json::Value;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -27,8 +28,12 @@ pub enum DepState {
 }
 
 /// The state of job `id` across queues, following its retries: a failed job whose retry
-/// exists stands where its retry stands.
-fn settled_state(store: &Store, queues: &[String], id: &str) -> Option<JobStatus> {
+/// exists stands where its retry stands. With the file of the job it settled on.
+pub fn settled_state(
+    store: &Store,
+    queues: &[String],
+    id: &str,
+) -> Option<(JobStatus, std::path::PathBuf)> {
     let mut cur = id.to_string();
     for _ in 0..=MAX_ATTEMPTS {
         let found = queues.iter().find_map(|q| {
@@ -39,10 +44,11 @@ fn settled_state(store: &Store, queues: &[String], id: &str) -> Option<JobStatus
                 JobStatus::Running,
             ]
             .into_iter()
-            .find(|s| crate::store::safe::is_file(&store.job_path(q, *s, &cur)))
+            .map(|s| (s, store.job_path(q, s, &cur)))
+            .find(|(_, p)| crate::store::safe::is_file(p))
         });
         match found {
-            Some(JobStatus::Failed) => {
+            Some((JobStatus::Failed, p)) => {
                 let next = retry_id(&cur);
                 if queues.iter().any(|q| {
                     JobStatus::ALL
@@ -52,46 +58,43 @@ fn settled_state(store: &Store, queues: &[String], id: &str) -> Option<JobStatus
                     cur = next;
                     continue;
                 }
-                return Some(JobStatus::Failed);
+                return Some((JobStatus::Failed, p));
             }
-            Some(s) => return Some(s),
-            None => return archived_state(store, queues, &cur),
-        }
-    }
-    Some(JobStatus::Failed)
-}
-
-/// A job moved into `Queues/<q>/Jobs/archive/YYYY-MM/<state>/` (see `orchestrator archive`).
-fn archived_state(store: &Store, queues: &[String], id: &str) -> Option<JobStatus> {
-    for q in queues {
-        let dir = store.queue_dir(q).join("Jobs").join("archive");
-        let Ok(months) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for m in months.flatten() {
-            for s in [JobStatus::Finished, JobStatus::Failed] {
-                let p = m.path().join(s.dir()).join(format!("{id}.json"));
-                if crate::store::safe::is_file(&p) {
-                    return Some(s);
-                }
-            }
+            Some(found) => return Some(found),
+            None => return crate::store::archive::find_archived(store, queues, &cur),
         }
     }
     None
 }
 
-/// Where the dependencies `after` of a job stand.
-pub fn dependency_state(store: &Store, after: &[String], after_any: bool) -> DepState {
+/// Where the dependencies `after` of a job stand. With `handled`, a finished dependency
+/// counts only once the orchestrator's completion handler has handled it (a pipeline step
+/// reads what that handling wrote: the PRD).
+pub fn dependency_state(
+    store: &Store,
+    after: &[String],
+    after_any: bool,
+    handled: bool,
+) -> DepState {
     let queues = store.queue_ids().unwrap_or_default();
+    let handled = handled && store.config().orchestrator.enable_job_completion_handler;
     let mut waiting = false;
     for dep in after {
         match settled_state(store, &queues, dep) {
-            Some(JobStatus::Finished) => {}
-            Some(JobStatus::Failed) if after_any => {}
-            Some(JobStatus::Failed) => {
+            Some((JobStatus::Finished, p)) => {
+                if handled
+                    && !store
+                        .read_doc::<Job>(DocKind::Job, &p)
+                        .is_ok_and(|j| j.runtime.handled == Some(true))
+                {
+                    waiting = true;
+                }
+            }
+            Some((JobStatus::Failed, _)) if after_any => {}
+            Some((JobStatus::Failed, _)) => {
                 return DepState::Failed(format!("dependency {dep} failed"));
             }
-            Some(JobStatus::Queued | JobStatus::Running) => waiting = true,
+            Some((JobStatus::Queued | JobStatus::Running, _)) => waiting = true,
             None => {
                 return DepState::Failed(format!("dependency {dep} not found in any queue"));
             }
@@ -116,27 +119,6 @@ pub fn failure_kind(error: &str) -> Option<RetryOn> {
     } else {
         None
     }
-}
-
-/// The next attempt of failed job `failed` (`failed_id`), made new: same config, `attempt`
-/// one more, `retry_of` the failed job, `not_before` after the back-off, fresh runtime.
-pub fn next_attempt(failed: &Job, failed_id: &str, policy: &RetryPolicy) -> Option<Job> {
-    let attempt = failed.config.attempt.unwrap_or(1);
-    let policy = policy.bounded();
-    if attempt >= policy.max_attempts {
-        return None;
-    }
-    let mut job = failed.clone();
-    let now = Timestamp::now();
-    job.id = Some(retry_id(failed_id));
-    job.schema_version = Some(crate::model::flow::SCHEMA_VERSION.to_string());
-    job.config.attempt = Some(attempt.saturating_add(1));
-    job.config.retry_of = Some(failed_id.to_string());
-    job.config.queue_time = now;
-    job.config.not_before =
-        (policy.backoff_seconds > 0).then(|| now.plus_secs(policy.backoff_seconds));
-    job.runtime = JobRuntime::queued();
-    Some(job)
 }
 
 impl Manager {
@@ -164,7 +146,7 @@ impl Manager {
                 out.push(id.clone());
                 continue;
             }
-            match dependency_state(&self.store, &head.after, head.after_any) {
+            match dependency_state(&self.store, &head.after, head.after_any, head.pipeline) {
                 DepState::Ready => out.push(id.clone()),
                 DepState::Waiting => {
                     let at = Instant::now() + DEPENDENCY_POLL;
@@ -199,7 +181,7 @@ impl Manager {
         if !policy.on.contains(&kind) {
             return;
         }
-        let Some(next) = next_attempt(job, id, policy) else {
+        let Some(next) = next_attempt(job, id, Some(policy)) else {
             return;
         };
         let q = self.cfg.queue.clone();
@@ -236,6 +218,64 @@ impl Manager {
 }
 
 impl Manager {
+    /// A pipeline step's prompt, completed when it starts from what the step before it left:
+    /// create-prd gets the research job's result, create-tasks and implement-tasks the PRD
+    /// (with the tasks once create-tasks is handled). Done once (`pipeline.filled`).
+    pub(super) fn fill_pipeline_step(&self, job: &mut Job) -> Result<(), String> {
+        let Some(Value::Object(mut p)) = job.config.supporting_data.get("pipeline").cloned() else {
+            return Ok(());
+        };
+        if p.get("filled") == Some(&Value::Bool(true)) {
+            return Ok(());
+        }
+        let step = p
+            .get("step")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        match step.as_str() {
+            "create-prd" => {
+                let queues = self.store.queue_ids().unwrap_or_default();
+                let dep = job.config.after.as_ref().and_then(|a| a.first()).cloned();
+                if let Some(dep) = dep
+                    && let Some((JobStatus::Finished, path)) =
+                        settled_state(&self.store, &queues, &dep)
+                    && let Ok(research) = self.store.read_doc::<Job>(DocKind::Job, &path)
+                {
+                    let text = research.result_text();
+                    if !text.trim().is_empty() {
+                        job.config
+                            .task_description
+                            .push_str(&format!("\n\n## Code research (job {dep})\n{text}"));
+                    }
+                }
+            }
+            "create-tasks" | "implement-tasks" => {
+                let prd_id = job
+                    .config
+                    .prd
+                    .clone()
+                    .ok_or_else(|| "pipeline step names no PRD (config.prd)".to_string())?;
+                let (_, _, prd) = self.store.find_prd(&prd_id).map_err(|e| {
+                    format!("the PRD of this pipeline ({prd_id}) is missing: {e}; the create-prd step made none")
+                })?;
+                job.config
+                    .task_description
+                    .push_str(&format!("\n\n{}", prd.to_prompt()));
+                job.config.supporting_data.insert(
+                    "prd".into(),
+                    serde_json::to_value(&prd).unwrap_or(Value::Null),
+                );
+            }
+            _ => {}
+        }
+        p.insert("filled".into(), Value::Bool(true));
+        job.config
+            .supporting_data
+            .insert("pipeline".into(), Value::Object(p));
+        Ok(())
+    }
+
     /// After a worker reported its job failed (an API error): its next attempt, when due.
     pub(super) fn retry_reported(&mut self, id: &str) {
         let path = self.store.job_path(&self.cfg.queue, JobStatus::Failed, id);

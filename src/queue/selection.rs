@@ -41,6 +41,8 @@ pub struct QueuedHead {
     pub after_any: bool,
     /// `config.not_before`.
     pub not_before: Option<Timestamp>,
+    /// A pipeline step (`supporting_data.pipeline`).
+    pub pipeline: bool,
 }
 
 impl QueuedHead {
@@ -52,6 +54,7 @@ impl QueuedHead {
             after: c.after.clone().unwrap_or_default(),
             after_any: c.after_any == Some(true),
             not_before: c.not_before,
+            pipeline: c.supporting_data.contains_key("pipeline"),
         }
     }
 

@@ -153,7 +153,11 @@ impl Manager {
             }
         };
         self.index.forget(id);
-        if let Err(e) = self.may_run(&job) {
+        let mut job = job;
+        if let Err(e) = self
+            .may_run(&job)
+            .and_then(|_| self.fill_pipeline_step(&mut job))
+        {
             self.fail_owned(id, JobStatus::Queued, job, e).await;
             return None;
         }

@@ -1,12 +1,14 @@
 //! The AgentStore folder (PRD §3): paths, `config.yaml`, atomic I/O, state moves, scans and
 //! typed access to the documents.
 
+pub mod archive;
 mod config;
 mod error_log;
 mod events;
 mod fsio;
 pub mod jobfile;
 pub mod listing;
+pub mod migrate;
 mod root;
 pub mod safe;
 mod scan;
