@@ -49,14 +49,15 @@ impl Flow {
     }
 }
 
-/// Whether `prd` may not exist yet: the message is a pipeline step that waits for the
-/// create-prd job whose id the PRD will have (the completion handler names a PRD after the
-/// job that made it).
+/// Whether `prd` may not exist yet: the message is a pipeline step whose PRD is the one its
+/// create-prd step will make (the completion handler names a PRD after the job that made it,
+/// so `prd` is one of the pipeline's own job ids). The step is checked again when it starts.
 pub fn prd_pending(msg: &Message, prd: &str) -> bool {
-    msg.content.get("pipeline").is_some_and(Value::is_object)
-        && msg
-            .content
-            .get("after")
+    let Some(p) = msg.content.get("pipeline").filter(|p| p.is_object()) else {
+        return false;
+    };
+    p.get("prd").and_then(Value::as_str) == Some(prd)
+        && p.get("steps")
             .and_then(Value::as_array)
             .is_some_and(|a| a.iter().any(|v| v.as_str() == Some(prd)))
 }
@@ -225,7 +226,10 @@ pub fn check_after(
                 "content.after: job {id} cannot wait for itself"
             )));
         }
-        if store.find_job(&dep).is_err() && !may_be_pending.contains(&dep) {
+        if store.find_job(&dep).is_err()
+            && !may_be_pending.contains(&dep)
+            && crate::store::archive::find_archived(store, &store.queue_ids()?, &dep).is_none()
+        {
             return Err(RouteError::NotFound(format!(
                 "content.after: unknown job {dep} (no such job in any queue)"
             )));

@@ -259,6 +259,12 @@ impl Manager {
                 let (_, _, prd) = self.store.find_prd(&prd_id).map_err(|e| {
                     format!("the PRD of this pipeline ({prd_id}) is missing: {e}; the create-prd step made none")
                 })?;
+                if prd.project != job.config.project {
+                    return Err(format!(
+                        "the PRD of this pipeline ({prd_id}) belongs to project {}, not {}",
+                        prd.project, job.config.project
+                    ));
+                }
                 job.config
                     .task_description
                     .push_str(&format!("\n\n{}", prd.to_prompt()));
