@@ -151,6 +151,17 @@ pub fn next_attempt(
     Some(job)
 }
 
+/// Namespace of retry job ids (UUID v5 of the failed job's id).
+const RETRY_NAMESPACE: uuid::Uuid =
+    uuid::Uuid::from_u128(0x5d2e_91a4_7c3b_4f60_8e1d_2b3c_4d5e_6f70);
+
+/// The id of the job that retries failed job `failed_id`. Derived, so a retry is made at most
+/// once per failed attempt (a restart finds the one it already wrote), and a dependent job can
+/// follow a chain of attempts by id alone.
+pub fn retry_id(failed_id: &str) -> String {
+    uuid::Uuid::new_v5(&RETRY_NAMESPACE, failed_id.as_bytes()).to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,15 +186,4 @@ mod tests {
         assert_eq!(compare_versions("1", "0.6"), Some(Greater));
         assert_eq!(compare_versions("x", "0.6"), None);
     }
-}
-
-/// Namespace of retry job ids (UUID v5 of the failed job's id).
-const RETRY_NAMESPACE: uuid::Uuid =
-    uuid::Uuid::from_u128(0x5d2e_91a4_7c3b_4f60_8e1d_2b3c_4d5e_6f70);
-
-/// The id of the job that retries failed job `failed_id`. Derived, so a retry is made at most
-/// once per failed attempt (a restart finds the one it already wrote), and a dependent job can
-/// follow a chain of attempts by id alone.
-pub fn retry_id(failed_id: &str) -> String {
-    uuid::Uuid::new_v5(&RETRY_NAMESPACE, failed_id.as_bytes()).to_string()
 }
