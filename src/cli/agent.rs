@@ -93,7 +93,7 @@ pub(super) fn project_or_current(p: Option<String>, s: &Session) -> Result<Strin
     })
 }
 
-fn common_content(a: &AgentArgs, queue: &Option<String>) -> Map<String, Value> {
+pub(super) fn common_content(a: &AgentArgs, queue: &Option<String>) -> Map<String, Value> {
     let mut c = Map::new();
     if let Some(t) = &a.task {
         c.insert("task".into(), json!(t));

@@ -174,18 +174,22 @@ pub(super) fn archive(g: &GlobalArgs, out: &mut dyn Write, a: ArchiveArgs) -> Cl
                 r.collisions.len(),
                 r.errors.len()
             )?;
-            for e in &r.errors {
-                writeln!(out, "error: {e}")?;
-            }
         }
     }
-    if r.errors.is_empty() {
+    report_errors(out, g, &r.errors, "job(s) could not be archived")
+}
+
+/// Lists `errors` (text format) and fails when there are any.
+fn report_errors(out: &mut dyn Write, g: &GlobalArgs, errors: &[String], what: &str) -> CliResult {
+    if g.format == Format::Text {
+        for e in errors {
+            writeln!(out, "error: {e}")?;
+        }
+    }
+    if errors.is_empty() {
         Ok(())
     } else {
-        Err(CliError::new(format!(
-            "{} job(s) could not be archived",
-            r.errors.len()
-        )))
+        Err(CliError::new(format!("{} {what}", errors.len())))
     }
 }
 
@@ -305,19 +309,9 @@ pub(super) fn migrate(g: &GlobalArgs, out: &mut dyn Write, a: MigrateArgs) -> Cl
                 r.in_use,
                 r.errors.len()
             )?;
-            for e in &r.errors {
-                writeln!(out, "error: {e}")?;
-            }
         }
     }
-    if r.errors.is_empty() {
-        Ok(())
-    } else {
-        Err(CliError::new(format!(
-            "{} file(s) could not be upgraded",
-            r.errors.len()
-        )))
-    }
+    report_errors(out, g, &r.errors, "file(s) could not be upgraded")
 }
 
 /// Options of `pipeline`.
@@ -370,28 +364,24 @@ pub(super) fn pipeline(g: &GlobalArgs, out: &mut dyn Write, a: PipelineArgs) -> 
     let mut g1 = g.clone();
     g1.follow = None;
     for (i, step) in PIPELINE_STEPS.iter().enumerate() {
-        let mut c = Map::new();
         let task = match *step {
             "research-code" | "create-prd" => a.task.clone(),
             "create-tasks" => format!("Create implementation tasks for the PRD of: {}", a.task),
             _ => format!("Implement the tasks of the PRD of: {}", a.task),
         };
-        c.insert("task".into(), json!(task));
-        if let Some(q) = &g.queue {
-            c.insert("queue".into(), json!(q));
-        }
-        if let Some(t) = a.timeout {
-            c.insert("timeout".into(), json!(t));
-        }
-        if let Some(j) = &a.jobtype {
-            c.insert("jobtype".into(), json!(j));
-        }
-        if let Some(m) = &a.model {
-            c.insert("model".into(), json!(m));
-        }
-        if let Some(p) = a.priority {
-            c.insert("priority".into(), json!(p));
-        }
+        let step_args = super::agent::AgentArgs {
+            project: None,
+            task: Some(task),
+            timeout: a.timeout,
+            jobtype: a.jobtype.clone(),
+            model: a.model.clone(),
+            claude_extra_args: Vec::new(),
+            flow: FlowArgs {
+                priority: a.priority,
+                ..FlowArgs::default()
+            },
+        };
+        let mut c = super::agent::common_content(&step_args, &g.queue);
         if i > 0 {
             c.insert("after".into(), json!([ids[i - 1]]));
         }
