@@ -269,3 +269,56 @@ pub fn check_after(
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_self_and_cyclic_dependencies_are_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let (store, _) = Store::init(&d.path().join("S")).unwrap();
+        let job = |after: &[&str]| {
+            serde_json::json!({"schema_version": "0.6", "config": {"project": "P",
+                "working_directory": "/tmp", "queue_time": "2025-01-01T00:00:00Z",
+                "jobtype": "noop", "claude_command": "noop", "claude_extra_args": [],
+                "task_description": "t", "supporting_data": {}, "timeout_seconds": 60,
+                "after": after},
+              "runtime": {"status": "queued", "start_time": null, "finish_time": null,
+                "process_id": null, "llm_process_id": null, "error": null, "output": null}})
+        };
+        let put = |id: &str, after: &[&str]| {
+            crate::store::write_json_atomic(
+                &store.job_path("poplar", crate::model::JobStatus::Queued, id),
+                &job(after),
+            )
+            .unwrap()
+        };
+        // new ← a ← b: a job waiting (through b) for the one being submitted.
+        put("a", &["new"]);
+        put("b", &["a"]);
+        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let e = check_after(&store, "new", v(&["b"]), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cycle new -> b -> a -> new"), "{e}");
+        let e = check_after(&store, "new", v(&["new"]), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cannot wait for itself"), "{e}");
+        let e = check_after(&store, "new", v(&["ghost"]), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown job ghost"), "{e}");
+        let e = check_after(&store, "new", v(&["../x"]), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("is not a job id"), "{e}");
+        put("c", &[]);
+        assert_eq!(
+            check_after(&store, "new", v(&["c", "c"]), &[]).unwrap(),
+            ["c"]
+        );
+        assert!(check_after(&store, "new", v(&["ghost"]), &v(&["ghost"])).is_ok());
+    }
+}
