@@ -36,6 +36,9 @@ pub struct AgentArgs {
     /// Extra argument for the Claude CLI (repeatable).
     #[arg(long = "claude-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub claude_extra_args: Vec<String>,
+    /// Flow options: priority, dependencies, retries.
+    #[command(flatten)]
+    pub flow: super::flow::FlowArgs,
 }
 
 /// Options of create-tasks and implement-tasks.
@@ -67,7 +70,7 @@ pub struct EnvArgs {
 }
 
 /// Builds the message for `command`.
-fn message(
+pub(super) fn message(
     command: &str,
     project: Option<String>,
     content: Map<String, Value>,
@@ -87,13 +90,13 @@ fn message(
     }
 }
 
-fn project_or_current(p: Option<String>, s: &Session) -> Result<String, CliError> {
+pub(super) fn project_or_current(p: Option<String>, s: &Session) -> Result<String, CliError> {
     p.or_else(|| s.project.clone()).ok_or_else(|| {
         CliError::new("no --project given and no current project (orchestrator set-project ID)")
     })
 }
 
-fn common_content(a: &AgentArgs, queue: &Option<String>) -> Map<String, Value> {
+pub(super) fn common_content(a: &AgentArgs, queue: &Option<String>) -> Map<String, Value> {
     let mut c = Map::new();
     if let Some(t) = &a.task {
         c.insert("task".into(), json!(t));
@@ -113,6 +116,7 @@ fn common_content(a: &AgentArgs, queue: &Option<String>) -> Map<String, Value> {
     if !a.claude_extra_args.is_empty() {
         c.insert("claude_extra_args".into(), json!(a.claude_extra_args));
     }
+    a.flow.add_to(&mut c);
     c
 }
 
@@ -424,7 +428,7 @@ fn wait_for_answer(
     }
 }
 
-fn send(g: &GlobalArgs, out: &mut dyn Write, msg: Message) -> CliResult {
+pub(super) fn send(g: &GlobalArgs, out: &mut dyn Write, msg: Message) -> CliResult {
     let started = Instant::now();
     let store = open_store(g)?;
     let text = serde_json::to_string(&msg).map_err(|e| CliError::new(e.to_string()))?;

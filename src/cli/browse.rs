@@ -2,6 +2,7 @@
 
 use super::render::{Format, JsonArrayWriter, Table, write_fields, write_json};
 use super::{CliError, CliResult, GlobalArgs, Session, open_store};
+use crate::model::flow::priority_name;
 use crate::model::{Job, JobStatus, Prd, PrdState, Project, Queue, Timestamp, User};
 use crate::permissions::Caller;
 use crate::store::listing::{JobFilter, JobIndex, Listed};
@@ -17,7 +18,7 @@ fn warn(e: StoreError) {
 }
 
 /// The caller for permission checks: the logged-in user, or trusted when nobody is.
-fn caller(store: &Store) -> Result<Caller, CliError> {
+pub(super) fn caller(store: &Store) -> Result<Caller, CliError> {
     let session = Session::load().map_err(CliError::new)?;
     match session.username {
         None => Ok(Caller::Trusted),
@@ -313,6 +314,7 @@ pub(super) fn list_jobs(
                 [
                     l.id.to_string(),
                     l.status.name().to_string(),
+                    priority_name(l.head.priority),
                     l.queue.to_string(),
                     l.head.project.clone(),
                     l.head.queue_time.0.format("%m-%d %H:%M").to_string(),
@@ -331,7 +333,7 @@ pub(super) fn list_jobs(
     Ok(())
 }
 
-const JOB_HEADERS: [&str; 5] = ["ID", "STATUS", "QUEUE", "PROJECT", "QUEUED"];
+const JOB_HEADERS: [&str; 6] = ["ID", "STATUS", "PRIORITY", "QUEUE", "PROJECT", "QUEUED"];
 
 /// A table written row by row: widths are measured in a first pass over the rows (cheap
 /// cells, not documents), then each line is written as it is made — the same layout as
@@ -395,6 +397,7 @@ impl StreamTable {
 pub(super) struct JobRow {
     pub(super) id: String,
     pub(super) status: JobStatus,
+    pub(super) priority: Option<i32>,
     pub(super) queue: String,
     pub(super) project: String,
     pub(super) queue_time: Timestamp,
@@ -402,13 +405,12 @@ pub(super) struct JobRow {
 
 /// The text job listing: full ids (users copy them), 80 columns.
 pub(super) fn jobs_table(out: &mut dyn Write, rows: &[JobRow]) -> CliResult {
-    let mut t = Table::new(&["ID", "STATUS", "QUEUE", "PROJECT", "QUEUED"])
-        .keep(0)
-        .keep(1);
+    let mut t = Table::new(&JOB_HEADERS).keep(0).keep(1);
     for r in rows {
         t.row(vec![
             r.id.clone(),
             r.status.name().to_string(),
+            priority_name(r.priority),
             r.queue.clone(),
             r.project.clone(),
             r.queue_time.0.format("%m-%d %H:%M").to_string(),
@@ -462,7 +464,11 @@ pub(super) fn view_prd(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResu
     if !caller(&store)?.can_see_prd(&prd, project.as_ref()) {
         return Err(denied(format!("PRD {id} belongs to {}", prd.owner)));
     }
-    show(g, out, &prd)
+    show(g, out, &prd)?;
+    if g.format == Format::Text {
+        super::flow::show_chain(&store, out, &prd)?;
+    }
+    Ok(())
 }
 
 pub(super) fn view_queue(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResult {
@@ -578,7 +584,7 @@ pub(super) fn list_jobs_dbus(
         Format::Text => None,
     };
     let mut table = StreamTable::new(&JOB_HEADERS, &[0, 1]);
-    let mut rows: Vec<[String; 5]> = Vec::new();
+    let mut rows: Vec<[String; 6]> = Vec::new();
     let mut offset = 0u32;
     loop {
         let (page, total, next) = rt
@@ -593,6 +599,7 @@ pub(super) fn list_jobs_dbus(
                     let cells = [
                         j.id.clone().unwrap_or_default(),
                         j.runtime.status.name().to_string(),
+                        priority_name(j.config.priority),
                         j.config.queue.clone().unwrap_or_default(),
                         j.config.project.clone(),
                         j.config.queue_time.0.format("%m-%d %H:%M").to_string(),

@@ -6,6 +6,7 @@ mod agent;
 mod browse;
 mod daemon;
 mod demo;
+mod flow;
 mod jobs;
 mod remote;
 pub mod render;
@@ -146,6 +147,9 @@ pub enum Command {
         /// Only jobs of this project.
         #[arg(long)]
         project: Option<String>,
+        /// List the archived jobs (Queues/<q>/Jobs/archive/) instead.
+        #[arg(long)]
+        archived: bool,
     },
     /// List all projects.
     ListProjects,
@@ -236,6 +240,20 @@ pub enum Command {
         /// Job id.
         job_id: String,
     },
+    /// Try a failed job again as a new job (attempt + 1, retry_of the failed one), with the
+    /// jobs that failed because they depended on it.
+    Retry {
+        /// Id of the failed job.
+        job_id: String,
+    },
+    /// Move finished and failed jobs older than --older-than into
+    /// Queues/<q>/Jobs/archive/YYYY-MM/ (list them with `list-jobs --archived`).
+    Archive(flow::ArchiveArgs),
+    /// Upgrade the store's documents and schema copies to this version's schema
+    /// (idempotent; --dry-run reports only).
+    Migrate(flow::MigrateArgs),
+    /// Queue research-code → create-prd → create-tasks → implement-tasks as dependent jobs.
+    Pipeline(flow::PipelineArgs),
 }
 
 /// `--status` values.
@@ -357,9 +375,14 @@ pub fn run(cli: Cli) -> CliResult {
         Command::SetProject { project_id } => browse::set_project(g, &mut out, &project_id),
         Command::SetPrd { prd_id } => browse::set_prd(g, &mut out, &prd_id),
         Command::ListUsers => browse::list_users(g, &mut out),
-        Command::ListJobs { status, project } => {
-            browse::list_jobs(g, &mut out, status.map(Into::into), project.as_deref())
-        }
+        Command::ListJobs {
+            project,
+            archived: true,
+            ..
+        } => flow::list_archived(g, &mut out, project.as_deref()),
+        Command::ListJobs {
+            status, project, ..
+        } => browse::list_jobs(g, &mut out, status.map(Into::into), project.as_deref()),
         Command::ListProjects => browse::list_projects(g, &mut out),
         Command::ListPrds { project } => browse::list_prds(g, &mut out, project.as_deref()),
         Command::ListQueues => browse::list_queues(g, &mut out),
@@ -384,5 +407,9 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Setup(a) => setup::run(g, &mut out, a),
         Command::CancelJob { job_id } => jobs::cancel_job(g, &mut out, &job_id),
         Command::Logs { job_id } => jobs::logs(g, &mut out, &job_id),
+        Command::Retry { job_id } => flow::retry(g, &mut out, &job_id),
+        Command::Archive(a) => flow::archive(g, &mut out, a),
+        Command::Migrate(a) => flow::migrate(g, &mut out, a),
+        Command::Pipeline(a) => flow::pipeline(g, &mut out, a),
     }
 }

@@ -33,7 +33,9 @@ fn request(command: &Command, g: &GlobalArgs) -> Option<(&'static str, Map<Strin
             }
             "list-prds"
         }
-        Command::ListJobs { status, project } => {
+        Command::ListJobs {
+            status, project, ..
+        } => {
             if let Some(s) = status {
                 c.insert("status".into(), json!(JobStatus::from(*s).name()));
             }
@@ -78,7 +80,10 @@ fn decode<T: DeserializeOwned>(v: Value) -> Result<T, CliError> {
 /// Runs a browsing command over D-Bus; `None` when `command` is not one.
 pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, command: &Command) -> Option<CliResult> {
     // Job listings page through ListJobs: one answer could exceed the bus's message limit.
-    if let Command::ListJobs { status, project } = command {
+    if let Command::ListJobs {
+        status, project, ..
+    } = command
+    {
         let status = status.map(JobStatus::from);
         return Some(super::browse::list_jobs_dbus(
             g,
@@ -150,6 +155,7 @@ fn call(
                 .map(|j| JobRow {
                     id: j.id.unwrap_or_default(),
                     status: j.runtime.status,
+                    priority: j.config.priority,
                     queue: j.config.queue.unwrap_or_default(),
                     project: j.config.project,
                     queue_time: j.config.queue_time,

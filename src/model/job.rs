@@ -1,4 +1,5 @@
 use super::Timestamp;
+use super::flow::RetryPolicy;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -6,6 +7,9 @@ use serde_json::{Map, Value};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Job {
+    /// Schema version of the document (extension; absent means v0.5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema_version: Option<String>,
     /// Job id (extension; the file stem is authoritative).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
@@ -55,6 +59,27 @@ pub struct JobConfig {
     /// Model for `jobtype: agent` (extension).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// Start order within the queue, higher first (extension; absent means normal, 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
+    /// Jobs that must end before this one starts (extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<Vec<String>>,
+    /// Start once the `after` jobs ended, failed or not (extension; default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_any: Option<bool>,
+    /// Retry policy of this job, replacing the queue's (extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetryPolicy>,
+    /// Which attempt this is, 1 for the first (extension; absent means 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
+    /// The job this one retries (extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_of: Option<String>,
+    /// Not started before this time (extension; a retry's back-off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before: Option<Timestamp>,
 }
 
 /// Job kind.
@@ -111,6 +136,21 @@ pub struct JobRuntime {
     /// Set once the orchestrator's completion handler has run (extension).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handled: Option<bool>,
+}
+
+impl Job {
+    /// The useful text of the job's output: Claude's `result` when the output is its JSON,
+    /// else the output itself.
+    pub fn result_text(&self) -> String {
+        let raw = self.runtime.output.as_deref().unwrap_or("");
+        // The first JSON value: stdout comes first, stderr may follow it.
+        serde_json::Deserializer::from_str(raw)
+            .into_iter::<Value>()
+            .next()
+            .and_then(Result::ok)
+            .and_then(|v| v.get("result").and_then(Value::as_str).map(str::to_string))
+            .unwrap_or_else(|| raw.to_string())
+    }
 }
 
 impl JobRuntime {

@@ -4,6 +4,7 @@
 //! daemons can work with fields instead of `serde_json::Value`. Every struct denies unknown
 //! fields except the free-form `content` and `supporting_data` maps.
 
+pub mod flow;
 mod job;
 mod message;
 mod prd;
@@ -13,6 +14,7 @@ pub mod strict;
 mod time;
 mod user;
 
+pub use flow::{RetryOn, RetryPolicy};
 pub use job::{
     Job, JobConfig, JobRuntime, JobStatus, JobType, RESEARCH_DOCUMENT_KEY, VENVMAN_KEY,
     permission_widening_arg, result_text,

@@ -31,6 +31,29 @@ pub struct Prd {
     pub implementation_report: Option<Value>,
 }
 
+impl Prd {
+    /// The PRD as plain text for a prompt.
+    pub fn to_prompt(&self) -> String {
+        let mut s = format!("# {} (version {})\n", self.title, self.version);
+        for (k, v) in &self.content {
+            s.push_str(&format!("\n## {}\n", k.replace('_', " ")));
+            match v {
+                Value::String(t) => s.push_str(&format!("{t}\n")),
+                Value::Array(items) => {
+                    for i in items {
+                        match i {
+                            Value::String(t) => s.push_str(&format!("- {t}\n")),
+                            other => s.push_str(&format!("- {other}\n")),
+                        }
+                    }
+                }
+                other => s.push_str(&format!("{other}\n")),
+            }
+        }
+        s
+    }
+}
+
 /// PRD state, one folder each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -39,6 +39,9 @@ pub struct QueueConfig {
     /// Whether a job's extra args may change permissions (extension; default false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allow_permission_args: Option<bool>,
+    /// Retry policy for this queue's jobs (extension; absent: never retried).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<super::flow::RetryPolicy>,
 }
 
 /// How the queue manager starts workers.

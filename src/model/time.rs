@@ -20,6 +20,17 @@ impl Timestamp {
     pub fn seconds_until(&self, later: &Timestamp) -> f64 {
         (later.0 - self.0).num_milliseconds() as f64 / 1000.0
     }
+
+    /// `self` plus `secs` seconds (saturating at the latest representable time).
+    pub fn plus_secs(&self, secs: u64) -> Timestamp {
+        let d = chrono::TimeDelta::try_seconds(i64::try_from(secs).unwrap_or(i64::MAX))
+            .unwrap_or(chrono::TimeDelta::MAX);
+        Timestamp(
+            self.0
+                .checked_add_signed(d)
+                .unwrap_or(DateTime::<Utc>::MAX_UTC),
+        )
+    }
 }
 
 impl fmt::Display for Timestamp {

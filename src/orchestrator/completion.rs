@@ -22,7 +22,7 @@ pub struct Handled {
 /// The useful text of a job's output: Claude's `result` when the output is its JSON, else
 /// the output itself.
 pub fn result_text(job: &Job) -> String {
-    crate::model::result_text(job.runtime.output.as_deref().unwrap_or(""))
+    job.result_text()
 }
 
 /// Handles the finished jobs `completions` names (reported by the watcher, or found by its
@@ -209,6 +209,11 @@ fn prd_moved(
     prd.update_time = Timestamp::now();
     if !prd.jobs.contains(&loc.id) {
         prd.jobs.push(loc.id.clone());
+    }
+    if from == PrdState::Queued {
+        // The tasks feed the implementation step through the PRD (issue 17 pipelines).
+        prd.content
+            .insert("tasks".into(), Value::String(result_text(job)));
     }
     if to == PrdState::Complete {
         prd.implementation_report = Some(Value::String(result_text(job)));

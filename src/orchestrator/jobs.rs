@@ -81,23 +81,7 @@ fn content_str<'a>(msg: &'a Message, key: &str) -> Result<Option<&'a str>, Route
 
 /// Renders a PRD as plain text for a prompt.
 pub fn format_prd(prd: &Prd) -> String {
-    let mut s = format!("# {} (version {})\n", prd.title, prd.version);
-    for (k, v) in &prd.content {
-        s.push_str(&format!("\n## {}\n", k.replace('_', " ")));
-        match v {
-            Value::String(t) => s.push_str(&format!("{t}\n")),
-            Value::Array(items) => {
-                for i in items {
-                    match i {
-                        Value::String(t) => s.push_str(&format!("- {t}\n")),
-                        other => s.push_str(&format!("- {other}\n")),
-                    }
-                }
-            }
-            other => s.push_str(&format!("{other}\n")),
-        }
-    }
-    s
+    prd.to_prompt()
 }
 
 /// `supporting_data.venvman` of a `create-environment` job: `python` (a version such as
@@ -194,6 +178,7 @@ pub fn create_job(store: &Store, msg: &Message, who: &Caller) -> Result<CreatedJ
     // The PRD this job works on, if any.
     let prd_id = content_str(msg, "prd")?;
     let prd = match prd_id {
+        Some(p) if super::flow::prd_pending(msg, p) => None,
         Some(p) => Some(store.find_prd(p)?),
         None if matches!(msg.command.as_str(), "create-tasks" | "implement-tasks") => {
             return Err(RouteError::Invalid(format!(
@@ -336,7 +321,9 @@ pub fn create_job(store: &Store, msg: &Message, who: &Caller) -> Result<CreatedJ
         }
     };
 
-    let job = Job {
+    let flow = super::flow::job_flow(store, msg, &id)?;
+    let mut job = Job {
+        schema_version: None,
         id: Some(id.clone()),
         config: JobConfig {
             project: project.id.clone(),
@@ -354,9 +341,17 @@ pub fn create_job(store: &Store, msg: &Message, who: &Caller) -> Result<CreatedJ
             correlation_id: Some(msg.correlation_id.clone()),
             user: asked_by,
             model: content_str(msg, "model")?.map(str::to_string),
+            priority: None,
+            after: None,
+            after_any: None,
+            retry: None,
+            attempt: None,
+            retry_of: None,
+            not_before: None,
         },
         runtime: JobRuntime::queued(),
     };
+    flow.apply(&mut job);
     let path = store.job_path(&queue, JobStatus::Queued, &id);
     store
         .write_doc(DocKind::Job, &path, &job)

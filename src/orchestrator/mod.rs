@@ -14,9 +14,11 @@ mod completion;
 pub mod daemon;
 mod direct;
 mod error;
+pub mod flow;
 pub mod handled;
 mod jobs;
 mod lock;
+pub mod retry;
 pub mod service;
 
 pub use completion::{handle_finished_jobs, result_text};

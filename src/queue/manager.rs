@@ -117,6 +117,8 @@ pub struct Manager {
     /// JobStateChanged signals of this pass, sent after queue.json and the properties are
     /// updated (so a listener that reacts to one sees consistent state).
     pub(super) pending: Vec<(String, JobStatus, JobStatus)>,
+    /// When to look again at queued jobs waiting for dependencies or a retry's back-off.
+    pub(super) flow_wake: Option<Instant>,
 }
 
 impl Manager {
@@ -167,6 +169,7 @@ impl Manager {
             backoff: HashMap::new(),
             store_errors: HashMap::new(),
             pending: Vec::new(),
+            flow_wake: None,
             cfg,
         })
     }
@@ -397,6 +400,7 @@ impl Manager {
                 (Some(_), None) => add_secs(Instant::now(), 3600),
             })
             .chain(self.backoff.values().map(|(at, _)| *at))
+            .chain(self.flow_wake)
             .min()
             .unwrap_or_else(|| add_secs(Instant::now(), 86_400))
     }

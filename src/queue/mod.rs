@@ -16,6 +16,7 @@
 
 pub mod args;
 mod error;
+pub mod flow;
 pub mod handle;
 pub mod idle;
 pub mod launcher;

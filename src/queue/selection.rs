@@ -1,5 +1,6 @@
-//! Which queued job starts next: oldest `queue_time` first, ties by id. The queue times are
-//! cached per file so a busy queue is not re-read on every event; inotify tells the manager
+//! Which queued job starts next: highest `priority` first, then oldest `queue_time`, ties
+//! by id. What the picker needs of each job (priority, queue time, dependencies, not-before)
+//! is cached per file so a busy queue is not re-read on every event; inotify tells the manager
 //! which names to forget.
 
 use crate::model::{DocKind, Job, Timestamp};
@@ -15,7 +16,7 @@ const WRITE_GRACE: Duration = Duration::from_secs(2);
 /// What a scan of `queued_jobs/` found.
 #[derive(Debug, Default)]
 pub struct QueuedScan {
-    /// Startable job ids, oldest first.
+    /// Startable job ids, highest priority first, then oldest first.
     pub ordered: Vec<String>,
     /// Files that do not parse: to be failed as invalid.
     pub invalid: Vec<String>,
@@ -27,13 +28,54 @@ pub struct QueuedScan {
     pub pending: usize,
 }
 
-/// Cache of queue times by job id.
+/// What the picker knows of one queued job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueuedHead {
+    /// `config.priority`, bounded (absent: normal).
+    pub priority: i32,
+    /// `config.queue_time`.
+    pub queue_time: Timestamp,
+    /// `config.after` (empty: none).
+    pub after: Vec<String>,
+    /// `config.after_any`.
+    pub after_any: bool,
+    /// `config.not_before`.
+    pub not_before: Option<Timestamp>,
+    /// A pipeline step (`supporting_data.pipeline`).
+    pub pipeline: bool,
+}
+
+impl QueuedHead {
+    fn of(job: &Job) -> QueuedHead {
+        let c = &job.config;
+        QueuedHead {
+            priority: crate::model::flow::effective_priority(c.priority),
+            queue_time: c.queue_time,
+            after: c.after.clone().unwrap_or_default(),
+            after_any: c.after_any == Some(true),
+            not_before: c.not_before,
+            pipeline: c.supporting_data.contains_key("pipeline"),
+        }
+    }
+
+    /// Sort key: higher priority first, then older, then id.
+    fn key<'a>(&self, id: &'a str) -> (std::cmp::Reverse<i32>, Timestamp, &'a str) {
+        (std::cmp::Reverse(self.priority), self.queue_time, id)
+    }
+}
+
+/// Cache of queued jobs' heads by job id.
 #[derive(Debug, Default)]
 pub struct QueuedIndex {
-    times: HashMap<String, Timestamp>,
+    times: HashMap<String, QueuedHead>,
 }
 
 impl QueuedIndex {
+    /// What is known of queued job `id`.
+    pub fn head(&self, id: &str) -> Option<&QueuedHead> {
+        self.times.get(id)
+    }
+
     /// Forgets what is known about `id` (its file changed).
     pub fn forget(&mut self, id: &str) {
         self.times.remove(id);
@@ -50,12 +92,12 @@ impl QueuedIndex {
             ..QueuedScan::default()
         };
         let mut seen = HashSet::with_capacity(scan.documents.len());
-        let mut jobs: Vec<(Timestamp, String)> = Vec::with_capacity(scan.documents.len());
+        let mut jobs: Vec<String> = Vec::with_capacity(scan.documents.len());
         for path in &scan.documents {
             let Some(id) = file_id(path) else { continue };
             seen.insert(id.to_string());
-            if let Some(t) = self.times.get(id) {
-                jobs.push((*t, id.to_string()));
+            if self.times.contains_key(id) {
+                jobs.push(id.to_string());
                 continue;
             }
             let bytes = match crate::store::read_limited(path) {
@@ -72,15 +114,19 @@ impl QueuedIndex {
             }
             match validator.parse::<Job>(DocKind::Job, &bytes) {
                 Ok(job) => {
-                    self.times.insert(id.to_string(), job.config.queue_time);
-                    jobs.push((job.config.queue_time, id.to_string()));
+                    self.times.insert(id.to_string(), QueuedHead::of(&job));
+                    jobs.push(id.to_string());
                 }
                 Err(_) => out.invalid.push(id.to_string()),
             }
         }
         self.times.retain(|id, _| seen.contains(id));
-        jobs.sort();
-        out.ordered = jobs.into_iter().map(|(_, id)| id).collect();
+        let times = &self.times;
+        jobs.sort_by(|a, b| match (times.get(a), times.get(b)) {
+            (Some(x), Some(y)) => x.key(a).cmp(&y.key(b)),
+            _ => a.cmp(b),
+        });
+        out.ordered = jobs;
         Ok(out)
     }
 }
@@ -131,5 +177,32 @@ mod tests {
         assert_eq!(s.conflicts.len(), 1);
         std::fs::remove_file(d.path().join("c.json")).unwrap();
         assert_eq!(idx.scan(d.path(), &v).unwrap().ordered, ["b", "d", "a"]);
+    }
+
+    #[test]
+    fn highest_priority_first_then_oldest() {
+        let d = tempfile::tempdir().unwrap();
+        let w = |n: &str, t: &str, p: Option<i32>| {
+            let mut j: serde_json::Value = serde_json::from_str(&job(t)).unwrap();
+            if let Some(p) = p {
+                j["config"]["priority"] = p.into();
+            }
+            std::fs::write(d.path().join(n), j.to_string()).unwrap()
+        };
+        w("old-low.json", "2025-01-01T00:00:00Z", Some(-10));
+        w("old.json", "2025-01-01T00:00:00Z", None);
+        w("new-high.json", "2025-01-03T00:00:00Z", Some(10));
+        w("mid-high.json", "2025-01-02T00:00:00Z", Some(10));
+        w("new.json", "2025-01-03T00:00:00Z", Some(0));
+        w("top.json", "2025-01-04T00:00:00Z", Some(1000));
+        let v = Validator::embedded().unwrap();
+        let s = QueuedIndex::default().scan(d.path(), &v).unwrap();
+        assert_eq!(
+            s.ordered,
+            ["top", "mid-high", "new-high", "old", "new", "old-low"]
+        );
+        w("big.json", "2025-01-04T00:00:00Z", Some(1001));
+        let s = QueuedIndex::default().scan(d.path(), &v).unwrap();
+        assert_eq!(s.invalid, ["big"], "out of bounds fails the schema");
     }
 }

@@ -1,4 +1,5 @@
-//! Starting queued jobs (PRD §7): oldest first up to `worker_count`, reading and checking
+//! Starting queued jobs (PRD §7): highest priority, then oldest first, up to `worker_count`
+//! (dependencies and retry back-offs permitting, see `flow`), reading and checking
 //! each job, launching its worker, recording it running, and backing off when the store
 //! cannot be written.
 
@@ -56,8 +57,9 @@ impl Manager {
             let now = Instant::now();
             self.backoff
                 .retain(|id, _| scan.ordered.iter().any(|o| o == id));
-            let startable: Vec<String> = scan
-                .ordered
+            let (ready, failed) = self.flow_filter(&scan.ordered).await;
+            waiting = waiting.saturating_sub(failed);
+            let startable: Vec<String> = ready
                 .iter()
                 .filter(|id| self.backoff.get(*id).is_none_or(|(at, _)| *at <= now))
                 .take(free)
@@ -165,7 +167,11 @@ impl Manager {
             }
         };
         self.index.forget(id);
-        if let Err(e) = self.may_run(&job) {
+        let mut job = job;
+        if let Err(e) = self
+            .may_run(&job)
+            .and_then(|_| self.fill_pipeline_step(&mut job))
+        {
             self.fail_owned(id, JobStatus::Queued, job, e).await;
             return None;
         }

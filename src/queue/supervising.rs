@@ -186,6 +186,9 @@ impl Manager {
             };
             match to {
                 Some(to) => {
+                    if to == JobStatus::Failed && !collided {
+                        self.retry_reported(id);
+                    }
                     self.record(
                         Record::info(
                             self.event("worker_exited").job(id),
@@ -234,7 +237,10 @@ impl Manager {
             }
         };
         match self.store.parse_doc::<Job>(DocKind::Job, &path, &bytes) {
-            Ok(job) => self.fail_owned(id, JobStatus::Running, job, error).await,
+            Ok(job) => {
+                self.retry_if_due(id, &job, &error);
+                self.fail_owned(id, JobStatus::Running, job, error).await
+            }
             Err(_) => match fail_raw(&self.store, &q, id, JobStatus::Running, &bytes, &error) {
                 Ok(_) => {
                     self.ended(id, JobStatus::Running, JobStatus::Failed, &error)

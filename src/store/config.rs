@@ -23,6 +23,10 @@ pub struct Config {
     /// Logging settings.
     #[serde(default)]
     pub logging: LoggingConfig,
+    /// Schema version of the store's documents (extension; absent means 0.5). Written by
+    /// `init` and `orchestrator migrate`; a store newer than this build is refused.
+    #[serde(default)]
+    pub schema_version: Option<String>,
 }
 
 fn default_queue() -> String {
@@ -37,6 +41,7 @@ impl Default for Config {
             orchestrator: OrchestratorConfig::default(),
             slack: SlackConfig::default(),
             logging: LoggingConfig::default(),
+            schema_version: None,
         }
     }
 }
@@ -132,10 +137,40 @@ impl Config {
         if text.trim().is_empty() {
             return Ok(Config::default());
         }
-        serde_norway::from_str(text).map_err(|e| ConfigError::Parse {
+        let c: Config = serde_norway::from_str(text).map_err(|e| ConfigError::Parse {
             path: origin.to_string(),
             message: e.to_string(),
-        })
+        })?;
+        if let Some(v) = &c.schema_version {
+            use crate::model::flow::{SCHEMA_VERSION, compare_versions};
+            match compare_versions(v, SCHEMA_VERSION) {
+                Some(std::cmp::Ordering::Greater) => {
+                    return Err(ConfigError::Parse {
+                        path: origin.to_string(),
+                        message: format!(
+                            "schema_version {v:?}: this store was upgraded by a newer agentstore; this one understands schema versions up to {SCHEMA_VERSION} and refuses to work on it (install the newer agentstore here too)"
+                        ),
+                    });
+                }
+                None => {
+                    return Err(ConfigError::Parse {
+                        path: origin.to_string(),
+                        message: format!(
+                            "schema_version {v:?} is not a version like \"{SCHEMA_VERSION}\""
+                        ),
+                    });
+                }
+                _ => {}
+            }
+        }
+        Ok(c)
+    }
+
+    /// The store's schema version (absent: 0.5).
+    pub fn schema_version(&self) -> &str {
+        self.schema_version
+            .as_deref()
+            .unwrap_or(crate::model::flow::SCHEMA_VERSION_ABSENT)
     }
 
     /// Loads `path`; a missing file gives the defaults.
@@ -170,8 +205,12 @@ impl Config {
              \n\
              slack:\n  token: null\n  enabled: false\n\
              \n\
-             logging:\n  level: \"INFO\"\n  events_file: \"logs/events-{{YYYY-MM}}.jsonl\"\n",
-            root = root.display().to_string()
+             logging:\n  level: \"INFO\"\n  events_file: \"logs/events-{{YYYY-MM}}.jsonl\"\n\
+             \n\
+             # schema version of this store's documents (orchestrator migrate)\n\
+             schema_version: \"{version}\"\n",
+            root = root.display().to_string(),
+            version = crate::model::flow::SCHEMA_VERSION
         )
     }
 }

@@ -30,6 +30,8 @@ pub struct JobHead {
     pub project: String,
     /// `config.user`.
     pub user: Option<String>,
+    /// `config.priority`.
+    pub priority: Option<i32>,
 }
 
 #[derive(Deserialize)]
@@ -43,6 +45,8 @@ struct RawConfig {
     queue_time: Timestamp,
     #[serde(default)]
     user: Option<String>,
+    #[serde(default)]
+    priority: Option<i32>,
 }
 
 /// One listed job: where it is and its head.
@@ -79,6 +83,7 @@ pub fn read_head(path: &std::path::Path) -> Option<JobHead> {
         queue_time: h.config.queue_time,
         project: h.config.project,
         user: h.config.user,
+        priority: h.config.priority,
     })
 }
 

@@ -7,6 +7,7 @@
 //! new store), `fsio`/`safe` (the I/O rules: atomic, no link followed), `scan`, `config`,
 //! `root` (which store), `events`/`error_log` (what happened), `jobfile`, `listing`.
 
+pub mod archive;
 mod config;
 mod documents;
 mod error;
@@ -17,6 +18,7 @@ mod init;
 pub mod jobfile;
 mod layout;
 pub mod listing;
+pub mod migrate;
 pub mod owner;
 mod root;
 pub mod safe;

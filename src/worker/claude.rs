@@ -269,6 +269,7 @@ mod tests {
         data.insert("dir".into(), Value::String("/src".into()));
         data.insert("n".into(), serde_json::json!(3));
         Job {
+            schema_version: None,
             id: None,
             config: JobConfig {
                 project: "P".into(),
@@ -286,6 +287,13 @@ mod tests {
                 correlation_id: None,
                 user: None,
                 model: None,
+                priority: None,
+                after: None,
+                after_any: None,
+                retry: None,
+                attempt: None,
+                retry_of: None,
+                not_before: None,
             },
             runtime: JobRuntime::queued(),
         }

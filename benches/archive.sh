@@ -1,0 +1,23 @@
+#!/bin/bash
+# benches/archive.sh: 100,000 finished jobs (40 days old, handled) + 100 recent: list-jobs before/after archive.
+set -e
+T=$(mktemp -d /tmp/s20bench.XXXX); export HOME=$T/home; mkdir -p $HOME
+B=${ORCHESTRATOR:-$(dirname "$0")/../target/debug/orchestrator}
+$B --root $T/S init >/dev/null
+python3 - "$T/S/Queues/poplar/Jobs/finished_jobs" <<'PY'
+import json,sys,datetime
+d=sys.argv[1]
+old=(datetime.datetime.utcnow()-datetime.timedelta(days=40)).strftime('%Y-%m-%dT%H:%M:%SZ')
+new=datetime.datetime.utcnow().strftime('%Y-%m-%dT%H:%M:%SZ')
+for i in range(100100):
+    t = old if i < 100000 else new
+    j={"config":{"project":"P","working_directory":"/tmp","queue_time":t,"jobtype":"noop","claude_command":"noop","claude_extra_args":[],"task_description":"t","supporting_data":{},"timeout_seconds":60},"runtime":{"status":"finished","start_time":t,"finish_time":t,"process_id":None,"llm_process_id":None,"error":None,"output":"x"*200,"handled":True}}
+    open(f"{d}/job-{i:06d}.json","w").write(json.dumps(j))
+PY
+tm() { /usr/bin/time -f "%e s %M KB" "$@" >/dev/null; }
+echo "list-jobs before:"; tm $B --root $T/S list-jobs
+echo "archive:"; /usr/bin/time -f "%e s %M KB" $B --root $T/S archive --older-than 30d | tail -1
+echo "list-jobs after:"; tm $B --root $T/S list-jobs
+echo "archive again:"; /usr/bin/time -f "%e s %M KB" $B --root $T/S archive --older-than 30d | tail -1
+echo "list-jobs --archived:"; tm $B --root $T/S list-jobs --archived
+rm -rf $T

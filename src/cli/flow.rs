@@ -1,0 +1,455 @@
+//! Issue 17 on the command line: `--priority`, `--after`, `--after-any` and the retry options
+//! of the agent commands, sent as message content the orchestrator checks.
+
+use clap::Args;
+use serde_json::{Map, Value, json};
+
+/// Priority, dependency and retry options of the agent commands.
+#[derive(Debug, Args, Clone, Default)]
+pub struct FlowArgs {
+    /// Start order in the queue: low, normal (default), high or a number from -1000 to 1000
+    /// (higher starts first; equal priorities start oldest first).
+    #[arg(long, value_name = "low|normal|high|N", value_parser = parse_priority_arg, allow_hyphen_values = true)]
+    pub priority: Option<i32>,
+    /// Start only after these jobs finished (comma-separated job ids, any queue); if one of
+    /// them failed, this job fails with "dependency <id> failed".
+    #[arg(long, value_name = "JOB[,JOB…]", value_delimiter = ',')]
+    pub after: Vec<String>,
+    /// With --after: start once the jobs ended, whether they finished or failed.
+    #[arg(long, requires = "after")]
+    pub after_any: bool,
+    /// Retry this job automatically: attempts in all, the first run included (replaces the
+    /// queue's retry policy).
+    #[arg(long, value_name = "N")]
+    pub max_attempts: Option<u32>,
+    /// With --max-attempts: seconds to wait before each new attempt (default 0).
+    #[arg(long, value_name = "SECONDS", requires = "max_attempts")]
+    pub retry_backoff: Option<u64>,
+    /// With --max-attempts: the failures to retry (comma-separated: worker_died, timeout,
+    /// api_error, machine_lost; default all but api_error).
+    #[arg(
+        long,
+        value_name = "KIND[,KIND…]",
+        value_delimiter = ',',
+        requires = "max_attempts"
+    )]
+    pub retry_on: Vec<String>,
+}
+
+fn parse_priority_arg(s: &str) -> Result<i32, String> {
+    crate::model::flow::parse_priority(s)
+}
+
+impl FlowArgs {
+    /// Adds the options given to a message's content.
+    pub fn add_to(&self, c: &mut Map<String, Value>) {
+        if let Some(p) = self.priority {
+            c.insert("priority".into(), json!(p));
+        }
+        let after: Vec<&str> = self
+            .after
+            .iter()
+            .map(|s| s.trim())
+            .filter(|s| !s.is_empty())
+            .collect();
+        if !after.is_empty() {
+            c.insert("after".into(), json!(after));
+        }
+        if self.after_any {
+            c.insert("after_any".into(), json!(true));
+        }
+        if let Some(n) = self.max_attempts {
+            let mut r = Map::new();
+            r.insert("max_attempts".into(), json!(n));
+            if let Some(b) = self.retry_backoff {
+                r.insert("backoff_seconds".into(), json!(b));
+            }
+            if !self.retry_on.is_empty() {
+                r.insert("on".into(), json!(self.retry_on));
+            }
+            c.insert("retry".into(), Value::Object(r));
+        }
+    }
+}
+
+use super::render::{Format, Table, write_json};
+use super::{CliError, CliResult, GlobalArgs, open_store};
+use crate::model::{DocKind, Job, Timestamp};
+use crate::store::archive::{archive as archive_store, archived, parse_age};
+use std::io::Write;
+
+/// Options of `archive`.
+#[derive(Debug, Args, Clone)]
+pub struct ArchiveArgs {
+    /// Age of the jobs to archive, by when they ended: e.g. 30d, 12h, 2w.
+    #[arg(long, value_name = "AGE")]
+    pub older_than: String,
+    /// Report what would move; move nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// Options of `migrate`.
+#[derive(Debug, Args, Clone)]
+pub struct MigrateArgs {
+    /// Report what would change; write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// `retry JOB`.
+pub(super) fn retry(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResult {
+    let store = open_store(g)?;
+    let who = super::browse::caller(&store)?;
+    let done = crate::orchestrator::retry::retry_by_hand(&store, &who, id)
+        .map_err(|e| CliError::new(e.to_string()))?;
+    match g.format {
+        Format::Json => {
+            let v: Vec<Value> = done
+                .iter()
+                .map(|r| json!({"retry_of": r.of, "job_id": r.id, "queue": r.queue}))
+                .collect();
+            write_json(out, &v)?;
+        }
+        Format::Text => {
+            for r in &done {
+                writeln!(
+                    out,
+                    "Job queued: {} (retry of {}, queue {})",
+                    r.id, r.of, r.queue
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `archive --older-than AGE [--dry-run]`.
+pub(super) fn archive(g: &GlobalArgs, out: &mut dyn Write, a: ArchiveArgs) -> CliResult {
+    let age = parse_age(&a.older_than).map_err(CliError::new)?;
+    let store = open_store(g)?;
+    if !super::browse::caller(&store)?.is_admin() {
+        return Err(CliError::new(
+            "Permission denied: only an admin can archive jobs",
+        ));
+    }
+    let now = Timestamp::now();
+    let cutoff = Timestamp(
+        now.0
+            .checked_sub_signed(chrono::TimeDelta::seconds(
+                i64::try_from(age).unwrap_or(i64::MAX),
+            ))
+            .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC),
+    );
+    let r = archive_store(&store, cutoff, a.dry_run)?;
+    let verb = if a.dry_run { "would move" } else { "moved" };
+    match g.format {
+        Format::Json => write_json(
+            out,
+            &json!({
+                "dry_run": a.dry_run,
+                "cutoff": cutoff.to_string(),
+                "seen": r.seen,
+                "moved": r.moved.iter().map(|(q, s, id, m)| json!({"queue": q, "status": s.name(), "id": id, "month": m})).collect::<Vec<_>>(),
+                "not_handled": r.not_handled,
+                "collisions": r.collisions,
+                "errors": r.errors,
+            }),
+        )?,
+        Format::Text => {
+            for (q, s, id, m) in &r.moved {
+                writeln!(
+                    out,
+                    "{verb} {q}/{}/{id} → {q}/Jobs/archive/{m}/{}",
+                    s.dir(),
+                    s.dir()
+                )?;
+            }
+            writeln!(
+                out,
+                "{} of {} ended jobs {verb} (ended before {cutoff}); {} finished but not yet handled, {} name collisions, {} errors",
+                r.moved.len(),
+                r.seen,
+                r.not_handled.len(),
+                r.collisions.len(),
+                r.errors.len()
+            )?;
+        }
+    }
+    report_errors(out, g, &r.errors, "job(s) could not be archived")
+}
+
+/// Lists `errors` (text format) and fails when there are any.
+fn report_errors(out: &mut dyn Write, g: &GlobalArgs, errors: &[String], what: &str) -> CliResult {
+    if g.format == Format::Text {
+        for e in errors {
+            writeln!(out, "error: {e}")?;
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError::new(format!("{} {what}", errors.len())))
+    }
+}
+
+/// `list-jobs --archived`.
+pub(super) fn list_archived(
+    g: &GlobalArgs,
+    out: &mut dyn Write,
+    project: Option<&str>,
+) -> CliResult {
+    let store = open_store(g)?;
+    let who = super::browse::caller(&store)?;
+    let mut rows = Vec::new();
+    for a in archived(&store, g.queue.as_deref())? {
+        let job: Job = match store.read_doc(DocKind::Job, &a.path) {
+            Ok(j) => j,
+            Err(e) => {
+                eprintln!("warning: {e}");
+                continue;
+            }
+        };
+        if project.is_some_and(|p| p != job.config.project) {
+            continue;
+        }
+        let visible = who.is_admin()
+            || (who.user_id().is_some() && who.user_id() == job.config.user.as_deref())
+            || store
+                .project(&job.config.project)
+                .is_ok_and(|p| who.can_see_project(&p));
+        if visible {
+            rows.push((a, job));
+        }
+    }
+    rows.sort_by(|(a, x), (b, y)| (x.config.queue_time, &a.id).cmp(&(y.config.queue_time, &b.id)));
+    match g.format {
+        Format::Json => {
+            let docs: Vec<Job> = rows
+                .into_iter()
+                .map(|(a, mut j)| {
+                    j.id.get_or_insert(a.id);
+                    j
+                })
+                .collect();
+            write_json(out, &docs)?;
+        }
+        Format::Text => {
+            let mut t = Table::new(&["ID", "STATUS", "QUEUE", "PROJECT", "ARCHIVE", "ENDED"])
+                .keep(0)
+                .keep(1);
+            for (a, j) in &rows {
+                t.row(vec![
+                    a.id.clone(),
+                    a.status.name().to_string(),
+                    a.queue.clone(),
+                    j.config.project.clone(),
+                    a.month.clone(),
+                    j.runtime
+                        .finish_time
+                        .map(|f| f.0.format("%Y-%m-%d %H:%M").to_string())
+                        .unwrap_or_default(),
+                ]);
+            }
+            t.write(out)?;
+        }
+    }
+    Ok(())
+}
+
+/// `migrate [--dry-run]`.
+pub(super) fn migrate(g: &GlobalArgs, out: &mut dyn Write, a: MigrateArgs) -> CliResult {
+    let store = open_store(g)?;
+    if !super::browse::caller(&store)?.is_admin() {
+        return Err(CliError::new(
+            "Permission denied: only an admin can migrate the store",
+        ));
+    }
+    let r = crate::store::migrate::migrate(&store, a.dry_run)?;
+    let rel = |p: &std::path::Path| store.relative(p).display().to_string();
+    match g.format {
+        Format::Json => write_json(
+            out,
+            &json!({
+                "dry_run": a.dry_run,
+                "from": r.from,
+                "to": r.to,
+                "schemas": r.schemas.iter().map(|p| rel(p)).collect::<Vec<_>>(),
+                "upgraded": r.upgraded.iter().map(|p| rel(p)).collect::<Vec<_>>(),
+                "current": r.current,
+                "in_use": r.in_use,
+                "config": r.config,
+                "errors": r.errors,
+            }),
+        )?,
+        Format::Text => {
+            let verb = if a.dry_run {
+                "would upgrade"
+            } else {
+                "upgraded"
+            };
+            for p in r.schemas.iter().chain(&r.upgraded) {
+                writeln!(out, "{verb} {}", rel(p))?;
+            }
+            if r.config {
+                writeln!(
+                    out,
+                    "{verb} config.yaml (schema_version {} → {})",
+                    r.from, r.to
+                )?;
+            }
+            writeln!(
+                out,
+                "store schema {} → {}: {} schema copies and {} job documents {verb}, {} already current, {} queued/running left as they are, {} errors",
+                r.from,
+                r.to,
+                r.schemas.len(),
+                r.upgraded.len(),
+                r.current,
+                r.in_use,
+                r.errors.len()
+            )?;
+        }
+    }
+    report_errors(out, g, &r.errors, "file(s) could not be upgraded")
+}
+
+/// Options of `pipeline`.
+#[derive(Debug, Args, Clone)]
+pub struct PipelineArgs {
+    /// Project (default: the current project from `set-project`).
+    #[arg(long)]
+    pub project: Option<String>,
+    /// What the PRD is about (the research step gets it too).
+    #[arg(long)]
+    pub task: String,
+    /// Timeout of each step in seconds (default 1800).
+    #[arg(long, value_name = "SECONDS")]
+    pub timeout: Option<u64>,
+    /// Job type of every step: claude (default), agent or noop.
+    #[arg(long, value_parser = ["claude", "agent", "noop"])]
+    pub jobtype: Option<String>,
+    /// Model for `--jobtype agent`.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Start order of every step (low, normal, high or -1000..1000).
+    #[arg(long, value_name = "low|normal|high|N", value_parser = parse_priority_arg, allow_hyphen_values = true)]
+    pub priority: Option<i32>,
+}
+
+/// The four steps, in order.
+pub const PIPELINE_STEPS: [&str; 4] = [
+    "research-code",
+    "create-prd",
+    "create-tasks",
+    "implement-tasks",
+];
+
+/// `pipeline --project P --task "…"`: four agent commands, each waiting for the one before
+/// (`after`); the PRD is the create-prd job's (the completion handler names it after that
+/// job), so create-tasks and implement-tasks name it before it exists and read it when they
+/// start.
+pub(super) fn pipeline(g: &GlobalArgs, out: &mut dyn Write, a: PipelineArgs) -> CliResult {
+    let s = super::session::Session::load().map_err(CliError::new)?;
+    let project = super::agent::project_or_current(a.project.clone(), &s)?;
+    let cids: Vec<String> = PIPELINE_STEPS
+        .iter()
+        .map(|_| uuid::Uuid::new_v4().to_string())
+        .collect();
+    let ids: Vec<String> = cids
+        .iter()
+        .map(|c| crate::orchestrator::job_id_for(c))
+        .collect();
+    let prd = ids[1].clone();
+    let mut g1 = g.clone();
+    g1.follow = None;
+    for (i, step) in PIPELINE_STEPS.iter().enumerate() {
+        let task = match *step {
+            "research-code" | "create-prd" => a.task.clone(),
+            "create-tasks" => format!("Create implementation tasks for the PRD of: {}", a.task),
+            _ => format!("Implement the tasks of the PRD of: {}", a.task),
+        };
+        let step_args = super::agent::AgentArgs {
+            project: None,
+            task: Some(task),
+            timeout: a.timeout,
+            jobtype: a.jobtype.clone(),
+            model: a.model.clone(),
+            claude_extra_args: Vec::new(),
+            flow: FlowArgs {
+                priority: a.priority,
+                ..FlowArgs::default()
+            },
+        };
+        let mut c = super::agent::common_content(&step_args, &g.queue);
+        if i > 0 {
+            c.insert("after".into(), json!([ids[i - 1]]));
+        }
+        if i >= 2 {
+            c.insert("prd".into(), json!(prd));
+        }
+        c.insert(
+            "pipeline".into(),
+            json!({"step": step, "steps": ids, "prd": prd, "task": a.task}),
+        );
+        let mut msg = super::agent::message(step, Some(project.clone()), c, s.username.clone());
+        msg.correlation_id = cids[i].clone();
+        super::agent::send(&g1, out, msg)?;
+    }
+    if g.format == Format::Text {
+        writeln!(
+            out,
+            "Pipeline: {} (research-code) → {} (create-prd, also the PRD's id) → {} (create-tasks) → {} (implement-tasks); follow it with `orchestrator view-prd {prd}`",
+            ids[0], ids[1], ids[2], ids[3]
+        )?;
+    }
+    Ok(())
+}
+
+/// For `view-prd`: the pipeline that made the PRD, one line per step with where it stands
+/// (following retries). Nothing when the PRD was not made by a pipeline.
+pub(super) fn show_chain(
+    store: &crate::store::Store,
+    out: &mut dyn Write,
+    prd: &crate::model::Prd,
+) -> CliResult {
+    let Ok(loc) = store.find_job(&prd.id) else {
+        return Ok(());
+    };
+    let Ok(job) = store.job(&loc) else {
+        return Ok(());
+    };
+    let Some(steps) = job
+        .config
+        .supporting_data
+        .get("pipeline")
+        .and_then(|p| p.get("steps"))
+        .and_then(Value::as_array)
+    else {
+        return Ok(());
+    };
+    let queues = store.queue_ids().unwrap_or_default();
+    writeln!(out, "\npipeline:")?;
+    for (step, id) in PIPELINE_STEPS
+        .iter()
+        .zip(steps.iter().filter_map(Value::as_str))
+    {
+        let (state, detail) = match crate::queue::flow::settled_state(store, &queues, id) {
+            Some((s, path)) => {
+                let doc: Option<Job> = store.read_doc(DocKind::Job, &path).ok();
+                let at = crate::store::file_id(&path).unwrap_or(id).to_string();
+                let mut d = String::new();
+                if at != id {
+                    d.push_str(&format!(" (as retry {at})"));
+                }
+                if let Some(e) = doc.and_then(|j| j.runtime.error) {
+                    d.push_str(&format!(": {e}"));
+                }
+                (s.name().to_string(), d)
+            }
+            None => ("missing".to_string(), String::new()),
+        };
+        writeln!(out, "  {step:<16} {id}  {state}{detail}")?;
+    }
+    Ok(())
+}

@@ -1,0 +1,738 @@
+//! Issue 17 end to end through the daemons: orchestratord and queue-manager (direct launcher)
+//! as child processes on a private session bus, the CLI submitting and cancelling, the real
+//! agent-worker running no-op jobs. Each test owns its HOME, store, runtime dir and bus.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::TestEnv;
+use common::bus::{KillOnDrop, PrivateBus, wait_for_name, wait_until};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+const LONG: Duration = Duration::from_secs(120);
+
+struct Flow {
+    env: TestEnv,
+    run_dir: PathBuf,
+    bus: PrivateBus,
+}
+
+fn login() -> String {
+    let o = Command::new("id").arg("-un").output().unwrap();
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn read(p: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+}
+
+impl Flow {
+    /// A store with admin chenry (unix_user = whoever runs the test), project P in queue
+    /// poplar with `workers` workers, and a private bus.
+    fn new(workers: u32) -> Flow {
+        let env = TestEnv::empty();
+        env.ok(&["init"]);
+        env.ok(&[
+            "add-user",
+            "chenry",
+            "--name",
+            "C",
+            "--email",
+            "c@x.org",
+            "--permissions",
+            "admin",
+            "--unix-user",
+            &login(),
+        ]);
+        let run_dir = env.dir.path().join("run");
+        let project_dir = env.dir.path().join("project");
+        std::fs::create_dir_all(&run_dir).unwrap();
+        std::fs::create_dir_all(&project_dir).unwrap();
+        env.ok(&[
+            "add-project",
+            "P",
+            "--directory",
+            project_dir.to_str().unwrap(),
+            "--owner",
+            "chenry",
+            "--default-queue",
+            "poplar",
+        ]);
+        env.ok(&[
+            "set-queue",
+            "poplar",
+            "--worker-count",
+            &workers.to_string(),
+        ]);
+        Flow {
+            env,
+            run_dir,
+            bus: PrivateBus::start(),
+        }
+    }
+
+    fn scope(&self, c: &mut Command) {
+        c.env("HOME", &self.env.home)
+            .env("AGENT_STORE_ROOT", &self.env.root)
+            .env("XDG_RUNTIME_DIR", &self.run_dir)
+            .env(
+                "DBUS_SYSTEM_BUS_ADDRESS",
+                format!("unix:path={}", self.run_dir.join("no-system-bus").display()),
+            )
+            .env("DBUS_SESSION_BUS_ADDRESS", &self.bus.address)
+            .env(
+                "AGENTSTORE_COMMANDS_DIR",
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("share/commands"),
+            )
+            .env_remove("AGENTSTORE_BUS")
+            .env_remove("AGENTSTORE_MODE")
+            .env_remove("XDG_CONFIG_HOME")
+            .env_remove("INVOCATION_ID")
+            .env_remove("JOURNAL_STREAM")
+            .env("RUST_LOG", "warn");
+    }
+
+    fn cli(&self, args: &[&str]) -> Output {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_orchestrator"));
+        self.scope(&mut c);
+        c.args(args).output().unwrap()
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let o = self.cli(args);
+        assert!(
+            o.status.success(),
+            "orchestrator {args:?}: {}{}",
+            text(&o.stdout),
+            text(&o.stderr)
+        );
+        text(&o.stdout)
+    }
+
+    /// Submits a no-op research-code job with `extra` options; returns its id.
+    fn submit(&self, extra: &[&str]) -> String {
+        let mut args = vec!["research-code", "--project", "P", "--jobtype", "noop"];
+        args.extend_from_slice(extra);
+        let out = self.ok(&args);
+        let first = out.lines().next().unwrap_or_default();
+        first
+            .strip_prefix("Job queued: ")
+            .unwrap_or_else(|| panic!("no job id in {out:?}"))
+            .to_string()
+    }
+
+    fn orchestratord(&self) -> KillOnDrop {
+        let d = self.daemon(env!("CARGO_BIN_EXE_orchestratord"), &["--idle-exit", "0"]);
+        wait_for_name(&self.bus, "org.agentstore.Orchestrator1");
+        d
+    }
+
+    fn queue_manager(&self) -> KillOnDrop {
+        let d = self.daemon(
+            env!("CARGO_BIN_EXE_queue-manager"),
+            &["--queue", "poplar", "--launcher", "direct"],
+        );
+        wait_for_name(&self.bus, "org.agentstore.Queue.poplar");
+        d
+    }
+
+    fn daemon(&self, bin: &str, args: &[&str]) -> KillOnDrop {
+        let mut c = Command::new(bin);
+        self.scope(&mut c);
+        c.args(args).stdout(Stdio::null()).stderr(Stdio::inherit());
+        KillOnDrop(c.spawn().unwrap())
+    }
+
+    fn path(&self, state: &str, id: &str) -> PathBuf {
+        self.env
+            .root
+            .join(format!("Queues/poplar/Jobs/{state}_jobs/{id}.json"))
+    }
+
+    /// Waits for job `id` to reach `state`; fails at once when it ends the other way.
+    fn wait_state(&self, id: &str, state: &str) -> Value {
+        let p = self.path(state, id);
+        let other = match state {
+            "finished" => Some(self.path("failed", id)),
+            "failed" => Some(self.path("finished", id)),
+            _ => None,
+        };
+        wait_until(LONG, &format!("job {id} {state}"), || {
+            if let Some(o) = other.as_ref().filter(|o| o.is_file()) {
+                panic!("job {id} ended the other way: {}", read(o));
+            }
+            p.is_file()
+        });
+        read(&p)
+    }
+
+    /// Every job document of the queue, any state.
+    fn all_jobs(&self) -> Vec<Value> {
+        let mut v = Vec::new();
+        for s in ["queued", "running", "finished", "failed"] {
+            let d = self.env.root.join(format!("Queues/poplar/Jobs/{s}_jobs"));
+            for e in std::fs::read_dir(d).unwrap().flatten() {
+                let n = e.file_name().to_string_lossy().into_owned();
+                if n.ends_with(".json") && !n.starts_with('.') {
+                    v.push(read(&e.path()));
+                }
+            }
+        }
+        v
+    }
+}
+
+/// Priority: with one worker, jobs queued low, normal, high (in that order, so the high one is
+/// the newest) start high, normal, low; list-jobs shows the priority in text and JSON.
+#[test]
+fn one_worker_starts_the_highest_priority_first() {
+    let f = Flow::new(1);
+    let _orch = f.orchestratord();
+    let low = f.submit(&["--priority", "low"]);
+    let normal = f.submit(&[]);
+    let high = f.submit(&["--priority", "high"]);
+    let bad = f.cli(&["research-code", "--project", "P", "--priority", "urgent"]);
+    assert!(!bad.status.success());
+    assert!(
+        text(&bad.stderr).contains("urgent"),
+        "{}",
+        text(&bad.stderr)
+    );
+    for id in [&low, &normal, &high] {
+        wait_until(LONG, "job queued", || f.path("queued", id).is_file());
+    }
+    assert_eq!(read(&f.path("queued", &high))["config"]["priority"], 10);
+    assert_eq!(read(&f.path("queued", &low))["config"]["priority"], -10);
+    assert_eq!(read(&f.path("queued", &normal))["config"]["priority"], 0);
+    let listing = f.ok(&["list-jobs"]);
+    let line = |id: &str| {
+        listing
+            .lines()
+            .find(|l| l.starts_with(id))
+            .unwrap_or_else(|| panic!("{id} not in {listing}"))
+            .to_string()
+    };
+    assert!(
+        listing.lines().next().unwrap().contains("PRIORITY"),
+        "{listing}"
+    );
+    assert!(line(&high).contains(" high "), "{listing}");
+    assert!(line(&low).contains(" low "), "{listing}");
+    assert!(line(&normal).contains(" normal "), "{listing}");
+    let json: Value = serde_json::from_str(&f.ok(&["--format", "json", "list-jobs"])).unwrap();
+    let pri = |id: &str| {
+        json.as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["id"] == id)
+            .unwrap()["config"]["priority"]
+            .clone()
+    };
+    assert_eq!(pri(&high), 10);
+    assert_eq!(pri(&normal), 0);
+
+    let _qm = f.queue_manager();
+    let starts: Vec<(String, String)> = [&low, &normal, &high]
+        .iter()
+        .map(|id| {
+            let j = f.wait_state(id, "finished");
+            (
+                j["runtime"]["start_time"].as_str().unwrap().to_string(),
+                id.to_string(),
+            )
+        })
+        .collect();
+    let mut order = starts.clone();
+    order.sort();
+    let order: Vec<&str> = order.iter().map(|(_, id)| id.as_str()).collect();
+    assert_eq!(order, [&high, &normal, &low], "{starts:?}");
+}
+
+/// Dependencies: A ← B ← C with B failing (its timeout); C fails with "dependency B failed",
+/// D (after B, --after-any) runs anyway; unknown ids are refused at submission.
+#[test]
+fn a_chain_with_a_failure_in_the_middle() {
+    let f = Flow::new(2);
+    let _orch = f.orchestratord();
+    let o = f.cli(&[
+        "research-code",
+        "--project",
+        "P",
+        "--jobtype",
+        "noop",
+        "--after",
+        "no-such-job",
+    ]);
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("unknown job no-such-job") && err.contains("after"),
+        "{err}"
+    );
+    let a = f.submit(&[]);
+    let b = f.submit(&["--after", &a, "--timeout", "1"]);
+    let c = f.submit(&["--after", &b]);
+    let d = f.submit(&["--after", &format!("{a},{b}"), "--after-any"]);
+    let _qm = f.queue_manager();
+    let ja = f.wait_state(&a, "finished");
+    let jb = f.wait_state(&b, "failed");
+    let jc = f.wait_state(&c, "failed");
+    let jd = f.wait_state(&d, "finished");
+    let t = |j: &Value, k: &str| j["runtime"][k].as_str().unwrap().to_string();
+    assert!(t(&jb, "error").starts_with("Job timeout"), "{jb}");
+    assert!(
+        t(&jb, "start_time") >= t(&ja, "finish_time"),
+        "B started before A ended"
+    );
+    assert_eq!(t(&jc, "error"), format!("dependency {b} failed"));
+    assert!(jc["runtime"]["start_time"].is_null(), "C never ran: {jc}");
+    assert!(
+        t(&jd, "start_time") >= t(&jb, "finish_time"),
+        "D started before B ended"
+    );
+
+    // `retry B` by hand queues B again and C with it (C failed only because of B); the new C
+    // follows B's new attempt: B fails again (same timeout), so C fails again the same way.
+    let out = f.ok(&["--format", "json", "retry", &b]);
+    let retried: Vec<Value> = serde_json::from_str(&out).unwrap();
+    let of: Vec<&str> = retried
+        .iter()
+        .map(|r| r["retry_of"].as_str().unwrap())
+        .collect();
+    assert_eq!(of, [b.as_str(), c.as_str()], "{out}");
+    let b2 = retried[0]["job_id"].as_str().unwrap();
+    let c2 = retried[1]["job_id"].as_str().unwrap();
+    let jb2 = f.wait_state(b2, "failed");
+    assert_eq!(jb2["config"]["attempt"], 2);
+    let jc2 = f.wait_state(c2, "failed");
+    assert_eq!(t(&jc2, "error"), format!("dependency {b} failed"));
+    assert!(
+        t(&jc2, "finish_time") >= t(&jb2, "finish_time"),
+        "C2 did not wait for B2"
+    );
+    let again = f.cli(&["retry", &b]);
+    assert!(!again.status.success());
+    assert!(
+        text(&again.stderr).contains("already retried"),
+        "{}",
+        text(&again.stderr)
+    );
+}
+
+/// Retry: a job whose worker is killed with SIGKILL is tried again as a new document
+/// (attempt 2, retry_of the first, which stays failed); a cancelled job is not retried.
+#[test]
+fn a_killed_worker_is_retried_and_a_cancelled_job_is_not() {
+    let f = Flow::new(2);
+    let _orch = f.orchestratord();
+    let _qm = f.queue_manager();
+    let r = f.submit(&["--max-attempts", "2"]);
+    let running = f.wait_state(&r, "running");
+    let pid = i32::try_from(running["runtime"]["process_id"].as_u64().unwrap()).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let failed = f.wait_state(&r, "failed");
+    assert_eq!(failed["runtime"]["error"], "Worker harness process died");
+    let retry = f
+        .all_jobs()
+        .into_iter()
+        .find(|j| j["config"]["retry_of"] == r.as_str())
+        .unwrap_or_else(|| panic!("no retry of {r}"));
+    assert_eq!(retry["config"]["attempt"], 2);
+    let rid = retry["id"].as_str().unwrap().to_string();
+    assert_ne!(rid, r);
+    let done = f.wait_state(&rid, "finished");
+    assert_eq!(
+        done["config"]["task_description"],
+        failed["config"]["task_description"]
+    );
+    // History is not rewritten: the first attempt is still the failed document it was.
+    assert_eq!(read(&f.path("failed", &r)), failed);
+
+    let k = f.submit(&["--max-attempts", "3"]);
+    f.wait_state(&k, "running");
+    f.ok(&["cancel-job", &k]);
+    let cancelled = f.wait_state(&k, "failed");
+    assert!(
+        cancelled["runtime"]["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("Job cancelled by"),
+        "{cancelled}"
+    );
+    assert!(
+        !f.all_jobs()
+            .iter()
+            .any(|j| j["config"]["retry_of"] == k.as_str()),
+        "a cancelled job was retried"
+    );
+    // By hand it may be tried again: a new document, attempt 2, that runs to the end.
+    let out = f.ok(&["retry", &k]);
+    let k2 = out
+        .strip_prefix("Job queued: ")
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("{out}"))
+        .to_string();
+    let done = f.wait_state(&k2, "finished");
+    assert_eq!(done["config"]["retry_of"], k.as_str());
+    assert_eq!(done["config"]["attempt"], 2);
+    assert_eq!(read(&f.path("failed", &k)), cancelled);
+}
+
+/// A job document ended `days` ago, handled or not.
+fn ended_job(days: i64, state: &str, handled: bool) -> Value {
+    let end = chrono::Utc::now() - chrono::TimeDelta::days(days);
+    let t = end.format("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let mut j: Value = serde_json::from_str(include_str!("fixtures/test-job-001.json")).unwrap();
+    j["config"]["project"] = "P".into();
+    j["config"]["queue_time"] = t.clone().into();
+    j["runtime"]["status"] = state.into();
+    j["runtime"]["start_time"] = t.clone().into();
+    j["runtime"]["finish_time"] = t.into();
+    if handled {
+        j["runtime"]["handled"] = true.into();
+    }
+    j
+}
+
+/// Archiving: old finished/failed jobs move into archive/YYYY-MM/, recent and unhandled ones
+/// stay; --dry-run moves nothing; a second run moves nothing; `list-jobs --archived` shows
+/// them and the plain listing no longer does; a job may still wait for an archived one.
+#[test]
+fn archive_moves_old_ended_jobs_by_month() {
+    let f = Flow::new(1);
+    let put = |state: &str, id: &str, j: &Value| {
+        std::fs::write(f.path(state, id), serde_json::to_vec_pretty(j).unwrap()).unwrap()
+    };
+    let old_done = ended_job(40, "finished", true);
+    put("finished", "old-done", &old_done);
+    put("failed", "old-failed", &ended_job(45, "failed", false));
+    put(
+        "finished",
+        "old-unhandled",
+        &ended_job(40, "finished", false),
+    );
+    put("finished", "new-done", &ended_job(3, "finished", true));
+    let before = f.ok(&["list-jobs"]);
+    assert!(before.contains("old-done"), "{before}");
+    let dry = f.ok(&["archive", "--older-than", "30d", "--dry-run"]);
+    assert!(dry.contains("2 of 4 ended jobs would move"), "{dry}");
+    assert!(
+        f.path("finished", "old-done").is_file(),
+        "dry run moved a file"
+    );
+    let bad = f.cli(&["archive", "--older-than", "30y"]);
+    assert!(!bad.status.success());
+    assert!(text(&bad.stderr).contains("30y"), "{}", text(&bad.stderr));
+
+    let out = f.ok(&["archive", "--older-than", "30d"]);
+    assert!(out.contains("2 of 4 ended jobs moved"), "{out}");
+    assert!(out.contains("1 finished but not yet handled"), "{out}");
+    let month = |days: i64| {
+        (chrono::Utc::now() - chrono::TimeDelta::days(days))
+            .format("%Y-%m")
+            .to_string()
+    };
+    let arch = f.env.root.join("Queues/poplar/Jobs/archive");
+    let done = arch.join(month(40)).join("finished_jobs/old-done.json");
+    assert!(done.is_file(), "{}", done.display());
+    assert_eq!(read(&done), old_done, "moved, not rewritten");
+    assert!(
+        arch.join(month(45))
+            .join("failed_jobs/old-failed.json")
+            .is_file()
+    );
+    assert!(!f.path("finished", "old-done").exists());
+    assert!(f.path("finished", "old-unhandled").is_file());
+    assert!(f.path("finished", "new-done").is_file());
+    let again = f.ok(&["archive", "--older-than", "30d"]);
+    assert!(again.contains("0 of 2 ended jobs moved"), "{again}");
+
+    let live = f.ok(&["list-jobs"]);
+    assert!(
+        !live.contains("old-done") && live.contains("new-done"),
+        "{live}"
+    );
+    let archived = f.ok(&["list-jobs", "--archived"]);
+    assert!(
+        archived.contains("old-done") && archived.contains("old-failed"),
+        "{archived}"
+    );
+    assert!(!archived.contains("new-done"), "{archived}");
+    let json: Value =
+        serde_json::from_str(&f.ok(&["--format", "json", "list-jobs", "--archived"])).unwrap();
+    assert_eq!(json.as_array().unwrap().len(), 2, "{json}");
+
+    let _orch = f.orchestratord();
+    let _qm = f.queue_manager();
+    let after = f.submit(&["--after", "old-done"]);
+    f.wait_state(&after, "finished");
+}
+
+/// Copies `dir` into a map path → bytes (for before/after comparisons), logs left out.
+fn snapshot(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    let mut m = std::collections::BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            let rel = p.strip_prefix(dir).unwrap().to_path_buf();
+            if rel.starts_with("logs") || rel.ends_with("errors.out") {
+                continue;
+            }
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                m.insert(rel, std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    m
+}
+
+/// Migration: a v0.5 store (no schema_version, the previous schemas, the PRD's own example
+/// job) is read as it is; new fields are refused there with a pointer to `migrate`;
+/// `migrate --dry-run` changes nothing; `migrate` upgrades the schema copies, the ended jobs
+/// and config.yaml (diffed), a second run changes nothing; a store newer than this build is
+/// refused by the daemons and the CLI with a clear message.
+#[test]
+fn migrate_upgrades_a_v05_store_once_and_newer_stores_are_refused() {
+    let f = Flow::new(1);
+    let root = f.env.root.clone();
+    let cfg = root.join("config.yaml");
+    let yaml = std::fs::read_to_string(&cfg).unwrap();
+    let old_yaml: String = yaml
+        .lines()
+        .filter(|l| !l.starts_with("schema_version") && !l.contains("orchestrator migrate"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let old_yaml = old_yaml.trim_end().to_string() + "\n";
+    std::fs::write(&cfg, &old_yaml).unwrap();
+    for k in ["job", "queue"] {
+        std::fs::copy(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join(format!("tests/fixtures/v0.5-schemas/{k}.schema.json")),
+            root.join(format!("JSONValidation/Schemas/{k}.schema.json")),
+        )
+        .unwrap();
+    }
+    let mut prd_job: Value =
+        serde_json::from_str(include_str!("fixtures/test-job-001.json")).unwrap();
+    prd_job["config"]["project"] = "P".into();
+    prd_job["runtime"]["status"] = "finished".into();
+    prd_job["runtime"]["finish_time"] = "2025-10-25T10:00:05Z".into();
+    std::fs::write(
+        f.path("finished", "test-job-001"),
+        serde_json::to_vec_pretty(&prd_job).unwrap(),
+    )
+    .unwrap();
+
+    {
+        let _orch = f.orchestratord();
+        // The v0.5 store works as it is: the job gets no new field.
+        let plain = f.submit(&[]);
+        let doc = read(&f.path("queued", &plain));
+        assert!(
+            doc.get("schema_version").is_none() && doc["config"].get("priority").is_none(),
+            "{doc}"
+        );
+        let o = f.cli(&[
+            "research-code",
+            "--project",
+            "P",
+            "--jobtype",
+            "noop",
+            "--priority",
+            "high",
+        ]);
+        assert!(!o.status.success());
+        assert!(
+            text(&o.stderr).contains("orchestrator migrate"),
+            "{}",
+            text(&o.stderr)
+        );
+    }
+    // As the daemons left it (the completion handler marked it handled).
+    let pre = read(&f.path("finished", "test-job-001"));
+    let v05 = snapshot(&root);
+    let dry = f.ok(&["migrate", "--dry-run"]);
+    assert!(dry.contains("store schema 0.5 → 0.6"), "{dry}");
+    assert!(
+        dry.contains("would upgrade Queues/poplar/Jobs/finished_jobs/test-job-001.json"),
+        "{dry}"
+    );
+    assert_eq!(snapshot(&root), v05, "--dry-run changed the store");
+
+    let out = f.ok(&["migrate"]);
+    assert!(
+        out.contains("2 schema copies and 1 job documents upgraded"),
+        "{out}"
+    );
+    assert!(out.contains("1 queued/running left as they are"), "{out}");
+    let v06 = snapshot(&root);
+    let changed: Vec<String> = v06
+        .keys()
+        .filter(|k| v05.get(*k) != v06.get(*k))
+        .map(|k| k.display().to_string())
+        .collect();
+    assert_eq!(
+        changed,
+        [
+            "JSONValidation/Schemas/job.schema.json",
+            "JSONValidation/Schemas/job.schema.json.v0.5.bak",
+            "JSONValidation/Schemas/queue.schema.json",
+            "JSONValidation/Schemas/queue.schema.json.v0.5.bak",
+            "Queues/poplar/Jobs/finished_jobs/test-job-001.json",
+            "config.yaml",
+        ],
+    );
+    let job = read(&f.path("finished", "test-job-001"));
+    assert_eq!(job["schema_version"], "0.6");
+    assert_eq!(job["config"]["priority"], 0);
+    let mut without = job.clone();
+    without
+        .as_object_mut()
+        .unwrap()
+        .shift_remove("schema_version");
+    without["config"]
+        .as_object_mut()
+        .unwrap()
+        .shift_remove("priority");
+    assert_eq!(without, pre, "nothing else changed");
+    assert_eq!(
+        serde_json::to_string(&without).unwrap(),
+        serde_json::to_string(&pre).unwrap(),
+        "the key order is kept"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&cfg).unwrap(),
+        format!(
+            "{old_yaml}\n# schema version of this store's documents (orchestrator migrate)\nschema_version: \"0.6\"\n"
+        )
+    );
+    let again = f.ok(&["migrate"]);
+    assert!(
+        again.contains("0 schema copies and 0 job documents upgraded, 1 already current"),
+        "{again}"
+    );
+    assert_eq!(snapshot(&root), v06, "a second migrate changed the store");
+    {
+        let _orch = f.orchestratord();
+        let high = f.submit(&["--priority", "high"]);
+        assert_eq!(read(&f.path("queued", &high))["schema_version"], "0.6");
+    }
+
+    // A store from the future.
+    let y = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("\"0.6\"", "\"0.9\"");
+    std::fs::write(&cfg, y).unwrap();
+    let runs: [(&str, &[&str]); 2] = [
+        (env!("CARGO_BIN_EXE_orchestratord"), &["--idle-exit", "0"]),
+        (
+            env!("CARGO_BIN_EXE_queue-manager"),
+            &["--queue", "poplar", "--launcher", "direct"],
+        ),
+    ];
+    for (bin, args) in runs {
+        let mut c = Command::new(bin);
+        f.scope(&mut c);
+        let o = c.args(args).output().unwrap();
+        assert!(!o.status.success(), "{bin} ran on a newer store");
+        let err = text(&o.stderr);
+        assert!(
+            err.contains("0.9") && err.contains("newer agentstore") && err.contains("config.yaml"),
+            "{bin}: {err}"
+        );
+    }
+    let o = f.cli(&["list-jobs"]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o.stderr).contains("newer agentstore"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
+/// The pipeline with the fake Claude (it answers with the prompt it got): four dependent
+/// jobs; create-prd's prompt carries the research result, create-tasks and implement-tasks
+/// read the PRD the create-prd step made (implement-tasks also the tasks); view-prd shows
+/// the chain.
+#[test]
+fn the_pipeline_feeds_each_step_from_the_one_before() {
+    let f = Flow::new(2);
+    let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-claude");
+    f.ok(&[
+        "set-queue",
+        "poplar",
+        "--claude-cli-path",
+        fake.to_str().unwrap(),
+    ]);
+    let _orch = f.orchestratord();
+    let _qm = f.queue_manager();
+    let out = f.ok(&["pipeline", "--project", "P", "--task", "Make it fast"]);
+    let ids: Vec<String> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("Job queued: "))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(ids.len(), 4, "{out}");
+    assert!(out.contains(&format!("view-prd {}", ids[1])), "{out}");
+    let output = |id: &str| {
+        f.wait_state(id, "finished")["runtime"]["output"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let research = output(&ids[0]);
+    assert!(research.contains("Make it fast"), "{research}");
+    let prd_step = output(&ids[1]);
+    assert!(
+        prd_step.contains(&format!("Code research (job {})", ids[0])),
+        "{prd_step}"
+    );
+    let tasks = output(&ids[2]);
+    assert!(
+        tasks.contains("Create implementation tasks for the PRD of: Make it fast"),
+        "{tasks}"
+    );
+    assert!(
+        tasks.contains("## document"),
+        "the PRD is in the create-tasks prompt: {tasks}"
+    );
+    let implement = output(&ids[3]);
+    assert!(
+        implement.contains("## tasks"),
+        "the tasks are in the implement prompt: {implement}"
+    );
+    let prd_path = f
+        .env
+        .root
+        .join(format!("projects/P/finished_prds/{}.json", ids[1]));
+    wait_until(LONG, "the PRD complete", || prd_path.is_file());
+    let view = f.ok(&["view-prd", &ids[1]]);
+    assert!(view.contains("pipeline:"), "{view}");
+    let steps = [
+        "research-code",
+        "create-prd",
+        "create-tasks",
+        "implement-tasks",
+    ];
+    for (step, id) in steps.iter().zip(&ids) {
+        assert!(
+            view.lines()
+                .any(|l| l.contains(step) && l.contains(id.as_str()) && l.contains("finished")),
+            "{step} {id} not finished in {view}"
+        );
+    }
+}
