@@ -309,6 +309,11 @@ impl JobIndex {
         let base = self.dir.get_or_insert_with(|| {
             let base = cache_base()?;
             let root = std::fs::canonicalize(store.root()).unwrap_or(store.root().to_path_buf());
+            // Never inside the store (a service user whose home is the store): it may be
+            // synced to other machines.
+            if base.starts_with(&root) || base.starts_with(store.root()) {
+                return None;
+            }
             let key = uuid::Uuid::new_v5(
                 &uuid::Uuid::NAMESPACE_URL,
                 root.as_os_str().as_encoded_bytes(),
