@@ -211,11 +211,14 @@ fn damaged_or_unwritable_index_changes_nothing() {
         }
     }
     assert!(files.len() >= 6, "{files:?}");
-    // Garbage, a truncated body, a header from another folder.
-    std::fs::write(&files[0], "not an index\n").unwrap();
-    let body = std::fs::read_to_string(&files[1]).unwrap();
-    std::fs::write(&files[1], &body[..body.len() / 2]).unwrap();
-    let other = std::fs::read_to_string(&files[3]).unwrap();
+    // The largest first: a body cut short, garbage, another folder's index.
+    files.sort_by_key(|f| std::cmp::Reverse(std::fs::metadata(f).unwrap().len()));
+    let body = std::fs::read_to_string(&files[0]).unwrap();
+    assert!(body.lines().count() > 5, "{body}");
+    let cut = body.match_indices('\n').nth(3).unwrap().0 + 1;
+    std::fs::write(&files[0], &body[..cut]).unwrap();
+    std::fs::write(&files[1], "not an index\n").unwrap();
+    let other = std::fs::read_to_string(&files[0]).unwrap();
     std::fs::write(&files[2], other).unwrap();
     assert_eq!(ids(&env.ok(&["list-jobs"])), want);
     // The damage was repaired: a second listing is right too.

@@ -300,9 +300,14 @@ pub(super) fn list_jobs(
                     Err(e) => warn(e),
                     Ok(None) => {}
                     Ok(Some((loc, job))) => {
-                        // The index is a cache: the document itself decides who may see it.
-                        let p = store.project(&job.config.project).ok();
-                        if who.can_see_job(&job, p.as_ref()) {
+                        // The index is a cache: when the document says otherwise, the
+                        // document decides who may see it.
+                        let same = job.config.project == l.head.project
+                            && job.config.user == l.head.user;
+                        if same || {
+                            let p = store.project(&job.config.project).ok();
+                            who.can_see_job(&job, p.as_ref())
+                        } {
                             w.element(&with_id(job, &loc.id))?;
                         }
                     }

@@ -82,6 +82,8 @@ pub fn read_head(path: &Path) -> Option<JobHead> {
 
 /// The first line of an index file.
 const MAGIC: &str = "agentstore-job-index 1";
+/// The last line of a whole index file (one cut short is never trusted).
+const TRAILER: &str = "#end\n";
 /// A folder time younger than this may still change within its granularity: an index taken
 /// then is used for names, never to skip listing the folder.
 const SETTLED: Duration = Duration::from_secs(2);
@@ -421,7 +423,7 @@ fn open_folder(
             && had.dev == stamp.dev
             && had.ino == stamp.ino
         {
-            if had == stamp && settled {
+            if had == stamp && settled && ends_whole(r.get_mut()) {
                 let mut src = Source {
                     queue: queue.to_string(),
                     status,
@@ -486,11 +488,28 @@ fn open_folder(
     Ok((Source::mem(queue, status, recs), bad))
 }
 
+/// True when the file ends with the trailer (it was written whole).
+fn ends_whole(f: &mut File) -> bool {
+    use std::io::Read;
+    let n = TRAILER.len() as u64;
+    let Ok(len) = f.metadata().map(|m| m.len()) else {
+        return false;
+    };
+    let mut tail = vec![0; TRAILER.len()];
+    let ok = len >= n
+        && f.seek(SeekFrom::Start(len - n)).is_ok()
+        && f.read_exact(&mut tail).is_ok()
+        && tail == TRAILER.as_bytes();
+    ok
+}
+
 fn write_index(path: &Path, stamp: &Stamp, recs: &[Rec]) -> std::io::Result<()> {
     let parent = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(parent)?;
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tmp = parent.join(format!(
-        ".{}.{}.tmp",
+        ".{}.{}.{n}.tmp",
         path.file_name().and_then(|n| n.to_str()).unwrap_or("idx"),
         std::process::id()
     ));
@@ -500,6 +519,7 @@ fn write_index(path: &Path, stamp: &Stamp, recs: &[Rec]) -> std::io::Result<()> 
         for r in recs {
             r.write(&mut w)?;
         }
+        w.write_all(TRAILER.as_bytes())?;
         w.into_inner().map_err(|e| e.into_error())?;
         std::fs::rename(&tmp, path)
     })();
@@ -576,6 +596,7 @@ impl Source {
                 Body::File(r) => {
                     let mut line = String::new();
                     match r.read_line(&mut line) {
+                        Ok(n) if n > 0 && line == TRAILER => None,
                         Ok(n) if n > 0 => match Rec::parse(&line) {
                             Some(rec) => Some(rec),
                             // A damaged index line: the folder is listed again next time.
