@@ -114,7 +114,10 @@ fn listing_is_ordered_complete_and_follows_moves() {
     .unwrap();
     let text = env.ok(&["list-jobs"]);
     assert_eq!(ids(&text), want, "{text}");
-    assert!(rows(&text).contains(&("j00".into(), "finished".into())), "{text}");
+    assert!(
+        rows(&text).contains(&("j00".into(), "finished".into())),
+        "{text}"
+    );
     // The same job in two folders (a copy left behind) is listed once, in the later state.
     std::fs::copy(
         q.join("finished_jobs/j00.json"),
@@ -123,7 +126,10 @@ fn listing_is_ordered_complete_and_follows_moves() {
     .unwrap();
     let text = env.ok(&["list-jobs"]);
     assert_eq!(ids(&text), want, "{text}");
-    assert!(rows(&text).contains(&("j00".into(), "finished".into())), "{text}");
+    assert!(
+        rows(&text).contains(&("j00".into(), "finished".into())),
+        "{text}"
+    );
     let j = json_ids(&env.ok(&["list-jobs", "--format", "json"]));
     assert_eq!(j.iter().filter(|x| x.0 == "j00").count(), 1, "{j:?}");
     // A new job appears; a filtered listing sees only its folder.
@@ -154,7 +160,9 @@ fn job_moved_mid_listing_appears_once() {
     .unwrap();
     let mut got = Vec::new();
     for l in listing {
-        let (loc, job) = read_listed(&store, &l).unwrap().expect("every job is found");
+        let (loc, job) = read_listed(&store, &l)
+            .unwrap()
+            .expect("every job is found");
         got.push((loc.id.clone(), loc.status));
         assert_eq!(job.config.queue_time, l.head.queue_time);
     }
@@ -175,14 +183,20 @@ fn warm_text_listing_reads_no_job_document() {
     settle_all(&env);
     assert_eq!(ids(&env.ok(&["list-jobs"])), want);
     let f = env.root.join("Queues/oak/Jobs/finished_jobs/j01.json");
-    let dir_time = std::fs::metadata(f.parent().unwrap()).unwrap().modified().unwrap();
+    let dir_time = std::fs::metadata(f.parent().unwrap())
+        .unwrap()
+        .modified()
+        .unwrap();
     std::fs::OpenOptions::new()
         .write(true)
         .truncate(true)
         .open(&f)
         .unwrap();
     assert_eq!(
-        std::fs::metadata(f.parent().unwrap()).unwrap().modified().unwrap(),
+        std::fs::metadata(f.parent().unwrap())
+            .unwrap()
+            .modified()
+            .unwrap(),
         dir_time
     );
     assert_eq!(ids(&env.ok(&["list-jobs"])), want);

@@ -249,6 +249,19 @@ pub(super) fn list_jobs(
     status: Option<JobStatus>,
     project: Option<&str>,
 ) -> CliResult {
+    // Standard output is line-buffered: one write per line would cost more than the listing.
+    let mut buffered = std::io::BufWriter::with_capacity(64 * 1024, out);
+    list_jobs_to(g, &mut buffered, status, project)?;
+    buffered.flush()?;
+    Ok(())
+}
+
+fn list_jobs_to(
+    g: &GlobalArgs,
+    out: &mut dyn Write,
+    status: Option<JobStatus>,
+    project: Option<&str>,
+) -> CliResult {
     let store = open_store(g)?;
     let who = caller(&store)?;
     if let Some(p) = project {
@@ -292,7 +305,7 @@ pub(super) fn list_jobs(
     match g.format {
         Format::Json => {
             let mut w = JsonArrayWriter::start(out)?;
-            while let Some(l) = listing.next() {
+            for l in listing.by_ref() {
                 if !visible(&l) {
                     continue;
                 }
@@ -302,8 +315,8 @@ pub(super) fn list_jobs(
                     Ok(Some((loc, job))) => {
                         // The index is a cache: when the document says otherwise, the
                         // document decides who may see it.
-                        let same = job.config.project == l.head.project
-                            && job.config.user == l.head.user;
+                        let same =
+                            job.config.project == l.head.project && job.config.user == l.head.user;
                         if same || {
                             let p = store.project(&job.config.project).ok();
                             who.can_see_job(&job, p.as_ref())
@@ -318,14 +331,20 @@ pub(super) fn list_jobs(
         Format::Text => {
             // Two passes over the same index files: widths first, then the lines.
             let mut t = StreamTable::new(&JOB_HEADERS, &[0, 1]);
-            while let Some(l) = listing.next() {
+            for l in listing.by_ref() {
                 if visible(&l) {
-                    t.measure(&job_cells(&l));
+                    t.measure_widths(&[
+                        l.id.chars().count(),
+                        l.status.name().len(),
+                        l.queue.chars().count(),
+                        l.head.project.chars().count(),
+                        QUEUED_WIDTH,
+                    ]);
                 }
             }
             listing.rewind()?;
             t.header(out)?;
-            while let Some(l) = listing.next() {
+            for l in listing {
                 if visible(&l) {
                     t.line(out, &job_cells(&l))?;
                 }
@@ -341,8 +360,24 @@ fn job_cells(l: &Listed) -> [String; 5] {
         l.status.name().to_string(),
         l.queue.clone(),
         l.head.project.clone(),
-        l.head.queue_time.0.format("%m-%d %H:%M").to_string(),
+        queued_cell(&l.head.queue_time),
     ]
+}
+
+/// Width of the QUEUED cell ("MM-DD HH:MM").
+const QUEUED_WIDTH: usize = 11;
+
+/// The QUEUED cell, `%m-%d %H:%M` without a format parser per row.
+fn queued_cell(t: &Timestamp) -> String {
+    use chrono::{Datelike, Timelike};
+    let t = t.0;
+    format!(
+        "{:02}-{:02} {:02}:{:02}",
+        t.month(),
+        t.day(),
+        t.hour(),
+        t.minute()
+    )
 }
 
 const JOB_HEADERS: [&str; 5] = ["ID", "STATUS", "QUEUE", "PROJECT", "QUEUED"];
@@ -373,6 +408,13 @@ impl StreamTable {
         }
     }
 
+    /// [`measure`](Self::measure) from the cells' widths alone.
+    fn measure_widths(&mut self, widths: &[usize]) {
+        for (w, c) in self.widths.iter_mut().zip(widths) {
+            *w = (*w).max(*c);
+        }
+    }
+
     fn fitted(&mut self) -> Vec<usize> {
         if let Some(f) = &self.fitted {
             return f.clone();
@@ -389,19 +431,24 @@ impl StreamTable {
     }
 
     fn line(&mut self, out: &mut dyn Write, cells: &[String]) -> std::io::Result<()> {
-        let widths = self.fitted();
+        if self.fitted.is_none() {
+            self.fitted();
+        }
+        let widths = self.fitted.as_deref().unwrap_or(&[]);
         let n = widths.len();
-        let mut s = String::new();
+        let mut s = String::with_capacity(96);
         for (i, w) in widths.iter().enumerate() {
             let cell = cells.get(i).map(String::as_str).unwrap_or("");
             let cut = super::render::fit(cell, *w);
-            if i + 1 == n {
-                s.push_str(&cut);
-            } else {
-                s.push_str(&format!("{cut:<w$}  ", w = w));
+            s.push_str(&cut);
+            if i + 1 < n {
+                let pad = w.saturating_sub(cut.chars().count()) + 2;
+                s.extend(std::iter::repeat_n(' ', pad));
             }
         }
-        writeln!(out, "{}", s.trim_end())
+        s.truncate(s.trim_end().len());
+        s.push('\n');
+        out.write_all(s.as_bytes())
     }
 }
 
@@ -425,7 +472,7 @@ pub(super) fn jobs_table(out: &mut dyn Write, rows: &[JobRow]) -> CliResult {
             r.status.name().to_string(),
             r.queue.clone(),
             r.project.clone(),
-            r.queue_time.0.format("%m-%d %H:%M").to_string(),
+            queued_cell(&r.queue_time),
         ]);
     }
     t.write(out)?;
@@ -548,6 +595,18 @@ pub(super) fn list_jobs_dbus(
     status: Option<JobStatus>,
     project: Option<&str>,
 ) -> CliResult {
+    let mut buffered = std::io::BufWriter::with_capacity(64 * 1024, out);
+    list_jobs_dbus_to(g, &mut buffered, status, project)?;
+    buffered.flush()?;
+    Ok(())
+}
+
+fn list_jobs_dbus_to(
+    g: &GlobalArgs,
+    out: &mut dyn Write,
+    status: Option<JobStatus>,
+    project: Option<&str>,
+) -> CliResult {
     use crate::bus::orchestrator::Orchestrator1Proxy;
     let user = Session::load().ok().and_then(|s| s.username);
     let mut filter: HashMap<&str, &str> = HashMap::new();
@@ -623,7 +682,7 @@ pub(super) fn list_jobs_dbus(
                         r.status,
                         r.queue,
                         r.project,
-                        r.queue_time.0.format("%m-%d %H:%M").to_string(),
+                        queued_cell(&r.queue_time),
                     ];
                     table.measure(&cells);
                     sp.push(&cells)?;
@@ -710,10 +769,7 @@ impl Spool {
         self.file.write_all(line.as_bytes())
     }
 
-    fn replay(
-        self,
-        mut each: impl FnMut(&[String]) -> std::io::Result<()>,
-    ) -> std::io::Result<()> {
+    fn replay(self, mut each: impl FnMut(&[String]) -> std::io::Result<()>) -> std::io::Result<()> {
         use std::io::{BufRead, Seek};
         let mut f = self.file.into_inner().map_err(|e| e.into_error())?;
         f.seek(std::io::SeekFrom::Start(0))?;

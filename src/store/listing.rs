@@ -90,11 +90,14 @@ const SETTLED: Duration = Duration::from_secs(2);
 /// How long `ListJobs` keeps a listing open for the caller's next page.
 const CURSOR_TTL: Duration = Duration::from_secs(60);
 
+/// Queue time (seconds, nanoseconds), project, user.
+type RecHead = (i64, u32, Box<str>, Option<Box<str>>);
+
 /// One record of an index file: a job, or a file that did not read as one (`head: None`).
 #[derive(Debug, Clone)]
 struct Rec {
     id: Box<str>,
-    head: Option<(i64, u32, Box<str>, Option<Box<str>>)>,
+    head: Option<RecHead>,
 }
 
 impl Rec {
@@ -347,7 +350,9 @@ impl JobIndex {
         for q in &queues {
             // In the order jobs move, so a job moving meanwhile is seen at least once.
             for &s in &states {
-                let cache = dir.as_ref().map(|d| d.join(q).join(format!("{}.idx", s.dir())));
+                let cache = dir
+                    .as_ref()
+                    .map(|d| d.join(q).join(format!("{}.idx", s.dir())));
                 match open_folder(store, q, s, cache.as_deref()) {
                     Ok((src, bad)) => {
                         listing
@@ -496,11 +501,10 @@ fn ends_whole(f: &mut File) -> bool {
         return false;
     };
     let mut tail = vec![0; TRAILER.len()];
-    let ok = len >= n
+    len >= n
         && f.seek(SeekFrom::Start(len - n)).is_ok()
         && f.read_exact(&mut tail).is_ok()
-        && tail == TRAILER.as_bytes();
-    ok
+        && tail == TRAILER.as_bytes()
 }
 
 fn write_index(path: &Path, stamp: &Stamp, recs: &[Rec]) -> std::io::Result<()> {
@@ -747,10 +751,7 @@ mod tests {
 
     #[test]
     fn records_round_trip_whatever_the_text() {
-        for (id, project, user) in [
-            ("a", "P", None),
-            ("b-1.x", "we\tird\nname\\", Some("u\\t")),
-        ] {
+        for (id, project, user) in [("a", "P", None), ("b-1.x", "we\tird\nname\\", Some("u\\t"))] {
             let r = Rec {
                 id: id.into(),
                 head: Some((-5, 7, project.into(), user.map(Into::into))),
@@ -769,7 +770,12 @@ mod tests {
         };
         let mut buf = Vec::new();
         bad.write(&mut buf).unwrap();
-        assert!(Rec::parse(std::str::from_utf8(&buf).unwrap()).unwrap().head.is_none());
+        assert!(
+            Rec::parse(std::str::from_utf8(&buf).unwrap())
+                .unwrap()
+                .head
+                .is_none()
+        );
         assert!(Rec::parse("garbage\n").is_none());
     }
 }
