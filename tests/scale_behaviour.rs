@@ -103,14 +103,17 @@ fn completion_never_rereads_handled_history() {
             .map(|e| e.unwrap().path())
             .find(|p| !p.ends_with("other-host.log"))
     };
-    wait_until("the handled job recorded in this machine's handled-log", || {
-        own_log().is_some_and(|p| {
-            std::fs::read_to_string(p)
-                .unwrap_or_default()
-                .lines()
-                .any(|l| l == format!("{}/fresh-1", env.queue))
-        })
-    });
+    wait_until(
+        "the handled job recorded in this machine's handled-log",
+        || {
+            own_log().is_some_and(|p| {
+                std::fs::read_to_string(p)
+                    .unwrap_or_default()
+                    .lines()
+                    .any(|l| l == format!("{}/fresh-1", env.queue))
+            })
+        },
+    );
     drop(d);
 
     // A restart with one more finished job: the old ones stay unread.

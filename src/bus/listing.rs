@@ -3,7 +3,7 @@
 use super::BusError;
 use super::caller::caller_for_uid;
 use super::orchestrator::Shared;
-use crate::model::{JobStatus, Project};
+use crate::model::JobStatus;
 use crate::store::listing::{Cursor, JobFilter, read_listed};
 use std::collections::HashMap;
 use std::time::Instant;
@@ -108,20 +108,8 @@ pub fn list_jobs_page(
         .job_index
         .lock()
         .map_err(|_| BusError::Failed("job index lock poisoned".into()))?;
-    let mut projects: HashMap<String, Option<Project>> = HashMap::new();
-    let mut visible = |project: &str, user: Option<&str>| {
-        if who.is_admin() {
-            return true;
-        }
-        if who.user_id().is_some() && who.user_id() == user {
-            return true;
-        }
-        projects
-            .entry(project.to_string())
-            .or_insert_with(|| store.project(project).ok())
-            .as_ref()
-            .is_some_and(|p| who.can_see_project(p))
-    };
+    let mut vis = crate::orchestrator::Visibility::new(store, &who);
+    let mut visible = |project: &str, user: Option<&str>| vis.admits(project, user);
     let key = format!(
         "{uid}\n{:?}\n{filter:?}\n{}",
         ask.user.as_deref(),

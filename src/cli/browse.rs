@@ -290,18 +290,8 @@ fn list_jobs_to(
             warn(e);
         }
     }
-    let mut projects: HashMap<String, Option<Project>> = HashMap::new();
-    let mut visible = |l: &Listed| {
-        if who.is_admin() {
-            return true;
-        }
-        let mine = who.user_id().is_some() && who.user_id() == l.head.user.as_deref();
-        mine || projects
-            .entry(l.head.project.clone())
-            .or_insert_with(|| store.project(&l.head.project).ok())
-            .as_ref()
-            .is_some_and(|p| who.can_see_project(p))
-    };
+    let mut vis = crate::orchestrator::Visibility::new(&store, &who);
+    let mut visible = |l: &Listed| vis.admits(&l.head.project, l.head.user.as_deref());
     match g.format {
         Format::Json => {
             let mut w = JsonArrayWriter::start(out)?;

@@ -109,6 +109,39 @@ pub fn answer(store: &Store, msg: &Message, who: &Caller) -> Result<Value, Route
     }
 }
 
+/// Who may see a listed job by what the index holds of it (PRD §10: admins, the job's own
+/// user, whoever may see its project), each project read once per listing.
+pub struct Visibility<'a> {
+    store: &'a Store,
+    who: &'a Caller,
+    projects: std::collections::HashMap<String, Option<Project>>,
+}
+
+impl<'a> Visibility<'a> {
+    /// For `who` listing `store`.
+    pub fn new(store: &'a Store, who: &'a Caller) -> Visibility<'a> {
+        Visibility {
+            store,
+            who,
+            projects: Default::default(),
+        }
+    }
+
+    /// True when the job of `project` (queued by `user`) may be listed.
+    pub fn admits(&mut self, project: &str, user: Option<&str>) -> bool {
+        let who = self.who;
+        if who.is_admin() || (who.user_id().is_some() && who.user_id() == user) {
+            return true;
+        }
+        let store = self.store;
+        self.projects
+            .entry(project.to_string())
+            .or_insert_with(|| store.project(project).ok())
+            .as_ref()
+            .is_some_and(|p| who.can_see_project(p))
+    }
+}
+
 /// The most bytes of jobs one `list-jobs` answer carries (the bound of a D-Bus reply).
 pub const MAX_LIST_BYTES: usize = 16 << 20;
 
@@ -156,17 +189,7 @@ fn list_jobs(store: &Store, msg: &Message, who: &Caller) -> Result<Value, RouteE
         project: project.map(str::to_string),
         queue: queue.map(str::to_string),
     };
-    let mut projects: std::collections::HashMap<String, Option<Project>> = Default::default();
-    let mut visible = |project: &str, user: Option<&str>| {
-        if who.is_admin() || (who.user_id().is_some() && who.user_id() == user) {
-            return true;
-        }
-        projects
-            .entry(project.to_string())
-            .or_insert_with(|| store.project(project).ok())
-            .as_ref()
-            .is_some_and(|p| who.can_see_project(p))
-    };
+    let mut visible = Visibility::new(store, who);
     let mut index = JobIndex::default();
     let listing = index.listing(store, &filter);
     let (mut jobs, mut bytes, mut seen) = (Vec::new(), 0usize, 0usize);
@@ -174,7 +197,7 @@ fn list_jobs(store: &Store, msg: &Message, who: &Caller) -> Result<Value, RouteE
         if jobs.len() >= limit {
             break;
         }
-        if !visible(&l.head.project, l.head.user.as_deref()) {
+        if !visible.admits(&l.head.project, l.head.user.as_deref()) {
             continue;
         }
         seen += 1;

@@ -12,6 +12,7 @@ pub mod commands;
 mod completion;
 pub mod daemon;
 mod direct;
+pub use direct::Visibility;
 mod error;
 pub mod handled;
 mod jobs;
