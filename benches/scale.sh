@@ -118,11 +118,16 @@ def rss(pid):
             out[k] = int(v.split()[0]) // 1024
     return out
 
+last_cpu = [0.0]
+
 def peak(cmd, env):
+    """Wall time (s) and peak RSS (MiB); the CPU time (user + system) goes to last_cpu."""
     t0 = time.monotonic()
-    r = subprocess.run(["/usr/bin/time", "-f", "%M"] + cmd, env=env, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.PIPE, text=True, check=True)
-    return time.monotonic() - t0, int(r.stderr.strip().splitlines()[-1]) // 1024
+    r = subprocess.run(["/usr/bin/time", "-f", "%U %S %M"] + cmd, env=env,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=True)
+    u, s, m = r.stderr.strip().splitlines()[-1].split()
+    last_cpu[0] = float(u) + float(s)
+    return time.monotonic() - t0, int(m) // 1024
 
 for n in sizes:
     print(f"== {n} finished jobs (+ {n} queued in a second queue)", flush=True)
@@ -200,6 +205,7 @@ for n in sizes:
         peak(cmd, env)
         t, m = peak(cmd, env)
         row(n, f"CLI list-jobs {fmt} (2N jobs): time (s)", "%.2f" % t)
+        row(n, f"CLI list-jobs {fmt} (2N jobs): CPU user+sys (s)", "%.2f" % last_cpu[0])
         row(n, f"CLI list-jobs {fmt} (2N jobs): peak RSS (MiB)", m)
 
     # ListJobs paged over D-Bus (a private bus any local user may use, like the system bus).
