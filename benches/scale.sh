@@ -9,8 +9,11 @@
 #   - orchestratord start → READY, and → end of the first pass (sd_notify STATUS after it)
 #   - inbox → outbox answer p50/p99 (100 messages, one at a time) with N finished jobs
 #   - queue-manager start → READY with N jobs in queued_jobs/
-#   - orchestrator list-jobs (text, json) wall time and peak RSS (/usr/bin/time)
+#   - orchestrator list-jobs (text, json) wall time and peak RSS (/usr/bin/time): without a
+#     job index yet (first run) and warm; peers: find (names only), find | xargs cat
 #   - ListJobs paged over D-Bus (all pages): wall time, daemon RSS after (VmRSS, VmHWM)
+#   - as root: the CLI's D-Bus path (user nobody, store mode 0700), text and json
+#   - the load average next to the listings (the machine may be shared)
 # pueue has no equivalent for a store-wide listing or a file inbox; it is not compared here
 # (installing it from crates.io costs a long build on a shared 2-core machine).
 # Needs python3, dbus-daemon, busctl and GNU time.
@@ -39,6 +42,8 @@ import json, os, socket, subprocess, sys, time, statistics, uuid, shutil
 bin_dir, work, results = sys.argv[1], sys.argv[2], sys.argv[3]
 sizes = [int(s) for s in sys.argv[4:]]
 env0 = dict(os.environ)
+# Another user (nobody) must reach the bus socket in here; the store itself is closed to it.
+os.chmod(work, 0o755)
 
 def row(size, what, value):
     with open(results, "a") as f:
@@ -113,11 +118,16 @@ def rss(pid):
             out[k] = int(v.split()[0]) // 1024
     return out
 
+last_cpu = [0.0]
+
 def peak(cmd, env):
+    """Wall time (s) and peak RSS (MiB); the CPU time (user + system) goes to last_cpu."""
     t0 = time.monotonic()
-    r = subprocess.run(["/usr/bin/time", "-f", "%M"] + cmd, env=env, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.PIPE, text=True, check=True)
-    return time.monotonic() - t0, int(r.stderr.strip().splitlines()[-1]) // 1024
+    r = subprocess.run(["/usr/bin/time", "-f", "%U %S %M"] + cmd, env=env,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=True)
+    u, s, m = r.stderr.strip().splitlines()[-1].split()
+    last_cpu[0] = float(u) + float(s)
+    return time.monotonic() - t0, int(m) // 1024
 
 for n in sizes:
     print(f"== {n} finished jobs (+ {n} queued in a second queue)", flush=True)
@@ -173,18 +183,46 @@ for n in sizes:
     row(n, "queue-manager start→READY (ms)", "%.0f" % ((ready - t0) * 1000))
     qm.kill(); qm.wait(); sock.close(); os.unlink(path)
 
-    # CLI list-jobs over 2n jobs, warm.
+    row(n, "load average (1 min) before listings", open("/proc/loadavg").read().split()[0])
+    # Peers for a listing: the names alone (find), every document's bytes (find | cat).
+    t0 = time.monotonic()
+    subprocess.run(["find", os.path.join(root, "Queues"), "-name", "*.json"], check=True,
+                   stdout=subprocess.DEVNULL)
+    row(n, "peer: find (names of 2N jobs) (s)", "%.2f" % (time.monotonic() - t0))
+    t0 = time.monotonic()
+    subprocess.run("find %s -name '*.json' -print0 | xargs -0 cat >/dev/null"
+                   % os.path.join(root, "Queues"), shell=True, check=True)
+    row(n, "peer: find | xargs cat (every document) (s)", "%.2f" % (time.monotonic() - t0))
+    # CLI list-jobs over 2n jobs: the first run builds the job index (page cache warm), the
+    # second is warm.
     for fmt in ("text", "json"):
         cmd = [f"{bin_dir}/orchestrator", "list-jobs", "--format", fmt]
+        if fmt == "text":
+            shutil.rmtree(os.path.join(env["HOME"], ".cache"), ignore_errors=True)
+            t, m = peak(cmd, env)
+            row(n, f"CLI list-jobs {fmt} (2N jobs), no index yet: time (s)", "%.2f" % t)
+            row(n, f"CLI list-jobs {fmt} (2N jobs), no index yet: peak RSS (MiB)", m)
         peak(cmd, env)
         t, m = peak(cmd, env)
         row(n, f"CLI list-jobs {fmt} (2N jobs): time (s)", "%.2f" % t)
+        row(n, f"CLI list-jobs {fmt} (2N jobs): CPU user+sys (s)", "%.2f" % last_cpu[0])
         row(n, f"CLI list-jobs {fmt} (2N jobs): peak RSS (MiB)", m)
 
-    # ListJobs paged over D-Bus (a private session bus).
-    bus = subprocess.Popen(["dbus-daemon", "--session", "--nofork", "--print-address=1"],
+    # ListJobs paged over D-Bus (a private bus any local user may use, like the system bus).
+    sockp = os.path.join(work, "bus-%d.sock" % n)
+    conf = os.path.join(work, "bus-%d.conf" % n)
+    with open(conf, "w") as f:
+        f.write('<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN" '
+                '"http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">'
+                f'<busconfig><type>custom</type><listen>unix:path={sockp}</listen>'
+                '<auth>EXTERNAL</auth><policy context="default"><allow user="*"/>'
+                '<allow own="*"/><allow send_destination="*"/><allow receive_sender="*"/>'
+                '</policy></busconfig>')
+    bus = subprocess.Popen(["dbus-daemon", f"--config-file={conf}", "--nofork",
+                            "--print-address=1"],
                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     addr = bus.stdout.readline().strip()
+    os.chmod(sockp, 0o777)
     benv = dict(env, DBUS_SESSION_BUS_ADDRESS=addr, RUST_LOG="warn")
     d = subprocess.Popen([f"{bin_dir}/orchestratord", "--bus", "session", "--idle-exit", "0",
                           "--root", root], env=benv, stdout=subprocess.DEVNULL,
@@ -192,6 +230,7 @@ for n in sizes:
     while subprocess.run(["busctl", "--address", addr, "status", "org.agentstore.Orchestrator1"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode:
         time.sleep(0.05)
+    row(n, "orchestratord RSS before listing (MiB)", rss(d.pid)["VmRSS"])
     t0 = time.monotonic()
     offset, pages, listed = 0, 0, 0
     while True:
@@ -212,6 +251,33 @@ for n in sizes:
     m = rss(d.pid)
     row(n, "orchestratord RSS after paged listing (MiB)", m["VmRSS"])
     row(n, "orchestratord peak RSS (VmHWM, MiB)", m["VmHWM"])
+
+    # The CLI's D-Bus path: a user who cannot read the store (mode 0700) lists through the
+    # daemon, which maps the caller's Unix user (nobody) to an admin user of the store.
+    if os.geteuid() == 0 and shutil.which("runuser"):
+        subprocess.run([f"{bin_dir}/orchestrator", "add-user", "nob", "--name", "N",
+                        "--email", "n@x", "--unix-user", "nobody", "--permissions", "admin"],
+                       env=env, check=True, stdout=subprocess.DEVNULL)
+        os.chmod(root, 0o700)
+        for fmt in ("text", "json"):
+            cmd = ["runuser", "-u", "nobody", "--", "/usr/bin/time", "-f", "%M", "env",
+                   "HOME=/nonexistent", "AGENTSTORE_BUS=session",
+                   f"DBUS_SESSION_BUS_ADDRESS={addr}", f"{bin_dir}/orchestrator", "--root", root,
+                   "list-jobs", "--format", fmt]
+            t0 = time.monotonic()
+            r = subprocess.run(cmd, capture_output=True, text=True, check=True)
+            t = time.monotonic() - t0
+            lines = r.stdout.count("\n")
+            row(n, f"CLI list-jobs {fmt} over D-Bus (2N jobs): time (s)", "%.2f" % t)
+            row(n, f"CLI list-jobs {fmt} over D-Bus (2N jobs): peak RSS (MiB)",
+                int(r.stderr.strip().splitlines()[-1]) // 1024)
+            if fmt == "text":
+                assert lines == 2 * n + 1, (lines, n)
+        os.chmod(root, 0o755)
+        m = rss(d.pid)
+        row(n, "orchestratord RSS after CLI listings over D-Bus (MiB)", m["VmRSS"])
+        row(n, "orchestratord peak RSS (VmHWM, MiB)", m["VmHWM"])
+    row(n, "load average (1 min) after listings", open("/proc/loadavg").read().split()[0])
     d.kill(); d.wait(); bus.kill(); bus.wait()
     shutil.rmtree(root)
 PY

@@ -96,18 +96,23 @@ fn completion_never_rereads_handled_history() {
     wait_until("the new job handled", || {
         read_json(&fresh)["runtime"]["handled"] == json!(true)
     });
-    let own_log = std::fs::read_dir(&logdir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| !p.ends_with("other-host.log"))
-        .expect("this machine's handled-log");
-    assert!(
-        std::fs::read_to_string(&own_log)
+    // The log line is appended just after the flag is written: wait for it too.
+    let own_log = || {
+        std::fs::read_dir(&logdir)
             .unwrap()
-            .lines()
-            .any(|l| l == format!("{}/fresh-1", env.queue)),
-        "the handled job is recorded in {}",
-        own_log.display()
+            .map(|e| e.unwrap().path())
+            .find(|p| !p.ends_with("other-host.log"))
+    };
+    wait_until(
+        "the handled job recorded in this machine's handled-log",
+        || {
+            own_log().is_some_and(|p| {
+                std::fs::read_to_string(p)
+                    .unwrap_or_default()
+                    .lines()
+                    .any(|l| l == format!("{}/fresh-1", env.queue))
+            })
+        },
     );
     drop(d);
 

@@ -3,9 +3,10 @@
 use super::BusError;
 use super::caller::caller_for_uid;
 use super::orchestrator::Shared;
-use crate::model::{DocKind, Job, JobStatus, Project};
-use crate::store::listing::JobFilter;
+use crate::model::JobStatus;
+use crate::store::listing::{Cursor, JobFilter, read_listed};
 use std::collections::HashMap;
+use std::time::Instant;
 
 /// Jobs in a page when the caller asks for 0.
 pub const DEFAULT_PAGE: u32 = 500;
@@ -16,9 +17,19 @@ pub const PAGE_BYTES: usize = 4 << 20;
 /// The largest answer any method sends: well under the 32 MiB the system bus allows.
 pub const MAX_REPLY_BYTES: usize = 16 << 20;
 
-fn filter_from(args: &HashMap<String, String>) -> Result<(JobFilter, Option<String>), BusError> {
+/// What a `ListJobs` call asked for, beyond the filter.
+struct Ask {
+    filter: JobFilter,
+    user: Option<String>,
+    /// `fields=summary`: rows of id, status, queue, project, queue_time, user, priority from the index,
+    /// without reading any document (what a table needs).
+    summary: bool,
+}
+
+fn filter_from(args: &HashMap<String, String>) -> Result<Ask, BusError> {
     let mut f = JobFilter::default();
     let mut user = None;
+    let mut summary = false;
     for (k, v) in args {
         let v = v.trim();
         if v.is_empty() {
@@ -33,17 +44,46 @@ fn filter_from(args: &HashMap<String, String>) -> Result<(JobFilter, Option<Stri
             "project" => f.project = Some(v.to_string()),
             "queue" => f.queue = Some(v.to_string()),
             "user" => user = Some(v.to_string()),
+            "fields" => {
+                summary = match v {
+                    "summary" => true,
+                    "all" => false,
+                    other => {
+                        return Err(BusError::InvalidMessage(format!(
+                            "ListJobs: fields {other:?} is not one of all, summary"
+                        )));
+                    }
+                }
+            }
             other => {
                 return Err(BusError::InvalidMessage(format!(
-                    "ListJobs: unknown filter key {other:?} (known: status, project, queue, user)"
+                    "ListJobs: unknown filter key {other:?} (known: status, project, queue, user, fields)"
                 )));
             }
         }
     }
-    Ok((f, user))
+    Ok(Ask {
+        filter: f,
+        user,
+        summary,
+    })
 }
 
-/// One page of `ListJobs` for the caller with Unix uid `uid`.
+/// One row of a `fields=summary` page.
+#[derive(serde::Serialize)]
+struct Summary<'a> {
+    id: &'a str,
+    status: &'a str,
+    queue: &'a str,
+    project: &'a str,
+    queue_time: &'a crate::model::Timestamp,
+    user: Option<&'a str>,
+    priority: Option<i32>,
+}
+
+/// One page of `ListJobs` for the caller with Unix uid `uid`. Sequential pages continue one
+/// open listing (a cursor over the index files); any other offset opens a new one and skips
+/// to it. Memory stays at one page whatever the store holds.
 pub fn list_jobs_page(
     shared: &Shared,
     uid: u32,
@@ -52,8 +92,9 @@ pub fn list_jobs_page(
     limit: u32,
 ) -> Result<(String, u32, u32), BusError> {
     let store = &shared.store;
-    let (filter, user) = filter_from(args)?;
-    let who = caller_for_uid(store, uid, shared.own_uid, user.as_deref())?;
+    let ask = filter_from(args)?;
+    let filter = &ask.filter;
+    let who = caller_for_uid(store, uid, shared.own_uid, ask.user.as_deref())?;
     if let Some(p) = &filter.project {
         store.project(p)?;
     }
@@ -68,50 +109,92 @@ pub fn list_jobs_page(
         .job_index
         .lock()
         .map_err(|_| BusError::Failed("job index lock poisoned".into()))?;
-    index.refresh(store, &filter);
-    let mut projects: HashMap<String, Option<Project>> = HashMap::new();
-    let listed = index.select(&filter, |l| {
-        if who.is_admin() {
-            return true;
+    let mut vis = crate::orchestrator::Visibility::new(store, &who);
+    let mut visible = |project: &str, user: Option<&str>| vis.admits(project, user);
+    let key = format!(
+        "{uid}\n{:?}\n{filter:?}\n{}",
+        ask.user.as_deref(),
+        ask.summary
+    );
+    let offset = offset as usize;
+    let mut cursor = match index.take_cursor(&key, offset) {
+        Some(c) => c,
+        None => {
+            let mut listing = index.listing(store, filter);
+            let total = listing
+                .by_ref()
+                .filter(|l| visible(&l.head.project, l.head.user.as_deref()))
+                .count();
+            listing
+                .rewind()
+                .map_err(|e| BusError::Failed(format!("job index: {e}")))?;
+            let mut next = 0;
+            while next < offset {
+                match listing.next() {
+                    None => break,
+                    Some(l) if visible(&l.head.project, l.head.user.as_deref()) => next += 1,
+                    Some(_) => {}
+                }
+            }
+            Cursor {
+                key,
+                listing,
+                next,
+                total,
+                at: Instant::now(),
+            }
         }
-        if who.user_id().is_some() && who.user_id() == l.head.user.as_deref() {
-            return true;
-        }
-        projects
-            .entry(l.head.project.clone())
-            .or_insert_with(|| store.project(&l.head.project).ok())
-            .as_ref()
-            .is_some_and(|p| who.can_see_project(p))
-    });
-    let total = listed.len();
-    let start = (offset as usize).min(total);
+    };
     let mut page = Vec::with_capacity(64 * 1024);
     page.push(b'[');
-    let mut next = start;
     let mut count = 0;
-    for l in &listed[start..] {
+    while let Some(l) = cursor.listing.next() {
+        if !visible(&l.head.project, l.head.user.as_deref()) {
+            continue;
+        }
         if count >= limit {
+            cursor.listing.put_back(l);
             break;
         }
-        let path = store.job_path(l.queue, l.status, l.id);
-        let doc: Option<Job> = store.read_doc(DocKind::Job, &path).ok();
-        let Some(mut job) = doc else {
-            // Moved or rewritten since it was indexed, or invalid (reported in errors.out):
-            // left out of this page.
-            next += 1;
-            continue;
+        let bytes = if ask.summary {
+            serde_json::to_vec(&Summary {
+                id: &l.id,
+                status: l.status.name(),
+                queue: &l.queue,
+                project: &l.head.project,
+                queue_time: &l.head.queue_time,
+                user: l.head.user.as_deref(),
+                priority: l.head.priority,
+            })
+            .map_err(|e| BusError::Failed(e.to_string()))?
+        } else {
+            let Ok(Some((_, mut job))) = read_listed(store, &l) else {
+                // Deleted since it was indexed, or invalid (reported in errors.out): left
+                // out of this page.
+                cursor.next += 1;
+                continue;
+            };
+            // The index is a cache: the document itself decides who may see it.
+            if (job.config.project != l.head.project
+                || job.config.user.as_deref() != l.head.user.as_deref())
+                && !visible(&job.config.project, job.config.user.as_deref())
+            {
+                cursor.next += 1;
+                continue;
+            }
+            job.runtime.output = None;
+            job.id.get_or_insert_with(|| l.id.to_string());
+            job.config.queue.get_or_insert_with(|| l.queue.to_string());
+            serde_json::to_vec(&job).map_err(|e| BusError::Failed(e.to_string()))?
         };
-        job.runtime.output = None;
-        job.id.get_or_insert_with(|| l.id.to_string());
-        job.config.queue.get_or_insert_with(|| l.queue.to_string());
-        let bytes = serde_json::to_vec(&job).map_err(|e| BusError::Failed(e.to_string()))?;
         if count > 0 && page.len() + bytes.len() + 2 > PAGE_BYTES {
+            cursor.listing.put_back(l);
             break;
         }
         if bytes.len() + 2 > MAX_REPLY_BYTES {
             // One job too big for any answer (a huge supporting_data): listed without it.
             tracing::warn!(job_id = %l.id, "job document too large for a listing page");
-            next += 1;
+            cursor.next += 1;
             continue;
         }
         if count > 0 {
@@ -119,9 +202,18 @@ pub fn list_jobs_page(
         }
         page.extend_from_slice(&bytes);
         count += 1;
-        next += 1;
+        cursor.next += 1;
     }
     page.push(b']');
+    let (total, next) = (cursor.total, cursor.next.min(cursor.total));
+    if next < total {
+        cursor.at = Instant::now();
+        index.keep_cursor(cursor);
+    } else {
+        index.drop_cursor();
+        drop(cursor);
+        crate::store::listing::release_memory();
+    }
     let text = String::from_utf8(page).map_err(|e| BusError::Failed(e.to_string()))?;
     let as_u32 = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
     Ok((text, as_u32(total), as_u32(next)))

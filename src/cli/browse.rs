@@ -5,7 +5,7 @@ use super::{CliError, CliResult, GlobalArgs, Session, open_store};
 use crate::model::flow::priority_name;
 use crate::model::{Job, JobStatus, Prd, PrdState, Project, Queue, Timestamp, User};
 use crate::permissions::Caller;
-use crate::store::listing::{JobFilter, JobIndex, Listed};
+use crate::store::listing::{JobFilter, JobIndex, Listed, read_listed};
 use crate::store::{JobLocation, Store, StoreError};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -250,6 +250,19 @@ pub(super) fn list_jobs(
     status: Option<JobStatus>,
     project: Option<&str>,
 ) -> CliResult {
+    // Standard output is line-buffered: one write per line would cost more than the listing.
+    let mut buffered = std::io::BufWriter::with_capacity(64 * 1024, out);
+    list_jobs_to(g, &mut buffered, status, project)?;
+    buffered.flush()?;
+    Ok(())
+}
+
+fn list_jobs_to(
+    g: &GlobalArgs,
+    out: &mut dyn Write,
+    status: Option<JobStatus>,
+    project: Option<&str>,
+) -> CliResult {
     let store = open_store(g)?;
     let who = caller(&store)?;
     if let Some(p) = project {
@@ -263,74 +276,101 @@ pub(super) fn list_jobs(
         project: project.map(str::to_string),
         queue: g.queue.clone(),
     };
-    // One pass over the files keeps only each job's head (queue time, project, user); the
-    // order comes from those, and whole documents are read one at a time while writing.
+    // The index gives the order from each job's head (queue time, project, user); whole
+    // documents are read one at a time while writing, so memory stays at one job.
     let mut index = JobIndex::default();
-    index.refresh(&store, &filter);
-    for (q, s, id) in index.unreadable(&filter) {
-        let path = store.job_path(q, s, id);
+    let mut listing = index.listing(&store, &filter);
+    for (q, s, id) in listing.unreadable() {
         // Read through the validator so the reason is reported and logged in errors.out.
         if let Err(e) = store.job(&JobLocation {
-            queue: q.to_string(),
-            status: s,
-            id: id.to_string(),
-            path,
+            queue: q.clone(),
+            status: *s,
+            id: id.clone(),
+            path: store.job_path(q, *s, id),
         }) {
             warn(e);
         }
     }
-    let mut projects: HashMap<String, Option<Project>> = HashMap::new();
-    let rows = index.select(&filter, |l| {
-        if who.is_admin() {
-            return true;
-        }
-        let mine = who.user_id().is_some() && who.user_id() == l.head.user.as_deref();
-        mine || projects
-            .entry(l.head.project.clone())
-            .or_insert_with(|| store.project(&l.head.project).ok())
-            .as_ref()
-            .is_some_and(|p| who.can_see_project(p))
-    });
+    let mut vis = crate::orchestrator::Visibility::new(&store, &who);
+    let mut visible = |l: &Listed| vis.admits(&l.head.project, l.head.user.as_deref());
     match g.format {
         Format::Json => {
             let mut w = JsonArrayWriter::start(out)?;
-            for l in &rows {
-                let loc = JobLocation {
-                    queue: l.queue.to_string(),
-                    status: l.status,
-                    id: l.id.to_string(),
-                    path: store.job_path(l.queue, l.status, l.id),
-                };
-                // One document at a time: memory stays at one job.
-                match store.job(&loc) {
-                    Ok(job) => w.element(&with_id(job, &loc.id))?,
+            for l in listing.by_ref() {
+                if !visible(&l) {
+                    continue;
+                }
+                match read_listed(&store, &l) {
                     Err(e) => warn(e),
+                    Ok(None) => {}
+                    Ok(Some((loc, job))) => {
+                        // The index is a cache: when the document says otherwise, the
+                        // document decides who may see it.
+                        let same =
+                            job.config.project == l.head.project && job.config.user == l.head.user;
+                        if same || {
+                            let p = store.project(&job.config.project).ok();
+                            who.can_see_job(&job, p.as_ref())
+                        } {
+                            w.element(&with_id(job, &loc.id))?;
+                        }
+                    }
                 }
             }
             w.finish()?;
         }
         Format::Text => {
-            let cells = |l: &Listed<'_>| {
-                [
-                    l.id.to_string(),
-                    l.status.name().to_string(),
-                    priority_name(l.head.priority),
-                    l.queue.to_string(),
-                    l.head.project.clone(),
-                    l.head.queue_time.0.format("%m-%d %H:%M").to_string(),
-                ]
-            };
+            // Two passes over the same index files: widths first, then the lines.
             let mut t = StreamTable::new(&JOB_HEADERS, &[0, 1]);
-            for l in &rows {
-                t.measure(&cells(l));
+            for l in listing.by_ref() {
+                if visible(&l) {
+                    t.measure_widths(&[
+                        l.id.chars().count(),
+                        l.status.name().len(),
+                        priority_name(l.head.priority).len(),
+                        l.queue.chars().count(),
+                        l.head.project.chars().count(),
+                        QUEUED_WIDTH,
+                    ]);
+                }
             }
+            listing.rewind()?;
             t.header(out)?;
-            for l in &rows {
-                t.line(out, &cells(l))?;
+            for l in listing {
+                if visible(&l) {
+                    t.line(out, &job_cells(&l))?;
+                }
             }
         }
     }
     Ok(())
+}
+
+fn job_cells(l: &Listed) -> [String; 6] {
+    [
+        l.id.clone(),
+        l.status.name().to_string(),
+        priority_name(l.head.priority),
+        l.queue.clone(),
+        l.head.project.clone(),
+        queued_cell(&l.head.queue_time),
+    ]
+}
+
+/// Width of the QUEUED cell ("MM-DD HH:MM").
+const QUEUED_WIDTH: usize = 11;
+
+/// The QUEUED cell, `%m-%d %H:%M` without a format parser per row.
+fn queued_cell(t: &Timestamp) -> String {
+    use chrono::{Datelike, Timelike};
+    let t = t.0;
+    format!(
+        "{:02}-{:02} {:02}:{:02}",
+        t.month(),
+        t.day(),
+        t.hour(),
+        t.minute()
+    )
 }
 
 const JOB_HEADERS: [&str; 6] = ["ID", "STATUS", "PRIORITY", "QUEUE", "PROJECT", "QUEUED"];
@@ -361,6 +401,13 @@ impl StreamTable {
         }
     }
 
+    /// [`measure`](Self::measure) from the cells' widths alone.
+    fn measure_widths(&mut self, widths: &[usize]) {
+        for (w, c) in self.widths.iter_mut().zip(widths) {
+            *w = (*w).max(*c);
+        }
+    }
+
     fn fitted(&mut self) -> Vec<usize> {
         if let Some(f) = &self.fitted {
             return f.clone();
@@ -377,19 +424,24 @@ impl StreamTable {
     }
 
     fn line(&mut self, out: &mut dyn Write, cells: &[String]) -> std::io::Result<()> {
-        let widths = self.fitted();
+        if self.fitted.is_none() {
+            self.fitted();
+        }
+        let widths = self.fitted.as_deref().unwrap_or(&[]);
         let n = widths.len();
-        let mut s = String::new();
+        let mut s = String::with_capacity(96);
         for (i, w) in widths.iter().enumerate() {
             let cell = cells.get(i).map(String::as_str).unwrap_or("");
             let cut = super::render::fit(cell, *w);
-            if i + 1 == n {
-                s.push_str(&cut);
-            } else {
-                s.push_str(&format!("{cut:<w$}  ", w = w));
+            s.push_str(&cut);
+            if i + 1 < n {
+                let pad = w.saturating_sub(cut.chars().count()) + 2;
+                s.extend(std::iter::repeat_n(' ', pad));
             }
         }
-        writeln!(out, "{}", s.trim_end())
+        s.truncate(s.trim_end().len());
+        s.push('\n');
+        out.write_all(s.as_bytes())
     }
 }
 
@@ -413,7 +465,7 @@ pub(super) fn jobs_table(out: &mut dyn Write, rows: &[JobRow]) -> CliResult {
             priority_name(r.priority),
             r.queue.clone(),
             r.project.clone(),
-            r.queue_time.0.format("%m-%d %H:%M").to_string(),
+            queued_cell(&r.queue_time),
         ]);
     }
     t.write(out)?;
@@ -540,6 +592,18 @@ pub(super) fn list_jobs_dbus(
     status: Option<JobStatus>,
     project: Option<&str>,
 ) -> CliResult {
+    let mut buffered = std::io::BufWriter::with_capacity(64 * 1024, out);
+    list_jobs_dbus_to(g, &mut buffered, status, project)?;
+    buffered.flush()?;
+    Ok(())
+}
+
+fn list_jobs_dbus_to(
+    g: &GlobalArgs,
+    out: &mut dyn Write,
+    status: Option<JobStatus>,
+    project: Option<&str>,
+) -> CliResult {
     use crate::bus::orchestrator::Orchestrator1Proxy;
     let user = Session::load().ok().and_then(|s| s.username);
     let mut filter: HashMap<&str, &str> = HashMap::new();
@@ -579,49 +643,140 @@ pub(super) fn list_jobs_dbus(
         Orchestrator1Proxy::new(&conn).await
     });
     let proxy = proxy.map_err(unreachable)?;
+    if g.format == Format::Text {
+        // A table needs only the index's rows, not the documents.
+        filter.insert("fields", "summary");
+    }
     let mut json = match g.format {
         Format::Json => Some(JsonArrayWriter::start(out)?),
         Format::Text => None,
     };
+    // Text rows wait in an unlinked temp file while the widths are measured, so memory stays
+    // at one page however many jobs there are.
+    let mut spool = match g.format {
+        Format::Text => Some(Spool::new()?),
+        Format::Json => None,
+    };
     let mut table = StreamTable::new(&JOB_HEADERS, &[0, 1]);
-    let mut rows: Vec<[String; 6]> = Vec::new();
     let mut offset = 0u32;
     loop {
         let (page, total, next) = rt
-            .block_on(proxy.list_jobs(filter.clone(), offset, 0))
+            .block_on(proxy.list_jobs(filter.clone(), offset, crate::bus::listing::MAX_PAGE))
             .map_err(unreachable)?;
-        let jobs: Vec<Job> = serde_json::from_str(&page)
-            .map_err(|e| CliError::new(format!("unexpected answer from orchestratord: {e}")))?;
-        for j in jobs {
-            match &mut json {
-                Some(w) => w.element(&j)?,
-                None => {
-                    let cells = [
-                        j.id.clone().unwrap_or_default(),
-                        j.runtime.status.name().to_string(),
-                        priority_name(j.config.priority),
-                        j.config.queue.clone().unwrap_or_default(),
-                        j.config.project.clone(),
-                        j.config.queue_time.0.format("%m-%d %H:%M").to_string(),
-                    ];
-                    table.measure(&cells);
-                    rows.push(cells);
+        let bad = |e: serde_json::Error| {
+            CliError::new(format!("unexpected answer from orchestratord: {e}"))
+        };
+        match (&mut json, &mut spool) {
+            (Some(w), _) => {
+                for j in serde_json::from_str::<Vec<Job>>(&page).map_err(bad)? {
+                    w.element(&j)?;
                 }
             }
+            (None, Some(sp)) => {
+                for r in serde_json::from_str::<Vec<SummaryRow>>(&page).map_err(bad)? {
+                    let cells = [
+                        r.id,
+                        r.status,
+                        priority_name(r.priority),
+                        r.queue,
+                        r.project,
+                        queued_cell(&r.queue_time),
+                    ];
+                    table.measure(&cells);
+                    sp.push(&cells)?;
+                }
+            }
+            (None, None) => {}
         }
         if next >= total || next <= offset {
             break;
         }
         offset = next;
     }
-    match json {
-        Some(w) => w.finish()?,
-        None => {
+    match (json, spool) {
+        (Some(w), _) => w.finish()?,
+        (None, Some(sp)) => {
             table.header(out)?;
-            for r in &rows {
-                table.line(out, r)?;
-            }
+            sp.replay(|cells| table.line(out, cells))?;
         }
+        (None, None) => {}
     }
     Ok(())
+}
+
+/// A `fields=summary` row of `ListJobs`.
+#[derive(serde::Deserialize)]
+struct SummaryRow {
+    id: String,
+    status: String,
+    queue: String,
+    project: String,
+    queue_time: Timestamp,
+    #[serde(default)]
+    priority: Option<i32>,
+}
+
+/// Table rows kept in an unlinked temporary file (tab-separated, one per line).
+struct Spool {
+    file: std::io::BufWriter<std::fs::File>,
+}
+
+impl Spool {
+    fn new() -> Result<Spool, CliError> {
+        let dir = std::env::temp_dir();
+        for n in 0..100u32 {
+            let path = dir.join(format!(
+                ".agentstore-list-jobs.{}.{n}.tmp",
+                std::process::id()
+            ));
+            match std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&path)
+            {
+                Ok(f) => {
+                    let _ = std::fs::remove_file(&path);
+                    return Ok(Spool {
+                        file: std::io::BufWriter::new(f),
+                    });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => {
+                    return Err(CliError::new(format!(
+                        "cannot create a temporary file in {}: {e}",
+                        dir.display()
+                    )));
+                }
+            }
+        }
+        Err(CliError::new(format!(
+            "cannot create a temporary file in {}",
+            dir.display()
+        )))
+    }
+
+    fn push(&mut self, cells: &[String]) -> std::io::Result<()> {
+        let mut line = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i > 0 {
+                line.push('\t');
+            }
+            // The table shows controls as spaces anyway.
+            line.extend(c.chars().map(|c| if c.is_control() { ' ' } else { c }));
+        }
+        line.push('\n');
+        self.file.write_all(line.as_bytes())
+    }
+
+    fn replay(self, mut each: impl FnMut(&[String]) -> std::io::Result<()>) -> std::io::Result<()> {
+        use std::io::{BufRead, Seek};
+        let mut f = self.file.into_inner().map_err(|e| e.into_error())?;
+        f.seek(std::io::SeekFrom::Start(0))?;
+        for line in std::io::BufReader::new(f).lines() {
+            let cells: Vec<String> = line?.split('\t').map(str::to_string).collect();
+            each(&cells)?;
+        }
+        Ok(())
+    }
 }

@@ -5,7 +5,7 @@ use super::commands::help_text;
 use crate::model::{Message, Project};
 use crate::permissions::Caller;
 use crate::store::{Store, StoreError};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 fn arg<'a>(msg: &'a Message, key: &str) -> Option<&'a str> {
     msg.content.get(key).and_then(Value::as_str)
@@ -109,16 +109,70 @@ pub fn answer(store: &Store, msg: &Message, who: &Caller) -> Result<Value, Route
     }
 }
 
+/// Who may see a listed job by what the index holds of it (PRD §10: admins, the job's own
+/// user, whoever may see its project), each project read once per listing.
+pub struct Visibility<'a> {
+    store: &'a Store,
+    who: &'a Caller,
+    projects: std::collections::HashMap<String, Option<Project>>,
+}
+
+impl<'a> Visibility<'a> {
+    /// For `who` listing `store`.
+    pub fn new(store: &'a Store, who: &'a Caller) -> Visibility<'a> {
+        Visibility {
+            store,
+            who,
+            projects: Default::default(),
+        }
+    }
+
+    /// True when the job of `project` (queued by `user`) may be listed.
+    pub fn admits(&mut self, project: &str, user: Option<&str>) -> bool {
+        let who = self.who;
+        if who.is_admin() || (who.user_id().is_some() && who.user_id() == user) {
+            return true;
+        }
+        let store = self.store;
+        self.projects
+            .entry(project.to_string())
+            .or_insert_with(|| store.project(project).ok())
+            .as_ref()
+            .is_some_and(|p| who.can_see_project(p))
+    }
+}
+
+/// The most bytes of jobs one `list-jobs` answer carries (the bound of a D-Bus reply).
+pub const MAX_LIST_BYTES: usize = 16 << 20;
+
+fn number(msg: &Message, key: &str) -> Result<Option<usize>, RouteError> {
+    match msg.content.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .and_then(|n| usize::try_from(n).ok())
+            .map(Some)
+            .ok_or_else(|| {
+                RouteError::Invalid(format!(
+                    "list-jobs: content.{key} must be a whole number ≥ 0, not {v}"
+                ))
+            }),
+    }
+}
+
 /// `list-jobs`: job documents without `runtime.output` (use `view-job` for that), filtered by
-/// `content.status`, `content.project` and `content.queue`, oldest first.
+/// `content.status`, `content.project` and `content.queue`, oldest first; `content.offset`
+/// and `content.limit` take a slice. Ordered by the job index and read one document at a
+/// time; an answer that would pass [`MAX_LIST_BYTES`] is refused with what to do instead.
 fn list_jobs(store: &Store, msg: &Message, who: &Caller) -> Result<Value, RouteError> {
-    let statuses = match arg(msg, "status") {
-        None => Vec::new(),
-        Some(s) => vec![crate::model::JobStatus::from_name(s).ok_or_else(|| {
+    use crate::store::listing::{JobFilter, JobIndex, read_listed};
+    let status = match arg(msg, "status") {
+        None => None,
+        Some(s) => Some(crate::model::JobStatus::from_name(s).ok_or_else(|| {
             RouteError::Invalid(format!(
                 "list-jobs: content.status {s:?} is not one of queued, running, finished, failed"
             ))
-        })?],
+        })?),
     };
     let project = arg(msg, "project");
     if let Some(p) = project {
@@ -128,33 +182,49 @@ fn list_jobs(store: &Store, msg: &Message, who: &Caller) -> Result<Value, RouteE
     if let Some(q) = queue {
         store.queue(q)?;
     }
-    let mut projects: std::collections::HashMap<String, Option<Project>> = Default::default();
-    let mut jobs = Vec::new();
-    for loc in store.job_locations(&statuses)? {
-        if queue.is_some_and(|q| q != loc.queue) {
+    let offset = number(msg, "offset")?.unwrap_or(0);
+    let limit = number(msg, "limit")?.unwrap_or(usize::MAX);
+    let filter = JobFilter {
+        status,
+        project: project.map(str::to_string),
+        queue: queue.map(str::to_string),
+    };
+    let mut visible = Visibility::new(store, who);
+    let mut index = JobIndex::default();
+    let listing = index.listing(store, &filter);
+    let (mut jobs, mut bytes, mut seen) = (Vec::new(), 0usize, 0usize);
+    for l in listing {
+        if jobs.len() >= limit {
+            break;
+        }
+        if !visible.admits(&l.head.project, l.head.user.as_deref()) {
             continue;
         }
-        let Ok(mut job) = store.job(&loc) else {
+        seen += 1;
+        if seen <= offset {
+            continue;
+        }
+        let Ok(Some((loc, mut job))) = read_listed(store, &l) else {
             continue;
         };
-        if project.is_some_and(|p| p != job.config.project) {
-            continue;
-        }
-        let p = projects
-            .entry(job.config.project.clone())
-            .or_insert_with(|| store.project(&job.config.project).ok());
-        if !who.can_see_job(&job, p.as_ref()) {
+        // The index is a cache: when the document says otherwise, the document decides.
+        if (job.config.project != l.head.project || job.config.user != l.head.user)
+            && !who.can_see_job(&job, store.project(&job.config.project).ok().as_ref())
+        {
             continue;
         }
         job.runtime.output = None;
         job.id.get_or_insert_with(|| loc.id.clone());
-        jobs.push(job);
+        let v = to_value(&job);
+        bytes += v.to_string().len() + 1;
+        if bytes > MAX_LIST_BYTES {
+            return Err(RouteError::Invalid(format!(
+                "list-jobs: the answer would be over {MAX_LIST_BYTES} bytes ({} jobs fit); ask for a slice with content.offset and content.limit, narrow it with content.status, content.project or content.queue, or page through ListJobs on D-Bus",
+                jobs.len()
+            )));
+        }
+        jobs.push(v);
     }
-    jobs.sort_by(|a, b| {
-        a.config
-            .queue_time
-            .cmp(&b.config.queue_time)
-            .then(a.id.cmp(&b.id))
-    });
-    Ok(json!(jobs))
+    crate::store::listing::release_memory();
+    Ok(Value::Array(jobs))
 }

@@ -13,6 +13,7 @@ pub mod commands;
 mod completion;
 pub mod daemon;
 mod direct;
+pub use direct::Visibility;
 mod error;
 pub mod flow;
 pub mod handled;

@@ -1,17 +1,28 @@
-//! A job index for listings: per state folder, each job's queue time, project and user (a
-//! few dozen bytes a job, never its output), kept up to date by re-listing only the folders
-//! whose modification time changed and reading only files not seen before. Listings sort it
-//! and read whole documents only for the page they return.
+//! A job index for listings that costs O(changes), not O(store), per listing.
+//!
+//! Per state folder (`Queues/<q>/Jobs/<state>_jobs/`) a small index file in the reader's own
+//! cache folder (never in the store, which may be synced or read-only) holds each job's
+//! queue time, id, project and user — a few dozen bytes a job, sorted by queue time. A
+//! folder whose identity and modification time are what the index recorded (and that time
+//! was safely in the past when it was recorded) is not even listed; a changed folder is
+//! listed again and only the files not seen before are read. A listing is then a streaming
+//! merge of those sorted files, so memory stays at one record per folder however many jobs
+//! there are. The index never decides a job's state: the folder it was listed in does, and
+//! folders are looked at in the order jobs move through them (queued, running, finished,
+//! failed), so a job moved while a listing runs is seen at least once, and the merge drops
+//! the second sighting (same queue, id and queue time come out next to each other).
 
 use super::{Store, file_id, scan_dir};
 use crate::model::{JobStatus, Timestamp};
 use serde::Deserialize;
 use std::collections::HashMap;
-use std::path::PathBuf;
-use std::time::{Duration, SystemTime};
+use std::fs::File;
+use std::io::{BufRead, BufReader, BufWriter, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
 
 /// Which jobs a listing wants.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct JobFilter {
     /// Only this state.
     pub status: Option<JobStatus>,
@@ -22,7 +33,7 @@ pub struct JobFilter {
 }
 
 /// What the index knows of one job file.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobHead {
     /// `config.queue_time` (the listing order, ties by id).
     pub queue_time: Timestamp,
@@ -32,6 +43,19 @@ pub struct JobHead {
     pub user: Option<String>,
     /// `config.priority`.
     pub priority: Option<i32>,
+}
+
+/// One listed job: where it is and its head.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// Queue.
+    pub queue: String,
+    /// State folder.
+    pub status: JobStatus,
+    /// Job id (file stem).
+    pub id: String,
+    /// What the index read.
+    pub head: JobHead,
 }
 
 #[derive(Deserialize)]
@@ -49,34 +73,8 @@ struct RawConfig {
     priority: Option<i32>,
 }
 
-/// One listed job: where it is and its head.
-#[derive(Debug, Clone, Copy)]
-pub struct Listed<'a> {
-    /// Queue.
-    pub queue: &'a str,
-    /// State folder.
-    pub status: JobStatus,
-    /// Job id (file stem).
-    pub id: &'a str,
-    /// What the index read.
-    pub head: &'a JobHead,
-}
-
-#[derive(Debug, Default)]
-struct DirIndex {
-    mtime: Option<SystemTime>,
-    /// `None` for a file that did not parse as a job (reported by whoever reads it whole).
-    jobs: HashMap<String, Option<JobHead>>,
-}
-
-/// Per-folder job heads.
-#[derive(Debug, Default)]
-pub struct JobIndex {
-    dirs: HashMap<(String, JobStatus), DirIndex>,
-}
-
 /// Reads the head of a job file; `None` when it is not a readable job.
-pub fn read_head(path: &std::path::Path) -> Option<JobHead> {
+pub fn read_head(path: &Path) -> Option<JobHead> {
     let bytes = super::read_limited(path).ok()?;
     let h: RawHead = serde_json::from_slice(&bytes).ok()?;
     Some(JobHead {
@@ -87,9 +85,265 @@ pub fn read_head(path: &std::path::Path) -> Option<JobHead> {
     })
 }
 
+/// The first line of an index file.
+const MAGIC: &str = "agentstore-job-index 2";
+/// The last line of a whole index file (one cut short is never trusted).
+const TRAILER: &str = "#end\n";
+/// A folder time younger than this may still change within its granularity: an index taken
+/// then is used for names, never to skip listing the folder.
+const SETTLED: Duration = Duration::from_secs(2);
+/// How long `ListJobs` keeps a listing open for the caller's next page.
+const CURSOR_TTL: Duration = Duration::from_secs(60);
+
+/// Queue time (seconds, nanoseconds), project, user, priority.
+type RecHead = (i64, u32, Box<str>, Option<Box<str>>, Option<i32>);
+
+/// One record of an index file: a job, or a file that did not read as one (`head: None`).
+#[derive(Debug, Clone)]
+struct Rec {
+    id: Box<str>,
+    head: Option<RecHead>,
+}
+
+impl Rec {
+    fn key(&self) -> (i64, u32, &str) {
+        match &self.head {
+            Some((s, n, _, _, _)) => (*s, *n, &self.id),
+            None => (i64::MIN, 0, &self.id),
+        }
+    }
+
+    fn from_head(id: &str, head: Option<JobHead>) -> Rec {
+        Rec {
+            id: id.into(),
+            head: head.map(|h| {
+                (
+                    h.queue_time.0.timestamp(),
+                    h.queue_time.0.timestamp_subsec_nanos(),
+                    h.project.into_boxed_str(),
+                    h.user.map(String::into_boxed_str),
+                    h.priority,
+                )
+            }),
+        }
+    }
+
+    fn write(&self, w: &mut impl Write) -> std::io::Result<()> {
+        match &self.head {
+            None => writeln!(w, "!\t{}", escape(&self.id)),
+            Some((s, n, p, u, prio)) => writeln!(
+                w,
+                "{s}\t{n}\t{}\t{}\t{}\t{}",
+                escape(&self.id),
+                escape(p),
+                u.as_deref().map(escape).unwrap_or_default(),
+                prio.map(|v| v.to_string()).unwrap_or_default()
+            ),
+        }
+    }
+
+    fn parse(line: &str) -> Option<Rec> {
+        let line = line.strip_suffix('\n').unwrap_or(line);
+        let mut f = line.split('\t');
+        let first = f.next()?;
+        if first == "!" {
+            return Some(Rec {
+                id: unescape(f.next()?).into(),
+                head: None,
+            });
+        }
+        let secs: i64 = first.parse().ok()?;
+        let nanos: u32 = f.next()?.parse().ok()?;
+        let id = unescape(f.next()?);
+        let project = unescape(f.next()?);
+        let user = f.next()?;
+        let user = (!user.is_empty()).then(|| unescape(user).into());
+        let priority = match f.next()? {
+            "" => None,
+            v => Some(v.parse().ok()?),
+        };
+        Some(Rec {
+            id: id.into(),
+            head: Some((secs, nanos, project.into(), user, priority)),
+        })
+    }
+
+    fn listed(self, queue: &str, status: JobStatus) -> Option<Listed> {
+        let (secs, nanos, project, user, priority) = self.head?;
+        let t = chrono::DateTime::from_timestamp(secs, nanos)?;
+        Some(Listed {
+            queue: queue.to_string(),
+            status,
+            id: self.id.into(),
+            head: JobHead {
+                queue_time: Timestamp(t),
+                project: project.into(),
+                user: user.map(Into::into),
+                priority,
+            },
+        })
+    }
+}
+
+/// Tabs, newlines and backslashes in a field (a hostile project name) cannot break a record.
+fn escape(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.contains(['\t', '\n', '\r', '\\']) {
+        return s.into();
+    }
+    let mut o = String::with_capacity(s.len() + 4);
+    for c in s.chars() {
+        match c {
+            '\t' => o.push_str("\\t"),
+            '\n' => o.push_str("\\n"),
+            '\r' => o.push_str("\\r"),
+            '\\' => o.push_str("\\\\"),
+            c => o.push(c),
+        }
+    }
+    o.into()
+}
+
+fn unescape(s: &str) -> String {
+    if !s.contains('\\') {
+        return s.to_string();
+    }
+    let mut o = String::with_capacity(s.len());
+    let mut it = s.chars();
+    while let Some(c) = it.next() {
+        if c != '\\' {
+            o.push(c);
+            continue;
+        }
+        match it.next() {
+            Some('t') => o.push('\t'),
+            Some('n') => o.push('\n'),
+            Some('r') => o.push('\r'),
+            Some(c) => o.push(c),
+            None => {}
+        }
+    }
+    o
+}
+
+/// What identifies a folder's contents: device, inode, modification time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    secs: i64,
+    nanos: i64,
+}
+
+impl Stamp {
+    fn of(dir: &Path) -> std::io::Result<Option<Stamp>> {
+        use std::os::unix::fs::MetadataExt;
+        let fd = match super::safe::open_dir(dir) {
+            Ok(fd) => fd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let m = File::from(fd).metadata()?;
+        Ok(Some(Stamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            secs: m.mtime(),
+            nanos: m.mtime_nsec(),
+        }))
+    }
+
+    fn settled(&self) -> bool {
+        let t = SystemTime::UNIX_EPOCH
+            + Duration::new(
+                u64::try_from(self.secs).unwrap_or(0),
+                u32::try_from(self.nanos).unwrap_or(0),
+            );
+        t.elapsed().is_ok_and(|age| age > SETTLED)
+    }
+
+    fn header(&self, settled: bool) -> String {
+        format!(
+            "{MAGIC}\t{}\t{}\t{}\t{}\t{}\n",
+            self.dev, self.ino, self.secs, self.nanos, settled as u8
+        )
+    }
+
+    /// The stamp in a header line and whether it was settled when written.
+    fn parse_header(line: &str) -> Option<(Stamp, bool)> {
+        let rest = line.strip_prefix(MAGIC)?.strip_prefix('\t')?;
+        let f: Vec<&str> = rest.trim_end().split('\t').collect();
+        let [dev, ino, secs, nanos, settled] = f.as_slice() else {
+            return None;
+        };
+        Some((
+            Stamp {
+                dev: dev.parse().ok()?,
+                ino: ino.parse().ok()?,
+                secs: secs.parse().ok()?,
+                nanos: nanos.parse().ok()?,
+            },
+            *settled == "1",
+        ))
+    }
+}
+
+/// Where one reader keeps its index files for one store, and the open `ListJobs` cursor.
+#[derive(Debug, Default)]
+pub struct JobIndex {
+    /// `None` until first used; then the folder (or `Some(None)`: no writable cache, so the
+    /// index lives in memory for one listing at a time).
+    dir: Option<Option<PathBuf>>,
+    /// The listing a paging caller is walking through.
+    cursor: Option<Cursor>,
+}
+
+/// The cache folder for this process: systemd's `CACHE_DIRECTORY`, `XDG_CACHE_HOME`,
+/// `~/.cache`, in that order.
+fn cache_base() -> Option<PathBuf> {
+    let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+    if let Some(c) = env("CACHE_DIRECTORY") {
+        // systemd lists several folders with ':' when the unit names several.
+        let first = c.to_string_lossy().split(':').next().map(PathBuf::from);
+        return first;
+    }
+    if let Some(x) = env("XDG_CACHE_HOME").map(PathBuf::from)
+        && x.is_absolute()
+    {
+        return Some(x.join("agentstore"));
+    }
+    super::home_dir().map(|h| h.join(".cache/agentstore"))
+}
+
 impl JobIndex {
-    /// Brings the folders `filter` can match up to date.
-    pub fn refresh(&mut self, store: &Store, filter: &JobFilter) {
+    /// An index kept under `dir` (tests, and callers with their own cache folder).
+    pub fn in_dir(dir: PathBuf) -> JobIndex {
+        JobIndex {
+            dir: Some(Some(dir)),
+            cursor: None,
+        }
+    }
+
+    fn dir_for(&mut self, store: &Store) -> Option<PathBuf> {
+        let base = self.dir.get_or_insert_with(|| {
+            let base = cache_base()?;
+            let root = std::fs::canonicalize(store.root()).unwrap_or(store.root().to_path_buf());
+            // Never inside the store (a service user whose home is the store): it may be
+            // synced to other machines.
+            if base.starts_with(&root) || base.starts_with(store.root()) {
+                return None;
+            }
+            let key = uuid::Uuid::new_v5(
+                &uuid::Uuid::NAMESPACE_URL,
+                root.as_os_str().as_encoded_bytes(),
+            );
+            Some(base.join("job-index").join(key.to_string()))
+        });
+        base.clone()
+    }
+
+    /// Brings the folders `filter` can match up to date and opens a listing of them:
+    /// matching jobs, oldest `queue_time` first (ties by id, then queue), each once.
+    pub fn listing(&mut self, store: &Store, filter: &JobFilter) -> Listing {
+        let dir = self.dir_for(store);
         let queues = match &filter.queue {
             Some(q) => vec![q.clone()],
             None => store.queue_ids().unwrap_or_default(),
@@ -98,106 +352,445 @@ impl JobIndex {
             Some(s) => vec![s],
             None => JobStatus::ALL.to_vec(),
         };
-        if filter.queue.is_none() && filter.status.is_none() {
-            self.dirs.retain(|(q, _), _| queues.contains(q));
-        }
+        let mut listing = Listing {
+            sources: Vec::new(),
+            project: filter.project.clone(),
+            unreadable: Vec::new(),
+            last: None,
+            pending: None,
+        };
         for q in &queues {
+            // In the order jobs move, so a job moving meanwhile is seen at least once.
             for &s in &states {
-                let dir = store.jobs_dir(q, s);
-                let entry = self.dirs.entry((q.clone(), s)).or_default();
-                refresh_dir(entry, &dir);
-            }
-        }
-    }
-
-    /// Files in the folders `filter` matches that did not parse as jobs: (queue, state, id).
-    pub fn unreadable<'a>(
-        &'a self,
-        filter: &'a JobFilter,
-    ) -> impl Iterator<Item = (&'a str, JobStatus, &'a str)> + 'a {
-        self.dirs
-            .iter()
-            .filter(move |((q, s), _)| {
-                filter.queue.as_deref().is_none_or(|f| f == q)
-                    && filter.status.is_none_or(|f| f == *s)
-            })
-            .flat_map(|((q, s), d)| {
-                d.jobs
-                    .iter()
-                    .filter(|(_, h)| h.is_none())
-                    .map(move |(id, _)| (q.as_str(), *s, id.as_str()))
-            })
-    }
-
-    /// The jobs matching `filter` that `visible` admits, oldest `queue_time` first (ties by
-    /// id). Unreadable files are left out.
-    pub fn select<'a>(
-        &'a self,
-        filter: &JobFilter,
-        mut visible: impl FnMut(&Listed<'a>) -> bool,
-    ) -> Vec<Listed<'a>> {
-        let mut out = Vec::new();
-        for ((q, s), d) in &self.dirs {
-            if filter.queue.as_deref().is_some_and(|f| f != q)
-                || filter.status.is_some_and(|f| f != *s)
-            {
-                continue;
-            }
-            for (id, head) in &d.jobs {
-                let Some(head) = head else { continue };
-                if filter.project.as_deref().is_some_and(|p| p != head.project) {
-                    continue;
-                }
-                let l = Listed {
-                    queue: q,
-                    status: *s,
-                    id,
-                    head,
-                };
-                if visible(&l) {
-                    out.push(l);
+                let cache = dir
+                    .as_ref()
+                    .map(|d| d.join(q).join(format!("{}.idx", s.dir())));
+                match open_folder(store, q, s, cache.as_deref()) {
+                    Ok((src, bad)) => {
+                        listing
+                            .unreadable
+                            .extend(bad.into_iter().map(|id| (q.clone(), s, id)));
+                        listing.sources.push(src);
+                    }
+                    Err(e) => {
+                        tracing::warn!("cannot list {}: {e}", store.jobs_dir(q, s).display())
+                    }
                 }
             }
         }
-        out.sort_by(|a, b| {
-            a.head
-                .queue_time
-                .cmp(&b.head.queue_time)
-                .then(a.id.cmp(b.id))
-                .then(a.queue.cmp(b.queue))
-        });
-        out
+        for s in &mut listing.sources {
+            s.advance();
+        }
+        listing
+    }
+
+    /// Takes the open cursor if it was left for `key` at `offset` not long ago.
+    pub fn take_cursor(&mut self, key: &str, offset: usize) -> Option<Cursor> {
+        let c = self.cursor.take()?;
+        (c.key == key && c.next == offset && c.at.elapsed() < CURSOR_TTL).then_some(c)
+    }
+
+    /// Keeps `cursor` for the next page.
+    pub fn keep_cursor(&mut self, cursor: Cursor) {
+        self.cursor = Some(cursor);
+    }
+
+    /// Drops the open cursor.
+    pub fn drop_cursor(&mut self) {
+        self.cursor = None;
     }
 }
 
-fn refresh_dir(d: &mut DirIndex, dir: &PathBuf) {
-    let mtime = std::fs::symlink_metadata(dir)
-        .and_then(|m| m.modified())
-        .ok();
-    if mtime.is_some() && mtime == d.mtime {
-        return;
-    }
-    let docs = match scan_dir(dir) {
-        Ok(s) => s.documents,
-        Err(e) => {
-            tracing::warn!("cannot list {}: {e}", dir.display());
-            d.mtime = None;
-            return;
-        }
+/// A listing left open between pages: who asked for what, how far it got, and how many
+/// jobs it has in all.
+#[derive(Debug)]
+pub struct Cursor {
+    /// The caller and filter it was opened for.
+    pub key: String,
+    /// The listing, positioned at `next`.
+    pub listing: Listing,
+    /// Jobs consumed so far (what the caller passes as the next offset).
+    pub next: usize,
+    /// Jobs in the whole listing.
+    pub total: usize,
+    /// When it was last used.
+    pub at: Instant,
+}
+
+/// Reads a folder's index, bringing it up to date first when the folder changed. Returns the
+/// folder's records as a sorted source and the ids of files that are not readable jobs.
+fn open_folder(
+    store: &Store,
+    queue: &str,
+    status: JobStatus,
+    cache: Option<&Path>,
+) -> std::io::Result<(Source, Vec<String>)> {
+    let dir = store.jobs_dir(queue, status);
+    let Some(stamp) = Stamp::of(&dir)? else {
+        return Ok((Source::mem(queue, status, Vec::new()), Vec::new()));
     };
-    let mut jobs = HashMap::with_capacity(docs.len());
+    let mut old: HashMap<Box<str>, Rec> = HashMap::new();
+    if let Some(path) = cache
+        && let Ok(f) = File::open(path)
+    {
+        let mut r = BufReader::with_capacity(64 * 1024, f);
+        let mut line = String::new();
+        if r.read_line(&mut line).is_ok()
+            && let Some((had, settled)) = Stamp::parse_header(&line)
+            && had.dev == stamp.dev
+            && had.ino == stamp.ino
+        {
+            if had == stamp && settled && ends_whole(r.get_mut()) {
+                let mut src = Source {
+                    queue: queue.to_string(),
+                    status,
+                    body: Body::File(r),
+                    current: None,
+                };
+                let bad = src.start()?;
+                return Ok((src, bad));
+            }
+            // Changed: keep what was read, by name.
+            loop {
+                line.clear();
+                match r.read_line(&mut line) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {
+                        if let Some(rec) = Rec::parse(&line)
+                            && rec.head.is_some()
+                        {
+                            old.insert(rec.id.clone(), rec);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // The time is taken before the listing: a change during it leaves the index stale.
+    let docs = scan_dir(&dir)?.documents;
+    let mut recs = Vec::with_capacity(docs.len());
     for p in docs {
         let Some(id) = file_id(&p) else { continue };
-        let head = match d.jobs.remove(id) {
-            // A file is replaced by rename, which changes the folder's time too; a head
-            // once read stays right for as long as the name stays.
-            Some(Some(h)) => Some(h),
-            _ => read_head(&p),
-        };
-        jobs.insert(id.to_string(), head);
+        // A file is replaced by rename, which changes the folder's time too; a head once read
+        // stays right for as long as the name stays.
+        match old.remove(id) {
+            Some(r) => recs.push(r),
+            None => recs.push(Rec::from_head(id, read_head(&p))),
+        }
     }
-    d.jobs = jobs;
-    // A change within the timestamp granularity of this listing could leave the time as it
-    // is: trust only times safely in the past.
-    d.mtime = mtime.filter(|m| m.elapsed().is_ok_and(|age| age > Duration::from_secs(2)));
+    drop(old);
+    recs.sort_by(|a, b| a.key().cmp(&b.key()));
+    let bad: Vec<String> = recs
+        .iter()
+        .filter(|r| r.head.is_none())
+        .map(|r| r.id.to_string())
+        .collect();
+    if let Some(path) = cache {
+        match write_index(path, &stamp, &recs) {
+            Ok(()) => {
+                drop(recs);
+                let f = File::open(path)?;
+                let mut src = Source {
+                    queue: queue.to_string(),
+                    status,
+                    body: Body::File(BufReader::with_capacity(64 * 1024, f)),
+                    current: None,
+                };
+                src.start()?;
+                return Ok((src, bad));
+            }
+            Err(e) => tracing::debug!("job index {}: {e}", path.display()),
+        }
+    }
+    Ok((Source::mem(queue, status, recs), bad))
+}
+
+/// True when the file ends with the trailer (it was written whole).
+fn ends_whole(f: &mut File) -> bool {
+    use std::io::Read;
+    let n = TRAILER.len() as u64;
+    let Ok(len) = f.metadata().map(|m| m.len()) else {
+        return false;
+    };
+    let mut tail = vec![0; TRAILER.len()];
+    len >= n
+        && f.seek(SeekFrom::Start(len - n)).is_ok()
+        && f.read_exact(&mut tail).is_ok()
+        && tail == TRAILER.as_bytes()
+}
+
+fn write_index(path: &Path, stamp: &Stamp, recs: &[Rec]) -> std::io::Result<()> {
+    let parent = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent)?;
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = parent.join(format!(
+        ".{}.{}.{n}.tmp",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("idx"),
+        std::process::id()
+    ));
+    let result = (|| {
+        let mut w = BufWriter::with_capacity(64 * 1024, File::create(&tmp)?);
+        w.write_all(stamp.header(stamp.settled()).as_bytes())?;
+        for r in recs {
+            r.write(&mut w)?;
+        }
+        w.write_all(TRAILER.as_bytes())?;
+        w.into_inner().map_err(|e| e.into_error())?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+#[derive(Debug)]
+enum Body {
+    File(BufReader<File>),
+    Mem(Vec<Rec>, usize),
+}
+
+/// One folder's records in listing order.
+#[derive(Debug)]
+struct Source {
+    queue: String,
+    status: JobStatus,
+    body: Body,
+    current: Option<Rec>,
+}
+
+impl Source {
+    fn mem(queue: &str, status: JobStatus, recs: Vec<Rec>) -> Source {
+        Source {
+            queue: queue.to_string(),
+            status,
+            body: Body::Mem(recs, 0),
+            current: None,
+        }
+    }
+
+    /// Positions a file source after its header and returns the unreadable ids (they sort
+    /// first).
+    fn start(&mut self) -> std::io::Result<Vec<String>> {
+        let mut bad = Vec::new();
+        match &mut self.body {
+            Body::Mem(_, i) => *i = 0,
+            Body::File(r) => {
+                r.seek(SeekFrom::Start(0))?;
+                let mut line = String::new();
+                r.read_line(&mut line)?;
+                loop {
+                    let at = r.stream_position()?;
+                    line.clear();
+                    if r.read_line(&mut line)? == 0 {
+                        break;
+                    }
+                    match Rec::parse(&line) {
+                        Some(Rec { id, head: None }) => bad.push(id.into()),
+                        _ => {
+                            r.seek(SeekFrom::Start(at))?;
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        self.current = None;
+        Ok(bad)
+    }
+
+    /// Moves to the next readable record.
+    fn advance(&mut self) {
+        self.current = loop {
+            let rec = match &mut self.body {
+                Body::Mem(v, i) => {
+                    let r = v.get(*i).cloned();
+                    *i += 1;
+                    r
+                }
+                Body::File(r) => {
+                    let mut line = String::new();
+                    match r.read_line(&mut line) {
+                        Ok(n) if n > 0 && line == TRAILER => None,
+                        Ok(n) if n > 0 => match Rec::parse(&line) {
+                            Some(rec) => Some(rec),
+                            // A damaged index line: the folder is listed again next time.
+                            None => continue,
+                        },
+                        _ => None,
+                    }
+                }
+            };
+            match rec {
+                Some(r) if r.head.is_none() => continue,
+                other => break other,
+            }
+        };
+    }
+}
+
+/// A streaming listing: the merge of the folders' sorted records.
+#[derive(Debug)]
+pub struct Listing {
+    sources: Vec<Source>,
+    project: Option<String>,
+    unreadable: Vec<(String, JobStatus, String)>,
+    last: Option<(String, String)>,
+    pending: Option<Listed>,
+}
+
+impl Listing {
+    /// Files in the listed folders that did not read as jobs: (queue, state, id).
+    pub fn unreadable(&self) -> &[(String, JobStatus, String)] {
+        &self.unreadable
+    }
+
+    /// Starts again from the first job, over the same folder contents.
+    pub fn rewind(&mut self) -> std::io::Result<()> {
+        for s in &mut self.sources {
+            s.start()?;
+            s.advance();
+        }
+        self.last = None;
+        self.pending = None;
+        Ok(())
+    }
+
+    /// Puts back the job `next` returned last, so the next call returns it again.
+    pub fn put_back(&mut self, l: Listed) {
+        self.pending = Some(l);
+    }
+}
+
+impl Iterator for Listing {
+    type Item = Listed;
+
+    fn next(&mut self) -> Option<Listed> {
+        if let Some(p) = self.pending.take() {
+            return Some(p);
+        }
+        loop {
+            // A few folders: a linear pick is cheaper than a heap. Ties: the later state
+            // first (a job seen in two folders is where it went).
+            let mut best: Option<usize> = None;
+            for (i, s) in self.sources.iter().enumerate() {
+                let Some(r) = &s.current else { continue };
+                best = match best {
+                    None => Some(i),
+                    Some(b) => {
+                        let (bs, br) = (&self.sources[b], self.sources[b].current.as_ref()?);
+                        let ord = r
+                            .key()
+                            .cmp(&br.key())
+                            .then_with(|| s.queue.cmp(&bs.queue))
+                            .then_with(|| rank(bs.status).cmp(&rank(s.status)));
+                        if ord.is_lt() { Some(i) } else { Some(b) }
+                    }
+                };
+            }
+            let b = best?;
+            let src = &mut self.sources[b];
+            let rec = src.current.take()?;
+            let (queue, status) = (src.queue.clone(), src.status);
+            src.advance();
+            if self
+                .last
+                .as_ref()
+                .is_some_and(|(q, id)| *q == queue && **id == *rec.id)
+            {
+                continue;
+            }
+            self.last = Some((queue.clone(), rec.id.to_string()));
+            let Some(l) = rec.listed(&queue, status) else {
+                continue;
+            };
+            if self.project.as_deref().is_some_and(|p| p != l.head.project) {
+                continue;
+            }
+            return Some(l);
+        }
+    }
+}
+
+/// Reads a listed job's document. When the job has moved on since its folder was listed, it
+/// is read from the folder it moved to: the merge hands out only a job's latest sighting, so
+/// this never lists it twice. `Ok(None)`: gone from the queue (deleted).
+pub fn read_listed(
+    store: &Store,
+    l: &Listed,
+) -> super::Result<Option<(super::JobLocation, crate::model::Job)>> {
+    for &s in &JobStatus::ALL[rank(l.status)..] {
+        let loc = super::JobLocation {
+            queue: l.queue.clone(),
+            status: s,
+            id: l.id.clone(),
+            path: store.job_path(&l.queue, s, &l.id),
+        };
+        match store.job(&loc) {
+            Ok(job) => return Ok(Some((loc, job))),
+            Err(super::StoreError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(None)
+}
+
+fn rank(s: JobStatus) -> usize {
+    JobStatus::ALL.iter().position(|x| *x == s).unwrap_or(0)
+}
+
+/// Gives freed heap back to the system after a large listing (glibc keeps it otherwise).
+pub fn release_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[allow(unsafe_code)]
+    fn trim() {
+        // SAFETY: malloc_trim only returns free heap pages to the kernel; no pointer is
+        // touched.
+        unsafe {
+            libc::malloc_trim(0);
+        }
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    fn trim() {}
+    trim();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_whatever_the_text() {
+        for (id, project, user, prio) in [
+            ("a", "P", None, None),
+            ("b-1.x", "we\tird\nname\\", Some("u\\t"), Some(-10)),
+        ] {
+            let r = Rec {
+                id: id.into(),
+                head: Some((-5, 7, project.into(), user.map(Into::into), prio)),
+            };
+            let mut buf = Vec::new();
+            r.write(&mut buf).unwrap();
+            assert_eq!(buf.iter().filter(|b| **b == b'\n').count(), 1);
+            let back = Rec::parse(std::str::from_utf8(&buf).unwrap()).unwrap();
+            assert_eq!(&*back.id, id);
+            let (s, n, p, u, pr) = back.head.unwrap();
+            assert_eq!((s, n, &*p, u.as_deref(), pr), (-5, 7, project, user, prio));
+        }
+        let bad = Rec {
+            id: "z".into(),
+            head: None,
+        };
+        let mut buf = Vec::new();
+        bad.write(&mut buf).unwrap();
+        assert!(
+            Rec::parse(std::str::from_utf8(&buf).unwrap())
+                .unwrap()
+                .head
+                .is_none()
+        );
+        assert!(Rec::parse("garbage\n").is_none());
+    }
 }

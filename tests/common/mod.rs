@@ -44,6 +44,8 @@ impl TestEnv {
         c.env("AGENT_STORE_ROOT", &self.root)
             .env("HOME", &self.home)
             .env_remove("XDG_CONFIG_HOME")
+            .env_remove("XDG_CACHE_HOME")
+            .env_remove("CACHE_DIRECTORY")
             .env("NO_COLOR", "1");
         c
     }

@@ -1,0 +1,282 @@
+//! Job listings from the per-folder index (issue 18): the order, each job once, jobs moving
+//! between folders, a warm listing that reads no job document, and an index that is only a
+//! cache (damaged, missing or unwritable: the listing is still right).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use agentstore::model::JobStatus;
+use agentstore::store::Store;
+use agentstore::store::listing::{JobFilter, JobIndex, read_listed};
+use common::TestEnv;
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+
+fn job(t: &str, project: &str) -> String {
+    common::noop_job(t).replace("\"TestProject\"", &format!("{project:?}"))
+}
+
+/// Sets a folder's time a minute back: the index may then skip listing it.
+fn settle(dir: &Path) {
+    let ok = Command::new("touch")
+        .args(["-d", "1 minute ago"])
+        .arg(dir)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+}
+
+fn ids(text: &str) -> Vec<String> {
+    text.lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().next().unwrap().to_string())
+        .collect()
+}
+
+fn rows(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .skip(1)
+        .map(|l| {
+            let mut w = l.split_whitespace();
+            (w.next().unwrap().to_string(), w.next().unwrap().to_string())
+        })
+        .collect()
+}
+
+fn json_ids(text: &str) -> Vec<(String, String)> {
+    let v: Value = serde_json::from_str(text).unwrap();
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|j| {
+            (
+                j["id"].as_str().unwrap().to_string(),
+                j["runtime"]["status"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// A store with 30 jobs over two queues and three states, queue times out of name order.
+fn store_with_jobs() -> (TestEnv, Vec<String>) {
+    let env = TestEnv::initialised();
+    env.ok(&["add-queue", "oak"]);
+    let mut want = Vec::new();
+    for i in 0..30u32 {
+        let (q, state) = match i % 3 {
+            0 => ("poplar", "queued"),
+            1 => ("oak", "finished"),
+            _ => ("poplar", "running"),
+        };
+        let t = format!("2025-10-25T10:{:02}:00Z", 59 - i);
+        let mut doc: Value = serde_json::from_str(&job(&t, "TestProject")).unwrap();
+        doc["runtime"]["status"] = state.into();
+        env.write(
+            &format!("Queues/{q}/Jobs/{state}_jobs/j{i:02}.json"),
+            &doc.to_string(),
+        );
+        want.push(format!("j{i:02}"));
+    }
+    want.reverse();
+    (env, want)
+}
+
+fn settle_all(env: &TestEnv) {
+    for q in ["poplar", "oak"] {
+        for s in JobStatus::ALL {
+            let d = env.root.join(format!("Queues/{q}/Jobs/{}", s.dir()));
+            std::fs::create_dir_all(&d).unwrap();
+            settle(&d);
+        }
+    }
+}
+
+/// Text and JSON listings agree, oldest first, each job once, cold and warm; a job moved to
+/// another folder is listed once, where it went; a new job appears.
+#[test]
+fn listing_is_ordered_complete_and_follows_moves() {
+    let (env, want) = store_with_jobs();
+    settle_all(&env);
+    for _ in 0..2 {
+        assert_eq!(ids(&env.ok(&["list-jobs"])), want);
+        let j = json_ids(&env.ok(&["list-jobs", "--format", "json"]));
+        assert_eq!(j.iter().map(|x| x.0.clone()).collect::<Vec<_>>(), want);
+    }
+    // The index lives in the caller's cache, not in the store.
+    assert!(env.home.join(".cache/agentstore/job-index").is_dir());
+    // Move j00 from queued to finished (the queue folder's time changes with the rename).
+    let q = env.root.join("Queues/poplar/Jobs");
+    std::fs::rename(
+        q.join("queued_jobs/j00.json"),
+        q.join("finished_jobs/j00.json"),
+    )
+    .unwrap();
+    let text = env.ok(&["list-jobs"]);
+    assert_eq!(ids(&text), want, "{text}");
+    assert!(
+        rows(&text).contains(&("j00".into(), "finished".into())),
+        "{text}"
+    );
+    // The same job in two folders (a copy left behind) is listed once, in the later state.
+    std::fs::copy(
+        q.join("finished_jobs/j00.json"),
+        q.join("queued_jobs/j00.json"),
+    )
+    .unwrap();
+    let text = env.ok(&["list-jobs"]);
+    assert_eq!(ids(&text), want, "{text}");
+    assert!(
+        rows(&text).contains(&("j00".into(), "finished".into())),
+        "{text}"
+    );
+    let j = json_ids(&env.ok(&["list-jobs", "--format", "json"]));
+    assert_eq!(j.iter().filter(|x| x.0 == "j00").count(), 1, "{j:?}");
+    // A new job appears; a filtered listing sees only its folder.
+    env.write(
+        "Queues/oak/Jobs/queued_jobs/new.json",
+        &job("2020-01-01T00:00:00Z", "TestProject"),
+    );
+    assert_eq!(ids(&env.ok(&["list-jobs"]))[0], "new");
+    assert_eq!(
+        ids(&env.ok(&["list-jobs", "--queue", "oak", "--status", "queued"])),
+        ["new"]
+    );
+}
+
+/// A job that moves on after its folder was listed (between the index and the read of its
+/// document) is still listed exactly once, read from the folder it moved to.
+#[test]
+fn job_moved_mid_listing_appears_once() {
+    let (env, want) = store_with_jobs();
+    let store = Store::open(&env.root).unwrap();
+    let mut index = JobIndex::in_dir(env.dir.path().join("cache"));
+    let listing = index.listing(&store, &JobFilter::default());
+    let q = env.root.join("Queues/poplar/Jobs");
+    std::fs::rename(
+        q.join("queued_jobs/j00.json"),
+        q.join("running_jobs/j00.json"),
+    )
+    .unwrap();
+    let mut got = Vec::new();
+    for l in listing {
+        let (loc, job) = read_listed(&store, &l)
+            .unwrap()
+            .expect("every job is found");
+        got.push((loc.id.clone(), loc.status));
+        assert_eq!(job.config.queue_time, l.head.queue_time);
+    }
+    assert_eq!(
+        got.iter().map(|g| g.0.clone()).collect::<Vec<_>>(),
+        want,
+        "every job once, oldest first"
+    );
+    assert!(got.contains(&("j00".into(), JobStatus::Running)), "{got:?}");
+}
+
+/// Once a folder's index is settled, a listing reads no job document: a job file rewritten in
+/// place (no rename, so its folder did not change) still lists with the head it had. (The
+/// JSON listing reads documents, so it reports the damage.)
+#[test]
+fn warm_text_listing_reads_no_job_document() {
+    let (env, want) = store_with_jobs();
+    settle_all(&env);
+    assert_eq!(ids(&env.ok(&["list-jobs"])), want);
+    let f = env.root.join("Queues/oak/Jobs/finished_jobs/j01.json");
+    let dir_time = std::fs::metadata(f.parent().unwrap())
+        .unwrap()
+        .modified()
+        .unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&f)
+        .unwrap();
+    assert_eq!(
+        std::fs::metadata(f.parent().unwrap())
+            .unwrap()
+            .modified()
+            .unwrap(),
+        dir_time
+    );
+    assert_eq!(ids(&env.ok(&["list-jobs"])), want);
+    let o = env.run(&["list-jobs", "--format", "json"]);
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("j01"));
+}
+
+/// The index is a cache: damaged, removed or impossible to write, the listing is the same.
+#[test]
+fn damaged_or_unwritable_index_changes_nothing() {
+    let (env, want) = store_with_jobs();
+    settle_all(&env);
+    assert_eq!(ids(&env.ok(&["list-jobs"])), want);
+    let cache = env.home.join(".cache/agentstore/job-index");
+    let mut files = Vec::new();
+    let mut stack = vec![cache.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                files.push(p);
+            }
+        }
+    }
+    assert!(files.len() >= 6, "{files:?}");
+    // The largest first: a body cut short, garbage, another folder's index.
+    files.sort_by_key(|f| std::cmp::Reverse(std::fs::metadata(f).unwrap().len()));
+    let body = std::fs::read_to_string(&files[0]).unwrap();
+    assert!(body.lines().count() > 5, "{body}");
+    let cut = body.match_indices('\n').nth(3).unwrap().0 + 1;
+    std::fs::write(&files[0], &body[..cut]).unwrap();
+    std::fs::write(&files[1], "not an index\n").unwrap();
+    let other = std::fs::read_to_string(&files[0]).unwrap();
+    std::fs::write(&files[2], other).unwrap();
+    assert_eq!(ids(&env.ok(&["list-jobs"])), want);
+    // The damage was repaired: a second listing is right too.
+    assert_eq!(ids(&env.ok(&["list-jobs"])), want);
+    std::fs::remove_dir_all(&cache).unwrap();
+    // A cache folder that cannot be made (a file in its way): listed from memory.
+    let xdg = env.dir.path().join("xdg");
+    std::fs::write(&xdg, "in the way").unwrap();
+    let o = env
+        .cli()
+        .env("XDG_CACHE_HOME", &xdg)
+        .args(["list-jobs"])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    assert_eq!(ids(&String::from_utf8_lossy(&o.stdout)), want);
+}
+
+/// Tabs and newlines in a project name cannot break the index's records.
+#[test]
+fn odd_field_text_round_trips_through_the_index() {
+    let env = TestEnv::initialised();
+    let odd = "we\tird\\nname";
+    env.write(
+        "Queues/poplar/Jobs/queued_jobs/odd.json",
+        &job("2025-01-01T00:00:00Z", odd),
+    );
+    env.write(
+        "Queues/poplar/Jobs/queued_jobs/plain.json",
+        &job("2025-01-02T00:00:00Z", "TestProject"),
+    );
+    let store = Store::open(&env.root).unwrap();
+    for _ in 0..2 {
+        let mut index = JobIndex::in_dir(env.dir.path().join("cache"));
+        let got: Vec<(String, String)> = index
+            .listing(&store, &JobFilter::default())
+            .map(|l| (l.id, l.head.project))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("odd".to_string(), odd.to_string()),
+                ("plain".into(), "TestProject".into())
+            ]
+        );
+    }
+}
