@@ -641,6 +641,54 @@ fn code_research_document_folder_link_is_refused() {
     assert_eq!(names(&work), vec!["docs".to_string()]);
 }
 
+/// A research document the project keeps INSIDE the store is a store record: the
+/// orchestrator writes it when it handles the job (the job's user may be unable to write the
+/// store: system mode). One named through `..` out of the store is not the store's: only
+/// recorded, nothing written there.
+#[test]
+fn research_document_inside_the_store_is_written_by_the_orchestrator() {
+    let env = Env::new();
+    let store = env.store();
+    let now = Timestamp::now().to_string();
+    std::fs::create_dir_all(env.root.join("projects/TestProject")).unwrap();
+    let inside = env.root.join("projects/TestProject/CODE_RESEARCH.md");
+    let escape = env.root.join("projects/../../escaped/CODE_RESEARCH.md");
+    let q = store.config().queues_default.clone();
+    for (id, doc) in [("in1", &inside), ("out1", &escape)] {
+        std::fs::write(
+            store.project_path("TestProject"),
+            json!({"id": "TestProject", "directory": env.dir.path(), "create_time": now,
+                   "update_time": now, "owner": "chenry", "default_queue": "poplar",
+                   "code_research_document": doc})
+            .to_string(),
+        )
+        .unwrap();
+        let mut j = job(
+            "claude",
+            json!({"claude_command": "code-researcher", "command": "research-code",
+                   "supporting_data": {"code_research_document": doc}}),
+        );
+        j["runtime"]["status"] = json!("finished");
+        j["runtime"]["start_time"] = json!(now);
+        j["runtime"]["finish_time"] = json!(now);
+        j["runtime"]["output"] = json!("# Research");
+        let path = store.job_path(&q, agentstore::model::JobStatus::Finished, id);
+        std::fs::write(&path, j.to_string()).unwrap();
+        let done = agentstore::orchestrator::handle_finished_jobs(
+            &store,
+            &mut agentstore::orchestrator::handled::Completions::new(),
+        )
+        .unwrap();
+        assert_eq!(done.len(), 1, "{done:?}");
+        assert!(done[0].action.starts_with("recorded"), "{}", done[0].action);
+    }
+    assert_eq!(std::fs::read_to_string(&inside).unwrap(), "# Research");
+    assert!(store.holds(&inside));
+    assert!(!store.holds(&escape));
+    assert!(!env.dir.path().join("escaped").exists());
+    assert!(!env.root.parent().unwrap().join("escaped").exists());
+}
+
 /// Messages that keep failing (here: processed_inbox/ is a link) never make the running
 /// orchestratord spin: more of them than one batch holds, and it still answers on D-Bus.
 #[test]

@@ -107,6 +107,10 @@ fn handle_one(store: &Store, loc: &JobLocation, job: &Job) -> Result<String, Sto
                 .get(crate::model::RESEARCH_DOCUMENT_KEY)
                 .and_then(Value::as_str)
             {
+                Some(doc) if store.holds(std::path::Path::new(doc)) => {
+                    write_store_document(std::path::Path::new(doc), &result_text(job))?;
+                    format!("research document {doc} (in the store, written here)")
+                }
                 Some(doc) => format!("research document {doc}"),
                 None => "research without a code_research_document".to_string(),
             };
@@ -122,6 +126,21 @@ fn handle_one(store: &Store, loc: &JobLocation, job: &Job) -> Result<String, Sto
         "implement-tasks" => prd_moved(store, loc, job, PrdState::Running, PrdState::Complete),
         _ => Ok("nothing to do".into()),
     }
+}
+
+/// A research document the project keeps inside the store (a store record, not a project
+/// file): written by the store's daemon, never through a link (beneath the store root the
+/// whole path is checked; the document itself is replaced by a rename).
+fn write_store_document(path: &std::path::Path, text: &str) -> Result<(), StoreError> {
+    let io = |p: &std::path::Path| {
+        let p = p.to_path_buf();
+        move |source| StoreError::Io { path: p, source }
+    };
+    if let Some(dir) = path.parent() {
+        crate::store::safe::create_dir_all(dir).map_err(io(dir))?;
+        crate::store::safe::refuse_linked_dir(dir).map_err(io(dir))?;
+    }
+    crate::store::write_atomic(path, text.as_bytes()).map_err(io(path))
 }
 
 /// `research-code` and `create-environment` changed the project's own folder: the job did

@@ -3,9 +3,31 @@
 
 use super::Store;
 use crate::model::{JobStatus, PrdState};
-use std::path::PathBuf;
+use std::path::{Component, Path, PathBuf};
 
 impl Store {
+    /// Whether the absolute path `p` lies beneath the store root — judged on its words
+    /// (`.` and `..` resolved lexically, links not followed), against the root as given and
+    /// as resolved. A file in the store is the store's to write (its owner's daemons), never
+    /// a job's: a job may run as a user who cannot write the store at all.
+    pub fn holds(&self, p: &Path) -> bool {
+        if !p.is_absolute() {
+            return false;
+        }
+        let mut words = PathBuf::new();
+        for c in p.components() {
+            match c {
+                Component::ParentDir => {
+                    words.pop();
+                }
+                Component::CurDir => {}
+                c => words.push(c),
+            }
+        }
+        words.starts_with(&self.root)
+            || std::fs::canonicalize(&self.root).is_ok_and(|r| words.starts_with(r))
+    }
+
     /// `messaging/<box>/`.
     pub fn messaging_dir(&self, mailbox: &str) -> PathBuf {
         self.root.join("messaging").join(mailbox)

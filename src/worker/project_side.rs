@@ -124,7 +124,8 @@ pub fn venvman_command(
 /// The research document a finished job writes, if it is a `research-code` job and one is
 /// set: `supporting_data.code_research_document` (the orchestrator copies the project's
 /// setting there), else the project's own setting (jobs written by hand or by an older
-/// orchestrator). A relative path is taken from the job's working directory.
+/// orchestrator). A relative path is taken from the job's working directory. `None` for a
+/// document inside the store: that one the orchestrator writes.
 pub fn research_document(store: &Store, job: &Job) -> Option<PathBuf> {
     let research = match job.config.command.as_deref() {
         Some(c) => c == "research-code",
@@ -151,11 +152,14 @@ pub fn research_document(store: &Store, job: &Job) -> Option<PathBuf> {
         return None;
     }
     let p = PathBuf::from(&doc);
-    Some(if p.is_absolute() {
+    let p = if p.is_absolute() {
         p
     } else {
         Path::new(&job.config.working_directory).join(p)
-    })
+    };
+    // A document inside the store is a store record: the orchestrator writes it when it
+    // handles the job (the job's user may not be able to write the store).
+    (!store.holds(&p)).then_some(p)
 }
 
 /// Writes `text` to `path` as the job's user (`switch_to`, else this process's account):
