@@ -71,7 +71,7 @@ size=$(page 0 0 5000 | wc -c)
 sys_expect_eq "a page of 5000 jobs is far under the bus's 32 MiB message limit" 1 "$((size < 8 * 1024 * 1024))"
 out=$(page 1 status running "$((N / 4 - 10))" 5000 | tail -c 200)
 sys_expect_match "ListJobs status=running, last page: total $((N / 4)), next = total" " $((N / 4)) $((N / 4))\$" "$out"
-out=$(page 1 fields summary 0 5000 | head -c 300)
+out=$(page 1 fields summary 0 5000); out=${out:0:300}
 sys_expect_match "ListJobs fields=summary: rows of the index, oldest first" 'j000000' "$out"
 sys_expect_eq "a summary row carries no document" 0 "$(grep -c task_description <<<"$out" || true)"
 

@@ -85,6 +85,13 @@ sys_copy_in "$m" "$REPO/tests/fixtures/fake-claude" /usr/local/bin/fake-claude
 sys_expect_match "the package's /etc/agentstore/config.yaml names /var/lib/agentstore" \
     '/var/lib/agentstore' "$(x cat /etc/agentstore/config.yaml 2>&1)"
 
+# The user manager needs XDG_RUNTIME_DIR, which pam_systemd (libpam-systemd) sets on a real
+# install; the test image (minbase) lacks that package, so the unit gets it from a drop-in.
+if ! x test -e /lib/security/pam_systemd.so && ! x test -e /usr/lib/x86_64-linux-gnu/security/pam_systemd.so; then
+    x mkdir -p /etc/systemd/system/user@.service.d
+    x sh -c 'printf "[Service]\nEnvironment=XDG_RUNTIME_DIR=/run/user/%%i\n" >/etc/systemd/system/user@.service.d/xdg.conf'
+    x systemctl daemon-reload
+fi
 sys_check "loginctl enable-linger $U" x loginctl enable-linger "$U"
 manager_up() { [ "$(x systemctl is-active "user@$uid.service")" = active ] && x test -S "$RUN/bus"; }
 sys_check "lingering starts user@$uid.service with a session bus" sys_wait_until 60 "user manager" manager_up
