@@ -145,6 +145,13 @@ sys_expect_match "the project has a research document path ($doc)" "^$H/src/demo
 sys_check "the job wrote the research document" sys_wait_until 10 "document" x test -s "$doc"
 sys_expect_eq "... as $U" "$U" "$(x stat -c %U "$doc" 2>&1)"
 handled() { x grep -q '"handled": *true' "$f"; }
+# With idle_exit_seconds 4 orchestratord may have exited while the job ran; then its timer
+# (OnUnitInactiveSec=5min) brings it back for the completions. Start it as the timer would,
+# rather than wait 5 minutes.
+if ! uactive agentstore-orchestrator.service; then
+    sys_log "orchestratord idled out while the job ran; starting it as its timer would"
+    usys start --no-block agentstore-orchestrator.service || true
+fi
 sys_check "the user's orchestratord handled the finished job" sys_wait_until 60 "handled" handled
 
 # The journal of the user: both daemons and the job.
