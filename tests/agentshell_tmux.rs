@@ -214,7 +214,10 @@ fn ctrl_c_cancels_a_stalled_request_and_twice_exits() {
         .map(|m| m["content"].as_str().unwrap())
         .collect();
     assert_eq!(users, vec!["hello", "again"]);
-    // Ctrl+C on an empty line warns; the second one exits
+    // Ctrl+C on an empty line warns; the second one exits. It must reach the prompt's read,
+    // not the end of the turn: wait for the turn line, then for the editor to take the tty.
+    t.wait_for("turn: ");
+    std::thread::sleep(std::time::Duration::from_millis(300));
     t.ctrl_c();
     t.wait_for("(press Ctrl+C again to exit)");
     assert_eq!(t.count("EXITED"), 0);

@@ -1228,7 +1228,11 @@ fn project_side_effects_are_made_by_the_job_as_its_user() {
     // The orchestrator comes back: it records the work (update_time) and leaves the project
     // as the jobs made it.
     let before: Vec<_> = walk(&u.project_dir);
-    let t0 = project["update_time"].clone();
+    // update_time has whole seconds: start from an old one so the bump is always visible.
+    let mut old: Value = serde_json::from_slice(&std::fs::read(&project_doc).unwrap()).unwrap();
+    old["update_time"] = Value::String("2020-01-01T00:00:00Z".into());
+    std::fs::write(&project_doc, old.to_string()).unwrap();
+    let t0 = old["update_time"].clone();
     let _orch = daemon(
         env!("CARGO_BIN_EXE_orchestratord"),
         &["--idle-exit", "0"],
