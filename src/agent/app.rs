@@ -150,12 +150,13 @@ pub fn main(cli: Cli, termination: Termination) -> ExitCode {
     }
 }
 
-fn run(
+/// What both the interactive shell and `exec` start from: the environment (keys scrubbed),
+/// the user's agentshell home, the project (with its log), and a warning for a config that is
+/// not trusted yet.
+fn open(
     cwd: &Path,
     explicit: Option<&Path>,
-    resume: Option<&str>,
-    continue_last: bool,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<(BTreeMap<String, String>, AgentHome, bootstrap::Project)> {
     let env = env_map();
     let home = agent_home(&env)?;
     let project = bootstrap::open_project(cwd, explicit, &home)?;
@@ -163,6 +164,16 @@ fn run(
     if let Some(w) = project.untrusted_warning() {
         eprintln!("agentshell: {}", visible(&w));
     }
+    Ok((env, home, project))
+}
+
+fn run(
+    cwd: &Path,
+    explicit: Option<&Path>,
+    resume: Option<&str>,
+    continue_last: bool,
+) -> anyhow::Result<()> {
+    let (env, home, project) = open(cwd, explicit)?;
     let store = SessionStore::new(home.dir.join("sessions"), project.root.clone());
     let reopen = match (resume, continue_last) {
         (_, true) => {
@@ -381,13 +392,7 @@ fn exec_inner(
     if prompt.trim().is_empty() {
         bail!("empty prompt");
     }
-    let env = env_map();
-    let home = agent_home(&env)?;
-    let project = bootstrap::open_project(cwd, explicit, &home)?;
-    logger::init(&project.root, env.get(ENV_LOG).map(String::as_str))?;
-    if let Some(w) = project.untrusted_warning() {
-        eprintln!("agentshell: {}", visible(&w));
-    }
+    let (env, _home, project) = open(cwd, explicit)?;
     runtime()?.block_on(async {
         let mut agent = wiring::build_agent_with_subagents(
             &project,

@@ -250,10 +250,15 @@ pub(super) fn list_jobs(
     status: Option<JobStatus>,
     project: Option<&str>,
 ) -> CliResult {
-    // Standard output is line-buffered: one write per line would cost more than the listing.
-    let mut buffered = std::io::BufWriter::with_capacity(64 * 1024, out);
-    list_jobs_to(g, &mut buffered, status, project)?;
-    buffered.flush()?;
+    buffered(out, |w| list_jobs_to(g, w, status, project))
+}
+
+/// Runs `write` on a 64 KiB buffer over `out`: standard output is line-buffered, and one
+/// write per line would cost more than a listing.
+fn buffered(out: &mut dyn Write, write: impl FnOnce(&mut dyn Write) -> CliResult) -> CliResult {
+    let mut w = std::io::BufWriter::with_capacity(64 * 1024, out);
+    write(&mut w)?;
+    w.flush()?;
     Ok(())
 }
 
@@ -592,10 +597,7 @@ pub(super) fn list_jobs_dbus(
     status: Option<JobStatus>,
     project: Option<&str>,
 ) -> CliResult {
-    let mut buffered = std::io::BufWriter::with_capacity(64 * 1024, out);
-    list_jobs_dbus_to(g, &mut buffered, status, project)?;
-    buffered.flush()?;
-    Ok(())
+    buffered(out, |w| list_jobs_dbus_to(g, w, status, project))
 }
 
 fn list_jobs_dbus_to(
