@@ -27,6 +27,7 @@
 #   sys_install_deb NAME DEB               install the .deb inside (dpkg -i, apt-get -f)
 #   sys_stop NAME                          power off, unmount, remove (also done by the trap)
 #   sys_wait_until SECONDS DESC CMD...     poll CMD every 0.2 s until it succeeds or time runs out
+#   sys_use_wide_rootfs                    use the second image (+ syncthing, slurm, munge, python3)
 # Test helpers: sys_test_begin, sys_check, sys_expect_eq, sys_expect_match, sys_pass, sys_fail,
 # sys_test_skip, sys_test_end.
 #
@@ -43,6 +44,11 @@ SYS_SUITE=${SYS_SUITE:-bookworm}
 SYS_VARIANT=minbase
 SYS_INCLUDE=${SYS_INCLUDE:-systemd,systemd-sysv,dbus,libssl3,ca-certificates,procps}
 SYS_CACHE_DIR=${SYS_CACHE_DIR:-/var/cache/agentstore-test}
+# Tests that need more than the base image (a real Syncthing, a real Slurm) share ONE second
+# cached rootfs, so a clean machine runs debootstrap at most twice. Such a test calls
+# `sys_use_wide_rootfs` right after sourcing this file, before sys_test_begin/sys_prepare.
+SYS_INCLUDE_WIDE="$SYS_INCLUDE,syncthing,slurmctld,slurmd,slurm-client,munge,python3"
+sys_use_wide_rootfs() { SYS_INCLUDE=$SYS_INCLUDE_WIDE; }
 SYS_BOOT_TIMEOUT=${SYS_BOOT_TIMEOUT:-120}
 # Bump when the post-processing in sys__build_rootfs changes: it is part of the cache key.
 SYS_RECIPE_VERSION=1
