@@ -136,6 +136,9 @@ pub struct JobRuntime {
     /// Set once the orchestrator's completion handler has run (extension).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handled: Option<bool>,
+    /// Approval decisions while the job ran: who, when, what (extension).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvals: Vec<super::approval::ApprovalRecord>,
 }
 
 impl Job {
@@ -171,6 +174,7 @@ impl JobRuntime {
             host: None,
             unit: None,
             handled: None,
+            approvals: Vec::new(),
         }
     }
 }

@@ -4,6 +4,7 @@
 //! daemons can work with fields instead of `serde_json::Value`. Every struct denies unknown
 //! fields except the free-form `content` and `supporting_data` maps.
 
+pub mod approval;
 pub mod flow;
 mod job;
 mod message;

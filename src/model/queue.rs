@@ -42,6 +42,10 @@ pub struct QueueConfig {
     /// Retry policy for this queue's jobs (extension; absent: never retried).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<super::flow::RetryPolicy>,
+    /// Approvals for the queue's unattended jobs: rules, default, deadline (extension;
+    /// absent means every request is asked, denied after 300 s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approvals: Option<super::approval::ApprovalPolicy>,
 }
 
 /// How the queue manager starts workers.

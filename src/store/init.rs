@@ -77,6 +77,7 @@ impl QueueConfig {
             resource_limits: None,
             agentshell_path: None,
             allow_permission_args: None,
+            approvals: None,
             retry: None,
         }
     }

@@ -7,6 +7,7 @@
 //! new store), `fsio`/`safe` (the I/O rules: atomic, no link followed), `scan`, `config`,
 //! `root` (which store), `events`/`error_log` (what happened), `jobfile`, `listing`.
 
+pub mod approvals;
 pub mod archive;
 mod config;
 mod documents;

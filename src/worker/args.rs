@@ -21,3 +21,16 @@ pub struct Args {
     /// Job id (file stem in Queues/<queue>/Jobs/running_jobs/).
     pub job_id: String,
 }
+
+/// `agent-worker mcp-approvals`: the stdio MCP server Claude Code starts for a job; its tool
+/// `approve` (Claude Code's `--permission-prompt-tool`) asks the job's worker.
+#[derive(Debug, clap::Parser)]
+#[command(name = "agent-worker mcp-approvals", version)]
+pub struct McpArgs {
+    /// The worker's abstract approval socket.
+    #[arg(long, value_name = "NAME")]
+    pub socket: String,
+    /// Seconds the worker waits for a person; this server denies by itself 10 s later.
+    #[arg(long, value_name = "SECONDS", default_value_t = crate::model::approval::DEFAULT_DEADLINE_SECONDS)]
+    pub deadline: u64,
+}

@@ -181,6 +181,37 @@ pub fn claude_args(queue: &QueueConfig, job: &Job) -> Vec<String> {
     args
 }
 
+/// True when Claude Code with these arguments may ask for permissions, so the worker gives
+/// it the approvals MCP server: not when permissions are skipped
+/// (`--dangerously-skip-permissions`, `--permission-mode bypassPermissions`) or the arguments
+/// already name a permission prompt tool.
+pub fn asks_permissions(args: &[String]) -> bool {
+    if has_flag(args, &["--dangerously-skip-permissions", "--permission-prompt-tool"]) {
+        return false;
+    }
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mode = if a == "--permission-mode" {
+            it.next().map(String::as_str)
+        } else {
+            a.strip_prefix("--permission-mode=")
+        };
+        if mode == Some("bypassPermissions") {
+            return false;
+        }
+    }
+    true
+}
+
+/// Adds the approvals MCP server (`worker mcp-approvals`, talking to `socket`) and makes its
+/// tool Claude Code's permission prompt tool.
+pub fn add_approval_args(args: &mut Vec<String>, worker: &Path, socket: &str, deadline: u64) {
+    args.push("--mcp-config".into());
+    args.push(super::mcp::mcp_config(worker, socket, deadline));
+    args.push("--permission-prompt-tool".into());
+    args.push(super::mcp::PERMISSION_TOOL.into());
+}
+
 /// True when the arguments ask for the JSON result.
 pub fn wants_json(args: &[String]) -> bool {
     let mut it = args.iter();
@@ -319,6 +350,25 @@ mod tests {
         assert_eq!(a, ["-p", "--output-format=text"]);
         assert!(!wants_json(&a));
         assert!(wants_json(&claude_args(&q, &job(&[]))));
+    }
+
+    #[test]
+    fn approvals_only_when_claude_may_ask() {
+        let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(asks_permissions(&v(&["-p", "--permission-mode", "acceptEdits"])));
+        assert!(!asks_permissions(&v(&["-p", "--dangerously-skip-permissions"])));
+        assert!(!asks_permissions(&v(&["--permission-mode", "bypassPermissions"])));
+        assert!(!asks_permissions(&v(&["--permission-mode=bypassPermissions"])));
+        assert!(!asks_permissions(&v(&["--permission-prompt-tool", "mcp__x__y"])));
+        let mut a = v(&["-p"]);
+        add_approval_args(&mut a, Path::new("/usr/bin/agent-worker"), "s1", 30);
+        assert_eq!(a[1], "--mcp-config");
+        let cfg: Value = serde_json::from_str(&a[2]).unwrap();
+        assert_eq!(
+            cfg["mcpServers"]["agentstore"]["args"],
+            serde_json::json!(["mcp-approvals", "--socket", "s1", "--deadline", "30"])
+        );
+        assert_eq!(a[3..], ["--permission-prompt-tool", "mcp__agentstore__approve"]);
     }
 
     #[test]

@@ -2,9 +2,11 @@
 //! runs it (`noop`, `claude`, `agent`), records what happened and moves the file to
 //! `finished_jobs/` or `failed_jobs/`. While it runs, only this process writes the job file.
 
+pub mod approval;
 pub mod args;
 pub mod capture;
 pub mod claude;
+pub mod mcp;
 pub mod process;
 pub mod project_side;
 pub mod runas;
@@ -206,8 +208,24 @@ fn execute(store: &Store, queue: &QueueConfig, job: &mut Job, args: &WorkerArgs)
                 Ok(p) => p,
                 Err(e) => return Outcome::fail(e),
             };
-            let args_v = claude::claude_args(queue, job);
+            let mut args_v = claude::claude_args(queue, job);
             let json = claude::wants_json(&args_v);
+            let broker = if claude::asks_permissions(&args_v) {
+                match start_broker(queue, args, run_as.uid) {
+                    Ok(b) => {
+                        claude::add_approval_args(
+                            &mut args_v,
+                            &approval_worker_path(),
+                            b.socket_name(),
+                            b.deadline_seconds(),
+                        );
+                        Some(b)
+                    }
+                    Err(e) => return Outcome::fail(e),
+                }
+            } else {
+                None
+            };
             let cmd = AgentCommand {
                 program: queue.claude_cli_path.clone(),
                 args: args_v,
@@ -216,7 +234,11 @@ fn execute(store: &Store, queue: &QueueConfig, job: &mut Job, args: &WorkerArgs)
                 env: env.clone(),
                 switch_to: switch.then(|| run_as.clone()),
             };
-            run_and_judge(store, args, job, &cmd, "Claude", json)
+            let outcome = run_and_judge(store, args, job, &cmd, "Claude", json);
+            if let Some(b) = broker {
+                job.runtime.approvals = b.finish();
+            }
+            outcome
         }
         JobType::Agent => {
             let mut env = env.clone();
@@ -263,6 +285,32 @@ fn execute(store: &Store, queue: &QueueConfig, job: &mut Job, args: &WorkerArgs)
         }
     }
     outcome
+}
+
+/// Starts listening for the job's approval requests (the queue's policy, the agent's uid).
+fn start_broker(
+    queue: &QueueConfig,
+    args: &WorkerArgs,
+    uid: u32,
+) -> Result<approval::Broker, String> {
+    approval::Broker::start(
+        args.root.clone(),
+        &args.queue,
+        &args.job_id,
+        queue.approvals.clone().unwrap_or_default(),
+        uid,
+    )
+    .map_err(|e| format!("Cannot open the approval channel: {e}"))
+}
+
+/// The `agent-worker` the agent starts as its approvals MCP server: this program
+/// (`AGENTSTORE_WORKER_PATH` overrides, for a worker run from a copy).
+fn approval_worker_path() -> PathBuf {
+    std::env::var_os("AGENTSTORE_WORKER_PATH")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::current_exe().ok())
+        .unwrap_or_else(|| PathBuf::from("agent-worker"))
 }
 
 fn noop(job: &Job) -> Outcome {

@@ -1,0 +1,276 @@
+//! Approvals for unattended jobs (issue 15): the queue's policy (`config.approvals`), the
+//! request and answer files a running job and its queue manager exchange, and what the job
+//! records about each decision (`runtime.approvals`).
+
+use super::Timestamp;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Seconds a request waits for a human when the queue says nothing.
+pub const DEFAULT_DEADLINE_SECONDS: u64 = 300;
+
+/// Longest deadline a queue may set (a day).
+pub const MAX_DEADLINE_SECONDS: u64 = 86_400;
+
+/// What a rule or the default decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Decision {
+    /// Allowed without a human.
+    Allow,
+    /// Denied without a human.
+    Deny,
+    /// Asked: published on D-Bus until answered or the deadline passes (then denied).
+    Ask,
+}
+
+/// One rule: a tool (exact name, or `*`) and an optional glob over the request's subject
+/// (Bash: the command; file tools: the path; otherwise the input as compact JSON).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalRule {
+    /// Tool name (`Write`, `Bash`, `mcp__x__y`, agentshell's `run_command` …) or `*`.
+    pub tool: String,
+    /// Glob (`*` any text, `?` one character) over the subject; absent matches all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pattern: Option<String>,
+    /// What the rule answers (`allow` or `deny`; `ask` sends it to a human).
+    pub decision: Decision,
+}
+
+/// A queue's approval policy (`config.approvals`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalPolicy {
+    /// Rules, the first match wins.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<ApprovalRule>,
+    /// What happens when no rule matches (default `ask`).
+    #[serde(default = "default_decision")]
+    pub default: Decision,
+    /// Seconds a request waits for an answer before it is denied (default 300).
+    #[serde(default = "default_deadline")]
+    pub deadline_seconds: u64,
+}
+
+fn default_decision() -> Decision {
+    Decision::Ask
+}
+
+fn default_deadline() -> u64 {
+    DEFAULT_DEADLINE_SECONDS
+}
+
+impl Default for ApprovalPolicy {
+    fn default() -> Self {
+        ApprovalPolicy {
+            rules: Vec::new(),
+            default: Decision::Ask,
+            deadline_seconds: DEFAULT_DEADLINE_SECONDS,
+        }
+    }
+}
+
+impl ApprovalPolicy {
+    /// The deadline within its bounds (1 s … a day).
+    pub fn deadline(&self) -> u64 {
+        self.deadline_seconds.clamp(1, MAX_DEADLINE_SECONDS)
+    }
+
+    /// The decision of the first rule in `extra` (the job's `always` rules), then in the
+    /// queue's rules, matching `tool` and `subject`; else the default. The matching rule is
+    /// returned for the record.
+    pub fn decide<'a>(
+        &'a self,
+        extra: &'a [ApprovalRule],
+        tool: &str,
+        subject: &str,
+    ) -> (Decision, Option<&'a ApprovalRule>) {
+        match extra
+            .iter()
+            .chain(self.rules.iter())
+            .find(|r| r.matches(tool, subject))
+        {
+            Some(r) => (r.decision, Some(r)),
+            None => (self.default, None),
+        }
+    }
+}
+
+impl ApprovalRule {
+    /// True when the rule covers this tool and subject.
+    pub fn matches(&self, tool: &str, subject: &str) -> bool {
+        (self.tool == "*" || self.tool == tool)
+            && self.pattern.as_deref().is_none_or(|p| glob(p, subject))
+    }
+}
+
+/// `*` matches any text (also empty), `?` one character, anything else itself.
+pub fn glob(pattern: &str, text: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    let (mut pi, mut ti) = (0usize, 0usize);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if let Some((sp, st)) = star {
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
+}
+
+/// What a rule's pattern is matched against: Bash's (and agentshell's) command, a file
+/// tool's path, else the input as compact JSON.
+pub fn subject(input: &Value) -> String {
+    for key in ["command", "file_path", "path", "notebook_path", "url", "pattern"] {
+        if let Some(s) = input.get(key).and_then(Value::as_str) {
+            return s.to_string();
+        }
+    }
+    input.to_string()
+}
+
+/// One line for people: `Write /tmp/x`, `Bash: ls -l` (at most 200 characters).
+pub fn summary(tool: &str, input: &Value) -> String {
+    let s = format!("{tool}: {}", subject(input));
+    if s.chars().count() > 200 {
+        let mut cut: String = s.chars().take(199).collect();
+        cut.push('…');
+        cut
+    } else {
+        s
+    }
+}
+
+/// A request waiting for an answer: `Jobs/approvals/<request_id>.request.json`, written by
+/// the job's worker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalRequest {
+    /// `<job_id>-a<n>`.
+    pub request_id: String,
+    /// The job asking.
+    pub job_id: String,
+    /// The tool the agent wants to use.
+    pub tool: String,
+    /// One line for people.
+    pub summary: String,
+    /// The tool's input.
+    pub input: Value,
+    /// When it was asked.
+    pub requested_at: Timestamp,
+    /// When it is denied if nobody answered.
+    pub deadline: Timestamp,
+}
+
+/// An answer: `Jobs/approvals/<request_id>.answer.json`, written once (never replaced) by
+/// the queue manager for a person, or by the worker at the deadline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalAnswer {
+    /// The request answered.
+    pub request_id: String,
+    /// Allowed or denied.
+    pub allow: bool,
+    /// Also answer the same tool (and subject) this way for the rest of the job.
+    #[serde(default)]
+    pub always: bool,
+    /// The reason the agent sees (a deny), or a note.
+    #[serde(default)]
+    pub message: String,
+    /// Who answered: a user id, a login, `deadline`.
+    pub by: String,
+    /// When.
+    pub at: Timestamp,
+}
+
+/// What a job records about one decision (`runtime.approvals[]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalRecord {
+    /// The request (`<job_id>-a<n>`).
+    pub request_id: String,
+    /// Tool.
+    pub tool: String,
+    /// One line for people.
+    pub summary: String,
+    /// Allowed or denied.
+    pub allow: bool,
+    /// An `always` answer (a rule for the rest of the job).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub always: bool,
+    /// Who decided: a user id or login, `queue rule`, `queue default`, `job rule`,
+    /// `deadline`.
+    pub by: String,
+    /// When.
+    pub at: Timestamp,
+    /// The reason given (a deny's message), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn globs() {
+        assert!(glob("*", ""));
+        assert!(glob("/tmp/*", "/tmp/a/b"));
+        assert!(glob("ls*", "ls -l"));
+        assert!(glob("a?c", "abc"));
+        assert!(!glob("a?c", "ac"));
+        assert!(!glob("/tmp/*", "/etc/passwd"));
+        assert!(glob("*.txt", "x.y.txt"));
+        assert!(!glob("*.txt", "x.txt.gz"));
+    }
+
+    #[test]
+    fn first_rule_wins_job_rules_first_then_default() {
+        let p: ApprovalPolicy = serde_json::from_value(json!({
+            "rules": [
+                {"tool": "Write", "pattern": "/tmp/*", "decision": "allow"},
+                {"tool": "*", "decision": "deny"}
+            ],
+            "default": "ask",
+            "deadline_seconds": 10
+        }))
+        .unwrap();
+        assert_eq!(p.decide(&[], "Write", "/tmp/x").0, Decision::Allow);
+        assert_eq!(p.decide(&[], "Write", "/etc/x").0, Decision::Deny);
+        let job = [ApprovalRule {
+            tool: "Write".into(),
+            pattern: Some("/etc/x".into()),
+            decision: Decision::Allow,
+        }];
+        assert_eq!(p.decide(&job, "Write", "/etc/x").0, Decision::Allow);
+        let empty = ApprovalPolicy::default();
+        assert_eq!(empty.decide(&[], "Bash", "ls"), (Decision::Ask, None));
+        assert!(serde_json::from_value::<ApprovalPolicy>(json!({"rulez": []})).is_err());
+    }
+
+    #[test]
+    fn subjects_and_summaries() {
+        assert_eq!(subject(&json!({"command": "ls"})), "ls");
+        assert_eq!(subject(&json!({"file_path": "/a", "content": "x"})), "/a");
+        assert_eq!(subject(&json!({"q": 1})), "{\"q\":1}");
+        assert_eq!(summary("Bash", &json!({"command": "ls"})), "Bash: ls");
+        assert_eq!(
+            summary("Bash", &json!({"command": "x".repeat(500)}))
+                .chars()
+                .count(),
+            200
+        );
+    }
+}

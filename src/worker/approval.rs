@@ -1,0 +1,396 @@
+//! The worker's side of approvals (issue 15). While an agent runs, the worker listens on a
+//! private abstract Unix socket; the agent's permission requests come in on it (from
+//! `agent-worker mcp-approvals`, the MCP server Claude Code starts, or from agentshell), one
+//! JSON line each: `{"tool": …, "input": …}`. The worker answers each with one line
+//! `{"allow": bool, "message": …}`: by the job's `always` rules, the queue's rules or its
+//! default, or — when a human is to be asked — by writing a request file into the store
+//! (`Queues/<q>/Jobs/approvals/`, where the queue manager publishes it on D-Bus) and waiting
+//! for the answer file, denying at the deadline. Every decision is recorded for
+//! `runtime.approvals`.
+//!
+//! Why a socket and files: the agent runs as the job's user and may not write the store
+//! (system mode), nor own the queue's bus name; the worker can write the store in both
+//! modes, and a file survives a queue-manager restart. The socket is abstract (no file whose
+//! owner matters) and only the job's account (or root) may connect (`SO_PEERCRED`).
+#![allow(unsafe_code)]
+
+use crate::model::Timestamp;
+use crate::model::approval::{
+    ApprovalAnswer, ApprovalPolicy, ApprovalRecord, ApprovalRequest, ApprovalRule, Decision,
+    subject, summary,
+};
+use crate::store::Store;
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::AsRawFd;
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Largest request line read from the socket.
+const MAX_LINE: u64 = 4 << 20;
+
+/// How often the worker looks for an answer file.
+const POLL: Duration = Duration::from_millis(100);
+
+/// One request as it arrives on the socket.
+#[derive(Debug, serde::Deserialize)]
+struct Incoming {
+    tool: String,
+    #[serde(default)]
+    input: Value,
+}
+
+/// The answer sent back on the socket.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Verdict {
+    /// Allowed or denied.
+    pub allow: bool,
+    /// Why (the agent sees it on a deny).
+    pub message: String,
+}
+
+struct Shared {
+    root: PathBuf,
+    queue: String,
+    job_id: String,
+    policy: ApprovalPolicy,
+    peer_uid: u32,
+    seq: AtomicU64,
+    job_rules: Mutex<Vec<ApprovalRule>>,
+    records: Mutex<Vec<ApprovalRecord>>,
+    issued: Mutex<Vec<String>>,
+    stop: AtomicBool,
+}
+
+/// The listening side, for the life of one agent run.
+pub struct Broker {
+    name: String,
+    shared: Arc<Shared>,
+    accept: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Broker {
+    /// Listens on a new abstract socket for job `job_id` of `queue`; only `peer_uid` (the
+    /// agent's account) and root may connect.
+    pub fn start(
+        root: PathBuf,
+        queue: &str,
+        job_id: &str,
+        policy: ApprovalPolicy,
+        peer_uid: u32,
+    ) -> std::io::Result<Broker> {
+        let name = format!("agentstore-approvals-{}", uuid::Uuid::new_v4().simple());
+        let addr = SocketAddr::from_abstract_name(name.as_bytes())?;
+        let listener = UnixListener::bind_addr(&addr)?;
+        let shared = Arc::new(Shared {
+            root,
+            queue: queue.to_string(),
+            job_id: job_id.to_string(),
+            policy,
+            peer_uid,
+            seq: AtomicU64::new(0),
+            job_rules: Mutex::new(Vec::new()),
+            records: Mutex::new(Vec::new()),
+            issued: Mutex::new(Vec::new()),
+            stop: AtomicBool::new(false),
+        });
+        let s = shared.clone();
+        let accept = std::thread::Builder::new()
+            .name("approvals".into())
+            .spawn(move || accept_loop(listener, s))?;
+        Ok(Broker {
+            name,
+            shared,
+            accept: Some(accept),
+        })
+    }
+
+    /// The socket's abstract name (without the leading NUL).
+    pub fn socket_name(&self) -> &str {
+        &self.name
+    }
+
+    /// The seconds a request waits for a human.
+    pub fn deadline_seconds(&self) -> u64 {
+        self.shared.policy.deadline()
+    }
+
+    /// Stops listening, removes this job's request and answer files and returns what was
+    /// decided, in order.
+    pub fn finish(mut self) -> Vec<ApprovalRecord> {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        // Wake the accept loop.
+        if let Ok(addr) = SocketAddr::from_abstract_name(self.name.as_bytes()) {
+            let _ = UnixStream::connect_addr(&addr);
+        }
+        if let Some(t) = self.accept.take() {
+            let _ = t.join();
+        }
+        if let Ok(store) = Store::open(&self.shared.root) {
+            for id in lock(&self.shared.issued).iter() {
+                store.remove_approval(&self.shared.queue, id);
+            }
+        }
+        let mut records = lock(&self.shared.records).clone();
+        records.sort_by(|a, b| (a.at, &a.request_id).cmp(&(b.at, &b.request_id)));
+        records
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
+    for conn in listener.incoming() {
+        if shared.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(conn) = conn else { continue };
+        match peer_uid(&conn) {
+            Some(uid) if uid == shared.peer_uid || uid == 0 => {}
+            other => {
+                tracing::warn!(job_id = %shared.job_id, "approval socket: refused a connection from uid {other:?}");
+                continue;
+            }
+        }
+        let s = shared.clone();
+        let _ = std::thread::Builder::new()
+            .name("approval".into())
+            .spawn(move || serve(conn, &s));
+    }
+}
+
+fn peer_uid(conn: &UnixStream) -> Option<u32> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: a valid socket descriptor and a buffer of the size given; the result is checked.
+    let r = unsafe {
+        libc::getsockopt(
+            conn.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    (r == 0).then_some(cred.uid)
+}
+
+fn serve(conn: UnixStream, shared: &Shared) {
+    let mut line = String::new();
+    let read = {
+        use std::io::Read;
+        let mut r = BufReader::new((&conn).take(MAX_LINE));
+        r.read_line(&mut line)
+    };
+    let verdict = match read {
+        Ok(_) => match serde_json::from_str::<Incoming>(line.trim()) {
+            Ok(req) => decide(shared, &req.tool, req.input),
+            Err(e) => Verdict {
+                allow: false,
+                message: format!("approval request is not valid JSON: {e}"),
+            },
+        },
+        Err(e) => Verdict {
+            allow: false,
+            message: format!("approval request could not be read: {e}"),
+        },
+    };
+    let mut out = serde_json::to_vec(&verdict).unwrap_or_default();
+    out.push(b'\n');
+    let mut w = &conn;
+    let _ = w.write_all(&out);
+}
+
+fn record(
+    shared: &Shared,
+    request_id: &str,
+    tool: &str,
+    summary: &str,
+    v: &Verdict,
+    by: &str,
+    always: bool,
+) {
+    let message = (!v.message.is_empty()).then(|| v.message.clone());
+    lock(&shared.records).push(ApprovalRecord {
+        request_id: request_id.to_string(),
+        tool: tool.to_string(),
+        summary: summary.to_string(),
+        allow: v.allow,
+        always,
+        by: by.to_string(),
+        at: Timestamp::now(),
+        message,
+    });
+    tracing::info!(job_id = %shared.job_id, queue = %shared.queue, request_id,
+        "approval: {tool} {} by {by}", if v.allow { "allowed" } else { "denied" });
+}
+
+/// Decides one request (see the module text).
+fn decide(shared: &Shared, tool: &str, input: Value) -> Verdict {
+    let n = shared.seq.fetch_add(1, Ordering::SeqCst) + 1;
+    let request_id = format!("{}-a{n}", shared.job_id);
+    let subj = subject(&input);
+    let sum = summary(tool, &input);
+    let job_rule = lock(&shared.job_rules)
+        .iter()
+        .find(|r| r.matches(tool, &subj))
+        .map(|r| r.decision);
+    let (decision, by) = match job_rule {
+        Some(d) => (d, "job rule"),
+        None => match shared.policy.decide(&[], tool, &subj) {
+            (d, Some(_)) => (d, "queue rule"),
+            (d, None) => (d, "queue default"),
+        },
+    };
+    match decision {
+        Decision::Allow | Decision::Deny => {
+            let allow = decision == Decision::Allow;
+            let v = Verdict {
+                allow,
+                message: if allow {
+                    String::new()
+                } else {
+                    format!("{tool} denied by the {by} of queue {}", shared.queue)
+                },
+            };
+            record(shared, &request_id, tool, &sum, &v, by, false);
+            v
+        }
+        Decision::Ask => ask(shared, &request_id, tool, &sum, input),
+    }
+}
+
+fn ask(shared: &Shared, request_id: &str, tool: &str, sum: &str, input: Value) -> Verdict {
+    let secs = shared.policy.deadline();
+    let now = Timestamp::now();
+    let req = ApprovalRequest {
+        request_id: request_id.to_string(),
+        job_id: shared.job_id.clone(),
+        tool: tool.to_string(),
+        summary: sum.to_string(),
+        input,
+        requested_at: now,
+        deadline: now.plus_secs(secs),
+    };
+    let deny = |message: String| Verdict {
+        allow: false,
+        message,
+    };
+    let store = match Store::open(&shared.root) {
+        Ok(s) => s,
+        Err(e) => {
+            let v = deny(format!("the approval could not be asked: {e}"));
+            record(shared, request_id, tool, sum, &v, "worker", false);
+            return v;
+        }
+    };
+    lock(&shared.issued).push(request_id.to_string());
+    if let Err(e) = store.write_approval_request(&shared.queue, &req) {
+        let v = deny(format!(
+            "the approval could not be asked ({}: {e})",
+            store
+                .approval_request_path(&shared.queue, request_id)
+                .display()
+        ));
+        record(shared, request_id, tool, sum, &v, "worker", false);
+        return v;
+    }
+    let end = Instant::now() + Duration::from_secs(secs);
+    let answer = loop {
+        if let Some(a) = store.approval_answer(&shared.queue, request_id) {
+            break a;
+        }
+        if Instant::now() >= end || shared.stop.load(Ordering::SeqCst) {
+            let mine = ApprovalAnswer {
+                request_id: request_id.to_string(),
+                allow: false,
+                always: false,
+                message: format!("no answer within {secs} s: denied"),
+                by: "deadline".into(),
+                at: Timestamp::now(),
+            };
+            match store.write_approval_answer(&shared.queue, &mine) {
+                Ok(true) => break mine,
+                // Someone answered in the meantime: theirs stands.
+                Ok(false) => match store.approval_answer(&shared.queue, request_id) {
+                    Some(a) => break a,
+                    None => break mine,
+                },
+                Err(e) => {
+                    tracing::warn!(job_id = %shared.job_id, "cannot write the deadline answer: {e}");
+                    break mine;
+                }
+            }
+        }
+        std::thread::sleep(POLL);
+    };
+    if answer.always {
+        lock(&shared.job_rules).push(ApprovalRule {
+            tool: tool.to_string(),
+            pattern: None,
+            decision: if answer.allow {
+                Decision::Allow
+            } else {
+                Decision::Deny
+            },
+        });
+    }
+    let message = if answer.allow || !answer.message.is_empty() {
+        answer.message.clone()
+    } else {
+        format!("denied by {}", answer.by)
+    };
+    let v = Verdict {
+        allow: answer.allow,
+        message,
+    };
+    record(shared, request_id, tool, sum, &v, &answer.by, answer.always);
+    v
+}
+
+/// Asks the worker listening on `socket` about one tool use, waiting at most `limit`; any
+/// failure is a deny naming it (an agent never hangs on a dead worker).
+pub fn request(socket: &str, tool: &str, input: &Value, limit: Duration) -> Verdict {
+    let deny = |message: String| Verdict {
+        allow: false,
+        message,
+    };
+    let conn = SocketAddr::from_abstract_name(socket.as_bytes())
+        .and_then(|a| UnixStream::connect_addr(&a));
+    let conn = match conn {
+        Ok(c) => c,
+        Err(e) => return deny(format!("the approval channel is not there: {e}")),
+    };
+    let _ = conn.set_read_timeout(Some(limit.max(Duration::from_millis(1))));
+    let mut line = serde_json::to_vec(&json!({"tool": tool, "input": input})).unwrap_or_default();
+    line.push(b'\n');
+    let mut w = &conn;
+    if let Err(e) = w.write_all(&line) {
+        return deny(format!("the approval channel failed: {e}"));
+    }
+    let mut reply = String::new();
+    match BufReader::new(&conn).read_line(&mut reply) {
+        Ok(n) if n > 0 => serde_json::from_str(reply.trim())
+            .unwrap_or_else(|e| deny(format!("the approval channel answered nonsense: {e}"))),
+        Ok(_) => deny("the approval channel closed without an answer".into()),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            deny(format!("no answer within {} s: denied", limit.as_secs()))
+        }
+        Err(e) => deny(format!("the approval channel failed: {e}")),
+    }
+}
