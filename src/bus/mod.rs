@@ -4,6 +4,7 @@
 pub mod caller;
 pub mod error;
 pub mod listing;
+pub mod notify;
 pub mod orchestrator;
 pub mod queue;
 

@@ -11,6 +11,7 @@ use crate::permissions::Caller;
 use crate::queue::{
     BusTarget, Manager, ManagerConfig, QueueError, QueueEvent, QueueEvents, QueueHandle,
 };
+use crate::model::approval::ApprovalRequest;
 use crate::store::Store;
 use futures_util::future::BoxFuture;
 use std::sync::Arc;
@@ -91,6 +92,62 @@ impl QueueObject {
         self.snapshot().last_update
     }
 
+    /// Approval requests of running jobs waiting for an answer, oldest first: (job_id,
+    /// request_id, tool, summary, input_json, deadline).
+    #[zbus(property)]
+    fn pending_approvals(&self) -> Vec<PendingApproval> {
+        self.handle
+            .pending_approvals()
+            .iter()
+            .map(pending_row)
+            .collect()
+    }
+
+    /// Answers approval request `request_id` of a running job: `allow` or deny (`message`
+    /// is the reason the agent sees), `always` = the same tool is answered this way for the
+    /// rest of the job. For the job's submitter, the project's owner and admins (PRD §10).
+    async fn answer(
+        &self,
+        request_id: &str,
+        allow: bool,
+        always: bool,
+        message: &str,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &zbus::Connection,
+    ) -> Result<(), BusError> {
+        let (caller, by) = self.caller(&hdr, conn).await?;
+        Ok(self
+            .handle
+            .answer(request_id, allow, always, message, caller, by)
+            .await?)
+    }
+
+    /// A running job asks for a permission; `deadline` (ISO 8601 UTC) is when it is denied
+    /// if nobody answers.
+    #[zbus(signal)]
+    pub async fn approval_requested(
+        emitter: &SignalEmitter<'_>,
+        job_id: &str,
+        request_id: &str,
+        tool: &str,
+        summary: &str,
+        input_json: &str,
+        deadline: &str,
+    ) -> zbus::Result<()>;
+
+    /// A request was answered: `by` is who (a user id or login, `deadline`, or `job ended`
+    /// when the job ended first), `message` the reason given.
+    #[zbus(signal)]
+    pub async fn approval_answered(
+        emitter: &SignalEmitter<'_>,
+        job_id: &str,
+        request_id: &str,
+        allow: bool,
+        always: bool,
+        by: &str,
+        message: &str,
+    ) -> zbus::Result<()>;
+
     /// Cancels a queued or running job: it ends in failed_jobs/ with "Job cancelled by …".
     async fn cancel_job(
         &self,
@@ -132,12 +189,28 @@ impl QueueObject {
     ) -> zbus::Result<()>;
 }
 
+/// One row of `PendingApprovals`: (job_id, request_id, tool, summary, input_json, deadline).
+pub type PendingApproval = (String, String, String, String, String, String);
+
+fn pending_row(r: &ApprovalRequest) -> PendingApproval {
+    (
+        r.job_id.clone(),
+        r.request_id.clone(),
+        r.tool.clone(),
+        r.summary.clone(),
+        r.input.to_string(),
+        r.deadline.to_string(),
+    )
+}
+
 /// The manager's events as `org.agentstore.Queue1` signals: property changes
 /// (`PropertiesChanged`) and `JobStateChanged`, each emitted before the manager goes on. It
 /// keeps the connection (and with it the bus name) for the manager's life.
 struct QueueSignals {
     iface: InterfaceRef<QueueObject>,
-    _conn: zbus::Connection,
+    conn: zbus::Connection,
+    /// Desktop notifications go to this bus (a session bus), never the system bus.
+    notify: bool,
 }
 
 impl QueueSignals {
@@ -157,6 +230,57 @@ impl QueueSignals {
                 }
                 if old.paused != new.paused {
                     let _ = obj.paused_changed(e).await;
+                }
+            }
+            QueueEvent::ApprovalRequested(r) => {
+                let obj = self.iface.get().await;
+                let _ = obj.pending_approvals_changed(e).await;
+                let (job, req, tool, summary, input, deadline) = pending_row(r);
+                if let Err(err) = QueueObject::approval_requested(
+                    e, &job, &req, &tool, &summary, &input, &deadline,
+                )
+                .await
+                {
+                    tracing::debug!("ApprovalRequested: {err}");
+                }
+                if self.notify {
+                    // Best effort, never waited for: a desktop may or may not be there.
+                    let conn = self.conn.clone();
+                    let (title, body) = (
+                        format!("Job {} asks to use {}", r.job_id, r.tool),
+                        format!(
+                            "{}\nApprove: orchestrator approve {} {}\nDenied at {} if nobody answers.",
+                            r.summary, r.job_id, r.request_id, r.deadline
+                        ),
+                    );
+                    tokio::spawn(async move {
+                        let _ = tokio::time::timeout(
+                            std::time::Duration::from_secs(5),
+                            super::notify::desktop(&conn, &title, &body),
+                        )
+                        .await;
+                    });
+                }
+            }
+            QueueEvent::ApprovalAnswered { request, answer } => {
+                let obj = self.iface.get().await;
+                let _ = obj.pending_approvals_changed(e).await;
+                let (allow, always, by, message) = match answer {
+                    Some(a) => (a.allow, a.always, a.by.as_str(), a.message.as_str()),
+                    None => (false, false, "job ended", ""),
+                };
+                if let Err(err) = QueueObject::approval_answered(
+                    e,
+                    &request.job_id,
+                    &request.request_id,
+                    allow,
+                    always,
+                    by,
+                    message,
+                )
+                .await
+                {
+                    tracing::debug!("ApprovalAnswered: {err}");
                 }
             }
             QueueEvent::JobStateChanged { id, old, new } => {
@@ -205,7 +329,11 @@ async fn serve(
         .object_server()
         .interface::<_, QueueObject>(path.as_str())
         .await?;
-    Ok(Some(QueueSignals { iface, _conn: conn }))
+    Ok(Some(QueueSignals {
+        iface,
+        conn,
+        notify: !matches!(bus, BusTarget::System),
+    }))
 }
 
 /// Opens queue `cfg.queue`'s manager, serves it on `cfg.bus` (taking the bus name before
@@ -228,6 +356,39 @@ pub trait Queue1 {
     fn pause(&self) -> zbus::Result<()>;
     /// Resumes the queue.
     fn resume(&self) -> zbus::Result<()>;
+    /// Answers an approval request.
+    fn answer(
+        &self,
+        request_id: &str,
+        allow: bool,
+        always: bool,
+        message: &str,
+    ) -> zbus::Result<()>;
+    /// PendingApprovals.
+    #[zbus(property)]
+    fn pending_approvals(&self) -> zbus::Result<Vec<PendingApproval>>;
+    /// ApprovalRequested.
+    #[zbus(signal)]
+    fn approval_requested(
+        &self,
+        job_id: String,
+        request_id: String,
+        tool: String,
+        summary: String,
+        input_json: String,
+        deadline: String,
+    ) -> zbus::Result<()>;
+    /// ApprovalAnswered.
+    #[zbus(signal)]
+    fn approval_answered(
+        &self,
+        job_id: String,
+        request_id: String,
+        allow: bool,
+        always: bool,
+        by: String,
+        message: String,
+    ) -> zbus::Result<()>;
     /// WorkerCount.
     #[zbus(property)]
     fn worker_count(&self) -> zbus::Result<u32>;

@@ -154,7 +154,7 @@ pub fn summary(tool: &str, input: &Value) -> String {
 
 /// A request waiting for an answer: `Jobs/approvals/<request_id>.request.json`, written by
 /// the job's worker.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApprovalRequest {
     /// `<job_id>-a<n>`.
@@ -175,7 +175,7 @@ pub struct ApprovalRequest {
 
 /// An answer: `Jobs/approvals/<request_id>.answer.json`, written once (never replaced) by
 /// the queue manager for a person, or by the worker at the deadline.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApprovalAnswer {
     /// The request answered.

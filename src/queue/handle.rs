@@ -5,6 +5,7 @@
 
 use super::QueueError;
 use crate::model::JobStatus;
+use crate::model::approval::{ApprovalAnswer, ApprovalRequest};
 use crate::permissions::Caller;
 use futures_util::future::BoxFuture;
 use std::sync::{Arc, Mutex};
@@ -52,6 +53,23 @@ pub enum QueueRequest {
         /// Answer.
         reply: Reply,
     },
+    /// Answer an approval request of a running job (the loop checks the job's project).
+    Answer {
+        /// `<job_id>-a<n>`.
+        request_id: String,
+        /// Allow or deny.
+        allow: bool,
+        /// Answer the same tool this way for the rest of the job.
+        always: bool,
+        /// Reason (the agent sees it on a deny).
+        message: String,
+        /// Who asks.
+        caller: Caller,
+        /// Caller's name for the record.
+        by: String,
+        /// Answer.
+        reply: Reply,
+    },
 }
 
 /// What a step of the manager changed, in the order it happened.
@@ -73,6 +91,15 @@ pub enum QueueEvent {
         /// Where it is.
         new: JobStatus,
     },
+    /// A running job asks for a permission (the pending list already has it).
+    ApprovalRequested(ApprovalRequest),
+    /// A request was answered (by a person, a deadline) or dropped with its job.
+    ApprovalAnswered {
+        /// The request.
+        request: ApprovalRequest,
+        /// Its answer (`None`: the job ended first).
+        answer: Option<ApprovalAnswer>,
+    },
 }
 
 /// Where a manager sends its events (the D-Bus front end turns them into signals). Each is
@@ -87,15 +114,53 @@ pub trait QueueEvents: Send + Sync {
 #[derive(Debug, Clone)]
 pub struct QueueHandle {
     state: Arc<Mutex<QueueState>>,
+    approvals: Arc<Mutex<Vec<ApprovalRequest>>>,
     requests: mpsc::Sender<QueueRequest>,
 }
 
 impl QueueHandle {
     pub(super) fn new(
         state: Arc<Mutex<QueueState>>,
+        approvals: Arc<Mutex<Vec<ApprovalRequest>>>,
         requests: mpsc::Sender<QueueRequest>,
     ) -> QueueHandle {
-        QueueHandle { state, requests }
+        QueueHandle {
+            state,
+            approvals,
+            requests,
+        }
+    }
+
+    /// The approval requests waiting for an answer, oldest first.
+    pub fn pending_approvals(&self) -> Vec<ApprovalRequest> {
+        self.approvals
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Answers approval request `request_id` for `caller` (recorded as `by`): admins, the
+    /// job's user and those who may modify its project (PRD §10).
+    pub async fn answer(
+        &self,
+        request_id: &str,
+        allow: bool,
+        always: bool,
+        message: &str,
+        caller: Caller,
+        by: String,
+    ) -> Result<(), QueueError> {
+        let (request_id, message) = (request_id.to_string(), message.to_string());
+        self.send(|reply| QueueRequest::Answer {
+            request_id,
+            allow,
+            always,
+            message,
+            caller,
+            by,
+            reply,
+        })
+        .await
     }
 
     /// The state as of the manager's last step.

@@ -79,6 +79,7 @@ enum Wake {
     WatchEnded,
     Exit(String),
     Request(QueueRequest),
+    Approval(Option<String>),
     Deadline,
     Sweep,
 }
@@ -97,6 +98,10 @@ pub struct Manager {
     pub(super) host: String,
     pub(super) root_mode: bool,
     pub(super) state: Arc<Mutex<QueueState>>,
+    /// Approval requests of running jobs waiting for an answer (the handle reads them).
+    pub(super) approvals: Arc<Mutex<Vec<crate::model::approval::ApprovalRequest>>>,
+    /// The watch on `Jobs/approvals/`.
+    pub(super) approvals_watch: Option<inotify::Inotify>,
     /// Where the events of each step go (the D-Bus front end), once one is attached.
     pub(super) events: Option<Box<dyn QueueEvents>>,
     requests_tx: mpsc::Sender<QueueRequest>,
@@ -159,6 +164,8 @@ impl Manager {
             host: hostname(),
             root_mode: nix::unistd::geteuid().is_root(),
             state,
+            approvals: Arc::new(Mutex::new(Vec::new())),
+            approvals_watch: None,
             events: None,
             requests_tx,
             exits_tx,
@@ -176,7 +183,11 @@ impl Manager {
 
     /// What a front end serves: the state snapshot and the request channel.
     pub fn handle(&self) -> QueueHandle {
-        QueueHandle::new(self.state.clone(), self.requests_tx.clone())
+        QueueHandle::new(
+            self.state.clone(),
+            self.approvals.clone(),
+            self.requests_tx.clone(),
+        )
     }
 
     /// An event of this manager about its queue.
@@ -233,6 +244,7 @@ impl Manager {
             source,
         })?;
         m.inotify = Some(inotify);
+        m.approvals_watch = m.watch_approvals();
         m.recover_poisoned().await;
         let dead = m.adopt_running();
         m.record(Record::info(
@@ -278,6 +290,10 @@ impl Manager {
             ),
             None => None,
         };
+        let mut approval_events = self
+            .approvals_watch
+            .take()
+            .and_then(|i| i.into_event_stream(vec![0u8; 16 * 1024]).ok());
         let mut sweep = tokio::time::interval(Duration::from_secs(
             self.config.rest_interval.clamp(1, MAX_REST_INTERVAL),
         ));
@@ -290,6 +306,7 @@ impl Manager {
             self.cfg.queue,
             self.launcher.name()
         ));
+        self.load_approvals().await;
         self.step().await;
         loop {
             let next = self.next_deadline();
@@ -310,6 +327,16 @@ impl Manager {
                 },
                 Some(id) = self.exits_rx.recv() => Wake::Exit(id),
                 Some(req) = self.requests_rx.recv() => Wake::Request(req),
+                ev = async {
+                    match approval_events.as_mut() {
+                        Some(s) => s.next().await,
+                        None => std::future::pending().await,
+                    }
+                } => match ev {
+                    Some(Ok(e)) => Wake::Approval(e.name.and_then(|n| n.to_str().map(str::to_string))),
+                    Some(Err(_)) => Wake::Approval(None),
+                    None => { approval_events = None; Wake::Approval(None) }
+                },
                 _ = tokio::time::sleep_until(next) => Wake::Deadline,
                 _ = sweep.tick() => Wake::Sweep,
             };
@@ -339,6 +366,10 @@ impl Manager {
                 }
                 Wake::Exit(id) => self.on_exit(&id).await,
                 Wake::Request(r) => self.on_request(r).await,
+                Wake::Approval(name) => {
+                    self.on_approval_file(name.as_deref()).await;
+                    continue;
+                }
                 Wake::Deadline => self.on_deadlines().await,
                 Wake::Sweep => self.sweep().await,
             }

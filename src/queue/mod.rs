@@ -23,6 +23,7 @@ pub mod launcher;
 mod manager;
 pub mod pidwatch;
 mod poison;
+mod approval;
 mod requests;
 pub mod scope;
 pub mod selection;

@@ -1,5 +1,5 @@
 //! Requests to the queue manager (through its handle; `org.agentstore.Queue1` on D-Bus):
-//! cancel, pause, resume.
+//! cancel, pause, resume, answer (`approval`).
 
 use super::EndCause;
 use super::Manager;
@@ -29,6 +29,20 @@ impl Manager {
                 reply,
             } => {
                 let r = self.cancel(&id, &caller, &by).await;
+                let _ = reply.send(r);
+            }
+            QueueRequest::Answer {
+                request_id,
+                allow,
+                always,
+                message,
+                caller,
+                by,
+                reply,
+            } => {
+                let r = self
+                    .answer_request(&request_id, allow, always, &message, &caller, &by)
+                    .await;
                 let _ = reply.send(r);
             }
         }
@@ -67,13 +81,7 @@ impl Manager {
         let path = self.store.job_path(&q, from, id);
         let job: Option<Job> = self.store.read_doc(DocKind::Job, &path).ok();
         if !caller.is_admin() {
-            let allowed = job.as_ref().is_some_and(|j| {
-                caller.user_id().is_some() && caller.user_id() == j.config.user.as_deref()
-                    || self
-                        .store
-                        .project(&j.config.project)
-                        .is_ok_and(|p| caller.can_modify_project(&p))
-            });
+            let allowed = job.as_ref().is_some_and(|j| self.may_act_on(j, caller));
             if !allowed {
                 return Err(QueueError::PermissionDenied(format!(
                     "job {id} belongs to another user's project"

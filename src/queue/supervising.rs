@@ -59,6 +59,7 @@ impl Manager {
             self.event(event).job(id).detail(error),
             format!("job {id} {}: {error}", to.name()),
         ));
+        self.drop_approvals_of(id).await;
         self.signal(id, from, to).await;
     }
 
