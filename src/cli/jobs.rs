@@ -12,16 +12,16 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// Upper bound for talking to the bus from the CLI (a wedged bus must not hang a listing).
-const BUS_LIMIT: Duration = Duration::from_secs(5);
+pub(super) const BUS_LIMIT: Duration = Duration::from_secs(5);
 
-fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
+pub(super) fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| CliError::new(format!("cannot start the async runtime: {e}")))
 }
 
-async fn connect(bus: BusKind) -> zbus::Result<zbus::Connection> {
+pub(super) async fn connect(bus: BusKind) -> zbus::Result<zbus::Connection> {
     bus.builder().build().await
 }
 
@@ -50,7 +50,7 @@ pub(super) fn live_states(queues: &[String]) -> HashMap<String, QueueState> {
     })
 }
 
-fn bus_error(e: zbus::Error, queue: &str, bus: BusKind) -> CliError {
+pub(super) fn bus_error(e: zbus::Error, queue: &str, bus: BusKind) -> CliError {
     let text = e.to_string();
     if text.contains("ServiceUnknown") || text.contains("NameHasNoOwner") {
         return CliError::new(format!(

@@ -2,6 +2,7 @@
 //! command group.
 
 mod admin;
+mod approvals;
 mod agent;
 mod browse;
 mod daemon;
@@ -234,6 +235,32 @@ pub enum Command {
         /// Job id.
         job_id: String,
     },
+    /// List the approval requests of running jobs waiting for an answer (every queue whose
+    /// manager is up); --follow N then prints each request and answer for N seconds.
+    Approvals,
+    /// Allow a running job's approval request (REQ: its number, aN, or the full id).
+    Approve {
+        /// Job id.
+        job_id: String,
+        /// Request: `3`, `a3` or `JOB-a3`.
+        request: String,
+        /// Also allow the same tool for the rest of the job.
+        #[arg(long)]
+        always: bool,
+    },
+    /// Deny a running job's approval request; the agent sees the reason.
+    Deny {
+        /// Job id.
+        job_id: String,
+        /// Request: `3`, `a3` or `JOB-a3`.
+        request: String,
+        /// Why (the agent sees it).
+        #[arg(long, default_value = "")]
+        reason: String,
+        /// Also deny the same tool for the rest of the job.
+        #[arg(long)]
+        always: bool,
+    },
     /// Show a job's output from the journal (JOB_ID=); --follow N streams it until the job
     /// ends or N seconds pass. Without a journal, the output stored in the job file.
     Logs {
@@ -407,6 +434,18 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Setup(a) => setup::run(g, &mut out, a),
         Command::CancelJob { job_id } => jobs::cancel_job(g, &mut out, &job_id),
         Command::Logs { job_id } => jobs::logs(g, &mut out, &job_id),
+        Command::Approvals => approvals::list(g, &mut out),
+        Command::Approve {
+            job_id,
+            request,
+            always,
+        } => approvals::answer(g, &mut out, &job_id, &request, true, always, ""),
+        Command::Deny {
+            job_id,
+            request,
+            reason,
+            always,
+        } => approvals::answer(g, &mut out, &job_id, &request, false, always, &reason),
         Command::Retry { job_id } => flow::retry(g, &mut out, &job_id),
         Command::Archive(a) => flow::archive(g, &mut out, a),
         Command::Migrate(a) => flow::migrate(g, &mut out, a),

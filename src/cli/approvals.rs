@@ -1,0 +1,230 @@
+//! `approvals [--follow N]`, `approve JOB REQ [--always]`, `deny JOB REQ [--reason …]`:
+//! the approval requests of running jobs (issue 15), read from and answered through each
+//! queue manager's `org.agentstore.Queue1` (`PendingApprovals`, `Answer`,
+//! `ApprovalRequested`/`ApprovalAnswered`).
+
+use super::jobs::{BUS_LIMIT, bus_error, connect, runtime};
+use super::render::{Format, write_json};
+use super::{CliError, CliResult, GlobalArgs, open_store};
+use crate::bus::BusKind;
+use crate::bus::queue::{PendingApproval, queue_proxy};
+use crate::model::JobStatus;
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use std::io::Write;
+use std::time::Duration;
+
+fn row_json(queue: &str, r: &PendingApproval) -> Value {
+    let input: Value = serde_json::from_str(&r.4).unwrap_or_else(|_| Value::String(r.4.clone()));
+    json!({"queue": queue, "job_id": r.0, "request_id": r.1, "tool": r.2,
+           "summary": r.3, "input": input, "deadline": r.5})
+}
+
+/// `approvals`: every request waiting, in every queue whose manager answers; with
+/// `--follow N`, then each request and answer as it happens, for N seconds.
+pub(super) fn list(g: &GlobalArgs, out: &mut dyn Write) -> CliResult {
+    let store = open_store(g)?;
+    let queues = store.queue_ids()?;
+    let bus = BusKind::from_env();
+    let rt = runtime()?;
+    rt.block_on(async {
+        let conn = tokio::time::timeout(BUS_LIMIT, connect(bus))
+            .await
+            .map_err(|_| CliError::new(format!("the {bus} bus did not answer")))?
+            .map_err(|e| CliError::new(format!("D-Bus ({bus} bus): {e}")))?;
+        let mut rows = Vec::new();
+        for q in &queues {
+            let read = async { queue_proxy(&conn, q).await?.pending_approvals().await };
+            if let Ok(Ok(list)) = tokio::time::timeout(BUS_LIMIT, read).await {
+                rows.extend(list.into_iter().map(|r| (q.clone(), r)));
+            }
+        }
+        match g.format {
+            Format::Json if g.follow.is_none() => {
+                let v: Vec<Value> = rows.iter().map(|(q, r)| row_json(q, r)).collect();
+                write_json(out, &Value::Array(v))?;
+            }
+            Format::Json => {
+                for (q, r) in &rows {
+                    let mut v = row_json(q, r);
+                    v["event"] = json!("pending");
+                    writeln!(out, "{v}")?;
+                }
+            }
+            Format::Text if rows.is_empty() && g.follow.is_none() => {
+                writeln!(out, "No approval requests waiting.")?
+            }
+            Format::Text => {
+                for (q, r) in &rows {
+                    writeln!(
+                        out,
+                        "{} {} (queue {q}): {} — denied at {} if nobody answers",
+                        r.0, r.1, r.3, r.5
+                    )?;
+                }
+            }
+        }
+        out.flush()?;
+        if let Some(secs) = g.follow {
+            follow(&conn, g.format, out, Duration::from_secs(secs)).await?;
+        }
+        Ok(())
+    })
+}
+
+/// Prints ApprovalRequested/ApprovalAnswered of every queue until `limit` passes.
+async fn follow(
+    conn: &zbus::Connection,
+    format: Format,
+    out: &mut dyn Write,
+    limit: Duration,
+) -> CliResult {
+    let rule = zbus::MatchRule::builder()
+        .msg_type(zbus::message::Type::Signal)
+        .interface(crate::bus::QUEUE_INTERFACE)
+        .build()
+        .map_err(|e| CliError::new(e.to_string()))?;
+    let mut stream = zbus::MessageStream::for_match_rule(rule, conn, std::num::NonZeroUsize::new(64))
+        .await
+        .map_err(|e| CliError::new(format!("cannot watch approvals: {e}")))?;
+    let end = tokio::time::Instant::now() + limit;
+    loop {
+        let msg = match tokio::time::timeout_at(end, stream.next()).await {
+            Ok(Some(Ok(m))) => m,
+            Ok(Some(Err(_))) => continue,
+            Ok(None) | Err(_) => return Ok(()),
+        };
+        let header = msg.header();
+        let member = header.member().map(|m| m.to_string()).unwrap_or_default();
+        let body = msg.body();
+        let line = match member.as_str() {
+            "ApprovalRequested" => {
+                let Ok(r) = body.deserialize::<PendingApproval>() else {
+                    continue;
+                };
+                match format {
+                    Format::Json => {
+                        let mut v = row_json("", &r);
+                        v.as_object_mut().map(|o| o.remove("queue"));
+                        v["event"] = json!("requested");
+                        v.to_string()
+                    }
+                    Format::Text => format!(
+                        "requested: {} {}: {} — denied at {} if nobody answers",
+                        r.0, r.1, r.3, r.5
+                    ),
+                }
+            }
+            "ApprovalAnswered" => {
+                let Ok((job, req, allow, always, by, message)) =
+                    body.deserialize::<(String, String, bool, bool, String, String)>()
+                else {
+                    continue;
+                };
+                match format {
+                    Format::Json => json!({"event": "answered", "job_id": job,
+                        "request_id": req, "allow": allow, "always": always, "by": by,
+                        "message": message})
+                    .to_string(),
+                    Format::Text => format!(
+                        "answered: {job} {req}: {}{} by {by}{}",
+                        if allow { "allowed" } else { "denied" },
+                        if always { " (always)" } else { "" },
+                        if message.is_empty() {
+                            String::new()
+                        } else {
+                            format!(": {message}")
+                        }
+                    ),
+                }
+            }
+            _ => continue,
+        };
+        writeln!(out, "{line}")?;
+        out.flush()?;
+    }
+}
+
+/// The full request id from what was typed: `3`, `a3` or `JOB-a3`.
+pub fn request_id(job: &str, req: &str) -> String {
+    if req.starts_with(&format!("{job}-a")) {
+        req.to_string()
+    } else if let Some(n) = req.strip_prefix('a').filter(|n| n.parse::<u64>().is_ok()) {
+        format!("{job}-a{n}")
+    } else if req.parse::<u64>().is_ok() {
+        format!("{job}-a{req}")
+    } else {
+        req.to_string()
+    }
+}
+
+/// `approve JOB REQ [--always]` and `deny JOB REQ [--reason …]`.
+pub(super) fn answer(
+    g: &GlobalArgs,
+    out: &mut dyn Write,
+    job: &str,
+    req: &str,
+    allow: bool,
+    always: bool,
+    reason: &str,
+) -> CliResult {
+    let store = open_store(g)?;
+    let loc = store.find_job(job)?;
+    if loc.status != JobStatus::Running {
+        return Err(CliError::new(format!(
+            "job {job} is {}, not running: it has no approval requests waiting",
+            loc.status.name()
+        )));
+    }
+    let id = request_id(job, req);
+    let bus = BusKind::from_env();
+    let rt = runtime()?;
+    rt.block_on(async {
+        let call = async {
+            let conn = connect(bus).await?;
+            queue_proxy(&conn, &loc.queue)
+                .await?
+                .answer(&id, allow, always, reason)
+                .await
+        };
+        match tokio::time::timeout(BUS_LIMIT, call).await {
+            Ok(r) => r.map_err(|e| bus_error(e, &loc.queue, bus)),
+            Err(_) => Err(CliError::new(format!(
+                "the queue manager for {} did not answer within {} s",
+                loc.queue,
+                BUS_LIMIT.as_secs()
+            ))),
+        }
+    })?;
+    let what = if allow { "Allowed" } else { "Denied" };
+    match g.format {
+        Format::Json => write_json(
+            out,
+            &json!({"job_id": job, "request_id": id, "queue": loc.queue, "allow": allow,
+                    "always": always, "message": reason}),
+        )?,
+        Format::Text => writeln!(
+            out,
+            "{what} request {id} of job {job}{}",
+            if always {
+                " (and the same tool for the rest of the job)"
+            } else {
+                ""
+            }
+        )?,
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::request_id;
+
+    #[test]
+    fn request_ids_may_be_typed_short() {
+        assert_eq!(request_id("j1", "3"), "j1-a3");
+        assert_eq!(request_id("j1", "a3"), "j1-a3");
+        assert_eq!(request_id("j1", "j1-a3"), "j1-a3");
+        assert_eq!(request_id("j1", "other"), "other");
+    }
+}
