@@ -271,7 +271,10 @@ async fn an_answer_on_dbus_allows_the_write_and_a_stranger_is_refused() {
         let (ok, err) = s.answer_as(owner, &req, true, "");
         assert!(ok, "the project owner may answer: {err}");
         let (r, allow, by) = answered.recv().await.unwrap();
-        assert_eq!((r.as_str(), allow, by.as_str()), (req.as_str(), true, "chenry"));
+        assert_eq!(
+            (r.as_str(), allow, by.as_str()),
+            (req.as_str(), true, "chenry")
+        );
         // A second answer is refused: the first stands.
         let (ok, err) = s.answer_as(owner, &req, false, "too late");
         assert!(!ok && err.contains("not waiting"), "{err}");
@@ -299,21 +302,92 @@ async fn an_answer_on_dbus_allows_the_write_and_a_stranger_is_refused() {
     .await
 }
 
+/// A stand-in desktop notification service: each Notify's (summary, body).
+struct Notifications(tokio::sync::mpsc::UnboundedSender<(String, String)>);
+
+#[zbus::interface(name = "org.freedesktop.Notifications")]
+impl Notifications {
+    #[allow(clippy::too_many_arguments)]
+    fn notify(
+        &self,
+        _app_name: &str,
+        _replaces_id: u32,
+        _app_icon: &str,
+        summary: &str,
+        body: &str,
+        _actions: Vec<String>,
+        _hints: std::collections::HashMap<String, zbus::zvariant::OwnedValue>,
+        _expire_timeout: i32,
+    ) -> u32 {
+        let _ = self.0.send((summary.to_string(), body.to_string()));
+        1
+    }
+}
+
+/// `orchestrator ARGS` against the test's store and bus (as this process's user: trusted).
+fn cli(s: &Setup, args: &[&str]) -> String {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+        .args(args)
+        .env("AGENT_STORE_ROOT", &s.env.root)
+        .env("HOME", s.env.dir.path())
+        .env("AGENTSTORE_BUS", "session")
+        .env("DBUS_SESSION_BUS_ADDRESS", &s.bus.address)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deny_writes_nothing_and_the_agent_sees_the_reason() {
     guarded(async {
         let s = Setup::new(None).await;
         let mut changes = Changes::subscribe(&s.bus, &s.env.queue).await;
         let mut reqs = requests(&s).await;
+        // A desktop is there: the request shows up as a notification.
+        let (ntx, mut notes) = tokio::sync::mpsc::unbounded_channel();
+        let _desktop = zbus::connection::Builder::address(s.bus.address.as_str())
+            .unwrap()
+            .name("org.freedesktop.Notifications")
+            .unwrap()
+            .serve_at("/org/freedesktop/Notifications", Notifications(ntx))
+            .unwrap()
+            .build()
+            .await
+            .unwrap();
         s.queue_job("deny-1");
         let (_, req, ..) = reqs.recv().await.unwrap();
-        let owner = nix::unistd::User::from_name(&job_login())
-            .unwrap()
-            .unwrap()
-            .uid
-            .as_raw();
-        let (ok, err) = s.answer_as(owner, &req, false, "not in this repository, please");
-        assert!(ok, "{err}");
+        let (title, body) = notes.recv().await.unwrap();
+        assert!(
+            title.contains("deny-1") && title.contains("Write"),
+            "{title}"
+        );
+        assert!(
+            body.contains(&format!("orchestrator approve deny-1 {req}")),
+            "{body}"
+        );
+        // The CLI lists it and denies it by its short number.
+        let listed: Value =
+            serde_json::from_str(&cli(&s, &["--format", "json", "approvals"])).unwrap();
+        assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+        assert_eq!(listed[0]["request_id"], req);
+        assert_eq!(listed[0]["queue"], s.env.queue);
+        assert_eq!(listed[0]["input"]["file_path"], json!(s.target));
+        let said = cli(
+            &s,
+            &[
+                "deny",
+                "deny-1",
+                "1",
+                "--reason",
+                "not in this repository, please",
+            ],
+        );
+        assert!(said.contains(&format!("Denied request {req}")), "{said}");
         let (state, doc) = s.ended(&mut changes, "deny-1").await;
         let rt = &doc["runtime"];
         assert_eq!(state, "finished", "{rt}");
@@ -343,7 +417,10 @@ async fn no_answer_is_a_deny_at_the_deadline_and_the_job_finishes() {
         s.queue_job("late-1");
         let (_, req, ..) = reqs.recv().await.unwrap();
         let (r, allow, by) = answered.recv().await.unwrap();
-        assert_eq!((r.as_str(), allow, by.as_str()), (req.as_str(), false, "deadline"));
+        assert_eq!(
+            (r.as_str(), allow, by.as_str()),
+            (req.as_str(), false, "deadline")
+        );
         let (state, doc) = s.ended(&mut changes, "late-1").await;
         let rt = &doc["runtime"];
         assert_eq!(state, "finished", "{rt}");

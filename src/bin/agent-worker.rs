@@ -7,7 +7,10 @@ use clap::Parser;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    if std::env::args_os().nth(1).is_some_and(|a| a == "mcp-approvals") {
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == "mcp-approvals")
+    {
         // stdout is the MCP channel: nothing else may be written there.
         let a = agentstore::worker::args::McpArgs::parse_from(std::env::args_os().skip(1));
         let stdin = std::io::stdin().lock();

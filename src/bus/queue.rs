@@ -7,11 +7,11 @@
 //! manager's events become signals ([`start_manager`] wires it up).
 
 use super::BusError;
+use crate::model::approval::ApprovalRequest;
 use crate::permissions::Caller;
 use crate::queue::{
     BusTarget, Manager, ManagerConfig, QueueError, QueueEvent, QueueEvents, QueueHandle,
 };
-use crate::model::approval::ApprovalRequest;
 use crate::store::Store;
 use futures_util::future::BoxFuture;
 use std::sync::Arc;

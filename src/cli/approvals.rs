@@ -84,9 +84,10 @@ async fn follow(
         .interface(crate::bus::QUEUE_INTERFACE)
         .build()
         .map_err(|e| CliError::new(e.to_string()))?;
-    let mut stream = zbus::MessageStream::for_match_rule(rule, conn, std::num::NonZeroUsize::new(64))
-        .await
-        .map_err(|e| CliError::new(format!("cannot watch approvals: {e}")))?;
+    let mut stream =
+        zbus::MessageStream::for_match_rule(rule, conn, std::num::NonZeroUsize::new(64))
+            .await
+            .map_err(|e| CliError::new(format!("cannot watch approvals: {e}")))?;
     let end = tokio::time::Instant::now() + limit;
     loop {
         let msg = match tokio::time::timeout_at(end, stream.next()).await {

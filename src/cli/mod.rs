@@ -2,8 +2,8 @@
 //! command group.
 
 mod admin;
-mod approvals;
 mod agent;
+mod approvals;
 mod browse;
 mod daemon;
 mod demo;

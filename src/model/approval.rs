@@ -132,7 +132,14 @@ pub fn glob(pattern: &str, text: &str) -> bool {
 /// What a rule's pattern is matched against: Bash's (and agentshell's) command, a file
 /// tool's path, else the input as compact JSON.
 pub fn subject(input: &Value) -> String {
-    for key in ["command", "file_path", "path", "notebook_path", "url", "pattern"] {
+    for key in [
+        "command",
+        "file_path",
+        "path",
+        "notebook_path",
+        "url",
+        "pattern",
+    ] {
         if let Some(s) = input.get(key).and_then(Value::as_str) {
             return s.to_string();
         }

@@ -142,11 +142,13 @@ impl Manager {
         };
         if let Some(a) = &answer {
             self.record(Record::info(
-                self.event("approval_answered").job(&req.job_id).detail(format!(
-                    "{} {}",
-                    if a.allow { "allowed" } else { "denied" },
-                    req.request_id
-                )),
+                self.event("approval_answered")
+                    .job(&req.job_id)
+                    .detail(format!(
+                        "{} {}",
+                        if a.allow { "allowed" } else { "denied" },
+                        req.request_id
+                    )),
                 format!(
                     "request {} of job {} {} by {}",
                     req.request_id,

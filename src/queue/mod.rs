@@ -14,6 +14,7 @@
 //! events). A front end (D-Bus: `bus::queue`) sees it only through its [`handle`] and the
 //! events it pushes; errors are its own ([`QueueError`]).
 
+mod approval;
 pub mod args;
 mod error;
 pub mod flow;
@@ -23,7 +24,6 @@ pub mod launcher;
 mod manager;
 pub mod pidwatch;
 mod poison;
-mod approval;
 mod requests;
 pub mod scope;
 pub mod selection;

@@ -47,7 +47,11 @@ impl Store {
         let dir = self.approvals_dir(queue);
         safe::create_dir_all(&dir)?;
         let to = self.approval_answer_path(queue, &answer.request_id);
-        let tmp = dir.join(format!(".{}.{}.tmp", answer.request_id, uuid::Uuid::new_v4()));
+        let tmp = dir.join(format!(
+            ".{}.{}.tmp",
+            answer.request_id,
+            uuid::Uuid::new_v4()
+        ));
         fsio::write_json_atomic(&tmp, answer)?;
         let r = safe::rename_noreplace(&tmp, &to);
         match r {

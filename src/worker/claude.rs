@@ -186,7 +186,10 @@ pub fn claude_args(queue: &QueueConfig, job: &Job) -> Vec<String> {
 /// (`--dangerously-skip-permissions`, `--permission-mode bypassPermissions`) or the arguments
 /// already name a permission prompt tool.
 pub fn asks_permissions(args: &[String]) -> bool {
-    if has_flag(args, &["--dangerously-skip-permissions", "--permission-prompt-tool"]) {
+    if has_flag(
+        args,
+        &["--dangerously-skip-permissions", "--permission-prompt-tool"],
+    ) {
         return false;
     }
     let mut it = args.iter();
@@ -355,11 +358,26 @@ mod tests {
     #[test]
     fn approvals_only_when_claude_may_ask() {
         let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert!(asks_permissions(&v(&["-p", "--permission-mode", "acceptEdits"])));
-        assert!(!asks_permissions(&v(&["-p", "--dangerously-skip-permissions"])));
-        assert!(!asks_permissions(&v(&["--permission-mode", "bypassPermissions"])));
-        assert!(!asks_permissions(&v(&["--permission-mode=bypassPermissions"])));
-        assert!(!asks_permissions(&v(&["--permission-prompt-tool", "mcp__x__y"])));
+        assert!(asks_permissions(&v(&[
+            "-p",
+            "--permission-mode",
+            "acceptEdits"
+        ])));
+        assert!(!asks_permissions(&v(&[
+            "-p",
+            "--dangerously-skip-permissions"
+        ])));
+        assert!(!asks_permissions(&v(&[
+            "--permission-mode",
+            "bypassPermissions"
+        ])));
+        assert!(!asks_permissions(&v(&[
+            "--permission-mode=bypassPermissions"
+        ])));
+        assert!(!asks_permissions(&v(&[
+            "--permission-prompt-tool",
+            "mcp__x__y"
+        ])));
         let mut a = v(&["-p"]);
         add_approval_args(&mut a, Path::new("/usr/bin/agent-worker"), "s1", 30);
         assert_eq!(a[1], "--mcp-config");
@@ -368,7 +386,10 @@ mod tests {
             cfg["mcpServers"]["agentstore"]["args"],
             serde_json::json!(["mcp-approvals", "--socket", "s1", "--deadline", "30"])
         );
-        assert_eq!(a[3..], ["--permission-prompt-tool", "mcp__agentstore__approve"]);
+        assert_eq!(
+            a[3..],
+            ["--permission-prompt-tool", "mcp__agentstore__approve"]
+        );
     }
 
     #[test]

@@ -130,7 +130,9 @@ fn answer(method: &str, params: &Value) -> Option<Value> {
 fn call(socket: &str, deadline: Duration, params: &Value) -> Result<Value, String> {
     let name = params.get("name").and_then(Value::as_str).unwrap_or("");
     if name != TOOL_NAME {
-        return Err(format!("unknown tool {name:?} (this server has {TOOL_NAME:?})"));
+        return Err(format!(
+            "unknown tool {name:?} (this server has {TOOL_NAME:?})"
+        ));
     }
     let args = params.get("arguments").cloned().unwrap_or(Value::Null);
     let tool = args
@@ -205,8 +207,7 @@ mod tests {
         assert_eq!(out[2]["error"]["code"], -32700);
         assert_eq!(out[3]["error"]["code"], -32601);
         let text: Value =
-            serde_json::from_str(out[4]["result"]["content"][0]["text"].as_str().unwrap())
-                .unwrap();
+            serde_json::from_str(out[4]["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
         assert_eq!(text["behavior"], "deny");
         assert!(
             text["message"]
