@@ -101,7 +101,20 @@ async fn claude_job_records_result_fields() {
         assert_eq!(rt["session_id"].as_str().unwrap().len(), 36);
         let out: Value = serde_json::from_str(rt["output"].as_str().unwrap().trim()).unwrap();
         assert_eq!(out["result"], "/greet World\n\nSupporting Data:\n- dir: /src\n- n: 2");
-        assert_eq!(out["fake"]["args"], json!(["-p", "--model", "m1", "--output-format", "json"]));
+        // The queue's and the job's arguments, then (the job may ask for permissions) the
+        // approvals MCP server as the permission prompt tool (issue 15).
+        let args = out["fake"]["args"].as_array().unwrap();
+        assert_eq!(
+            args[..5],
+            json!(["-p", "--model", "m1", "--output-format", "json"]).as_array().unwrap()[..]
+        );
+        assert_eq!(args[5], "--mcp-config", "{args:?}");
+        let mcp: Value = serde_json::from_str(args[6].as_str().unwrap()).unwrap();
+        assert_eq!(mcp["mcpServers"]["agentstore"]["args"][0], "mcp-approvals");
+        assert_eq!(
+            args[7..],
+            json!(["--permission-prompt-tool", "mcp__agentstore__approve"]).as_array().unwrap()[..]
+        );
         assert_eq!(out["fake"]["cwd"], json!(s.env.work));
         assert_eq!(out["fake"]["uid"], json!(expected_uid()));
         assert_eq!(rt["llm_process_id"], out["fake"]["pid"]);
