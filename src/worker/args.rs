@@ -4,7 +4,14 @@ use std::path::PathBuf;
 
 /// Run one AgentStore job from running_jobs/ and move it to finished_jobs/ or failed_jobs/.
 #[derive(Debug, clap::Parser)]
-#[command(name = "agent-worker", version)]
+#[command(
+    name = "agent-worker",
+    version,
+    after_help = "agent-worker mcp-approvals --socket NAME [--deadline SECONDS]: the stdio MCP server \
+                  the worker gives `claude -p` (--mcp-config, --permission-prompt-tool \
+                  mcp__agentstore__approve); each permission request goes to the job's \
+                  worker and from there to the queue's rules or a person (orchestrator approvals)."
+)]
 pub struct Args {
     /// Store root.
     #[arg(long, value_name = "DIR")]
