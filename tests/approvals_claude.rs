@@ -316,7 +316,7 @@ impl Notifications {
         summary: &str,
         body: &str,
         _actions: Vec<String>,
-        _hints: std::collections::HashMap<String, zbus::zvariant::OwnedValue>,
+        _hints: std::collections::HashMap<String, zbus::OwnedVariant>,
         _expire_timeout: i32,
     ) -> u32 {
         let _ = self.0.send((summary.to_string(), body.to_string()));
@@ -351,7 +351,6 @@ async fn a_deny_writes_nothing_and_the_agent_sees_the_reason() {
         // A desktop is there: the request shows up as a notification.
         let (ntx, mut notes) = tokio::sync::mpsc::unbounded_channel();
         let _desktop = zbus::connection::Builder::address(s.bus.address.as_str())
-            .unwrap()
             .name("org.freedesktop.Notifications")
             .unwrap()
             .serve_at("/org/freedesktop/Notifications", Notifications(ntx))
