@@ -99,10 +99,8 @@ impl Manager {
         if let Some(id) = name.strip_suffix(REQUEST_SUFFIX) {
             let known = self.pending().iter().any(|p| p.request_id == id);
             match self.store.approval_request(&q, id) {
-                Some(req) if !known => {
-                    if self.store.approval_answer(&q, id).is_none() {
-                        self.publish_request(req).await;
-                    }
+                Some(req) if !known && self.store.approval_answer(&q, id).is_none() => {
+                    self.publish_request(req).await;
                 }
                 None if known => self.settle_request(id, None).await,
                 _ => {}
