@@ -352,9 +352,7 @@ async fn a_deny_writes_nothing_and_the_agent_sees_the_reason() {
         let (ntx, mut notes) = tokio::sync::mpsc::unbounded_channel();
         let _desktop = zbus::connection::Builder::address(s.bus.address.as_str())
             .name("org.freedesktop.Notifications")
-            .unwrap()
             .serve_at("/org/freedesktop/Notifications", Notifications(ntx))
-            .unwrap()
             .build()
             .await
             .unwrap();
