@@ -21,6 +21,7 @@ use crate::agent::transport::line_editor::read_hidden;
 use crate::agent::transport::render::TerminalRenderer;
 use crate::agent::transport::sessions::{SessionFile, SessionStore};
 use crate::agent::transport::terminal::{SessionEnd, Terminal, TerminalOptions, session_list};
+use crate::agent::transport::web::{self, Web};
 use crate::agent::wiring::{self, ENV_HOME, ENV_LOG, LoggedEvents};
 
 /// Carries the credentials across the re-exec of [`scrub_environment`].
@@ -140,6 +141,7 @@ pub fn main(cli: Cli, termination: Termination) -> ExitCode {
         Command::Exec { json, prompt } => {
             return exec(&cwd, explicit, json, &prompt, termination);
         }
+        Command::Web { socket } => web(&cwd, explicit, socket, termination),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
@@ -207,6 +209,34 @@ fn run(
             // A reader thread may still block on the terminal: leave without waiting for it.
             std::process::exit(128 + number);
         }
+        Ok(())
+    })
+}
+
+/// `agentshell web`: one session served to a browser until a termination signal.
+fn web(
+    cwd: &Path,
+    explicit: Option<&Path>,
+    socket: Option<PathBuf>,
+    termination: Termination,
+) -> anyhow::Result<()> {
+    use std::io::Write;
+    let (env, _home, project) = open(cwd, explicit)?;
+    runtime()?.block_on(async {
+        let web = Web::new();
+        let listener = web::Listener::bind(socket).await?;
+        let mut agent =
+            wiring::build_agent_with_subagents(&project, &env, web.ask_channel(), web.events())?;
+        let banner = format!(
+            "agentshell {} · {} · {}",
+            env!("CARGO_PKG_VERSION"),
+            agent.model(),
+            project.root.display()
+        );
+        println!("agentshell web: open {}", listener.url(web.token()));
+        std::io::stdout().flush()?;
+        let why = web.run(&mut agent, &banner, listener, termination()).await?;
+        eprintln!("agentshell web: {why}");
         Ok(())
     })
 }

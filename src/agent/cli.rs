@@ -45,4 +45,11 @@ pub enum Command {
         /// The prompt, or `-` to read it from stdin.
         prompt: String,
     },
+    /// Serve one session to a browser: on 127.0.0.1 (a random port) or a Unix socket, with a
+    /// one-time token in the URL printed on stdout. Several tabs see the same session.
+    Web {
+        /// Listen on this Unix socket (mode 0600) instead of 127.0.0.1.
+        #[arg(long, value_name = "PATH")]
+        socket: Option<PathBuf>,
+    },
 }
