@@ -235,7 +235,9 @@ fn web(
         );
         println!("agentshell web: open {}", listener.url(web.token()));
         std::io::stdout().flush()?;
-        let why = web.run(&mut agent, &banner, listener, termination()).await?;
+        let why = web
+            .run(&mut agent, &banner, listener, termination())
+            .await?;
         eprintln!("agentshell web: {why}");
         Ok(())
     })

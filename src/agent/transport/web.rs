@@ -246,7 +246,9 @@ impl Listener {
     pub async fn bind(socket: Option<PathBuf>) -> std::io::Result<Self> {
         use std::os::unix::fs::{FileTypeExt, PermissionsExt};
         match socket {
-            None => Ok(Self::Tcp(tokio::net::TcpListener::bind("127.0.0.1:0").await?)),
+            None => Ok(Self::Tcp(
+                tokio::net::TcpListener::bind("127.0.0.1:0").await?,
+            )),
             Some(path) => {
                 match std::fs::symlink_metadata(&path) {
                     Ok(m) if m.file_type().is_socket() => std::fs::remove_file(&path)?,
@@ -275,7 +277,10 @@ impl Listener {
                 Err(_) => format!("/?token={token}"),
             },
             Self::Unix(_, path) => {
-                format!("http://localhost/?token={token} (unix socket {})", path.display())
+                format!(
+                    "http://localhost/?token={token} (unix socket {})",
+                    path.display()
+                )
             }
         }
     }
@@ -646,7 +651,10 @@ async fn serve(
 ) -> std::io::Result<()> {
     let req = match tokio::time::timeout(REQUEST_TIMEOUT, read_request(r.as_mut())).await {
         Err(_) => return error(w.as_mut(), 408, "request not sent in time").await,
-        Ok(Err(BadRequest(status, message))) => return error(w.as_mut(), status, &message).await,
+        Ok(Err(BadRequest(status, message))) => {
+            error(w.as_mut(), status, &message).await?;
+            return linger(r.as_mut(), w.as_mut()).await;
+        }
         Ok(Ok(req)) => req,
     };
     let token = hub.token.as_bytes();
@@ -695,7 +703,12 @@ async fn serve(
                 Err(e) => return error(w.as_mut(), 400, &format!("body: {e}")).await,
             };
             let Some(text) = body.get("text").and_then(Value::as_str) else {
-                return error(w.as_mut(), 400, "body: field \"text\" (a string) is missing").await;
+                return error(
+                    w.as_mut(),
+                    400,
+                    "body: field \"text\" (a string) is missing",
+                )
+                .await;
             };
             let text = text.trim();
             if text.is_empty() {
@@ -741,6 +754,28 @@ async fn serve(
         }
         _ => error(w.as_mut(), 404, "not found").await,
     }
+}
+
+/// After refusing a request that was not read to its end: stop writing and read (and drop) a
+/// bounded amount of what the client still sends, so closing does not reset the connection
+/// before the client has read the answer.
+async fn linger(
+    r: &mut (dyn AsyncRead + Send + Unpin),
+    w: &mut (dyn AsyncWrite + Send + Unpin),
+) -> std::io::Result<()> {
+    w.shutdown().await?;
+    let mut chunk = [0u8; 8192];
+    let mut left = 4 * MAX_BODY;
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        while left > 0 {
+            match r.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    })
+    .await;
+    Ok(())
 }
 
 async fn events(w: &mut (dyn AsyncWrite + Send + Unpin), hub: &Hub) -> std::io::Result<()> {
@@ -802,7 +837,10 @@ mod tests {
         assert_eq!(read_request(&mut r).await.err().map(|e| e.0), Some(411));
         let ok = "POST /prompt?a=1 HTTP/1.1\r\nContent-Length: 2\r\nCookie: x=1; agentshell_token=t\r\n\r\n{}";
         let mut r: &[u8] = ok.as_bytes();
-        let req = read_request(&mut r).await.map_err(|e| e.1).unwrap_or_default();
+        let req = read_request(&mut r)
+            .await
+            .map_err(|e| e.1)
+            .unwrap_or_default();
         assert_eq!(req.path, "/prompt");
         assert_eq!(req.query_param("a"), Some("1"));
         assert_eq!(req.cookie(COOKIE), Some("t"));
