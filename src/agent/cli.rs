@@ -52,4 +52,15 @@ pub enum Command {
         #[arg(long, value_name = "PATH")]
         socket: Option<PathBuf>,
     },
+    /// Serve one session to allow-listed Telegram chats through a bot: the token is the secret
+    /// TELEGRAM_BOT_TOKEN (store it with setup-keys), the chats are config
+    /// `telegram.allowed_chats` (user config, or a trusted project's).
+    Telegram {
+        /// The Bot API's base URL.
+        #[arg(long, value_name = "URL", default_value = "https://api.telegram.org")]
+        api_url: String,
+        /// Long-poll timeout of getUpdates, in seconds.
+        #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(0..=600))]
+        poll_timeout: u64,
+    },
 }

@@ -10,5 +10,6 @@ pub mod line_editor;
 pub mod markdown;
 pub mod render;
 pub mod sessions;
+pub mod telegram;
 pub mod terminal;
 pub mod web;
