@@ -320,7 +320,7 @@ impl Hub {
             match command {
                 "/stop" => {
                     tracing::info!(chat, "telegram /stop");
-                    self.cancel_questions();
+                    // The turn is dropped with its questions; the run loop closes them.
                     self.stop.send_modify(|n| *n = n.wrapping_add(1));
                 }
                 "/start" | "/help" => self.send(Out::Text(

@@ -105,13 +105,8 @@ impl Hub {
         (log.iter().cloned().collect(), self.events.subscribe())
     }
 
-    /// Stop: cancel every open question and the running turn.
+    /// Stop: drop the running turn (the run loop then closes its open questions).
     fn stop(&self) {
-        let open = std::mem::take(&mut *lock(&self.pending));
-        for (id, p) in open {
-            let _ = p.reply.send(AskAnswer::Cancelled);
-            self.publish(json!({"type": "answered", "id": id, "answer": null}));
-        }
         self.stop.send_modify(|n| *n = n.wrapping_add(1));
     }
 
