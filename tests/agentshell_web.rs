@@ -4,8 +4,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] fns
 
 mod agentshell_common;
-#[path = "support/harness.rs"]
-mod harness;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -15,6 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use agentshell_common::harness;
 use agentshell_common::*;
 use serde_json::{Value, json};
 
