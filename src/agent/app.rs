@@ -16,11 +16,14 @@ use crate::agent::bootstrap::{self, AgentHome, keys, logger, project};
 use crate::agent::core::provider::model_spec::known_key_vars;
 use crate::agent::tools::Unattended;
 use crate::agent::tools::display::visible;
+use crate::agent::tools::subsystems::secrets::SecretBroker;
 use crate::agent::transport::headless::{self, ExecResult, ExecUsage};
 use crate::agent::transport::line_editor::read_hidden;
 use crate::agent::transport::render::TerminalRenderer;
 use crate::agent::transport::sessions::{SessionFile, SessionStore};
+use crate::agent::transport::telegram::{Telegram, TelegramOptions};
 use crate::agent::transport::terminal::{SessionEnd, Terminal, TerminalOptions, session_list};
+use crate::agent::transport::web::{self, Web};
 use crate::agent::wiring::{self, ENV_HOME, ENV_LOG, LoggedEvents};
 
 /// Carries the credentials across the re-exec of [`scrub_environment`].
@@ -140,6 +143,11 @@ pub fn main(cli: Cli, termination: Termination) -> ExitCode {
         Command::Exec { json, prompt } => {
             return exec(&cwd, explicit, json, &prompt, termination);
         }
+        Command::Web { socket } => web(&cwd, explicit, socket, termination),
+        Command::Telegram {
+            api_url,
+            poll_timeout,
+        } => telegram(&cwd, explicit, api_url, poll_timeout, termination),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
@@ -207,6 +215,103 @@ fn run(
             // A reader thread may still block on the terminal: leave without waiting for it.
             std::process::exit(128 + number);
         }
+        Ok(())
+    })
+}
+
+/// `agentshell web`: one session served to a browser until a termination signal.
+fn web(
+    cwd: &Path,
+    explicit: Option<&Path>,
+    socket: Option<PathBuf>,
+    termination: Termination,
+) -> anyhow::Result<()> {
+    use std::io::Write;
+    let (env, _home, project) = open(cwd, explicit)?;
+    runtime()?.block_on(async {
+        let web = Web::new();
+        let listener = web::Listener::bind(socket).await?;
+        let mut agent =
+            wiring::build_agent_with_subagents(&project, &env, web.ask_channel(), web.events())?;
+        let banner = format!(
+            "agentshell {} · {} · {}",
+            env!("CARGO_PKG_VERSION"),
+            agent.model(),
+            project.root.display()
+        );
+        println!("agentshell web: open {}", listener.url(web.token()));
+        std::io::stdout().flush()?;
+        let why = web
+            .run(&mut agent, &banner, listener, termination())
+            .await?;
+        eprintln!("agentshell web: {why}");
+        Ok(())
+    })
+}
+
+/// The secret holding the Telegram bot's token.
+pub const TELEGRAM_TOKEN_SECRET: &str = "TELEGRAM_BOT_TOKEN";
+
+/// Config `telegram.allowed_chats`: a non-empty list of chat ids.
+fn allowed_chats(config: &serde_json::Value) -> anyhow::Result<std::collections::BTreeSet<i64>> {
+    let field = "telegram.allowed_chats (in ~/.agentshell/config.json or a trusted project's \
+                 .agentshell/config.json)";
+    let Some(list) = config.pointer("/telegram/allowed_chats") else {
+        bail!("{field} is not set: the bot would answer nobody");
+    };
+    let Some(list) = list.as_array() else {
+        bail!("{field}: expected a list of chat ids (integers), got {list}");
+    };
+    let mut chats = std::collections::BTreeSet::new();
+    for v in list {
+        let Some(id) = v.as_i64() else {
+            bail!("{field}: {v} is not a chat id (an integer)");
+        };
+        chats.insert(id);
+    }
+    if chats.is_empty() {
+        bail!("{field} is empty: the bot would answer nobody");
+    }
+    Ok(chats)
+}
+
+/// `agentshell telegram`: one session driven from allow-listed chats until a termination
+/// signal.
+fn telegram(
+    cwd: &Path,
+    explicit: Option<&Path>,
+    api_url: String,
+    poll_timeout: u64,
+    termination: Termination,
+) -> anyhow::Result<()> {
+    let (env, _home, project) = open(cwd, explicit)?;
+    let allowed_chats = allowed_chats(&wiring::effective_config(&project, &env))?;
+    let (broker, _) = SecretBroker::new(
+        wiring::user_secrets(&project, &env),
+        project.project_env.clone(),
+    );
+    let Some(token) = broker.value(TELEGRAM_TOKEN_SECRET).map(str::to_string) else {
+        bail!(
+            "no secret {TELEGRAM_TOKEN_SECRET}: store the bot's token with `agentshell setup-keys`"
+        );
+    };
+    let bot = Telegram::new(TelegramOptions {
+        api_url,
+        token,
+        allowed_chats,
+        poll_timeout,
+    })
+    .map_err(|e| anyhow::anyhow!("{TELEGRAM_TOKEN_SECRET}: {e}"))?;
+    runtime()?.block_on(async {
+        let mut agent =
+            wiring::build_agent_with_subagents(&project, &env, bot.ask_channel(), bot.events())?;
+        eprintln!(
+            "agentshell telegram: {} · {} · serving the allowed chats",
+            agent.model(),
+            project.root.display()
+        );
+        let why = bot.run(&mut agent, termination()).await;
+        eprintln!("agentshell telegram: {why}");
         Ok(())
     })
 }

@@ -45,4 +45,39 @@ pub enum Command {
         /// The prompt, or `-` to read it from stdin.
         prompt: String,
     },
+    /// Serve one session to a browser: on 127.0.0.1 (a random port) or a Unix socket, with a
+    /// one-time token in the URL printed on stdout. Several tabs see the same session.
+    ///
+    /// Opening the printed URL trades the token for a cookie (HttpOnly, SameSite=Strict) and
+    /// redirects to a token-free address; any request without the cookie or an
+    /// `X-Agentshell-Token` header is refused with 403. The page (no build step, nothing
+    /// loaded from elsewhere) streams the answer, shows each tool call before it runs and its
+    /// result bounded, asks for confirmation with Allow / Deny / Always allow buttons, and has
+    /// a Stop button (the Ctrl+C of the terminal). Interface for scripts: `GET /events`
+    /// (Server-Sent Events), `POST /prompt {"text"}`, `POST /answer {"id","answer"}`,
+    /// `POST /stop`. Ends on SIGTERM, SIGINT or SIGHUP.
+    Web {
+        /// Listen on this Unix socket (mode 0600) instead of 127.0.0.1.
+        #[arg(long, value_name = "PATH")]
+        socket: Option<PathBuf>,
+    },
+    /// Serve one session to allow-listed Telegram chats through a bot: the token is the secret
+    /// TELEGRAM_BOT_TOKEN (store it with setup-keys), the chats are config
+    /// `telegram.allowed_chats` (user config, or a trusted project's).
+    ///
+    /// Long-polls the Bot API; messages from other chats are ignored and logged. Each model
+    /// call's text is sent as it ends (split at Telegram's 4096-character limit; an answer of
+    /// more than 4 messages, or a tool output over 3000 characters, goes as a document), each
+    /// tool call is shown before it runs, confirmations come as inline-keyboard buttons, and
+    /// `/stop` cancels the running request. Rate limits (429) are waited out as Telegram says.
+    /// The token never appears in config, output or logs. Example user config
+    /// (~/.agentshell/config.json): {"telegram": {"allowed_chats": [123456789]}}.
+    Telegram {
+        /// The Bot API's base URL.
+        #[arg(long, value_name = "URL", default_value = "https://api.telegram.org")]
+        api_url: String,
+        /// Long-poll timeout of getUpdates, in seconds.
+        #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(0..=600))]
+        poll_timeout: u64,
+    },
 }

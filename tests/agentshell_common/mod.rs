@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 #[path = "../support/harness.rs"]
-mod harness;
+pub mod harness;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 

@@ -22,6 +22,7 @@ pub const GUARDED_KEYS: &[&str] = &[
     "secret_programs",
     "headers",
     "extra_headers",
+    "telegram",
 ];
 
 /// Whether an untrusted project may set `key` (besides [`GUARDED_KEYS`], anything that names a

@@ -177,6 +177,12 @@ impl SecretBroker {
         )
     }
 
+    /// The value of one secret, for the transport that needs it itself (the Telegram bot's
+    /// token); never for the model or the tools.
+    pub fn value(&self, name: &str) -> Option<&str> {
+        self.secrets.get(name).map(String::as_str)
+    }
+
     /// The names of all known secrets (never the values).
     pub fn names(&self) -> Vec<String> {
         self.secrets.keys().cloned().collect()

@@ -1,0 +1,770 @@
+//! `agentshell web`, the real binary against the fake model server: the HTTP interface (token,
+//! limits, prompt, streamed events to several tabs, answers, Stop), the Unix socket, and the
+//! page itself driven by headless Chromium over the DevTools protocol (real clicks).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] fns
+
+mod agentshell_common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agentshell_common::harness;
+use agentshell_common::*;
+use serde_json::{Value, json};
+
+const KEY: &str = "sk-web-test-key-0123456789";
+
+/// A running `agentshell web`; killed on drop.
+struct WebShell {
+    child: Child,
+    /// `127.0.0.1:PORT` (empty on a Unix socket).
+    addr: String,
+    token: String,
+}
+
+impl Drop for WebShell {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn project() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("proj");
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(root.join(".agentshell")).unwrap();
+    std::fs::create_dir_all(&home).unwrap();
+    (dir, root, home)
+}
+
+fn start(root: &Path, home: &Path, server: &FakeServer, extra: &[&str]) -> WebShell {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agentshell"))
+        .arg("web")
+        .args(extra)
+        .current_dir(root)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap())
+        .env("HOME", home)
+        .env("AGENTSHELL_HOME", home.join(".agentshell"))
+        .env("AGENTSHELL_MODEL", "openai/test-model")
+        .env("AGENTSHELL_BASE_URL", format!("{}/v1", server.url))
+        .env("OPENAI_API_KEY", KEY)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .trim()
+        .strip_prefix("agentshell web: open ")
+        .unwrap_or_else(|| panic!("first line names the URL: {line:?}"))
+        .to_string();
+    let (addr, token) = if let Some(rest) = url.strip_prefix("http://127.0.0.1:") {
+        let (port, token) = rest.split_once("/?token=").unwrap();
+        (format!("127.0.0.1:{port}"), token.to_string())
+    } else {
+        let rest = url.strip_prefix("http://localhost/?token=").unwrap();
+        (String::new(), rest.split(' ').next().unwrap().to_string())
+    };
+    assert_eq!(token.len(), 64, "256-bit hex token: {token}");
+    WebShell { child, addr, token }
+}
+
+/// One raw HTTP/1.1 exchange: (status, head, body).
+fn exchange(mut s: impl Read + Write, request: &str) -> (u16, String, String) {
+    s.write_all(request.as_bytes()).unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap();
+    let text = String::from_utf8_lossy(&out).to_string();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, head.to_string(), body.to_string())
+}
+
+fn request(method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> String {
+    let mut r = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\n");
+    for (k, v) in headers {
+        r.push_str(&format!("{k}: {v}\r\n"));
+    }
+    r.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+    r
+}
+
+impl WebShell {
+    fn http(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> (u16, String) {
+        let s = TcpStream::connect(&self.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let (status, _, body) = exchange(s, &request(method, path, headers, body));
+        (status, body)
+    }
+
+    /// A POST with the token header.
+    fn post(&self, path: &str, body: Value) -> (u16, String) {
+        self.http(
+            "POST",
+            path,
+            &[("X-Agentshell-Token", &self.token)],
+            &body.to_string(),
+        )
+    }
+
+    /// A "tab": an event stream read on its own thread.
+    fn tab(&self) -> Tab {
+        let mut s = TcpStream::connect(&self.addr).unwrap();
+        s.write_all(
+            request(
+                "GET",
+                "/events",
+                &[("Cookie", &format!("agentshell_token={}", self.token))],
+                "",
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+        Tab::read(s)
+    }
+}
+
+/// The events one event stream received.
+#[derive(Clone)]
+struct Tab(Arc<Mutex<Vec<Value>>>);
+
+impl Tab {
+    fn read(s: impl Read + Send + 'static) -> Tab {
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&events);
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(s).lines();
+            let first = lines.next().unwrap().unwrap();
+            assert!(first.contains(" 200 "), "event stream: {first}");
+            for line in lines {
+                let Ok(line) = line else { return };
+                if let Some(data) = line.strip_prefix("data: ") {
+                    sink.lock()
+                        .unwrap()
+                        .push(serde_json::from_str(data).unwrap());
+                }
+            }
+        });
+        Tab(events)
+    }
+
+    fn events(&self) -> Vec<Value> {
+        self.0.lock().unwrap().clone()
+    }
+
+    fn types(&self) -> Vec<String> {
+        self.events()
+            .iter()
+            .map(|e| e["type"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    fn wait_for(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let mut found = None;
+        wait_until(what, || {
+            found = self.events().into_iter().find(|e| pred(e));
+            found.is_some()
+        });
+        found.unwrap()
+    }
+
+    fn text(&self) -> String {
+        self.events()
+            .iter()
+            .filter(|e| e["type"] == "text")
+            .map(|e| e["text"].as_str().unwrap().to_string())
+            .collect()
+    }
+}
+
+fn is(kind: &'static str) -> impl Fn(&Value) -> bool {
+    move |e| e["type"] == kind
+}
+
+#[test]
+fn web_refuses_requests_without_the_token_and_bounds_them() {
+    let (_dir, root, home) = project();
+    let server = FakeServer::start(vec![]);
+    let web = start(&root, &home, &server, &[]);
+    // No token, a wrong one (URL, cookie, header; same length and not), nothing gets through.
+    let wrong = "0".repeat(64);
+    for (path, headers) in [
+        ("/", vec![]),
+        ("/events", vec![]),
+        ("/?token=nope", vec![]),
+        (&*format!("/?token={wrong}"), vec![]),
+        ("/", vec![("Cookie", format!("agentshell_token={wrong}"))]),
+        ("/events", vec![("X-Agentshell-Token", wrong.clone())]),
+        (
+            "/",
+            vec![("X-Agentshell-Token", web.token[..63].to_string())],
+        ),
+    ] {
+        let h: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let (status, body) = web.http("GET", path, &h, "");
+        assert_eq!(status, 403, "GET {path} {headers:?}: {body}");
+        assert!(body.contains("token"), "{body}");
+    }
+    let (status, _) = web.http("POST", "/prompt", &[], r#"{"text":"hi"}"#);
+    assert_eq!(status, 403);
+    // The printed URL trades the token for a cookie and redirects to a token-free address.
+    let s = TcpStream::connect(&web.addr).unwrap();
+    let (status, head, _) = exchange(
+        s,
+        &request("GET", &format!("/?token={}", web.token), &[], ""),
+    );
+    assert_eq!(status, 303, "{head}");
+    let cookie_line = head
+        .lines()
+        .find(|l| l.to_ascii_lowercase().starts_with("set-cookie:"))
+        .unwrap();
+    assert!(cookie_line.contains(&format!("agentshell_token={}", web.token)));
+    assert!(cookie_line.contains("HttpOnly") && cookie_line.contains("SameSite=Strict"));
+    assert!(head.contains("Location: /\r") || head.ends_with("Location: /"));
+    // With the cookie: the page, with its controls, framed by no one.
+    let s = TcpStream::connect(&web.addr).unwrap();
+    let cookie = format!("agentshell_token={}", web.token);
+    let (status, head, page) = exchange(s, &request("GET", "/", &[("Cookie", &cookie)], ""));
+    assert_eq!(status, 200);
+    assert!(head.contains("frame-ancestors 'none'"), "{head}");
+    for id in [
+        "id=\"prompt\"",
+        "id=\"send\"",
+        "id=\"stop\"",
+        "new EventSource(\"/events\")",
+    ] {
+        assert!(page.contains(id), "page has {id}");
+    }
+    assert!(
+        !page.contains("http://") && !page.contains("https://"),
+        "no CDN"
+    );
+    // Bad input gets a clear error and changes nothing.
+    let (status, body) = web.post("/prompt", json!({"prompt": "x"}));
+    assert_eq!(
+        (status, body.contains("field \\\"text\\\"")),
+        (400, true),
+        "{body}"
+    );
+    let (status, body) = web.post("/prompt", json!({"text": "   "}));
+    assert_eq!((status, body.contains("empty")), (400, true), "{body}");
+    let (status, _) = web.post("/answer", json!({"id": 7, "answer": "yes"}));
+    assert_eq!(status, 404);
+    let (status, _) = web.http(
+        "GET",
+        "/nothing-here",
+        &[("X-Agentshell-Token", &web.token)],
+        "",
+    );
+    assert_eq!(status, 404);
+    let big = "x".repeat(70 * 1024);
+    let (status, _) = web.http(
+        "POST",
+        "/prompt",
+        &[("X-Agentshell-Token", &web.token)],
+        &big,
+    );
+    assert_eq!(status, 413);
+    let s = TcpStream::connect(&web.addr).unwrap();
+    let huge_head = format!("GET / HTTP/1.1\r\nX-Pad: {}\r\n\r\n", "a".repeat(20 * 1024));
+    let (status, _, _) = exchange(s, &huge_head);
+    assert_eq!(status, 431);
+    assert!(server.requests().is_empty(), "nothing reached the model");
+}
+
+#[test]
+fn web_session_streams_to_every_tab_and_answers_questions_with_buttons() {
+    let (_dir, root, home) = project();
+    let server = FakeServer::start(vec![
+        oa_command("c1", "touch allowed-file"),
+        oa_command("c2", "touch denied-file"),
+        oa_text(&["All ", "done", "."], 30, 7),
+    ]);
+    let web = start(&root, &home, &server, &[]);
+    let a = web.tab();
+    let b = web.tab();
+    a.wait_for("the banner", is("info"));
+    b.wait_for("the banner", is("info"));
+    let (status, body) = web.post("/prompt", json!({"text": "make two files"}));
+    assert_eq!(status, 202, "{body}");
+    // The call is shown before it runs, and the question comes as options for buttons.
+    let ask = a.wait_for("first question", is("ask"));
+    let call = a
+        .events()
+        .into_iter()
+        .find(|e| e["type"] == "tool_call")
+        .unwrap();
+    assert_eq!(call["arguments"]["command"], "touch allowed-file");
+    assert!(
+        ask["question"]
+            .as_str()
+            .unwrap()
+            .contains("touch allowed-file"),
+        "{ask}"
+    );
+    assert_eq!(ask["options"], json!(["yes", "no", "always"]));
+    assert!(
+        !root.join("allowed-file").exists(),
+        "nothing runs before the answer"
+    );
+    // A second prompt while one runs is refused; an answer outside the options too.
+    let (status, _) = web.post("/prompt", json!({"text": "another"}));
+    assert_eq!(status, 409);
+    let (status, body) = web.post("/answer", json!({"id": ask["id"], "answer": "maybe"}));
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("yes, no, always"), "{body}");
+    // Tab B answers the question tab A also shows.
+    b.wait_for("the same question in tab B", |e| {
+        e["type"] == "ask" && e["id"] == ask["id"]
+    });
+    let (status, _) = web.post("/answer", json!({"id": ask["id"], "answer": "yes"}));
+    assert_eq!(status, 200);
+    let second = a.wait_for("second question", |e| {
+        e["type"] == "ask" && e["id"] != ask["id"]
+    });
+    assert!(root.join("allowed-file").exists());
+    let (status, _) = web.post("/answer", json!({"id": second["id"], "answer": "no"}));
+    assert_eq!(status, 200);
+    let end = a.wait_for("end of the turn", is("turn_end"));
+    assert_eq!(end["outcome"], "answered", "{end}");
+    assert!(!root.join("denied-file").exists());
+    b.wait_for("end of the turn in tab B", is("turn_end"));
+    assert_eq!(a.text(), "All done.");
+    assert_eq!(a.events(), b.events(), "both tabs see the same session");
+    let results: Vec<Value> = a
+        .events()
+        .into_iter()
+        .filter(|e| e["type"] == "tool_result")
+        .collect();
+    assert_eq!(results.len(), 2);
+    assert_eq!(results[0]["status"], "ok");
+    assert_eq!(results[1]["status"], "denied");
+    // The order of what happened: call shown, asked, answered, result.
+    let types = a.types();
+    let pos = |t: &str| types.iter().position(|x| x == t).unwrap();
+    assert!(pos("user") < pos("tool_call") && pos("tool_call") < pos("ask"));
+    assert!(pos("ask") < pos("answered") && pos("answered") < pos("tool_result"));
+    // A tab opened later replays the session.
+    let c = web.tab();
+    c.wait_for("replayed end", is("turn_end"));
+    assert_eq!(c.text(), "All done.");
+    assert_eq!(c.events()[0]["type"], "reset");
+}
+
+#[test]
+fn web_stop_cancels_the_question_and_the_turn_and_the_session_goes_on() {
+    let (_dir, root, home) = project();
+    let server = FakeServer::start(vec![
+        oa_command("c1", "touch never-made"),
+        oa_text(&["still ", "here"], 30, 7),
+    ]);
+    let web = start(&root, &home, &server, &[]);
+    let a = web.tab();
+    web.post("/prompt", json!({"text": "make a file"}));
+    let ask = a.wait_for("question", is("ask"));
+    let (status, _) = web.post("/stop", json!({}));
+    assert_eq!(status, 200);
+    let end = a.wait_for("end of the turn", is("turn_end"));
+    assert_eq!(end["outcome"], "cancelled", "{end}");
+    let answered = a.wait_for("question closed", is("answered"));
+    assert_eq!(
+        (answered["id"].clone(), answered["answer"].clone()),
+        (ask["id"].clone(), Value::Null)
+    );
+    let (status, _) = web.post("/answer", json!({"id": ask["id"], "answer": "yes"}));
+    assert_eq!(status, 404, "a cancelled question takes no answer");
+    assert!(!root.join("never-made").exists());
+    let (status, body) = web.post("/prompt", json!({"text": "are you there"}));
+    assert_eq!(status, 202, "{body}");
+    wait_until("second turn", || {
+        a.events()
+            .iter()
+            .filter(|e| e["type"] == "turn_end")
+            .count()
+            == 2
+    });
+    assert_eq!(a.text(), "still here");
+}
+
+#[test]
+fn web_on_a_unix_socket_is_private_and_checks_the_token() {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let (dir, root, home) = project();
+    let server = FakeServer::start(vec![oa_text(&["over ", "the socket"], 3, 2)]);
+    let socket = dir.path().join("web.sock");
+    let web = start(
+        &root,
+        &home,
+        &server,
+        &["--socket", socket.to_str().unwrap()],
+    );
+    let meta = std::fs::metadata(&socket).unwrap();
+    assert!(meta.file_type().is_socket());
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    let (status, _, _) = exchange(
+        UnixStream::connect(&socket).unwrap(),
+        &request("GET", "/", &[], ""),
+    );
+    assert_eq!(status, 403);
+    let mut s = UnixStream::connect(&socket).unwrap();
+    s.write_all(request("GET", "/events", &[("X-Agentshell-Token", &web.token)], "").as_bytes())
+        .unwrap();
+    let tab = Tab::read(s);
+    let body = json!({"text": "hello"}).to_string();
+    let (status, _, _) = exchange(
+        UnixStream::connect(&socket).unwrap(),
+        &request(
+            "POST",
+            "/prompt",
+            &[("X-Agentshell-Token", &web.token)],
+            &body,
+        ),
+    );
+    assert_eq!(status, 202);
+    tab.wait_for("end", is("turn_end"));
+    assert_eq!(tab.text(), "over the socket");
+    // A socket path taken by another file is an error naming it, and the file stays.
+    let taken = dir.path().join("taken");
+    std::fs::write(&taken, "keep me").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_agentshell"))
+        .args(["web", "--socket", taken.to_str().unwrap()])
+        .current_dir(&root)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap())
+        .env("HOME", &home)
+        .env("AGENTSHELL_MODEL", "openai/test-model")
+        .env("AGENTSHELL_BASE_URL", format!("{}/v1", server.url))
+        .env("OPENAI_API_KEY", KEY)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(taken.to_str().unwrap()) && stderr.contains("not a socket"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_to_string(&taken).unwrap(), "keep me");
+    drop(web);
+}
+
+// ---- headless Chromium over the DevTools protocol (--remote-debugging-pipe) ----
+
+/// Chromium with its DevTools pipe on fds 3 (commands in) and 4 (answers and events out).
+struct Browser {
+    child: Child,
+    to: std::fs::File,
+    from: std::sync::mpsc::Receiver<Value>,
+    next: u64,
+    _profile: tempfile::TempDir,
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn chromium_binary() -> Option<&'static str> {
+    ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|c| harness::have(c))
+}
+
+impl Browser {
+    fn start(binary: &str) -> Browser {
+        use std::os::fd::{AsRawFd, OwnedFd};
+        use std::os::unix::process::CommandExt;
+        let profile = tempfile::tempdir().unwrap();
+        let (cmd_read, cmd_write): (OwnedFd, OwnedFd) = nix::unistd::pipe().unwrap();
+        let (out_read, out_write): (OwnedFd, OwnedFd) = nix::unistd::pipe().unwrap();
+        let (cr, ow) = (cmd_read.as_raw_fd(), out_write.as_raw_fd());
+        let mut cmd = Command::new(binary);
+        cmd.args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--no-default-browser-check",
+            "--disable-extensions",
+            "--disable-background-networking",
+            "--remote-debugging-pipe",
+            "--window-size=1000,800",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg("about:blank")
+        .env("HOME", profile.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        // SAFETY: only async-signal-safe calls (dup2, fcntl) between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                // Move both ends out of the way first, then into place (fds may collide).
+                let a = libc::fcntl(cr, libc::F_DUPFD, 10);
+                let b = libc::fcntl(ow, libc::F_DUPFD, 10);
+                if a < 0 || b < 0 || libc::dup2(a, 3) < 0 || libc::dup2(b, 4) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().unwrap();
+        drop(cmd_read);
+        drop(out_write);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut reader = std::fs::File::from(out_read);
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 65536];
+            loop {
+                let Ok(n) = reader.read(&mut chunk) else {
+                    return;
+                };
+                if n == 0 {
+                    return;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+                while let Some(end) = buf.iter().position(|b| *b == 0) {
+                    let msg: Vec<u8> = buf.drain(..=end).collect();
+                    if let Ok(v) = serde_json::from_slice::<Value>(&msg[..msg.len() - 1])
+                        && tx.send(v).is_err()
+                    {
+                        return;
+                    }
+                }
+            }
+        });
+        Browser {
+            child,
+            to: std::fs::File::from(cmd_write),
+            from: rx,
+            next: 1,
+            _profile: profile,
+        }
+    }
+
+    /// Send a command (to a page session when given) and wait for its result.
+    fn call(&mut self, session: Option<&str>, method: &str, params: Value) -> Value {
+        let id = self.next;
+        self.next += 1;
+        let mut msg = json!({"id": id, "method": method, "params": params});
+        if let Some(s) = session {
+            msg["sessionId"] = json!(s);
+        }
+        let mut bytes = msg.to_string().into_bytes();
+        bytes.push(0);
+        self.to.write_all(&bytes).unwrap();
+        loop {
+            let v = self
+                .from
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|e| panic!("DevTools answer to {method}: {e}"));
+            if v["id"] == json!(id) {
+                assert!(v.get("error").is_none(), "{method}: {v}");
+                return v["result"].clone();
+            }
+        }
+    }
+}
+
+/// A page attached over the pipe.
+struct Page<'a> {
+    browser: &'a mut Browser,
+    session: String,
+}
+
+impl Page<'_> {
+    fn eval(&mut self, expr: &str) -> Value {
+        let s = self.session.clone();
+        let r = self.browser.call(
+            Some(&s),
+            "Runtime.evaluate",
+            json!({"expression": expr, "returnByValue": true}),
+        );
+        assert!(r.get("exceptionDetails").is_none(), "{expr}: {r}");
+        r["result"]["value"].clone()
+    }
+
+    fn wait(&mut self, what: &str, expr: &str) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while self.eval(expr) != json!(true) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out waiting for {what}; page text: {}",
+                self.eval("document.body.innerText")
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// A real click: mouse pressed and released at the element's centre.
+    fn click(&mut self, selector: &str) {
+        let expr = format!(
+            "(() => {{ const e = document.querySelector({sel}); e.scrollIntoView({{block: 'center'}}); \
+             const r = e.getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; }})()",
+            sel = json!(selector)
+        );
+        let at = self.eval(&expr);
+        let (x, y) = (at[0].as_f64().unwrap(), at[1].as_f64().unwrap());
+        let s = self.session.clone();
+        for kind in ["mouseMoved", "mousePressed", "mouseReleased"] {
+            self.browser.call(
+                Some(&s),
+                "Input.dispatchMouseEvent",
+                json!({"type": kind, "x": x, "y": y, "button": "left", "clickCount": 1}),
+            );
+        }
+    }
+
+    fn type_text(&mut self, text: &str) {
+        let s = self.session.clone();
+        self.browser
+            .call(Some(&s), "Input.insertText", json!({"text": text}));
+    }
+
+    fn screenshot(&mut self, path: &Path) {
+        let s = self.session.clone();
+        let shot = self
+            .browser
+            .call(Some(&s), "Page.captureScreenshot", json!({"format": "png"}));
+        let png = base64_decode(shot["data"].as_str().unwrap());
+        assert!(png.starts_with(b"\x89PNG"), "a PNG");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, png).unwrap();
+    }
+}
+
+fn base64_decode(text: &str) -> Vec<u8> {
+    let value = |c: u8| -> u32 {
+        match c {
+            b'A'..=b'Z' => u32::from(c - b'A'),
+            b'a'..=b'z' => u32::from(c - b'a') + 26,
+            b'0'..=b'9' => u32::from(c - b'0') + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => panic!("not base64: {c}"),
+        }
+    };
+    let bytes: Vec<u8> = text
+        .bytes()
+        .filter(|b| *b != b'=' && !b.is_ascii_whitespace())
+        .collect();
+    let mut out = Vec::with_capacity(bytes.len() * 3 / 4);
+    for chunk in bytes.chunks(4) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |acc, (i, c)| acc | (value(*c) << (18 - 6 * i)));
+        for i in 0..chunk.len() - 1 {
+            out.push((n >> (16 - 8 * i)) as u8);
+        }
+    }
+    out
+}
+
+#[test]
+fn web_page_in_headless_chromium_streams_and_takes_allow_and_deny_clicks() {
+    let Some(binary) = chromium_binary() else {
+        harness::skip("the headless Chromium test", "chromium is not installed");
+        return;
+    };
+    let (_dir, root, home) = project();
+    let server = FakeServer::start(vec![
+        oa_command("c1", "touch allowed-file"),
+        oa_command("c2", "touch denied-file"),
+        oa_text(
+            &["Made ", "one ", "file; ", "the other was refused."],
+            30,
+            7,
+        ),
+    ]);
+    let web = start(&root, &home, &server, &[]);
+    let mut browser = Browser::start(binary);
+    let url = format!("http://{}/?token={}", web.addr, web.token);
+    let target = browser.call(None, "Target.createTarget", json!({"url": url}));
+    let attached = browser.call(
+        None,
+        "Target.attachToTarget",
+        json!({"targetId": target["targetId"], "flatten": true}),
+    );
+    let mut page = Page {
+        session: attached["sessionId"].as_str().unwrap().to_string(),
+        browser: &mut browser,
+    };
+    // The token became a cookie and left the address bar; the event stream is connected.
+    page.wait(
+        "the page connected",
+        "document.getElementById('status') !== null && document.getElementById('status').textContent === 'ready' && document.querySelector('.info') !== null",
+    );
+    assert_eq!(page.eval("location.search"), json!(""));
+    page.click("#prompt");
+    page.type_text("make two files");
+    page.click("#send");
+    page.wait(
+        "the first question",
+        "document.getElementById('ask-1-yes') !== null",
+    );
+    assert_eq!(
+        page.eval("document.getElementById('ask-1-yes').textContent"),
+        json!("Allow")
+    );
+    assert_eq!(
+        page.eval("document.getElementById('ask-1-no').textContent"),
+        json!("Deny")
+    );
+    // The call was shown before it ran.
+    assert_eq!(
+        page.eval("document.querySelector('.tool').textContent.includes('touch allowed-file')"),
+        json!(true)
+    );
+    assert!(!root.join("allowed-file").exists());
+    page.click("#ask-1-yes");
+    page.wait(
+        "the second question",
+        "document.getElementById('ask-2-no') !== null",
+    );
+    assert!(root.join("allowed-file").exists());
+    page.click("#ask-2-no");
+    page.wait(
+        "the end of the turn",
+        "document.querySelector('.turn-end') !== null",
+    );
+    assert!(!root.join("denied-file").exists());
+    assert_eq!(
+        page.eval("[...document.querySelectorAll('.text')].map(e => e.textContent).join('')"),
+        json!("Made one file; the other was refused.")
+    );
+    assert_eq!(
+        page.eval("[...document.querySelectorAll('.result')].map(e => e.className).join(' ')"),
+        json!("result ok result denied")
+    );
+    assert_eq!(
+        page.eval("document.getElementById('ask-1-yes').disabled && document.getElementById('ask-2-no').disabled"),
+        json!(true)
+    );
+    let shot = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/artifacts/agentshell-web.png");
+    page.screenshot(&shot);
+    assert!(std::fs::metadata(&shot).unwrap().len() > 1000);
+}
