@@ -174,7 +174,9 @@ fn a_silent_machines_job_is_failed_by_the_other_and_stopped_when_it_returns() {
         "failed before the grace"
     );
     wait(Duration::from_secs(30), "j1 failed by alpha", || {
-        env.job_file("failed", "j1").exists()
+        events(&env.root)
+            .iter()
+            .any(|e| e["event"] == "job_failed" && e["job_id"] == "j1")
     });
     assert!(
         silent_at.elapsed() >= Duration::from_secs(6),
@@ -313,4 +315,104 @@ fn hostile_heartbeat_files_are_reported_and_skipped() {
         std::fs::read_to_string(&secret).unwrap(),
         beat("good").to_string()
     );
+}
+
+/// Writes a heartbeat of `host`'s queue manager for q1, last seen now.
+fn beat_now(root: &Path, host: &str) {
+    let now = agentstore::model::Timestamp::now().to_string();
+    let dir = root.join("machines").join(host);
+    std::fs::create_dir_all(&dir).unwrap();
+    agentstore::store::write_json_atomic(
+        &dir.join("queue-manager.q1.json"),
+        &json!({"host": host, "daemon": "queue-manager", "queue": "q1", "pid": 1,
+                "version": "0.1.0", "started": now, "last_seen": now, "interval_seconds": 1}),
+    )
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orchestratord_signals_stale_machines_and_fails_their_jobs() {
+    use futures_util::StreamExt;
+    guarded(async {
+        let bus = PrivateBus::start();
+        let env = QueueEnv::new(1);
+        fast_machines(&env.root);
+        beat_now(&env.root, "ghost");
+        let mut j = noop(1.0);
+        j["runtime"]["status"] = json!("running");
+        j["runtime"]["host"] = json!("ghost");
+        agentstore::store::write_json_atomic(&env.job_file("running", "j3"), &j).unwrap();
+        let conn = bus.connect().await;
+        // Uncached: each read asks the daemon, whose state changes before its signal.
+        let proxy = agentstore::bus::orchestrator::Orchestrator1Proxy::builder(&conn)
+            .cache_properties(zbus::proxy::CacheProperties::No)
+            .build()
+            .await
+            .unwrap();
+        let mut changes = proxy.receive_machine_state_changed().await.unwrap();
+        let started = Instant::now();
+        let _d = Proc(
+            Command::new(env!("CARGO_BIN_EXE_orchestratord"))
+                .args(["--bus", "session", "--idle-exit", "0", "--root"])
+                .arg(&env.root)
+                .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
+                .env("AGENTSTORE_HOSTNAME", "alpha")
+                .env("RUST_LOG", "warn")
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let s = changes.next().await.unwrap();
+        let a = s.args().unwrap();
+        assert_eq!((a.host, a.stale), ("ghost", true));
+        assert!(
+            started.elapsed() >= Duration::from_secs(2),
+            "stale too early"
+        );
+        assert_eq!(
+            proxy.stale_machines().await.unwrap(),
+            vec!["ghost".to_string()]
+        );
+        assert!(
+            env.job_file("running", "j3").exists(),
+            "failed before the grace"
+        );
+        let root = env.root.clone();
+        tokio::task::spawn_blocking(move || {
+            wait(
+                Duration::from_secs(30),
+                "j3 failed by orchestratord",
+                || {
+                    events(&root).iter().any(|e| {
+                        e["event"] == "job_failed" && e["job_id"] == "j3" && e["host"] == "alpha"
+                    })
+                },
+            )
+        })
+        .await
+        .unwrap();
+        let failed = env.job("failed", "j3");
+        assert!(
+            failed["runtime"]["error"]
+                .as_str()
+                .unwrap()
+                .starts_with("Machine ghost stopped reporting at "),
+            "{failed:#}"
+        );
+        assert!(
+            events(&env.root)
+                .iter()
+                .any(|e| e["event"] == "machine_stale")
+        );
+        // ghost reports again: the signal says so and the property empties.
+        beat_now(&env.root, "ghost");
+        let s = changes.next().await.unwrap();
+        let a = s.args().unwrap();
+        assert_eq!((a.host, a.stale), ("ghost", false));
+        assert!(proxy.stale_machines().await.unwrap().is_empty());
+        // orchestratord's own heartbeat is there, as alpha's.
+        let m = env.store().machines();
+        assert_eq!(m.get("alpha").unwrap().daemons[0].daemon, "orchestratord");
+    })
+    .await
 }

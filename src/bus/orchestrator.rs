@@ -275,7 +275,7 @@ impl Frontend for DbusFrontend {
         }
     }
 
-    /// `MachineStateChanged` for each change, then `StaleMachines`' change.
+    /// `StaleMachines`' change, then `MachineStateChanged` for each machine.
     async fn machines_changed(&self, changes: &[crate::orchestrator::machines::MachineChange]) {
         let Some(conn) = &self.conn else { return };
         let Ok(iface) = conn
@@ -286,6 +286,8 @@ impl Frontend for DbusFrontend {
             return;
         };
         let e = iface.signal_emitter();
+        // The property first: a client reacting to a signal reads the new list.
+        let _ = iface.get().await.stale_machines_changed(e).await;
         for c in changes {
             if let Err(err) =
                 OrchestratorObject::machine_state_changed(e, &c.host, c.stale, &c.last_seen).await
@@ -293,7 +295,6 @@ impl Frontend for DbusFrontend {
                 tracing::debug!("MachineStateChanged: {err}");
             }
         }
-        let _ = iface.get().await.stale_machines_changed(e).await;
     }
 }
 
