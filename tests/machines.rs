@@ -416,3 +416,48 @@ async fn orchestratord_signals_stale_machines_and_fails_their_jobs() {
     })
     .await
 }
+
+#[test]
+fn sync_engine_conflict_copies_in_the_inbox_are_set_aside_not_answered() {
+    let env = QueueEnv::new(1);
+    let store = env.store();
+    let msg = |cid: &str| {
+        json!({"correlation_id": cid, "source": "user", "user": "chenry",
+               "queue_time": "2025-10-25T10:00:00Z", "processed_time": null,
+               "command": "list-queues", "content": {}, "status": "queued", "error": null})
+        .to_string()
+    };
+    let inbox = store.inbox();
+    std::fs::write(inbox.join("m1.json"), msg("m1")).unwrap();
+    let copies = [
+        "m1.sync-conflict-20251023-101010-ABCDEFG.json",
+        "m1_conflict-20251023-101010.json",
+        "m1 (conflict 2025-10-23 101010).json",
+    ];
+    for c in copies {
+        std::fs::write(inbox.join(c), msg(&format!("copy-{}", c.len()))).unwrap();
+    }
+    // Partial files of the engines are left alone.
+    std::fs::write(inbox.join(".syncthing.m2.json.tmp"), "{\"half").unwrap();
+    std::fs::write(inbox.join("m3.json.part"), "{\"half").unwrap();
+    let out = agentstore::orchestrator::process_inbox(&store, 50).unwrap();
+    let answered = out
+        .iter()
+        .filter(|o| matches!(o, agentstore::orchestrator::FileOutcome::Answered(_)))
+        .count();
+    assert_eq!(answered, 1, "{out:?}");
+    let outbox: Vec<_> = std::fs::read_dir(store.outbox())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .filter(|n| n.ends_with(".json"))
+        .collect();
+    assert_eq!(outbox, vec!["m1.json".to_string()]);
+    for c in copies {
+        assert!(
+            env.root.join("conflicts/messaging-inbox").join(c).exists(),
+            "{c} not set aside"
+        );
+    }
+    assert!(inbox.join(".syncthing.m2.json.tmp").exists());
+    assert!(inbox.join("m3.json.part").exists());
+}

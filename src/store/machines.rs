@@ -69,7 +69,7 @@ impl Heartbeat {
             pid: std::process::id(),
             boot_id: boot_id(),
             version: env!("CARGO_PKG_VERSION").to_string(),
-            started: now.clone(),
+            started: now,
             last_seen: now,
             interval_seconds,
             stopped: false,
@@ -246,7 +246,7 @@ impl Store {
             }
         }
         for (host, mut daemons) in hosts {
-            daemons.sort_by(|a, b| a.file_name().cmp(&b.file_name()));
+            daemons.sort_by_key(Heartbeat::file_name);
             let Some(latest) = daemons.iter().max_by(|a, b| a.last_seen.cmp(&b.last_seen)) else {
                 continue;
             };
@@ -258,7 +258,7 @@ impl Store {
             versions.dedup();
             out.machines.push(Machine {
                 host,
-                last_seen: latest.last_seen.clone(),
+                last_seen: latest.last_seen,
                 boot_id: latest.boot_id.clone(),
                 versions,
                 queues,
