@@ -185,6 +185,26 @@ impl OrchestratorObject {
             .unwrap_or_default()
     }
 
+    /// Machines sharing the store whose heartbeats stopped for longer than
+    /// `machines.stale_after_seconds` (host names, sorted).
+    #[zbus(property)]
+    fn stale_machines(&self) -> Vec<String> {
+        self.shared
+            .machines
+            .lock()
+            .map(|m| m.stale_hosts())
+            .unwrap_or_default()
+    }
+
+    /// A machine went stale (`stale` true: no heartbeat since `last_seen`) or reports again.
+    #[zbus(signal)]
+    pub async fn machine_state_changed(
+        emitter: &SignalEmitter<'_>,
+        host: &str,
+        stale: bool,
+        last_seen: &str,
+    ) -> zbus::Result<()>;
+
     /// A message was answered (D-Bus or inbox).
     #[zbus(signal)]
     pub async fn message_processed(
@@ -254,6 +274,28 @@ impl Frontend for DbusFrontend {
             Err(e) => tracing::debug!("cannot emit signals: {e}"),
         }
     }
+
+    /// `StaleMachines`' change, then `MachineStateChanged` for each machine.
+    async fn machines_changed(&self, changes: &[crate::orchestrator::machines::MachineChange]) {
+        let Some(conn) = &self.conn else { return };
+        let Ok(iface) = conn
+            .object_server()
+            .interface::<_, OrchestratorObject>(ORCHESTRATOR_PATH)
+            .await
+        else {
+            return;
+        };
+        let e = iface.signal_emitter();
+        // The property first: a client reacting to a signal reads the new list.
+        let _ = iface.get().await.stale_machines_changed(e).await;
+        for c in changes {
+            if let Err(err) =
+                OrchestratorObject::machine_state_changed(e, &c.host, c.stale, &c.last_seen).await
+            {
+                tracing::debug!("MachineStateChanged: {err}");
+            }
+        }
+    }
 }
 
 /// Client side of `org.agentstore.Orchestrator1`.
@@ -292,6 +334,12 @@ pub trait Orchestrator1 {
     /// Last loop time.
     #[zbus(property)]
     fn last_loop_time(&self) -> zbus::Result<String>;
+    /// See the server's `StaleMachines`.
+    #[zbus(property)]
+    fn stale_machines(&self) -> zbus::Result<Vec<String>>;
+    /// See the server's `MachineStateChanged`.
+    #[zbus(signal)]
+    fn machine_state_changed(&self, host: &str, stale: bool, last_seen: &str) -> zbus::Result<()>;
     /// See the server's `MessageProcessed`.
     #[zbus(signal)]
     fn message_processed(

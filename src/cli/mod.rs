@@ -9,6 +9,7 @@ mod daemon;
 mod demo;
 mod flow;
 mod jobs;
+mod machines;
 mod remote;
 pub mod render;
 mod session;
@@ -281,6 +282,14 @@ pub enum Command {
     Migrate(flow::MigrateArgs),
     /// Queue research-code → create-prd → create-tasks → implement-tasks as dependent jobs.
     Pipeline(flow::PipelineArgs),
+    /// List the machines sharing the store (from their heartbeats under machines/), silent
+    /// ones marked "stale for 3m12s".
+    ListMachines,
+    /// Show one machine: its state, daemons, queues and each daemon's heartbeat.
+    ViewMachine {
+        /// Host name.
+        host: String,
+    },
 }
 
 /// `--status` values.
@@ -450,5 +459,7 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Archive(a) => flow::archive(g, &mut out, a),
         Command::Migrate(a) => flow::migrate(g, &mut out, a),
         Command::Pipeline(a) => flow::pipeline(g, &mut out, a),
+        Command::ListMachines => machines::list(g, &mut out),
+        Command::ViewMachine { host } => machines::view(g, &mut out, &host),
     }
 }

@@ -420,6 +420,15 @@ pub async fn run(
         };
         let (handled, deferred) = (report.handled, report.deferred);
         frontend.announce(&report).await;
+        let (s, held) = (shared.clone(), lock.is_some());
+        match shared
+            .run_blocking(move || super::machines::beat(&s, held))
+            .await
+        {
+            Ok(changes) if !changes.is_empty() => frontend.machines_changed(&changes).await,
+            Ok(_) => {}
+            Err(e) => break Err(DaemonError::Other(format!("heartbeat stopped: {e}"))),
+        }
         let activity = shared.activity.load(Ordering::Relaxed);
         if handled > 0 || activity != last_activity {
             last_work = Instant::now();
@@ -467,7 +476,15 @@ pub async fn run(
             );
             break Ok(());
         }
-        let mut wait = sweep_every.min(heartbeat_every).min(idle_left);
+        let beat_in = shared
+            .machines
+            .lock()
+            .map(|m| m.due_in())
+            .unwrap_or(heartbeat_every);
+        let mut wait = sweep_every
+            .min(heartbeat_every)
+            .min(idle_left)
+            .min(beat_in.max(Duration::from_millis(100)));
         if lock.is_none() {
             wait = wait.min(Duration::from_secs(5));
         }
@@ -490,6 +507,11 @@ pub async fn run(
     notify_stopping("Stopping");
     // Calls under way finish before the lock is let go; new ones are refused.
     shared.drain().await;
+    shared
+        .machines
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .stop(&shared.store);
     shared.store.record(
         Record::info(
             Event::new(DAEMON, "daemon_stopped"),

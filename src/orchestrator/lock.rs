@@ -101,13 +101,7 @@ fn pid_alive(pid: u32) -> bool {
     )
 }
 
-/// This machine's boot id.
-pub fn boot_id() -> Option<String> {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .ok()
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-}
+pub use crate::store::machines::boot_id;
 
 /// Start time of `pid` in clock ticks since boot.
 pub fn pid_start_time(pid: u32) -> Option<u64> {

@@ -19,6 +19,7 @@ pub mod flow;
 pub mod handled;
 mod jobs;
 mod lock;
+pub mod machines;
 pub mod retry;
 pub mod service;
 

@@ -39,6 +39,8 @@ pub struct Shared {
     pub completions: Mutex<crate::orchestrator::handled::Completions>,
     /// Job heads for `ListJobs`, kept between calls (folders re-listed only when changed).
     pub job_index: Mutex<crate::store::listing::JobIndex>,
+    /// The heartbeat and the machines' states ([`crate::orchestrator::machines`]).
+    pub machines: Mutex<crate::orchestrator::machines::MachineWatch>,
     /// The blocking work of the loop and of calls ([`Shared::run_blocking`]); `None` once
     /// the daemon is stopping. Drained before the store lock is let go.
     tasks: Mutex<Option<JoinSet<()>>>,
@@ -47,6 +49,7 @@ pub struct Shared {
 impl Shared {
     /// Wraps an opened store.
     pub fn new(store: Store) -> Arc<Shared> {
+        let machines = Mutex::new(crate::orchestrator::machines::MachineWatch::new(&store));
         Arc::new(Shared {
             store,
             routing: Mutex::new(()),
@@ -59,6 +62,7 @@ impl Shared {
             read_only: Mutex::new(None),
             completions: Mutex::new(crate::orchestrator::handled::Completions::new()),
             job_index: Mutex::new(Default::default()),
+            machines,
             tasks: Mutex::new(Some(JoinSet::new())),
         })
     }
@@ -113,6 +117,14 @@ pub trait Frontend: Send {
     /// Announces the inbox messages one pass answered, in order (`MessageProcessed`, then
     /// the message's `JobCreated`).
     fn announce(&self, report: &CycleReport) -> impl Future<Output = ()> + Send;
+
+    /// Announces machines that went stale or came back (`MachineStateChanged`).
+    fn machines_changed(
+        &self,
+        _changes: &[crate::orchestrator::machines::MachineChange],
+    ) -> impl Future<Output = ()> + Send {
+        async {}
+    }
 }
 
 /// No front end: the inbox only.

@@ -114,6 +114,8 @@ pub fn failure_kind(error: &str) -> Option<RetryOn> {
         Some(RetryOn::WorkerDied)
     } else if error.starts_with("Job timeout after") {
         Some(RetryOn::Timeout)
+    } else if crate::store::machines::is_machine_lost_error(error) {
+        Some(RetryOn::MachineLost)
     } else if error.contains("API Error") || error.contains("api_error") {
         Some(RetryOn::ApiError)
     } else {

@@ -82,6 +82,7 @@ enum Wake {
     Approval(Option<String>),
     Deadline,
     Sweep,
+    Heartbeat,
 }
 
 /// A queue manager: opened ([`Manager::open`]), served by a front end, then started
@@ -124,6 +125,8 @@ pub struct Manager {
     pub(super) pending: Vec<(String, JobStatus, JobStatus)>,
     /// When to look again at queued jobs waiting for dependencies or a retry's back-off.
     pub(super) flow_wake: Option<Instant>,
+    /// This manager's heartbeat, rewritten every `machines.heartbeat_seconds`.
+    pub(super) heartbeat: Option<crate::store::machines::Heartbeat>,
 }
 
 impl Manager {
@@ -177,6 +180,7 @@ impl Manager {
             store_errors: HashMap::new(),
             pending: Vec::new(),
             flow_wake: None,
+            heartbeat: None,
             cfg,
         })
     }
@@ -246,6 +250,7 @@ impl Manager {
         m.inotify = Some(inotify);
         m.approvals_watch = m.watch_approvals();
         m.recover_poisoned().await;
+        m.write_heartbeat(false);
         let dead = m.adopt_running();
         m.record(Record::info(
             m.event("daemon_started")
@@ -299,6 +304,9 @@ impl Manager {
         ));
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         sweep.tick().await;
+        let mut heartbeat = tokio::time::interval(self.store.config().machines.heartbeat());
+        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        heartbeat.tick().await;
         // Ready (systemd's READY=1) before the first pass: readiness never waits on the size
         // of the queue. The daemons tell systemd from their own loops, never from `bin/`.
         crate::systemd::notify_ready(&format!(
@@ -339,6 +347,7 @@ impl Manager {
                 },
                 _ = tokio::time::sleep_until(next) => Wake::Deadline,
                 _ = sweep.tick() => Wake::Sweep,
+                _ = heartbeat.tick() => Wake::Heartbeat,
             };
             match wake {
                 Wake::Shutdown => break,
@@ -372,6 +381,7 @@ impl Manager {
                 }
                 Wake::Deadline => self.on_deadlines().await,
                 Wake::Sweep => self.sweep().await,
+                Wake::Heartbeat => self.on_heartbeat().await,
             }
             // Forget the tasks of workers that have ended.
             while self.tasks.try_join_next().is_some() {}
@@ -407,6 +417,7 @@ impl Manager {
                 tracing::warn!(queue = %q, "cannot write queue.json: {e}");
             }
         }
+        self.write_heartbeat(true);
     }
 
     /// One pass: reload the queue config, start what fits, write the runtime.

@@ -21,6 +21,7 @@ pub mod flow;
 pub mod handle;
 pub mod idle;
 pub mod launcher;
+mod machines;
 mod manager;
 pub mod pidwatch;
 mod poison;

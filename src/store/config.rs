@@ -23,6 +23,9 @@ pub struct Config {
     /// Logging settings.
     #[serde(default)]
     pub logging: LoggingConfig,
+    /// Machine heartbeats and lost machines (extension, issue 13).
+    #[serde(default)]
+    pub machines: MachinesConfig,
     /// Schema version of the store's documents (extension; absent means 0.5). Written by
     /// `init` and `orchestrator migrate`; a store newer than this build is refused.
     #[serde(default)]
@@ -41,6 +44,7 @@ impl Default for Config {
             orchestrator: OrchestratorConfig::default(),
             slack: SlackConfig::default(),
             logging: LoggingConfig::default(),
+            machines: MachinesConfig::default(),
             schema_version: None,
         }
     }
@@ -71,6 +75,37 @@ impl Default for OrchestratorConfig {
             singleton_lock_file: ".orchestrator.lock".to_string(),
             idle_exit_seconds: 300,
         }
+    }
+}
+
+/// `machines:` section: heartbeats (`machines/<host>/<daemon>.json`) and when a silent
+/// machine's running jobs are failed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MachinesConfig {
+    /// How often each daemon writes its heartbeat (at least 1).
+    pub heartbeat_seconds: u64,
+    /// A machine silent for longer is shown as stale (and signalled on D-Bus).
+    pub stale_after_seconds: u64,
+    /// A running job whose machine has been silent for longer is failed with "Machine
+    /// <host> stopped reporting at <time>".
+    pub lost_job_grace_seconds: u64,
+}
+
+impl Default for MachinesConfig {
+    fn default() -> Self {
+        MachinesConfig {
+            heartbeat_seconds: 30,
+            stale_after_seconds: 120,
+            lost_job_grace_seconds: 600,
+        }
+    }
+}
+
+impl MachinesConfig {
+    /// The heartbeat interval, bounded to 1 s .. 1 h.
+    pub fn heartbeat(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.heartbeat_seconds.clamp(1, 3600))
     }
 }
 

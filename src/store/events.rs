@@ -42,8 +42,18 @@ pub struct Event {
     pub detail: Option<String>,
 }
 
-/// This machine's host name.
+/// Overrides the host name a process reports (two "machines" on one computer in tests).
+pub const HOSTNAME_ENV: &str = "AGENTSTORE_HOSTNAME";
+
+/// This machine's host name: `$AGENTSTORE_HOSTNAME` when set (to a safe file name), else
+/// the kernel's.
 pub fn hostname() -> String {
+    if let Some(h) = std::env::var(HOSTNAME_ENV)
+        .ok()
+        .filter(|h| crate::model::is_safe_id(h))
+    {
+        return h;
+    }
     nix::unistd::gethostname()
         .ok()
         .and_then(|h| h.into_string().ok())

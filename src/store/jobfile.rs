@@ -24,6 +24,17 @@ pub fn write_and_move(
     job: &Job,
 ) -> Result<PathBuf, StoreError> {
     let src = store.job_path(queue, from, id);
+    // A running job whose file is gone was ended elsewhere (its machine was judged lost and
+    // another process failed it): never write it back into being.
+    if from == JobStatus::Running && !crate::store::safe::exists(&src) {
+        return Err(StoreError::Io {
+            path: src,
+            source: std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "the job is no longer running: it was ended elsewhere",
+            ),
+        });
+    }
     match store.write_doc(DocKind::Job, &src, job) {
         Ok(()) => {}
         // A document we cannot make valid still ends: written as it is, the rejection is in
@@ -121,6 +132,29 @@ pub fn fail_raw(
     error: &str,
 ) -> Result<PathBuf, StoreError> {
     let src = store.job_path(queue, from, id);
+    let mut doc = failed_raw_doc(bytes, error);
+    write_json_atomic(&src, &Value::Object(doc.clone())).map_err(io(&src))?;
+    let dst = store.job_path(queue, JobStatus::Failed, id);
+    match move_no_replace(&src, &dst) {
+        Ok(()) => Ok(dst),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            end_collided(store, queue, id, &src, JobStatus::Failed, |collided| {
+                if let Some(Value::Object(r)) = doc.get_mut("runtime") {
+                    r.insert(
+                        "error".into(),
+                        Value::String(format!("{collided}; the run's own error: {error}")),
+                    );
+                }
+                write_json_atomic(&src, &Value::Object(doc)).map_err(io(&src))
+            })
+        }
+        Err(e) => Err(io(&dst)(e)),
+    }
+}
+
+/// The JSON object of a job file that does not parse as a job, marked failed with `error`
+/// (unparseable text is kept under `unparseable_content`).
+fn failed_raw_doc(bytes: &[u8], error: &str) -> Map<String, Value> {
     let mut doc = match serde_json::from_slice::<Value>(bytes) {
         Ok(Value::Object(m)) => m,
         _ => {
@@ -146,23 +180,17 @@ pub fn fail_raw(
             Value::String(Timestamp::now().to_string()),
         );
     }
-    write_json_atomic(&src, &Value::Object(doc.clone())).map_err(io(&src))?;
-    let dst = store.job_path(queue, JobStatus::Failed, id);
-    match move_no_replace(&src, &dst) {
-        Ok(()) => Ok(dst),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            end_collided(store, queue, id, &src, JobStatus::Failed, |collided| {
-                if let Some(Value::Object(r)) = doc.get_mut("runtime") {
-                    r.insert(
-                        "error".into(),
-                        Value::String(format!("{collided}; the run's own error: {error}")),
-                    );
-                }
-                write_json_atomic(&src, &Value::Object(doc)).map_err(io(&src))
-            })
-        }
-        Err(e) => Err(io(&dst)(e)),
-    }
+    doc
+}
+
+/// Rewrites `path` (a job file that does not parse as a job, already where it ends) as
+/// failed with `error`.
+pub fn rewrite_failed_raw(
+    path: &std::path::Path,
+    bytes: &[u8],
+    error: &str,
+) -> Result<(), StoreError> {
+    write_json_atomic(path, &Value::Object(failed_raw_doc(bytes, error))).map_err(io(path))
 }
 
 /// Marks `job` failed with `error` now.

@@ -19,6 +19,7 @@ mod init;
 pub mod jobfile;
 mod layout;
 pub mod listing;
+pub mod machines;
 pub mod migrate;
 pub mod owner;
 mod root;
@@ -26,12 +27,14 @@ pub mod safe;
 mod scan;
 mod writes;
 
-pub use config::{Config, ConfigError, LoggingConfig, OrchestratorConfig, SlackConfig};
+pub use config::{
+    Config, ConfigError, LoggingConfig, MachinesConfig, OrchestratorConfig, SlackConfig,
+};
 pub use documents::{JobLocation, read_limited};
 use error::io_err;
 pub use error::{Result, StoreError, check_id};
 pub use error_log::{ErrorLog, ErrorLogEntry};
-pub use events::{Event, Level, Record, hostname};
+pub use events::{Event, HOSTNAME_ENV, Level, Record, hostname};
 pub use fsio::{
     append_line_locked, move_no_replace, remove_stale_temp_files, sync_parent, write_atomic,
     write_json_atomic,

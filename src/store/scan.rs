@@ -16,13 +16,22 @@ pub struct Scan {
     pub refused: Vec<PathBuf>,
 }
 
-/// True for Dropbox's conflict copies: `name (Host's conflicted copy 2025-10-23).json`.
+/// True for the conflict copies of the sync engines a store lives in:
+/// Dropbox and Nextcloud/ownCloud `name (Host's conflicted copy 2025-10-23).json`,
+/// Syncthing `name.sync-conflict-20251023-101010-DEVICEID.json`, ownCloud's older
+/// `name_conflict-20251023-101010.json`, and `name (conflict 2025-10-23 101010).json`.
 pub fn is_conflict_copy(name: &str) -> bool {
-    name.contains("conflicted copy") || name.contains("Conflicted copy")
+    let lower = name.to_ascii_lowercase();
+    lower.contains("conflicted copy")
+        || lower.contains(".sync-conflict-")
+        || lower.contains("_conflict-")
+        || lower.contains(" (conflict ")
+        || lower.contains("(conflict)")
 }
 
-/// True for names a scanner must never treat as documents: dot-files (our temp files and
-/// Dropbox's), editor and partial files, anything not ending in `.json`.
+/// True for names a scanner must never treat as documents: dot-files (our temp files,
+/// Syncthing's `.syncthing.*.tmp`, Dropbox's `.dropbox.cache`), editor and partial files
+/// (`~*.tmp`, `*.part`, Nextcloud's `*.json.~ABC`), anything not ending in `.json`.
 pub fn is_ignored(name: &str) -> bool {
     name.starts_with('.') || name.starts_with('~') || !name.ends_with(".json")
 }
@@ -118,5 +127,31 @@ mod tests {
                 .documents
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn conflict_copies_and_partial_files_of_each_engine_are_recognised() {
+        for c in [
+            "m1 (chenry's conflicted copy 2025-10-23).json",
+            "m1 (Conflicted copy 2025-10-23 101010).json",
+            "m1.sync-conflict-20251023-101010-ABCDEFG.json",
+            "m1_conflict-20251023-101010.json",
+            "m1 (conflict 2025-10-23 101010).json",
+        ] {
+            assert!(is_conflict_copy(c), "{c}");
+            assert!(!is_ignored(c), "{c} must be seen to be set aside");
+        }
+        for p in [
+            ".syncthing.m1.json.tmp",
+            "~m1.json.tmp",
+            ".dropbox.cache",
+            "m1.json.part",
+            "m1.json.~2f3a",
+        ] {
+            assert!(is_ignored(p), "{p}");
+        }
+        for d in ["m1.json", "job-conflict.json", "conflicts.json"] {
+            assert!(!is_conflict_copy(d) && !is_ignored(d), "{d}");
+        }
     }
 }

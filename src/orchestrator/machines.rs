@@ -1,0 +1,134 @@
+//! orchestratord's part in many machines (issue 13): its heartbeat
+//! (`machines/<host>/orchestratord.json`), failing the running jobs of machines that stopped
+//! reporting (in every queue, while it holds the store lock), and telling when a machine
+//! goes stale or comes back (a D-Bus signal through the front end, an event line).
+
+use super::service::Shared;
+use crate::model::Timestamp;
+use crate::store::machines::Heartbeat;
+use crate::store::{Event, Record, Store, hostname};
+use std::collections::BTreeMap;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// A machine that went stale or came back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MachineChange {
+    /// Its host name.
+    pub host: String,
+    /// True: it went stale; false: it reports again.
+    pub stale: bool,
+    /// Its last heartbeat.
+    pub last_seen: String,
+}
+
+/// The daemon's heartbeat and what it last knew of each machine.
+#[derive(Debug)]
+pub struct MachineWatch {
+    beat: Heartbeat,
+    every: Duration,
+    next: Instant,
+    /// Host → stale, as last seen.
+    known: BTreeMap<String, bool>,
+}
+
+impl MachineWatch {
+    /// A watch for `store`, its first beat due now.
+    pub fn new(store: &Store) -> MachineWatch {
+        let every = store.config().machines.heartbeat();
+        MachineWatch {
+            beat: Heartbeat::new(super::DAEMON, None, every.as_secs()),
+            every,
+            next: Instant::now(),
+            known: BTreeMap::new(),
+        }
+    }
+
+    /// Time until the next beat.
+    pub fn due_in(&self) -> Duration {
+        self.next.saturating_duration_since(Instant::now())
+    }
+
+    /// The hosts stale now, sorted.
+    pub fn stale_hosts(&self) -> Vec<String> {
+        self.known
+            .iter()
+            .filter(|(_, s)| **s)
+            .map(|(h, _)| h.clone())
+            .collect()
+    }
+
+    /// Writes the last heartbeat, marked stopped.
+    pub fn stop(&mut self, store: &Store) {
+        self.beat.last_seen = Timestamp::now();
+        self.beat.stopped = true;
+        if let Err(e) = store.write_heartbeat(&self.beat) {
+            tracing::warn!("cannot write the heartbeat: {e}");
+        }
+    }
+}
+
+/// One beat when due: the heartbeat, then (holding the store lock) the jobs of silent
+/// machines are failed, and the machines whose state changed are returned.
+pub fn beat(shared: &Shared, holds_lock: bool) -> Vec<MachineChange> {
+    let store = &shared.store;
+    let mut watch = shared.machines.lock().unwrap_or_else(|e| e.into_inner());
+    if watch.due_in() > Duration::ZERO {
+        return Vec::new();
+    }
+    watch.next = Instant::now() + watch.every;
+    watch.beat.last_seen = Timestamp::now();
+    if let Err(e) = store.write_heartbeat(&watch.beat) {
+        tracing::warn!("cannot write the heartbeat: {e}");
+    }
+    let machines = store.machines();
+    for p in &machines.problems {
+        tracing::warn!("machines: {p}");
+    }
+    let me = hostname();
+    if holds_lock {
+        for q in store.queue_ids().unwrap_or_default() {
+            store.fail_lost_jobs(&q, &me, &machines);
+        }
+    }
+    let now = Timestamp::now();
+    let after = store.config().machines.stale_after_seconds;
+    let mut changes = Vec::new();
+    for m in &machines.machines {
+        let stale = m.is_stale(&now, after) && !m.all_stopped();
+        let was = watch.known.insert(m.host.clone(), stale).unwrap_or(false);
+        if was == stale {
+            continue;
+        }
+        let last_seen = m.last_seen.to_string();
+        let text = if stale {
+            format!(
+                "machine {} stopped reporting at {last_seen} (silent for {} s)",
+                m.host,
+                m.silent_for(&now)
+            )
+        } else {
+            format!("machine {} reports again (last seen {last_seen})", m.host)
+        };
+        if holds_lock {
+            store.record(Record::warn(
+                Event::new(
+                    super::DAEMON,
+                    if stale {
+                        "machine_stale"
+                    } else {
+                        "machine_back"
+                    },
+                )
+                .detail(format!("{} {last_seen}", m.host)),
+                text,
+            ));
+        }
+        changes.push(MachineChange {
+            host: m.host.clone(),
+            stale,
+            last_seen,
+        });
+    }
+    changes
+}

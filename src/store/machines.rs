@@ -1,0 +1,371 @@
+//! Machine heartbeats (DESIGN §8, issue 13): which machines serve the store and when each
+//! was last heard from, and the end of jobs whose machine stopped reporting.
+//!
+//! Each daemon writes its own file, `machines/<host>/<daemon>.json` (`orchestratord.json`,
+//! `queue-manager.<queue>.json`), atomically every `machines.heartbeat_seconds`: no file has
+//! two writers, so a sync engine never makes a conflict copy of one. Readers merge a host's
+//! files into one [`Machine`]. The store's contents are hostile: a file that is a link, too
+//! large, unparseable, or that claims another host is reported in [`Machines::problems`] and
+//! skipped; nothing in it is trusted for a path.
+
+use super::{Event, Record, Store, StoreError, check_id, safe, scan_dir, write_json_atomic};
+use crate::model::{DocKind, Job, JobStatus, Timestamp};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// A heartbeat file larger than this is refused (a real one is a few hundred bytes).
+pub const MAX_HEARTBEAT_BYTES: u64 = 64 * 1024;
+
+/// The text a job failed for its machine's silence carries: `Machine <host> stopped
+/// reporting at <time>`.
+pub fn machine_lost_error(host: &str, last_seen: &Timestamp) -> String {
+    format!("Machine {host} stopped reporting at {last_seen}")
+}
+
+/// True for an error written by [`machine_lost_error`].
+pub fn is_machine_lost_error(error: &str) -> bool {
+    error.starts_with("Machine ") && error.contains(" stopped reporting at ")
+}
+
+/// One daemon's heartbeat: `machines/<host>/<daemon>.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Heartbeat {
+    /// The machine (its host name, or `AGENTSTORE_HOSTNAME`).
+    pub host: String,
+    /// `orchestratord` or `queue-manager`.
+    pub daemon: String,
+    /// The queue a queue manager serves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    /// The daemon's PID on that host.
+    pub pid: u32,
+    /// The machine's boot id (a new one means it rebooted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
+    /// The agentstore version the daemon runs.
+    pub version: String,
+    /// When the daemon started.
+    pub started: Timestamp,
+    /// The writer's clock when it wrote this file.
+    pub last_seen: Timestamp,
+    /// How often it writes.
+    pub interval_seconds: u64,
+    /// Set by the last write of a daemon that stopped cleanly (an idle exit, a stop).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stopped: bool,
+}
+
+impl Heartbeat {
+    /// A heartbeat of `daemon` (serving `queue`, if any) on this host, now.
+    pub fn new(daemon: &str, queue: Option<&str>, interval_seconds: u64) -> Heartbeat {
+        let now = Timestamp::now();
+        Heartbeat {
+            host: super::hostname(),
+            daemon: daemon.to_string(),
+            queue: queue.map(str::to_string),
+            pid: std::process::id(),
+            boot_id: boot_id(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            started: now,
+            last_seen: now,
+            interval_seconds,
+            stopped: false,
+        }
+    }
+
+    /// The file name of this daemon's heartbeat.
+    fn file_name(&self) -> String {
+        match &self.queue {
+            Some(q) => format!("{}.{q}.json", self.daemon),
+            None => format!("{}.json", self.daemon),
+        }
+    }
+}
+
+/// This machine's boot id.
+pub fn boot_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+/// One machine, merged from its daemons' heartbeats.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Machine {
+    /// Host name.
+    pub host: String,
+    /// The latest heartbeat of any of its daemons.
+    pub last_seen: Timestamp,
+    /// Boot id of the latest heartbeat.
+    pub boot_id: Option<String>,
+    /// Versions its daemons run.
+    pub versions: Vec<String>,
+    /// Queues its queue managers serve.
+    pub queues: Vec<String>,
+    /// Each daemon's heartbeat, by file name.
+    pub daemons: Vec<Heartbeat>,
+}
+
+impl Machine {
+    /// Seconds since its last heartbeat, by `now` (0 for a clock ahead of ours).
+    pub fn silent_for(&self, now: &Timestamp) -> u64 {
+        self.last_seen.seconds_until(now).max(0.0) as u64
+    }
+
+    /// True when no daemon of it has written for more than `after` seconds.
+    pub fn is_stale(&self, now: &Timestamp, after: u64) -> bool {
+        self.silent_for(now) > after
+    }
+
+    /// True when every daemon's last heartbeat says it stopped cleanly.
+    pub fn all_stopped(&self) -> bool {
+        self.daemons.iter().all(|d| d.stopped)
+    }
+}
+
+/// All machines, and what could not be read.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Machines {
+    /// By host name.
+    pub machines: Vec<Machine>,
+    /// Files or folders skipped, each with why (named relative to the store).
+    pub problems: Vec<String>,
+}
+
+impl Machines {
+    /// The machine `host`, if it ever reported.
+    pub fn get(&self, host: &str) -> Option<&Machine> {
+        self.machines.iter().find(|m| m.host == host)
+    }
+}
+
+/// A job failed because its machine stopped reporting.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LostJob {
+    /// The job.
+    pub id: String,
+    /// Its machine.
+    pub host: String,
+    /// The error it was failed with.
+    pub error: String,
+}
+
+impl Store {
+    /// `machines/`.
+    pub fn machines_dir(&self) -> PathBuf {
+        self.root.join("machines")
+    }
+
+    /// Writes `hb` as `machines/<host>/<file>` atomically. A host or queue name that is no
+    /// safe file name is refused.
+    pub fn write_heartbeat(&self, hb: &Heartbeat) -> super::Result<PathBuf> {
+        check_id("host", &hb.host)?;
+        check_id("daemon", &hb.daemon)?;
+        if let Some(q) = &hb.queue {
+            check_id("queue", q)?;
+        }
+        let dir = self.machines_dir().join(&hb.host);
+        safe::create_dir_all(&dir).map_err(|source| StoreError::Io {
+            path: dir.clone(),
+            source,
+        })?;
+        let path = dir.join(hb.file_name());
+        write_json_atomic(&path, hb).map_err(|source| StoreError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(path)
+    }
+
+    /// Reads every machine's heartbeats. Never fails: what cannot be read is reported.
+    pub fn machines(&self) -> Machines {
+        let mut out = Machines::default();
+        let dir = self.machines_dir();
+        let entries = match safe::list_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return out,
+            Err(e) => {
+                out.problems
+                    .push(format!("{}: {e}", self.relative(&dir).display()));
+                return out;
+            }
+        };
+        let mut hosts: BTreeMap<String, Vec<Heartbeat>> = BTreeMap::new();
+        for entry in entries {
+            let name = entry.name.to_string_lossy().to_string();
+            if name.starts_with('.') {
+                continue; // temp files, sync engines' own files
+            }
+            let path = dir.join(&name);
+            let rel = self.relative(&path).display().to_string();
+            if entry.kind != safe::EntryKind::Dir {
+                out.problems
+                    .push(format!("{rel}: not a folder of heartbeats; skipped"));
+                continue;
+            }
+            if check_id("host", &name).is_err() {
+                out.problems
+                    .push(format!("{rel}: not a valid host name; skipped"));
+                continue;
+            }
+            let scan = match scan_dir(&path) {
+                Ok(s) => s,
+                Err(e) => {
+                    out.problems.push(format!("{rel}: {e}"));
+                    continue;
+                }
+            };
+            for p in scan.refused.iter() {
+                out.problems.push(format!(
+                    "{}: a link or special file; skipped",
+                    self.relative(p).display()
+                ));
+            }
+            for p in scan.conflicts.iter() {
+                out.problems.push(format!(
+                    "{}: a sync engine's conflict copy; skipped",
+                    self.relative(p).display()
+                ));
+            }
+            for p in scan.documents {
+                match read_heartbeat(&p) {
+                    Ok(hb) if hb.host == name => hosts.entry(name.clone()).or_default().push(hb),
+                    Ok(hb) => out.problems.push(format!(
+                        "{}: claims host {:?} inside the folder of {name}; skipped",
+                        self.relative(&p).display(),
+                        hb.host
+                    )),
+                    Err(e) => out
+                        .problems
+                        .push(format!("{}: {e}; skipped", self.relative(&p).display())),
+                }
+            }
+        }
+        for (host, mut daemons) in hosts {
+            daemons.sort_by_key(Heartbeat::file_name);
+            let Some(latest) = daemons.iter().max_by(|a, b| a.last_seen.cmp(&b.last_seen)) else {
+                continue;
+            };
+            let mut queues: Vec<String> = daemons.iter().filter_map(|d| d.queue.clone()).collect();
+            queues.sort();
+            queues.dedup();
+            let mut versions: Vec<String> = daemons.iter().map(|d| d.version.clone()).collect();
+            versions.sort();
+            versions.dedup();
+            out.machines.push(Machine {
+                host,
+                last_seen: latest.last_seen,
+                boot_id: latest.boot_id.clone(),
+                versions,
+                queues,
+                daemons,
+            });
+        }
+        out
+    }
+
+    /// Fails the jobs in `Queues/<queue>/Jobs/running_jobs/` whose machine (the job's
+    /// `runtime.host`, never `me`) has been silent for more than
+    /// `machines.lost_job_grace_seconds`, with [`machine_lost_error`]. A machine that never
+    /// reported is not judged. Safe to run from several processes and machines at once: the
+    /// job is claimed by one rename into `failed_jobs/` (the loser finds it gone), then
+    /// written there.
+    pub fn fail_lost_jobs(&self, queue: &str, me: &str, machines: &Machines) -> Vec<LostJob> {
+        let grace = self.config.machines.lost_job_grace_seconds;
+        let now = Timestamp::now();
+        let dir = self.jobs_dir(queue, JobStatus::Running);
+        let Ok(scan) = scan_dir(&dir) else {
+            return Vec::new();
+        };
+        let mut lost = Vec::new();
+        for path in scan.documents {
+            let Some(id) = super::file_id(&path).map(str::to_string) else {
+                continue;
+            };
+            let Ok(job) = self.read_doc::<Job>(DocKind::Job, &path) else {
+                continue;
+            };
+            let Some(host) = job.runtime.host.clone().filter(|h| h != me) else {
+                continue;
+            };
+            let Some(m) = machines.get(&host) else {
+                continue;
+            };
+            if !m.is_stale(&now, grace) {
+                continue;
+            }
+            let error = machine_lost_error(&host, &m.last_seen);
+            match self.claim_lost(queue, &id, &error) {
+                Ok(true) => {
+                    self.record(Record::warn(
+                        Event::new("agentstore", "job_failed")
+                            .job(&id)
+                            .queue(queue)
+                            .detail(&error),
+                        format!("job {id} failed: {error}"),
+                    ));
+                    lost.push(LostJob { id, host, error });
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!(job_id = %id, queue, "cannot fail lost job: {e}"),
+            }
+        }
+        lost
+    }
+
+    /// Moves running `id` into `failed_jobs/` (false if another process did first), then
+    /// writes the failure into it.
+    fn claim_lost(&self, queue: &str, id: &str, error: &str) -> super::Result<bool> {
+        let src = self.job_path(queue, JobStatus::Running, id);
+        let dst = self.job_path(queue, JobStatus::Failed, id);
+        match super::move_no_replace(&src, &dst) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(source) => return Err(StoreError::Io { path: dst, source }),
+        }
+        let bytes = super::read_limited(&dst)?;
+        match self.parse_doc::<Job>(DocKind::Job, &dst, &bytes) {
+            Ok(mut job) => {
+                super::jobfile::set_failed(&mut job, error);
+                match self.write_doc(DocKind::Job, &dst, &job) {
+                    Ok(()) => {}
+                    Err(StoreError::Invalid { .. }) => {
+                        write_json_atomic(&dst, &job).map_err(|source| StoreError::Io {
+                            path: dst.clone(),
+                            source,
+                        })?
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            Err(_) => super::jobfile::rewrite_failed_raw(&dst, &bytes, error)?,
+        }
+        Ok(true)
+    }
+}
+
+/// Reads one heartbeat file: a regular file (no link followed), at most
+/// [`MAX_HEARTBEAT_BYTES`], strict JSON of [`Heartbeat`].
+fn read_heartbeat(path: &Path) -> Result<Heartbeat, String> {
+    let f = safe::open_read(path).map_err(|e| e.to_string())?;
+    let len = f.metadata().map_err(|e| e.to_string())?.len();
+    if len > MAX_HEARTBEAT_BYTES {
+        return Err(format!(
+            "{len} bytes, more than a heartbeat's limit of {MAX_HEARTBEAT_BYTES}"
+        ));
+    }
+    let mut bytes = Vec::new();
+    f.take(MAX_HEARTBEAT_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    if bytes.len() as u64 > MAX_HEARTBEAT_BYTES {
+        return Err(format!(
+            "more than a heartbeat's limit of {MAX_HEARTBEAT_BYTES} bytes"
+        ));
+    }
+    serde_json::from_slice(&bytes).map_err(|e| format!("not a heartbeat: {e}"))
+}

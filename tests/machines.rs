@@ -1,0 +1,463 @@
+//! Many machines on one store (issue 13): heartbeats under `machines/`, `list-machines` /
+//! `view-machine`, hostile heartbeat files, the running jobs of a machine that stopped
+//! reporting failed by another process (never while its heartbeat is fresh), and the silent
+//! machine stopping its worker when it comes back. Two "machines" are two real
+//! `queue-manager` processes with different `AGENTSTORE_HOSTNAME`s on one store.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "support/claude_env.rs"]
+mod claude_env;
+#[path = "support/queue_env.rs"]
+mod queue_env;
+
+use queue_env::*;
+use serde_json::{Value, json};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Kills the child on drop (and continues it first, in case the test stopped it).
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT);
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Proc {
+    fn signal(&self, s: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0.id() as i32), s).unwrap();
+    }
+}
+
+/// Fast heartbeats: a beat a second, stale after 2 s, jobs failed after 6 s of silence.
+fn fast_machines(root: &Path) {
+    let cfg = root.join("config.yaml");
+    let mut text = std::fs::read_to_string(&cfg).unwrap();
+    text.push_str(
+        "machines:\n  heartbeat_seconds: 1\n  stale_after_seconds: 2\n  lost_job_grace_seconds: 6\n",
+    );
+    std::fs::write(&cfg, text).unwrap();
+}
+
+/// `queue-manager` for `env`'s queue as machine `host` (no bus, the direct launcher).
+fn manager(env: &QueueEnv, host: &str) -> Proc {
+    Proc(
+        Command::new(env!("CARGO_BIN_EXE_queue-manager"))
+            .args([
+                "--queue",
+                &env.queue,
+                "--bus",
+                "none",
+                "--launcher",
+                "direct",
+            ])
+            .args(["--idle-exit", "0", "--root"])
+            .arg(&env.root)
+            .env("AGENTSTORE_HOSTNAME", host)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+fn cli(env: &QueueEnv, host: &str, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+        .args(args)
+        .arg("--root")
+        .arg(&env.root)
+        .args(["--bus", "none"])
+        .env("HOME", env.dir.path())
+        .env("AGENTSTORE_HOSTNAME", host)
+        .output()
+        .unwrap()
+}
+
+fn machines_json(env: &QueueEnv) -> Value {
+    let o = cli(env, "alpha", &["list-machines", "--format", "json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+fn machine<'a>(list: &'a Value, host: &str) -> &'a Value {
+    list["machines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["host"] == host)
+        .unwrap_or_else(|| panic!("no machine {host} in {list:#}"))
+}
+
+fn wait(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let end = Instant::now() + limit;
+    while !cond() {
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn events(root: &Path) -> Vec<Value> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(root.join("logs")).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        if name.starts_with("events-") && name.ends_with(".jsonl") {
+            for l in std::fs::read_to_string(&p).unwrap().lines() {
+                out.push(serde_json::from_str(l).unwrap());
+            }
+        }
+    }
+    out
+}
+
+fn pid_alive(pid: i32) -> bool {
+    // A zombie is not alive: read its state.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            s.rsplit_once(')')
+                .is_some_and(|(_, r)| !r.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn a_silent_machines_job_is_failed_by_the_other_and_stopped_when_it_returns() {
+    let env = QueueEnv::new(1);
+    fast_machines(&env.root);
+    let beta = manager(&env, "beta");
+    env.queue_job("j1", &noop(120.0));
+    wait(Duration::from_secs(30), "j1 running on beta", || {
+        env.job_file("running", "j1").exists()
+            && env.job("running", "j1")["runtime"]["process_id"].is_number()
+    });
+    assert_eq!(env.job("running", "j1")["runtime"]["host"], "beta");
+    let worker = env.job("running", "j1")["runtime"]["process_id"]
+        .as_i64()
+        .unwrap() as i32;
+    let _alpha = manager(&env, "alpha");
+    wait(Duration::from_secs(20), "both machines reporting", || {
+        let l = machines_json(&env);
+        l["machines"].as_array().unwrap().len() == 2
+    });
+    let l = machines_json(&env);
+    assert_eq!(machine(&l, "beta")["state"], "ok");
+    assert_eq!(machine(&l, "beta")["queues"], json!(["q1"]));
+    assert_eq!(machine(&l, "alpha")["daemons"], json!(["queue-manager@q1"]));
+
+    // Never while the host reports: well past the grace, the job still runs.
+    std::thread::sleep(Duration::from_secs(8));
+    assert!(
+        env.job_file("running", "j1").exists(),
+        "a live machine's job was failed"
+    );
+
+    // beta goes silent (a partition, a suspended laptop): its manager stops, its worker runs.
+    beta.signal(nix::sys::signal::Signal::SIGSTOP);
+    let silent_at = Instant::now();
+    wait(Duration::from_secs(10), "beta shown stale", || {
+        machine(&machines_json(&env), "beta")["stale"] == true
+    });
+    let text = String::from_utf8(cli(&env, "alpha", &["list-machines"]).stdout).unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("beta") && l.contains("stale for ")),
+        "{text}"
+    );
+    assert!(
+        env.job_file("running", "j1").exists(),
+        "failed before the grace"
+    );
+    wait(Duration::from_secs(30), "j1 failed by alpha", || {
+        events(&env.root)
+            .iter()
+            .any(|e| e["event"] == "job_failed" && e["job_id"] == "j1")
+    });
+    assert!(
+        silent_at.elapsed() >= Duration::from_secs(6),
+        "failed within the grace"
+    );
+    let failed = env.job("failed", "j1");
+    let error = failed["runtime"]["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("Machine beta stopped reporting at 20"),
+        "{error}"
+    );
+    assert_eq!(failed["runtime"]["status"], "failed");
+    assert!(!env.job_file("running", "j1").exists());
+    let ev = events(&env.root);
+    assert!(
+        ev.iter().any(|e| e["event"] == "job_failed"
+            && e["job_id"] == "j1"
+            && e["host"] == "alpha"
+            && e["detail"] == error),
+        "{ev:#?}"
+    );
+    assert!(
+        pid_alive(worker),
+        "the worker should still run while beta is silent"
+    );
+
+    // beta comes back: it finds its job failed, stops the worker and says why.
+    beta.signal(nix::sys::signal::Signal::SIGCONT);
+    wait(Duration::from_secs(20), "beta's worker stopped", || {
+        !pid_alive(worker)
+    });
+    wait(Duration::from_secs(10), "the stop recorded", || {
+        events(&env.root)
+            .iter()
+            .any(|e| e["event"] == "job_stopped" && e["job_id"] == "j1" && e["host"] == "beta")
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    // The job ended once: still failed with the machine's message, nowhere else.
+    assert_eq!(env.job("failed", "j1")["runtime"]["error"], error);
+    for s in ["queued", "running", "finished"] {
+        assert!(!env.job_file(s, "j1").exists(), "j1 reappeared in {s}");
+    }
+    assert_eq!(env.count("failed"), 1);
+    assert_eq!(machine(&machines_json(&env), "beta")["state"], "ok");
+}
+
+#[test]
+fn a_machine_that_never_reported_is_not_judged_lost() {
+    let env = QueueEnv::new(1);
+    fast_machines(&env.root);
+    let store = env.store();
+    // A running job of a host with no heartbeat at all (an older version, a manual file).
+    let mut j = noop(1.0);
+    j["runtime"]["status"] = json!("running");
+    j["runtime"]["host"] = json!("oldhost");
+    j["runtime"]["start_time"] = json!("2020-01-01T00:00:00Z");
+    agentstore::store::write_json_atomic(&env.job_file("running", "j2"), &j).unwrap();
+    let _alpha = manager(&env, "alpha");
+    wait(Duration::from_secs(20), "alpha reporting", || {
+        store.machines().get("alpha").is_some()
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(env.job_file("running", "j2").exists());
+    assert!(store.machines().get("oldhost").is_none());
+}
+
+#[test]
+fn hostile_heartbeat_files_are_reported_and_skipped() {
+    let env = QueueEnv::new(1);
+    let m = env.root.join("machines");
+    std::fs::create_dir_all(m.join("good")).unwrap();
+    let now = agentstore::model::Timestamp::now().to_string();
+    let beat = |host: &str| {
+        json!({"host": host, "daemon": "orchestratord", "pid": 7, "version": "0.1.0",
+               "started": now, "last_seen": now, "interval_seconds": 30})
+    };
+    std::fs::write(m.join("good/orchestratord.json"), beat("good").to_string()).unwrap();
+    // Malformed, huge, a link, a claim to be another host, a linked host folder, a file
+    // where a folder should be, an unknown field.
+    std::fs::write(m.join("good/queue-manager.q1.json"), "{not json").unwrap();
+    std::fs::write(m.join("good/big.json"), vec![b' '; 200_000]).unwrap();
+    let secret = env.dir.path().join("secret.json");
+    std::fs::write(&secret, beat("good").to_string()).unwrap();
+    std::os::unix::fs::symlink(&secret, m.join("good/linked.json")).unwrap();
+    std::fs::write(m.join("good/liar.json"), beat("other").to_string()).unwrap();
+    let mut extra = beat("good");
+    extra["surprise"] = json!(1);
+    std::fs::write(m.join("good/extra.json"), extra.to_string()).unwrap();
+    std::fs::create_dir_all(env.dir.path().join("elsewhere")).unwrap();
+    std::os::unix::fs::symlink(env.dir.path().join("elsewhere"), m.join("evil")).unwrap();
+    std::fs::write(m.join("flat.json"), beat("flat").to_string()).unwrap();
+
+    let o = cli(&env, "alpha", &["list-machines"]);
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert!(o.status.success(), "{err}");
+    assert!(out.lines().any(|l| l.starts_with("good")), "{out}");
+    assert!(
+        !out.contains("evil") && !out.contains("flat") && !out.contains("other"),
+        "{out}"
+    );
+    for (file, why) in [
+        ("machines/good/queue-manager.q1.json", "not a heartbeat"),
+        ("machines/good/big.json", "limit"),
+        ("machines/good/linked.json", "link"),
+        ("machines/good/liar.json", "claims host \"other\""),
+        ("machines/good/extra.json", "surprise"),
+        ("machines/evil", "not a folder"),
+        ("machines/flat.json", "not a folder"),
+    ] {
+        assert!(
+            err.lines().any(|l| l.contains(file) && l.contains(why)),
+            "no warning naming {file} ({why}) in:\n{err}"
+        );
+    }
+    let j = machines_json(&env);
+    assert_eq!(j["machines"].as_array().unwrap().len(), 1);
+    assert_eq!(j["problems"].as_array().unwrap().len(), 7, "{j:#}");
+    // view-machine: the good one, and a clear error for one that never reported.
+    let o = cli(&env, "alpha", &["view-machine", "good", "--format", "json"]);
+    assert!(o.status.success());
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["host"], "good");
+    assert_eq!(v["heartbeats"][0]["daemon"], "orchestratord");
+    let o = cli(&env, "alpha", &["view-machine", "nobody"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("machine nobody has never reported"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // The secret behind the link was never touched.
+    assert_eq!(
+        std::fs::read_to_string(&secret).unwrap(),
+        beat("good").to_string()
+    );
+}
+
+/// Writes a heartbeat of `host`'s queue manager for q1, last seen now.
+fn beat_now(root: &Path, host: &str) {
+    let now = agentstore::model::Timestamp::now().to_string();
+    let dir = root.join("machines").join(host);
+    std::fs::create_dir_all(&dir).unwrap();
+    agentstore::store::write_json_atomic(
+        &dir.join("queue-manager.q1.json"),
+        &json!({"host": host, "daemon": "queue-manager", "queue": "q1", "pid": 1,
+                "version": "0.1.0", "started": now, "last_seen": now, "interval_seconds": 1}),
+    )
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orchestratord_signals_stale_machines_and_fails_their_jobs() {
+    use futures_util::StreamExt;
+    guarded(async {
+        let bus = PrivateBus::start();
+        let env = QueueEnv::new(1);
+        fast_machines(&env.root);
+        beat_now(&env.root, "ghost");
+        let mut j = noop(1.0);
+        j["runtime"]["status"] = json!("running");
+        j["runtime"]["host"] = json!("ghost");
+        agentstore::store::write_json_atomic(&env.job_file("running", "j3"), &j).unwrap();
+        let conn = bus.connect().await;
+        // Uncached: each read asks the daemon, whose state changes before its signal.
+        let proxy = agentstore::bus::orchestrator::Orchestrator1Proxy::builder(&conn)
+            .cache_properties(zbus::proxy::CacheProperties::No)
+            .build()
+            .await
+            .unwrap();
+        let mut changes = proxy.receive_machine_state_changed().await.unwrap();
+        let started = Instant::now();
+        let _d = Proc(
+            Command::new(env!("CARGO_BIN_EXE_orchestratord"))
+                .args(["--bus", "session", "--idle-exit", "0", "--root"])
+                .arg(&env.root)
+                .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
+                .env("AGENTSTORE_HOSTNAME", "alpha")
+                .env("RUST_LOG", "warn")
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let s = changes.next().await.unwrap();
+        let a = s.args().unwrap();
+        assert_eq!((a.host, a.stale), ("ghost", true));
+        assert!(
+            started.elapsed() >= Duration::from_secs(2),
+            "stale too early"
+        );
+        assert_eq!(
+            proxy.stale_machines().await.unwrap(),
+            vec!["ghost".to_string()]
+        );
+        assert!(
+            env.job_file("running", "j3").exists(),
+            "failed before the grace"
+        );
+        let root = env.root.clone();
+        tokio::task::spawn_blocking(move || {
+            wait(
+                Duration::from_secs(30),
+                "j3 failed by orchestratord",
+                || {
+                    events(&root).iter().any(|e| {
+                        e["event"] == "job_failed" && e["job_id"] == "j3" && e["host"] == "alpha"
+                    })
+                },
+            )
+        })
+        .await
+        .unwrap();
+        let failed = env.job("failed", "j3");
+        assert!(
+            failed["runtime"]["error"]
+                .as_str()
+                .unwrap()
+                .starts_with("Machine ghost stopped reporting at "),
+            "{failed:#}"
+        );
+        assert!(
+            events(&env.root)
+                .iter()
+                .any(|e| e["event"] == "machine_stale")
+        );
+        // ghost reports again: the signal says so and the property empties.
+        beat_now(&env.root, "ghost");
+        let s = changes.next().await.unwrap();
+        let a = s.args().unwrap();
+        assert_eq!((a.host, a.stale), ("ghost", false));
+        assert!(proxy.stale_machines().await.unwrap().is_empty());
+        // orchestratord's own heartbeat is there, as alpha's.
+        let m = env.store().machines();
+        assert_eq!(m.get("alpha").unwrap().daemons[0].daemon, "orchestratord");
+    })
+    .await
+}
+
+#[test]
+fn sync_engine_conflict_copies_in_the_inbox_are_set_aside_not_answered() {
+    let env = QueueEnv::new(1);
+    let store = env.store();
+    let msg = |cid: &str| {
+        json!({"correlation_id": cid, "source": "user", "user": "chenry",
+               "queue_time": "2025-10-25T10:00:00Z", "processed_time": null,
+               "command": "list-queues", "content": {}, "status": "queued", "error": null})
+        .to_string()
+    };
+    let inbox = store.inbox();
+    std::fs::write(inbox.join("m1.json"), msg("m1")).unwrap();
+    let copies = [
+        "m1.sync-conflict-20251023-101010-ABCDEFG.json",
+        "m1_conflict-20251023-101010.json",
+        "m1 (conflict 2025-10-23 101010).json",
+    ];
+    for c in copies {
+        std::fs::write(inbox.join(c), msg(&format!("copy-{}", c.len()))).unwrap();
+    }
+    // Partial files of the engines are left alone.
+    std::fs::write(inbox.join(".syncthing.m2.json.tmp"), "{\"half").unwrap();
+    std::fs::write(inbox.join("m3.json.part"), "{\"half").unwrap();
+    let out = agentstore::orchestrator::process_inbox(&store, 50).unwrap();
+    let answered = out
+        .iter()
+        .filter(|o| matches!(o, agentstore::orchestrator::FileOutcome::Answered(_)))
+        .count();
+    assert_eq!(answered, 1, "{out:?}");
+    let outbox: Vec<_> = std::fs::read_dir(store.outbox())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .filter(|n| n.ends_with(".json"))
+        .collect();
+    assert_eq!(outbox, vec!["m1.json".to_string()]);
+    for c in copies {
+        assert!(
+            env.root.join("conflicts/messaging-inbox").join(c).exists(),
+            "{c} not set aside"
+        );
+    }
+    assert!(inbox.join(".syncthing.m2.json.tmp").exists());
+    assert!(inbox.join("m3.json.part").exists());
+}
