@@ -336,3 +336,63 @@ async fn list_jobs_pages_are_complete_filtered_and_bounded() {
     })
     .await;
 }
+
+fn vm_rss_mib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    kib / 1024
+}
+
+/// A one-string `list-jobs` over more jobs than one answer may carry is refused, and the
+/// daemon does not keep what it read on the way (it kept ~140 MiB at 100,000 jobs: the
+/// documents read up to the 16 MiB bound, never given back); a slice of the same listing
+/// is still answered in full, oldest first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_one_string_listing_gives_its_memory_back() {
+    guarded(async {
+        let bus = PrivateBus::start();
+        let env = QueueEnv::new(1);
+        let home = env.dir.path().join("home");
+        std::fs::create_dir_all(&home).unwrap();
+        let dir = env.root.join("Queues/q1/Jobs/queued_jobs");
+        std::fs::create_dir_all(&dir).unwrap();
+        let n = 50_000u32;
+        for i in 0..n {
+            let mut j = job("noop", json!({"task_description": "a job among many",
+                "queue_time": format!("2025-01-{:02}T{:02}:{:02}:{:02}Z", 1 + i / 86400, i / 3600 % 24, i / 60 % 60, i % 60)}));
+            j["runtime"]["status"] = json!("queued");
+            std::fs::write(dir.join(format!("job-{i:06}.json")), j.to_string()).unwrap();
+        }
+        let d = orchestratord_on(&bus, &env.root, &home);
+        let conn = bus.connect().await;
+        let p = orchestrator_proxy(&conn).await;
+        // A first small listing builds the daemon's view of the store.
+        let slice = json!({"command": "list-jobs", "content": {"offset": 10, "limit": 5}});
+        let answer: Value = serde_json::from_str(&p.submit(&slice.to_string()).await.unwrap()).unwrap();
+        let got: Vec<&str> = answer["content"]["result"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|j| j["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(got, ["job-000010", "job-000011", "job-000012", "job-000013", "job-000014"]);
+        let before = vm_rss_mib(d.0.id());
+        for _ in 0..2 {
+            let msg = json!({"command": "list-jobs", "content": {}}).to_string();
+            let err = p.submit(&msg).await.unwrap_err().to_string();
+            assert!(err.contains("ListJobs"), "{err}");
+        }
+        let after = vm_rss_mib(d.0.id());
+        assert!(
+            after <= before + 40,
+            "orchestratord kept {after} MiB after the refused listings ({before} MiB before)"
+        );
+        assert!(p.version().await.is_ok(), "the daemon keeps its name");
+    })
+    .await;
+}

@@ -46,6 +46,9 @@ impl OrchestratorObject {
     }
 }
 
+/// Answers longer than this are followed by giving freed memory back (malloc_trim).
+const BIG_ANSWER_BYTES: usize = 1 << 20;
+
 #[zbus::interface(name = "org.agentstore.Orchestrator1")]
 impl OrchestratorObject {
     /// Handles one message (a PRD §4.2 document as JSON) and returns the response document.
@@ -64,7 +67,7 @@ impl OrchestratorObject {
         self.shared.activity.fetch_add(1, Ordering::Relaxed);
         let uid = caller_uid(conn, &hdr).await?;
         let shared = self.shared.clone();
-        let outcome = self
+        let mut outcome = self
             .shared
             .run_blocking(move || service::submit(&shared, &message, uid))
             .await??;
@@ -84,15 +87,24 @@ impl OrchestratorObject {
         }
         let text = serde_json::to_string(&outcome.response)
             .map_err(|e| BusError::Failed(e.to_string()))?;
+        let command = std::mem::take(&mut outcome.response.command);
+        // A big answer (a long list-jobs) leaves many small freed blocks behind: give them
+        // back to the system rather than keep the peak for the daemon's lifetime.
+        let big = text.len() > BIG_ANSWER_BYTES;
+        drop(outcome.response);
         // An answer over the bus's message limit would be refused by the bus (and cost the
         // daemon its connection and its name): answer with an error that says what to do.
         if text.len() > super::listing::MAX_REPLY_BYTES {
+            let len = text.len();
+            drop(text);
+            crate::store::listing::release_memory();
             return Err(BusError::Failed(format!(
-                "the answer to {} is {} bytes, over the {} bytes one D-Bus reply may carry; list jobs page by page (ListJobs, as `orchestrator list-jobs` does) or narrow the request",
-                outcome.response.command,
-                text.len(),
+                "the answer to {command} is {len} bytes, over the {} bytes one D-Bus reply may carry; list jobs page by page (ListJobs, as `orchestrator list-jobs` does) or narrow the request",
                 super::listing::MAX_REPLY_BYTES
             )));
+        }
+        if big {
+            crate::store::listing::release_memory();
         }
         Ok(text)
     }
