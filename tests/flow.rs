@@ -4,6 +4,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+#[path = "support/claude_env.rs"]
+mod claude_env;
+#[path = "support/fake_anthropic.rs"]
+mod fake_anthropic;
 
 use common::TestEnv;
 use common::bus::{KillOnDrop, PrivateBus, wait_for_name, wait_until};
@@ -139,6 +143,27 @@ impl Flow {
             env!("CARGO_BIN_EXE_queue-manager"),
             &["--queue", "poplar", "--launcher", "direct"],
         );
+        wait_for_name(&self.bus, "org.agentstore.Queue.poplar");
+        d
+    }
+
+    /// The queue manager, its jobs running the real Claude Code CLI against the fake
+    /// Anthropic server at `base_url` (queue poplar's `claude_cli_path` set to it).
+    fn queue_manager_with_claude(&self, base_url: &str) -> KillOnDrop {
+        let claude = claude_env::require_claude();
+        self.ok(&[
+            "set-queue",
+            "poplar",
+            "--claude-cli-path",
+            claude.to_str().unwrap(),
+        ]);
+        let mut c = Command::new(env!("CARGO_BIN_EXE_queue-manager"));
+        self.scope(&mut c);
+        c.envs(claude_env::claude_env(&self.env.home, base_url))
+            .args(["--queue", "poplar", "--launcher", "direct"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        let d = KillOnDrop(c.spawn().unwrap());
         wait_for_name(&self.bus, "org.agentstore.Queue.poplar");
         d
     }
@@ -735,4 +760,142 @@ fn the_pipeline_feeds_each_step_from_the_one_before() {
             "{step} {id} not finished in {view}"
         );
     }
+}
+
+/// The pipeline with the REAL Claude Code CLI against the fake Anthropic server: each of the
+/// four steps runs its shipped command file (its text is in what the model saw), and each
+/// step's prompt carries what the step before it answered (research → PRD → tasks).
+#[test]
+fn the_pipeline_runs_the_real_claude_code_cli_at_every_step() {
+    let answers = [
+        "R1 research: the code keeps its data in sqlite",
+        "P2 PRD: make the queries fast with an index",
+        "T3 tasks: 1. add the index 2. test it",
+        "I4 implemented: index added",
+    ];
+    let server = fake_anthropic::FakeAnthropic::start(
+        answers
+            .iter()
+            .fold(fake_anthropic::Script::new(), |s, a| s.text(a)),
+    );
+    let f = Flow::new(1);
+    let _orch = f.orchestratord();
+    let _qm = f.queue_manager_with_claude(&server.base_url());
+    let out = f.ok(&["pipeline", "--project", "P", "--task", "Make queries fast"]);
+    let ids: Vec<String> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("Job queued: "))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(ids.len(), 4, "{out}");
+    for (id, answer) in ids.iter().zip(answers) {
+        let j = f.wait_state(id, "finished");
+        let output = j["runtime"]["output"].as_str().unwrap();
+        let result: Value = serde_json::from_str(output.trim()).unwrap();
+        assert_eq!(result["result"], answer, "{j}");
+        assert_eq!(result["is_error"], false, "{j}");
+    }
+    let loops: Vec<String> = server
+        .message_requests()
+        .into_iter()
+        .filter(|r| r.has_tools())
+        .map(|r| r.text())
+        .collect();
+    assert_eq!(loops.len(), 4, "one agent-loop request per step: {loops:#?}");
+    let commands = [
+        "code-researcher",
+        "prd-creator",
+        "task-creator",
+        "task-implementer",
+    ];
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("share/commands");
+    for (i, (cmd, prompt)) in commands.iter().zip(&loops).enumerate() {
+        let file = std::fs::read_to_string(dir.join(format!("{cmd}.md"))).unwrap();
+        let first = file
+            .lines()
+            .skip_while(|l| *l != "---")
+            .skip(1)
+            .skip_while(|l| *l != "---")
+            .nth(1)
+            .unwrap();
+        let first = first.split('$').next().unwrap().trim();
+        assert!(prompt.contains(first), "step {i} ({cmd}) did not get its command file: {prompt}");
+        assert!(prompt.contains("Make queries fast"), "step {i}: {prompt}");
+        if i > 0 {
+            let before = answers[i - 1];
+            assert!(
+                prompt.contains(before),
+                "step {i} ({cmd}) did not get the answer of the step before ({before:?}): {prompt}"
+            );
+        }
+    }
+    let view = f.ok(&["view-prd", &ids[1]]);
+    assert!(view.contains(answers[1]), "{view}");
+    assert!(view.contains("pipeline:"), "{view}");
+}
+
+/// `api_error` retries: a job that asks for them (`--retry-on api_error`) is tried again
+/// after the model API failed, and its second attempt finishes; a job with the default
+/// policy (every kind but api_error) is not.
+#[test]
+fn an_api_error_is_retried_only_when_asked() {
+    let server = fake_anthropic::FakeAnthropic::start(
+        fake_anthropic::Script::new()
+            .error(529, "overloaded_error", "Overloaded")
+            .text("second attempt worked")
+            .error(529, "overloaded_error", "Overloaded"),
+    );
+    let f = Flow::new(1);
+    let _orch = f.orchestratord();
+    let _qm = f.queue_manager_with_claude(&server.base_url());
+    let claude = |extra: &[&str]| {
+        let mut args = vec!["research-code", "--project", "P", "--task", "x"];
+        args.extend_from_slice(extra);
+        let out = f.ok(&args);
+        out.lines()
+            .find_map(|l| l.strip_prefix("Job queued: "))
+            .unwrap_or_else(|| panic!("no job id in {out:?}"))
+            .to_string()
+    };
+    let a = claude(&["--max-attempts", "2", "--retry-on", "api_error"]);
+    let failed = f.wait_state(&a, "failed");
+    let err = failed["runtime"]["error"].as_str().unwrap();
+    assert!(err.contains("API Error"), "{failed}");
+    wait_until(LONG, "the retry of the api_error", || {
+        f.all_jobs().iter().any(|j| j["config"]["retry_of"] == a.as_str())
+    });
+    let retry = f
+        .all_jobs()
+        .into_iter()
+        .find(|j| j["config"]["retry_of"] == a.as_str())
+        .unwrap();
+    let rid = agentstore::model::flow::retry_id(&a);
+    assert_eq!(retry["config"]["attempt"], 2, "{retry}");
+    let done = f.wait_state(&rid, "finished");
+    assert_eq!(done["config"]["attempt"], 2);
+    assert!(
+        done["runtime"]["output"]
+            .as_str()
+            .unwrap()
+            .contains("second attempt worked"),
+        "{done}"
+    );
+
+    let b = claude(&["--max-attempts", "2"]);
+    let failed = f.wait_state(&b, "failed");
+    assert!(
+        failed["runtime"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("API Error"),
+        "{failed}"
+    );
+    // The manager decides a retry as the job ends (the retry document is written before the
+    // failed one moves): none was made.
+    assert!(
+        !f.all_jobs()
+            .iter()
+            .any(|j| j["config"]["retry_of"] == b.as_str()),
+        "a default policy retried an api_error"
+    );
 }
