@@ -899,3 +899,75 @@ fn an_api_error_is_retried_only_when_asked() {
         "a default policy retried an api_error"
     );
 }
+
+/// Pipeline steps through the inbox (no daemon when the CLI ran, or a synced folder that
+/// delivers files in any order) arriving last step first: each step waits for the one
+/// before it to arrive instead of failing with "dependency … not found in any queue", and
+/// the four run in order.
+#[test]
+fn pipeline_steps_arriving_out_of_order_through_the_inbox_run_in_order() {
+    let f = Flow::new(2);
+    let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-claude");
+    f.ok(&[
+        "set-queue",
+        "poplar",
+        "--claude-cli-path",
+        fake.to_str().unwrap(),
+    ]);
+    // No daemon yet: the CLI checks and writes the four messages into the inbox.
+    let out = f.ok(&["pipeline", "--project", "P", "--task", "Make it fast"]);
+    let ids: Vec<String> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("Job queued: "))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(ids.len(), 4, "{out}");
+    let inbox = f.env.root.join("messaging/inbox");
+    let held = f.env.dir.path().join("held");
+    std::fs::create_dir_all(&held).unwrap();
+    let mut by_step = std::collections::BTreeMap::new();
+    for e in std::fs::read_dir(&inbox).unwrap().flatten() {
+        let msg = read(&e.path());
+        let step = msg["content"]["pipeline"]["step"].as_str().unwrap().to_string();
+        let to = held.join(e.file_name());
+        std::fs::rename(e.path(), &to).unwrap();
+        by_step.insert(step, to);
+    }
+    assert_eq!(by_step.len(), 4, "{by_step:?}");
+    let steps = [
+        "research-code",
+        "create-prd",
+        "create-tasks",
+        "implement-tasks",
+    ];
+    let _orch = f.orchestratord();
+    let _qm = f.queue_manager();
+    let exists = |id: &str| {
+        ["queued", "running", "finished", "failed"]
+            .iter()
+            .any(|s| f.path(s, id).is_file())
+    };
+    for i in (0..4).rev() {
+        let file = &by_step[steps[i]];
+        std::fs::rename(file, inbox.join(file.file_name().unwrap())).unwrap();
+        wait_until(LONG, &format!("job of step {}", steps[i]), || exists(&ids[i]));
+        if i > 0 {
+            // The manager sees the queued step at once (its folder changed); before the fix
+            // it failed it there and then. Give it that moment, then check it still waits.
+            std::thread::sleep(Duration::from_secs(1));
+            assert!(
+                !f.path("failed", &ids[i]).is_file(),
+                "step {} failed waiting for the step before: {}",
+                steps[i],
+                read(&f.path("failed", &ids[i]))
+            );
+        }
+    }
+    let mut last_end = String::new();
+    for id in &ids {
+        let j = f.wait_state(id, "finished");
+        let start = j["runtime"]["start_time"].as_str().unwrap().to_string();
+        assert!(start >= last_end, "{id} started before the step before ended");
+        last_end = j["runtime"]["finish_time"].as_str().unwrap().to_string();
+    }
+}

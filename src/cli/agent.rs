@@ -400,7 +400,10 @@ fn precheck(store: &Store, msg: &Message) -> Result<Option<String>, CliError> {
         crate::orchestrator::venvman_options(msg).map_err(fail)?;
     }
     let queue = crate::orchestrator::select_queue(store, msg, &project).map_err(fail)?;
-    if let Some(prd) = msg.content.get("prd").and_then(Value::as_str) {
+    // A pipeline's later steps name the PRD their own create-prd step will make.
+    if let Some(prd) = msg.content.get("prd").and_then(Value::as_str)
+        && !crate::orchestrator::flow::prd_pending(msg, prd)
+    {
         store.find_prd(prd).map_err(|e| fail(RouteError::from(e)))?;
     }
     Ok(Some(queue))
