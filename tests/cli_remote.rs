@@ -229,7 +229,11 @@ fn upkeep_of_an_unreadable_store_is_done_by_orchestratord_for_the_callers_user()
     assert!(old.exists());
     let o = w.as_nobody(&["migrate", "--dry-run"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-    assert!(stderr(&o).contains("only an admin can migrate"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("only an admin can migrate"),
+        "{}",
+        stderr(&o)
+    );
 
     // Once nob is an admin, both are carried out by the daemon.
     let upath = root.join("users/nob.json");

@@ -3,9 +3,9 @@
 //! agent-worker running no-op jobs. Each test owns its HOME, store, runtime dir and bus.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
 #[path = "support/claude_env.rs"]
 mod claude_env;
+mod common;
 #[path = "support/fake_anthropic.rs"]
 mod fake_anthropic;
 
@@ -801,7 +801,11 @@ fn the_pipeline_runs_the_real_claude_code_cli_at_every_step() {
         .filter(|r| r.has_tools())
         .map(|r| r.text())
         .collect();
-    assert_eq!(loops.len(), 4, "one agent-loop request per step: {loops:#?}");
+    assert_eq!(
+        loops.len(),
+        4,
+        "one agent-loop request per step: {loops:#?}"
+    );
     let commands = [
         "code-researcher",
         "prd-creator",
@@ -819,7 +823,10 @@ fn the_pipeline_runs_the_real_claude_code_cli_at_every_step() {
             .nth(1)
             .unwrap();
         let first = first.split('$').next().unwrap().trim();
-        assert!(prompt.contains(first), "step {i} ({cmd}) did not get its command file: {prompt}");
+        assert!(
+            prompt.contains(first),
+            "step {i} ({cmd}) did not get its command file: {prompt}"
+        );
         assert!(prompt.contains("Make queries fast"), "step {i}: {prompt}");
         if i > 0 {
             let before = answers[i - 1];
@@ -862,7 +869,9 @@ fn an_api_error_is_retried_only_when_asked() {
     let err = failed["runtime"]["error"].as_str().unwrap();
     assert!(err.contains("API Error"), "{failed}");
     wait_until(LONG, "the retry of the api_error", || {
-        f.all_jobs().iter().any(|j| j["config"]["retry_of"] == a.as_str())
+        f.all_jobs()
+            .iter()
+            .any(|j| j["config"]["retry_of"] == a.as_str())
     });
     let retry = f
         .all_jobs()
@@ -928,7 +937,10 @@ fn pipeline_steps_arriving_out_of_order_through_the_inbox_run_in_order() {
     let mut by_step = std::collections::BTreeMap::new();
     for e in std::fs::read_dir(&inbox).unwrap().flatten() {
         let msg = read(&e.path());
-        let step = msg["content"]["pipeline"]["step"].as_str().unwrap().to_string();
+        let step = msg["content"]["pipeline"]["step"]
+            .as_str()
+            .unwrap()
+            .to_string();
         let to = held.join(e.file_name());
         std::fs::rename(e.path(), &to).unwrap();
         by_step.insert(step, to);
@@ -950,7 +962,9 @@ fn pipeline_steps_arriving_out_of_order_through_the_inbox_run_in_order() {
     for i in (0..4).rev() {
         let file = &by_step[steps[i]];
         std::fs::rename(file, inbox.join(file.file_name().unwrap())).unwrap();
-        wait_until(LONG, &format!("job of step {}", steps[i]), || exists(&ids[i]));
+        wait_until(LONG, &format!("job of step {}", steps[i]), || {
+            exists(&ids[i])
+        });
         if i > 0 {
             // The manager sees the queued step at once (its folder changed); before the fix
             // it failed it there and then. Give it that moment, then check it still waits.
@@ -967,7 +981,10 @@ fn pipeline_steps_arriving_out_of_order_through_the_inbox_run_in_order() {
     for id in &ids {
         let j = f.wait_state(id, "finished");
         let start = j["runtime"]["start_time"].as_str().unwrap().to_string();
-        assert!(start >= last_end, "{id} started before the step before ended");
+        assert!(
+            start >= last_end,
+            "{id} started before the step before ended"
+        );
         last_end = j["runtime"]["finish_time"].as_str().unwrap().to_string();
     }
 }

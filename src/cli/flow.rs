@@ -108,14 +108,11 @@ fn upkeep(g: &GlobalArgs, command: &str, content: Map<String, Value>) -> Result<
     let user = super::Session::load().ok().and_then(|s| s.username);
     let msg = super::agent::message(command, None, content, user);
     if let Some(answer) = super::agent::submit_if_served(g, &store, &msg)? {
-        return Ok(answer
-            .content
-            .get("result")
-            .cloned()
-            .unwrap_or(Value::Null));
+        return Ok(answer.content.get("result").cloned().unwrap_or(Value::Null));
     }
     let who = super::browse::caller(&store)?;
-    crate::orchestrator::upkeep::answer(&store, &msg, &who).map_err(|e| CliError::new(e.to_string()))
+    crate::orchestrator::upkeep::answer(&store, &msg, &who)
+        .map_err(|e| CliError::new(e.to_string()))
 }
 
 fn strs(v: &Value, key: &str) -> Vec<String> {
@@ -304,10 +301,7 @@ pub(super) fn migrate(g: &GlobalArgs, out: &mut dyn Write, a: MigrateArgs) -> Cl
                 writeln!(out, "{verb} {p}")?;
             }
             if r.get("config").and_then(Value::as_bool) == Some(true) {
-                writeln!(
-                    out,
-                    "{verb} config.yaml (schema_version {from} → {to})"
-                )?;
+                writeln!(out, "{verb} config.yaml (schema_version {from} → {to})")?;
             }
             writeln!(
                 out,

@@ -98,7 +98,11 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, command: &Command) -> Opt
 
 /// Asks orchestratord over D-Bus (the bus of a store this user cannot read) to answer
 /// command `name`, as the session's user; returns the answer's `content.result`.
-pub(super) fn ask(g: &GlobalArgs, name: &str, content: Map<String, Value>) -> Result<Value, CliError> {
+pub(super) fn ask(
+    g: &GlobalArgs,
+    name: &str,
+    content: Map<String, Value>,
+) -> Result<Value, CliError> {
     let user = Session::load().ok().and_then(|s| s.username);
     let msg = json!({"command": name, "content": content, "user": user});
     let bus = g.unreadable_store_bus();

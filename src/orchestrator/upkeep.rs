@@ -43,10 +43,7 @@ pub fn answer(store: &Store, msg: &Message, who: &Caller) -> Result<Value, Route
             .and_then(Value::as_str)
             .filter(|s| !s.trim().is_empty())
             .ok_or_else(|| {
-                RouteError::Invalid(format!(
-                    "{} needs content.{field} (a string)",
-                    msg.command
-                ))
+                RouteError::Invalid(format!("{} needs content.{field} (a string)", msg.command))
             })
     };
     match msg.command.as_str() {
