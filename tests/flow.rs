@@ -198,6 +198,17 @@ impl Flow {
         read(&p)
     }
 
+    /// Asserts that no attempt of job `id` was made (no document is `retry_of` it).
+    fn assert_not_retried(&self, id: &str, why: &str) {
+        assert!(
+            !self
+                .all_jobs()
+                .iter()
+                .any(|j| j["config"]["retry_of"] == id),
+            "{why}"
+        );
+    }
+
     /// Every job document of the queue, any state.
     fn all_jobs(&self) -> Vec<Value> {
         let mut v = Vec::new();
@@ -395,12 +406,7 @@ fn a_killed_worker_is_retried_and_a_cancelled_job_is_not() {
             .starts_with("Job cancelled by"),
         "{cancelled}"
     );
-    assert!(
-        !f.all_jobs()
-            .iter()
-            .any(|j| j["config"]["retry_of"] == k.as_str()),
-        "a cancelled job was retried"
-    );
+    f.assert_not_retried(&k, "a cancelled job was retried");
     // By hand it may be tried again: a new document, attempt 2, that runs to the end.
     let out = f.ok(&["retry", &k]);
     let k2 = out
@@ -901,12 +907,7 @@ fn an_api_error_is_retried_only_when_asked() {
     );
     // The manager decides a retry as the job ends (the retry document is written before the
     // failed one moves): none was made.
-    assert!(
-        !f.all_jobs()
-            .iter()
-            .any(|j| j["config"]["retry_of"] == b.as_str()),
-        "a default policy retried an api_error"
-    );
+    f.assert_not_retried(&b, "a default policy retried an api_error");
 }
 
 /// Pipeline steps through the inbox (no daemon when the CLI ran, or a synced folder that
