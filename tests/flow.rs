@@ -3,7 +3,11 @@
 //! agent-worker running no-op jobs. Each test owns its HOME, store, runtime dir and bus.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/claude_env.rs"]
+mod claude_env;
 mod common;
+#[path = "support/fake_anthropic.rs"]
+mod fake_anthropic;
 
 use common::TestEnv;
 use common::bus::{KillOnDrop, PrivateBus, wait_for_name, wait_until};
@@ -143,6 +147,27 @@ impl Flow {
         d
     }
 
+    /// The queue manager, its jobs running the real Claude Code CLI against the fake
+    /// Anthropic server at `base_url` (queue poplar's `claude_cli_path` set to it).
+    fn queue_manager_with_claude(&self, base_url: &str) -> KillOnDrop {
+        let claude = claude_env::require_claude();
+        self.ok(&[
+            "set-queue",
+            "poplar",
+            "--claude-cli-path",
+            claude.to_str().unwrap(),
+        ]);
+        let mut c = Command::new(env!("CARGO_BIN_EXE_queue-manager"));
+        self.scope(&mut c);
+        c.envs(claude_env::claude_env(&self.env.home, base_url))
+            .args(["--queue", "poplar", "--launcher", "direct"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        let d = KillOnDrop(c.spawn().unwrap());
+        wait_for_name(&self.bus, "org.agentstore.Queue.poplar");
+        d
+    }
+
     fn daemon(&self, bin: &str, args: &[&str]) -> KillOnDrop {
         let mut c = Command::new(bin);
         self.scope(&mut c);
@@ -171,6 +196,17 @@ impl Flow {
             p.is_file()
         });
         read(&p)
+    }
+
+    /// Asserts that no attempt of job `id` was made (no document is `retry_of` it).
+    fn assert_not_retried(&self, id: &str, why: &str) {
+        assert!(
+            !self
+                .all_jobs()
+                .iter()
+                .any(|j| j["config"]["retry_of"] == id),
+            "{why}"
+        );
     }
 
     /// Every job document of the queue, any state.
@@ -370,12 +406,7 @@ fn a_killed_worker_is_retried_and_a_cancelled_job_is_not() {
             .starts_with("Job cancelled by"),
         "{cancelled}"
     );
-    assert!(
-        !f.all_jobs()
-            .iter()
-            .any(|j| j["config"]["retry_of"] == k.as_str()),
-        "a cancelled job was retried"
-    );
+    f.assert_not_retried(&k, "a cancelled job was retried");
     // By hand it may be tried again: a new document, attempt 2, that runs to the end.
     let out = f.ok(&["retry", &k]);
     let k2 = out
@@ -734,5 +765,227 @@ fn the_pipeline_feeds_each_step_from_the_one_before() {
                 .any(|l| l.contains(step) && l.contains(id.as_str()) && l.contains("finished")),
             "{step} {id} not finished in {view}"
         );
+    }
+}
+
+/// The pipeline with the REAL Claude Code CLI against the fake Anthropic server: each of the
+/// four steps runs its shipped command file (its text is in what the model saw), and each
+/// step's prompt carries what the step before it answered (research → PRD → tasks).
+#[test]
+fn the_pipeline_runs_the_real_claude_code_cli_at_every_step() {
+    let answers = [
+        "R1 research: the code keeps its data in sqlite",
+        "P2 PRD: make the queries fast with an index",
+        "T3 tasks: 1. add the index 2. test it",
+        "I4 implemented: index added",
+    ];
+    let server = fake_anthropic::FakeAnthropic::start(
+        answers
+            .iter()
+            .fold(fake_anthropic::Script::new(), |s, a| s.text(a)),
+    );
+    let f = Flow::new(1);
+    let _orch = f.orchestratord();
+    let _qm = f.queue_manager_with_claude(&server.base_url());
+    let out = f.ok(&["pipeline", "--project", "P", "--task", "Make queries fast"]);
+    let ids: Vec<String> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("Job queued: "))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(ids.len(), 4, "{out}");
+    for (id, answer) in ids.iter().zip(answers) {
+        let j = f.wait_state(id, "finished");
+        let output = j["runtime"]["output"].as_str().unwrap();
+        let result: Value = serde_json::from_str(output.trim()).unwrap();
+        assert_eq!(result["result"], answer, "{j}");
+        assert_eq!(result["is_error"], false, "{j}");
+    }
+    let loops: Vec<String> = server
+        .message_requests()
+        .into_iter()
+        .filter(|r| r.has_tools())
+        .map(|r| r.text())
+        .collect();
+    assert_eq!(
+        loops.len(),
+        4,
+        "one agent-loop request per step: {loops:#?}"
+    );
+    let commands = [
+        "code-researcher",
+        "prd-creator",
+        "task-creator",
+        "task-implementer",
+    ];
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("share/commands");
+    for (i, (cmd, prompt)) in commands.iter().zip(&loops).enumerate() {
+        let file = std::fs::read_to_string(dir.join(format!("{cmd}.md"))).unwrap();
+        let first = file
+            .lines()
+            .skip_while(|l| *l != "---")
+            .skip(1)
+            .skip_while(|l| *l != "---")
+            .nth(1)
+            .unwrap();
+        let first = first.split('$').next().unwrap().trim();
+        assert!(
+            prompt.contains(first),
+            "step {i} ({cmd}) did not get its command file: {prompt}"
+        );
+        assert!(prompt.contains("Make queries fast"), "step {i}: {prompt}");
+        if i > 0 {
+            let before = answers[i - 1];
+            assert!(
+                prompt.contains(before),
+                "step {i} ({cmd}) did not get the answer of the step before ({before:?}): {prompt}"
+            );
+        }
+    }
+    let view = f.ok(&["view-prd", &ids[1]]);
+    assert!(view.contains(answers[1]), "{view}");
+    assert!(view.contains("pipeline:"), "{view}");
+}
+
+/// `api_error` retries: a job that asks for them (`--retry-on api_error`) is tried again
+/// after the model API failed, and its second attempt finishes; a job with the default
+/// policy (every kind but api_error) is not.
+#[test]
+fn an_api_error_is_retried_only_when_asked() {
+    let server = fake_anthropic::FakeAnthropic::start(
+        fake_anthropic::Script::new()
+            .error(529, "overloaded_error", "Overloaded")
+            .text("second attempt worked")
+            .error(529, "overloaded_error", "Overloaded"),
+    );
+    let f = Flow::new(1);
+    let _orch = f.orchestratord();
+    let _qm = f.queue_manager_with_claude(&server.base_url());
+    let claude = |extra: &[&str]| {
+        let mut args = vec!["research-code", "--project", "P", "--task", "x"];
+        args.extend_from_slice(extra);
+        let out = f.ok(&args);
+        out.lines()
+            .find_map(|l| l.strip_prefix("Job queued: "))
+            .unwrap_or_else(|| panic!("no job id in {out:?}"))
+            .to_string()
+    };
+    let a = claude(&["--max-attempts", "2", "--retry-on", "api_error"]);
+    let failed = f.wait_state(&a, "failed");
+    let err = failed["runtime"]["error"].as_str().unwrap();
+    assert!(err.contains("API Error"), "{failed}");
+    wait_until(LONG, "the retry of the api_error", || {
+        f.all_jobs()
+            .iter()
+            .any(|j| j["config"]["retry_of"] == a.as_str())
+    });
+    let retry = f
+        .all_jobs()
+        .into_iter()
+        .find(|j| j["config"]["retry_of"] == a.as_str())
+        .unwrap();
+    let rid = agentstore::model::flow::retry_id(&a);
+    assert_eq!(retry["config"]["attempt"], 2, "{retry}");
+    let done = f.wait_state(&rid, "finished");
+    assert_eq!(done["config"]["attempt"], 2);
+    assert!(
+        done["runtime"]["output"]
+            .as_str()
+            .unwrap()
+            .contains("second attempt worked"),
+        "{done}"
+    );
+
+    let b = claude(&["--max-attempts", "2"]);
+    let failed = f.wait_state(&b, "failed");
+    assert!(
+        failed["runtime"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("API Error"),
+        "{failed}"
+    );
+    // The manager decides a retry as the job ends (the retry document is written before the
+    // failed one moves): none was made.
+    f.assert_not_retried(&b, "a default policy retried an api_error");
+}
+
+/// Pipeline steps through the inbox (no daemon when the CLI ran, or a synced folder that
+/// delivers files in any order) arriving last step first: each step waits for the one
+/// before it to arrive instead of failing with "dependency … not found in any queue", and
+/// the four run in order.
+#[test]
+fn pipeline_steps_arriving_out_of_order_through_the_inbox_run_in_order() {
+    let f = Flow::new(2);
+    let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-claude");
+    f.ok(&[
+        "set-queue",
+        "poplar",
+        "--claude-cli-path",
+        fake.to_str().unwrap(),
+    ]);
+    // No daemon yet: the CLI checks and writes the four messages into the inbox.
+    let out = f.ok(&["pipeline", "--project", "P", "--task", "Make it fast"]);
+    let ids: Vec<String> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("Job queued: "))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(ids.len(), 4, "{out}");
+    let inbox = f.env.root.join("messaging/inbox");
+    let held = f.env.dir.path().join("held");
+    std::fs::create_dir_all(&held).unwrap();
+    let mut by_step = std::collections::BTreeMap::new();
+    for e in std::fs::read_dir(&inbox).unwrap().flatten() {
+        let msg = read(&e.path());
+        let step = msg["content"]["pipeline"]["step"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let to = held.join(e.file_name());
+        std::fs::rename(e.path(), &to).unwrap();
+        by_step.insert(step, to);
+    }
+    assert_eq!(by_step.len(), 4, "{by_step:?}");
+    let steps = [
+        "research-code",
+        "create-prd",
+        "create-tasks",
+        "implement-tasks",
+    ];
+    let _orch = f.orchestratord();
+    let _qm = f.queue_manager();
+    let exists = |id: &str| {
+        ["queued", "running", "finished", "failed"]
+            .iter()
+            .any(|s| f.path(s, id).is_file())
+    };
+    for i in (0..4).rev() {
+        let file = &by_step[steps[i]];
+        std::fs::rename(file, inbox.join(file.file_name().unwrap())).unwrap();
+        wait_until(LONG, &format!("job of step {}", steps[i]), || {
+            exists(&ids[i])
+        });
+        if i > 0 {
+            // The manager sees the queued step at once (its folder changed); before the fix
+            // it failed it there and then. Give it that moment, then check it still waits.
+            std::thread::sleep(Duration::from_secs(1));
+            assert!(
+                !f.path("failed", &ids[i]).is_file(),
+                "step {} failed waiting for the step before: {}",
+                steps[i],
+                read(&f.path("failed", &ids[i]))
+            );
+        }
+    }
+    let mut last_end = String::new();
+    for id in &ids {
+        let j = f.wait_state(id, "finished");
+        let start = j["runtime"]["start_time"].as_str().unwrap().to_string();
+        assert!(
+            start >= last_end,
+            "{id} started before the step before ended"
+        );
+        last_end = j["runtime"]["finish_time"].as_str().unwrap().to_string();
     }
 }

@@ -4,8 +4,6 @@
 //! binary on a private dbus-daemon). Asserted: nothing outside the store is read or written,
 //! nothing blocks, every bad entry gets an error naming it, logs stay bounded.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-// common and queue_env both carry the one private-bus harness (tests/support/harness.rs).
-#![allow(clippy::duplicate_mod)]
 
 #[path = "support/claude_env.rs"]
 mod claude_env;

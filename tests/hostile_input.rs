@@ -2,8 +2,6 @@
 //! reported defect on a private store (real orchestratord / queue-manager / agent-worker
 //! binaries, a private dbus-daemon) and asserts the fixed behaviour.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-// common and queue_env both carry the one private-bus harness (tests/support/harness.rs).
-#![allow(clippy::duplicate_mod)]
 
 #[path = "support/claude_env.rs"]
 mod claude_env;

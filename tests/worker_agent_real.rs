@@ -6,6 +6,7 @@
 
 #[path = "support/claude_env.rs"]
 mod claude_env;
+mod common;
 #[path = "support/fake_anthropic.rs"]
 mod fake_anthropic;
 #[path = "support/queue_env.rs"]

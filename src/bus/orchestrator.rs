@@ -53,7 +53,10 @@ const BIG_ANSWER_BYTES: usize = 1 << 20;
 impl OrchestratorObject {
     /// Handles one message (a PRD §4.2 document as JSON) and returns the response document.
     /// Direct commands are answered at once; agent commands return the created job
-    /// (`content.job_id`, `queue`, `job_path`). `correlation_id`, `queue_time`, `source` and
+    /// (`content.job_id`, `queue`, `job_path`); the upkeep commands `retry` (content.job),
+    /// `archive` (content.older_than, dry_run) and `migrate` (content.dry_run) write the store
+    /// as the daemon and return their report in `content.result` (retry: the project's owner
+    /// or an admin; archive, migrate: admins). `correlation_id`, `queue_time`, `source` and
     /// `status` may be omitted. Errors: org.agentstore.Error.InvalidMessage, .NotFound,
     /// .PermissionDenied, .Failed.
     #[zbus(out_args("response"))]

@@ -348,6 +348,27 @@ fn try_dbus(g: &GlobalArgs, store: &Store, text: &str) -> Result<Option<Message>
     })
 }
 
+/// Submits `msg` over D-Bus to a daemon serving `store`; `Ok(None)` when none does (or it
+/// went away). The daemon also leaves its answer in the outbox (the audit trail other
+/// machines see); it has been delivered, so it moves on as a followed inbox answer does.
+pub(super) fn submit_if_served(
+    g: &GlobalArgs,
+    store: &Store,
+    msg: &Message,
+) -> Result<Option<Message>, CliError> {
+    let text = serde_json::to_string(msg).map_err(|e| CliError::new(e.to_string()))?;
+    let answer = try_dbus(g, store, &text);
+    if !matches!(answer, Ok(None)) {
+        let name = format!("{}.json", msg.correlation_id);
+        let left = store.outbox().join(&name);
+        if left.exists() {
+            let _ = std::fs::create_dir_all(store.processed_outbox());
+            let _ = move_no_replace(&left, &store.processed_outbox().join(&name));
+        }
+    }
+    answer
+}
+
 /// The checks orchestratord makes before it answers (PRD §5.3 error handling), made here
 /// from the store when the message goes through the inbox, with the same messages: the
 /// user, the project (and the caller's right to it), the queue, the PRD, and venvman's
@@ -379,7 +400,10 @@ fn precheck(store: &Store, msg: &Message) -> Result<Option<String>, CliError> {
         crate::orchestrator::venvman_options(msg).map_err(fail)?;
     }
     let queue = crate::orchestrator::select_queue(store, msg, &project).map_err(fail)?;
-    if let Some(prd) = msg.content.get("prd").and_then(Value::as_str) {
+    // A pipeline's later steps name the PRD their own create-prd step will make.
+    if let Some(prd) = msg.content.get("prd").and_then(Value::as_str)
+        && !crate::orchestrator::flow::prd_pending(msg, prd)
+    {
         store.find_prd(prd).map_err(|e| fail(RouteError::from(e)))?;
     }
     Ok(Some(queue))
@@ -431,20 +455,8 @@ fn wait_for_answer(
 pub(super) fn send(g: &GlobalArgs, out: &mut dyn Write, msg: Message) -> CliResult {
     let started = Instant::now();
     let store = open_store(g)?;
-    let text = serde_json::to_string(&msg).map_err(|e| CliError::new(e.to_string()))?;
     let mut queue = None;
-    let dbus = try_dbus(g, &store, &text);
-    if !matches!(dbus, Ok(None)) {
-        // The daemon also left its answer in the outbox (the audit trail other machines
-        // see); it has been delivered, so it moves on as a followed inbox answer does.
-        let name = format!("{}.json", msg.correlation_id);
-        let left = store.outbox().join(&name);
-        if left.exists() {
-            let _ = std::fs::create_dir_all(store.processed_outbox());
-            let _ = move_no_replace(&left, &store.processed_outbox().join(&name));
-        }
-    }
-    let delivery = match dbus? {
+    let delivery = match submit_if_served(g, &store, &msg)? {
         Some(answer) => Delivery::Answered(answer),
         None => {
             // No daemon serving this store: check here what it would check (same
@@ -488,14 +500,7 @@ pub(super) fn submit(
     store: &Store,
     msg: &Message,
 ) -> Result<(Message, &'static str), CliError> {
-    let text = serde_json::to_string(msg).map_err(|e| CliError::new(e.to_string()))?;
-    if let Some(answer) = try_dbus(g, store, &text)? {
-        let name = format!("{}.json", msg.correlation_id);
-        let left = store.outbox().join(&name);
-        if left.exists() {
-            let _ = std::fs::create_dir_all(store.processed_outbox());
-            let _ = move_no_replace(&left, &store.processed_outbox().join(&name));
-        }
+    if let Some(answer) = submit_if_served(g, store, msg)? {
         return Ok((answer, "D-Bus"));
     }
     precheck(store, msg)?;

@@ -74,8 +74,8 @@ impl FlowArgs {
 
 use super::render::{Format, Table, write_json};
 use super::{CliError, CliResult, GlobalArgs, open_store};
-use crate::model::{DocKind, Job, Timestamp};
-use crate::store::archive::{archive as archive_store, archived, parse_age};
+use crate::model::{DocKind, Job};
+use crate::store::archive::{archived, parse_age};
 use std::io::Write;
 
 /// Options of `archive`.
@@ -97,26 +97,63 @@ pub struct MigrateArgs {
     pub dry_run: bool,
 }
 
+/// Runs upkeep command `command` (retry, archive, migrate): through orchestratord when one
+/// serves this store (over D-Bus; it alone may write the packaged system store), else here,
+/// on a store this user may write, with the same rules and the same report.
+fn upkeep(g: &GlobalArgs, command: &str, content: Map<String, Value>) -> Result<Value, CliError> {
+    if super::remote::store_unreadable(g) {
+        return super::remote::ask(g, command, content);
+    }
+    let store = open_store(g)?;
+    let user = super::Session::load().ok().and_then(|s| s.username);
+    let msg = super::agent::message(command, None, content, user);
+    if let Some(answer) = super::agent::submit_if_served(g, &store, &msg)? {
+        return Ok(answer.content.get("result").cloned().unwrap_or(Value::Null));
+    }
+    let who = super::browse::caller(&store)?;
+    crate::orchestrator::upkeep::answer(&store, &msg, &who)
+        .map_err(|e| CliError::new(e.to_string()))
+}
+
+fn strs(v: &Value, key: &str) -> Vec<String> {
+    v.get(key)
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .map(|x| x.as_str().map_or_else(|| x.to_string(), str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn count(v: &Value, key: &str) -> u64 {
+    v.get(key).and_then(Value::as_u64).unwrap_or(0)
+}
+
+fn field<'a>(v: &'a Value, key: &str) -> &'a str {
+    v.get(key).and_then(Value::as_str).unwrap_or_default()
+}
+
 /// `retry JOB`.
 pub(super) fn retry(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResult {
-    let store = open_store(g)?;
-    let who = super::browse::caller(&store)?;
-    let done = crate::orchestrator::retry::retry_by_hand(&store, &who, id)
-        .map_err(|e| CliError::new(e.to_string()))?;
+    let mut c = Map::new();
+    c.insert("job".into(), json!(id));
+    let r = upkeep(g, "retry", c)?;
+    let done = r
+        .get("retried")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
     match g.format {
-        Format::Json => {
-            let v: Vec<Value> = done
-                .iter()
-                .map(|r| json!({"retry_of": r.of, "job_id": r.id, "queue": r.queue}))
-                .collect();
-            write_json(out, &v)?;
-        }
+        Format::Json => write_json(out, &done)?,
         Format::Text => {
             for r in &done {
                 writeln!(
                     out,
                     "Job queued: {} (retry of {}, queue {})",
-                    r.id, r.of, r.queue
+                    field(r, "job_id"),
+                    field(r, "retry_of"),
+                    field(r, "queue")
                 )?;
             }
         }
@@ -126,57 +163,44 @@ pub(super) fn retry(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResult 
 
 /// `archive --older-than AGE [--dry-run]`.
 pub(super) fn archive(g: &GlobalArgs, out: &mut dyn Write, a: ArchiveArgs) -> CliResult {
-    let age = parse_age(&a.older_than).map_err(CliError::new)?;
-    let store = open_store(g)?;
-    if !super::browse::caller(&store)?.is_admin() {
-        return Err(CliError::new(
-            "Permission denied: only an admin can archive jobs",
-        ));
-    }
-    let now = Timestamp::now();
-    let cutoff = Timestamp(
-        now.0
-            .checked_sub_signed(chrono::TimeDelta::seconds(
-                i64::try_from(age).unwrap_or(i64::MAX),
-            ))
-            .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC),
-    );
-    let r = archive_store(&store, cutoff, a.dry_run)?;
+    parse_age(&a.older_than).map_err(CliError::new)?;
+    let mut c = Map::new();
+    c.insert("older_than".into(), json!(a.older_than));
+    c.insert("dry_run".into(), json!(a.dry_run));
+    let r = upkeep(g, "archive", c)?;
+    let errors = strs(&r, "errors");
     let verb = if a.dry_run { "would move" } else { "moved" };
     match g.format {
-        Format::Json => write_json(
-            out,
-            &json!({
-                "dry_run": a.dry_run,
-                "cutoff": cutoff.to_string(),
-                "seen": r.seen,
-                "moved": r.moved.iter().map(|(q, s, id, m)| json!({"queue": q, "status": s.name(), "id": id, "month": m})).collect::<Vec<_>>(),
-                "not_handled": r.not_handled,
-                "collisions": r.collisions,
-                "errors": r.errors,
-            }),
-        )?,
+        Format::Json => write_json(out, &r)?,
         Format::Text => {
-            for (q, s, id, m) in &r.moved {
+            let moved = r.get("moved").and_then(Value::as_array);
+            for m in moved.into_iter().flatten() {
+                let (q, st) = (field(m, "queue"), field(m, "status"));
+                let dir = crate::model::JobStatus::from_name(st).map_or(st, |s| s.dir());
                 writeln!(
                     out,
-                    "{verb} {q}/{}/{id} → {q}/Jobs/archive/{m}/{}",
-                    s.dir(),
-                    s.dir()
+                    "{verb} {q}/{dir}/{} → {q}/Jobs/archive/{}/{dir}",
+                    field(m, "id"),
+                    field(m, "month")
                 )?;
+            }
+            let listed = moved.map_or(0, Vec::len) as u64;
+            let total = count(&r, "moved_count");
+            if total > listed {
+                writeln!(out, "… and {} more", total - listed)?;
             }
             writeln!(
                 out,
-                "{} of {} ended jobs {verb} (ended before {cutoff}); {} finished but not yet handled, {} name collisions, {} errors",
-                r.moved.len(),
-                r.seen,
-                r.not_handled.len(),
-                r.collisions.len(),
-                r.errors.len()
+                "{total} of {} ended jobs {verb} (ended before {}); {} finished but not yet handled, {} name collisions, {} errors",
+                count(&r, "seen"),
+                field(&r, "cutoff"),
+                strs(&r, "not_handled").len(),
+                strs(&r, "collisions").len(),
+                errors.len()
             )?;
         }
     }
-    report_errors(out, g, &r.errors, "job(s) could not be archived")
+    report_errors(out, g, &errors, "job(s) could not be archived")
 }
 
 /// Lists `errors` (text format) and fails when there are any.
@@ -259,59 +283,44 @@ pub(super) fn list_archived(
 
 /// `migrate [--dry-run]`.
 pub(super) fn migrate(g: &GlobalArgs, out: &mut dyn Write, a: MigrateArgs) -> CliResult {
-    let store = open_store(g)?;
-    if !super::browse::caller(&store)?.is_admin() {
-        return Err(CliError::new(
-            "Permission denied: only an admin can migrate the store",
-        ));
-    }
-    let r = crate::store::migrate::migrate(&store, a.dry_run)?;
-    let rel = |p: &std::path::Path| store.relative(p).display().to_string();
+    let mut c = Map::new();
+    c.insert("dry_run".into(), json!(a.dry_run));
+    let r = upkeep(g, "migrate", c)?;
+    let errors = strs(&r, "errors");
     match g.format {
-        Format::Json => write_json(
-            out,
-            &json!({
-                "dry_run": a.dry_run,
-                "from": r.from,
-                "to": r.to,
-                "schemas": r.schemas.iter().map(|p| rel(p)).collect::<Vec<_>>(),
-                "upgraded": r.upgraded.iter().map(|p| rel(p)).collect::<Vec<_>>(),
-                "current": r.current,
-                "in_use": r.in_use,
-                "config": r.config,
-                "errors": r.errors,
-            }),
-        )?,
+        Format::Json => write_json(out, &r)?,
         Format::Text => {
             let verb = if a.dry_run {
                 "would upgrade"
             } else {
                 "upgraded"
             };
-            for p in r.schemas.iter().chain(&r.upgraded) {
-                writeln!(out, "{verb} {}", rel(p))?;
+            let (schemas, upgraded) = (strs(&r, "schemas"), strs(&r, "upgraded"));
+            let (from, to) = (field(&r, "from"), field(&r, "to"));
+            for p in schemas.iter().chain(&upgraded) {
+                writeln!(out, "{verb} {p}")?;
             }
-            if r.config {
-                writeln!(
-                    out,
-                    "{verb} config.yaml (schema_version {} → {})",
-                    r.from, r.to
-                )?;
+            if r.get("config").and_then(Value::as_bool) == Some(true) {
+                writeln!(out, "{verb} config.yaml (schema_version {from} → {to})")?;
             }
             writeln!(
                 out,
-                "store schema {} → {}: {} schema copies and {} job documents {verb}, {} already current, {} queued/running left as they are, {} errors",
-                r.from,
-                r.to,
-                r.schemas.len(),
-                r.upgraded.len(),
-                r.current,
-                r.in_use,
-                r.errors.len()
+                "store schema {from} → {to}: {} schema copies and {} job documents {verb}, {} already current, {} queued/running left as they are, {} errors",
+                schemas.len(),
+                upgraded.len(),
+                count(&r, "current"),
+                count(&r, "in_use"),
+                errors.len()
             )?;
+            if r.get("restart_daemons").and_then(Value::as_bool) == Some(true) {
+                writeln!(
+                    out,
+                    "restart the daemons that have this store open (systemctl restart agentstore.target) so they load the new schemas"
+                )?;
+            }
         }
     }
-    report_errors(out, g, &r.errors, "file(s) could not be upgraded")
+    report_errors(out, g, &errors, "file(s) could not be upgraded")
 }
 
 /// Options of `pipeline`.

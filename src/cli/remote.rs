@@ -96,13 +96,13 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, command: &Command) -> Opt
     Some(call(g, out, command, name, content))
 }
 
-fn call(
+/// Asks orchestratord over D-Bus (the bus of a store this user cannot read) to answer
+/// command `name`, as the session's user; returns the answer's `content.result`.
+pub(super) fn ask(
     g: &GlobalArgs,
-    out: &mut dyn Write,
-    command: &Command,
     name: &str,
     content: Map<String, Value>,
-) -> CliResult {
+) -> Result<Value, CliError> {
     let user = Session::load().ok().and_then(|s| s.username);
     let msg = json!({"command": name, "content": content, "user": user});
     let bus = g.unreadable_store_bus();
@@ -120,11 +120,21 @@ fn call(
     })?;
     let mut response: Value =
         serde_json::from_str(&answer).map_err(|e| CliError::new(e.to_string()))?;
-    let result = response
+    Ok(response
         .get_mut("content")
         .and_then(|c| c.get_mut("result"))
         .map(Value::take)
-        .unwrap_or(Value::Null);
+        .unwrap_or(Value::Null))
+}
+
+fn call(
+    g: &GlobalArgs,
+    out: &mut dyn Write,
+    command: &Command,
+    name: &str,
+    content: Map<String, Value>,
+) -> CliResult {
+    let result = ask(g, name, content)?;
     match command {
         Command::ListUsers => render_users(g, out, &decode::<Vec<User>>(result)?),
         Command::ListProjects => render_projects(g, out, &decode::<Vec<Project>>(result)?),

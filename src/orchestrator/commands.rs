@@ -58,5 +58,9 @@ pub fn help_text() -> String {
         s.push_str(&format!("  {c:<16} runs Claude command /{cc}\n"));
     }
     s.push_str("  create-environment  a job that runs `venvman create` for the project on the compute host (content: python, install_deps, force)\n");
+    s.push_str("\nStore upkeep (answered by orchestratord, which may write the store):\n");
+    s.push_str("  retry            content: job (a failed job; owner or admin)\n");
+    s.push_str("  archive          content: older_than (e.g. 30d), dry_run (admins)\n");
+    s.push_str("  migrate          content: dry_run (admins)\n");
     s
 }

@@ -22,6 +22,7 @@ mod lock;
 pub mod machines;
 pub mod retry;
 pub mod service;
+pub mod upkeep;
 
 pub use completion::{handle_finished_jobs, result_text};
 pub use error::RouteError;
@@ -92,6 +93,10 @@ fn route(
         content.insert("queue".into(), json!(job.queue));
         content.insert("job_path".into(), json!(job.path));
         return Ok((content, Some(job)));
+    }
+    if upkeep::is_upkeep(&msg.command) {
+        content.insert("result".into(), upkeep::answer(store, msg, who)?);
+        return Ok((content, None));
     }
     Err(RouteError::Invalid(format!(
         "Unknown command: {}",

@@ -67,14 +67,21 @@ pub fn settled_state(
     None
 }
 
+/// How long a pipeline step waits for a step before it that is in no queue yet: the steps
+/// are four inbox messages, and a synced folder may deliver them in any order (one whose
+/// predecessor never comes fails after this, naming it).
+pub const PIPELINE_ARRIVAL_GRACE_SECONDS: f64 = 3600.0;
+
 /// Where the dependencies `after` of a job stand. With `handled`, a finished dependency
 /// counts only once the orchestrator's completion handler has handled it (a pipeline step
-/// reads what that handling wrote: the PRD).
+/// reads what that handling wrote: the PRD). With `arriving` (a pipeline step queued less
+/// than [`PIPELINE_ARRIVAL_GRACE_SECONDS`] ago), a dependency in no queue is still to come.
 pub fn dependency_state(
     store: &Store,
     after: &[String],
     after_any: bool,
     handled: bool,
+    arriving: bool,
 ) -> DepState {
     let queues = store.queue_ids().unwrap_or_default();
     let handled = handled && store.config().orchestrator.enable_job_completion_handler;
@@ -95,6 +102,7 @@ pub fn dependency_state(
                 return DepState::Failed(format!("dependency {dep} failed"));
             }
             Some((JobStatus::Queued | JobStatus::Running, _)) => waiting = true,
+            None if arriving => waiting = true,
             None => {
                 return DepState::Failed(format!("dependency {dep} not found in any queue"));
             }
@@ -148,7 +156,15 @@ impl Manager {
                 out.push(id.clone());
                 continue;
             }
-            match dependency_state(&self.store, &head.after, head.after_any, head.pipeline) {
+            let arriving = head.pipeline
+                && head.queue_time.seconds_until(&now) < PIPELINE_ARRIVAL_GRACE_SECONDS;
+            match dependency_state(
+                &self.store,
+                &head.after,
+                head.after_any,
+                head.pipeline,
+                arriving,
+            ) {
                 DepState::Ready => out.push(id.clone()),
                 DepState::Waiting => {
                     let at = Instant::now() + DEPENDENCY_POLL;

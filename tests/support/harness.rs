@@ -1,8 +1,10 @@
 //! The one test toolkit every integration test shares: a private `dbus-daemon` with a policy,
 //! waiting on a condition, killing children on drop, and skipping — which fails under CI.
 //!
-//! Include it as `#[path = "support/harness.rs"] mod harness;` (or through `tests/common` and
-//! `tests/support/queue_env.rs`, which re-export it).
+//! It is compiled once per test binary, as `common::bus::harness` (`mod common;`, which
+//! re-exports it; `tests/support/queue_env.rs` re-exports it from there too, so a test using
+//! queue_env declares `mod common;` beside it). A test that wants nothing else may include it
+//! alone: `#[path = "support/harness.rs"] mod harness;`.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader};

@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
-#[path = "harness.rs"]
-mod harness;
-pub use harness::*;
+// The harness, compiled once per test binary: through `tests/common` (declare `mod common;`
+// next to this module).
+pub use crate::common::bus::*;
 
 /// Guard for one test: a hang fails instead of blocking CI (not a timing assertion).
 pub const HANG_GUARD: Duration = Duration::from_secs(180);
