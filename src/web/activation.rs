@@ -107,9 +107,12 @@ pub fn take_listeners() -> Result<Vec<(String, Listener)>, ActivationError> {
             why,
         };
         // Check it is an open socket before owning it.
-        nix::sys::stat::fstat(fd).map_err(|e| bad(format!("not open: {e}")))?;
+        // SAFETY: F_GETFD only reads the descriptor's flags; any int is a valid argument.
+        if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+            return Err(bad(format!("not open: {}", std::io::Error::last_os_error())));
+        }
         // SAFETY: systemd passed descriptors LISTEN_FDS_START.. to this process (LISTEN_PID
-        // is ours); fstat just showed this one is open, and nothing else in the process owns
+        // is ours); F_GETFD just showed this one is open, and nothing else in the process owns
         // it (the variables were read once and are now unset).
         let owned = unsafe { OwnedFd::from_raw_fd(fd) };
         use nix::sys::socket::{AddressFamily, SockType, SockaddrLike, SockaddrStorage};

@@ -1,0 +1,1 @@
+//! SVG charts drawn on the server.
