@@ -59,9 +59,9 @@ fn main() -> ExitCode {
         eprintln!("agentstore-web: no D-Bus to reach the daemons on (--bus system or session)");
         return ExitCode::FAILURE;
     };
-    let token_file = args.token_file.or_else(|| {
-        agentstore::store::home_dir().map(|h| agentstore::web::auth::token_path(&h))
-    });
+    let token_file = args
+        .token_file
+        .or_else(|| agentstore::store::home_dir().map(|h| agentstore::web::auth::token_path(&h)));
     let opts = WebOptions {
         root,
         bus,

@@ -109,7 +109,10 @@ pub fn take_listeners() -> Result<Vec<(String, Listener)>, ActivationError> {
         // Check it is an open socket before owning it.
         // SAFETY: F_GETFD only reads the descriptor's flags; any int is a valid argument.
         if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
-            return Err(bad(format!("not open: {}", std::io::Error::last_os_error())));
+            return Err(bad(format!(
+                "not open: {}",
+                std::io::Error::last_os_error()
+            )));
         }
         // SAFETY: systemd passed descriptors LISTEN_FDS_START.. to this process (LISTEN_PID
         // is ours); F_GETFD just showed this one is open, and nothing else in the process owns
@@ -117,7 +120,8 @@ pub fn take_listeners() -> Result<Vec<(String, Listener)>, ActivationError> {
         let owned = unsafe { OwnedFd::from_raw_fd(fd) };
         use nix::sys::socket::{AddressFamily, SockType, SockaddrLike, SockaddrStorage};
         use nix::sys::socket::{getsockname, getsockopt, sockopt};
-        let ty = getsockopt(&owned, sockopt::SockType).map_err(|e| bad(format!("not a socket: {e}")))?;
+        let ty =
+            getsockopt(&owned, sockopt::SockType).map_err(|e| bad(format!("not a socket: {e}")))?;
         if ty != SockType::Stream {
             return Err(bad(format!("a {ty:?} socket, not a stream")));
         }
@@ -153,7 +157,9 @@ mod tests {
 
     #[test]
     fn names_are_matched_to_descriptors() {
-        let n = parse(Some("5"), Some("2"), Some("http:tcp"), 5).unwrap().unwrap();
+        let n = parse(Some("5"), Some("2"), Some("http:tcp"), 5)
+            .unwrap()
+            .unwrap();
         assert_eq!(n, ["http", "tcp"]);
         let n = parse(Some("5"), Some("2"), None, 5).unwrap().unwrap();
         assert_eq!(n, ["unknown", "unknown"]);
@@ -161,11 +167,17 @@ mod tests {
 
     #[test]
     fn malformed_variables_are_named() {
-        let e = parse(Some("x"), Some("1"), None, 5).unwrap_err().to_string();
+        let e = parse(Some("x"), Some("1"), None, 5)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("LISTEN_PID"), "{e}");
-        let e = parse(Some("5"), Some("-1"), None, 5).unwrap_err().to_string();
+        let e = parse(Some("5"), Some("-1"), None, 5)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("LISTEN_FDS"), "{e}");
-        let e = parse(Some("5"), Some("2"), Some("a"), 5).unwrap_err().to_string();
+        let e = parse(Some("5"), Some("2"), Some("a"), 5)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("LISTEN_FDNAMES"), "{e}");
     }
 }

@@ -50,12 +50,15 @@ pub fn percent_encode(s: &str) -> String {
 }
 
 /// The query of a request as a map; a key outside `known` is refused, naming it.
-pub fn query(
-    req: &Request<Incoming>,
-    known: &[&str],
-) -> Result<HashMap<String, String>, WebError> {
+pub fn query(req: &Request<Incoming>, known: &[&str]) -> Result<HashMap<String, String>, WebError> {
     let mut out = HashMap::new();
-    for kv in req.uri().query().unwrap_or("").split('&').filter(|s| !s.is_empty()) {
+    for kv in req
+        .uri()
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter(|s| !s.is_empty())
+    {
         let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
         let k = percent_decode(k)?;
         if !known.contains(&k.as_str()) {
@@ -215,10 +218,19 @@ pub async fn route(
         (["prds"], true) => {
             let q = query(&req, &["as", "project"])?;
             let actor = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
-            let c = q.get("project").map(|p| one("project", p)).unwrap_or_default();
+            let c = q
+                .get("project")
+                .map(|p| one("project", p))
+                .unwrap_or_default();
             Ok(ok(&direct(app, &actor, "list-prds", c).await?))
         }
-        ([kind @ ("users" | "projects" | "prds" | "queues" | "jobs"), id], true) => {
+        (
+            [
+                kind @ ("users" | "projects" | "prds" | "queues" | "jobs"),
+                id,
+            ],
+            true,
+        ) => {
             let q = query(&req, &["as"])?;
             let actor = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
             let (command, key) = match *kind {
@@ -239,7 +251,9 @@ pub async fn route(
         (["jobs"], true) => {
             let q = query(
                 &req,
-                &["as", "status", "project", "queue", "fields", "offset", "limit"],
+                &[
+                    "as", "status", "project", "queue", "fields", "offset", "limit",
+                ],
             )?;
             let actor = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
             let (page, total, next) = list_jobs(app, &actor, &q).await?;
@@ -256,11 +270,12 @@ pub async fn route(
         (["messages"], false) if method == Method::POST => {
             let headers = req.headers().clone();
             let body = super::read_body(req).await?;
-            let mut msg: Value = serde_json::from_slice(&body).map_err(|e| {
-                WebError::invalid(format!("request body: not a JSON message: {e}"))
-            })?;
+            let mut msg: Value = serde_json::from_slice(&body)
+                .map_err(|e| WebError::invalid(format!("request body: not a JSON message: {e}")))?;
             let Some(obj) = msg.as_object_mut() else {
-                return Err(WebError::invalid("request body: a message must be a JSON object"));
+                return Err(WebError::invalid(
+                    "request body: a message must be a JSON object",
+                ));
             };
             let claimed = match obj.get("user") {
                 None | Some(Value::Null) => None,
@@ -278,7 +293,11 @@ pub async fn route(
         }
         _ => Err(WebError::new(
             if get { 404 } else { 405 },
-            if get { "NoSuchPath" } else { "MethodNotAllowed" },
+            if get {
+                "NoSuchPath"
+            } else {
+                "MethodNotAllowed"
+            },
             format!("{method} {path}: no such endpoint (see /api/openapi.json)"),
         )),
     }
@@ -290,7 +309,10 @@ pub fn event_stream(app: &App) -> Response<Body> {
     let first = Bytes::from_static(b"retry: 1000\n: subscribed\n\n");
     let stream = futures_util::stream::unfold((Some(first), rx), |(first, mut rx)| async move {
         if let Some(f) = first {
-            return Some((Ok::<_, std::convert::Infallible>(Frame::data(f)), (None, rx)));
+            return Some((
+                Ok::<_, std::convert::Infallible>(Frame::data(f)),
+                (None, rx),
+            ));
         }
         let text = tokio::select! {
             ev = rx.recv() => match ev {

@@ -79,8 +79,8 @@ pub fn load_or_create_token(path: &Path) -> Result<String, String> {
                     m.permissions().mode() & 0o777
                 ));
             }
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("{}: {e}", path.display()))?;
+            let text =
+                std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
             let t = text.trim().to_string();
             if t.len() < 16 {
                 return Err(format!(
@@ -95,8 +95,8 @@ pub fn load_or_create_token(path: &Path) -> Result<String, String> {
                 std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
             }
             let mut bytes = [0u8; 32];
-            let mut f = std::fs::File::open("/dev/urandom")
-                .map_err(|e| format!("/dev/urandom: {e}"))?;
+            let mut f =
+                std::fs::File::open("/dev/urandom").map_err(|e| format!("/dev/urandom: {e}"))?;
             std::io::Read::read_exact(&mut f, &mut bytes)
                 .map_err(|e| format!("/dev/urandom: {e}"))?;
             let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();

@@ -87,8 +87,12 @@ impl From<zbus::Error> for WebError {
             zbus::Error::FDO(f) => {
                 let text = f.to_string();
                 let name = match *f {
-                    zbus::fdo::Error::ServiceUnknown(_) => "org.freedesktop.DBus.Error.ServiceUnknown",
-                    zbus::fdo::Error::NameHasNoOwner(_) => "org.freedesktop.DBus.Error.NameHasNoOwner",
+                    zbus::fdo::Error::ServiceUnknown(_) => {
+                        "org.freedesktop.DBus.Error.ServiceUnknown"
+                    }
+                    zbus::fdo::Error::NameHasNoOwner(_) => {
+                        "org.freedesktop.DBus.Error.NameHasNoOwner"
+                    }
                     zbus::fdo::Error::AccessDenied(_) => "org.freedesktop.DBus.Error.AccessDenied",
                     _ => "org.freedesktop.DBus.Error.Failed",
                 };

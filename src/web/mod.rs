@@ -92,7 +92,9 @@ pub struct App {
 
 impl std::fmt::Debug for App {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("App").field("own_uid", &self.own_uid).finish()
+        f.debug_struct("App")
+            .field("own_uid", &self.own_uid)
+            .finish()
     }
 }
 
