@@ -42,6 +42,8 @@ const SIDEWAYS: &[(&str, &str)] = &[
     ("cli", "bus"),
     // The web front end is the D-Bus API in HTTP: it calls the daemons through the proxies.
     ("web", "bus"),
+    // `orchestrator web` finds the token where the server does.
+    ("cli", "web"),
     // PRD §10 decisions read users and projects; the store validates with the schema.
     ("permissions", "store"),
     ("store", "schema"),

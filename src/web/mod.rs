@@ -10,6 +10,7 @@
 
 pub mod activation;
 pub mod api;
+pub mod args;
 pub mod auth;
 pub mod charts;
 pub mod dashboard;
@@ -341,7 +342,7 @@ fn unix_name(l: &std::os::unix::net::UnixListener) -> String {
         .unwrap_or_else(|| "unix socket".into())
 }
 
-/// Whether `uid`'s store could be touched: only used for messages.
+/// The largest request body read (a message).
 pub fn body_limit() -> usize {
     1 << 20
 }
