@@ -8,22 +8,19 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+#[path = "support/web_env.rs"]
+mod web_env;
 
 use common::TestEnv;
 use common::bus::{KillOnDrop, PrivateBus, skip, wait_until};
+use web_env::{BUS_POLICY, listeners, spawn_web};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
-
-/// A bus every local user may connect to and call on, like the system bus.
-const BUS_POLICY: &str = r#"<type>custom</type>
-<policy context="default"><allow user="*"/><allow own="*"/><allow send_destination="*"/><allow receive_sender="*"/><allow eavesdrop="true"/></policy>"#;
 
 struct Web {
     env: TestEnv,
@@ -34,69 +31,6 @@ struct Web {
     tcp: u16,
     token: String,
     queue: String,
-}
-
-/// Starts agentstore-web the way systemd does: listeners on fds 3.., `LISTEN_FDS`,
-/// `LISTEN_FDNAMES` and `LISTEN_PID` (set by the shell that then execs it, so it is the
-/// server's own pid).
-fn spawn_web(
-    bus: &PrivateBus,
-    root: &Path,
-    home: &Path,
-    fds: Vec<std::os::fd::OwnedFd>,
-    names: &str,
-    extra: &[&str],
-) -> KillOnDrop {
-    let raw: Vec<i32> = fds.iter().map(|f| f.as_raw_fd()).collect();
-    let mut c = Command::new("sh");
-    c.args(["-c", "LISTEN_PID=$$ exec \"$0\" \"$@\""])
-        .arg(env!("CARGO_BIN_EXE_agentstore-web"))
-        .args(["--bus", "session", "--root"])
-        .arg(root)
-        .args(extra)
-        .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
-        .env("HOME", home)
-        .env("LISTEN_FDS", raw.len().to_string())
-        .env("LISTEN_FDNAMES", names)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit());
-    // SAFETY: only async-signal-safe dup2 between fork and exec; each target is 3.. in order,
-    // and the sources were opened above 3+n by the test (checked below).
-    unsafe {
-        c.pre_exec(move || {
-            for (i, fd) in raw.iter().enumerate() {
-                let to = 3 + i as i32;
-                if *fd != to && libc::dup2(*fd, to) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                if *fd == to {
-                    let flags = libc::fcntl(to, libc::F_GETFD);
-                    libc::fcntl(to, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
-                }
-            }
-            Ok(())
-        });
-    }
-    let child = KillOnDrop(c.spawn().unwrap());
-    drop(fds);
-    child
-}
-
-/// A Unix listener at `path` (world-connectable) and a loopback TCP listener, as fds above
-/// the range they will be moved to.
-fn listeners(path: &Path) -> (Vec<std::os::fd::OwnedFd>, u16) {
-    let u = std::os::unix::net::UnixListener::bind(path).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let t = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = t.local_addr().unwrap().port();
-    let high = |fd: std::os::fd::OwnedFd| {
-        let n = nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(100)).unwrap();
-        use std::os::fd::FromRawFd;
-        // SAFETY: a fresh descriptor from F_DUPFD_CLOEXEC, owned by no one else.
-        unsafe { std::os::fd::OwnedFd::from_raw_fd(n) }
-    };
-    (vec![high(u.into()), high(t.into())], port)
 }
 
 fn start() -> Option<Web> {
