@@ -13,7 +13,6 @@ mod web_env;
 
 use common::TestEnv;
 use common::bus::{KillOnDrop, PrivateBus, skip, wait_until};
-use web_env::{BUS_POLICY, listeners, spawn_web};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
@@ -21,6 +20,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
+use web_env::{BUS_POLICY, listeners, spawn_web};
 
 struct Web {
     env: TestEnv,

@@ -175,15 +175,26 @@ async fn queues_page(app: &App, who: &Actor) -> Result<Response<Body>, WebError>
                 st["queued_jobs"].as_u64().unwrap_or(0),
             )
         } else {
-            (u64::from(count("running").await?), u64::from(count("queued").await?))
+            (
+                u64::from(count("running").await?),
+                u64::from(count("queued").await?),
+            )
         };
-        let num = |k: &str| st.get(k).map(|v| v.to_string()).unwrap_or_else(|| "–".into());
+        let num = |k: &str| {
+            st.get(k)
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| "–".into())
+        };
         let _ = write!(
             b,
             r#"<tr data-queue="{n}"><td><a href="/jobs?queue={u}">{n}</a></td><td>{m}</td><td class="active">{active}</td><td class="queued">{queued}</td><td>{w}</td><td>{p}</td><td>{l}</td></tr>"#,
             n = esc(name),
             u = percent_encode(name),
-            m = if live { "running" } else { "stopped (starts on demand)" },
+            m = if live {
+                "running"
+            } else {
+                "stopped (starts on demand)"
+            },
             w = st
                 .get("worker_count")
                 .or_else(|| q.pointer("/config/worker_count"))
