@@ -20,7 +20,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
-use web_env::{BUS_POLICY, listeners, spawn_web};
+use web_env::spawn_web;
 
 struct Web {
     env: TestEnv,
@@ -94,39 +94,15 @@ fn start() -> Option<Web> {
     }
     std::fs::set_permissions(env.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::set_permissions(&env.root, std::fs::Permissions::from_mode(0o750)).unwrap();
-    let bus = PrivateBus::with_config(BUS_POLICY, &[]);
-    let orchestratord = KillOnDrop(common::bus::spawn_orchestratord(
-        &bus,
-        &env.root,
-        &["--idle-exit", "0"],
-    ));
-    common::bus::wait_for_name(&bus, "org.agentstore.Orchestrator1");
-    let sock = env.dir.path().join("http.sock");
-    let (fds, tcp) = listeners(&sock);
-    let web = spawn_web(
-        &bus,
-        &env.root,
-        &env.home,
-        fds,
-        "http:tcp",
-        &["--idle-exit", "0"],
-    );
-    let token_file = env.home.join(".config/agentstore/web-token");
-    wait_until(Duration::from_secs(30), "the web token", || {
-        token_file.exists()
-    });
-    let token = std::fs::read_to_string(&token_file)
-        .unwrap()
-        .trim()
-        .to_string();
+    let served = web_env::serve(&env.root, &env.home, env.dir.path());
     Some(Web {
         env,
-        bus,
-        _orchestratord: orchestratord,
-        web,
-        sock,
-        tcp,
-        token,
+        bus: served.bus,
+        _orchestratord: served.orchestratord,
+        web: served.web,
+        sock: served.sock,
+        tcp: served.port,
+        token: served.token,
         queue,
     })
 }

@@ -11,14 +11,14 @@ mod common;
 mod web_env;
 
 use common::TestEnv;
-use common::bus::{KillOnDrop, PrivateBus, have, skip, wait_until};
+use common::bus::{KillOnDrop, have, skip, wait_until};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use web_env::{BUS_POLICY, listeners, pass_fds, spawn_web};
+use web_env::pass_fds;
 
 const JOBS: usize = 10_000;
 const COMMANDS: [&str; 3] = ["research-code", "create-prd", "implement-tasks"];
@@ -268,31 +268,8 @@ fn dashboard_pages_in_chromium_over_10000_jobs() {
         .next()
         .unwrap();
     generate(&env, &queue);
-    let bus = PrivateBus::with_config(BUS_POLICY, &[]);
-    let _orchestratord = KillOnDrop(common::bus::spawn_orchestratord(
-        &bus,
-        &env.root,
-        &["--idle-exit", "0"],
-    ));
-    common::bus::wait_for_name(&bus, "org.agentstore.Orchestrator1");
-    let sock = env.dir.path().join("http.sock");
-    let (fds, port) = listeners(&sock);
-    let _web = spawn_web(
-        &bus,
-        &env.root,
-        &env.home,
-        fds,
-        "http:tcp",
-        &["--idle-exit", "0"],
-    );
-    let token_file = env.home.join(".config/agentstore/web-token");
-    wait_until(Duration::from_secs(30), "the web token", || {
-        token_file.exists()
-    });
-    let token = std::fs::read_to_string(&token_file)
-        .unwrap()
-        .trim()
-        .to_string();
+    let served = web_env::serve(&env.root, &env.home, env.dir.path());
+    let (bus, port, token) = (&served.bus, served.port, served.token.clone());
     let base = format!("http://127.0.0.1:{port}");
     let login = |next: &str| {
         format!(

@@ -76,3 +76,44 @@ pub fn spawn_web(
     drop(fds);
     child
 }
+
+/// A private bus, orchestratord on it, and agentstore-web with a Unix listener at
+/// `dir/http.sock` and a loopback TCP one; its token (made by the server in `home`).
+pub struct Served {
+    pub bus: PrivateBus,
+    pub orchestratord: KillOnDrop,
+    pub web: KillOnDrop,
+    pub sock: std::path::PathBuf,
+    pub port: u16,
+    pub token: String,
+}
+
+/// Starts [`Served`] for the store `root`.
+pub fn serve(root: &Path, home: &Path, dir: &Path) -> Served {
+    let bus = PrivateBus::with_config(BUS_POLICY, &[]);
+    let orchestratord = KillOnDrop(crate::common::bus::spawn_orchestratord(
+        &bus,
+        root,
+        &["--idle-exit", "0"],
+    ));
+    crate::common::bus::wait_for_name(&bus, "org.agentstore.Orchestrator1");
+    let sock = dir.join("http.sock");
+    let (fds, port) = listeners(&sock);
+    let web = spawn_web(&bus, root, home, fds, "http:tcp", &["--idle-exit", "0"]);
+    let token_file = home.join(".config/agentstore/web-token");
+    crate::common::bus::wait_until(std::time::Duration::from_secs(30), "the web token", || {
+        token_file.exists()
+    });
+    let token = std::fs::read_to_string(&token_file)
+        .unwrap()
+        .trim()
+        .to_string();
+    Served {
+        bus,
+        orchestratord,
+        web,
+        sock,
+        port,
+        token,
+    }
+}
