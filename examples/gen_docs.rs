@@ -38,5 +38,6 @@ fn main() -> std::io::Result<()> {
     write(&out, agentstore::agent::cli::Cli::command())?;
     write(&out, agentstore::queue::args::Args::command())?;
     write(&out, agentstore::worker::args::Args::command())?;
+    write(&out, agentstore::web::args::Args::command())?;
     Ok(())
 }

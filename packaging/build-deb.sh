@@ -5,7 +5,7 @@
 #
 # Man pages and completions come from the clap definitions through the example
 # `examples/gen_docs.rs`, run as `cargo run --release --example gen_docs -- OUT_DIR`, which
-# must write OUT_DIR/man/<binary>.1 for each of the five binaries and
+# must write OUT_DIR/man/<binary>.1 for each of the six binaries and
 # OUT_DIR/completions/{bash/<bin>, zsh/_<bin>, fish/<bin>.fish} (see packaging/README.md).
 set -euo pipefail
 
@@ -21,7 +21,7 @@ esac
 # Fail before the long build when a file the package lists is missing (cargo-deb stops on
 # any asset pattern that matches nothing).
 missing=()
-for pattern in 'systemd/*.service' 'systemd/user/*' 'dbus/*.conf' 'dbus/*.service' 'dbus/*.xml' \
+for pattern in 'systemd/*.service' 'systemd/*.socket' 'systemd/user/*' 'dbus/*.conf' 'dbus/*.service' 'dbus/*.xml' \
     'schemas/*.json' packaging/config.yaml examples/gen_docs.rs; do
     compgen -G "$pattern" >/dev/null || missing+=("$pattern")
 done

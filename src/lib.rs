@@ -17,4 +17,5 @@ pub mod queue;
 pub mod schema;
 pub mod store;
 pub mod systemd;
+pub mod web;
 pub mod worker;

@@ -69,6 +69,16 @@ impl Caller {
             || (self.user_id().is_some() && self.user_id() == job.config.user.as_deref())
             || project.is_some_and(|p| self.can_see_project(p))
     }
+
+    /// Cancelling a job: admins, whoever asked for it, or whoever may change its project
+    /// (`job` is `None` when its document cannot be read: admins only).
+    pub fn can_cancel_job(&self, job: Option<&Job>, project: Option<&Project>) -> bool {
+        self.is_admin()
+            || job.is_some_and(|j| {
+                self.user_id().is_some() && self.user_id() == j.config.user.as_deref()
+                    || project.is_some_and(|p| self.can_modify_project(p))
+            })
+    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! The crate's layers (DESIGN §8, docs/architecture.md) import in one direction only:
 //!
 //! ```text
-//! bin → cli, bus → orchestrator, queue, worker → permissions, store, schema, systemd → model
+//! bin → cli, bus, web → orchestrator, queue, worker → permissions, store, schema, systemd → model
 //! ```
 //!
 //! A module may use a module of a lower layer, and within one layer only along the few
@@ -25,6 +25,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("bin", 5),
     ("cli", 4),
     ("bus", 4),
+    ("web", 4),
     ("orchestrator", 3),
     ("queue", 3),
     ("worker", 3),
@@ -39,6 +40,10 @@ const LAYERS: &[(&str, u8)] = &[
 const SIDEWAYS: &[(&str, &str)] = &[
     // The CLI talks to the daemons through the bus proxies.
     ("cli", "bus"),
+    // The web front end is the D-Bus API in HTTP: it calls the daemons through the proxies.
+    ("web", "bus"),
+    // `orchestrator web` finds the token where the server does.
+    ("cli", "web"),
     // PRD §10 decisions read users and projects; the store validates with the schema.
     ("permissions", "store"),
     ("store", "schema"),

@@ -50,7 +50,7 @@ fn stage_units(dir: &Path, to: &Path) -> Vec<PathBuf> {
         let p = e.unwrap().path();
         let name = p.file_name().unwrap().to_string_lossy().into_owned();
         if !p.is_file()
-            || ![".service", ".path", ".timer", ".target"]
+            || ![".service", ".path", ".timer", ".target", ".socket"]
                 .iter()
                 .any(|ext| name.ends_with(ext))
         {
@@ -65,6 +65,10 @@ fn stage_units(dir: &Path, to: &Path) -> Vec<PathBuf> {
             .replace(
                 "/usr/bin/queue-manager",
                 env!("CARGO_BIN_EXE_queue-manager"),
+            )
+            .replace(
+                "/usr/bin/agentstore-web",
+                env!("CARGO_BIN_EXE_agentstore-web"),
             );
         let dst = to.join(&name);
         std::fs::write(&dst, t).unwrap();
@@ -114,6 +118,8 @@ fn units_pass_systemd_analyze_verify() {
         "agentstore-orchestrator.service",
         "agentstore-orchestrator.path",
         "agentstore-orchestrator.timer",
+        "agentstore-web.socket",
+        "agentstore-web.service",
     ] {
         assert!(names.iter().any(|n| n == want), "systemd/{want} missing");
     }
@@ -121,9 +127,9 @@ fn units_pass_systemd_analyze_verify() {
     let user = stage_units(&repo("systemd/user"), &tmp.path().join("user"));
     assert_eq!(
         user.len(),
-        7,
+        9,
         "systemd/user/ should hold the service, path and timer units of the orchestrator and \
-         of queue-manager@, and agentstore.target"
+         of queue-manager@, agentstore.target, and agentstore-web's socket and service"
     );
     verify(&user, true);
 
@@ -196,6 +202,25 @@ fn system_service_exposure_is_at_most_2() {
     assert!(
         score <= MAX_EXPOSURE,
         "exposure {score} > {MAX_EXPOSURE}; what is left open:\n{open}"
+    );
+}
+
+/// agentstore-web (issue 16): as confined as the orchestrator, except that it must see the
+/// callers' real uids (no PrivateUsers=).
+#[test]
+fn web_service_exposure_is_at_most_2() {
+    let unit = repo("systemd/agentstore-web.service");
+    let Some((score, open)) = offline_exposure(&unit, "agentstore-web.service") else {
+        return;
+    };
+    assert!(
+        score <= MAX_EXPOSURE,
+        "exposure {score} > {MAX_EXPOSURE}; what is left open:\n{open}"
+    );
+    let text = std::fs::read_to_string(&unit).unwrap();
+    assert!(
+        !text.lines().any(|l| l.starts_with("PrivateUsers=yes")),
+        "PrivateUsers=yes would make every caller look like nobody to SO_PEERCRED"
     );
 }
 

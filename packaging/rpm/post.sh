@@ -1,7 +1,7 @@
 # %post for agentstore ($1: 1 = install, 2+ = upgrade). Same effects as the Debian postinst.
 STORE=/var/lib/agentstore
 SVC_USER=agentstore
-ENABLE_UNITS="agentstore-orchestrator.path agentstore-orchestrator.timer"
+ENABLE_UNITS="agentstore-orchestrator.path agentstore-orchestrator.timer agentstore-web.socket"
 UNIT_DIR=/usr/lib/systemd/system
 
 getent group "$SVC_USER" >/dev/null || groupadd --system "$SVC_USER"

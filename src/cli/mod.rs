@@ -14,6 +14,7 @@ mod remote;
 pub mod render;
 mod session;
 mod setup;
+mod web;
 
 pub use render::Format;
 pub use session::{Session, session_path};
@@ -231,6 +232,10 @@ pub enum Command {
     /// login, a project (--project/--directory), the queue this machine serves, the config and
     /// unit drop-ins that point the user units at the store, and `agentstore.target` enabled.
     Setup(setup::SetupArgs),
+    /// Print where the HTTP API and web dashboard listen (agentstore-web.socket), and open
+    /// the dashboard with xdg-open when a desktop session exists and a loopback TCP listener
+    /// is configured.
+    Web(web::WebArgs),
     /// Cancel a queued or running job (asks its queue manager over D-Bus).
     CancelJob {
         /// Job id.
@@ -441,6 +446,7 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Daemon { action } => daemon::run(g, &mut out, action),
         Command::Demo(a) => demo::run(g, &mut out, a),
         Command::Setup(a) => setup::run(g, &mut out, a),
+        Command::Web(a) => web::run(g, &mut out, &a),
         Command::CancelJob { job_id } => jobs::cancel_job(g, &mut out, &job_id),
         Command::Logs { job_id } => jobs::logs(g, &mut out, &job_id),
         Command::Approvals => approvals::list(g, &mut out),

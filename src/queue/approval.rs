@@ -238,11 +238,7 @@ impl Manager {
 
     /// PRD §10 for a job's own actions: its user, or those who may modify its project.
     pub(super) fn may_act_on(&self, job: &Job, caller: &Caller) -> bool {
-        caller.is_admin()
-            || caller.user_id().is_some() && caller.user_id() == job.config.user.as_deref()
-            || self
-                .store
-                .project(&job.config.project)
-                .is_ok_and(|p| caller.can_modify_project(&p))
+        let project = self.store.project(&job.config.project).ok();
+        caller.can_cancel_job(Some(job), project.as_ref())
     }
 }

@@ -80,13 +80,13 @@ impl Manager {
             })?;
         let path = self.store.job_path(&q, from, id);
         let job: Option<Job> = self.store.read_doc(DocKind::Job, &path).ok();
-        if !caller.is_admin() {
-            let allowed = job.as_ref().is_some_and(|j| self.may_act_on(j, caller));
-            if !allowed {
-                return Err(QueueError::PermissionDenied(format!(
-                    "job {id} belongs to another user's project"
-                )));
-            }
+        let project = job
+            .as_ref()
+            .and_then(|j| self.store.project(&j.config.project).ok());
+        if !caller.can_cancel_job(job.as_ref(), project.as_ref()) {
+            return Err(QueueError::PermissionDenied(format!(
+                "job {id} belongs to another user's project"
+            )));
         }
         tracing::info!(job_id = %id, queue = %q, "cancel requested by {by}");
         match from {

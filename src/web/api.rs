@@ -1,0 +1,339 @@
+//! `/api/…`: the D-Bus API in HTTP/JSON (docs/api.md, docs/openapi.json). Each endpoint
+//! makes one D-Bus call (or a few, for cancel) on behalf of the requesting user and answers
+//! what the daemon answered.
+
+use super::auth::{Actor, Peer};
+use super::error::WebError;
+use super::{App, Body, json};
+use crate::model::Job;
+use http_body_util::BodyExt;
+use hyper::body::{Bytes, Frame, Incoming};
+use hyper::{Method, Request, Response};
+use serde_json::{Map, Value, json};
+use std::collections::HashMap;
+
+/// Decodes `%XX` and `+` in a query component.
+pub fn percent_decode(s: &str) -> Result<String, WebError> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = bytes
+                    .get(i + 1..i + 3)
+                    .and_then(|h| std::str::from_utf8(h).ok())
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    .ok_or_else(|| WebError::invalid(format!("bad %-escape in {s:?}")))?;
+                out.push(hex);
+                i += 2;
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).map_err(|_| WebError::invalid(format!("{s:?} is not UTF-8")))
+}
+
+/// Encodes a query component.
+pub fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The query of a request as a map; a key outside `known` is refused, naming it.
+pub fn query(req: &Request<Incoming>, known: &[&str]) -> Result<HashMap<String, String>, WebError> {
+    let mut out = HashMap::new();
+    for kv in req
+        .uri()
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter(|s| !s.is_empty())
+    {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        let k = percent_decode(k)?;
+        if !known.contains(&k.as_str()) {
+            return Err(WebError::invalid(format!(
+                "unknown query parameter {k:?} (known: {})",
+                known.join(", ")
+            )));
+        }
+        out.insert(k, percent_decode(v)?);
+    }
+    Ok(out)
+}
+
+fn number(q: &HashMap<String, String>, key: &str) -> Result<u32, WebError> {
+    match q.get(key).map(|s| s.trim()).filter(|s| !s.is_empty()) {
+        None => Ok(0),
+        Some(v) => v.parse().map_err(|_| {
+            WebError::invalid(format!("query parameter {key}={v:?} is not a whole number"))
+        }),
+    }
+}
+
+/// `Submit` of a direct command for `actor`; the answer's `content.result`.
+pub async fn direct(
+    app: &App,
+    actor: &Actor,
+    command: &str,
+    content: Map<String, Value>,
+) -> Result<Value, WebError> {
+    let msg = json!({"command": command, "content": content, "user": actor.user});
+    let answer = app.orchestrator.submit(&msg.to_string()).await?;
+    let mut v: Value = serde_json::from_str(&answer)
+        .map_err(|e| WebError::new(502, "org.agentstore.Error.Failed", e.to_string()))?;
+    Ok(v.get_mut("content")
+        .and_then(|c| c.get_mut("result"))
+        .map(Value::take)
+        .unwrap_or(Value::Null))
+}
+
+/// One page of `ListJobs` for `actor`: the daemon's JSON page, total and next offset.
+pub async fn list_jobs(
+    app: &App,
+    actor: &Actor,
+    q: &HashMap<String, String>,
+) -> Result<(String, u32, u32), WebError> {
+    let mut filter: HashMap<&str, &str> = HashMap::new();
+    for k in ["status", "project", "queue", "fields"] {
+        if let Some(v) = q.get(k) {
+            filter.insert(k, v);
+        }
+    }
+    if let Some(u) = &actor.user {
+        filter.insert("user", u);
+    }
+    Ok(app
+        .orchestrator
+        .list_jobs(filter, number(q, "offset")?, number(q, "limit")?)
+        .await?)
+}
+
+/// The live properties of `queue`'s manager (`running: false` when none serves it).
+pub async fn queue_state(app: &App, queue: &str) -> Value {
+    match crate::bus::queue::live_state(&app.conn, queue).await {
+        Some(s) => json!({
+            "queue": queue,
+            "running": true,
+            "worker_count": s.worker_count,
+            "active_jobs": s.active_jobs,
+            "queued_jobs": s.queued_jobs,
+            "paused": s.paused,
+            "last_update": s.last_update,
+        }),
+        None => json!({"queue": queue, "running": false}),
+    }
+}
+
+/// Cancels job `id` for `actor`: the job must be visible to them (`view-job`), the queue
+/// manager's cancel rule must allow it, then `Queue1.CancelJob` on its queue.
+pub async fn cancel(app: &App, actor: &Actor, id: &str) -> Result<Value, WebError> {
+    let mut c = Map::new();
+    c.insert("job".into(), json!(id));
+    let doc = direct(app, actor, "view-job", c).await?;
+    let loc = app
+        .store
+        .find_job(id)
+        .map_err(|e| WebError::from(crate::bus::BusError::from(e)))?;
+    let job: Option<Job> = serde_json::from_value(doc).ok();
+    let project = job
+        .as_ref()
+        .and_then(|j| app.store.project(&j.config.project).ok());
+    if !actor.caller.can_cancel_job(job.as_ref(), project.as_ref()) {
+        return Err(crate::bus::BusError::permission_denied(format!(
+            "job {id} belongs to another user's project"
+        ))
+        .into());
+    }
+    crate::bus::queue::queue_proxy(&app.conn, &loc.queue)
+        .await?
+        .cancel_job(id)
+        .await?;
+    Ok(json!({"job_id": id, "queue": loc.queue, "cancelled": true}))
+}
+
+fn segments(path: &str) -> Vec<String> {
+    path.split('/')
+        .filter(|s| !s.is_empty())
+        .map(|s| percent_decode(s).unwrap_or_else(|_| s.to_string()))
+        .collect()
+}
+
+fn ok(v: &Value) -> Response<Body> {
+    json(200, v.to_string())
+}
+
+/// Answers one `/api/…` request.
+pub async fn route(
+    app: &App,
+    peer: Peer,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, WebError> {
+    let path = req.uri().path().to_string();
+    let seg = segments(&path);
+    let seg: Vec<&str> = seg.iter().map(String::as_str).collect();
+    let method = req.method().clone();
+    if seg == ["api", "openapi.json"] {
+        return Ok(json(200, super::OPENAPI.to_string()));
+    }
+    let ["api", "v1", rest @ ..] = seg.as_slice() else {
+        return Err(WebError::no_route(&path));
+    };
+    let get = method == Method::GET || method == Method::HEAD;
+    let one = |k: &str, v: &str| {
+        let mut m = Map::new();
+        m.insert(k.to_string(), json!(v));
+        m
+    };
+    match (rest, get) {
+        (["whoami"], true) => {
+            let actor = app.actor(peer, req.headers(), None)?;
+            let uid = match peer {
+                Peer::Unix(u) => u,
+                Peer::Tcp => app.own_uid,
+            };
+            Ok(ok(&json!({
+                "uid": uid,
+                "user": actor.user,
+                "trusted": matches!(actor.caller, crate::permissions::Caller::Trusted),
+                "admin": actor.caller.is_admin(),
+            })))
+        }
+        (["users"], true) | (["projects"], true) | (["queues"], true) => {
+            let q = query(&req, &["as"])?;
+            let actor = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
+            let command = format!("list-{}", rest[0]);
+            Ok(ok(&direct(app, &actor, &command, Map::new()).await?))
+        }
+        (["prds"], true) => {
+            let q = query(&req, &["as", "project"])?;
+            let actor = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
+            let c = q
+                .get("project")
+                .map(|p| one("project", p))
+                .unwrap_or_default();
+            Ok(ok(&direct(app, &actor, "list-prds", c).await?))
+        }
+        (
+            [
+                kind @ ("users" | "projects" | "prds" | "queues" | "jobs"),
+                id,
+            ],
+            true,
+        ) => {
+            let q = query(&req, &["as"])?;
+            let actor = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
+            let (command, key) = match *kind {
+                "users" => ("view-user", "user"),
+                "projects" => ("view-project", "project"),
+                "prds" => ("view-prd", "prd"),
+                "queues" => ("view-queue", "queue"),
+                _ => ("view-job", "job"),
+            };
+            Ok(ok(&direct(app, &actor, command, one(key, id)).await?))
+        }
+        (["queues", name, "state"], true) => {
+            let q = query(&req, &["as"])?;
+            let actor = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
+            direct(app, &actor, "view-queue", one("queue", name)).await?;
+            Ok(ok(&queue_state(app, name).await))
+        }
+        (["jobs"], true) => {
+            let q = query(
+                &req,
+                &[
+                    "as", "status", "project", "queue", "fields", "offset", "limit",
+                ],
+            )?;
+            let actor = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
+            let (page, total, next) = list_jobs(app, &actor, &q).await?;
+            Ok(json(
+                200,
+                format!(r#"{{"jobs":{page},"total":{total},"next_offset":{next}}}"#),
+            ))
+        }
+        (["jobs", id, "cancel"], false) if method == Method::POST => {
+            let q = query(&req, &["as"])?;
+            let actor = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
+            Ok(ok(&cancel(app, &actor, id).await?))
+        }
+        (["messages"], false) if method == Method::POST => {
+            let headers = req.headers().clone();
+            let body = super::read_body(req).await?;
+            let mut msg: Value = serde_json::from_slice(&body)
+                .map_err(|e| WebError::invalid(format!("request body: not a JSON message: {e}")))?;
+            let Some(obj) = msg.as_object_mut() else {
+                return Err(WebError::invalid(
+                    "request body: a message must be a JSON object",
+                ));
+            };
+            let claimed = match obj.get("user") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(s)) => Some(s.clone()),
+                Some(_) => return Err(WebError::invalid("request body: user must be a string")),
+            };
+            let actor = app.actor(peer, &headers, claimed.as_deref())?;
+            obj.insert("user".into(), json!(actor.user));
+            let answer = app.orchestrator.submit(&msg.to_string()).await?;
+            Ok(json(200, answer))
+        }
+        (["events"], true) => {
+            app.actor(peer, req.headers(), None)?;
+            Ok(event_stream(app))
+        }
+        _ => Err(WebError::new(
+            if get { 404 } else { 405 },
+            if get {
+                "NoSuchPath"
+            } else {
+                "MethodNotAllowed"
+            },
+            format!("{method} {path}: no such endpoint (see /api/openapi.json)"),
+        )),
+    }
+}
+
+/// `text/event-stream` of the bus's signals until the client goes.
+pub fn event_stream(app: &App) -> Response<Body> {
+    let rx = app.events.subscribe();
+    let first = Bytes::from_static(b"retry: 1000\n: subscribed\n\n");
+    let stream = futures_util::stream::unfold((Some(first), rx), |(first, mut rx)| async move {
+        if let Some(f) = first {
+            return Some((
+                Ok::<_, std::convert::Infallible>(Frame::data(f)),
+                (None, rx),
+            ));
+        }
+        let text = tokio::select! {
+            ev = rx.recv() => match ev {
+                Ok((name, data)) => format!("event: {name}\ndata: {data}\n\n"),
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                    format!("event: Lagged\ndata: {{\"missed\":{n}}}\n\n")
+                }
+                Err(_) => return None,
+            },
+            _ = tokio::time::sleep(std::time::Duration::from_secs(15)) => ": keepalive\n\n".to_string(),
+        };
+        Some((Ok(Frame::data(Bytes::from(text))), (None, rx)))
+    });
+    let mut r = Response::new(http_body_util::StreamBody::new(stream).boxed());
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("text/event-stream"),
+    );
+    r.headers_mut().insert(
+        hyper::header::CACHE_CONTROL,
+        hyper::header::HeaderValue::from_static("no-store"),
+    );
+    r
+}

@@ -1,0 +1,245 @@
+//! SVG charts drawn on the server (no script, no library): jobs per hour by outcome, the
+//! duration distribution per command, and cost per project over time. Each takes job
+//! documents as the API lists them (JSON) and returns an `<svg>` element.
+
+use super::html::esc;
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+const W: f64 = 720.0;
+const H: f64 = 220.0;
+const PAD: f64 = 40.0;
+const COLOURS: [&str; 8] = [
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+];
+
+fn time(job: &Value, field: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+    let s = job.get("runtime")?.get(field)?.as_str()?;
+    chrono::DateTime::parse_from_rfc3339(s)
+        .ok()
+        .map(|t| t.with_timezone(&chrono::Utc))
+}
+
+fn status(job: &Value) -> &str {
+    job.pointer("/runtime/status")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+fn frame(title: &str, id: &str, inner: &str) -> String {
+    format!(
+        r#"<figure class="chart" id="{id}"><figcaption>{}</figcaption><svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" aria-label="{}">{inner}</svg></figure>"#,
+        esc(title),
+        esc(title)
+    )
+}
+
+fn empty(title: &str, id: &str) -> String {
+    frame(
+        title,
+        id,
+        &format!(
+            r#"<text x="{}" y="{}" text-anchor="middle">no data</text>"#,
+            W / 2.0,
+            H / 2.0
+        ),
+    )
+}
+
+/// Finished and failed jobs per hour of their end (the last 48 hours that have any).
+pub fn jobs_per_hour(jobs: &[Value]) -> String {
+    let title = "Jobs per hour by outcome";
+    let mut hours: BTreeMap<String, (u32, u32)> = BTreeMap::new();
+    for j in jobs {
+        let Some(t) = time(j, "finish_time") else {
+            continue;
+        };
+        let e = hours
+            .entry(t.format("%Y-%m-%d %H:00").to_string())
+            .or_default();
+        match status(j) {
+            "finished" => e.0 += 1,
+            "failed" => e.1 += 1,
+            _ => {}
+        }
+    }
+    let rows: Vec<_> = hours
+        .into_iter()
+        .rev()
+        .take(48)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    if rows.is_empty() {
+        return empty(title, "chart-hourly");
+    }
+    let max = rows
+        .iter()
+        .map(|(_, (a, b))| a + b)
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64;
+    let bw = (W - 2.0 * PAD) / rows.len() as f64;
+    let mut s = String::new();
+    for (i, (hour, (ok, bad))) in rows.iter().enumerate() {
+        let x = PAD + i as f64 * bw;
+        let hok = (H - 2.0 * PAD) * f64::from(*ok) / max;
+        let hbad = (H - 2.0 * PAD) * f64::from(*bad) / max;
+        let base = H - PAD;
+        s.push_str(&format!(
+            r##"<g class="bar" data-hour="{}" data-finished="{ok}" data-failed="{bad}"><title>{}: {ok} finished, {bad} failed</title><rect x="{x:.1}" y="{:.1}" width="{:.1}" height="{hok:.1}" fill="#2ca02c"/><rect x="{x:.1}" y="{:.1}" width="{:.1}" height="{hbad:.1}" fill="#d62728"/></g>"##,
+            esc(hour),
+            esc(hour),
+            base - hok,
+            (bw - 1.0).max(1.0),
+            base - hok - hbad,
+            (bw - 1.0).max(1.0),
+        ));
+    }
+    s.push_str(&format!(
+        r#"<text x="{PAD}" y="{}" font-size="11">{}</text><text x="{}" y="{}" font-size="11" text-anchor="end">{}</text><text x="4" y="{}" font-size="11">{max}</text>"#,
+        H - PAD + 14.0,
+        esc(&rows[0].0),
+        W - PAD,
+        H - PAD + 14.0,
+        esc(&rows[rows.len() - 1].0),
+        PAD,
+    ));
+    s.push_str(r##"<text x="560" y="14" font-size="11" fill="#2ca02c">■ finished</text><text x="640" y="14" font-size="11" fill="#d62728">■ failed</text>"##);
+    frame(title, "chart-hourly", &s)
+}
+
+/// Run time (start to end) per command: a bar from the shortest to the longest, the median
+/// marked, in seconds.
+pub fn durations_per_command(jobs: &[Value]) -> String {
+    let title = "Duration per command (seconds: min, median, max)";
+    let mut by: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for j in jobs {
+        let (Some(a), Some(b)) = (time(j, "start_time"), time(j, "finish_time")) else {
+            continue;
+        };
+        let cmd = j
+            .pointer("/config/claude_command")
+            .and_then(Value::as_str)
+            .unwrap_or("?")
+            .to_string();
+        by.entry(cmd)
+            .or_default()
+            .push((b - a).num_milliseconds().max(0) as f64 / 1000.0);
+    }
+    if by.is_empty() {
+        return empty(title, "chart-durations");
+    }
+    let max = by.values().flatten().copied().fold(1.0_f64, f64::max);
+    let rows = by.len().min(8);
+    let rh = (H - 2.0 * PAD) / rows as f64;
+    let x0 = 160.0;
+    let scale = (W - x0 - PAD) / max;
+    let mut s = String::new();
+    for (i, (cmd, mut v)) in by.into_iter().take(8).enumerate() {
+        v.sort_by(f64::total_cmp);
+        let (lo, hi, med) = (v[0], v[v.len() - 1], v[v.len() / 2]);
+        let y = PAD + i as f64 * rh;
+        s.push_str(&format!(
+            r##"<g class="dur" data-command="{}" data-count="{}" data-median="{med:.1}"><title>{}: {} jobs, median {med:.1}s</title><text x="4" y="{:.1}" font-size="12">{}</text><rect x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{}"/><line x1="{:.1}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="#000" stroke-width="2"/></g>"##,
+            esc(&cmd),
+            v.len(),
+            esc(&cmd),
+            v.len(),
+            y + rh / 2.0 + 4.0,
+            esc(&cmd),
+            x0 + lo * scale,
+            y + rh * 0.2,
+            ((hi - lo) * scale).max(2.0),
+            rh * 0.6,
+            COLOURS[i % COLOURS.len()],
+            x0 + med * scale,
+            x0 + med * scale,
+            y + rh * 0.1,
+            y + rh * 0.9,
+        ));
+    }
+    s.push_str(&format!(
+        r#"<text x="{x0}" y="{}" font-size="11">0</text><text x="{}" y="{}" font-size="11" text-anchor="end">{max:.0}s</text>"#,
+        H - PAD + 14.0,
+        W - PAD,
+        H - PAD + 14.0
+    ));
+    frame(title, "chart-durations", &s)
+}
+
+/// Cost per project per day (USD reported by the agent), one line per project.
+pub fn cost_per_project(jobs: &[Value]) -> String {
+    let title = "Cost per project per day (USD)";
+    let mut days: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
+    let mut projects: BTreeMap<String, f64> = BTreeMap::new();
+    for j in jobs {
+        let Some(cost) = j.pointer("/runtime/cost_usd").and_then(Value::as_f64) else {
+            continue;
+        };
+        let Some(t) = time(j, "finish_time") else {
+            continue;
+        };
+        let p = j
+            .pointer("/config/project")
+            .and_then(Value::as_str)
+            .unwrap_or("?")
+            .to_string();
+        *days
+            .entry(t.format("%Y-%m-%d").to_string())
+            .or_default()
+            .entry(p.clone())
+            .or_default() += cost;
+        *projects.entry(p).or_default() += cost;
+    }
+    if days.is_empty() {
+        return empty(title, "chart-cost");
+    }
+    let max = days
+        .values()
+        .flat_map(|m| m.values())
+        .copied()
+        .fold(0.01_f64, f64::max);
+    let n = days.len();
+    let dx = if n > 1 {
+        (W - 2.0 * PAD) / (n - 1) as f64
+    } else {
+        0.0
+    };
+    let keys: Vec<&String> = days.keys().collect();
+    let mut s = String::new();
+    for (pi, (p, total)) in projects.iter().take(8).enumerate() {
+        let colour = COLOURS[pi % COLOURS.len()];
+        let pts: Vec<String> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                let v = days[*d].get(p).copied().unwrap_or(0.0);
+                format!(
+                    "{:.1},{:.1}",
+                    PAD + i as f64 * dx,
+                    H - PAD - (H - 2.0 * PAD) * v / max
+                )
+            })
+            .collect();
+        s.push_str(&format!(
+            r#"<g class="cost" data-project="{}" data-total="{total:.2}"><title>{}: ${total:.2}</title><polyline fill="none" stroke="{colour}" stroke-width="2" points="{}"/><text x="{}" y="{}" font-size="11" fill="{colour}">{} ${total:.2}</text></g>"#,
+            esc(p),
+            esc(p),
+            pts.join(" "),
+            W - 200.0,
+            14.0 + 13.0 * pi as f64,
+            esc(p),
+        ));
+    }
+    s.push_str(&format!(
+        r#"<text x="{PAD}" y="{}" font-size="11">{}</text><text x="{}" y="{}" font-size="11" text-anchor="end">{}</text><text x="4" y="{PAD}" font-size="11">${max:.2}</text>"#,
+        H - PAD + 14.0,
+        esc(keys[0]),
+        W - PAD,
+        H - PAD + 14.0,
+        esc(keys[n - 1]),
+    ));
+    frame(title, "chart-cost", &s)
+}

@@ -1,0 +1,471 @@
+//! The dashboard: pages rendered on the server from the same D-Bus answers as the API
+//! (readable with JavaScript off). `/static/live.js` (ours, vendored, no build step) only
+//! refreshes a page's `<main data-live>` when the event stream says something changed.
+
+use super::api::{direct, list_jobs, percent_encode, query, queue_state};
+use super::auth::{Actor, Peer};
+use super::error::WebError;
+use super::html::esc;
+use super::{App, Body, charts, respond};
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response};
+use serde_json::{Map, Value, json};
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+/// The live-update script (served at `/static/live.js`).
+pub const LIVE_JS: &str = include_str!("live.js");
+
+/// Jobs the charts are drawn from: the most recent this many.
+pub const CHART_JOBS: u32 = 2000;
+
+const CSS: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#222}\
+header{background:#234;color:#fff;padding:8px 16px}header a{color:#fff;margin-right:16px}\
+main{padding:12px 16px}table{border-collapse:collapse}td,th{border-bottom:1px solid #ddd;padding:3px 8px;text-align:left}\
+.s-failed{color:#b00}.s-finished{color:#070}.s-running{color:#05a}pre{background:#f6f6f6;padding:8px;white-space:pre-wrap;max-width:100ch}\
+form.filters input,form.filters select{margin-right:8px}.pager a{margin-right:12px}figure{margin:12px 0}";
+
+fn page(title: &str, who: &Actor, live: bool, body: &str) -> Response<Body> {
+    let me = who.user.as_deref().unwrap_or("trusted");
+    let html = format!(
+        r#"<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{t} · agentstore</title><style>{CSS}</style></head><body><header><a href="/">Queues</a><a href="/jobs">Jobs</a><a href="/prds">PRDs</a><a href="/charts">Charts</a><span style="float:right">{me}</span></header><main{live}>{body}</main><script src="/static/live.js" defer></script></body></html>"#,
+        t = esc(title),
+        me = esc(me),
+        live = if live { " data-live" } else { "" },
+    );
+    respond(200, "text/html; charset=utf-8", html)
+}
+
+/// An error as a page.
+pub fn error_page(e: &WebError) -> Response<Body> {
+    respond(
+        e.status,
+        "text/html; charset=utf-8",
+        format!(
+            r#"<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{} · agentstore</title></head><body><h1>{}</h1><p id="error">{}</p><p><a href="/">Back</a></p></body></html>"#,
+            e.status,
+            esc(&e.name),
+            esc(&e.message)
+        ),
+    )
+}
+
+fn s<'a>(v: &'a Value, ptr: &str) -> &'a str {
+    v.pointer(ptr).and_then(Value::as_str).unwrap_or("")
+}
+
+fn redirect(to: &str, cookie: Option<String>) -> Response<Body> {
+    let mut r = respond(303, "text/plain", String::new());
+    if let Ok(v) = hyper::header::HeaderValue::from_str(to) {
+        r.headers_mut().insert(hyper::header::LOCATION, v);
+    }
+    if let Some(c) = cookie.and_then(|c| hyper::header::HeaderValue::from_str(&c).ok()) {
+        r.headers_mut().insert(hyper::header::SET_COOKIE, c);
+    }
+    r
+}
+
+/// Answers one page request.
+pub async fn route(
+    app: &App,
+    peer: Peer,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, WebError> {
+    let path = req.uri().path().to_string();
+    if path == "/static/live.js" {
+        return Ok(respond(
+            200,
+            "text/javascript; charset=utf-8",
+            LIVE_JS.to_string(),
+        ));
+    }
+    if path == "/login" {
+        // TCP: the token once in the URL (what `orchestrator web` prints), then a cookie.
+        let q = query(&req, &["token", "next"])?;
+        let token = q.get("token").cloned().unwrap_or_default();
+        let mut headers = hyper::HeaderMap::new();
+        if let Ok(v) = hyper::header::HeaderValue::from_str(&format!("Bearer {token}")) {
+            headers.insert(hyper::header::AUTHORIZATION, v);
+        }
+        app.actor(peer, &headers, None)?;
+        let next = q
+            .get("next")
+            .filter(|n| n.starts_with('/') && !n.starts_with("//") && !n.contains('\\'))
+            .map(String::as_str)
+            .unwrap_or("/");
+        return Ok(redirect(
+            next,
+            Some(format!(
+                "agentstore_token={token}; HttpOnly; SameSite=Strict; Path=/"
+            )),
+        ));
+    }
+    let seg: Vec<String> = path
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(|s| super::api::percent_decode(s).unwrap_or_else(|_| s.to_string()))
+        .collect();
+    let seg: Vec<&str> = seg.iter().map(String::as_str).collect();
+    let post = req.method() == Method::POST;
+    match (seg.as_slice(), post) {
+        ([], false) => {
+            let q = query(&req, &["as"])?;
+            let who = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
+            queues_page(app, &who).await
+        }
+        (["jobs"], false) => {
+            let q = query(
+                &req,
+                &["as", "status", "project", "queue", "offset", "limit"],
+            )?;
+            let who = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
+            jobs_page(app, &who, q).await
+        }
+        (["jobs", id], false) => {
+            let q = query(&req, &["as"])?;
+            let who = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
+            job_page(app, &who, id).await
+        }
+        (["jobs", id, "cancel"], true) => {
+            let who = app.actor(peer, req.headers(), None)?;
+            super::api::cancel(app, &who, id).await?;
+            Ok(redirect(&format!("/jobs/{}", percent_encode(id)), None))
+        }
+        (["prds"], false) => {
+            let q = query(&req, &["as", "project"])?;
+            let who = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
+            prds_page(app, &who, q.get("project").map(String::as_str)).await
+        }
+        (["prds", id], false) => {
+            let q = query(&req, &["as"])?;
+            let who = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
+            prd_page(app, &who, id).await
+        }
+        (["charts"], false) => {
+            let q = query(&req, &["as"])?;
+            let who = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
+            charts_page(app, &who).await
+        }
+        _ => Err(WebError::no_route(&path)),
+    }
+}
+
+async fn queues_page(app: &App, who: &Actor) -> Result<Response<Body>, WebError> {
+    let queues = direct(app, who, "list-queues", Map::new()).await?;
+    let mut b = String::from(
+        "<h1>Queues</h1><table id=\"queues\"><thead><tr><th>queue</th><th>manager</th><th>running</th><th>queued</th><th>workers</th><th>paused</th><th>last update</th></tr></thead><tbody>",
+    );
+    for q in queues.as_array().into_iter().flatten() {
+        let name = s(q, "/config/id");
+        let st = queue_state(app, name).await;
+        let live = st["running"].as_bool().unwrap_or(false);
+        // Counts: the manager's when it runs, else the store's (ListJobs totals).
+        let count = |status: &'static str| {
+            let q = HashMap::from([
+                ("queue".to_string(), name.to_string()),
+                ("status".to_string(), status.to_string()),
+                ("fields".to_string(), "summary".to_string()),
+                ("limit".to_string(), "1".to_string()),
+            ]);
+            async move { list_jobs(app, who, &q).await.map(|(_, total, _)| total) }
+        };
+        let (active, queued) = if live {
+            (
+                st["active_jobs"].as_u64().unwrap_or(0),
+                st["queued_jobs"].as_u64().unwrap_or(0),
+            )
+        } else {
+            (
+                u64::from(count("running").await?),
+                u64::from(count("queued").await?),
+            )
+        };
+        let num = |k: &str| {
+            st.get(k)
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| "–".into())
+        };
+        let _ = write!(
+            b,
+            r#"<tr data-queue="{n}"><td><a href="/jobs?queue={u}">{n}</a></td><td>{m}</td><td class="active">{active}</td><td class="queued">{queued}</td><td>{w}</td><td>{p}</td><td>{l}</td></tr>"#,
+            n = esc(name),
+            u = percent_encode(name),
+            m = if live {
+                "running"
+            } else {
+                "stopped (starts on demand)"
+            },
+            w = st
+                .get("worker_count")
+                .or_else(|| q.pointer("/config/worker_count"))
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| "–".into()),
+            p = num("paused"),
+            l = esc(st.get("last_update").and_then(Value::as_str).unwrap_or("")),
+        );
+    }
+    b.push_str("</tbody></table>");
+    Ok(page("Queues", who, true, &b))
+}
+
+async fn jobs_page(
+    app: &App,
+    who: &Actor,
+    mut q: HashMap<String, String>,
+) -> Result<Response<Body>, WebError> {
+    q.insert("fields".into(), "summary".into());
+    if q.get("limit").is_none_or(|l| l.is_empty()) {
+        q.insert("limit".into(), "100".into());
+    }
+    let (rows, total, next) = list_jobs(app, who, &q).await?;
+    let rows: Value = serde_json::from_str(&rows)
+        .map_err(|e| WebError::new(502, "org.agentstore.Error.Failed", e.to_string()))?;
+    let get = |k: &str| q.get(k).map(String::as_str).unwrap_or("");
+    let mut b =
+        String::from("<h1>Jobs</h1><form class=\"filters\" method=\"get\" action=\"/jobs\">");
+    let _ = write!(
+        b,
+        r#"<label>status <select name="status"><option value="">any</option>"#
+    );
+    for st in ["queued", "running", "finished", "failed"] {
+        let _ = write!(
+            b,
+            r#"<option{}>{st}</option>"#,
+            if get("status") == st { " selected" } else { "" }
+        );
+    }
+    b.push_str("</select></label>");
+    for k in ["project", "queue", "as"] {
+        let label = if k == "as" { "user" } else { k };
+        let _ = write!(
+            b,
+            r#"<label>{label} <input name="{k}" value="{}" size="12"></label>"#,
+            esc(get(k))
+        );
+    }
+    b.push_str(r#"<button type="submit">Filter</button></form>"#);
+    let offset: u64 = get("offset").parse().unwrap_or(0);
+    let limit: u64 = get("limit").parse().unwrap_or(100);
+    let shown = rows.as_array().map(Vec::len).unwrap_or(0) as u64;
+    let _ = write!(
+        b,
+        r#"<p id="count">Jobs {}–{} of <span id="total">{total}</span></p>"#,
+        if shown == 0 { 0 } else { offset + 1 },
+        offset + shown
+    );
+    b.push_str("<table id=\"jobs\"><thead><tr><th>id</th><th>status</th><th>queue</th><th>project</th><th>user</th><th>queued</th></tr></thead><tbody>");
+    for r in rows.as_array().into_iter().flatten() {
+        let id = s(r, "/id");
+        let st = s(r, "/status");
+        let _ = write!(
+            b,
+            r#"<tr data-job="{i}"><td><a href="/jobs/{u}">{i}</a></td><td class="s-{st}">{st}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>"#,
+            esc(s(r, "/queue")),
+            esc(s(r, "/project")),
+            esc(s(r, "/user")),
+            esc(s(r, "/queue_time")),
+            i = esc(id),
+            u = percent_encode(id),
+            st = esc(st),
+        );
+    }
+    b.push_str("</tbody></table><p class=\"pager\">");
+    let link = |off: u64| {
+        let mut parts = vec![format!("offset={off}"), format!("limit={limit}")];
+        for k in ["status", "project", "queue", "as"] {
+            if !get(k).is_empty() {
+                parts.push(format!("{k}={}", percent_encode(get(k))));
+            }
+        }
+        format!("/jobs?{}", parts.join("&amp;"))
+    };
+    if offset > 0 {
+        let _ = write!(
+            b,
+            r#"<a id="prev" href="{}">← previous</a>"#,
+            link(offset.saturating_sub(limit))
+        );
+    }
+    if u64::from(next) < u64::from(total) {
+        let _ = write!(
+            b,
+            r#"<a id="next" href="{}">next →</a>"#,
+            link(u64::from(next))
+        );
+    }
+    b.push_str("</p>");
+    Ok(page("Jobs", who, true, &b))
+}
+
+async fn job_page(app: &App, who: &Actor, id: &str) -> Result<Response<Body>, WebError> {
+    let mut c = Map::new();
+    c.insert("job".into(), json!(id));
+    let job = direct(app, who, "view-job", c).await?;
+    let st = s(&job, "/runtime/status");
+    let mut b = format!(r#"<h1>Job {}</h1><table id="job">"#, esc(id));
+    for (label, ptr) in [
+        ("status", "/runtime/status"),
+        ("project", "/config/project"),
+        ("queue", "/config/queue"),
+        ("command", "/config/claude_command"),
+        ("user", "/config/user"),
+        ("PRD", "/config/prd"),
+        ("queued", "/config/queue_time"),
+        ("started", "/runtime/start_time"),
+        ("ended", "/runtime/finish_time"),
+        ("host", "/runtime/host"),
+        ("error", "/runtime/error"),
+    ] {
+        let v = s(&job, ptr);
+        if v.is_empty() {
+            continue;
+        }
+        let cell = match label {
+            "PRD" => format!(r#"<a href="/prds/{}">{}</a>"#, percent_encode(v), esc(v)),
+            "status" => format!(r#"<span class="s-{0}">{0}</span>"#, esc(v)),
+            _ => esc(v),
+        };
+        let _ = write!(
+            b,
+            r#"<tr><th>{label}</th><td id="f-{}">{cell}</td></tr>"#,
+            label.replace(' ', "-")
+        );
+    }
+    if let Some(cost) = job.pointer("/runtime/cost_usd").and_then(Value::as_f64) {
+        let _ = write!(
+            b,
+            r#"<tr><th>cost</th><td id="f-cost">${cost:.4}</td></tr>"#
+        );
+    }
+    if let Some(turns) = job.pointer("/runtime/num_turns").and_then(Value::as_u64) {
+        let _ = write!(b, r#"<tr><th>turns</th><td id="f-turns">{turns}</td></tr>"#);
+    }
+    b.push_str("</table>");
+    if matches!(st, "queued" | "running") {
+        let _ = write!(
+            b,
+            r#"<form method="post" action="/jobs/{}/cancel"><button type="submit">Cancel job</button></form>"#,
+            percent_encode(id)
+        );
+    }
+    let _ = write!(
+        b,
+        r#"<h2>Task</h2><pre id="task">{}</pre>"#,
+        esc(s(&job, "/config/task_description"))
+    );
+    let parsed: Option<crate::model::Job> = serde_json::from_value(job.clone()).ok();
+    let text = parsed.map(|j| j.result_text()).unwrap_or_default();
+    let _ = write!(
+        b,
+        r#"<h2>Output</h2><pre id="output">{}</pre><p>Full log: <code>journalctl JOB_ID={}</code></p>"#,
+        if text.is_empty() {
+            "(none yet)".to_string()
+        } else {
+            esc(&text)
+        },
+        esc(id)
+    );
+    Ok(page(&format!("Job {id}"), who, true, &b))
+}
+
+async fn prds_page(
+    app: &App,
+    who: &Actor,
+    project: Option<&str>,
+) -> Result<Response<Body>, WebError> {
+    let mut c = Map::new();
+    if let Some(p) = project {
+        c.insert("project".into(), json!(p));
+    }
+    let prds = direct(app, who, "list-prds", c).await?;
+    let mut b = String::from(
+        "<h1>PRDs</h1><table id=\"prds\"><thead><tr><th>id</th><th>title</th><th>project</th><th>status</th><th>owner</th><th>jobs</th><th>updated</th></tr></thead><tbody>",
+    );
+    for p in prds.as_array().into_iter().flatten() {
+        let id = s(p, "/id");
+        let _ = write!(
+            b,
+            r#"<tr data-prd="{i}"><td><a href="/prds/{u}">{i}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>"#,
+            esc(s(p, "/title")),
+            esc(s(p, "/project")),
+            esc(s(p, "/status")),
+            esc(s(p, "/owner")),
+            p.get("jobs")
+                .and_then(Value::as_array)
+                .map(Vec::len)
+                .unwrap_or(0),
+            esc(s(p, "/update_time")),
+            i = esc(id),
+            u = percent_encode(id),
+        );
+    }
+    b.push_str("</tbody></table>");
+    Ok(page("PRDs", who, false, &b))
+}
+
+async fn prd_page(app: &App, who: &Actor, id: &str) -> Result<Response<Body>, WebError> {
+    let mut c = Map::new();
+    c.insert("prd".into(), json!(id));
+    let prd = direct(app, who, "view-prd", c).await?;
+    let mut b = format!(
+        r#"<h1>{}</h1><table id="prd"><tr><th>id</th><td>{}</td></tr><tr><th>project</th><td>{}</td></tr><tr><th>status</th><td>{}</td></tr><tr><th>version</th><td>{}</td></tr><tr><th>owner</th><td>{}</td></tr><tr><th>created</th><td>{}</td></tr><tr><th>updated</th><td>{}</td></tr></table>"#,
+        esc(s(&prd, "/title")),
+        esc(id),
+        esc(s(&prd, "/project")),
+        esc(s(&prd, "/status")),
+        esc(s(&prd, "/version")),
+        esc(s(&prd, "/owner")),
+        esc(s(&prd, "/created_time")),
+        esc(s(&prd, "/update_time")),
+    );
+    b.push_str("<h2>Provenance: the jobs that made it</h2><ul id=\"provenance\">");
+    for j in prd
+        .get("jobs")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let j = j.as_str().unwrap_or("");
+        let _ = write!(
+            b,
+            r#"<li><a href="/jobs/{}">{}</a></li>"#,
+            percent_encode(j),
+            esc(j)
+        );
+    }
+    b.push_str("</ul>");
+    let content = serde_json::to_string_pretty(prd.get("content").unwrap_or(&Value::Null))
+        .unwrap_or_default();
+    let _ = write!(
+        b,
+        r#"<h2>Content</h2><pre id="content">{}</pre>"#,
+        esc(&content)
+    );
+    Ok(page(&format!("PRD {id}"), who, false, &b))
+}
+
+async fn charts_page(app: &App, who: &Actor) -> Result<Response<Body>, WebError> {
+    // The most recent CHART_JOBS jobs: one page to learn the total, one from the end.
+    let mut q = HashMap::from([
+        ("limit".to_string(), "1".to_string()),
+        ("fields".into(), "summary".into()),
+    ]);
+    let (_, total, _) = list_jobs(app, who, &q).await?;
+    q.remove("fields");
+    q.insert(
+        "offset".into(),
+        total.saturating_sub(CHART_JOBS).to_string(),
+    );
+    q.insert("limit".into(), CHART_JOBS.to_string());
+    let (page_text, _, _) = list_jobs(app, who, &q).await?;
+    let jobs: Vec<Value> = serde_json::from_str(&page_text)
+        .map_err(|e| WebError::new(502, "org.agentstore.Error.Failed", e.to_string()))?;
+    let b = format!(
+        "<h1>Charts</h1><p>From the {} most recent of {total} jobs.</p>{}{}{}",
+        jobs.len(),
+        charts::jobs_per_hour(&jobs),
+        charts::durations_per_command(&jobs),
+        charts::cost_per_project(&jobs)
+    );
+    Ok(page("Charts", who, false, &b))
+}

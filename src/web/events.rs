@@ -1,0 +1,118 @@
+//! What the D-Bus signals say, as server-sent events: `MessageProcessed` and `JobCreated`
+//! from the orchestrator, `JobStateChanged` and the queue properties (`PropertiesChanged`)
+//! from every queue manager. One subscription on the bus, fanned out to every open stream.
+//!
+//! Each event is `event: <SignalName>` and a JSON `data:` line with the signal's arguments
+//! by their D-Bus names plus `path` (the sending object).
+
+use futures_util::StreamExt;
+use serde_json::{Map, Value, json};
+use tokio::sync::broadcast;
+
+/// The fan-out of signal events.
+#[derive(Debug, Clone)]
+pub struct Hub {
+    tx: broadcast::Sender<(String, String)>,
+}
+
+impl Hub {
+    /// Subscribes on `conn` and starts forwarding.
+    pub async fn start(conn: &zbus::Connection) -> zbus::Result<Hub> {
+        let (tx, _) = broadcast::channel(1024);
+        let rules = [
+            zbus::MatchRule::builder()
+                .msg_type(zbus::message::Type::Signal)
+                .interface(crate::bus::ORCHESTRATOR_INTERFACE)
+                .build()?,
+            zbus::MatchRule::builder()
+                .msg_type(zbus::message::Type::Signal)
+                .interface(crate::bus::QUEUE_INTERFACE)
+                .build()?,
+            zbus::MatchRule::builder()
+                .msg_type(zbus::message::Type::Signal)
+                .interface("org.freedesktop.DBus.Properties")
+                .member("PropertiesChanged")
+                .path_namespace("/org/agentstore/Queue")
+                .build()?,
+        ];
+        for rule in rules {
+            let mut stream =
+                zbus::MessageStream::for_match_rule(rule, conn, std::num::NonZeroUsize::new(1024))
+                    .await?;
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                while let Some(msg) = stream.next().await {
+                    let Ok(msg) = msg else { continue };
+                    if let Some(ev) = describe(&msg) {
+                        let _ = tx.send(ev);
+                    }
+                }
+            });
+        }
+        Ok(Hub { tx })
+    }
+
+    /// A new subscriber.
+    pub fn subscribe(&self) -> broadcast::Receiver<(String, String)> {
+        self.tx.subscribe()
+    }
+}
+
+fn value_json(v: &zbus::Variant<'_>) -> Value {
+    use zbus::Variant as V;
+    match v {
+        V::U32(n) => json!(n),
+        V::U64(n) => json!(n),
+        V::I32(n) => json!(n),
+        V::Bool(b) => json!(b),
+        V::Str(s) => json!(s.as_str()),
+        other => json!(other.to_string()),
+    }
+}
+
+/// The event name and JSON data of one signal (`None` for one this stream does not carry).
+fn describe(msg: &zbus::Message) -> Option<(String, String)> {
+    let hdr = msg.header();
+    let member = hdr.member()?.to_string();
+    let path = hdr.path().map(|p| p.to_string()).unwrap_or_default();
+    let body = msg.body();
+    let mut data = Map::new();
+    data.insert("path".into(), json!(path));
+    match member.as_str() {
+        "MessageProcessed" => {
+            let (cid, command, status): (String, String, String) = body.deserialize().ok()?;
+            data.insert("correlation_id".into(), json!(cid));
+            data.insert("command".into(), json!(command));
+            data.insert("status".into(), json!(status));
+        }
+        "JobCreated" => {
+            let (job, queue, project): (String, String, String) = body.deserialize().ok()?;
+            data.insert("job_id".into(), json!(job));
+            data.insert("queue".into(), json!(queue));
+            data.insert("project".into(), json!(project));
+        }
+        "JobStateChanged" => {
+            let (id, old, new): (String, String, String) = body.deserialize().ok()?;
+            data.insert("id".into(), json!(id));
+            data.insert("old".into(), json!(old));
+            data.insert("new".into(), json!(new));
+        }
+        "PropertiesChanged" => {
+            let (iface, changed, _): (
+                String,
+                std::collections::HashMap<String, zbus::Variant<'_>>,
+                Vec<String>,
+            ) = body.deserialize().ok()?;
+            if iface != crate::bus::QUEUE_INTERFACE {
+                return None;
+            }
+            let mut props = Map::new();
+            for (k, v) in &changed {
+                props.insert(k.clone(), value_json(v));
+            }
+            data.insert("changed".into(), Value::Object(props));
+        }
+        _ => return None,
+    }
+    Some((member, Value::Object(data).to_string()))
+}

@@ -1,0 +1,498 @@
+//! The HTTP API (`agentstore-web`) is the D-Bus API in another dress: each endpoint answers
+//! what the D-Bus method it mirrors answers for the same user, refuses what it refuses, and
+//! the server takes its listeners from `LISTEN_FDS` as systemd passes them.
+//!
+//! Real parts: a private dbus-daemon, orchestratord, agentstore-web started with a Unix and a
+//! loopback TCP listener passed by this test (fds 3 and 4, `LISTEN_PID` its own pid), curl as
+//! the client, `runuser` to call as another Unix user (`nobody`). Needs root (CI runs as root).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+#[path = "support/web_env.rs"]
+mod web_env;
+
+use common::TestEnv;
+use common::bus::{KillOnDrop, PrivateBus, skip, wait_until};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use web_env::spawn_web;
+
+struct Web {
+    env: TestEnv,
+    bus: PrivateBus,
+    _orchestratord: KillOnDrop,
+    web: KillOnDrop,
+    sock: PathBuf,
+    tcp: u16,
+    token: String,
+    queue: String,
+}
+
+fn start() -> Option<Web> {
+    if !nix::unistd::getuid().is_root() {
+        skip("the web API", "needs root to call as user nobody (runuser)");
+        return None;
+    }
+    for tool in ["curl", "runuser", "dbus-daemon"] {
+        if !common::bus::have(tool) {
+            skip("the web API", &format!("{tool} is not installed"));
+            return None;
+        }
+    }
+    let env = TestEnv::initialised();
+    env.ok(&[
+        "add-user",
+        "nob",
+        "--name",
+        "N",
+        "--email",
+        "n@x",
+        "--unix-user",
+        "nobody",
+    ]);
+    env.ok(&[
+        "add-project",
+        "Mine",
+        "--directory",
+        "/tmp",
+        "--owner",
+        "nob",
+    ]);
+    env.ok(&[
+        "add-project",
+        "Theirs",
+        "--directory",
+        "/tmp",
+        "--owner",
+        "chenry",
+    ]);
+    let queue = std::fs::read_dir(env.root.join("Queues"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .next()
+        .unwrap();
+    // Jobs of both projects, queued at distinct times.
+    for i in 0..7 {
+        let (project, user) = if i % 2 == 0 {
+            ("Mine", "nob")
+        } else {
+            ("Theirs", "chenry")
+        };
+        let mut job: Value =
+            serde_json::from_str(&common::noop_job(&format!("2026-01-01T00:00:{i:02}Z"))).unwrap();
+        job["config"]["project"] = json!(project);
+        job["config"]["user"] = json!(user);
+        env.write(
+            &format!("Queues/{queue}/Jobs/queued_jobs/job-{i}.json"),
+            &job.to_string(),
+        );
+    }
+    std::fs::set_permissions(env.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&env.root, std::fs::Permissions::from_mode(0o750)).unwrap();
+    let served = web_env::serve(&env.root, &env.home, env.dir.path());
+    Some(Web {
+        env,
+        bus: served.bus,
+        _orchestratord: served.orchestratord,
+        web: served.web,
+        sock: served.sock,
+        tcp: served.port,
+        token: served.token,
+        queue,
+    })
+}
+
+impl Web {
+    /// `curl` over the Unix socket, as `user` (None: root); (status, body).
+    fn unix(
+        &self,
+        user: Option<&str>,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+    ) -> (u16, String) {
+        let mut c = match user {
+            Some(u) => {
+                let mut c = Command::new("runuser");
+                c.args(["-u", u, "--", "curl"]);
+                c
+            }
+            None => Command::new("curl"),
+        };
+        c.args([
+            "-sS",
+            "--max-time",
+            "20",
+            "-o",
+            "-",
+            "-w",
+            "\n%{http_code}",
+            "-X",
+            method,
+        ])
+        .arg("--unix-socket")
+        .arg(&self.sock);
+        if let Some(b) = body {
+            c.args(["-H", "Content-Type: application/json", "--data-binary", b]);
+        }
+        c.arg(format!("http://localhost{path}"));
+        parse_curl(c.output().unwrap())
+    }
+
+    /// `curl` over TCP with `token` (None: no token).
+    fn tcp(&self, token: Option<&str>, path: &str) -> (u16, String) {
+        let mut c = Command::new("curl");
+        c.args(["-sS", "--max-time", "20", "-o", "-", "-w", "\n%{http_code}"]);
+        if let Some(t) = token {
+            c.args(["-H", &format!("Authorization: Bearer {t}")]);
+        }
+        c.arg(format!("http://127.0.0.1:{}{path}", self.tcp));
+        parse_curl(c.output().unwrap())
+    }
+
+    /// `Submit` of a direct command over D-Bus, acting for `user` as a trusted caller does
+    /// (None: as root): the answer's `content.result`, or the D-Bus error (name, text).
+    fn dbus_direct(
+        &self,
+        user: Option<&str>,
+        command: &str,
+        content: Value,
+    ) -> Result<Value, (String, String)> {
+        let msg = json!({"command": command, "content": content, "user": user});
+        let out = self.busctl(&["Submit", "s", &msg.to_string()])?;
+        let v: Value = serde_json::from_str(out[0].as_str().unwrap()).unwrap();
+        Ok(v["content"]["result"].clone())
+    }
+
+    fn busctl(&self, call: &[&str]) -> Result<Vec<Value>, (String, String)> {
+        let o = Command::new("busctl")
+            .args(["--address", &self.bus.address, "--json=short", "call"])
+            .args([
+                "org.agentstore.Orchestrator1",
+                "/org/agentstore/Orchestrator1",
+                "org.agentstore.Orchestrator1",
+            ])
+            .args(call)
+            .output()
+            .unwrap();
+        if !o.status.success() {
+            let err = String::from_utf8_lossy(&o.stderr).trim().to_string();
+            return Err(("error".into(), err));
+        }
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        Ok(v["data"].as_array().unwrap().clone())
+    }
+
+    /// `ListJobs` over D-Bus.
+    fn dbus_list(
+        &self,
+        filter: &HashMap<&str, &str>,
+        offset: u32,
+        limit: u32,
+    ) -> (Value, u64, u64) {
+        let mut args = vec![
+            "ListJobs".to_string(),
+            "a{ss}uu".into(),
+            filter.len().to_string(),
+        ];
+        for (k, v) in filter {
+            args.push(k.to_string());
+            args.push(v.to_string());
+        }
+        args.push(offset.to_string());
+        args.push(limit.to_string());
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        let d = self.busctl(&a).unwrap();
+        (
+            serde_json::from_str(d[0].as_str().unwrap()).unwrap(),
+            d[1].as_u64().unwrap(),
+            d[2].as_u64().unwrap(),
+        )
+    }
+}
+
+fn parse_curl(o: std::process::Output) -> (u16, String) {
+    assert!(
+        o.status.success(),
+        "curl failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let text = String::from_utf8(o.stdout).unwrap();
+    let (body, code) = text.rsplit_once('\n').unwrap();
+    (code.trim().parse().unwrap(), body.to_string())
+}
+
+fn parsed(r: (u16, String)) -> Value {
+    assert_eq!(r.0, 200, "{}", r.1);
+    serde_json::from_str(&r.1).unwrap()
+}
+
+#[test]
+fn every_endpoint_answers_what_its_dbus_method_answers() {
+    let Some(w) = start() else { return };
+    // Root (trusted) and nobody (user nob) see what the orchestrator shows each of them.
+    for (http_user, bus_user) in [(None, None), (Some("nobody"), Some("nob"))] {
+        for (path, command, content) in [
+            ("/api/v1/projects", "list-projects", json!({})),
+            ("/api/v1/queues", "list-queues", json!({})),
+            ("/api/v1/prds", "list-prds", json!({})),
+            (
+                "/api/v1/prds?project=Mine",
+                "list-prds",
+                json!({"project": "Mine"}),
+            ),
+            (
+                "/api/v1/projects/Mine",
+                "view-project",
+                json!({"project": "Mine"}),
+            ),
+            ("/api/v1/users/nob", "view-user", json!({"user": "nob"})),
+            ("/api/v1/jobs/job-0", "view-job", json!({"job": "job-0"})),
+            (
+                &format!("/api/v1/queues/{}", w.queue),
+                "view-queue",
+                json!({"queue": w.queue}),
+            ),
+        ] {
+            let http = parsed(w.unix(http_user, "GET", path, None));
+            let bus = w.dbus_direct(bus_user, command, content).unwrap();
+            assert_eq!(http, bus, "{path} as {http_user:?}");
+        }
+    }
+    let users = parsed(w.unix(None, "GET", "/api/v1/users", None));
+    assert_eq!(users, w.dbus_direct(None, "list-users", json!({})).unwrap());
+    assert_eq!(users.as_array().unwrap().len(), 2);
+    let me = parsed(w.unix(Some("nobody"), "GET", "/api/v1/whoami", None));
+    assert_eq!(me["user"], "nob");
+    assert_eq!(me["trusted"], false);
+
+    // Paging: the same pages, totals and next offsets as ListJobs, for both callers.
+    for (http_user, acting) in [(None, None), (Some("nobody"), Some("nob"))] {
+        let mut offset = 0u64;
+        let mut seen = 0;
+        loop {
+            let http = parsed(w.unix(
+                http_user,
+                "GET",
+                &format!("/api/v1/jobs?limit=2&offset={offset}&fields=summary"),
+                None,
+            ));
+            let mut f = HashMap::from([("fields", "summary")]);
+            if let Some(u) = acting {
+                f.insert("user", u);
+            }
+            let (jobs, total, next) = w.dbus_list(&f, offset as u32, 2);
+            assert_eq!(http["jobs"], jobs);
+            assert_eq!(http["total"], total);
+            assert_eq!(http["next_offset"], next);
+            seen += jobs.as_array().unwrap().len();
+            if next >= total {
+                break;
+            }
+            offset = next;
+        }
+        assert_eq!(seen, if http_user.is_none() { 7 } else { 4 });
+    }
+    let http = parsed(w.unix(
+        None,
+        "GET",
+        "/api/v1/jobs?status=queued&project=Theirs",
+        None,
+    ));
+    let (jobs, total, _) = w.dbus_list(
+        &HashMap::from([("status", "queued"), ("project", "Theirs")]),
+        0,
+        0,
+    );
+    assert_eq!(http["jobs"], jobs);
+    assert_eq!(total, 3);
+
+    // A submitted message is the D-Bus Submit: the response document.
+    let (code, body) = w.unix(
+        Some("nobody"),
+        "POST",
+        "/api/v1/messages",
+        Some(r#"{"command":"list-projects","content":{}}"#),
+    );
+    assert_eq!(code, 200, "{body}");
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(answer["user"], "nob");
+    assert_eq!(
+        answer["content"]["result"],
+        w.dbus_direct(Some("nob"), "list-projects", json!({}))
+            .unwrap()
+    );
+
+    // The OpenAPI document served is the one checked in.
+    let served = parsed(w.unix(None, "GET", "/api/openapi.json", None));
+    let checked_in: Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/openapi.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(served, checked_in);
+}
+
+#[test]
+fn another_unix_user_is_refused_as_over_dbus() {
+    let Some(w) = start() else { return };
+    for (path, command, content) in [
+        (
+            "/api/v1/projects/Theirs",
+            "view-project",
+            json!({"project": "Theirs"}),
+        ),
+        ("/api/v1/users", "list-users", json!({})),
+        (
+            "/api/v1/users/chenry",
+            "view-user",
+            json!({"user": "chenry"}),
+        ),
+        ("/api/v1/jobs/job-1", "view-job", json!({"job": "job-1"})),
+    ] {
+        let (code, body) = w.unix(Some("nobody"), "GET", path, None);
+        assert_eq!(code, 403, "{path}: {body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["error"], "org.agentstore.Error.PermissionDenied");
+        let (_, text) = w.dbus_direct(Some("nob"), command, content).unwrap_err();
+        let msg = v["message"].as_str().unwrap();
+        assert!(msg.starts_with("Permission denied: "), "{msg}");
+        assert!(text.contains(msg), "{path}: HTTP {msg:?}, D-Bus {text:?}");
+    }
+    // Acting for another user, cancelling their job, claiming to be them in a message.
+    let (code, body) = w.unix(Some("nobody"), "GET", "/api/v1/projects?as=chenry", None);
+    assert_eq!(code, 403, "{body}");
+    assert!(
+        body.contains("Unix user nobody is nob, not chenry"),
+        "{body}"
+    );
+    let (code, body) = w.unix(Some("nobody"), "POST", "/api/v1/jobs/job-1/cancel", None);
+    assert_eq!(code, 403, "{body}");
+    assert!(
+        body.contains("Permission denied: job job-1 belongs to another user's project"),
+        "{body}"
+    );
+    assert!(
+        w.env
+            .root
+            .join(format!("Queues/{}/Jobs/queued_jobs/job-1.json", w.queue))
+            .exists()
+    );
+    let (code, body) = w.unix(
+        Some("nobody"),
+        "POST",
+        "/api/v1/messages",
+        Some(r#"{"command":"list-users","content":{},"user":"chenry"}"#),
+    );
+    assert_eq!(code, 403, "{body}");
+    // A Unix user with no document in users/ is refused with the daemon's words.
+    let (code, body) = w.unix(Some("daemon"), "GET", "/api/v1/projects", None);
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("has no document in users/"), "{body}");
+    // Bad input is named.
+    let (code, body) = w.unix(None, "GET", "/api/v1/jobs?colour=red", None);
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("colour"), "{body}");
+    let (code, body) = w.unix(None, "GET", "/api/v1/jobs?status=lost", None);
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("lost"), "{body}");
+    let (code, body) = w.unix(None, "POST", "/api/v1/messages", Some("{not json"));
+    assert_eq!(code, 400, "{body}");
+    let (code, _) = w.unix(None, "GET", "/api/v1/projects/Nope", None);
+    assert_eq!(code, 404);
+}
+
+#[test]
+fn tcp_needs_the_token() {
+    let Some(w) = start() else { return };
+    let mode = std::fs::metadata(w.env.home.join(".config/agentstore/web-token"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let (code, body) = w.tcp(None, "/api/v1/projects");
+    assert_eq!(code, 401, "{body}");
+    let mut wrong = w.token.clone();
+    wrong.replace_range(0..1, if wrong.starts_with('0') { "1" } else { "0" });
+    let (code, body) = w.tcp(Some(&wrong), "/api/v1/projects");
+    assert_eq!(code, 401, "{body}");
+    let (code, _) = w.tcp(Some(&w.token[..10]), "/api/v1/projects");
+    assert_eq!(code, 401);
+    let ok = parsed(w.tcp(Some(&w.token), "/api/v1/projects"));
+    assert_eq!(ok, w.dbus_direct(None, "list-projects", json!({})).unwrap());
+}
+
+#[test]
+fn events_carry_the_bus_signals() {
+    let Some(w) = start() else { return };
+    let mut curl = KillOnDrop(
+        Command::new("curl")
+            .args(["-sSN", "--max-time", "30", "--unix-socket"])
+            .arg(&w.sock)
+            .arg("http://localhost/api/v1/events")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(curl.0.stdout.take().unwrap()).lines();
+    // Subscribed once the server's first comment arrives.
+    loop {
+        let l = lines.next().unwrap().unwrap();
+        if l.starts_with(": subscribed") {
+            break;
+        }
+    }
+    let msg = json!({"command": "list-queues", "content": {}, "correlation_id": "web-sse-1"});
+    w.busctl(&["Submit", "s", &msg.to_string()]).unwrap();
+    let mut event = None;
+    for l in lines.by_ref() {
+        let l = l.unwrap();
+        if let Some(name) = l.strip_prefix("event: ") {
+            event = Some(name.to_string());
+        } else if let Some(data) = l.strip_prefix("data: ") {
+            let v: Value = serde_json::from_str(data).unwrap();
+            if event.as_deref() == Some("MessageProcessed") && v["correlation_id"] == "web-sse-1" {
+                assert_eq!(v["command"], "list-queues");
+                assert_eq!(v["status"], "done");
+                return;
+            }
+        }
+    }
+    panic!("no MessageProcessed event for web-sse-1");
+}
+
+#[test]
+fn idle_server_exits_and_says_so() {
+    let Some(w) = start() else { return };
+    drop(w.web);
+    let sock = w.env.dir.path().join("idle.sock");
+    let u = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let mut web = spawn_web(
+        &w.bus,
+        &w.env.root,
+        &w.env.home,
+        vec![u.into()],
+        "http",
+        &["--idle-exit", "1"],
+    );
+    let o = Command::new("curl")
+        .args(["-sS", "--max-time", "20", "--unix-socket"])
+        .arg(&sock)
+        .arg("http://localhost/api/v1/whoami")
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let started = std::time::Instant::now();
+    let mut status = None;
+    wait_until(Duration::from_secs(20), "the idle exit", || {
+        status = web.0.try_wait().unwrap();
+        status.is_some()
+    });
+    assert!(status.unwrap().success(), "{status:?}");
+    assert!(started.elapsed() >= Duration::from_millis(900));
+}

@@ -1,0 +1,470 @@
+//! The dashboard in a real browser: headless Chromium (Debian's `chromium`) loads each page
+//! from agentstore-web over a store of 10,000 jobs, the DOM is checked for the expected rows
+//! and numbers (through the DevTools protocol on a pipe), screenshots are kept as artifacts
+//! (target/artifacts/web-*.png), and the live view follows a job's state change within a
+//! second. Real parts: dbus-daemon, orchestratord, agentstore-web (listeners passed as
+//! systemd passes them), chromium. Under CI a missing chromium fails the test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+#[path = "support/web_env.rs"]
+mod web_env;
+
+use common::TestEnv;
+use common::bus::{KillOnDrop, have, skip, wait_until};
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use web_env::pass_fds;
+
+const JOBS: usize = 10_000;
+const COMMANDS: [&str; 3] = ["research-code", "create-prd", "implement-tasks"];
+
+fn status_of(i: usize) -> &'static str {
+    if i % 50 == 7 {
+        "queued"
+    } else if i % 10 == 3 {
+        "failed"
+    } else {
+        "finished"
+    }
+}
+
+/// 10,000 jobs over two projects and three commands, with times, cost, turns and Claude's
+/// JSON output; and a PRD made by two of them.
+fn generate(env: &TestEnv, queue: &str) {
+    let base = chrono::DateTime::parse_from_rfc3339("2026-11-20T00:00:00Z").unwrap();
+    for i in 0..JOBS {
+        let st = status_of(i);
+        let q = base + chrono::Duration::seconds(i as i64 * 8);
+        let start = q + chrono::Duration::seconds(1);
+        let finish = start + chrono::Duration::seconds((i % 13 + 1) as i64 * 7);
+        let ts =
+            |t: chrono::DateTime<chrono::FixedOffset>| t.format("%Y-%m-%dT%H:%M:%SZ").to_string();
+        let project = if i % 2 == 0 { "Alpha" } else { "Beta" };
+        let cost = 0.01 * (i % 5 + 1) as f64;
+        let turns = i % 7 + 1;
+        let runtime = if st == "queued" {
+            json!({"status": "queued", "start_time": null, "finish_time": null, "process_id": null,
+                   "llm_process_id": null, "error": null, "output": null})
+        } else {
+            let output = json!({"type": "result", "result": format!("Result text for job {i}"),
+                                "total_cost_usd": cost, "num_turns": turns})
+            .to_string();
+            json!({"status": st, "start_time": ts(start), "finish_time": ts(finish),
+                   "process_id": null, "llm_process_id": null,
+                   "error": if st == "failed" { json!("it broke") } else { Value::Null },
+                   "output": output, "cost_usd": cost, "num_turns": turns})
+        };
+        let job = json!({
+            "config": {"project": project, "working_directory": "/tmp", "queue_time": ts(q),
+                       "jobtype": "noop", "claude_command": COMMANDS[i % 3], "claude_extra_args": [],
+                       "task_description": format!("Task {i}"), "supporting_data": {},
+                       "timeout_seconds": 60, "user": "chenry"},
+            "runtime": runtime,
+        });
+        let dir = match st {
+            "queued" => "queued_jobs",
+            "failed" => "failed_jobs",
+            _ => "finished_jobs",
+        };
+        env.write(
+            &format!("Queues/{queue}/Jobs/{dir}/job-{i:05}.json"),
+            &job.to_string(),
+        );
+    }
+    let prd = json!({
+        "id": "prd-web-1", "project": "Alpha", "title": "Faster listings", "version": "1.0",
+        "owner": "chenry", "status": "queued", "created_time": "2026-11-20T00:00:00Z",
+        "update_time": "2026-11-20T01:00:00Z", "content": {"problem_statement": "Listings are slow"},
+        "jobs": ["job-00000", "job-00002"], "implementation_report": null
+    });
+    env.write(
+        "projects/Alpha/queued_prds/prd-web-1.json",
+        &prd.to_string(),
+    );
+}
+
+/// Chromium driven over `--remote-debugging-pipe` (fd 3 in, fd 4 out, NUL-separated JSON).
+struct Browser {
+    _child: KillOnDrop,
+    to: std::fs::File,
+    from: BufReader<std::fs::File>,
+    id: u64,
+    session: String,
+    _profile: tempfile::TempDir,
+}
+
+impl Browser {
+    fn start() -> Browser {
+        let profile = tempfile::tempdir().unwrap();
+        let (r_in, w_in) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+        let (r_out, w_out) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+        let mut c = Command::new("chromium");
+        c.args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--remote-debugging-pipe",
+            "--no-first-run",
+            "--window-size=1280,900",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg("about:blank")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        let fds: Vec<OwnedFd> = vec![r_in, w_out];
+        let fds: Vec<OwnedFd> = fds
+            .into_iter()
+            .map(|fd| {
+                let n = nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(100)).unwrap();
+                use std::os::fd::FromRawFd;
+                // SAFETY: a fresh descriptor, owned by no one else.
+                unsafe { OwnedFd::from_raw_fd(n) }
+            })
+            .collect();
+        pass_fds(&mut c, &fds);
+        let child = KillOnDrop(c.spawn().unwrap());
+        drop(fds);
+        let mut b = Browser {
+            _child: child,
+            to: std::fs::File::from(w_in),
+            from: BufReader::new(std::fs::File::from(r_out)),
+            id: 0,
+            session: String::new(),
+            _profile: profile,
+        };
+        let t = b.call(None, "Target.createTarget", json!({"url": "about:blank"}));
+        let target = t["targetId"].as_str().unwrap().to_string();
+        let s = b.call(
+            None,
+            "Target.attachToTarget",
+            json!({"targetId": target, "flatten": true}),
+        );
+        b.session = s["sessionId"].as_str().unwrap().to_string();
+        b
+    }
+
+    fn call(&mut self, session: Option<&str>, method: &str, params: Value) -> Value {
+        self.id += 1;
+        let mut msg = json!({"id": self.id, "method": method, "params": params});
+        if let Some(s) = session {
+            msg["sessionId"] = json!(s);
+        }
+        self.to.write_all(msg.to_string().as_bytes()).unwrap();
+        self.to.write_all(b"\0").unwrap();
+        loop {
+            let mut buf = Vec::new();
+            let n = self.from.read_until(0, &mut buf).unwrap();
+            assert!(n > 0, "chromium closed the pipe");
+            buf.pop();
+            let v: Value = serde_json::from_slice(&buf).unwrap();
+            if v["id"] == json!(self.id) {
+                assert!(v.get("error").is_none(), "{method}: {v}");
+                return v["result"].clone();
+            }
+        }
+    }
+
+    fn eval(&mut self, expr: &str) -> Value {
+        let s = self.session.clone();
+        let r = self.call(
+            Some(&s),
+            "Runtime.evaluate",
+            json!({"expression": expr, "returnByValue": true}),
+        );
+        r["result"]["value"].clone()
+    }
+
+    /// Loads `url` and waits until the document is complete.
+    fn open(&mut self, url: &str) {
+        let s = self.session.clone();
+        self.eval("window.__previous = true");
+        let t = Instant::now();
+        self.call(Some(&s), "Page.navigate", json!({"url": url}));
+        wait_until(Duration::from_secs(60), &format!("{url} to load"), || {
+            self.eval("window.__previous === undefined && document.readyState === 'complete'")
+                == json!(true)
+        });
+        eprintln!("loaded {url} in {:?}", t.elapsed());
+    }
+}
+
+fn artifacts() -> PathBuf {
+    let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/artifacts");
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Standard base64 (what CDP's screenshots come in).
+fn base64_decode(text: &str) -> Vec<u8> {
+    let val = |c: u8| -> u32 {
+        match c {
+            b'A'..=b'Z' => u32::from(c - b'A'),
+            b'a'..=b'z' => u32::from(c - b'a') + 26,
+            b'0'..=b'9' => u32::from(c - b'0') + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => panic!("not base64: {c}"),
+        }
+    };
+    let bytes: Vec<u8> = text.bytes().filter(|c| *c != b'=').collect();
+    let mut out = Vec::with_capacity(bytes.len() * 3 / 4);
+    for chunk in bytes.chunks(4) {
+        let mut n = 0u32;
+        for (i, c) in chunk.iter().enumerate() {
+            n |= val(*c) << (18 - 6 * i);
+        }
+        let b = n.to_be_bytes();
+        out.extend_from_slice(&b[1..chunk.len()]);
+    }
+    out
+}
+
+impl Browser {
+    /// A PNG of the page as shown, kept as target/artifacts/web-<name>.png.
+    fn screenshot(&mut self, name: &str) {
+        let s = self.session.clone();
+        let r = self.call(Some(&s), "Page.captureScreenshot", json!({"format": "png"}));
+        let png = base64_decode(r["data"].as_str().unwrap());
+        assert!(png.starts_with(b"\x89PNG"), "not a PNG");
+        let out = artifacts().join(format!("web-{name}.png"));
+        std::fs::write(&out, png).unwrap();
+        eprintln!("screenshot {}", out.display());
+    }
+}
+
+#[test]
+fn dashboard_pages_in_chromium_over_10000_jobs() {
+    if !have("chromium") {
+        return skip(
+            "the dashboard in chromium",
+            "chromium is not installed (apt-get install chromium; .ci/run does)",
+        );
+    }
+    let env = TestEnv::initialised();
+    env.ok(&[
+        "add-project",
+        "Alpha",
+        "--directory",
+        "/tmp",
+        "--owner",
+        "chenry",
+    ]);
+    env.ok(&[
+        "add-project",
+        "Beta",
+        "--directory",
+        "/tmp",
+        "--owner",
+        "chenry",
+    ]);
+    let queue = std::fs::read_dir(env.root.join("Queues"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .next()
+        .unwrap();
+    generate(&env, &queue);
+    let served = web_env::serve(&env.root, &env.home, env.dir.path());
+    let (bus, port, token) = (&served.bus, served.port, served.token.clone());
+    let base = format!("http://127.0.0.1:{port}");
+    let login = |next: &str| {
+        format!(
+            "{base}/login?token={token}&next={}",
+            next.replace('&', "%26")
+                .replace('?', "%3F")
+                .replace('=', "%3D")
+        )
+    };
+
+    let mut b = Browser::start();
+    // Without the token: refused.
+    b.open(&format!("{base}/jobs"));
+    assert_eq!(
+        b.eval("document.querySelector('h1').textContent"),
+        json!("Unauthorized")
+    );
+
+    // Queues.
+    b.open(&login("/"));
+    assert_eq!(
+        b.eval("document.querySelectorAll('#queues tr[data-queue]').length"),
+        json!(1)
+    );
+    assert_eq!(
+        b.eval(&format!(
+            "document.querySelector('tr[data-queue=\"{queue}\"]') !== null"
+        )),
+        json!(true)
+    );
+    let queued = (0..JOBS).filter(|i| status_of(*i) == "queued").count();
+    assert_eq!(
+        b.eval("document.querySelector('#queues td.queued').textContent"),
+        json!(queued.to_string())
+    );
+    b.screenshot("queues");
+
+    // Jobs: the first page of 100, the total, and paging.
+    let failed = (0..JOBS).filter(|i| status_of(*i) == "failed").count();
+    b.open(&format!("{base}/jobs"));
+    assert_eq!(
+        b.eval("document.querySelectorAll('#jobs tbody tr').length"),
+        json!(100)
+    );
+    assert_eq!(
+        b.eval("document.querySelector('#total').textContent"),
+        json!(JOBS.to_string())
+    );
+    assert_eq!(
+        b.eval("document.querySelector('#jobs tbody tr').dataset.job"),
+        json!("job-00000")
+    );
+    b.open(&format!("{base}/jobs?offset=9900&limit=100"));
+    assert_eq!(
+        b.eval("document.querySelector('#jobs tbody tr:last-child').dataset.job"),
+        json!("job-09999")
+    );
+    assert_eq!(b.eval("document.querySelector('#next')"), Value::Null);
+    // Filters: status, project, queue.
+    b.open(&format!(
+        "{base}/jobs?status=failed&project=Beta&queue={queue}"
+    ));
+    let beta_failed = (0..JOBS)
+        .filter(|i| status_of(*i) == "failed" && i % 2 == 1)
+        .count();
+    assert_eq!(
+        b.eval("document.querySelector('#total').textContent"),
+        json!(beta_failed.to_string())
+    );
+    assert_eq!(
+        b.eval("[...document.querySelectorAll('#jobs tbody tr td:nth-child(2)')].every(td => td.textContent === 'failed')"),
+        json!(true)
+    );
+    b.screenshot("jobs");
+    b.open(&format!("{base}/jobs?status=queued"));
+    assert_eq!(
+        b.eval("document.querySelector('#total').textContent"),
+        json!(queued.to_string())
+    );
+    b.open(&format!("{base}/jobs?status=failed"));
+    assert_eq!(
+        b.eval("document.querySelector('#total').textContent"),
+        json!(failed.to_string())
+    );
+
+    // A job: Claude's JSON result as text, cost, turns.
+    b.open(&format!("{base}/jobs/job-00013"));
+    assert_eq!(
+        b.eval("document.querySelector('#output').textContent"),
+        json!("Result text for job 13")
+    );
+    assert_eq!(
+        b.eval("document.querySelector('#f-cost').textContent"),
+        json!("$0.0400")
+    );
+    assert_eq!(
+        b.eval("document.querySelector('#f-turns').textContent"),
+        json!("7")
+    );
+    assert_eq!(
+        b.eval("document.querySelector('#f-error').textContent"),
+        json!("it broke")
+    );
+    b.screenshot("job");
+
+    // A PRD with its provenance.
+    b.open(&format!("{base}/prds"));
+    assert_eq!(
+        b.eval("document.querySelectorAll('#prds tr[data-prd]').length"),
+        json!(1)
+    );
+    b.open(&format!("{base}/prds/prd-web-1"));
+    assert_eq!(
+        b.eval("[...document.querySelectorAll('#provenance a')].map(a => a.textContent).join(',')"),
+        json!("job-00000,job-00002")
+    );
+    b.screenshot("prd");
+
+    // Charts over the 2000 most recent jobs.
+    b.open(&format!("{base}/charts"));
+    let recent: Vec<usize> = (JOBS - 2000..JOBS).collect();
+    let ended = recent.iter().filter(|i| status_of(**i) != "queued").count();
+    assert_eq!(
+        b.eval("[...document.querySelectorAll('#chart-hourly g.bar')].reduce((n, g) => n + (+g.dataset.finished) + (+g.dataset.failed), 0)"),
+        json!(ended)
+    );
+    assert_eq!(
+        b.eval("document.querySelectorAll('#chart-durations g.dur').length"),
+        json!(3)
+    );
+    assert_eq!(
+        b.eval("document.querySelectorAll('#chart-cost g.cost').length"),
+        json!(2)
+    );
+    let alpha: f64 = recent
+        .iter()
+        .filter(|i| status_of(**i) != "queued" && *i % 2 == 0)
+        .map(|i| 0.01 * (i % 5 + 1) as f64)
+        .sum();
+    assert_eq!(
+        b.eval(
+            "document.querySelector('#chart-cost g.cost[data-project=\"Alpha\"]').dataset.total"
+        ),
+        json!(format!("{alpha:.2}"))
+    );
+    b.screenshot("charts");
+
+    // Live: a queued job's page follows its move to running within a second.
+    b.open(&format!("{base}/jobs/job-00007"));
+    assert_eq!(
+        b.eval("document.querySelector('#f-status').textContent"),
+        json!("queued")
+    );
+    wait_until(Duration::from_secs(20), "the event stream", || {
+        b.eval("document.body.dataset.live") == json!("connected")
+    });
+    let from = env
+        .root
+        .join(format!("Queues/{queue}/Jobs/queued_jobs/job-00007.json"));
+    let to = env
+        .root
+        .join(format!("Queues/{queue}/Jobs/running_jobs/job-00007.json"));
+    let mut job: Value = serde_json::from_str(&std::fs::read_to_string(&from).unwrap()).unwrap();
+    job["runtime"]["status"] = json!("running");
+    job["runtime"]["start_time"] = json!("2026-11-30T00:00:00Z");
+    std::fs::write(&from, job.to_string()).unwrap();
+    std::fs::rename(&from, &to).unwrap();
+    // What the queue manager says on the bus when it moves a job.
+    let path = format!("/org/agentstore/Queue/{}", queue.replace(['-', '.'], "_"));
+    let t0 = Instant::now();
+    let o = Command::new("busctl")
+        .args([
+            "--address",
+            &bus.address,
+            "emit",
+            &path,
+            "org.agentstore.Queue1",
+            "JobStateChanged",
+            "sss",
+            "job-00007",
+            "queued",
+            "running",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    loop {
+        if b.eval("document.querySelector('#f-status').textContent") == json!("running") {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(1),
+            "the job page did not follow the state change within a second"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!("live update after {:?}", t0.elapsed());
+}
