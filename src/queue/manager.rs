@@ -119,6 +119,8 @@ pub struct Manager {
     pub(super) pending: Vec<(String, JobStatus, JobStatus)>,
     /// When to look again at queued jobs waiting for dependencies or a retry's back-off.
     pub(super) flow_wake: Option<Instant>,
+    /// The queue's jobs in Slurm (launcher `slurm`).
+    pub(super) slurm: super::slurm::SlurmState,
 }
 
 impl Manager {
@@ -170,6 +172,7 @@ impl Manager {
             store_errors: HashMap::new(),
             pending: Vec::new(),
             flow_wake: None,
+            slurm: super::slurm::SlurmState::default(),
             cfg,
         })
     }
@@ -401,6 +404,7 @@ impl Manager {
             })
             .chain(self.backoff.values().map(|(at, _)| *at))
             .chain(self.flow_wake)
+            .chain(self.slurm_deadline())
             .min()
             .unwrap_or_else(|| add_secs(Instant::now(), 86_400))
     }

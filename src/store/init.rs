@@ -78,6 +78,7 @@ impl QueueConfig {
             agentshell_path: None,
             allow_permission_args: None,
             retry: None,
+            slurm: None,
         }
     }
 }
