@@ -73,7 +73,14 @@ fn manager(env: &QueueEnv, bus: &PrivateBus, fake: &FakeSlurm) -> Manager {
         std::env::var("PATH").unwrap_or_default()
     );
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_queue-manager"))
-        .args(["--queue", &env.queue, "--bus", "session", "--idle-exit", "0"])
+        .args([
+            "--queue",
+            &env.queue,
+            "--bus",
+            "session",
+            "--idle-exit",
+            "0",
+        ])
         .arg("--root")
         .arg(&env.root)
         .arg("--worker")
@@ -123,9 +130,15 @@ fn noop_job_runs_through_slurm_with_its_id_recorded() {
         done["runtime"]["output"], "No-op job completed successfully",
         "{done}"
     );
-    let sid = done["runtime"]["slurm_job_id"].as_str().unwrap().to_string();
+    let sid = done["runtime"]["slurm_job_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let calls = fake.calls();
-    let sbatch: Vec<&str> = calls.lines().filter(|l| l.starts_with("sbatch ")).collect();
+    let sbatch: Vec<&str> = calls
+        .lines()
+        .filter(|l| l.starts_with("sbatch ") && l.contains("agentstore-s1"))
+        .collect();
     assert_eq!(sbatch.len(), 1, "{calls}");
     for want in [
         "--constraint=x",
@@ -173,7 +186,10 @@ fn timeout_cancel_node_fail_and_a_worker_without_result() {
     // Slurm ended it with NODE_FAIL (the fake: state set, batch step killed).
     env.queue_job("n1", &noop(60.0));
     let running = wait_file(&env, "running", "n1", 30);
-    let sid = running["runtime"]["slurm_job_id"].as_str().unwrap().to_string();
+    let sid = running["runtime"]["slurm_job_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let jobs = fake.state.join("jobs");
     wait_until(Duration::from_secs(30), "the batch step runs", || {
         jobs.join(format!("{sid}.pid")).exists()
@@ -287,7 +303,10 @@ fn a_job_submitted_before_a_crash_is_taken_over_not_submitted_again() {
     assert_eq!(f["runtime"]["slurm_job_id"], json!(sid));
     let calls = fake.calls();
     assert_eq!(
-        calls.lines().filter(|l| l.starts_with("sbatch ")).count(),
+        calls
+            .lines()
+            .filter(|l| l.starts_with("sbatch ") && l.contains("--job-name=agentstore-k1"))
+            .count(),
         1,
         "submitted twice: {calls}"
     );
@@ -301,7 +320,10 @@ async fn restarted_manager_readopts_by_id_and_cancel_uses_scancel() {
         let mut m = manager(&env, &bus, &fake);
         env.queue_job("r1", &noop(120.0));
         let running = wait_file(&env, "running", "r1", 30);
-        let sid = running["runtime"]["slurm_job_id"].as_str().unwrap().to_string();
+        let sid = running["runtime"]["slurm_job_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
         // kill -9 of the manager; its successor re-adopts the job by its Slurm id.
         m.child.kill().unwrap();
         m.child.wait().unwrap();
@@ -323,10 +345,33 @@ async fn restarted_manager_readopts_by_id_and_cancel_uses_scancel() {
         let calls = fake.calls();
         assert!(calls.contains(&format!("scancel {sid}")), "{calls}");
         assert_eq!(
-            calls.lines().filter(|l| l.starts_with("sbatch ")).count(),
+            calls
+                .lines()
+                .filter(|l| l.starts_with("sbatch ") && l.contains("--job-name=agentstore-r1"))
+                .count(),
             1,
             "{calls}"
         );
     })
     .await
+}
+
+#[test]
+fn a_store_the_nodes_cannot_see_holds_the_jobs_and_says_why() {
+    let (env, bus, fake) = setup();
+    slurm_queue(&env, json!({"poll_seconds": 1}));
+    // The probe job "runs elsewhere": its file never appears here.
+    std::fs::write(fake.state.join("crash-agentstore-probe-q1"), "").unwrap();
+    let _m = manager(&env, &bus, &fake);
+    env.queue_job("u1", &noop(0.1));
+    // The first job went out with the probe; once the probe's verdict is in, nothing more.
+    wait_until(Duration::from_secs(30), "slurm_status", || {
+        env.queue_json()["runtime"]["slurm_status"]
+            .as_str()
+            .is_some_and(|s| s.contains("is not shared with the compute nodes"))
+    });
+    env.queue_job("u2", &noop(0.1));
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(env.job_file("queued", "u2").is_file(), "u2 was submitted");
+    assert!(!fake.calls().contains("agentstore-u2"), "{}", fake.calls());
 }

@@ -64,10 +64,16 @@ impl SlurmError {
 }
 
 /// Runs a Slurm command; its stdout, or why it failed.
-async fn run(prog: &str, args: &[String], calls: &mut u64) -> Result<String, SlurmError> {
+async fn run(
+    prog: &str,
+    args: &[String],
+    env: &[(String, String)],
+    calls: &mut u64,
+) -> Result<String, SlurmError> {
     *calls = calls.saturating_add(1);
     let mut cmd = tokio::process::Command::new(prog);
     cmd.args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(std::process::Stdio::null())
         .env_remove("NOTIFY_SOCKET")
         .env_remove("LISTEN_FDS")
@@ -319,6 +325,12 @@ pub(super) struct SlurmState {
     pub(super) status: Option<String>,
     /// Slurm commands run so far.
     pub(super) calls: u64,
+    /// The shared-store probe: its Slurm job id and the file it writes, while it runs.
+    probe: Option<(String, std::path::PathBuf)>,
+    /// Whether the probe was submitted (once per manager).
+    probed: bool,
+    /// The probe found the store not shared: nothing more is submitted.
+    unshared: bool,
 }
 
 impl SlurmState {
@@ -360,6 +372,9 @@ impl Manager {
             .slurm_cfg()
             .max_in_slurm
             .map_or(usize::MAX, |m| usize::try_from(m).unwrap_or(usize::MAX));
+        if self.slurm.unshared {
+            return 0;
+        }
         max.saturating_sub(self.slurm.jobs.len()).min(SUBMIT_BATCH)
     }
 
@@ -380,7 +395,13 @@ impl Manager {
     }
 
     async fn slurm_run(&mut self, prog: &str, args: &[String]) -> Result<String, SlurmError> {
-        let r = run(prog, args, &mut self.slurm.calls).await;
+        // sbatch exports its environment to the batch step: the workers' extra environment.
+        let env = if prog == "sbatch" {
+            self.cfg.worker_env.clone()
+        } else {
+            Vec::new()
+        };
+        let r = run(prog, args, &env, &mut self.slurm.calls).await;
         if let Err(e) = &r
             && e.is_transient()
         {
@@ -415,10 +436,80 @@ impl Manager {
             .collect())
     }
 
+    /// Submits the shared-store probe (once): a short Slurm job that writes a file into the
+    /// store's `logs/`, which this host must then see.
+    async fn slurm_probe(&mut self) {
+        self.slurm.probed = true;
+        let cfg = self.slurm_cfg();
+        let file = self.store.logs_dir().join(format!(
+            ".slurm-probe-{}-{}",
+            self.cfg.queue,
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&file);
+        let mut args = vec![
+            "--parsable".to_string(),
+            format!("--job-name={JOB_NAME_PREFIX}probe-{}", self.cfg.queue),
+            "--time=1".into(),
+            "--output=/dev/null".into(),
+            "--chdir=/".into(),
+        ];
+        for (opt, v) in [
+            ("partition", &cfg.partition),
+            ("account", &cfg.account),
+            ("qos", &cfg.qos),
+        ] {
+            if let Some(v) = v {
+                args.push(format!("--{opt}={v}"));
+            }
+        }
+        args.push(format!(
+            "--wrap=echo ok > {}",
+            shell_quote(&file.display().to_string())
+        ));
+        if let Ok(out) = self.slurm_run("sbatch", &args).await {
+            let sid = out.trim().split(';').next().unwrap_or_default().to_string();
+            self.slurm.probe = Some((sid, file));
+            self.slurm.poll_at = Some(Instant::now());
+        } else {
+            // Submitted again with the next job.
+            self.slurm.probed = false;
+        }
+    }
+
+    /// The probe's verdict once Slurm ended it.
+    fn probe_verdict(&mut self, listed: &[SlurmJob]) {
+        let Some((sid, file)) = self.slurm.probe.clone() else {
+            return;
+        };
+        let state = listed
+            .iter()
+            .find(|j| j.id == sid)
+            .map_or("UNKNOWN", |j| j.state.as_str());
+        if !is_terminal(state) {
+            return;
+        }
+        self.slurm.probe = None;
+        if file.is_file() {
+            let _ = std::fs::remove_file(&file);
+            return;
+        }
+        self.slurm.unshared = true;
+        let text = format!(
+            "jobs stay queued: the store {} is not shared with the compute nodes: Slurm job {sid} (the probe) ended {state} but the file it writes, {}, is not visible on this host; put the store on the cluster's shared filesystem at the same path on every node, then restart the queue manager",
+            self.cfg.root.display(),
+            file.display()
+        );
+        self.set_slurm_status(Some(text));
+    }
+
     /// Hands `ids` (queued jobs) to Slurm.
     pub(super) async fn slurm_start_batch(&mut self, ids: &[String]) {
         if ids.is_empty() {
             return;
+        }
+        if !self.slurm.probed {
+            self.slurm_probe().await;
         }
         let mut marked = Vec::new();
         let mut ready = Vec::new();
@@ -563,7 +654,9 @@ impl Manager {
             return None;
         }
         self.backoff.remove(&id);
-        self.set_slurm_status(None);
+        if !self.slurm.unshared {
+            self.set_slurm_status(None);
+        }
         tracing::info!(job_id = %id, queue = %q, slurm_job_id = %sid, "job handed to Slurm");
         self.record(Record::info(
             self.event("job_started")
@@ -639,7 +732,7 @@ impl Manager {
 
     /// When the next poll is due.
     pub(super) fn slurm_deadline(&self) -> Option<Instant> {
-        if self.slurm.jobs.is_empty() {
+        if self.slurm.jobs.is_empty() && self.slurm.probe.is_none() {
             None
         } else {
             self.slurm.poll_at
@@ -658,12 +751,17 @@ impl Manager {
     pub(super) async fn slurm_poll(&mut self) {
         let every = self.poll_interval();
         self.slurm.poll_at = Some(add_secs(Instant::now(), every));
-        if self.slurm.jobs.is_empty() {
+        if self.slurm.jobs.is_empty() && self.slurm.probe.is_none() {
             return;
         }
         let q = self.cfg.queue.clone();
         let ids: Vec<String> = self.slurm.jobs.keys().cloned().collect();
-        let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let probe = format!("probe-{q}");
+        let refs: Vec<&str> = ids
+            .iter()
+            .map(String::as_str)
+            .chain(self.slurm.probe.as_ref().map(|_| probe.as_str()))
+            .collect();
         let listed = match self.squeue(&refs).await {
             Ok(l) => l,
             Err(e) => {
@@ -671,7 +769,10 @@ impl Manager {
                 return;
             }
         };
-        self.set_slurm_status(None);
+        if !self.slurm.unshared {
+            self.set_slurm_status(None);
+        }
+        self.probe_verdict(&listed);
         let mut release = Vec::new();
         let mut over = Vec::new();
         let mut ended = Vec::new();
@@ -697,7 +798,8 @@ impl Manager {
                     reason: "no longer listed by squeue".to_string(),
                     elapsed: 0,
                 });
-            if me.state == "PENDING" && me.reason.starts_with("JobHeld") {
+            // Our own hold (sbatch --hold: JobHeldUser), never an administrator's.
+            if me.state == "PENDING" && me.reason == "JobHeldUser" {
                 release.push(me.id.clone());
             }
             t.state = me.state.clone();
@@ -715,7 +817,8 @@ impl Manager {
             }
         }
         if self.slurm.jobs.values().any(|t| t.ended_at.is_some()) {
-            self.slurm.poll_at = Some(add_secs(Instant::now(), SETTLE_GRACE.as_secs()));
+            let soon = add_secs(Instant::now(), SETTLE_GRACE.as_secs());
+            self.slurm.poll_at = self.slurm.poll_at.map(|at| at.min(soon));
         }
         self.slurm_release(&release).await;
         for id in over {

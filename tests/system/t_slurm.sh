@@ -97,9 +97,10 @@ sys_check "the job over its limit fails" sys_wait_until 90 "t1 failed" in_state 
 sys_expect_match "with the timeout error" '^Job timeout after [0-9]+s \(limit: 5s\)$' "$(jfield "$(jobf t1 failed)" error)"
 
 # --- cancel-job: running and pending ---------------------------------------------------------
-queue_job c1 "$(noop 'long 1' 100)"
-queue_job c2 "$(noop 'long 2' 100)"
-queue_job c3 "$(noop 'pending' 100)"
+# (limit 110 s: --time=2, within the partition's MaxTime; they must outlive the next steps)
+queue_job c1 "$(noop 'long 1' 100 110)"
+queue_job c2 "$(noop 'long 2' 100 110)"
+queue_job c3 "$(noop 'pending' 100 110)"
 state_of() { x squeue -h -t all -n "agentstore-$1" -o %T 2>/dev/null; }
 c3_pending() { [ "$(state_of c3)" = PENDING ] && [ "$(state_of c1)" = RUNNING ] && [ "$(state_of c2)" = RUNNING ]; }
 sys_check "two run, the third pends in Slurm" sys_wait_until 60 "c1 c2 running, c3 pending" c3_pending
