@@ -723,7 +723,7 @@ impl Manager {
             t.end = Some(cause);
         }
         let sid = t.slurm_id.clone();
-        self.slurm_run("scancel", &[sid.clone()])
+        self.slurm_run("scancel", std::slice::from_ref(&sid))
             .await
             .map_err(|e| format!("scancel {sid}: {e}"))?;
         self.slurm.poll_at = Some(Instant::now());
