@@ -48,7 +48,7 @@ ms() { date -d "$1" +%s%3N; }
 # 1. submit → running, one at a time (10 each)
 for i in $(seq 1 10); do
     t0=$(date +%s%3N); id=$(sbatch --parsable --job-name=bench-raw --output=/dev/null --wrap true)
-    while [ -z "$(start_of "$id" | grep -v Unknown)" ]; do sleep 0.1; done
+    while ! start_of "$id" | grep -qv Unknown; do sleep 0.1; done
     echo $(( $(ms "$(start_of "$id")") - t0 ))
 done | p50 >"$T/raw50"
 for i in $(seq 1 10); do
