@@ -133,6 +133,9 @@ pub struct JobRuntime {
     /// systemd unit of the job (extension).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unit: Option<String>,
+    /// Slurm job id of the job, for a Slurm queue (extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm_job_id: Option<String>,
     /// Set once the orchestrator's completion handler has run (extension).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handled: Option<bool>,
@@ -173,6 +176,7 @@ impl JobRuntime {
             session_id: None,
             host: None,
             unit: None,
+            slurm_job_id: None,
             handled: None,
             approvals: Vec::new(),
         }

@@ -46,6 +46,36 @@ pub struct QueueConfig {
     /// absent means every request is asked, denied after 300 s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approvals: Option<super::approval::ApprovalPolicy>,
+    /// How jobs are handed to Slurm, for `launcher: slurm` (extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<SlurmConfig>,
+}
+
+/// A Slurm-backed queue's settings (`config.slurm`, for `launcher: slurm`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct SlurmConfig {
+    /// `sbatch --partition`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<String>,
+    /// `sbatch --account`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
+    /// `sbatch --qos`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qos: Option<String>,
+    /// `sbatch --gres` for each job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gres: Option<String>,
+    /// More `sbatch` arguments, given before the queue manager's own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_args: Vec<String>,
+    /// How many of the queue's jobs may be in Slurm at once (absent: no limit of ours).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_in_slurm: Option<u32>,
+    /// Seconds between two looks at the queue's Slurm jobs (default 5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll_seconds: Option<u64>,
 }
 
 /// How the queue manager starts workers.
@@ -62,6 +92,8 @@ pub enum Launcher {
     Systemd,
     /// Own session and process group.
     Direct,
+    /// One Slurm batch job per job (`config.slurm`).
+    Slurm,
 }
 
 /// Per-job cgroup limits.
@@ -97,4 +129,7 @@ pub struct QueueRuntime {
     /// Whether starting new jobs is paused (extension).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<bool>,
+    /// Why a Slurm queue cannot hand jobs to Slurm now (extension; absent when it can).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm_status: Option<String>,
 }

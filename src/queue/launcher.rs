@@ -66,6 +66,8 @@ pub enum JobLauncher {
     Direct,
     /// A transient scope per job.
     Systemd(ScopeLauncher),
+    /// One Slurm batch job per job (started and followed by [`super::slurm`], never here).
+    Slurm,
 }
 
 impl JobLauncher {
@@ -74,6 +76,7 @@ impl JobLauncher {
     pub async fn choose(launcher: Launcher) -> Result<JobLauncher, ScopeError> {
         match launcher {
             Launcher::Direct => Ok(JobLauncher::Direct),
+            Launcher::Slurm => Ok(JobLauncher::Slurm),
             Launcher::Systemd => Ok(JobLauncher::Systemd(ScopeLauncher::connect().await?)),
             Launcher::Auto => match ScopeLauncher::connect().await {
                 Ok(s) => Ok(JobLauncher::Systemd(s)),
@@ -90,6 +93,7 @@ impl JobLauncher {
         match self {
             JobLauncher::Direct => "direct",
             JobLauncher::Systemd(_) => "systemd",
+            JobLauncher::Slurm => "slurm",
         }
     }
 
@@ -119,7 +123,7 @@ impl JobLauncher {
             });
         };
         let unit = match self {
-            JobLauncher::Direct => None,
+            JobLauncher::Direct | JobLauncher::Slurm => None,
             JobLauncher::Systemd(s) => {
                 match s
                     .start(spec.job_id, pid, spec.runtime_max_secs, spec.limits)

@@ -127,6 +127,9 @@ pub struct Manager {
     pub(super) flow_wake: Option<Instant>,
     /// This manager's heartbeat, rewritten every `machines.heartbeat_seconds`.
     pub(super) heartbeat: Option<crate::store::machines::Heartbeat>,
+
+    /// The queue's jobs in Slurm (launcher `slurm`).
+    pub(super) slurm: super::slurm::SlurmState,
 }
 
 impl Manager {
@@ -181,6 +184,8 @@ impl Manager {
             pending: Vec::new(),
             flow_wake: None,
             heartbeat: None,
+
+            slurm: super::slurm::SlurmState::default(),
             cfg,
         })
     }
@@ -443,6 +448,7 @@ impl Manager {
             })
             .chain(self.backoff.values().map(|(at, _)| *at))
             .chain(self.flow_wake)
+            .chain(self.slurm_deadline())
             .min()
             .unwrap_or_else(|| add_secs(Instant::now(), 86_400))
     }

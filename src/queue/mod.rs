@@ -28,6 +28,7 @@ mod poison;
 mod requests;
 pub mod scope;
 pub mod selection;
+pub mod slurm;
 mod starting;
 mod status;
 mod supervising;

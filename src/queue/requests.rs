@@ -94,6 +94,10 @@ impl Manager {
                 self.stop_job(id, EndCause::Cancelled(by.to_string())).await;
                 Ok(())
             }
+            JobStatus::Running if self.slurm.jobs.contains_key(id) => self
+                .slurm_cancel(id, EndCause::Cancelled(by.to_string()))
+                .await
+                .map_err(QueueError::Failed),
             JobStatus::Running => Err(QueueError::Failed(format!(
                 "job {id} is running under another queue manager"
             ))),

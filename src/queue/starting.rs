@@ -15,12 +15,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// A queued job read and ready to launch.
-struct PreparedStart {
-    id: String,
-    path: PathBuf,
-    job: Job,
-    args: Vec<String>,
-    limit: u64,
+pub(super) struct PreparedStart {
+    pub(super) id: String,
+    pub(super) path: PathBuf,
+    pub(super) job: Job,
+    pub(super) args: Vec<String>,
+    pub(super) limit: u64,
 }
 
 impl Manager {
@@ -51,9 +51,14 @@ impl Manager {
         let mut waiting = scan.ordered.len() + scan.pending;
         if !self.paused {
             let workers = self.config.worker_count.min(MAX_WORKER_COUNT);
-            let free = usize::try_from(workers)
-                .unwrap_or(1)
-                .saturating_sub(self.running.len());
+            let slurm = matches!(self.launcher, super::launcher::JobLauncher::Slurm);
+            let free = if slurm {
+                self.slurm_free()
+            } else {
+                usize::try_from(workers)
+                    .unwrap_or(1)
+                    .saturating_sub(self.running.len())
+            };
             let now = Instant::now();
             self.backoff
                 .retain(|id, _| scan.ordered.iter().any(|o| o == id));
@@ -73,9 +78,17 @@ impl Manager {
                 .cloned()
                 .partition(|id| self.start_was_interrupted(id));
             for id in &retried {
-                self.start_batch(std::slice::from_ref(id)).await;
+                if slurm {
+                    self.slurm_start_batch(std::slice::from_ref(id)).await;
+                } else {
+                    self.start_batch(std::slice::from_ref(id)).await;
+                }
             }
-            self.start_batch(&fresh).await;
+            if slurm {
+                self.slurm_start_batch(&fresh).await;
+            } else {
+                self.start_batch(&fresh).await;
+            }
             for id in &startable {
                 if !self.backoff.contains_key(id.as_str()) {
                     waiting = waiting.saturating_sub(1);
@@ -152,7 +165,7 @@ impl Manager {
     /// Reads a queued job and works out how to launch it; `None` when it was taken away,
     /// has been failed (invalid, no account to run as) or is put off (the store cannot be
     /// written).
-    async fn prepare_start(&mut self, id: &str) -> Option<PreparedStart> {
+    pub(super) async fn prepare_start(&mut self, id: &str) -> Option<PreparedStart> {
         let q = self.cfg.queue.clone();
         let path = self.store.job_path(&q, JobStatus::Queued, id);
         let bytes = match read_limited(&path) {

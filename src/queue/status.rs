@@ -46,13 +46,18 @@ impl Manager {
         doc.runtime.process_id = Some(std::process::id());
         doc.runtime.host = Some(self.host.clone());
         doc.runtime.paused = Some(self.paused);
+        doc.runtime.slurm_status = self.slurm.status.clone();
+        let (slurm_running, slurm_pending) = self.slurm.counts();
         if reset {
             doc.runtime.active_jobs = 0;
             doc.runtime.queued_jobs = 0;
             doc.runtime.last_update = None;
         } else {
-            doc.runtime.active_jobs = u32::try_from(self.running.len()).unwrap_or(u32::MAX);
-            doc.runtime.queued_jobs = self.queued;
+            doc.runtime.active_jobs =
+                u32::try_from(self.running.len() + slurm_running).unwrap_or(u32::MAX);
+            doc.runtime.queued_jobs = self
+                .queued
+                .saturating_add(u32::try_from(slurm_pending).unwrap_or(u32::MAX));
             doc.runtime.last_update = Some(now);
         }
         let path = self.store.queue_path(&q);

@@ -82,7 +82,7 @@ impl Manager {
             let Some(id) = crate::store::file_id(&path).map(str::to_string) else {
                 continue;
             };
-            if self.running.contains_key(&id) {
+            if self.running.contains_key(&id) || self.slurm.jobs.contains_key(&id) {
                 continue;
             }
             if !self.adopt_one(&id, &path) {
@@ -100,6 +100,10 @@ impl Manager {
         };
         if job.runtime.host.as_deref().is_some_and(|h| h != self.host) {
             return true; // another machine's job
+        }
+        if let Some(sid) = job.runtime.slurm_job_id.clone() {
+            self.slurm_adopt(id, &job, &sid);
+            return true;
         }
         let marked = self.mark(MarkKind::Adopt, id);
         let alive = self.adopt_job(id, &job);
@@ -289,6 +293,7 @@ impl Manager {
                 .signal(pid, unit.as_deref(), Signal::SIGKILL)
                 .await;
         }
+        self.slurm_poll_if_due().await;
     }
 
     pub(super) async fn sweep(&mut self) {

@@ -79,6 +79,7 @@ impl QueueConfig {
             allow_permission_args: None,
             approvals: None,
             retry: None,
+            slurm: None,
         }
     }
 }

@@ -1,0 +1,963 @@
+//! The Slurm launcher (issue 14): one Slurm batch job per job, Slurm doing the scheduling.
+//!
+//! Submission is gated like a local start: `sbatch --hold` first (the job still in
+//! `queued_jobs/`), then the Slurm job id is recorded on the job as it moves into
+//! `running_jobs/`, then `scontrol release`. A manager killed anywhere in between submits
+//! nothing twice: a queued job is first looked up by its Slurm job name
+//! (`agentstore-<id>`), and a held job the manager tracks is released by the next poll.
+//!
+//! Supervision is one `squeue` per pass for all of the queue's Slurm jobs (every
+//! `slurm.poll_seconds`, and at once after a submission or a cancel). A job's end is the
+//! worker's own when it wrote one; else it is taken from Slurm's state (TIMEOUT, CANCELLED,
+//! NODE_FAIL, OUT_OF_MEMORY, …) and, for a worker that died, Slurm's exit record
+//! (`scontrol show job`, only for such jobs).
+
+use super::Manager;
+use super::poison::MarkKind;
+use super::{EndCause, KILL_GRACE, WORKER_DIED, add_secs, job_limit};
+use crate::model::{DocKind, Job, JobStatus, ResourceLimits, SlurmConfig, Timestamp};
+use crate::store::jobfile::fail_raw;
+use crate::store::{Record, StoreError, move_no_replace, read_limited};
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Seconds between two polls when `slurm.poll_seconds` is absent.
+pub const DEFAULT_POLL_SECONDS: u64 = 5;
+
+/// Jobs handed to Slurm in one pass at most (the loop stays responsive during a burst).
+const SUBMIT_BATCH: usize = 64;
+
+/// How long a Slurm command may take before it counts as the controller not answering.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long an ended Slurm job's file may stay in `running_jobs/` before the job is failed
+/// from Slurm's record (the worker's last write may take a moment to show on a shared
+/// filesystem).
+const SETTLE_GRACE: Duration = Duration::from_secs(3);
+
+/// Prefix of the Slurm job name of every job (`agentstore-<id>`).
+pub const JOB_NAME_PREFIX: &str = "agentstore-";
+
+/// Why a Slurm command did not do its work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SlurmError {
+    /// The command is not installed (or not on PATH).
+    #[error(
+        "{0} not found: Slurm's client commands (sbatch, squeue, scancel, scontrol) are not installed on this host or not on the queue manager's PATH"
+    )]
+    Missing(String),
+    /// The controller did not answer (down, unreachable, timed out).
+    #[error("the Slurm controller does not answer ({0})")]
+    Unreachable(String),
+    /// Slurm answered with a refusal (unknown partition, account refused, …).
+    #[error("{0}")]
+    Refused(String),
+}
+
+impl SlurmError {
+    /// Whether the cause lies outside the job (it is kept queued and tried again).
+    pub fn is_transient(&self) -> bool {
+        !matches!(self, SlurmError::Refused(_))
+    }
+}
+
+/// Runs a Slurm command; its stdout, or why it failed.
+async fn run(
+    prog: &str,
+    args: &[String],
+    env: &[(String, String)],
+    calls: &mut u64,
+) -> Result<String, SlurmError> {
+    *calls = calls.saturating_add(1);
+    let mut cmd = tokio::process::Command::new(prog);
+    cmd.args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(std::process::Stdio::null())
+        .env_remove("NOTIFY_SOCKET")
+        .env_remove("LISTEN_FDS")
+        .env_remove("LISTEN_PID")
+        .kill_on_drop(true);
+    let out = match tokio::time::timeout(COMMAND_TIMEOUT, cmd.output()).await {
+        Err(_) => {
+            return Err(SlurmError::Unreachable(format!(
+                "{prog} did not answer within {} s",
+                COMMAND_TIMEOUT.as_secs()
+            )));
+        }
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(SlurmError::Missing(prog.to_string()));
+        }
+        Ok(Err(e)) => return Err(SlurmError::Unreachable(format!("cannot run {prog}: {e}"))),
+        Ok(Ok(o)) => o,
+    };
+    if out.status.success() {
+        return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    let text = err
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ");
+    let text = if text.is_empty() {
+        format!("{prog} exited with {}", out.status)
+    } else {
+        text
+    };
+    Err(classify(&text))
+}
+
+/// Sorts a Slurm command's error text into unreachable controller or refusal.
+pub fn classify(text: &str) -> SlurmError {
+    const UNREACHABLE: [&str; 6] = [
+        "Unable to contact slurm controller",
+        "Socket timed out",
+        "Connection refused",
+        "Transport endpoint",
+        "Zero Bytes were transmitted",
+        "Slurm backup controller in standby mode",
+    ];
+    if UNREACHABLE.iter().any(|m| text.contains(m)) {
+        SlurmError::Unreachable(text.to_string())
+    } else {
+        SlurmError::Refused(text.to_string())
+    }
+}
+
+/// `'…'` for `sh`.
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// Minutes of `sbatch --time` for a job limit of `limit` seconds: rounded up, with the kill
+/// grace.
+pub fn time_minutes(limit: u64) -> u64 {
+    limit
+        .saturating_add(KILL_GRACE.as_secs())
+        .div_ceil(60)
+        .max(1)
+}
+
+/// `sbatch --mem` for `memory_max` (bytes as a number or digits; else digits with a
+/// K/M/G/T suffix, which Slurm reads the same way).
+fn mem_arg(v: &serde_json::Value) -> Option<String> {
+    let bytes = match v {
+        serde_json::Value::Number(n) => n.as_u64(),
+        serde_json::Value::String(s) if s.chars().all(|c| c.is_ascii_digit()) => s.parse().ok(),
+        serde_json::Value::String(s) => return Some(s.clone()),
+        _ => None,
+    }?;
+    Some(format!("{}M", bytes.div_ceil(1024 * 1024).max(1)))
+}
+
+/// `sbatch --cpus-per-task` for a `cpu_quota` like `250%` (rounded up).
+fn cpus_arg(quota: &str) -> Option<u64> {
+    let pct: u64 = quota.strip_suffix('%')?.parse().ok()?;
+    Some(pct.div_ceil(100).max(1))
+}
+
+/// The `sbatch` arguments of one job: the queue's extra arguments first, then ours (which
+/// win), and the batch step that runs `command` (already quoted for `sh`).
+pub fn sbatch_args(
+    cfg: &SlurmConfig,
+    job_id: &str,
+    limit: u64,
+    limits: Option<&ResourceLimits>,
+    output: &Path,
+    command: &[String],
+) -> Vec<String> {
+    let mut a: Vec<String> = cfg.extra_args.clone();
+    a.push("--parsable".into());
+    a.push("--hold".into());
+    a.push("--no-requeue".into());
+    a.push(format!("--job-name={JOB_NAME_PREFIX}{job_id}"));
+    a.push(format!("--time={}", time_minutes(limit)));
+    a.push(format!("--output={}", output.display()));
+    a.push("--chdir=/".into());
+    if let Some(p) = &cfg.partition {
+        a.push(format!("--partition={p}"));
+    }
+    if let Some(x) = &cfg.account {
+        a.push(format!("--account={x}"));
+    }
+    if let Some(x) = &cfg.qos {
+        a.push(format!("--qos={x}"));
+    }
+    if let Some(x) = &cfg.gres {
+        a.push(format!("--gres={x}"));
+    }
+    if let Some(l) = limits {
+        if let Some(m) = l.memory_max.as_ref().and_then(mem_arg) {
+            a.push(format!("--mem={m}"));
+        }
+        if let Some(c) = l.cpu_quota.as_deref().and_then(cpus_arg) {
+            a.push(format!("--cpus-per-task={c}"));
+        }
+    }
+    let script: Vec<String> = command.iter().map(|s| shell_quote(s)).collect();
+    a.push(format!("--wrap=exec {}", script.join(" ")));
+    a
+}
+
+/// One line of `squeue -o '%i|%j|%T|%r|%M'`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlurmJob {
+    /// Slurm job id.
+    pub id: String,
+    /// Job name (`agentstore-<id>` for ours).
+    pub name: String,
+    /// State (PENDING, RUNNING, COMPLETED, TIMEOUT, …).
+    pub state: String,
+    /// Slurm's reason (why pending, or why it ended).
+    pub reason: String,
+    /// Seconds it has run.
+    pub elapsed: u64,
+}
+
+/// `squeue`'s format for [`parse_squeue`].
+pub const SQUEUE_FORMAT: &str = "%i|%j|%T|%r|%M";
+
+/// Parses `squeue -h -o SQUEUE_FORMAT` output (lines it cannot read are skipped).
+pub fn parse_squeue(out: &str) -> Vec<SlurmJob> {
+    out.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.trim().splitn(5, '|').collect();
+            let [id, name, state, reason, elapsed] = f[..] else {
+                return None;
+            };
+            Some(SlurmJob {
+                id: id.trim().to_string(),
+                name: name.trim().to_string(),
+                state: state.trim().to_string(),
+                reason: reason.trim().to_string(),
+                elapsed: parse_elapsed(elapsed.trim()).unwrap_or(0),
+            })
+        })
+        .collect()
+}
+
+/// Slurm's time format (`S`, `M:SS`, `H:MM:SS`, `D-HH:MM:SS`) in seconds.
+pub fn parse_elapsed(s: &str) -> Option<u64> {
+    let (days, rest) = match s.split_once('-') {
+        Some((d, r)) => (d.parse::<u64>().ok()?, r),
+        None => (0, s),
+    };
+    let mut secs = 0u64;
+    for part in rest.split(':') {
+        secs = secs
+            .checked_mul(60)?
+            .checked_add(part.parse::<u64>().ok()?)?;
+    }
+    days.checked_mul(86_400)?.checked_add(secs)
+}
+
+/// Whether Slurm is done with a job in `state`.
+pub fn is_terminal(state: &str) -> bool {
+    !matches!(
+        state,
+        "PENDING"
+            | "RUNNING"
+            | "CONFIGURING"
+            | "COMPLETING"
+            | "SUSPENDED"
+            | "REQUEUED"
+            | "REQUEUE_HOLD"
+            | "REQUEUE_FED"
+            | "RESIZING"
+            | "SIGNALING"
+            | "STAGE_OUT"
+            | "STOPPED"
+            | "RESV_DEL_HOLD"
+    )
+}
+
+/// The error of a job Slurm ended without the worker writing a result (`end`: why the
+/// manager stopped it, if it did; `exit`: Slurm's `ExitCode=` when known).
+pub(super) fn end_error(
+    job: &SlurmJob,
+    limit: u64,
+    end: Option<&EndCause>,
+    exit: Option<&str>,
+) -> String {
+    let timeout = || format!("Job timeout after {}s (limit: {limit}s)", job.elapsed);
+    match (end, job.state.as_str()) {
+        (Some(EndCause::Cancelled(by)), _) => format!("Job cancelled by {by}"),
+        (Some(EndCause::Timeout), _) | (None, "TIMEOUT" | "DEADLINE") => timeout(),
+        (None, "CANCELLED") => format!(
+            "Job cancelled in Slurm (Slurm job {}, outside agentstore)",
+            job.id
+        ),
+        (None, "COMPLETED" | "FAILED") => {
+            let exit = exit.map(|e| format!(", exit code {e}")).unwrap_or_default();
+            format!(
+                "{WORKER_DIED} (Slurm job {} {}{exit}, reason {})",
+                job.id, job.state, job.reason
+            )
+        }
+        (None, state) => format!(
+            "Slurm ended job {} with {state} (reason: {}); the worker wrote no result",
+            job.id, job.reason
+        ),
+    }
+}
+
+/// A job of the queue handed to Slurm.
+#[derive(Debug)]
+pub(super) struct Tracked {
+    slurm_id: String,
+    limit: u64,
+    state: String,
+    end: Option<EndCause>,
+    /// When it was first seen ended (or gone from Slurm) with its file still running.
+    ended_at: Option<Instant>,
+}
+
+/// The Slurm side of a manager.
+#[derive(Debug, Default)]
+pub(super) struct SlurmState {
+    pub(super) jobs: HashMap<String, Tracked>,
+    /// Next poll.
+    pub(super) poll_at: Option<Instant>,
+    /// Why Slurm cannot be used now (shown as the queue's `slurm_status`).
+    pub(super) status: Option<String>,
+    /// Slurm commands run so far.
+    pub(super) calls: u64,
+    /// The shared-store probe: its Slurm job id and the file it writes, while it runs.
+    probe: Option<(String, std::path::PathBuf)>,
+    /// Whether the probe was submitted (once per manager).
+    probed: bool,
+    /// The probe found the store not shared: nothing more is submitted.
+    unshared: bool,
+}
+
+impl SlurmState {
+    /// Jobs running in Slurm now, and jobs pending there.
+    pub(super) fn counts(&self) -> (usize, usize) {
+        let running = self
+            .jobs
+            .values()
+            .filter(|t| !matches!(t.state.as_str(), "PENDING" | ""))
+            .count();
+        (running, self.jobs.len() - running)
+    }
+}
+
+/// A queued job ready to be handed to Slurm.
+struct Submission {
+    id: String,
+    path: std::path::PathBuf,
+    job: Job,
+    args: Vec<String>,
+    limit: u64,
+}
+
+impl Manager {
+    fn slurm_cfg(&self) -> SlurmConfig {
+        self.config.slurm.clone().unwrap_or_default()
+    }
+
+    fn poll_interval(&self) -> u64 {
+        self.slurm_cfg()
+            .poll_seconds
+            .unwrap_or(DEFAULT_POLL_SECONDS)
+            .clamp(1, 3600)
+    }
+
+    /// How many more jobs may go to Slurm now.
+    pub(super) fn slurm_free(&self) -> usize {
+        let max = self
+            .slurm_cfg()
+            .max_in_slurm
+            .map_or(usize::MAX, |m| usize::try_from(m).unwrap_or(usize::MAX));
+        if self.slurm.unshared {
+            return 0;
+        }
+        max.saturating_sub(self.slurm.jobs.len()).min(SUBMIT_BATCH)
+    }
+
+    fn set_slurm_status(&mut self, status: Option<String>) {
+        if status != self.slurm.status {
+            match &status {
+                Some(s) => self.record(Record::warn(
+                    self.event("slurm_unavailable").detail(s),
+                    format!("queue {}: {s}", self.cfg.queue),
+                )),
+                None => self.record(Record::info(
+                    self.event("slurm_available"),
+                    format!("queue {}: Slurm answers again", self.cfg.queue),
+                )),
+            }
+        }
+        self.slurm.status = status;
+    }
+
+    async fn slurm_run(&mut self, prog: &str, args: &[String]) -> Result<String, SlurmError> {
+        // sbatch exports its environment to the batch step: the workers' extra environment.
+        let env = if prog == "sbatch" {
+            self.cfg.worker_env.clone()
+        } else {
+            Vec::new()
+        };
+        let r = run(prog, args, &env, &mut self.slurm.calls).await;
+        if let Err(e) = &r
+            && e.is_transient()
+        {
+            self.set_slurm_status(Some(format!("jobs stay queued: {e}")));
+        }
+        r
+    }
+
+    /// The queue's live Slurm jobs named after `ids` (one `squeue`).
+    async fn squeue(&mut self, ids: &[&str]) -> Result<Vec<SlurmJob>, SlurmError> {
+        let mut args = vec![
+            "--noheader".to_string(),
+            "--states=all".to_string(),
+            format!("--format={SQUEUE_FORMAT}"),
+        ];
+        // A long list of names is filtered here instead (the command line stays short).
+        if ids.len() <= 200 {
+            let names: Vec<String> = ids
+                .iter()
+                .map(|i| format!("{JOB_NAME_PREFIX}{i}"))
+                .collect();
+            args.push(format!("--name={}", names.join(",")));
+        }
+        let out = self.slurm_run("squeue", &args).await?;
+        let wanted: HashSet<String> = ids
+            .iter()
+            .map(|i| format!("{JOB_NAME_PREFIX}{i}"))
+            .collect();
+        Ok(parse_squeue(&out)
+            .into_iter()
+            .filter(|j| wanted.contains(&j.name))
+            .collect())
+    }
+
+    /// Submits the shared-store probe (once): a short Slurm job that writes a file into the
+    /// store's `logs/`, which this host must then see.
+    async fn slurm_probe(&mut self) {
+        self.slurm.probed = true;
+        let cfg = self.slurm_cfg();
+        let file = self.store.logs_dir().join(format!(
+            ".slurm-probe-{}-{}",
+            self.cfg.queue,
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&file);
+        let mut args = vec![
+            "--parsable".to_string(),
+            format!("--job-name={JOB_NAME_PREFIX}probe-{}", self.cfg.queue),
+            "--time=1".into(),
+            "--output=/dev/null".into(),
+            "--chdir=/".into(),
+        ];
+        for (opt, v) in [
+            ("partition", &cfg.partition),
+            ("account", &cfg.account),
+            ("qos", &cfg.qos),
+        ] {
+            if let Some(v) = v {
+                args.push(format!("--{opt}={v}"));
+            }
+        }
+        args.push(format!(
+            "--wrap=echo ok > {}",
+            shell_quote(&file.display().to_string())
+        ));
+        if let Ok(out) = self.slurm_run("sbatch", &args).await {
+            let sid = out.trim().split(';').next().unwrap_or_default().to_string();
+            self.slurm.probe = Some((sid, file));
+            self.slurm.poll_at = Some(Instant::now());
+        } else {
+            // Submitted again with the next job.
+            self.slurm.probed = false;
+        }
+    }
+
+    /// The probe's verdict once Slurm ended it.
+    fn probe_verdict(&mut self, listed: &[SlurmJob]) {
+        let Some((sid, file)) = self.slurm.probe.clone() else {
+            return;
+        };
+        let state = listed
+            .iter()
+            .find(|j| j.id == sid)
+            .map_or("UNKNOWN", |j| j.state.as_str());
+        if !is_terminal(state) {
+            return;
+        }
+        self.slurm.probe = None;
+        if file.is_file() {
+            let _ = std::fs::remove_file(&file);
+            return;
+        }
+        self.slurm.unshared = true;
+        let text = format!(
+            "jobs stay queued: the store {} is not shared with the compute nodes: Slurm job {sid} (the probe) ended {state} but the file it writes, {}, is not visible on this host; put the store on the cluster's shared filesystem at the same path on every node, then restart the queue manager",
+            self.cfg.root.display(),
+            file.display()
+        );
+        self.set_slurm_status(Some(text));
+    }
+
+    /// Hands `ids` (queued jobs) to Slurm.
+    pub(super) async fn slurm_start_batch(&mut self, ids: &[String]) {
+        if ids.is_empty() {
+            return;
+        }
+        if !self.slurm.probed {
+            self.slurm_probe().await;
+        }
+        let mut marked = Vec::new();
+        let mut ready = Vec::new();
+        for id in ids {
+            if self.mark(MarkKind::Start, id) {
+                marked.push(id.clone());
+            }
+            if let Some(p) = self.prepare_start(id).await {
+                ready.push(Submission {
+                    args: p
+                        .args
+                        .iter()
+                        .filter(|a| a.as_str() != "--gate")
+                        .cloned()
+                        .collect(),
+                    id: p.id,
+                    path: p.path,
+                    job: p.job,
+                    limit: p.limit,
+                });
+            }
+        }
+        // Submitted before, by a manager that died before recording it: found by name.
+        let names: Vec<&str> = ready.iter().map(|s| s.id.as_str()).collect();
+        let existing = if names.is_empty() {
+            Ok(Vec::new())
+        } else {
+            self.squeue(&names).await
+        };
+        match existing {
+            Err(e) => {
+                for s in &ready {
+                    self.back_off(&s.id, &e.to_string());
+                }
+            }
+            Ok(existing) => {
+                let mut release = Vec::new();
+                for s in ready {
+                    let found = existing
+                        .iter()
+                        .filter(|j| j.name == format!("{JOB_NAME_PREFIX}{}", s.id))
+                        .find(|j| !is_terminal(&j.state))
+                        .map(|j| j.id.clone());
+                    if let Some(sid) = self.submit_one(s, found).await {
+                        release.push(sid);
+                    }
+                }
+                self.slurm_release(&release).await;
+                self.slurm.poll_at = Some(Instant::now());
+            }
+        }
+        for id in &marked {
+            self.unmark(MarkKind::Start, id);
+        }
+    }
+
+    /// Submits one job held (unless `found`: its earlier submission), records its Slurm job
+    /// id as the job moves into `running_jobs/`; the id to release.
+    async fn submit_one(&mut self, s: Submission, found: Option<String>) -> Option<String> {
+        let q = self.cfg.queue.clone();
+        let Submission {
+            id,
+            path,
+            mut job,
+            args,
+            limit,
+        } = s;
+        let sid = match found {
+            Some(sid) => {
+                self.record(Record::info(
+                    self.event("slurm_job_found").job(&id).detail(&sid),
+                    format!("job {id}: Slurm job {sid} from an earlier submission taken over"),
+                ));
+                sid
+            }
+            None => {
+                let mut command = vec![self.cfg.worker.display().to_string()];
+                command.extend(args);
+                let output = self.store.logs_dir().join(format!("slurm-{q}-{id}.out"));
+                let sargs = sbatch_args(
+                    &self.slurm_cfg(),
+                    &id,
+                    limit,
+                    self.config.resource_limits.as_ref(),
+                    &output,
+                    &command,
+                );
+                match self.slurm_run("sbatch", &sargs).await {
+                    Ok(out) => {
+                        let sid = out.trim().split(';').next().unwrap_or_default().to_string();
+                        if sid.is_empty() || !sid.chars().all(|c| c.is_ascii_digit() || c == '_') {
+                            self.back_off(
+                                &id,
+                                &format!("sbatch printed no job id (it printed {:?})", out.trim()),
+                            );
+                            return None;
+                        }
+                        sid
+                    }
+                    Err(e) if e.is_transient() => {
+                        self.back_off(&id, &e.to_string());
+                        return None;
+                    }
+                    Err(e) => {
+                        self.fail_owned(
+                            &id,
+                            JobStatus::Queued,
+                            job,
+                            format!("Cannot start job: Slurm refused it: {e}"),
+                        )
+                        .await;
+                        return None;
+                    }
+                }
+            }
+        };
+        let now = Timestamp::now();
+        let r = &mut job.runtime;
+        r.status = JobStatus::Running;
+        r.start_time = Some(now);
+        r.finish_time = None;
+        r.process_id = None;
+        r.llm_process_id = None;
+        r.error = None;
+        r.output = None;
+        r.host = Some(self.host.clone());
+        r.unit = None;
+        r.slurm_job_id = Some(sid.clone());
+        let running_path = self.store.job_path(&q, JobStatus::Running, &id);
+        let placed = self
+            .store
+            .write_doc(DocKind::Job, &path, &job)
+            .and_then(|_| {
+                move_no_replace(&path, &running_path).map_err(|source| StoreError::Io {
+                    path: running_path.clone(),
+                    source,
+                })
+            });
+        if let Err(e) = placed {
+            // Still held: the next attempt finds it by name.
+            self.back_off(&id, &e.to_string());
+            return None;
+        }
+        self.backoff.remove(&id);
+        if !self.slurm.unshared {
+            self.set_slurm_status(None);
+        }
+        tracing::info!(job_id = %id, queue = %q, slurm_job_id = %sid, "job handed to Slurm");
+        self.record(Record::info(
+            self.event("job_started")
+                .job(&id)
+                .project(&job.config.project)
+                .detail(format!("slurm job {sid}")),
+            format!("job {id} submitted to Slurm (Slurm job {sid})"),
+        ));
+        self.slurm.jobs.insert(
+            id.clone(),
+            Tracked {
+                slurm_id: sid.clone(),
+                limit,
+                state: "PENDING".to_string(),
+                end: None,
+                ended_at: None,
+            },
+        );
+        self.signal(&id, JobStatus::Queued, JobStatus::Running)
+            .await;
+        Some(sid)
+    }
+
+    async fn slurm_release(&mut self, sids: &[String]) {
+        if sids.is_empty() {
+            return;
+        }
+        let args = vec!["release".to_string(), sids.join(",")];
+        if let Err(e) = self.slurm_run("scontrol", &args).await {
+            // The next poll releases what is still held.
+            tracing::warn!(queue = %self.cfg.queue, "scontrol release {}: {e}", sids.join(","));
+        }
+    }
+
+    /// Takes over a running job that has a Slurm job id (after a restart).
+    pub(super) fn slurm_adopt(&mut self, id: &str, job: &Job, sid: &str) {
+        let limit = job_limit(job, &self.config).unwrap_or(crate::model::MAX_TIMEOUT_SECONDS);
+        self.record(
+            Record::info(
+                self.event("job_adopted").job(id),
+                format!("job {id} re-adopted (Slurm job {sid})"),
+            )
+            .no_event_line(),
+        );
+        self.slurm.jobs.insert(
+            id.to_string(),
+            Tracked {
+                slurm_id: sid.to_string(),
+                limit,
+                state: String::new(),
+                end: None,
+                ended_at: None,
+            },
+        );
+        self.slurm.poll_at = Some(Instant::now());
+    }
+
+    /// `cancel-job` of a job in Slurm: `scancel`; its end is settled by the poll.
+    pub(super) async fn slurm_cancel(&mut self, id: &str, cause: EndCause) -> Result<(), String> {
+        let Some(t) = self.slurm.jobs.get_mut(id) else {
+            return Ok(());
+        };
+        if t.end.is_none() {
+            t.end = Some(cause);
+        }
+        let sid = t.slurm_id.clone();
+        self.slurm_run("scancel", std::slice::from_ref(&sid))
+            .await
+            .map_err(|e| format!("scancel {sid}: {e}"))?;
+        self.slurm.poll_at = Some(Instant::now());
+        Ok(())
+    }
+
+    /// When the next poll is due.
+    pub(super) fn slurm_deadline(&self) -> Option<Instant> {
+        if self.slurm.jobs.is_empty() && self.slurm.probe.is_none() {
+            None
+        } else {
+            self.slurm.poll_at
+        }
+    }
+
+    /// One look at all of the queue's Slurm jobs, if due.
+    pub(super) async fn slurm_poll_if_due(&mut self) {
+        if self.slurm_deadline().is_some_and(|at| at <= Instant::now()) {
+            self.slurm_poll().await;
+        }
+    }
+
+    /// One look at all of the queue's Slurm jobs: states, ends, held jobs to release, our own
+    /// time limit.
+    pub(super) async fn slurm_poll(&mut self) {
+        let every = self.poll_interval();
+        self.slurm.poll_at = Some(add_secs(Instant::now(), every));
+        if self.slurm.jobs.is_empty() && self.slurm.probe.is_none() {
+            return;
+        }
+        let q = self.cfg.queue.clone();
+        let ids: Vec<String> = self.slurm.jobs.keys().cloned().collect();
+        let probe = format!("probe-{q}");
+        let refs: Vec<&str> = ids
+            .iter()
+            .map(String::as_str)
+            .chain(self.slurm.probe.as_ref().map(|_| probe.as_str()))
+            .collect();
+        let listed = match self.squeue(&refs).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(queue = %q, "squeue: {e}");
+                return;
+            }
+        };
+        if !self.slurm.unshared {
+            self.set_slurm_status(None);
+        }
+        self.probe_verdict(&listed);
+        let mut release = Vec::new();
+        let mut over = Vec::new();
+        let mut ended = Vec::new();
+        let now = Instant::now();
+        for id in ids {
+            let running_file = self.store.job_path(&q, JobStatus::Running, &id).is_file();
+            let Some(t) = self.slurm.jobs.get_mut(&id) else {
+                continue;
+            };
+            if !running_file {
+                // The worker wrote its end (or the file was taken away).
+                ended.push((id, None));
+                continue;
+            }
+            let me = listed
+                .iter()
+                .find(|j| j.id == t.slurm_id)
+                .cloned()
+                .unwrap_or_else(|| SlurmJob {
+                    id: t.slurm_id.clone(),
+                    name: format!("{JOB_NAME_PREFIX}{id}"),
+                    state: "UNKNOWN".to_string(),
+                    reason: "no longer listed by squeue".to_string(),
+                    elapsed: 0,
+                });
+            // Our own hold (sbatch --hold: JobHeldUser), never an administrator's.
+            if me.state == "PENDING" && me.reason == "JobHeldUser" {
+                release.push(me.id.clone());
+            }
+            t.state = me.state.clone();
+            if !is_terminal(&me.state) {
+                t.ended_at = None;
+                if me.state == "RUNNING" && t.end.is_none() && me.elapsed >= t.limit {
+                    over.push(id);
+                }
+                continue;
+            }
+            match t.ended_at {
+                None => t.ended_at = Some(now),
+                Some(at) if now.duration_since(at) >= SETTLE_GRACE => ended.push((id, Some(me))),
+                Some(_) => {}
+            }
+        }
+        if self.slurm.jobs.values().any(|t| t.ended_at.is_some()) {
+            let soon = add_secs(Instant::now(), SETTLE_GRACE.as_secs());
+            self.slurm.poll_at = self.slurm.poll_at.map(|at| at.min(soon));
+        }
+        self.slurm_release(&release).await;
+        for id in over {
+            tracing::warn!(job_id = %id, queue = %q, "job timed out; scancel");
+            if let Err(e) = self.slurm_cancel(&id, EndCause::Timeout).await {
+                tracing::warn!(job_id = %id, queue = %q, "{e}");
+            }
+        }
+        for (id, slurm_job) in ended {
+            let Some(t) = self.slurm.jobs.remove(&id) else {
+                continue;
+            };
+            match slurm_job {
+                None => self.settle(&id, None).await,
+                Some(j) => self.slurm_settle(&id, t, j).await,
+            }
+        }
+    }
+
+    /// Fails a job Slurm ended whose worker wrote no result.
+    async fn slurm_settle(&mut self, id: &str, t: Tracked, j: SlurmJob) {
+        let q = self.cfg.queue.clone();
+        let path = self.store.job_path(&q, JobStatus::Running, id);
+        let exit = if t.end.is_none() && matches!(j.state.as_str(), "COMPLETED" | "FAILED") {
+            self.slurm_exit_code(&j.id).await
+        } else {
+            None
+        };
+        let error = end_error(&j, t.limit, t.end.as_ref(), exit.as_deref());
+        let Ok(bytes) = read_limited(&path) else {
+            return self.settle(id, None).await;
+        };
+        match self.store.parse_doc::<Job>(DocKind::Job, &path, &bytes) {
+            Ok(job) => {
+                self.retry_if_due(id, &job, &error);
+                self.fail_owned(id, JobStatus::Running, job, error).await
+            }
+            Err(_) => match fail_raw(&self.store, &q, id, JobStatus::Running, &bytes, &error) {
+                Ok(_) => {
+                    self.ended(id, JobStatus::Running, JobStatus::Failed, &error)
+                        .await
+                }
+                Err(e) => tracing::error!(job_id = %id, queue = %q, "cannot fail job: {e}"),
+            },
+        }
+    }
+
+    /// Slurm's `ExitCode=` of an ended job (`scontrol show job`), when it still knows it.
+    async fn slurm_exit_code(&mut self, sid: &str) -> Option<String> {
+        let out = self
+            .slurm_run(
+                "scontrol",
+                &["show".into(), "job".into(), "--oneliner".into(), sid.into()],
+            )
+            .await
+            .ok()?;
+        out.split_whitespace()
+            .find_map(|f| f.strip_prefix("ExitCode="))
+            .map(str::to_string)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_and_limits() {
+        assert_eq!(time_minutes(55), 1);
+        assert_eq!(time_minutes(56), 2);
+        assert_eq!(time_minutes(3600), 61);
+        assert_eq!(parse_elapsed("0:07"), Some(7));
+        assert_eq!(parse_elapsed("1:02:03"), Some(3723));
+        assert_eq!(parse_elapsed("2-00:00:01"), Some(172_801));
+        assert_eq!(parse_elapsed("x"), None);
+        assert_eq!(mem_arg(&serde_json::json!(1)), Some("1M".into()));
+        assert_eq!(mem_arg(&serde_json::json!("3145728")), Some("3M".into()));
+        assert_eq!(mem_arg(&serde_json::json!("4G")), Some("4G".into()));
+        assert_eq!(cpus_arg("250%"), Some(3));
+        assert_eq!(cpus_arg("abc"), None);
+    }
+
+    #[test]
+    fn sbatch_line() {
+        let cfg = SlurmConfig {
+            partition: Some("debug".into()),
+            extra_args: vec!["--constraint=x".into()],
+            ..SlurmConfig::default()
+        };
+        let limits = ResourceLimits {
+            memory_max: Some(serde_json::json!("2G")),
+            cpu_quota: Some("200%".into()),
+            tasks_max: None,
+        };
+        let a = sbatch_args(
+            &cfg,
+            "j1",
+            60,
+            Some(&limits),
+            Path::new("/s/logs/o.out"),
+            &["/bin/agent-worker".into(), "it's".into()],
+        );
+        assert_eq!(a[0], "--constraint=x");
+        for want in [
+            "--job-name=agentstore-j1",
+            "--time=2",
+            "--hold",
+            "--partition=debug",
+            "--mem=2G",
+            "--cpus-per-task=2",
+            "--output=/s/logs/o.out",
+            r"--wrap=exec '/bin/agent-worker' 'it'\''s'",
+        ] {
+            assert!(a.iter().any(|x| x == want), "{want} missing from {a:?}");
+        }
+    }
+
+    #[test]
+    fn states_and_errors() {
+        let l = parse_squeue("12|agentstore-a|TIMEOUT|TimeLimit|1:05\nbad line\n");
+        assert_eq!(l.len(), 1);
+        assert_eq!(l[0].elapsed, 65);
+        assert!(is_terminal("TIMEOUT") && !is_terminal("PENDING"));
+        assert_eq!(
+            end_error(&l[0], 30, None, None),
+            "Job timeout after 65s (limit: 30s)"
+        );
+        let nf = SlurmJob {
+            state: "NODE_FAIL".into(),
+            reason: "NodeDown".into(),
+            ..l[0].clone()
+        };
+        assert!(end_error(&nf, 30, None, None).contains("NODE_FAIL (reason: NodeDown)"));
+        let c = end_error(&nf, 30, Some(&EndCause::Cancelled("alice".into())), None);
+        assert_eq!(c, "Job cancelled by alice");
+        assert!(
+            classify("sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)")
+                .is_transient()
+        );
+        assert!(!classify("sbatch: error: invalid partition specified: nosuch").is_transient());
+    }
+}

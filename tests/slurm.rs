@@ -1,0 +1,377 @@
+//! A queue with `launcher: slurm`, driven through the real `queue-manager` and `agent-worker`
+//! binaries against a FAKE Slurm (tests/support/fake_slurm.sh: sbatch, squeue, scancel and
+//! scontrol that run the batch step here). These tests cover the manager's side — the sbatch
+//! line, held submission and release, state mapping, idempotent submission, errors — fast;
+//! the real Slurm (slurmctld, slurmd, munge) is tests/system/t_slurm.sh.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "support/claude_env.rs"]
+mod claude_env;
+#[path = "support/queue_env.rs"]
+mod queue_env;
+
+use queue_env::*;
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+struct FakeSlurm {
+    bin: PathBuf,
+    state: PathBuf,
+}
+
+impl FakeSlurm {
+    fn new(env: &QueueEnv) -> FakeSlurm {
+        let bin = env.dir.path().join("slurm-bin");
+        let state = env.dir.path().join("slurm-state");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::create_dir_all(&state).unwrap();
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/fake_slurm.sh");
+        for c in ["sbatch", "squeue", "scancel", "scontrol"] {
+            std::os::unix::fs::symlink(&script, bin.join(c)).unwrap();
+        }
+        FakeSlurm { bin, state }
+    }
+
+    fn calls(&self) -> String {
+        std::fs::read_to_string(self.state.join("calls")).unwrap_or_default()
+    }
+
+    fn set_down(&self, down: bool) {
+        let p = self.state.join("down");
+        if down {
+            std::fs::write(p, "").unwrap();
+        } else {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// The queue of `env` as a Slurm queue polled every second.
+fn slurm_queue(env: &QueueEnv, slurm: Value) {
+    env.edit_queue(|q| {
+        q.config.launcher = Some(agentstore::model::Launcher::Slurm);
+        q.config.slurm = Some(serde_json::from_value(slurm).unwrap());
+    });
+}
+
+struct Manager {
+    child: std::process::Child,
+}
+
+impl Drop for Manager {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn manager(env: &QueueEnv, bus: &PrivateBus, fake: &FakeSlurm) -> Manager {
+    let path = format!(
+        "{}:{}",
+        fake.bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_queue-manager"))
+        .args([
+            "--queue",
+            &env.queue,
+            "--bus",
+            "session",
+            "--idle-exit",
+            "0",
+        ])
+        .arg("--root")
+        .arg(&env.root)
+        .arg("--worker")
+        .arg(env!("CARGO_BIN_EXE_agent-worker"))
+        .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
+        .env("PATH", path)
+        .env("FAKE_SLURM_DIR", &fake.state)
+        .spawn()
+        .unwrap();
+    Manager { child }
+}
+
+fn wait_file(env: &QueueEnv, state: &str, id: &str, secs: u64) -> Value {
+    wait_until(
+        Duration::from_secs(secs),
+        &format!("job {id} in {state}_jobs"),
+        || env.job_file(state, id).is_file(),
+    );
+    env.job(state, id)
+}
+
+fn setup() -> (QueueEnv, PrivateBus, FakeSlurm) {
+    let env = QueueEnv::new(1);
+    let bus = PrivateBus::start();
+    let fake = FakeSlurm::new(&env);
+    (env, bus, fake)
+}
+
+#[test]
+fn noop_job_runs_through_slurm_with_its_id_recorded() {
+    let (env, bus, fake) = setup();
+    slurm_queue(
+        &env,
+        json!({"partition": "debug", "account": "lab", "extra_args": ["--constraint=x"], "poll_seconds": 1}),
+    );
+    env.edit_queue(|q| {
+        q.config.resource_limits = Some(agentstore::model::ResourceLimits {
+            memory_max: Some(json!("1G")),
+            cpu_quota: Some("200%".into()),
+            tasks_max: None,
+        })
+    });
+    let _m = manager(&env, &bus, &fake);
+    env.queue_job("s1", &noop(0.5));
+    let done = wait_file(&env, "finished", "s1", 60);
+    assert_eq!(
+        done["runtime"]["output"], "No-op job completed successfully",
+        "{done}"
+    );
+    let sid = done["runtime"]["slurm_job_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let calls = fake.calls();
+    let sbatch: Vec<&str> = calls
+        .lines()
+        .filter(|l| l.starts_with("sbatch ") && l.contains("agentstore-s1"))
+        .collect();
+    assert_eq!(sbatch.len(), 1, "{calls}");
+    for want in [
+        "--constraint=x",
+        "--parsable",
+        "--hold",
+        "--job-name=agentstore-s1",
+        "--time=2",
+        "--partition=debug",
+        "--account=lab",
+        "--mem=1G",
+        "--cpus-per-task=2",
+        "agent-worker' '--root=",
+    ] {
+        assert!(sbatch[0].contains(want), "{want} not in {}", sbatch[0]);
+    }
+    assert!(
+        calls.contains(&format!("scontrol release {sid}")),
+        "{calls}"
+    );
+    // Output went to the per-job file in the store's logs/.
+    assert!(
+        env.root
+            .join(format!("logs/slurm-{}-s1.out", env.queue))
+            .exists()
+    );
+}
+
+#[test]
+fn timeout_cancel_node_fail_and_a_worker_without_result() {
+    let (env, bus, fake) = setup();
+    slurm_queue(&env, json!({"poll_seconds": 1}));
+    let _m = manager(&env, &bus, &fake);
+    // Our own limit: 2 s, enforced by scancel (Slurm's --time is the backstop).
+    let mut slow = noop(60.0);
+    slow["config"]["timeout_seconds"] = json!(2);
+    env.queue_job("t1", &slow);
+    let f = wait_file(&env, "failed", "t1", 60);
+    let err = f["runtime"]["error"].as_str().unwrap();
+    assert!(
+        err.starts_with("Job timeout after") && err.ends_with("(limit: 2s)"),
+        "{err}"
+    );
+    assert!(fake.calls().contains("scancel "), "{}", fake.calls());
+
+    // Slurm ended it with NODE_FAIL (the fake: state set, batch step killed).
+    env.queue_job("n1", &noop(60.0));
+    let running = wait_file(&env, "running", "n1", 30);
+    let sid = running["runtime"]["slurm_job_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let jobs = fake.state.join("jobs");
+    wait_until(Duration::from_secs(30), "the batch step runs", || {
+        jobs.join(format!("{sid}.pid")).exists()
+    });
+    std::fs::write(jobs.join(format!("{sid}.state")), "NODE_FAIL").unwrap();
+    std::fs::write(jobs.join(format!("{sid}.reason")), "NodeDown").unwrap();
+    let pid: i32 = std::fs::read_to_string(jobs.join(format!("{sid}.pid")))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(-pid),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    let f = wait_file(&env, "failed", "n1", 60);
+    let err = f["runtime"]["error"].as_str().unwrap();
+    assert!(
+        err.contains("NODE_FAIL") && err.contains("NodeDown"),
+        "{err}"
+    );
+
+    // The batch step dies before the worker writes a result: failed from Slurm's record.
+    std::fs::write(fake.state.join("crash-agentstore-d1"), "").unwrap();
+    env.queue_job("d1", &noop(0.1));
+    let f = wait_file(&env, "failed", "d1", 60);
+    let err = f["runtime"]["error"].as_str().unwrap();
+    assert!(
+        err.starts_with("Worker harness process died (Slurm job")
+            && err.contains("FAILED, exit code 7:0"),
+        "{err}"
+    );
+}
+
+#[test]
+fn controller_down_keeps_jobs_queued_and_says_why() {
+    let (env, bus, fake) = setup();
+    slurm_queue(&env, json!({"poll_seconds": 1}));
+    fake.set_down(true);
+    let _m = manager(&env, &bus, &fake);
+    env.queue_job("c1", &noop(0.1));
+    wait_until(Duration::from_secs(30), "slurm_status", || {
+        env.queue_json()["runtime"]["slurm_status"]
+            .as_str()
+            .is_some_and(|s| s.contains("does not answer"))
+    });
+    assert!(env.job_file("queued", "c1").is_file());
+    fake.set_down(false);
+    // The start back-off (2 s, doubling) tries again.
+    let f = wait_file(&env, "finished", "c1", 90);
+    assert!(f["runtime"]["slurm_job_id"].is_string());
+    wait_until(Duration::from_secs(30), "slurm_status cleared", || {
+        env.queue_json()["runtime"]["slurm_status"].is_null()
+    });
+}
+
+#[test]
+fn unknown_partition_fails_the_job_with_slurms_words() {
+    let (env, bus, fake) = setup();
+    slurm_queue(&env, json!({"partition": "nosuch", "poll_seconds": 1}));
+    let _m = manager(&env, &bus, &fake);
+    env.queue_job("p1", &noop(0.1));
+    let f = wait_file(&env, "failed", "p1", 30);
+    let err = f["runtime"]["error"].as_str().unwrap();
+    assert!(
+        err.contains("Slurm refused") && err.contains("invalid partition specified: nosuch"),
+        "{err}"
+    );
+}
+
+#[test]
+fn sbatch_missing_keeps_jobs_queued_and_says_why() {
+    let (env, bus, fake) = setup();
+    slurm_queue(&env, json!({"poll_seconds": 1}));
+    std::fs::remove_file(fake.bin.join("sbatch")).unwrap();
+    // PATH: only the fake folder (without sbatch) and the system's.
+    let _m = manager(&env, &bus, &fake);
+    env.queue_job("m1", &noop(0.1));
+    wait_until(Duration::from_secs(30), "slurm_status", || {
+        env.queue_json()["runtime"]["slurm_status"]
+            .as_str()
+            .is_some_and(|s| s.contains("sbatch not found"))
+    });
+    assert!(env.job_file("queued", "m1").is_file());
+}
+
+#[test]
+fn a_job_submitted_before_a_crash_is_taken_over_not_submitted_again() {
+    let (env, bus, fake) = setup();
+    slurm_queue(&env, json!({"poll_seconds": 1}));
+    // A manager died after sbatch, before recording: Slurm holds agentstore-k1.
+    let worker = env!("CARGO_BIN_EXE_agent-worker");
+    let out = std::process::Command::new(fake.bin.join("sbatch"))
+        .env("FAKE_SLURM_DIR", &fake.state)
+        .args([
+            "--parsable",
+            "--hold",
+            "--job-name=agentstore-k1",
+            &format!(
+                "--wrap=exec '{worker}' '--root={}' '--queue={}' -- k1",
+                env.root.display(),
+                env.queue
+            ),
+        ])
+        .output()
+        .unwrap();
+    let sid = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    env.queue_job("k1", &noop(0.1));
+    let _m = manager(&env, &bus, &fake);
+    let f = wait_file(&env, "finished", "k1", 60);
+    assert_eq!(f["runtime"]["slurm_job_id"], json!(sid));
+    let calls = fake.calls();
+    assert_eq!(
+        calls
+            .lines()
+            .filter(|l| l.starts_with("sbatch ") && l.contains("--job-name=agentstore-k1"))
+            .count(),
+        1,
+        "submitted twice: {calls}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarted_manager_readopts_by_id_and_cancel_uses_scancel() {
+    guarded(async {
+        let (env, bus, fake) = setup();
+        slurm_queue(&env, json!({"poll_seconds": 1}));
+        let mut m = manager(&env, &bus, &fake);
+        env.queue_job("r1", &noop(120.0));
+        let running = wait_file(&env, "running", "r1", 30);
+        let sid = running["runtime"]["slurm_job_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        // kill -9 of the manager; its successor re-adopts the job by its Slurm id.
+        m.child.kill().unwrap();
+        m.child.wait().unwrap();
+        drop(m);
+        let _m2 = manager(&env, &bus, &fake);
+        wait_for_name(&bus, &agentstore::bus::queue_bus_name(&env.queue));
+        let conn = bus.connect().await;
+        let p = agentstore::bus::queue::queue_proxy(&conn, &env.queue)
+            .await
+            .unwrap();
+        wait_until(Duration::from_secs(30), "the job counted active", || {
+            env.queue_json()["runtime"]["active_jobs"] == json!(1)
+        });
+        assert_eq!(p.active_jobs().await.unwrap(), 1);
+        p.cancel_job("r1").await.unwrap();
+        let f = wait_file(&env, "failed", "r1", 60);
+        let err = f["runtime"]["error"].as_str().unwrap();
+        assert!(err.starts_with("Job cancelled by"), "{err}");
+        let calls = fake.calls();
+        assert!(calls.contains(&format!("scancel {sid}")), "{calls}");
+        assert_eq!(
+            calls
+                .lines()
+                .filter(|l| l.starts_with("sbatch ") && l.contains("--job-name=agentstore-r1"))
+                .count(),
+            1,
+            "{calls}"
+        );
+    })
+    .await
+}
+
+#[test]
+fn a_store_the_nodes_cannot_see_holds_the_jobs_and_says_why() {
+    let (env, bus, fake) = setup();
+    slurm_queue(&env, json!({"poll_seconds": 1}));
+    // The probe job "runs elsewhere": its file never appears here.
+    std::fs::write(fake.state.join("crash-agentstore-probe-q1"), "").unwrap();
+    let _m = manager(&env, &bus, &fake);
+    env.queue_job("u1", &noop(0.1));
+    // The first job went out with the probe; once the probe's verdict is in, nothing more.
+    wait_until(Duration::from_secs(30), "slurm_status", || {
+        env.queue_json()["runtime"]["slurm_status"]
+            .as_str()
+            .is_some_and(|s| s.contains("is not shared with the compute nodes"))
+    });
+    env.queue_job("u2", &noop(0.1));
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(env.job_file("queued", "u2").is_file(), "u2 was submitted");
+    assert!(!fake.calls().contains("agentstore-u2"), "{}", fake.calls());
+}

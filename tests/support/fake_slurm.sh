@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# A FAKE Slurm for the fast integration tests (tests/slurm.rs): sbatch, squeue, scancel and
+# scontrol in one script, chosen by the name it is called by (symbolic links). It keeps its
+# jobs in $FAKE_SLURM_DIR and runs a released batch step with `sh -c` on this machine. It
+# models only what the queue manager uses (held submission, release, states, scancel); the
+# real Slurm is exercised by tests/system/t_slurm.sh.
+#   $FAKE_SLURM_DIR/down         exists: every command fails as if the controller were down
+#   $FAKE_SLURM_DIR/calls        one line per call: the command and its arguments
+#   $FAKE_SLURM_DIR/jobs/N.*     name, state, reason, start, wrap, pid, exit
+set -u
+D=${FAKE_SLURM_DIR:?}
+J=$D/jobs
+mkdir -p "$J"
+me=$(basename "$0")
+printf '%s %s\n' "$me" "$*" >>"$D/calls"
+if [ -e "$D/down" ]; then
+    echo "$me: error: Unable to contact slurm controller (connect failure)" >&2
+    exit 1
+fi
+put() { printf '%s' "$3" >"$J/$1.$2.tmp" && mv "$J/$1.$2.tmp" "$J/$1.$2"; }
+get() { cat "$J/$1.$2" 2>/dev/null; }
+
+start() { # ID: runs the batch step in the background
+    put "$1" state RUNNING
+    put "$1" reason None
+    put "$1" start "$(date +%s)"
+    (
+        setsid sh -c "$(get "$1" wrap)" >>"$(get "$1" out)" 2>&1 &
+        pid=$!
+        put "$1" pid "$pid"
+        wait "$pid"
+        rc=$?
+        if [ "$(get "$1" state)" = RUNNING ]; then
+            put "$1" exit "$rc:0"
+            if [ "$rc" = 0 ]; then put "$1" state COMPLETED; else put "$1" state FAILED; put "$1" reason NonZeroExitCode; fi
+        fi
+    ) >/dev/null 2>&1 </dev/null &
+}
+
+case $me in
+sbatch)
+    name="" hold=0 wrap="" out=/dev/null
+    for a in "$@"; do
+        case $a in
+        --job-name=*) name=${a#--job-name=} ;;
+        --hold) hold=1 ;;
+        --wrap=*) wrap=${a#--wrap=} ;;
+        --output=*) out=${a#--output=} ;;
+        --partition=nosuch)
+            echo "sbatch: error: invalid partition specified: nosuch" >&2
+            echo "sbatch: error: Batch job submission failed: Invalid partition name specified" >&2
+            exit 1
+            ;;
+        esac
+    done
+    # A name with a crash-NAME file: the batch step dies before the worker can run.
+    [ -e "$D/crash-$name" ] && wrap="exit 7"
+    n=$(($(cat "$D/next" 2>/dev/null || echo 100) + 1))
+    echo "$n" >"$D/next"
+    put "$n" name "$name"
+    put "$n" wrap "$wrap"
+    put "$n" out "$out"
+    put "$n" state PENDING
+    if [ $hold = 1 ]; then put "$n" reason JobHeldUser; else put "$n" reason None; start "$n"; fi
+    echo "$n"
+    ;;
+scontrol)
+    case $1 in
+    release)
+        IFS=, read -ra ids <<<"$2"
+        for i in "${ids[@]}"; do
+            [ "$(get "$i" state)" = PENDING ] && start "$i"
+        done
+        ;;
+    show)
+        i=${*: -1}
+        [ -e "$J/$i.name" ] || { echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1; }
+        echo "JobId=$i JobName=$(get "$i" name) JobState=$(get "$i" state) Reason=$(get "$i" reason) ExitCode=$(get "$i" exit)"
+        ;;
+    esac
+    ;;
+scancel)
+    for i in "$@"; do
+        s=$(get "$i" state)
+        if [ "$s" = RUNNING ] || [ "$s" = PENDING ]; then
+            put "$i" state CANCELLED
+            p=$(get "$i" pid)
+            [ -n "$p" ] && kill -TERM -- "-$p" 2>/dev/null
+        fi
+    done
+    ;;
+squeue)
+    names=""
+    for a in "$@"; do case $a in --name=*) names=",${a#--name=}," ;; esac; done
+    now=$(date +%s)
+    for f in "$J"/*.name; do
+        [ -e "$f" ] || continue
+        i=$(basename "$f" .name)
+        nm=$(get "$i" name)
+        if [ -n "$names" ] && [[ $names != *",$nm,"* ]]; then continue; fi
+        st=$(get "$i" start)
+        el=0
+        [ -n "$st" ] && el=$((now - st))
+        printf '%s|%s|%s|%s|%d:%02d\n' "$i" "$nm" "$(get "$i" state)" "$(get "$i" reason)" $((el / 60)) $((el % 60))
+    done
+    ;;
+esac

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# t_slurm: a queue backed by a REAL single-node Slurm (Debian's slurmctld, slurmd, munge 22.05)
+# inside the container (issue 14): no-op jobs through `launcher: slurm` with the Slurm job id
+# on the job and in the journal, 20 jobs with at most 2 running as Slurm decides (CPUs=2), a
+# job killed at its time limit, cancel-job of a pending and a running job, slurmd stopped
+# mid-job → failed with Slurm's reason while the queue keeps serving, and kill -9 of the
+# manager during a burst → every job submitted exactly once.
+# shellcheck source-path=SCRIPTDIR
+# shellcheck disable=SC2016
+set -euo pipefail
+# shellcheck source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+sys_use_wide_rootfs
+sys_test_begin
+[ -n "${SYS_DEB:-}" ] || sys_test_skip "needs the package"
+m=$SYS_MACHINE
+# shellcheck source=store.sh
+. "$SYS_LIB_DIR/store.sh"
+
+# --- a one-node Slurm: this container, 2 CPUs, partition debug (MaxTime 2 min) --------------
+root=$(sys_root "$m")
+node=$(x hostname)
+cat >"$root/etc/slurm/slurm.conf" <<EOF
+ClusterName=agentstore
+SlurmctldHost=$node(127.0.0.1)
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+StateSaveLocation=/var/spool/slurmctld
+SlurmdSpoolDir=/var/spool/slurmd
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+ReturnToService=2
+SlurmdTimeout=10
+MinJobAge=600
+KillWait=5
+JobCompType=jobcomp/filetxt
+JobCompLoc=/var/log/slurm/jobcomp.log
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+SlurmctldLogFile=/var/log/slurm/slurmctld.log
+SlurmdLogFile=/var/log/slurm/slurmd.log
+NodeName=$node NodeAddr=127.0.0.1 CPUs=2 RealMemory=1000 State=UNKNOWN
+PartitionName=debug Nodes=ALL Default=YES MaxTime=2 State=UP
+EOF
+x sh -c 'mkdir -p /var/spool/slurmctld /var/spool/slurmd /var/log/slurm /etc/munge'
+x sh -c 'test -s /etc/munge/munge.key || { dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 2>/dev/null; }; chown munge: /etc/munge/munge.key; chmod 400 /etc/munge/munge.key'
+sys_check "munge starts" x systemctl restart munge
+sys_check "slurmctld starts" x systemctl restart slurmctld
+sys_check "slurmd starts" x systemctl restart slurmd
+node_idle() { x sinfo -h -o %t 2>/dev/null | grep -qx 'idle'; }
+sys_check "the node is idle" sys_wait_until 60 "node idle" node_idle
+
+setup_users
+setup_project TestProject /tmp/testproject
+setup_queue poplar 2
+# The queue goes to Slurm; the manager looks at its Slurm jobs every second.
+slurm_queue() {
+    queue_json poplar 2 claude | sed 's/"launcher": "systemd"/"launcher": "slurm", "slurm": {"partition": "debug", "poll_seconds": 1}/; s/"resource_limits": {[^}]*}/"resource_limits": {"memory_max": "100M", "cpu_quota": "100%"}/' |
+        put "$AS/Queues/poplar/queue.json"
+}
+slurm_queue
+noop() { job_json TestProject noop noop "$1" "${3:-60}" "{\"sleep_seconds\": $2}"; }
+sys_check "queue-manager@poplar starts" x systemctl start queue-manager@poplar.service
+
+# --- no-op jobs through Slurm (PRD M4 through the Slurm queue) -------------------------------
+queue_job s1 "$(noop 'first' 1)"
+sys_check "M4 through Slurm: the job finishes" sys_wait_until 60 "s1 finished" in_state s1 finished
+f=$(jobf s1 finished)
+sys_expect_eq "its output is the worker's" "No-op job completed successfully" "$(jfield "$f" output)"
+sid=$(jfield "$f" slurm_job_id)
+sys_expect_match "runtime.slurm_job_id is recorded ($sid)" '^[0-9]+$' "$sid"
+sys_expect_eq "Slurm ran it under the job's name" "agentstore-s1 COMPLETED" "$(x squeue -h -t all -j "$sid" -o '%j %T' 2>&1)"
+sys_check "the finished job validates" adm validate --kind job "$f"
+journal_id() { x journalctl -q -o cat "SLURM_JOB_ID=$sid" | grep -q 'handed to Slurm'; }
+sys_check "journalctl SLURM_JOB_ID=$sid finds the submission" sys_wait_until 10 "journal" journal_id
+out=$(adm view-job s1 --format json 2>&1 || adm view-job s1 2>&1 || true)
+sys_expect_match "view-job shows the Slurm job id" "slurm_job_id.*$sid" "$out"
+
+# --- 20 jobs, at most 2 running (Slurm decides: 2 CPUs) --------------------------------------
+for i in $(seq 1 20); do queue_job "b$i" "$(noop "burst $i" 2)"; done
+max=0
+all20() {
+    local n i
+    n=$(x squeue -h -t R -o %i 2>/dev/null | wc -l)
+    [ "$n" -le "$max" ] || max=$n
+    for i in $(seq 1 20); do in_state "b$i" finished || return 1; done
+}
+sys_check "20 jobs all finish" sys_wait_until 180 "20 finished" all20
+if [ "$max" -ge 1 ] && [ "$max" -le 2 ]; then sys_pass "at most 2 ran at once (seen $max)"; else sys_fail "running at once: $max"; fi
+
+# --- the time limit ----------------------------------------------------------------------------
+queue_job t1 "$(noop 'too slow' 100 5)"
+sys_check "the job over its limit fails" sys_wait_until 90 "t1 failed" in_state t1 failed
+sys_expect_match "with the timeout error" '^Job timeout after [0-9]+s \(limit: 5s\)$' "$(jfield "$(jobf t1 failed)" error)"
+
+# --- cancel-job: running and pending ---------------------------------------------------------
+# (limit 110 s: --time=2, within the partition's MaxTime; they must outlive the next steps)
+queue_job c1 "$(noop 'long 1' 100 110)"
+queue_job c2 "$(noop 'long 2' 100 110)"
+queue_job c3 "$(noop 'pending' 100 110)"
+state_of() { x squeue -h -t all -n "agentstore-$1" -o %T 2>/dev/null; }
+c3_pending() { [ "$(state_of c3)" = PENDING ] && [ "$(state_of c1)" = RUNNING ] && [ "$(state_of c2)" = RUNNING ]; }
+sys_check "two run, the third pends in Slurm" sys_wait_until 60 "c1 c2 running, c3 pending" c3_pending
+q_counts() { [ "$(jfield "$AS/Queues/poplar/queue.json" active_jobs)" = 2 ] && [ "$(jfield "$AS/Queues/poplar/queue.json" queued_jobs)" = 1 ]; }
+sys_check "queue.json counts 2 active, 1 queued (pending in Slurm)" sys_wait_until 10 "counts" q_counts
+sys_check "cancel-job of the pending job" x orchestrator --root "$AS" cancel-job c3
+sys_check "cancel-job of a running job" x orchestrator --root "$AS" cancel-job c1
+both_failed() { in_state c1 failed && in_state c3 failed; }
+sys_check "both end in failed_jobs" sys_wait_until 30 "c1 c3 failed" both_failed
+sys_expect_eq "c1 cancelled" "Job cancelled by root" "$(jfield "$(jobf c1 failed)" error)"
+sys_expect_eq "c3 cancelled" "Job cancelled by root" "$(jfield "$(jobf c3 failed)" error)"
+sys_expect_eq "scancel reached Slurm" "CANCELLED CANCELLED" "$(state_of c1) $(state_of c3)"
+
+# --- slurmd stopped mid-job -------------------------------------------------------------------
+sys_check "c2 still running" in_state c2 running
+x systemctl kill -s KILL slurmd
+x systemctl stop slurmd || true
+sys_check "c2 fails when Slurm gives the node up" sys_wait_until 120 "c2 failed" in_state c2 failed
+sys_expect_match "with Slurm's reason" 'NODE_FAIL' "$(jfield "$(jobf c2 failed)" error)"
+x pkill -KILL -f 'sleep_seconds|agent-worker' || true
+sys_check "slurmd starts again" x systemctl start slurmd
+x scontrol update nodename="$node" state=resume 2>/dev/null || true
+sys_check "the node is back" sys_wait_until 60 "node idle" node_idle
+queue_job s2 "$(noop 'after' 1)"
+sys_check "the queue keeps serving" sys_wait_until 60 "s2 finished" in_state s2 finished
+
+# --- kill -9 of the manager during a burst: every job submitted exactly once --------------------
+for i in $(seq 1 12); do queue_job "k$i" "$(noop "kill $i" 1)"; done
+submitted() { [ "$(x squeue -h -t all -o %j 2>/dev/null | grep -c '^agentstore-k')" -ge 3 ]; }
+sys_check "submissions under way" sys_wait_until 30 "some submitted" submitted
+x systemctl kill -s KILL queue-manager@poplar.service
+x systemctl restart queue-manager@poplar.service
+allk() { local i; for i in $(seq 1 12); do in_state "k$i" finished || return 1; done; }
+sys_check "all 12 finish" sys_wait_until 120 "12 finished" allk
+dups=$(x squeue -h -t all -o %j 2>/dev/null | grep '^agentstore-' | sort | uniq -d | tr '\n' ' ')
+sys_expect_eq "no job was submitted twice" "" "$dups"
+sys_expect_eq "each burst job has exactly one Slurm job" 12 "$(x squeue -h -t all -o %j | grep -c '^agentstore-k')"
+sys_test_end
