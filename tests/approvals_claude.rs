@@ -12,6 +12,7 @@
 mod claude_env;
 #[path = "support/fake_anthropic.rs"]
 mod fake_anthropic;
+mod common;
 #[path = "support/queue_env.rs"]
 mod queue_env;
 

@@ -7,6 +7,7 @@
 
 #[path = "support/claude_env.rs"]
 mod claude_env;
+mod common;
 #[path = "support/queue_env.rs"]
 mod queue_env;
 
