@@ -10,9 +10,9 @@
 
 #[path = "support/claude_env.rs"]
 mod claude_env;
+mod common;
 #[path = "support/fake_anthropic.rs"]
 mod fake_anthropic;
-mod common;
 #[path = "support/queue_env.rs"]
 mod queue_env;
 
