@@ -123,6 +123,9 @@ for t in "${tests[@]}"; do
     t0=$(sys_now_ms)
     rc=0
     boot_ms=0
+    # A test that calls sys_use_wide_rootfs is booted from the second image (lib.sh).
+    base_include=$SYS_INCLUDE
+    if grep -q '^sys_use_wide_rootfs' "$t"; then sys_use_wide_rootfs; fi
     if grep -q '^# sys: no-machine' "$t"; then
         # The test boots its own machines (sys_test_begin_no_machine).
         machine=""
@@ -130,6 +133,7 @@ for t in "${tests[@]}"; do
         echo "FAIL: $name: container did not boot" | tee "$log"
         rc=1
     fi
+    SYS_INCLUDE=$base_include
     [ -z "$machine" ] || boot_ms=${SYS_LAST_BOOT_MS:-0}
     if [ "$rc" = 0 ] && [ -n "$machine" ] && [ -n "${SYS_DEB:-}" ]; then
         i0=$(sys_now_ms)
