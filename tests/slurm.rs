@@ -67,11 +67,42 @@ impl Drop for Manager {
     }
 }
 
+/// The host's PATH as one folder of links, without Slurm's own client commands: a Slurm
+/// installed on the machine running the tests never answers for the fake (hermetic).
+fn system_path_without_slurm(env: &QueueEnv) -> PathBuf {
+    let dir = env.dir.path().join("system-bin");
+    if dir.is_dir() {
+        return dir;
+    }
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for d in std::env::split_paths(&path) {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let n = name.to_string_lossy();
+            if matches!(
+                &*n,
+                "sbatch" | "squeue" | "scancel" | "scontrol" | "sacct" | "srun"
+            ) {
+                continue;
+            }
+            let link = dir.join(&name);
+            if !link.exists() {
+                let _ = std::os::unix::fs::symlink(e.path(), link);
+            }
+        }
+    }
+    dir
+}
+
 fn manager(env: &QueueEnv, bus: &PrivateBus, fake: &FakeSlurm) -> Manager {
     let path = format!(
         "{}:{}",
         fake.bin.display(),
-        std::env::var("PATH").unwrap_or_default()
+        system_path_without_slurm(env).display()
     );
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_queue-manager"))
         .args([
@@ -266,7 +297,7 @@ fn sbatch_missing_keeps_jobs_queued_and_says_why() {
     let (env, bus, fake) = setup();
     slurm_queue(&env, json!({"poll_seconds": 1}));
     std::fs::remove_file(fake.bin.join("sbatch")).unwrap();
-    // PATH: only the fake folder (without sbatch) and the system's.
+    // PATH: only the fake folder (now without sbatch) and the system's without Slurm.
     let _m = manager(&env, &bus, &fake);
     env.queue_job("m1", &noop(0.1));
     wait_until(Duration::from_secs(30), "slurm_status", || {
