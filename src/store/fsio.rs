@@ -123,9 +123,34 @@ fn rotate(path: &Path, keep: usize) -> io::Result<()> {
     safe::rename(path, &numbered(1))
 }
 
+/// The writer's pid in one of OUR temp names (`.<name>.<pid>.<n>.tmp`, see `temp_path`);
+/// `None` for any other name — a client's own temp file is never ours to remove.
+fn our_temp_writer(name: &str) -> Option<i32> {
+    let inner = name.strip_prefix('.')?.strip_suffix(".tmp")?;
+    let mut parts = inner.rsplitn(3, '.');
+    let n = parts.next()?;
+    let pid = parts.next()?;
+    let short = parts.next()?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    (digits(n) && digits(pid) && !short.is_empty())
+        .then(|| pid.parse().ok())
+        .flatten()
+}
+
+/// Whether `pid` is a live process here (EPERM: alive, someone else's).
+fn pid_alive(pid: i32) -> bool {
+    pid > 0
+        && !matches!(
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
+            Err(nix::errno::Errno::ESRCH)
+        )
+}
+
 /// Removes our own temp files (`.<name>.<pid>.<n>.tmp`) in `dir` that a crash left behind:
-/// those older than `min_age` (a live writer renames its temp file within moments). Returns
-/// how many were removed.
+/// those whose writer is no longer running and older than `min_age`. A client's temp file
+/// (any other name, e.g. a message being written into the inbox) is never touched: its
+/// writer renames it when done, and removing it would lose the message. Returns how many
+/// were removed.
 pub fn remove_stale_temp_files(dir: &Path, min_age: std::time::Duration) -> usize {
     let Ok(entries) = safe::list_dir(dir) else {
         return 0;
@@ -133,7 +158,7 @@ pub fn remove_stale_temp_files(dir: &Path, min_age: std::time::Duration) -> usiz
     let mut removed = 0;
     for e in entries {
         let name = e.name.to_string_lossy();
-        if !(name.starts_with('.') && name.ends_with(".tmp")) {
+        if our_temp_writer(&name).is_none_or(pid_alive) {
             continue;
         }
         let p = dir.join(&e.name);
@@ -152,6 +177,35 @@ pub fn remove_stale_temp_files(dir: &Path, min_age: std::time::Duration) -> usiz
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_our_dead_writers_temp_files_are_removed() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path();
+        // A dead pid: a child that has exited and been reaped.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        child.wait().unwrap();
+        let dead = child.id();
+        let mine = std::process::id();
+        let names = [
+            format!(".msg-1.json.{dead}.0.tmp"), // ours, writer gone: removed
+            format!(".msg-2.json.{mine}.3.tmp"), // ours, writer alive: kept
+            ".soak-000352.tmp".to_string(),      // a client's: kept
+            ".client.json.tmp".to_string(),      // a client's: kept
+            format!(".x.{dead}.y.tmp"),          // not our shape: kept
+        ];
+        for n in &names {
+            std::fs::write(dir.join(n), "{}").unwrap();
+        }
+        let removed = remove_stale_temp_files(dir, std::time::Duration::ZERO);
+        assert_eq!(removed, 1);
+        assert!(!dir.join(&names[0]).exists());
+        for n in &names[1..] {
+            assert!(dir.join(n).exists(), "{n} was removed");
+        }
+        assert_eq!(our_temp_writer(".a.b.12.3.tmp"), Some(12));
+        assert_eq!(our_temp_writer(".soak-000352.tmp"), None);
+    }
 
     #[test]
     fn rotation_keeps_n_files() {
