@@ -16,7 +16,6 @@ use super::Manager;
 use super::poison::MarkKind;
 use super::{EndCause, KILL_GRACE, WORKER_DIED, add_secs, job_limit};
 use crate::model::{DocKind, Job, JobStatus, ResourceLimits, SlurmConfig, Timestamp};
-use crate::store::jobfile::fail_raw;
 use crate::store::{Record, StoreError, move_no_replace, read_limited};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -851,19 +850,7 @@ impl Manager {
         let Ok(bytes) = read_limited(&path) else {
             return self.settle(id, None).await;
         };
-        match self.store.parse_doc::<Job>(DocKind::Job, &path, &bytes) {
-            Ok(job) => {
-                self.retry_if_due(id, &job, &error);
-                self.fail_owned(id, JobStatus::Running, job, error).await
-            }
-            Err(_) => match fail_raw(&self.store, &q, id, JobStatus::Running, &bytes, &error) {
-                Ok(_) => {
-                    self.ended(id, JobStatus::Running, JobStatus::Failed, &error)
-                        .await
-                }
-                Err(e) => tracing::error!(job_id = %id, queue = %q, "cannot fail job: {e}"),
-            },
-        }
+        self.fail_running(id, &path, &bytes, error).await;
     }
 
     /// Slurm's `ExitCode=` of an ended job (`scontrol show job`), when it still knows it.

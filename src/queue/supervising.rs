@@ -241,12 +241,26 @@ impl Manager {
                 }
             }
         };
-        match self.store.parse_doc::<Job>(DocKind::Job, &path, &bytes) {
+        self.fail_running(id, &path, &bytes, error).await;
+    }
+
+    /// Fails running job `id` (its document's `bytes`, read from `path`) with `error`: as a
+    /// job when it parses (a retry is queued first when its policy says so), else as raw
+    /// bytes kept in the failed document.
+    pub(super) async fn fail_running(
+        &mut self,
+        id: &str,
+        path: &std::path::Path,
+        bytes: &[u8],
+        error: String,
+    ) {
+        let q = self.cfg.queue.clone();
+        match self.store.parse_doc::<Job>(DocKind::Job, path, bytes) {
             Ok(job) => {
                 self.retry_if_due(id, &job, &error);
                 self.fail_owned(id, JobStatus::Running, job, error).await
             }
-            Err(_) => match fail_raw(&self.store, &q, id, JobStatus::Running, &bytes, &error) {
+            Err(_) => match fail_raw(&self.store, &q, id, JobStatus::Running, bytes, &error) {
                 Ok(_) => {
                     self.ended(id, JobStatus::Running, JobStatus::Failed, &error)
                         .await
