@@ -126,10 +126,13 @@ for t in "${tests[@]}"; do
     # A test that calls sys_use_wide_rootfs is booted from the second image (lib.sh).
     base_include=$SYS_INCLUDE
     if grep -q '^sys_use_wide_rootfs' "$t"; then sys_use_wide_rootfs; fi
+    # `# sys: network-host`: the container shares the host's network (t_slurm).
+    net=(--network private)
+    if grep -q '^# sys: network-host' "$t"; then net=(--network host); fi
     if grep -q '^# sys: no-machine' "$t"; then
         # The test boots its own machines (sys_test_begin_no_machine).
         machine=""
-    elif ! sys_boot "$machine" --bind "$share:/mnt/share"; then
+    elif ! sys_boot "$machine" --bind "$share:/mnt/share" "${net[@]}"; then
         echo "FAIL: $name: container did not boot" | tee "$log"
         rc=1
     fi

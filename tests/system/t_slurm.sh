@@ -5,6 +5,9 @@
 # job killed at its time limit, cancel-job of a pending and a running job, slurmd stopped
 # mid-job → failed with Slurm's reason while the queue keeps serving, and kill -9 of the
 # manager during a burst → every job submitted exactly once.
+# Host network (loopback only is used): with nothing but `lo`, glibc's getaddrinfo
+# (AI_ADDRCONFIG) resolves no address at all, not even 127.0.0.1, and slurmd cannot start.
+# sys: network-host
 # shellcheck source-path=SCRIPTDIR
 # shellcheck disable=SC2016
 set -euo pipefail
