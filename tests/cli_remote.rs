@@ -261,3 +261,36 @@ fn upkeep_of_an_unreadable_store_is_done_by_orchestratord_for_the_callers_user()
     assert_eq!(r["dry_run"], true, "{r}");
     assert_eq!(r["to"], "0.6", "{r}");
 }
+
+#[test]
+fn login_to_an_unreadable_store_is_checked_by_orchestratord() {
+    if needs_root("logging in to an unreadable store over D-Bus") {
+        return;
+    }
+    let w = Unreadable::new();
+    let home = w.env.dir.path().join("nobody-home");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let login = |name: &str| {
+        Command::new("runuser")
+            .args(["-u", "nobody", "--", "env", "AGENTSTORE_BUS=session"])
+            .arg(format!("HOME={}", home.display()))
+            .arg(format!("DBUS_SESSION_BUS_ADDRESS={}", w.addr))
+            .arg(env!("CARGO_BIN_EXE_orchestrator"))
+            .arg("--root")
+            .arg(&w.env.root)
+            .args(["login", name])
+            .output()
+            .unwrap()
+    };
+    let o = login("nob");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("Logged in as nob"));
+    let session = std::fs::read_to_string(home.join(".orchestrator_config.json")).unwrap();
+    assert!(session.contains("\"nob\""), "{session}");
+    // A name the daemon does not know (or may not show) is refused, and the session kept.
+    let o = login("nosuchuser");
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let session = std::fs::read_to_string(home.join(".orchestrator_config.json")).unwrap();
+    assert!(session.contains("\"nob\""), "{session}");
+}

@@ -38,12 +38,23 @@ fn denied(what: String) -> CliError {
 }
 
 pub(super) fn login(g: &GlobalArgs, out: &mut dyn Write, username: &str) -> CliResult {
-    let store = open_store(g)?;
-    let user = store.user(username)?;
+    // A store this user may not read (the packaged system store): orchestratord checks the
+    // name, with the same PRD §10 rules as any view-user over the bus.
+    let id = if super::remote::store_unreadable(g) {
+        let mut c = serde_json::Map::new();
+        c.insert("user".into(), Value::String(username.to_string()));
+        let v = super::remote::ask(g, "view-user", c)?;
+        v.get("id")
+            .and_then(Value::as_str)
+            .unwrap_or(username)
+            .to_string()
+    } else {
+        open_store(g)?.user(username)?.id
+    };
     let mut s = Session::load().unwrap_or_default();
-    if s.username.as_deref() != Some(&user.id) {
+    if s.username.as_deref() != Some(&id) {
         s = Session {
-            username: Some(user.id.clone()),
+            username: Some(id.clone()),
             project: None,
             prd: None,
         };
@@ -51,7 +62,7 @@ pub(super) fn login(g: &GlobalArgs, out: &mut dyn Write, username: &str) -> CliR
     let path = s.save().map_err(CliError::new)?;
     match g.format {
         Format::Json => write_json(out, &s)?,
-        Format::Text => writeln!(out, "Logged in as {} ({})", user.id, path.display())?,
+        Format::Text => writeln!(out, "Logged in as {id} ({})", path.display())?,
     }
     Ok(())
 }

@@ -20,9 +20,8 @@ setup_queue poplar 1
 ju() { x runuser -u jobuser -- orchestrator "$@"; }    # chenry, admin
 al() { x runuser -u alice -- orchestrator "$@"; }      # alice, user role, outside the group
 ju login chenry >/dev/null
-# alice cannot read the store, so `login` (which checks the name in users/) fails for her;
-# over the system bus the orchestrator knows her by her Unix user anyway.
-al login alice >/dev/null 2>&1 || true
+# alice cannot read the store: orchestratord checks her name over the system bus.
+sys_check "alice (outside the agentstore group) logs in through orchestratord" al login alice
 submit() { ju research-code --project P --jobtype noop "$@" | sed -n 's/^Job queued: //p' | head -1; }
 field_of() { jfield "$(jobf "$1" "$2")" "$3"; } # ID STATE NAME
 
