@@ -15,8 +15,8 @@
 use super::Manager;
 use super::poison::MarkKind;
 use super::{EndCause, KILL_GRACE, WORKER_DIED, add_secs, job_limit};
-use crate::model::{DocKind, Job, JobStatus, ResourceLimits, SlurmConfig, Timestamp};
-use crate::store::{Record, StoreError, move_no_replace, read_limited};
+use crate::model::{Job, JobStatus, ResourceLimits, SlurmConfig, Timestamp};
+use crate::store::{Record, read_limited};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::time::Duration;
@@ -627,27 +627,11 @@ impl Manager {
         };
         let now = Timestamp::now();
         let r = &mut job.runtime;
-        r.status = JobStatus::Running;
         r.start_time = Some(now);
-        r.finish_time = None;
         r.process_id = None;
-        r.llm_process_id = None;
-        r.error = None;
-        r.output = None;
-        r.host = Some(self.host.clone());
         r.unit = None;
         r.slurm_job_id = Some(sid.clone());
-        let running_path = self.store.job_path(&q, JobStatus::Running, &id);
-        let placed = self
-            .store
-            .write_doc(DocKind::Job, &path, &job)
-            .and_then(|_| {
-                move_no_replace(&path, &running_path).map_err(|source| StoreError::Io {
-                    path: running_path.clone(),
-                    source,
-                })
-            });
-        if let Err(e) = placed {
+        if let Err(e) = self.place_running(&id, &mut job, &path) {
             // Still held: the next attempt finds it by name.
             self.back_off(&id, &e.to_string());
             return None;

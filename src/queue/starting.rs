@@ -10,7 +10,7 @@ use super::{Running, add_secs, job_limit};
 use crate::model::{DocKind, Job, JobStatus, MAX_WORKER_COUNT, Timestamp};
 use crate::permissions::project_owner_login;
 use crate::store::{Record, StoreError, move_no_replace, read_limited};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -24,6 +24,29 @@ pub(super) struct PreparedStart {
 }
 
 impl Manager {
+    /// Marks `job` (queued at `path`; start time, pid and unit already set by the caller)
+    /// running on this host, writes it, then moves it to running_jobs/ without replacing.
+    pub(super) fn place_running(
+        &self,
+        id: &str,
+        job: &mut Job,
+        path: &Path,
+    ) -> Result<(), StoreError> {
+        let r = &mut job.runtime;
+        r.status = JobStatus::Running;
+        r.finish_time = None;
+        r.llm_process_id = None;
+        r.error = None;
+        r.output = None;
+        r.host = Some(self.host.clone());
+        let running_path = self.store.job_path(&self.cfg.queue, JobStatus::Running, id);
+        self.store.write_doc(DocKind::Job, path, job)?;
+        move_no_replace(path, &running_path).map_err(|source| StoreError::Io {
+            path: running_path,
+            source,
+        })
+    }
+
     // ---- starting ----------------------------------------------------------------------
 
     pub(super) async fn start_jobs(&mut self) {
@@ -260,26 +283,10 @@ impl Manager {
         };
         let now = Timestamp::now();
         let r = &mut job.runtime;
-        r.status = JobStatus::Running;
         r.start_time = Some(now);
-        r.finish_time = None;
         r.process_id = Some(launched.pid);
-        r.llm_process_id = None;
-        r.error = None;
-        r.output = None;
-        r.host = Some(self.host.clone());
         r.unit = launched.unit.clone();
-        let running_path = self.store.job_path(&q, JobStatus::Running, id);
-        let placed = self
-            .store
-            .write_doc(DocKind::Job, &path, &job)
-            .and_then(|_| {
-                move_no_replace(&path, &running_path).map_err(|source| StoreError::Io {
-                    path: running_path.clone(),
-                    source,
-                })
-            });
-        if let Err(e) = placed {
+        if let Err(e) = self.place_running(id, &mut job, &path) {
             tracing::error!(job_id = %id, queue = %q, "cannot move job to running_jobs: {e}");
             drop(launched.gate);
             let _ = launched.child.wait().await;
