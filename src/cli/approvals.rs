@@ -3,7 +3,7 @@
 //! queue manager's `org.agentstore.Queue1` (`PendingApprovals`, `Answer`,
 //! `ApprovalRequested`/`ApprovalAnswered`).
 
-use super::jobs::{BUS_LIMIT, bus_error, connect, runtime};
+use super::jobs::{BUS_LIMIT, connect, queue_call, runtime};
 use super::render::{Format, write_json};
 use super::{CliError, CliResult, GlobalArgs, open_store};
 use crate::bus::BusKind;
@@ -188,14 +188,7 @@ pub(super) fn answer(
                 .answer(&id, allow, always, reason)
                 .await
         };
-        match tokio::time::timeout(BUS_LIMIT, call).await {
-            Ok(r) => r.map_err(|e| bus_error(e, &loc.queue, bus)),
-            Err(_) => Err(CliError::new(format!(
-                "the queue manager for {} did not answer within {} s",
-                loc.queue,
-                BUS_LIMIT.as_secs()
-            ))),
-        }
+        queue_call(&loc.queue, bus, call).await
     })?;
     let what = if allow { "Allowed" } else { "Denied" };
     match g.format {

@@ -50,6 +50,22 @@ pub(super) fn live_states(queues: &[String]) -> HashMap<String, QueueState> {
     })
 }
 
+/// Awaits `call` to queue `queue`'s manager for at most [`BUS_LIMIT`], with the errors a user
+/// reads (no manager, refused, no answer in time).
+pub(super) async fn queue_call<T>(
+    queue: &str,
+    bus: BusKind,
+    call: impl std::future::Future<Output = zbus::Result<T>>,
+) -> Result<T, CliError> {
+    match tokio::time::timeout(BUS_LIMIT, call).await {
+        Ok(r) => r.map_err(|e| bus_error(e, queue, bus)),
+        Err(_) => Err(CliError::new(format!(
+            "the queue manager for {queue} did not answer within {} s",
+            BUS_LIMIT.as_secs()
+        ))),
+    }
+}
+
 pub(super) fn bus_error(e: zbus::Error, queue: &str, bus: BusKind) -> CliError {
     let text = e.to_string();
     if text.contains("ServiceUnknown") || text.contains("NameHasNoOwner") {
@@ -85,14 +101,7 @@ pub(super) fn cancel_job(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliRe
             let conn = connect(bus).await?;
             queue_proxy(&conn, &loc.queue).await?.cancel_job(id).await
         };
-        match tokio::time::timeout(BUS_LIMIT, call).await {
-            Ok(r) => r.map_err(|e| bus_error(e, &loc.queue, bus)),
-            Err(_) => Err(CliError::new(format!(
-                "the queue manager for {} did not answer within {} s",
-                loc.queue,
-                BUS_LIMIT.as_secs()
-            ))),
-        }
+        queue_call(&loc.queue, bus, call).await
     })?;
     match g.format {
         Format::Json => write_json(
