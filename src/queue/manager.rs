@@ -254,6 +254,7 @@ impl Manager {
         })?;
         m.inotify = Some(inotify);
         m.approvals_watch = m.watch_approvals();
+        super::poison::install_crash_recorder();
         m.recover_poisoned().await;
         m.write_heartbeat(false);
         let dead = m.adopt_running();

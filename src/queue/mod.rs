@@ -48,15 +48,25 @@ const KILL_GRACE: Duration = Duration::from_secs(5);
 pub const WORKER_DIED: &str = "Worker harness process died";
 
 /// Interrupted attempts at handling one job (a start or a re-adoption during which the queue
-/// manager died) after which the job is failed instead of being tried again: one interruption
-/// (an operator's `kill -9`, a reboot) is retried, a second means the job itself is the likely
-/// cause, so one document cannot crash-loop the manager.
-pub const POISON_ATTEMPTS: u32 = 2;
+/// manager died with no crash recorded: an operator's or a soak's `kill -9`, the OOM killer,
+/// a reboot, a crash the panic hook cannot see such as a stack overflow) after which the job
+/// is failed instead of being tried again. An external kill is not the job's fault, so the
+/// cap is high; a crash the manager records itself (a panic while it handled the job, see
+/// `poison.rs`) fails the job at the first restart. Either way one document cannot
+/// crash-loop the manager for more than this many restarts.
+pub const POISON_ATTEMPTS: u32 = 12;
 
 /// Error text of a job failed by the poison rule ([`POISON_ATTEMPTS`]).
 pub fn poison_reason(what: &str, attempts: u32) -> String {
     format!(
         "A previous queue manager stopped while {what} this job, {attempts} attempts in a row (it crashed or was killed each time); the job is failed so that it cannot stop the manager again"
+    )
+}
+
+/// Error text of a job whose handling crashed the queue manager (its panic recorded).
+pub fn crash_reason(what: &str, panic: &str) -> String {
+    format!(
+        "The queue manager crashed while {what} this job ({panic}); the job is failed so that it cannot stop the manager again"
     )
 }
 

@@ -1,13 +1,21 @@
 //! Poison markers (PRD §7): before a start or a re-adoption the manager writes
 //! `Queues/<q>/.handling/<host>/{start,adopt}-<id>` holding the number of attempts so far
 //! (`attempts N`, written atomically and fsynced); it removes the marker when the attempt
-//! is over. A marker found at the next start means that attempt was interrupted (the manager
-//! crashed or was killed). The first interruption is forgiven (the job is tried again and the
-//! next attempt counts 2); at [`POISON_ATTEMPTS`] interrupted attempts the job is failed with
-//! [`poison_reason`], so one poison document cannot crash-loop the manager.
+//! is over. A marker found at the next start means that attempt was interrupted.
+//!
+//! Two causes are told apart. The manager's own failure: every per-job step of a start or a
+//! re-adoption runs inside [`handling`], and a panic hook ([`install_crash_recorder`]; the
+//! release profile aborts on panic, the hook still runs first) writes `crashed <panic>` into
+//! the marker of the job being handled — that job, and only it, is failed at the next start
+//! with [`crash_reason`]. An external kill (an operator's or a soak's `kill -9`, the OOM
+//! killer, a reboot) leaves no such line: it is not the job's fault, so the job is tried again
+//! (alone, before the others) and failed with [`poison_reason`] only after
+//! [`POISON_ATTEMPTS`] interruptions in a row, the bound for crashes no hook sees (a stack
+//! overflow, a signal). So one poison document cannot crash-loop the manager.
 
 use super::Manager;
-use super::{POISON_ATTEMPTS, pidwatch, poison_reason};
+use super::starting::PreparedStart;
+use super::{POISON_ATTEMPTS, crash_reason, pidwatch, poison_reason};
 use crate::model::JobStatus;
 use crate::store::jobfile::fail_raw;
 use crate::store::safe::{self, EntryKind};
@@ -17,6 +25,95 @@ use std::path::{Path, PathBuf};
 
 /// Folder of the poison markers, `Queues/<q>/.handling/`.
 const MARKER_DIR: &str = ".handling";
+
+/// Longest panic text kept in a marker (and so in the job's error).
+const MAX_CRASH_TEXT: usize = 500;
+
+tokio::task_local! {
+    /// The marker of the job the current task is handling.
+    static HANDLING: PathBuf;
+}
+
+/// Runs `f` as handling the job whose marker is `marker`: a panic inside is recorded there.
+pub(super) async fn handling<F: std::future::Future>(marker: PathBuf, f: F) -> F::Output {
+    HANDLING.scope(marker, f).await
+}
+
+/// [`handling`] for a step that does not wait.
+pub(super) fn handling_sync<R>(marker: PathBuf, f: impl FnOnce() -> R) -> R {
+    HANDLING.sync_scope(marker, f)
+}
+
+/// Installs (once per process) the panic hook that records a panic in the marker of the job
+/// being handled ([`handling`]), before the previous hook runs (and the process aborts).
+pub(super) fn install_crash_recorder() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if let Ok(marker) = HANDLING.try_with(|m| m.clone()) {
+                record_crash(&marker, info);
+            }
+            previous(info);
+        }));
+    });
+}
+
+/// Adds `crashed <where>: <message>` (one line, bounded) to `marker`, fsynced.
+fn record_crash(marker: &Path, info: &std::panic::PanicHookInfo<'_>) {
+    let p = info.payload();
+    let msg = p
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".to_string());
+    let at = info
+        .location()
+        .map(|l| format!(" at {}:{}", l.file(), l.line()))
+        .unwrap_or_default();
+    let line: String = format!("panicked{at}: {msg}")
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(MAX_CRASH_TEXT)
+        .collect();
+    let old = read_limited(marker)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_else(|_| "attempts 1\n".to_string());
+    let mut text: String = old
+        .lines()
+        .filter(|l| !l.starts_with("crashed "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    text.push_str(&format!("crashed {line}\n"));
+    let _ = marker.parent().map_or(Ok(()), safe::create_dir_all);
+    let _ = write_atomic(marker, text.as_bytes());
+}
+
+/// Test hook, debug builds only (release binaries have none): `AGENTSTORE_TEST_FAULT` set to
+/// `panic-start:<id>` makes the manager panic while it starts job `<id>`, `hold-start:<id>`
+/// makes it stop there for good (to be killed), so tests can crash or kill a manager at a
+/// known point of a start.
+#[cfg(debug_assertions)]
+async fn injected_fault(id: &str) {
+    let Ok(f) = std::env::var("AGENTSTORE_TEST_FAULT") else {
+        return;
+    };
+    if f.strip_prefix("panic-start:") == Some(id) {
+        panic!("injected fault while starting job {id}");
+    }
+    if f.strip_prefix("hold-start:") == Some(id) {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// What a marker records.
+#[derive(Debug, PartialEq, Eq)]
+struct Marker {
+    /// Attempts begun (≥ 1).
+    attempts: u32,
+    /// The panic that ended the last attempt, when the manager recorded one.
+    crashed: Option<String>,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum MarkKind {
@@ -78,7 +175,9 @@ impl Manager {
     /// disk): the attempt goes on unprotected, as nothing else can be written either.
     pub(super) fn mark(&self, kind: MarkKind, id: &str) -> bool {
         let p = self.marker_path(kind, id);
-        let attempts = read_attempts(&p).unwrap_or(0).saturating_add(1);
+        let attempts = read_marker(&p)
+            .map_or(0, |m| m.attempts)
+            .saturating_add(1);
         let text = format!("attempts {attempts}\npid {}\n", std::process::id());
         let res = p
             .parent()
@@ -93,7 +192,21 @@ impl Manager {
     /// True when an earlier attempt at starting `id` was interrupted (its marker is still
     /// on disk): the job is then started on its own.
     pub(super) fn start_was_interrupted(&self, id: &str) -> bool {
-        read_attempts(&self.marker_path(MarkKind::Start, id)).is_some()
+        read_marker(&self.marker_path(MarkKind::Start, id)).is_some()
+    }
+
+    /// The first step of starting `id`: its marker written (true when it could be), then the
+    /// job read and checked ([`Manager::prepare_start`]) as handling it.
+    pub(super) async fn begin_start(&mut self, id: &str) -> (bool, Option<PreparedStart>) {
+        let marked = self.mark(MarkKind::Start, id);
+        let marker = self.marker_path(MarkKind::Start, id);
+        let prepared = handling(marker, async {
+            #[cfg(debug_assertions)]
+            injected_fault(id).await;
+            self.prepare_start(id).await
+        })
+        .await;
+        (marked, prepared)
     }
 
     /// The attempt is over (whatever its outcome): the marker goes.
@@ -106,11 +219,12 @@ impl Manager {
         }
     }
 
-    /// At start: every job whose handling an earlier manager began and never finished
-    /// [`POISON_ATTEMPTS`] times is failed with [`poison_reason`] (its worker, if one runs,
-    /// is stopped first). After fewer interruptions the marker stays (the next attempt counts
-    /// on from it) and the job is tried again. Markers of jobs that have left the state the
-    /// attempt started from are removed.
+    /// At start: every job whose handling crashed an earlier manager (a `crashed` line) is
+    /// failed with [`crash_reason`], and every job whose handling was interrupted
+    /// [`POISON_ATTEMPTS`] times with [`poison_reason`] (its worker, if one runs, is stopped
+    /// first). After fewer interruptions the marker stays (the next attempt counts on from it)
+    /// and the job is tried again. Markers of jobs that have left the state the attempt
+    /// started from are removed.
     pub(super) async fn recover_poisoned(&mut self) {
         let dir = self.marker_dir();
         let Ok(entries) = safe::list_dir(&dir) else {
@@ -138,8 +252,11 @@ impl Manager {
                 let _ = safe::remove_file(&marker);
                 continue;
             };
-            let attempts = read_attempts(&marker).unwrap_or(1);
-            if attempts < POISON_ATTEMPTS {
+            let Marker { attempts, crashed } = read_marker(&marker).unwrap_or(Marker {
+                attempts: 1,
+                crashed: None,
+            });
+            if crashed.is_none() && attempts < POISON_ATTEMPTS {
                 let text = format!(
                     "job {id}: a previous queue manager stopped while {} it (interrupted attempts: {attempts}; the job is failed at {POISON_ATTEMPTS}); trying again",
                     kind.doing()
@@ -162,7 +279,10 @@ impl Manager {
                         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
                 }
             }
-            let reason = poison_reason(kind.doing(), attempts);
+            let reason = match crashed {
+                Some(panic) => crash_reason(kind.doing(), &panic),
+                None => poison_reason(kind.doing(), attempts),
+            };
             match fail_raw(&self.store, &q, id, from, &bytes, &reason) {
                 Ok(_) => self.ended(id, from, JobStatus::Failed, &reason).await,
                 Err(e) => {
@@ -175,9 +295,9 @@ impl Manager {
     }
 }
 
-/// The attempts a marker records: `None` when there is no marker; 1 for a marker of an older
-/// version (it held only a PID) or one that cannot be read, as it still proves one attempt.
-fn read_attempts(marker: &Path) -> Option<u32> {
+/// What a marker records: `None` when there is no marker; one attempt for a marker of an
+/// older version (it held only a PID) or one that cannot be read, as it still proves one.
+fn read_marker(marker: &Path) -> Option<Marker> {
     let bytes = match read_limited(marker) {
         Ok(b) => b,
         Err(crate::store::StoreError::Io { source, .. })
@@ -185,13 +305,22 @@ fn read_attempts(marker: &Path) -> Option<u32> {
         {
             return None;
         }
-        Err(_) => return Some(1),
+        Err(_) => {
+            return Some(Marker {
+                attempts: 1,
+                crashed: None,
+            });
+        }
     };
     let text = String::from_utf8_lossy(&bytes);
-    Some(
-        text.lines()
-            .find_map(|l| l.strip_prefix("attempts ")?.trim().parse::<u32>().ok())
-            .unwrap_or(1)
-            .max(1),
-    )
+    let attempts = text
+        .lines()
+        .find_map(|l| l.strip_prefix("attempts ")?.trim().parse::<u32>().ok())
+        .unwrap_or(1)
+        .max(1);
+    let crashed = text
+        .lines()
+        .find_map(|l| l.strip_prefix("crashed "))
+        .map(|c| c.chars().take(MAX_CRASH_TEXT).collect());
+    Some(Marker { attempts, crashed })
 }

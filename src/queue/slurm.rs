@@ -13,7 +13,7 @@
 //! (`scontrol show job`, only for such jobs).
 
 use super::Manager;
-use super::poison::MarkKind;
+use super::poison::{MarkKind, handling};
 use super::{EndCause, KILL_GRACE, WORKER_DIED, add_secs, job_limit};
 use crate::model::{Job, JobStatus, ResourceLimits, SlurmConfig, Timestamp};
 use crate::store::{Record, read_limited};
@@ -513,10 +513,11 @@ impl Manager {
         let mut marked = Vec::new();
         let mut ready = Vec::new();
         for id in ids {
-            if self.mark(MarkKind::Start, id) {
+            let (was_marked, prepared) = self.begin_start(id).await;
+            if was_marked {
                 marked.push(id.clone());
             }
-            if let Some(p) = self.prepare_start(id).await {
+            if let Some(p) = prepared {
                 ready.push(Submission {
                     args: p
                         .args
@@ -552,7 +553,8 @@ impl Manager {
                         .filter(|j| j.name == format!("{JOB_NAME_PREFIX}{}", s.id))
                         .find(|j| !is_terminal(&j.state))
                         .map(|j| j.id.clone());
-                    if let Some(sid) = self.submit_one(s, found).await {
+                    let marker = self.marker_path(MarkKind::Start, &s.id);
+                    if let Some(sid) = handling(marker, self.submit_one(s, found)).await {
                         release.push(sid);
                     }
                 }

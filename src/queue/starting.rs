@@ -5,7 +5,7 @@
 
 use super::Manager;
 use super::launcher::{self, LaunchSpec, release};
-use super::poison::MarkKind;
+use super::poison::{MarkKind, handling};
 use super::{Running, add_secs, job_limit};
 use crate::model::{DocKind, Job, JobStatus, MAX_WORKER_COUNT, Timestamp};
 use crate::permissions::project_owner_login;
@@ -130,12 +130,11 @@ impl Manager {
         let mut marked = Vec::new();
         let mut ready = Vec::new();
         for id in ids {
-            if self.mark(MarkKind::Start, id) {
+            let (was_marked, prepared) = self.begin_start(id).await;
+            if was_marked {
                 marked.push(id.clone());
             }
-            if let Some(p) = self.prepare_start(id).await {
-                ready.push(p);
-            }
+            ready.extend(prepared);
         }
         // Scope placements overlap: every StartTransientUnit and its JobRemoved are in
         // flight together (never more than the free slots), and each worker is still
@@ -159,11 +158,13 @@ impl Manager {
             // the scope, so a job it kills at the limit has run at least `limit` by this
             // clock.
             let started_at = Instant::now();
-            async move { (started_at, launcher.launch(spec).await) }
+            let marker = self.marker_path(MarkKind::Start, &p.id);
+            handling(marker, async move { (started_at, launcher.launch(spec).await) })
         }))
         .await;
         for (p, (started_at, launched)) in ready.into_iter().zip(launches) {
-            self.finish_start(p, started_at, launched).await;
+            let marker = self.marker_path(MarkKind::Start, &p.id);
+            handling(marker, self.finish_start(p, started_at, launched)).await;
         }
         for id in &marked {
             self.unmark(MarkKind::Start, id);

@@ -2,7 +2,7 @@
 //! timeouts, re-adopting this host's running jobs and the `rest_interval` sweep.
 
 use super::Manager;
-use super::poison::MarkKind;
+use super::poison::{MarkKind, handling_sync};
 use super::selection::QueuedIndex;
 use super::{EndCause, KILL_GRACE, Running, WORKER_DIED, add_secs, job_limit, pidwatch};
 use crate::model::{DocKind, Job, JobStatus, MAX_TIMEOUT_SECONDS, Timestamp};
@@ -106,7 +106,8 @@ impl Manager {
             return true;
         }
         let marked = self.mark(MarkKind::Adopt, id);
-        let alive = self.adopt_job(id, &job);
+        let marker = self.marker_path(MarkKind::Adopt, id);
+        let alive = handling_sync(marker, || self.adopt_job(id, &job));
         if marked {
             self.unmark(MarkKind::Adopt, id);
         }
