@@ -656,28 +656,62 @@ mod qm {
         }
     }
 
-    /// The second interrupted attempt fails the job with a reason naming the attempts (a
-    /// poison document cannot crash-loop the manager), and the manager goes on.
+    /// Interrupted attempts up to the cap fail the job with a reason naming the attempts (a
+    /// document that kills the manager in a way no hook sees cannot crash-loop it), and a
+    /// marker recording a crash fails the job at once with the panic; the manager goes on.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn second_interrupted_attempt_fails_the_job() {
+    async fn capped_interrupted_attempts_or_a_recorded_crash_fail_the_job() {
+        let cap = agentstore::queue::POISON_ATTEMPTS;
+        let many = format!("attempts {cap}\npid 12345\n");
+        let crash = "attempts 1\npid 12345\ncrashed panicked at src/x.rs:1: boom\n";
+        for (content, start_err, adopt_err) in [
+            (
+                many.as_str(),
+                format!("starting this job, {cap} attempts in a row"),
+                format!("re-adopting this job, {cap} attempts in a row"),
+            ),
+            (
+                crash,
+                "crashed while starting this job (panicked at src/x.rs:1: boom)".to_string(),
+                "crashed while re-adopting this job (panicked at src/x.rs:1: boom)".to_string(),
+            ),
+        ] {
+            guarded(async {
+                let bus = PrivateBus::start();
+                let env = QueueEnv::new(1);
+                let marks = plant_interrupted(&env, content);
+                let mut changes = Changes::subscribe(&bus, &env.queue).await;
+                let m = RunningManager::start(env.manager_config(&bus)).await;
+                changes.until("p1", "failed").await;
+                changes.until("r1", "failed").await;
+                let e = env.job("failed", "r1")["runtime"]["error"].to_string();
+                assert!(e.contains(&adopt_err), "{e}");
+                let e = env.job("failed", "p1")["runtime"]["error"].to_string();
+                assert!(e.contains(&start_err), "{e}");
+                assert!(!marks.join("start-p1").exists());
+                env.queue_job("p2", &noop(0.0));
+                changes.until("p2", "finished").await;
+                assert_eq!(std::fs::read_dir(&marks).unwrap().count(), 0);
+                m.stop().await;
+            })
+            .await
+        }
+    }
+
+    /// Interrupted attempts below the cap, however many more than one, are tried again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn interrupted_attempts_below_the_cap_are_tried_again() {
         guarded(async {
             let bus = PrivateBus::start();
             let env = QueueEnv::new(1);
-            let marks = plant_interrupted(&env, "attempts 2\npid 12345\n");
+            let below = agentstore::queue::POISON_ATTEMPTS - 1;
+            let marks = plant_interrupted(&env, &format!("attempts {below}\npid 12345\n"));
             let mut changes = Changes::subscribe(&bus, &env.queue).await;
             let m = RunningManager::start(env.manager_config(&bus)).await;
-            changes.until("p1", "failed").await;
+            changes.until("p1", "finished").await;
             changes.until("r1", "failed").await;
             let e = env.job("failed", "r1")["runtime"]["error"].to_string();
-            assert!(
-                e.contains("re-adopting this job, 2 attempts in a row"),
-                "{e}"
-            );
-            let e = env.job("failed", "p1")["runtime"]["error"].to_string();
-            assert!(e.contains("starting this job, 2 attempts in a row"), "{e}");
-            assert!(!marks.join("start-p1").exists());
-            env.queue_job("p2", &noop(0.0));
-            changes.until("p2", "finished").await;
+            assert!(e.contains("Worker harness process died"), "{e}");
             assert_eq!(std::fs::read_dir(&marks).unwrap().count(), 0);
             m.stop().await;
         })
@@ -981,4 +1015,127 @@ fn orchestratord_polls_when_inotify_is_exhausted() {
     let out = env.root.join("messaging/outbox/polled-1.json");
     wait_until(LONG, "the inbox answered by polling", || out.exists());
     assert_eq!(read(&out)["status"], "done");
+}
+
+// ---- the queue manager killed or crashing mid-start (the real binary) ---------------------
+
+/// The queue-manager binary on `env` (no bus, direct launcher), with the debug-build test
+/// hook `AGENTSTORE_TEST_FAULT` set to `fault` when given; its stderr goes to `manager.log`.
+fn queue_manager(env: &queue_env::QueueEnv, fault: Option<&str>) -> std::process::Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(env.dir.path().join("manager.log"))
+        .unwrap();
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_queue-manager"));
+    c.args(["--queue", "q1", "--bus", "none", "--launcher", "direct", "--root"])
+        .arg(&env.root)
+        .args(["--worker", env!("CARGO_BIN_EXE_agent-worker")])
+        .env_remove("AGENTSTORE_TEST_FAULT")
+        .stdout(std::process::Stdio::null())
+        .stderr(log);
+    if let Some(f) = fault {
+        c.env("AGENTSTORE_TEST_FAULT", f);
+    }
+    c.spawn().unwrap()
+}
+
+fn kill9(child: &mut std::process::Child) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap()),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    child.wait().unwrap();
+}
+
+fn marker(env: &queue_env::QueueEnv, name: &str) -> PathBuf {
+    env.root
+        .join("Queues/q1/.handling")
+        .join(agentstore::store::hostname())
+        .join(name)
+}
+
+/// A manager SIGKILLed again and again while it starts the same job (more times than the
+/// old poison rule's 2) is an external kill, not the job's fault: the job is tried again
+/// each time and finally runs.
+#[test]
+fn manager_killed_repeatedly_while_starting_a_job_does_not_fail_it() {
+    let env = queue_env::QueueEnv::new(1);
+    env.edit_queue(|q| q.config.rest_interval = 1);
+    env.queue_job("p1", &queue_env::noop(0.0));
+    let mark = marker(&env, "start-p1");
+    for k in 1..=5 {
+        let mut m = queue_manager(&env, Some("hold-start:p1"));
+        wait_until(LONG, &format!("start attempt {k} of p1"), || {
+            std::fs::read_to_string(&mark).is_ok_and(|t| t.contains(&format!("attempts {k}\n")))
+        });
+        kill9(&mut m);
+    }
+    assert!(env.job_file("queued", "p1").exists());
+    let m = KillOnDrop(queue_manager(&env, None));
+    wait_until(LONG, "p1 finished", || env.job_file("finished", "p1").exists());
+    assert_eq!(env.count("failed"), 0);
+    assert!(!mark.exists());
+    drop(m);
+}
+
+/// A job whose start really crashes the manager (a panic, recorded by the manager's panic
+/// hook in that job's marker) is failed at the next start with the panic named; a job of
+/// the same batch whose start was merely cut short is not failed, and the queue goes on.
+#[test]
+fn a_job_that_crashes_the_manager_is_failed_with_the_panic_and_only_it() {
+    let env = queue_env::QueueEnv::new(2);
+    env.edit_queue(|q| q.config.rest_interval = 1);
+    let mut first = queue_env::noop(0.0);
+    first["config"]["queue_time"] = json!("2025-01-01T00:00:00Z");
+    env.queue_job("innocent", &first);
+    let mut second = queue_env::noop(0.0);
+    second["config"]["queue_time"] = json!("2025-01-02T00:00:00Z");
+    env.queue_job("poison", &second);
+    let mut m = queue_manager(&env, Some("panic-start:poison"));
+    let status = m.wait().unwrap();
+    assert!(!status.success(), "the manager should have crashed: {status}");
+    let text = std::fs::read_to_string(marker(&env, "start-poison")).unwrap();
+    assert!(text.contains("crashed panicked at"), "{text}");
+    assert!(marker(&env, "start-innocent").exists());
+
+    let m = KillOnDrop(queue_manager(&env, None));
+    wait_until(LONG, "poison failed", || env.job_file("failed", "poison").exists());
+    wait_until(LONG, "innocent finished", || {
+        env.job_file("finished", "innocent").exists()
+    });
+    let e = env.job("failed", "poison")["runtime"]["error"].to_string();
+    assert!(e.contains("crashed while starting this job"), "{e}");
+    assert!(e.contains("injected fault at start of job poison"), "{e}");
+    env.queue_job("after", &queue_env::noop(0.0));
+    wait_until(LONG, "the queue goes on", || env.job_file("finished", "after").exists());
+    assert_eq!(env.count("failed"), 1);
+    drop(m);
+}
+
+/// A manager killed after it put a job in running_jobs/ but before it released the gated
+/// worker: the worker never ran the job, so it puts it back into queued_jobs/ and the next
+/// manager runs it (it used to be failed "Worker harness process died").
+#[test]
+fn manager_killed_before_releasing_the_worker_leaves_the_job_to_run() {
+    let env = queue_env::QueueEnv::new(1);
+    env.edit_queue(|q| q.config.rest_interval = 1);
+    env.queue_job("j1", &queue_env::noop(0.0));
+    let mut m = queue_manager(&env, Some("hold-release:j1"));
+    wait_until(LONG, "j1 placed in running_jobs", || {
+        env.job_file("running", "j1").exists()
+    });
+    let pid = env.job("running", "j1")["runtime"]["process_id"].as_u64().unwrap();
+    assert!(Path::new(&format!("/proc/{pid}")).exists(), "the gated worker runs");
+    kill9(&mut m);
+    wait_until(LONG, "j1 given back", || env.job_file("queued", "j1").exists());
+    let j = env.job("queued", "j1");
+    assert_eq!(j["runtime"]["status"], "queued", "{j}");
+    assert!(j["runtime"]["process_id"].is_null(), "{j}");
+    assert!(!env.job_file("running", "j1").exists());
+    let m = KillOnDrop(queue_manager(&env, None));
+    wait_until(LONG, "j1 finished", || env.job_file("finished", "j1").exists());
+    assert_eq!(env.count("failed"), 0);
+    drop(m);
 }

@@ -90,19 +90,25 @@ fn record_crash(marker: &Path, info: &std::panic::PanicHookInfo<'_>) {
 }
 
 /// Test hook, debug builds only (release binaries have none): `AGENTSTORE_TEST_FAULT` set to
-/// `panic-start:<id>` makes the manager panic while it starts job `<id>`, `hold-start:<id>`
-/// makes it stop there for good (to be killed), so tests can crash or kill a manager at a
-/// known point of a start.
+/// `panic-<point>:<id>` makes the manager panic at `point` of job `<id>`'s start, and
+/// `hold-<point>:<id>` makes it stop there for good (to be killed), so tests can crash or
+/// kill a manager at a known point. Points: `start` (marker written, job not yet read),
+/// `release` (job in `running_jobs/`, worker not yet released).
 #[cfg(debug_assertions)]
-async fn injected_fault(id: &str) {
+pub(super) async fn injected_fault(point: &str, id: &str) {
     let Ok(f) = std::env::var("AGENTSTORE_TEST_FAULT") else {
         return;
     };
-    if f.strip_prefix("panic-start:") == Some(id) {
-        panic!("injected fault while starting job {id}");
+    let Some((what, at)) = f.split_once('-') else {
+        return;
+    };
+    if at != format!("{point}:{id}") {
+        return;
     }
-    if f.strip_prefix("hold-start:") == Some(id) {
-        std::future::pending::<()>().await;
+    match what {
+        "panic" => panic!("injected fault at {point} of job {id}"),
+        "hold" => std::future::pending::<()>().await,
+        _ => {}
     }
 }
 
@@ -202,7 +208,7 @@ impl Manager {
         let marker = self.marker_path(MarkKind::Start, id);
         let prepared = handling(marker, async {
             #[cfg(debug_assertions)]
-            injected_fault(id).await;
+            injected_fault("start", id).await;
             self.prepare_start(id).await
         })
         .await;

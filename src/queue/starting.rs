@@ -297,6 +297,8 @@ impl Manager {
             return self.back_off(id, &e.to_string());
         }
         self.backoff.remove(id);
+        #[cfg(debug_assertions)]
+        super::poison::injected_fault("release", id).await;
         if let Err(e) = release(launched.gate).await {
             // It died before it could start; the exit watcher reports it as dead.
             tracing::warn!(job_id = %id, queue = %q, "worker gone before start: {e}");

@@ -82,6 +82,7 @@ pub fn run(args: &WorkerArgs) -> Result<JobStatus, WorkerError> {
         let mut line = String::new();
         let _ = std::io::stdin().lock().read_line(&mut line);
         if line.trim() != "go" {
+            give_back_unstarted(args);
             return Err(WorkerError::Aborted);
         }
     }
@@ -108,6 +109,39 @@ pub fn run(args: &WorkerArgs) -> Result<JobStatus, WorkerError> {
     };
     let status = finish(&store, q, id, job, outcome)?;
     Ok(status)
+}
+
+/// The gate closed without `go`: the manager died (or gave up) after it placed the job in
+/// `running_jobs/` naming this worker and before it released it. Nothing of the job ran, so
+/// a job file naming this process is put back into `queued_jobs/` (to be started again)
+/// instead of being left to be failed as a dead worker. A job not in `running_jobs/`, or
+/// naming another process, is left alone. This process is alive until the move is done, so
+/// a manager adopting meanwhile sees it move, never a dead worker's job.
+fn give_back_unstarted(args: &WorkerArgs) {
+    let (q, id) = (args.queue.as_str(), args.job_id.as_str());
+    let Ok(store) = Store::open(&args.root) else {
+        return;
+    };
+    let path = store.job_path(q, JobStatus::Running, id);
+    let Ok(mut job) = store.read_doc::<Job>(crate::model::DocKind::Job, &path) else {
+        return;
+    };
+    if job.runtime.process_id != Some(std::process::id()) {
+        return;
+    }
+    let r = &mut job.runtime;
+    r.status = JobStatus::Queued;
+    r.start_time = None;
+    r.process_id = None;
+    r.unit = None;
+    r.host = None;
+    match write_and_move(&store, q, id, JobStatus::Running, &job) {
+        Ok(_) => {
+            tracing::warn!(job_id = %id, queue = %q, "start aborted before the job ran: put back into queued_jobs");
+            record(&store, q, id, "job_requeued", "start aborted before the job ran");
+        }
+        Err(e) => tracing::warn!(job_id = %id, queue = %q, "start aborted; cannot put the job back: {e}"),
+    }
 }
 
 fn record(store: &Store, q: &str, id: &str, event: &str, detail: &str) {
