@@ -16,9 +16,10 @@
 #   doubled   correlation ids with more than one job (distinct job files), or more than one
 #             answer
 #   stuck     jobs still in queued_jobs/ or running_jobs/ after the drain
-#   failed    jobs in failed_jobs/, by reason (a kill may fail a job honestly: "Worker
-#             harness process died" is the manager's verdict for a worker killed with it only
-#             when the worker really died; the direct launcher's workers survive the manager)
+#   failed    jobs in failed_jobs/, by reason. Only the daemons are killed and every job is
+#             an innocent no-op, so each failed job was failed wrongly (a kill mistaken for a
+#             poison document, a worker judged dead that was not); the exit status counts them
+#   load      the 1-minute load average sampled every 30 s (min/mean/max)
 set -euo pipefail
 DURATION=${1:-1800}
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -76,6 +77,10 @@ killer() {
 killer &
 pids+=($!)
 
+# Load sampler: the 1-minute load average every 30 s (the report gives min/mean/max).
+(while [ ! -e "$work/stop" ]; do cut -d' ' -f1 /proc/loadavg >>"$work/load"; sleep 30; done) &
+pids+=($!)
+
 # Writer: one message every 0.2 s (jobs of 1–3 s at 10 workers keep ~10 busy).
 n=0
 end=$(($(date +%s) + DURATION))
@@ -126,12 +131,14 @@ done
 stuck=$(($(count "$jobs/queued_jobs") + $(count "$jobs/running_jobs")))
 kills_o=$(grep -c orchestratord "$work/kills" 2>/dev/null || true)
 kills_q=$(grep -c queue-manager "$work/kills" 2>/dev/null || true)
+load=$(awk 'NR==1{min=$1;max=$1} {s+=$1; if($1<min)min=$1; if($1>max)max=$1} END{if(NR) printf "min %.1f mean %.1f max %.1f", min, s/NR, max}' "$work/load" 2>/dev/null || true)
 echo
-echo "soak: ${DURATION}s, $n messages, SIGKILLs: orchestratord $kills_o, queue-manager $kills_q"
+echo "soak: ${DURATION}s, $n messages, SIGKILLs: orchestratord $kills_o, queue-manager $kills_q; load $load"
+# Every soak job is an innocent no-op: any failed job was failed wrongly (by a kill).
 printf '  %-10s %s\n' lost "$lost" doubled "$doubled" stuck "$stuck" \
-    finished "$(count "$jobs/finished_jobs")" failed "$(count "$jobs/failed_jobs")"
+    finished "$(count "$jobs/finished_jobs")" failed "$(count "$jobs/failed_jobs") (all wrongly: every job is an innocent no-op)"
 if [ "$(count "$jobs/failed_jobs")" -gt 0 ]; then
     echo "  failure reasons:"
     jq -r '.runtime.error // "?"' "$jobs/failed_jobs"/*.json | sort | uniq -c | sed 's/^/    /'
 fi
-[ "$lost" -eq 0 ] && [ "$doubled" -eq 0 ] && [ "$stuck" -eq 0 ]
+[ "$lost" -eq 0 ] && [ "$doubled" -eq 0 ] && [ "$stuck" -eq 0 ] && [ "$(count "$jobs/failed_jobs")" -eq 0 ]
