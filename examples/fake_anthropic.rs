@@ -13,8 +13,8 @@
 //! The first stdout line is `listening http://ADDR`; every request is then written as one
 //! JSON line to `--log` (default: stdout). It runs until killed.
 
-#[path = "../tests/support/fake_anthropic.rs"]
-mod fake_anthropic;
+#[path = "../tests/support/fake_model.rs"]
+mod fake_model;
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -23,7 +23,7 @@ use std::sync::Mutex;
 
 use anyhow::Context;
 use clap::Parser;
-use fake_anthropic::{FakeAnthropic, Observer, RecordedRequest, Script};
+use fake_model::{FakeModel, Observer, RecordedRequest, Script};
 
 #[derive(Parser)]
 #[command(about = "Fake Anthropic Messages API server driven by a JSON script")]
@@ -67,7 +67,7 @@ fn main() -> anyhow::Result<()> {
             let _ = out.flush();
         }
     });
-    let server = FakeAnthropic::start_on(args.listen, script, Some(observer))
+    let server = FakeModel::start_on(args.listen, script, Some(observer))
         .with_context(|| format!("listening on {}", args.listen))?;
     let mut stdout = std::io::stdout();
     writeln!(stdout, "listening {}", server.base_url())?;

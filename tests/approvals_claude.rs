@@ -11,14 +11,14 @@
 #[path = "support/claude_env.rs"]
 mod claude_env;
 mod common;
-#[path = "support/fake_anthropic.rs"]
-mod fake_anthropic;
+#[path = "support/fake_model.rs"]
+mod fake_model;
 #[path = "support/queue_env.rs"]
 mod queue_env;
 
 use agentstore::model::approval::ApprovalPolicy;
 use claude_env::{ClaudeHome, chown_recursive, claude_env, require_claude, unprivileged_user};
-use fake_anthropic::{FakeAnthropic, Script, tool_result_text};
+use fake_model::{FakeModel, Script, tool_result_text};
 use futures_util::StreamExt;
 use queue_env::*;
 use serde_json::{Value, json};
@@ -40,7 +40,7 @@ impl Drop for RemoveOnDrop {
 struct Setup {
     env: QueueEnv,
     bus: PrivateBus,
-    server: FakeAnthropic,
+    server: FakeModel,
     command: String,
     target: PathBuf,
     m: Option<RunningManager>,
@@ -53,7 +53,7 @@ impl Setup {
         let claude = require_claude();
         let env = QueueEnv::new(1);
         let target = env.work.join("approved.txt");
-        let server = FakeAnthropic::start(
+        let server = FakeModel::start(
             Script::new()
                 .tool_use(
                     "Write",

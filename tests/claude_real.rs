@@ -6,14 +6,14 @@
 
 #[path = "support/claude_env.rs"]
 mod claude_env;
-#[path = "support/fake_anthropic.rs"]
-mod fake_anthropic;
+#[path = "support/fake_model.rs"]
+mod fake_model;
 
 use claude_env::{
     ClaudeHome, RUN_LIMIT, TestUser, chown_recursive, claude_command, headless_args, parse_result,
     permission_args, require_claude, run_with_stdin, unprivileged_user,
 };
-use fake_anthropic::{FakeAnthropic, Script, tool_result_text};
+use fake_model::{FakeModel, Script, tool_result_text};
 use serde_json::Value;
 
 const GREET: &str = "---\ndescription: Greet someone\n---\n\
@@ -22,13 +22,13 @@ Greet $ARGUMENTS warmly. Use the Bash tool to print the greeting.\n";
 struct Run {
     output: std::process::Output,
     result: Value,
-    server: FakeAnthropic,
+    server: FakeModel,
 }
 
 /// Run `/greet World` through the real CLI with a script of one Bash call and a final text.
 fn run_greet(bash: &str, final_text: &str, user: Option<&TestUser>, perm: Vec<String>) -> Run {
     let claude = require_claude();
-    let server = FakeAnthropic::start(Script::new().bash(bash).text(final_text));
+    let server = FakeModel::start(Script::new().bash(bash).text(final_text));
     let home = ClaudeHome::new();
     home.add_command("greet", GREET);
     let work = tempfile::tempdir().unwrap();
@@ -81,7 +81,7 @@ fn assert_success(run: &Run, final_text: &str) {
 }
 
 /// The custom command was expanded into the prompt the model saw.
-fn assert_command_expanded(server: &FakeAnthropic) {
+fn assert_command_expanded(server: &FakeModel) {
     let first = server
         .message_requests()
         .into_iter()
@@ -99,7 +99,7 @@ fn assert_command_expanded(server: &FakeAnthropic) {
 }
 
 /// The Bash call really ran and its output came back as a tool_result.
-fn bash_output(server: &FakeAnthropic) -> String {
+fn bash_output(server: &FakeModel) -> String {
     let uses = server.issued_tool_uses();
     assert_eq!(uses.len(), 1, "{uses:?}");
     let block = server
@@ -131,7 +131,7 @@ fn real_claude_runs_custom_command_with_bash_tool() {
     }
     let first = &run.server.message_requests()[0];
     assert_eq!(first.header("x-api-key"), Some("sk-ant-fake-test-key"));
-    assert_eq!(first.body.as_ref().unwrap()["stream"], true);
+    assert_eq!(first.body["stream"], true);
 }
 
 #[test]
@@ -140,7 +140,7 @@ fn real_claude_skip_permissions_needs_an_unprivileged_user() {
     let user = unprivileged_user();
     if user.is_some() {
         // As root the CLI refuses the flag, even before it talks to the server.
-        let server = FakeAnthropic::start(Script::new().text("never"));
+        let server = FakeModel::start(Script::new().text("never"));
         let home = ClaudeHome::new();
         let work = tempfile::tempdir().unwrap();
         let mut args = headless_args();
@@ -188,7 +188,7 @@ fn real_claude_skip_permissions_needs_an_unprivileged_user() {
 fn real_claude_reports_an_api_error_as_is_error() {
     let claude = require_claude();
     let server =
-        FakeAnthropic::start(Script::new().error(400, "invalid_request_error", "scripted failure"));
+        FakeModel::start(Script::new().error(400, "invalid_request_error", "scripted failure"));
     let home = ClaudeHome::new();
     let work = tempfile::tempdir().unwrap();
     let cmd = claude_command(
@@ -216,7 +216,7 @@ fn real_claude_reports_an_api_error_as_is_error() {
 fn real_claude_unknown_command_is_not_an_error() {
     // Why the worker checks `<command>.md` itself before it starts the CLI.
     let claude = require_claude();
-    let server = FakeAnthropic::start(Script::new().text("never"));
+    let server = FakeModel::start(Script::new().text("never"));
     let home = ClaudeHome::new();
     let work = tempfile::tempdir().unwrap();
     let cmd = claude_command(
@@ -246,7 +246,7 @@ fn real_claude_unknown_command_is_not_an_error() {
 
 #[tokio::test]
 async fn fake_anthropic_answers_plain_json_and_side_requests() {
-    let server = FakeAnthropic::start(
+    let server = FakeModel::start(
         Script::new()
             .tool_use("Read", serde_json::json!({ "file_path": "/etc/hostname" }))
             .text("done"),
@@ -298,7 +298,7 @@ async fn fake_anthropic_answers_plain_json_and_side_requests() {
     assert_eq!(after["content"][0]["text"], "OK");
     assert_eq!(server.remaining_replies(), 0);
     let answers: Vec<_> = server.requests().into_iter().map(|r| r.answer).collect();
-    use fake_anthropic::Answer;
+    use fake_model::Answer;
     assert_eq!(
         answers,
         vec![
@@ -322,7 +322,7 @@ fn fake_anthropic_script_reads_from_json() {
     assert_eq!(script.replies.len(), 4);
     assert_eq!(script.fallback_text, "fine");
     assert!(script.answer_toolless_with_fallback);
-    assert_eq!(script.replies[3], fake_anthropic::Reply::text("Done"));
+    assert_eq!(script.replies[3], fake_model::Reply::text("Done"));
 }
 
 fn fake_claude() -> std::path::PathBuf {

@@ -6,8 +6,8 @@
 #[path = "support/claude_env.rs"]
 mod claude_env;
 mod common;
-#[path = "support/fake_anthropic.rs"]
-mod fake_anthropic;
+#[path = "support/fake_model.rs"]
+mod fake_model;
 
 use common::TestEnv;
 use common::bus::{KillOnDrop, PrivateBus, wait_for_name, wait_until};
@@ -779,10 +779,10 @@ fn the_pipeline_runs_the_real_claude_code_cli_at_every_step() {
         "T3 tasks: 1. add the index 2. test it",
         "I4 implemented: index added",
     ];
-    let server = fake_anthropic::FakeAnthropic::start(
+    let server = fake_model::FakeModel::start(
         answers
             .iter()
-            .fold(fake_anthropic::Script::new(), |s, a| s.text(a)),
+            .fold(fake_model::Script::new(), |s, a| s.text(a)),
     );
     let f = Flow::new(1);
     let _orch = f.orchestratord();
@@ -852,8 +852,8 @@ fn the_pipeline_runs_the_real_claude_code_cli_at_every_step() {
 /// policy (every kind but api_error) is not.
 #[test]
 fn an_api_error_is_retried_only_when_asked() {
-    let server = fake_anthropic::FakeAnthropic::start(
-        fake_anthropic::Script::new()
+    let server = fake_model::FakeModel::start(
+        fake_model::Script::new()
             .error(529, "overloaded_error", "Overloaded")
             .text("second attempt worked")
             .error(529, "overloaded_error", "Overloaded"),

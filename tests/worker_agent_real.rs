@@ -7,20 +7,20 @@
 #[path = "support/claude_env.rs"]
 mod claude_env;
 mod common;
-#[path = "support/fake_anthropic.rs"]
-mod fake_anthropic;
+#[path = "support/fake_model.rs"]
+mod fake_model;
 #[path = "support/queue_env.rs"]
 mod queue_env;
 
 use claude_env::{chown_recursive, unprivileged_user};
-use fake_anthropic::{FakeAnthropic, Script, tool_result_text};
+use fake_model::{FakeModel, Script, tool_result_text};
 use queue_env::*;
 use serde_json::{Value, json};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_job_runs_the_builtin_agent_against_the_fake_model() {
     guarded(async {
-        let server = FakeAnthropic::start(
+        let server = FakeModel::start(
             Script::new()
                 .tool_use("run_command", json!({"command": "ls"}))
                 .text("The project has one file: NOTES.md."),

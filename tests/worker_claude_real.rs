@@ -8,13 +8,13 @@
 #[path = "support/claude_env.rs"]
 mod claude_env;
 mod common;
-#[path = "support/fake_anthropic.rs"]
-mod fake_anthropic;
+#[path = "support/fake_model.rs"]
+mod fake_model;
 #[path = "support/queue_env.rs"]
 mod queue_env;
 
 use claude_env::{ClaudeHome, chown_recursive, claude_env, require_claude, unprivileged_user};
-use fake_anthropic::{FakeAnthropic, Script, tool_result_text};
+use fake_model::{FakeModel, Script, tool_result_text};
 use queue_env::*;
 use serde_json::{Value, json};
 use std::path::PathBuf;
@@ -34,7 +34,7 @@ impl Drop for RemoveOnDrop {
 async fn real_claude_custom_command_through_the_queue() {
     guarded(async {
         let claude = require_claude();
-        let server = FakeAnthropic::start(
+        let server = FakeModel::start(
             Script::new()
                 .bash("echo hello-from-bash")
                 .text("Greeted World."),
