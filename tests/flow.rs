@@ -9,7 +9,7 @@ mod common;
 #[path = "support/fake_model.rs"]
 mod fake_model;
 
-use common::TestEnv;
+use common::Researcher;
 use common::bus::{KillOnDrop, PrivateBus, wait_for_name, wait_until};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -18,15 +18,17 @@ use std::time::Duration;
 
 const LONG: Duration = Duration::from_secs(120);
 
+/// A [`Researcher`]'s store and a private bus.
 struct Flow {
-    env: TestEnv,
-    run_dir: PathBuf,
+    r: Researcher,
     bus: PrivateBus,
 }
 
-fn login() -> String {
-    let o = Command::new("id").arg("-un").output().unwrap();
-    String::from_utf8_lossy(&o.stdout).trim().to_string()
+impl std::ops::Deref for Flow {
+    type Target = Researcher;
+    fn deref(&self) -> &Researcher {
+        &self.r
+    }
 }
 
 fn text(b: &[u8]) -> String {
@@ -38,69 +40,27 @@ fn read(p: &Path) -> Value {
 }
 
 impl Flow {
-    /// A store with admin chenry (unix_user = whoever runs the test), project P in queue
-    /// poplar with `workers` workers, and a private bus.
+    /// A [`Researcher`]'s store with `workers` workers on queue poplar, and a private bus.
     fn new(workers: u32) -> Flow {
-        let env = TestEnv::empty();
-        env.ok(&["init"]);
-        env.ok(&[
-            "add-user",
-            "chenry",
-            "--name",
-            "C",
-            "--email",
-            "c@x.org",
-            "--permissions",
-            "admin",
-            "--unix-user",
-            &login(),
-        ]);
-        let run_dir = env.dir.path().join("run");
-        let project_dir = env.dir.path().join("project");
-        std::fs::create_dir_all(&run_dir).unwrap();
-        std::fs::create_dir_all(&project_dir).unwrap();
-        env.ok(&[
-            "add-project",
-            "P",
-            "--directory",
-            project_dir.to_str().unwrap(),
-            "--owner",
-            "chenry",
-            "--default-queue",
-            "poplar",
-        ]);
-        env.ok(&[
+        let r = Researcher::new();
+        r.env.ok(&[
             "set-queue",
             "poplar",
             "--worker-count",
             &workers.to_string(),
         ]);
         Flow {
-            env,
-            run_dir,
+            r,
             bus: PrivateBus::start(),
         }
     }
 
     fn scope(&self, c: &mut Command) {
-        c.env("HOME", &self.env.home)
-            .env("AGENT_STORE_ROOT", &self.env.root)
-            .env("XDG_RUNTIME_DIR", &self.run_dir)
-            .env(
-                "DBUS_SYSTEM_BUS_ADDRESS",
-                format!("unix:path={}", self.run_dir.join("no-system-bus").display()),
-            )
-            .env("DBUS_SESSION_BUS_ADDRESS", &self.bus.address)
-            .env(
-                "AGENTSTORE_COMMANDS_DIR",
-                Path::new(env!("CARGO_MANIFEST_DIR")).join("share/commands"),
-            )
-            .env_remove("AGENTSTORE_BUS")
-            .env_remove("AGENTSTORE_MODE")
-            .env_remove("XDG_CONFIG_HOME")
-            .env_remove("INVOCATION_ID")
-            .env_remove("JOURNAL_STREAM")
-            .env("RUST_LOG", "warn");
+        self.r.scope(c, Some(&self.bus.address));
+        c.env("AGENT_STORE_ROOT", &self.env.root).env(
+            "AGENTSTORE_COMMANDS_DIR",
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("share/commands"),
+        );
     }
 
     fn cli(&self, args: &[&str]) -> Output {

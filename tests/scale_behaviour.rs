@@ -12,45 +12,34 @@ mod queue_env;
 use queue_env::*;
 use serde_json::{Value, json};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 /// A hang guard, not a timing assertion.
 const LONG: Duration = Duration::from_secs(120);
 
-fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + LONG;
-    while !cond() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// orchestratord without D-Bus (inbox and finished jobs only), never idling out.
-fn orchestratord(root: &Path, home: &Path) -> Daemon {
-    Daemon(
-        Command::new(env!("CARGO_BIN_EXE_orchestratord"))
-            .args(["--no-bus", "--idle-exit", "0", "--root"])
-            .arg(root)
-            .env("HOME", home)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap(),
-    )
+fn orchestratord(root: &Path, home: &Path) -> KillOnDrop {
+    let mut c = orchestratord_command_on(None, root, home);
+    KillOnDrop(c.spawn().unwrap())
+}
+
+/// orchestratord on the private bus `bus` (none: `--no-bus`), never idling out.
+fn orchestratord_command_on(bus: Option<&PrivateBus>, root: &Path, home: &Path) -> Command {
+    let mut c = match bus {
+        Some(b) => orchestratord_command(b, root, &["--idle-exit", "0"]),
+        None => {
+            let mut c = Command::new(env!("CARGO_BIN_EXE_orchestratord"));
+            c.args(["--no-bus", "--idle-exit", "0", "--root"])
+                .arg(root)
+                .env("RUST_LOG", "warn")
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit());
+            c
+        }
+    };
+    c.env("HOME", home);
+    c
 }
 
 fn finished_job(id: &str) -> Value {
@@ -89,12 +78,12 @@ fn completion_never_rereads_handled_history() {
     std::fs::write(fin.join("unlogged.json"), "corrupt {").unwrap();
 
     let d = orchestratord(&env.root, &home);
-    wait_until("the unlogged corrupt job reported", || {
+    wait_until(LONG, "the unlogged corrupt job reported", || {
         errors_out(&env.root).contains("unlogged")
     });
     let fresh = env.job_file("finished", "fresh-1");
     write_json_atomic_value(&fresh, &finished_job("fresh-1"));
-    wait_until("the new job handled", || {
+    wait_until(LONG, "the new job handled", || {
         read_json(&fresh)["runtime"]["handled"] == json!(true)
     });
     // The log line is appended just after the flag is written: wait for it too.
@@ -105,6 +94,7 @@ fn completion_never_rereads_handled_history() {
             .find(|p| !p.ends_with("other-host.log"))
     };
     wait_until(
+        LONG,
         "the handled job recorded in this machine's handled-log",
         || {
             own_log().is_some_and(|p| {
@@ -121,7 +111,7 @@ fn completion_never_rereads_handled_history() {
     let second = env.job_file("finished", "fresh-2");
     write_json_atomic_value(&second, &finished_job("fresh-2"));
     let _d = orchestratord(&env.root, &home);
-    wait_until("the second job handled after a restart", || {
+    wait_until(LONG, "the second job handled after a restart", || {
         read_json(&second)["runtime"]["handled"] == json!(true)
     });
     let errors = errors_out(&env.root);
@@ -149,7 +139,7 @@ fn completion_never_rereads_handled_history() {
             .filter(|l| l.contains("\"job_handled\"") && l.contains(&format!("\"{id}\"")))
             .count()
     };
-    wait_until("the job_handled event", || handled("fresh-2") > 0);
+    wait_until(LONG, "the job_handled event", || handled("fresh-2") > 0);
     assert_eq!(handled("fresh-1"), 1);
     assert_eq!(handled("fresh-2"), 1);
 }
@@ -190,19 +180,8 @@ async fn id_collision_with_finished_job_ends_failed() {
 }
 
 /// orchestratord on the private bus `bus`.
-fn orchestratord_on(bus: &PrivateBus, root: &Path, home: &Path) -> Daemon {
-    Daemon(
-        Command::new(env!("CARGO_BIN_EXE_orchestratord"))
-            .args(["--bus", "session", "--idle-exit", "0", "--root"])
-            .arg(root)
-            .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
-            .env("HOME", home)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap(),
-    )
+fn orchestratord_on(bus: &PrivateBus, root: &Path, home: &Path) -> KillOnDrop {
+    KillOnDrop(orchestratord_command_on(Some(bus), root, home).spawn().unwrap())
 }
 
 async fn orchestrator_proxy(

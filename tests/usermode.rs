@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::TestEnv;
+use common::{Researcher, login};
 use common::bus::{KillOnDrop, PrivateBus, wait_for_name, wait_until};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -24,73 +24,29 @@ enum Sees<'a> {
     Bus(&'a PrivateBus),
 }
 
-/// The per-test environment: a store with a project and the poplar queue, HOME, and a
-/// runtime dir without a bus socket.
-struct User {
-    env: TestEnv,
-    run_dir: PathBuf,
-    project_dir: PathBuf,
+/// The per-test environment: a [`Researcher`]'s store (project P, queue poplar), HOME, and
+/// a runtime dir without a bus socket.
+struct User(Researcher);
+
+impl std::ops::Deref for User {
+    type Target = Researcher;
+    fn deref(&self) -> &Researcher {
+        &self.0
+    }
 }
 
 impl User {
     fn new() -> User {
-        let env = TestEnv::empty();
-        env.ok(&["init"]);
-        env.ok(&[
-            "add-user",
-            "chenry",
-            "--name",
-            "C",
-            "--email",
-            "c@x.org",
-            "--permissions",
-            "admin",
-            "--unix-user",
-            &login(),
-        ]);
-        let run_dir = env.dir.path().join("run");
-        let project_dir = env.dir.path().join("project");
-        std::fs::create_dir_all(&run_dir).unwrap();
-        std::fs::create_dir_all(&project_dir).unwrap();
-        env.ok(&[
-            "add-project",
-            "P",
-            "--directory",
-            project_dir.to_str().unwrap(),
-            "--owner",
-            "chenry",
-            "--default-queue",
-            "poplar",
-        ]);
-        User {
-            env,
-            run_dir,
-            project_dir,
-        }
+        User(Researcher::new())
     }
 
     /// Sets the bus-related environment of `c` to what `sees` says, nothing inherited.
     fn scope(&self, c: &mut Command, sees: Sees<'_>) {
-        c.env("HOME", &self.env.home)
-            .env("XDG_RUNTIME_DIR", &self.run_dir)
-            .env(
-                "DBUS_SYSTEM_BUS_ADDRESS",
-                format!("unix:path={}", self.run_dir.join("no-system-bus").display()),
-            )
-            .env_remove("AGENTSTORE_BUS")
-            .env_remove("AGENTSTORE_MODE")
-            .env_remove("XDG_CONFIG_HOME")
-            .env_remove("INVOCATION_ID")
-            .env_remove("JOURNAL_STREAM")
-            .env("RUST_LOG", "warn");
-        match sees {
-            Sees::Nothing => {
-                c.env_remove("DBUS_SESSION_BUS_ADDRESS");
-            }
-            Sees::Bus(b) => {
-                c.env("DBUS_SESSION_BUS_ADDRESS", &b.address);
-            }
-        }
+        let bus = match sees {
+            Sees::Nothing => None,
+            Sees::Bus(b) => Some(b.address.as_str()),
+        };
+        self.0.scope(c, bus);
     }
 
     /// The CLI on `root` (AGENT_STORE_ROOT), seeing `sees`.
@@ -117,13 +73,6 @@ impl User {
             .stderr(Stdio::inherit());
         c
     }
-}
-
-/// This process's login name: jobs run as the project owner's `unix_user` when the queue
-/// manager runs as root, so the owner is mapped to whoever runs the test.
-fn login() -> String {
-    let o = Command::new("id").arg("-un").output().unwrap();
-    text(&o.stdout).trim().to_string()
 }
 
 fn text(b: &[u8]) -> String {

@@ -99,6 +99,85 @@ impl TestEnv {
     }
 }
 
+/// This process's login name: jobs run as the project owner's `unix_user` when the queue
+/// manager runs as root, so a test's owner is mapped to whoever runs the test.
+pub fn login() -> String {
+    let o = Command::new("id").arg("-un").output().unwrap();
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+/// A researcher's store for tests that run the CLI and the daemons as child processes: made
+/// by `orchestrator init`, admin chenry (`unix_user` = [`login`]), project P (folder
+/// `project/` of the temp dir) whose default queue is poplar, and a runtime dir with no bus
+/// socket in it. [`Researcher::scope`] gives a command this HOME and runtime dir, the
+/// session bus asked for, and a system bus that does not exist, so nothing on the host can
+/// change the outcome.
+pub struct Researcher {
+    pub env: TestEnv,
+    pub run_dir: PathBuf,
+    pub project_dir: PathBuf,
+}
+
+impl Researcher {
+    pub fn new() -> Researcher {
+        let env = TestEnv::empty();
+        env.ok(&["init"]);
+        env.ok(&[
+            "add-user",
+            "chenry",
+            "--name",
+            "C",
+            "--email",
+            "c@x.org",
+            "--permissions",
+            "admin",
+            "--unix-user",
+            &login(),
+        ]);
+        let run_dir = env.dir.path().join("run");
+        let project_dir = env.dir.path().join("project");
+        std::fs::create_dir_all(&run_dir).unwrap();
+        std::fs::create_dir_all(&project_dir).unwrap();
+        env.ok(&[
+            "add-project",
+            "P",
+            "--directory",
+            project_dir.to_str().unwrap(),
+            "--owner",
+            "chenry",
+            "--default-queue",
+            "poplar",
+        ]);
+        Researcher {
+            env,
+            run_dir,
+            project_dir,
+        }
+    }
+
+    /// Sets the environment of `c` that decides what it sees: HOME, XDG_RUNTIME_DIR, the
+    /// session bus at `session_bus` (none when `None`), no system bus, nothing inherited
+    /// that picks a bus or a mode.
+    pub fn scope(&self, c: &mut Command, session_bus: Option<&str>) {
+        c.env("HOME", &self.env.home)
+            .env("XDG_RUNTIME_DIR", &self.run_dir)
+            .env(
+                "DBUS_SYSTEM_BUS_ADDRESS",
+                format!("unix:path={}", self.run_dir.join("no-system-bus").display()),
+            )
+            .env_remove("AGENTSTORE_BUS")
+            .env_remove("AGENTSTORE_MODE")
+            .env_remove("XDG_CONFIG_HOME")
+            .env_remove("INVOCATION_ID")
+            .env_remove("JOURNAL_STREAM")
+            .env("RUST_LOG", "warn");
+        match session_bus {
+            Some(address) => c.env("DBUS_SESSION_BUS_ADDRESS", address),
+            None => c.env_remove("DBUS_SESSION_BUS_ADDRESS"),
+        };
+    }
+}
+
 /// The repository's test corpus folder.
 pub fn corpus() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus")
