@@ -82,6 +82,43 @@ pub struct JobConfig {
     pub not_before: Option<Timestamp>,
 }
 
+impl JobConfig {
+    /// The settings the PRD requires, queued now: no extra args, no supporting data, the
+    /// queue's timeout, and none of the extensions (set them by struct update).
+    pub fn new(
+        project: impl Into<String>,
+        working_directory: impl Into<String>,
+        jobtype: JobType,
+        claude_command: impl Into<String>,
+        task_description: impl Into<String>,
+    ) -> JobConfig {
+        JobConfig {
+            project: project.into(),
+            working_directory: working_directory.into(),
+            queue_time: Timestamp::now(),
+            jobtype,
+            claude_command: claude_command.into(),
+            claude_extra_args: Vec::new(),
+            task_description: task_description.into(),
+            supporting_data: Map::new(),
+            timeout_seconds: None,
+            queue: None,
+            command: None,
+            prd: None,
+            correlation_id: None,
+            user: None,
+            model: None,
+            priority: None,
+            after: None,
+            after_any: None,
+            retry: None,
+            attempt: None,
+            retry_of: None,
+            not_before: None,
+        }
+    }
+}
+
 /// Job kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

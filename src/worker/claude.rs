@@ -296,7 +296,7 @@ pub fn parse_result(line: &[u8]) -> Result<AgentResult, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{JobConfig, JobRuntime, JobType, Timestamp};
+    use crate::model::{JobConfig, JobRuntime, JobType};
 
     fn job(extra: &[&str]) -> Job {
         let mut data = serde_json::Map::new();
@@ -306,28 +306,9 @@ mod tests {
             schema_version: None,
             id: None,
             config: JobConfig {
-                project: "P".into(),
-                working_directory: "/tmp".into(),
-                queue_time: Timestamp::now(),
-                jobtype: JobType::Claude,
-                claude_command: "greet".into(),
                 claude_extra_args: extra.iter().map(|s| s.to_string()).collect(),
-                task_description: "World".into(),
                 supporting_data: data,
-                timeout_seconds: None,
-                queue: None,
-                command: None,
-                prd: None,
-                correlation_id: None,
-                user: None,
-                model: None,
-                priority: None,
-                after: None,
-                after_any: None,
-                retry: None,
-                attempt: None,
-                retry_of: None,
-                not_before: None,
+                ..JobConfig::new("P", "/tmp", JobType::Claude, "greet", "World")
             },
             runtime: JobRuntime::queued(),
         }
