@@ -1028,12 +1028,20 @@ fn queue_manager(env: &queue_env::QueueEnv, fault: Option<&str>) -> std::process
         .open(env.dir.path().join("manager.log"))
         .unwrap();
     let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_queue-manager"));
-    c.args(["--queue", "q1", "--bus", "none", "--launcher", "direct", "--root"])
-        .arg(&env.root)
-        .args(["--worker", env!("CARGO_BIN_EXE_agent-worker")])
-        .env_remove("AGENTSTORE_TEST_FAULT")
-        .stdout(std::process::Stdio::null())
-        .stderr(log);
+    c.args([
+        "--queue",
+        "q1",
+        "--bus",
+        "none",
+        "--launcher",
+        "direct",
+        "--root",
+    ])
+    .arg(&env.root)
+    .args(["--worker", env!("CARGO_BIN_EXE_agent-worker")])
+    .env_remove("AGENTSTORE_TEST_FAULT")
+    .stdout(std::process::Stdio::null())
+    .stderr(log);
     if let Some(f) = fault {
         c.env("AGENTSTORE_TEST_FAULT", f);
     }
@@ -1074,7 +1082,9 @@ fn manager_killed_repeatedly_while_starting_a_job_does_not_fail_it() {
     }
     assert!(env.job_file("queued", "p1").exists());
     let m = KillOnDrop(queue_manager(&env, None));
-    wait_until(LONG, "p1 finished", || env.job_file("finished", "p1").exists());
+    wait_until(LONG, "p1 finished", || {
+        env.job_file("finished", "p1").exists()
+    });
     assert_eq!(env.count("failed"), 0);
     assert!(!mark.exists());
     drop(m);
@@ -1095,13 +1105,18 @@ fn a_job_that_crashes_the_manager_is_failed_with_the_panic_and_only_it() {
     env.queue_job("poison", &second);
     let mut m = queue_manager(&env, Some("panic-start:poison"));
     let status = m.wait().unwrap();
-    assert!(!status.success(), "the manager should have crashed: {status}");
+    assert!(
+        !status.success(),
+        "the manager should have crashed: {status}"
+    );
     let text = std::fs::read_to_string(marker(&env, "start-poison")).unwrap();
     assert!(text.contains("crashed panicked at"), "{text}");
     assert!(marker(&env, "start-innocent").exists());
 
     let m = KillOnDrop(queue_manager(&env, None));
-    wait_until(LONG, "poison failed", || env.job_file("failed", "poison").exists());
+    wait_until(LONG, "poison failed", || {
+        env.job_file("failed", "poison").exists()
+    });
     wait_until(LONG, "innocent finished", || {
         env.job_file("finished", "innocent").exists()
     });
@@ -1109,7 +1124,9 @@ fn a_job_that_crashes_the_manager_is_failed_with_the_panic_and_only_it() {
     assert!(e.contains("crashed while starting this job"), "{e}");
     assert!(e.contains("injected fault at start of job poison"), "{e}");
     env.queue_job("after", &queue_env::noop(0.0));
-    wait_until(LONG, "the queue goes on", || env.job_file("finished", "after").exists());
+    wait_until(LONG, "the queue goes on", || {
+        env.job_file("finished", "after").exists()
+    });
     assert_eq!(env.count("failed"), 1);
     drop(m);
 }
@@ -1126,16 +1143,25 @@ fn manager_killed_before_releasing_the_worker_leaves_the_job_to_run() {
     wait_until(LONG, "j1 placed in running_jobs", || {
         env.job_file("running", "j1").exists()
     });
-    let pid = env.job("running", "j1")["runtime"]["process_id"].as_u64().unwrap();
-    assert!(Path::new(&format!("/proc/{pid}")).exists(), "the gated worker runs");
+    let pid = env.job("running", "j1")["runtime"]["process_id"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        Path::new(&format!("/proc/{pid}")).exists(),
+        "the gated worker runs"
+    );
     kill9(&mut m);
-    wait_until(LONG, "j1 given back", || env.job_file("queued", "j1").exists());
+    wait_until(LONG, "j1 given back", || {
+        env.job_file("queued", "j1").exists()
+    });
     let j = env.job("queued", "j1");
     assert_eq!(j["runtime"]["status"], "queued", "{j}");
     assert!(j["runtime"]["process_id"].is_null(), "{j}");
     assert!(!env.job_file("running", "j1").exists());
     let m = KillOnDrop(queue_manager(&env, None));
-    wait_until(LONG, "j1 finished", || env.job_file("finished", "j1").exists());
+    wait_until(LONG, "j1 finished", || {
+        env.job_file("finished", "j1").exists()
+    });
     assert_eq!(env.count("failed"), 0);
     drop(m);
 }

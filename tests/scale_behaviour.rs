@@ -181,7 +181,11 @@ async fn id_collision_with_finished_job_ends_failed() {
 
 /// orchestratord on the private bus `bus`.
 fn orchestratord_on(bus: &PrivateBus, root: &Path, home: &Path) -> KillOnDrop {
-    KillOnDrop(orchestratord_command_on(Some(bus), root, home).spawn().unwrap())
+    KillOnDrop(
+        orchestratord_command_on(Some(bus), root, home)
+            .spawn()
+            .unwrap(),
+    )
 }
 
 async fn orchestrator_proxy(

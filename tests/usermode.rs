@@ -6,8 +6,8 @@
 
 mod common;
 
-use common::{Researcher, login};
 use common::bus::{KillOnDrop, PrivateBus, wait_for_name, wait_until};
+use common::{Researcher, login};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

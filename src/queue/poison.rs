@@ -181,9 +181,7 @@ impl Manager {
     /// disk): the attempt goes on unprotected, as nothing else can be written either.
     pub(super) fn mark(&self, kind: MarkKind, id: &str) -> bool {
         let p = self.marker_path(kind, id);
-        let attempts = read_marker(&p)
-            .map_or(0, |m| m.attempts)
-            .saturating_add(1);
+        let attempts = read_marker(&p).map_or(0, |m| m.attempts).saturating_add(1);
         let text = format!("attempts {attempts}\npid {}\n", std::process::id());
         let res = p
             .parent()

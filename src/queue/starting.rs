@@ -159,7 +159,10 @@ impl Manager {
             // clock.
             let started_at = Instant::now();
             let marker = self.marker_path(MarkKind::Start, &p.id);
-            handling(marker, async move { (started_at, launcher.launch(spec).await) })
+            handling(
+                marker,
+                async move { (started_at, launcher.launch(spec).await) },
+            )
         }))
         .await;
         for (p, (started_at, launched)) in ready.into_iter().zip(launches) {

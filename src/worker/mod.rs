@@ -138,9 +138,17 @@ fn give_back_unstarted(args: &WorkerArgs) {
     match write_and_move(&store, q, id, JobStatus::Running, &job) {
         Ok(_) => {
             tracing::warn!(job_id = %id, queue = %q, "start aborted before the job ran: put back into queued_jobs");
-            record(&store, q, id, "job_requeued", "start aborted before the job ran");
+            record(
+                &store,
+                q,
+                id,
+                "job_requeued",
+                "start aborted before the job ran",
+            );
         }
-        Err(e) => tracing::warn!(job_id = %id, queue = %q, "start aborted; cannot put the job back: {e}"),
+        Err(e) => {
+            tracing::warn!(job_id = %id, queue = %q, "start aborted; cannot put the job back: {e}")
+        }
     }
 }
 

@@ -13,8 +13,8 @@ pub mod harness;
 pub mod fake_model;
 #[allow(unused_imports)] // each test binary uses its own part
 pub use fake_model::{
-    Dialect, FakeModel, Reply, Script, an_event, an_start, an_stop, an_text, oa_chunk,
-    oa_command, oa_done, oa_text, oa_tool_calls, oa_usage, split3,
+    Dialect, FakeModel, Reply, Script, an_event, an_start, an_stop, an_text, oa_chunk, oa_command,
+    oa_done, oa_text, oa_tool_calls, oa_usage, split3,
 };
 
 /// A recorded request (path, headers, body as JSON).
@@ -60,4 +60,3 @@ pub fn pids_running(argv: &[&str]) -> Vec<i32> {
 pub fn wait_until(what: &str, cond: impl FnMut() -> bool) {
     harness::wait_until(Duration::from_secs(30), what, cond)
 }
-

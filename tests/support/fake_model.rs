@@ -662,7 +662,10 @@ async fn handle(
         Plan::Scripted(_, Reply::Trickle, _) => sse_response(Body::from_stream(
             futures_util::stream::unfold((), |()| async {
                 tokio::time::sleep(Duration::from_millis(100)).await;
-                Some((Ok::<_, Infallible>(Bytes::from_static(b": still here\n")), ()))
+                Some((
+                    Ok::<_, Infallible>(Bytes::from_static(b": still here\n")),
+                    (),
+                ))
             }),
         )),
     }
@@ -826,8 +829,11 @@ impl Message {
             sse.push_str(&oa_chunk(json!({ "content": text }), None));
         }
         for (i, c) in calls.iter().enumerate() {
-            sse.push_str(&oa_chunk(json!({ "tool_calls": [{ "index": i, "id": c["id"],
-                "type": "function", "function": c["function"] }] }), None));
+            sse.push_str(&oa_chunk(
+                json!({ "tool_calls": [{ "index": i, "id": c["id"],
+                "type": "function", "function": c["function"] }] }),
+                None,
+            ));
         }
         sse.push_str(&oa_chunk(json!({}), Some(finish)));
         sse.push_str(&oa_usage(self.input_tokens as u64, output_tokens as u64));
