@@ -631,6 +631,32 @@ mod qm {
         marks
     }
 
+    /// A manager started on a store with markers planted by [`plant_interrupted`].
+    struct Planted {
+        _bus: PrivateBus,
+        env: QueueEnv,
+        marks: std::path::PathBuf,
+        changes: Changes,
+        m: RunningManager,
+    }
+
+    impl Planted {
+        async fn start(content: &str) -> Planted {
+            let bus = PrivateBus::start();
+            let env = QueueEnv::new(1);
+            let marks = plant_interrupted(&env, content);
+            let changes = Changes::subscribe(&bus, &env.queue).await;
+            let m = RunningManager::start(env.manager_config(&bus)).await;
+            Planted {
+                _bus: bus,
+                env,
+                marks,
+                changes,
+                m,
+            }
+        }
+    }
+
     /// Interrupted attempts (an operator's kill -9 during a start or a re-adoption) with no
     /// crash recorded are forgiven below the cap, one or many: the job is tried again and
     /// runs to the end. Markers of the format before attempts were counted (a bare PID)
@@ -643,11 +669,13 @@ mod qm {
         );
         for content in ["attempts 1\npid 12345\n", "12345", below.as_str()] {
             guarded(async {
-                let bus = PrivateBus::start();
-                let env = QueueEnv::new(1);
-                let marks = plant_interrupted(&env, content);
-                let mut changes = Changes::subscribe(&bus, &env.queue).await;
-                let m = RunningManager::start(env.manager_config(&bus)).await;
+                let Planted {
+                    _bus,
+                    env,
+                    marks,
+                    mut changes,
+                    m,
+                } = Planted::start(content).await;
                 changes.until("p1", "finished").await;
                 // r1's worker is not alive: settled as a dead worker, not as poison.
                 changes.until("r1", "failed").await;
@@ -682,11 +710,13 @@ mod qm {
             ),
         ] {
             guarded(async {
-                let bus = PrivateBus::start();
-                let env = QueueEnv::new(1);
-                let marks = plant_interrupted(&env, content);
-                let mut changes = Changes::subscribe(&bus, &env.queue).await;
-                let m = RunningManager::start(env.manager_config(&bus)).await;
+                let Planted {
+                    _bus,
+                    env,
+                    marks,
+                    mut changes,
+                    m,
+                } = Planted::start(content).await;
                 changes.until("p1", "failed").await;
                 changes.until("r1", "failed").await;
                 let e = env.job("failed", "r1")["runtime"]["error"].to_string();
