@@ -14,10 +14,11 @@ use anyhow::{Context, bail};
 
 use crate::agent::bootstrap::{self, AgentHome, keys, logger, project};
 use crate::agent::core::provider::model_spec::known_key_vars;
-use crate::agent::tools::Unattended;
+use crate::agent::tools::{Ask, Unattended};
 use crate::agent::tools::display::visible;
 use crate::agent::tools::subsystems::secrets::SecretBroker;
 use crate::agent::transport::headless::{self, ExecResult, ExecUsage};
+use crate::agent::transport::job::JobAsk;
 use crate::agent::transport::line_editor::read_hidden;
 use crate::agent::transport::render::TerminalRenderer;
 use crate::agent::transport::sessions::{SessionFile, SessionStore};
@@ -140,8 +141,17 @@ pub fn main(cli: Cli, termination: Termination) -> ExitCode {
         Command::Init => init(&cwd, explicit),
         Command::SetupKeys => setup_keys(),
         Command::Trust => trust(&cwd, explicit),
-        Command::Exec { json, prompt } => {
-            return exec(&cwd, explicit, json, &prompt, termination);
+        Command::Exec {
+            json,
+            approvals,
+            approval_deadline,
+            prompt,
+        } => {
+            let ask: Arc<dyn Ask> = match approvals {
+                Some(socket) => Arc::new(JobAsk::new(socket, approval_deadline)),
+                None => Arc::new(Unattended),
+            };
+            return exec(&cwd, explicit, json, &prompt, ask, termination);
         }
         Command::Web { socket } => web(&cwd, explicit, socket, termination),
         Command::Telegram {
@@ -439,10 +449,11 @@ fn exec(
     explicit: Option<&Path>,
     json: bool,
     prompt: &str,
+    ask: Arc<dyn Ask>,
     termination: Termination,
 ) -> ExitCode {
     let started = std::time::Instant::now();
-    let result = match exec_inner(cwd, explicit, prompt, termination) {
+    let result = match exec_inner(cwd, explicit, prompt, ask, termination) {
         Ok(r) => r,
         Err(e) => ExecResult {
             kind: "result",
@@ -483,6 +494,7 @@ fn exec_inner(
     cwd: &Path,
     explicit: Option<&Path>,
     prompt: &str,
+    ask: Arc<dyn Ask>,
     termination: Termination,
 ) -> anyhow::Result<ExecResult> {
     let prompt = if prompt == "-" {
@@ -502,7 +514,7 @@ fn exec_inner(
         let mut agent = wiring::build_agent_with_subagents(
             &project,
             &env,
-            Arc::new(Unattended),
+            ask,
             Arc::new(LoggedEvents),
         )?;
         Ok(headless::exec(&mut agent, &prompt, termination()).await)

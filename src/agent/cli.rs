@@ -42,6 +42,16 @@ pub enum Command {
         /// Print one JSON object like `claude -p --output-format json`.
         #[arg(long)]
         json: bool,
+        /// Send the tool calls the policy would ask about to this approval channel (the
+        /// abstract Unix socket of the job worker, named without its leading NUL) instead of
+        /// denying them; set by `agent-worker` for a queued job.
+        #[arg(long, value_name = "NAME")]
+        approvals: Option<String>,
+        /// Seconds the approval channel takes at most to answer (it denies at its deadline;
+        /// agentshell gives up 10 s later on its own).
+        #[arg(long, value_name = "SECONDS", default_value_t = 300, requires = "approvals",
+              value_parser = clap::value_parser!(u64).range(1..=86_400))]
+        approval_deadline: u64,
         /// The prompt, or `-` to read it from stdin.
         prompt: String,
     },
