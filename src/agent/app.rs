@@ -14,9 +14,9 @@ use anyhow::{Context, bail};
 
 use crate::agent::bootstrap::{self, AgentHome, keys, logger, project};
 use crate::agent::core::provider::model_spec::known_key_vars;
-use crate::agent::tools::{Ask, Unattended};
 use crate::agent::tools::display::visible;
 use crate::agent::tools::subsystems::secrets::SecretBroker;
+use crate::agent::tools::{Ask, Unattended};
 use crate::agent::transport::headless::{self, ExecResult, ExecUsage};
 use crate::agent::transport::job::JobAsk;
 use crate::agent::transport::line_editor::read_hidden;
@@ -511,12 +511,8 @@ fn exec_inner(
     }
     let (env, _home, project) = open(cwd, explicit)?;
     runtime()?.block_on(async {
-        let mut agent = wiring::build_agent_with_subagents(
-            &project,
-            &env,
-            ask,
-            Arc::new(LoggedEvents),
-        )?;
+        let mut agent =
+            wiring::build_agent_with_subagents(&project, &env, ask, Arc::new(LoggedEvents))?;
         Ok(headless::exec(&mut agent, &prompt, termination()).await)
     })
 }

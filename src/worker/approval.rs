@@ -38,8 +38,8 @@ const POLL: Duration = Duration::from_millis(100);
 
 // The wire format (one `Request` line in, one `Verdict` line out) is agentshell's, defined
 // once in `agent::transport::job`: agentshell jobs ask with it, and so does `mcp-approvals`.
-pub use crate::agent::transport::job::{Verdict, request};
 use crate::agent::transport::job::Request as Incoming;
+pub use crate::agent::transport::job::{Verdict, request};
 
 struct Shared {
     root: PathBuf,

@@ -132,10 +132,9 @@ impl Ask for JobAsk {
         let tool = request.tool.to_string();
         let input = request.input.clone();
         Box::pin(async move {
-            let asked = tokio::task::spawn_blocking(move || {
-                self::request(&socket, &tool, &input, limit)
-            })
-            .await;
+            let asked =
+                tokio::task::spawn_blocking(move || self::request(&socket, &tool, &input, limit))
+                    .await;
             match asked {
                 Ok(v) if v.allow => AskAnswer::Answer("yes".to_string()),
                 Ok(v) if v.message.is_empty() => {
@@ -145,5 +144,95 @@ impl Ask for JobAsk {
                 Err(e) => AskAnswer::Denied(format!("the approval request failed: {e}")),
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use serde_json::json;
+    use std::os::unix::net::UnixListener;
+    use std::time::Instant;
+
+    fn listener() -> (String, UnixListener) {
+        let name = format!("agentshell-test-{}", uuid::Uuid::new_v4().simple());
+        let addr = SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+        (name, UnixListener::bind_addr(&addr).unwrap())
+    }
+
+    #[test]
+    fn a_missing_channel_is_a_deny_naming_it() {
+        let v = request(
+            "agentshell-test-nobody-listens",
+            "run_command",
+            &json!({}),
+            Duration::from_secs(5),
+        );
+        assert!(!v.allow);
+        assert!(v.message.contains("approval channel is not there"), "{v:?}");
+    }
+
+    #[test]
+    fn a_silent_channel_is_a_deny_at_the_limit_not_a_hang() {
+        let (name, l) = listener();
+        let t = std::thread::spawn(move || {
+            let (c, _) = l.accept().unwrap();
+            std::thread::sleep(Duration::from_secs(2));
+            drop(c);
+        });
+        let started = Instant::now();
+        let v = request(
+            &name,
+            "run_command",
+            &json!({"command": "ls"}),
+            Duration::from_millis(300),
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(!v.allow);
+        assert!(v.message.contains("no answer within"), "{v:?}");
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn the_worker_sees_one_request_line_and_its_answer_comes_back() {
+        let (name, l) = listener();
+        let t = std::thread::spawn(move || {
+            let (c, _) = l.accept().unwrap();
+            let mut line = String::new();
+            BufReader::new(&c).read_line(&mut line).unwrap();
+            let mut w = &c;
+            w.write_all(b"{\"allow\":false,\"message\":\"not today\"}\n")
+                .unwrap();
+            serde_json::from_str::<Request>(line.trim()).unwrap()
+        });
+        let asker = JobAsk::new(name, 5);
+        let input = json!({"command": "touch x"});
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let answer = rt.block_on(asker.confirm(&Confirmation {
+            tool: "run_command",
+            input: &input,
+            question: "Run `touch x`?",
+            options: &["yes", "no"],
+        }));
+        assert_eq!(answer, AskAnswer::Denied("not today".into()));
+        let got = t.join().unwrap();
+        assert_eq!(
+            got,
+            Request {
+                tool: "run_command".into(),
+                input
+            }
+        );
+        // A typed question has no answer on this channel.
+        let free = rt.block_on(asker.ask("Which branch?", &[]));
+        assert!(matches!(free, AskAnswer::Unavailable(_)), "{free:?}");
     }
 }
