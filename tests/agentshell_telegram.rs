@@ -417,6 +417,47 @@ fn telegram_stop_cancels_a_question() {
 }
 
 #[test]
+fn telegram_a_question_without_options_is_answered_by_the_next_message() {
+    let (dir, root, home) = setup(json!({"telegram": {"allowed_chats": [42, 7]}}));
+    let question = json!({"question": "Which colour should the file be named after?"}).to_string();
+    let model = FakeServer::start(vec![
+        oa_tool_calls(&[("q1", "ask_user", &question)], 10, 5),
+        oa_text(&["Naming it ", "after teal."], 20, 4),
+    ]);
+    let bot = FakeBot::start();
+    bot.push(message(42, "name a file"));
+    let _shell = start(&root, &home, &model, &bot, dir.path());
+    let asked = bot.wait_for("the typed question", |c| {
+        c.method == "sendMessage" && c.body["reply_markup"]["force_reply"] == true
+    });
+    assert_eq!(asked.body["chat_id"], 42);
+    assert!(
+        asked.body["text"]
+            .as_str()
+            .unwrap()
+            .contains("Which colour should the file be named after?"),
+        "{}",
+        asked.body
+    );
+    // Another chat's message does not answer it; the asking chat's next message does.
+    bot.push(message(7, "purple"));
+    bot.push(message(42, "teal"));
+    bot.wait_for("the answer after the typed reply", |c| {
+        c.body["chat_id"] == 42 && c.body["text"] == "Naming it after teal."
+    });
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2);
+    let second = requests[1].body.to_string();
+    assert!(
+        second.contains("teal"),
+        "the model got the typed answer: {second}"
+    );
+    assert!(!second.contains("purple"), "{second}");
+    // The other chat was told a request is running (one session here), not taken as the answer.
+    assert!(bot.calls().iter().any(|c| c.body["chat_id"] == 7));
+}
+
+#[test]
 fn telegram_refuses_to_start_without_chats_or_token_and_ignores_an_untrusted_project_list() {
     let model = FakeServer::start(vec![]);
     let bot = FakeBot::start();

@@ -78,7 +78,8 @@ pub enum Command {
     /// Long-polls the Bot API; messages from other chats are ignored and logged. Each model
     /// call's text is sent as it ends (split at Telegram's 4096-character limit; an answer of
     /// more than 4 messages, or a tool output over 3000 characters, goes as a document), each
-    /// tool call is shown before it runs, confirmations come as inline-keyboard buttons, and
+    /// tool call is shown before it runs, confirmations come as inline-keyboard buttons (a
+    /// question without fixed answers is answered by the chat's next message), and
     /// `/stop` cancels the running request. Rate limits (429) are waited out as Telegram says.
     /// The token never appears in config, output or logs. Example user config
     /// (~/.agentshell/config.json): {"telegram": {"allowed_chats": [123456789]}}.

@@ -4,7 +4,8 @@
 //! never logged (errors are stripped of the URL that carries it). Messages from chats not on
 //! the allow list are ignored and logged. Streamed text goes out per model call, split at
 //! Telegram's 4096-character limit; each tool call is shown before it runs; long outputs go as
-//! documents (`sendDocument`). `ask()` questions come as inline-keyboard buttons; a press
+//! documents (`sendDocument`). `ask()` questions come as inline-keyboard buttons (a question
+//! without options is answered by the chat's next message); a press
 //! (`callback_query`) is acknowledged (`answerCallbackQuery`) and the question edited to show
 //! the answer (`editMessageText`). `/stop` is the Ctrl+C equivalent. A 429 answer is retried
 //! after the `retry_after` Telegram names.
@@ -325,11 +326,12 @@ impl Hub {
                 }
                 "/start" | "/help" => self.send(Out::Text(
                     chat,
-                    "Send a request as a message. Questions come with buttons; /stop cancels \
-                     the running request."
+                    "Send a request as a message. Questions come with buttons (or, without \
+                     fixed answers, take your next message); /stop cancels the running request."
                         .into(),
                 )),
                 _ if text.is_empty() => {}
+                _ if self.answer_typed(chat, text) => {}
                 _ => {
                     if self.busy.swap(true, Ordering::SeqCst) {
                         self.send(Out::Text(
@@ -346,6 +348,21 @@ impl Hub {
         } else if let Some(callback) = update.get("callback_query") {
             self.handle_callback(callback).await;
         }
+    }
+
+    /// A message from `chat` while the agent waits for a typed answer there answers it.
+    fn answer_typed(&self, chat: i64, text: &str) -> bool {
+        let mut pending = lock(&self.pending);
+        let open = pending
+            .iter()
+            .find(|(_, q)| q.chat == chat && q.options.is_empty())
+            .map(|(id, _)| *id);
+        let Some(question) = open.and_then(|id| pending.remove(&id)) else {
+            return false;
+        };
+        tracing::info!(chat, "telegram: a typed answer");
+        let _ = question.reply.send(AskAnswer::Answer(text.to_string()));
+        true
     }
 
     async fn handle_callback(&self, callback: &Value) {
@@ -433,22 +450,26 @@ impl Hub {
                 question,
                 options,
             } => {
-                let buttons: Vec<Value> = options
-                    .iter()
-                    .enumerate()
-                    .map(|(i, o)| json!({"text": label(o), "callback_data": format!("q:{id}:{i}")}))
-                    .collect();
-                let sent = self
-                    .api
-                    .call(
-                        "sendMessage",
-                        &Body::Json(json!({
-                            "chat_id": chat,
-                            "text": bound_message(&format!("❓ {question}")),
-                            "reply_markup": {"inline_keyboard": [buttons]},
-                        })),
-                    )
-                    .await;
+                let body = if options.is_empty() {
+                    // A typed answer: the next message in the chat.
+                    json!({
+                        "chat_id": chat,
+                        "text": bound_message(&format!("❓ {question}\n(answer with a message)")),
+                        "reply_markup": {"force_reply": true},
+                    })
+                } else {
+                    let buttons: Vec<Value> = options
+                        .iter()
+                        .enumerate()
+                        .map(|(i, o)| json!({"text": label(o), "callback_data": format!("q:{id}:{i}")}))
+                        .collect();
+                    json!({
+                        "chat_id": chat,
+                        "text": bound_message(&format!("❓ {question}")),
+                        "reply_markup": {"inline_keyboard": [buttons]},
+                    })
+                };
+                let sent = self.api.call("sendMessage", &Body::Json(body)).await;
                 if let Err(e) = &sent
                     && let Some(q) = lock(&self.pending).remove(&id)
                 {
@@ -560,11 +581,6 @@ impl Ask for TelegramAsk {
             let Some(chat) = self.hub.chat() else {
                 return AskAnswer::Unavailable("no Telegram chat to ask".into());
             };
-            if options.is_empty() {
-                return AskAnswer::Unavailable(
-                    "free-text questions are not supported over Telegram".into(),
-                );
-            }
             self.hub.flush_text();
             let id = self.hub.next_question.fetch_add(1, Ordering::Relaxed);
             let (tx, rx) = oneshot::channel();
