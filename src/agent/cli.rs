@@ -71,7 +71,8 @@ pub enum Command {
         #[arg(long, value_name = "PATH")]
         socket: Option<PathBuf>,
     },
-    /// Serve one session to allow-listed Telegram chats through a bot: the token is the secret
+    /// Serve allow-listed Telegram chats through a bot, a session (agent and history) each: the
+    /// token is the secret
     /// TELEGRAM_BOT_TOKEN (store it with setup-keys), the chats are config
     /// `telegram.allowed_chats` (user config, or a trusted project's).
     ///
@@ -81,8 +82,11 @@ pub enum Command {
     /// tool call is shown before it runs, confirmations come as inline-keyboard buttons (a
     /// question without fixed answers is answered by the chat's next message), and
     /// `/stop` cancels the running request. Rate limits (429) are waited out as Telegram says.
-    /// The token never appears in config, output or logs. Example user config
-    /// (~/.agentshell/config.json): {"telegram": {"allowed_chats": [123456789]}}.
+    /// The token never appears in config, output or logs. Each chat has its own session
+    /// (`/stop` stops only that chat's request); at most `telegram.max_sessions` (default 8)
+    /// live at once, a new chat taking the place of the longest idle one, and a session idle
+    /// for `telegram.idle_seconds` (default 3600) is dropped with its history. Example user
+    /// config (~/.agentshell/config.json): {"telegram": {"allowed_chats": [123456789]}}.
     Telegram {
         /// The Bot API's base URL.
         #[arg(long, value_name = "URL", default_value = "https://api.telegram.org")]
