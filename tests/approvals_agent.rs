@@ -10,6 +10,8 @@
 //! as the unprivileged test user, as in production.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/approvals_env.rs"]
+mod approvals_env;
 #[path = "support/claude_env.rs"]
 mod claude_env;
 mod common;
@@ -19,12 +21,11 @@ mod fake_anthropic;
 mod queue_env;
 
 use agentstore::model::approval::ApprovalPolicy;
+use approvals_env::{add_users, answers, nobody, owner_uid, requests};
 use claude_env::{chown_recursive, unprivileged_user};
 use fake_anthropic::{FakeAnthropic, Script, tool_result_text};
-use futures_util::StreamExt;
 use queue_env::*;
 use serde_json::{Value, json};
-use std::os::unix::process::CommandExt;
 
 /// One queue running agentshell jobs against a fake model, a manager on a private bus.
 struct Setup {
@@ -50,22 +51,7 @@ impl Setup {
             chown_recursive(&env.work, u.uid, u.gid);
             chown_recursive(agent_home.path(), u.uid, u.gid);
         }
-        // chenry (the job account) owns the project; mallory (nobody) has no claim on it.
-        let store = env.store();
-        std::fs::write(
-            store.user_path("chenry"),
-            json!({"id": "chenry", "name": "C", "email": "c@x", "permissions": "user",
-                   "unix_user": job_login()})
-            .to_string(),
-        )
-        .unwrap();
-        std::fs::write(
-            store.user_path("mallory"),
-            json!({"id": "mallory", "name": "M", "email": "m@x", "permissions": "user",
-                   "unix_user": "nobody"})
-            .to_string(),
-        )
-        .unwrap();
+        add_users(&env);
         env.edit_queue(|q| {
             q.config.agentshell_path = Some(env!("CARGO_BIN_EXE_agentshell").to_string());
             q.config.approvals =
@@ -101,7 +87,6 @@ impl Setup {
         self.env.queue_job(id, &j);
     }
 
-    /// `busctl call … Answer` as `uid`; (success, stderr).
     fn answer_as(
         &self,
         uid: u32,
@@ -110,36 +95,7 @@ impl Setup {
         always: bool,
         message: &str,
     ) -> (bool, String) {
-        let gid = nix::unistd::User::from_uid(uid.into())
-            .unwrap()
-            .map(|u| u.gid.as_raw())
-            .unwrap_or(uid);
-        let o = std::process::Command::new("busctl")
-            .arg(format!("--address={}", self.bus.address))
-            .arg("call")
-            .arg(agentstore::bus::queue_bus_name(&self.env.queue))
-            .arg(agentstore::bus::queue_object_path(&self.env.queue))
-            .arg("org.agentstore.Queue1")
-            .args(["Answer", "sbbs", req])
-            .arg(allow.to_string())
-            .arg(always.to_string())
-            .arg(message)
-            .uid(uid)
-            .gid(gid)
-            .output()
-            .unwrap();
-        (
-            o.status.success(),
-            String::from_utf8_lossy(&o.stderr).into_owned(),
-        )
-    }
-
-    fn owner_uid(&self) -> u32 {
-        nix::unistd::User::from_name(&job_login())
-            .unwrap()
-            .unwrap()
-            .uid
-            .as_raw()
+        approvals_env::answer_as(&self.bus, &self.env, uid, req, allow, always, message)
     }
 
     /// The job's document once it ended, and its state.
@@ -169,58 +125,6 @@ impl Setup {
     }
 }
 
-/// ApprovalRequested signals: (job_id, request_id, tool, summary, input_json).
-async fn requests(
-    s: &Setup,
-) -> tokio::sync::mpsc::UnboundedReceiver<(String, String, String, String, String)> {
-    let conn = s.bus.connect().await;
-    let proxy = agentstore::bus::queue::queue_proxy(&conn, &s.env.queue)
-        .await
-        .unwrap();
-    let mut stream = proxy.receive_approval_requested().await.unwrap();
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        let _keep = (conn, proxy);
-        while let Some(sig) = stream.next().await {
-            let a = sig.args().unwrap();
-            let _ = tx.send((
-                a.job_id().clone(),
-                a.request_id().clone(),
-                a.tool().clone(),
-                a.summary().clone(),
-                a.input_json().clone(),
-            ));
-        }
-    });
-    rx
-}
-
-/// ApprovalAnswered signals: (request_id, allow, by).
-async fn answers(s: &Setup) -> tokio::sync::mpsc::UnboundedReceiver<(String, bool, String)> {
-    let conn = s.bus.connect().await;
-    let proxy = agentstore::bus::queue::queue_proxy(&conn, &s.env.queue)
-        .await
-        .unwrap();
-    let mut stream = proxy.receive_approval_answered().await.unwrap();
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        let _keep = (conn, proxy);
-        while let Some(sig) = stream.next().await {
-            let a = sig.args().unwrap();
-            let _ = tx.send((a.request_id().clone(), *a.allow(), a.by().clone()));
-        }
-    });
-    rx
-}
-
-fn nobody() -> u32 {
-    nix::unistd::User::from_name("nobody")
-        .unwrap()
-        .expect("user nobody")
-        .uid
-        .as_raw()
-}
-
 /// The agent's JSON result in `runtime.output`.
 fn agent_result(rt: &Value) -> Value {
     serde_json::from_str(rt["output"].as_str().unwrap().trim()).unwrap()
@@ -235,10 +139,10 @@ async fn an_answer_on_dbus_runs_the_command_and_always_covers_the_next() {
         )
         .await;
         let mut changes = Changes::subscribe(&s.bus, &s.env.queue).await;
-        let mut reqs = requests(&s).await;
-        let mut answered = answers(&s).await;
+        let mut reqs = requests(&s.bus, &s.env).await;
+        let mut answered = answers(&s.bus, &s.env).await;
         s.queue_job("agent-allow");
-        let (job_id, req, tool, summary, input) = reqs.recv().await.unwrap();
+        let (job_id, req, tool, summary, input, _) = reqs.recv().await.unwrap();
         assert_eq!(
             (job_id.as_str(), req.as_str(), tool.as_str()),
             ("agent-allow", "agent-allow-a1", "run_command")
@@ -255,7 +159,7 @@ async fn an_answer_on_dbus_runs_the_command_and_always_covers_the_next() {
             assert!(!ok, "a stranger's Answer must be refused");
             assert!(err.contains("Permission denied"), "{err}");
         }
-        let (ok, err) = s.answer_as(s.owner_uid(), &req, true, true, "");
+        let (ok, err) = s.answer_as(owner_uid(), &req, true, true, "");
         assert!(ok, "the project owner may answer: {err}");
         let (r, allow, by) = answered.recv().await.unwrap();
         assert_eq!(
@@ -304,11 +208,11 @@ async fn a_deny_runs_nothing_and_the_model_sees_the_reason() {
     guarded(async {
         let s = Setup::new(None, &["touch denied.txt"]).await;
         let mut changes = Changes::subscribe(&s.bus, &s.env.queue).await;
-        let mut reqs = requests(&s).await;
+        let mut reqs = requests(&s.bus, &s.env).await;
         s.queue_job("agent-deny");
         let (_, req, ..) = reqs.recv().await.unwrap();
         let (ok, err) = s.answer_as(
-            s.owner_uid(),
+            owner_uid(),
             &req,
             false,
             false,
@@ -352,8 +256,8 @@ async fn no_answer_is_a_deny_at_the_deadline_and_the_job_finishes() {
     guarded(async {
         let s = Setup::new(Some(json!({"deadline_seconds": 2})), &["touch late.txt"]).await;
         let mut changes = Changes::subscribe(&s.bus, &s.env.queue).await;
-        let mut reqs = requests(&s).await;
-        let mut answered = answers(&s).await;
+        let mut reqs = requests(&s.bus, &s.env).await;
+        let mut answered = answers(&s.bus, &s.env).await;
         s.queue_job("agent-late");
         let (_, req, ..) = reqs.recv().await.unwrap();
         let (r, allow, by) = answered.recv().await.unwrap();
@@ -393,7 +297,7 @@ async fn a_queue_rule_answers_without_a_person() {
         .await;
         std::fs::write(s.env.work.join("NOTES.md"), "keep me\n").unwrap();
         let mut changes = Changes::subscribe(&s.bus, &s.env.queue).await;
-        let mut reqs = requests(&s).await;
+        let mut reqs = requests(&s.bus, &s.env).await;
         s.queue_job("agent-rule");
         let (state, doc) = s.ended(&mut changes, "agent-rule").await;
         let rt = &doc["runtime"];
