@@ -1,6 +1,8 @@
 //! `agentshell telegram`, the real binary against the fake model server and a local fake Bot
 //! API: a whole session with a confirmation by button, a long output as a document, a long
-//! answer split at 4096 characters, a 429 honoured, and chats not on the list ignored.
+//! answer split at 4096 characters, a 429 honoured, and chats not on the list ignored; a
+//! typed answer to a question without options; a session per chat (history, /stop), their
+//! number bounded and idle ones dropped.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] fns
 
 mod agentshell_common;
@@ -417,6 +419,146 @@ fn telegram_stop_cancels_a_question() {
 }
 
 #[test]
+fn telegram_a_question_without_options_is_answered_by_the_next_message() {
+    let (dir, root, home) = setup(json!({"telegram": {"allowed_chats": [42, 7]}}));
+    let question = json!({"question": "Which colour should the file be named after?"}).to_string();
+    let model = FakeServer::start(vec![
+        oa_tool_calls(&[("q1", "ask_user", &question)], 10, 5),
+        oa_text(&["Naming it ", "after teal."], 20, 4),
+    ]);
+    let bot = FakeBot::start();
+    bot.push(message(42, "name a file"));
+    let _shell = start(&root, &home, &model, &bot, dir.path());
+    let asked = bot.wait_for("the typed question", |c| {
+        c.method == "sendMessage" && c.body["reply_markup"]["force_reply"] == true
+    });
+    assert_eq!(asked.body["chat_id"], 42);
+    assert!(
+        asked.body["text"]
+            .as_str()
+            .unwrap()
+            .contains("Which colour should the file be named after?"),
+        "{}",
+        asked.body
+    );
+    // A button press or another chat's message would not answer it; the chat's next does.
+    bot.push(message(42, "teal"));
+    bot.wait_for("the answer after the typed reply", |c| {
+        c.body["chat_id"] == 42 && c.body["text"] == "Naming it after teal."
+    });
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2);
+    let second = requests[1].body.to_string();
+    assert!(
+        second.contains("teal"),
+        "the model got the typed answer: {second}"
+    );
+}
+
+fn texts_to(bot: &FakeBot, chat: i64) -> Vec<String> {
+    bot.sent("sendMessage")
+        .iter()
+        .filter(|c| c.body["chat_id"] == chat)
+        .map(|c| c.body["text"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn telegram_each_chat_has_its_own_session_and_their_number_is_bounded() {
+    let (dir, root, home) = setup(json!({"telegram": {"allowed_chats": [42, 7, 9],
+                                                      "max_sessions": 2}}));
+    let model = FakeServer::start(vec![
+        oa_command("c1", "touch chat-42-file"),
+        oa_text(&["Seven's ", "answer."], 10, 3),
+        oa_text(&["Nine's ", "answer."], 10, 3),
+        oa_text(&["Made ", "it."], 10, 3),
+    ]);
+    let bot = FakeBot::start();
+    bot.push(message(42, "make a file for forty-two"));
+    let _shell = start(&root, &home, &model, &bot, dir.path());
+    // Chat 42 waits on a question...
+    let ask = bot.wait_for("42's question", |c| c.body.get("reply_markup").is_some());
+    assert_eq!(ask.body["chat_id"], 42);
+    // ...while chat 7 is answered by a session of its own, which knows nothing of 42's.
+    bot.push(message(7, "hello from seven"));
+    bot.wait_for("7's answer", |c| {
+        c.body["chat_id"] == 7 && c.body["text"] == "Seven's answer."
+    });
+    let second = model.requests()[1].body.to_string();
+    assert!(second.contains("hello from seven"), "{second}");
+    assert!(
+        !second.contains("forty-two"),
+        "history is per chat: {second}"
+    );
+    // A /stop in chat 7 stops nothing of chat 42.
+    bot.push(message(7, "/stop"));
+    // A third chat past the bound (2) takes the place of the idle session (7), never of the
+    // busy one (42).
+    bot.push(message(9, "hello from nine"));
+    bot.wait_for("9's answer", |c| {
+        c.body["chat_id"] == 9 && c.body["text"] == "Nine's answer."
+    });
+    assert!(
+        texts_to(&bot, 7)
+            .iter()
+            .any(|t| t.starts_with("session closed to make room")),
+        "{:?}",
+        texts_to(&bot, 7)
+    );
+    let third = model.requests()[2].body.to_string();
+    assert!(
+        !third.contains("seven") && !third.contains("forty-two"),
+        "{third}"
+    );
+    // 42's question is still open: its Allow runs the command and its turn goes on.
+    let allow = ask.body["reply_markup"]["inline_keyboard"][0][0]["callback_data"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    bot.push(press("cb-42", 42, ask.message_id, &allow));
+    bot.wait_for("42's answer", |c| {
+        c.body["chat_id"] == 42 && c.body["text"] == "Made it."
+    });
+    assert!(root.join("chat-42-file").exists());
+    let fourth = model.requests()[3].body.to_string();
+    assert!(
+        fourth.contains("forty-two") && !fourth.contains("seven") && !fourth.contains("nine"),
+        "{fourth}"
+    );
+    assert!(
+        !texts_to(&bot, 42)
+            .iter()
+            .any(|t| t.starts_with("request stopped")),
+        "{:?}",
+        texts_to(&bot, 42)
+    );
+}
+
+#[test]
+fn telegram_an_idle_session_is_dropped_with_its_history() {
+    let (dir, root, home) = setup(json!({"telegram": {"allowed_chats": [42], "idle_seconds": 1}}));
+    let model = FakeServer::start(vec![
+        oa_text(&["Noted."], 10, 3),
+        oa_text(&["What word?"], 10, 3),
+    ]);
+    let bot = FakeBot::start();
+    bot.push(message(42, "remember the word kiwi"));
+    let _shell = start(&root, &home, &model, &bot, dir.path());
+    bot.wait_for("the first answer", |c| c.body["text"] == "Noted.");
+    bot.wait_for("the session dropped", |c| {
+        c.body["chat_id"] == 42
+            && c.body["text"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("session closed after 1 s idle"))
+    });
+    bot.push(message(42, "which word was it?"));
+    bot.wait_for("the second answer", |c| c.body["text"] == "What word?");
+    let second = model.requests()[1].body.to_string();
+    assert!(second.contains("which word was it?"), "{second}");
+    assert!(!second.contains("kiwi"), "a new session: {second}");
+}
+
+#[test]
 fn telegram_refuses_to_start_without_chats_or_token_and_ignores_an_untrusted_project_list() {
     let model = FakeServer::start(vec![]);
     let bot = FakeBot::start();
@@ -441,6 +583,13 @@ fn telegram_refuses_to_start_without_chats_or_token_and_ignores_an_untrusted_pro
     assert!(
         err.contains("ignored telegram from"),
         "the project's list is named: {err}"
+    );
+    // A bad session bound names the field.
+    let (_d5, root, home) = setup(json!({"telegram": {"allowed_chats": [42], "max_sessions": 0}}));
+    let err = run(&root, &home);
+    assert!(
+        err.contains("telegram.max_sessions") && err.contains("0 is not a whole number from 1"),
+        "{err}"
     );
     // A malformed list names the field and the value.
     let (_d2, root, home) = setup(json!({"telegram": {"allowed_chats": ["42"]}}));

@@ -373,6 +373,35 @@ fn web_session_streams_to_every_tab_and_answers_questions_with_buttons() {
 }
 
 #[test]
+fn web_a_question_without_options_takes_a_typed_answer() {
+    let (_dir, root, home) = project();
+    let question = json!({"question": "Which colour?"}).to_string();
+    let server = FakeServer::start(vec![
+        oa_tool_calls(&[("q1", "ask_user", &question)], 10, 5),
+        oa_text(&["Teal ", "it is."], 20, 4),
+    ]);
+    let web = start(&root, &home, &server, &[]);
+    let a = web.tab();
+    web.post("/prompt", json!({"text": "pick a colour"}));
+    let ask = a.wait_for("the typed question", is("ask"));
+    assert_eq!(ask["question"], "Which colour?");
+    assert_eq!(ask["options"], json!([]));
+    let (status, body) = web.post(
+        "/answer",
+        json!({"id": ask["id"], "answer": "teal, please"}),
+    );
+    assert_eq!(status, 200, "{body}");
+    let end = a.wait_for("end of the turn", is("turn_end"));
+    assert_eq!(end["outcome"], "answered", "{end}");
+    assert_eq!(a.text(), "Teal it is.");
+    let second = server.requests()[1].body.to_string();
+    assert!(
+        second.contains("teal, please"),
+        "the model got the answer: {second}"
+    );
+}
+
+#[test]
 fn web_stop_cancels_the_question_and_the_turn_and_the_session_goes_on() {
     let (_dir, root, home) = project();
     let server = FakeServer::start(vec![

@@ -8,6 +8,8 @@
 //! user, as in production.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/approvals_env.rs"]
+mod approvals_env;
 #[path = "support/claude_env.rs"]
 mod claude_env;
 mod common;
@@ -17,12 +19,12 @@ mod fake_model;
 mod queue_env;
 
 use agentstore::model::approval::ApprovalPolicy;
+use approvals_env::{add_users, answers, nobody, owner_uid, requests};
 use claude_env::{ClaudeHome, chown_recursive, claude_env, require_claude, unprivileged_user};
 use fake_model::{FakeModel, Script, tool_result_text};
 use futures_util::StreamExt;
 use queue_env::*;
 use serde_json::{Value, json};
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 
 const WRITER: &str = "---\ndescription: Write a file\n---\nWrite the file as asked: $ARGUMENTS\n";
@@ -80,23 +82,7 @@ impl Setup {
                 (h.path().to_path_buf(), Some(h), None)
             }
         };
-        // chenry (the job account) is a plain user who owns the project; nobody is mallory,
-        // a plain user with no claim on it.
-        let store = env.store();
-        std::fs::write(
-            store.user_path("chenry"),
-            json!({"id": "chenry", "name": "C", "email": "c@x", "permissions": "user",
-                   "unix_user": job_login()})
-            .to_string(),
-        )
-        .unwrap();
-        std::fs::write(
-            store.user_path("mallory"),
-            json!({"id": "mallory", "name": "M", "email": "m@x", "permissions": "user",
-                   "unix_user": "nobody"})
-            .to_string(),
-        )
-        .unwrap();
+        add_users(&env);
         env.edit_queue(|q| {
             q.config.claude_cli_path = claude.display().to_string();
             // The default permission mode: a Write needs a permission.
@@ -131,28 +117,7 @@ impl Setup {
 
     /// `busctl call … Answer` as `uid`; (success, stderr).
     fn answer_as(&self, uid: u32, req: &str, allow: bool, message: &str) -> (bool, String) {
-        let gid = nix::unistd::User::from_uid(uid.into())
-            .unwrap()
-            .map(|u| u.gid.as_raw())
-            .unwrap_or(uid);
-        let o = std::process::Command::new("busctl")
-            .arg(format!("--address={}", self.bus.address))
-            .arg("call")
-            .arg(agentstore::bus::queue_bus_name(&self.env.queue))
-            .arg(agentstore::bus::queue_object_path(&self.env.queue))
-            .arg("org.agentstore.Queue1")
-            .args(["Answer", "sbbs", req])
-            .arg(allow.to_string())
-            .arg("false")
-            .arg(message)
-            .uid(uid)
-            .gid(gid)
-            .output()
-            .unwrap();
-        (
-            o.status.success(),
-            String::from_utf8_lossy(&o.stderr).into_owned(),
-        )
+        approvals_env::answer_as(&self.bus, &self.env, uid, req, allow, false, message)
     }
 
     /// The job's document once it ended, and its state.
@@ -181,66 +146,13 @@ impl Setup {
     }
 }
 
-type Requested = (String, String, String, String, String, String);
-
-/// ApprovalRequested signals.
-async fn requests(s: &Setup) -> tokio::sync::mpsc::UnboundedReceiver<Requested> {
-    let conn = s.bus.connect().await;
-    let proxy = agentstore::bus::queue::queue_proxy(&conn, &s.env.queue)
-        .await
-        .unwrap();
-    let mut stream = proxy.receive_approval_requested().await.unwrap();
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        let _keep = (conn, proxy);
-        while let Some(sig) = stream.next().await {
-            let a = sig.args().unwrap();
-            let _ = tx.send((
-                a.job_id().clone(),
-                a.request_id().clone(),
-                a.tool().clone(),
-                a.summary().clone(),
-                a.input_json().clone(),
-                a.deadline().clone(),
-            ));
-        }
-    });
-    rx
-}
-
-/// ApprovalAnswered signals: (request_id, allow, by).
-async fn answers(s: &Setup) -> tokio::sync::mpsc::UnboundedReceiver<(String, bool, String)> {
-    let conn = s.bus.connect().await;
-    let proxy = agentstore::bus::queue::queue_proxy(&conn, &s.env.queue)
-        .await
-        .unwrap();
-    let mut stream = proxy.receive_approval_answered().await.unwrap();
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        let _keep = (conn, proxy);
-        while let Some(sig) = stream.next().await {
-            let a = sig.args().unwrap();
-            let _ = tx.send((a.request_id().clone(), *a.allow(), a.by().clone()));
-        }
-    });
-    rx
-}
-
-fn nobody() -> u32 {
-    nix::unistd::User::from_name("nobody")
-        .unwrap()
-        .expect("user nobody")
-        .uid
-        .as_raw()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_on_dbus_allows_the_write_and_a_stranger_is_refused() {
     guarded(async {
         let s = Setup::new(Some(json!({"deadline_seconds": 120}))).await;
         let mut changes = Changes::subscribe(&s.bus, &s.env.queue).await;
-        let mut reqs = requests(&s).await;
-        let mut answered = answers(&s).await;
+        let mut reqs = requests(&s.bus, &s.env).await;
+        let mut answered = answers(&s.bus, &s.env).await;
         s.queue_job("allow-1");
         let (job_id, req, tool, summary, input, deadline) = reqs.recv().await.unwrap();
         assert_eq!((job_id.as_str(), tool.as_str()), ("allow-1", "Write"));
@@ -264,11 +176,7 @@ async fn an_answer_on_dbus_allows_the_write_and_a_stranger_is_refused() {
             );
             assert_eq!(changes.proxy.pending_approvals().await.unwrap().len(), 1);
         }
-        let owner = nix::unistd::User::from_name(&job_login())
-            .unwrap()
-            .unwrap()
-            .uid
-            .as_raw();
+        let owner = owner_uid();
         let (ok, err) = s.answer_as(owner, &req, true, "");
         assert!(ok, "the project owner may answer: {err}");
         let (r, allow, by) = answered.recv().await.unwrap();
@@ -348,7 +256,7 @@ async fn a_deny_writes_nothing_and_the_agent_sees_the_reason() {
     guarded(async {
         let s = Setup::new(None).await;
         let mut changes = Changes::subscribe(&s.bus, &s.env.queue).await;
-        let mut reqs = requests(&s).await;
+        let mut reqs = requests(&s.bus, &s.env).await;
         // A desktop is there: the request shows up as a notification.
         let (ntx, mut notes) = tokio::sync::mpsc::unbounded_channel();
         let _desktop = zbus::connection::Builder::address(s.bus.address.as_str())
@@ -410,8 +318,8 @@ async fn no_answer_is_a_deny_at_the_deadline_and_the_job_finishes() {
     guarded(async {
         let s = Setup::new(Some(json!({"deadline_seconds": 3}))).await;
         let mut changes = Changes::subscribe(&s.bus, &s.env.queue).await;
-        let mut reqs = requests(&s).await;
-        let mut answered = answers(&s).await;
+        let mut reqs = requests(&s.bus, &s.env).await;
+        let mut answered = answers(&s.bus, &s.env).await;
         s.queue_job("late-1");
         let (_, req, ..) = reqs.recv().await.unwrap();
         let (r, allow, by) = answered.recv().await.unwrap();
@@ -449,7 +357,7 @@ async fn a_queue_rule_answers_without_a_person() {
             );
         });
         let mut changes = Changes::subscribe(&s.bus, &s.env.queue).await;
-        let mut reqs = requests(&s).await;
+        let mut reqs = requests(&s.bus, &s.env).await;
         s.queue_job("rule-1");
         let (state, doc) = s.ended(&mut changes, "rule-1").await;
         let rt = &doc["runtime"];

@@ -308,8 +308,14 @@ async fn agent_job_runs_agentshell_exec() {
         let out: Value = serde_json::from_str(rt["output"].as_str().unwrap().trim()).unwrap();
         assert_eq!(out["result"], "Summarise");
         assert_eq!(out["model"], "test-model");
-        // `--` before the positional `-` (issue 9 item 6).
-        assert_eq!(out["args"], "exec --json -- -");
+        // `--` before the positional `-` (issue 9 item 6); the job's approval channel and
+        // its deadline (issue 15).
+        let args = out["args"].as_str().unwrap();
+        assert!(
+            args.starts_with("exec --json --approvals agentstore-approvals-")
+                && args.ends_with(" --approval-deadline 300 -- -"),
+            "{args}"
+        );
         assert_eq!((rt["num_turns"].clone(), rt["cost_usd"].clone()), (json!(3), json!(0.02)));
         s.manager.stop().await;
     })

@@ -14,14 +14,15 @@ use anyhow::{Context, bail};
 
 use crate::agent::bootstrap::{self, AgentHome, keys, logger, project};
 use crate::agent::core::provider::model_spec::known_key_vars;
-use crate::agent::tools::Unattended;
 use crate::agent::tools::display::visible;
 use crate::agent::tools::subsystems::secrets::SecretBroker;
+use crate::agent::tools::{Ask, Unattended};
 use crate::agent::transport::headless::{self, ExecResult, ExecUsage};
+use crate::agent::transport::job::JobAsk;
 use crate::agent::transport::line_editor::read_hidden;
 use crate::agent::transport::render::TerminalRenderer;
 use crate::agent::transport::sessions::{SessionFile, SessionStore};
-use crate::agent::transport::telegram::{Telegram, TelegramOptions};
+use crate::agent::transport::telegram::{self, Telegram, TelegramOptions};
 use crate::agent::transport::terminal::{SessionEnd, Terminal, TerminalOptions, session_list};
 use crate::agent::transport::web::{self, Web};
 use crate::agent::wiring::{self, ENV_HOME, ENV_LOG, LoggedEvents};
@@ -140,8 +141,17 @@ pub fn main(cli: Cli, termination: Termination) -> ExitCode {
         Command::Init => init(&cwd, explicit),
         Command::SetupKeys => setup_keys(),
         Command::Trust => trust(&cwd, explicit),
-        Command::Exec { json, prompt } => {
-            return exec(&cwd, explicit, json, &prompt, termination);
+        Command::Exec {
+            json,
+            approvals,
+            approval_deadline,
+            prompt,
+        } => {
+            let ask: Arc<dyn Ask> = match approvals {
+                Some(socket) => Arc::new(JobAsk::new(socket, approval_deadline)),
+                None => Arc::new(Unattended),
+            };
+            return exec(&cwd, explicit, json, &prompt, ask, termination);
         }
         Command::Web { socket } => web(&cwd, explicit, socket, termination),
         Command::Telegram {
@@ -275,7 +285,28 @@ fn allowed_chats(config: &serde_json::Value) -> anyhow::Result<std::collections:
     Ok(chats)
 }
 
-/// `agentshell telegram`: one session driven from allow-listed chats until a termination
+/// Config `telegram.<key>`: a whole number within `range`, else `default`.
+fn telegram_number(
+    config: &serde_json::Value,
+    key: &str,
+    default: u64,
+    range: std::ops::RangeInclusive<u64>,
+) -> anyhow::Result<u64> {
+    let Some(v) = config.get("telegram").and_then(|t| t.get(key)) else {
+        return Ok(default);
+    };
+    match v.as_u64() {
+        Some(n) if range.contains(&n) => Ok(n),
+        _ => bail!(
+            "telegram.{key} (in ~/.agentshell/config.json or the project's .agentshell/config.json): \
+             {v} is not a whole number from {} to {}",
+            range.start(),
+            range.end()
+        ),
+    }
+}
+
+/// `agentshell telegram`: one session per chat driven from allow-listed chats until a termination
 /// signal.
 fn telegram(
     cwd: &Path,
@@ -285,7 +316,20 @@ fn telegram(
     termination: Termination,
 ) -> anyhow::Result<()> {
     let (env, _home, project) = open(cwd, explicit)?;
-    let allowed_chats = allowed_chats(&wiring::effective_config(&project, &env))?;
+    let config = wiring::effective_config(&project, &env);
+    let allowed_chats = allowed_chats(&config)?;
+    let max_sessions = telegram_number(
+        &config,
+        "max_sessions",
+        telegram::DEFAULT_MAX_SESSIONS as u64,
+        1..=1000,
+    )?;
+    let idle_seconds = telegram_number(
+        &config,
+        "idle_seconds",
+        telegram::DEFAULT_IDLE_SECONDS,
+        1..=30 * 86_400,
+    )?;
     let (broker, _) = SecretBroker::new(
         wiring::user_secrets(&project, &env),
         project.project_env.clone(),
@@ -300,17 +344,30 @@ fn telegram(
         token,
         allowed_chats,
         poll_timeout,
+        max_sessions: usize::try_from(max_sessions).unwrap_or(telegram::DEFAULT_MAX_SESSIONS),
+        idle: std::time::Duration::from_secs(idle_seconds),
     })
     .map_err(|e| anyhow::anyhow!("{TELEGRAM_TOKEN_SECRET}: {e}"))?;
     runtime()?.block_on(async {
-        let mut agent =
-            wiring::build_agent_with_subagents(&project, &env, bot.ask_channel(), bot.events())?;
+        // Built once up front so a configuration error stops the start, not the first chat.
+        let probe = wiring::build_agent_with_subagents(
+            &project,
+            &env,
+            Arc::new(Unattended),
+            Arc::new(LoggedEvents),
+        )?;
         eprintln!(
-            "agentshell telegram: {} · {} · serving the allowed chats",
-            agent.model(),
+            "agentshell telegram: {} · {} · serving the allowed chats (a session each, at most \
+             {max_sessions}, dropped after {idle_seconds} s idle)",
+            probe.model(),
             project.root.display()
         );
-        let why = bot.run(&mut agent, termination()).await;
+        drop(probe);
+        let mut make_agent = |ask, events| {
+            wiring::build_agent_with_subagents(&project, &env, ask, events)
+                .map_err(|e| e.to_string())
+        };
+        let why = bot.run(&mut make_agent, termination()).await;
         eprintln!("agentshell telegram: {why}");
         Ok(())
     })
@@ -439,10 +496,11 @@ fn exec(
     explicit: Option<&Path>,
     json: bool,
     prompt: &str,
+    ask: Arc<dyn Ask>,
     termination: Termination,
 ) -> ExitCode {
     let started = std::time::Instant::now();
-    let result = match exec_inner(cwd, explicit, prompt, termination) {
+    let result = match exec_inner(cwd, explicit, prompt, ask, termination) {
         Ok(r) => r,
         Err(e) => ExecResult {
             kind: "result",
@@ -483,6 +541,7 @@ fn exec_inner(
     cwd: &Path,
     explicit: Option<&Path>,
     prompt: &str,
+    ask: Arc<dyn Ask>,
     termination: Termination,
 ) -> anyhow::Result<ExecResult> {
     let prompt = if prompt == "-" {
@@ -499,12 +558,8 @@ fn exec_inner(
     }
     let (env, _home, project) = open(cwd, explicit)?;
     runtime()?.block_on(async {
-        let mut agent = wiring::build_agent_with_subagents(
-            &project,
-            &env,
-            Arc::new(Unattended),
-            Arc::new(LoggedEvents),
-        )?;
+        let mut agent =
+            wiring::build_agent_with_subagents(&project, &env, ask, Arc::new(LoggedEvents))?;
         Ok(headless::exec(&mut agent, &prompt, termination()).await)
     })
 }

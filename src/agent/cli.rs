@@ -42,6 +42,16 @@ pub enum Command {
         /// Print one JSON object like `claude -p --output-format json`.
         #[arg(long)]
         json: bool,
+        /// Send the tool calls the policy would ask about to this approval channel (the
+        /// abstract Unix socket of the job worker, named without its leading NUL) instead of
+        /// denying them; set by `agent-worker` for a queued job.
+        #[arg(long, value_name = "NAME")]
+        approvals: Option<String>,
+        /// Seconds the approval channel takes at most to answer (it denies at its deadline;
+        /// agentshell gives up 10 s later on its own).
+        #[arg(long, value_name = "SECONDS", default_value_t = 300, requires = "approvals",
+              value_parser = clap::value_parser!(u64).range(1..=86_400))]
+        approval_deadline: u64,
         /// The prompt, or `-` to read it from stdin.
         prompt: String,
     },
@@ -61,17 +71,22 @@ pub enum Command {
         #[arg(long, value_name = "PATH")]
         socket: Option<PathBuf>,
     },
-    /// Serve one session to allow-listed Telegram chats through a bot: the token is the secret
+    /// Serve allow-listed Telegram chats through a bot, a session (agent and history) each: the
+    /// token is the secret
     /// TELEGRAM_BOT_TOKEN (store it with setup-keys), the chats are config
     /// `telegram.allowed_chats` (user config, or a trusted project's).
     ///
     /// Long-polls the Bot API; messages from other chats are ignored and logged. Each model
     /// call's text is sent as it ends (split at Telegram's 4096-character limit; an answer of
     /// more than 4 messages, or a tool output over 3000 characters, goes as a document), each
-    /// tool call is shown before it runs, confirmations come as inline-keyboard buttons, and
+    /// tool call is shown before it runs, confirmations come as inline-keyboard buttons (a
+    /// question without fixed answers is answered by the chat's next message), and
     /// `/stop` cancels the running request. Rate limits (429) are waited out as Telegram says.
-    /// The token never appears in config, output or logs. Example user config
-    /// (~/.agentshell/config.json): {"telegram": {"allowed_chats": [123456789]}}.
+    /// The token never appears in config, output or logs. Each chat has its own session
+    /// (`/stop` stops only that chat's request); at most `telegram.max_sessions` (default 8)
+    /// live at once, a new chat taking the place of the longest idle one, and a session idle
+    /// for `telegram.idle_seconds` (default 3600) is dropped with its history. Example user
+    /// config (~/.agentshell/config.json): {"telegram": {"allowed_chats": [123456789]}}.
     Telegram {
         /// The Bot API's base URL.
         #[arg(long, value_name = "URL", default_value = "https://api.telegram.org")]

@@ -95,7 +95,11 @@
 //! off a terminal, no colours with `NO_COLOR`).
 //!
 //! Unattended, a call the policy would ASK about is denied, and the denial is listed in
-//! `permission_denials` with its reason; the run never waits for a human.
+//! `permission_denials` with its reason; the run never waits for a human. A queued job is
+//! the exception: the worker passes `--approvals NAME --approval-deadline SECS`, and such a
+//! call goes to the job's approval channel ([`transport::job`]): the queue's rules, or a
+//! person over D-Bus until the deadline. Allowed, it runs; denied, the reason given is in
+//! the tool result and in `permission_denials`.
 
 pub mod app;
 pub mod bootstrap;

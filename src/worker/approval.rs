@@ -20,7 +20,7 @@ use crate::model::approval::{
     subject, summary,
 };
 use crate::store::Store;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::AsRawFd;
 use std::os::linux::net::SocketAddrExt;
@@ -36,22 +36,10 @@ const MAX_LINE: u64 = 4 << 20;
 /// How often the worker looks for an answer file.
 const POLL: Duration = Duration::from_millis(100);
 
-/// One request as it arrives on the socket.
-#[derive(Debug, serde::Deserialize)]
-struct Incoming {
-    tool: String,
-    #[serde(default)]
-    input: Value,
-}
-
-/// The answer sent back on the socket.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Verdict {
-    /// Allowed or denied.
-    pub allow: bool,
-    /// Why (the agent sees it on a deny).
-    pub message: String,
-}
+// The wire format (one `Request` line in, one `Verdict` line out) is agentshell's, defined
+// once in `agent::transport::job`: agentshell jobs ask with it, and so does `mcp-approvals`.
+use crate::agent::transport::job::Request as Incoming;
+pub use crate::agent::transport::job::{Verdict, request};
 
 struct Shared {
     root: PathBuf,
@@ -356,41 +344,4 @@ fn ask(shared: &Shared, request_id: &str, tool: &str, sum: &str, input: Value) -
     };
     record(shared, request_id, tool, sum, &v, &answer.by, answer.always);
     v
-}
-
-/// Asks the worker listening on `socket` about one tool use, waiting at most `limit`; any
-/// failure is a deny naming it (an agent never hangs on a dead worker).
-pub fn request(socket: &str, tool: &str, input: &Value, limit: Duration) -> Verdict {
-    let deny = |message: String| Verdict {
-        allow: false,
-        message,
-    };
-    let conn = SocketAddr::from_abstract_name(socket.as_bytes())
-        .and_then(|a| UnixStream::connect_addr(&a));
-    let conn = match conn {
-        Ok(c) => c,
-        Err(e) => return deny(format!("the approval channel is not there: {e}")),
-    };
-    let _ = conn.set_read_timeout(Some(limit.max(Duration::from_millis(1))));
-    let mut line = serde_json::to_vec(&json!({"tool": tool, "input": input})).unwrap_or_default();
-    line.push(b'\n');
-    let mut w = &conn;
-    if let Err(e) = w.write_all(&line) {
-        return deny(format!("the approval channel failed: {e}"));
-    }
-    let mut reply = String::new();
-    match BufReader::new(&conn).read_line(&mut reply) {
-        Ok(n) if n > 0 => serde_json::from_str(reply.trim())
-            .unwrap_or_else(|e| deny(format!("the approval channel answered nonsense: {e}"))),
-        Ok(_) => deny("the approval channel closed without an answer".into()),
-        Err(e)
-            if matches!(
-                e.kind(),
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-            ) =>
-        {
-            deny(format!("no answer within {} s: denied", limit.as_secs()))
-        }
-        Err(e) => deny(format!("the approval channel failed: {e}")),
-    }
 }

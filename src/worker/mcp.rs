@@ -17,8 +17,9 @@ pub const SERVER_NAME: &str = "agentstore";
 pub const TOOL_NAME: &str = "approve";
 /// What Claude Code calls it: `--permission-prompt-tool mcp__agentstore__approve`.
 pub const PERMISSION_TOOL: &str = "mcp__agentstore__approve";
-/// Seconds the server waits beyond the worker's deadline before it denies by itself.
-pub const GRACE_SECONDS: u64 = 10;
+/// Seconds the server waits beyond the worker's deadline before it denies by itself (the
+/// same grace as agentshell's).
+pub const GRACE_SECONDS: u64 = crate::agent::transport::job::GRACE_SECONDS;
 
 /// Largest JSON-RPC message read.
 const MAX_MESSAGE: usize = 8 << 20;

@@ -288,18 +288,26 @@ fn execute(store: &Store, queue: &QueueConfig, job: &mut Job, args: &WorkerArgs)
                 env.retain(|(k, _)| k != "AGENTSHELL_MODEL");
                 env.push(("AGENTSHELL_MODEL".into(), m.clone()));
             }
+            // What agentshell's policy would ask a person about goes to the same approval
+            // channel as Claude Code's permission requests.
+            let broker = match start_broker(queue, args, run_as.uid) {
+                Ok(b) => b,
+                Err(e) => return Outcome::fail(e),
+            };
             let cmd = AgentCommand {
                 program: queue
                     .agentshell_path
                     .clone()
                     .unwrap_or_else(|| "agentshell".into()),
-                args: vec!["exec".into(), "--json".into(), "--".into(), "-".into()],
+                args: agentshell_args(broker.socket_name(), broker.deadline_seconds()),
                 prompt: claude::agent_prompt(job),
                 cwd,
                 env,
                 switch_to: switch.then(|| run_as.clone()),
             };
-            run_and_judge(store, args, job, &cmd, "Agent", true)
+            let outcome = run_and_judge(store, args, job, &cmd, "Agent", true);
+            job.runtime.approvals = broker.finish();
+            outcome
         }
     };
     // A research job leaves its result in the project's document itself, as its user.
@@ -327,6 +335,20 @@ fn execute(store: &Store, queue: &QueueConfig, job: &mut Job, args: &WorkerArgs)
         }
     }
     outcome
+}
+
+/// `agentshell exec --json` with the job's approval channel; the prompt comes on stdin.
+fn agentshell_args(socket: &str, deadline: u64) -> Vec<String> {
+    vec![
+        "exec".into(),
+        "--json".into(),
+        "--approvals".into(),
+        socket.into(),
+        "--approval-deadline".into(),
+        deadline.to_string(),
+        "--".into(),
+        "-".into(),
+    ]
 }
 
 /// Starts listening for the job's approval requests (the queue's policy, the agent's uid).

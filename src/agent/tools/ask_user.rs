@@ -49,7 +49,9 @@ impl Tool for AskUser {
                 .unwrap_or_default();
             match env.ask.ask(question, &options).await {
                 AskAnswer::Answer(a) => ToolResult::ok(a),
-                AskAnswer::Unavailable(why) => ToolResult::error(format!("no answer: {why}")),
+                AskAnswer::Unavailable(why) | AskAnswer::Denied(why) => {
+                    ToolResult::error(format!("no answer: {why}"))
+                }
                 AskAnswer::Cancelled => ToolResult::cancelled(),
             }
         })

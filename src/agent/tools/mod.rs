@@ -124,6 +124,9 @@ pub enum AskAnswer {
     Answer(String),
     /// Nobody can answer (headless run); the reason is recorded with the denial.
     Unavailable(String),
+    /// Someone (a person, a rule, a deadline) said no and gave this reason, which the model
+    /// sees (an unattended job's approval channel).
+    Denied(String),
     /// The human cancelled (Ctrl+C) instead of answering.
     Cancelled,
 }
@@ -135,6 +138,25 @@ pub enum AskAnswer {
 pub trait Ask: Send + Sync {
     /// Ask `question`; `options` are the accepted answers (empty: free text).
     fn ask<'a>(&'a self, question: &'a str, options: &'a [&'a str]) -> BoxFuture<'a, AskAnswer>;
+
+    /// Confirm one tool call the policy asks about. A channel that decides by tool and input
+    /// (a job's approvals) uses them; the default asks the question with its options.
+    fn confirm<'a>(&'a self, request: &'a Confirmation<'a>) -> BoxFuture<'a, AskAnswer> {
+        self.ask(request.question, request.options)
+    }
+}
+
+/// A tool call the policy asks about, as [`Ask::confirm`] gets it.
+#[derive(Debug, Clone, Copy)]
+pub struct Confirmation<'a> {
+    /// The tool's name (`run_command`, …).
+    pub tool: &'a str,
+    /// Its arguments (secret values redacted).
+    pub input: &'a serde_json::Value,
+    /// The question for a person: what would run, and why the policy asks.
+    pub question: &'a str,
+    /// The accepted answers (`yes`, `no`, maybe `always`).
+    pub options: &'a [&'a str],
 }
 
 /// An [`Ask`] for unattended runs: it never waits and never says yes.

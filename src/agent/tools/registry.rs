@@ -14,7 +14,9 @@ use crate::agent::tools::subsystems::policy::{
     Decision, Policy, PolicyConfig, PolicyError, Verdict,
 };
 use crate::agent::tools::subsystems::secrets::SecretBroker;
-use crate::agent::tools::{Ask, AskAnswer, BoxFuture, Delegate, ToolCall, ToolResult, ToolStatus};
+use crate::agent::tools::{
+    Ask, AskAnswer, BoxFuture, Confirmation, Delegate, ToolCall, ToolResult, ToolStatus,
+};
 use crate::agent::tools::{ask_user, delegate, memory_tools, run_command};
 
 /// The tools part of the configuration (`config.json` keys).
@@ -235,7 +237,18 @@ impl Toolbox {
                     tracing::info!(call = %redacted_what, "allowed: the user said always for this session");
                     AskAnswer::Answer("yes".to_string())
                 } else {
-                    self.env.ask.ask(&question, options).await
+                    let redacted = self.env.secrets.redact(&args.to_string());
+                    let input = serde_json::from_str(&redacted)
+                        .unwrap_or_else(|_| Value::String(redacted.clone()));
+                    self.env
+                        .ask
+                        .confirm(&Confirmation {
+                            tool: &call.name,
+                            input: &input,
+                            question: &question,
+                            options,
+                        })
+                        .await
                 };
                 match answer {
                     AskAnswer::Answer(a) if a == "yes" => {
@@ -256,6 +269,13 @@ impl Toolbox {
                     }
                     AskAnswer::Unavailable(why) => {
                         tracing::info!(call = %redacted_what, why = %why, "denied: nobody to confirm");
+                        return ToolResult::denied(format!(
+                            "needs confirmation ({}), denied: {why}",
+                            decision.reason
+                        ));
+                    }
+                    AskAnswer::Denied(why) => {
+                        tracing::info!(call = %redacted_what, why = %why, "denied");
                         return ToolResult::denied(format!(
                             "needs confirmation ({}), denied: {why}",
                             decision.reason

@@ -1,16 +1,18 @@
-//! Telegram: one session driven from allow-listed chats through a bot (`agentshell telegram`).
+//! Telegram: allow-listed chats drive agents through a bot (`agentshell telegram`), one session
+//! (agent, history, `/stop`) per chat, a bounded number of them, idle ones dropped.
 //!
 //! Long-polls the Bot API (`getUpdates`); the bot's token comes from the secret broker and is
 //! never logged (errors are stripped of the URL that carries it). Messages from chats not on
 //! the allow list are ignored and logged. Streamed text goes out per model call, split at
 //! Telegram's 4096-character limit; each tool call is shown before it runs; long outputs go as
-//! documents (`sendDocument`). `ask()` questions come as inline-keyboard buttons; a press
+//! documents (`sendDocument`). `ask()` questions come as inline-keyboard buttons (a question
+//! without options is answered by the chat's next message); a press
 //! (`callback_query`) is acknowledged (`answerCallbackQuery`) and the question edited to show
 //! the answer (`editMessageText`). `/stop` is the Ctrl+C equivalent. A 429 answer is retried
 //! after the `retry_after` Telegram names.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -47,7 +49,17 @@ pub struct TelegramOptions {
     pub allowed_chats: BTreeSet<i64>,
     /// Long-poll timeout of `getUpdates`, in seconds.
     pub poll_timeout: u64,
+    /// Chats with a session (an agent and its history) at once; a new chat past it takes
+    /// the place of the longest idle one.
+    pub max_sessions: usize,
+    /// A session idle this long is dropped (its history with it).
+    pub idle: Duration,
 }
+
+/// Default of config `telegram.max_sessions`.
+pub const DEFAULT_MAX_SESSIONS: usize = 8;
+/// Default of config `telegram.idle_seconds`.
+pub const DEFAULT_IDLE_SECONDS: u64 = 3600;
 
 impl std::fmt::Debug for TelegramOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -55,6 +67,8 @@ impl std::fmt::Debug for TelegramOptions {
             .field("api_url", &self.api_url)
             .field("token", &"<secret>")
             .field("allowed_chats", &self.allowed_chats)
+            .field("max_sessions", &self.max_sessions)
+            .field("idle", &self.idle)
             .finish()
     }
 }
@@ -253,13 +267,44 @@ struct Hub {
     prompts: mpsc::Sender<(i64, String)>,
     pending: Mutex<BTreeMap<u64, Question>>,
     next_question: AtomicU64,
-    chat: Mutex<Option<i64>>,
-    busy: AtomicBool,
+    /// Chats with a request running or on its way to their session.
+    busy: Mutex<BTreeSet<i64>>,
+    /// The sessions alive, by chat.
+    chats: Mutex<BTreeMap<i64, Arc<ChatState>>>,
+}
+
+/// One chat's session, as the poller and the events see it (the agent itself lives in the
+/// session's task).
+struct ChatState {
+    chat: i64,
+    /// `/stop` in this chat.
     stop: watch::Sender<u64>,
     /// Streamed answer text not sent yet.
     text: Mutex<String>,
     /// The answer text of the model call under way, kept for /stop.
     partial: Mutex<(String, bool)>,
+    /// When a request last ended (or the session began).
+    last: Mutex<std::time::Instant>,
+}
+
+impl ChatState {
+    fn new(chat: i64) -> ChatState {
+        ChatState {
+            chat,
+            stop: watch::channel(0).0,
+            text: Mutex::new(String::new()),
+            partial: Mutex::new((String::new(), false)),
+            last: Mutex::new(std::time::Instant::now()),
+        }
+    }
+
+    /// Send the streamed text gathered so far.
+    fn flush_text(&self, hub: &Hub) {
+        let text = std::mem::take(&mut *lock(&self.text));
+        if !text.trim().is_empty() {
+            hub.send(Out::Text(self.chat, text));
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -280,22 +325,18 @@ impl Hub {
         let _ = self.outbox.send(out);
     }
 
-    fn chat(&self) -> Option<i64> {
-        *lock(&self.chat)
-    }
-
-    /// Send the streamed text gathered so far.
-    fn flush_text(&self) {
-        let text = std::mem::take(&mut *lock(&self.text));
-        if let Some(chat) = self.chat()
-            && !text.trim().is_empty()
-        {
-            self.send(Out::Text(chat, text));
-        }
-    }
-
-    fn cancel_questions(&self) {
-        for (_, q) in std::mem::take(&mut *lock(&self.pending)) {
+    /// Close `chat`'s open questions (its request ended or was stopped).
+    fn cancel_questions(&self, chat: i64) {
+        let closed: Vec<Question> = {
+            let mut pending = lock(&self.pending);
+            let ids: Vec<u64> = pending
+                .iter()
+                .filter(|(_, q)| q.chat == chat)
+                .map(|(id, _)| *id)
+                .collect();
+            ids.iter().filter_map(|id| pending.remove(id)).collect()
+        };
+        for q in closed {
             let _ = q.reply.send(AskAnswer::Cancelled);
         }
     }
@@ -320,18 +361,22 @@ impl Hub {
             match command {
                 "/stop" => {
                     tracing::info!(chat, "telegram /stop");
-                    // The turn is dropped with its questions; the run loop closes them.
-                    self.stop.send_modify(|n| *n = n.wrapping_add(1));
+                    // The chat's turn is dropped with its questions; its session closes them.
+                    // Other chats' sessions go on.
+                    if let Some(st) = lock(&self.chats).get(&chat) {
+                        st.stop.send_modify(|n| *n = n.wrapping_add(1));
+                    }
                 }
                 "/start" | "/help" => self.send(Out::Text(
                     chat,
-                    "Send a request as a message. Questions come with buttons; /stop cancels \
-                     the running request."
+                    "Send a request as a message. Questions come with buttons (or, without \
+                     fixed answers, take your next message); /stop cancels the running request."
                         .into(),
                 )),
                 _ if text.is_empty() => {}
+                _ if self.answer_typed(chat, text) => {}
                 _ => {
-                    if self.busy.swap(true, Ordering::SeqCst) {
+                    if !lock(&self.busy).insert(chat) {
                         self.send(Out::Text(
                             chat,
                             "a request is running; wait for it or send /stop".into(),
@@ -339,13 +384,28 @@ impl Hub {
                         return;
                     }
                     if self.prompts.send((chat, text.to_string())).await.is_err() {
-                        self.busy.store(false, Ordering::SeqCst);
+                        lock(&self.busy).remove(&chat);
                     }
                 }
             }
         } else if let Some(callback) = update.get("callback_query") {
             self.handle_callback(callback).await;
         }
+    }
+
+    /// A message from `chat` while the agent waits for a typed answer there answers it.
+    fn answer_typed(&self, chat: i64, text: &str) -> bool {
+        let mut pending = lock(&self.pending);
+        let open = pending
+            .iter()
+            .find(|(_, q)| q.chat == chat && q.options.is_empty())
+            .map(|(id, _)| *id);
+        let Some(question) = open.and_then(|id| pending.remove(&id)) else {
+            return false;
+        };
+        tracing::info!(chat, "telegram: a typed answer");
+        let _ = question.reply.send(AskAnswer::Answer(text.to_string()));
+        true
     }
 
     async fn handle_callback(&self, callback: &Value) {
@@ -433,22 +493,26 @@ impl Hub {
                 question,
                 options,
             } => {
-                let buttons: Vec<Value> = options
-                    .iter()
-                    .enumerate()
-                    .map(|(i, o)| json!({"text": label(o), "callback_data": format!("q:{id}:{i}")}))
-                    .collect();
-                let sent = self
-                    .api
-                    .call(
-                        "sendMessage",
-                        &Body::Json(json!({
-                            "chat_id": chat,
-                            "text": bound_message(&format!("❓ {question}")),
-                            "reply_markup": {"inline_keyboard": [buttons]},
-                        })),
-                    )
-                    .await;
+                let body = if options.is_empty() {
+                    // A typed answer: the next message in the chat.
+                    json!({
+                        "chat_id": chat,
+                        "text": bound_message(&format!("❓ {question}\n(answer with a message)")),
+                        "reply_markup": {"force_reply": true},
+                    })
+                } else {
+                    let buttons: Vec<Value> = options
+                        .iter()
+                        .enumerate()
+                        .map(|(i, o)| json!({"text": label(o), "callback_data": format!("q:{id}:{i}")}))
+                        .collect();
+                    json!({
+                        "chat_id": chat,
+                        "text": bound_message(&format!("❓ {question}")),
+                        "reply_markup": {"inline_keyboard": [buttons]},
+                    })
+                };
+                let sent = self.api.call("sendMessage", &Body::Json(body)).await;
                 if let Err(e) = &sent
                     && let Some(q) = lock(&self.pending).remove(&id)
                 {
@@ -552,20 +616,14 @@ fn bound_message(text: &str) -> String {
 
 struct TelegramAsk {
     hub: Arc<Hub>,
+    st: Arc<ChatState>,
 }
 
 impl Ask for TelegramAsk {
     fn ask<'a>(&'a self, question: &'a str, options: &'a [&'a str]) -> BoxFuture<'a, AskAnswer> {
         Box::pin(async move {
-            let Some(chat) = self.hub.chat() else {
-                return AskAnswer::Unavailable("no Telegram chat to ask".into());
-            };
-            if options.is_empty() {
-                return AskAnswer::Unavailable(
-                    "free-text questions are not supported over Telegram".into(),
-                );
-            }
-            self.hub.flush_text();
+            let chat = self.st.chat;
+            self.st.flush_text(&self.hub);
             let id = self.hub.next_question.fetch_add(1, Ordering::Relaxed);
             let (tx, rx) = oneshot::channel();
             lock(&self.hub.pending).insert(
@@ -590,28 +648,29 @@ impl Ask for TelegramAsk {
 
 struct TelegramEvents {
     hub: Arc<Hub>,
+    st: Arc<ChatState>,
 }
 
 impl CoreEvents for TelegramEvents {
     fn stream(&self, event: &StreamEvent) {
         if let StreamEvent::Text(t) = event {
-            let mut p = lock(&self.hub.partial);
+            let mut p = lock(&self.st.partial);
             if p.1 {
                 *p = (String::new(), false);
             }
             p.0.push_str(t);
-            lock(&self.hub.text).push_str(t);
+            lock(&self.st.text).push_str(t);
         }
     }
 
     fn request_done(&self, _stats: &RequestStats) {
-        lock(&self.hub.partial).1 = true;
-        self.hub.flush_text();
+        lock(&self.st.partial).1 = true;
+        self.st.flush_text(&self.hub);
     }
 
     fn tool_call(&self, call: &ToolCall) {
-        self.hub.flush_text();
-        let Some(chat) = self.hub.chat() else { return };
+        self.st.flush_text(&self.hub);
+        let chat = self.st.chat;
         let args: Value = serde_json::from_str(&call.arguments).unwrap_or(Value::Null);
         let shown = match args.get("command").and_then(Value::as_str) {
             Some(command) => command.to_string(),
@@ -624,8 +683,8 @@ impl CoreEvents for TelegramEvents {
     }
 
     fn tool_result(&self, call: &ToolCall, result: &ToolResult) {
-        *lock(&self.hub.partial) = (String::new(), false);
-        let Some(chat) = self.hub.chat() else { return };
+        *lock(&self.st.partial) = (String::new(), false);
+        let chat = self.st.chat;
         let status = match (result.status, result.exit_code) {
             (ToolStatus::Ok, None | Some(0)) => "ok".to_string(),
             (ToolStatus::Ok, Some(code)) => format!("exit {code}"),
@@ -646,13 +705,26 @@ impl CoreEvents for TelegramEvents {
     }
 }
 
-/// The Telegram transport: build it, pass [`Telegram::ask_channel`] and
-/// [`Telegram::events`] down, then [`Telegram::run`].
+/// Builds one chat's agent around that chat's `ask()` and events (the wiring's job).
+pub type MakeAgent<'a> = dyn FnMut(Arc<dyn Ask>, Arc<dyn CoreEvents>) -> Result<Agent, String> + 'a;
+
+/// The Telegram transport: build it, then [`Telegram::run`] with a way to build an agent for
+/// each chat. Each allowed chat gets its own session (agent and history; `/stop` in one chat
+/// stops only its own request); at most `max_sessions` live at once, and one idle for
+/// `idle` is dropped.
 pub struct Telegram {
     hub: Arc<Hub>,
     outbox: tokio::sync::Mutex<mpsc::UnboundedReceiver<Out>>,
     prompts: tokio::sync::Mutex<mpsc::Receiver<(i64, String)>>,
     poll_timeout: u64,
+    max_sessions: usize,
+    idle: Duration,
+}
+
+/// A live session as the dispatcher keeps it.
+struct Live {
+    st: Arc<ChatState>,
+    prompts: mpsc::Sender<String>,
 }
 
 impl Telegram {
@@ -666,8 +738,7 @@ impl Telegram {
             .build()
             .map_err(|e| format!("HTTP client: {e}"))?;
         let (outbox, out_rx) = mpsc::unbounded_channel();
-        let (prompts, prompt_rx) = mpsc::channel(4);
-        let (stop, _) = watch::channel(0);
+        let (prompts, prompt_rx) = mpsc::channel(16);
         Ok(Self {
             hub: Arc::new(Hub {
                 api: BotApi {
@@ -680,34 +751,24 @@ impl Telegram {
                 prompts,
                 pending: Mutex::new(BTreeMap::new()),
                 next_question: AtomicU64::new(1),
-                chat: Mutex::new(None),
-                busy: AtomicBool::new(false),
-                stop,
-                text: Mutex::new(String::new()),
-                partial: Mutex::new((String::new(), false)),
+                busy: Mutex::new(BTreeSet::new()),
+                chats: Mutex::new(BTreeMap::new()),
             }),
             outbox: tokio::sync::Mutex::new(out_rx),
             prompts: tokio::sync::Mutex::new(prompt_rx),
             poll_timeout: options.poll_timeout,
+            max_sessions: options.max_sessions.max(1),
+            idle: options.idle.max(Duration::from_secs(1)),
         })
     }
 
-    /// The `ask()` channel to pass down to L2 and L3.
-    pub fn ask_channel(&self) -> Arc<dyn Ask> {
-        Arc::new(TelegramAsk {
-            hub: Arc::clone(&self.hub),
-        })
-    }
-
-    /// The events sink (for sub-agents).
-    pub fn events(&self) -> Arc<dyn CoreEvents> {
-        Arc::new(TelegramEvents {
-            hub: Arc::clone(&self.hub),
-        })
-    }
-
-    /// Poll for messages and run them until `shutdown` resolves (its value names why).
-    pub async fn run(&self, agent: &mut Agent, shutdown: impl Future<Output = String>) -> String {
+    /// Poll for messages and run them, each chat in its own session, until `shutdown`
+    /// resolves (its value names why).
+    pub async fn run(
+        &self,
+        make_agent: &mut MakeAgent<'_>,
+        shutdown: impl Future<Output = String>,
+    ) -> String {
         let me = self
             .hub
             .api
@@ -719,7 +780,8 @@ impl Telegram {
                     .and_then(Value::as_str)
                     .map(str::to_string)
             });
-        tracing::info!(bot = ?me, chats = ?self.hub.allowed, "telegram session");
+        tracing::info!(bot = ?me, chats = ?self.hub.allowed, max_sessions = self.max_sessions,
+            idle_secs = self.idle.as_secs(), "telegram session");
         let poller = tokio::spawn(Arc::clone(&self.hub).poll(self.poll_timeout));
         let sender_hub = Arc::clone(&self.hub);
         let mut outbox = self.outbox.lock().await;
@@ -730,60 +792,58 @@ impl Telegram {
             }
             let _ = done_tx.send(());
         };
-        let events = TelegramEvents {
-            hub: Arc::clone(&self.hub),
-        };
         let mut prompts = self.prompts.lock().await;
         let mut shutdown = std::pin::pin!(shutdown);
-        let turns = async {
+        // The sessions' turns run as local tasks of this thread (an agent stays on it).
+        let local = tokio::task::LocalSet::new();
+        let turns = local.run_until(async {
+            let mut live: BTreeMap<i64, Live> = BTreeMap::new();
+            let mut sweep = tokio::time::interval(
+                (self.idle / 4).clamp(Duration::from_millis(250), Duration::from_secs(30)),
+            );
             loop {
                 let prompt = tokio::select! {
                     p = prompts.recv() => p,
+                    _ = sweep.tick() => {
+                        self.drop_idle(&mut live);
+                        continue;
+                    }
                     why = &mut shutdown => break why,
                 };
                 let Some((chat, prompt)) = prompt else {
                     break "the poller stopped".to_string();
                 };
                 tracing::info!(chat, input = %prompt, "telegram request");
-                *lock(&self.hub.chat) = Some(chat);
-                let mut stop = self.hub.stop.subscribe();
-                stop.borrow_and_update();
-                let outcome = tokio::select! {
-                    report = agent.run_turn(&prompt, &events) => Some(report),
-                    _ = stop.changed() => None,
-                    why = &mut shutdown => {
-                        agent.record_interrupted(&std::mem::take(&mut lock(&self.hub.partial).0));
-                        break why;
-                    }
-                };
-                self.hub.cancel_questions();
-                let note = match outcome {
-                    None => {
-                        agent.record_interrupted(&std::mem::take(&mut lock(&self.hub.partial).0));
-                        lock(&self.hub.text).clear();
-                        Some("request stopped; the answer so far stays in the history".into())
-                    }
-                    Some(report) => match report.result {
-                        Ok(TurnStop::Answered) => None,
-                        Ok(TurnStop::BudgetDeclined) => {
-                            Some("stopped at the iteration budget".to_string())
+                if !live.contains_key(&chat) {
+                    match self.open_session(chat, &mut live, make_agent) {
+                        Ok(session) => {
+                            live.insert(chat, session);
                         }
-                        Ok(TurnStop::Cancelled) => Some("request cancelled".to_string()),
-                        Err(e) => Some(format!("error: {e}")),
-                    },
-                };
-                self.hub.flush_text();
-                if let Some(note) = note {
-                    self.hub.send(Out::Text(chat, note));
+                        Err(why) => {
+                            self.hub.send(Out::Text(chat, why));
+                            lock(&self.hub.busy).remove(&chat);
+                            continue;
+                        }
+                    }
                 }
-                self.hub.busy.store(false, Ordering::SeqCst);
+                let sent = match live.get(&chat) {
+                    Some(session) => session.prompts.send(prompt).await.is_ok(),
+                    None => false,
+                };
+                if !sent {
+                    live.remove(&chat);
+                    lock(&self.hub.chats).remove(&chat);
+                    lock(&self.hub.busy).remove(&chat);
+                }
             }
-        };
+        });
         let mut sender = std::pin::pin!(sender);
         let why = tokio::select! {
             why = turns => why,
             () = &mut sender => "the sender stopped".to_string(),
         };
+        // The sessions (their agents and running commands) go with the local set.
+        drop(local);
         poller.abort();
         // Let what is queued go out (bounded).
         let _ = tokio::time::timeout(Duration::from_secs(5), async {
@@ -796,6 +856,126 @@ impl Telegram {
         tracing::info!(reason = %why, "telegram session end");
         why
     }
+
+    /// Drops the sessions idle for longer than the limit.
+    fn drop_idle(&self, live: &mut BTreeMap<i64, Live>) {
+        let busy = lock(&self.hub.busy).clone();
+        let stale: Vec<i64> = live
+            .iter()
+            .filter(|(chat, s)| !busy.contains(chat) && lock(&s.st.last).elapsed() >= self.idle)
+            .map(|(chat, _)| *chat)
+            .collect();
+        for chat in stale {
+            self.close(chat, live);
+            tracing::info!(chat, "telegram: dropped an idle session");
+            self.hub.send(Out::Text(
+                chat,
+                format!(
+                    "session closed after {} s idle; your next message starts a new one",
+                    self.idle.as_secs()
+                ),
+            ));
+        }
+    }
+
+    /// Ends `chat`'s session: its task ends when its prompt channel closes, the agent and
+    /// the history with it.
+    fn close(&self, chat: i64, live: &mut BTreeMap<i64, Live>) {
+        live.remove(&chat);
+        lock(&self.hub.chats).remove(&chat);
+    }
+
+    /// A new session for `chat`, making room by dropping the longest idle one when the limit
+    /// is reached. `Err` is the message for the chat.
+    fn open_session(
+        &self,
+        chat: i64,
+        live: &mut BTreeMap<i64, Live>,
+        make_agent: &mut MakeAgent<'_>,
+    ) -> Result<Live, String> {
+        if live.len() >= self.max_sessions {
+            let busy = lock(&self.hub.busy).clone();
+            let oldest = live
+                .iter()
+                .filter(|(c, _)| !busy.contains(c))
+                .min_by_key(|(_, s)| *lock(&s.st.last))
+                .map(|(c, _)| *c);
+            let Some(oldest) = oldest else {
+                return Err(format!(
+                    "all {} sessions are busy; try again when one is done",
+                    self.max_sessions
+                ));
+            };
+            self.close(oldest, live);
+            tracing::info!(
+                chat = oldest,
+                "telegram: dropped the longest idle session for a new chat"
+            );
+            self.hub.send(Out::Text(
+                oldest,
+                "session closed to make room for another chat; your next message starts a new one"
+                    .into(),
+            ));
+        }
+        let st = Arc::new(ChatState::new(chat));
+        let ask: Arc<dyn Ask> = Arc::new(TelegramAsk {
+            hub: Arc::clone(&self.hub),
+            st: Arc::clone(&st),
+        });
+        let events: Arc<dyn CoreEvents> = Arc::new(TelegramEvents {
+            hub: Arc::clone(&self.hub),
+            st: Arc::clone(&st),
+        });
+        let agent = make_agent(ask, events).map_err(|e| format!("cannot start a session: {e}"))?;
+        tracing::info!(chat, "telegram: new session");
+        let (tx, rx) = mpsc::channel(4);
+        lock(&self.hub.chats).insert(chat, Arc::clone(&st));
+        tokio::task::spawn_local(session(Arc::clone(&self.hub), Arc::clone(&st), agent, rx));
+        Ok(Live { st, prompts: tx })
+    }
+}
+
+/// One chat's session: its requests, one at a time, until the dispatcher lets it go.
+async fn session(
+    hub: Arc<Hub>,
+    st: Arc<ChatState>,
+    mut agent: Agent,
+    mut prompts: mpsc::Receiver<String>,
+) {
+    let chat = st.chat;
+    let events = TelegramEvents {
+        hub: Arc::clone(&hub),
+        st: Arc::clone(&st),
+    };
+    while let Some(prompt) = prompts.recv().await {
+        let mut stop = st.stop.subscribe();
+        stop.borrow_and_update();
+        let outcome = tokio::select! {
+            report = agent.run_turn(&prompt, &events) => Some(report),
+            _ = stop.changed() => None,
+        };
+        hub.cancel_questions(chat);
+        let note = match outcome {
+            None => {
+                agent.record_interrupted(&std::mem::take(&mut lock(&st.partial).0));
+                lock(&st.text).clear();
+                Some("request stopped; the answer so far stays in the history".into())
+            }
+            Some(report) => match report.result {
+                Ok(TurnStop::Answered) => None,
+                Ok(TurnStop::BudgetDeclined) => Some("stopped at the iteration budget".to_string()),
+                Ok(TurnStop::Cancelled) => Some("request cancelled".to_string()),
+                Err(e) => Some(format!("error: {e}")),
+            },
+        };
+        st.flush_text(&hub);
+        if let Some(note) = note {
+            hub.send(Out::Text(chat, note));
+        }
+        *lock(&st.last) = std::time::Instant::now();
+        lock(&hub.busy).remove(&chat);
+    }
+    tracing::info!(chat, "telegram: session ended");
 }
 
 #[cfg(test)]

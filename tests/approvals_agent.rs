@@ -1,0 +1,330 @@
+//! Issue 15: approvals for unattended agentshell jobs. A job of `jobtype: "agent"` runs the
+//! REAL `agentshell` binary (through queue-manager + agent-worker) against the fake Anthropic
+//! server scripted to `run_command` a `touch`, which agentshell's policy asks about. The ASK
+//! goes to the worker's approval channel (`exec --approvals`), so it reaches
+//! `org.agentstore.Queue1` on a real (private) dbus-daemon like a Claude Code permission:
+//! `busctl call … Answer` as the project owner decides it (a stranger may not), `always`
+//! answers the same tool for the rest of the job, a deny's reason reaches the model, no answer
+//! is a deny at the deadline and the job still finishes, and a queue rule answers without a
+//! person. Every decision is on the job (`runtime.approvals`). Running as root, the job runs
+//! as the unprivileged test user, as in production.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "support/approvals_env.rs"]
+mod approvals_env;
+#[path = "support/claude_env.rs"]
+mod claude_env;
+mod common;
+#[path = "support/fake_model.rs"]
+mod fake_model;
+#[path = "support/queue_env.rs"]
+mod queue_env;
+
+use agentstore::model::approval::ApprovalPolicy;
+use approvals_env::{add_users, answers, nobody, owner_uid, requests};
+use claude_env::{chown_recursive, unprivileged_user};
+use fake_model::{FakeModel, Script, tool_result_text};
+use queue_env::*;
+use serde_json::{Value, json};
+
+/// One queue running agentshell jobs against a fake model, a manager on a private bus.
+struct Setup {
+    env: QueueEnv,
+    bus: PrivateBus,
+    server: FakeModel,
+    m: Option<RunningManager>,
+    _agent_home: tempfile::TempDir,
+}
+
+impl Setup {
+    /// `commands`: the `run_command`s the model asks for, in order, then it answers "Done.".
+    async fn new(policy: Option<Value>, commands: &[&str]) -> Setup {
+        let mut script = Script::new();
+        for c in commands {
+            script = script.tool_use("run_command", json!({ "command": c }));
+        }
+        let server = FakeModel::start(script.text("Done."));
+        let bus = PrivateBus::start();
+        let env = QueueEnv::new(1);
+        let agent_home = tempfile::Builder::new().tempdir_in("/tmp").unwrap();
+        if let Some(u) = unprivileged_user() {
+            chown_recursive(&env.work, u.uid, u.gid);
+            chown_recursive(agent_home.path(), u.uid, u.gid);
+        }
+        add_users(&env);
+        env.edit_queue(|q| {
+            q.config.agentshell_path = Some(env!("CARGO_BIN_EXE_agentshell").to_string());
+            q.config.approvals =
+                policy.map(|p| serde_json::from_value::<ApprovalPolicy>(p).unwrap());
+        });
+        let mut cfg = env.manager_config(&bus);
+        cfg.worker_env = vec![
+            ("AGENTSHELL_BASE_URL".into(), server.base_url()),
+            ("AGENTSHELL_API_KEY".into(), "sk-fake-key-for-tests".into()),
+            (
+                "AGENTSHELL_HOME".into(),
+                agent_home.path().display().to_string(),
+            ),
+        ];
+        let m = RunningManager::start(cfg).await;
+        Setup {
+            env,
+            bus,
+            server,
+            m: Some(m),
+            _agent_home: agent_home,
+        }
+    }
+
+    fn queue_job(&self, id: &str) {
+        let mut j = job(
+            "agent",
+            json!({"claude_command": "code-researcher", "task_description": "Make the files.",
+                   "working_directory": self.env.work, "timeout_seconds": 170}),
+        );
+        j["config"]["model"] = json!("anthropic/claude-test");
+        j["config"]["user"] = json!("chenry");
+        self.env.queue_job(id, &j);
+    }
+
+    fn answer_as(
+        &self,
+        uid: u32,
+        req: &str,
+        allow: bool,
+        always: bool,
+        message: &str,
+    ) -> (bool, String) {
+        approvals_env::answer_as(&self.bus, &self.env, uid, req, allow, always, message)
+    }
+
+    /// The job's document once it ended, and its state.
+    async fn ended(&self, changes: &mut Changes, id: &str) -> (String, Value) {
+        let c = loop {
+            let c = changes.next().await;
+            if c.id == id && (c.new == "finished" || c.new == "failed") {
+                break c;
+            }
+        };
+        (c.new.clone(), self.env.job(&c.new, id))
+    }
+
+    /// The texts of the tool results the model got, in the order of its calls.
+    fn tool_results(&self) -> Vec<String> {
+        self.server
+            .issued_tool_uses()
+            .iter()
+            .map(|u| tool_result_text(&self.server.tool_result_for(&u.id).unwrap()))
+            .collect()
+    }
+
+    async fn stop(mut self) {
+        if let Some(m) = self.m.take() {
+            m.stop().await;
+        }
+    }
+}
+
+/// The agent's JSON result in `runtime.output`.
+fn agent_result(rt: &Value) -> Value {
+    serde_json::from_str(rt["output"].as_str().unwrap().trim()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_on_dbus_runs_the_command_and_always_covers_the_next() {
+    guarded(async {
+        let s = Setup::new(
+            Some(json!({"deadline_seconds": 120})),
+            &["touch first.txt", "touch second.txt"],
+        )
+        .await;
+        let mut changes = Changes::subscribe(&s.bus, &s.env.queue).await;
+        let mut reqs = requests(&s.bus, &s.env).await;
+        let mut answered = answers(&s.bus, &s.env).await;
+        s.queue_job("agent-allow");
+        let (job_id, req, tool, summary, input, _) = reqs.recv().await.unwrap();
+        assert_eq!(
+            (job_id.as_str(), req.as_str(), tool.as_str()),
+            ("agent-allow", "agent-allow-a1", "run_command")
+        );
+        assert_eq!(summary, "run_command: touch first.txt");
+        let input: Value = serde_json::from_str(&input).unwrap();
+        assert_eq!(input["command"], "touch first.txt");
+        let pending = changes.proxy.pending_approvals().await.unwrap();
+        assert_eq!(pending.len(), 1, "{pending:?}");
+        assert!(!s.env.work.join("first.txt").exists());
+
+        if nix::unistd::geteuid().is_root() {
+            let (ok, err) = s.answer_as(nobody(), &req, true, true, "");
+            assert!(!ok, "a stranger's Answer must be refused");
+            assert!(err.contains("Permission denied"), "{err}");
+        }
+        let (ok, err) = s.answer_as(owner_uid(), &req, true, true, "");
+        assert!(ok, "the project owner may answer: {err}");
+        let (r, allow, by) = answered.recv().await.unwrap();
+        assert_eq!(
+            (r.as_str(), allow, by.as_str()),
+            (req.as_str(), true, "chenry")
+        );
+
+        let (state, doc) = s.ended(&mut changes, "agent-allow").await;
+        let rt = &doc["runtime"];
+        assert_eq!(state, "finished", "{rt}");
+        // Both commands ran: the second by the job rule `always` made, nobody asked again.
+        assert!(s.env.work.join("first.txt").exists());
+        assert!(s.env.work.join("second.txt").exists());
+        assert!(reqs.try_recv().is_err(), "the second call was not asked");
+        let a = rt["approvals"].as_array().unwrap();
+        assert_eq!(a.len(), 2, "{rt}");
+        assert_eq!(
+            (&a[0]["request_id"], &a[0]["tool"], &a[0]["allow"]),
+            (&json!(req), &json!("run_command"), &json!(true))
+        );
+        assert_eq!(
+            (&a[0]["by"], &a[0]["always"]),
+            (&json!("chenry"), &json!(true))
+        );
+        assert_eq!(
+            (&a[1]["by"], &a[1]["allow"], &a[1]["summary"]),
+            (
+                &json!("job rule"),
+                &json!(true),
+                &json!("run_command: touch second.txt")
+            )
+        );
+        let out = agent_result(rt);
+        assert_eq!(out["result"], "Done.", "{out}");
+        assert_eq!(out["permission_denials"], json!([]), "{out}");
+        assert!(changes.proxy.pending_approvals().await.unwrap().is_empty());
+        let dir = s.env.store().approvals_dir(&s.env.queue);
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+        s.stop().await;
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deny_runs_nothing_and_the_model_sees_the_reason() {
+    guarded(async {
+        let s = Setup::new(None, &["touch denied.txt"]).await;
+        let mut changes = Changes::subscribe(&s.bus, &s.env.queue).await;
+        let mut reqs = requests(&s.bus, &s.env).await;
+        s.queue_job("agent-deny");
+        let (_, req, ..) = reqs.recv().await.unwrap();
+        let (ok, err) = s.answer_as(
+            owner_uid(),
+            &req,
+            false,
+            false,
+            "use the scratch folder instead",
+        );
+        assert!(ok, "{err}");
+        let (state, doc) = s.ended(&mut changes, "agent-deny").await;
+        let rt = &doc["runtime"];
+        assert_eq!(state, "finished", "{rt}");
+        assert!(!s.env.work.join("denied.txt").exists());
+        let results = s.tool_results();
+        assert_eq!(results.len(), 1, "{results:?}");
+        assert!(
+            results[0].contains("use the scratch folder instead") && results[0].contains("denied"),
+            "the model sees the reason: {}",
+            results[0]
+        );
+        assert_eq!(rt["approvals"][0]["allow"], false, "{rt}");
+        assert_eq!(rt["approvals"][0]["by"], "chenry");
+        assert_eq!(
+            rt["approvals"][0]["message"],
+            "use the scratch folder instead"
+        );
+        let out = agent_result(rt);
+        let denials = out["permission_denials"].as_array().unwrap();
+        assert_eq!(denials.len(), 1, "{out}");
+        assert!(
+            denials[0]["reason"]
+                .as_str()
+                .unwrap()
+                .contains("use the scratch folder instead"),
+            "{out}"
+        );
+        s.stop().await;
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_answer_is_a_deny_at_the_deadline_and_the_job_finishes() {
+    guarded(async {
+        let s = Setup::new(Some(json!({"deadline_seconds": 2})), &["touch late.txt"]).await;
+        let mut changes = Changes::subscribe(&s.bus, &s.env.queue).await;
+        let mut reqs = requests(&s.bus, &s.env).await;
+        let mut answered = answers(&s.bus, &s.env).await;
+        s.queue_job("agent-late");
+        let (_, req, ..) = reqs.recv().await.unwrap();
+        let (r, allow, by) = answered.recv().await.unwrap();
+        assert_eq!(
+            (r.as_str(), allow, by.as_str()),
+            (req.as_str(), false, "deadline")
+        );
+        let (state, doc) = s.ended(&mut changes, "agent-late").await;
+        let rt = &doc["runtime"];
+        assert_eq!(state, "finished", "{rt}");
+        assert!(!s.env.work.join("late.txt").exists());
+        let results = s.tool_results();
+        assert!(
+            results[0].contains("no answer within 2 s"),
+            "{}",
+            results[0]
+        );
+        assert_eq!(rt["approvals"][0]["by"], "deadline", "{rt}");
+        assert_eq!(rt["approvals"][0]["allow"], false);
+        s.stop().await;
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_rule_answers_without_a_person() {
+    guarded(async {
+        // `touch` is allowed by rule; anything else is denied at once (default deny), so a
+        // person is never asked.
+        let s = Setup::new(
+            Some(json!({
+                "rules": [{"tool": "run_command", "pattern": "touch *", "decision": "allow"}],
+                "default": "deny", "deadline_seconds": 60
+            })),
+            &["touch ruled.txt", "rm -f NOTES.md"],
+        )
+        .await;
+        std::fs::write(s.env.work.join("NOTES.md"), "keep me\n").unwrap();
+        let mut changes = Changes::subscribe(&s.bus, &s.env.queue).await;
+        let mut reqs = requests(&s.bus, &s.env).await;
+        s.queue_job("agent-rule");
+        let (state, doc) = s.ended(&mut changes, "agent-rule").await;
+        let rt = &doc["runtime"];
+        assert_eq!(state, "finished", "{rt}");
+        assert!(s.env.work.join("ruled.txt").exists());
+        assert_eq!(
+            std::fs::read_to_string(s.env.work.join("NOTES.md")).unwrap(),
+            "keep me\n"
+        );
+        let a = rt["approvals"].as_array().unwrap();
+        assert_eq!(a.len(), 2, "{rt}");
+        assert_eq!(
+            (&a[0]["by"], &a[0]["allow"]),
+            (&json!("queue rule"), &json!(true))
+        );
+        assert_eq!(
+            (&a[1]["by"], &a[1]["allow"]),
+            (&json!("queue default"), &json!(false))
+        );
+        let results = s.tool_results();
+        assert!(
+            results[1].contains("denied by the queue default"),
+            "{}",
+            results[1]
+        );
+        assert!(reqs.try_recv().is_err(), "nobody was asked");
+        s.stop().await;
+    })
+    .await
+}

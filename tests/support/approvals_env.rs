@@ -1,0 +1,132 @@
+//! What the approvals tests share (tests/approvals_claude.rs, tests/approvals_agent.rs): the
+//! project's users, `busctl call … Answer` as a Unix user, and the Queue1 approval signals.
+#![allow(dead_code)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use crate::queue_env::{PrivateBus, QueueEnv, job_login};
+use futures_util::StreamExt;
+use serde_json::json;
+use std::os::unix::process::CommandExt;
+
+/// chenry (the job account, a plain user who owns the project) and mallory (`nobody`, a
+/// plain user with no claim on it).
+pub fn add_users(env: &QueueEnv) {
+    let store = env.store();
+    std::fs::write(
+        store.user_path("chenry"),
+        json!({"id": "chenry", "name": "C", "email": "c@x", "permissions": "user",
+               "unix_user": job_login()})
+        .to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        store.user_path("mallory"),
+        json!({"id": "mallory", "name": "M", "email": "m@x", "permissions": "user",
+               "unix_user": "nobody"})
+        .to_string(),
+    )
+    .unwrap();
+}
+
+/// `busctl call … Answer` on `env`'s queue as `uid`; (success, stderr).
+pub fn answer_as(
+    bus: &PrivateBus,
+    env: &QueueEnv,
+    uid: u32,
+    req: &str,
+    allow: bool,
+    always: bool,
+    message: &str,
+) -> (bool, String) {
+    let gid = nix::unistd::User::from_uid(uid.into())
+        .unwrap()
+        .map(|u| u.gid.as_raw())
+        .unwrap_or(uid);
+    let o = std::process::Command::new("busctl")
+        .arg(format!("--address={}", bus.address))
+        .arg("call")
+        .arg(agentstore::bus::queue_bus_name(&env.queue))
+        .arg(agentstore::bus::queue_object_path(&env.queue))
+        .arg("org.agentstore.Queue1")
+        .args(["Answer", "sbbs", req])
+        .arg(allow.to_string())
+        .arg(always.to_string())
+        .arg(message)
+        .uid(uid)
+        .gid(gid)
+        .output()
+        .unwrap();
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// The uid of the job account (the project's owner).
+pub fn owner_uid() -> u32 {
+    nix::unistd::User::from_name(&job_login())
+        .unwrap()
+        .unwrap()
+        .uid
+        .as_raw()
+}
+
+pub fn nobody() -> u32 {
+    nix::unistd::User::from_name("nobody")
+        .unwrap()
+        .expect("user nobody")
+        .uid
+        .as_raw()
+}
+
+/// ApprovalRequested: (job_id, request_id, tool, summary, input_json, deadline).
+pub type Requested = (String, String, String, String, String, String);
+
+/// ApprovalRequested signals of `env`'s queue.
+pub async fn requests(
+    bus: &PrivateBus,
+    env: &QueueEnv,
+) -> tokio::sync::mpsc::UnboundedReceiver<Requested> {
+    let conn = bus.connect().await;
+    let proxy = agentstore::bus::queue::queue_proxy(&conn, &env.queue)
+        .await
+        .unwrap();
+    let mut stream = proxy.receive_approval_requested().await.unwrap();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let _keep = (conn, proxy);
+        while let Some(sig) = stream.next().await {
+            let a = sig.args().unwrap();
+            let _ = tx.send((
+                a.job_id().clone(),
+                a.request_id().clone(),
+                a.tool().clone(),
+                a.summary().clone(),
+                a.input_json().clone(),
+                a.deadline().clone(),
+            ));
+        }
+    });
+    rx
+}
+
+/// ApprovalAnswered signals of `env`'s queue: (request_id, allow, by).
+pub async fn answers(
+    bus: &PrivateBus,
+    env: &QueueEnv,
+) -> tokio::sync::mpsc::UnboundedReceiver<(String, bool, String)> {
+    let conn = bus.connect().await;
+    let proxy = agentstore::bus::queue::queue_proxy(&conn, &env.queue)
+        .await
+        .unwrap();
+    let mut stream = proxy.receive_approval_answered().await.unwrap();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let _keep = (conn, proxy);
+        while let Some(sig) = stream.next().await {
+            let a = sig.args().unwrap();
+            let _ = tx.send((a.request_id().clone(), *a.allow(), a.by().clone()));
+        }
+    });
+    rx
+}
