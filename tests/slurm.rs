@@ -175,7 +175,6 @@ fn noop_job_runs_through_slurm_with_its_id_recorded() {
     for want in [
         "--constraint=x",
         "--parsable",
-        "--hold",
         "--job-name=agentstore-s1",
         "--time=2",
         "--partition=debug",
@@ -186,10 +185,18 @@ fn noop_job_runs_through_slurm_with_its_id_recorded() {
     ] {
         assert!(sbatch[0].contains(want), "{want} not in {}", sbatch[0]);
     }
+    // No hold: the batch step's gate is the job file naming its Slurm job; nothing to
+    // release, and no look-up by name for a job no earlier attempt can have submitted.
+    assert!(!sbatch[0].contains("--hold"), "{}", sbatch[0]);
+    assert!(!calls.contains("scontrol release"), "{calls}");
+    let before_sbatch = calls.split(sbatch[0]).next().unwrap();
     assert!(
-        calls.contains(&format!("scontrol release {sid}")),
+        !before_sbatch
+            .lines()
+            .any(|l| l.starts_with("squeue ") && l.contains("agentstore-s1")),
         "{calls}"
     );
+    assert!(sid.chars().all(|c| c.is_ascii_digit()), "{sid}");
     // Output went to the per-job file in the store's logs/.
     assert!(
         env.root
@@ -308,11 +315,30 @@ fn sbatch_missing_keeps_jobs_queued_and_says_why() {
     assert!(env.job_file("queued", "m1").is_file());
 }
 
+/// The start marker a manager leaves on disk while it hands `id` to Slurm (poison.rs).
+fn start_marker(env: &QueueEnv, id: &str) {
+    let dir = env
+        .root
+        .join(format!("Queues/{}/.handling", env.queue))
+        .join(agentstore::store::hostname());
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(format!("start-{id}")), "attempts 1\npid 1\n").unwrap();
+}
+
+fn sbatch_count(fake: &FakeSlurm, id: &str) -> usize {
+    fake.calls()
+        .lines()
+        .filter(|l| l.starts_with("sbatch ") && l.contains(&format!("--job-name=agentstore-{id} ")))
+        .count()
+}
+
 #[test]
-fn a_job_submitted_before_a_crash_is_taken_over_not_submitted_again() {
+fn a_job_held_by_an_earlier_manager_is_taken_over_not_submitted_again() {
     let (env, bus, fake) = setup();
     slurm_queue(&env, json!({"poll_seconds": 1}));
-    // A manager died after sbatch, before recording: Slurm holds agentstore-k1.
+    // A manager (of the version that submitted held) died after sbatch, before recording:
+    // Slurm holds agentstore-k1 and the manager's start marker is on disk.
+    start_marker(&env, "k1");
     let worker = env!("CARGO_BIN_EXE_agent-worker");
     let out = std::process::Command::new(fake.bin.join("sbatch"))
         .env("FAKE_SLURM_DIR", &fake.state)
@@ -333,15 +359,108 @@ fn a_job_submitted_before_a_crash_is_taken_over_not_submitted_again() {
     let _m = manager(&env, &bus, &fake);
     let f = wait_file(&env, "finished", "k1", 60);
     assert_eq!(f["runtime"]["slurm_job_id"], json!(sid));
-    let calls = fake.calls();
     assert_eq!(
+        sbatch_count(&fake, "k1"),
+        1,
+        "submitted twice: {}",
+        fake.calls()
+    );
+    assert!(
+        fake.calls().contains(&format!("scontrol release {sid}")),
+        "{}",
+        fake.calls()
+    );
+}
+
+#[test]
+fn kill_9_while_sbatch_answers_submits_each_job_once() {
+    let (env, bus, fake) = setup();
+    slurm_queue(&env, json!({"poll_seconds": 1}));
+    // sbatch accepts the jobs at once but answers 3 s later: the manager is killed before
+    // it can record any Slurm job id. The batch steps already run and wait at their gate.
+    std::fs::write(fake.state.join("sbatch-delay"), "3").unwrap();
+    let mut m = manager(&env, &bus, &fake);
+    let ids: Vec<String> = (1..=5).map(|i| format!("k{i}")).collect();
+    for id in &ids {
+        env.queue_job(id, &noop(0.1));
+    }
+    wait_until(
+        Duration::from_secs(30),
+        "all five accepted by sbatch",
+        || ids.iter().all(|id| sbatch_count(&fake, id) == 1),
+    );
+    m.child.kill().unwrap();
+    m.child.wait().unwrap();
+    drop(m);
+    for id in &ids {
+        assert!(
+            env.job_file("queued", id).is_file(),
+            "{id} left queued_jobs"
+        );
+    }
+    std::fs::remove_file(fake.state.join("sbatch-delay")).unwrap();
+    let _m2 = manager(&env, &bus, &fake);
+    for id in &ids {
+        let f = wait_file(&env, "finished", id, 60);
+        assert_eq!(
+            f["runtime"]["output"], "No-op job completed successfully",
+            "{f}"
+        );
+        assert_eq!(
+            sbatch_count(&fake, id),
+            1,
+            "{id} submitted twice: {}",
+            fake.calls()
+        );
+    }
+    // The successor looked them up by name (one squeue for the batch) before any sbatch.
+    let calls = fake.calls();
+    assert!(
         calls
             .lines()
-            .filter(|l| l.starts_with("sbatch ") && l.contains("--job-name=agentstore-k1"))
-            .count(),
-        1,
-        "submitted twice: {calls}"
+            .any(|l| l.starts_with("squeue ") && l.contains("agentstore-k")),
+        "{calls}"
     );
+}
+
+#[test]
+fn a_batch_step_whose_job_is_never_recorded_does_not_run_the_worker() {
+    let (env, _bus, fake) = setup();
+    // The batch step as the manager submits it, with a gate of 1 s (the real one waits
+    // GATE_SECONDS) for a job file that never names its Slurm job.
+    let running = env.job_file("running", "g1");
+    std::fs::create_dir_all(running.parent().unwrap()).unwrap();
+    std::fs::write(&running, r#"{"runtime": {"slurm_job_id": "1234"}}"#).unwrap();
+    let marker = env.dir.path().join("worker-ran");
+    let script = agentstore::queue::slurm::batch_script(
+        &running,
+        &["touch".to_string(), marker.display().to_string()],
+    )
+    .replace(
+        &format!("-gt {} ", agentstore::queue::slurm::GATE_SECONDS * 5),
+        "-gt 5 ",
+    );
+    let run = |sid: &str| {
+        std::process::Command::new("sh")
+            .args(["-c", &script])
+            .env("SLURM_JOB_ID", sid)
+            .env("PATH", system_path_without_slurm(&env))
+            .output()
+            .unwrap()
+    };
+    // Another Slurm job (123, a prefix of 1234) is not this one: it gives up, exit 3.
+    let out = run("123");
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("was never recorded"),
+        "{out:?}"
+    );
+    assert!(!marker.exists(), "the worker ran without its record");
+    // Its own id recorded: the worker runs.
+    let out = run("1234");
+    assert!(out.status.success(), "{out:?}");
+    assert!(marker.exists());
+    drop(fake);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

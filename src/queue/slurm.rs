@@ -1,16 +1,21 @@
 //! The Slurm launcher (issue 14): one Slurm batch job per job, Slurm doing the scheduling.
 //!
-//! Submission is gated like a local start: `sbatch --hold` first (the job still in
-//! `queued_jobs/`), then the Slurm job id is recorded on the job as it moves into
-//! `running_jobs/`, then `scontrol release`. A manager killed anywhere in between submits
-//! nothing twice: a queued job is first looked up by its Slurm job name
-//! (`agentstore-<id>`), and a held job the manager tracks is released by the next poll.
+//! Submission is gated like a local start, without a Slurm hold: `sbatch` first (the job
+//! still in `queued_jobs/`), then the Slurm job id is recorded on the job as it moves into
+//! `running_jobs/`. The batch step's first lines wait until the job's file there names its
+//! own Slurm job (`$SLURM_JOB_ID`) before `agent-worker` runs ([`batch_script`]), so Slurm
+//! schedules the job as soon as it is submitted (a held job waits for the controller's next
+//! scheduling cycle after `scontrol release`). A manager killed anywhere in between submits
+//! nothing twice: a queued job whose submission may have happened (an interrupted start, an
+//! unanswered sbatch) is first looked up by its Slurm job name (`agentstore-<id>`), in one
+//! `squeue` for all such jobs of a pass; a batch step whose job is never recorded gives up
+//! after [`GATE_SECONDS`] without running the worker.
 //!
 //! Supervision is one `squeue` per pass for all of the queue's Slurm jobs (every
-//! `slurm.poll_seconds`, and at once after a submission or a cancel). A job's end is the
-//! worker's own when it wrote one; else it is taken from Slurm's state (TIMEOUT, CANCELLED,
-//! NODE_FAIL, OUT_OF_MEMORY, …) and, for a worker that died, Slurm's exit record
-//! (`scontrol show job`, only for such jobs).
+//! `slurm.poll_seconds`; at once after a submission or a cancel, and within a second after a
+//! pass that saw a job change state). A job's end is the worker's own when it wrote one; else
+//! it is taken from Slurm's state (TIMEOUT, CANCELLED, NODE_FAIL, OUT_OF_MEMORY, …) and, for a
+//! worker that died, Slurm's exit record (`scontrol show job`, only for such jobs).
 
 use super::Manager;
 use super::poison::MarkKind;
@@ -35,6 +40,17 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
 /// from Slurm's record (the worker's last write may take a moment to show on a shared
 /// filesystem).
 const SETTLE_GRACE: Duration = Duration::from_secs(3);
+
+/// `sbatch` commands run at once during a pass (each waits on the controller's answer).
+const SBATCH_PARALLEL: usize = 8;
+
+/// How long a batch step waits for the manager to record its Slurm job on the job's file
+/// before it gives up without running the worker (its job is then submitted again).
+pub const GATE_SECONDS: u64 = 300;
+
+/// A pass that saw a job change state is followed by another this soon (the state changes of
+/// a burst come close together); a quiet queue is looked at every `poll_seconds`.
+const BUSY_POLL: Duration = Duration::from_secs(1);
 
 /// Prefix of the Slurm job name of every job (`agentstore-<id>`).
 pub const JOB_NAME_PREFIX: &str = "agentstore-";
@@ -63,13 +79,7 @@ impl SlurmError {
 }
 
 /// Runs a Slurm command; its stdout, or why it failed.
-async fn run(
-    prog: &str,
-    args: &[String],
-    env: &[(String, String)],
-    calls: &mut u64,
-) -> Result<String, SlurmError> {
-    *calls = calls.saturating_add(1);
+async fn run(prog: &str, args: &[String], env: &[(String, String)]) -> Result<String, SlurmError> {
     let mut cmd = tokio::process::Command::new(prog);
     cmd.args(args)
         .envs(env.iter().map(|(k, v)| (k, v)))
@@ -158,19 +168,38 @@ fn cpus_arg(quota: &str) -> Option<u64> {
     Some(pct.div_ceil(100).max(1))
 }
 
+/// The batch step of a job: waits (at most [`GATE_SECONDS`]) until the job's file in
+/// `running_jobs/` (`running`) names this Slurm job, then runs `command` (each word quoted
+/// for `sh` here). The manager records the id right after `sbatch` answers, so the wait is
+/// normally over before Slurm starts the step; a step whose job is never recorded (the
+/// manager died, the job was cancelled) exits 3 without running the worker.
+pub fn batch_script(running: &Path, command: &[String]) -> String {
+    let file = shell_quote(&running.display().to_string());
+    let polls = GATE_SECONDS * 5;
+    let cmd: Vec<String> = command.iter().map(|s| shell_quote(s)).collect();
+    format!(
+        "n=0; until grep -Eqs '\"slurm_job_id\": *\"'\"$SLURM_JOB_ID\"'\"' {file}; do \
+         n=$((n+1)); if [ $n -gt {polls} ]; then \
+         echo \"agentstore: Slurm job $SLURM_JOB_ID was never recorded on its job file; the worker is not started\" >&2; \
+         exit 3; fi; sleep 0.2; done; exec {}",
+        cmd.join(" ")
+    )
+}
+
 /// The `sbatch` arguments of one job: the queue's extra arguments first, then ours (which
-/// win), and the batch step that runs `command` (already quoted for `sh`).
+/// win), and the batch step ([`batch_script`]) that runs `command` once `running` (the job's
+/// file in `running_jobs/`) names the Slurm job.
 pub fn sbatch_args(
     cfg: &SlurmConfig,
     job_id: &str,
     limit: u64,
     limits: Option<&ResourceLimits>,
     output: &Path,
+    running: &Path,
     command: &[String],
 ) -> Vec<String> {
     let mut a: Vec<String> = cfg.extra_args.clone();
     a.push("--parsable".into());
-    a.push("--hold".into());
     a.push("--no-requeue".into());
     a.push(format!("--job-name={JOB_NAME_PREFIX}{job_id}"));
     a.push(format!("--time={}", time_minutes(limit)));
@@ -196,8 +225,7 @@ pub fn sbatch_args(
             a.push(format!("--cpus-per-task={c}"));
         }
     }
-    let script: Vec<String> = command.iter().map(|s| shell_quote(s)).collect();
-    a.push(format!("--wrap=exec {}", script.join(" ")));
+    a.push(format!("--wrap={}", batch_script(running, command)));
     a
 }
 
@@ -324,6 +352,8 @@ pub(super) struct SlurmState {
     pub(super) status: Option<String>,
     /// Slurm commands run so far.
     pub(super) calls: u64,
+    /// Queued jobs an sbatch of this manager may have submitted without their record.
+    unsure: HashSet<String>,
     /// The shared-store probe: its Slurm job id and the file it writes, while it runs.
     probe: Option<(String, std::path::PathBuf)>,
     /// Whether the probe was submitted (once per manager).
@@ -346,6 +376,8 @@ impl SlurmState {
 
 /// A queued job ready to be handed to Slurm.
 struct Submission {
+    /// Whether an earlier submission may exist (looked up by name first).
+    unsure: bool,
     id: String,
     path: std::path::PathBuf,
     job: Job,
@@ -400,13 +432,38 @@ impl Manager {
         } else {
             Vec::new()
         };
-        let r = run(prog, args, &env, &mut self.slurm.calls).await;
-        if let Err(e) = &r
+        self.slurm.calls = self.slurm.calls.saturating_add(1);
+        let r = run(prog, args, &env).await;
+        self.note_transient(&r);
+        r
+    }
+
+    /// A controller that does not answer is the queue's `slurm_status`.
+    fn note_transient<T>(&mut self, r: &Result<T, SlurmError>) {
+        if let Err(e) = r
             && e.is_transient()
         {
             self.set_slurm_status(Some(format!("jobs stay queued: {e}")));
         }
-        r
+    }
+
+    /// `sbatch` for each of `lines`, [`SBATCH_PARALLEL`] at once; the answers in order.
+    async fn sbatch_many(&mut self, lines: &[Vec<String>]) -> Vec<Result<String, SlurmError>> {
+        let env = self.cfg.worker_env.clone();
+        let mut out = Vec::with_capacity(lines.len());
+        for chunk in lines.chunks(SBATCH_PARALLEL) {
+            self.slurm.calls = self
+                .slurm
+                .calls
+                .saturating_add(u64::try_from(chunk.len()).unwrap_or(u64::MAX));
+            let answers =
+                futures_util::future::join_all(chunk.iter().map(|a| run("sbatch", a, &env))).await;
+            for r in &answers {
+                self.note_transient(r);
+            }
+            out.extend(answers);
+        }
+        out
     }
 
     /// The queue's live Slurm jobs named after `ids` (one `squeue`).
@@ -513,11 +570,16 @@ impl Manager {
         let mut marked = Vec::new();
         let mut ready = Vec::new();
         for id in ids {
+            // An earlier attempt (its marker still on disk) may have reached sbatch.
+            let mut unsure = self.start_was_interrupted(id) || self.slurm.unsure.contains(id);
             if self.mark(MarkKind::Start, id) {
                 marked.push(id.clone());
+            } else {
+                unsure = true;
             }
             if let Some(p) = self.prepare_start(id).await {
                 ready.push(Submission {
+                    unsure,
                     args: p
                         .args
                         .iter()
@@ -531,100 +593,130 @@ impl Manager {
                 });
             }
         }
-        // Submitted before, by a manager that died before recording it: found by name.
-        let names: Vec<&str> = ready.iter().map(|s| s.id.as_str()).collect();
+        // Submitted before (by a manager that died before recording it, or by an sbatch of
+        // ours that did not answer): found by name, in one squeue for all such jobs.
+        let names: Vec<&str> = ready
+            .iter()
+            .filter(|s| s.unsure)
+            .map(|s| s.id.as_str())
+            .collect();
         let existing = if names.is_empty() {
             Ok(Vec::new())
         } else {
             self.squeue(&names).await
         };
-        match existing {
+        let existing = match existing {
+            Ok(l) => l,
             Err(e) => {
-                for s in &ready {
+                // Only the jobs that needed the look-up wait; the others go on.
+                let (wait, go): (Vec<Submission>, Vec<Submission>) =
+                    ready.into_iter().partition(|s| s.unsure);
+                for s in &wait {
                     self.back_off(&s.id, &e.to_string());
                 }
+                ready = go;
+                Vec::new()
             }
-            Ok(existing) => {
-                let mut release = Vec::new();
-                for s in ready {
-                    let found = existing
-                        .iter()
-                        .filter(|j| j.name == format!("{JOB_NAME_PREFIX}{}", s.id))
-                        .find(|j| !is_terminal(&j.state))
-                        .map(|j| j.id.clone());
-                    if let Some(sid) = self.submit_one(s, found).await {
-                        release.push(sid);
-                    }
+        };
+        let mut found = Vec::new();
+        let mut lines = Vec::new();
+        let mut fresh = Vec::new();
+        for s in ready {
+            let name = format!("{JOB_NAME_PREFIX}{}", s.id);
+            match existing
+                .iter()
+                .find(|j| j.name == name && !is_terminal(&j.state))
+            {
+                Some(j) => found.push((s, j.clone())),
+                None => {
+                    lines.push(self.sbatch_line(&s));
+                    // From here on, a submission may exist whatever sbatch answers.
+                    self.slurm.unsure.insert(s.id.clone());
+                    fresh.push(s);
                 }
-                self.slurm_release(&release).await;
-                self.slurm.poll_at = Some(Instant::now());
             }
         }
+        let mut release = Vec::new();
+        for (s, j) in found {
+            self.record(Record::info(
+                self.event("slurm_job_found").job(&s.id).detail(&j.id),
+                format!(
+                    "job {}: Slurm job {} from an earlier submission taken over",
+                    s.id, j.id
+                ),
+            ));
+            // Submitted held by an earlier version of the manager.
+            if j.state == "PENDING" && j.reason == "JobHeldUser" {
+                release.push(j.id.clone());
+            }
+            self.record_submission(s, j.id).await;
+        }
+        let answers = self.sbatch_many(&lines).await;
+        for (s, answer) in fresh.into_iter().zip(answers) {
+            match answer {
+                Ok(out) => {
+                    let sid = out.trim().split(';').next().unwrap_or_default().to_string();
+                    if sid.is_empty() || !sid.chars().all(|c| c.is_ascii_digit() || c == '_') {
+                        self.back_off(
+                            &s.id,
+                            &format!("sbatch printed no job id (it printed {:?})", out.trim()),
+                        );
+                        continue;
+                    }
+                    self.record_submission(s, sid).await;
+                }
+                Err(e) if e.is_transient() => self.back_off(&s.id, &e.to_string()),
+                Err(e) => {
+                    self.slurm.unsure.remove(&s.id);
+                    self.fail_owned(
+                        &s.id,
+                        JobStatus::Queued,
+                        s.job,
+                        format!("Cannot start job: Slurm refused it: {e}"),
+                    )
+                    .await;
+                }
+            }
+        }
+        self.slurm_release(&release).await;
+        self.slurm.poll_at = Some(Instant::now());
         for id in &marked {
             self.unmark(MarkKind::Start, id);
         }
     }
 
-    /// Submits one job held (unless `found`: its earlier submission), records its Slurm job
-    /// id as the job moves into `running_jobs/`; the id to release.
-    async fn submit_one(&mut self, s: Submission, found: Option<String>) -> Option<String> {
+    /// The `sbatch` arguments of a submission.
+    fn sbatch_line(&self, s: &Submission) -> Vec<String> {
+        let q = &self.cfg.queue;
+        let mut command = vec![self.cfg.worker.display().to_string()];
+        command.extend(s.args.iter().cloned());
+        let output = self
+            .store
+            .logs_dir()
+            .join(format!("slurm-{q}-{}.out", s.id));
+        let running = self.store.job_path(q, JobStatus::Running, &s.id);
+        sbatch_args(
+            &self.slurm_cfg(),
+            &s.id,
+            s.limit,
+            self.config.resource_limits.as_ref(),
+            &output,
+            &running,
+            &command,
+        )
+    }
+
+    /// Records Slurm job `sid` on a submitted job as it moves into `running_jobs/` (which
+    /// opens the batch step's gate) and follows it.
+    async fn record_submission(&mut self, s: Submission, sid: String) {
         let q = self.cfg.queue.clone();
         let Submission {
             id,
             path,
             mut job,
-            args,
             limit,
+            ..
         } = s;
-        let sid = match found {
-            Some(sid) => {
-                self.record(Record::info(
-                    self.event("slurm_job_found").job(&id).detail(&sid),
-                    format!("job {id}: Slurm job {sid} from an earlier submission taken over"),
-                ));
-                sid
-            }
-            None => {
-                let mut command = vec![self.cfg.worker.display().to_string()];
-                command.extend(args);
-                let output = self.store.logs_dir().join(format!("slurm-{q}-{id}.out"));
-                let sargs = sbatch_args(
-                    &self.slurm_cfg(),
-                    &id,
-                    limit,
-                    self.config.resource_limits.as_ref(),
-                    &output,
-                    &command,
-                );
-                match self.slurm_run("sbatch", &sargs).await {
-                    Ok(out) => {
-                        let sid = out.trim().split(';').next().unwrap_or_default().to_string();
-                        if sid.is_empty() || !sid.chars().all(|c| c.is_ascii_digit() || c == '_') {
-                            self.back_off(
-                                &id,
-                                &format!("sbatch printed no job id (it printed {:?})", out.trim()),
-                            );
-                            return None;
-                        }
-                        sid
-                    }
-                    Err(e) if e.is_transient() => {
-                        self.back_off(&id, &e.to_string());
-                        return None;
-                    }
-                    Err(e) => {
-                        self.fail_owned(
-                            &id,
-                            JobStatus::Queued,
-                            job,
-                            format!("Cannot start job: Slurm refused it: {e}"),
-                        )
-                        .await;
-                        return None;
-                    }
-                }
-            }
-        };
         let now = Timestamp::now();
         let r = &mut job.runtime;
         r.start_time = Some(now);
@@ -632,10 +724,11 @@ impl Manager {
         r.unit = None;
         r.slurm_job_id = Some(sid.clone());
         if let Err(e) = self.place_running(&id, &mut job, &path) {
-            // Still held: the next attempt finds it by name.
+            // The batch step waits at its gate: the next attempt finds it by name.
             self.back_off(&id, &e.to_string());
-            return None;
+            return;
         }
+        self.slurm.unsure.remove(&id);
         self.backoff.remove(&id);
         if !self.slurm.unshared {
             self.set_slurm_status(None);
@@ -651,7 +744,7 @@ impl Manager {
         self.slurm.jobs.insert(
             id.clone(),
             Tracked {
-                slurm_id: sid.clone(),
+                slurm_id: sid,
                 limit,
                 state: "PENDING".to_string(),
                 end: None,
@@ -660,7 +753,6 @@ impl Manager {
         );
         self.signal(&id, JobStatus::Queued, JobStatus::Running)
             .await;
-        Some(sid)
     }
 
     async fn slurm_release(&mut self, sids: &[String]) {
@@ -759,6 +851,7 @@ impl Manager {
         let mut release = Vec::new();
         let mut over = Vec::new();
         let mut ended = Vec::new();
+        let mut changed = false;
         let now = Instant::now();
         for id in ids {
             let running_file = self.store.job_path(&q, JobStatus::Running, &id).is_file();
@@ -767,6 +860,7 @@ impl Manager {
             };
             if !running_file {
                 // The worker wrote its end (or the file was taken away).
+                changed = true;
                 ended.push((id, None));
                 continue;
             }
@@ -785,6 +879,7 @@ impl Manager {
             if me.state == "PENDING" && me.reason == "JobHeldUser" {
                 release.push(me.id.clone());
             }
+            changed |= t.state != me.state;
             t.state = me.state.clone();
             if !is_terminal(&me.state) {
                 t.ended_at = None;
@@ -801,6 +896,10 @@ impl Manager {
         }
         if self.slurm.jobs.values().any(|t| t.ended_at.is_some()) {
             let soon = add_secs(Instant::now(), SETTLE_GRACE.as_secs());
+            self.slurm.poll_at = self.slurm.poll_at.map(|at| at.min(soon));
+        }
+        if changed {
+            let soon = Instant::now() + BUSY_POLL;
             self.slurm.poll_at = self.slurm.poll_at.map(|at| at.min(soon));
         }
         self.slurm_release(&release).await;
@@ -890,21 +989,27 @@ mod tests {
             60,
             Some(&limits),
             Path::new("/s/logs/o.out"),
+            Path::new("/s/Queues/q/Jobs/running_jobs/j1.json"),
             &["/bin/agent-worker".into(), "it's".into()],
         );
+        assert!(!a.iter().any(|x| x == "--hold"), "{a:?}");
         assert_eq!(a[0], "--constraint=x");
         for want in [
             "--job-name=agentstore-j1",
             "--time=2",
-            "--hold",
             "--partition=debug",
             "--mem=2G",
             "--cpus-per-task=2",
             "--output=/s/logs/o.out",
-            r"--wrap=exec '/bin/agent-worker' 'it'\''s'",
         ] {
             assert!(a.iter().any(|x| x == want), "{want} missing from {a:?}");
         }
+        let wrap = a.last().unwrap();
+        assert!(
+            wrap.ends_with(r"; exec '/bin/agent-worker' 'it'\''s'")
+                && wrap.contains("'/s/Queues/q/Jobs/running_jobs/j1.json'"),
+            "{wrap}"
+        );
     }
 
     #[test]
