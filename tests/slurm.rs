@@ -28,7 +28,7 @@ impl FakeSlurm {
         std::fs::create_dir_all(&bin).unwrap();
         std::fs::create_dir_all(&state).unwrap();
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/fake_slurm.sh");
-        for c in ["sbatch", "squeue", "scancel", "scontrol"] {
+        for c in ["sbatch", "squeue", "scancel", "scontrol", "sinfo"] {
             std::os::unix::fs::symlink(&script, bin.join(c)).unwrap();
         }
         FakeSlurm { bin, state }
@@ -85,7 +85,7 @@ fn system_path_without_slurm(env: &QueueEnv) -> PathBuf {
             let n = name.to_string_lossy();
             if matches!(
                 &*n,
-                "sbatch" | "squeue" | "scancel" | "scontrol" | "sacct" | "srun"
+                "sbatch" | "squeue" | "scancel" | "scontrol" | "sacct" | "srun" | "sinfo"
             ) {
                 continue;
             }
@@ -525,4 +525,74 @@ fn a_store_the_nodes_cannot_see_holds_the_jobs_and_says_why() {
     std::thread::sleep(Duration::from_secs(3));
     assert!(env.job_file("queued", "u2").is_file(), "u2 was submitted");
     assert!(!fake.calls().contains("agentstore-u2"), "{}", fake.calls());
+}
+
+#[test]
+fn a_job_beyond_the_partition_fails_at_once_instead_of_pending_forever() {
+    let (env, bus, fake) = setup();
+    slurm_queue(&env, json!({"partition": "short", "poll_seconds": 1}));
+    // Partition short: MaxTime 2 min, nodes of 2 CPUs and 1000 MB (another partition, and
+    // the default one, are larger).
+    std::fs::write(
+        fake.state.join("sinfo"),
+        "big*|infinite|64|512000\nshort|2:00|2|1000\nshort|2:00|2|1000\n",
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let _m = manager(&env, &bus, &fake);
+    // timeout_seconds 300 → sbatch --time=6 > 2 min.
+    let mut long = noop(0.1);
+    long["config"]["timeout_seconds"] = json!(300);
+    env.queue_job("x1", &long);
+    let f = wait_file(&env, "failed", "x1", 30);
+    let err = f["runtime"]["error"].as_str().unwrap();
+    assert!(
+        err.contains("--time=6")
+            && err.contains("partition short's MaxTime is 2 min")
+            && err.contains("pend forever"),
+        "{err}"
+    );
+    // Within it (115 s + 5 s grace = 2 min): runs.
+    let mut fits = noop(0.1);
+    fits["config"]["timeout_seconds"] = json!(115);
+    env.queue_job("x2", &fits);
+    wait_file(&env, "finished", "x2", 60);
+    // More CPUs than a node of the partition has.
+    env.edit_queue(|q| {
+        q.config.resource_limits = Some(agentstore::model::ResourceLimits {
+            memory_max: None,
+            cpu_quota: Some("400%".into()),
+            tasks_max: None,
+        })
+    });
+    env.queue_job("x3", &noop(0.1));
+    let f = wait_file(&env, "failed", "x3", 30);
+    let err = f["runtime"]["error"].as_str().unwrap();
+    assert!(
+        err.contains("--cpus-per-task=4") && err.contains("has 2 CPUs"),
+        "{err}"
+    );
+    // More memory than a node has.
+    env.edit_queue(|q| {
+        q.config.resource_limits = Some(agentstore::model::ResourceLimits {
+            memory_max: Some(json!("2G")),
+            cpu_quota: None,
+            tasks_max: None,
+        })
+    });
+    env.queue_job("x4", &noop(0.1));
+    let f = wait_file(&env, "failed", "x4", 30);
+    let err = f["runtime"]["error"].as_str().unwrap();
+    assert!(
+        err.contains("--mem=2048M") && err.contains("has 1000M"),
+        "{err}"
+    );
+    let calls = fake.calls();
+    for id in ["x1", "x3", "x4"] {
+        assert_eq!(sbatch_count(&fake, id), 0, "{id} went to sbatch: {calls}");
+    }
+    // The partition's limits are read once a minute, not per job.
+    let allowed = 1 + started.elapsed().as_secs() / 60;
+    let n = calls.lines().filter(|l| l.starts_with("sinfo ")).count() as u64;
+    assert!(n >= 1 && n <= allowed, "{n} sinfo calls: {calls}");
 }

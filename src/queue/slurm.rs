@@ -41,6 +41,9 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
 /// filesystem).
 const SETTLE_GRACE: Duration = Duration::from_secs(3);
 
+/// How long the partition's limits read by `sinfo` are used before they are read again.
+const PARTITION_TTL: Duration = Duration::from_secs(60);
+
 /// `sbatch` commands run at once during a pass (each waits on the controller's answer).
 const SBATCH_PARALLEL: usize = 8;
 
@@ -160,6 +163,105 @@ fn mem_arg(v: &serde_json::Value) -> Option<String> {
         _ => None,
     }?;
     Some(format!("{}M", bytes.div_ceil(1024 * 1024).max(1)))
+}
+
+/// `memory_max` in MiB (bytes as a number or digits, or digits with a K/M/G/T suffix).
+fn mem_mib(v: &serde_json::Value) -> Option<u64> {
+    let text = mem_arg(v)?;
+    let (digits, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit())?);
+    let n: u64 = digits.parse().ok()?;
+    match unit.to_ascii_uppercase().as_str() {
+        "K" | "KB" => Some(n.div_ceil(1024)),
+        "M" | "MB" => Some(n),
+        "G" | "GB" => n.checked_mul(1024),
+        "T" | "TB" => n.checked_mul(1024 * 1024),
+        _ => None,
+    }
+}
+
+/// What a partition offers, from `sinfo` (absent: unlimited or not known).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PartitionLimits {
+    /// The partition's name.
+    pub name: String,
+    /// Its MaxTime in seconds.
+    pub max_time: Option<u64>,
+    /// The most CPUs of one of its nodes.
+    pub cpus: Option<u64>,
+    /// The most memory of one of its nodes, MiB.
+    pub mem_mib: Option<u64>,
+}
+
+/// `sinfo`'s format for [`parse_sinfo`] (one line per node and partition).
+pub const SINFO_FORMAT: &str = "%P|%l|%c|%m";
+
+/// The limits of `partition` (absent: the default one, marked `*`) from
+/// `sinfo --noheader --Node --format=SINFO_FORMAT`; None when it is not listed.
+pub fn parse_sinfo(out: &str, partition: Option<&str>) -> Option<PartitionLimits> {
+    let mut found: Option<PartitionLimits> = None;
+    let num = |s: &str| s.trim().trim_end_matches('+').parse::<u64>().ok();
+    for line in out.lines() {
+        let f: Vec<&str> = line.trim().split('|').collect();
+        let [p, time, cpus, mem] = f[..] else {
+            continue;
+        };
+        let name = p.trim().trim_end_matches('*');
+        let wanted = match partition {
+            Some(want) => name == want,
+            None => p.trim().ends_with('*'),
+        };
+        if !wanted {
+            continue;
+        }
+        let l = found.get_or_insert_with(|| PartitionLimits {
+            name: name.to_string(),
+            max_time: parse_elapsed(time.trim()),
+            ..PartitionLimits::default()
+        });
+        l.cpus = l.cpus.max(num(cpus));
+        l.mem_mib = l.mem_mib.max(num(mem));
+    }
+    found
+}
+
+/// Why a job can never start in partition `p` (it would pend forever): its time limit
+/// (`limit` seconds, as `sbatch --time`) above the MaxTime, or more CPUs or memory than any
+/// node has.
+pub fn beyond_partition(
+    p: &PartitionLimits,
+    limit: u64,
+    limits: Option<&ResourceLimits>,
+) -> Option<String> {
+    let minutes = time_minutes(limit);
+    if let Some(max) = p.max_time
+        && minutes.saturating_mul(60) > max
+    {
+        return Some(format!(
+            "Cannot start job: its time limit needs sbatch --time={minutes} (minutes: timeout_seconds {limit} + {} s kill grace, rounded up) but Slurm partition {}'s MaxTime is {} min; it would pend forever. Lower timeout_seconds or use a partition with a longer MaxTime",
+            KILL_GRACE.as_secs(),
+            p.name,
+            max / 60
+        ));
+    }
+    let want_cpus = limits.and_then(|l| l.cpu_quota.as_deref().and_then(cpus_arg));
+    if let (Some(want), Some(have)) = (want_cpus, p.cpus)
+        && want > have
+    {
+        return Some(format!(
+            "Cannot start job: the queue's resource_limits.cpu_quota asks sbatch --cpus-per-task={want} but the largest node of Slurm partition {} has {have} CPUs; it would pend forever",
+            p.name
+        ));
+    }
+    let want_mem = limits.and_then(|l| l.memory_max.as_ref().and_then(mem_mib));
+    if let (Some(want), Some(have)) = (want_mem, p.mem_mib)
+        && want > have
+    {
+        return Some(format!(
+            "Cannot start job: the queue's resource_limits.memory_max asks sbatch --mem={want}M but the largest node of Slurm partition {} has {have}M; it would pend forever",
+            p.name
+        ));
+    }
+    None
 }
 
 /// `sbatch --cpus-per-task` for a `cpu_quota` like `250%` (rounded up).
@@ -352,6 +454,8 @@ pub(super) struct SlurmState {
     pub(super) status: Option<String>,
     /// Slurm commands run so far.
     pub(super) calls: u64,
+    /// The partition's limits and when they were read (`sinfo`, at most once a minute).
+    partition: Option<(Instant, Option<PartitionLimits>)>,
     /// Queued jobs an sbatch of this manager may have submitted without their record.
     unsure: HashSet<String>,
     /// The shared-store probe: its Slurm job id and the file it writes, while it runs.
@@ -618,6 +722,15 @@ impl Manager {
                 Vec::new()
             }
         };
+        let partition = if ready.iter().any(|s| {
+            !existing
+                .iter()
+                .any(|j| j.name == format!("{JOB_NAME_PREFIX}{}", s.id))
+        }) {
+            self.partition_limits().await
+        } else {
+            None
+        };
         let mut found = Vec::new();
         let mut lines = Vec::new();
         let mut fresh = Vec::new();
@@ -629,6 +742,12 @@ impl Manager {
             {
                 Some(j) => found.push((s, j.clone())),
                 None => {
+                    if let Some(why) = partition.as_ref().and_then(|p| {
+                        beyond_partition(p, s.limit, self.config.resource_limits.as_ref())
+                    }) {
+                        self.fail_owned(&s.id, JobStatus::Queued, s.job, why).await;
+                        continue;
+                    }
                     lines.push(self.sbatch_line(&s));
                     // From here on, a submission may exist whatever sbatch answers.
                     self.slurm.unsure.insert(s.id.clone());
@@ -683,6 +802,34 @@ impl Manager {
         for id in &marked {
             self.unmark(MarkKind::Start, id);
         }
+    }
+
+    /// The limits of the queue's partition (`sinfo`, read again after a minute); None when
+    /// they cannot be known (the job then goes to sbatch, which judges it).
+    async fn partition_limits(&mut self) -> Option<PartitionLimits> {
+        if let Some((at, l)) = &self.slurm.partition
+            && at.elapsed() < PARTITION_TTL
+        {
+            return l.clone();
+        }
+        let cfg = self.slurm_cfg();
+        let mut args = vec![
+            "--noheader".to_string(),
+            "--Node".to_string(),
+            format!("--format={SINFO_FORMAT}"),
+        ];
+        if let Some(p) = &cfg.partition {
+            args.push(format!("--partition={p}"));
+        }
+        let l = match self.slurm_run("sinfo", &args).await {
+            Ok(out) => parse_sinfo(&out, cfg.partition.as_deref()),
+            Err(e) => {
+                tracing::warn!(queue = %self.cfg.queue, "sinfo (the partition's limits are not checked): {e}");
+                None
+            }
+        };
+        self.slurm.partition = Some((Instant::now(), l.clone()));
+        l
     }
 
     /// The `sbatch` arguments of a submission.
@@ -954,6 +1101,7 @@ impl Manager {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn times_and_limits() {
@@ -1010,6 +1158,44 @@ mod tests {
                 && wrap.contains("'/s/Queues/q/Jobs/running_jobs/j1.json'"),
             "{wrap}"
         );
+    }
+
+    #[test]
+    fn partition_limits() {
+        let out = "big*|infinite|64|512000+\nshort|2:00|2|1000\nshort|2:00|4+|800\nbad\n";
+        let short = parse_sinfo(out, Some("short")).unwrap();
+        assert_eq!(short.max_time, Some(120));
+        assert_eq!((short.cpus, short.mem_mib), (Some(4), Some(1000)));
+        let big = parse_sinfo(out, None).unwrap();
+        assert_eq!((big.name.as_str(), big.max_time), ("big", None));
+        assert_eq!(parse_sinfo(out, Some("nosuch")), None);
+        assert_eq!(beyond_partition(&short, 115, None), None);
+        assert!(
+            beyond_partition(&short, 116, None)
+                .unwrap()
+                .contains("--time=3")
+        );
+        let rl = |cpu: &str, mem: serde_json::Value| ResourceLimits {
+            memory_max: Some(mem),
+            cpu_quota: Some(cpu.into()),
+            tasks_max: None,
+        };
+        assert_eq!(
+            beyond_partition(&short, 60, Some(&rl("400%", json!("1000M")))),
+            None
+        );
+        assert!(
+            beyond_partition(&short, 60, Some(&rl("500%", json!(1))))
+                .unwrap()
+                .contains("--cpus-per-task=5")
+        );
+        assert!(
+            beyond_partition(&short, 60, Some(&rl("100%", json!("1G"))))
+                .unwrap()
+                .contains("--mem=1024M")
+        );
+        assert_eq!(mem_mib(&json!("3K")), Some(1));
+        assert_eq!(mem_mib(&json!(2_097_152)), Some(2));
     }
 
     #[test]

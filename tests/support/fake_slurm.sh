@@ -7,6 +7,7 @@
 #   $FAKE_SLURM_DIR/down         exists: every command fails as if the controller were down
 #   $FAKE_SLURM_DIR/calls        one line per call: the command and its arguments
 #   $FAKE_SLURM_DIR/jobs/N.*     name, state, reason, start, wrap, pid, exit
+#   $FAKE_SLURM_DIR/sinfo        what sinfo prints (partition|time limit|CPUs|memory MB)
 #   $FAKE_SLURM_DIR/sbatch-delay  seconds sbatch takes to answer after the job is accepted
 set -u
 D=${FAKE_SLURM_DIR:?}
@@ -95,6 +96,10 @@ scancel)
             [ -n "$p" ] && kill -TERM -- "-$p" 2>/dev/null
         fi
     done
+    ;;
+sinfo)
+    # --Node --format=%P|%l|%c|%m: $FAKE_SLURM_DIR/sinfo, else one node of 2 CPUs and 4000 MB, no time limit.
+    if [ -e "$D/sinfo" ]; then cat "$D/sinfo"; else echo 'debug*|infinite|2|4000'; fi
     ;;
 squeue)
     names=""
