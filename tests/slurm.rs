@@ -28,7 +28,7 @@ impl FakeSlurm {
         std::fs::create_dir_all(&bin).unwrap();
         std::fs::create_dir_all(&state).unwrap();
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/fake_slurm.sh");
-        for c in ["sbatch", "squeue", "scancel", "scontrol"] {
+        for c in ["sbatch", "squeue", "scancel", "scontrol", "sinfo"] {
             std::os::unix::fs::symlink(&script, bin.join(c)).unwrap();
         }
         FakeSlurm { bin, state }
@@ -85,7 +85,7 @@ fn system_path_without_slurm(env: &QueueEnv) -> PathBuf {
             let n = name.to_string_lossy();
             if matches!(
                 &*n,
-                "sbatch" | "squeue" | "scancel" | "scontrol" | "sacct" | "srun"
+                "sbatch" | "squeue" | "scancel" | "scontrol" | "sacct" | "srun" | "sinfo"
             ) {
                 continue;
             }
@@ -175,7 +175,6 @@ fn noop_job_runs_through_slurm_with_its_id_recorded() {
     for want in [
         "--constraint=x",
         "--parsable",
-        "--hold",
         "--job-name=agentstore-s1",
         "--time=2",
         "--partition=debug",
@@ -186,10 +185,18 @@ fn noop_job_runs_through_slurm_with_its_id_recorded() {
     ] {
         assert!(sbatch[0].contains(want), "{want} not in {}", sbatch[0]);
     }
+    // No hold: the batch step's gate is the job file naming its Slurm job; nothing to
+    // release, and no look-up by name for a job no earlier attempt can have submitted.
+    assert!(!sbatch[0].contains("--hold"), "{}", sbatch[0]);
+    assert!(!calls.contains("scontrol release"), "{calls}");
+    let before_sbatch = calls.split(sbatch[0]).next().unwrap();
     assert!(
-        calls.contains(&format!("scontrol release {sid}")),
+        !before_sbatch
+            .lines()
+            .any(|l| l.starts_with("squeue ") && l.contains("agentstore-s1")),
         "{calls}"
     );
+    assert!(sid.chars().all(|c| c.is_ascii_digit()), "{sid}");
     // Output went to the per-job file in the store's logs/.
     assert!(
         env.root
@@ -308,11 +315,30 @@ fn sbatch_missing_keeps_jobs_queued_and_says_why() {
     assert!(env.job_file("queued", "m1").is_file());
 }
 
+/// The start marker a manager leaves on disk while it hands `id` to Slurm (poison.rs).
+fn start_marker(env: &QueueEnv, id: &str) {
+    let dir = env
+        .root
+        .join(format!("Queues/{}/.handling", env.queue))
+        .join(agentstore::store::hostname());
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(format!("start-{id}")), "attempts 1\npid 1\n").unwrap();
+}
+
+fn sbatch_count(fake: &FakeSlurm, id: &str) -> usize {
+    fake.calls()
+        .lines()
+        .filter(|l| l.starts_with("sbatch ") && l.contains(&format!("--job-name=agentstore-{id} ")))
+        .count()
+}
+
 #[test]
-fn a_job_submitted_before_a_crash_is_taken_over_not_submitted_again() {
+fn a_job_held_by_an_earlier_manager_is_taken_over_not_submitted_again() {
     let (env, bus, fake) = setup();
     slurm_queue(&env, json!({"poll_seconds": 1}));
-    // A manager died after sbatch, before recording: Slurm holds agentstore-k1.
+    // A manager (of the version that submitted held) died after sbatch, before recording:
+    // Slurm holds agentstore-k1 and the manager's start marker is on disk.
+    start_marker(&env, "k1");
     let worker = env!("CARGO_BIN_EXE_agent-worker");
     let out = std::process::Command::new(fake.bin.join("sbatch"))
         .env("FAKE_SLURM_DIR", &fake.state)
@@ -333,15 +359,108 @@ fn a_job_submitted_before_a_crash_is_taken_over_not_submitted_again() {
     let _m = manager(&env, &bus, &fake);
     let f = wait_file(&env, "finished", "k1", 60);
     assert_eq!(f["runtime"]["slurm_job_id"], json!(sid));
-    let calls = fake.calls();
     assert_eq!(
+        sbatch_count(&fake, "k1"),
+        1,
+        "submitted twice: {}",
+        fake.calls()
+    );
+    assert!(
+        fake.calls().contains(&format!("scontrol release {sid}")),
+        "{}",
+        fake.calls()
+    );
+}
+
+#[test]
+fn kill_9_while_sbatch_answers_submits_each_job_once() {
+    let (env, bus, fake) = setup();
+    slurm_queue(&env, json!({"poll_seconds": 1}));
+    // sbatch accepts the jobs at once but answers 3 s later: the manager is killed before
+    // it can record any Slurm job id. The batch steps already run and wait at their gate.
+    std::fs::write(fake.state.join("sbatch-delay"), "3").unwrap();
+    let mut m = manager(&env, &bus, &fake);
+    let ids: Vec<String> = (1..=5).map(|i| format!("k{i}")).collect();
+    for id in &ids {
+        env.queue_job(id, &noop(0.1));
+    }
+    wait_until(
+        Duration::from_secs(30),
+        "all five accepted by sbatch",
+        || ids.iter().all(|id| sbatch_count(&fake, id) == 1),
+    );
+    m.child.kill().unwrap();
+    m.child.wait().unwrap();
+    drop(m);
+    for id in &ids {
+        assert!(
+            env.job_file("queued", id).is_file(),
+            "{id} left queued_jobs"
+        );
+    }
+    std::fs::remove_file(fake.state.join("sbatch-delay")).unwrap();
+    let _m2 = manager(&env, &bus, &fake);
+    for id in &ids {
+        let f = wait_file(&env, "finished", id, 60);
+        assert_eq!(
+            f["runtime"]["output"], "No-op job completed successfully",
+            "{f}"
+        );
+        assert_eq!(
+            sbatch_count(&fake, id),
+            1,
+            "{id} submitted twice: {}",
+            fake.calls()
+        );
+    }
+    // The successor looked them up by name (one squeue for the batch) before any sbatch.
+    let calls = fake.calls();
+    assert!(
         calls
             .lines()
-            .filter(|l| l.starts_with("sbatch ") && l.contains("--job-name=agentstore-k1"))
-            .count(),
-        1,
-        "submitted twice: {calls}"
+            .any(|l| l.starts_with("squeue ") && l.contains("agentstore-k")),
+        "{calls}"
     );
+}
+
+#[test]
+fn a_batch_step_whose_job_is_never_recorded_does_not_run_the_worker() {
+    let (env, _bus, fake) = setup();
+    // The batch step as the manager submits it, with a gate of 1 s (the real one waits
+    // GATE_SECONDS) for a job file that never names its Slurm job.
+    let running = env.job_file("running", "g1");
+    std::fs::create_dir_all(running.parent().unwrap()).unwrap();
+    std::fs::write(&running, r#"{"runtime": {"slurm_job_id": "1234"}}"#).unwrap();
+    let marker = env.dir.path().join("worker-ran");
+    let script = agentstore::queue::slurm::batch_script(
+        &running,
+        &["touch".to_string(), marker.display().to_string()],
+    )
+    .replace(
+        &format!("-gt {} ", agentstore::queue::slurm::GATE_SECONDS * 5),
+        "-gt 5 ",
+    );
+    let run = |sid: &str| {
+        std::process::Command::new("sh")
+            .args(["-c", &script])
+            .env("SLURM_JOB_ID", sid)
+            .env("PATH", system_path_without_slurm(&env))
+            .output()
+            .unwrap()
+    };
+    // Another Slurm job (123, a prefix of 1234) is not this one: it gives up, exit 3.
+    let out = run("123");
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("was never recorded"),
+        "{out:?}"
+    );
+    assert!(!marker.exists(), "the worker ran without its record");
+    // Its own id recorded: the worker runs.
+    let out = run("1234");
+    assert!(out.status.success(), "{out:?}");
+    assert!(marker.exists());
+    drop(fake);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -406,4 +525,74 @@ fn a_store_the_nodes_cannot_see_holds_the_jobs_and_says_why() {
     std::thread::sleep(Duration::from_secs(3));
     assert!(env.job_file("queued", "u2").is_file(), "u2 was submitted");
     assert!(!fake.calls().contains("agentstore-u2"), "{}", fake.calls());
+}
+
+#[test]
+fn a_job_beyond_the_partition_fails_at_once_instead_of_pending_forever() {
+    let (env, bus, fake) = setup();
+    slurm_queue(&env, json!({"partition": "short", "poll_seconds": 1}));
+    // Partition short: MaxTime 2 min, nodes of 2 CPUs and 1000 MB (another partition, and
+    // the default one, are larger).
+    std::fs::write(
+        fake.state.join("sinfo"),
+        "big*|infinite|64|512000\nshort|2:00|2|1000\nshort|2:00|2|1000\n",
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let _m = manager(&env, &bus, &fake);
+    // timeout_seconds 300 → sbatch --time=6 > 2 min.
+    let mut long = noop(0.1);
+    long["config"]["timeout_seconds"] = json!(300);
+    env.queue_job("x1", &long);
+    let f = wait_file(&env, "failed", "x1", 30);
+    let err = f["runtime"]["error"].as_str().unwrap();
+    assert!(
+        err.contains("--time=6")
+            && err.contains("partition short's MaxTime is 2 min")
+            && err.contains("pend forever"),
+        "{err}"
+    );
+    // Within it (115 s + 5 s grace = 2 min): runs.
+    let mut fits = noop(0.1);
+    fits["config"]["timeout_seconds"] = json!(115);
+    env.queue_job("x2", &fits);
+    wait_file(&env, "finished", "x2", 60);
+    // More CPUs than a node of the partition has.
+    env.edit_queue(|q| {
+        q.config.resource_limits = Some(agentstore::model::ResourceLimits {
+            memory_max: None,
+            cpu_quota: Some("400%".into()),
+            tasks_max: None,
+        })
+    });
+    env.queue_job("x3", &noop(0.1));
+    let f = wait_file(&env, "failed", "x3", 30);
+    let err = f["runtime"]["error"].as_str().unwrap();
+    assert!(
+        err.contains("--cpus-per-task=4") && err.contains("has 2 CPUs"),
+        "{err}"
+    );
+    // More memory than a node has.
+    env.edit_queue(|q| {
+        q.config.resource_limits = Some(agentstore::model::ResourceLimits {
+            memory_max: Some(json!("2G")),
+            cpu_quota: None,
+            tasks_max: None,
+        })
+    });
+    env.queue_job("x4", &noop(0.1));
+    let f = wait_file(&env, "failed", "x4", 30);
+    let err = f["runtime"]["error"].as_str().unwrap();
+    assert!(
+        err.contains("--mem=2048M") && err.contains("has 1000M"),
+        "{err}"
+    );
+    let calls = fake.calls();
+    for id in ["x1", "x3", "x4"] {
+        assert_eq!(sbatch_count(&fake, id), 0, "{id} went to sbatch: {calls}");
+    }
+    // The partition's limits are read once a minute, not per job.
+    let allowed = 1 + started.elapsed().as_secs() / 60;
+    let n = calls.lines().filter(|l| l.starts_with("sinfo ")).count() as u64;
+    assert!(n >= 1 && n <= allowed, "{n} sinfo calls: {calls}");
 }

@@ -1,19 +1,24 @@
 //! The Slurm launcher (issue 14): one Slurm batch job per job, Slurm doing the scheduling.
 //!
-//! Submission is gated like a local start: `sbatch --hold` first (the job still in
-//! `queued_jobs/`), then the Slurm job id is recorded on the job as it moves into
-//! `running_jobs/`, then `scontrol release`. A manager killed anywhere in between submits
-//! nothing twice: a queued job is first looked up by its Slurm job name
-//! (`agentstore-<id>`), and a held job the manager tracks is released by the next poll.
+//! Submission is gated like a local start, without a Slurm hold: `sbatch` first (the job
+//! still in `queued_jobs/`), then the Slurm job id is recorded on the job as it moves into
+//! `running_jobs/`. The batch step's first lines wait until the job's file there names its
+//! own Slurm job (`$SLURM_JOB_ID`) before `agent-worker` runs ([`batch_script`]), so Slurm
+//! schedules the job as soon as it is submitted (a held job waits for the controller's next
+//! scheduling cycle after `scontrol release`). A manager killed anywhere in between submits
+//! nothing twice: a queued job whose submission may have happened (an interrupted start, an
+//! unanswered sbatch) is first looked up by its Slurm job name (`agentstore-<id>`), in one
+//! `squeue` for all such jobs of a pass; a batch step whose job is never recorded gives up
+//! after [`GATE_SECONDS`] without running the worker.
 //!
 //! Supervision is one `squeue` per pass for all of the queue's Slurm jobs (every
-//! `slurm.poll_seconds`, and at once after a submission or a cancel). A job's end is the
-//! worker's own when it wrote one; else it is taken from Slurm's state (TIMEOUT, CANCELLED,
-//! NODE_FAIL, OUT_OF_MEMORY, …) and, for a worker that died, Slurm's exit record
-//! (`scontrol show job`, only for such jobs).
+//! `slurm.poll_seconds`; at once after a submission or a cancel, and within a second after a
+//! pass that saw a job change state). A job's end is the worker's own when it wrote one; else
+//! it is taken from Slurm's state (TIMEOUT, CANCELLED, NODE_FAIL, OUT_OF_MEMORY, …) and, for a
+//! worker that died, Slurm's exit record (`scontrol show job`, only for such jobs).
 
 use super::Manager;
-use super::poison::{MarkKind, handling};
+use super::poison::MarkKind;
 use super::{EndCause, KILL_GRACE, WORKER_DIED, add_secs, job_limit};
 use crate::model::{Job, JobStatus, ResourceLimits, SlurmConfig, Timestamp};
 use crate::store::{Record, read_limited};
@@ -35,6 +40,20 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
 /// from Slurm's record (the worker's last write may take a moment to show on a shared
 /// filesystem).
 const SETTLE_GRACE: Duration = Duration::from_secs(3);
+
+/// How long the partition's limits read by `sinfo` are used before they are read again.
+const PARTITION_TTL: Duration = Duration::from_secs(60);
+
+/// `sbatch` commands run at once during a pass (each waits on the controller's answer).
+const SBATCH_PARALLEL: usize = 8;
+
+/// How long a batch step waits for the manager to record its Slurm job on the job's file
+/// before it gives up without running the worker (its job is then submitted again).
+pub const GATE_SECONDS: u64 = 300;
+
+/// A pass that saw a job change state is followed by another this soon (the state changes of
+/// a burst come close together); a quiet queue is looked at every `poll_seconds`.
+const BUSY_POLL: Duration = Duration::from_secs(1);
 
 /// Prefix of the Slurm job name of every job (`agentstore-<id>`).
 pub const JOB_NAME_PREFIX: &str = "agentstore-";
@@ -63,13 +82,7 @@ impl SlurmError {
 }
 
 /// Runs a Slurm command; its stdout, or why it failed.
-async fn run(
-    prog: &str,
-    args: &[String],
-    env: &[(String, String)],
-    calls: &mut u64,
-) -> Result<String, SlurmError> {
-    *calls = calls.saturating_add(1);
+async fn run(prog: &str, args: &[String], env: &[(String, String)]) -> Result<String, SlurmError> {
     let mut cmd = tokio::process::Command::new(prog);
     cmd.args(args)
         .envs(env.iter().map(|(k, v)| (k, v)))
@@ -152,25 +165,143 @@ fn mem_arg(v: &serde_json::Value) -> Option<String> {
     Some(format!("{}M", bytes.div_ceil(1024 * 1024).max(1)))
 }
 
+/// `memory_max` in MiB (bytes as a number or digits, or digits with a K/M/G/T suffix).
+fn mem_mib(v: &serde_json::Value) -> Option<u64> {
+    let text = mem_arg(v)?;
+    let (digits, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit())?);
+    let n: u64 = digits.parse().ok()?;
+    match unit.to_ascii_uppercase().as_str() {
+        "K" | "KB" => Some(n.div_ceil(1024)),
+        "M" | "MB" => Some(n),
+        "G" | "GB" => n.checked_mul(1024),
+        "T" | "TB" => n.checked_mul(1024 * 1024),
+        _ => None,
+    }
+}
+
+/// What a partition offers, from `sinfo` (absent: unlimited or not known).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PartitionLimits {
+    /// The partition's name.
+    pub name: String,
+    /// Its MaxTime in seconds.
+    pub max_time: Option<u64>,
+    /// The most CPUs of one of its nodes.
+    pub cpus: Option<u64>,
+    /// The most memory of one of its nodes, MiB.
+    pub mem_mib: Option<u64>,
+}
+
+/// `sinfo`'s format for [`parse_sinfo`] (one line per node and partition).
+pub const SINFO_FORMAT: &str = "%P|%l|%c|%m";
+
+/// The limits of `partition` (absent: the default one, marked `*`) from
+/// `sinfo --noheader --Node --format=SINFO_FORMAT`; None when it is not listed.
+pub fn parse_sinfo(out: &str, partition: Option<&str>) -> Option<PartitionLimits> {
+    let mut found: Option<PartitionLimits> = None;
+    let num = |s: &str| s.trim().trim_end_matches('+').parse::<u64>().ok();
+    for line in out.lines() {
+        let f: Vec<&str> = line.trim().split('|').collect();
+        let [p, time, cpus, mem] = f[..] else {
+            continue;
+        };
+        let name = p.trim().trim_end_matches('*');
+        let wanted = match partition {
+            Some(want) => name == want,
+            None => p.trim().ends_with('*'),
+        };
+        if !wanted {
+            continue;
+        }
+        let l = found.get_or_insert_with(|| PartitionLimits {
+            name: name.to_string(),
+            max_time: parse_elapsed(time.trim()),
+            ..PartitionLimits::default()
+        });
+        l.cpus = l.cpus.max(num(cpus));
+        l.mem_mib = l.mem_mib.max(num(mem));
+    }
+    found
+}
+
+/// Why a job can never start in partition `p` (it would pend forever): its time limit
+/// (`limit` seconds, as `sbatch --time`) above the MaxTime, or more CPUs or memory than any
+/// node has.
+pub fn beyond_partition(
+    p: &PartitionLimits,
+    limit: u64,
+    limits: Option<&ResourceLimits>,
+) -> Option<String> {
+    let minutes = time_minutes(limit);
+    if let Some(max) = p.max_time
+        && minutes.saturating_mul(60) > max
+    {
+        return Some(format!(
+            "Cannot start job: its time limit needs sbatch --time={minutes} (minutes: timeout_seconds {limit} + {} s kill grace, rounded up) but Slurm partition {}'s MaxTime is {} min; it would pend forever. Lower timeout_seconds or use a partition with a longer MaxTime",
+            KILL_GRACE.as_secs(),
+            p.name,
+            max / 60
+        ));
+    }
+    let want_cpus = limits.and_then(|l| l.cpu_quota.as_deref().and_then(cpus_arg));
+    if let (Some(want), Some(have)) = (want_cpus, p.cpus)
+        && want > have
+    {
+        return Some(format!(
+            "Cannot start job: the queue's resource_limits.cpu_quota asks sbatch --cpus-per-task={want} but the largest node of Slurm partition {} has {have} CPUs; it would pend forever",
+            p.name
+        ));
+    }
+    let want_mem = limits.and_then(|l| l.memory_max.as_ref().and_then(mem_mib));
+    if let (Some(want), Some(have)) = (want_mem, p.mem_mib)
+        && want > have
+    {
+        return Some(format!(
+            "Cannot start job: the queue's resource_limits.memory_max asks sbatch --mem={want}M but the largest node of Slurm partition {} has {have}M; it would pend forever",
+            p.name
+        ));
+    }
+    None
+}
+
 /// `sbatch --cpus-per-task` for a `cpu_quota` like `250%` (rounded up).
 fn cpus_arg(quota: &str) -> Option<u64> {
     let pct: u64 = quota.strip_suffix('%')?.parse().ok()?;
     Some(pct.div_ceil(100).max(1))
 }
 
+/// The batch step of a job: waits (at most [`GATE_SECONDS`]) until the job's file in
+/// `running_jobs/` (`running`) names this Slurm job, then runs `command` (each word quoted
+/// for `sh` here). The manager records the id right after `sbatch` answers, so the wait is
+/// normally over before Slurm starts the step; a step whose job is never recorded (the
+/// manager died, the job was cancelled) exits 3 without running the worker.
+pub fn batch_script(running: &Path, command: &[String]) -> String {
+    let file = shell_quote(&running.display().to_string());
+    let polls = GATE_SECONDS * 5;
+    let cmd: Vec<String> = command.iter().map(|s| shell_quote(s)).collect();
+    format!(
+        "n=0; until grep -Eqs '\"slurm_job_id\": *\"'\"$SLURM_JOB_ID\"'\"' {file}; do \
+         n=$((n+1)); if [ $n -gt {polls} ]; then \
+         echo \"agentstore: Slurm job $SLURM_JOB_ID was never recorded on its job file; the worker is not started\" >&2; \
+         exit 3; fi; sleep 0.2; done; exec {}",
+        cmd.join(" ")
+    )
+}
+
 /// The `sbatch` arguments of one job: the queue's extra arguments first, then ours (which
-/// win), and the batch step that runs `command` (already quoted for `sh`).
+/// win), and the batch step ([`batch_script`]) that runs `command` once `running` (the job's
+/// file in `running_jobs/`) names the Slurm job.
 pub fn sbatch_args(
     cfg: &SlurmConfig,
     job_id: &str,
     limit: u64,
     limits: Option<&ResourceLimits>,
     output: &Path,
+    running: &Path,
     command: &[String],
 ) -> Vec<String> {
     let mut a: Vec<String> = cfg.extra_args.clone();
     a.push("--parsable".into());
-    a.push("--hold".into());
     a.push("--no-requeue".into());
     a.push(format!("--job-name={JOB_NAME_PREFIX}{job_id}"));
     a.push(format!("--time={}", time_minutes(limit)));
@@ -196,8 +327,7 @@ pub fn sbatch_args(
             a.push(format!("--cpus-per-task={c}"));
         }
     }
-    let script: Vec<String> = command.iter().map(|s| shell_quote(s)).collect();
-    a.push(format!("--wrap=exec {}", script.join(" ")));
+    a.push(format!("--wrap={}", batch_script(running, command)));
     a
 }
 
@@ -324,6 +454,10 @@ pub(super) struct SlurmState {
     pub(super) status: Option<String>,
     /// Slurm commands run so far.
     pub(super) calls: u64,
+    /// The partition's limits and when they were read (`sinfo`, at most once a minute).
+    partition: Option<(Instant, Option<PartitionLimits>)>,
+    /// Queued jobs an sbatch of this manager may have submitted without their record.
+    unsure: HashSet<String>,
     /// The shared-store probe: its Slurm job id and the file it writes, while it runs.
     probe: Option<(String, std::path::PathBuf)>,
     /// Whether the probe was submitted (once per manager).
@@ -346,6 +480,8 @@ impl SlurmState {
 
 /// A queued job ready to be handed to Slurm.
 struct Submission {
+    /// Whether an earlier submission may exist (looked up by name first).
+    unsure: bool,
     id: String,
     path: std::path::PathBuf,
     job: Job,
@@ -400,13 +536,38 @@ impl Manager {
         } else {
             Vec::new()
         };
-        let r = run(prog, args, &env, &mut self.slurm.calls).await;
-        if let Err(e) = &r
+        self.slurm.calls = self.slurm.calls.saturating_add(1);
+        let r = run(prog, args, &env).await;
+        self.note_transient(&r);
+        r
+    }
+
+    /// A controller that does not answer is the queue's `slurm_status`.
+    fn note_transient<T>(&mut self, r: &Result<T, SlurmError>) {
+        if let Err(e) = r
             && e.is_transient()
         {
             self.set_slurm_status(Some(format!("jobs stay queued: {e}")));
         }
-        r
+    }
+
+    /// `sbatch` for each of `lines`, [`SBATCH_PARALLEL`] at once; the answers in order.
+    async fn sbatch_many(&mut self, lines: &[Vec<String>]) -> Vec<Result<String, SlurmError>> {
+        let env = self.cfg.worker_env.clone();
+        let mut out = Vec::with_capacity(lines.len());
+        for chunk in lines.chunks(SBATCH_PARALLEL) {
+            self.slurm.calls = self
+                .slurm
+                .calls
+                .saturating_add(u64::try_from(chunk.len()).unwrap_or(u64::MAX));
+            let answers =
+                futures_util::future::join_all(chunk.iter().map(|a| run("sbatch", a, &env))).await;
+            for r in &answers {
+                self.note_transient(r);
+            }
+            out.extend(answers);
+        }
+        out
     }
 
     /// The queue's live Slurm jobs named after `ids` (one `squeue`).
@@ -513,12 +674,17 @@ impl Manager {
         let mut marked = Vec::new();
         let mut ready = Vec::new();
         for id in ids {
+            // An earlier attempt (its marker still on disk) may have reached sbatch.
+            let mut unsure = self.start_was_interrupted(id) || self.slurm.unsure.contains(id);
             let (was_marked, prepared) = self.begin_start(id).await;
             if was_marked {
                 marked.push(id.clone());
+            } else {
+                unsure = true;
             }
             if let Some(p) = prepared {
                 ready.push(Submission {
+                    unsure,
                     args: p
                         .args
                         .iter()
@@ -532,101 +698,173 @@ impl Manager {
                 });
             }
         }
-        // Submitted before, by a manager that died before recording it: found by name.
-        let names: Vec<&str> = ready.iter().map(|s| s.id.as_str()).collect();
+        // Submitted before (by a manager that died before recording it, or by an sbatch of
+        // ours that did not answer): found by name, in one squeue for all such jobs.
+        let names: Vec<&str> = ready
+            .iter()
+            .filter(|s| s.unsure)
+            .map(|s| s.id.as_str())
+            .collect();
         let existing = if names.is_empty() {
             Ok(Vec::new())
         } else {
             self.squeue(&names).await
         };
-        match existing {
+        let existing = match existing {
+            Ok(l) => l,
             Err(e) => {
-                for s in &ready {
+                // Only the jobs that needed the look-up wait; the others go on.
+                let (wait, go): (Vec<Submission>, Vec<Submission>) =
+                    ready.into_iter().partition(|s| s.unsure);
+                for s in &wait {
                     self.back_off(&s.id, &e.to_string());
                 }
+                ready = go;
+                Vec::new()
             }
-            Ok(existing) => {
-                let mut release = Vec::new();
-                for s in ready {
-                    let found = existing
-                        .iter()
-                        .filter(|j| j.name == format!("{JOB_NAME_PREFIX}{}", s.id))
-                        .find(|j| !is_terminal(&j.state))
-                        .map(|j| j.id.clone());
-                    let marker = self.marker_path(MarkKind::Start, &s.id);
-                    if let Some(sid) = handling(marker, self.submit_one(s, found)).await {
-                        release.push(sid);
+        };
+        let partition = if ready.iter().any(|s| {
+            !existing
+                .iter()
+                .any(|j| j.name == format!("{JOB_NAME_PREFIX}{}", s.id))
+        }) {
+            self.partition_limits().await
+        } else {
+            None
+        };
+        let mut found = Vec::new();
+        let mut lines = Vec::new();
+        let mut fresh = Vec::new();
+        for s in ready {
+            let name = format!("{JOB_NAME_PREFIX}{}", s.id);
+            match existing
+                .iter()
+                .find(|j| j.name == name && !is_terminal(&j.state))
+            {
+                Some(j) => found.push((s, j.clone())),
+                None => {
+                    if let Some(why) = partition.as_ref().and_then(|p| {
+                        beyond_partition(p, s.limit, self.config.resource_limits.as_ref())
+                    }) {
+                        self.fail_owned(&s.id, JobStatus::Queued, s.job, why).await;
+                        continue;
                     }
+                    lines.push(self.sbatch_line(&s));
+                    // From here on, a submission may exist whatever sbatch answers.
+                    self.slurm.unsure.insert(s.id.clone());
+                    fresh.push(s);
                 }
-                self.slurm_release(&release).await;
-                self.slurm.poll_at = Some(Instant::now());
             }
         }
+        let mut release = Vec::new();
+        for (s, j) in found {
+            self.record(Record::info(
+                self.event("slurm_job_found").job(&s.id).detail(&j.id),
+                format!(
+                    "job {}: Slurm job {} from an earlier submission taken over",
+                    s.id, j.id
+                ),
+            ));
+            // Submitted held by an earlier version of the manager.
+            if j.state == "PENDING" && j.reason == "JobHeldUser" {
+                release.push(j.id.clone());
+            }
+            self.record_submission(s, j.id).await;
+        }
+        let answers = self.sbatch_many(&lines).await;
+        for (s, answer) in fresh.into_iter().zip(answers) {
+            match answer {
+                Ok(out) => {
+                    let sid = out.trim().split(';').next().unwrap_or_default().to_string();
+                    if sid.is_empty() || !sid.chars().all(|c| c.is_ascii_digit() || c == '_') {
+                        self.back_off(
+                            &s.id,
+                            &format!("sbatch printed no job id (it printed {:?})", out.trim()),
+                        );
+                        continue;
+                    }
+                    self.record_submission(s, sid).await;
+                }
+                Err(e) if e.is_transient() => self.back_off(&s.id, &e.to_string()),
+                Err(e) => {
+                    self.slurm.unsure.remove(&s.id);
+                    self.fail_owned(
+                        &s.id,
+                        JobStatus::Queued,
+                        s.job,
+                        format!("Cannot start job: Slurm refused it: {e}"),
+                    )
+                    .await;
+                }
+            }
+        }
+        self.slurm_release(&release).await;
+        self.slurm.poll_at = Some(Instant::now());
         for id in &marked {
             self.unmark(MarkKind::Start, id);
         }
     }
 
-    /// Submits one job held (unless `found`: its earlier submission), records its Slurm job
-    /// id as the job moves into `running_jobs/`; the id to release.
-    async fn submit_one(&mut self, s: Submission, found: Option<String>) -> Option<String> {
+    /// The limits of the queue's partition (`sinfo`, read again after a minute); None when
+    /// they cannot be known (the job then goes to sbatch, which judges it).
+    async fn partition_limits(&mut self) -> Option<PartitionLimits> {
+        if let Some((at, l)) = &self.slurm.partition
+            && at.elapsed() < PARTITION_TTL
+        {
+            return l.clone();
+        }
+        let cfg = self.slurm_cfg();
+        let mut args = vec![
+            "--noheader".to_string(),
+            "--Node".to_string(),
+            format!("--format={SINFO_FORMAT}"),
+        ];
+        if let Some(p) = &cfg.partition {
+            args.push(format!("--partition={p}"));
+        }
+        let l = match self.slurm_run("sinfo", &args).await {
+            Ok(out) => parse_sinfo(&out, cfg.partition.as_deref()),
+            Err(e) => {
+                tracing::warn!(queue = %self.cfg.queue, "sinfo (the partition's limits are not checked): {e}");
+                None
+            }
+        };
+        self.slurm.partition = Some((Instant::now(), l.clone()));
+        l
+    }
+
+    /// The `sbatch` arguments of a submission.
+    fn sbatch_line(&self, s: &Submission) -> Vec<String> {
+        let q = &self.cfg.queue;
+        let mut command = vec![self.cfg.worker.display().to_string()];
+        command.extend(s.args.iter().cloned());
+        let output = self
+            .store
+            .logs_dir()
+            .join(format!("slurm-{q}-{}.out", s.id));
+        let running = self.store.job_path(q, JobStatus::Running, &s.id);
+        sbatch_args(
+            &self.slurm_cfg(),
+            &s.id,
+            s.limit,
+            self.config.resource_limits.as_ref(),
+            &output,
+            &running,
+            &command,
+        )
+    }
+
+    /// Records Slurm job `sid` on a submitted job as it moves into `running_jobs/` (which
+    /// opens the batch step's gate) and follows it.
+    async fn record_submission(&mut self, s: Submission, sid: String) {
         let q = self.cfg.queue.clone();
         let Submission {
             id,
             path,
             mut job,
-            args,
             limit,
+            ..
         } = s;
-        let sid = match found {
-            Some(sid) => {
-                self.record(Record::info(
-                    self.event("slurm_job_found").job(&id).detail(&sid),
-                    format!("job {id}: Slurm job {sid} from an earlier submission taken over"),
-                ));
-                sid
-            }
-            None => {
-                let mut command = vec![self.cfg.worker.display().to_string()];
-                command.extend(args);
-                let output = self.store.logs_dir().join(format!("slurm-{q}-{id}.out"));
-                let sargs = sbatch_args(
-                    &self.slurm_cfg(),
-                    &id,
-                    limit,
-                    self.config.resource_limits.as_ref(),
-                    &output,
-                    &command,
-                );
-                match self.slurm_run("sbatch", &sargs).await {
-                    Ok(out) => {
-                        let sid = out.trim().split(';').next().unwrap_or_default().to_string();
-                        if sid.is_empty() || !sid.chars().all(|c| c.is_ascii_digit() || c == '_') {
-                            self.back_off(
-                                &id,
-                                &format!("sbatch printed no job id (it printed {:?})", out.trim()),
-                            );
-                            return None;
-                        }
-                        sid
-                    }
-                    Err(e) if e.is_transient() => {
-                        self.back_off(&id, &e.to_string());
-                        return None;
-                    }
-                    Err(e) => {
-                        self.fail_owned(
-                            &id,
-                            JobStatus::Queued,
-                            job,
-                            format!("Cannot start job: Slurm refused it: {e}"),
-                        )
-                        .await;
-                        return None;
-                    }
-                }
-            }
-        };
         let now = Timestamp::now();
         let r = &mut job.runtime;
         r.start_time = Some(now);
@@ -634,10 +872,11 @@ impl Manager {
         r.unit = None;
         r.slurm_job_id = Some(sid.clone());
         if let Err(e) = self.place_running(&id, &mut job, &path) {
-            // Still held: the next attempt finds it by name.
+            // The batch step waits at its gate: the next attempt finds it by name.
             self.back_off(&id, &e.to_string());
-            return None;
+            return;
         }
+        self.slurm.unsure.remove(&id);
         self.backoff.remove(&id);
         if !self.slurm.unshared {
             self.set_slurm_status(None);
@@ -653,7 +892,7 @@ impl Manager {
         self.slurm.jobs.insert(
             id.clone(),
             Tracked {
-                slurm_id: sid.clone(),
+                slurm_id: sid,
                 limit,
                 state: "PENDING".to_string(),
                 end: None,
@@ -662,7 +901,6 @@ impl Manager {
         );
         self.signal(&id, JobStatus::Queued, JobStatus::Running)
             .await;
-        Some(sid)
     }
 
     async fn slurm_release(&mut self, sids: &[String]) {
@@ -761,6 +999,7 @@ impl Manager {
         let mut release = Vec::new();
         let mut over = Vec::new();
         let mut ended = Vec::new();
+        let mut changed = false;
         let now = Instant::now();
         for id in ids {
             let running_file = self.store.job_path(&q, JobStatus::Running, &id).is_file();
@@ -769,6 +1008,7 @@ impl Manager {
             };
             if !running_file {
                 // The worker wrote its end (or the file was taken away).
+                changed = true;
                 ended.push((id, None));
                 continue;
             }
@@ -787,6 +1027,7 @@ impl Manager {
             if me.state == "PENDING" && me.reason == "JobHeldUser" {
                 release.push(me.id.clone());
             }
+            changed |= t.state != me.state;
             t.state = me.state.clone();
             if !is_terminal(&me.state) {
                 t.ended_at = None;
@@ -803,6 +1044,10 @@ impl Manager {
         }
         if self.slurm.jobs.values().any(|t| t.ended_at.is_some()) {
             let soon = add_secs(Instant::now(), SETTLE_GRACE.as_secs());
+            self.slurm.poll_at = self.slurm.poll_at.map(|at| at.min(soon));
+        }
+        if changed {
+            let soon = Instant::now() + BUSY_POLL;
             self.slurm.poll_at = self.slurm.poll_at.map(|at| at.min(soon));
         }
         self.slurm_release(&release).await;
@@ -857,6 +1102,7 @@ impl Manager {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn times_and_limits() {
@@ -892,21 +1138,65 @@ mod tests {
             60,
             Some(&limits),
             Path::new("/s/logs/o.out"),
+            Path::new("/s/Queues/q/Jobs/running_jobs/j1.json"),
             &["/bin/agent-worker".into(), "it's".into()],
         );
+        assert!(!a.iter().any(|x| x == "--hold"), "{a:?}");
         assert_eq!(a[0], "--constraint=x");
         for want in [
             "--job-name=agentstore-j1",
             "--time=2",
-            "--hold",
             "--partition=debug",
             "--mem=2G",
             "--cpus-per-task=2",
             "--output=/s/logs/o.out",
-            r"--wrap=exec '/bin/agent-worker' 'it'\''s'",
         ] {
             assert!(a.iter().any(|x| x == want), "{want} missing from {a:?}");
         }
+        let wrap = a.last().unwrap();
+        assert!(
+            wrap.ends_with(r"; exec '/bin/agent-worker' 'it'\''s'")
+                && wrap.contains("'/s/Queues/q/Jobs/running_jobs/j1.json'"),
+            "{wrap}"
+        );
+    }
+
+    #[test]
+    fn partition_limits() {
+        let out = "big*|infinite|64|512000+\nshort|2:00|2|1000\nshort|2:00|4+|800\nbad\n";
+        let short = parse_sinfo(out, Some("short")).unwrap();
+        assert_eq!(short.max_time, Some(120));
+        assert_eq!((short.cpus, short.mem_mib), (Some(4), Some(1000)));
+        let big = parse_sinfo(out, None).unwrap();
+        assert_eq!((big.name.as_str(), big.max_time), ("big", None));
+        assert_eq!(parse_sinfo(out, Some("nosuch")), None);
+        assert_eq!(beyond_partition(&short, 115, None), None);
+        assert!(
+            beyond_partition(&short, 116, None)
+                .unwrap()
+                .contains("--time=3")
+        );
+        let rl = |cpu: &str, mem: serde_json::Value| ResourceLimits {
+            memory_max: Some(mem),
+            cpu_quota: Some(cpu.into()),
+            tasks_max: None,
+        };
+        assert_eq!(
+            beyond_partition(&short, 60, Some(&rl("400%", json!("1000M")))),
+            None
+        );
+        assert!(
+            beyond_partition(&short, 60, Some(&rl("500%", json!(1))))
+                .unwrap()
+                .contains("--cpus-per-task=5")
+        );
+        assert!(
+            beyond_partition(&short, 60, Some(&rl("100%", json!("1G"))))
+                .unwrap()
+                .contains("--mem=1024M")
+        );
+        assert_eq!(mem_mib(&json!("3K")), Some(1));
+        assert_eq!(mem_mib(&json!(2_097_152)), Some(2));
     }
 
     #[test]

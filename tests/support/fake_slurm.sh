@@ -7,6 +7,8 @@
 #   $FAKE_SLURM_DIR/down         exists: every command fails as if the controller were down
 #   $FAKE_SLURM_DIR/calls        one line per call: the command and its arguments
 #   $FAKE_SLURM_DIR/jobs/N.*     name, state, reason, start, wrap, pid, exit
+#   $FAKE_SLURM_DIR/sinfo        what sinfo prints (partition|time limit|CPUs|memory MB)
+#   $FAKE_SLURM_DIR/sbatch-delay  seconds sbatch takes to answer after the job is accepted
 set -u
 D=${FAKE_SLURM_DIR:?}
 J=$D/jobs
@@ -25,7 +27,7 @@ start() { # ID: runs the batch step in the background
     put "$1" reason None
     put "$1" start "$(date +%s)"
     (
-        setsid sh -c "$(get "$1" wrap)" >>"$(get "$1" out)" 2>&1 &
+        SLURM_JOB_ID=$1 SLURM_JOB_NAME=$(get "$1" name) setsid sh -c "$(get "$1" wrap)" >>"$(get "$1" out)" 2>&1 &
         pid=$!
         put "$1" pid "$pid"
         wait "$pid"
@@ -55,13 +57,19 @@ sbatch)
     done
     # A name with a crash-NAME file: the batch step dies before the worker can run.
     [ -e "$D/crash-$name" ] && wrap="exit 7"
+    # One id per job, also when the manager runs several sbatch at once.
+    exec 9>>"$D/next.lock"
+    flock 9
     n=$(($(cat "$D/next" 2>/dev/null || echo 100) + 1))
     echo "$n" >"$D/next"
+    flock -u 9
+    exec 9>&-
     put "$n" name "$name"
     put "$n" wrap "$wrap"
     put "$n" out "$out"
     put "$n" state PENDING
     if [ $hold = 1 ]; then put "$n" reason JobHeldUser; else put "$n" reason None; start "$n"; fi
+    [ -e "$D/sbatch-delay" ] && sleep "$(cat "$D/sbatch-delay")"
     echo "$n"
     ;;
 scontrol)
@@ -88,6 +96,10 @@ scancel)
             [ -n "$p" ] && kill -TERM -- "-$p" 2>/dev/null
         fi
     done
+    ;;
+sinfo)
+    # --Node --format=%P|%l|%c|%m: $FAKE_SLURM_DIR/sinfo, else one node of 2 CPUs and 4000 MB, no time limit.
+    if [ -e "$D/sinfo" ]; then cat "$D/sinfo"; else echo 'debug*|infinite|2|4000'; fi
     ;;
 squeue)
     names=""
