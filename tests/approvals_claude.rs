@@ -22,7 +22,6 @@ use agentstore::model::approval::ApprovalPolicy;
 use approvals_env::{add_users, answers, nobody, owner_uid, requests};
 use claude_env::{ClaudeHome, chown_recursive, claude_env, require_claude, unprivileged_user};
 use fake_model::{FakeModel, Script, tool_result_text};
-use futures_util::StreamExt;
 use queue_env::*;
 use serde_json::{Value, json};
 use std::path::PathBuf;
