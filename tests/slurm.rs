@@ -527,6 +527,29 @@ fn a_store_the_nodes_cannot_see_holds_the_jobs_and_says_why() {
     assert!(!fake.calls().contains("agentstore-u2"), "{}", fake.calls());
 }
 
+/// Sets the queue's resource limits and waits until the running manager has passed a loop
+/// with them: on this tree the manager rewrites queue.json's runtime every pass, so an edit
+/// made between its read and its write can be lost and must be made again.
+fn settled_limits(env: &QueueEnv, limits: agentstore::model::ResourceLimits) {
+    let want = serde_json::to_value(&limits).unwrap();
+    for _ in 0..20 {
+        let l = limits.clone();
+        env.edit_queue(move |q| q.config.resource_limits = Some(l));
+        // poll_seconds is 1: two passes happen in 2.5 s.
+        std::thread::sleep(std::time::Duration::from_millis(2500));
+        let now = env
+            .store()
+            .queue(&env.queue)
+            .unwrap()
+            .config
+            .resource_limits;
+        if now.map(|n| serde_json::to_value(&n).unwrap()) == Some(want.clone()) {
+            return;
+        }
+    }
+    panic!("the queue's resource_limits edit never stuck");
+}
+
 #[test]
 fn a_job_beyond_the_partition_fails_at_once_instead_of_pending_forever() {
     let (env, bus, fake) = setup();
@@ -558,13 +581,14 @@ fn a_job_beyond_the_partition_fails_at_once_instead_of_pending_forever() {
     env.queue_job("x2", &fits);
     wait_file(&env, "finished", "x2", 60);
     // More CPUs than a node of the partition has.
-    env.edit_queue(|q| {
-        q.config.resource_limits = Some(agentstore::model::ResourceLimits {
+    settled_limits(
+        &env,
+        agentstore::model::ResourceLimits {
             memory_max: None,
             cpu_quota: Some("400%".into()),
             tasks_max: None,
-        })
-    });
+        },
+    );
     env.queue_job("x3", &noop(0.1));
     let f = wait_file(&env, "failed", "x3", 30);
     let err = f["runtime"]["error"].as_str().unwrap();
@@ -573,13 +597,14 @@ fn a_job_beyond_the_partition_fails_at_once_instead_of_pending_forever() {
         "{err}"
     );
     // More memory than a node has.
-    env.edit_queue(|q| {
-        q.config.resource_limits = Some(agentstore::model::ResourceLimits {
+    settled_limits(
+        &env,
+        agentstore::model::ResourceLimits {
             memory_max: Some(json!("2G")),
             cpu_quota: None,
             tasks_max: None,
-        })
-    });
+        },
+    );
     env.queue_job("x4", &noop(0.1));
     let f = wait_file(&env, "failed", "x4", 30);
     let err = f["runtime"]["error"].as_str().unwrap();
