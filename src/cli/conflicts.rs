@@ -1,7 +1,7 @@
 //! `conflicts` and `conflicts resolve` (issue 13): the sync engines' conflict copies in the
 //! store — in place, or set aside under `conflicts/` by the daemons — and keeping one side.
 
-use super::render::{Table, write_json};
+use super::render::write_json;
 use super::{CliError, CliResult, Format, GlobalArgs, open_store};
 use crate::store::conflicts::{Keep, list_conflicts, resolve_conflict};
 use clap::{Subcommand, ValueEnum};
@@ -60,23 +60,30 @@ fn list(g: &GlobalArgs, out: &mut dyn Write) -> CliResult {
                 writeln!(out, "No conflict copies in the store.")?;
                 return Ok(());
             }
-            let mut t = Table::new(&["PATH", "ENGINE", "DEVICE", "MODIFIED", "SIZE", "ORIGINAL"]);
+            // One block per copy: paths are never cut (they are what `resolve` takes).
             for r in &rows {
-                let original = match (&r.original, r.original_exists) {
-                    (Some(o), true) => o.clone(),
-                    (Some(o), false) => format!("{o} (missing)"),
-                    (None, _) => "(unknown)".to_string(),
-                };
-                t.row(vec![
-                    r.path.clone(),
-                    r.engine.label().to_string(),
-                    r.device.clone().unwrap_or_else(|| "-".into()),
-                    r.mtime.clone(),
-                    r.size.to_string(),
-                    original,
-                ]);
+                let device = r
+                    .device
+                    .as_ref()
+                    .map(|d| format!(" (device {d})"))
+                    .unwrap_or_default();
+                let place = if r.set_aside { ", set aside" } else { "" };
+                writeln!(out, "{}", r.path)?;
+                writeln!(
+                    out,
+                    "  {} conflict copy{device}, {} bytes, modified {}{place}",
+                    r.engine.label(),
+                    r.size,
+                    r.mtime
+                )?;
+                match (&r.original, r.original_exists) {
+                    (Some(o), true) => writeln!(out, "  of {o} (exists)")?,
+                    (Some(o), false) => writeln!(out, "  of {o} (missing)")?,
+                    (None, _) => {
+                        writeln!(out, "  of a file not known (set aside by an older version)")?
+                    }
+                }
             }
-            t.write(out)?;
         }
     }
     Ok(())
