@@ -176,10 +176,10 @@ echo "SYNC FIGURES (N=$N, load $(cut -d' ' -f1 /proc/loadavg)): message written 
 x rm -rf "$B/syncprobe"
 answered_ok() {
     local bad
-    bad=$(x sh -c "for i in \$(seq 1 $N); do grep -q '\"status\": *\"success\"' $B/messaging/outbox/s-\$i.json || echo s-\$i; done")
-    [ -z "$bad" ] || { sys_log "not answered with success: $bad"; return 1; }
+    bad=$(x sh -c "for i in \$(seq 1 $N); do grep -q '\"job_id\"' $B/messaging/outbox/s-\$i.json && ! grep -q '\"status\": *\"error\"' $B/messaging/outbox/s-\$i.json || echo s-\$i; done")
+    [ -z "$bad" ] || { sys_log "not answered with a job: $bad ($(x cat "$B/messaging/outbox/s-1.json" | tr '\n' ' '))"; return 1; }
 }
-sys_check "each of the $N answers is a success" answered_ok
+sys_check "each of the $N answers names its job (no error)" answered_ok
 # Each answer names its job; each job ran on beta and finished (seen on beta's copy).
 ran_on_beta() {
     local i jid f
@@ -193,10 +193,11 @@ ran_on_beta() {
 sys_check "every job finished, on beta" sys_wait_until 90 "jobs finished on beta" ran_on_beta
 one_job_each() {
     local n
-    n=$(x sh -c "grep -l '\"correlation_id\": *\"s-' $A/Queues/beech/Jobs/*/*.json | wc -l")
+    n=$(x sh -c "grep -l '\"correlation_id\": *\"s-' $A/Queues/beech/Jobs/*/*.json 2>/dev/null | wc -l")
     [ "$n" -eq "$N" ] || { sys_log "$n job documents for $N messages"; return 1; }
 }
-sys_check "exactly one job per message (none doubled)" one_job_each
+# (a state move reaches the other copy as a delete and a create: wait for it to settle)
+sys_check "exactly one job per message (none doubled)" sys_wait_until 30 "one job each" one_job_each
 
 # --- sync paused on beta: work stalls, then completes, nothing lost or doubled -------------------
 sys_check "pause Syncthing on beta (device alpha)" st_api 8385 key-beta POST "/rest/system/pause?device=$ida"
@@ -224,7 +225,9 @@ sys_check "... exactly one job each" p_once
 # by another part of issue 13; until then a conflict copy of one of those is logged, not failed.
 no_conflicts() {
     local all docs
-    all=$(x sh -c "find $A $B -name '*.sync-conflict-*' 2>/dev/null" || true)
+    # The deliberate conflict below (c-1) is set aside under conflicts/; Syncthing's own
+    # partial files are dot-files.
+    all=$(x sh -c "find $A $B -name '*.sync-conflict-*' ! -path '*/conflicts/*' ! -name '.syncthing.*' 2>/dev/null" || true)
     docs=$(grep -v -E '/logs/|/JSONValidation/errors' <<<"$all" | grep . || true)
     [ -z "$all" ] || sys_log "conflict copies of append files (per-machine appends not on this branch): $(echo "$all" | tr '\n' ' ')"
     [ -z "$docs" ] || { sys_log "conflict copies: $docs"; return 1; }
