@@ -190,7 +190,7 @@ ran_on_beta() {
         [ "$(jfield "$f" host)" = beta ] || { sys_log "$jid ran on $(jfield "$f" host)"; return 1; }
     done
 }
-sys_check "every job finished, on beta" sys_wait_until 90 "jobs finished on beta" ran_on_beta
+sys_check "every job finished, on beta" sys_wait_until 180 "jobs finished on beta" ran_on_beta
 for c in "$A" "$B"; do
     sys_log "$c: $(x sh -c "cd $c/Queues/beech/Jobs && for d in *_jobs; do echo \"\$d=\$(ls \$d | grep -c json)\"; done; grep -l '\"correlation_id\": *\"s-' failed_jobs/*.json 2>/dev/null | head -3 | xargs -r grep -h '\"error\"'" | tr '\n' ' ')"
 done
