@@ -148,7 +148,10 @@ pub(super) fn validate(
                 kind: None,
                 errors: vec![FailureField {
                     pointer: String::new(),
-                    message: "Dropbox conflict copy: resolve it by hand and delete it".into(),
+                    message: format!(
+                        "{}: resolve it with `orchestrator conflicts resolve`",
+                        crate::store::conflicts::conflict_label(&name)
+                    ),
                 }],
             });
             continue;

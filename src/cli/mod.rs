@@ -5,6 +5,7 @@ mod admin;
 mod agent;
 mod approvals;
 mod browse;
+mod conflicts;
 mod daemon;
 mod demo;
 mod flow;
@@ -295,6 +296,15 @@ pub enum Command {
         /// Host name.
         host: String,
     },
+    /// List the sync engines' conflict copies in the store (in place, or set aside under
+    /// conflicts/ by the daemons): path, engine (syncthing, dropbox, nextcloud, owncloud),
+    /// device if the name says, modification time, size, original and whether it exists.
+    /// `conflicts resolve PATH --keep original|copy` keeps one side.
+    Conflicts {
+        /// What to do (none: list).
+        #[command(subcommand)]
+        action: Option<conflicts::ConflictsAction>,
+    },
 }
 
 /// `--status` values.
@@ -467,5 +477,6 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Pipeline(a) => flow::pipeline(g, &mut out, a),
         Command::ListMachines => machines::list(g, &mut out),
         Command::ViewMachine { host } => machines::view(g, &mut out, &host),
+        Command::Conflicts { action } => conflicts::run(g, &mut out, action),
     }
 }

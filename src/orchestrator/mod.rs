@@ -186,7 +186,7 @@ pub enum FileOutcome {
     Answered(Box<Outcome>),
     /// It had been answered before a crash; only the move was left to do.
     AlreadyAnswered(String),
-    /// A Dropbox conflict copy, moved to `conflicts/`.
+    /// A sync engine's conflict copy, moved to `conflicts/`.
     SetAside(PathBuf),
     /// The file vanished (another process took it).
     Gone,
@@ -502,9 +502,11 @@ fn move_to_processed(store: &Store, path: &Path) -> Result<(), StoreError> {
     }
 }
 
-/// Moves a Dropbox conflict copy to `conflicts/messaging-inbox/`, reporting it.
+/// Moves a sync engine's conflict copy to `conflicts/messaging-inbox/`, reporting it by the
+/// engine's name.
 fn set_aside(store: &Store, path: &Path) -> Result<PathBuf, StoreError> {
-    set_aside_because(store, path, "Dropbox conflict copy")
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    set_aside_because(store, path, &crate::store::conflicts::conflict_label(&name))
 }
 
 /// Moves an inbox entry that cannot be a message (a conflict copy; a link, FIFO or other

@@ -60,7 +60,9 @@ impl Manager {
             }
         };
         for c in &scan.conflicts {
-            self.set_aside(c, "Dropbox conflict copy");
+            let name = c.file_name().unwrap_or_default().to_string_lossy();
+            let to = crate::store::conflicts::set_aside_path(&self.store, c);
+            self.set_aside_to(c, &crate::store::conflicts::conflict_label(&name), &to);
         }
         for r in &scan.refused {
             self.set_aside(
@@ -175,10 +177,14 @@ impl Manager {
     }
 
     pub(super) fn set_aside(&self, path: &std::path::Path, what: &str) {
-        let dir = self.store.conflicts_dir();
         let name = path.file_name().map(|n| n.to_owned()).unwrap_or_default();
-        let to = dir.join(name);
-        let res = crate::store::safe::create_dir_all(&dir).and_then(|_| move_no_replace(path, &to));
+        self.set_aside_to(path, what, &self.store.conflicts_dir().join(name));
+    }
+
+    /// Moves `path` to `to` (never replacing), reporting it as `what`.
+    pub(super) fn set_aside_to(&self, path: &std::path::Path, what: &str, to: &std::path::Path) {
+        let dir = to.parent().unwrap_or(to);
+        let res = crate::store::safe::create_dir_all(dir).and_then(|_| move_no_replace(path, to));
         let text = match res {
             Ok(()) => format!("{what} {} set aside in {}", path.display(), to.display()),
             Err(e) => format!("cannot set aside {what} {}: {e}", path.display()),

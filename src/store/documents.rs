@@ -251,9 +251,14 @@ impl Store {
             }
         }
         for c in scan.conflicts {
+            let label = super::conflicts::conflict_label(
+                &c.file_name().unwrap_or_default().to_string_lossy(),
+            );
             on_error(StoreError::Io {
                 path: c,
-                source: io::Error::other("Dropbox conflict copy; not read (resolve it by hand)"),
+                source: io::Error::other(format!(
+                    "{label}; not read (resolve it with `orchestrator conflicts resolve`)"
+                )),
             });
         }
         for r in scan.refused {

@@ -10,6 +10,7 @@
 pub mod approvals;
 pub mod archive;
 mod config;
+pub mod conflicts;
 mod documents;
 mod error;
 mod error_log;

@@ -1,0 +1,299 @@
+#!/usr/bin/env bash
+# t_sync: the store synced by REAL Syncthing (issue 13). One container, two Syncthing
+# instances (two homes, two GUI/API ports, listening on 127.0.0.1 with two ports; no global or
+# local discovery, relays, NAT; fsWatcher on, rescan 2 s) keep two copies of the store in
+# sync: alpha = /var/lib/agentstore (orchestratord under systemd, AGENTSTORE_HOSTNAME=alpha)
+# and beta = /srv/beta (queue `beech` served by a queue-manager with AGENTSTORE_HOSTNAME=beta
+# and --root /srv/beta, a transient unit). Checks:
+#   - a message written into beta's inbox is answered in beta's outbox and its job runs on beta
+#     (SYNC_N messages, default 20; latency p50/p99 printed, and Syncthing's own one-way delay
+#     — a plain file written on beta → visible on alpha — shown separately);
+#   - Syncthing paused on beta → messages stall; resumed → all answered, none lost or doubled;
+#   - the same inbox message written on both sides while paused → Syncthing's conflict copy is
+#     set aside (conflicts/messaging-inbox/) and reported, the message answered once;
+#   - beta's queue-manager killed mid-job (heartbeat left stale) → the job is failed with
+#     "Machine beta stopped reporting at …" after the grace; `orchestrator retry` runs it on
+#     alpha (queue-manager@beech on alpha: the queue moved to the machine still alive);
+#   - no conflict copy of any document appears in the normal run.
+# benches/sync.sh runs this test with SYNC_N=100 for the figures.
+# shellcheck source-path=SCRIPTDIR
+# shellcheck disable=SC2016
+set -euo pipefail
+# shellcheck source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+sys_use_wide_rootfs
+sys_test_begin
+[ -n "${SYS_DEB:-}" ] || sys_test_skip "needs the package"
+m=$SYS_MACHINE
+# shellcheck source=store.sh
+. "$SYS_LIB_DIR/store.sh"
+N=${SYNC_N:-20}
+A=$AS
+B=/srv/beta
+Q=beech
+root=$(sys_root "$m")
+x test -x /usr/bin/syncthing || sys_die "syncthing is not in the wide rootfs"
+
+# --- the store on alpha: users, a project whose default queue is beech, fast machine timing --
+setup_users
+setup_project TestProject /tmp/testproject beech
+setup_queue beech 4
+x systemctl disable --now agentstore-orchestrator.path agentstore-orchestrator.timer >/dev/null 2>&1 || true
+x systemctl stop agentstore-orchestrator.service >/dev/null 2>&1 || true
+as_svc sh -c "sed -i 's/^\\( *idle_exit_seconds:\\).*/\\1 0/; s/^\\( *polling_interval_seconds:\\).*/\\1 2/' $A/config.yaml && printf 'machines:\\n  heartbeat_seconds: 1\\n  stale_after_seconds: 3\\n  lost_job_grace_seconds: 8\\n' >>$A/config.yaml"
+for u in agentstore-orchestrator.service queue-manager@.service; do
+    x mkdir -p "/etc/systemd/system/$u.d"
+    printf '[Service]\nEnvironment=AGENTSTORE_HOSTNAME=alpha\n' >"$root/etc/systemd/system/$u.d/host.conf"
+done
+x systemctl daemon-reload
+
+# --- two Syncthing instances, as the store's owner ---------------------------------------------
+# st_config HOME NAME LISTEN_PORT GUI_PORT APIKEY MY_ID PEER_NAME PEER_ID PEER_PORT FOLDER
+st_config() {
+    cat <<XML
+<configuration version="36">
+    <folder id="store" label="store" path="${10}" type="sendreceive" rescanIntervalS="2" fsWatcherEnabled="true" fsWatcherDelayS="1" ignorePerms="false">
+        <device id="$6" introducedBy=""></device>
+        <device id="$8" introducedBy=""></device>
+        <minDiskFree unit="%">0</minDiskFree>
+        <maxConflicts>10</maxConflicts>
+    </folder>
+    <device id="$6" name="$2" compression="metadata" introducer="false"><address>dynamic</address></device>
+    <device id="$8" name="$7" compression="metadata" introducer="false"><address>tcp://127.0.0.1:$9</address></device>
+    <gui enabled="true" tls="false"><address>127.0.0.1:$4</address><apikey>$5</apikey></gui>
+    <options>
+        <listenAddress>tcp://127.0.0.1:$3</listenAddress>
+        <globalAnnounceEnabled>false</globalAnnounceEnabled>
+        <localAnnounceEnabled>false</localAnnounceEnabled>
+        <relaysEnabled>false</relaysEnabled>
+        <natEnabled>false</natEnabled>
+        <startBrowser>false</startBrowser>
+        <urAccepted>-1</urAccepted>
+        <autoUpgradeIntervalH>0</autoUpgradeIntervalH>
+        <crashReportingEnabled>false</crashReportingEnabled>
+        <reconnectionIntervalS>1</reconnectionIntervalS>
+        <minHomeDiskFree unit="%">0</minHomeDiskFree>
+    </options>
+</configuration>
+XML
+}
+as_st() { x setpriv --reuid=agentstore --regid=agentstore --init-groups env HOME=/var/tmp "$@"; }
+x sh -c "mkdir -p $B /var/tmp/st-alpha /var/tmp/st-beta && chown agentstore:agentstore $B /var/tmp/st-alpha /var/tmp/st-beta && chmod 0750 $B"
+for n in alpha beta; do
+    as_st syncthing generate --home=/var/tmp/st-$n --no-default-folder --skip-port-probing >/dev/null 2>&1 ||
+        sys_die "syncthing generate failed for $n"
+done
+ida=$(as_st syncthing serve --home=/var/tmp/st-alpha --device-id)
+idb=$(as_st syncthing serve --home=/var/tmp/st-beta --device-id)
+sys_expect_match "two Syncthing device ids" '^[A-Z0-9-]{63}$' "$ida"
+st_config x alpha 22001 8384 key-alpha "$ida" beta "$idb" 22002 "$A" | as_svc sh -c 'cat >/var/tmp/st-alpha/config.xml'
+st_config x beta 22002 8385 key-beta "$idb" alpha "$ida" 22001 "$B" | as_svc sh -c 'cat >/var/tmp/st-beta/config.xml'
+as_st sh -c "mkdir -p $A/.stfolder $B/.stfolder"
+for n in alpha beta; do
+    x systemd-run --unit "st-$n" --uid=agentstore --gid=agentstore -p Environment=HOME=/var/tmp/st-$n \
+        -p Environment=STNOUPGRADE=1 /usr/bin/syncthing serve --home=/var/tmp/st-$n --no-browser --no-restart \
+        --logflags=3 >/dev/null 2>&1 || sys_die "cannot start syncthing $n"
+done
+# st_api PORT KEY METHOD PATH — Syncthing's REST API (python3: the image has no curl).
+st_api() {
+    x python3 -c 'import sys, urllib.request as u
+r = u.Request("http://127.0.0.1:%s%s" % (sys.argv[1], sys.argv[4]), method=sys.argv[3], headers={"X-API-Key": sys.argv[2]})
+print(u.urlopen(r, timeout=10).read().decode())' "$@"
+}
+connected() {
+    local out
+    out=$(st_api 8384 key-alpha GET /rest/system/connections 2>/dev/null) || return 1
+    x python3 -c 'import json, sys; sys.exit(0 if json.loads(sys.argv[1])["connections"][sys.argv[2]]["connected"] else 1)' "$out" "$idb"
+}
+sys_check "the two Syncthing instances connect over loopback" sys_wait_until 60 "syncthing connected" connected
+synced_store() { x test -f "$B/projects/TestProject/project.json" && x test -f "$B/Queues/beech/queue.json" && x test -f "$B/config.yaml" && x test -f "$B/users/chenry.json"; }
+sys_check "beta receives alpha's store" sys_wait_until 90 "store on beta" synced_store
+
+# --- the daemons: orchestratord on alpha (systemd), queue-manager for beech on beta ------------
+sys_check "alpha: orchestratord starts" x systemctl start agentstore-orchestrator.service
+x systemd-run --unit qm-beta -p Environment=AGENTSTORE_HOSTNAME=beta -p Environment=RUST_LOG=info \
+    /usr/bin/queue-manager --queue beech --bus none --launcher direct --idle-exit 0 --root "$B" >/dev/null 2>&1 ||
+    sys_die "cannot start beta's queue manager"
+sys_check "beta: its queue manager runs" sys_wait_until 20 "qm-beta active" active qm-beta.service
+beat() { x sh -c "ls $A/machines/beta/*.json" >/dev/null 2>&1; }
+sys_check "beta's heartbeat reaches alpha" sys_wait_until 60 "beta heartbeat on alpha" beat
+
+# --- M6 across machines: messages written on beta, answered on beta, run on beta --------------
+msg_json() { # ID SLEEP
+    cat <<EOT
+{"correlation_id": "$1", "source": "user", "project": "TestProject", "queue_time": "$(now)",
+ "processed_time": null, "command": "research-code",
+ "content": {"task": "sync $1", "jobtype": "noop", "supporting_data": {"sleep_seconds": $2}},
+ "status": "queued", "error": null, "user": null}
+EOT
+}
+put_b() { as_svc sh -c 'd=$(dirname "$1"); cat >"$d/.put.$$" && mv "$d/.put.$$" "$1"' sh "$1"; }
+for i in $(seq 1 "$N"); do msg_json "s-$i" 1 >"$root/var/tmp/s-$i.json"; done
+# The measuring loop runs inside the container (one nsenter per message would add its own
+# cost): messages one after another, each timed from its rename into beta's inbox to its
+# answer in beta's outbox; then plain files written on beta, timed until alpha sees them.
+cat >"$root/usr/local/bin/sync-measure" <<'EOF'
+#!/bin/bash
+# sync-measure N — prints "msg MS" per message and "st MS" per plain file.
+set -u
+n=$1 A=/var/lib/agentstore B=/srv/beta
+ms() { date +%s%3N; }
+for i in $(seq 1 "$n"); do
+    t0=$(ms)
+    cp "/var/tmp/s-$i.json" "$B/messaging/inbox/.s-$i.tmp" && mv "$B/messaging/inbox/.s-$i.tmp" "$B/messaging/inbox/s-$i.json"
+    end=$((t0 + 120000))
+    until [ -e "$B/messaging/outbox/s-$i.json" ]; do
+        [ "$(ms)" -lt "$end" ] || { echo "msg TIMEOUT s-$i"; exit 1; }
+        sleep 0.02
+    done
+    echo "msg $(($(ms) - t0))"
+done
+mkdir -p "$B/syncprobe"
+for i in $(seq 1 "$n"); do
+    t0=$(ms)
+    echo "$i" >"$B/syncprobe/.p$i.tmp" && mv "$B/syncprobe/.p$i.tmp" "$B/syncprobe/p$i.txt"
+    end=$((t0 + 60000))
+    until [ -e "$A/syncprobe/p$i.txt" ]; do
+        [ "$(ms)" -lt "$end" ] || { echo "st TIMEOUT p$i"; exit 1; }
+        sleep 0.02
+    done
+    echo "st $(($(ms) - t0))"
+done
+EOF
+chmod 0755 "$root/usr/local/bin/sync-measure"
+x sh -c "chmod 0644 /var/tmp/s-*.json && chown agentstore: /var/tmp/s-*.json"
+t0=$(sys_now_ms)
+measured=$(as_svc /usr/local/bin/sync-measure "$N" 2>&1) && rc=0 || rc=$?
+sys_log "measured $N messages + $N plain files in $(sys_fmt_ms $(($(sys_now_ms) - t0)))"
+sys_expect_eq "every message written on beta is answered in beta's outbox (and every probe file seen on alpha)" 0 "$rc"
+pct() { # KIND P — the P-th percentile (nearest rank) of the KIND samples, in ms
+    local v
+    v=$(awk -v k="$1" '$1 == k && $2 ~ /^[0-9]+$/ {print $2}' <<<"$measured" | sort -n)
+    [ -n "$v" ] || { echo "n/a"; return; }
+    awk -v p="$2" '{a[NR] = $1} END {r = int((p * NR + 99) / 100); if (r < 1) r = 1; print a[r]}' <<<"$v"
+}
+echo "SYNC FIGURES (N=$N, load $(cut -d' ' -f1 /proc/loadavg)): message written on beta -> answer in beta's outbox: p50 $(pct msg 50) ms, p99 $(pct msg 99) ms, max $(pct msg 100) ms; Syncthing one-way beta -> alpha (plain file): p50 $(pct st 50) ms, p99 $(pct st 99) ms, max $(pct st 100) ms"
+x rm -rf "$B/syncprobe"
+answered_ok() {
+    local bad
+    bad=$(x sh -c "for i in \$(seq 1 $N); do grep -q '\"job_id\"' $B/messaging/outbox/s-\$i.json && ! grep -q '\"status\": *\"error\"' $B/messaging/outbox/s-\$i.json || echo s-\$i; done")
+    [ -z "$bad" ] || { sys_log "not answered with a job: $bad ($(x cat "$B/messaging/outbox/s-1.json" | tr '\n' ' '))"; return 1; }
+}
+sys_check "each of the $N answers names its job (no error)" answered_ok
+# Each answer names its job; each job ran on beta and finished (seen on beta's copy).
+ran_on_beta() {
+    local i jid f
+    for i in $(seq 1 "$N"); do
+        jid=$(x sed -n 's/.*"job_id": *"\([^"]*\)".*/\1/p' "$B/messaging/outbox/s-$i.json" | head -1)
+        f=$B/Queues/beech/Jobs/finished_jobs/$jid.json
+        x test -f "$f" || return 1
+        [ "$(jfield "$f" host)" = beta ] || { sys_log "$jid ran on $(jfield "$f" host)"; return 1; }
+    done
+}
+sys_check "every job finished, on beta" sys_wait_until 180 "jobs finished on beta" ran_on_beta
+for c in "$A" "$B"; do
+    sys_log "$c: $(x sh -c "cd $c/Queues/beech/Jobs && for d in *_jobs; do echo \"\$d=\$(ls \$d | grep -c json)\"; done; grep -l '\"correlation_id\": *\"s-' failed_jobs/*.json 2>/dev/null | head -3 | xargs -r grep -h '\"error\"'" | tr '\n' ' ')"
+done
+one_job_each() {
+    local n
+    n=$(x sh -c "grep -l '\"correlation_id\": *\"s-' $A/Queues/beech/Jobs/*/*.json 2>/dev/null | wc -l")
+    [ "$n" -eq "$N" ] || { sys_log "$n job documents for $N messages"; return 1; }
+}
+# (a state move reaches the other copy as a delete and a create: wait for it to settle)
+sys_check "exactly one job per message (none doubled)" sys_wait_until 30 "one job each" one_job_each
+
+# --- sync paused on beta: work stalls, then completes, nothing lost or doubled -------------------
+sys_check "pause Syncthing on beta (device alpha)" st_api 8385 key-beta POST "/rest/system/pause?device=$ida"
+for i in 1 2 3 4 5; do msg_json "p-$i" 1 | put_b "$B/messaging/inbox/p-$i.json"; done
+stalled() { sleep 10; ! x sh -c "ls $A/messaging/inbox/p-*.json $B/messaging/outbox/p-*.json" >/dev/null 2>&1; }
+sys_check "while paused, alpha sees none of them and beta gets no answer (10 s)" stalled
+sys_check "resume Syncthing on beta" st_api 8385 key-beta POST "/rest/system/resume?device=$ida"
+all_p() { x sh -c "for i in 1 2 3 4 5; do test -f $B/messaging/outbox/p-\$i.json || exit 1; done"; }
+sys_check "after resuming, all 5 are answered on beta" sys_wait_until 90 "p answers on beta" all_p
+p_done() {
+    local n
+    n=$(x sh -c "grep -l '\"correlation_id\": *\"p-' $B/Queues/beech/Jobs/finished_jobs/*.json | wc -l")
+    [ "$n" -eq 5 ]
+}
+sys_check "... and their 5 jobs finish on beta" sys_wait_until 90 "p jobs finished" p_done
+p_once() {
+    local n
+    n=$(x sh -c "grep -l '\"correlation_id\": *\"p-' $A/Queues/beech/Jobs/*/*.json | wc -l")
+    [ "$n" -eq 5 ] || { sys_log "$n jobs for 5 messages"; return 1; }
+}
+sys_check "... exactly one job each" p_once
+
+# --- no conflict copy of any document in the normal run ------------------------------------------
+# The append-only files several machines write (events, errors.out, logs) are made per machine
+# by another part of issue 13; until then a conflict copy of one of those is logged, not failed.
+no_conflicts() {
+    local all docs
+    # The deliberate conflict below (c-1) is set aside under conflicts/; Syncthing's own
+    # partial files are dot-files.
+    all=$(x sh -c "find $A $B -name '*.sync-conflict-*' ! -path '*/conflicts/*' ! -name '.syncthing.*' 2>/dev/null" || true)
+    docs=$(grep -v -E '/logs/|/JSONValidation/errors' <<<"$all" | grep . || true)
+    [ -z "$all" ] || sys_log "conflict copies of append files (per-machine appends not on this branch): $(echo "$all" | tr '\n' ' ')"
+    [ -z "$docs" ] || { sys_log "conflict copies: $docs"; return 1; }
+}
+sys_check "no conflict copy of any document" no_conflicts
+
+# --- a real conflict: one inbox message written on both sides while paused -----------------------
+x systemctl stop agentstore-orchestrator.service
+sys_check "pause again" st_api 8385 key-beta POST "/rest/system/pause?device=$ida"
+msg_json c-1 1 | put "$A/messaging/inbox/c-1.json"
+sleep 1.1 # a different modification time on each side
+msg_json c-1 2 | sed 's/sync c-1/sync c-1 edited on beta/' | put_b "$B/messaging/inbox/c-1.json"
+sys_check "resume" st_api 8385 key-beta POST "/rest/system/resume?device=$ida"
+copy_on_alpha() { x sh -c "ls $A/messaging/inbox/c-1.sync-conflict-*.json" >/dev/null 2>&1; }
+sys_check "Syncthing makes a conflict copy of c-1" sys_wait_until 60 "conflict copy on alpha" copy_on_alpha
+copy=$(x sh -c "cd $A/messaging/inbox && ls c-1.sync-conflict-*.json" | head -1)
+sys_log "conflict copy: $copy"
+sys_check "alpha: orchestratord starts again" x systemctl start agentstore-orchestrator.service
+set_aside() { x test -f "$A/conflicts/messaging-inbox/$copy" && ! x test -e "$A/messaging/inbox/$copy"; }
+sys_check "the conflict copy is set aside in conflicts/messaging-inbox/" sys_wait_until 30 "set aside" set_aside
+reported() { x sh -c "grep -h conflict_set_aside $A/logs/events-*.jsonl | grep -q -F '$copy'"; }
+sys_check "... and reported (event conflict_set_aside naming it)" sys_wait_until 30 "reported" reported
+c_answer() { x test -f "$B/messaging/outbox/c-1.json"; }
+sys_check "c-1 is answered on beta" sys_wait_until 60 "c-1 answer" c_answer
+c_once() {
+    local n
+    n=$(x sh -c "grep -l '\"correlation_id\": *\"c-1\"' $A/Queues/beech/Jobs/*/*.json | wc -l")
+    [ "$n" -eq 1 ] || { sys_log "$n jobs for c-1"; return 1; }
+}
+sys_check "... with one job" sys_wait_until 30 "c-1 job" c_once
+gone_on_beta() { ! x test -e "$B/messaging/inbox/$copy"; }
+sys_check "the copy leaves beta's inbox too" sys_wait_until 30 "copy gone on beta" gone_on_beta
+
+# --- beta's queue manager killed mid-job: failed after the grace, retried on alpha -------------
+msg_json k-1 20 | put_b "$B/messaging/inbox/k-1.json"
+k_answer() { x test -f "$B/messaging/outbox/k-1.json"; }
+sys_check "k-1 is answered" sys_wait_until 60 "k-1 answer" k_answer
+kid=$(x sed -n 's/.*"job_id": *"\([^"]*\)".*/\1/p' "$B/messaging/outbox/k-1.json" | head -1)
+running_b() { x grep -q '"process_id": *[0-9]' "$B/Queues/beech/Jobs/running_jobs/$kid.json" 2>/dev/null; }
+sys_check "k-1's job runs on beta" sys_wait_until 60 "k-1 running" running_b
+running_a() { x test -f "$A/Queues/beech/Jobs/running_jobs/$kid.json"; }
+sys_check "... and alpha's copy shows it running" sys_wait_until 30 "running on alpha" running_a
+x systemctl kill --signal=KILL qm-beta.service
+killed_at=$(sys_now_ms)
+dead() { ! active qm-beta.service; }
+sys_check "beta's queue manager and its worker are killed" sys_wait_until 10 "qm-beta dead" dead
+failed_a() { x grep -q 'Machine beta stopped reporting at' "$A/Queues/beech/Jobs/failed_jobs/$kid.json" 2>/dev/null; }
+sys_check "the job is failed with the machine message" sys_wait_until 60 "failed on alpha" failed_a
+took=$(($(sys_now_ms) - killed_at))
+sys_log "failed $(sys_fmt_ms "$took") after the kill (stale after 3 s, grace 8 s)"
+grace_kept() { [ "$took" -ge 8000 ]; }
+sys_check "... not before the grace (8 s) had passed" grace_kept
+sys_log "error: $(jfield "$A/Queues/beech/Jobs/failed_jobs/$kid.json" error)"
+failed_b() { x test -f "$B/Queues/beech/Jobs/failed_jobs/$kid.json"; }
+sys_check "beta's copy shows it failed too" sys_wait_until 30 "failed on beta" failed_b
+out=$(adm retry "$kid" 2>&1) || true
+rid=$(echo "$out" | sed -n "s/^Job queued: \([^ ]*\) (retry of $kid.*/\1/p" | head -1)
+sys_expect_match "orchestrator retry queues a new job ($out)" '^[A-Za-z0-9]' "$rid"
+sys_check "alpha takes queue beech over: queue-manager@beech starts" x systemctl start queue-manager@beech.service
+ran_on_alpha() { x test -f "$A/Queues/beech/Jobs/finished_jobs/$rid.json"; }
+sys_check "the retry runs and finishes" sys_wait_until 90 "retry finished" ran_on_alpha
+sys_expect_eq "... on alpha" alpha "$(jfield "$A/Queues/beech/Jobs/finished_jobs/$rid.json" host)"
+sys_check "no conflict copy of any document at the end" no_conflicts
+
+x systemctl stop st-alpha.service st-beta.service queue-manager@beech.service agentstore-orchestrator.service >/dev/null 2>&1 || true
+sys_test_end
