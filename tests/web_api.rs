@@ -496,3 +496,239 @@ fn idle_server_exits_and_says_so() {
     assert!(status.unwrap().success(), "{status:?}");
     assert!(started.elapsed() >= Duration::from_millis(900));
 }
+
+/// A stand-in worker for running job `id`: a live process whose command line names the job
+/// (what the queue manager checks before re-adopting a running job).
+fn fake_worker(id: &str) -> KillOnDrop {
+    KillOnDrop(
+        Command::new("sh")
+            .args(["-c", "sleep 600; :", id])
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// Approvals through the API and the dashboard's form: a REAL queue-manager process re-adopts
+/// two running jobs and publishes the requests their workers write (`Jobs/approvals/`, as
+/// `worker::approval` writes them); the API lists what the caller may see, answers through
+/// `Queue1.AnswerFor` as the caller (the manager applies PRD §10 and records who), the event
+/// stream carries `ApprovalAnswered`, a stranger and a cross-site form are refused and leave
+/// the request waiting.
+#[test]
+fn approvals_are_listed_and_answered_through_the_queue_manager() {
+    let Some(w) = start() else { return };
+    let root = w.env.root.clone();
+    let q = w.queue.clone();
+    // The queue is paused: its manager only adopts and publishes, it starts nothing.
+    let qp = root.join(format!("Queues/{q}/queue.json"));
+    let mut qdoc: Value = serde_json::from_str(&std::fs::read_to_string(&qp).unwrap()).unwrap();
+    qdoc["runtime"]["paused"] = json!(true);
+    std::fs::write(&qp, qdoc.to_string()).unwrap();
+    let mut workers = Vec::new();
+    for (id, project, user) in [
+        ("run-mine", "Mine", "nob"),
+        ("run-theirs", "Theirs", "chenry"),
+    ] {
+        let worker = fake_worker(id);
+        let mut job: Value =
+            serde_json::from_str(&common::noop_job("2026-01-01T00:01:00Z")).unwrap();
+        job["config"]["project"] = json!(project);
+        job["config"]["user"] = json!(user);
+        job["config"]["timeout_seconds"] = json!(3600);
+        job["runtime"]["status"] = json!("running");
+        job["runtime"]["start_time"] = json!(agentstore::model::Timestamp::now().to_string());
+        job["runtime"]["process_id"] = json!(worker.0.id());
+        w.env.write(
+            &format!("Queues/{q}/Jobs/running_jobs/{id}.json"),
+            &job.to_string(),
+        );
+        workers.push(worker);
+    }
+    let _manager = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_queue-manager"))
+            .args([
+                "--queue",
+                &q,
+                "--bus",
+                "session",
+                "--launcher",
+                "direct",
+                "--root",
+            ])
+            .arg(&root)
+            .env("DBUS_SESSION_BUS_ADDRESS", &w.bus.address)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    common::bus::wait_for_name(&w.bus, &agentstore::bus::queue_bus_name(&q));
+    let store = agentstore::store::Store::open(&root).unwrap();
+    for id in ["run-mine", "run-theirs"] {
+        let now = agentstore::model::Timestamp::now();
+        let req = agentstore::model::approval::ApprovalRequest {
+            request_id: format!("{id}-a1"),
+            job_id: id.to_string(),
+            tool: "Write".into(),
+            summary: format!("Write /tmp/{id}.txt"),
+            input: json!({"file_path": format!("/tmp/{id}.txt"), "content": "x"}),
+            requested_at: now,
+            deadline: serde_json::from_value(json!("2099-01-01T00:00:00Z")).unwrap(),
+        };
+        store.write_approval_request(&q, &req).unwrap();
+    }
+    // Root (trusted) sees both; nob only the request of the job in their project.
+    wait_until(Duration::from_secs(20), "both requests published", || {
+        let v = parsed(w.unix(None, "GET", "/api/v1/approvals", None));
+        v.as_array().unwrap().len() == 2
+    });
+    let all = parsed(w.unix(None, "GET", "/api/v1/approvals", None));
+    let mine = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["request_id"] == "run-mine-a1")
+        .unwrap();
+    assert_eq!(mine["queue"], json!(q));
+    assert_eq!(mine["job_id"], "run-mine");
+    assert_eq!(mine["tool"], "Write");
+    assert_eq!(mine["input"]["file_path"], "/tmp/run-mine.txt");
+    let seen = parsed(w.unix(Some("nobody"), "GET", "/api/v1/approvals", None));
+    let ids: Vec<&str> = seen
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["request_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["run-mine-a1"]);
+
+    // A stranger to run-theirs is refused by the manager, and the request still waits.
+    let answer_theirs = format!("/api/v1/approvals/{q}/run-theirs-a1/answer");
+    let (code, body) = w.unix(
+        Some("nobody"),
+        "POST",
+        &answer_theirs,
+        Some(r#"{"allow": true}"#),
+    );
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("another user's project"), "{body}");
+    assert!(!store.approval_answer_path(&q, "run-theirs-a1").exists());
+    // Bad bodies are named.
+    let (code, body) = w.unix(
+        Some("nobody"),
+        "POST",
+        &format!("/api/v1/approvals/{q}/run-mine-a1/answer"),
+        Some(r#"{"allow": "yes"}"#),
+    );
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("allow"), "{body}");
+
+    // nob allows their own; the event stream says so, naming nob.
+    let mut curl = KillOnDrop(
+        Command::new("curl")
+            .args(["-sSN", "--max-time", "30", "--unix-socket"])
+            .arg(&w.sock)
+            .arg("http://localhost/api/v1/events")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(curl.0.stdout.take().unwrap()).lines();
+    loop {
+        if lines.next().unwrap().unwrap().starts_with(": subscribed") {
+            break;
+        }
+    }
+    let v = parsed(w.unix(
+        Some("nobody"),
+        "POST",
+        &format!("/api/v1/approvals/{q}/run-mine-a1/answer"),
+        Some(r#"{"allow": true, "always": true, "message": "go ahead"}"#),
+    ));
+    assert_eq!(v["by"], "nob");
+    let answer: Value = serde_json::from_str(
+        &std::fs::read_to_string(store.approval_answer_path(&q, "run-mine-a1")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(answer["allow"], true);
+    assert_eq!(answer["always"], true);
+    assert_eq!(answer["message"], "go ahead");
+    assert_eq!(answer["by"], "nob");
+    let mut event = None;
+    let mut answered = None;
+    for l in lines.by_ref() {
+        let l = l.unwrap();
+        if let Some(name) = l.strip_prefix("event: ") {
+            event = Some(name.to_string());
+        } else if let Some(data) = l.strip_prefix("data: ") {
+            let v: Value = serde_json::from_str(data).unwrap();
+            if event.as_deref() == Some("ApprovalAnswered") && v["request_id"] == "run-mine-a1" {
+                answered = Some(v);
+                break;
+            }
+        }
+    }
+    let answered = answered.expect("an ApprovalAnswered event for run-mine-a1");
+    assert_eq!(answered["by"], "nob");
+    assert_eq!(answered["allow"], true);
+    wait_until(
+        Duration::from_secs(10),
+        "run-mine-a1 to leave the list",
+        || {
+            parsed(w.unix(Some("nobody"), "GET", "/api/v1/approvals", None))
+                .as_array()
+                .unwrap()
+                .is_empty()
+        },
+    );
+
+    // The dashboard's form (works without JavaScript): a cross-site POST is refused and
+    // writes nothing; a same-origin one denies with the reason and goes back to the list.
+    let form = |origin: &str| {
+        let o = Command::new("curl")
+            .args(["-sS", "--max-time", "20", "-o", "-", "-w", "\n%{http_code}"])
+            .arg("--unix-socket")
+            .arg(&w.sock)
+            .args(["-H", &format!("Origin: {origin}")])
+            .args(["--data", "message=not+here&decision=deny"])
+            .arg(format!(
+                "http://localhost/approvals/{q}/run-theirs-a1/answer"
+            ))
+            .output()
+            .unwrap();
+        parse_curl(o)
+    };
+    let (code, body) = form("http://evil.example");
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("cross-site"), "{body}");
+    assert!(!store.approval_answer_path(&q, "run-theirs-a1").exists());
+    let page = w.unix(None, "GET", "/approvals", None);
+    assert_eq!(page.0, 200);
+    assert!(
+        page.1.contains(r#"<tr data-request="run-theirs-a1">"#),
+        "{}",
+        page.1
+    );
+    assert!(
+        page.1
+            .contains(&format!(r#"action="/approvals/{q}/run-theirs-a1/answer""#))
+    );
+    let (code, body) = form("http://localhost");
+    assert_eq!(code, 303, "{body}");
+    let answer: Value = serde_json::from_str(
+        &std::fs::read_to_string(store.approval_answer_path(&q, "run-theirs-a1")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(answer["allow"], false);
+    assert_eq!(answer["message"], "not here");
+    wait_until(
+        Duration::from_secs(10),
+        "the dashboard list to empty",
+        || {
+            w.unix(None, "GET", "/approvals", None)
+                .1
+                .contains(r#"<p id="waiting">0 waiting</p>"#)
+        },
+    );
+    drop(workers);
+}

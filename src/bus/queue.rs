@@ -122,6 +122,34 @@ impl QueueObject {
             .await?)
     }
 
+    /// `Answer` on behalf of user `user`, for a trusted front end (root or the manager's own
+    /// account, e.g. agentstore-web): the manager applies PRD §10 to that user and records
+    /// them as the one who answered. Anyone else is refused, whatever `user` says.
+    async fn answer_for(
+        &self,
+        request_id: &str,
+        allow: bool,
+        always: bool,
+        message: &str,
+        user: &str,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &zbus::Connection,
+    ) -> Result<(), BusError> {
+        let uid = super::caller::caller_uid(conn, &hdr).await?;
+        let own = nix::unistd::geteuid().as_raw();
+        if uid != 0 && uid != own {
+            return Err(BusError::permission_denied(format!(
+                "AnswerFor is for trusted front ends (root or the queue manager's own account); uid {uid} answers with Answer"
+            )));
+        }
+        let caller = super::caller::caller_for_uid(&self.store, uid, own, Some(user))?;
+        let by = caller.user_id().unwrap_or(user).to_string();
+        Ok(self
+            .handle
+            .answer(request_id, allow, always, message, caller, by)
+            .await?)
+    }
+
     /// A running job asks for a permission; `deadline` (ISO 8601 UTC) is when it is denied
     /// if nobody answers.
     #[zbus(signal)]
@@ -363,6 +391,15 @@ pub trait Queue1 {
         allow: bool,
         always: bool,
         message: &str,
+    ) -> zbus::Result<()>;
+    /// Answers an approval request on behalf of `user` (trusted callers only).
+    fn answer_for(
+        &self,
+        request_id: &str,
+        allow: bool,
+        always: bool,
+        message: &str,
+        user: &str,
     ) -> zbus::Result<()>;
     /// PendingApprovals.
     #[zbus(property)]

@@ -162,6 +162,94 @@ pub async fn cancel(app: &App, actor: &Actor, id: &str) -> Result<Value, WebErro
     Ok(json!({"job_id": id, "queue": loc.queue, "cancelled": true}))
 }
 
+/// True when a manager serves `queue` now (asked without starting one).
+async fn manager_runs(app: &App, queue: &str) -> bool {
+    let Ok(dbus) = zbus::fdo::DBusProxy::new(&app.conn).await else {
+        return false;
+    };
+    let Ok(name) = zbus::names::BusName::try_from(crate::bus::queue_bus_name(queue)) else {
+        return false;
+    };
+    dbus.name_has_owner(name).await.unwrap_or(false)
+}
+
+/// Every running queue manager's `PendingApprovals` that `actor` may see (the jobs
+/// `view-job` shows them), oldest first within each queue.
+pub async fn approvals(app: &App, actor: &Actor) -> Result<Value, WebError> {
+    let queues = direct(app, actor, "list-queues", Map::new()).await?;
+    let mut out = Vec::new();
+    for q in queues.as_array().into_iter().flatten() {
+        let Some(queue) = q.pointer("/config/id").and_then(Value::as_str) else {
+            continue;
+        };
+        if !manager_runs(app, queue).await {
+            continue;
+        }
+        let rows = match crate::bus::queue::queue_proxy(&app.conn, queue).await {
+            Ok(p) => p.pending_approvals().await.unwrap_or_default(),
+            Err(_) => continue,
+        };
+        for (job_id, request_id, tool, summary, input_json, deadline) in rows {
+            let mut c = Map::new();
+            c.insert("job".into(), json!(job_id));
+            // The orchestrator's §10 rule decides; a job the caller may not see is left out.
+            if direct(app, actor, "view-job", c).await.is_err() {
+                continue;
+            }
+            let input: Value = serde_json::from_str(&input_json).unwrap_or(json!(input_json));
+            out.push(json!({
+                "queue": queue, "job_id": job_id, "request_id": request_id, "tool": tool,
+                "summary": summary, "input": input, "deadline": deadline,
+            }));
+        }
+    }
+    Ok(Value::Array(out))
+}
+
+/// An answer to an approval request (the body of `POST …/answer`).
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AnswerBody {
+    /// Allow (true) or deny.
+    pub allow: bool,
+    /// The same tool is answered this way for the rest of the job.
+    #[serde(default)]
+    pub always: bool,
+    /// The reason the agent sees.
+    #[serde(default)]
+    pub message: String,
+}
+
+/// Answers request `request` of `queue` for `actor`: `Queue1.AnswerFor` (the manager applies
+/// PRD §10 to the user and records them), or `Answer` for a trusted caller acting for no one.
+pub async fn answer(
+    app: &App,
+    actor: &Actor,
+    queue: &str,
+    request: &str,
+    a: &AnswerBody,
+) -> Result<Value, WebError> {
+    if !manager_runs(app, queue).await {
+        return Err(WebError::new(
+            404,
+            "org.agentstore.Error.NotFound",
+            format!("no queue manager serves queue {queue:?}, so none of its requests is waiting"),
+        ));
+    }
+    let p = crate::bus::queue::queue_proxy(&app.conn, queue).await?;
+    match &actor.user {
+        Some(u) => {
+            p.answer_for(request, a.allow, a.always, &a.message, u)
+                .await?
+        }
+        None => p.answer(request, a.allow, a.always, &a.message).await?,
+    }
+    Ok(
+        json!({"queue": queue, "request_id": request, "allow": a.allow, "always": a.always,
+              "by": actor.user}),
+    )
+}
+
 fn segments(path: &str) -> Vec<String> {
     path.split('/')
         .filter(|s| !s.is_empty())
@@ -286,6 +374,22 @@ pub async fn route(
             obj.insert("user".into(), json!(actor.user));
             let answer = app.orchestrator.submit(&msg.to_string()).await?;
             Ok(json(200, answer))
+        }
+        (["approvals"], true) => {
+            let q = query(&req, &["as"])?;
+            let actor = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
+            Ok(ok(&approvals(app, &actor).await?))
+        }
+        (["approvals", queue, request, "answer"], false) if method == Method::POST => {
+            let q = query(&req, &["as"])?;
+            let actor = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
+            let body = super::read_body(req).await?;
+            let a: AnswerBody = serde_json::from_slice(&body).map_err(|e| {
+                WebError::invalid(format!(
+                    "request body: not an answer {{\"allow\": bool, \"always\": bool, \"message\": string}}: {e}"
+                ))
+            })?;
+            Ok(ok(&answer(app, &actor, queue, request, &a).await?))
         }
         (["events"], true) => {
             app.actor(peer, req.headers(), None)?;

@@ -28,7 +28,7 @@ form.filters input,form.filters select{margin-right:8px}.pager a{margin-right:12
 fn page(title: &str, who: &Actor, live: bool, body: &str) -> Response<Body> {
     let me = who.user.as_deref().unwrap_or("trusted");
     let html = format!(
-        r#"<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{t} · agentstore</title><style>{CSS}</style></head><body><header><a href="/">Queues</a><a href="/jobs">Jobs</a><a href="/prds">PRDs</a><a href="/charts">Charts</a><span style="float:right">{me}</span></header><main{live}>{body}</main><script src="/static/live.js" defer></script></body></html>"#,
+        r#"<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{t} · agentstore</title><style>{CSS}</style></head><body><header><a href="/">Queues</a><a href="/jobs">Jobs</a><a href="/prds">PRDs</a><a href="/charts">Charts</a><a href="/approvals">Approvals</a><span style="float:right">{me}</span></header><main{live}>{body}</main><script src="/static/live.js" defer></script></body></html>"#,
         t = esc(title),
         me = esc(me),
         live = if live { " data-live" } else { "" },
@@ -127,6 +127,7 @@ pub async fn route(
             job_page(app, &who, id).await
         }
         (["jobs", id, "cancel"], true) => {
+            same_origin(req.headers())?;
             let who = app.actor(peer, req.headers(), None)?;
             super::api::cancel(app, &who, id).await?;
             Ok(redirect(&format!("/jobs/{}", percent_encode(id)), None))
@@ -141,6 +142,33 @@ pub async fn route(
             let who = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
             prd_page(app, &who, id).await
         }
+        (["approvals"], false) => {
+            let q = query(&req, &["as"])?;
+            let who = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
+            approvals_page(app, &who).await
+        }
+        (["approvals", queue, request, "answer"], true) => {
+            same_origin(req.headers())?;
+            let who = app.actor(peer, req.headers(), None)?;
+            let body = super::read_body(req).await?;
+            let form = form_fields(&body)?;
+            let allow = match form.get("decision").map(String::as_str) {
+                Some("allow") => true,
+                Some("deny") => false,
+                other => {
+                    return Err(WebError::invalid(format!(
+                        "form field decision is {other:?}, not allow or deny"
+                    )));
+                }
+            };
+            let a = super::api::AnswerBody {
+                allow,
+                always: form.get("always").is_some_and(|v| v == "on" || v == "true"),
+                message: form.get("message").cloned().unwrap_or_default(),
+            };
+            super::api::answer(app, &who, queue, request, &a).await?;
+            Ok(redirect("/approvals", None))
+        }
         (["charts"], false) => {
             let q = query(&req, &["as"])?;
             let who = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
@@ -148,6 +176,82 @@ pub async fn route(
         }
         _ => Err(WebError::no_route(&path)),
     }
+}
+
+/// Refuses a form POST another site's page sent (CSRF): a browser says where a request
+/// comes from in `Sec-Fetch-Site` and `Origin`; either naming another site is refused. (The
+/// token cookie is also `SameSite=Strict`, so a cross-site POST over TCP carries no token.)
+pub fn same_origin(headers: &hyper::HeaderMap) -> Result<(), WebError> {
+    let refuse = |why: String| {
+        Err(WebError::new(
+            403,
+            "org.agentstore.Error.PermissionDenied",
+            format!("cross-site form POST refused ({why})"),
+        ))
+    };
+    if let Some(site) = headers.get("sec-fetch-site") {
+        let site = site.to_str().unwrap_or("");
+        if site != "same-origin" && site != "none" {
+            return refuse(format!("Sec-Fetch-Site: {site}"));
+        }
+    }
+    if let Some(origin) = headers.get(hyper::header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or("");
+        let host = headers
+            .get(hyper::header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("");
+        let origin_host = origin
+            .strip_prefix("http://")
+            .or_else(|| origin.strip_prefix("https://"))
+            .unwrap_or("");
+        if origin_host.is_empty() || origin_host != host {
+            return refuse(format!("Origin {origin} is not this server ({host})"));
+        }
+    }
+    Ok(())
+}
+
+/// The fields of an `application/x-www-form-urlencoded` body.
+fn form_fields(body: &[u8]) -> Result<HashMap<String, String>, WebError> {
+    let text =
+        std::str::from_utf8(body).map_err(|_| WebError::invalid("form body is not UTF-8"))?;
+    let mut out = HashMap::new();
+    for kv in text.split('&').filter(|s| !s.is_empty()) {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        out.insert(
+            super::api::percent_decode(k)?,
+            super::api::percent_decode(v)?,
+        );
+    }
+    Ok(out)
+}
+
+async fn approvals_page(app: &App, who: &Actor) -> Result<Response<Body>, WebError> {
+    let rows = super::api::approvals(app, who).await?;
+    let rows = rows.as_array().cloned().unwrap_or_default();
+    let mut b = format!(
+        r#"<h1>Approvals</h1><p id="waiting">{} waiting</p><table id="approvals"><thead><tr><th>queue</th><th>job</th><th>request</th><th>tool</th><th>summary</th><th>deadline</th><th>answer</th></tr></thead><tbody>"#,
+        rows.len()
+    );
+    for r in &rows {
+        let (queue, job, req) = (s(r, "/queue"), s(r, "/job_id"), s(r, "/request_id"));
+        let _ = write!(
+            b,
+            r#"<tr data-request="{req}"><td>{queue}</td><td><a href="/jobs/{ju}">{job}</a></td><td>{req}</td><td>{tool}</td><td>{summary}</td><td>{deadline}</td><td><form method="post" action="/approvals/{qu}/{ru}/answer"><input name="message" placeholder="reason (optional)" size="16"><label><input type="checkbox" name="always"> always</label><button name="decision" value="allow" class="allow">Allow</button><button name="decision" value="deny" class="deny">Deny</button></form></td></tr>"#,
+            queue = esc(queue),
+            job = esc(job),
+            ju = percent_encode(job),
+            req = esc(req),
+            qu = percent_encode(queue),
+            ru = percent_encode(req),
+            tool = esc(s(r, "/tool")),
+            summary = esc(s(r, "/summary")),
+            deadline = esc(s(r, "/deadline")),
+        );
+    }
+    b.push_str("</tbody></table>");
+    Ok(page("Approvals", who, true, &b))
 }
 
 async fn queues_page(app: &App, who: &Actor) -> Result<Response<Body>, WebError> {

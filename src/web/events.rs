@@ -1,6 +1,7 @@
-//! What the D-Bus signals say, as server-sent events: `MessageProcessed` and `JobCreated`
-//! from the orchestrator, `JobStateChanged` and the queue properties (`PropertiesChanged`)
-//! from every queue manager. One subscription on the bus, fanned out to every open stream.
+//! What the D-Bus signals say, as server-sent events: `MessageProcessed`, `JobCreated` and
+//! `MachineStateChanged` from the orchestrator, `JobStateChanged`, `ApprovalRequested`,
+//! `ApprovalAnswered` and the queue properties (`PropertiesChanged`) from every queue
+//! manager. One subscription on the bus, fanned out to every open stream.
 //!
 //! Each event is `event: <SignalName>` and a JSON `data:` line with the signal's arguments
 //! by their D-Bus names plus `path` (the sending object).
@@ -96,6 +97,44 @@ fn describe(msg: &zbus::Message) -> Option<(String, String)> {
             data.insert("id".into(), json!(id));
             data.insert("old".into(), json!(old));
             data.insert("new".into(), json!(new));
+        }
+        "ApprovalRequested" => {
+            let (job, req, tool, summary, input, deadline): (
+                String,
+                String,
+                String,
+                String,
+                String,
+                String,
+            ) = body.deserialize().ok()?;
+            data.insert("job_id".into(), json!(job));
+            data.insert("request_id".into(), json!(req));
+            data.insert("tool".into(), json!(tool));
+            data.insert("summary".into(), json!(summary));
+            data.insert("input_json".into(), json!(input));
+            data.insert("deadline".into(), json!(deadline));
+        }
+        "ApprovalAnswered" => {
+            let (job, req, allow, always, by, message): (
+                String,
+                String,
+                bool,
+                bool,
+                String,
+                String,
+            ) = body.deserialize().ok()?;
+            data.insert("job_id".into(), json!(job));
+            data.insert("request_id".into(), json!(req));
+            data.insert("allow".into(), json!(allow));
+            data.insert("always".into(), json!(always));
+            data.insert("by".into(), json!(by));
+            data.insert("message".into(), json!(message));
+        }
+        "MachineStateChanged" => {
+            let (host, stale, last_seen): (String, bool, String) = body.deserialize().ok()?;
+            data.insert("host".into(), json!(host));
+            data.insert("stale".into(), json!(stale));
+            data.insert("last_seen".into(), json!(last_seen));
         }
         "PropertiesChanged" => {
             let (iface, changed, _): (

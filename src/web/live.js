@@ -20,7 +20,8 @@
   }
   var es = new EventSource("/api/v1/events");
   function changed() { if (!pending) { pending = setTimeout(refresh, 150); } }
-  ["JobStateChanged", "JobCreated", "PropertiesChanged"].forEach(function (n) {
+  ["JobStateChanged", "JobCreated", "PropertiesChanged", "ApprovalRequested",
+   "ApprovalAnswered", "MachineStateChanged"].forEach(function (n) {
     es.addEventListener(n, changed);
   });
   es.addEventListener("open", function () { document.body.dataset.live = "connected"; });
