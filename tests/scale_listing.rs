@@ -280,3 +280,99 @@ fn odd_field_text_round_trips_through_the_index() {
         );
     }
 }
+
+/// `list-jobs --archived` goes through the same index as the live folders (issue 17 at
+/// 100,000 archived jobs): oldest queue time first over every month and state, with the
+/// month and end time from the index, only the asked project; once indexed, a settled
+/// archive folder is not read again (a document emptied behind its back still lists in
+/// text, and JSON, which reads documents, names it); a file that is not a job is named.
+#[test]
+fn archived_listing_comes_from_the_index() {
+    let env = TestEnv::initialised();
+    let arch = env.root.join("Queues/poplar/Jobs/archive");
+    let mut want = Vec::new();
+    for i in 0..12u32 {
+        let (month, state) = match i % 3 {
+            0 => ("2025-08", "finished"),
+            1 => ("2025-09", "failed"),
+            _ => ("2025-09", "finished"),
+        };
+        let project = if i == 5 { "Other" } else { "TestProject" };
+        let t = format!("2025-08-25T10:{:02}:00Z", 59 - i);
+        let mut doc: Value = serde_json::from_str(&job(&t, project)).unwrap();
+        doc["runtime"]["status"] = state.into();
+        doc["runtime"]["finish_time"] = format!("2025-09-01T11:{i:02}:00Z").into();
+        env.write(
+            &format!("Queues/poplar/Jobs/archive/{month}/{state}_jobs/a{i:02}.json"),
+            &doc.to_string(),
+        );
+        want.push((format!("a{i:02}"), state.to_string(), month.to_string()));
+    }
+    want.reverse();
+    env.write(
+        "Queues/poplar/Jobs/archive/2025-09/failed_jobs/broken.json",
+        "{not json",
+    );
+    for m in ["2025-08", "2025-09"] {
+        for s in ["finished_jobs", "failed_jobs"] {
+            let d = arch.join(m).join(s);
+            std::fs::create_dir_all(&d).unwrap();
+            settle(&d);
+        }
+    }
+    let cells = |text: &str| -> Vec<(String, String, String)> {
+        text.lines()
+            .skip(1)
+            .map(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                (w[0].to_string(), w[1].to_string(), w[4].to_string())
+            })
+            .collect()
+    };
+    let o = env.run(&["list-jobs", "--archived"]);
+    assert!(o.status.success());
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("broken"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(cells(&text), want, "{text}");
+    assert!(text.lines().next().unwrap().contains("ENDED"), "{text}");
+    assert!(text.contains("2025-09-01 11:07"), "{text}");
+    let other = env.ok(&["list-jobs", "--archived", "--project", "Other"]);
+    assert_eq!(ids(&other), vec!["a05".to_string()], "{other}");
+    let j: Value =
+        serde_json::from_str(&env.ok(&["list-jobs", "--archived", "--format", "json"])).unwrap();
+    let j_ids: Vec<&str> = j
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["id"].as_str().unwrap())
+        .collect();
+    let want_ids: Vec<&str> = want.iter().map(|(id, _, _)| id.as_str()).collect();
+    assert_eq!(j_ids, want_ids);
+
+    // Empty a document without touching its folder's time: text comes from the index.
+    let f = arch.join("2025-09/finished_jobs/a02.json");
+    let dir_time = std::fs::metadata(f.parent().unwrap())
+        .unwrap()
+        .modified()
+        .unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&f)
+        .unwrap();
+    assert_eq!(
+        std::fs::metadata(f.parent().unwrap())
+            .unwrap()
+            .modified()
+            .unwrap(),
+        dir_time
+    );
+    assert_eq!(cells(&env.ok(&["list-jobs", "--archived"])), want);
+    let o = env.run(&["list-jobs", "--archived", "--format", "json"]);
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("a02"));
+}

@@ -362,6 +362,100 @@ fn list_jobs_to(
     Ok(())
 }
 
+/// `list-jobs --archived`: the archive folders through the same index as the live ones,
+/// streamed (text from the index alone; JSON reads one document at a time).
+pub(super) fn list_archived(
+    g: &GlobalArgs,
+    out: &mut dyn Write,
+    project: Option<&str>,
+) -> CliResult {
+    buffered(out, |w| list_archived_to(g, w, project))
+}
+
+fn list_archived_to(g: &GlobalArgs, out: &mut dyn Write, project: Option<&str>) -> CliResult {
+    let store = open_store(g)?;
+    let who = caller(&store)?;
+    if let Some(q) = &g.queue {
+        store.queue(q)?;
+    }
+    let mut index = JobIndex::default();
+    let mut listing = index.archived_listing(&store, g.queue.as_deref(), project);
+    let path = |l: &Listed| {
+        crate::store::archive::archive_root(&store, &l.queue)
+            .join(l.month.as_deref().unwrap_or_default())
+            .join(l.status.dir())
+            .join(format!("{}.json", l.id))
+    };
+    // Files that are not readable jobs: read through the validator so the reason is told.
+    for (dir, id) in listing.unreadable_paths() {
+        if let Err(e) =
+            store.read_doc::<Job>(crate::model::DocKind::Job, &dir.join(format!("{id}.json")))
+        {
+            warn(e);
+        }
+    }
+    let mut vis = crate::orchestrator::Visibility::new(&store, &who);
+    let mut visible = |l: &Listed| vis.admits(&l.head.project, l.head.user.as_deref());
+    match g.format {
+        Format::Json => {
+            let mut w = JsonArrayWriter::start(out)?;
+            for l in listing.by_ref() {
+                if !visible(&l) {
+                    continue;
+                }
+                match store.read_doc::<Job>(crate::model::DocKind::Job, &path(&l)) {
+                    Err(StoreError::Io { source, .. })
+                        if source.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => warn(e),
+                    Ok(job) => {
+                        let same =
+                            job.config.project == l.head.project && job.config.user == l.head.user;
+                        if same || {
+                            let p = store.project(&job.config.project).ok();
+                            who.can_see_job(&job, p.as_ref())
+                        } {
+                            w.element(&with_id(job, &l.id))?;
+                        }
+                    }
+                }
+            }
+            w.finish()?;
+        }
+        Format::Text => {
+            let mut t = StreamTable::new(&ARCHIVED_HEADERS, &[0, 1]);
+            for l in listing.by_ref() {
+                if visible(&l) {
+                    t.measure(&archived_cells(&l));
+                }
+            }
+            listing.rewind()?;
+            t.header(out)?;
+            for l in listing {
+                if visible(&l) {
+                    t.line(out, &archived_cells(&l))?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+const ARCHIVED_HEADERS: [&str; 6] = ["ID", "STATUS", "QUEUE", "PROJECT", "ARCHIVE", "ENDED"];
+
+fn archived_cells(l: &Listed) -> [String; 6] {
+    [
+        l.id.clone(),
+        l.status.name().to_string(),
+        l.queue.clone(),
+        l.head.project.clone(),
+        l.month.clone().unwrap_or_default(),
+        l.head
+            .finish_time
+            .map(|f| f.0.format("%Y-%m-%d %H:%M").to_string())
+            .unwrap_or_default(),
+    ]
+}
+
 fn job_cells(l: &Listed) -> [String; 6] {
     [
         l.id.clone(),

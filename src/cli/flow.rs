@@ -72,10 +72,10 @@ impl FlowArgs {
     }
 }
 
-use super::render::{Format, Table, write_json};
+use super::render::{Format, write_json};
 use super::{CliError, CliResult, GlobalArgs, open_store};
 use crate::model::{DocKind, Job};
-use crate::store::archive::{archived, parse_age};
+use crate::store::archive::parse_age;
 use std::io::Write;
 
 /// Options of `archive`.
@@ -215,70 +215,6 @@ fn report_errors(out: &mut dyn Write, g: &GlobalArgs, errors: &[String], what: &
     } else {
         Err(CliError::new(format!("{} {what}", errors.len())))
     }
-}
-
-/// `list-jobs --archived`.
-pub(super) fn list_archived(
-    g: &GlobalArgs,
-    out: &mut dyn Write,
-    project: Option<&str>,
-) -> CliResult {
-    let store = open_store(g)?;
-    let who = super::browse::caller(&store)?;
-    let mut rows = Vec::new();
-    for a in archived(&store, g.queue.as_deref())? {
-        let job: Job = match store.read_doc(DocKind::Job, &a.path) {
-            Ok(j) => j,
-            Err(e) => {
-                eprintln!("warning: {e}");
-                continue;
-            }
-        };
-        if project.is_some_and(|p| p != job.config.project) {
-            continue;
-        }
-        let visible = who.is_admin()
-            || (who.user_id().is_some() && who.user_id() == job.config.user.as_deref())
-            || store
-                .project(&job.config.project)
-                .is_ok_and(|p| who.can_see_project(&p));
-        if visible {
-            rows.push((a, job));
-        }
-    }
-    rows.sort_by(|(a, x), (b, y)| (x.config.queue_time, &a.id).cmp(&(y.config.queue_time, &b.id)));
-    match g.format {
-        Format::Json => {
-            let docs: Vec<Job> = rows
-                .into_iter()
-                .map(|(a, mut j)| {
-                    j.id.get_or_insert(a.id);
-                    j
-                })
-                .collect();
-            write_json(out, &docs)?;
-        }
-        Format::Text => {
-            let mut t = Table::new(&["ID", "STATUS", "QUEUE", "PROJECT", "ARCHIVE", "ENDED"])
-                .keep(0)
-                .keep(1);
-            for (a, j) in &rows {
-                t.row(vec![
-                    a.id.clone(),
-                    a.status.name().to_string(),
-                    a.queue.clone(),
-                    j.config.project.clone(),
-                    a.month.clone(),
-                    j.runtime
-                        .finish_time
-                        .map(|f| f.0.format("%Y-%m-%d %H:%M").to_string())
-                        .unwrap_or_default(),
-                ]);
-            }
-            t.write(out)?;
-        }
-    }
-    Ok(())
 }
 
 /// `migrate [--dry-run]`.

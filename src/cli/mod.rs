@@ -430,7 +430,7 @@ pub fn run(cli: Cli) -> CliResult {
             project,
             archived: true,
             ..
-        } => flow::list_archived(g, &mut out, project.as_deref()),
+        } => browse::list_archived(g, &mut out, project.as_deref()),
         Command::ListJobs {
             status, project, ..
         } => browse::list_jobs(g, &mut out, status.map(Into::into), project.as_deref()),

@@ -78,6 +78,7 @@ enum Wake {
     File(Option<String>, bool),
     WatchEnded,
     Exit(String),
+    Launched(super::starting::LaunchDone),
     Request(QueueRequest),
     Approval(Option<String>),
     Deadline,
@@ -93,6 +94,8 @@ pub struct Manager {
     pub(super) config: QueueConfig,
     pub(super) launcher: JobLauncher,
     pub(super) running: HashMap<String, Running>,
+    /// Workers being launched (spawned, their scope being placed), not yet running.
+    pub(super) launching: super::starting::Launching,
     pub(super) index: QueuedIndex,
     pub(super) queued: u32,
     pub(super) paused: bool,
@@ -164,6 +167,7 @@ impl Manager {
             config: queue.config.clone(),
             launcher,
             running: HashMap::new(),
+            launching: Default::default(),
             index: QueuedIndex::default(),
             queued: 0,
             paused,
@@ -340,6 +344,7 @@ impl Manager {
                     None => Wake::WatchEnded,
                 },
                 Some(id) = self.exits_rx.recv() => Wake::Exit(id),
+                done = self.launching.next() => Wake::Launched(done),
                 Some(req) = self.requests_rx.recv() => Wake::Request(req),
                 ev = async {
                     match approval_events.as_mut() {
@@ -380,6 +385,7 @@ impl Manager {
                     events = None;
                 }
                 Wake::Exit(id) => self.on_exit(&id).await,
+                Wake::Launched(done) => self.on_launched(done).await,
                 Wake::Request(r) => self.on_request(r).await,
                 Wake::Approval(name) => {
                     self.on_approval_file(name.as_deref()).await;
@@ -392,10 +398,20 @@ impl Manager {
             // Forget the tasks of workers that have ended.
             while self.tasks.try_join_next().is_some() {}
             // Batch whatever else is ready before one pass and one queue.json write.
+            while let Some(done) = self.launching.ready() {
+                self.on_launched(done).await;
+            }
             while let Ok(id) = self.exits_rx.try_recv() {
                 self.on_exit(&id).await;
             }
             self.step().await;
+        }
+        // Launches in flight complete (each bounded by systemd's confirmation timeout): their
+        // jobs are then running for the next manager to re-adopt, and no start marker is
+        // left behind to count against them.
+        while !self.launching.is_empty() {
+            let done = self.launching.next().await;
+            self.on_launched(done).await;
         }
         self.stop();
         // Nothing spawned outlives the manager: the exit watchers stop (their workers run

@@ -101,6 +101,9 @@ impl Manager {
             JobStatus::Running => Err(QueueError::Failed(format!(
                 "job {id} is running under another queue manager"
             ))),
+            // Its worker is being launched: it never runs, and the job fails as cancelled
+            // as soon as the launch completes (starting.rs, `cancel_launched`).
+            _ if self.launching.cancel(id, by) => Ok(()),
             _ => {
                 let error = format!("Job cancelled by {by}");
                 match job {

@@ -23,6 +23,121 @@ pub(super) struct PreparedStart {
     pub(super) limit: u64,
 }
 
+/// What a launch needs, owned, so it can go on while the manager's loop runs.
+struct OwnedSpec {
+    launcher: launcher::JobLauncher,
+    worker: PathBuf,
+    env: Vec<(String, String)>,
+    limits: Option<crate::model::ResourceLimits>,
+    /// The job's start marker: a panic during the launch is recorded there (poison.rs).
+    marker: PathBuf,
+}
+
+/// A completed launch, for [`Manager::on_launched`].
+pub(super) struct LaunchDone {
+    prepared: PreparedStart,
+    started_at: Instant,
+    marked: bool,
+    result: Result<launcher::Launched, launcher::LaunchError>,
+}
+
+type LaunchFuture = std::pin::Pin<Box<dyn std::future::Future<Output = LaunchDone> + Send>>;
+
+/// The launches in flight (local launchers): a job is here from the moment its worker is
+/// spawned until its file is in running_jobs/ (or it failed); its file stays in
+/// queued_jobs/ meanwhile, so a pass never starts it a second time.
+#[derive(Default)]
+pub(super) struct Launching {
+    futures: futures_util::stream::FuturesUnordered<LaunchFuture>,
+    /// Job ids in flight, with who cancelled each meanwhile.
+    ids: std::collections::HashMap<String, Option<String>>,
+    /// The one in flight is a start that was interrupted before: nothing else starts.
+    alone: bool,
+}
+
+impl Launching {
+    /// Launches in flight.
+    pub(super) fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// None in flight.
+    pub(super) fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// `id` is being launched.
+    pub(super) fn contains(&self, id: &str) -> bool {
+        self.ids.contains_key(id)
+    }
+
+    /// A start that must be alone is in flight.
+    pub(super) fn alone(&self) -> bool {
+        self.alone && !self.ids.is_empty()
+    }
+
+    /// Marks `id` cancelled by `by`: it fails as cancelled once its launch completes.
+    /// False when it is not being launched.
+    pub(super) fn cancel(&mut self, id: &str, by: &str) -> bool {
+        match self.ids.get_mut(id) {
+            Some(c) => {
+                c.get_or_insert_with(|| by.to_string());
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn push(&mut self, p: PreparedStart, marked: bool, alone: bool, spec: OwnedSpec) {
+        self.ids.insert(p.id.clone(), None);
+        self.alone = alone;
+        let marker = spec.marker.clone();
+        self.futures.push(Box::pin(handling(marker, async move {
+            // Measured from before the launch: systemd's RuntimeMaxSec clock starts with
+            // the scope, so a job it kills at the limit has run at least `limit` by this
+            // clock.
+            let started_at = Instant::now();
+            let result = spec
+                .launcher
+                .launch(LaunchSpec {
+                    worker: &spec.worker,
+                    args: p.args.clone(),
+                    env: &spec.env,
+                    job_id: &p.id,
+                    runtime_max_secs: p.limit,
+                    limits: spec.limits.as_ref(),
+                })
+                .await;
+            LaunchDone {
+                prepared: p,
+                started_at,
+                marked,
+                result,
+            }
+        })));
+    }
+
+    /// The next completed launch; pending forever when none is in flight (for `select!`).
+    pub(super) async fn next(&mut self) -> LaunchDone {
+        use futures_util::StreamExt;
+        match self.futures.next().await {
+            Some(d) => d,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// A completed launch if one is ready now.
+    pub(super) fn ready(&mut self) -> Option<LaunchDone> {
+        use futures_util::FutureExt;
+        self.next().now_or_never()
+    }
+
+    /// Ends `id`'s flight: who cancelled it, if anyone did.
+    fn finish(&mut self, id: &str) -> Option<String> {
+        self.ids.remove(id).flatten()
+    }
+}
+
 impl Manager {
     /// Marks `job` (queued at `path`; start time, pid and unit already set by the caller)
     /// running on this host, writes it, then moves it to running_jobs/ without replacing.
@@ -82,98 +197,128 @@ impl Manager {
             } else {
                 usize::try_from(workers)
                     .unwrap_or(1)
-                    .saturating_sub(self.running.len())
+                    .saturating_sub(self.running.len() + self.launching.len())
             };
             let now = Instant::now();
             self.backoff
                 .retain(|id, _| scan.ordered.iter().any(|o| o == id));
             let (ready, failed) = self.flow_filter(&scan.ordered).await;
             waiting = waiting.saturating_sub(failed);
-            let startable: Vec<String> = ready
+            let eligible: Vec<String> = ready
                 .iter()
+                .filter(|id| !self.launching.contains(id))
                 .filter(|id| self.backoff.get(*id).is_none_or(|(at, _)| *at <= now))
-                .take(free)
                 .cloned()
                 .collect();
-            // A job whose earlier start was interrupted is started alone, before the others:
-            // if it is what stops the manager, only it is counted again (and failed at the
-            // second interruption), never the innocent jobs that shared its batch.
-            let (retried, fresh): (Vec<String>, Vec<String>) = startable
-                .iter()
-                .cloned()
-                .partition(|id| self.start_was_interrupted(id));
-            for id in &retried {
-                if slurm {
+            let startable: Vec<String> = if slurm {
+                // A job whose earlier start was interrupted is started alone, before the
+                // others: if it is what stops the manager, only it is counted again.
+                let startable: Vec<String> = eligible.into_iter().take(free).collect();
+                let (retried, fresh): (Vec<String>, Vec<String>) = startable
+                    .iter()
+                    .cloned()
+                    .partition(|id| self.start_was_interrupted(id));
+                for id in &retried {
                     self.slurm_start_batch(std::slice::from_ref(id)).await;
-                } else {
-                    self.start_batch(std::slice::from_ref(id)).await;
                 }
-            }
-            if slurm {
                 self.slurm_start_batch(&fresh).await;
+                startable
             } else {
-                self.start_batch(&fresh).await;
-            }
-            for id in &startable {
-                if !self.backoff.contains_key(id.as_str()) {
-                    waiting = waiting.saturating_sub(1);
-                }
-            }
+                // Local starts overlap (see `start_batch`). A job whose earlier start was
+                // interrupted is started alone: only when no other start is in flight, and
+                // nothing else starts until its own is over. If it is what stops the
+                // manager, only it is counted again (and failed at the second
+                // interruption), never the innocent jobs whose starts overlapped it.
+                let retried = eligible
+                    .iter()
+                    .find(|id| self.start_was_interrupted(id))
+                    .cloned();
+                let (startable, alone) = match retried {
+                    _ if self.launching.alone() => (Vec::new(), false),
+                    Some(r) if self.launching.is_empty() && free > 0 => (vec![r], true),
+                    Some(_) => (Vec::new(), false),
+                    None => (eligible.into_iter().take(free).collect(), false),
+                };
+                self.start_batch(&startable, alone).await;
+                startable
+            };
+            // Started, starting, or failed while preparing: no longer waiting.
+            let started = scan
+                .ordered
+                .iter()
+                .filter(|id| {
+                    self.launching.contains(id)
+                        || (startable.contains(id) && !self.backoff.contains_key(id.as_str()))
+                })
+                .count();
+            waiting = waiting.saturating_sub(started);
         }
         self.queued = u32::try_from(waiting).unwrap_or(u32::MAX);
     }
 
-    /// Starts `ids` as one batch. A marker naming each job is on disk for the whole attempt:
-    /// if the manager dies meanwhile, its successor counts the interruption (poison.rs).
-    async fn start_batch(&mut self, ids: &[String]) {
-        if ids.is_empty() {
-            return;
-        }
-        let mut marked = Vec::new();
-        let mut ready = Vec::new();
+    /// Starts `ids`: each is marked, read and checked here, then its launch (worker spawned,
+    /// scope placed) goes on in the background, overlapping the other launches and the
+    /// manager's loop; [`on_launched`](Self::on_launched) records each as it completes. A
+    /// marker naming each job is on disk for its whole attempt: if the manager dies
+    /// meanwhile, its successor counts the interruption (poison.rs). `alone`: nothing else
+    /// starts until this one is over.
+    async fn start_batch(&mut self, ids: &[String], alone: bool) {
         for id in ids {
-            let (was_marked, prepared) = self.begin_start(id).await;
-            if was_marked {
-                marked.push(id.clone());
-            }
-            ready.extend(prepared);
-        }
-        // Scope placements overlap: every StartTransientUnit and its JobRemoved are in
-        // flight together (never more than the free slots), and each worker is still
-        // released only after its own scope exists and its file is in running_jobs/.
-        let launcher = &self.launcher;
-        let (worker, env, limits) = (
-            &self.cfg.worker,
-            &self.cfg.worker_env,
-            self.config.resource_limits.as_ref(),
-        );
-        let launches = futures_util::future::join_all(ready.iter().map(|p| {
-            let spec = LaunchSpec {
-                worker,
-                args: p.args.clone(),
-                env,
-                job_id: &p.id,
-                runtime_max_secs: p.limit,
-                limits,
+            let (marked, prepared) = self.begin_start(id).await;
+            let Some(p) = prepared else {
+                if marked {
+                    self.unmark(MarkKind::Start, id);
+                }
+                continue;
             };
-            // Measured from before the launch: systemd's RuntimeMaxSec clock starts with
-            // the scope, so a job it kills at the limit has run at least `limit` by this
-            // clock.
-            let started_at = Instant::now();
-            let marker = self.marker_path(MarkKind::Start, &p.id);
-            handling(
-                marker,
-                async move { (started_at, launcher.launch(spec).await) },
-            )
-        }))
-        .await;
-        for (p, (started_at, launched)) in ready.into_iter().zip(launches) {
-            let marker = self.marker_path(MarkKind::Start, &p.id);
-            handling(marker, self.finish_start(p, started_at, launched)).await;
+            let spec = OwnedSpec {
+                launcher: self.launcher.clone(),
+                worker: self.cfg.worker.clone(),
+                env: self.cfg.worker_env.clone(),
+                limits: self.config.resource_limits.clone(),
+                marker: self.marker_path(MarkKind::Start, id),
+            };
+            self.launching.push(p, marked, alone, spec);
         }
-        for id in &marked {
-            self.unmark(MarkKind::Start, id);
+    }
+
+    /// A launch completed: the job file into running_jobs/ and the worker released (or the
+    /// job failed, or put off), then its start marker removed.
+    pub(super) async fn on_launched(&mut self, done: LaunchDone) {
+        let LaunchDone {
+            prepared,
+            started_at,
+            marked,
+            result,
+        } = done;
+        let id = prepared.id.clone();
+        let marker = self.marker_path(MarkKind::Start, &id);
+        match self.launching.finish(&id) {
+            Some(by) => handling(marker, self.cancel_launched(prepared, result, &by)).await,
+            None => handling(marker, self.finish_start(prepared, started_at, result)).await,
         }
+        if marked {
+            self.unmark(MarkKind::Start, &id);
+        }
+    }
+
+    /// A job cancelled while its worker was being launched: the worker never runs (its gate
+    /// is closed and its scope stopped), and the job fails as cancelled.
+    async fn cancel_launched(
+        &mut self,
+        p: PreparedStart,
+        launched: Result<launcher::Launched, launcher::LaunchError>,
+        by: &str,
+    ) {
+        if let Ok(mut l) = launched {
+            drop(l.gate);
+            let _ = l.child.wait().await;
+            self.launcher.clean_up(l.pid, l.unit.as_deref()).await;
+        }
+        let error = format!("Job cancelled by {by}");
+        self.fail_owned(&p.id, JobStatus::Queued, p.job, error)
+            .await;
+        self.index.forget(&p.id);
     }
 
     pub(super) fn set_aside(&self, path: &std::path::Path, what: &str) {

@@ -43,6 +43,9 @@ pub struct JobHead {
     pub user: Option<String>,
     /// `config.priority`.
     pub priority: Option<i32>,
+    /// `runtime.finish_time` (set once a job is in a final folder, where it no longer
+    /// changes).
+    pub finish_time: Option<Timestamp>,
 }
 
 /// One listed job: where it is and its head.
@@ -56,11 +59,21 @@ pub struct Listed {
     pub id: String,
     /// What the index read.
     pub head: JobHead,
+    /// The archive month folder (`Queues/<q>/Jobs/archive/<month>/`) for an archived job.
+    pub month: Option<String>,
 }
 
 #[derive(Deserialize)]
 struct RawHead {
     config: RawConfig,
+    #[serde(default)]
+    runtime: Option<RawRuntime>,
+}
+
+#[derive(Deserialize)]
+struct RawRuntime {
+    #[serde(default)]
+    finish_time: Option<Timestamp>,
 }
 
 #[derive(Deserialize)]
@@ -82,11 +95,12 @@ pub fn read_head(path: &Path) -> Option<JobHead> {
         project: h.config.project,
         user: h.config.user,
         priority: h.config.priority,
+        finish_time: h.runtime.and_then(|r| r.finish_time),
     })
 }
 
 /// The first line of an index file.
-const MAGIC: &str = "agentstore-job-index 2";
+const MAGIC: &str = "agentstore-job-index 3";
 /// The last line of a whole index file (one cut short is never trusted).
 const TRAILER: &str = "#end\n";
 /// A folder time younger than this may still change within its granularity: an index taken
@@ -95,8 +109,15 @@ const SETTLED: Duration = Duration::from_secs(2);
 /// How long `ListJobs` keeps a listing open for the caller's next page.
 const CURSOR_TTL: Duration = Duration::from_secs(60);
 
-/// Queue time (seconds, nanoseconds), project, user, priority.
-type RecHead = (i64, u32, Box<str>, Option<Box<str>>, Option<i32>);
+/// Queue time (seconds, nanoseconds), project, user, priority, finish time.
+type RecHead = (
+    i64,
+    u32,
+    Box<str>,
+    Option<Box<str>>,
+    Option<i32>,
+    Option<(i64, u32)>,
+);
 
 /// One record of an index file: a job, or a file that did not read as one (`head: None`).
 #[derive(Debug, Clone)]
@@ -108,7 +129,7 @@ struct Rec {
 impl Rec {
     fn key(&self) -> (i64, u32, &str) {
         match &self.head {
-            Some((s, n, _, _, _)) => (*s, *n, &self.id),
+            Some((s, n, ..)) => (*s, *n, &self.id),
             None => (i64::MIN, 0, &self.id),
         }
     }
@@ -123,6 +144,8 @@ impl Rec {
                     h.project.into_boxed_str(),
                     h.user.map(String::into_boxed_str),
                     h.priority,
+                    h.finish_time
+                        .map(|t| (t.0.timestamp(), t.0.timestamp_subsec_nanos())),
                 )
             }),
         }
@@ -131,13 +154,14 @@ impl Rec {
     fn write(&self, w: &mut impl Write) -> std::io::Result<()> {
         match &self.head {
             None => writeln!(w, "!\t{}", escape(&self.id)),
-            Some((s, n, p, u, prio)) => writeln!(
+            Some((s, n, p, u, prio, fin)) => writeln!(
                 w,
-                "{s}\t{n}\t{}\t{}\t{}\t{}",
+                "{s}\t{n}\t{}\t{}\t{}\t{}\t{}",
                 escape(&self.id),
                 escape(p),
                 u.as_deref().map(escape).unwrap_or_default(),
-                prio.map(|v| v.to_string()).unwrap_or_default()
+                prio.map(|v| v.to_string()).unwrap_or_default(),
+                fin.map(|(s, n)| format!("{s}.{n}")).unwrap_or_default()
             ),
         }
     }
@@ -162,15 +186,26 @@ impl Rec {
             "" => None,
             v => Some(v.parse().ok()?),
         };
+        let finish = match f.next()? {
+            "" => None,
+            v => {
+                let (s, n) = v.split_once('.')?;
+                Some((s.parse().ok()?, n.parse().ok()?))
+            }
+        };
         Some(Rec {
             id: id.into(),
-            head: Some((secs, nanos, project.into(), user, priority)),
+            head: Some((secs, nanos, project.into(), user, priority, finish)),
         })
     }
 
-    fn listed(self, queue: &str, status: JobStatus) -> Option<Listed> {
-        let (secs, nanos, project, user, priority) = self.head?;
+    fn listed(self, queue: &str, status: JobStatus, month: Option<&str>) -> Option<Listed> {
+        let (secs, nanos, project, user, priority, finish) = self.head?;
         let t = chrono::DateTime::from_timestamp(secs, nanos)?;
+        let finish_time = match finish {
+            Some((s, n)) => Some(Timestamp(chrono::DateTime::from_timestamp(s, n)?)),
+            None => None,
+        };
         Some(Listed {
             queue: queue.to_string(),
             status,
@@ -180,7 +215,9 @@ impl Rec {
                 project: project.into(),
                 user: user.map(Into::into),
                 priority,
+                finish_time,
             },
+            month: month.map(str::to_string),
         })
     }
 }
@@ -356,6 +393,7 @@ impl JobIndex {
             sources: Vec::new(),
             project: filter.project.clone(),
             unreadable: Vec::new(),
+            unreadable_dirs: Vec::new(),
             last: None,
             pending: None,
         };
@@ -365,7 +403,7 @@ impl JobIndex {
                 let cache = dir
                     .as_ref()
                     .map(|d| d.join(q).join(format!("{}.idx", s.dir())));
-                match open_folder(store, q, s, cache.as_deref()) {
+                match open_folder(&store.jobs_dir(q, s), q, s, None, cache.as_deref()) {
                     Ok((src, bad)) => {
                         listing
                             .unreadable
@@ -374,6 +412,67 @@ impl JobIndex {
                     }
                     Err(e) => {
                         tracing::warn!("cannot list {}: {e}", store.jobs_dir(q, s).display())
+                    }
+                }
+            }
+        }
+        for s in &mut listing.sources {
+            s.advance();
+        }
+        listing
+    }
+
+    /// Brings the archive folders (`Queues/<q>/Jobs/archive/<month>/<state>_jobs/`) of
+    /// `queue` (every queue when `None`) up to date in the index, the same way as the live
+    /// folders, and opens a listing of them: oldest `queue_time` first, each job once.
+    pub fn archived_listing(
+        &mut self,
+        store: &Store,
+        queue: Option<&str>,
+        project: Option<&str>,
+    ) -> Listing {
+        let dir = self.dir_for(store);
+        let queues = match queue {
+            Some(q) => vec![q.to_string()],
+            None => store.queue_ids().unwrap_or_default(),
+        };
+        let mut listing = Listing {
+            sources: Vec::new(),
+            project: project.map(str::to_string),
+            unreadable: Vec::new(),
+            unreadable_dirs: Vec::new(),
+            last: None,
+            pending: None,
+        };
+        for q in &queues {
+            let root = super::archive::archive_root(store, q);
+            let months = match super::scan_subdirs(&root) {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::warn!("cannot list {}: {e}", root.display());
+                    continue;
+                }
+            };
+            for month in &months {
+                for s in super::archive::ARCHIVED_STATES {
+                    let folder = root.join(month).join(s.dir());
+                    let cache = dir.as_ref().map(|d| {
+                        d.join(q)
+                            .join("archive")
+                            .join(month)
+                            .join(format!("{}.idx", s.dir()))
+                    });
+                    match open_folder(&folder, q, s, Some(month), cache.as_deref()) {
+                        Ok((src, bad)) => {
+                            listing
+                                .unreadable_dirs
+                                .extend(bad.iter().map(|_| folder.clone()));
+                            listing
+                                .unreadable
+                                .extend(bad.into_iter().map(|id| (q.clone(), s, id)));
+                            listing.sources.push(src);
+                        }
+                        Err(e) => tracing::warn!("cannot list {}: {e}", folder.display()),
                     }
                 }
             }
@@ -420,14 +519,14 @@ pub struct Cursor {
 /// Reads a folder's index, bringing it up to date first when the folder changed. Returns the
 /// folder's records as a sorted source and the ids of files that are not readable jobs.
 fn open_folder(
-    store: &Store,
+    dir: &Path,
     queue: &str,
     status: JobStatus,
+    month: Option<&str>,
     cache: Option<&Path>,
 ) -> std::io::Result<(Source, Vec<String>)> {
-    let dir = store.jobs_dir(queue, status);
-    let Some(stamp) = Stamp::of(&dir)? else {
-        return Ok((Source::mem(queue, status, Vec::new()), Vec::new()));
+    let Some(stamp) = Stamp::of(dir)? else {
+        return Ok((Source::mem(queue, status, month, Vec::new()), Vec::new()));
     };
     let mut old: HashMap<Box<str>, Rec> = HashMap::new();
     if let Some(path) = cache
@@ -444,6 +543,7 @@ fn open_folder(
                 let mut src = Source {
                     queue: queue.to_string(),
                     status,
+                    month: month.map(str::to_string),
                     body: Body::File(r),
                     current: None,
                 };
@@ -467,7 +567,7 @@ fn open_folder(
         }
     }
     // The time is taken before the listing: a change during it leaves the index stale.
-    let docs = scan_dir(&dir)?.documents;
+    let docs = scan_dir(dir)?.documents;
     let mut recs = Vec::with_capacity(docs.len());
     for p in docs {
         let Some(id) = file_id(&p) else { continue };
@@ -493,6 +593,7 @@ fn open_folder(
                 let mut src = Source {
                     queue: queue.to_string(),
                     status,
+                    month: month.map(str::to_string),
                     body: Body::File(BufReader::with_capacity(64 * 1024, f)),
                     current: None,
                 };
@@ -502,7 +603,7 @@ fn open_folder(
             Err(e) => tracing::debug!("job index {}: {e}", path.display()),
         }
     }
-    Ok((Source::mem(queue, status, recs), bad))
+    Ok((Source::mem(queue, status, month, recs), bad))
 }
 
 /// True when the file ends with the trailer (it was written whole).
@@ -556,15 +657,18 @@ enum Body {
 struct Source {
     queue: String,
     status: JobStatus,
+    /// The archive month, for an archive folder.
+    month: Option<String>,
     body: Body,
     current: Option<Rec>,
 }
 
 impl Source {
-    fn mem(queue: &str, status: JobStatus, recs: Vec<Rec>) -> Source {
+    fn mem(queue: &str, status: JobStatus, month: Option<&str>, recs: Vec<Rec>) -> Source {
         Source {
             queue: queue.to_string(),
             status,
+            month: month.map(str::to_string),
             body: Body::Mem(recs, 0),
             current: None,
         }
@@ -636,6 +740,8 @@ pub struct Listing {
     sources: Vec<Source>,
     project: Option<String>,
     unreadable: Vec<(String, JobStatus, String)>,
+    /// The folders of archive listings' unreadable files, next to `unreadable`.
+    unreadable_dirs: Vec<PathBuf>,
     last: Option<(String, String)>,
     pending: Option<Listed>,
 }
@@ -644,6 +750,14 @@ impl Listing {
     /// Files in the listed folders that did not read as jobs: (queue, state, id).
     pub fn unreadable(&self) -> &[(String, JobStatus, String)] {
         &self.unreadable
+    }
+
+    /// The unreadable files of an archive listing: (folder, id).
+    pub fn unreadable_paths(&self) -> impl Iterator<Item = (&Path, &str)> {
+        self.unreadable_dirs
+            .iter()
+            .zip(&self.unreadable)
+            .map(|(d, (_, _, id))| (d.as_path(), id.as_str()))
     }
 
     /// Starts again from the first job, over the same folder contents.
@@ -692,7 +806,7 @@ impl Iterator for Listing {
             let b = best?;
             let src = &mut self.sources[b];
             let rec = src.current.take()?;
-            let (queue, status) = (src.queue.clone(), src.status);
+            let (queue, status, month) = (src.queue.clone(), src.status, src.month.clone());
             src.advance();
             if self
                 .last
@@ -702,7 +816,7 @@ impl Iterator for Listing {
                 continue;
             }
             self.last = Some((queue.clone(), rec.id.to_string()));
-            let Some(l) = rec.listed(&queue, status) else {
+            let Some(l) = rec.listed(&queue, status, month.as_deref()) else {
                 continue;
             };
             if self.project.as_deref().is_some_and(|p| p != l.head.project) {
@@ -769,15 +883,23 @@ mod tests {
         ] {
             let r = Rec {
                 id: id.into(),
-                head: Some((-5, 7, project.into(), user.map(Into::into), prio)),
+                head: Some((
+                    -5,
+                    7,
+                    project.into(),
+                    user.map(Into::into),
+                    prio,
+                    Some((9, 1)),
+                )),
             };
             let mut buf = Vec::new();
             r.write(&mut buf).unwrap();
             assert_eq!(buf.iter().filter(|b| **b == b'\n').count(), 1);
             let back = Rec::parse(std::str::from_utf8(&buf).unwrap()).unwrap();
             assert_eq!(&*back.id, id);
-            let (s, n, p, u, pr) = back.head.unwrap();
+            let (s, n, p, u, pr, f) = back.head.unwrap();
             assert_eq!((s, n, &*p, u.as_deref(), pr), (-5, 7, project, user, prio));
+            assert_eq!(f, Some((9, 1)));
         }
         let bad = Rec {
             id: "z".into(),
