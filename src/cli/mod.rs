@@ -8,6 +8,7 @@ mod browse;
 mod daemon;
 mod demo;
 mod flow;
+mod history;
 mod jobs;
 mod machines;
 mod remote;
@@ -295,6 +296,16 @@ pub enum Command {
         /// Host name.
         host: String,
     },
+    /// List the validator's rejections (JSONValidation/errors.out) of every machine, oldest
+    /// first: each machine writes errors@<host>.out beside the PRD's errors.out.
+    ListErrors,
+    /// List the store's events (logs/events-YYYY-MM.jsonl) of every machine in time order:
+    /// each machine writes events-YYYY-MM@<host>.jsonl. Default: this month.
+    ListEvents {
+        /// Month as YYYY-MM, or `all`.
+        #[arg(long)]
+        month: Option<String>,
+    },
 }
 
 /// `--status` values.
@@ -467,5 +478,7 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Pipeline(a) => flow::pipeline(g, &mut out, a),
         Command::ListMachines => machines::list(g, &mut out),
         Command::ViewMachine { host } => machines::view(g, &mut out, &host),
+        Command::ListErrors => history::list_errors(g, &mut out),
+        Command::ListEvents { month } => history::list_events(g, &mut out, month.as_deref()),
     }
 }
