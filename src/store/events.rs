@@ -400,7 +400,7 @@ mod tests {
         assert_eq!(events[0].job_id.as_deref(), Some("j1"));
         assert_eq!(events[0].queue.as_deref(), Some("q"));
         assert_eq!(events[0].detail.as_deref(), Some("boom"));
-        let log = lines_of(&logs, "queue-q.log");
+        let log = lines_of(&logs, "queue-q@");
         assert_eq!(log.len(), 2, "{log:?}");
         assert!(log[0].ends_with(" job j1 failed: boom"), "{log:?}");
         assert!(log[1].ends_with(" sweep: idle"), "{log:?}");
