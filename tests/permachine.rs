@@ -270,3 +270,96 @@ fn two_machines_append_to_their_own_files_and_the_merged_view_is_complete_and_or
             .all(|l| l.host.as_deref() == Some("beta"))
     );
 }
+
+fn mtime(p: &Path) -> std::time::SystemTime {
+    std::fs::metadata(p).unwrap().modified().unwrap()
+}
+
+fn sweeps(log: &Path) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(" sweep: "))
+        .count()
+}
+
+/// queue.json is the user's: the manager writes its runtime to this machine's
+/// `Queues/<q>/runtime@<host>.json`, only when it changed. A user's edit of queue.json made
+/// between two loops is kept byte for byte (and obeyed), an idle manager rewrites nothing
+/// over several loops, and `view-queue` (from another machine) shows the config with the
+/// runtime.
+#[test]
+fn the_runtime_is_written_apart_only_on_change_and_a_users_config_edit_survives() {
+    let env = QueueEnv::new(2);
+    env.edit_queue(|q| q.config.rest_interval = 1);
+    let qf = env.root.join("Queues/q1/queue.json");
+    let rt = env.root.join("Queues/q1/runtime@alpha.json");
+    let log = env.root.join("logs/queue-q1@alpha.log");
+    let mut alpha = manager(&env, "q1", "alpha");
+    let pid = alpha.0.id();
+    wait(Duration::from_secs(30), "the first loop's runtime", || {
+        std::fs::read(&rt)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .is_some_and(|v| v["process_id"] == pid && v["host"] == "alpha")
+            && sweeps(&log) >= 1
+    });
+
+    // The user's edit, between loops, in their own formatting (an editor saving in place).
+    let mut doc: Value = serde_json::from_slice(&std::fs::read(&qf).unwrap()).unwrap();
+    doc["config"]["worker_count"] = json!(3);
+    let user_text = format!("{doc}\n");
+    std::fs::write(&qf, &user_text).unwrap();
+    // A job changes the runtime twice (one running, then none): both written, to the runtime.
+    env.queue_job("j1", &noop(0.0));
+    wait(Duration::from_secs(30), "j1 to finish", || {
+        env.job_file("finished", "j1").exists()
+    });
+    wait(
+        Duration::from_secs(10),
+        "the runtime to count no running job",
+        || {
+            std::fs::read(&rt)
+                .ok()
+                .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+                .is_some_and(|v| v["active_jobs"] == 0 && v["last_update"].is_string())
+        },
+    );
+    assert_eq!(
+        std::fs::read_to_string(&qf).unwrap(),
+        user_text,
+        "queue.json is the user's, byte for byte"
+    );
+    let shown = cli_json(&env, "gamma", &["view-queue", "q1"]);
+    assert_eq!(shown["config"]["worker_count"], 3, "{shown:#}");
+    assert_eq!(shown["runtime"]["process_id"], pid, "{shown:#}");
+    assert_eq!(shown["runtime"]["host"], "alpha", "{shown:#}");
+    let listed = cli_json(&env, "gamma", &["list-queues"]);
+    assert!(
+        listed
+            .to_string()
+            .contains(&format!("\"process_id\":{pid}")),
+        "{listed:#}"
+    );
+
+    // Idle: several loops, nothing rewritten.
+    let (m_rt, m_qf, before) = (mtime(&rt), mtime(&qf), std::fs::read(&rt).unwrap());
+    let s0 = sweeps(&log);
+    wait(Duration::from_secs(40), "four idle loops", || {
+        sweeps(&log) >= s0 + 4
+    });
+    assert_eq!(mtime(&rt), m_rt, "an idle manager rewrote its runtime");
+    assert_eq!(std::fs::read(&rt).unwrap(), before);
+    assert_eq!(mtime(&qf), m_qf, "an idle manager rewrote queue.json");
+
+    // A clean stop says no manager is up, in the runtime; queue.json is still the user's.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert!(alpha.0.wait().unwrap().success());
+    let v: Value = serde_json::from_slice(&std::fs::read(&rt).unwrap()).unwrap();
+    assert_eq!(v["process_id"], json!(null), "{v:#}");
+    assert_eq!(std::fs::read_to_string(&qf).unwrap(), user_text);
+}

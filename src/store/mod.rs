@@ -23,6 +23,7 @@ pub mod machines;
 pub mod migrate;
 pub mod owner;
 pub mod perhost;
+mod queue_runtime;
 mod root;
 pub mod safe;
 mod scan;
@@ -40,6 +41,7 @@ pub use fsio::{
     append_line_locked, move_no_replace, remove_stale_temp_files, sync_parent, write_atomic,
     write_json_atomic,
 };
+pub use queue_runtime::merge_runtimes;
 pub use root::{
     MODE_ENV, RootSource, RootUser, SYSTEM_CONFIG, expand_tilde, home_dir, resolve_daemon_root,
     resolve_root, resolve_root_for, system_mode,
