@@ -80,6 +80,20 @@ impl Env {
     }
 }
 
+/// This month's events of every machine (merged), one JSON line each.
+fn events_text(store: &Store) -> String {
+    store
+        .read_events(&Timestamp::now())
+        .map(|m| {
+            m.entries
+                .iter()
+                .map(|e| serde_json::to_string(&e.entry).unwrap())
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default()
+}
+
 fn names(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
         .map(|r| {
@@ -279,8 +293,7 @@ fn symlinked_inbox_entries_are_set_aside() {
             names(&env.root.join("conflicts/messaging-inbox")),
             ["link.json", "pipe.json"]
         );
-        let events =
-            std::fs::read_to_string(store.events_path(&Timestamp::now())).unwrap_or_default();
+        let events = events_text(&store);
         assert!(
             events.contains("link.json") && events.contains("pipe.json"),
             "{events}"
@@ -744,8 +757,8 @@ fn failing_messages_do_not_stall_the_daemon() {
         std::time::Duration::from_secs(60),
         "message_failed events",
         || {
-            std::fs::read_to_string(store.events_path(&Timestamp::now()))
-                .is_ok_and(|t| t.contains("message_failed") && t.contains("s4.json"))
+            let t = events_text(&store);
+            t.contains("message_failed") && t.contains("s4.json")
         },
     );
     let rt = tokio::runtime::Builder::new_current_thread()
