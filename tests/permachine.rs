@@ -7,27 +7,18 @@
 #[path = "support/claude_env.rs"]
 mod claude_env;
 mod common;
+#[path = "support/procs.rs"]
+mod procs;
 #[path = "support/queue_env.rs"]
 mod queue_env;
 
+use procs::{Proc, wait};
 use queue_env::*;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-/// Kills the child on drop (and continues it first, in case the test stopped it).
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT);
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 /// `queue-manager` for `queue` as machine `host` (no bus, the direct launcher).
 fn manager(env: &QueueEnv, queue: &str, host: &str) -> Proc {
@@ -61,14 +52,6 @@ fn cli_json(env: &QueueEnv, host: &str, args: &[&str]) -> Value {
         String::from_utf8_lossy(&o.stderr)
     );
     serde_json::from_slice(&o.stdout).unwrap()
-}
-
-fn wait(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
-    let end = Instant::now() + limit;
-    while !cond() {
-        assert!(Instant::now() < end, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 fn names(dir: &Path) -> Vec<String> {
@@ -301,7 +284,9 @@ fn the_runtime_is_written_apart_only_on_change_and_a_users_config_edit_survives(
         std::fs::read(&rt)
             .ok()
             .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-            .is_some_and(|v| v["process_id"] == pid && v["host"] == "alpha")
+            .is_some_and(|v| {
+                v["process_id"] == pid && v["host"] == "alpha" && v["last_update"].is_string()
+            })
             && sweeps(&log) >= 1
     });
 

@@ -65,21 +65,25 @@ impl Store {
     }
 
     /// Writes `host`'s runtime of `queue` when it differs from the one on disk in anything
-    /// but `last_update` (an idle manager rewrites nothing). Returns whether it wrote.
+    /// but the time in `last_update` (an idle manager rewrites nothing). Returns whether it
+    /// wrote.
     pub fn write_queue_runtime(
         &self,
         queue: &str,
         host: &str,
         runtime: &QueueRuntime,
     ) -> io::Result<bool> {
+        // The first loop after the start reset is recorded (`last_update` set); later loops
+        // that changed nothing else are not.
         let unchanged = self.queue_runtime(queue, host).is_some_and(|old| {
-            QueueRuntime {
-                last_update: None,
-                ..old
-            } == QueueRuntime {
-                last_update: None,
-                ..runtime.clone()
-            }
+            old.last_update.is_some() == runtime.last_update.is_some()
+                && QueueRuntime {
+                    last_update: None,
+                    ..old
+                } == QueueRuntime {
+                    last_update: None,
+                    ..runtime.clone()
+                }
         });
         if unchanged {
             return Ok(false);
@@ -117,4 +121,38 @@ pub fn merge_runtimes(all: &[(String, QueueRuntime)]) -> Option<QueueRuntime> {
         base.active_jobs = up.iter().fold(0u32, |n, r| n.saturating_add(r.active_jobs));
     }
     Some(base)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rt(pid: Option<u32>, active: u32, at: &str) -> QueueRuntime {
+        QueueRuntime {
+            process_id: pid,
+            active_jobs: active,
+            last_update: at.parse().ok(),
+            ..QueueRuntime::default()
+        }
+    }
+
+    /// The managers that are up count their running jobs together; a stopped machine's old
+    /// file neither leads nor counts while one is up.
+    #[test]
+    fn runtimes_merge_across_machines() {
+        assert_eq!(merge_runtimes(&[]), None);
+        let all = vec![
+            ("a".to_string(), rt(Some(10), 2, "2025-10-01T00:00:05Z")),
+            ("b".to_string(), rt(Some(20), 3, "2025-10-01T00:00:09Z")),
+            ("c".to_string(), rt(None, 7, "2025-10-01T00:00:30Z")),
+        ];
+        let m = merge_runtimes(&all).unwrap_or_default();
+        assert_eq!((m.process_id, m.active_jobs), (Some(20), 5));
+        let stopped = vec![
+            ("a".to_string(), rt(None, 0, "2025-10-01T00:00:05Z")),
+            ("c".to_string(), rt(None, 1, "2025-10-01T00:00:30Z")),
+        ];
+        let m = merge_runtimes(&stopped).unwrap_or_default();
+        assert_eq!((m.process_id, m.active_jobs), (None, 1));
+    }
 }
