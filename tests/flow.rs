@@ -478,7 +478,12 @@ fn snapshot(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
         for e in std::fs::read_dir(&d).unwrap().flatten() {
             let p = e.path();
             let rel = p.strip_prefix(dir).unwrap().to_path_buf();
-            if rel.starts_with("logs") || rel.ends_with("errors.out") {
+            if rel.starts_with("logs")
+                || (rel.starts_with("JSONValidation")
+                    && rel
+                        .file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with("errors")))
+            {
                 continue;
             }
             if p.is_dir() {

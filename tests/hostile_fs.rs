@@ -80,6 +80,20 @@ impl Env {
     }
 }
 
+/// This month's events of every machine (merged), one JSON line each.
+fn events_text(store: &Store) -> String {
+    store
+        .read_events(&Timestamp::now())
+        .map(|m| {
+            m.entries
+                .iter()
+                .map(|e| serde_json::to_string(&e.entry).unwrap())
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default()
+}
+
 fn names(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
         .map(|r| {
@@ -118,9 +132,10 @@ fn assert_secret_nowhere_in_store(root: &Path) {
 
 // ---- item 3: links --------------------------------------------------------------------
 
-/// Log files that are links (errors.out, the event log, the daemon logs, queue-<q>.log) are
-/// never appended to through the link: the targets outside the store stay unchanged while the
-/// queue manager runs jobs and fails invalid ones.
+/// Log files that are links (this machine's errors.out, event log, daemon logs, queue-<q>.log,
+/// and the PRD-named files the readers merge) are never appended to or read through the
+/// link: the targets outside the store stay unchanged while the queue manager runs jobs and
+/// fails invalid ones, and the merged readers leave them out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn symlinked_log_files_are_not_followed() {
     guarded(async {
@@ -130,12 +145,18 @@ async fn symlinked_log_files_are_not_followed() {
         std::fs::create_dir_all(&outside).unwrap();
         let store = env.store();
         let events = store.events_path(&Timestamp::now());
-        let logs = [
+        let shared = [
             env.root.join("JSONValidation/errors.out"),
             events,
             env.root.join("logs/queue-q1.log"),
             env.root.join("logs/orchestrator.log"),
         ];
+        let host = agentstore::store::hostname();
+        let logs: Vec<PathBuf> = shared
+            .iter()
+            .map(|p| agentstore::store::perhost::host_path(p, &host))
+            .chain(shared.iter().cloned())
+            .collect();
         let mut targets = Vec::new();
         for (i, l) in logs.iter().enumerate() {
             let t = outside.join(format!("victim-{i}"));
@@ -170,6 +191,12 @@ async fn symlinked_log_files_are_not_followed() {
                     .is_symlink()
             );
         }
+        // The merged readers do not read through the links either.
+        let store = env.store();
+        assert!(store.read_errors().unwrap().entries.is_empty());
+        let events = store.read_all_events().unwrap();
+        assert!(events.entries.is_empty() && events.unreadable.is_empty());
+        assert!(store.read_daemon_log("queue-q1.log").unwrap().is_empty());
     })
     .await
 }
@@ -216,7 +243,7 @@ async fn symlinked_queued_job_is_never_read() {
                 .is_symlink(),
             "moved as a link"
         );
-        let log = std::fs::read_to_string(env.root.join("logs/queue-q1.log")).unwrap();
+        let log = common::shared_log(&env.root.join("logs"), "queue-q1", "log");
         assert!(
             log.contains("evil.json") && log.contains("symbolic link"),
             "{log}"
@@ -266,8 +293,7 @@ fn symlinked_inbox_entries_are_set_aside() {
             names(&env.root.join("conflicts/messaging-inbox")),
             ["link.json", "pipe.json"]
         );
-        let events =
-            std::fs::read_to_string(store.events_path(&Timestamp::now())).unwrap_or_default();
+        let events = events_text(&store);
         assert!(
             events.contains("link.json") && events.contains("pipe.json"),
             "{events}"
@@ -497,9 +523,12 @@ fn big_bad_message_is_quoted_briefly() {
     for i in 0..1000 {
         m4[format!("extra{i}")] = json!(big[..5000]);
     }
-    let errors = env.root.join("JSONValidation/errors.out");
+    let errors = agentstore::store::perhost::host_path(
+        &env.root.join("JSONValidation/errors.out"),
+        &agentstore::store::hostname(),
+    );
     for (i, m) in [m1, m2, m3, m4].iter().enumerate() {
-        let before = std::fs::metadata(&errors).unwrap().len();
+        let before = std::fs::metadata(&errors).map(|m| m.len()).unwrap_or(0);
         env.inbox(&format!("b{i}.json"), &serde_json::to_vec(m).unwrap());
         let out = process_inbox(&store, 100).unwrap();
         assert!(matches!(out[..], [FileOutcome::Answered(_)]), "{out:?}");
@@ -544,23 +573,34 @@ fn logs_rotate_and_keep_n_files() {
     }
     process_inbox(&store, 1000).unwrap();
     let dir = env.root.join("JSONValidation");
+    let host = agentstore::store::hostname();
+    let mine = format!("errors@{host}.out");
     let logs: Vec<String> = names(&dir)
         .into_iter()
-        .filter(|n| n.starts_with("errors.out"))
+        .filter(|n| n.starts_with("errors"))
         .collect();
-    assert_eq!(logs, ["errors.out", "errors.out.1", "errors.out.2"]);
+    assert_eq!(
+        logs,
+        [
+            "errors.out".to_string(),
+            mine.clone(),
+            format!("{mine}.1"),
+            format!("{mine}.2")
+        ]
+    );
     for n in &logs {
         let len = std::fs::metadata(dir.join(n)).unwrap().len();
         assert!(len <= 20000, "{n}: {len}");
     }
-    let events = store.events_path(&Timestamp::now());
+    let events =
+        agentstore::store::perhost::host_path(&store.events_path(&Timestamp::now()), &host);
     let ev_dir = events.parent().unwrap();
     let ev_name = events.file_name().unwrap().to_str().unwrap();
     let ev: Vec<String> = names(ev_dir)
         .into_iter()
         .filter(|n| n.starts_with(ev_name))
         .collect();
-    assert!(ev.len() <= 3, "{ev:?}");
+    assert!(!ev.is_empty() && ev.len() <= 3, "{ev:?}");
     // All 300 answered.
     assert_eq!(names(&env.root.join("messaging/outbox")).len(), 300);
 }
@@ -717,8 +757,8 @@ fn failing_messages_do_not_stall_the_daemon() {
         std::time::Duration::from_secs(60),
         "message_failed events",
         || {
-            std::fs::read_to_string(store.events_path(&Timestamp::now()))
-                .is_ok_and(|t| t.contains("message_failed") && t.contains("s4.json"))
+            let t = events_text(&store);
+            t.contains("message_failed") && t.contains("s4.json")
         },
     );
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -823,8 +863,12 @@ fn root_queue_manager_uses_the_store_owners_rights() {
         }
     }
     // What the manager (and its root worker) made in the store is the store owner's.
+    let queue_log = agentstore::store::perhost::host_path(
+        &env.root.join("logs/queue-q1.log"),
+        &agentstore::store::hostname(),
+    );
     for p in [
-        env.root.join("logs/queue-q1.log"),
+        queue_log.clone(),
         done.clone(),
         env.root.join("Queues/q1/runtime"),
     ] {
@@ -832,7 +876,7 @@ fn root_queue_manager_uses_the_store_owners_rights() {
             assert_eq!(m.uid(), nobody.uid.as_raw(), "{} owner", p.display());
         }
     }
-    let m = std::fs::metadata(env.root.join("logs/queue-q1.log")).unwrap();
+    let m = std::fs::metadata(&queue_log).unwrap();
     assert_eq!(m.uid(), nobody.uid.as_raw());
     assert!(
         out.contains("store owner's rights"),

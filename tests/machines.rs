@@ -8,32 +8,17 @@
 #[path = "support/claude_env.rs"]
 mod claude_env;
 mod common;
+#[path = "support/procs.rs"]
+mod procs;
 #[path = "support/queue_env.rs"]
 mod queue_env;
 
+use procs::{Proc, wait};
 use queue_env::*;
 use serde_json::{Value, json};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// Kills the child on drop (and continues it first, in case the test stopped it).
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT);
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Proc {
-    fn signal(&self, s: nix::sys::signal::Signal) {
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0.id() as i32), s).unwrap();
-    }
-}
 
 /// Fast heartbeats: a beat a second, stale after 2 s, jobs failed after 6 s of silence.
 fn fast_machines(root: &Path) {
@@ -93,14 +78,6 @@ fn machine<'a>(list: &'a Value, host: &str) -> &'a Value {
         .iter()
         .find(|m| m["host"] == host)
         .unwrap_or_else(|| panic!("no machine {host} in {list:#}"))
-}
-
-fn wait(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
-    let end = Instant::now() + limit;
-    while !cond() {
-        assert!(Instant::now() < end, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 fn events(root: &Path) -> Vec<Value> {

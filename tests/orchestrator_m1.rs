@@ -117,6 +117,10 @@ fn m1_orchestrator_processes_messages() {
         .filter_map(|e| e.ok())
         .find(|e| e.file_name().to_string_lossy().starts_with("events-"));
     let text = std::fs::read_to_string(events.unwrap().path()).unwrap();
+    assert!(
+        text.contains(&format!("\"host\":\"{}\"", agentstore::store::hostname())),
+        "the event file is this machine's: {text}"
+    );
     for kind in ["daemon_started", "message_answered", "daemon_stopped"] {
         assert!(text.contains(kind), "{kind} missing from events:\n{text}");
     }

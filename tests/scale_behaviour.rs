@@ -51,7 +51,7 @@ fn finished_job(id: &str) -> Value {
 }
 
 fn errors_out(root: &Path) -> String {
-    std::fs::read_to_string(root.join("JSONValidation/errors.out")).unwrap_or_default()
+    common::errors_out(root)
 }
 
 /// 20,000 finished jobs the handled-log names, each file corrupt: a new finished job is

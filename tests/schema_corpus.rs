@@ -175,7 +175,7 @@ fn fifty_concurrent_writers_leave_fifty_intact_lines() {
     for mut c in children {
         assert_eq!(c.wait().unwrap().code(), Some(1));
     }
-    let text = std::fs::read_to_string(env.root.join("JSONValidation/errors.out")).unwrap();
+    let text = common::errors_out(&env.root);
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 50);
     for l in lines {

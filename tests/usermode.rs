@@ -528,15 +528,18 @@ fn user_units_serve_the_store_the_cli_resolves() {
     );
     let qm = spawn(user_unit_command("queue-manager@.service", &home, "poplar"));
     wait_for_name(&bus, "org.agentstore.Queue.poplar");
-    // The name comes first; the runtime fields are written by the manager's first loop.
-    let queue_json = root.join("Queues/poplar/queue.json");
+    // The name comes first; the runtime fields are written by the manager's first loop (to
+    // this machine's Queues/poplar/runtime@<host>.json; readers show it with queue.json).
     let pid = qm.0.id();
-    wait_until(LONG, "queue.json names the user unit's manager", || {
-        std::fs::read(&queue_json)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-            .is_some_and(|q| q["runtime"]["process_id"] == pid)
-    });
+    wait_until(
+        LONG,
+        "the queue's runtime names the user unit's manager",
+        || {
+            agentstore::store::Store::open(&root)
+                .and_then(|s| s.queue("poplar"))
+                .is_ok_and(|q| q.runtime.process_id == Some(pid))
+        },
+    );
     // And the CLI, with the same HOME and no AGENT_STORE_ROOT, reaches that daemon.
     let mut c = Command::new(env!("CARGO_BIN_EXE_orchestrator"));
     u.scope(&mut c, Sees::Bus(&bus));

@@ -252,7 +252,7 @@ async fn invalid_job_files_fail() {
         let err = doc["runtime"]["error"].as_str().unwrap();
         assert!(err.starts_with("Invalid job file: "), "{err}");
         assert!(err.contains("jobtype") || err.contains("required"), "{err}");
-        let log = std::fs::read_to_string(s.env.root.join("JSONValidation/errors.out")).unwrap();
+        let log = common::errors_out(&s.env.root);
         assert!(log.contains("bad-1"), "validator logged it: {log}");
 
         s.env.queue_job("bad-2", &json!("not an object"));

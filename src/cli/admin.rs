@@ -451,7 +451,7 @@ pub struct SetQueueArgs {
 /// on its next pass.
 pub(super) fn set_queue(g: &GlobalArgs, out: &mut dyn Write, a: SetQueueArgs) -> CliResult {
     let store = open_store(g)?;
-    let mut queue = store.queue(&a.id)?;
+    let mut queue = store.queue_file(&a.id)?;
     a.fields.apply(&mut queue.config)?;
     let path = store.queue_path(&a.id);
     store.write_doc(DocKind::Queue, &path, &queue)?;

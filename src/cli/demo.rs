@@ -227,7 +227,7 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, a: DemoArgs) -> CliResult
     if !store.queue_exists(&queue) {
         store.add_queue(QueueConfig::defaults(&queue))?;
     }
-    let mut qdoc = store.queue(&queue)?;
+    let mut qdoc = store.queue_file(&queue)?;
     qdoc.config.launcher = Some(crate::model::Launcher::Direct);
     store.write_doc(DocKind::Queue, &store.queue_path(&queue), &qdoc)?;
     store.add_project(&Project {

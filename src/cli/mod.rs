@@ -9,6 +9,7 @@ mod conflicts;
 mod daemon;
 mod demo;
 mod flow;
+mod history;
 mod jobs;
 mod machines;
 mod remote;
@@ -305,6 +306,16 @@ pub enum Command {
         #[command(subcommand)]
         action: Option<conflicts::ConflictsAction>,
     },
+    /// List the validator's rejections (JSONValidation/errors.out) of every machine, oldest
+    /// first: each machine writes errors@<host>.out beside the PRD's errors.out.
+    ListErrors,
+    /// List the store's events (logs/events-YYYY-MM.jsonl) of every machine in time order:
+    /// each machine writes events-YYYY-MM@<host>.jsonl. Default: this month.
+    ListEvents {
+        /// Month as YYYY-MM, or `all`.
+        #[arg(long)]
+        month: Option<String>,
+    },
 }
 
 /// `--status` values.
@@ -478,5 +489,7 @@ pub fn run(cli: Cli) -> CliResult {
         Command::ListMachines => machines::list(g, &mut out),
         Command::ViewMachine { host } => machines::view(g, &mut out, &host),
         Command::Conflicts { action } => conflicts::run(g, &mut out, action),
+        Command::ListErrors => history::list_errors(g, &mut out),
+        Command::ListEvents { month } => history::list_events(g, &mut out, month.as_deref()),
     }
 }

@@ -6,9 +6,7 @@ use super::handle::{QueueEvents, QueueHandle, QueueRequest, QueueState};
 use super::launcher::JobLauncher;
 use super::selection::QueuedIndex;
 use super::{QueueError, Running, add_secs};
-use crate::model::{
-    DocKind, JobStatus, Launcher, MAX_REST_INTERVAL, Queue, QueueConfig, Timestamp,
-};
+use crate::model::{JobStatus, Launcher, MAX_REST_INTERVAL, Queue, QueueConfig, Timestamp};
 use crate::store::{Event, Record, Store, StoreError, hostname};
 use futures_util::StreamExt;
 use std::collections::HashMap;
@@ -142,7 +140,7 @@ impl Manager {
     /// queue), and [`start`](Manager::start) makes it ready to [`run`](Manager::run).
     pub async fn open(cfg: ManagerConfig) -> Result<Manager, QueueError> {
         let store = Arc::new(Store::open(&cfg.root)?);
-        let queue: Queue = store.queue(&cfg.queue)?;
+        let queue: Queue = store.queue_file(&cfg.queue)?;
         for s in JobStatus::ALL {
             let d = store.jobs_dir(&cfg.queue, s);
             crate::store::safe::create_dir_all(&d)
@@ -155,7 +153,14 @@ impl Manager {
         let launcher = JobLauncher::choose(choice).await?;
         let (exits_tx, exits_rx) = mpsc::unbounded_channel();
         let (requests_tx, requests_rx) = mpsc::channel(32);
-        let paused = queue.runtime.paused.unwrap_or(false);
+        // Paused survives a restart: this machine's runtime says so, else queue.json (a store
+        // from before the runtime had its own file, or a user who paused it by hand).
+        let host = hostname();
+        let paused = store
+            .queue_runtime(&cfg.queue, &host)
+            .and_then(|r| r.paused)
+            .or(queue.runtime.paused)
+            .unwrap_or(false);
         let state = Arc::new(Mutex::new(QueueState {
             worker_count: queue.config.worker_count,
             paused,
@@ -171,7 +176,7 @@ impl Manager {
             index: QueuedIndex::default(),
             queued: 0,
             paused,
-            host: hostname(),
+            host,
             root_mode: nix::unistd::geteuid().is_root(),
             state,
             approvals: Arc::new(Mutex::new(Vec::new())),
@@ -431,12 +436,12 @@ impl Manager {
                 self.running.len()
             ),
         ));
-        if let Ok(mut doc) = self.store.queue(q) {
-            doc.runtime.process_id = None;
-            doc.runtime.last_update = Some(Timestamp::now());
-            let path = self.store.queue_path(q);
-            if let Err(e) = self.store.write_doc(DocKind::Queue, &path, &doc) {
-                tracing::warn!(queue = %q, "cannot write queue.json: {e}");
+        // This machine's runtime says no manager is up; queue.json is the user's, untouched.
+        if let Some(mut r) = self.store.queue_runtime(q, &self.host) {
+            r.process_id = None;
+            r.last_update = Some(Timestamp::now());
+            if let Err(e) = self.store.write_queue_runtime(q, &self.host, &r) {
+                tracing::warn!(queue = %q, "cannot write the queue runtime: {e}");
             }
         }
         self.write_heartbeat(true);
@@ -444,7 +449,7 @@ impl Manager {
 
     /// One pass: reload the queue config, start what fits, write the runtime.
     pub(super) async fn step(&mut self) {
-        match self.store.queue(&self.cfg.queue) {
+        match self.store.queue_file(&self.cfg.queue) {
             Ok(q) => self.config = q.config,
             Err(e) => {
                 tracing::warn!(queue = %self.cfg.queue, "keeping the last good queue.json: {e}")

@@ -1,10 +1,11 @@
-//! What the queue manager reports (PRD §4.5, §7): `queue.json`'s runtime, the state its
-//! handle shows and the events of each step (on D-Bus: `org.agentstore.Queue1`'s properties
-//! and `JobStateChanged` signals).
+//! What the queue manager reports (PRD §4.5, §7): the queue's runtime (in this machine's
+//! `Queues/<q>/runtime@<host>.json`, never in the user's `queue.json`, and only when it
+//! changed), the state its handle shows and the events of each step (on D-Bus:
+//! `org.agentstore.Queue1`'s properties and `JobStateChanged` signals).
 
 use super::Manager;
 use super::handle::{QueueEvent, QueueState};
-use crate::model::{DocKind, JobStatus, Timestamp};
+use crate::model::{JobStatus, QueueRuntime, Timestamp};
 
 impl Manager {
     pub(super) async fn signal(&mut self, id: &str, old: JobStatus, new: JobStatus) {
@@ -31,46 +32,52 @@ impl Manager {
     }
     // ---- runtime -----------------------------------------------------------------------
 
-    /// Writes `queue.json`'s runtime (PRD §4.5); `reset` = the startup reset. Returns the
-    /// served state before and after, for [`Self::flush_signals`] (`None` on the reset).
+    /// Writes this machine's runtime of the queue (PRD §4.5's fields) when it changed;
+    /// `reset` = the startup reset. Returns the served state before and after, for
+    /// [`Self::flush_signals`] (`None` on the reset).
     pub(super) fn write_runtime(&mut self, reset: bool) -> Option<(QueueState, QueueState)> {
         let q = self.cfg.queue.clone();
-        let mut doc = match self.store.queue(&q) {
-            Ok(d) => d,
-            Err(e) => {
-                tracing::warn!(queue = %q, "cannot read queue.json: {e}");
-                return None;
+        let now = Timestamp::now();
+        let (slurm_running, slurm_pending) = self.slurm.counts();
+        let runtime = if reset {
+            QueueRuntime {
+                process_id: Some(std::process::id()),
+                active_jobs: 0,
+                last_update: None,
+                queued_jobs: 0,
+                host: Some(self.host.clone()),
+                paused: Some(self.paused),
+                slurm_status: self.slurm.status.clone(),
+            }
+        } else {
+            QueueRuntime {
+                process_id: Some(std::process::id()),
+                active_jobs: u32::try_from(self.running.len() + slurm_running).unwrap_or(u32::MAX),
+                last_update: Some(now),
+                queued_jobs: self
+                    .queued
+                    .saturating_add(u32::try_from(slurm_pending).unwrap_or(u32::MAX)),
+                host: Some(self.host.clone()),
+                paused: Some(self.paused),
+                slurm_status: self.slurm.status.clone(),
             }
         };
-        let now = Timestamp::now();
-        doc.runtime.process_id = Some(std::process::id());
-        doc.runtime.host = Some(self.host.clone());
-        doc.runtime.paused = Some(self.paused);
-        doc.runtime.slurm_status = self.slurm.status.clone();
-        let (slurm_running, slurm_pending) = self.slurm.counts();
-        if reset {
-            doc.runtime.active_jobs = 0;
-            doc.runtime.queued_jobs = 0;
-            doc.runtime.last_update = None;
-        } else {
-            doc.runtime.active_jobs =
-                u32::try_from(self.running.len() + slurm_running).unwrap_or(u32::MAX);
-            doc.runtime.queued_jobs = self
-                .queued
-                .saturating_add(u32::try_from(slurm_pending).unwrap_or(u32::MAX));
-            doc.runtime.last_update = Some(now);
-        }
-        let path = self.store.queue_path(&q);
-        if let Err(e) = self.store.write_doc(DocKind::Queue, &path, &doc) {
-            tracing::warn!(queue = %q, "cannot write queue.json: {e}");
+        if let Err(e) = self.store.write_queue_runtime(&q, &self.host, &runtime) {
+            tracing::warn!(
+                queue = %q,
+                "cannot write {}: {e}",
+                self.store
+                    .relative(&self.store.queue_runtime_path(&q, &self.host))
+                    .display()
+            );
         }
         if reset {
             return None;
         }
         let new = QueueState {
-            worker_count: doc.config.worker_count,
-            active_jobs: doc.runtime.active_jobs,
-            queued_jobs: doc.runtime.queued_jobs,
+            worker_count: self.config.worker_count,
+            active_jobs: runtime.active_jobs,
+            queued_jobs: runtime.queued_jobs,
             paused: self.paused,
             last_update: now.to_string(),
         };

@@ -158,8 +158,14 @@ impl Store {
         is_safe_id(queue) && safe::is_file(&self.queue_path(queue))
     }
 
-    /// One queue.
+    /// One queue as readers show it: `queue.json` with the runtime of every machine's
+    /// manager merged in (`Queues/<q>/runtime@<host>.json`, see `queue_runtime`).
     pub fn queue(&self, id: &str) -> Result<Queue> {
+        Ok(self.with_runtime(self.queue_file(id)?))
+    }
+
+    /// `Queues/<q>/queue.json` as it is (the user's config; what an edit writes back).
+    pub fn queue_file(&self, id: &str) -> Result<Queue> {
         check_id("queue", id)?;
         let path = self.queue_path(id);
         not_found_as(self.read_doc(DocKind::Queue, &path), "queue", id)
@@ -170,7 +176,7 @@ impl Store {
         let mut out = Vec::new();
         for id in self.queue_ids()? {
             match self.read_doc(DocKind::Queue, &self.queue_path(&id)) {
-                Ok(q) => out.push(q),
+                Ok(q) => out.push(self.with_runtime(q)),
                 Err(e) => on_error(e),
             }
         }

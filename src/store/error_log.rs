@@ -1,11 +1,15 @@
 //! `JSONValidation/errors.out`: one JSON line per rejection (the schema layer judges, the store
-//! writes).
+//! writes). Each machine writes its own `JSONValidation/errors@<host>.out`
+//! ([`super::perhost`]); [`crate::store::Store::read_errors`] merges them with the PRD-named file.
 
 use super::fsio::append_line_locked;
 use crate::model::Timestamp;
 use crate::schema::Rejection;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+
+/// The PRD's name of the validation log, relative to the store root.
+pub const ERRORS_OUT: &str = "JSONValidation/errors.out";
 
 /// One line of `errors.out` (PRD §9 `log_error`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -24,7 +28,7 @@ pub struct ErrorLogEntry {
 /// Appends rejections to an `errors.out` file.
 ///
 /// Each entry is one locked append ([`append_line_locked`]), so concurrent
-/// writers (several daemons, several machines' CLIs) never interleave.
+/// writers on one machine (several daemons, CLIs) never interleave; machines have a file each.
 #[derive(Debug, Clone)]
 pub struct ErrorLog {
     path: PathBuf,

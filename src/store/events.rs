@@ -6,6 +6,7 @@
 //! `project`, inside whatever span the daemon is in), the event line, and — when the record
 //! names one — the line of the daemon's own log under `logs/`.
 
+use super::perhost::{HostLine, host_path, read_lines};
 use super::{Store, append_line_locked};
 use crate::model::Timestamp;
 use serde::{Deserialize, Serialize};
@@ -197,7 +198,9 @@ impl Store {
         }
     }
 
-    /// The event log file for the month of `at`.
+    /// The event log of the month of `at` as the PRD names it (`logs/events-YYYY-MM.jsonl`);
+    /// each machine appends to its own `events-YYYY-MM@<host>.jsonl` beside it
+    /// ([`super::perhost`]), and [`Store::read_events`] merges them.
     pub fn events_path(&self, at: &Timestamp) -> PathBuf {
         let month = at.0.format("%Y-%m").to_string();
         self.root
@@ -206,7 +209,7 @@ impl Store {
 
     /// Appends an event; failures are logged, never fatal (the journal has it too).
     pub fn record_event(&self, event: &Event) {
-        let path = self.events_path(&event.timestamp);
+        let path = host_path(&self.events_path(&event.timestamp), &hostname());
         let mut event = event.clone();
         if let Some(d) = event.detail.as_mut() {
             *d = crate::schema::quote_limited(d, crate::schema::MAX_QUOTE_BYTES);
@@ -220,9 +223,10 @@ impl Store {
     }
 
     /// Appends a human-readable line to a per-daemon log under `logs/` (e.g.
-    /// `orchestrator.log`, `queue-poplar.log`), as the PRD's layout names them.
+    /// `orchestrator.log`, `queue-poplar.log`, as the PRD's layout names them), in this
+    /// machine's file of it (`queue-poplar@<host>.log`, see [`super::perhost`]).
     pub fn append_daemon_log(&self, file: &str, text: &str) {
-        let path = self.logs_dir().join(file);
+        let path = host_path(&self.logs_dir().join(file), &hostname());
         // One line per entry, whatever the text holds (a job file name may hold newlines).
         let text = crate::schema::quote_limited(text, 4 * crate::schema::MAX_QUOTE_BYTES)
             .replace(['\n', '\r'], "\\n");
@@ -230,6 +234,117 @@ impl Store {
         if let Err(e) = append_line_locked(&path, line.as_bytes()) {
             tracing::warn!("cannot append to {}: {e}", path.display());
         }
+    }
+}
+
+/// A shared log read back from every machine's file, in time order.
+#[derive(Debug, Clone)]
+pub struct Merged<T> {
+    /// The entries, ordered by timestamp (stable: one machine's lines keep their order).
+    pub entries: Vec<FromHost<T>>,
+    /// Lines that could not be read as entries, each as `file: line` (reported, not lost).
+    pub unreadable: Vec<String>,
+}
+
+/// One entry of a shared log and the machine whose file held it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FromHost<T> {
+    /// The machine (`None`: the PRD-named file, written before files were per machine).
+    pub host: Option<String>,
+    /// The entry.
+    #[serde(flatten)]
+    pub entry: T,
+}
+
+/// Parses each line as a `T`, orders the entries by `time` (stable) and keeps what does not
+/// parse in [`Merged::unreadable`].
+fn merge_lines<T: serde::de::DeserializeOwned>(
+    store: &Store,
+    lines: Vec<HostLine>,
+    time: impl Fn(&T) -> Timestamp,
+) -> Merged<T> {
+    let mut m = Merged {
+        entries: Vec::with_capacity(lines.len()),
+        unreadable: Vec::new(),
+    };
+    for l in lines {
+        match serde_json::from_str::<T>(&l.text) {
+            Ok(entry) => m.entries.push(FromHost {
+                host: l.host,
+                entry,
+            }),
+            Err(_) => m.unreadable.push(format!(
+                "{}: {}",
+                store.relative(&l.path).display(),
+                crate::schema::quote_limited(&l.text, crate::schema::MAX_QUOTE_BYTES)
+            )),
+        }
+    }
+    m.entries.sort_by_key(|e| time(&e.entry));
+    m
+}
+
+impl Store {
+    /// The events of the month of `at` from every machine (and the PRD-named file of an
+    /// older store), in time order.
+    pub fn read_events(&self, at: &Timestamp) -> std::io::Result<Merged<Event>> {
+        let lines = read_lines(&self.events_path(at))?;
+        Ok(merge_lines(self, lines, |e: &Event| e.timestamp))
+    }
+
+    /// Every month's events (every `logs/events-*` file of every machine), in time order.
+    pub fn read_all_events(&self) -> std::io::Result<Merged<Event>> {
+        let template = self.root.join(&self.config.logging.events_file);
+        let mut months =
+            std::collections::BTreeSet::from([Timestamp::now().0.format("%Y-%m").to_string()]);
+        // The month is in the file name (`events-{YYYY-MM}.jsonl`): list its folder.
+        let name = template
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if let (Some((prefix, _)), Some(dir)) = (name.split_once("{YYYY-MM}"), template.parent()) {
+            for e in super::safe::list_dir(dir).unwrap_or_default() {
+                let n = e.name.to_string_lossy();
+                if let Some(rest) = n.strip_prefix(prefix) {
+                    months.insert(rest.chars().take(7).collect());
+                }
+            }
+        }
+        let mut all = Merged {
+            entries: Vec::new(),
+            unreadable: Vec::new(),
+        };
+        for m in months {
+            let Ok(at) = format!("{m}-01T00:00:00Z").parse::<Timestamp>() else {
+                continue;
+            };
+            let one = self.read_events(&at)?;
+            all.entries.extend(one.entries);
+            all.unreadable.extend(one.unreadable);
+        }
+        all.entries.sort_by_key(|e| e.entry.timestamp);
+        Ok(all)
+    }
+
+    /// `JSONValidation/errors.out` from every machine (`errors@<host>.out`, and the file of
+    /// an older store), in time order.
+    pub fn read_errors(&self) -> std::io::Result<Merged<super::ErrorLogEntry>> {
+        let lines = read_lines(&self.root.join(super::error_log::ERRORS_OUT))?;
+        Ok(merge_lines(self, lines, |e: &super::ErrorLogEntry| {
+            e.timestamp
+        }))
+    }
+
+    /// The daemon log `logs/<file>` (`orchestrator.log`, `queue-<q>.log`) from every
+    /// machine, ordered by the time each line starts with (stable).
+    pub fn read_daemon_log(&self, file: &str) -> std::io::Result<Vec<HostLine>> {
+        let mut lines = read_lines(&self.logs_dir().join(file))?;
+        lines.sort_by_key(|l| {
+            l.text
+                .split_once(' ')
+                .and_then(|(t, _)| t.parse::<Timestamp>().ok())
+        });
+        Ok(lines)
     }
 }
 
@@ -285,7 +400,7 @@ mod tests {
         assert_eq!(events[0].job_id.as_deref(), Some("j1"));
         assert_eq!(events[0].queue.as_deref(), Some("q"));
         assert_eq!(events[0].detail.as_deref(), Some("boom"));
-        let log = lines_of(&logs, "queue-q.log");
+        let log = lines_of(&logs, "queue-q@");
         assert_eq!(log.len(), 2, "{log:?}");
         assert!(log[0].ends_with(" job j1 failed: boom"), "{log:?}");
         assert!(log[1].ends_with(" sweep: idle"), "{log:?}");

@@ -5,7 +5,7 @@
 //! (StoreError, the id check), `layout` (where each document lives), `documents` (reading,
 //! validated), `writes` (validated atomic writes, adding users/projects/queues), `init` (a
 //! new store), `fsio`/`safe` (the I/O rules: atomic, no link followed), `scan`, `config`,
-//! `root` (which store), `events`/`error_log` (what happened), `jobfile`, `listing`.
+//! `root` (which store), `events`/`error_log` (what happened; one file per machine: `perhost`), `jobfile`, `listing`.
 
 pub mod approvals;
 pub mod archive;
@@ -23,6 +23,8 @@ pub mod listing;
 pub mod machines;
 pub mod migrate;
 pub mod owner;
+pub mod perhost;
+mod queue_runtime;
 mod root;
 pub mod safe;
 mod scan;
@@ -35,11 +37,12 @@ pub use documents::{JobLocation, read_limited};
 use error::io_err;
 pub use error::{Result, StoreError, check_id};
 pub use error_log::{ErrorLog, ErrorLogEntry};
-pub use events::{Event, HOSTNAME_ENV, Level, Record, hostname};
+pub use events::{Event, FromHost, HOSTNAME_ENV, Level, Merged, Record, hostname};
 pub use fsio::{
     append_line_locked, move_no_replace, remove_stale_temp_files, sync_parent, write_atomic,
     write_json_atomic,
 };
+pub use queue_runtime::merge_runtimes;
 pub use root::{
     MODE_ENV, RootSource, RootUser, SYSTEM_CONFIG, expand_tilde, home_dir, resolve_daemon_root,
     resolve_root, resolve_root_for, system_mode,
@@ -83,7 +86,11 @@ impl Store {
                 std::io::Read::read_to_string(&mut safe::open_read(p)?, &mut t)?;
                 Ok(Some(t))
             })?;
-        let errors = ErrorLog::new(root.join("JSONValidation/errors.out"));
+        // This machine's file of errors.out: a sync engine cannot merge two machines' appends.
+        let errors = ErrorLog::new(perhost::host_path(
+            &root.join(error_log::ERRORS_OUT),
+            &hostname(),
+        ));
         Ok(Store {
             root,
             config,
@@ -107,7 +114,8 @@ impl Store {
         &self.validator
     }
 
-    /// `JSONValidation/errors.out`.
+    /// This machine's `JSONValidation/errors@<host>.out` (read them all with
+    /// [`Store::read_errors`]).
     pub fn error_log(&self) -> &ErrorLog {
         &self.errors
     }

@@ -89,10 +89,10 @@ impl TestEnv {
         p
     }
 
-    /// Lines of errors.out parsed as JSON.
+    /// Lines of errors.out (every machine's `errors@<host>.out` and the PRD-named file) parsed
+    /// as JSON.
     pub fn error_log(&self) -> Vec<serde_json::Value> {
-        let text = std::fs::read_to_string(self.root.join("JSONValidation/errors.out"))
-            .unwrap_or_default();
+        let text = errors_out(&self.root);
         text.lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect()
@@ -176,6 +176,30 @@ impl Researcher {
             None => c.env_remove("DBUS_SESSION_BUS_ADDRESS"),
         };
     }
+/// The text of every file of the shared log `dir/<stem>.<ext>` (one per machine,
+/// `<stem>@<host>.<ext>`, and the PRD-named one), file after file. Rotated files are left out.
+pub fn shared_log(dir: &Path, stem: &str, ext: &str) -> String {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| {
+                    n == &format!("{stem}.{ext}")
+                        || (n.starts_with(&format!("{stem}@")) && n.ends_with(&format!(".{ext}")))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+        .iter()
+        .map(|n| std::fs::read_to_string(dir.join(n)).unwrap_or_default())
+        .collect()
+}
+
+/// Every machine's `JSONValidation/errors.out` lines (see [`shared_log`]).
+pub fn errors_out(root: &Path) -> String {
+    shared_log(&root.join("JSONValidation"), "errors", "out")
 }
 
 /// The repository's test corpus folder.

@@ -92,10 +92,10 @@ impl QueueEnv {
         agentstore::store::Store::open(&self.root).unwrap()
     }
 
-    /// Edits queue.json.
+    /// Edits queue.json (the file as it is, as a user would).
     pub fn edit_queue(&self, f: impl FnOnce(&mut Queue)) {
         let store = self.store();
-        let mut q = store.queue(&self.queue).unwrap();
+        let mut q = store.queue_file(&self.queue).unwrap();
         f(&mut q);
         store
             .write_doc(
@@ -106,8 +106,10 @@ impl QueueEnv {
             .unwrap();
     }
 
+    /// The queue as readers show it: queue.json's config with the runtime every machine's
+    /// manager wrote (`Queues/<q>/runtime@<host>.json`).
     pub fn queue_json(&self) -> Value {
-        read_json(&self.store().queue_path(&self.queue))
+        serde_json::to_value(self.store().queue(&self.queue).unwrap()).unwrap()
     }
 
     pub fn dir(&self, state: &str) -> PathBuf {

@@ -28,10 +28,13 @@ printf '{"id": "bad2", "name": ' | put "$AS/users/bad2.json"
 out=$(adm validate "$AS/users/bad2.json" 2>&1) && rc=0 || rc=$?
 sys_expect_match "M0.2 unparseable JSON is rejected (exit $rc): $(head -1 <<<"$out")" '[1-9]' "$rc"
 x rm -f "$AS/users/bad.json" "$AS/users/bad2.json"
-# Test 3: errors.out has JSONL entries.
-jsonl() { x sh -c "test -s $AS/JSONValidation/errors.out && tail -n 1 $AS/JSONValidation/errors.out | grep -q '^{.*}\$'"; }
-sys_check "M0.3 JSONValidation/errors.out holds JSON lines" jsonl
-sys_log "errors.out: $(x tail -n 1 "$AS/JSONValidation/errors.out" 2>&1 | cut -c1-200)"
+# Test 3: errors.out has JSONL entries (each machine writes JSONValidation/errors@<host>.out
+# beside the PRD's errors.out; `orchestrator list-errors` merges them).
+jsonl() { x sh -c "cat $AS/JSONValidation/errors*.out | tail -n 1 | grep -q '^{.*}\$'"; }
+sys_check "M0.3 JSONValidation/errors@<host>.out holds JSON lines" jsonl
+sys_log "errors: $(x sh -c "cat $AS/JSONValidation/errors*.out | tail -n 1" 2>&1 | cut -c1-200)"
+out=$(adm list-errors 2>&1) || true
+sys_expect_match "M0.3 orchestrator list-errors shows the rejection" 'bad' "$out"
 # Test 4: help.
 out=$(x orchestrator help 2>&1) || true
 sys_expect_match "M0.4 orchestrator help lists the commands" 'list-users' "$out"

@@ -15,12 +15,18 @@ m=$SYS_MACHINE
 setup_users
 setup_project TestProject /tmp/testproject
 setup_queue poplar 2
-# A stale runtime, as a crashed manager would leave it: the start resets it.
-qf=$AS/Queues/poplar/queue.json
-x sed -i 's/"active_jobs": 0/"active_jobs": 7/' "$qf"
+# A stale runtime, as a crashed manager (or an older version) would leave it: the start
+# resets it. queue.json is the user's config; the manager writes its runtime to this
+# machine's Queues/<q>/runtime@<host>.json, and view-queue shows both.
+cf=$AS/Queues/poplar/queue.json
+qf=$AS/Queues/poplar/runtime@$(x hostname).json
+x sed -i 's/"active_jobs": 0/"active_jobs": 7/' "$cf"
+x sh -c "printf '{\"process_id\": 1, \"active_jobs\": 7, \"last_update\": null, \"queued_jobs\": 3}\n' >'$qf'"
+x chown agentstore: "$qf" 2>/dev/null || true
+config_before=$(x sha256sum "$cf")
 svc=queue-manager@poplar.service
 
-# Test 1: start; queue.json's runtime is reset and updated.
+# Test 1: start; the runtime is reset and updated.
 sys_check "M3.1 systemctl start $svc" x systemctl start $svc
 pid=$(x systemctl show -p MainPID --value $svc)
 qpid() { [ "$(jfield "$qf" process_id)" = "$pid" ]; }
@@ -65,8 +71,11 @@ sys_check "M3.8 the job runs" sys_wait_until 30 "running" in_state to-1 running
 sys_check "M3.8 it fails at its timeout" sys_wait_until 40 "failed" in_state to-1 failed
 sys_expect_match "M3.8 error names the timeout" 'Job timeout after [0-9]+s \(limit: 5s\)' "$(jfield "$(jobf to-1 failed)" error)"
 sys_check "M3.8 its scope is gone" sys_wait_until 10 "scope gone" inactive agentstore-job-to-1.scope
-# queue.json is updated each loop.
+# The runtime is updated when it changes (each loop that changed something).
 lu2=$(jfield "$qf" last_update)
-sys_expect_match "M3 queue.json last_update moved on ($lu1 → $lu2)" '^[0-9]{4}-' "$lu2"
+sys_expect_match "M3 runtime last_update moved on ($lu1 → $lu2)" '^[0-9]{4}-' "$lu2"
 if [ "$lu1" != "$lu2" ]; then sys_pass "last_update changed"; else sys_fail "last_update did not change"; fi
+sys_expect_eq "M3 queue.json (the user's config) was never rewritten" "$config_before" "$(x sha256sum "$cf")"
+vq=$(x orchestrator --root "$AS" view-queue poplar --format json 2>&1 || true)
+sys_expect_match "M3 view-queue shows the runtime (process_id $pid)" "\"process_id\": $pid" "$vq"
 sys_test_end

@@ -146,7 +146,7 @@ sys_wait_until 20 "long1 running" in_state long1 running || true
 sys_check "the manager restarts" sys_exec "$m" systemctl restart "queue-manager@$q.service"
 sys_expect_eq "the job's scope survived the restart" active "$(sys_exec "$m" systemctl is-active agentstore-job-long1.scope || true)"
 sys_check "the re-adopted job finishes (not failed)" sys_wait_until 40 "long1 in finished_jobs" in_state long1 finished
-log=$(sys_exec "$m" cat "$store/logs/queue-$q.log" 2>/dev/null || true)
+log=$(sys_exec "$m" sh -c "cat $store/logs/queue-$q*.log" 2>/dev/null || true)
 sys_expect_match "the queue log records the re-adoption" "job long1 re-adopted" "$log"
 
 sys_exec "$m" systemctl stop "queue-manager@$q.service" || true

@@ -1,0 +1,350 @@
+//! Writes that cannot conflict across a sync engine (issue 13): every log several machines
+//! append to is one file per machine (`<stem>@<host>.<ext>`), readers merge them in time
+//! order with the PRD-named files of an older store. Two "machines" are real processes with
+//! different `AGENTSTORE_HOSTNAME`s on one store.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "support/claude_env.rs"]
+mod claude_env;
+mod common;
+#[path = "support/procs.rs"]
+mod procs;
+#[path = "support/queue_env.rs"]
+mod queue_env;
+
+use procs::{Proc, wait};
+use queue_env::*;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// `queue-manager` for `queue` as machine `host` (no bus, the direct launcher).
+fn manager(env: &QueueEnv, queue: &str, host: &str) -> Proc {
+    Proc(
+        Command::new(env!("CARGO_BIN_EXE_queue-manager"))
+            .args(["--queue", queue, "--bus", "none"])
+            .args(["--launcher", "direct", "--idle-exit", "0", "--root"])
+            .arg(&env.root)
+            .env("AGENTSTORE_HOSTNAME", host)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// `orchestrator ARGS --format json` on machine `host`, parsed.
+fn cli_json(env: &QueueEnv, host: &str, args: &[&str]) -> Value {
+    let o = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+        .args(args)
+        .args(["--format", "json", "--bus", "none", "--root"])
+        .arg(&env.root)
+        .env("HOME", env.dir.path())
+        .env("AGENTSTORE_HOSTNAME", host)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "orchestrator {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    v.sort();
+    v
+}
+
+fn line_count(p: &Path) -> usize {
+    std::fs::read_to_string(p)
+        .map(|t| t.lines().filter(|l| !l.trim().is_empty()).count())
+        .unwrap_or(0)
+}
+
+fn times_in_order(list: &[Value], what: &str) {
+    let times: Vec<&str> = list
+        .iter()
+        .map(|e| e["timestamp"].as_str().unwrap())
+        .collect();
+    for w in times.windows(2) {
+        assert!(
+            w[0] <= w[1],
+            "{what} out of time order: {} > {}",
+            w[0],
+            w[1]
+        );
+    }
+}
+
+/// Two queue managers as two machines (alpha serves q1, beta q2), both running jobs and
+/// failing invalid ones at the same time: each machine appends to its own events, errors and queue-log file
+/// (no file is written by both, the PRD-named files are not appended to), and `list-events`
+/// / `list-errors` show every line of every file — the older store's PRD-named files too —
+/// in time order.
+#[test]
+fn two_machines_append_to_their_own_files_and_the_merged_view_is_complete_and_ordered() {
+    let env = QueueEnv::new(4);
+    let now = agentstore::model::Timestamp::now();
+    let month = now.0.format("%Y-%m").to_string();
+    // An older store's PRD-named files, with a line each: read, never lost. The errors line
+    // is dated in the future and the events line at the month's start, so a reader that does
+    // not order by time puts them in the wrong place.
+    let legacy_error = json!({"timestamp": "2099-01-01T00:00:00Z", "type": "job",
+        "id": "legacy-error", "error": "from before files were per machine"});
+    std::fs::write(
+        env.root.join("JSONValidation/errors.out"),
+        format!("{legacy_error}\n"),
+    )
+    .unwrap();
+    let legacy_event = json!({"timestamp": format!("{month}-01T00:00:00Z"), "event": "legacy",
+        "host": "oldhost", "daemon": "orchestratord", "pid": 1});
+    let logs = env.root.join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    std::fs::write(
+        logs.join(format!("events-{month}.jsonl")),
+        format!("{legacy_event}\n"),
+    )
+    .unwrap();
+    // A user's own line in the PRD-named queue log.
+    std::fs::write(logs.join("queue-q1.log"), "2000-01-01T00:00:00Z old line\n").unwrap();
+
+    let mut q2 = agentstore::model::QueueConfig::defaults("q2");
+    q2.worker_count = 4;
+    q2.launcher = Some(agentstore::model::Launcher::Direct);
+    env.store().add_queue(q2).unwrap();
+    let jobs = |q: &str, state: &str| env.root.join(format!("Queues/{q}/Jobs/{state}_jobs"));
+    let count = |state: &str| {
+        ["q1", "q2"]
+            .iter()
+            .map(|q| {
+                agentstore::store::scan_dir(&jobs(q, state))
+                    .map(|s| s.documents.len())
+                    .unwrap_or(0)
+            })
+            .sum::<usize>()
+    };
+    let (good, bad) = (24, 6);
+    for i in 0..good {
+        let q = ["q1", "q2"][i % 2];
+        agentstore::store::write_json_atomic(
+            &jobs(q, "queued").join(format!("ok-{i:02}.json")),
+            &noop(0.0),
+        )
+        .unwrap();
+    }
+    for i in 0..bad {
+        let q = ["q1", "q2"][i % 2];
+        std::fs::write(
+            jobs(q, "queued").join(format!("bad-{i}.json")),
+            r#"{"config": 1}"#,
+        )
+        .unwrap();
+    }
+    let alpha = manager(&env, "q1", "alpha");
+    let beta = manager(&env, "q2", "beta");
+    wait(Duration::from_secs(90), "every job to end", || {
+        count("finished") + count("failed") == good + bad && count("running") == 0
+    });
+    // Both have written their start; give the last worker's event a moment to land.
+    std::thread::sleep(Duration::from_millis(500));
+    drop(alpha);
+    drop(beta);
+
+    // One file per machine, for each log; the PRD-named files hold only the old lines.
+    let log_names = names(&logs);
+    for host in ["alpha", "beta"] {
+        let q = if host == "alpha" { "q1" } else { "q2" };
+        for want in [
+            format!("events-{month}@{host}.jsonl"),
+            format!("queue-{q}@{host}.log"),
+        ] {
+            assert!(log_names.contains(&want), "{want} missing in {log_names:?}");
+        }
+    }
+    assert_eq!(line_count(&logs.join(format!("events-{month}.jsonl"))), 1);
+    assert_eq!(line_count(&logs.join("queue-q1.log")), 1);
+    assert_eq!(line_count(&env.root.join("JSONValidation/errors.out")), 1);
+    let err_names: Vec<String> = names(&env.root.join("JSONValidation"))
+        .into_iter()
+        .filter(|n| n.starts_with("errors"))
+        .collect();
+    assert!(
+        err_names
+            .iter()
+            .all(|n| ["errors.out", "errors@alpha.out", "errors@beta.out"].contains(&n.as_str())),
+        "{err_names:?}"
+    );
+
+    // The merged events: every line of every file, in time order.
+    let v = cli_json(&env, "gamma", &["list-events"]);
+    let events = v["events"].as_array().unwrap();
+    assert_eq!(v["unreadable"], json!([]), "{v:#}");
+    let on_disk: usize = log_names
+        .iter()
+        .filter(|n| n.starts_with(&format!("events-{month}")))
+        .map(|n| line_count(&logs.join(n)))
+        .sum();
+    assert_eq!(events.len(), on_disk, "every event line is shown");
+    times_in_order(events, "events");
+    assert_eq!(
+        events[0]["event"], "legacy",
+        "the month's first event leads"
+    );
+    let mut hosts = BTreeMap::<&str, usize>::new();
+    for e in events {
+        *hosts.entry(e["host"].as_str().unwrap()).or_default() += 1;
+    }
+    assert!(
+        hosts.contains_key("alpha") && hosts.contains_key("beta"),
+        "{hosts:?}"
+    );
+    // Each job ended once, whichever machine ran it.
+    for i in 0..good {
+        let id = format!("ok-{i:02}");
+        let ends = events
+            .iter()
+            .filter(|e| e["job_id"] == id.as_str() && e["event"] == "job_finished")
+            .count();
+        assert_eq!(ends, 1, "{id}: {ends} job_finished events");
+    }
+
+    // The merged errors: the old line last (it is dated 2099), each invalid job logged.
+    let v = cli_json(&env, "gamma", &["list-errors"]);
+    let errors = v["errors"].as_array().unwrap();
+    let on_disk: usize = err_names
+        .iter()
+        .map(|n| line_count(&env.root.join("JSONValidation").join(n)))
+        .sum();
+    assert_eq!(errors.len(), on_disk, "every errors line is shown");
+    times_in_order(errors, "errors");
+    assert_eq!(errors.last().unwrap()["id"], "legacy-error");
+    assert_eq!(errors.last().unwrap()["host"], json!(null));
+    for i in 0..bad {
+        let id = format!("bad-{i}");
+        assert!(
+            errors.iter().any(|e| e["id"] == id.as_str()
+                && ["alpha", "beta"].contains(&e["host"].as_str().unwrap_or(""))),
+            "{id} not in {v:#}"
+        );
+    }
+
+    // The daemon log read back from both machines and the old file, ordered.
+    let store = env.store();
+    let lines = store.read_daemon_log("queue-q1.log").unwrap();
+    assert_eq!(lines[0].text, "2000-01-01T00:00:00Z old line");
+    let from: std::collections::BTreeSet<_> = lines.iter().map(|l| l.host.clone()).collect();
+    assert_eq!(
+        from,
+        [None, Some("alpha".to_string())].into_iter().collect()
+    );
+    assert!(
+        store
+            .read_daemon_log("queue-q2.log")
+            .unwrap()
+            .iter()
+            .all(|l| l.host.as_deref() == Some("beta"))
+    );
+}
+
+fn mtime(p: &Path) -> std::time::SystemTime {
+    std::fs::metadata(p).unwrap().modified().unwrap()
+}
+
+fn sweeps(log: &Path) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(" sweep: "))
+        .count()
+}
+
+/// queue.json is the user's: the manager writes its runtime to this machine's
+/// `Queues/<q>/runtime@<host>.json`, only when it changed. A user's edit of queue.json made
+/// between two loops is kept byte for byte (and obeyed), an idle manager rewrites nothing
+/// over several loops, and `view-queue` (from another machine) shows the config with the
+/// runtime.
+#[test]
+fn the_runtime_is_written_apart_only_on_change_and_a_users_config_edit_survives() {
+    let env = QueueEnv::new(2);
+    env.edit_queue(|q| q.config.rest_interval = 1);
+    let qf = env.root.join("Queues/q1/queue.json");
+    let rt = env.root.join("Queues/q1/runtime@alpha.json");
+    let log = env.root.join("logs/queue-q1@alpha.log");
+    let mut alpha = manager(&env, "q1", "alpha");
+    let pid = alpha.0.id();
+    wait(Duration::from_secs(30), "the first loop's runtime", || {
+        std::fs::read(&rt)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .is_some_and(|v| {
+                v["process_id"] == pid && v["host"] == "alpha" && v["last_update"].is_string()
+            })
+            && sweeps(&log) >= 1
+    });
+
+    // The user's edit, between loops, in their own formatting (an editor saving in place).
+    let mut doc: Value = serde_json::from_slice(&std::fs::read(&qf).unwrap()).unwrap();
+    doc["config"]["worker_count"] = json!(3);
+    let user_text = format!("{doc}\n");
+    std::fs::write(&qf, &user_text).unwrap();
+    // A job changes the runtime twice (one running, then none): both written, to the runtime.
+    env.queue_job("j1", &noop(0.0));
+    wait(Duration::from_secs(30), "j1 to finish", || {
+        env.job_file("finished", "j1").exists()
+    });
+    wait(
+        Duration::from_secs(10),
+        "the runtime to count no running job",
+        || {
+            std::fs::read(&rt)
+                .ok()
+                .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+                .is_some_and(|v| v["active_jobs"] == 0 && v["last_update"].is_string())
+        },
+    );
+    assert_eq!(
+        std::fs::read_to_string(&qf).unwrap(),
+        user_text,
+        "queue.json is the user's, byte for byte"
+    );
+    let shown = cli_json(&env, "gamma", &["view-queue", "q1"]);
+    assert_eq!(shown["config"]["worker_count"], 3, "{shown:#}");
+    assert_eq!(shown["runtime"]["process_id"], pid, "{shown:#}");
+    assert_eq!(shown["runtime"]["host"], "alpha", "{shown:#}");
+    let listed = cli_json(&env, "gamma", &["list-queues"]);
+    assert!(
+        listed
+            .to_string()
+            .contains(&format!("\"process_id\":{pid}")),
+        "{listed:#}"
+    );
+
+    // Idle: several loops, nothing rewritten.
+    let (m_rt, m_qf, before) = (mtime(&rt), mtime(&qf), std::fs::read(&rt).unwrap());
+    let s0 = sweeps(&log);
+    wait(Duration::from_secs(40), "four idle loops", || {
+        sweeps(&log) >= s0 + 4
+    });
+    assert_eq!(mtime(&rt), m_rt, "an idle manager rewrote its runtime");
+    assert_eq!(std::fs::read(&rt).unwrap(), before);
+    assert_eq!(mtime(&qf), m_qf, "an idle manager rewrote queue.json");
+
+    // A clean stop says no manager is up, in the runtime; queue.json is still the user's.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert!(alpha.0.wait().unwrap().success());
+    let v: Value = serde_json::from_slice(&std::fs::read(&rt).unwrap()).unwrap();
+    assert_eq!(v["process_id"], json!(null), "{v:#}");
+    assert_eq!(std::fs::read_to_string(&qf).unwrap(), user_text);
+}
