@@ -125,6 +125,7 @@ impl QueueObject {
     /// `Answer` on behalf of user `user`, for a trusted front end (root or the manager's own
     /// account, e.g. agentstore-web): the manager applies PRD §10 to that user and records
     /// them as the one who answered. Anyone else is refused, whatever `user` says.
+    #[allow(clippy::too_many_arguments)] // the D-Bus signature, plus zbus's header and connection
     async fn answer_for(
         &self,
         request_id: &str,

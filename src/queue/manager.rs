@@ -76,7 +76,7 @@ enum Wake {
     File(Option<String>, bool),
     WatchEnded,
     Exit(String),
-    Launched(super::starting::LaunchDone),
+    Launched(Box<super::starting::LaunchDone>),
     Request(QueueRequest),
     Approval(Option<String>),
     Deadline,
@@ -349,7 +349,7 @@ impl Manager {
                     None => Wake::WatchEnded,
                 },
                 Some(id) = self.exits_rx.recv() => Wake::Exit(id),
-                done = self.launching.next() => Wake::Launched(done),
+                done = self.launching.next() => Wake::Launched(Box::new(done)),
                 Some(req) = self.requests_rx.recv() => Wake::Request(req),
                 ev = async {
                     match approval_events.as_mut() {
@@ -390,7 +390,7 @@ impl Manager {
                     events = None;
                 }
                 Wake::Exit(id) => self.on_exit(&id).await,
-                Wake::Launched(done) => self.on_launched(done).await,
+                Wake::Launched(done) => self.on_launched(*done).await,
                 Wake::Request(r) => self.on_request(r).await,
                 Wake::Approval(name) => {
                     self.on_approval_file(name.as_deref()).await;

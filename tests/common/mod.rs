@@ -176,6 +176,8 @@ impl Researcher {
             None => c.env_remove("DBUS_SESSION_BUS_ADDRESS"),
         };
     }
+}
+
 /// The text of every file of the shared log `dir/<stem>.<ext>` (one per machine,
 /// `<stem>@<host>.<ext>`, and the PRD-named one), file after file. Rotated files are left out.
 pub fn shared_log(dir: &Path, stem: &str, ext: &str) -> String {
