@@ -407,7 +407,9 @@ fn archive_moves_old_ended_jobs_by_month() {
     };
     let old_done = ended_job(40, "finished", true);
     put("finished", "old-done", &old_done);
-    put("failed", "old-failed", &ended_job(45, "failed", false));
+    let mut old_failed = ended_job(45, "failed", false);
+    old_failed["config"]["jobtype"] = "noop".into();
+    put("failed", "old-failed", &old_failed);
     put(
         "finished",
         "old-unhandled",
@@ -463,11 +465,120 @@ fn archive_moves_old_ended_jobs_by_month() {
     let json: Value =
         serde_json::from_str(&f.ok(&["--format", "json", "list-jobs", "--archived"])).unwrap();
     assert_eq!(json.as_array().unwrap().len(), 2, "{json}");
+    // An archived job is still a job of the store: view-job and logs show it.
+    let shown: Value =
+        serde_json::from_str(&f.ok(&["--format", "json", "view-job", "old-done"])).unwrap();
+    assert_eq!(shown["runtime"]["status"], "finished", "{shown}");
+    assert!(f.ok(&["view-job", "old-failed"]).contains("failed"));
+    f.ok(&["logs", "old-failed"]);
 
     let _orch = f.orchestratord();
     let _qm = f.queue_manager();
     let after = f.submit(&["--after", "old-done"]);
     f.wait_state(&after, "finished");
+    // ... and may be retried (a new live job) once: its retry's id stays taken after the
+    // retry is archived too, so the same attempt is never made twice.
+    let out = f.ok(&["--format", "json", "retry", "old-failed"]);
+    let retried: Vec<Value> = serde_json::from_str(&out).unwrap();
+    let r = retried[0]["job_id"].as_str().unwrap().to_string();
+    let done = f.wait_state(&r, "finished");
+    assert_eq!(done["config"]["retry_of"], "old-failed");
+    wait_until(LONG, "the retry handled", || {
+        read(&f.path("finished", &r))["runtime"]["handled"] == true
+    });
+    let moved = f.ok(&["archive", "--older-than", "0s"]);
+    assert!(moved.contains(&r), "{moved}");
+    let again = f.cli(&["retry", "old-failed"]);
+    assert!(!again.status.success(), "retried twice");
+    assert!(
+        text(&again.stderr).contains("already retried"),
+        "{}",
+        text(&again.stderr)
+    );
+}
+
+/// A document dropped straight into queued_jobs/ is never checked at submission: one that
+/// waits for itself, two that wait for each other and three in a ring fail naming the
+/// cycle instead of waiting forever; an `after` entry that is no job id fails the job naming
+/// the field; empty ids on the command line are refused, never dropped.
+#[test]
+fn dependency_cycles_in_dropped_documents_fail_instead_of_waiting() {
+    let f = Flow::new(1);
+    for after in ["", "a,,b", ","] {
+        let o = f.cli(&[
+            "research-code",
+            "--project",
+            "P",
+            "--jobtype",
+            "noop",
+            "--after",
+            after,
+        ]);
+        assert!(!o.status.success(), "--after {after:?} was accepted");
+        assert!(
+            text(&o.stderr).contains("empty job id"),
+            "--after {after:?}: {}",
+            text(&o.stderr)
+        );
+    }
+    assert_eq!(
+        std::fs::read_dir(f.env.root.join("messaging/inbox"))
+            .unwrap()
+            .count(),
+        0,
+        "a refused command left a message"
+    );
+    let o = f.cli(&["research-code", "--project", "P", "--max-attempts", "0"]);
+    assert!(!o.status.success());
+    assert!(text(&o.stderr).contains("max-attempts"), "{}", text(&o.stderr));
+
+    let drop = |id: &str, after: &[&str]| {
+        let mut j = ended_job(0, "queued", false);
+        j["id"] = id.into();
+        j["config"]["jobtype"] = "noop".into();
+        j["config"]["after"] = serde_json::json!(after);
+        j["runtime"] = serde_json::json!({"status": "queued", "start_time": null,
+            "finish_time": null, "process_id": null, "llm_process_id": null,
+            "error": null, "output": null});
+        let tmp = f.env.root.join(format!("Queues/poplar/Jobs/.{id}.tmp"));
+        std::fs::write(&tmp, serde_json::to_vec_pretty(&j).unwrap()).unwrap();
+        std::fs::rename(&tmp, f.path("queued", id)).unwrap();
+    };
+    drop("self", &["self"]);
+    drop("x", &["y"]);
+    drop("y", &["x"]);
+    drop("ra", &["rb"]);
+    drop("rb", &["rc"]);
+    drop("rc", &["ra"]);
+    drop("dot", &["../finished_jobs/self"]);
+    drop("free", &[]);
+    let _orch = f.orchestratord();
+    let _qm = f.queue_manager();
+    let err = |id: &str| {
+        f.wait_state(id, "failed")["runtime"]["error"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(err("self"), "dependency cycle self -> self");
+    let ring = [err("ra"), err("rb"), err("rc")];
+    assert!(
+        ring.iter().any(|e| e.starts_with("dependency cycle ")
+            && ["ra", "rb", "rc"].iter().all(|id| e.contains(id))),
+        "{ring:?}"
+    );
+    let pair = [err("x"), err("y")];
+    assert!(
+        pair.contains(&"dependency cycle x -> y -> x".to_string())
+            || pair.contains(&"dependency cycle y -> x -> y".to_string()),
+        "{pair:?}"
+    );
+    let dot = err("dot");
+    assert!(
+        dot.contains("/config/after/0") && dot.contains("../finished_jobs/self"),
+        "{dot}"
+    );
+    f.wait_state("free", "finished");
 }
 
 /// Copies `dir` into a map path → bytes (for before/after comparisons), logs left out.

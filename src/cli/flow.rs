@@ -13,14 +13,14 @@ pub struct FlowArgs {
     pub priority: Option<i32>,
     /// Start only after these jobs finished (comma-separated job ids, any queue); if one of
     /// them failed, this job fails with "dependency <id> failed".
-    #[arg(long, value_name = "JOB[,JOB…]", value_delimiter = ',')]
+    #[arg(long, value_name = "JOB[,JOB…]", value_delimiter = ',', value_parser = parse_after_arg)]
     pub after: Vec<String>,
     /// With --after: start once the jobs ended, whether they finished or failed.
     #[arg(long, requires = "after")]
     pub after_any: bool,
     /// Retry this job automatically: attempts in all, the first run included (replaces the
     /// queue's retry policy).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::model::flow::MAX_ATTEMPTS)))]
     pub max_attempts: Option<u32>,
     /// With --max-attempts: seconds to wait before each new attempt (default 0).
     #[arg(long, value_name = "SECONDS", requires = "max_attempts")]
@@ -40,20 +40,24 @@ fn parse_priority_arg(s: &str) -> Result<i32, String> {
     crate::model::flow::parse_priority(s)
 }
 
+/// One id of `--after`: an empty one (`--after "$UNSET"`, `--after a,,b`) is refused, never
+/// dropped, so a job meant to wait never starts at once.
+fn parse_after_arg(s: &str) -> Result<String, String> {
+    let t = s.trim();
+    if t.is_empty() {
+        return Err("an empty job id (expected JOB[,JOB…]: the ids of the jobs to wait for)".into());
+    }
+    Ok(t.to_string())
+}
+
 impl FlowArgs {
     /// Adds the options given to a message's content.
     pub fn add_to(&self, c: &mut Map<String, Value>) {
         if let Some(p) = self.priority {
             c.insert("priority".into(), json!(p));
         }
-        let after: Vec<&str> = self
-            .after
-            .iter()
-            .map(|s| s.trim())
-            .filter(|s| !s.is_empty())
-            .collect();
-        if !after.is_empty() {
-            c.insert("after".into(), json!(after));
+        if !self.after.is_empty() {
+            c.insert("after".into(), json!(self.after));
         }
         if self.after_any {
             c.insert("after_any".into(), json!(true));

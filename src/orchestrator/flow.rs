@@ -226,10 +226,7 @@ pub fn check_after(
                 "content.after: job {id} cannot wait for itself"
             )));
         }
-        if store.find_job(&dep).is_err()
-            && !may_be_pending.contains(&dep)
-            && crate::store::archive::find_archived(store, &store.queue_ids()?, &dep).is_none()
-        {
+        if store.find_job(&dep).is_err() && !may_be_pending.contains(&dep) {
             return Err(RouteError::NotFound(format!(
                 "content.after: unknown job {dep} (no such job in any queue)"
             )));

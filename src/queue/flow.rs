@@ -115,6 +115,47 @@ pub fn dependency_state(
     }
 }
 
+/// How many jobs a cycle check walks at most (beyond, the job is left to wait).
+const MAX_CYCLE_WALK: usize = 1_000;
+
+/// The dependency cycle through queued job `id` (whose dependencies are `after`), as
+/// "dependency cycle a -> b -> a", if one exists. Only submission checks for cycles; a
+/// document dropped straight into queued_jobs/ (or a synced one) may close one, and its
+/// jobs would then wait for each other forever. Walks the `after` lists of the queued
+/// dependencies (following retries), at most [`MAX_CYCLE_WALK`] jobs.
+pub fn dependency_cycle(
+    store: &Store,
+    queues: &[String],
+    id: &str,
+    after: &[String],
+) -> Option<String> {
+    let mut seen: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let mut stack: Vec<(String, Vec<String>)> = after
+        .iter()
+        .map(|d| (d.clone(), vec![id.to_string(), d.clone()]))
+        .collect();
+    while let Some((cur, path)) = stack.pop() {
+        if cur == id {
+            return Some(format!("dependency cycle {}", path.join(" -> ")));
+        }
+        if !seen.insert(cur.clone()) || seen.len() > MAX_CYCLE_WALK {
+            continue;
+        }
+        let Some((JobStatus::Queued, p)) = settled_state(store, queues, &cur) else {
+            continue;
+        };
+        let Ok(job) = store.read_doc::<Job>(DocKind::Job, &p) else {
+            continue;
+        };
+        for next in job.config.after.unwrap_or_default() {
+            let mut np = path.clone();
+            np.push(next.clone());
+            stack.push((next, np));
+        }
+    }
+    None
+}
+
 /// Which kind of failure an end is, for retrying: `None` for ends never retried (a cancel,
 /// an invalid job, a refused one).
 pub fn failure_kind(error: &str) -> Option<RetryOn> {
@@ -140,7 +181,7 @@ impl Manager {
         let mut wake: Option<Instant> = None;
         let mut failed = Vec::new();
         for id in ordered {
-            let Some(head) = self.index.head(id) else {
+            let Some(head) = self.index.head(id).cloned() else {
                 out.push(id.clone());
                 continue;
             };
@@ -166,6 +207,17 @@ impl Manager {
                 arriving,
             ) {
                 DepState::Ready => out.push(id.clone()),
+                DepState::Waiting if !head.acyclic => {
+                    let queues = self.store.queue_ids().unwrap_or_default();
+                    match dependency_cycle(&self.store, &queues, id, &head.after) {
+                        Some(why) => failed.push((id.clone(), why)),
+                        None => {
+                            self.index.mark_acyclic(id);
+                            let at = Instant::now() + DEPENDENCY_POLL;
+                            wake = Some(wake.map_or(at, |w| w.min(at)));
+                        }
+                    }
+                }
                 DepState::Waiting => {
                     let at = Instant::now() + DEPENDENCY_POLL;
                     wake = Some(wake.map_or(at, |w| w.min(at)));

@@ -43,6 +43,9 @@ pub struct QueuedHead {
     pub not_before: Option<Timestamp>,
     /// A pipeline step (`supporting_data.pipeline`).
     pub pipeline: bool,
+    /// Its dependencies were walked once and do not lead back to it (a document dropped into
+    /// queued_jobs/ is never checked at submission).
+    pub acyclic: bool,
 }
 
 impl QueuedHead {
@@ -55,6 +58,7 @@ impl QueuedHead {
             after_any: c.after_any == Some(true),
             not_before: c.not_before,
             pipeline: c.supporting_data.contains_key("pipeline"),
+            acyclic: false,
         }
     }
 
@@ -74,6 +78,13 @@ impl QueuedIndex {
     /// What is known of queued job `id`.
     pub fn head(&self, id: &str) -> Option<&QueuedHead> {
         self.times.get(id)
+    }
+
+    /// Notes that queued job `id`'s dependencies were found free of cycles.
+    pub fn mark_acyclic(&mut self, id: &str) {
+        if let Some(h) = self.times.get_mut(id) {
+            h.acyclic = true;
+        }
     }
 
     /// Forgets what is known about `id` (its file changed).

@@ -312,6 +312,7 @@ impl Validator {
         for path in self.id_fields.get(&kind).into_iter().flatten() {
             check_ids(doc, path, &mut String::new(), &mut errors);
         }
+        check_not_newer(doc, &mut errors);
         limit_errors(&mut errors);
         if errors.is_empty() {
             Ok(())
@@ -348,6 +349,24 @@ impl Validator {
     ) -> Result<T, Rejection> {
         let doc = self.validate_bytes(kind, bytes)?;
         serde_json::from_value(doc).map_err(|e| Rejection::whole(kind, e.to_string()))
+    }
+}
+
+/// A document's own `schema_version` newer than this build's is refused (read as it is, an
+/// older agentstore would drop or misread what the newer one wrote), naming both versions.
+fn check_not_newer(doc: &Value, errors: &mut Vec<FieldError>) {
+    use crate::model::flow::{SCHEMA_VERSION, compare_versions};
+    let Some(v) = doc.get("schema_version").and_then(Value::as_str) else {
+        return;
+    };
+    if compare_versions(v, SCHEMA_VERSION) == Some(std::cmp::Ordering::Greater) {
+        errors.push(FieldError {
+            pointer: "/schema_version".into(),
+            message: format!(
+                "{} was written by a newer agentstore; this one understands schema versions up to {SCHEMA_VERSION} and refuses it",
+                quote_limited(v, MAX_QUOTE_BYTES)
+            ),
+        });
     }
 }
 

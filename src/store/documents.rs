@@ -210,7 +210,8 @@ impl Store {
         Ok(out)
     }
 
-    /// Finds a job by id in any queue and state.
+    /// Finds a job by id in any queue and state, archived ones included (their location
+    /// names the archive file and the state it ended in).
     pub fn find_job(&self, id: &str) -> Result<JobLocation> {
         check_id("job", id)?;
         for queue in self.queue_ids()? {
@@ -224,6 +225,22 @@ impl Store {
                         path,
                     });
                 }
+            }
+        }
+        // Archived (`orchestrator archive`): still a job of the store, ended, its file in
+        // Queues/<q>/Jobs/archive/YYYY-MM/<state>_jobs/. Looked at only after the live
+        // folders, so an id is never reused for a job already archived.
+        let queues = self.queue_ids()?;
+        for queue in &queues {
+            if let Some((status, path)) =
+                super::archive::find_archived(self, std::slice::from_ref(queue), id)
+            {
+                return Ok(JobLocation {
+                    queue: queue.clone(),
+                    status,
+                    id: id.to_string(),
+                    path,
+                });
             }
         }
         Err(StoreError::NotFound {

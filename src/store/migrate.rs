@@ -9,7 +9,7 @@
 //! and worker own them; they read as 0.5 documents) and counted.
 
 use super::{Store, file_id, scan_dir, write_atomic};
-use crate::model::flow::{PRIORITY_NORMAL, SCHEMA_VERSION};
+use crate::model::flow::{PRIORITY_NORMAL, SCHEMA_VERSION, compare_versions};
 use crate::model::{DocKind, JobStatus};
 use crate::schema::Validator;
 use serde_json::{Map, Value};
@@ -140,12 +140,39 @@ pub fn migrate(store: &Store, dry_run: bool) -> super::Result<MigrateReport> {
 /// The upgraded bytes of one job file, or `None` when it is already current.
 fn upgrade_job(v: &Validator, path: &Path) -> Result<Option<Vec<u8>>, String> {
     let bytes = super::read_limited(path).map_err(|e| e.to_string())?;
+    let limit = crate::schema::MAX_DOCUMENT_BYTES;
+    if bytes.len() as u64 > limit {
+        return Err(format!(
+            "larger than the {} MiB document limit; left as it is",
+            limit >> 20
+        ));
+    }
     let value = crate::model::strict::parse_value(&bytes).map_err(|e| e.to_string())?;
     let Value::Object(doc) = value else {
         return Err("not a JSON object".into());
     };
-    if doc.get("schema_version").and_then(Value::as_str) == Some(SCHEMA_VERSION) {
-        return Ok(None);
+    match doc.get("schema_version") {
+        None => {}
+        Some(Value::String(v)) if v == SCHEMA_VERSION => return Ok(None),
+        // Never downgraded: a document written by a newer agentstore keeps what it says.
+        Some(Value::String(v)) => match compare_versions(v, SCHEMA_VERSION) {
+            Some(std::cmp::Ordering::Less) => {}
+            Some(_) => {
+                return Err(format!(
+                    "schema_version {v:?} is newer than this agentstore's ({SCHEMA_VERSION}); left as it is (migrate it with the newer agentstore)"
+                ));
+            }
+            None => {
+                return Err(format!(
+                    "schema_version {v:?} is not a version (expected e.g. \"{SCHEMA_VERSION}\"); left as it is"
+                ));
+            }
+        },
+        Some(other) => {
+            return Err(format!(
+                "schema_version {other} is not a string (expected e.g. \"{SCHEMA_VERSION}\"); left as it is"
+            ));
+        }
     }
     let mut out = Map::new();
     out.insert(
