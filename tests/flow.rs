@@ -607,15 +607,10 @@ fn snapshot(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
     m
 }
 
-/// Migration: a v0.5 store (no schema_version, the previous schemas, the PRD's own example
-/// job) is read as it is; new fields are refused there with a pointer to `migrate`;
-/// `migrate --dry-run` changes nothing; `migrate` upgrades the schema copies, the ended jobs
-/// and config.yaml (diffed), a second run changes nothing; a store newer than this build is
-/// refused by the daemons and the CLI with a clear message.
-#[test]
-fn migrate_upgrades_a_v05_store_once_and_newer_stores_are_refused() {
-    let f = Flow::new(1);
-    let root = f.env.root.clone();
+/// Turns the store at `root` (made by this build's `init`) into a v0.5 store: no
+/// `schema_version` in config.yaml, the previous job and queue schema copies. Returns the
+/// config.yaml it wrote.
+fn make_v05(root: &Path) -> String {
     let cfg = root.join("config.yaml");
     let yaml = std::fs::read_to_string(&cfg).unwrap();
     let old_yaml: String = yaml
@@ -633,6 +628,20 @@ fn migrate_upgrades_a_v05_store_once_and_newer_stores_are_refused() {
         )
         .unwrap();
     }
+    old_yaml
+}
+
+/// Migration: a v0.5 store (no schema_version, the previous schemas, the PRD's own example
+/// job) is read as it is; new fields are refused there with a pointer to `migrate`;
+/// `migrate --dry-run` changes nothing; `migrate` upgrades the schema copies, the ended jobs
+/// and config.yaml (diffed), a second run changes nothing; a store newer than this build is
+/// refused by the daemons and the CLI with a clear message.
+#[test]
+fn migrate_upgrades_a_v05_store_once_and_newer_stores_are_refused() {
+    let f = Flow::new(1);
+    let root = f.env.root.clone();
+    let cfg = root.join("config.yaml");
+    let old_yaml = make_v05(&root);
     let mut prd_job: Value =
         serde_json::from_str(include_str!("fixtures/test-job-001.json")).unwrap();
     prd_job["config"]["project"] = "P".into();
@@ -1064,4 +1073,286 @@ fn pipeline_steps_arriving_out_of_order_through_the_inbox_run_in_order() {
         );
         last_end = j["runtime"]["finish_time"].as_str().unwrap().to_string();
     }
+}
+
+/// `migrate` on hostile documents: one written by a newer agentstore (never downgraded), a
+/// cut-short one, one over the size limit and a symlink to a file outside the store are left
+/// byte for byte as they were, each named in a clear error (exit 1), while the plain v0.5
+/// job beside them is upgraded. A queued document of a newer schema is refused by the queue
+/// manager, naming both versions.
+#[test]
+fn migrate_leaves_hostile_documents_as_they_are_and_never_downgrades() {
+    let f = Flow::new(1);
+    make_v05(&f.env.root);
+    let plain = ended_job(2, "finished", true);
+    std::fs::write(f.path("finished", "plain"), serde_json::to_vec_pretty(&plain).unwrap())
+        .unwrap();
+    let mut future = plain.clone();
+    future["schema_version"] = "0.9".into();
+    let hostile: [(&str, Vec<u8>); 3] = [
+        ("future", serde_json::to_vec_pretty(&future).unwrap()),
+        ("broken", b"{\"config\": {\"project\": ".to_vec()),
+        ("huge", {
+            let mut b = b"{\"id\": \"huge\", \"pad\": \"".to_vec();
+            b.resize(17 << 20, b'a');
+            b.extend_from_slice(b"\"}");
+            b
+        }),
+    ];
+    for (id, bytes) in &hostile {
+        std::fs::write(f.path("finished", id), bytes).unwrap();
+    }
+    let outside = f.env.dir.path().join("outside.json");
+    std::fs::write(&outside, b"{\"not\": \"a job\"}").unwrap();
+    std::os::unix::fs::symlink(&outside, f.path("finished", "link")).unwrap();
+
+    let o = f.cli(&["migrate"]);
+    let out = text(&o.stdout);
+    let err = format!("{out}{}", text(&o.stderr));
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    let line = |id: &str| {
+        err.lines()
+            .find(|l| l.contains(&format!("finished_jobs/{id}.json")))
+            .unwrap_or_else(|| panic!("{id} not named: {err}"))
+            .to_string()
+    };
+    assert!(
+        line("future").contains("\"0.9\" is newer than this agentstore's (0.6)"),
+        "{err}"
+    );
+    assert!(line("huge").contains("larger than the 16 MiB"), "{err}");
+    assert!(line("broken").contains("EOF"), "{err}");
+    for (id, bytes) in &hostile {
+        assert!(
+            std::fs::read(f.path("finished", id)).unwrap() == *bytes,
+            "{id} was changed"
+        );
+    }
+    assert!(
+        std::fs::symlink_metadata(f.path("finished", "link"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(std::fs::read(&outside).unwrap(), b"{\"not\": \"a job\"}");
+    assert_eq!(read(&f.path("finished", "plain"))["schema_version"], "0.6");
+    assert!(out.contains("1 job documents upgraded"), "{out}");
+
+    // A queued document of a newer schema: refused by the queue manager, naming both.
+    let mut q = ended_job(0, "queued", false);
+    q["schema_version"] = "0.9".into();
+    q["config"]["jobtype"] = "noop".into();
+    q["runtime"] = serde_json::json!({"status": "queued", "start_time": null,
+        "finish_time": null, "process_id": null, "llm_process_id": null,
+        "error": null, "output": null});
+    std::fs::write(f.path("queued", "from-future"), serde_json::to_vec_pretty(&q).unwrap())
+        .unwrap();
+    let _orch = f.orchestratord();
+    let _qm = f.queue_manager();
+    let failed = f.wait_state("from-future", "failed");
+    let why = failed["runtime"]["error"].as_str().unwrap();
+    assert!(
+        why.contains("/schema_version") && why.contains("newer agentstore") && why.contains("0.6"),
+        "{why}"
+    );
+    assert!(failed["runtime"]["start_time"].is_null(), "it ran: {failed}");
+}
+
+/// `migrate` killed with SIGKILL half way through a store of 200 ended v0.5 jobs (held there
+/// by the debug build's fault hook), then run again, leaves exactly the store an
+/// uninterrupted run makes (every file compared).
+#[test]
+fn migrate_killed_midway_then_run_again_equals_one_uninterrupted_run() {
+    const N: usize = 200;
+    const HALF: usize = N / 2;
+    let f = Flow::new(1);
+    make_v05(&f.env.root);
+    let dir = f.path("finished", "x").parent().unwrap().to_path_buf();
+    for i in 0..N {
+        let mut j = ended_job(2, "finished", true);
+        j["config"]["task_description"] = format!("job {i}").into();
+        std::fs::write(
+            dir.join(format!("j{i:04}.json")),
+            serde_json::to_vec_pretty(&j).unwrap(),
+        )
+        .unwrap();
+    }
+    let twin = f.env.dir.path().join("twin");
+    let cp = Command::new("cp")
+        .arg("-a")
+        .arg(&f.env.root)
+        .arg(&twin)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    f.ok(&["--root", twin.to_str().unwrap(), "migrate"]);
+
+    let upgraded = || {
+        (0..N)
+            .filter(|i| {
+                std::fs::read(dir.join(format!("j{i:04}.json")))
+                    .is_ok_and(|b| b.windows(16).any(|w| w == b"\"schema_version\""))
+            })
+            .count()
+    };
+    let mut c = Command::new(env!("CARGO_BIN_EXE_orchestrator"));
+    f.scope(&mut c);
+    let mut child = c
+        .env("AGENTSTORE_TEST_FAULT", format!("hold-migrate:{HALF}"))
+        .arg("migrate")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until(LONG, "half the jobs upgraded", || upgraded() == HALF);
+    assert!(child.try_wait().unwrap().is_none(), "migrate did not stop");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let done = upgraded();
+    assert_eq!(done, HALF);
+    assert!(
+        !std::fs::read_to_string(f.env.root.join("config.yaml"))
+            .unwrap()
+            .contains("schema_version"),
+        "config.yaml was upgraded before the jobs"
+    );
+    let out = f.ok(&["migrate"]);
+    assert!(
+        out.contains(&format!("{} job documents upgraded, {done} already current", N - done)),
+        "{out}"
+    );
+    let (a, b) = (snapshot(&f.env.root), snapshot(&twin));
+    assert_eq!(a.len(), b.len());
+    for (k, v) in &b {
+        assert!(a.get(k) == Some(v), "{} differs from the uninterrupted run", k.display());
+    }
+}
+
+/// The issue's test: `migrate` on a copy of a v0.5 store made of the PRD's own examples
+/// (§4.2 messages, §4.3 project, §4.4 PRD, §4.5 queue, §4.6 job — queued, and the same job
+/// ended), with the before/after diff (`diff -ruN`) printed and kept in
+/// target/artifacts/migrate-prd-v0.5.diff: outside the schema copies, it adds only
+/// `schema_version` and `priority` to the ended job and `schema_version` to config.yaml.
+#[test]
+fn migrate_on_a_copy_of_the_prds_example_store_shows_its_diff() {
+    let env = common::TestEnv::empty();
+    env.ok(&["init"]);
+    let root = env.root.clone();
+    make_v05(&root);
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus/valid");
+    let put = |from: &str, to: &str| {
+        let p = root.join(to);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::copy(corpus.join(from), &p).unwrap();
+    };
+    put("user/chenry.json", "users/chenry.json");
+    put("project/prd_4_3_ModelSEEDpy.json", "projects/ModelSEEDpy/project.json");
+    for d in ["queued_prds", "running_prds", "finished_prds"] {
+        std::fs::create_dir_all(root.join("projects/ModelSEEDpy").join(d)).unwrap();
+    }
+    put(
+        "prd/prd_4_4_example.json",
+        "projects/ModelSEEDpy/queued_prds/550e8400-e29b-41d4-a716-446655440000.json",
+    );
+    for d in ["queued", "running", "finished", "failed"] {
+        std::fs::create_dir_all(root.join(format!("Queues/poplar/Jobs/{d}_jobs"))).unwrap();
+    }
+    put("queue/prd_4_5_poplar.json", "Queues/poplar/queue.json");
+    put(
+        "job/prd_4_6_example.json",
+        "Queues/poplar/Jobs/queued_jobs/test-job-001.json",
+    );
+    let mut ended: Value =
+        serde_json::from_slice(&std::fs::read(corpus.join("job/prd_4_6_example.json")).unwrap())
+            .unwrap();
+    ended["runtime"]["status"] = "finished".into();
+    ended["runtime"]["start_time"] = "2025-10-23T22:00:00Z".into();
+    ended["runtime"]["finish_time"] = "2025-10-23T22:10:00Z".into();
+    ended["runtime"]["output"] = "Documented the key components.".into();
+    std::fs::write(
+        root.join("Queues/poplar/Jobs/finished_jobs/test-job-000.json"),
+        serde_json::to_string_pretty(&ended).unwrap() + "\n",
+    )
+    .unwrap();
+    put(
+        "message/prd_4_2_inbox_research_code.json",
+        "messaging/processed_inbox/m-001.json",
+    );
+    put("message/prd_4_2_outbox_response.json", "messaging/outbox/m-001.json");
+    // The example store is a valid v0.5 store as it is.
+    env.ok(&["validate"]);
+
+    let work = env.dir.path();
+    let name = root.file_name().unwrap().to_str().unwrap().to_string();
+    let copy = |to: &str| {
+        let ok = Command::new("cp")
+            .args(["-a", &name, to])
+            .current_dir(work)
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    };
+    copy("before");
+    let out = env.ok(&["migrate"]);
+    assert!(
+        out.contains("2 schema copies and 1 job documents upgraded"),
+        "{out}"
+    );
+    assert!(out.contains("1 queued/running left as they are"), "{out}");
+    let diff = |extra: &[&str]| {
+        let o = Command::new("diff")
+            .args(["-ruN", "--exclude=logs"])
+            .args(extra)
+            .args(["before", &name])
+            .current_dir(work)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+        text(&o.stdout)
+    };
+    let full = diff(&[]);
+    let art = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/artifacts");
+    std::fs::create_dir_all(&art).unwrap();
+    std::fs::write(art.join("migrate-prd-v0.5.diff"), &full).unwrap();
+    let docs = diff(&["--exclude=JSONValidation"]);
+    eprintln!("migrate on the PRD's example store, outside the schema copies:\n{docs}");
+    let files: Vec<&str> = full
+        .lines()
+        .filter(|l| l.starts_with("diff "))
+        .filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("before/")))
+        .collect();
+    assert_eq!(
+        files,
+        [
+            "JSONValidation/Schemas/job.schema.json",
+            "JSONValidation/Schemas/job.schema.json.v0.5.bak",
+            "JSONValidation/Schemas/queue.schema.json",
+            "JSONValidation/Schemas/queue.schema.json.v0.5.bak",
+            "Queues/poplar/Jobs/finished_jobs/test-job-000.json",
+            "config.yaml",
+        ],
+        "{full}"
+    );
+    let changed: Vec<&str> = docs
+        .lines()
+        .filter(|l| {
+            (l.starts_with('+') || l.starts_with('-'))
+                && !l.starts_with("+++")
+                && !l.starts_with("---")
+        })
+        .collect();
+    assert_eq!(
+        changed,
+        [
+            "+  \"schema_version\": \"0.6\",",
+            "-    \"timeout_seconds\": 1800",
+            "+    \"timeout_seconds\": 1800,",
+            "+    \"priority\": 0",
+            "+",
+            "+# schema version of this store's documents (orchestrator migrate)",
+            "+schema_version: \"0.6\"",
+        ],
+        "{docs}"
+    );
+    env.ok(&["validate"]);
 }

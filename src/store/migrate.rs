@@ -91,6 +91,8 @@ pub fn migrate(store: &Store, dry_run: bool) -> super::Result<MigrateReport> {
             match upgrade_job(&v, &path) {
                 Ok(None) => r.current += 1,
                 Ok(Some(bytes)) => {
+                    #[cfg(debug_assertions)]
+                    held_for_test(r.upgraded.len());
                     if !dry_run && let Err(e) = write_atomic(&path, &bytes) {
                         r.errors.push(format!("{}: {e}", path.display()));
                         continue;
@@ -135,6 +137,18 @@ pub fn migrate(store: &Store, dry_run: bool) -> super::Result<MigrateReport> {
         }
     }
     Ok(r)
+}
+
+/// Test hook, debug builds only (release binaries have none): `AGENTSTORE_TEST_FAULT` set
+/// to `hold-migrate:<n>` stops a migration for good before it writes its job document number
+/// `n` (from 0), so a test can kill it at a known point.
+#[cfg(debug_assertions)]
+fn held_for_test(n: usize) {
+    if std::env::var("AGENTSTORE_TEST_FAULT").is_ok_and(|f| f == format!("hold-migrate:{n}")) {
+        loop {
+            std::thread::sleep(std::time::Duration::from_secs(3600));
+        }
+    }
 }
 
 /// The upgraded bytes of one job file, or `None` when it is already current.
