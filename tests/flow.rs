@@ -471,6 +471,26 @@ fn archive_moves_old_ended_jobs_by_month() {
     assert_eq!(shown["runtime"]["status"], "finished", "{shown}");
     assert!(f.ok(&["view-job", "old-failed"]).contains("failed"));
     f.ok(&["logs", "old-failed"]);
+    // PRD §10: only the project's owner (or an admin) may retry its jobs.
+    f.ok(&[
+        "add-user",
+        "bob",
+        "--name",
+        "B",
+        "--email",
+        "b@x.org",
+        "--permissions",
+        "user",
+    ]);
+    f.ok(&["login", "bob"]);
+    let o = f.cli(&["retry", "old-failed"]);
+    assert!(!o.status.success(), "bob retried chenry's job");
+    assert!(
+        text(&o.stderr).contains("only the owner of project P or an admin can retry"),
+        "{}",
+        text(&o.stderr)
+    );
+    f.ok(&["login", "chenry"]);
 
     let _orch = f.orchestratord();
     let _qm = f.queue_manager();
@@ -486,6 +506,8 @@ fn archive_moves_old_ended_jobs_by_month() {
     wait_until(LONG, "the retry handled", || {
         read(&f.path("finished", &r))["runtime"]["handled"] == true
     });
+    // Ended before the cut-off (times have whole seconds).
+    std::thread::sleep(Duration::from_millis(1100));
     let moved = f.ok(&["archive", "--older-than", "0s"]);
     assert!(moved.contains(&r), "{moved}");
     let again = f.cli(&["retry", "old-failed"]);
@@ -530,7 +552,11 @@ fn dependency_cycles_in_dropped_documents_fail_instead_of_waiting() {
     );
     let o = f.cli(&["research-code", "--project", "P", "--max-attempts", "0"]);
     assert!(!o.status.success());
-    assert!(text(&o.stderr).contains("max-attempts"), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("max-attempts"),
+        "{}",
+        text(&o.stderr)
+    );
 
     let drop = |id: &str, after: &[&str]| {
         let mut j = ended_job(0, "queued", false);
@@ -1085,8 +1111,11 @@ fn migrate_leaves_hostile_documents_as_they_are_and_never_downgrades() {
     let f = Flow::new(1);
     make_v05(&f.env.root);
     let plain = ended_job(2, "finished", true);
-    std::fs::write(f.path("finished", "plain"), serde_json::to_vec_pretty(&plain).unwrap())
-        .unwrap();
+    std::fs::write(
+        f.path("finished", "plain"),
+        serde_json::to_vec_pretty(&plain).unwrap(),
+    )
+    .unwrap();
     let mut future = plain.clone();
     future["schema_version"] = "0.9".into();
     let hostile: [(&str, Vec<u8>); 3] = [
@@ -1145,8 +1174,11 @@ fn migrate_leaves_hostile_documents_as_they_are_and_never_downgrades() {
     q["runtime"] = serde_json::json!({"status": "queued", "start_time": null,
         "finish_time": null, "process_id": null, "llm_process_id": null,
         "error": null, "output": null});
-    std::fs::write(f.path("queued", "from-future"), serde_json::to_vec_pretty(&q).unwrap())
-        .unwrap();
+    std::fs::write(
+        f.path("queued", "from-future"),
+        serde_json::to_vec_pretty(&q).unwrap(),
+    )
+    .unwrap();
     let _orch = f.orchestratord();
     let _qm = f.queue_manager();
     let failed = f.wait_state("from-future", "failed");
@@ -1155,7 +1187,10 @@ fn migrate_leaves_hostile_documents_as_they_are_and_never_downgrades() {
         why.contains("/schema_version") && why.contains("newer agentstore") && why.contains("0.6"),
         "{why}"
     );
-    assert!(failed["runtime"]["start_time"].is_null(), "it ran: {failed}");
+    assert!(
+        failed["runtime"]["start_time"].is_null(),
+        "it ran: {failed}"
+    );
 }
 
 /// `migrate` killed with SIGKILL half way through a store of 200 ended v0.5 jobs (held there
@@ -1218,13 +1253,20 @@ fn migrate_killed_midway_then_run_again_equals_one_uninterrupted_run() {
     );
     let out = f.ok(&["migrate"]);
     assert!(
-        out.contains(&format!("{} job documents upgraded, {done} already current", N - done)),
+        out.contains(&format!(
+            "{} job documents upgraded, {done} already current",
+            N - done
+        )),
         "{out}"
     );
     let (a, b) = (snapshot(&f.env.root), snapshot(&twin));
     assert_eq!(a.len(), b.len());
     for (k, v) in &b {
-        assert!(a.get(k) == Some(v), "{} differs from the uninterrupted run", k.display());
+        assert!(
+            a.get(k) == Some(v),
+            "{} differs from the uninterrupted run",
+            k.display()
+        );
     }
 }
 
@@ -1246,7 +1288,10 @@ fn migrate_on_a_copy_of_the_prds_example_store_shows_its_diff() {
         std::fs::copy(corpus.join(from), &p).unwrap();
     };
     put("user/chenry.json", "users/chenry.json");
-    put("project/prd_4_3_ModelSEEDpy.json", "projects/ModelSEEDpy/project.json");
+    put(
+        "project/prd_4_3_ModelSEEDpy.json",
+        "projects/ModelSEEDpy/project.json",
+    );
     for d in ["queued_prds", "running_prds", "finished_prds"] {
         std::fs::create_dir_all(root.join("projects/ModelSEEDpy").join(d)).unwrap();
     }
@@ -1278,7 +1323,10 @@ fn migrate_on_a_copy_of_the_prds_example_store_shows_its_diff() {
         "message/prd_4_2_inbox_research_code.json",
         "messaging/processed_inbox/m-001.json",
     );
-    put("message/prd_4_2_outbox_response.json", "messaging/outbox/m-001.json");
+    put(
+        "message/prd_4_2_outbox_response.json",
+        "messaging/outbox/m-001.json",
+    );
     // The example store is a valid v0.5 store as it is.
     env.ok(&["validate"]);
 

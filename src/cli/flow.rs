@@ -45,7 +45,9 @@ fn parse_priority_arg(s: &str) -> Result<i32, String> {
 fn parse_after_arg(s: &str) -> Result<String, String> {
     let t = s.trim();
     if t.is_empty() {
-        return Err("an empty job id (expected JOB[,JOB…]: the ids of the jobs to wait for)".into());
+        return Err(
+            "an empty job id (expected JOB[,JOB…]: the ids of the jobs to wait for)".into(),
+        );
     }
     Ok(t.to_string())
 }
@@ -85,7 +87,8 @@ use std::io::Write;
 /// Options of `archive`.
 #[derive(Debug, Args, Clone)]
 pub struct ArchiveArgs {
-    /// Age of the jobs to archive, by when they ended: e.g. 30d, 12h, 2w.
+    /// Age of the jobs to archive, by when they ended: e.g. 30d, 12h, 2w (units: s seconds,
+    /// m minutes, h hours, d days, w weeks; a bare number is days).
     #[arg(long, value_name = "AGE")]
     pub older_than: String,
     /// Report what would move; move nothing.

@@ -71,7 +71,9 @@ pub fn parse_age(s: &str) -> Result<u64, String> {
         .filter(|_| mult > 0)
         .and_then(|n| n.checked_mul(mult))
         .ok_or_else(|| {
-            format!("--older-than {s:?}: expected a number with s, m, h, d or w, e.g. 30d")
+            format!(
+                "--older-than {s:?}: expected a whole number with a unit, s (seconds), m (minutes), h (hours), d (days) or w (weeks), e.g. 30d"
+            )
         })
 }
 
