@@ -80,6 +80,29 @@ impl Flow {
         text(&o.stdout)
     }
 
+    /// Runs the CLI with `args`, asserts it failed saying each of `says` on stderr; returns
+    /// the stderr.
+    fn refused(&self, args: &[&str], says: &[&str]) -> String {
+        let o = self.cli(args);
+        let err = text(&o.stderr);
+        assert!(
+            !o.status.success(),
+            "orchestrator {args:?} succeeded: {err}"
+        );
+        for s in says {
+            assert!(err.contains(s), "orchestrator {args:?}: {s:?} not in {err}");
+        }
+        err
+    }
+
+    /// Asserts that a no-op research-code job with `extra` options is refused saying each of
+    /// `says`.
+    fn submit_refused(&self, extra: &[&str], says: &[&str]) {
+        let mut args = vec!["research-code", "--project", "P", "--jobtype", "noop"];
+        args.extend_from_slice(extra);
+        self.refused(&args, says);
+    }
+
     /// Submits a no-op research-code job with `extra` options; returns its id.
     fn submit(&self, extra: &[&str]) -> String {
         let mut args = vec!["research-code", "--project", "P", "--jobtype", "noop"];
@@ -194,13 +217,7 @@ fn one_worker_starts_the_highest_priority_first() {
     let low = f.submit(&["--priority", "low"]);
     let normal = f.submit(&[]);
     let high = f.submit(&["--priority", "high"]);
-    let bad = f.cli(&["research-code", "--project", "P", "--priority", "urgent"]);
-    assert!(!bad.status.success());
-    assert!(
-        text(&bad.stderr).contains("urgent"),
-        "{}",
-        text(&bad.stderr)
-    );
+    f.submit_refused(&["--priority", "urgent"], &["urgent"]);
     for id in [&low, &normal, &high] {
         wait_until(LONG, "job queued", || f.path("queued", id).is_file());
     }
@@ -257,20 +274,9 @@ fn one_worker_starts_the_highest_priority_first() {
 fn a_chain_with_a_failure_in_the_middle() {
     let f = Flow::new(2);
     let _orch = f.orchestratord();
-    let o = f.cli(&[
-        "research-code",
-        "--project",
-        "P",
-        "--jobtype",
-        "noop",
-        "--after",
-        "no-such-job",
-    ]);
-    assert!(!o.status.success());
-    let err = text(&o.stderr);
-    assert!(
-        err.contains("unknown job no-such-job") && err.contains("after"),
-        "{err}"
+    f.submit_refused(
+        &["--after", "no-such-job"],
+        &["unknown job no-such-job", "after"],
     );
     let a = f.submit(&[]);
     let b = f.submit(&["--after", &a, "--timeout", "1"]);
@@ -313,13 +319,7 @@ fn a_chain_with_a_failure_in_the_middle() {
         t(&jc2, "finish_time") >= t(&jb2, "finish_time"),
         "C2 did not wait for B2"
     );
-    let again = f.cli(&["retry", &b]);
-    assert!(!again.status.success());
-    assert!(
-        text(&again.stderr).contains("already retried"),
-        "{}",
-        text(&again.stderr)
-    );
+    f.refused(&["retry", &b], &["already retried"]);
 }
 
 /// Retry: a job whose worker is killed with SIGKILL is tried again as a new document
@@ -424,9 +424,7 @@ fn archive_moves_old_ended_jobs_by_month() {
         f.path("finished", "old-done").is_file(),
         "dry run moved a file"
     );
-    let bad = f.cli(&["archive", "--older-than", "30y"]);
-    assert!(!bad.status.success());
-    assert!(text(&bad.stderr).contains("30y"), "{}", text(&bad.stderr));
+    f.refused(&["archive", "--older-than", "30y"], &["30y"]);
 
     let out = f.ok(&["archive", "--older-than", "30d"]);
     assert!(out.contains("2 of 4 ended jobs moved"), "{out}");
@@ -483,12 +481,9 @@ fn archive_moves_old_ended_jobs_by_month() {
         "user",
     ]);
     f.ok(&["login", "bob"]);
-    let o = f.cli(&["retry", "old-failed"]);
-    assert!(!o.status.success(), "bob retried chenry's job");
-    assert!(
-        text(&o.stderr).contains("only the owner of project P or an admin can retry"),
-        "{}",
-        text(&o.stderr)
+    f.refused(
+        &["retry", "old-failed"],
+        &["only the owner of project P or an admin can retry"],
     );
     f.ok(&["login", "chenry"]);
 
@@ -510,13 +505,7 @@ fn archive_moves_old_ended_jobs_by_month() {
     std::thread::sleep(Duration::from_millis(1100));
     let moved = f.ok(&["archive", "--older-than", "0s"]);
     assert!(moved.contains(&r), "{moved}");
-    let again = f.cli(&["retry", "old-failed"]);
-    assert!(!again.status.success(), "retried twice");
-    assert!(
-        text(&again.stderr).contains("already retried"),
-        "{}",
-        text(&again.stderr)
-    );
+    f.refused(&["retry", "old-failed"], &["already retried"]);
 }
 
 /// A document dropped straight into queued_jobs/ is never checked at submission: one that
@@ -527,21 +516,7 @@ fn archive_moves_old_ended_jobs_by_month() {
 fn dependency_cycles_in_dropped_documents_fail_instead_of_waiting() {
     let f = Flow::new(1);
     for after in ["", "a,,b", ","] {
-        let o = f.cli(&[
-            "research-code",
-            "--project",
-            "P",
-            "--jobtype",
-            "noop",
-            "--after",
-            after,
-        ]);
-        assert!(!o.status.success(), "--after {after:?} was accepted");
-        assert!(
-            text(&o.stderr).contains("empty job id"),
-            "--after {after:?}: {}",
-            text(&o.stderr)
-        );
+        f.submit_refused(&["--after", after], &["empty job id"]);
     }
     assert_eq!(
         std::fs::read_dir(f.env.root.join("messaging/inbox"))
@@ -550,13 +525,7 @@ fn dependency_cycles_in_dropped_documents_fail_instead_of_waiting() {
         0,
         "a refused command left a message"
     );
-    let o = f.cli(&["research-code", "--project", "P", "--max-attempts", "0"]);
-    assert!(!o.status.success());
-    assert!(
-        text(&o.stderr).contains("max-attempts"),
-        "{}",
-        text(&o.stderr)
-    );
+    f.submit_refused(&["--max-attempts", "0"], &["max-attempts"]);
 
     let drop = |id: &str, after: &[&str]| {
         let mut j = ended_job(0, "queued", false);
@@ -688,21 +657,7 @@ fn migrate_upgrades_a_v05_store_once_and_newer_stores_are_refused() {
             doc.get("schema_version").is_none() && doc["config"].get("priority").is_none(),
             "{doc}"
         );
-        let o = f.cli(&[
-            "research-code",
-            "--project",
-            "P",
-            "--jobtype",
-            "noop",
-            "--priority",
-            "high",
-        ]);
-        assert!(!o.status.success());
-        assert!(
-            text(&o.stderr).contains("orchestrator migrate"),
-            "{}",
-            text(&o.stderr)
-        );
+        f.submit_refused(&["--priority", "high"], &["orchestrator migrate"]);
     }
     // As the daemons left it (the completion handler marked it handled).
     let pre = read(&f.path("finished", "test-job-001"));
@@ -797,13 +752,7 @@ fn migrate_upgrades_a_v05_store_once_and_newer_stores_are_refused() {
             "{bin}: {err}"
         );
     }
-    let o = f.cli(&["list-jobs"]);
-    assert!(!o.status.success());
-    assert!(
-        text(&o.stderr).contains("newer agentstore"),
-        "{}",
-        text(&o.stderr)
-    );
+    f.refused(&["list-jobs"], &["newer agentstore"]);
 }
 
 /// The pipeline with the fake Claude (it answers with the prompt it got): four dependent
