@@ -166,33 +166,8 @@ fn the_cli_talks_only_to_a_daemon_of_its_own_store() {
     let s = u.env.root.clone();
     let s2 = u.env.dir.path().join("Store2");
     // S2: a copy of the same set-up, in another folder.
-    let o = u.cli(&s2, Sees::Nothing, &["init"]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    let me = login();
-    for args in [
-        vec![
-            "add-user",
-            "chenry",
-            "--name",
-            "C",
-            "--email",
-            "c@x.org",
-            "--permissions",
-            "admin",
-            "--unix-user",
-            &me,
-        ],
-        vec![
-            "add-project",
-            "P",
-            "--directory",
-            u.project_dir.to_str().unwrap(),
-            "--owner",
-            "chenry",
-            "--default-queue",
-            "poplar",
-        ],
-    ] {
+    for args in Researcher::commands(&u.project_dir) {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let o = u.cli(&s2, Sees::Nothing, &args);
         assert!(o.status.success(), "{}", text(&o.stderr));
     }

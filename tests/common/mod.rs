@@ -121,38 +121,49 @@ pub struct Researcher {
 impl Researcher {
     pub fn new() -> Researcher {
         let env = TestEnv::empty();
-        env.ok(&["init"]);
-        env.ok(&[
-            "add-user",
-            "chenry",
-            "--name",
-            "C",
-            "--email",
-            "c@x.org",
-            "--permissions",
-            "admin",
-            "--unix-user",
-            &login(),
-        ]);
         let run_dir = env.dir.path().join("run");
         let project_dir = env.dir.path().join("project");
         std::fs::create_dir_all(&run_dir).unwrap();
         std::fs::create_dir_all(&project_dir).unwrap();
-        env.ok(&[
-            "add-project",
-            "P",
-            "--directory",
-            project_dir.to_str().unwrap(),
-            "--owner",
-            "chenry",
-            "--default-queue",
-            "poplar",
-        ]);
+        for args in Researcher::commands(&project_dir) {
+            env.ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        }
         Researcher {
             env,
             run_dir,
             project_dir,
         }
+    }
+
+    /// The CLI commands that make a researcher's store: `init`, admin chenry (`unix_user` =
+    /// [`login`]), project P in `project_dir` whose default queue is poplar.
+    pub fn commands(project_dir: &Path) -> [Vec<String>; 3] {
+        let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        [
+            v(&["init"]),
+            v(&[
+                "add-user",
+                "chenry",
+                "--name",
+                "C",
+                "--email",
+                "c@x.org",
+                "--permissions",
+                "admin",
+                "--unix-user",
+                &login(),
+            ]),
+            v(&[
+                "add-project",
+                "P",
+                "--directory",
+                project_dir.to_str().unwrap(),
+                "--owner",
+                "chenry",
+                "--default-queue",
+                "poplar",
+            ]),
+        ]
     }
 
     /// Sets the environment of `c` that decides what it sees: HOME, XDG_RUNTIME_DIR, the
