@@ -1115,6 +1115,15 @@ fn migrate_leaves_hostile_documents_as_they_are_and_never_downgrades() {
     assert_eq!(std::fs::read(&outside).unwrap(), b"{\"not\": \"a job\"}");
     assert_eq!(read(&f.path("finished", "plain"))["schema_version"], "0.6");
     assert!(out.contains("1 job documents upgraded"), "{out}");
+    // archive reads the same files: the oversized one is named as such there too.
+    let o = f.cli(&["archive", "--older-than", "1d", "--dry-run"]);
+    let all = format!("{}{}", text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(1), "{all}");
+    assert!(
+        all.lines()
+            .any(|l| l.contains("finished_jobs/huge.json") && l.contains("larger than the 16 MiB")),
+        "{all}"
+    );
 
     // A queued document of a newer schema: refused by the queue manager, naming both.
     let mut q = ended_job(0, "queued", false);

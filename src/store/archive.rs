@@ -93,8 +93,7 @@ pub fn archive(store: &Store, cutoff: Timestamp, dry_run: bool) -> super::Result
                     continue;
                 };
                 r.seen += 1;
-                let head: Head = match super::read_limited(&path)
-                    .map_err(|e| e.to_string())
+                let head: Head = match super::read_document(&path)
                     .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
                 {
                     Ok(h) => h,

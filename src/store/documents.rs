@@ -311,6 +311,20 @@ pub fn read_limited(path: &Path) -> Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// [`read_limited`] for a reader that reports per file: a file over the document size limit
+/// is an error saying so (not a parse error at the cut), any error as text.
+pub fn read_document(path: &Path) -> std::result::Result<Vec<u8>, String> {
+    let bytes = read_limited(path).map_err(|e| e.to_string())?;
+    let limit = crate::schema::MAX_DOCUMENT_BYTES;
+    if bytes.len() as u64 > limit {
+        return Err(format!(
+            "larger than the {} MiB document limit; left as it is",
+            limit >> 20
+        ));
+    }
+    Ok(bytes)
+}
+
 pub(super) fn not_found_as<T>(r: Result<T>, kind: &'static str, id: &str) -> Result<T> {
     match r {
         Err(StoreError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {

@@ -153,14 +153,7 @@ fn held_for_test(n: usize) {
 
 /// The upgraded bytes of one job file, or `None` when it is already current.
 fn upgrade_job(v: &Validator, path: &Path) -> Result<Option<Vec<u8>>, String> {
-    let bytes = super::read_limited(path).map_err(|e| e.to_string())?;
-    let limit = crate::schema::MAX_DOCUMENT_BYTES;
-    if bytes.len() as u64 > limit {
-        return Err(format!(
-            "larger than the {} MiB document limit; left as it is",
-            limit >> 20
-        ));
-    }
+    let bytes = super::read_document(path)?;
     let value = crate::model::strict::parse_value(&bytes).map_err(|e| e.to_string())?;
     let Value::Object(doc) = value else {
         return Err("not a JSON object".into());

@@ -33,7 +33,7 @@ mod writes;
 pub use config::{
     Config, ConfigError, LoggingConfig, MachinesConfig, OrchestratorConfig, SlackConfig,
 };
-pub use documents::{JobLocation, read_limited};
+pub use documents::{JobLocation, read_document, read_limited};
 use error::io_err;
 pub use error::{Result, StoreError, check_id};
 pub use error_log::{ErrorLog, ErrorLogEntry};
