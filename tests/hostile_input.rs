@@ -58,6 +58,19 @@ fn start(env: &TestEnv) -> Daemon {
     }
 }
 
+impl Daemon {
+    /// A client of this orchestratord.
+    async fn proxy(&self) -> Orchestrator1Proxy<'static> {
+        let conn = self.bus.connect().await;
+        Orchestrator1Proxy::new(&conn).await.unwrap()
+    }
+}
+
+/// Submits `m` and returns the error it is refused with.
+async fn refused(p: &Orchestrator1Proxy<'_>, m: &Value) -> String {
+    err_text(p.submit(&m.to_string()).await.unwrap_err())
+}
+
 fn err_text(e: zbus::Error) -> String {
     match e {
         zbus::Error::MethodError(name, detail, _) => {
@@ -91,8 +104,7 @@ fn read(p: &Path) -> Value {
 async fn huge_timeout_over_dbus_is_refused() {
     let env = store();
     let d = start(&env);
-    let conn = d.bus.connect().await;
-    let p = Orchestrator1Proxy::new(&conn).await.unwrap();
+    let p = d.proxy().await;
     for t in [json!(18446744073709551615u64), json!(2592001), json!(0)] {
         let m = msg(
             "chenry",
@@ -100,7 +112,7 @@ async fn huge_timeout_over_dbus_is_refused() {
             "TestProject",
             json!({"timeout": t}),
         );
-        let e = err_text(p.submit(&m.to_string()).await.unwrap_err());
+        let e = refused(&p, &m).await;
         assert!(e.contains("content.timeout"), "{t}: {e}");
     }
     assert!(jobs_in(&env, "queued").is_empty());
@@ -123,8 +135,7 @@ async fn huge_timeout_over_dbus_is_refused() {
 async fn correlation_id_reuse_across_users_reveals_nothing() {
     let env = store();
     let d = start(&env);
-    let conn = d.bus.connect().await;
-    let p = Orchestrator1Proxy::new(&conn).await.unwrap();
+    let p = d.proxy().await;
     let mut bobs = msg(
         "bob",
         "research-code",
@@ -141,7 +152,7 @@ async fn correlation_id_reuse_across_users_reveals_nothing() {
 
     let mut alices = msg("alice", "research-code", "AliceProj", json!({}));
     alices["correlation_id"] = json!("shared-id-1");
-    let e = err_text(p.submit(&alices.to_string()).await.unwrap_err());
+    let e = refused(&p, &alices).await;
     assert!(e.contains("already in use"), "{e}");
     for secret in [
         bob_job.as_str(),
@@ -192,8 +203,7 @@ async fn correlation_id_reuse_across_users_reveals_nothing() {
 async fn collaborator_cannot_create_a_job() {
     let env = store();
     let d = start(&env);
-    let conn = d.bus.connect().await;
-    let p = Orchestrator1Proxy::new(&conn).await.unwrap();
+    let p = d.proxy().await;
     // She can see it...
     let seen = p
         .submit(
@@ -239,8 +249,7 @@ async fn collaborator_cannot_create_a_job() {
 async fn extra_args_cannot_widen_permissions() {
     let env = store();
     let d = start(&env);
-    let conn = d.bus.connect().await;
-    let p = Orchestrator1Proxy::new(&conn).await.unwrap();
+    let p = d.proxy().await;
     for args in [
         json!(["--dangerously-skip-permissions"]),
         json!(["--permission-mode", "bypassPermissions"]),
@@ -254,7 +263,7 @@ async fn extra_args_cannot_widen_permissions() {
             "BobProj",
             json!({"claude_extra_args": args}),
         );
-        let e = err_text(p.submit(&m.to_string()).await.unwrap_err());
+        let e = refused(&p, &m).await;
         assert!(e.contains("permissions"), "{args}: {e}");
     }
     assert!(jobs_in(&env, "queued").is_empty());
@@ -292,8 +301,7 @@ async fn extra_args_cannot_widen_permissions() {
 async fn duplicate_keys_over_dbus_are_refused() {
     let env = store();
     let d = start(&env);
-    let conn = d.bus.connect().await;
-    let p = Orchestrator1Proxy::new(&conn).await.unwrap();
+    let p = d.proxy().await;
     let text = r#"{"command": "research-code", "user": "chenry", "user": "alice", "project": "TestProject", "content": {}}"#;
     let e = err_text(p.submit(text).await.unwrap_err());
     assert!(e.contains("duplicate key"), "{e}");
