@@ -21,8 +21,7 @@ mod fake_model;
 mod queue_env;
 
 use agentstore::model::approval::ApprovalPolicy;
-use approvals_env::{add_users, answers, nobody, owner_uid, requests};
-use claude_env::{chown_recursive, unprivileged_user};
+use approvals_env::{add_users, agentshell_queue, answers, nobody, owner_uid, requests};
 use fake_model::{FakeModel, Script, tool_result_text};
 use queue_env::*;
 use serde_json::{Value, json};
@@ -46,26 +45,14 @@ impl Setup {
         let server = FakeModel::start(script.text("Done."));
         let bus = PrivateBus::start();
         let env = QueueEnv::new(1);
-        let agent_home = tempfile::Builder::new().tempdir_in("/tmp").unwrap();
-        if let Some(u) = unprivileged_user() {
-            chown_recursive(&env.work, u.uid, u.gid);
-            chown_recursive(agent_home.path(), u.uid, u.gid);
-        }
+        let (agent_home, worker_env) = agentshell_queue(&env, &server);
         add_users(&env);
         env.edit_queue(|q| {
-            q.config.agentshell_path = Some(env!("CARGO_BIN_EXE_agentshell").to_string());
             q.config.approvals =
                 policy.map(|p| serde_json::from_value::<ApprovalPolicy>(p).unwrap());
         });
         let mut cfg = env.manager_config(&bus);
-        cfg.worker_env = vec![
-            ("AGENTSHELL_BASE_URL".into(), server.base_url()),
-            ("AGENTSHELL_API_KEY".into(), "sk-fake-key-for-tests".into()),
-            (
-                "AGENTSHELL_HOME".into(),
-                agent_home.path().display().to_string(),
-            ),
-        ];
+        cfg.worker_env = worker_env;
         let m = RunningManager::start(cfg).await;
         Setup {
             env,
@@ -100,12 +87,7 @@ impl Setup {
 
     /// The job's document once it ended, and its state.
     async fn ended(&self, changes: &mut Changes, id: &str) -> (String, Value) {
-        let c = loop {
-            let c = changes.next().await;
-            if c.id == id && (c.new == "finished" || c.new == "failed") {
-                break c;
-            }
-        };
+        let c = changes.ended(id).await;
         (c.new.clone(), self.env.job(&c.new, id))
     }
 

@@ -121,12 +121,7 @@ impl Setup {
 
     /// The job's document once it ended, and its state.
     async fn ended(&self, changes: &mut Changes, id: &str) -> (String, Value) {
-        let c = loop {
-            let c = changes.next().await;
-            if c.id == id && (c.new == "finished" || c.new == "failed") {
-                break c;
-            }
-        };
+        let c = changes.ended(id).await;
         (c.new.clone(), self.env.job(&c.new, id))
     }
 

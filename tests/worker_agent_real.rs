@@ -4,6 +4,8 @@
 //! job's working directory as the job account, and the final answer lands in the job.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/approvals_env.rs"]
+mod approvals_env;
 #[path = "support/claude_env.rs"]
 mod claude_env;
 mod common;
@@ -12,7 +14,7 @@ mod fake_model;
 #[path = "support/queue_env.rs"]
 mod queue_env;
 
-use claude_env::{chown_recursive, unprivileged_user};
+use approvals_env::agentshell_queue;
 use fake_model::{FakeModel, Script, tool_result_text};
 use queue_env::*;
 use serde_json::{Value, json};
@@ -28,24 +30,10 @@ async fn agent_job_runs_the_builtin_agent_against_the_fake_model() {
         let bus = PrivateBus::start();
         let env = QueueEnv::new(1);
         std::fs::write(env.work.join("NOTES.md"), "notes\n").unwrap();
-        let agent_home = tempfile::Builder::new().tempdir_in("/tmp").unwrap();
-        if let Some(u) = unprivileged_user() {
-            chown_recursive(&env.work, u.uid, u.gid);
-            chown_recursive(agent_home.path(), u.uid, u.gid);
-        }
-        env.edit_queue(|q| {
-            q.config.agentshell_path = Some(env!("CARGO_BIN_EXE_agentshell").to_string())
-        });
+        let (_agent_home, worker_env) = agentshell_queue(&env, &server);
         let mut changes = Changes::subscribe(&bus, &env.queue).await;
         let mut cfg = env.manager_config(&bus);
-        cfg.worker_env = vec![
-            ("AGENTSHELL_BASE_URL".into(), server.base_url()),
-            ("AGENTSHELL_API_KEY".into(), "sk-fake-key-for-tests".into()),
-            (
-                "AGENTSHELL_HOME".into(),
-                agent_home.path().display().to_string(),
-            ),
-        ];
+        cfg.worker_env = worker_env;
         let m = RunningManager::start(cfg).await;
 
         let mut j = job(
@@ -55,12 +43,7 @@ async fn agent_job_runs_the_builtin_agent_against_the_fake_model() {
         );
         j["config"]["model"] = json!("anthropic/claude-test");
         env.queue_job("agent-1", &j);
-        let c = loop {
-            let c = changes.next().await;
-            if c.id == "agent-1" && (c.new == "finished" || c.new == "failed") {
-                break c;
-            }
-        };
+        let c = changes.ended("agent-1").await;
         let doc = env.job(&c.new, "agent-1");
         let rt = &doc["runtime"];
         assert_eq!(

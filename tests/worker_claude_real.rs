@@ -85,12 +85,7 @@ async fn real_claude_custom_command_through_the_queue() {
                    "working_directory": env.work, "timeout_seconds": 170}),
         );
         env.queue_job("real-1", &j);
-        let c = loop {
-            let c = changes.next().await;
-            if c.id == "real-1" && (c.new == "finished" || c.new == "failed") {
-                break c;
-            }
-        };
+        let c = changes.ended("real-1").await;
         let doc = env.job(&c.new, "real-1");
         let rt = &doc["runtime"];
         assert_eq!(

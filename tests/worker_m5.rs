@@ -60,12 +60,8 @@ fn claude_job(s: &Setup, task: &str, over: Value) -> Value {
 /// Runs one job; returns (final state, job document).
 async fn run_one(s: &mut Setup, id: &str, job: &Value) -> (String, Value) {
     s.env.queue_job(id, job);
-    loop {
-        let c = s.changes.next().await;
-        if c.id == id && (c.new == "finished" || c.new == "failed") {
-            return (c.new.clone(), s.env.job(&c.new, id));
-        }
-    }
+    let c = s.changes.ended(id).await;
+    (c.new.clone(), s.env.job(&c.new, id))
 }
 
 fn expected_uid() -> u64 {

@@ -1,5 +1,6 @@
 //! What the approvals tests share (tests/approvals_claude.rs, tests/approvals_agent.rs): the
-//! project's users, `busctl call … Answer` as a Unix user, and the Queue1 approval signals.
+//! project's users, `busctl call … Answer` as a Unix user, and the Queue1 approval signals;
+//! and with tests/worker_agent_real.rs, the set-up of a queue whose jobs run agentshell.
 #![allow(dead_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -129,4 +130,28 @@ pub async fn answers(
         }
     });
     rx
+}
+
+/// Makes `env`'s queue run agentshell jobs against `server`: the queue's `agentshell_path`,
+/// an agentshell home in /tmp, both it and the project folder owned by the unprivileged test
+/// user when running as root (the job runs as that user). Returns the home (keep it) and the
+/// worker environment for the manager's config.
+pub fn agentshell_queue(
+    env: &QueueEnv,
+    server: &crate::fake_model::FakeModel,
+) -> (tempfile::TempDir, Vec<(String, String)>) {
+    let home = tempfile::Builder::new().tempdir_in("/tmp").unwrap();
+    if let Some(u) = crate::claude_env::unprivileged_user() {
+        crate::claude_env::chown_recursive(&env.work, u.uid, u.gid);
+        crate::claude_env::chown_recursive(home.path(), u.uid, u.gid);
+    }
+    env.edit_queue(|q| {
+        q.config.agentshell_path = Some(env!("CARGO_BIN_EXE_agentshell").to_string())
+    });
+    let worker_env = vec![
+        ("AGENTSHELL_BASE_URL".into(), server.base_url()),
+        ("AGENTSHELL_API_KEY".into(), "sk-fake-key-for-tests".into()),
+        ("AGENTSHELL_HOME".into(), home.path().display().to_string()),
+    ];
+    (home, worker_env)
 }

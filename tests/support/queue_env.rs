@@ -265,6 +265,16 @@ impl Changes {
         c
     }
 
+    /// Waits for job `id` to end (finished or failed); returns the change.
+    pub async fn ended(&mut self, id: &str) -> Change {
+        loop {
+            let c = self.next().await;
+            if c.id == id && (c.new == "finished" || c.new == "failed") {
+                return c;
+            }
+        }
+    }
+
     /// Waits for job `id` to reach `new`; returns the change.
     pub async fn until(&mut self, id: &str, new: &str) -> Change {
         if let Some(c) = self.seen.iter().find(|c| c.id == id && c.new == new) {
