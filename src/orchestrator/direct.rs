@@ -105,6 +105,29 @@ pub fn answer(store: &Store, msg: &Message, who: &Caller) -> Result<Value, Route
             job.id.get_or_insert_with(|| id.to_string());
             Ok(to_value(&job))
         }
+        // Machines (issue 13): every caller may see which machines serve the store, as anyone
+        // who can read the store's `machines/` can.
+        "list-machines" => {
+            let all = store.machines();
+            let now = crate::model::Timestamp::now();
+            let after = store.config().machines.stale_after_seconds;
+            let rows: Vec<_> = all.machines.iter().map(|m| m.view(&now, after)).collect();
+            Ok(serde_json::json!({"machines": rows, "problems": all.problems}))
+        }
+        "view-machine" => {
+            let host = required(msg, "host")?;
+            crate::store::check_id("host", host)?;
+            let all = store.machines();
+            let m = all.get(host).ok_or_else(|| {
+                RouteError::NotFound(format!(
+                    "Machine not found: {host} (no heartbeat under machines/{host}/)"
+                ))
+            })?;
+            let now = crate::model::Timestamp::now();
+            let mut v = to_value(&m.view(&now, store.config().machines.stale_after_seconds));
+            v["heartbeats"] = to_value(&m.daemons);
+            Ok(v)
+        }
         other => Err(RouteError::Invalid(format!("Unknown command: {other}"))),
     }
 }
