@@ -975,7 +975,7 @@ fn cross_site_posts_and_hostile_ids_are_refused() {
         assert!(!body.contains("\"secret\""), "{path}: {body}");
     }
     // Oversized and malformed query values: a clear refusal, the server still answers.
-    let huge = "x".repeat(200_000);
+    let huge = "x".repeat(100_000);
     let (code, body) = w.unix(None, "GET", &format!("/api/v1/jobs?project={huge}"), None);
     assert!(
         code == 400 || code == 404 || code == 431,
@@ -996,4 +996,60 @@ fn cross_site_posts_and_hostile_ids_are_refused() {
     assert_eq!(code, 400, "{body}");
     let me = parsed(w.unix(None, "GET", "/api/v1/whoami", None));
     assert_eq!(me["trusted"], true);
+}
+
+/// `ListJobs` keeps a first page's total while the listed folders and the caller's rights
+/// are unchanged (so a first page of 100,000 jobs costs a page, not a count); the kept total
+/// must follow every change: a new job, a job moving on, a project shared with the caller.
+#[test]
+fn a_kept_total_follows_new_jobs_moves_and_changed_rights() {
+    let Some(w) = start() else { return };
+    let nob = HashMap::from([("user", "nob"), ("fields", "summary")]);
+    let all = HashMap::from([("fields", "summary")]);
+    let totals = |w: &Web| (w.dbus_list(&all, 0, 2).1, w.dbus_list(&nob, 0, 2).1);
+    assert_eq!(totals(&w), (7, 4));
+    // Past the settling time the totals are kept; asked again, the same.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(totals(&w), (7, 4));
+    assert_eq!(totals(&w), (7, 4));
+    // A new job of nob's project.
+    let mut job: Value = serde_json::from_str(&common::noop_job("2026-01-01T00:01:00Z")).unwrap();
+    job["config"]["project"] = json!("Mine");
+    job["config"]["user"] = json!("nob");
+    w.env.write(
+        &format!("Queues/{}/Jobs/queued_jobs/job-new.json", w.queue),
+        &job.to_string(),
+    );
+    assert_eq!(totals(&w), (8, 5));
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(totals(&w), (8, 5));
+    // nob is made a collaborator of Theirs: the folders are unchanged (and settled), the
+    // rights are not.
+    let pp = w.env.root.join("projects/Theirs/project.json");
+    let mut p: Value = serde_json::from_str(&std::fs::read_to_string(&pp).unwrap()).unwrap();
+    p["collaborators"] = json!(["nob"]);
+    std::fs::write(&pp, p.to_string()).unwrap();
+    assert_eq!(totals(&w), (8, 8));
+    // A job moving to another folder is still one job; a deleted one is gone.
+    std::thread::sleep(Duration::from_millis(2500));
+    let q = &w.queue;
+    std::fs::create_dir_all(w.env.root.join(format!("Queues/{q}/Jobs/failed_jobs"))).unwrap();
+    std::fs::rename(
+        w.env
+            .root
+            .join(format!("Queues/{q}/Jobs/queued_jobs/job-1.json")),
+        w.env
+            .root
+            .join(format!("Queues/{q}/Jobs/failed_jobs/job-1.json")),
+    )
+    .unwrap();
+    assert_eq!(totals(&w), (8, 8));
+    std::thread::sleep(Duration::from_millis(2500));
+    std::fs::remove_file(
+        w.env
+            .root
+            .join(format!("Queues/{q}/Jobs/queued_jobs/job-2.json")),
+    )
+    .unwrap();
+    assert_eq!(totals(&w), (7, 7));
 }

@@ -150,6 +150,35 @@ impl<'a> Visibility<'a> {
         }
     }
 
+    /// What this listing's answers depended on: whether the caller is an admin, and each
+    /// project looked at with whether the caller may see it.
+    pub fn rights(&self) -> Vec<(String, bool)> {
+        let mut out = vec![(String::new(), self.who.is_admin())];
+        for (name, p) in &self.projects {
+            out.push((
+                name.clone(),
+                p.as_ref().is_some_and(|p| self.who.can_see_project(p)),
+            ));
+        }
+        out.sort();
+        out
+    }
+
+    /// True when [`Visibility::rights`] would still answer `rights` (each project read again).
+    pub fn same_rights(&mut self, rights: &[(String, bool)]) -> bool {
+        self.projects.clear();
+        let admin = self.who.is_admin();
+        rights.iter().all(|(name, seen)| {
+            if name.is_empty() {
+                return *seen == admin;
+            }
+            let p = self.store.project(name).ok();
+            let now = p.as_ref().is_some_and(|p| self.who.can_see_project(p));
+            self.projects.insert(name.clone(), p);
+            now == *seen
+        })
+    }
+
     /// True when the job of `project` (queued by `user`) may be listed.
     pub fn admits(&mut self, project: &str, user: Option<&str>) -> bool {
         let who = self.who;
