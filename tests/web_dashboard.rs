@@ -237,36 +237,32 @@ impl Browser {
     }
 }
 
-#[test]
-fn dashboard_pages_in_chromium_over_10000_jobs() {
+/// A store with chenry's `projects` and its queue's name; `None` (said) without chromium.
+fn store_for_chromium(projects: &[&str]) -> Option<(TestEnv, String)> {
     if !have("chromium") {
-        return skip(
+        skip(
             "the dashboard in chromium",
             "chromium is not installed (apt-get install chromium; .ci/run does)",
         );
+        return None;
     }
     let env = TestEnv::initialised();
-    env.ok(&[
-        "add-project",
-        "Alpha",
-        "--directory",
-        "/tmp",
-        "--owner",
-        "chenry",
-    ]);
-    env.ok(&[
-        "add-project",
-        "Beta",
-        "--directory",
-        "/tmp",
-        "--owner",
-        "chenry",
-    ]);
+    for p in projects {
+        env.ok(&["add-project", p, "--directory", "/tmp", "--owner", "chenry"]);
+    }
     let queue = std::fs::read_dir(env.root.join("Queues"))
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .next()
         .unwrap();
+    Some((env, queue))
+}
+
+#[test]
+fn dashboard_pages_in_chromium_over_10000_jobs() {
+    let Some((env, queue)) = store_for_chromium(&["Alpha", "Beta"]) else {
+        return;
+    };
     generate(&env, &queue);
     let served = web_env::serve(&env.root, &env.home, env.dir.path());
     let (bus, port, token) = (&served.bus, served.port, served.token.clone());
@@ -475,26 +471,28 @@ fn dashboard_pages_in_chromium_over_10000_jobs() {
 /// Also the machines page, with the manager's heartbeat, in a screenshot.
 #[test]
 fn live_view_follows_a_real_queue_manager() {
-    if !have("chromium") {
-        return skip(
-            "the dashboard in chromium",
-            "chromium is not installed (apt-get install chromium; .ci/run does)",
-        );
-    }
-    let env = TestEnv::initialised();
+    let Some((env, queue)) = store_for_chromium(&[]) else {
+        return;
+    };
+    // The job runs as its project owner's Unix user: one that exists here.
+    env.ok(&[
+        "add-user",
+        "ops",
+        "--name",
+        "Ops",
+        "--email",
+        "ops@x",
+        "--unix-user",
+        "root",
+    ]);
     env.ok(&[
         "add-project",
         "Alpha",
         "--directory",
         "/tmp",
         "--owner",
-        "chenry",
+        "ops",
     ]);
-    let queue = std::fs::read_dir(env.root.join("Queues"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .next()
-        .unwrap();
     let mut job: Value = serde_json::from_str(&common::noop_job("2026-11-30T00:00:00Z")).unwrap();
     job["config"]["project"] = json!("Alpha");
     job["config"]["supporting_data"] = json!({"sleep_seconds": 2.0});
@@ -551,6 +549,12 @@ fn live_view_follows_a_real_queue_manager() {
                 let after = moved.map(|t| t.elapsed()).unwrap_or_default();
                 eprintln!("page showed {state} {after:?} after the file moved");
                 break;
+            }
+            let failed = env
+                .root
+                .join(format!("Queues/{queue}/Jobs/failed_jobs/live-1.json"));
+            if let Ok(text) = std::fs::read_to_string(&failed) {
+                panic!("the job failed: {text}");
             }
             if let Some(t) = moved {
                 assert!(
