@@ -328,6 +328,37 @@ try:
         row("Chromium /jobs: navigate → load complete (CDP round trips)", ms(pct(wall, 50)),
             ms(max(wall)))
 
+    # Activation cost, as systemd gives it: the client connects to a listener no server
+    # holds (the kernel queues it), the server is started with that listener
+    # (LISTEN_FDS=1), time to the answer's first byte; 10 cold starts.
+    act = []
+    for i in range(10):
+        path = os.path.join(work, f"act-{i}.sock")
+        ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        ls.bind(path)
+        ls.listen(16)
+        hi = os.dup2(ls.fileno(), 120, inheritable=False)
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        t0 = time.monotonic()
+        c.connect(path)
+        c.sendall(b"GET /api/v1/jobs?limit=50 HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        srv = subprocess.Popen(["sh", "-c", 'LISTEN_PID=$$ exec "$0" "$@"',
+                                f"{bin_dir}/agentstore-web", "--bus", "session", "--root", root,
+                                "--idle-exit", "0"],
+                               env=dict(env, LISTEN_FDS="1", LISTEN_FDNAMES="http"),
+                               close_fds=False,
+                               preexec_fn=lambda: os.dup2(120, 3, inheritable=True),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        c.recv(1)
+        act.append((time.monotonic() - t0) * 1000)
+        srv.kill()
+        srv.wait()
+        c.close()
+        ls.close()
+        os.close(hi)
+    row("activation: connect on a stopped server → first byte (first page), 10 starts",
+        ms(pct(act, 50)), ms(max(act)))
+
     rss = [l.split()[1] for l in open(f"/proc/{web.pid}/status") if l.startswith(("VmRSS", "VmHWM"))]
     row("agentstore-web RSS / peak (KiB)", rss[1], rss[0])
     print("load average (1 min) after:", open("/proc/loadavg").read().split()[0], flush=True)

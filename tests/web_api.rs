@@ -116,6 +116,22 @@ impl Web {
         path: &str,
         body: Option<&str>,
     ) -> (u16, String) {
+        let json: &[&str] = match body {
+            Some(_) => &["Content-Type: application/json"],
+            None => &[],
+        };
+        self.unix_with(user, method, path, json, body)
+    }
+
+    /// [`Web::unix`] with `headers`.
+    fn unix_with(
+        &self,
+        user: Option<&str>,
+        method: &str,
+        path: &str,
+        headers: &[&str],
+        body: Option<&str>,
+    ) -> (u16, String) {
         let mut c = match user {
             Some(u) => {
                 let mut c = Command::new("runuser");
@@ -137,8 +153,11 @@ impl Web {
         ])
         .arg("--unix-socket")
         .arg(&self.sock);
+        for h in headers {
+            c.args(["-H", h]);
+        }
         if let Some(b) = body {
-            c.args(["-H", "Content-Type: application/json", "--data-binary", b]);
+            c.args(["--data-binary", b]);
         }
         c.arg(format!("http://localhost{path}"));
         parse_curl(c.output().unwrap())
@@ -731,4 +750,293 @@ fn approvals_are_listed_and_answered_through_the_queue_manager() {
         },
     );
     drop(workers);
+}
+
+/// Writes a heartbeat of machine `host`'s queue manager last seen at `at`.
+fn heartbeat(root: &std::path::Path, host: &str, at: &str) {
+    let dir = root.join("machines").join(host);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("queue-manager.q1.json"),
+        json!({"host": host, "daemon": "queue-manager", "queue": "q1", "pid": 1,
+               "version": "0.1.0", "started": at, "last_seen": at, "interval_seconds": 30})
+        .to_string(),
+    )
+    .unwrap();
+}
+
+/// A machine row without what changes from one second to the next.
+fn steady(mut v: Value) -> Value {
+    if let Some(o) = v.as_object_mut() {
+        o.remove("silent_seconds");
+        o.remove("state");
+    }
+    v
+}
+
+/// Machines (issue 13's heartbeats) through the API and the dashboard: the same rows as
+/// Orchestrator1's `list-machines` / `view-machine`, a silent machine marked stale on the
+/// page (readable with JavaScript off), a machine that never reported and a hostile host
+/// name refused as on D-Bus, a damaged heartbeat reported, not fatal.
+#[test]
+fn machines_are_served_as_orchestrator1_serves_them() {
+    let Some(w) = start() else { return };
+    let now = agentstore::model::Timestamp::now().to_string();
+    heartbeat(&w.env.root, "fresh", &now);
+    heartbeat(&w.env.root, "ghost", "2026-01-01T00:00:00Z");
+    std::fs::write(
+        w.env.root.join("machines/fresh/broken.json"),
+        "{not a heartbeat",
+    )
+    .unwrap();
+    for user in [None, Some("nobody")] {
+        let http = parsed(w.unix(user, "GET", "/api/v1/machines", None));
+        let bus = w
+            .dbus_direct(user.map(|_| "nob"), "list-machines", json!({}))
+            .unwrap();
+        let rows = |v: &Value| -> HashMap<String, Value> {
+            v["machines"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| (m["host"].as_str().unwrap().to_string(), steady(m.clone())))
+                .collect()
+        };
+        let (h, b) = (rows(&http), rows(&bus));
+        assert_eq!(h["fresh"], b["fresh"], "as {user:?}");
+        assert_eq!(h["ghost"], b["ghost"], "as {user:?}");
+        assert_eq!(
+            h.keys().collect::<std::collections::BTreeSet<_>>(),
+            b.keys().collect()
+        );
+        assert_eq!(http["problems"], bus["problems"]);
+        let problems = http["problems"].to_string();
+        assert!(
+            problems.contains("machines/fresh/broken.json"),
+            "{problems}"
+        );
+    }
+    let all = parsed(w.unix(None, "GET", "/api/v1/machines", None));
+    let ghost = all["machines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["host"] == "ghost")
+        .unwrap();
+    assert_eq!(ghost["stale"], true);
+    assert!(ghost["state"].as_str().unwrap().starts_with("stale for "));
+
+    let http = parsed(w.unix(Some("nobody"), "GET", "/api/v1/machines/ghost", None));
+    let bus = w
+        .dbus_direct(Some("nob"), "view-machine", json!({"host": "ghost"}))
+        .unwrap();
+    assert_eq!(steady(http.clone()), steady(bus));
+    assert_eq!(http["heartbeats"][0]["daemon"], "queue-manager");
+
+    // Refusals: the daemon's words, with the status its error name maps to.
+    let (code, body) = w.unix(None, "GET", "/api/v1/machines/never", None);
+    assert_eq!(code, 404, "{body}");
+    let (_, text) = w
+        .dbus_direct(None, "view-machine", json!({"host": "never"}))
+        .unwrap_err();
+    let msg = serde_json::from_str::<Value>(&body).unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(msg.contains("Machine not found: never"), "{msg}");
+    assert!(text.contains(&msg), "HTTP {msg:?}, D-Bus {text:?}");
+    let (code, body) = w.unix(None, "GET", "/api/v1/machines/..%2F..%2Fetc", None);
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("host"), "{body}");
+    let (code, body) = w.unix(None, "GET", "/api/v1/machines?colour=red", None);
+    assert_eq!(code, 400, "{body}");
+
+    // The page: every machine a row, the silent one marked stale.
+    let (code, html) = w.unix(Some("nobody"), "GET", "/machines", None);
+    assert_eq!(code, 200, "{html}");
+    assert!(
+        html.contains(r#"<tr data-machine="ghost" class="stale">"#),
+        "{html}"
+    );
+    assert!(html.contains(r#"<tr data-machine="fresh">"#), "{html}");
+    assert!(html.contains("machines/fresh/broken.json"), "{html}");
+}
+
+/// What another site's page could send through a reverse proxy on the Unix socket (where the
+/// proxy's account is the caller): a form-encodable or `text/plain` POST, or one naming
+/// another origin, is refused on every POST endpoint and changes nothing; ids that climb out
+/// of their folder and oversized query values are refused with the field named.
+#[test]
+fn cross_site_posts_and_hostile_ids_are_refused() {
+    let Some(w) = start() else { return };
+    let queued = w
+        .env
+        .root
+        .join(format!("Queues/{}/Jobs/queued_jobs/job-0.json", w.queue));
+    let msg = r#"{"command":"create-prd","project":"Mine","content":{"task":"x"}}"#;
+    for (path, headers, body) in [
+        (
+            "/api/v1/messages",
+            vec!["Content-Type: text/plain"],
+            Some(msg),
+        ),
+        (
+            "/api/v1/messages",
+            vec!["Content-Type: application/x-www-form-urlencoded"],
+            Some(msg),
+        ),
+        ("/api/v1/messages", vec![], Some(msg)),
+        (
+            "/api/v1/messages",
+            vec![
+                "Content-Type: application/json",
+                "Origin: http://evil.example",
+            ],
+            Some(msg),
+        ),
+        (
+            "/api/v1/messages",
+            vec![
+                "Content-Type: application/json",
+                "Sec-Fetch-Site: cross-site",
+            ],
+            Some(msg),
+        ),
+        (
+            "/api/v1/jobs/job-0/cancel",
+            vec!["Origin: http://evil.example"],
+            None,
+        ),
+        (
+            "/api/v1/jobs/job-0/cancel",
+            vec!["Content-Type: text/plain"],
+            Some("x"),
+        ),
+        (
+            "/jobs/job-0/cancel",
+            vec!["Sec-Fetch-Site: cross-site"],
+            None,
+        ),
+    ] {
+        let (code, body) = w.unix_with(None, "POST", path, &headers, body);
+        assert!(
+            code == 403 || code == 415,
+            "{path} {headers:?}: {code} {body}"
+        );
+        let text = body.to_lowercase();
+        assert!(
+            text.contains("cross-site") || text.contains("content-type"),
+            "{path} {headers:?}: {body}"
+        );
+    }
+    assert!(queued.exists(), "a refused cancel cancelled the job");
+    let jobs = parsed(w.unix(None, "GET", "/api/v1/jobs?fields=summary", None));
+    assert_eq!(jobs["total"], 7, "a refused message made a job");
+    // The same POST from this server's own page (or a tool) goes through.
+    let (code, body) = w.unix_with(
+        None,
+        "POST",
+        "/api/v1/messages",
+        &[
+            "Content-Type: application/json; charset=utf-8",
+            "Origin: http://localhost",
+        ],
+        Some(r#"{"command":"list-queues","content":{}}"#),
+    );
+    assert_eq!(code, 200, "{body}");
+
+    // Ids that climb out of their folder: refused as bad ids, never read.
+    std::fs::write(w.env.dir.path().join("secret.json"), r#"{"secret":1}"#).unwrap();
+    for path in [
+        "/api/v1/jobs/..%2F..%2F..%2Fsecret",
+        "/api/v1/projects/..%2F..%2Fsecret",
+        "/api/v1/prds/..%2F..%2Fsecret",
+        "/api/v1/users/..%2F..%2Fsecret",
+        "/api/v1/queues/..%2F..%2Fsecret",
+        "/api/v1/queues/..%2F..%2Fsecret/state",
+        "/api/v1/machines/..%2F..%2Fsecret",
+        "/jobs/..%2F..%2F..%2Fsecret",
+    ] {
+        let (code, body) = w.unix(None, "GET", path, None);
+        assert!(code == 400 || code == 404, "{path}: {code} {body}");
+        assert!(!body.contains("\"secret\""), "{path}: {body}");
+    }
+    // Oversized and malformed query values: a clear refusal, the server still answers.
+    let huge = "x".repeat(100_000);
+    let (code, body) = w.unix(None, "GET", &format!("/api/v1/jobs?project={huge}"), None);
+    assert!(
+        code == 400 || code == 404 || code == 414 || code == 431,
+        "{code} {}",
+        &body[..body.len().min(300)]
+    );
+    assert!(
+        body.len() < 20_000,
+        "the refusal echoes the whole value: {} bytes",
+        body.len()
+    );
+    let (code, body) = w.unix(None, "GET", "/api/v1/jobs?limit=99999999999999", None);
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("limit"), "{body}");
+    let (code, body) = w.unix(None, "GET", "/api/v1/jobs?offset=-1", None);
+    assert_eq!(code, 400, "{body}");
+    let (code, body) = w.unix(None, "GET", "/api/v1/jobs?status=%ZZ", None);
+    assert_eq!(code, 400, "{body}");
+    let me = parsed(w.unix(None, "GET", "/api/v1/whoami", None));
+    assert_eq!(me["trusted"], true);
+}
+
+/// `ListJobs` keeps a first page's total while the listed folders and the caller's rights
+/// are unchanged (so a first page of 100,000 jobs costs a page, not a count); the kept total
+/// must follow every change: a new job, a job moving on, a project shared with the caller.
+#[test]
+fn a_kept_total_follows_new_jobs_moves_and_changed_rights() {
+    let Some(w) = start() else { return };
+    let nob = HashMap::from([("user", "nob"), ("fields", "summary")]);
+    let all = HashMap::from([("fields", "summary")]);
+    let totals = |w: &Web| (w.dbus_list(&all, 0, 2).1, w.dbus_list(&nob, 0, 2).1);
+    assert_eq!(totals(&w), (7, 4));
+    // Past the settling time the totals are kept; asked again, the same.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(totals(&w), (7, 4));
+    assert_eq!(totals(&w), (7, 4));
+    // A new job of nob's project.
+    let mut job: Value = serde_json::from_str(&common::noop_job("2026-01-01T00:01:00Z")).unwrap();
+    job["config"]["project"] = json!("Mine");
+    job["config"]["user"] = json!("nob");
+    w.env.write(
+        &format!("Queues/{}/Jobs/queued_jobs/job-new.json", w.queue),
+        &job.to_string(),
+    );
+    assert_eq!(totals(&w), (8, 5));
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(totals(&w), (8, 5));
+    // nob is made a collaborator of Theirs: the folders are unchanged (and settled), the
+    // rights are not.
+    let pp = w.env.root.join("projects/Theirs/project.json");
+    let mut p: Value = serde_json::from_str(&std::fs::read_to_string(&pp).unwrap()).unwrap();
+    p["collaborators"] = json!(["nob"]);
+    std::fs::write(&pp, p.to_string()).unwrap();
+    assert_eq!(totals(&w), (8, 8));
+    // A job moving to another folder is still one job; a deleted one is gone.
+    std::thread::sleep(Duration::from_millis(2500));
+    let q = &w.queue;
+    std::fs::create_dir_all(w.env.root.join(format!("Queues/{q}/Jobs/failed_jobs"))).unwrap();
+    std::fs::rename(
+        w.env
+            .root
+            .join(format!("Queues/{q}/Jobs/queued_jobs/job-1.json")),
+        w.env
+            .root
+            .join(format!("Queues/{q}/Jobs/failed_jobs/job-1.json")),
+    )
+    .unwrap();
+    assert_eq!(totals(&w), (8, 8));
+    std::thread::sleep(Duration::from_millis(2500));
+    std::fs::remove_file(
+        w.env
+            .root
+            .join(format!("Queues/{q}/Jobs/queued_jobs/job-2.json")),
+    )
+    .unwrap();
+    assert_eq!(totals(&w), (7, 7));
 }

@@ -237,36 +237,32 @@ impl Browser {
     }
 }
 
-#[test]
-fn dashboard_pages_in_chromium_over_10000_jobs() {
+/// A store with chenry's `projects` and its queue's name; `None` (said) without chromium.
+fn store_for_chromium(projects: &[&str]) -> Option<(TestEnv, String)> {
     if !have("chromium") {
-        return skip(
+        skip(
             "the dashboard in chromium",
             "chromium is not installed (apt-get install chromium; .ci/run does)",
         );
+        return None;
     }
     let env = TestEnv::initialised();
-    env.ok(&[
-        "add-project",
-        "Alpha",
-        "--directory",
-        "/tmp",
-        "--owner",
-        "chenry",
-    ]);
-    env.ok(&[
-        "add-project",
-        "Beta",
-        "--directory",
-        "/tmp",
-        "--owner",
-        "chenry",
-    ]);
+    for p in projects {
+        env.ok(&["add-project", p, "--directory", "/tmp", "--owner", "chenry"]);
+    }
     let queue = std::fs::read_dir(env.root.join("Queues"))
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .next()
         .unwrap();
+    Some((env, queue))
+}
+
+#[test]
+fn dashboard_pages_in_chromium_over_10000_jobs() {
+    let Some((env, queue)) = store_for_chromium(&["Alpha", "Beta"]) else {
+        return;
+    };
     generate(&env, &queue);
     let served = web_env::serve(&env.root, &env.home, env.dir.path());
     let (bus, port, token) = (&served.bus, served.port, served.token.clone());
@@ -467,4 +463,120 @@ fn dashboard_pages_in_chromium_over_10000_jobs() {
         std::thread::sleep(Duration::from_millis(20));
     }
     eprintln!("live update after {:?}", t0.elapsed());
+}
+
+/// The live view follows a REAL job: a queue manager (real process, direct launcher, real
+/// agent-worker running a 2-second noop job) moves it queued → running → finished, and the
+/// job page in Chromium shows each state within a second of the job file reaching its folder.
+/// Also the machines page, with the manager's heartbeat, in a screenshot.
+#[test]
+fn live_view_follows_a_real_queue_manager() {
+    let Some((env, queue)) = store_for_chromium(&[]) else {
+        return;
+    };
+    // The job runs as its project owner's Unix user: one that exists here.
+    env.ok(&[
+        "add-user",
+        "ops",
+        "--name",
+        "Ops",
+        "--email",
+        "ops@x",
+        "--unix-user",
+        "root",
+    ]);
+    env.ok(&[
+        "add-project",
+        "Alpha",
+        "--directory",
+        "/tmp",
+        "--owner",
+        "ops",
+    ]);
+    let mut job: Value = serde_json::from_str(&common::noop_job("2026-11-30T00:00:00Z")).unwrap();
+    job["config"]["project"] = json!("Alpha");
+    job["config"]["supporting_data"] = json!({"sleep_seconds": 2.0});
+    env.write(
+        &format!("Queues/{queue}/Jobs/queued_jobs/live-1.json"),
+        &job.to_string(),
+    );
+    let served = web_env::serve(&env.root, &env.home, env.dir.path());
+    let base = format!("http://127.0.0.1:{}", served.port);
+    let mut b = Browser::start();
+    b.open(&format!(
+        "{base}/login?token={}&next=/jobs/live-1",
+        served.token
+    ));
+    assert_eq!(
+        b.eval("document.querySelector('#f-status').textContent"),
+        json!("queued")
+    );
+    wait_until(Duration::from_secs(20), "the event stream", || {
+        b.eval("document.body.dataset.live") == json!("connected")
+    });
+    let _manager = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_queue-manager"))
+            .args([
+                "--queue",
+                &queue,
+                "--bus",
+                "session",
+                "--launcher",
+                "direct",
+            ])
+            .args(["--idle-exit", "0", "--root"])
+            .arg(&env.root)
+            .env("DBUS_SESSION_BUS_ADDRESS", &served.bus.address)
+            .env("HOME", &env.home)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    for state in ["running", "finished"] {
+        let file = env
+            .root
+            .join(format!("Queues/{queue}/Jobs/{state}_jobs/live-1.json"));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut moved: Option<Instant> = None;
+        loop {
+            if moved.is_none() && file.exists() {
+                moved = Some(Instant::now());
+            }
+            let shown = b.eval("document.querySelector('#f-status').textContent");
+            if shown == json!(state) {
+                // Shown before this loop saw the file: within a second as well.
+                let after = moved.map(|t| t.elapsed()).unwrap_or_default();
+                eprintln!("page showed {state} {after:?} after the file moved");
+                break;
+            }
+            let failed = env
+                .root
+                .join(format!("Queues/{queue}/Jobs/failed_jobs/live-1.json"));
+            if let Ok(text) = std::fs::read_to_string(&failed) {
+                panic!("the job failed: {text}");
+            }
+            if let Some(t) = moved {
+                assert!(
+                    t.elapsed() < Duration::from_secs(1),
+                    "the job page still shows {shown} a second after the job became {state}"
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the job never became {state} (page shows {shown})"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    b.screenshot("job-live");
+    b.open(&format!("{base}/machines"));
+    wait_until(Duration::from_secs(30), "the manager's heartbeat", || {
+        b.open(&format!("{base}/machines"));
+        b.eval("document.querySelectorAll('#machines tr[data-machine]').length")
+            .as_u64()
+            .unwrap_or(0)
+            >= 1
+    });
+    b.screenshot("machines");
 }

@@ -110,7 +110,6 @@ pub fn list_jobs_page(
         .lock()
         .map_err(|_| BusError::Failed("job index lock poisoned".into()))?;
     let mut vis = crate::orchestrator::Visibility::new(store, &who);
-    let mut visible = |project: &str, user: Option<&str>| vis.admits(project, user);
     let key = format!(
         "{uid}\n{:?}\n{filter:?}\n{}",
         ask.user.as_deref(),
@@ -121,13 +120,25 @@ pub fn list_jobs_page(
         Some(c) => c,
         None => {
             let mut listing = index.listing(store, filter);
-            let total = listing
-                .by_ref()
-                .filter(|l| visible(&l.head.project, l.head.user.as_deref()))
-                .count();
-            listing
-                .rewind()
-                .map_err(|e| BusError::Failed(format!("job index: {e}")))?;
+            // The total: counted once, then kept while the folders and the caller's rights
+            // are unchanged (a first page of 100,000 jobs then costs one page, not a count).
+            let kept = index.cached_total(&key, &listing).cloned();
+            let total = match kept {
+                Some(k) if vis.same_rights(&k.rights) => k.total,
+                _ => {
+                    let mut visible = |project: &str, user: Option<&str>| vis.admits(project, user);
+                    let total = listing
+                        .by_ref()
+                        .filter(|l| visible(&l.head.project, l.head.user.as_deref()))
+                        .count();
+                    listing
+                        .rewind()
+                        .map_err(|e| BusError::Failed(format!("job index: {e}")))?;
+                    index.keep_total(&key, &listing, vis.rights(), total);
+                    total
+                }
+            };
+            let mut visible = |project: &str, user: Option<&str>| vis.admits(project, user);
             let mut next = 0;
             while next < offset {
                 match listing.next() {
@@ -145,6 +156,7 @@ pub fn list_jobs_page(
             }
         }
     };
+    let mut visible = |project: &str, user: Option<&str>| vis.admits(project, user);
     let mut page = Vec::with_capacity(64 * 1024);
     page.push(b'[');
     let mut count = 0;

@@ -5,64 +5,8 @@ use super::browse::show;
 use super::render::{Table, write_json};
 use super::{CliError, CliResult, Format, GlobalArgs, open_store};
 use crate::model::Timestamp;
-use crate::store::machines::Machine;
-use serde::Serialize;
+use crate::store::machines::MachineView;
 use std::io::Write;
-
-/// One machine as shown.
-#[derive(Debug, Serialize)]
-struct Shown<'a> {
-    host: &'a str,
-    /// `ok`, `stale for 3m12s` or `stopped 3m12s ago`.
-    state: String,
-    stale: bool,
-    silent_seconds: u64,
-    last_seen: String,
-    boot_id: Option<&'a str>,
-    versions: &'a [String],
-    queues: &'a [String],
-    daemons: Vec<String>,
-}
-
-/// `3m12s`, `2h05m`, `4d03h`, `42s`.
-pub fn duration_text(secs: u64) -> String {
-    match secs {
-        s if s < 60 => format!("{s}s"),
-        s if s < 3600 => format!("{}m{:02}s", s / 60, s % 60),
-        s if s < 86_400 => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
-        s => format!("{}d{:02}h", s / 86_400, (s % 86_400) / 3600),
-    }
-}
-
-fn shown<'a>(m: &'a Machine, now: &Timestamp, stale_after: u64) -> Shown<'a> {
-    let silent = m.silent_for(now);
-    let stale = m.is_stale(now, stale_after) && !m.all_stopped();
-    let state = if m.all_stopped() {
-        format!("stopped {} ago", duration_text(silent))
-    } else if stale {
-        format!("stale for {}", duration_text(silent))
-    } else {
-        "ok".to_string()
-    };
-    Shown {
-        host: &m.host,
-        state,
-        stale,
-        silent_seconds: silent,
-        last_seen: m.last_seen.to_string(),
-        boot_id: m.boot_id.as_deref(),
-        versions: &m.versions,
-        queues: &m.queues,
-        daemons: m
-            .daemons
-            .iter()
-            .map(|d| match &d.queue {
-                Some(q) => format!("{}@{q}", d.daemon),
-                None => d.daemon.clone(),
-            })
-            .collect(),
-    }
-}
 
 fn warn_problems(problems: &[String]) {
     for p in problems {
@@ -75,7 +19,7 @@ pub(super) fn list(g: &GlobalArgs, out: &mut dyn Write) -> CliResult {
     let all = store.machines();
     let now = Timestamp::now();
     let after = store.config().machines.stale_after_seconds;
-    let rows: Vec<Shown> = all.machines.iter().map(|m| shown(m, &now, after)).collect();
+    let rows: Vec<MachineView> = all.machines.iter().map(|m| m.view(&now, after)).collect();
     match g.format {
         Format::Json => {
             write_json(
@@ -88,7 +32,7 @@ pub(super) fn list(g: &GlobalArgs, out: &mut dyn Write) -> CliResult {
             let mut t = Table::new(&["HOST", "STATE", "LAST SEEN", "DAEMONS", "VERSION"]);
             for r in &rows {
                 t.row(vec![
-                    r.host.to_string(),
+                    r.host.clone(),
                     r.state.clone(),
                     r.last_seen.clone(),
                     r.daemons.join(", "),
@@ -122,7 +66,7 @@ pub(super) fn view(g: &GlobalArgs, out: &mut dyn Write, host: &str) -> CliResult
         warn_problems(&all.problems);
     }
     let now = Timestamp::now();
-    let s = shown(m, &now, store.config().machines.stale_after_seconds);
+    let s = m.view(&now, store.config().machines.stale_after_seconds);
     let mut v = serde_json::to_value(&s).map_err(|e| CliError::new(e.to_string()))?;
     v["heartbeats"] = serde_json::to_value(&m.daemons).map_err(|e| CliError::new(e.to_string()))?;
     show(g, out, &v)

@@ -1,7 +1,7 @@
 //! The commands a message may carry (PRD §5, §6.2) and their Claude command mapping.
 
 /// Commands answered directly from the store.
-pub const DIRECT_COMMANDS: [&str; 11] = [
+pub const DIRECT_COMMANDS: [&str; 13] = [
     "help",
     "list-users",
     "list-projects",
@@ -13,6 +13,8 @@ pub const DIRECT_COMMANDS: [&str; 11] = [
     "view-prd",
     "view-job",
     "view-queue",
+    "list-machines",
+    "view-machine",
 ];
 
 /// Agent commands and the Claude command each job runs (PRD §6.4 `AGENT_COMMAND_MAPPING`).

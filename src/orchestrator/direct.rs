@@ -105,6 +105,29 @@ pub fn answer(store: &Store, msg: &Message, who: &Caller) -> Result<Value, Route
             job.id.get_or_insert_with(|| id.to_string());
             Ok(to_value(&job))
         }
+        // Machines (issue 13): every caller may see which machines serve the store, as anyone
+        // who can read the store's `machines/` can.
+        "list-machines" => {
+            let all = store.machines();
+            let now = crate::model::Timestamp::now();
+            let after = store.config().machines.stale_after_seconds;
+            let rows: Vec<_> = all.machines.iter().map(|m| m.view(&now, after)).collect();
+            Ok(serde_json::json!({"machines": rows, "problems": all.problems}))
+        }
+        "view-machine" => {
+            let host = required(msg, "host")?;
+            crate::store::check_id("host", host)?;
+            let all = store.machines();
+            let m = all.get(host).ok_or_else(|| {
+                RouteError::NotFound(format!(
+                    "Machine not found: {host} (no heartbeat under machines/{host}/)"
+                ))
+            })?;
+            let now = crate::model::Timestamp::now();
+            let mut v = to_value(&m.view(&now, store.config().machines.stale_after_seconds));
+            v["heartbeats"] = to_value(&m.daemons);
+            Ok(v)
+        }
         other => Err(RouteError::Invalid(format!("Unknown command: {other}"))),
     }
 }
@@ -125,6 +148,35 @@ impl<'a> Visibility<'a> {
             who,
             projects: Default::default(),
         }
+    }
+
+    /// What this listing's answers depended on: whether the caller is an admin, and each
+    /// project looked at with whether the caller may see it.
+    pub fn rights(&self) -> Vec<(String, bool)> {
+        let mut out = vec![(String::new(), self.who.is_admin())];
+        for (name, p) in &self.projects {
+            out.push((
+                name.clone(),
+                p.as_ref().is_some_and(|p| self.who.can_see_project(p)),
+            ));
+        }
+        out.sort();
+        out
+    }
+
+    /// True when [`Visibility::rights`] would still answer `rights` (each project read again).
+    pub fn same_rights(&mut self, rights: &[(String, bool)]) -> bool {
+        self.projects.clear();
+        let admin = self.who.is_admin();
+        rights.iter().all(|(name, seen)| {
+            if name.is_empty() {
+                return *seen == admin;
+            }
+            let p = self.store.project(name).ok();
+            let now = p.as_ref().is_some_and(|p| self.who.can_see_project(p));
+            self.projects.insert(name.clone(), p);
+            now == *seen
+        })
     }
 
     /// True when the job of `project` (queued by `user`) may be listed.

@@ -331,7 +331,23 @@ pub struct JobIndex {
     dir: Option<Option<PathBuf>>,
     /// The listing a paging caller is walking through.
     cursor: Option<Cursor>,
+    /// Totals of recent listings, by caller and filter (see [`JobIndex::cached_total`]).
+    totals: HashMap<String, CachedTotal>,
 }
+
+/// A listing's total, kept while the folders it counted are unchanged.
+#[derive(Debug, Clone)]
+pub struct CachedTotal {
+    /// [`Listing::signature`] when it was counted.
+    pub folders: String,
+    /// What the caller's rights were then (who decides: the caller of [`JobIndex::keep_total`]).
+    pub rights: Vec<(String, bool)>,
+    /// Jobs in the listing.
+    pub total: usize,
+}
+
+/// Totals kept at most (one per caller and filter; the oldest are dropped all at once).
+const MAX_TOTALS: usize = 256;
 
 /// The cache folder for this process: systemd's `CACHE_DIRECTORY`, `XDG_CACHE_HOME`,
 /// `~/.cache`, in that order.
@@ -356,6 +372,7 @@ impl JobIndex {
         JobIndex {
             dir: Some(Some(dir)),
             cursor: None,
+            totals: HashMap::new(),
         }
     }
 
@@ -396,10 +413,24 @@ impl JobIndex {
             unreadable_dirs: Vec::new(),
             last: None,
             pending: None,
+            signature: Some(String::new()),
         };
         for q in &queues {
             // In the order jobs move, so a job moving meanwhile is seen at least once.
             for &s in &states {
+                // Taken before the folder is read: a change after it changes the stamp.
+                listing.signature =
+                    match (listing.signature.take(), Stamp::of(&store.jobs_dir(q, s))) {
+                        (Some(mut sig), Ok(Some(st))) if st.settled() => {
+                            sig.push_str(&st.header(true));
+                            Some(sig)
+                        }
+                        (Some(mut sig), Ok(None)) => {
+                            sig.push_str("-\n");
+                            Some(sig)
+                        }
+                        _ => None,
+                    };
                 let cache = dir
                     .as_ref()
                     .map(|d| d.join(q).join(format!("{}.idx", s.dir())));
@@ -443,6 +474,7 @@ impl JobIndex {
             unreadable_dirs: Vec::new(),
             last: None,
             pending: None,
+            signature: None,
         };
         for q in &queues {
             let root = super::archive::archive_root(store, q);
@@ -497,6 +529,39 @@ impl JobIndex {
     /// Drops the open cursor.
     pub fn drop_cursor(&mut self) {
         self.cursor = None;
+    }
+
+    /// The total counted for `key` when `listing`'s folders were exactly as they are now
+    /// (same identity and modification time, each settled, so a change since would show).
+    pub fn cached_total(&self, key: &str, listing: &Listing) -> Option<&CachedTotal> {
+        let now = listing.signature.as_deref()?;
+        self.totals.get(key).filter(|c| c.folders == now)
+    }
+
+    /// Keeps `total` for `key` while `listing`'s folders stay unchanged and `rights` stay
+    /// what they are (nothing is kept when a folder changed too recently to tell).
+    pub fn keep_total(
+        &mut self,
+        key: &str,
+        listing: &Listing,
+        rights: Vec<(String, bool)>,
+        total: usize,
+    ) {
+        let Some(folders) = listing.signature.clone() else {
+            self.totals.remove(key);
+            return;
+        };
+        if self.totals.len() >= MAX_TOTALS {
+            self.totals.clear();
+        }
+        self.totals.insert(
+            key.to_string(),
+            CachedTotal {
+                folders,
+                rights,
+                total,
+            },
+        );
     }
 }
 
@@ -744,6 +809,9 @@ pub struct Listing {
     unreadable_dirs: Vec<PathBuf>,
     last: Option<(String, String)>,
     pending: Option<Listed>,
+    /// The listed folders' stamps, each taken before the folder was read; `None` when one
+    /// changed too recently (or could not be read) to tell a later change by its stamp.
+    signature: Option<String>,
 }
 
 impl Listing {

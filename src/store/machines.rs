@@ -127,6 +127,73 @@ impl Machine {
     }
 }
 
+/// One machine as `list-machines` / `view-machine` show it (the CLI, Orchestrator1's
+/// `Submit` and the web API give the same rows).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MachineView {
+    /// Host name.
+    pub host: String,
+    /// `ok`, `stale for 3m12s` or `stopped 3m12s ago`.
+    pub state: String,
+    /// Silent past `machines.stale_after_seconds` without having stopped cleanly.
+    pub stale: bool,
+    /// Seconds since its last heartbeat.
+    pub silent_seconds: u64,
+    /// Its last heartbeat's time.
+    pub last_seen: String,
+    /// Boot id of the latest heartbeat.
+    pub boot_id: Option<String>,
+    /// Versions its daemons run.
+    pub versions: Vec<String>,
+    /// Queues its queue managers serve.
+    pub queues: Vec<String>,
+    /// `orchestratord`, `queue-manager@<queue>`, …
+    pub daemons: Vec<String>,
+}
+
+/// `3m12s`, `2h05m`, `4d03h`, `42s`.
+pub fn duration_text(secs: u64) -> String {
+    match secs {
+        s if s < 60 => format!("{s}s"),
+        s if s < 3600 => format!("{}m{:02}s", s / 60, s % 60),
+        s if s < 86_400 => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+        s => format!("{}d{:02}h", s / 86_400, (s % 86_400) / 3600),
+    }
+}
+
+impl Machine {
+    /// How it is shown at `now`, stale past `stale_after` seconds.
+    pub fn view(&self, now: &Timestamp, stale_after: u64) -> MachineView {
+        let silent = self.silent_for(now);
+        let stale = self.is_stale(now, stale_after) && !self.all_stopped();
+        let state = if self.all_stopped() {
+            format!("stopped {} ago", duration_text(silent))
+        } else if stale {
+            format!("stale for {}", duration_text(silent))
+        } else {
+            "ok".to_string()
+        };
+        MachineView {
+            host: self.host.clone(),
+            state,
+            stale,
+            silent_seconds: silent,
+            last_seen: self.last_seen.to_string(),
+            boot_id: self.boot_id.clone(),
+            versions: self.versions.clone(),
+            queues: self.queues.clone(),
+            daemons: self
+                .daemons
+                .iter()
+                .map(|d| match &d.queue {
+                    Some(q) => format!("{}@{q}", d.daemon),
+                    None => d.daemon.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
 /// All machines, and what could not be read.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Machines {

@@ -250,6 +250,37 @@ pub async fn answer(
     )
 }
 
+/// Refuses a request whose body is not declared `application/json` (a body-less POST may
+/// declare nothing).
+fn json_body_declared(headers: &hyper::HeaderMap) -> Result<(), WebError> {
+    let declared = headers
+        .get(hyper::header::CONTENT_TYPE)
+        .map(|v| v.to_str().unwrap_or("?"));
+    let has_body = headers
+        .get(hyper::header::CONTENT_LENGTH)
+        .is_some_and(|v| v.to_str().map(|n| n.trim() != "0").unwrap_or(true))
+        || headers.contains_key(hyper::header::TRANSFER_ENCODING);
+    match declared {
+        None if !has_body => Ok(()),
+        Some(t)
+            if t.split(';')
+                .next()
+                .map(str::trim)
+                .is_some_and(|m| m.eq_ignore_ascii_case("application/json")) =>
+        {
+            Ok(())
+        }
+        other => Err(WebError::new(
+            415,
+            "org.agentstore.Error.InvalidMessage",
+            format!(
+                "request body: Content-Type is {}, not application/json",
+                other.map_or("missing".to_string(), |t| format!("{t:?}"))
+            ),
+        )),
+    }
+}
+
 fn segments(path: &str) -> Vec<String> {
     path.split('/')
         .filter(|s| !s.is_empty())
@@ -278,6 +309,14 @@ pub async fn route(
         return Err(WebError::no_route(&path));
     };
     let get = method == Method::GET || method == Method::HEAD;
+    if !get {
+        // A browser page of another site may POST here (through a reverse proxy on the Unix
+        // socket, the proxy's account is the caller): refused by where it comes from, and a
+        // body must be declared JSON, which no cross-site form or "simple" fetch can send
+        // without a preflight this server never grants.
+        super::dashboard::same_origin(req.headers())?;
+        json_body_declared(req.headers())?;
+    }
     let one = |k: &str, v: &str| {
         let mut m = Map::new();
         m.insert(k.to_string(), json!(v));
@@ -329,6 +368,18 @@ pub async fn route(
                 _ => ("view-job", "job"),
             };
             Ok(ok(&direct(app, &actor, command, one(key, id)).await?))
+        }
+        (["machines"], true) => {
+            let q = query(&req, &["as"])?;
+            let actor = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
+            Ok(ok(&direct(app, &actor, "list-machines", Map::new()).await?))
+        }
+        (["machines", host], true) => {
+            let q = query(&req, &["as"])?;
+            let actor = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
+            Ok(ok(
+                &direct(app, &actor, "view-machine", one("host", host)).await?
+            ))
         }
         (["queues", name, "state"], true) => {
             let q = query(&req, &["as"])?;

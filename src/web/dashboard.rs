@@ -22,13 +22,13 @@ pub const CHART_JOBS: u32 = 2000;
 const CSS: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#222}\
 header{background:#234;color:#fff;padding:8px 16px}header a{color:#fff;margin-right:16px}\
 main{padding:12px 16px}table{border-collapse:collapse}td,th{border-bottom:1px solid #ddd;padding:3px 8px;text-align:left}\
-.s-failed{color:#b00}.s-finished{color:#070}.s-running{color:#05a}pre{background:#f6f6f6;padding:8px;white-space:pre-wrap;max-width:100ch}\
+.s-failed{color:#b00}tr.stale{background:#fee}.s-finished{color:#070}.s-running{color:#05a}pre{background:#f6f6f6;padding:8px;white-space:pre-wrap;max-width:100ch}\
 form.filters input,form.filters select{margin-right:8px}.pager a{margin-right:12px}figure{margin:12px 0}";
 
 fn page(title: &str, who: &Actor, live: bool, body: &str) -> Response<Body> {
     let me = who.user.as_deref().unwrap_or("trusted");
     let html = format!(
-        r#"<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{t} · agentstore</title><style>{CSS}</style></head><body><header><a href="/">Queues</a><a href="/jobs">Jobs</a><a href="/prds">PRDs</a><a href="/charts">Charts</a><a href="/approvals">Approvals</a><span style="float:right">{me}</span></header><main{live}>{body}</main><script src="/static/live.js" defer></script></body></html>"#,
+        r#"<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{t} · agentstore</title><style>{CSS}</style></head><body><header><a href="/">Queues</a><a href="/jobs">Jobs</a><a href="/prds">PRDs</a><a href="/charts">Charts</a><a href="/approvals">Approvals</a><a href="/machines">Machines</a><span style="float:right">{me}</span></header><main{live}>{body}</main><script src="/static/live.js" defer></script></body></html>"#,
         t = esc(title),
         me = esc(me),
         live = if live { " data-live" } else { "" },
@@ -169,6 +169,11 @@ pub async fn route(
             super::api::answer(app, &who, queue, request, &a).await?;
             Ok(redirect("/approvals", None))
         }
+        (["machines"], false) => {
+            let q = query(&req, &["as"])?;
+            let who = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
+            machines_page(app, &who).await
+        }
         (["charts"], false) => {
             let q = query(&req, &["as"])?;
             let who = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
@@ -252,6 +257,55 @@ async fn approvals_page(app: &App, who: &Actor) -> Result<Response<Body>, WebErr
     }
     b.push_str("</tbody></table>");
     Ok(page("Approvals", who, true, &b))
+}
+
+async fn machines_page(app: &App, who: &Actor) -> Result<Response<Body>, WebError> {
+    let all = direct(app, who, "list-machines", Map::new()).await?;
+    let rows = all["machines"].as_array().cloned().unwrap_or_default();
+    let stale = rows.iter().filter(|m| m["stale"] == json!(true)).count();
+    let mut b = format!(
+        r#"<h1>Machines</h1><p id="summary">{} machines, {stale} stale</p><table id="machines"><thead><tr><th>host</th><th>state</th><th>last seen</th><th>daemons</th><th>queues</th><th>version</th></tr></thead><tbody>"#,
+        rows.len()
+    );
+    let joined = |v: &Value| {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    for m in &rows {
+        let is_stale = m["stale"] == json!(true);
+        let _ = write!(
+            b,
+            r#"<tr data-machine="{h}"{cls}><td>{h}</td><td class="state">{st}</td><td>{seen}</td><td>{d}</td><td>{q}</td><td>{v}</td></tr>"#,
+            h = esc(s(m, "/host")),
+            cls = if is_stale { r#" class="stale""# } else { "" },
+            st = if is_stale {
+                format!("<strong>⚠ {}</strong>", esc(s(m, "/state")))
+            } else {
+                esc(s(m, "/state"))
+            },
+            seen = esc(s(m, "/last_seen")),
+            d = esc(&joined(&m["daemons"])),
+            q = esc(&joined(&m["queues"])),
+            v = esc(&joined(&m["versions"])),
+        );
+    }
+    b.push_str("</tbody></table>");
+    if rows.is_empty() {
+        b.push_str("<p>No machine has reported yet (no heartbeats under machines/).</p>");
+    }
+    let problems = all["problems"].as_array().cloned().unwrap_or_default();
+    if !problems.is_empty() {
+        b.push_str(r#"<h2>Skipped</h2><ul id="problems">"#);
+        for p in &problems {
+            let _ = write!(b, "<li>{}</li>", esc(p.as_str().unwrap_or("")));
+        }
+        b.push_str("</ul>");
+    }
+    Ok(page("Machines", who, true, &b))
 }
 
 async fn queues_page(app: &App, who: &Actor) -> Result<Response<Body>, WebError> {
