@@ -105,7 +105,7 @@ pub fn read_head(path: &Path) -> Option<JobHead> {
 /// The first line of an index file.
 const MAGIC: &str = "agentstore-job-index 3";
 /// The last line of a whole index file (one cut short is never trusted).
-const TRAILER: &str = "#end\n";
+pub(super) const TRAILER: &str = "#end\n";
 /// A folder time younger than this may still change within its granularity: an index taken
 /// then is used for names, never to skip listing the folder.
 const SETTLED: Duration = Duration::from_secs(2);
@@ -672,7 +672,7 @@ fn open_index(
 }
 
 /// True when the file ends with the trailer (it was written whole).
-fn ends_whole(f: &mut File) -> bool {
+pub(super) fn ends_whole(f: &mut File) -> bool {
     use std::io::Read;
     let n = TRAILER.len() as u64;
     let Ok(len) = f.metadata().map(|m| m.len()) else {

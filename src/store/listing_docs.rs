@@ -26,8 +26,8 @@ use std::path::Path;
 
 /// The first word of a documents file.
 const MAGIC: &str = "agentstore-job-docs 1";
-/// The last line of a whole documents file.
-const TRAILER: &str = "#end\n";
+/// The last line of a whole documents file: the index's own (checked by `ends_whole`).
+use super::listing::TRAILER;
 /// A document printing larger than this is not cached.
 pub const MAX_CACHED: usize = 16 * 1024;
 
@@ -175,7 +175,7 @@ pub(super) fn open(
         let mut r = BufReader::with_capacity(64 * 1024, f);
         let mut line = String::new();
         if r.read_line(&mut line).is_ok() {
-            if line == valid && ends_whole(r.get_mut()) {
+            if line == valid && super::listing::ends_whole(r.get_mut()) {
                 let body = line.len() as u64;
                 let dir = super::safe::open_dir(dir).ok()?;
                 return r.seek(SeekFrom::Start(body)).ok().map(|_| Docs {
@@ -201,18 +201,6 @@ pub(super) fn open(
             None
         }
     }
-}
-
-fn ends_whole(f: &mut File) -> bool {
-    let n = TRAILER.len() as u64;
-    let Ok(len) = f.metadata().map(|m| m.len()) else {
-        return false;
-    };
-    let mut tail = vec![0; TRAILER.len()];
-    len >= n
-        && f.seek(SeekFrom::Start(len - n)).is_ok()
-        && f.read_exact(&mut tail).is_ok()
-        && tail == TRAILER.as_bytes()
 }
 
 fn rebuild(
