@@ -34,6 +34,22 @@ pub const MAX_CACHED: usize = 16 * 1024;
 /// Which file a document was read from: inode, modification time, size.
 type Ident = (u64, i64, i64, u64);
 
+/// One entry of a documents file: id, its file's identity, the document if cached.
+type Entry = (String, Ident, Option<Vec<u8>>);
+
+/// The identity of `name` in the folder `dir`, if it is a regular file (never followed).
+fn ident_at(dir: &std::os::fd::OwnedFd, name: &str) -> Option<Ident> {
+    let st = nix::sys::stat::fstatat(dir, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW).ok()?;
+    ((st.st_mode & libc::S_IFMT) == libc::S_IFREG).then(|| {
+        (
+            st.st_ino,
+            st.st_mtime,
+            st.st_mtime_nsec,
+            u64::try_from(st.st_size).unwrap_or(u64::MAX),
+        )
+    })
+}
+
 fn ident_of(m: &std::fs::Metadata) -> Ident {
     use std::os::unix::fs::MetadataExt;
     (m.ino(), m.mtime(), m.mtime_nsec(), m.size())
@@ -60,23 +76,9 @@ impl Docs {
         }
         let got = read_entry(&mut self.r);
         match got {
-            Ok(Some((eid, ident, doc))) if eid == id => doc.filter(|_| {
-                use nix::sys::stat::fstatat;
-                fstatat(
-                    &self.dir,
-                    format!("{id}.json").as_str(),
-                    nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-                )
-                .is_ok_and(|st| {
-                    (st.st_mode & libc::S_IFMT) == libc::S_IFREG
-                        && (
-                            st.st_ino,
-                            st.st_mtime,
-                            st.st_mtime_nsec,
-                            u64::try_from(st.st_size).unwrap_or(u64::MAX),
-                        ) == ident
-                })
-            }),
+            Ok(Some((eid, ident, doc))) if eid == id => {
+                doc.filter(|_| ident_at(&self.dir, &format!("{id}.json")) == Some(ident))
+            }
             _ => {
                 self.broken = true;
                 None
@@ -94,9 +96,7 @@ impl Docs {
 
 /// One entry: the header line `id \t ino \t secs \t nanos \t size \t len|-`, then `len`
 /// bytes and a newline. `Ok(None)` at the trailer or the end.
-fn read_entry(
-    r: &mut BufReader<File>,
-) -> std::io::Result<Option<(String, Ident, Option<Vec<u8>>)>> {
+fn read_entry(r: &mut BufReader<File>) -> std::io::Result<Option<Entry>> {
     let mut line = String::new();
     if r.read_line(&mut line)? == 0 || line == TRAILER {
         return Ok(None);
@@ -233,17 +233,17 @@ fn rebuild(
         path.file_name().and_then(|n| n.to_str()).unwrap_or("docs"),
         std::process::id()
     ));
+    let dirfd = super::safe::open_dir(dir)?;
     let result = (|| {
         let mut w = BufWriter::with_capacity(64 * 1024, File::create(&tmp)?);
         w.write_all(header.as_bytes())?;
         let mut copy = Vec::new();
         for (id, head) in ids {
-            let file = dir.join(format!("{id}.json"));
-            let Ok(m) = std::fs::symlink_metadata(&file) else {
+            let name = format!("{id}.json");
+            let Some(ident) = ident_at(&dirfd, &name) else {
                 write_entry(&mut w, &id, (0, 0, 0, 0), None)?;
                 continue;
             };
-            let ident = ident_of(&m);
             if let (Some((had, at, len)), Some(r)) = (known.get(id.as_str()), &mut old)
                 && *had == ident
             {
@@ -253,7 +253,7 @@ fn rebuild(
                 write_entry(&mut w, &id, ident, Some(&copy))?;
                 continue;
             }
-            let (ident, doc) = render(store, &file, &id, head.as_ref());
+            let (ident, doc) = render(store, &dirfd, &name, &id, head.as_ref());
             write_entry(&mut w, &id, ident, doc.as_deref())?;
         }
         w.write_all(TRAILER.as_bytes())?;
@@ -269,7 +269,7 @@ fn rebuild(
     r.seek(SeekFrom::Start(body))?;
     Ok(Docs {
         r,
-        dir: super::safe::open_dir(dir)?,
+        dir: dirfd,
         body,
         broken: false,
     })
@@ -279,13 +279,17 @@ fn rebuild(
 /// the open file, so the document is never newer than the identity recorded with it.
 fn render(
     store: &Store,
-    file: &Path,
+    dir: &std::os::fd::OwnedFd,
+    name: &str,
     id: &str,
     head: Option<&(String, Option<String>)>,
 ) -> (Ident, Option<Vec<u8>>) {
-    let Ok(f) = super::safe::open_read(file) else {
+    use nix::fcntl::OFlag;
+    let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+    let Ok(fd) = nix::fcntl::openat(dir, name, flags, nix::sys::stat::Mode::empty()) else {
         return ((0, 0, 0, 0), None);
     };
+    let f = File::from(fd);
     let Ok(m) = f.metadata() else {
         return ((0, 0, 0, 0), None);
     };
