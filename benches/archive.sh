@@ -1,5 +1,6 @@
 #!/bin/bash
-# benches/archive.sh: 100,000 finished jobs (40 days old, handled) + 100 recent: list-jobs before/after archive.
+# benches/archive.sh: 100,000 finished jobs (40 days old, handled) + 100 recent: list-jobs (text, json) before/after
+# archive, and list-jobs --archived; ORCHESTRATOR=target/release/orchestrator for figures.
 set -e
 T=$(mktemp -d /tmp/s20bench.XXXX); export HOME=$T/home; mkdir -p $HOME
 B=${ORCHESTRATOR:-$(dirname "$0")/../target/debug/orchestrator}
@@ -15,9 +16,17 @@ for i in range(100100):
     open(f"{d}/job-{i:06d}.json","w").write(json.dumps(j))
 PY
 tm() { /usr/bin/time -f "%e s %M KB" "$@" >/dev/null; }
-echo "list-jobs before:"; tm $B --root $T/S list-jobs
+# Each listing twice: the first builds the job index (and, for JSON, its documents cache) in
+# $HOME/.cache, the second is warm. The load average is printed (a shared machine skews it).
+tm2() { echo "  first:"; tm "$@"; echo "  warm:"; tm "$@"; }
+echo "load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "list-jobs before:"; tm2 $B --root $T/S list-jobs
+echo "list-jobs --format json before:"; tm2 $B --root $T/S list-jobs --format json
 echo "archive:"; /usr/bin/time -f "%e s %M KB" $B --root $T/S archive --older-than 30d | tail -1
-echo "list-jobs after:"; tm $B --root $T/S list-jobs
+echo "list-jobs after:"; tm2 $B --root $T/S list-jobs
+echo "list-jobs --format json after:"; tm2 $B --root $T/S list-jobs --format json
 echo "archive again:"; /usr/bin/time -f "%e s %M KB" $B --root $T/S archive --older-than 30d | tail -1
-echo "list-jobs --archived:"; tm $B --root $T/S list-jobs --archived
+echo "list-jobs --archived:"; tm2 $B --root $T/S list-jobs --archived
+echo "list-jobs --archived --format json:"; tm2 $B --root $T/S list-jobs --archived --format json
+echo "load $(cut -d' ' -f1-3 /proc/loadavg)"
 rm -rf $T

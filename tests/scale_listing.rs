@@ -376,3 +376,101 @@ fn archived_listing_comes_from_the_index() {
     assert!(o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("a02"));
 }
+
+/// `list-jobs --format json` prints each document from a cache beside the index (issue 18:
+/// 100,000 jobs in ≤ 0.5 s) while its file keeps the identity it was read with (inode,
+/// modification time, size): a warm listing opens no such document (an edit that keeps all
+/// three, which no writer makes, is not seen), and any other change — a rewrite in place
+/// (its folder's time unchanged), a replacement by rename, a damaged file — is read again.
+/// Cached or not, the listing is the same.
+#[test]
+fn json_listing_prints_cached_documents_only_while_their_files_are_unchanged() {
+    let (env, want) = store_with_jobs();
+    settle_all(&env);
+    let cold = env.ok(&["list-jobs", "--format", "json"]);
+    let warm = env.ok(&["list-jobs", "--format", "json"]);
+    assert_eq!(cold, warm);
+    let j = json_ids(&warm);
+    assert_eq!(j.iter().map(|x| x.0.clone()).collect::<Vec<_>>(), want);
+    // The same as a listing without any cache (a file in the cache folder's way).
+    let xdg = env.dir.path().join("xdg");
+    std::fs::write(&xdg, "in the way").unwrap();
+    let o = env
+        .cli()
+        .env("XDG_CACHE_HOME", &xdg)
+        .args(["list-jobs", "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    assert_eq!(String::from_utf8_lossy(&o.stdout), warm);
+    let docs = env
+        .home
+        .join(".cache/agentstore/job-index")
+        .read_dir()
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path()
+        .join("oak/finished_jobs.docs");
+    assert!(
+        std::fs::read_to_string(&docs).unwrap().contains("Test job"),
+        "{}",
+        docs.display()
+    );
+    let task = |text: &str, id: &str| -> String {
+        let v: Value = serde_json::from_str(text).unwrap();
+        v.as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["id"] == id)
+            .map(|d| {
+                d["config"]["task_description"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .unwrap()
+    };
+    let f = env.root.join("Queues/oak/Jobs/finished_jobs/j01.json");
+    let edit = |from: &str, to: &str| {
+        let body = std::fs::read_to_string(&f).unwrap();
+        assert!(body.contains(from), "{body}");
+        std::fs::write(&f, body.replace(from, to)).unwrap();
+    };
+    // Same inode, size and time: served from the cache (proof that it is one).
+    let m = std::fs::metadata(&f).unwrap().modified().unwrap();
+    edit("Test job", "Tost job");
+    std::fs::File::options()
+        .write(true)
+        .open(&f)
+        .unwrap()
+        .set_modified(m)
+        .unwrap();
+    let out = env.ok(&["list-jobs", "--format", "json"]);
+    assert_eq!(task(&out, "j01"), "Test job");
+    // Rewritten in place (new time; the folder's time is unchanged): read again.
+    edit("Tost job", "Tast job");
+    assert_eq!(
+        task(&env.ok(&["list-jobs", "--format", "json"]), "j01"),
+        "Tast job"
+    );
+    // Replaced by rename: read again.
+    let body = std::fs::read_to_string(&f)
+        .unwrap()
+        .replace("Tast job", "Renamed in");
+    let tmp = f.with_file_name(".j01.tmp");
+    std::fs::write(&tmp, body).unwrap();
+    std::fs::rename(&tmp, &f).unwrap();
+    assert_eq!(
+        task(&env.ok(&["list-jobs", "--format", "json"]), "j01"),
+        "Renamed in"
+    );
+    // Damaged in place: named on stderr, the rest listed.
+    std::fs::write(&f, "{not json").unwrap();
+    let o = env.run(&["list-jobs", "--format", "json"]);
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("j01"));
+    let j = json_ids(&String::from_utf8_lossy(&o.stdout));
+    assert_eq!(j.len(), want.len() - 1);
+}

@@ -295,7 +295,11 @@ fn list_jobs_to(
     // The index gives the order from each job's head (queue time, project, user); whole
     // documents are read one at a time while writing, so memory stays at one job.
     let mut index = JobIndex::default();
-    let mut listing = index.listing(&store, &filter);
+    let mut listing = match g.format {
+        // Whole documents, printed from a cache beside the index where it is current.
+        Format::Json => index.listing_with_documents(&store, &filter),
+        Format::Text => index.listing(&store, &filter),
+    };
     for (q, s, id) in listing.unreadable() {
         // Read through the validator so the reason is reported and logged in errors.out.
         if let Err(e) = store.job(&JobLocation {
@@ -314,6 +318,10 @@ fn list_jobs_to(
             let mut w = JsonArrayWriter::start(out)?;
             for l in listing.by_ref() {
                 if !visible(&l) {
+                    continue;
+                }
+                if let Some(doc) = &l.doc {
+                    w.raw_element(doc)?;
                     continue;
                 }
                 match read_listed(&store, &l) {
@@ -379,7 +387,8 @@ fn list_archived_to(g: &GlobalArgs, out: &mut dyn Write, project: Option<&str>) 
         store.queue(q)?;
     }
     let mut index = JobIndex::default();
-    let mut listing = index.archived_listing(&store, g.queue.as_deref(), project);
+    let json = matches!(g.format, Format::Json);
+    let mut listing = index.archived_listing(&store, g.queue.as_deref(), project, json);
     let path = |l: &Listed| {
         crate::store::archive::archive_root(&store, &l.queue)
             .join(l.month.as_deref().unwrap_or_default())
@@ -401,6 +410,10 @@ fn list_archived_to(g: &GlobalArgs, out: &mut dyn Write, project: Option<&str>) 
             let mut w = JsonArrayWriter::start(out)?;
             for l in listing.by_ref() {
                 if !visible(&l) {
+                    continue;
+                }
+                if let Some(doc) = &l.doc {
+                    w.raw_element(doc)?;
                     continue;
                 }
                 match store.read_doc::<Job>(crate::model::DocKind::Job, &path(&l)) {

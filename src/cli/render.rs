@@ -181,6 +181,15 @@ impl<'a> JsonArrayWriter<'a> {
         serde_json::to_writer_pretty(&mut *self.out, v).map_err(io::Error::other)
     }
 
+    /// Writes one element already printed as JSON (pretty, as [`element`](Self::element)
+    /// prints it).
+    pub fn raw_element(&mut self, json: &[u8]) -> io::Result<()> {
+        self.out
+            .write_all(if self.first { b"\n" } else { b",\n" })?;
+        self.first = false;
+        self.out.write_all(json)
+    }
+
     /// Ends the array.
     pub fn finish(self) -> io::Result<()> {
         self.out

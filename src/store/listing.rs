@@ -12,7 +12,7 @@
 //! failed), so a job moved while a listing runs is seen at least once, and the merge drops
 //! the second sighting (same queue, id and queue time come out next to each other).
 
-use super::{Store, file_id, scan_dir};
+use super::{Store, file_id, listing_docs, scan_dir};
 use crate::model::{JobStatus, Timestamp};
 use serde::Deserialize;
 use std::collections::HashMap;
@@ -61,6 +61,9 @@ pub struct Listed {
     pub head: JobHead,
     /// The archive month folder (`Queues/<q>/Jobs/archive/<month>/`) for an archived job.
     pub month: Option<String>,
+    /// The job as a JSON listing prints it, from the documents cache (listings opened
+    /// with documents only; `None`: read it from the store).
+    pub doc: Option<Vec<u8>>,
 }
 
 #[derive(Deserialize)]
@@ -102,7 +105,7 @@ pub fn read_head(path: &Path) -> Option<JobHead> {
 /// The first line of an index file.
 const MAGIC: &str = "agentstore-job-index 3";
 /// The last line of a whole index file (one cut short is never trusted).
-const TRAILER: &str = "#end\n";
+pub(super) const TRAILER: &str = "#end\n";
 /// A folder time younger than this may still change within its granularity: an index taken
 /// then is used for names, never to skip listing the folder.
 const SETTLED: Duration = Duration::from_secs(2);
@@ -218,12 +221,13 @@ impl Rec {
                 finish_time,
             },
             month: month.map(str::to_string),
+            doc: None,
         })
     }
 }
 
 /// Tabs, newlines and backslashes in a field (a hostile project name) cannot break a record.
-fn escape(s: &str) -> std::borrow::Cow<'_, str> {
+pub(super) fn escape(s: &str) -> std::borrow::Cow<'_, str> {
     if !s.contains(['\t', '\n', '\r', '\\']) {
         return s.into();
     }
@@ -240,7 +244,7 @@ fn escape(s: &str) -> std::borrow::Cow<'_, str> {
     o.into()
 }
 
-fn unescape(s: &str) -> String {
+pub(super) fn unescape(s: &str) -> String {
     if !s.contains('\\') {
         return s.to_string();
     }
@@ -295,6 +299,13 @@ impl Stamp {
                 u32::try_from(self.nanos).unwrap_or(0),
             );
         t.elapsed().is_ok_and(|age| age > SETTLED)
+    }
+
+    /// Device and inode (which folder), then its time: the fields of a header.
+    fn fields(&self) -> (String, String) {
+        let folder = format!("{}\t{}\t", self.dev, self.ino);
+        let all = format!("{folder}{}\t{}", self.secs, self.nanos);
+        (folder, all)
     }
 
     fn header(&self, settled: bool) -> String {
@@ -397,6 +408,16 @@ impl JobIndex {
     /// Brings the folders `filter` can match up to date and opens a listing of them:
     /// matching jobs, oldest `queue_time` first (ties by id, then queue), each once.
     pub fn listing(&mut self, store: &Store, filter: &JobFilter) -> Listing {
+        self.open_listing(store, filter, false)
+    }
+
+    /// [`listing`](Self::listing), with each job's document as a JSON listing prints it
+    /// ([`Listed::doc`]) from a cache beside the index (see `listing_docs`).
+    pub fn listing_with_documents(&mut self, store: &Store, filter: &JobFilter) -> Listing {
+        self.open_listing(store, filter, true)
+    }
+
+    fn open_listing(&mut self, store: &Store, filter: &JobFilter, docs: bool) -> Listing {
         let dir = self.dir_for(store);
         let queues = match &filter.queue {
             Some(q) => vec![q.clone()],
@@ -434,7 +455,9 @@ impl JobIndex {
                 let cache = dir
                     .as_ref()
                     .map(|d| d.join(q).join(format!("{}.idx", s.dir())));
-                match open_folder(&store.jobs_dir(q, s), q, s, None, cache.as_deref()) {
+                let folder = store.jobs_dir(q, s);
+                let with = docs.then_some(store);
+                match open_folder(&folder, q, s, None, cache.as_deref(), with) {
                     Ok((src, bad)) => {
                         listing
                             .unreadable
@@ -461,6 +484,7 @@ impl JobIndex {
         store: &Store,
         queue: Option<&str>,
         project: Option<&str>,
+        docs: bool,
     ) -> Listing {
         let dir = self.dir_for(store);
         let queues = match queue {
@@ -494,7 +518,8 @@ impl JobIndex {
                             .join(month)
                             .join(format!("{}.idx", s.dir()))
                     });
-                    match open_folder(&folder, q, s, Some(month), cache.as_deref()) {
+                    let with = docs.then_some(store);
+                    match open_folder(&folder, q, s, Some(month), cache.as_deref(), with) {
                         Ok((src, bad)) => {
                             listing
                                 .unreadable_dirs
@@ -589,9 +614,45 @@ fn open_folder(
     status: JobStatus,
     month: Option<&str>,
     cache: Option<&Path>,
+    docs: Option<&Store>,
 ) -> std::io::Result<(Source, Vec<String>)> {
+    let (mut src, bad, stamp) = open_index(dir, queue, status, month, cache)?;
+    if let (Some(store), Some(stamp), Some(cache)) = (docs, stamp, cache) {
+        let path = cache.with_extension("docs");
+        let (folder, fields) = stamp.fields();
+        let mut ids = std::iter::from_fn(|| {
+            src.advance();
+            let r = src.current.take()?;
+            let head = r.head.map(|(_, _, p, u, ..)| (p.into(), u.map(Into::into)));
+            Some((r.id.into(), head))
+        });
+        let opened = listing_docs::open(
+            store,
+            dir,
+            (&folder, &fields, stamp.settled()),
+            &mut ids,
+            &path,
+        );
+        src.start()?;
+        src.docs = opened;
+    }
+    Ok((src, bad))
+}
+
+/// [`open_folder`] without documents; also the folder's stamp (`None`: no folder).
+fn open_index(
+    dir: &Path,
+    queue: &str,
+    status: JobStatus,
+    month: Option<&str>,
+    cache: Option<&Path>,
+) -> std::io::Result<(Source, Vec<String>, Option<Stamp>)> {
     let Some(stamp) = Stamp::of(dir)? else {
-        return Ok((Source::mem(queue, status, month, Vec::new()), Vec::new()));
+        return Ok((
+            Source::mem(queue, status, month, Vec::new()),
+            Vec::new(),
+            None,
+        ));
     };
     let mut old: HashMap<Box<str>, Rec> = HashMap::new();
     if let Some(path) = cache
@@ -611,9 +672,11 @@ fn open_folder(
                     month: month.map(str::to_string),
                     body: Body::File(r),
                     current: None,
+                    docs: None,
+                    current_doc: None,
                 };
                 let bad = src.start()?;
-                return Ok((src, bad));
+                return Ok((src, bad, Some(stamp)));
             }
             // Changed: keep what was read, by name.
             loop {
@@ -661,18 +724,20 @@ fn open_folder(
                     month: month.map(str::to_string),
                     body: Body::File(BufReader::with_capacity(64 * 1024, f)),
                     current: None,
+                    docs: None,
+                    current_doc: None,
                 };
                 src.start()?;
-                return Ok((src, bad));
+                return Ok((src, bad, Some(stamp)));
             }
             Err(e) => tracing::debug!("job index {}: {e}", path.display()),
         }
     }
-    Ok((Source::mem(queue, status, month, recs), bad))
+    Ok((Source::mem(queue, status, month, recs), bad, Some(stamp)))
 }
 
 /// True when the file ends with the trailer (it was written whole).
-fn ends_whole(f: &mut File) -> bool {
+pub(super) fn ends_whole(f: &mut File) -> bool {
     use std::io::Read;
     let n = TRAILER.len() as u64;
     let Ok(len) = f.metadata().map(|m| m.len()) else {
@@ -726,6 +791,10 @@ struct Source {
     month: Option<String>,
     body: Body,
     current: Option<Rec>,
+    /// The documents cache read in step with the records (JSON listings).
+    docs: Option<listing_docs::Docs>,
+    /// `current`'s document from it.
+    current_doc: Option<Vec<u8>>,
 }
 
 impl Source {
@@ -736,6 +805,8 @@ impl Source {
             month: month.map(str::to_string),
             body: Body::Mem(recs, 0),
             current: None,
+            docs: None,
+            current_doc: None,
         }
     }
 
@@ -766,6 +837,10 @@ impl Source {
             }
         }
         self.current = None;
+        self.current_doc = None;
+        if let Some(d) = &mut self.docs {
+            d.rewind()?;
+        }
         Ok(bad)
     }
 
@@ -795,6 +870,10 @@ impl Source {
                 Some(r) if r.head.is_none() => continue,
                 other => break other,
             }
+        };
+        self.current_doc = match (&self.current, &mut self.docs) {
+            (Some(r), Some(d)) => d.next_for(&r.id),
+            _ => None,
         };
     }
 }
@@ -874,6 +953,7 @@ impl Iterator for Listing {
             let b = best?;
             let src = &mut self.sources[b];
             let rec = src.current.take()?;
+            let doc = src.current_doc.take();
             let (queue, status, month) = (src.queue.clone(), src.status, src.month.clone());
             src.advance();
             if self
@@ -884,9 +964,10 @@ impl Iterator for Listing {
                 continue;
             }
             self.last = Some((queue.clone(), rec.id.to_string()));
-            let Some(l) = rec.listed(&queue, status, month.as_deref()) else {
+            let Some(mut l) = rec.listed(&queue, status, month.as_deref()) else {
                 continue;
             };
+            l.doc = doc;
             if self.project.as_deref().is_some_and(|p| p != l.head.project) {
                 continue;
             }

@@ -20,6 +20,7 @@ mod init;
 pub mod jobfile;
 mod layout;
 pub mod listing;
+mod listing_docs;
 pub mod machines;
 pub mod migrate;
 pub mod owner;
