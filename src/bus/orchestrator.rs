@@ -211,6 +211,15 @@ impl OrchestratorObject {
             .unwrap_or_default()
     }
 
+    /// This orchestratord's role (issue 13, failover): `active` (holds the store lock and
+    /// answers), `standby` (another machine holds the lock; this one takes over when that one
+    /// goes silent; calls that change the store are refused) or `read-only` (the store
+    /// cannot be written).
+    #[zbus(property)]
+    fn role(&self) -> String {
+        self.shared.role_name().to_string()
+    }
+
     /// A machine went stale (`stale` true: no heartbeat since `last_seen`) or reports again.
     #[zbus(signal)]
     pub async fn machine_state_changed(
@@ -290,6 +299,19 @@ impl Frontend for DbusFrontend {
         }
     }
 
+    /// `Role`'s change.
+    async fn role_changed(&self) {
+        let Some(conn) = &self.conn else { return };
+        let Ok(iface) = conn
+            .object_server()
+            .interface::<_, OrchestratorObject>(ORCHESTRATOR_PATH)
+            .await
+        else {
+            return;
+        };
+        let _ = iface.get().await.role_changed(iface.signal_emitter()).await;
+    }
+
     /// `StaleMachines`' change, then `MachineStateChanged` for each machine.
     async fn machines_changed(&self, changes: &[crate::orchestrator::machines::MachineChange]) {
         let Some(conn) = &self.conn else { return };
@@ -352,6 +374,9 @@ pub trait Orchestrator1 {
     /// See the server's `StaleMachines`.
     #[zbus(property)]
     fn stale_machines(&self) -> zbus::Result<Vec<String>>;
+    /// See the server's `Role`.
+    #[zbus(property)]
+    fn role(&self) -> zbus::Result<String>;
     /// See the server's `MachineStateChanged`.
     #[zbus(signal)]
     fn machine_state_changed(&self, host: &str, stale: bool, last_seen: &str) -> zbus::Result<()>;

@@ -41,6 +41,23 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     result
 }
 
+/// Writes `bytes` to `path` atomically only when `path` does not exist yet (temp file, then
+/// a hard link, which refuses to replace): fails with `AlreadyExists` otherwise. Two writers
+/// of the same name never both succeed.
+pub fn write_new_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let tmp = temp_sibling(path)?;
+    let result = (|| {
+        let mut f = safe::create_new(&tmp, 0o644)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        drop(f);
+        safe::hard_link(&tmp, path)?;
+        sync_parent(path)
+    })();
+    let _ = safe::remove_file(&tmp);
+    result
+}
+
 /// Serialises `value` as pretty JSON and writes it atomically.
 pub fn write_json_atomic<T: serde::Serialize>(path: &Path, value: &T) -> io::Result<()> {
     let mut bytes = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;

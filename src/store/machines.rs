@@ -56,6 +56,12 @@ pub struct Heartbeat {
     /// Set by the last write of a daemon that stopped cleanly (an idle exit, a stop).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stopped: bool,
+    /// An orchestratord's role: `active` (holds the store lock), `standby` or `read-only`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// The epoch of the store lock an active orchestratord holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<u64>,
 }
 
 impl Heartbeat {
@@ -73,6 +79,8 @@ impl Heartbeat {
             last_seen: now,
             interval_seconds,
             stopped: false,
+            role: None,
+            epoch: None,
         }
     }
 
