@@ -22,6 +22,11 @@ struct Shown<'a> {
     versions: &'a [String],
     queues: &'a [String],
     daemons: Vec<String>,
+    /// The role of its orchestratord, if one runs there: `active`, `standby`, `read-only`.
+    orchestrator_role: Option<&'a str>,
+    /// The store lock's epoch when its orchestratord is the active one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lock_epoch: Option<u64>,
 }
 
 /// `3m12s`, `2h05m`, `4d03h`, `42s`.
@@ -44,7 +49,13 @@ fn shown<'a>(m: &'a Machine, now: &Timestamp, stale_after: u64) -> Shown<'a> {
     } else {
         "ok".to_string()
     };
+    let orchestrator = m
+        .daemons
+        .iter()
+        .find(|d| d.daemon == crate::orchestrator::DAEMON && !d.stopped);
     Shown {
+        orchestrator_role: orchestrator.and_then(|d| d.role.as_deref()),
+        lock_epoch: orchestrator.and_then(|d| d.epoch),
         host: &m.host,
         state,
         stale,
@@ -56,9 +67,10 @@ fn shown<'a>(m: &'a Machine, now: &Timestamp, stale_after: u64) -> Shown<'a> {
         daemons: m
             .daemons
             .iter()
-            .map(|d| match &d.queue {
-                Some(q) => format!("{}@{q}", d.daemon),
-                None => d.daemon.clone(),
+            .map(|d| match (&d.queue, &d.role) {
+                (Some(q), _) => format!("{}@{q}", d.daemon),
+                (None, Some(r)) if !d.stopped => format!("{} ({r})", d.daemon),
+                (None, _) => d.daemon.clone(),
             })
             .collect(),
     }

@@ -10,7 +10,7 @@
 
 use super::service::{Frontend, Shared};
 use super::standby::{Role, Seat};
-use super::{DAEMON, FileOutcome, LockTiming, handle_finished_jobs, process_inbox};
+use super::{DAEMON, FileOutcome, LockTiming, handle_finished_jobs, process_inbox_while};
 use crate::model::{JobStatus, Timestamp};
 use crate::store::{Event, Record, Store, StoreError};
 use crate::systemd::{notify_ready, notify_status, notify_stopping};
@@ -118,7 +118,18 @@ pub fn cycle_report(shared: &Shared) -> Result<CycleReport, StoreError> {
             path: store.root().to_path_buf(),
             source: std::io::Error::other("routing lock poisoned"),
         })?;
-        let outcomes = process_inbox(store, limit)?;
+        let lock_path = store.lock_path();
+        let ours = || match super::lock::holder_elsewhere(&lock_path) {
+            None => true,
+            Some(h) => {
+                tracing::warn!("the store lock is held by PID {} on {} now; not answering", h.pid, h.host);
+                false
+            }
+        };
+        if !ours() {
+            break;
+        }
+        let outcomes = process_inbox_while(store, limit, &ours)?;
         drop(_guard);
         let n = outcomes.len();
         for o in &outcomes {

@@ -180,6 +180,12 @@ fn parse_lock(bytes: &[u8]) -> Option<LockInfo> {
         .and_then(|v| serde_json::from_value(v).ok())
 }
 
+/// The holder the lock file at `path` names when it is not this process (host and PID), if
+/// it names one.
+pub fn holder_elsewhere(path: &Path) -> Option<LockInfo> {
+    read_lock(path).filter(|l| l.host != hostname() || l.pid != std::process::id())
+}
+
 /// True when `info` no longer stands for a live orchestrator: on another host, silent for
 /// longer than `stale_after`.
 pub fn is_stale_after(info: &LockInfo, now: &Timestamp, stale_after: Duration) -> bool {

@@ -608,6 +608,16 @@ fn set_aside_because(store: &Store, path: &Path, what: &str) -> Result<PathBuf, 
 /// Processes up to `limit` inbox messages, oldest `queue_time` first (file name breaks ties;
 /// unparsable files sort by modification time). Conflict copies are set aside.
 pub fn process_inbox(store: &Store, limit: usize) -> Result<Vec<FileOutcome>, StoreError> {
+    process_inbox_while(store, limit, &|| true)
+}
+
+/// [`process_inbox`], asking `keep_going` before each message: the daemon stops a batch as
+/// soon as another orchestrator holds the store lock (it was paused and a standby took over).
+pub fn process_inbox_while(
+    store: &Store,
+    limit: usize,
+    keep_going: &dyn Fn() -> bool,
+) -> Result<Vec<FileOutcome>, StoreError> {
     let inbox = store.inbox();
     let scan = scan_dir(&inbox).map_err(|source| StoreError::Io {
         path: inbox.clone(),
@@ -652,6 +662,9 @@ pub fn process_inbox(store: &Store, limit: usize) -> Result<Vec<FileOutcome>, St
         .take(limit)
         .collect();
     for p in ready {
+        if !keep_going() {
+            break;
+        }
         // Everything said about this message carries its file and, once read, its
         // correlation id (journal fields FILE=, CORRELATION_ID=).
         let span = tracing::info_span!(
