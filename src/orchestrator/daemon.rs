@@ -413,42 +413,37 @@ pub async fn run(
     let mut known_queues = shared.store.queue_ids().unwrap_or_default();
     tokio::pin!(shutdown);
 
-    let mut seat = Some(seat);
+    // The lock lives on its own thread: a long pass (a backlog after a take-over) never
+    // delays its heartbeat past the stale time, and a newer holder is obeyed within moments.
+    let keeper = LockKeeper::start(seat, shared.clone(), tx.clone())
+        .map_err(|e| DaemonError::Other(format!("cannot start the lock thread: {e}")))?;
+    let mut last_role = shared.role.lock().map(|r| r.clone()).unwrap_or(Role::Active);
     let result = loop {
-        // The lock first: take it, settle, beat, or stand down (blocking file work).
-        let Some(mut st) = seat.take() else {
-            break Err(DaemonError::Other("the lock state was lost".into()));
-        };
-        let s = shared.clone();
-        let polled = shared
-            .run_blocking(move || {
-                let r = st.poll(&s.store);
-                (st, r)
-            })
-            .await;
-        let (st, changed) = match polled {
-            Ok(p) => p,
-            Err(e) => break Err(DaemonError::Other(format!("lock stopped: {e}"))),
-        };
-        let changed = match changed {
-            Ok(c) => c,
-            Err(e) => {
-                seat = Some(st);
-                break Err(e);
-            }
-        };
-        if let Some(role) = &changed {
-            apply_role(&shared, role);
-            if let Ok(mut m) = shared.machines.lock() {
-                m.set_role(role.name(), st.lock_info().map(|l| l.epoch));
-            }
+        if let Some(e) = keeper.failed() {
+            break Err(e);
+        }
+        let role = shared
+            .role
+            .lock()
+            .map(|r| r.clone())
+            .unwrap_or_else(|e| e.into_inner().clone());
+        if role != last_role {
+            last_role = role.clone();
             frontend.role_changed().await;
+            // Other machines learn the new role now, not after a backlog is answered.
+            let (s, held) = (shared.clone(), role.answers());
+            if let Ok(changes) = shared
+                .run_blocking(move || super::machines::beat(&s, held))
+                .await
+                && !changes.is_empty()
+            {
+                frontend.machines_changed(&changes).await;
+            }
             // A new active orchestrator counts as work: it does not exit idle at once.
             last_work = Instant::now();
         }
-        let (answers, wait_lock) = (st.role().answers(), st.wait_at_most());
-        let standby = matches!(st.role(), Role::Standby(_) | Role::Settling);
-        seat = Some(st);
+        let answers = role.answers();
+        let standby = matches!(role, Role::Standby(_) | Role::Settling);
         let s = shared.clone();
         let report = if !answers {
             CycleReport::default()
@@ -510,7 +505,6 @@ pub async fn run(
         let mut wait = sweep_every
             .min(heartbeat_every)
             .min(idle_left)
-            .min(wait_lock)
             .min(beat_in.max(Duration::from_millis(100)));
         if deferred > 0 {
             wait = wait.min(super::SETTLE);
@@ -531,6 +525,7 @@ pub async fn run(
     notify_stopping("Stopping");
     // Calls under way finish before the lock is let go; new ones are refused.
     shared.drain().await;
+    let seat = keeper.stop();
     shared
         .machines
         .lock()
@@ -545,6 +540,81 @@ pub async fn run(
     );
     drop(seat);
     result
+}
+
+/// The thread that keeps the store lock ([`Seat::poll`] every moment): it publishes role
+/// changes to [`Shared`] and wakes the loop; a fatal stand-down is kept for the loop.
+struct LockKeeper {
+    seat: Arc<std::sync::Mutex<Option<Seat>>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    fatal: Arc<std::sync::Mutex<Option<DaemonError>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl LockKeeper {
+    fn start(
+        seat: Seat,
+        shared: Arc<Shared>,
+        wake: tokio::sync::mpsc::Sender<()>,
+    ) -> std::io::Result<LockKeeper> {
+        let seat = Arc::new(std::sync::Mutex::new(Some(seat)));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let fatal = Arc::new(std::sync::Mutex::new(None));
+        let (st, sp, fa) = (seat.clone(), stop.clone(), fatal.clone());
+        let thread = std::thread::Builder::new()
+            .name("store-lock".into())
+            .spawn(move || {
+                while !sp.load(Ordering::SeqCst) {
+                    let mut guard = st.lock().unwrap_or_else(|e| e.into_inner());
+                    let Some(seat) = guard.as_mut() else { return };
+                    let wait = match seat.poll(&shared.store) {
+                        Ok(Some(role)) => {
+                            apply_role(&shared, &role);
+                            if let Ok(mut m) = shared.machines.lock() {
+                                m.set_role(role.name(), seat.lock_info().map(|l| l.epoch));
+                            }
+                            let _ = wake.try_send(());
+                            Duration::ZERO
+                        }
+                        // A holder looks at the lock often (a newer holder is obeyed within
+                        // a moment); a standby every heartbeat or 2 s.
+                        Ok(None) if seat.role().answers() => {
+                            seat.wait_at_most().min(Duration::from_millis(250))
+                        }
+                        Ok(None) => seat.wait_at_most(),
+                        Err(e) => {
+                            if let Ok(mut f) = fa.lock() {
+                                *f = Some(e);
+                            }
+                            let _ = wake.try_send(());
+                            return;
+                        }
+                    };
+                    drop(guard);
+                    std::thread::sleep(wait);
+                }
+            })?;
+        Ok(LockKeeper {
+            seat,
+            stop,
+            fatal,
+            thread: Some(thread),
+        })
+    }
+
+    /// The error that ended the lock thread (this holder stood down and is no standby).
+    fn failed(&self) -> Option<DaemonError> {
+        self.fatal.lock().ok().and_then(|mut f| f.take())
+    }
+
+    /// Stops the thread and hands the seat back (dropping it lets the lock go).
+    fn stop(mut self) -> Option<Seat> {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.seat.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
 }
 
 /// Publishes the role to the D-Bus side and the read-only state.
