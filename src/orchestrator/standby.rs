@@ -176,7 +176,11 @@ impl Seat {
     fn try_take(&mut self, store: &Store) -> Result<(), DaemonError> {
         match StoreLock::acquire_with(&self.path, self.timing) {
             Ok(l) => {
-                let took_over = l.info().epoch > 1 || matches!(self.role, Role::Standby(_));
+                // Only where standbys are configured can two machines take a lock over at
+                // once; elsewhere (a restart after a crash) the daemon answers at once.
+                let took_over = self.eligible
+                    && (l.info().epoch > 1 || matches!(self.role, Role::Standby(_)))
+                    && !self.first_start_fresh(l.info());
                 tracing::info!(
                     "holding the store lock (epoch {}){}",
                     l.info().epoch,
@@ -202,6 +206,11 @@ impl Seat {
             }
             Err(e) => Err(DaemonError::AlreadyRunning(e.to_string())),
         }
+    }
+
+    /// True for a lock created fresh (epoch 1) by the first attempt of this process.
+    fn first_start_fresh(&self, info: &LockInfo) -> bool {
+        info.epoch == 1 && matches!(&self.role, Role::Standby(w) if w == "starting")
     }
 
     fn become_active(&mut self, store: &Store) {
