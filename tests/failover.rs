@@ -231,7 +231,11 @@ fn all_answered_once(env: &TestEnv, n: usize) -> BTreeMap<String, usize> {
     // Late duplicates would show up now: give a paused process time to finish its work.
     std::thread::sleep(Duration::from_secs(2));
     let expected: Vec<String> = (0..n).map(|i| format!("msg-{i:04}.json")).collect();
-    assert_eq!(documents(&outbox), expected, "outbox: one answer per message");
+    assert_eq!(
+        documents(&outbox),
+        expected,
+        "outbox: one answer per message"
+    );
     assert_eq!(
         documents(&env.root.join("messaging/processed_inbox")),
         expected,
@@ -243,8 +247,7 @@ fn all_answered_once(env: &TestEnv, n: usize) -> BTreeMap<String, usize> {
         .collect();
     assert!(left.is_empty(), "claims left in the inbox: {left:?}");
     for name in &expected {
-        let r: Value =
-            serde_json::from_slice(&std::fs::read(outbox.join(name)).unwrap()).unwrap();
+        let r: Value = serde_json::from_slice(&std::fs::read(outbox.join(name)).unwrap()).unwrap();
         assert_eq!(r["status"], "done", "{name}: {r}");
     }
     let (by_id, by_host) = answered_events(&env.root);
@@ -254,7 +257,11 @@ fn all_answered_once(env: &TestEnv, n: usize) -> BTreeMap<String, usize> {
     }
     assert_eq!(by_id.len(), n, "answers of messages never sent: {by_id:?}");
     let jobs = documents(&env.root.join("Queues/poplar/Jobs/queued_jobs"));
-    assert_eq!(jobs.len(), n.div_ceil(2), "one job per research-code message");
+    assert_eq!(
+        jobs.len(),
+        n.div_ceil(2),
+        "one job per research-code message"
+    );
     by_host
 }
 
@@ -297,13 +304,21 @@ fn a_paused_active_orchestrator_is_replaced_by_the_standby_and_stands_down_when_
     let l = lock(&env.root);
     assert_eq!(l["host"], "beta");
     assert_eq!(l["epoch"].as_u64(), Some(epoch + 1), "{l}");
-    wait(LONG, "beta answering messages written after the pause", || {
-        outbox
-            .join(format!("msg-{:04}.json", stopped_at + 20))
-            .exists()
-    });
+    wait(
+        LONG,
+        "beta answering messages written after the pause",
+        || {
+            outbox
+                .join(format!("msg-{:04}.json", stopped_at + 20))
+                .exists()
+        },
+    );
     let roles = list_machines(&env);
-    assert_eq!(machine_role(&roles, "beta").as_deref(), Some("active"), "{roles:#}");
+    assert_eq!(
+        machine_role(&roles, "beta").as_deref(),
+        Some("active"),
+        "{roles:#}"
+    );
 
     // Alpha comes back: it sees the newer lock and stands down, staying up as a standby.
     alpha.signal(Signal::SIGCONT);
@@ -312,13 +327,24 @@ fn a_paused_active_orchestrator_is_replaced_by_the_standby_and_stands_down_when_
     std::thread::sleep(Duration::from_secs(2));
     let n = writer.finish();
     let by_host = all_answered_once(&env, n);
-    assert!(by_host.get("alpha").is_some_and(|&a| a >= 15), "{by_host:?}");
+    assert!(
+        by_host.get("alpha").is_some_and(|&a| a >= 15),
+        "{by_host:?}"
+    );
     assert!(by_host.get("beta").is_some_and(|&b| b >= 20), "{by_host:?}");
     assert_eq!(beta.role().as_deref(), Some("active"));
     assert_eq!(alpha.role().as_deref(), Some("standby"));
     let roles = list_machines(&env);
-    assert_eq!(machine_role(&roles, "alpha").as_deref(), Some("standby"), "{roles:#}");
-    assert_eq!(machine_role(&roles, "beta").as_deref(), Some("active"), "{roles:#}");
+    assert_eq!(
+        machine_role(&roles, "alpha").as_deref(),
+        Some("standby"),
+        "{roles:#}"
+    );
+    assert_eq!(
+        machine_role(&roles, "beta").as_deref(),
+        Some("active"),
+        "{roles:#}"
+    );
     // The alpha process is the one that stood down, still running.
     assert!(Path::new(&format!("/proc/{}", alpha.pid())).exists());
 }
@@ -345,8 +371,14 @@ fn after_a_kill_9_two_standbys_starting_together_elect_one() {
     assert!(winner == "beta" || winner == "gamma", "{winner}");
     for _ in 0..10 {
         let roles = [beta.role(), gamma.role()];
-        let active = roles.iter().filter(|r| r.as_deref() == Some("active")).count();
-        let standby = roles.iter().filter(|r| r.as_deref() == Some("standby")).count();
+        let active = roles
+            .iter()
+            .filter(|r| r.as_deref() == Some("active"))
+            .count();
+        let standby = roles
+            .iter()
+            .filter(|r| r.as_deref() == Some("standby"))
+            .count();
         assert_eq!((active, standby), (1, 1), "{roles:?}");
         assert_eq!(lock(&env.root)["host"], winner.as_str());
         std::thread::sleep(Duration::from_millis(300));
@@ -354,7 +386,10 @@ fn after_a_kill_9_two_standbys_starting_together_elect_one() {
     let n = writer.finish();
     let by_host = all_answered_once(&env, n);
     let loser = if winner == "beta" { "gamma" } else { "beta" };
-    assert!(by_host.get(loser).is_none(), "the standby answered: {by_host:?}");
+    assert!(
+        !by_host.contains_key(loser),
+        "the standby answered: {by_host:?}"
+    );
     assert!(by_host.get(&winner).is_some_and(|&w| w > 0), "{by_host:?}");
 }
 

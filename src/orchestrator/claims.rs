@@ -108,7 +108,9 @@ pub fn recover(store: &Store, which: Recover) -> usize {
         let original = inbox.join(name);
         match move_no_replace(&path, &original) {
             Ok(()) => {
-                tracing::warn!("put {file} (claimed by {host}, never answered) back into the inbox");
+                tracing::warn!(
+                    "put {file} (claimed by {host}, never answered) back into the inbox"
+                );
                 n += 1;
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}

@@ -122,7 +122,11 @@ pub fn cycle_report(shared: &Shared) -> Result<CycleReport, StoreError> {
         let ours = || match super::lock::holder_elsewhere(&lock_path) {
             None => true,
             Some(h) => {
-                tracing::warn!("the store lock is held by PID {} on {} now; not answering", h.pid, h.host);
+                tracing::warn!(
+                    "the store lock is held by PID {} on {} now; not answering",
+                    h.pid,
+                    h.host
+                );
                 false
             }
         };
@@ -308,7 +312,6 @@ fn set_read_only(shared: &Shared, why: Option<String>) {
     *r = why;
 }
 
-
 /// Runs the daemon, reachable through `frontend` besides the inbox, until `shutdown`
 /// resolves or it has been idle long enough.
 pub async fn run(
@@ -417,7 +420,11 @@ pub async fn run(
     // delays its heartbeat past the stale time, and a newer holder is obeyed within moments.
     let keeper = LockKeeper::start(seat, shared.clone(), tx.clone())
         .map_err(|e| DaemonError::Other(format!("cannot start the lock thread: {e}")))?;
-    let mut last_role = shared.role.lock().map(|r| r.clone()).unwrap_or(Role::Active);
+    let mut last_role = shared
+        .role
+        .lock()
+        .map(|r| r.clone())
+        .unwrap_or(Role::Active);
     let result = loop {
         if let Some(e) = keeper.failed() {
             break Err(e);

@@ -365,7 +365,9 @@ impl StoreLock {
             }
             let _ = safe::remove_file(&aside);
             // The next lock counts on from the one it replaced.
-            info.epoch = info.epoch.max(parsed.map_or(0, |p| p.epoch).saturating_add(1));
+            info.epoch = info
+                .epoch
+                .max(parsed.map_or(0, |p| p.epoch).saturating_add(1));
         }
         Err(io(std::io::Error::other(
             "the lock file kept changing while it was being taken over",
@@ -415,7 +417,10 @@ impl StoreLock {
                 Ok(())
             }
             None => {
-                tracing::warn!("the store lock {} vanished; writing it again", self.path.display());
+                tracing::warn!(
+                    "the store lock {} vanished; writing it again",
+                    self.path.display()
+                );
                 self.write()
             }
         }

@@ -21,9 +21,9 @@ pub mod handled;
 mod jobs;
 mod lock;
 pub mod machines;
-pub mod standby;
 pub mod retry;
 pub mod service;
+pub mod standby;
 pub mod upkeep;
 
 pub use completion::{handle_finished_jobs, result_text};
@@ -226,7 +226,13 @@ pub fn process_inbox_file(store: &Store, path: &Path) -> Result<FileOutcome, Sto
             });
         }
     };
-    let result = process_claimed(store, &Inboxed { file: &claimed, orig: path });
+    let result = process_claimed(
+        store,
+        &Inboxed {
+            file: &claimed,
+            orig: path,
+        },
+    );
     match &result {
         Ok(FileOutcome::Deferred(_)) | Err(_) => claims::unclaim(&claimed, path),
         _ => {}
@@ -420,9 +426,11 @@ fn finish_as(
                 ),
                 4 * crate::schema::MAX_QUOTE_BYTES,
             ));
-            if let Some(done) =
-                answered_elsewhere(store.write_doc_new(DocKind::Message, &out, &outcome.response)?)?
-            {
+            if let Some(done) = answered_elsewhere(store.write_doc_new(
+                DocKind::Message,
+                &out,
+                &outcome.response,
+            )?)? {
                 return Ok(done);
             }
         }

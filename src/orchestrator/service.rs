@@ -62,7 +62,9 @@ impl Shared {
             activity: AtomicU64::new(0),
             own_uid: nix::unistd::getuid().as_raw(),
             read_only: Mutex::new(None),
-            role: Mutex::new(crate::orchestrator::standby::Role::Standby("starting".into())),
+            role: Mutex::new(crate::orchestrator::standby::Role::Standby(
+                "starting".into(),
+            )),
             completions: Mutex::new(crate::orchestrator::handled::Completions::new()),
             job_index: Mutex::new(Default::default()),
             machines,
@@ -119,9 +121,9 @@ impl Shared {
         use crate::orchestrator::standby::Role;
         match &*self.role.lock().unwrap_or_else(|e| e.into_inner()) {
             Role::Standby(why) => Some(format!("this orchestratord is a standby ({why})")),
-            Role::Settling => Some(
-                "this orchestratord has just taken the store lock over and is settling".into(),
-            ),
+            Role::Settling => {
+                Some("this orchestratord has just taken the store lock over and is settling".into())
+            }
             Role::Active | Role::ReadOnly(_) => None,
         }
     }

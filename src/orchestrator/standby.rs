@@ -67,7 +67,9 @@ pub struct Seat {
 /// Text for a lock someone else holds.
 fn holder_text(e: &LockError) -> String {
     match e {
-        LockError::Held { host, pid, .. } => format!("the store lock is held by PID {pid} on {host}"),
+        LockError::Held { host, pid, .. } => {
+            format!("the store lock is held by PID {pid} on {host}")
+        }
         other => other.to_string(),
     }
 }
@@ -184,7 +186,11 @@ impl Seat {
                 tracing::info!(
                     "holding the store lock (epoch {}){}",
                     l.info().epoch,
-                    if took_over { "; settling before answering" } else { "" }
+                    if took_over {
+                        "; settling before answering"
+                    } else {
+                        ""
+                    }
                 );
                 self.lock = Some(l);
                 self.last_heartbeat = Instant::now();

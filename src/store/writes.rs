@@ -51,7 +51,9 @@ impl Store {
             safe::create_dir_all(dir).map_err(io_err(dir))?;
         }
         if !only_new {
-            return write_json_atomic(path, &value).map(|()| true).map_err(io_err(path));
+            return write_json_atomic(path, &value)
+                .map(|()| true)
+                .map_err(io_err(path));
         }
         let mut bytes = serde_json::to_vec_pretty(&value).map_err(|e| StoreError::Io {
             path: path.to_path_buf(),
