@@ -422,3 +422,28 @@ fn a_resumed_holder_that_is_no_standby_exits_with_status_2() {
     let by_host = all_answered_once(&env, 1);
     assert_eq!(by_host.get("beta"), Some(&1), "{by_host:?}");
 }
+
+#[test]
+fn a_message_claimed_by_a_holder_that_went_silent_is_answered_once_by_the_next() {
+    let env = store(&[]);
+    // gamma held the lock (epoch 4), claimed msg-0000 and went silent mid-message.
+    let old = "2020-01-01T00:00:00Z";
+    env.write(
+        ".orchestrator.lock",
+        &format!(
+            r#"{{"host":"gamma","pid":4242,"started":"{old}","heartbeat":"{old}","epoch":4}}"#
+        ),
+    );
+    env.write("messaging/inbox/.claim@gamma@msg-0000.json", &message(0));
+    env.write("messaging/inbox/msg-0001.json", &message(1));
+    let beta = Machine::start(&env, "beta", &["--standby"]);
+    beta.wait_role("active");
+    let l = lock(&env.root);
+    assert_eq!(
+        (l["host"].as_str(), l["epoch"].as_u64()),
+        (Some("beta"), Some(5)),
+        "{l}"
+    );
+    let by_host = all_answered_once(&env, 2);
+    assert_eq!(by_host.get("beta"), Some(&2), "{by_host:?}");
+}
