@@ -279,7 +279,7 @@ fn process_claimed(store: &Store, m: &Inboxed) -> Result<FileOutcome, StoreError
     if raw.is_none() && recently_modified(path) {
         return Ok(FileOutcome::Deferred(path.to_path_buf()));
     }
-    let parsed: Result<Message, StoreError> = store.parse_doc(DocKind::Message, path, &bytes);
+    let parsed: Result<Message, StoreError> = store.parse_doc(DocKind::Message, m.orig, &bytes);
     let outcome = match parsed {
         Ok(msg) => {
             tracing::Span::current().record("correlation_id", msg.correlation_id.as_str());

@@ -63,7 +63,7 @@ impl Shared {
             own_uid: nix::unistd::getuid().as_raw(),
             read_only: Mutex::new(None),
             role: Mutex::new(crate::orchestrator::standby::Role::Standby(
-                "starting".into(),
+                crate::orchestrator::standby::STARTING.into(),
             )),
             completions: Mutex::new(crate::orchestrator::handled::Completions::new()),
             job_index: Mutex::new(Default::default()),
@@ -117,8 +117,18 @@ impl Shared {
 
     /// Why this process answers nothing that changes the store now: a standby names the
     /// lock's holder.
+    /// A call that arrives while the daemon is still taking the lock (the bus name is owned
+    /// first) waits for it, up to 10 s.
     pub fn standby_reason(&self) -> Option<String> {
         use crate::orchestrator::standby::Role;
+        let starting = || {
+            matches!(&*self.role.lock().unwrap_or_else(|e| e.into_inner()),
+                Role::Standby(w) if w == crate::orchestrator::standby::STARTING)
+        };
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while starting() && std::time::Instant::now() < end {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         match &*self.role.lock().unwrap_or_else(|e| e.into_inner()) {
             Role::Standby(why) => Some(format!("this orchestratord is a standby ({why})")),
             Role::Settling => {

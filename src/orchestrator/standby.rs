@@ -20,6 +20,9 @@ use crate::store::Store;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+/// The standby reason before the first look at the lock.
+pub const STARTING: &str = "starting";
+
 /// What this orchestratord is now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Role {
@@ -84,7 +87,7 @@ impl Seat {
             eligible,
             lock: None,
             settle_until: None,
-            role: Role::Standby("starting".into()),
+            role: Role::Standby(STARTING.into()),
             last_heartbeat: Instant::now(),
             last_recovery: Instant::now(),
         }
@@ -216,7 +219,7 @@ impl Seat {
 
     /// True for a lock created fresh (epoch 1) by the first attempt of this process.
     fn first_start_fresh(&self, info: &LockInfo) -> bool {
-        info.epoch == 1 && matches!(&self.role, Role::Standby(w) if w == "starting")
+        info.epoch == 1 && matches!(&self.role, Role::Standby(w) if w == STARTING)
     }
 
     fn become_active(&mut self, store: &Store) {
