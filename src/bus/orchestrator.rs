@@ -264,6 +264,18 @@ impl DbusFrontend {
     }
 }
 
+impl DbusFrontend {
+    /// The served object, once serving.
+    async fn object(&self) -> Option<zbus::object_server::InterfaceRef<OrchestratorObject>> {
+        self.conn
+            .as_ref()?
+            .object_server()
+            .interface::<_, OrchestratorObject>(ORCHESTRATOR_PATH)
+            .await
+            .ok()
+    }
+}
+
 impl Frontend for DbusFrontend {
     async fn serve(&mut self, shared: Arc<Shared>) -> Result<(), DaemonError> {
         let Some(kind) = self.bus else {
@@ -301,12 +313,7 @@ impl Frontend for DbusFrontend {
 
     /// `Role`'s change.
     async fn role_changed(&self) {
-        let Some(conn) = &self.conn else { return };
-        let Ok(iface) = conn
-            .object_server()
-            .interface::<_, OrchestratorObject>(ORCHESTRATOR_PATH)
-            .await
-        else {
+        let Some(iface) = self.object().await else {
             return;
         };
         let _ = iface.get().await.role_changed(iface.signal_emitter()).await;
@@ -314,12 +321,7 @@ impl Frontend for DbusFrontend {
 
     /// `StaleMachines`' change, then `MachineStateChanged` for each machine.
     async fn machines_changed(&self, changes: &[crate::orchestrator::machines::MachineChange]) {
-        let Some(conn) = &self.conn else { return };
-        let Ok(iface) = conn
-            .object_server()
-            .interface::<_, OrchestratorObject>(ORCHESTRATOR_PATH)
-            .await
-        else {
+        let Some(iface) = self.object().await else {
             return;
         };
         let e = iface.signal_emitter();
