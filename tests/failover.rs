@@ -370,7 +370,9 @@ fn after_a_kill_9_two_standbys_starting_together_elect_one() {
     let winner = lock(&env.root)["host"].as_str().unwrap().to_string();
     assert!(winner == "beta" || winner == "gamma", "{winner}");
     for _ in 0..10 {
-        let roles = [beta.role(), gamma.role()];
+        // A call that timed out under load is asked again: no answer is not a role.
+        let ask = |m: &Machine| (0..3).find_map(|_| m.role());
+        let roles = [ask(&beta), ask(&gamma)];
         let active = roles
             .iter()
             .filter(|r| r.as_deref() == Some("active"))
