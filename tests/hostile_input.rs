@@ -319,6 +319,7 @@ fn stale_lock(path: &Path) {
         heartbeat: old,
         boot_id: Some("an-earlier-boot".into()),
         pid_start: Some(1),
+        epoch: 0,
     };
     std::fs::write(path, serde_json::to_vec(&info).unwrap()).unwrap();
 }

@@ -21,6 +21,7 @@ fn main() -> ExitCode {
         idle_exit: args.idle_exit.map(Duration::from_secs),
         sweep_interval: args.sweep_interval.map(Duration::from_secs),
         no_inotify: args.no_inotify,
+        standby: args.standby,
     };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

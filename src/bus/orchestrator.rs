@@ -211,6 +211,15 @@ impl OrchestratorObject {
             .unwrap_or_default()
     }
 
+    /// This orchestratord's role (issue 13, failover): `active` (holds the store lock and
+    /// answers), `standby` (another machine holds the lock; this one takes over when that one
+    /// goes silent; calls that change the store are refused) or `read-only` (the store
+    /// cannot be written).
+    #[zbus(property)]
+    fn role(&self) -> String {
+        self.shared.role_name().to_string()
+    }
+
     /// A machine went stale (`stale` true: no heartbeat since `last_seen`) or reports again.
     #[zbus(signal)]
     pub async fn machine_state_changed(
@@ -255,6 +264,18 @@ impl DbusFrontend {
     }
 }
 
+impl DbusFrontend {
+    /// The served object, once serving.
+    async fn object(&self) -> Option<zbus::object_server::InterfaceRef<OrchestratorObject>> {
+        self.conn
+            .as_ref()?
+            .object_server()
+            .interface::<_, OrchestratorObject>(ORCHESTRATOR_PATH)
+            .await
+            .ok()
+    }
+}
+
 impl Frontend for DbusFrontend {
     async fn serve(&mut self, shared: Arc<Shared>) -> Result<(), DaemonError> {
         let Some(kind) = self.bus else {
@@ -290,14 +311,17 @@ impl Frontend for DbusFrontend {
         }
     }
 
+    /// `Role`'s change.
+    async fn role_changed(&self) {
+        let Some(iface) = self.object().await else {
+            return;
+        };
+        let _ = iface.get().await.role_changed(iface.signal_emitter()).await;
+    }
+
     /// `StaleMachines`' change, then `MachineStateChanged` for each machine.
     async fn machines_changed(&self, changes: &[crate::orchestrator::machines::MachineChange]) {
-        let Some(conn) = &self.conn else { return };
-        let Ok(iface) = conn
-            .object_server()
-            .interface::<_, OrchestratorObject>(ORCHESTRATOR_PATH)
-            .await
-        else {
+        let Some(iface) = self.object().await else {
             return;
         };
         let e = iface.signal_emitter();
@@ -352,6 +376,9 @@ pub trait Orchestrator1 {
     /// See the server's `StaleMachines`.
     #[zbus(property)]
     fn stale_machines(&self) -> zbus::Result<Vec<String>>;
+    /// See the server's `Role`.
+    #[zbus(property)]
+    fn role(&self) -> zbus::Result<String>;
     /// See the server's `MachineStateChanged`.
     #[zbus(signal)]
     fn machine_state_changed(&self, host: &str, stale: bool, last_seen: &str) -> zbus::Result<()>;

@@ -2,13 +2,15 @@
 //!
 //! Start-up takes the D-Bus name (a second instance on this machine fails with "already
 //! running"), then the store lock (a second instance on another machine sharing the store
-//! fails the same way), then tells systemd it is ready. It reacts to inotify events on the
+//! fails the same way, unless it is a standby: [`super::standby`]), then tells systemd it is
+//! ready. It reacts to inotify events on the
 //! inbox and on every queue's `finished_jobs/` within milliseconds, sweeps every
 //! `polling_interval_seconds` as a backstop, and exits after `idle_exit_seconds` without
 //! work (systemd's path, timer and D-Bus activation start it again on demand).
 
 use super::service::{Frontend, Shared};
-use super::{DAEMON, FileOutcome, StoreLock, handle_finished_jobs, process_inbox};
+use super::standby::{Role, Seat};
+use super::{DAEMON, FileOutcome, LockTiming, handle_finished_jobs, process_inbox_while};
 use crate::model::{JobStatus, Timestamp};
 use crate::store::{Event, Record, Store, StoreError};
 use crate::systemd::{notify_ready, notify_status, notify_stopping};
@@ -48,6 +50,10 @@ pub struct Args {
     /// Don't watch with inotify; only sweep (for network filesystems).
     #[arg(long)]
     pub no_inotify: bool,
+    /// Wait as a standby while another machine holds the store lock and take over when it
+    /// goes silent (also when this host is listed in config.yaml `orchestrator.standby`).
+    #[arg(long)]
+    pub standby: bool,
 }
 
 /// How the daemon runs.
@@ -62,6 +68,8 @@ pub struct DaemonOptions {
     /// Don't use inotify: only sweep every interval (network filesystems where inotify sees
     /// nothing; also how the PRD's 10 s polling design is benchmarked).
     pub no_inotify: bool,
+    /// Wait as a standby while the lock is held elsewhere ([`super::standby`]).
+    pub standby: bool,
 }
 
 /// Why the daemon stopped with an error.
@@ -110,7 +118,22 @@ pub fn cycle_report(shared: &Shared) -> Result<CycleReport, StoreError> {
             path: store.root().to_path_buf(),
             source: std::io::Error::other("routing lock poisoned"),
         })?;
-        let outcomes = process_inbox(store, limit)?;
+        let lock_path = store.lock_path();
+        let ours = || match super::lock::holder_elsewhere(&lock_path) {
+            None => true,
+            Some(h) => {
+                tracing::warn!(
+                    "the store lock is held by PID {} on {} now; not answering",
+                    h.pid,
+                    h.host
+                );
+                false
+            }
+        };
+        if !ours() {
+            break;
+        }
+        let outcomes = process_inbox_while(store, limit, &ours)?;
         drop(_guard);
         let n = outcomes.len();
         for o in &outcomes {
@@ -289,17 +312,6 @@ fn set_read_only(shared: &Shared, why: Option<String>) {
     *r = why;
 }
 
-/// Another holder is "already running" (exit 2, no restart); an unwritable lock is an
-/// ordinary failure that systemd may retry.
-fn lock_error(e: super::LockError) -> DaemonError {
-    match e {
-        super::LockError::Held { .. } | super::LockError::Unknown { .. } => {
-            DaemonError::AlreadyRunning(e.to_string())
-        }
-        super::LockError::Io { .. } => DaemonError::Other(e.to_string()),
-    }
-}
-
 /// Runs the daemon, reachable through `frontend` besides the inbox, until `shutdown`
 /// resolves or it has been idle long enough.
 pub async fn run(
@@ -320,18 +332,30 @@ pub async fn run(
 
     // Singleton 1: the bus name on this machine.
     frontend.serve(shared.clone()).await?;
-    // Singleton 2: the store lock, across machines sharing the folder.
-    // A store that cannot be written (full disk, read-only mount) does not stop the daemon: it
-    // serves D-Bus read-only and takes the lock as soon as it can write.
-    let lock_path = shared.store.lock_path();
-    let mut lock = match StoreLock::acquire(&lock_path) {
-        Ok(l) => Some(l),
-        Err(e @ super::LockError::Io { .. }) => {
-            set_read_only(&shared, Some(e.to_string()));
-            None
+    // Singleton 2: the store lock, across machines sharing the folder (a standby waits for
+    // it). A store that cannot be written (full disk, read-only mount) does not stop the
+    // daemon: it serves D-Bus read-only and takes the lock as soon as it can write.
+    let eligible = opts.standby || cfg.is_standby_host(&crate::store::hostname());
+    let mut seat = Seat::new(
+        shared.store.lock_path(),
+        LockTiming::from_config(&cfg),
+        cfg.takeover_settle(),
+        eligible,
+    );
+    let first = shared.run_blocking({
+        let s = shared.clone();
+        move || {
+            let r = seat.poll(&s.store).map(|_| ());
+            (seat, r)
         }
-        Err(e) => return Err(lock_error(e)),
-    };
+    });
+    let (returned, started) = first.await.map_err(|e| DaemonError::Other(e.to_string()))?;
+    seat = returned;
+    started?;
+    apply_role(&shared, seat.role());
+    if let Ok(mut m) = shared.machines.lock() {
+        m.set_role(seat.role().name(), seat.lock_info().map(|l| l.epoch));
+    }
 
     let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(64);
     let mut watcher = if opts.no_inotify {
@@ -386,27 +410,49 @@ pub async fn run(
     let idle_exit = opts
         .idle_exit
         .unwrap_or(Duration::from_secs(cfg.idle_exit_seconds));
-    let heartbeat_every = Duration::from_secs(super::lock::HEARTBEAT_SECS);
-    let mut last_heartbeat = Instant::now();
+    let heartbeat_every = seat.timing().heartbeat;
     let mut last_work = Instant::now();
     let mut last_activity = shared.activity.load(Ordering::Relaxed);
     let mut known_queues = shared.store.queue_ids().unwrap_or_default();
     tokio::pin!(shutdown);
 
+    // The lock lives on its own thread: a long pass (a backlog after a take-over) never
+    // delays its heartbeat past the stale time, and a newer holder is obeyed within moments.
+    let keeper = LockKeeper::start(seat, shared.clone(), tx.clone())
+        .map_err(|e| DaemonError::Other(format!("cannot start the lock thread: {e}")))?;
+    let mut last_role = shared
+        .role
+        .lock()
+        .map(|r| r.clone())
+        .unwrap_or(Role::Active);
     let result = loop {
-        if lock.is_none() {
-            match StoreLock::acquire(&lock_path) {
-                Ok(l) => {
-                    lock = Some(l);
-                    last_heartbeat = Instant::now();
-                    set_read_only(&shared, None);
-                }
-                Err(e @ super::LockError::Io { .. }) => set_read_only(&shared, Some(e.to_string())),
-                Err(e) => break Err(lock_error(e)),
-            }
+        if let Some(e) = keeper.failed() {
+            break Err(e);
         }
+        let role = shared
+            .role
+            .lock()
+            .map(|r| r.clone())
+            .unwrap_or_else(|e| e.into_inner().clone());
+        if role != last_role {
+            last_role = role.clone();
+            frontend.role_changed().await;
+            // Other machines learn the new role now, not after a backlog is answered.
+            let (s, held) = (shared.clone(), role.answers());
+            if let Ok(changes) = shared
+                .run_blocking(move || super::machines::beat(&s, held))
+                .await
+                && !changes.is_empty()
+            {
+                frontend.machines_changed(&changes).await;
+            }
+            // A new active orchestrator counts as work: it does not exit idle at once.
+            last_work = Instant::now();
+        }
+        let answers = role.answers();
+        let standby = matches!(role, Role::Standby(_) | Role::Settling);
         let s = shared.clone();
-        let report = if lock.is_none() {
+        let report = if !answers {
             CycleReport::default()
         } else {
             match shared.run_blocking(move || cycle_report(&s)).await {
@@ -420,7 +466,7 @@ pub async fn run(
         };
         let (handled, deferred) = (report.handled, report.deferred);
         frontend.announce(&report).await;
-        let (s, held) = (shared.clone(), lock.is_some());
+        let (s, held) = (shared.clone(), answers);
         match shared
             .run_blocking(move || super::machines::beat(&s, held))
             .await
@@ -434,26 +480,7 @@ pub async fn run(
             last_work = Instant::now();
             last_activity = activity;
         }
-        notify_status(&format!(
-            "Watching {root}: {} messages answered, {} jobs created",
-            shared.messages_processed.load(Ordering::Relaxed),
-            shared.jobs_created.load(Ordering::Relaxed)
-        ));
-        if last_heartbeat.elapsed() >= heartbeat_every
-            && let Some(l) = lock.as_mut()
-        {
-            match l.heartbeat() {
-                Ok(()) => {}
-                // A full disk: keep the lock (the file is still ours) and try again.
-                Err(e @ super::LockError::Io { .. }) => tracing::warn!("heartbeat: {e}"),
-                Err(e) => {
-                    break Err(DaemonError::AlreadyRunning(format!(
-                        "lost the store lock: {e}"
-                    )));
-                }
-            }
-            last_heartbeat = Instant::now();
-        }
+        notify_status(&status_line(&shared, &root));
         // New or removed queues: their finished_jobs/ watches follow.
         let queues = shared.store.queue_ids().unwrap_or_default();
         if queues != known_queues {
@@ -464,7 +491,8 @@ pub async fn run(
             }
             known_queues = queues;
         }
-        let idle_left = if idle_exit.is_zero() {
+        // A standby never exits idle: it is there to take over.
+        let idle_left = if idle_exit.is_zero() || standby {
             Duration::MAX
         } else {
             idle_exit.saturating_sub(last_work.elapsed())
@@ -485,9 +513,6 @@ pub async fn run(
             .min(heartbeat_every)
             .min(idle_left)
             .min(beat_in.max(Duration::from_millis(100)));
-        if lock.is_none() {
-            wait = wait.min(Duration::from_secs(5));
-        }
         if deferred > 0 {
             wait = wait.min(super::SETTLE);
         }
@@ -507,6 +532,7 @@ pub async fn run(
     notify_stopping("Stopping");
     // Calls under way finish before the lock is let go; new ones are refused.
     shared.drain().await;
+    let seat = keeper.stop();
     shared
         .machines
         .lock()
@@ -519,6 +545,106 @@ pub async fn run(
         )
         .log(LOG_FILE),
     );
-    drop(lock);
+    drop(seat);
     result
+}
+
+/// The thread that keeps the store lock ([`Seat::poll`] every moment): it publishes role
+/// changes to [`Shared`] and wakes the loop; a fatal stand-down is kept for the loop.
+struct LockKeeper {
+    seat: Arc<std::sync::Mutex<Option<Seat>>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    fatal: Arc<std::sync::Mutex<Option<DaemonError>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl LockKeeper {
+    fn start(
+        seat: Seat,
+        shared: Arc<Shared>,
+        wake: tokio::sync::mpsc::Sender<()>,
+    ) -> std::io::Result<LockKeeper> {
+        let seat = Arc::new(std::sync::Mutex::new(Some(seat)));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let fatal = Arc::new(std::sync::Mutex::new(None));
+        let (st, sp, fa) = (seat.clone(), stop.clone(), fatal.clone());
+        let thread = std::thread::Builder::new()
+            .name("store-lock".into())
+            .spawn(move || {
+                while !sp.load(Ordering::SeqCst) {
+                    let mut guard = st.lock().unwrap_or_else(|e| e.into_inner());
+                    let Some(seat) = guard.as_mut() else { return };
+                    let wait = match seat.poll(&shared.store) {
+                        Ok(Some(role)) => {
+                            apply_role(&shared, &role);
+                            if let Ok(mut m) = shared.machines.lock() {
+                                m.set_role(role.name(), seat.lock_info().map(|l| l.epoch));
+                            }
+                            let _ = wake.try_send(());
+                            Duration::ZERO
+                        }
+                        // A holder looks at the lock often (a newer holder is obeyed within
+                        // a moment); a standby every heartbeat or 2 s.
+                        Ok(None) if seat.role().answers() => {
+                            seat.wait_at_most().min(Duration::from_millis(250))
+                        }
+                        Ok(None) => seat.wait_at_most(),
+                        Err(e) => {
+                            if let Ok(mut f) = fa.lock() {
+                                *f = Some(e);
+                            }
+                            let _ = wake.try_send(());
+                            return;
+                        }
+                    };
+                    drop(guard);
+                    std::thread::sleep(wait);
+                }
+            })?;
+        Ok(LockKeeper {
+            seat,
+            stop,
+            fatal,
+            thread: Some(thread),
+        })
+    }
+
+    /// The error that ended the lock thread (this holder stood down and is no standby).
+    fn failed(&self) -> Option<DaemonError> {
+        self.fatal.lock().ok().and_then(|mut f| f.take())
+    }
+
+    /// Stops the thread and hands the seat back (dropping it lets the lock go).
+    fn stop(mut self) -> Option<Seat> {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.seat.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+/// Publishes the role to the D-Bus side and the read-only state.
+fn apply_role(shared: &Shared, role: &Role) {
+    match role {
+        Role::ReadOnly(why) => set_read_only(shared, Some(why.clone())),
+        _ => set_read_only(shared, None),
+    }
+    if let Ok(mut r) = shared.role.lock() {
+        *r = role.clone();
+    }
+}
+
+/// The STATUS= line `systemctl status` shows: what this orchestratord is doing now.
+fn status_line(shared: &Shared, root: &str) -> String {
+    match &*shared.role.lock().unwrap_or_else(|e| e.into_inner()) {
+        Role::Standby(why) => format!("Standby for {root}: {why}; takes over when it goes silent"),
+        Role::Settling => format!("Took over the store lock of {root}; settling before answering"),
+        Role::ReadOnly(why) => format!("Read-only on {root}: {why}"),
+        Role::Active => format!(
+            "Watching {root}: {} messages answered, {} jobs created",
+            shared.messages_processed.load(Ordering::Relaxed),
+            shared.jobs_created.load(Ordering::Relaxed)
+        ),
+    }
 }

@@ -10,9 +10,17 @@
 //!
 //! Staleness: on this host a lock is stale when the boot id differs (a reboot), the PID is
 //! gone, or the PID's start time differs from the one recorded (PID reuse); on another host,
-//! when its heartbeat is older than [`STALE_AFTER_SECS`] (a laptop that went to sleep with
-//! the Dropbox folder). A lock file that is empty or unreadable is held by an unknown owner
-//! until its modification time is that old.
+//! when its heartbeat is older than the stale time ([`LockTiming`], config.yaml
+//! `orchestrator.lock_stale_after_seconds`: a laptop that went to sleep with the Dropbox
+//! folder). A lock file that is empty or unreadable is held by an unknown owner until its
+//! modification time is that old. "This host" is [`hostname`] (`AGENTSTORE_HOSTNAME`), so the
+//! flock is per host name: two "machines" on one computer do not exclude each other by it.
+//!
+//! Failover (issue 13): every lock carries an epoch, one more than the lock it replaced.
+//! A sync engine can let two machines both take a stale lock over; each holder therefore
+//! re-reads the lock ([`StoreLock::check`]) and yields to a holder that outranks it (a
+//! higher epoch, or the same epoch and a smaller host name), and rewrites its own lock over
+//! one that ranks lower (an old holder's late write carried in by the sync engine).
 
 use crate::model::Timestamp;
 use crate::store::{hostname, read_limited, safe, write_json_atomic};
@@ -20,10 +28,38 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// How often the holder rewrites its heartbeat.
+/// How often the holder rewrites its heartbeat, by default.
 pub const HEARTBEAT_SECS: u64 = 30;
-/// A heartbeat older than this marks the lock stale.
+/// A heartbeat older than this marks the lock stale, by default.
 pub const STALE_AFTER_SECS: u64 = 120;
+
+/// The lock's heartbeat interval and stale time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LockTiming {
+    /// How often the holder rewrites its heartbeat.
+    pub heartbeat: Duration,
+    /// A heartbeat older than this (on another host) marks the lock stale.
+    pub stale_after: Duration,
+}
+
+impl Default for LockTiming {
+    fn default() -> Self {
+        LockTiming {
+            heartbeat: Duration::from_secs(HEARTBEAT_SECS),
+            stale_after: Duration::from_secs(STALE_AFTER_SECS),
+        }
+    }
+}
+
+impl LockTiming {
+    /// The timing config.yaml's `orchestrator:` section asks for.
+    pub fn from_config(cfg: &crate::store::OrchestratorConfig) -> LockTiming {
+        LockTiming {
+            heartbeat: cfg.lock_heartbeat(),
+            stale_after: cfg.lock_stale_after(),
+        }
+    }
+}
 
 /// Contents of the lock file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -42,6 +78,25 @@ pub struct LockInfo {
     /// The holder's start time in clock ticks since boot (`/proc/<pid>/stat` field 22).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid_start: Option<u64>,
+    /// One more than the epoch of the lock this one replaced (1 for a fresh lock; absent in
+    /// locks of older versions: 0).
+    #[serde(default)]
+    pub epoch: u64,
+}
+
+impl LockInfo {
+    /// True when this lock wins over `other`: a higher epoch, or the same epoch and a
+    /// smaller host name (then the smaller PID), so two holders always agree on one.
+    pub fn outranks(&self, other: &LockInfo) -> bool {
+        use std::cmp::Reverse;
+        (self.epoch, Reverse(&self.host), Reverse(self.pid))
+            > (other.epoch, Reverse(&other.host), Reverse(other.pid))
+    }
+
+    /// True when `other` names the same holder (host and PID).
+    pub fn same_holder(&self, other: &LockInfo) -> bool {
+        self.host == other.host && self.pid == other.pid
+    }
 }
 
 /// Why the lock could not be taken.
@@ -60,13 +115,15 @@ pub enum LockError {
     /// The lock file exists but cannot be read or is empty, and it changed recently: an
     /// unknown owner holds it until it is [`STALE_AFTER_SECS`] old.
     #[error(
-        "Orchestrator lock {path} is held by an unknown owner (the file is empty or unreadable and was changed {age_secs} s ago; it counts as stale after {STALE_AFTER_SECS} s)"
+        "Orchestrator lock {path} is held by an unknown owner (the file is empty or unreadable and was changed {age_secs} s ago; it counts as stale after {stale_secs} s)"
     )]
     Unknown {
         /// The lock file.
         path: PathBuf,
         /// Seconds since its last change.
         age_secs: u64,
+        /// When it counts as stale.
+        stale_secs: u64,
     },
     /// The lock file could not be written.
     #[error("cannot write lock {path}: {source}")]
@@ -83,6 +140,7 @@ pub enum LockError {
 pub struct StoreLock {
     path: PathBuf,
     info: LockInfo,
+    timing: LockTiming,
     /// The same-host `flock`, held until drop.
     _local: nix::fcntl::Flock<std::fs::File>,
 }
@@ -122,9 +180,16 @@ fn parse_lock(bytes: &[u8]) -> Option<LockInfo> {
         .and_then(|v| serde_json::from_value(v).ok())
 }
 
-/// True when `info` no longer stands for a live orchestrator.
-pub fn is_stale(info: &LockInfo, now: &Timestamp) -> bool {
-    let silent = info.heartbeat.seconds_until(now) > STALE_AFTER_SECS as f64;
+/// The holder the lock file at `path` names when it is not this process (host and PID), if
+/// it names one.
+pub fn holder_elsewhere(path: &Path) -> Option<LockInfo> {
+    read_lock(path).filter(|l| l.host != hostname() || l.pid != std::process::id())
+}
+
+/// True when `info` no longer stands for a live orchestrator: on another host, silent for
+/// longer than `stale_after`.
+pub fn is_stale_after(info: &LockInfo, now: &Timestamp, stale_after: Duration) -> bool {
+    let silent = info.heartbeat.seconds_until(now) > stale_after.as_secs_f64();
     if info.host != hostname() {
         return silent;
     }
@@ -188,8 +253,13 @@ fn unique_suffix() -> String {
 }
 
 impl StoreLock {
-    /// Takes the lock at `path`, replacing a stale one.
+    /// Takes the lock at `path` with the default timing, replacing a stale one.
     pub fn acquire(path: &Path) -> Result<StoreLock, LockError> {
+        Self::acquire_with(path, LockTiming::default())
+    }
+
+    /// Takes the lock at `path`, replacing one stale by `timing`.
+    pub fn acquire_with(path: &Path, timing: LockTiming) -> Result<StoreLock, LockError> {
         let io = |source| LockError::Io {
             path: path.to_path_buf(),
             source,
@@ -199,7 +269,7 @@ impl StoreLock {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         // 1. Same-host exclusion: the flock is taken by one process (or thread) at a time.
-        let local_path = path.with_file_name(format!("{name}.flock"));
+        let local_path = path.with_file_name(format!("{name}.{}.flock", hostname()));
         // Read access is enough for flock, so a file another account created (a system
         // service before a user service) still works; never through a link, never a FIFO.
         let local = open_flock_file(&local_path).map_err(io)?;
@@ -207,18 +277,19 @@ impl StoreLock {
             match nix::fcntl::Flock::lock(local, nix::fcntl::FlockArg::LockExclusiveNonblock) {
                 Ok(l) => l,
                 Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
-                    return Err(held_by(read_lock(path), path));
+                    return Err(held_by(read_lock(path), path, timing));
                 }
                 Err((_, e)) => return Err(io(std::io::Error::from(e))),
             };
         let now = Timestamp::now();
-        let info = LockInfo {
+        let mut info = LockInfo {
             host: hostname(),
             pid: std::process::id(),
             started: now,
             heartbeat: now,
             boot_id: boot_id(),
             pid_start: pid_start_time(std::process::id()),
+            epoch: 1,
         };
         // 2. The synced file: create whole, or take a stale one over by compare-and-rename.
         for _ in 0..5 {
@@ -231,6 +302,7 @@ impl StoreLock {
                     return Ok(StoreLock {
                         path: path.to_path_buf(),
                         info,
+                        timing,
                         _local: local,
                     });
                 }
@@ -244,26 +316,29 @@ impl StoreLock {
             };
             // Never through a link (a link is an unreadable lock: unknown owner).
             let seen = read_limited(path).ok();
-            match seen.as_deref().and_then(parse_lock) {
-                Some(held) if !is_stale(&held, &now) => {
+            let parsed = seen.as_deref().and_then(parse_lock);
+            match &parsed {
+                Some(held) if !is_stale_after(held, &now, timing.stale_after) => {
                     return Err(LockError::Held {
-                        host: held.host,
+                        host: held.host.clone(),
                         pid: held.pid,
                         path: path.to_path_buf(),
                     });
                 }
                 Some(old) => tracing::warn!(
-                    "taking over stale lock of PID {} on {} (last heartbeat {})",
+                    "taking over stale lock of PID {} on {} (epoch {}, last heartbeat {})",
                     old.pid,
                     old.host,
+                    old.epoch,
                     old.heartbeat
                 ),
                 None => {
                     let age = file_age(&meta);
-                    if age < Duration::from_secs(STALE_AFTER_SECS) {
+                    if age < timing.stale_after {
                         return Err(LockError::Unknown {
                             path: path.to_path_buf(),
                             age_secs: age.as_secs(),
+                            stale_secs: timing.stale_after.as_secs(),
                         });
                     }
                     tracing::warn!(
@@ -286,27 +361,28 @@ impl StoreLock {
                 // Someone replaced it between our read and our rename: that is their lock.
                 let _ = safe::hard_link(&aside, path);
                 let _ = safe::remove_file(&aside);
-                return Err(held_by(moved.as_deref().and_then(parse_lock), path));
+                return Err(held_by(moved.as_deref().and_then(parse_lock), path, timing));
             }
             let _ = safe::remove_file(&aside);
+            // The next lock counts on from the one it replaced.
+            info.epoch = info
+                .epoch
+                .max(parsed.map_or(0, |p| p.epoch).saturating_add(1));
         }
         Err(io(std::io::Error::other(
             "the lock file kept changing while it was being taken over",
         )))
     }
 
-    /// Rewrites the heartbeat. Fails with `Held` when another host took the lock over (our
-    /// heartbeat went stale, e.g. after a suspend): the caller must stop.
+    /// Rewrites the heartbeat after [`StoreLock::check`]. Fails with `Held` when another
+    /// holder outranks us (our heartbeat went stale, e.g. after a suspend, and another
+    /// machine took the lock over): the caller must stop answering.
     pub fn heartbeat(&mut self) -> Result<(), LockError> {
-        if let Some(current) = read_lock(&self.path)
-            && (current.host != self.info.host || current.pid != self.info.pid)
-        {
-            return Err(LockError::Held {
-                host: current.host,
-                pid: current.pid,
-                path: self.path.clone(),
-            });
-        }
+        self.check()?;
+        self.write()
+    }
+
+    fn write(&mut self) -> Result<(), LockError> {
         self.info.heartbeat = Timestamp::now();
         write_json_atomic(&self.path, &self.info).map_err(|source| LockError::Io {
             path: self.path.clone(),
@@ -314,9 +390,50 @@ impl StoreLock {
         })
     }
 
+    /// Whether the lock is still ours, by what the file says now: ours → `Ok`; a holder
+    /// that outranks us (a higher epoch, or the same epoch and a smaller host name) →
+    /// `Held`; a holder that ranks lower (a late write of an older holder, carried in by a
+    /// sync engine) or no file at all → our lock is written again and `Ok`.
+    pub fn check(&mut self) -> Result<(), LockError> {
+        match read_lock(&self.path) {
+            Some(current) if current.same_holder(&self.info) => Ok(()),
+            Some(current) if current.outranks(&self.info) => Err(LockError::Held {
+                host: current.host,
+                pid: current.pid,
+                path: self.path.clone(),
+            }),
+            Some(current) => {
+                tracing::warn!(
+                    "the store lock names PID {} on {} (epoch {}), which ranks below ours (epoch {}); writing ours again",
+                    current.pid,
+                    current.host,
+                    current.epoch,
+                    self.info.epoch
+                );
+                self.write()
+            }
+            None if safe::exists(&self.path) => {
+                // Unreadable right now (a sync engine replacing it): look again next time.
+                Ok(())
+            }
+            None => {
+                tracing::warn!(
+                    "the store lock {} vanished; writing it again",
+                    self.path.display()
+                );
+                self.write()
+            }
+        }
+    }
+
     /// What the lock says.
     pub fn info(&self) -> &LockInfo {
         &self.info
+    }
+
+    /// The timing it was taken with.
+    pub fn timing(&self) -> LockTiming {
+        self.timing
     }
 }
 
@@ -331,7 +448,7 @@ impl Drop for StoreLock {
 
 /// The refusal for a lock someone else holds: who, when the file says so, else an unknown
 /// owner (an empty or unreadable lock, just taken).
-fn held_by(holder: Option<LockInfo>, path: &Path) -> LockError {
+fn held_by(holder: Option<LockInfo>, path: &Path, timing: LockTiming) -> LockError {
     match holder {
         Some(h) => LockError::Held {
             host: h.host,
@@ -341,6 +458,7 @@ fn held_by(holder: Option<LockInfo>, path: &Path) -> LockError {
         None => LockError::Unknown {
             path: path.to_path_buf(),
             age_secs: 0,
+            stale_secs: timing.stale_after.as_secs(),
         },
     }
 }
@@ -348,6 +466,10 @@ fn held_by(holder: Option<LockInfo>, path: &Path) -> LockError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn is_stale(info: &LockInfo, now: &Timestamp) -> bool {
+        is_stale_after(info, now, Duration::from_secs(STALE_AFTER_SECS))
+    }
 
     #[test]
     fn second_holder_is_refused_and_lock_removed_on_drop() {
@@ -377,6 +499,7 @@ mod tests {
             heartbeat: now,
             boot_id: boot_id(),
             pid_start: None,
+            epoch: 0,
         };
         assert!(is_stale(&dead, &now));
         let old: Timestamp = "2020-01-01T00:00:00Z".parse().unwrap();
@@ -387,6 +510,7 @@ mod tests {
             heartbeat: old,
             boot_id: None,
             pid_start: None,
+            epoch: 0,
         };
         assert!(is_stale(&remote, &now));
         let live = LockInfo {
@@ -396,6 +520,7 @@ mod tests {
             heartbeat: now,
             boot_id: None,
             pid_start: None,
+            epoch: 0,
         };
         assert!(!is_stale(&live, &now));
         // PID reuse after a reboot: PID 1 lives, but the lock is from 2020 and another boot.
@@ -406,6 +531,7 @@ mod tests {
             heartbeat: old,
             boot_id: Some("another-boot".into()),
             pid_start: Some(1),
+            epoch: 0,
         };
         assert!(is_stale(&reused, &now));
         let old_format = LockInfo {

@@ -58,6 +58,14 @@ impl MachineWatch {
             .collect()
     }
 
+    /// Records the orchestrator's role (and the lock's epoch when active) and makes the next
+    /// beat due now, so other machines learn of it at once.
+    pub fn set_role(&mut self, role: &str, epoch: Option<u64>) {
+        self.beat.role = Some(role.to_string());
+        self.beat.epoch = epoch.filter(|_| role == "active");
+        self.next = Instant::now();
+    }
+
     /// Writes the last heartbeat, marked stopped.
     pub fn stop(&mut self, store: &Store) {
         self.beat.last_seen = Timestamp::now();

@@ -9,6 +9,7 @@
 //! (just moves it): one answer and at most one job per message.
 
 pub mod caller;
+pub mod claims;
 pub mod commands;
 mod completion;
 pub mod daemon;
@@ -22,12 +23,13 @@ mod lock;
 pub mod machines;
 pub mod retry;
 pub mod service;
+pub mod standby;
 pub mod upkeep;
 
 pub use completion::{handle_finished_jobs, result_text};
 pub use error::RouteError;
 pub use jobs::{CreatedJob, DEFAULT_TIMEOUT_SECONDS, job_id_for, select_queue, venvman_options};
-pub use lock::{LockError, LockInfo, StoreLock};
+pub use lock::{LockError, LockInfo, LockTiming, StoreLock};
 
 use crate::model::{DocKind, Message, MessageSource, MessageStatus, Timestamp, is_safe_id};
 use crate::permissions::Caller;
@@ -210,8 +212,48 @@ fn recently_modified(path: &Path) -> bool {
         .is_some_and(|age| age < SETTLE)
 }
 
-/// Processes one inbox file: validate, route, write the answer, move the file.
+/// Processes one inbox file: claim it ([`claims`]), validate, route, write the answer, move
+/// the file. A message deferred or failed goes back into the inbox under its own name.
 pub fn process_inbox_file(store: &Store, path: &Path) -> Result<FileOutcome, StoreError> {
+    let claimed = match claims::claim(path) {
+        Ok(Some(c)) => c,
+        Ok(None) => return Ok(FileOutcome::Gone),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(FileOutcome::Gone),
+        Err(source) => {
+            return Err(StoreError::Io {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+    };
+    let result = process_claimed(
+        store,
+        &Inboxed {
+            file: &claimed,
+            orig: path,
+        },
+    );
+    match &result {
+        Ok(FileOutcome::Deferred(_)) | Err(_) => claims::unclaim(&claimed, path),
+        _ => {}
+    }
+    match result {
+        Ok(FileOutcome::Deferred(_)) => Ok(FileOutcome::Deferred(path.to_path_buf())),
+        other => other,
+    }
+}
+
+/// An inbox message being processed: the file (its claim) and its name in the inbox.
+#[derive(Debug, Clone, Copy)]
+struct Inboxed<'a> {
+    /// Where the bytes are now.
+    file: &'a Path,
+    /// `inbox/<name>`: what the message is called (fallback id, `processed_inbox/` name).
+    orig: &'a Path,
+}
+
+fn process_claimed(store: &Store, m: &Inboxed) -> Result<FileOutcome, StoreError> {
+    let path = m.file;
     let bytes = match read_limited(path) {
         Ok(b) => b,
         Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
@@ -219,12 +261,12 @@ pub fn process_inbox_file(store: &Store, path: &Path) -> Result<FileOutcome, Sto
         }
         Err(e) => {
             // Unreadable (permissions): answer with the reason, keep the file.
-            let id = fallback_id(path);
+            let id = fallback_id(m.orig);
             let err = RouteError::Failed(e.to_string());
             let response = unparsed_error(id, err.clone(), None, path);
             return finish(
                 store,
-                path,
+                m,
                 Outcome {
                     response,
                     job: None,
@@ -237,7 +279,7 @@ pub fn process_inbox_file(store: &Store, path: &Path) -> Result<FileOutcome, Sto
     if raw.is_none() && recently_modified(path) {
         return Ok(FileOutcome::Deferred(path.to_path_buf()));
     }
-    let parsed: Result<Message, StoreError> = store.parse_doc(DocKind::Message, path, &bytes);
+    let parsed: Result<Message, StoreError> = store.parse_doc(DocKind::Message, m.orig, &bytes);
     let outcome = match parsed {
         Ok(msg) => {
             tracing::Span::current().record("correlation_id", msg.correlation_id.as_str());
@@ -250,7 +292,7 @@ pub fn process_inbox_file(store: &Store, path: &Path) -> Result<FileOutcome, Sto
             ) {
                 Earlier::None => {}
                 Earlier::Same => {
-                    move_to_processed(store, path)?;
+                    move_to_processed(store, m)?;
                     return Ok(FileOutcome::AlreadyAnswered(msg.correlation_id));
                 }
                 Earlier::Other => {
@@ -268,7 +310,7 @@ pub fn process_inbox_file(store: &Store, path: &Path) -> Result<FileOutcome, Sto
                         job: None,
                         error: Some(err),
                     };
-                    return finish_as(store, path, o, &duplicate_name(store, &msg.correlation_id));
+                    return finish_as(store, m, o, &duplicate_name(store, &msg.correlation_id));
                 }
             }
             match caller_for_file(store, &msg) {
@@ -291,7 +333,7 @@ pub fn process_inbox_file(store: &Store, path: &Path) -> Result<FileOutcome, Sto
                 .and_then(Value::as_str)
                 .filter(|c| is_safe_id(c))
                 .map(str::to_string)
-                .unwrap_or_else(|| fallback_id(path));
+                .unwrap_or_else(|| fallback_id(m.orig));
             tracing::Span::current().record("correlation_id", id.as_str());
             let message = match &e {
                 StoreError::Invalid { rejection, .. } => {
@@ -305,7 +347,7 @@ pub fn process_inbox_file(store: &Store, path: &Path) -> Result<FileOutcome, Sto
             match earlier_answer(store, &id, &response.command, &qt, response.user.as_deref()) {
                 Earlier::None => {}
                 Earlier::Same => {
-                    move_to_processed(store, path)?;
+                    move_to_processed(store, m)?;
                     return Ok(FileOutcome::AlreadyAnswered(id));
                 }
                 Earlier::Other => {
@@ -314,7 +356,7 @@ pub fn process_inbox_file(store: &Store, path: &Path) -> Result<FileOutcome, Sto
                         job: None,
                         error: Some(err),
                     };
-                    return finish_as(store, path, o, &duplicate_name(store, &id));
+                    return finish_as(store, m, o, &duplicate_name(store, &id));
                 }
             }
             Outcome {
@@ -324,22 +366,25 @@ pub fn process_inbox_file(store: &Store, path: &Path) -> Result<FileOutcome, Sto
             }
         }
     };
-    finish(store, path, outcome)
+    finish(store, m, outcome)
 }
 
-fn finish(store: &Store, path: &Path, outcome: Outcome) -> Result<FileOutcome, StoreError> {
+fn finish(store: &Store, m: &Inboxed, outcome: Outcome) -> Result<FileOutcome, StoreError> {
     // The one id rule, whatever schema the store carries: the answer's name is always safe.
     let name = format!(
         "{}.json",
         crate::model::derive_safe_id(&outcome.response.correlation_id)
     );
-    finish_as(store, path, outcome, &name)
+    finish_as(store, m, outcome, &name)
 }
 
-/// Writes the answer as `outbox/<name>`, then moves the message to `processed_inbox/`.
+/// Writes the answer as `outbox/<name>` (never replacing one: an answer there, or already
+/// taken to `processed_outbox/`, was written by another orchestrator that processed the
+/// same message, and this one does nothing more), then moves the message to
+/// `processed_inbox/`.
 fn finish_as(
     store: &Store,
-    path: &Path,
+    m: &Inboxed,
     outcome: Outcome,
     name: &str,
 ) -> Result<FileOutcome, StoreError> {
@@ -352,7 +397,20 @@ fn finish_as(
     }
     let id = outcome.response.correlation_id.clone();
     let out = store.outbox().join(name);
-    match store.write_doc(DocKind::Message, &out, &outcome.response) {
+    let answered_elsewhere = |written: bool| -> Result<Option<FileOutcome>, StoreError> {
+        if written {
+            return Ok(None);
+        }
+        tracing::info!("{id}: answered by another orchestrator meanwhile; not answering again");
+        move_to_processed(store, m)?;
+        Ok(Some(FileOutcome::AlreadyAnswered(id.clone())))
+    };
+    if safe::exists(&store.processed_outbox().join(name))
+        && let Some(done) = answered_elsewhere(false)?
+    {
+        return Ok(done);
+    }
+    match store.write_doc_new(DocKind::Message, &out, &outcome.response) {
         Err(StoreError::Invalid { rejection, .. }) => {
             // The answer itself does not pass the schema (a loosened or odd store copy):
             // answer with the bare error instead, so the message is never left unanswered.
@@ -368,11 +426,22 @@ fn finish_as(
                 ),
                 4 * crate::schema::MAX_QUOTE_BYTES,
             ));
-            store.write_doc(DocKind::Message, &out, &outcome.response)?;
+            if let Some(done) = answered_elsewhere(store.write_doc_new(
+                DocKind::Message,
+                &out,
+                &outcome.response,
+            )?)? {
+                return Ok(done);
+            }
         }
-        other => other?,
+        Ok(written) => {
+            if let Some(done) = answered_elsewhere(written)? {
+                return Ok(done);
+            }
+        }
+        Err(e) => return Err(e),
     }
-    move_to_processed(store, path)?;
+    move_to_processed(store, m)?;
     record_answer(store, &id, &outcome, None);
     Ok(FileOutcome::Answered(Box::new(outcome)))
 }
@@ -471,13 +540,15 @@ fn duplicate_name(store: &Store, id: &str) -> String {
 
 /// Moves an inbox file to `processed_inbox/` (never overwriting: a name taken by an older
 /// message gets a numbered suffix).
-fn move_to_processed(store: &Store, path: &Path) -> Result<(), StoreError> {
+fn move_to_processed(store: &Store, m: &Inboxed) -> Result<(), StoreError> {
+    let path = m.file;
     let dir = store.processed_inbox();
     safe::create_dir_all(&dir).map_err(|source| StoreError::Io {
         path: dir.clone(),
         source,
     })?;
-    let name = path
+    let name = m
+        .orig
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
@@ -545,6 +616,16 @@ fn set_aside_because(store: &Store, path: &Path, what: &str) -> Result<PathBuf, 
 /// Processes up to `limit` inbox messages, oldest `queue_time` first (file name breaks ties;
 /// unparsable files sort by modification time). Conflict copies are set aside.
 pub fn process_inbox(store: &Store, limit: usize) -> Result<Vec<FileOutcome>, StoreError> {
+    process_inbox_while(store, limit, &|| true)
+}
+
+/// [`process_inbox`], asking `keep_going` before each message: the daemon stops a batch as
+/// soon as another orchestrator holds the store lock (it was paused and a standby took over).
+pub fn process_inbox_while(
+    store: &Store,
+    limit: usize,
+    keep_going: &dyn Fn() -> bool,
+) -> Result<Vec<FileOutcome>, StoreError> {
     let inbox = store.inbox();
     let scan = scan_dir(&inbox).map_err(|source| StoreError::Io {
         path: inbox.clone(),
@@ -589,6 +670,9 @@ pub fn process_inbox(store: &Store, limit: usize) -> Result<Vec<FileOutcome>, St
         .take(limit)
         .collect();
     for p in ready {
+        if !keep_going() {
+            break;
+        }
         // Everything said about this message carries its file and, once read, its
         // correlation id (journal fields FILE=, CORRELATION_ID=).
         let span = tracing::info_span!(

@@ -35,6 +35,8 @@ pub struct Shared {
     /// Why the store cannot be written, while it cannot (a full disk): the daemon then
     /// answers only read-only commands.
     pub read_only: Mutex<Option<String>>,
+    /// Active, standby or read-only ([`crate::orchestrator::standby`]).
+    pub role: Mutex<crate::orchestrator::standby::Role>,
     /// Event-driven completion handling: the handled-log and the jobs reported finished.
     pub completions: Mutex<crate::orchestrator::handled::Completions>,
     /// Job heads for `ListJobs`, kept between calls (folders re-listed only when changed).
@@ -60,6 +62,9 @@ impl Shared {
             activity: AtomicU64::new(0),
             own_uid: nix::unistd::getuid().as_raw(),
             read_only: Mutex::new(None),
+            role: Mutex::new(crate::orchestrator::standby::Role::Standby(
+                crate::orchestrator::standby::STARTING.into(),
+            )),
             completions: Mutex::new(crate::orchestrator::handled::Completions::new()),
             job_index: Mutex::new(Default::default()),
             machines,
@@ -101,6 +106,37 @@ impl Shared {
     pub fn read_only_reason(&self) -> Option<String> {
         self.read_only.lock().ok().and_then(|r| r.clone())
     }
+
+    /// The role now (`active`, `standby`, `read-only`).
+    pub fn role_name(&self) -> &'static str {
+        self.role
+            .lock()
+            .map(|r| r.name())
+            .unwrap_or_else(|e| e.into_inner().name())
+    }
+
+    /// Why this process answers nothing that changes the store now: a standby names the
+    /// lock's holder.
+    /// A call that arrives while the daemon is still taking the lock (the bus name is owned
+    /// first) waits for it, up to 10 s.
+    pub fn standby_reason(&self) -> Option<String> {
+        use crate::orchestrator::standby::Role;
+        let starting = || {
+            matches!(&*self.role.lock().unwrap_or_else(|e| e.into_inner()),
+                Role::Standby(w) if w == crate::orchestrator::standby::STARTING)
+        };
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while starting() && std::time::Instant::now() < end {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        match &*self.role.lock().unwrap_or_else(|e| e.into_inner()) {
+            Role::Standby(why) => Some(format!("this orchestratord is a standby ({why})")),
+            Role::Settling => {
+                Some("this orchestratord has just taken the store lock over and is settling".into())
+            }
+            Role::Active | Role::ReadOnly(_) => None,
+        }
+    }
 }
 
 /// The daemon's front end: how callers reach it besides the inbox (D-Bus, served by
@@ -117,6 +153,11 @@ pub trait Frontend: Send {
     /// Announces the inbox messages one pass answered, in order (`MessageProcessed`, then
     /// the message's `JobCreated`).
     fn announce(&self, report: &CycleReport) -> impl Future<Output = ()> + Send;
+
+    /// Announces that the role ([`Shared::role_name`]) changed (`Role`'s change signal).
+    fn role_changed(&self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
 
     /// Announces machines that went stale or came back (`MachineStateChanged`).
     fn machines_changed(
@@ -166,6 +207,13 @@ pub fn submit(shared: &Shared, text: &str, uid: u32) -> Result<Outcome, RouteErr
         .map_err(|e| RouteError::Invalid(format!("Invalid message format: {e}")))?;
     let _span = tracing::info_span!("message", correlation_id = %msg.correlation_id).entered();
     let who = caller_for_uid(store, uid, shared.own_uid, msg.user.as_deref())?;
+    if !super::commands::is_direct(&msg.command)
+        && let Some(why) = shared.standby_reason()
+    {
+        return Err(RouteError::Failed(format!(
+            "{why}; only list-* and view-* commands are answered here; write the message to messaging/inbox/ or ask the active orchestrator"
+        )));
+    }
     if !super::commands::is_direct(&msg.command)
         && let Some(why) = shared.read_only_reason()
     {
@@ -220,6 +268,9 @@ pub fn sweep(shared: &Shared, uid: u32) -> Result<CycleReport, RouteError> {
     let who = caller_for_uid(&shared.store, uid, shared.own_uid, None)?;
     if !who.is_admin() {
         return Err(RouteError::PermissionDenied("only admins can sweep".into()));
+    }
+    if let Some(why) = shared.standby_reason() {
+        return Err(RouteError::Failed(why));
     }
     if let Some(why) = shared.read_only_reason() {
         return Err(RouteError::Failed(format!(

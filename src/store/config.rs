@@ -64,6 +64,18 @@ pub struct OrchestratorConfig {
     pub singleton_lock_file: String,
     /// Seconds without work after which the daemon exits (extension; 0 = never).
     pub idle_exit_seconds: u64,
+    /// Hosts whose orchestratord waits as a standby while another machine holds the store
+    /// lock, and takes over when the holder goes silent (extension, issue 13; a daemon
+    /// started with `--standby` is one too). Elsewhere a held lock is "already running".
+    pub standby: Vec<String>,
+    /// How often the holder of the store lock rewrites its heartbeat (at least 1).
+    pub lock_heartbeat_seconds: u64,
+    /// A lock whose heartbeat is older than this (on another host) may be taken over.
+    pub lock_stale_after_seconds: u64,
+    /// After taking a lock over, how long a new holder waits (answering nothing) before it
+    /// reads the lock again and stands down if a holder of a higher epoch appeared: a sync
+    /// engine may let two machines believe they won.
+    pub takeover_settle_seconds: u64,
 }
 
 impl Default for OrchestratorConfig {
@@ -74,7 +86,34 @@ impl Default for OrchestratorConfig {
             enable_job_completion_handler: true,
             singleton_lock_file: ".orchestrator.lock".to_string(),
             idle_exit_seconds: 300,
+            standby: Vec::new(),
+            lock_heartbeat_seconds: 30,
+            lock_stale_after_seconds: 120,
+            takeover_settle_seconds: 5,
         }
+    }
+}
+
+impl OrchestratorConfig {
+    /// The lock's heartbeat interval, 1 s .. 1 h.
+    pub fn lock_heartbeat(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.lock_heartbeat_seconds.clamp(1, 3600))
+    }
+
+    /// When a silent lock counts as stale: at least twice the heartbeat, at most a day.
+    pub fn lock_stale_after(&self) -> std::time::Duration {
+        let min = 2 * self.lock_heartbeat_seconds.clamp(1, 3600);
+        std::time::Duration::from_secs(self.lock_stale_after_seconds.clamp(min, 86_400))
+    }
+
+    /// The settle delay after a take-over, at most 10 minutes.
+    pub fn takeover_settle(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.takeover_settle_seconds.min(600))
+    }
+
+    /// True when `host` is listed in `standby`.
+    pub fn is_standby_host(&self, host: &str) -> bool {
+        self.standby.iter().any(|h| h == host)
     }
 }
 

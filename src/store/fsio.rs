@@ -26,19 +26,38 @@ fn temp_sibling(path: &Path) -> io::Result<PathBuf> {
 /// Writes `bytes` to `path` atomically: readers see the old file or the new one, never a mix,
 /// and after a crash there is no half-written `path`.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_then(path, bytes, safe::rename, false)
+}
+
+/// Writes `bytes` to a synced temp sibling of `path` and gives it the name `path` with
+/// `place` (a rename, or a link that refuses to replace: `linked`, whose temp name is
+/// removed after); the temp name never stays.
+fn write_then(
+    path: &Path,
+    bytes: &[u8],
+    place: fn(&Path, &Path) -> io::Result<()>,
+    linked: bool,
+) -> io::Result<()> {
     let tmp = temp_sibling(path)?;
     let result = (|| {
         let mut f = safe::create_new(&tmp, 0o644)?;
         f.write_all(bytes)?;
         f.sync_all()?;
         drop(f);
-        safe::rename(&tmp, path)?;
+        place(&tmp, path)?;
         sync_parent(path)
     })();
-    if result.is_err() {
+    if result.is_err() || linked {
         let _ = safe::remove_file(&tmp);
     }
     result
+}
+
+/// Writes `bytes` to `path` atomically only when `path` does not exist yet (temp file, then
+/// a hard link, which refuses to replace): fails with `AlreadyExists` otherwise. Two writers
+/// of the same name never both succeed.
+pub fn write_new_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_then(path, bytes, safe::hard_link, true)
 }
 
 /// Serialises `value` as pretty JSON and writes it atomically.

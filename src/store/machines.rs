@@ -56,6 +56,12 @@ pub struct Heartbeat {
     /// Set by the last write of a daemon that stopped cleanly (an idle exit, a stop).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stopped: bool,
+    /// An orchestratord's role: `active` (holds the store lock), `standby` or `read-only`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// The epoch of the store lock an active orchestratord holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<u64>,
 }
 
 impl Heartbeat {
@@ -73,6 +79,8 @@ impl Heartbeat {
             last_seen: now,
             interval_seconds,
             stopped: false,
+            role: None,
+            epoch: None,
         }
     }
 
@@ -147,8 +155,13 @@ pub struct MachineView {
     pub versions: Vec<String>,
     /// Queues its queue managers serve.
     pub queues: Vec<String>,
-    /// `orchestratord`, `queue-manager@<queue>`, …
+    /// `orchestratord (active)`, `queue-manager@<queue>`, …
     pub daemons: Vec<String>,
+    /// The role of its orchestratord, if one runs there: `active`, `standby`, `read-only`.
+    pub orchestrator_role: Option<String>,
+    /// The store lock's epoch when its orchestratord is the active one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lock_epoch: Option<u64>,
 }
 
 /// `3m12s`, `2h05m`, `4d03h`, `42s`.
@@ -173,7 +186,15 @@ impl Machine {
         } else {
             "ok".to_string()
         };
+        // The orchestrator daemon's heartbeat name (orchestrator::DAEMON; the store layer
+        // does not depend on the orchestrator's).
+        let orchestrator = self
+            .daemons
+            .iter()
+            .find(|d| d.daemon == "orchestratord" && !d.stopped);
         MachineView {
+            orchestrator_role: orchestrator.and_then(|d| d.role.clone()),
+            lock_epoch: orchestrator.and_then(|d| d.epoch),
             host: self.host.clone(),
             state,
             stale,
@@ -185,9 +206,10 @@ impl Machine {
             daemons: self
                 .daemons
                 .iter()
-                .map(|d| match &d.queue {
-                    Some(q) => format!("{}@{q}", d.daemon),
-                    None => d.daemon.clone(),
+                .map(|d| match (&d.queue, &d.role) {
+                    (Some(q), _) => format!("{}@{q}", d.daemon),
+                    (None, Some(r)) if !d.stopped => format!("{} ({r})", d.daemon),
+                    (None, _) => d.daemon.clone(),
                 })
                 .collect(),
         }

@@ -14,6 +14,27 @@ impl Store {
         path: &Path,
         doc: &T,
     ) -> Result<()> {
+        self.write_doc_mode(kind, path, doc, false).map(|_| ())
+    }
+
+    /// [`Store::write_doc`], but never replacing: `Ok(false)` when `path` exists already
+    /// (another writer got there first) and nothing was written.
+    pub fn write_doc_new<T: serde::Serialize>(
+        &self,
+        kind: DocKind,
+        path: &Path,
+        doc: &T,
+    ) -> Result<bool> {
+        self.write_doc_mode(kind, path, doc, true)
+    }
+
+    fn write_doc_mode<T: serde::Serialize>(
+        &self,
+        kind: DocKind,
+        path: &Path,
+        doc: &T,
+        only_new: bool,
+    ) -> Result<bool> {
         let value = serde_json::to_value(doc).map_err(|e| StoreError::Io {
             path: path.to_path_buf(),
             source: io::Error::other(e),
@@ -29,7 +50,21 @@ impl Store {
         if let Some(dir) = path.parent() {
             safe::create_dir_all(dir).map_err(io_err(dir))?;
         }
-        write_json_atomic(path, &value).map_err(io_err(path))
+        if !only_new {
+            return write_json_atomic(path, &value)
+                .map(|()| true)
+                .map_err(io_err(path));
+        }
+        let mut bytes = serde_json::to_vec_pretty(&value).map_err(|e| StoreError::Io {
+            path: path.to_path_buf(),
+            source: io::Error::other(e),
+        })?;
+        bytes.push(b'\n');
+        match super::fsio::write_new_atomic(path, &bytes) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(io_err(path)(e)),
+        }
     }
 
     /// Adds a user; refuses to replace one.

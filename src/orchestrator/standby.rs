@@ -1,0 +1,250 @@
+//! The orchestrator's seat (issue 13, failover): whether this orchestratord answers (holds
+//! the store lock), waits as a standby, or serves read-only because the store cannot be
+//! written.
+//!
+//! A standby is an orchestratord whose host is listed in config.yaml `orchestrator.standby`
+//! or that runs with `--standby`. While another machine holds the lock it answers nothing
+//! (D-Bus calls that would change the store are refused with the holder's name), watches the
+//! lock, and takes it over once the holder's heartbeat is older than
+//! `orchestrator.lock_stale_after_seconds`. The new lock's epoch is one more than the old
+//! one's. After taking over it waits `orchestrator.takeover_settle_seconds` answering
+//! nothing, reads the lock again, and stands down if a holder that outranks it appeared (a
+//! sync engine let two machines win). A holder that finds a newer lock (it was paused, its
+//! machine slept) stands down: a standby host becomes a standby again; any other exits with
+//! status 2 ("already running"), which systemd does not restart.
+
+use super::claims::{self, Recover};
+use super::daemon::DaemonError;
+use super::{LockError, LockInfo, LockTiming, StoreLock};
+use crate::store::Store;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// The standby reason before the first look at the lock.
+pub const STARTING: &str = "starting";
+
+/// What this orchestratord is now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Role {
+    /// Holds the store lock and answers.
+    Active,
+    /// Took the lock over and waits for the settle delay before answering.
+    Settling,
+    /// Another machine holds the lock; waiting to take over when it goes silent.
+    Standby(String),
+    /// Cannot write the store (full disk, read-only mount): answers read-only calls only.
+    ReadOnly(String),
+}
+
+impl Role {
+    /// `active`, `standby` (settling included) or `read-only`: the D-Bus `Role` property
+    /// and the heartbeat's `role`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Role::Active => "active",
+            Role::Settling | Role::Standby(_) => "standby",
+            Role::ReadOnly(_) => "read-only",
+        }
+    }
+
+    /// True when this process may answer messages and change the store.
+    pub fn answers(&self) -> bool {
+        matches!(self, Role::Active)
+    }
+}
+
+/// The lock this process holds or waits for.
+#[derive(Debug)]
+pub struct Seat {
+    path: PathBuf,
+    timing: LockTiming,
+    settle: Duration,
+    eligible: bool,
+    lock: Option<StoreLock>,
+    settle_until: Option<Instant>,
+    role: Role,
+    last_heartbeat: Instant,
+    last_recovery: Instant,
+}
+
+/// Text for a lock someone else holds.
+fn holder_text(e: &LockError) -> String {
+    match e {
+        LockError::Held { host, pid, .. } => {
+            format!("the store lock is held by PID {pid} on {host}")
+        }
+        other => other.to_string(),
+    }
+}
+
+impl Seat {
+    /// A seat for the lock at `path`; `eligible`: this process may wait as a standby.
+    pub fn new(path: PathBuf, timing: LockTiming, settle: Duration, eligible: bool) -> Seat {
+        Seat {
+            path,
+            timing,
+            settle,
+            eligible,
+            lock: None,
+            settle_until: None,
+            role: Role::Standby(STARTING.into()),
+            last_heartbeat: Instant::now(),
+            last_recovery: Instant::now(),
+        }
+    }
+
+    /// The role now.
+    pub fn role(&self) -> &Role {
+        &self.role
+    }
+
+    /// The held lock's contents, if one is held.
+    pub fn lock_info(&self) -> Option<&LockInfo> {
+        self.lock.as_ref().map(StoreLock::info)
+    }
+
+    /// The lock's timing.
+    pub fn timing(&self) -> LockTiming {
+        self.timing
+    }
+
+    /// The longest the daemon loop may sleep before [`Seat::poll`] is due again.
+    pub fn wait_at_most(&self) -> Duration {
+        match &self.role {
+            Role::Active => self
+                .timing
+                .heartbeat
+                .saturating_sub(self.last_heartbeat.elapsed()),
+            Role::Settling => self
+                .settle_until
+                .map(|u| u.saturating_duration_since(Instant::now()))
+                .unwrap_or_default(),
+            Role::Standby(_) => self.timing.heartbeat.min(Duration::from_secs(2)),
+            Role::ReadOnly(_) => Duration::from_secs(5),
+        }
+        .max(Duration::from_millis(50))
+    }
+
+    /// Brings the seat up to date: takes the lock when free or stale, finishes a settle,
+    /// writes the heartbeat when due, stands down when another holder outranks this one.
+    /// Returns the new role when it changed. A holder that is no standby and finds the lock
+    /// held fails with [`DaemonError::AlreadyRunning`].
+    pub fn poll(&mut self, store: &Store) -> Result<Option<Role>, DaemonError> {
+        let before = self.role.clone();
+        self.step(store)?;
+        Ok((self.role != before).then(|| self.role.clone()))
+    }
+
+    fn step(&mut self, store: &Store) -> Result<(), DaemonError> {
+        let Some(lock) = self.lock.as_mut() else {
+            return self.try_take(store);
+        };
+        if let Some(until) = self.settle_until {
+            if Instant::now() < until {
+                return Ok(());
+            }
+            self.settle_until = None;
+            return match lock.check() {
+                Ok(()) => {
+                    self.become_active(store);
+                    Ok(())
+                }
+                Err(e) => self.stand_down(e),
+            };
+        }
+        if self.last_heartbeat.elapsed() >= self.timing.heartbeat {
+            self.last_heartbeat = Instant::now();
+            return match lock.heartbeat() {
+                Ok(()) => {
+                    if self.last_recovery.elapsed() >= self.timing.heartbeat {
+                        self.last_recovery = Instant::now();
+                        let grace = self.timing.heartbeat.max(Duration::from_secs(10));
+                        claims::recover(store, Recover::OthersOlderThan(grace));
+                    }
+                    Ok(())
+                }
+                // A full disk: keep the lock (the file is still ours) and try again.
+                Err(e @ LockError::Io { .. }) => {
+                    tracing::warn!("heartbeat: {e}");
+                    Ok(())
+                }
+                Err(e) => self.stand_down(e),
+            };
+        }
+        // Between heartbeats, a cheap look: a newer holder is obeyed at once.
+        match lock.check() {
+            Ok(()) | Err(LockError::Io { .. }) => Ok(()),
+            Err(e) => self.stand_down(e),
+        }
+    }
+
+    fn try_take(&mut self, store: &Store) -> Result<(), DaemonError> {
+        match StoreLock::acquire_with(&self.path, self.timing) {
+            Ok(l) => {
+                // Only where standbys are configured can two machines take a lock over at
+                // once; elsewhere (a restart after a crash) the daemon answers at once.
+                let took_over = self.eligible
+                    && (l.info().epoch > 1 || matches!(self.role, Role::Standby(_)))
+                    && !self.first_start_fresh(l.info());
+                tracing::info!(
+                    "holding the store lock (epoch {}){}",
+                    l.info().epoch,
+                    if took_over {
+                        "; settling before answering"
+                    } else {
+                        ""
+                    }
+                );
+                self.lock = Some(l);
+                self.last_heartbeat = Instant::now();
+                if took_over && !self.settle.is_zero() {
+                    self.settle_until = Some(Instant::now() + self.settle);
+                    self.role = Role::Settling;
+                } else {
+                    self.become_active(store);
+                }
+                Ok(())
+            }
+            Err(e @ LockError::Io { .. }) => {
+                self.role = Role::ReadOnly(e.to_string());
+                Ok(())
+            }
+            Err(e) if self.eligible => {
+                self.role = Role::Standby(holder_text(&e));
+                Ok(())
+            }
+            Err(e) => Err(DaemonError::AlreadyRunning(e.to_string())),
+        }
+    }
+
+    /// True for a lock created fresh (epoch 1) by the first attempt of this process.
+    fn first_start_fresh(&self, info: &LockInfo) -> bool {
+        info.epoch == 1 && matches!(&self.role, Role::Standby(w) if w == STARTING)
+    }
+
+    fn become_active(&mut self, store: &Store) {
+        self.role = Role::Active;
+        self.last_recovery = Instant::now();
+        let n = claims::recover(store, Recover::All);
+        if n > 0 {
+            tracing::warn!("{n} claimed messages were never answered; answering them now");
+        }
+    }
+
+    /// Another holder outranks us: let the lock go (the file is theirs and stays).
+    fn stand_down(&mut self, e: LockError) -> Result<(), DaemonError> {
+        let epoch = self.lock.as_ref().map_or(0, |l| l.info().epoch);
+        self.lock = None;
+        self.settle_until = None;
+        let text = holder_text(&e);
+        tracing::warn!("standing down (our epoch {epoch}): {text}");
+        if self.eligible {
+            self.role = Role::Standby(text);
+            Ok(())
+        } else {
+            Err(DaemonError::AlreadyRunning(format!(
+                "stood down: {text}, which took the store lock over (this host is no standby: config.yaml orchestrator.standby, --standby)"
+            )))
+        }
+    }
+}
