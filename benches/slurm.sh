@@ -56,7 +56,7 @@ now() { date -u +%Y-%m-%dT%H:%M:%S.%NZ; }
 ms() { date +%s%3N; }
 job() { # ID: submitted now
     ms >"$T/sub/agentstore-$1"
-    printf '{"config": {"project": "P", "working_directory": "/tmp", "queue_time": "%s", "jobtype": "noop", "claude_command": "noop", "claude_extra_args": [], "task_description": "b", "supporting_data": {}, "timeout_seconds": 60}, "runtime": {"status": "queued", "start_time": null, "finish_time": null, "process_id": null, "llm_process_id": null, "error": null, "output": null}}' "$(now)" >"$R/Queues/q/Jobs/queued_jobs/.$1.tmp"
+    printf '{"config": {"project": "P", "working_directory": "/tmp", "queue_time": "%s", "jobtype": "noop", "claude_command": "noop", "claude_extra_args": [], "task_description": "b", "supporting_data": {"sleep_seconds": 0}, "timeout_seconds": 60}, "runtime": {"status": "queued", "start_time": null, "finish_time": null, "process_id": null, "llm_process_id": null, "error": null, "output": null}}' "$(now)" >"$R/Queues/q/Jobs/queued_jobs/.$1.tmp"
     mv "$R/Queues/q/Jobs/queued_jobs/.$1.tmp" "$R/Queues/q/Jobs/queued_jobs/$1.json"
 }
 raw() { # NAME: submitted now
