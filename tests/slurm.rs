@@ -642,8 +642,12 @@ fn a_panic_while_handling_the_sbatch_answer_fails_only_that_job() {
         &fake,
         &[("AGENTSTORE_TEST_FAULT", "panic-submit:p2")],
     );
-    let status = m.child.wait().unwrap();
-    assert!(!status.success(), "the manager did not crash: {status}");
+    let mut status = None;
+    wait_until(Duration::from_secs(60), "the manager crashes", || {
+        status = m.child.try_wait().unwrap();
+        status.is_some()
+    });
+    assert!(status.is_some_and(|s| !s.success()), "{status:?}");
     drop(m);
     let _m2 = manager(&env, &bus, &fake);
     let f = wait_file(&env, "failed", "p2", 60);
