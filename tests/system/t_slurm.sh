@@ -119,7 +119,7 @@ sys_expect_eq "it never reached Slurm" "" "$(x squeue -h -t all -n agentstore-p1
 queue_job cc1 "$(job_json TestProject claude code-researcher 'through Slurm' 110 '{}' /tmp/testproject)"
 sys_check "M5 through Slurm: the Claude job finishes" sys_wait_until 110 "cc1 finished" in_state cc1 finished
 f=$(jobf cc1 finished)
-sys_expect_match "its output is Claude's answer" 'Researched through Slurm' "$(jfield "$f" output)"
+sys_expect_match "its output is Claude's answer" '"output": *".*Researched through Slurm' "$(x cat "$f" 2>&1)"
 sys_expect_eq "exit code 0" 0 "$(jfield "$f" exit_code)"
 sys_expect_match "run as Slurm job $(jfield "$f" slurm_job_id)" '^[0-9]+$' "$(jfield "$f" slurm_job_id)"
 sys_check "the fake endpoint saw the /code-researcher prompt" x grep -q 'Research the code of this project' /var/tmp/anthropic.jsonl
