@@ -5,7 +5,8 @@
 #   1. submit → running, one job at a time (10 each): raw `sbatch` vs our queue
 #   2. N no-op jobs (default 200) at once: throughput and p50/p99 submit → running
 #   3. the manager's Slurm command calls per minute with 100 jobs pending (node drained)
-# Both sides are measured the same way: "submitted" is this script's clock just before
+# The no-op jobs sleep 0 s (a no-op job without sleep_seconds sleeps 5 s: stop 22's 0.43x
+# came from that). Both sides are measured the same way: "submitted" is this script's clock just before
 # `sbatch` (raw) or just before the job file appears in queued_jobs/ (ours); "running" is the
 # clock read by the batch step's FIRST line on the compute node (raw: the --wrap; ours: a
 # wrapper the manager runs as its --worker, which reads the clock and then runs agent-worker);
@@ -56,7 +57,7 @@ now() { date -u +%Y-%m-%dT%H:%M:%S.%NZ; }
 ms() { date +%s%3N; }
 job() { # ID: submitted now
     ms >"$T/sub/agentstore-$1"
-    printf '{"config": {"project": "P", "working_directory": "/tmp", "queue_time": "%s", "jobtype": "noop", "claude_command": "noop", "claude_extra_args": [], "task_description": "b", "supporting_data": {}, "timeout_seconds": 60}, "runtime": {"status": "queued", "start_time": null, "finish_time": null, "process_id": null, "llm_process_id": null, "error": null, "output": null}}' "$(now)" >"$R/Queues/q/Jobs/queued_jobs/.$1.tmp"
+    printf '{"config": {"project": "P", "working_directory": "/tmp", "queue_time": "%s", "jobtype": "noop", "claude_command": "noop", "claude_extra_args": [], "task_description": "b", "supporting_data": {"sleep_seconds": 0}, "timeout_seconds": 60}, "runtime": {"status": "queued", "start_time": null, "finish_time": null, "process_id": null, "llm_process_id": null, "error": null, "output": null}}' "$(now)" >"$R/Queues/q/Jobs/queued_jobs/.$1.tmp"
     mv "$R/Queues/q/Jobs/queued_jobs/.$1.tmp" "$R/Queues/q/Jobs/queued_jobs/$1.json"
 }
 raw() { # NAME: submitted now
@@ -66,6 +67,8 @@ raw() { # NAME: submitted now
 }
 ended() { find "$T/end" -name "$1*" | wc -l; }
 wait_ended() { while [ "$(ended "$1")" -lt "$2" ]; do sleep 0.1; done; }
+# batch step run time (first line → last line) of every job named PREFIX*, ms
+runs() { for f in "$T/start/$1"*; do n=$(basename "$f"); echo $(($(cat "$T/end/$n") - $(cat "$f"))); done; }
 # submit→running of every job named PREFIX*, in ms, one per line
 latencies() { for f in "$T/sub/$1"*; do n=$(basename "$f"); echo $(($(cat "$T/start/$n") - $(cat "$f"))); done; }
 pct() { sort -n | awk -v p="$1" '{a[NR]=$1} END {i=int((NR*p+99)/100); if (i<1) i=1; print a[i]}'; }
@@ -89,7 +92,9 @@ wait_ended agentstore-tp "$N"
 ourspan=$(span agentstore-tp)
 # the worker's finished file follows its last line at once; wait for the manager to settle
 while [ "$(find "$R/Queues/q/Jobs/finished_jobs" "$R/Queues/q/Jobs/failed_jobs" -name 'tp*.json' | wc -l)" -lt "$N" ]; do sleep 0.2; done
+settled=$(($(ms) - $(cat "$T/sub/agentstore-tp"* | sort -n | head -1)))
 echo "$N no-op jobs at once: raw sbatch $rawspan ms, through the queue $ourspan ms (first submit -> last batch step ends); throughput ours/raw $(awk -v a="$rawspan" -v b="$ourspan" 'BEGIN {printf "%.2f", a / b}')x; $(failed tp) failed"
+echo "  first submit -> all $N settled by the manager: $settled ms; batch step run p50: raw $(runs raw-tp | pct 50) ms, ours $(runs agentstore-tp | pct 50) ms"
 echo "  submit->running p50/p99: raw $(latencies raw-tp | pct 50)/$(latencies raw-tp | pct 99) ms, ours $(latencies agentstore-tp | pct 50)/$(latencies agentstore-tp | pct 99) ms"
 echo "  load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 

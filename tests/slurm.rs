@@ -99,6 +99,16 @@ fn system_path_without_slurm(env: &QueueEnv) -> PathBuf {
 }
 
 fn manager(env: &QueueEnv, bus: &PrivateBus, fake: &FakeSlurm) -> Manager {
+    manager_with(env, bus, fake, &[])
+}
+
+/// [`manager`] with more environment (e.g. `AGENTSTORE_TEST_FAULT`).
+fn manager_with(
+    env: &QueueEnv,
+    bus: &PrivateBus,
+    fake: &FakeSlurm,
+    extra: &[(&str, &str)],
+) -> Manager {
     let path = format!(
         "{}:{}",
         fake.bin.display(),
@@ -120,6 +130,7 @@ fn manager(env: &QueueEnv, bus: &PrivateBus, fake: &FakeSlurm) -> Manager {
         .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
         .env("PATH", path)
         .env("FAKE_SLURM_DIR", &fake.state)
+        .envs(extra.iter().copied())
         .spawn()
         .unwrap();
     Manager { child }
@@ -527,29 +538,6 @@ fn a_store_the_nodes_cannot_see_holds_the_jobs_and_says_why() {
     assert!(!fake.calls().contains("agentstore-u2"), "{}", fake.calls());
 }
 
-/// Sets the queue's resource limits and waits until the running manager has passed a loop
-/// with them: on this tree the manager rewrites queue.json's runtime every pass, so an edit
-/// made between its read and its write can be lost and must be made again.
-fn settled_limits(env: &QueueEnv, limits: agentstore::model::ResourceLimits) {
-    let want = serde_json::to_value(&limits).unwrap();
-    for _ in 0..20 {
-        let l = limits.clone();
-        env.edit_queue(move |q| q.config.resource_limits = Some(l));
-        // poll_seconds is 1: two passes happen in 2.5 s.
-        std::thread::sleep(std::time::Duration::from_millis(2500));
-        let now = env
-            .store()
-            .queue(&env.queue)
-            .unwrap()
-            .config
-            .resource_limits;
-        if now.map(|n| serde_json::to_value(&n).unwrap()) == Some(want.clone()) {
-            return;
-        }
-    }
-    panic!("the queue's resource_limits edit never stuck");
-}
-
 #[test]
 fn a_job_beyond_the_partition_fails_at_once_instead_of_pending_forever() {
     let (env, bus, fake) = setup();
@@ -581,14 +569,13 @@ fn a_job_beyond_the_partition_fails_at_once_instead_of_pending_forever() {
     env.queue_job("x2", &fits);
     wait_file(&env, "finished", "x2", 60);
     // More CPUs than a node of the partition has.
-    settled_limits(
-        &env,
-        agentstore::model::ResourceLimits {
+    env.edit_queue(|q| {
+        q.config.resource_limits = Some(agentstore::model::ResourceLimits {
             memory_max: None,
             cpu_quota: Some("400%".into()),
             tasks_max: None,
-        },
-    );
+        })
+    });
     env.queue_job("x3", &noop(0.1));
     let f = wait_file(&env, "failed", "x3", 30);
     let err = f["runtime"]["error"].as_str().unwrap();
@@ -597,14 +584,13 @@ fn a_job_beyond_the_partition_fails_at_once_instead_of_pending_forever() {
         "{err}"
     );
     // More memory than a node has.
-    settled_limits(
-        &env,
-        agentstore::model::ResourceLimits {
+    env.edit_queue(|q| {
+        q.config.resource_limits = Some(agentstore::model::ResourceLimits {
             memory_max: Some(json!("2G")),
             cpu_quota: None,
             tasks_max: None,
-        },
-    );
+        })
+    });
     env.queue_job("x4", &noop(0.1));
     let f = wait_file(&env, "failed", "x4", 30);
     let err = f["runtime"]["error"].as_str().unwrap();
@@ -620,4 +606,77 @@ fn a_job_beyond_the_partition_fails_at_once_instead_of_pending_forever() {
     let allowed = 1 + started.elapsed().as_secs() / 60;
     let n = calls.lines().filter(|l| l.starts_with("sinfo ")).count() as u64;
     assert!(n >= 1 && n <= allowed, "{n} sinfo calls: {calls}");
+}
+
+#[test]
+fn a_workers_end_is_seen_at_once_not_at_the_next_poll() {
+    let (env, bus, fake) = setup();
+    // A quiet queue is polled once a minute: the end must come from running_jobs/ itself.
+    slurm_queue(&env, json!({"poll_seconds": 60}));
+    let _m = manager(&env, &bus, &fake);
+    env.queue_job("e1", &noop(3.0));
+    wait_until(Duration::from_secs(30), "e1 counted active", || {
+        env.queue_json()["runtime"]["active_jobs"] == json!(1)
+    });
+    wait_file(&env, "finished", "e1", 30);
+    let ended = std::time::Instant::now();
+    wait_until(
+        Duration::from_secs(10),
+        "e1 no longer counted active",
+        || env.queue_json()["runtime"]["active_jobs"] == json!(0),
+    );
+    assert!(ended.elapsed() < Duration::from_secs(10));
+    drop(fake);
+}
+
+#[test]
+fn a_panic_while_handling_the_sbatch_answer_fails_only_that_job() {
+    let (env, bus, fake) = setup();
+    slurm_queue(&env, json!({"poll_seconds": 1}));
+    env.queue_job("p1", &noop(0.1));
+    env.queue_job("p2", &noop(0.1));
+    // The manager panics once sbatch answered for p2, before it recorded the submission.
+    let mut m = manager_with(
+        &env,
+        &bus,
+        &fake,
+        &[("AGENTSTORE_TEST_FAULT", "panic-submit:p2")],
+    );
+    let mut status = None;
+    wait_until(Duration::from_secs(60), "the manager crashes", || {
+        status = m.child.try_wait().unwrap();
+        status.is_some()
+    });
+    assert!(status.is_some_and(|s| !s.success()), "{status:?}");
+    drop(m);
+    let _m2 = manager(&env, &bus, &fake);
+    let f = wait_file(&env, "failed", "p2", 60);
+    let err = f["runtime"]["error"].as_str().unwrap();
+    assert!(
+        err.starts_with("The queue manager crashed while starting this job")
+            && err.contains("injected fault at submit of job p2"),
+        "{err}"
+    );
+    // The other job of the batch is not blamed: it runs, submitted once.
+    let done = wait_file(&env, "finished", "p1", 60);
+    assert_eq!(
+        done["runtime"]["output"],
+        "No-op job completed successfully"
+    );
+    assert_eq!(sbatch_count(&fake, "p1"), 1, "{}", fake.calls());
+    assert_eq!(sbatch_count(&fake, "p2"), 1, "{}", fake.calls());
+    // p2's batch step waits at its gate (it gives up after GATE_SECONDS): stop it here.
+    let jobs = fake.state.join("jobs");
+    for e in std::fs::read_dir(&jobs).unwrap().flatten() {
+        let p = e.path();
+        if p.extension().is_some_and(|x| x == "name")
+            && std::fs::read_to_string(&p).unwrap() == "agentstore-p2"
+            && let Ok(pid) = std::fs::read_to_string(p.with_extension("pid"))
+        {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(-pid.trim().parse::<i32>().unwrap()),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
 }

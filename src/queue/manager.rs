@@ -79,6 +79,8 @@ enum Wake {
     Launched(Box<super::starting::LaunchDone>),
     Request(QueueRequest),
     Approval(Option<String>),
+    /// A file left `running_jobs/` of a Slurm queue (a worker wrote its end).
+    RunningLeft(Option<String>),
     Deadline,
     Sweep,
     Heartbeat,
@@ -104,6 +106,8 @@ pub struct Manager {
     pub(super) approvals: Arc<Mutex<Vec<crate::model::approval::ApprovalRequest>>>,
     /// The watch on `Jobs/approvals/`.
     pub(super) approvals_watch: Option<inotify::Inotify>,
+    /// `running_jobs/` of a Slurm queue (its workers run elsewhere, no exit to wait on).
+    pub(super) running_watch: Option<inotify::Inotify>,
     /// Where the events of each step go (the D-Bus front end), once one is attached.
     pub(super) events: Option<Box<dyn QueueEvents>>,
     requests_tx: mpsc::Sender<QueueRequest>,
@@ -181,6 +185,7 @@ impl Manager {
             state,
             approvals: Arc::new(Mutex::new(Vec::new())),
             approvals_watch: None,
+            running_watch: None,
             events: None,
             requests_tx,
             exits_tx,
@@ -263,6 +268,9 @@ impl Manager {
         })?;
         m.inotify = Some(inotify);
         m.approvals_watch = m.watch_approvals();
+        if matches!(m.launcher, super::launcher::JobLauncher::Slurm) {
+            m.running_watch = m.watch_running();
+        }
         super::poison::install_crash_recorder();
         m.recover_poisoned().await;
         m.write_heartbeat(false);
@@ -314,6 +322,10 @@ impl Manager {
             .approvals_watch
             .take()
             .and_then(|i| i.into_event_stream(vec![0u8; 16 * 1024]).ok());
+        let mut running_events = self
+            .running_watch
+            .take()
+            .and_then(|i| i.into_event_stream(vec![0u8; 16 * 1024]).ok());
         let mut sweep = tokio::time::interval(Duration::from_secs(
             self.config.rest_interval.clamp(1, MAX_REST_INTERVAL),
         ));
@@ -361,6 +373,16 @@ impl Manager {
                     Some(Err(_)) => Wake::Approval(None),
                     None => { approval_events = None; Wake::Approval(None) }
                 },
+                ev = async {
+                    match running_events.as_mut() {
+                        Some(s) => s.next().await,
+                        None => std::future::pending().await,
+                    }
+                } => match ev {
+                    Some(Ok(e)) => Wake::RunningLeft(e.name.and_then(|n| n.to_str().map(str::to_string))),
+                    Some(Err(_)) => Wake::RunningLeft(None),
+                    None => { running_events = None; Wake::RunningLeft(None) }
+                },
                 _ = tokio::time::sleep_until(next) => Wake::Deadline,
                 _ = sweep.tick() => Wake::Sweep,
                 _ = heartbeat.tick() => Wake::Heartbeat,
@@ -395,6 +417,12 @@ impl Manager {
                 Wake::Approval(name) => {
                     self.on_approval_file(name.as_deref()).await;
                     continue;
+                }
+                Wake::RunningLeft(name) => {
+                    if name.as_deref().is_some_and(crate::store::is_ignored) {
+                        continue;
+                    }
+                    self.slurm_reap(name.as_deref()).await;
                 }
                 Wake::Deadline => self.on_deadlines().await,
                 Wake::Sweep => self.sweep().await,

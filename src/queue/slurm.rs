@@ -18,7 +18,7 @@
 //! worker that died, Slurm's exit record (`scontrol show job`, only for such jobs).
 
 use super::Manager;
-use super::poison::MarkKind;
+use super::poison::{MarkKind, handling, handling_sync};
 use super::{EndCause, KILL_GRACE, WORKER_DIED, add_secs, job_limit};
 use crate::model::{Job, JobStatus, ResourceLimits, SlurmConfig, Timestamp};
 use crate::store::{Record, read_limited};
@@ -551,23 +551,65 @@ impl Manager {
         }
     }
 
-    /// `sbatch` for each of `lines`, [`SBATCH_PARALLEL`] at once; the answers in order.
-    async fn sbatch_many(&mut self, lines: &[Vec<String>]) -> Vec<Result<String, SlurmError>> {
+    /// `sbatch` for each submission, [`SBATCH_PARALLEL`] in flight at once; each answer is
+    /// recorded as it comes ([`submitted`](Self::submitted)), so a job's batch step finds
+    /// its record (its gate opens) without waiting for the rest of the burst. Each sbatch and
+    /// the handling of its answer run as handling that job (poison.rs): a panic there is
+    /// recorded in its start marker and fails that job, and only it, at the next start.
+    async fn sbatch_all(&mut self, subs: Vec<(Submission, Vec<String>)>) {
+        use futures_util::StreamExt;
         let env = self.cfg.worker_env.clone();
-        let mut out = Vec::with_capacity(lines.len());
-        for chunk in lines.chunks(SBATCH_PARALLEL) {
-            self.slurm.calls = self
-                .slurm
-                .calls
-                .saturating_add(u64::try_from(chunk.len()).unwrap_or(u64::MAX));
-            let answers =
-                futures_util::future::join_all(chunk.iter().map(|a| run("sbatch", a, &env))).await;
-            for r in &answers {
-                self.note_transient(r);
-            }
-            out.extend(answers);
+        let n = u64::try_from(subs.len()).unwrap_or(u64::MAX);
+        self.slurm.calls = self.slurm.calls.saturating_add(n);
+        let jobs: Vec<(Submission, Vec<String>, std::path::PathBuf)> = subs
+            .into_iter()
+            .map(|(s, line)| {
+                let marker = self.marker_path(MarkKind::Start, &s.id);
+                (s, line, marker)
+            })
+            .collect();
+        let env = &env;
+        let mut answers = futures_util::stream::iter(jobs.into_iter().map(|(s, line, marker)| {
+            handling(marker.clone(), async move {
+                let r = run("sbatch", &line, env).await;
+                (s, r, marker)
+            })
+        }))
+        .buffer_unordered(SBATCH_PARALLEL);
+        while let Some((s, answer, marker)) = answers.next().await {
+            self.note_transient(&answer);
+            handling(marker, self.submitted(s, answer)).await;
         }
-        out
+    }
+
+    /// What `sbatch` answered for `s`: recorded, put off, or the job failed.
+    async fn submitted(&mut self, s: Submission, answer: Result<String, SlurmError>) {
+        #[cfg(debug_assertions)]
+        super::poison::injected_fault("submit", &s.id).await;
+        match answer {
+            Ok(out) => {
+                let sid = out.trim().split(';').next().unwrap_or_default().to_string();
+                if sid.is_empty() || !sid.chars().all(|c| c.is_ascii_digit() || c == '_') {
+                    self.back_off(
+                        &s.id,
+                        &format!("sbatch printed no job id (it printed {:?})", out.trim()),
+                    );
+                    return;
+                }
+                self.record_submission(s, sid).await;
+            }
+            Err(e) if e.is_transient() => self.back_off(&s.id, &e.to_string()),
+            Err(e) => {
+                self.slurm.unsure.remove(&s.id);
+                self.fail_owned(
+                    &s.id,
+                    JobStatus::Queued,
+                    s.job,
+                    format!("Cannot start job: Slurm refused it: {e}"),
+                )
+                .await;
+            }
+        }
     }
 
     /// The queue's live Slurm jobs named after `ids` (one `squeue`).
@@ -733,7 +775,6 @@ impl Manager {
             None
         };
         let mut found = Vec::new();
-        let mut lines = Vec::new();
         let mut fresh = Vec::new();
         for s in ready {
             let name = format!("{JOB_NAME_PREFIX}{}", s.id);
@@ -743,16 +784,18 @@ impl Manager {
             {
                 Some(j) => found.push((s, j.clone())),
                 None => {
+                    let marker = self.marker_path(MarkKind::Start, &s.id);
                     if let Some(why) = partition.as_ref().and_then(|p| {
                         beyond_partition(p, s.limit, self.config.resource_limits.as_ref())
                     }) {
-                        self.fail_owned(&s.id, JobStatus::Queued, s.job, why).await;
+                        let id = s.id.clone();
+                        handling(marker, self.fail_owned(&id, JobStatus::Queued, s.job, why)).await;
                         continue;
                     }
-                    lines.push(self.sbatch_line(&s));
+                    let line = handling_sync(marker, || self.sbatch_line(&s));
                     // From here on, a submission may exist whatever sbatch answers.
                     self.slurm.unsure.insert(s.id.clone());
-                    fresh.push(s);
+                    fresh.push((s, line));
                 }
             }
         }
@@ -769,35 +812,10 @@ impl Manager {
             if j.state == "PENDING" && j.reason == "JobHeldUser" {
                 release.push(j.id.clone());
             }
-            self.record_submission(s, j.id).await;
+            let marker = self.marker_path(MarkKind::Start, &s.id);
+            handling(marker, self.record_submission(s, j.id)).await;
         }
-        let answers = self.sbatch_many(&lines).await;
-        for (s, answer) in fresh.into_iter().zip(answers) {
-            match answer {
-                Ok(out) => {
-                    let sid = out.trim().split(';').next().unwrap_or_default().to_string();
-                    if sid.is_empty() || !sid.chars().all(|c| c.is_ascii_digit() || c == '_') {
-                        self.back_off(
-                            &s.id,
-                            &format!("sbatch printed no job id (it printed {:?})", out.trim()),
-                        );
-                        continue;
-                    }
-                    self.record_submission(s, sid).await;
-                }
-                Err(e) if e.is_transient() => self.back_off(&s.id, &e.to_string()),
-                Err(e) => {
-                    self.slurm.unsure.remove(&s.id);
-                    self.fail_owned(
-                        &s.id,
-                        JobStatus::Queued,
-                        s.job,
-                        format!("Cannot start job: Slurm refused it: {e}"),
-                    )
-                    .await;
-                }
-            }
-        }
+        self.sbatch_all(fresh).await;
         self.slurm_release(&release).await;
         self.slurm.poll_at = Some(Instant::now());
         for id in &marked {
@@ -935,6 +953,48 @@ impl Manager {
             },
         );
         self.slurm.poll_at = Some(Instant::now());
+    }
+
+    /// Watches `running_jobs/` of a Slurm queue: a worker that wrote its end (its file moved
+    /// out) is settled at once ([`slurm_reap`](Self::slurm_reap)) instead of at the next
+    /// `squeue` poll. A worker on another node of a shared filesystem raises no inotify event
+    /// here: the poll still sees it. `None` (logged) when it cannot watch.
+    pub(super) fn watch_running(&self) -> Option<inotify::Inotify> {
+        let dir = self.store.jobs_dir(&self.cfg.queue, JobStatus::Running);
+        let watch = || -> std::io::Result<inotify::Inotify> {
+            crate::store::safe::create_dir_all(&dir)?;
+            let i = inotify::Inotify::init()?;
+            use inotify::WatchMask as W;
+            crate::store::safe::watch_dir(&mut i.watches(), &dir, W::MOVED_FROM | W::DELETE)?;
+            Ok(i)
+        };
+        match watch() {
+            Ok(i) => Some(i),
+            Err(e) => {
+                tracing::warn!(queue = %self.cfg.queue,
+                    "cannot watch {} (Slurm jobs' ends are seen at each poll only): {e}", dir.display());
+                None
+            }
+        }
+    }
+
+    /// Settles the Slurm jobs whose file left `running_jobs/` (the worker wrote its end),
+    /// without asking Slurm; `name`: the file the event named (None: look at them all).
+    pub(super) async fn slurm_reap(&mut self, name: Option<&str>) {
+        let q = self.cfg.queue.clone();
+        let ids: Vec<String> = match name.map(|n| n.trim_end_matches(".json")) {
+            Some(id) if self.slurm.jobs.contains_key(id) => vec![id.to_string()],
+            Some(_) => return,
+            None => self.slurm.jobs.keys().cloned().collect(),
+        };
+        for id in ids {
+            if self.store.job_path(&q, JobStatus::Running, &id).is_file() {
+                continue;
+            }
+            if self.slurm.jobs.remove(&id).is_some() {
+                self.settle(&id, None).await;
+            }
+        }
     }
 
     /// `cancel-job` of a job in Slurm: `scancel`; its end is settled by the poll.

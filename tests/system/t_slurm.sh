@@ -2,8 +2,10 @@
 # t_slurm: a queue backed by a REAL single-node Slurm (Debian's slurmctld, slurmd, munge 22.05)
 # inside the container (issue 14): no-op jobs through `launcher: slurm` with the Slurm job id
 # on the job and in the journal, 20 jobs with at most 2 running as Slurm decides (CPUs=2), a
-# job killed at its time limit, cancel-job of a pending and a running job, slurmd stopped
-# mid-job → failed with Slurm's reason while the queue keeps serving, and kill -9 of the
+# job killed at its time limit, a job beyond the partition's MaxTime failed at once, cancel-job
+# of a pending and a running job, the real Claude Code CLI (against the fake Anthropic API) as
+# a Slurm job, slurmd stopped mid-job (node crash: slurmd, its step and the worker killed) →
+# failed with Slurm's NODE_FAIL and reason while the queue keeps serving, and kill -9 of the
 # manager during a burst → every job submitted exactly once.
 # Host network (loopback only is used): with nothing but `lo`, glibc's getaddrinfo
 # (AI_ADDRCONFIG) resolves no address at all, not even 127.0.0.1, and slurmd cannot start.
@@ -56,12 +58,16 @@ sys_check "slurmd starts" x systemctl restart slurmd
 node_idle() { x sinfo -h -o %t 2>/dev/null | grep -qx 'idle'; }
 sys_check "the node is idle" sys_wait_until 60 "node idle" node_idle
 
+# The real Claude Code CLI against the fake Anthropic endpoint (as t_m5): one reply.
+install_claude_env '{"replies": [{"text": "# Slurm research\n\nResearched through Slurm."}],
+ "fallback_text": "# Research\n\nFallback answer."}'
 setup_users
 setup_project TestProject /tmp/testproject
 setup_queue poplar 2
+command_file jobuser code-researcher 'Research the code of this project: $ARGUMENTS'
 # The queue goes to Slurm; the manager looks at its Slurm jobs every second.
 slurm_queue() {
-    queue_json poplar 2 claude | sed 's/"launcher": "systemd"/"launcher": "slurm", "slurm": {"partition": "debug", "poll_seconds": 1}/; s/"resource_limits": {[^}]*}/"resource_limits": {"memory_max": "100M", "cpu_quota": "100%"}/' |
+    queue_json poplar 2 /usr/local/bin/claude '["-p", "--dangerously-skip-permissions"]' | sed 's/"launcher": "systemd"/"launcher": "slurm", "slurm": {"partition": "debug", "poll_seconds": 1}/; s/"resource_limits": {[^}]*}/"resource_limits": {"memory_max": "100M", "cpu_quota": "100%"}/' |
         put "$AS/Queues/poplar/queue.json"
 }
 slurm_queue
@@ -103,6 +109,21 @@ queue_job t1 "$(noop 'too slow' 100 5)"
 sys_check "the job over its limit fails" sys_wait_until 90 "t1 failed" in_state t1 failed
 sys_expect_match "with the timeout error" '^Job timeout after [0-9]+s \(limit: 5s\)$' "$(jfield "$(jobf t1 failed)" error)"
 
+# --- beyond the partition: MaxTime is 2 min, timeout 300 s needs --time=6 -------------------------
+queue_job p1 "$(noop 'too long for debug' 1 300)"
+sys_check "a job beyond the partition's MaxTime fails at once" sys_wait_until 15 "p1 failed" in_state p1 failed
+sys_expect_match "saying why instead of pending forever" "--time=6.*partition debug's MaxTime is 2 min; it would pend forever" "$(jfield "$(jobf p1 failed)" error)"
+sys_expect_eq "it never reached Slurm" "" "$(x squeue -h -t all -n agentstore-p1 -o %i 2>&1)"
+
+# --- the real Claude Code CLI as a Slurm job (PRD M5 through the Slurm queue) -----------------
+queue_job cc1 "$(job_json TestProject claude code-researcher 'through Slurm' 110 '{}' /tmp/testproject)"
+sys_check "M5 through Slurm: the Claude job finishes" sys_wait_until 110 "cc1 finished" in_state cc1 finished
+f=$(jobf cc1 finished)
+sys_expect_match "its output is Claude's answer" '"output": *".*Researched through Slurm' "$(x cat "$f" 2>&1)"
+sys_expect_eq "exit code 0" 0 "$(jfield "$f" exit_code)"
+sys_expect_match "run as Slurm job $(jfield "$f" slurm_job_id)" '^[0-9]+$' "$(jfield "$f" slurm_job_id)"
+sys_check "the fake endpoint saw the /code-researcher prompt" x grep -q 'Research the code of this project' /var/tmp/anthropic.jsonl
+
 # --- cancel-job: running and pending ---------------------------------------------------------
 # (limit 110 s: --time=2, within the partition's MaxTime; they must outlive the next steps)
 queue_job c1 "$(noop 'long 1' 100 110)"
@@ -123,12 +144,16 @@ sys_expect_eq "c3 cancelled" "Job cancelled by root" "$(jfield "$(jobf c3 failed
 sys_expect_eq "scancel reached Slurm" "CANCELLED CANCELLED" "$(state_of c1) $(state_of c3)"
 
 # --- slurmd stopped mid-job -------------------------------------------------------------------
+# A node crash: slurmd, the job's slurmstepd and the worker die at once (nothing can report
+# the job's end). slurmctld marks the node down after SlurmdTimeout (10 s) and ends the job
+# NODE_FAIL (reason NodeDown); squeue keeps it for MinJobAge, where the manager reads it.
 sys_check "c2 still running" in_state c2 running
-x systemctl kill -s KILL slurmd
-x systemctl stop slurmd || true
-sys_check "c2 fails when Slurm gives the node up" sys_wait_until 120 "c2 failed" in_state c2 failed
-sys_expect_match "with Slurm's reason" 'NODE_FAIL' "$(jfield "$(jobf c2 failed)" error)"
-x pkill -KILL -f 'sleep_seconds|agent-worker' || true
+x systemctl kill -s KILL slurmd || true
+x pkill -KILL -x slurmd || true
+x pkill -KILL -x slurmstepd || true
+x pkill -KILL -f 'agent-worker .* -- c2$' || true
+sys_check "c2 fails when Slurm gives the node up" sys_wait_until 90 "c2 failed" in_state c2 failed
+sys_expect_match "with Slurm's state and reason" 'Slurm ended job [0-9]+ with NODE_FAIL \(reason: NodeDown\); the worker wrote no result' "$(jfield "$(jobf c2 failed)" error)"
 sys_check "slurmd starts again" x systemctl start slurmd
 x scontrol update nodename="$node" state=resume 2>/dev/null || true
 sys_check "the node is back" sys_wait_until 60 "node idle" node_idle
