@@ -264,6 +264,7 @@ impl Manager {
         m.inotify = Some(inotify);
         m.approvals_watch = m.watch_approvals();
         super::poison::install_crash_recorder();
+        m.give_back_claims();
         m.recover_poisoned().await;
         m.write_heartbeat(false);
         let dead = m.adopt_running();

@@ -90,6 +90,9 @@ impl Manager {
         }
         tracing::info!(job_id = %id, queue = %q, "cancel requested by {by}");
         match from {
+            // Its worker is being launched: it never runs, and the job fails as cancelled
+            // as soon as the launch completes (starting.rs, `cancel_launched`).
+            _ if self.launching.cancel(id, by) => Ok(()),
             JobStatus::Running if self.running.contains_key(id) => {
                 self.stop_job(id, EndCause::Cancelled(by.to_string())).await;
                 Ok(())
@@ -101,9 +104,6 @@ impl Manager {
             JobStatus::Running => Err(QueueError::Failed(format!(
                 "job {id} is running under another queue manager"
             ))),
-            // Its worker is being launched: it never runs, and the job fails as cancelled
-            // as soon as the launch completes (starting.rs, `cancel_launched`).
-            _ if self.launching.cancel(id, by) => Ok(()),
             _ => {
                 let error = format!("Job cancelled by {by}");
                 match job {

@@ -43,9 +43,9 @@ pub(super) struct LaunchDone {
 
 type LaunchFuture = std::pin::Pin<Box<dyn std::future::Future<Output = LaunchDone> + Send>>;
 
-/// The launches in flight (local launchers): a job is here from the moment its worker is
-/// spawned until its file is in running_jobs/ (or it failed); its file stays in
-/// queued_jobs/ meanwhile, so a pass never starts it a second time.
+/// The launches in flight (local launchers): a job is here from its claim (its file moved
+/// into running_jobs/, marked running on this host with no pid yet) until its worker is
+/// recorded and released (or it failed); the sweep leaves it alone meanwhile.
 #[derive(Default)]
 pub(super) struct Launching {
     futures: futures_util::stream::FuturesUnordered<LaunchFuture>,
@@ -139,8 +139,11 @@ impl Launching {
 }
 
 impl Manager {
-    /// Marks `job` (queued at `path`; start time, pid and unit already set by the caller)
-    /// running on this host, writes it, then moves it to running_jobs/ without replacing.
+    /// Marks `job` (queued at `path`) running on this host and claims it: moved from
+    /// `queued_jobs/` into `running_jobs/`, then written there (`claim_queued`: of several
+    /// managers serving the queue from one filesystem exactly one succeeds; the others get
+    /// `NotFound`). The caller sets start time, pid and unit first, or leaves them unset for a
+    /// claim made before the worker exists.
     pub(super) fn place_running(
         &self,
         id: &str,
@@ -154,12 +157,11 @@ impl Manager {
         r.error = None;
         r.output = None;
         r.host = Some(self.host.clone());
-        let running_path = self.store.job_path(&self.cfg.queue, JobStatus::Running, id);
-        self.store.write_doc(DocKind::Job, path, job)?;
-        move_no_replace(path, &running_path).map_err(|source| StoreError::Io {
-            path: running_path,
-            source,
-        })
+        debug_assert_eq!(
+            path,
+            self.store.job_path(&self.cfg.queue, JobStatus::Queued, id)
+        );
+        crate::store::jobfile::claim_queued(&self.store, &self.cfg.queue, id, job).map(|_| ())
     }
 
     // ---- starting ----------------------------------------------------------------------
@@ -265,7 +267,12 @@ impl Manager {
     async fn start_batch(&mut self, ids: &[String], alone: bool) {
         for id in ids {
             let (marked, prepared) = self.begin_start(id).await;
-            let Some(p) = prepared else {
+            let marker = self.marker_path(MarkKind::Start, id);
+            let claimed = match prepared {
+                Some(p) => handling(marker, async { self.claim(p) }).await,
+                None => None,
+            };
+            let Some(p) = claimed else {
                 if marked {
                     self.unmark(MarkKind::Start, id);
                 }
@@ -279,6 +286,38 @@ impl Manager {
                 marker: self.marker_path(MarkKind::Start, id),
             };
             self.launching.push(p, marked, alone, spec);
+        }
+    }
+
+    /// Claims prepared job `p` before its worker is spawned: moved into `running_jobs/`
+    /// marked running on this host, with no start time or pid yet (`place_running`). `None`
+    /// when another manager took it first (nothing else to do: it runs there) or the claim
+    /// could not be written (put off).
+    fn claim(&mut self, mut p: PreparedStart) -> Option<PreparedStart> {
+        let r = &mut p.job.runtime;
+        r.start_time = None;
+        r.process_id = None;
+        r.unit = None;
+        r.slurm_job_id = None;
+        match self.place_running(&p.id, &mut p.job, &p.path) {
+            Ok(()) => {
+                p.path = self
+                    .store
+                    .job_path(&self.cfg.queue, JobStatus::Running, &p.id);
+                Some(p)
+            }
+            Err(StoreError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                tracing::debug!(job_id = %p.id, queue = %self.cfg.queue,
+                    "job taken by another queue manager of the queue");
+                self.index.forget(&p.id);
+                None
+            }
+            Err(e) => {
+                self.back_off(&p.id, &e.to_string());
+                None
+            }
         }
     }
 
@@ -316,7 +355,7 @@ impl Manager {
             self.launcher.clean_up(l.pid, l.unit.as_deref()).await;
         }
         let error = format!("Job cancelled by {by}");
-        self.fail_owned(&p.id, JobStatus::Queued, p.job, error)
+        self.fail_owned(&p.id, JobStatus::Running, p.job, error)
             .await;
         self.index.forget(&p.id);
     }
@@ -387,7 +426,9 @@ impl Manager {
         };
         // The store must take the job's next write before a worker is started for it: on a
         // full disk the start is put off (with a growing pause), not tried again at once.
-        if let Err(e) = self.store.write_doc(DocKind::Job, &path, &job) {
+        // A probe beside the job, never the job's own file: another manager of the queue may
+        // have taken it meanwhile, and it must not be written back into being.
+        if let Err(e) = self.probe_write(&path, &job) {
             self.back_off(id, &e.to_string());
             return None;
         }
@@ -422,7 +463,6 @@ impl Manager {
         let q = self.cfg.queue.clone();
         let PreparedStart {
             id,
-            path,
             mut job,
             limit,
             ..
@@ -432,7 +472,7 @@ impl Manager {
             Ok(l) => l,
             Err(e) => {
                 return self
-                    .fail_owned(id, JobStatus::Queued, job, format!("Cannot start job: {e}"))
+                    .fail_owned(id, JobStatus::Running, job, format!("Cannot start job: {e}"))
                     .await;
             }
         };
@@ -441,13 +481,21 @@ impl Manager {
         r.start_time = Some(now);
         r.process_id = Some(launched.pid);
         r.unit = launched.unit.clone();
-        if let Err(e) = self.place_running(id, &mut job, &path) {
-            tracing::error!(job_id = %id, queue = %q, "cannot move job to running_jobs: {e}");
+        // The claimed file (ours: only a machine judged lost loses it) names the worker.
+        if let Err(e) = crate::store::jobfile::write_and_move(
+            &self.store,
+            &q,
+            id,
+            JobStatus::Running,
+            &job,
+        ) {
+            tracing::error!(job_id = %id, queue = %q, "cannot record the started job: {e}");
             drop(launched.gate);
             let _ = launched.child.wait().await;
             self.launcher
                 .clean_up(launched.pid, launched.unit.as_deref())
                 .await;
+            self.give_back(id, job);
             return self.back_off(id, &e.to_string());
         }
         self.backoff.remove(id);
@@ -488,6 +536,44 @@ impl Manager {
             ),
         ));
         self.signal(id, JobStatus::Queued, JobStatus::Running).await;
+    }
+
+    /// Writes `job`'s bytes to a probe file beside `path` (then removes it): whether the
+    /// store takes the job's next write, without writing the job's own file.
+    fn probe_write(&self, path: &Path, job: &Job) -> Result<(), StoreError> {
+        let bytes = self.store.doc_bytes(DocKind::Job, path, job)?;
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        let probe = path.with_file_name(format!(".probe-{}-{name}.tmp", std::process::id()));
+        let res = crate::store::safe::create_new(&probe, 0o600).and_then(|mut f| {
+            use std::io::Write;
+            f.write_all(&bytes)?;
+            f.sync_all()
+        });
+        let _ = crate::store::safe::remove_file(&probe);
+        res.map_err(|source| StoreError::Io {
+            path: probe,
+            source,
+        })
+    }
+
+    /// Puts claimed job `id`, never released to a worker, back into `queued_jobs/` (queued,
+    /// on no host) to be started again.
+    pub(super) fn give_back(&self, id: &str, mut job: Job) {
+        let r = &mut job.runtime;
+        r.status = JobStatus::Queued;
+        r.start_time = None;
+        r.process_id = None;
+        r.unit = None;
+        r.host = None;
+        r.slurm_job_id = None;
+        let q = &self.cfg.queue;
+        match crate::store::jobfile::write_and_move(&self.store, q, id, JobStatus::Running, &job)
+        {
+            Ok(_) => tracing::warn!(job_id = %id, queue = %q,
+                "start not completed before the job ran: put back into queued_jobs"),
+            Err(e) => tracing::warn!(job_id = %id, queue = %q,
+                "start not completed; cannot put the job back: {e}"),
+        }
     }
 
     /// Puts off starting `id` after a failure that is not the job's fault (the store cannot be

@@ -1,7 +1,7 @@
 //! Writing the store's documents: validated first, then written atomically; adding users,
 //! projects and queues.
 
-use super::{Result, Store, StoreError, check_id, io_err, safe, write_json_atomic};
+use super::{Result, Store, StoreError, check_id, io_err, safe};
 use crate::model::{DocKind, JobStatus, PrdState, Project, Queue, QueueConfig, QueueRuntime, User};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -14,6 +14,21 @@ impl Store {
         path: &Path,
         doc: &T,
     ) -> Result<()> {
+        let bytes = self.doc_bytes(kind, path, doc)?;
+        if let Some(dir) = path.parent() {
+            safe::create_dir_all(dir).map_err(io_err(dir))?;
+        }
+        super::write_atomic(path, &bytes).map_err(io_err(path))
+    }
+
+    /// `doc` validated against `kind` (a rejection is logged naming `path`, where it was to
+    /// be written) and serialised as it is written to the store.
+    pub fn doc_bytes<T: serde::Serialize>(
+        &self,
+        kind: DocKind,
+        path: &Path,
+        doc: &T,
+    ) -> Result<Vec<u8>> {
         let value = serde_json::to_value(doc).map_err(|e| StoreError::Io {
             path: path.to_path_buf(),
             source: io::Error::other(e),
@@ -26,10 +41,7 @@ impl Store {
                 rejection,
             });
         }
-        if let Some(dir) = path.parent() {
-            safe::create_dir_all(dir).map_err(io_err(dir))?;
-        }
-        write_json_atomic(path, &value).map_err(io_err(path))
+        json_bytes(path, &value)
     }
 
     /// Adds a user; refuses to replace one.
@@ -85,4 +97,14 @@ impl Store {
         self.write_doc(DocKind::Queue, &path, &queue)?;
         Ok(path)
     }
+}
+
+/// `value` as the store writes JSON: pretty, with a final newline.
+pub(crate) fn json_bytes<T: serde::Serialize>(path: &Path, value: &T) -> Result<Vec<u8>> {
+    let mut bytes = serde_json::to_vec_pretty(value).map_err(|e| StoreError::Io {
+        path: path.to_path_buf(),
+        source: io::Error::other(e),
+    })?;
+    bytes.push(b'\n');
+    Ok(bytes)
 }
