@@ -72,13 +72,21 @@ impl Manager {
     ) -> Result<(), QueueError> {
         crate::store::check_id("job", id)?;
         let q = self.cfg.queue.clone();
-        let from = [JobStatus::Running, JobStatus::Queued]
+        // A job being launched is in this machine's claim (starting.rs), in neither folder.
+        let claim = crate::store::jobfile::claims_dir(&self.store, &q, &self.host)
+            .join(format!("{id}.json"));
+        let (from, path) = match [JobStatus::Running, JobStatus::Queued]
             .into_iter()
             .find(|s| crate::store::safe::is_file(&self.store.job_path(&q, *s, id)))
-            .ok_or_else(|| {
-                QueueError::NotFound(format!("job {id} is not queued or running in queue {q}"))
-            })?;
-        let path = self.store.job_path(&q, from, id);
+        {
+            Some(from) => (from, self.store.job_path(&q, from, id)),
+            None if self.launching.contains(id) => (JobStatus::Queued, claim),
+            None => {
+                return Err(QueueError::NotFound(format!(
+                    "job {id} is not queued or running in queue {q}"
+                )));
+            }
+        };
         let job: Option<Job> = self.store.read_doc(DocKind::Job, &path).ok();
         let project = job
             .as_ref()

@@ -139,11 +139,10 @@ impl Launching {
 }
 
 impl Manager {
-    /// Marks `job` (queued at `path`) running on this host and claims it: moved from
-    /// `queued_jobs/` into `running_jobs/`, then written there (`claim_queued`: of several
-    /// managers serving the queue from one filesystem exactly one succeeds; the others get
-    /// `NotFound`). The caller sets start time, pid and unit first, or leaves them unset for a
-    /// claim made before the worker exists.
+    /// Marks `job` (at `path`: its start's claim, or `queued_jobs/` for a Slurm start) running
+    /// on this host with the start time, pid and unit the caller set, and moves it into
+    /// `running_jobs/` — the move first, then the write (`move_claimed`): a job another
+    /// process took meanwhile is never written back into being (`NotFound`).
     pub(super) fn place_running(
         &self,
         id: &str,
@@ -157,11 +156,7 @@ impl Manager {
         r.error = None;
         r.output = None;
         r.host = Some(self.host.clone());
-        debug_assert_eq!(
-            path,
-            self.store.job_path(&self.cfg.queue, JobStatus::Queued, id)
-        );
-        crate::store::jobfile::claim_queued(&self.store, &self.cfg.queue, id, job).map(|_| ())
+        crate::store::jobfile::move_claimed(&self.store, &self.cfg.queue, id, path, job).map(|_| ())
     }
 
     // ---- starting ----------------------------------------------------------------------
@@ -289,27 +284,19 @@ impl Manager {
         }
     }
 
-    /// Claims prepared job `p` before its worker is spawned: moved into `running_jobs/`
-    /// marked running on this host, with no start time or pid yet (`place_running`). `None`
-    /// when another manager took it first (nothing else to do: it runs there) or the claim
-    /// could not be written (put off).
+    /// Claims prepared job `p` before its worker is spawned: `queued_jobs/<id>.json` renamed
+    /// to this machine's claim, `Queues/<q>/.claimed/<host>/<id>.json` (`claim_queued`).
+    /// `None` when another manager took it first (it runs there) or the claim failed (put
+    /// off).
     fn claim(&mut self, mut p: PreparedStart) -> Option<PreparedStart> {
-        let r = &mut p.job.runtime;
-        r.start_time = None;
-        r.process_id = None;
-        r.unit = None;
-        r.slurm_job_id = None;
-        match self.place_running(&p.id, &mut p.job, &p.path) {
-            Ok(()) => {
-                p.path = self
-                    .store
-                    .job_path(&self.cfg.queue, JobStatus::Running, &p.id);
+        let q = self.cfg.queue.clone();
+        match crate::store::jobfile::claim_queued(&self.store, &q, &self.host, &p.id) {
+            Ok(path) => {
+                p.path = path;
                 Some(p)
             }
-            Err(StoreError::Io { source, .. })
-                if source.kind() == std::io::ErrorKind::NotFound =>
-            {
-                tracing::debug!(job_id = %p.id, queue = %self.cfg.queue,
+            Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                tracing::debug!(job_id = %p.id, queue = %q,
                     "job taken by another queue manager of the queue");
                 self.index.forget(&p.id);
                 None
@@ -355,8 +342,7 @@ impl Manager {
             self.launcher.clean_up(l.pid, l.unit.as_deref()).await;
         }
         let error = format!("Job cancelled by {by}");
-        self.fail_owned(&p.id, JobStatus::Running, p.job, error)
-            .await;
+        self.fail_claimed(&p, error).await;
         self.index.forget(&p.id);
     }
 
@@ -463,6 +449,7 @@ impl Manager {
         let q = self.cfg.queue.clone();
         let PreparedStart {
             id,
+            path,
             mut job,
             limit,
             ..
@@ -471,8 +458,15 @@ impl Manager {
         let mut launched = match launched {
             Ok(l) => l,
             Err(e) => {
+                let p = PreparedStart {
+                    id: id.to_string(),
+                    path,
+                    job,
+                    args: Vec::new(),
+                    limit,
+                };
                 return self
-                    .fail_owned(id, JobStatus::Running, job, format!("Cannot start job: {e}"))
+                    .fail_claimed(&p, format!("Cannot start job: {e}"))
                     .await;
             }
         };
@@ -481,21 +475,14 @@ impl Manager {
         r.start_time = Some(now);
         r.process_id = Some(launched.pid);
         r.unit = launched.unit.clone();
-        // The claimed file (ours: only a machine judged lost loses it) names the worker.
-        if let Err(e) = crate::store::jobfile::write_and_move(
-            &self.store,
-            &q,
-            id,
-            JobStatus::Running,
-            &job,
-        ) {
-            tracing::error!(job_id = %id, queue = %q, "cannot record the started job: {e}");
+        if let Err(e) = self.place_running(id, &mut job, &path) {
+            tracing::error!(job_id = %id, queue = %q, "cannot move job to running_jobs: {e}");
             drop(launched.gate);
             let _ = launched.child.wait().await;
             self.launcher
                 .clean_up(launched.pid, launched.unit.as_deref())
                 .await;
-            self.give_back(id, job);
+            self.give_back(id, &path);
             return self.back_off(id, &e.to_string());
         }
         self.backoff.remove(id);
@@ -556,23 +543,47 @@ impl Manager {
         })
     }
 
-    /// Puts claimed job `id`, never released to a worker, back into `queued_jobs/` (queued,
-    /// on no host) to be started again.
-    pub(super) fn give_back(&self, id: &str, mut job: Job) {
-        let r = &mut job.runtime;
-        r.status = JobStatus::Queued;
-        r.start_time = None;
-        r.process_id = None;
-        r.unit = None;
-        r.host = None;
-        r.slurm_job_id = None;
+    /// Puts claimed job `id` (its claim at `claim`), never released to a worker, back into
+    /// `queued_jobs/` to be started again.
+    pub(super) fn give_back(&self, id: &str, claim: &Path) {
         let q = &self.cfg.queue;
-        match crate::store::jobfile::write_and_move(&self.store, q, id, JobStatus::Running, &job)
-        {
+        match crate::store::jobfile::give_back_claim(&self.store, q, id, claim) {
             Ok(_) => tracing::warn!(job_id = %id, queue = %q,
-                "start not completed before the job ran: put back into queued_jobs"),
+                "start not completed: the job, which never ran, is back in queued_jobs"),
             Err(e) => tracing::warn!(job_id = %id, queue = %q,
                 "start not completed; cannot put the job back: {e}"),
+        }
+    }
+
+    /// At start, before the poison markers are read: this machine's claims left by a manager
+    /// that stopped between a claim and its worker's release go back to `queued_jobs/`
+    /// (nothing of them ran; the start marker, if any, counts the interrupted attempt).
+    pub(super) fn give_back_claims(&self) {
+        for (id, claim) in
+            crate::store::jobfile::claims_of(&self.store, &self.cfg.queue, &self.host)
+        {
+            self.give_back(&id, &claim);
+        }
+    }
+
+    /// Fails claimed job `p` (never released to a worker) with `error`.
+    async fn fail_claimed(&mut self, p: &PreparedStart, error: String) {
+        let mut job = p.job.clone();
+        crate::store::jobfile::set_failed(&mut job, error.clone());
+        match crate::store::jobfile::write_and_move_from(
+            &self.store,
+            &self.cfg.queue,
+            &p.id,
+            &p.path,
+            &job,
+        ) {
+            Ok(_) => {
+                self.ended(&p.id, JobStatus::Queued, JobStatus::Failed, &error)
+                    .await
+            }
+            Err(e) => {
+                tracing::error!(job_id = %p.id, queue = %self.cfg.queue, "cannot fail job: {e}")
+            }
         }
     }
 

@@ -104,15 +104,6 @@ impl Manager {
         if job.runtime.host.as_deref().is_some_and(|h| h != self.host) {
             return true; // another machine's job
         }
-        if job.runtime.status == JobStatus::Queued {
-            // A claim in flight (moved, not yet written): its manager writes it at once; an
-            // interrupted one of ours is given back at our start (`give_back_claims`).
-            return true;
-        }
-        if self.never_launched(&job) {
-            self.give_back(id, job);
-            return true;
-        }
         if let Some(sid) = job.runtime.slurm_job_id.clone() {
             self.slurm_adopt(id, &job, &sid);
             return true;
@@ -124,42 +115,6 @@ impl Manager {
             self.unmark(MarkKind::Adopt, id);
         }
         alive
-    }
-
-    /// A claim of this machine whose worker was never recorded: moved into `running_jobs/`
-    /// for a start that did not complete (the manager stopped between the claim and the
-    /// release, or the start was abandoned). Nothing of the job ran.
-    pub(super) fn never_launched(&self, job: &Job) -> bool {
-        let r = &job.runtime;
-        r.status == JobStatus::Running
-            && r.host.as_deref() == Some(self.host.as_str())
-            && r.process_id.is_none()
-            && r.start_time.is_none()
-            && r.slurm_job_id.is_none()
-    }
-
-    /// At start, before the poison markers are read: this machine's claims that never got a
-    /// worker go back to `queued_jobs/` (their start marker, if any, counts the interrupted
-    /// attempt), and so does a claim interrupted between its move and its write (still
-    /// queued in `running_jobs/`) when our start marker names it.
-    pub(super) fn give_back_claims(&mut self) {
-        let dir = self.store.jobs_dir(&self.cfg.queue, JobStatus::Running);
-        let Ok(scan) = crate::store::scan_dir(&dir) else {
-            return;
-        };
-        for path in scan.documents {
-            let Some(id) = crate::store::file_id(&path).map(str::to_string) else {
-                continue;
-            };
-            let Ok(job) = self.store.read_doc::<Job>(DocKind::Job, &path) else {
-                continue;
-            };
-            let ours_in_flight = job.runtime.status == JobStatus::Queued
-                && self.start_was_interrupted(&id);
-            if ours_in_flight || self.never_launched(&job) {
-                self.give_back(&id, job);
-            }
-        }
     }
 
     pub(super) fn adopt_job(&mut self, id: &str, job: &Job) -> bool {

@@ -64,32 +64,6 @@ pub fn move_no_replace(from: &Path, to: &Path) -> io::Result<()> {
     sync_parent(from)
 }
 
-/// Moves `from` to `to` (never replacing) and only then gives `to` the content `bytes`: a
-/// state change that is also a claim. Of several processes moving one file at once exactly one
-/// rename succeeds (the others get `NotFound`), and nothing is written before it has, so a
-/// file another process took away (started, ended, failed elsewhere) is never written back
-/// into being. On one filesystem (a local disk, a bind mount, NFS) the rename of `from` is
-/// atomic for every machine; across a sync engine it is not (each machine renames its own
-/// copy). `bytes` go to a fsynced temp file beside `to` first, so a full disk fails before
-/// anything moved. A crash between the two renames leaves `to` with `from`'s content.
-pub fn move_then_write(from: &Path, to: &Path, bytes: &[u8]) -> io::Result<()> {
-    let tmp = temp_sibling(to)?;
-    let result = (|| {
-        let mut f = safe::create_new(&tmp, 0o644)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        drop(f);
-        safe::rename_noreplace(from, to)?;
-        safe::rename(&tmp, to)?;
-        sync_parent(to)?;
-        sync_parent(from)
-    })();
-    if result.is_err() {
-        let _ = safe::remove_file(&tmp);
-    }
-    result
-}
-
 /// Appends one line to `path` (created if missing) with a single `write` on an
 /// `O_APPEND | O_NOFOLLOW` descriptor under an exclusive `flock`, so concurrent writers never
 /// interleave lines. The file is capped and rotated by its store's [`safe::LogLimits`]

@@ -1,10 +1,13 @@
-//! Moving a job between states: one rename into the next folder (`running_jobs/` for a
-//! start's claim, `finished_jobs/` or `failed_jobs/` for an end), then the write in place —
-//! the rename is the claim, so one job is never started or ended twice (DESIGN §4). Shared by the worker (normal ends) and the manager (ends the
-//! worker cannot report: crash, timeout, cancel; invalid files).
+//! Moving a job between states: the final write in place, then one rename into the next
+//! folder (DESIGN §4). A queued job, which any manager of its queue may take, is first
+//! claimed by one rename into this machine's `Queues/<q>/.claimed/<host>/` — of racing
+//! processes exactly one succeeds on one filesystem — and only then written, so a job is
+//! never started or ended twice, and a job another process took is never written back into
+//! being. Shared by the worker (normal ends) and the manager (starts; ends the worker cannot
+//! report: crash, timeout, cancel; invalid files).
 
 use crate::model::{DocKind, Job, JobStatus, Timestamp};
-use crate::store::{Store, StoreError, move_then_write, write_atomic, write_json_atomic};
+use crate::store::{Store, StoreError, write_atomic, write_json_atomic};
 use serde_json::{Map, Value};
 use std::path::PathBuf;
 
@@ -15,12 +18,10 @@ fn io(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ 
     }
 }
 
-/// Moves `Queues/<queue>/Jobs/<from>/<id>.json` to the folder of `job.runtime.status` and
-/// writes `job` there: the move first, as a claim ([`move_then_write`]), so of several
-/// processes ending, starting or failing one job at once exactly one does, and a job another
-/// process moved away is never written back into being (`NotFound`: it was started, ended or
-/// failed elsewhere). A job whose id already exists in the destination ends in `failed_jobs/`
-/// under a collision name instead. Returns the new path.
+/// Writes `job` over `Queues/<queue>/Jobs/<from>/<id>.json`, then moves it to the folder of
+/// `job.runtime.status` ([`take_and_write`]: a queued job is claimed first; a job another
+/// process took is `NotFound`, never written back). A job whose id already exists in the
+/// destination ends in `failed_jobs/` under a collision name instead. Returns the new path.
 pub fn write_and_move(
     store: &Store,
     queue: &str,
@@ -28,7 +29,18 @@ pub fn write_and_move(
     from: JobStatus,
     job: &Job,
 ) -> Result<PathBuf, StoreError> {
-    match take_and_write(store, queue, id, from, job) {
+    write_and_move_from(store, queue, id, &store.job_path(queue, from, id), job)
+}
+
+/// [`write_and_move`] of the job at `src` (a start's claim).
+pub fn write_and_move_from(
+    store: &Store,
+    queue: &str,
+    id: &str,
+    src: &std::path::Path,
+    job: &Job,
+) -> Result<PathBuf, StoreError> {
+    match take_and_write(store, queue, id, src, job) {
         Err(Taken::Exists(src)) => {
             end_collided(store, queue, id, &src, job.runtime.status, |error| {
                 let mut failed = job.clone();
@@ -48,13 +60,18 @@ pub fn write_and_move(
     }
 }
 
-/// Claims queued job `id` for a start on this machine before any worker exists: moves it
-/// from `queued_jobs/` into `running_jobs/` and writes `job` (marked running on this host by
-/// the caller) there ([`move_then_write`]). Of several queue managers serving the queue from
-/// one filesystem exactly one claims it; the others get `NotFound`. `AlreadyExists` when a
-/// job of the same id is running (nothing moved).
-pub fn claim_queued(store: &Store, queue: &str, id: &str, job: &Job) -> Result<PathBuf, StoreError> {
-    match take_and_write(store, queue, id, JobStatus::Queued, job) {
+/// Moves job `id` from `src` (a start's claim, or `queued_jobs/` for a start that has no
+/// claim of its own) to the folder of `job.runtime.status` and writes `job` there, as
+/// [`write_and_move`] does, except that a job of the same id already there is an error
+/// (`AlreadyExists`, nothing moved), not a collision to fail.
+pub fn move_claimed(
+    store: &Store,
+    queue: &str,
+    id: &str,
+    src: &std::path::Path,
+    job: &Job,
+) -> Result<PathBuf, StoreError> {
+    match take_and_write(store, queue, id, src, job) {
         Ok(p) => Ok(p),
         Err(Taken::Failed(e)) => Err(e),
         Err(Taken::Exists(_)) => {
@@ -70,6 +87,54 @@ pub fn claim_queued(store: &Store, queue: &str, id: &str, job: &Job) -> Result<P
     }
 }
 
+/// `Queues/<queue>/.claimed/<host>/`: the starts machine `host` has claimed and not yet
+/// recorded (DESIGN §4, docs/machines.md).
+pub fn claims_dir(store: &Store, queue: &str, host: &str) -> PathBuf {
+    store.queue_dir(queue).join(".claimed").join(host)
+}
+
+/// Claims queued job `id` for a start by machine `host` before any worker exists: one
+/// rename of `queued_jobs/<id>.json` to `Queues/<queue>/.claimed/<host>/<id>.json`. Of
+/// several managers serving the queue from one filesystem exactly one rename succeeds; the
+/// others get `NotFound` (taken). Returns the claim's path.
+pub fn claim_queued(
+    store: &Store,
+    queue: &str,
+    host: &str,
+    id: &str,
+) -> Result<PathBuf, StoreError> {
+    let src = store.job_path(queue, JobStatus::Queued, id);
+    let dir = claims_dir(store, queue, host);
+    crate::store::safe::create_dir_all(&dir).map_err(io(&dir))?;
+    let dst = dir.join(format!("{id}.json"));
+    crate::store::move_no_replace(&src, &dst).map_err(io(&src))?;
+    Ok(dst)
+}
+
+/// Puts back claim `claim` of job `id` (never released to a worker: nothing of it ran)
+/// into `queued_jobs/`, unchanged.
+pub fn give_back_claim(
+    store: &Store,
+    queue: &str,
+    id: &str,
+    claim: &std::path::Path,
+) -> Result<PathBuf, StoreError> {
+    let dst = store.job_path(queue, JobStatus::Queued, id);
+    crate::store::move_no_replace(claim, &dst).map_err(io(&dst))?;
+    Ok(dst)
+}
+
+/// The claims of machine `host` in `queue`: (job id, path).
+pub fn claims_of(store: &Store, queue: &str, host: &str) -> Vec<(String, PathBuf)> {
+    let Ok(scan) = crate::store::scan_dir(&claims_dir(store, queue, host)) else {
+        return Vec::new();
+    };
+    scan.documents
+        .into_iter()
+        .filter_map(|p| Some((crate::store::file_id(&p)?.to_string(), p.clone())))
+        .collect()
+}
+
 /// Why [`take_and_write`] did not move a job.
 enum Taken {
     /// The destination exists (an id collision): the source, not moved.
@@ -77,47 +142,73 @@ enum Taken {
     Failed(StoreError),
 }
 
-/// [`move_then_write`] of `job` from `<from>/<id>.json` to the folder of its status (written
-/// in place when that is `from`, only while the file is still there).
+/// Writes `job` over `src` in place, then moves it to the folder of its status with one
+/// rename (never replacing), so a reader sees the document appear whole. A queued job is
+/// first taken by this machine ([`take_queued`]): any manager of the queue may be taking it
+/// too, and only one may write it. Any other `src` (this machine's claim, a running job) is
+/// written only while it is still there: a job another process moved away is never written
+/// back into being (`NotFound`).
 fn take_and_write(
     store: &Store,
     queue: &str,
     id: &str,
-    from: JobStatus,
+    src: &std::path::Path,
     job: &Job,
 ) -> Result<PathBuf, Taken> {
-    let src = store.job_path(queue, from, id);
     let dst = store.job_path(queue, job.runtime.status, id);
     let bytes = job_bytes(store, &dst, job).map_err(Taken::Failed)?;
-    let gone = || {
-        Taken::Failed(StoreError::Io {
-            path: src.clone(),
-            source: std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                format!(
-                    "the job is no longer in {}/: another process took it (it was started, ended or failed elsewhere)",
-                    from.dir()
-                ),
-            ),
-        })
+    let queued = store.job_path(queue, JobStatus::Queued, id);
+    let (src, taken) = if src == queued && dst != queued {
+        (take_queued(store, queue, id).map_err(Taken::Failed)?, true)
+    } else {
+        (src.to_path_buf(), false)
     };
+    if !crate::store::safe::exists(&src) {
+        return Err(Taken::Failed(gone(&src)));
+    }
+    let put_back = |e: StoreError| {
+        if taken {
+            let _ = give_back_claim(store, queue, id, &src);
+        }
+        Taken::Failed(e)
+    };
+    write_atomic(&src, &bytes).map_err(|e| put_back(io(&src)(e)))?;
     if src == dst {
-        // A job another process moved away is never written back into being.
-        if !crate::store::safe::exists(&src) {
-            return Err(gone());
-        }
-        return write_atomic(&src, &bytes)
-            .map(|_| dst.clone())
-            .map_err(|e| Taken::Failed(io(&src)(e)));
+        return Ok(dst);
     }
-    match move_then_write(&src, &dst, &bytes) {
+    match crate::store::move_no_replace(&src, &dst) {
         Ok(()) => Ok(dst),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !crate::store::safe::exists(&src) => {
-            Err(gone())
-        }
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(Taken::Exists(src)),
-        Err(e) => Err(Taken::Failed(io(&dst)(e))),
+        Err(e) => Err(put_back(io(&dst)(e))),
     }
+}
+
+/// The error of a job that is no longer at `src`.
+fn gone(src: &std::path::Path) -> StoreError {
+    StoreError::Io {
+        path: src.to_path_buf(),
+        source: std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "the job is no longer there: another process took it (it was started, ended or failed elsewhere)",
+        ),
+    }
+}
+
+/// Takes queued job `id` for this machine (its claim, [`claim_queued`]) so that only this
+/// process writes it; `NotFound` when another took it first.
+fn take_queued(store: &Store, queue: &str, id: &str) -> Result<PathBuf, StoreError> {
+    let host = crate::store::hostname();
+    let host = if crate::model::is_safe_id(&host) {
+        host
+    } else {
+        "this-host".to_string()
+    };
+    claim_queued(store, queue, &host, id).map_err(|e| match e {
+        StoreError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            gone(&store.job_path(queue, JobStatus::Queued, id))
+        }
+        e => e,
+    })
 }
 
 /// `job` as written to `path`: validated, or — a document we cannot make valid still ends —
@@ -164,9 +255,10 @@ fn end_collided(
     );
     tracing::error!(job_id = %id, queue = %queue, "{error}");
     let bytes = failed(&error)?;
+    write_atomic(src, &bytes).map_err(io(src))?;
     let mut n = n;
     loop {
-        match move_then_write(src, &dst, &bytes) {
+        match crate::store::move_no_replace(src, &dst) {
             Ok(()) => break,
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < u32::MAX => {
                 n += 1;
@@ -195,11 +287,16 @@ pub fn fail_raw(
     bytes: &[u8],
     error: &str,
 ) -> Result<PathBuf, StoreError> {
-    let src = store.job_path(queue, from, id);
+    let mut src = store.job_path(queue, from, id);
     let dst = store.job_path(queue, JobStatus::Failed, id);
+    if from == JobStatus::Queued {
+        src = take_queued(store, queue, id)?;
+    } else if !crate::store::safe::exists(&src) {
+        return Err(gone(&src));
+    }
     let mut doc = failed_raw_doc(bytes, error);
-    let content = crate::store::writes::json_bytes(&dst, &Value::Object(doc.clone()))?;
-    match move_then_write(&src, &dst, &content) {
+    write_json_atomic(&src, &Value::Object(doc.clone())).map_err(io(&src))?;
+    match crate::store::move_no_replace(&src, &dst) {
         Ok(()) => Ok(dst),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
             end_collided(store, queue, id, &src, JobStatus::Failed, |collided| {
@@ -212,7 +309,7 @@ pub fn fail_raw(
                 crate::store::writes::json_bytes(&src, &Value::Object(doc))
             })
         }
-        Err(e) => Err(io(&src)(e)),
+        Err(e) => Err(io(&dst)(e)),
     }
 }
 

@@ -39,7 +39,7 @@ pub use error::{Result, StoreError, check_id};
 pub use error_log::{ErrorLog, ErrorLogEntry};
 pub use events::{Event, FromHost, HOSTNAME_ENV, Level, Merged, Record, hostname};
 pub use fsio::{
-    append_line_locked, move_no_replace, move_then_write, remove_stale_temp_files, sync_parent, write_atomic,
+    append_line_locked, move_no_replace, remove_stale_temp_files, sync_parent, write_atomic,
     write_json_atomic,
 };
 pub use queue_runtime::merge_runtimes;
