@@ -365,13 +365,15 @@ fn all_events(root: &Path) -> Vec<Value> {
 }
 
 /// Two queue managers as two machines serving the SAME queue of one shared store (a shared
-/// filesystem: one inode, as a bind mount or NFS), several workers each, many short jobs
+/// filesystem: one inode, as a bind mount or NFS, declared by `machines.shared_filesystem`),
+/// several workers each, many short jobs
 /// queued at once: each job is claimed by exactly one manager before a worker is spawned, so
 /// it runs exactly once (one `job_started`, one worker end), ends in `finished_jobs/`, and
 /// nothing is doubled (no collision copy in `failed_jobs/`) or left behind.
 #[test]
 fn two_machines_serving_one_queue_run_each_job_exactly_once() {
     let env = QueueEnv::new(4);
+    machines_config(&env.root, "  shared_filesystem: true\n");
     let (_alpha, _beta) = (manager(&env, "q1", "alpha"), manager(&env, "q1", "beta"));
     // Both serve the queue before the jobs arrive, so both see every one of them.
     wait(Duration::from_secs(30), "both managers beating", || {
@@ -422,4 +424,84 @@ fn two_machines_serving_one_queue_run_each_job_exactly_once() {
         let j = env.job("finished", id);
         assert_eq!(j["runtime"]["status"], "finished", "{id}: {j}");
     }
+}
+
+/// Appends a `machines:` section to config.yaml: a beat a second, stale after 2 s, plus `extra`.
+fn machines_config(root: &Path, extra: &str) {
+    let cfg = root.join("config.yaml");
+    let mut text = std::fs::read_to_string(&cfg).unwrap();
+    text.push_str("machines:\n  heartbeat_seconds: 1\n  stale_after_seconds: 2\n");
+    text.push_str(extra);
+    std::fs::write(&cfg, text).unwrap();
+}
+
+/// The same queue served from two machines of a store NOT declared one filesystem (a sync
+/// engine, where a claim's rename is not atomic across machines): the manager that started
+/// second stands down — says why once, starts nothing — while the first serves the queue, and
+/// takes over (says so) when the first stops reporting; each job still runs once.
+#[test]
+fn over_a_sync_engine_the_second_machine_stands_down_until_the_first_is_gone() {
+    let env = QueueEnv::new(2);
+    machines_config(&env.root, "");
+    let alpha = manager(&env, "q1", "alpha");
+    wait(Duration::from_secs(30), "alpha beating", || {
+        env.root
+            .join("machines/alpha/queue-manager.q1.json")
+            .is_file()
+    });
+    let _beta = manager(&env, "q1", "beta");
+    let said = |event: &str, host: &str| {
+        all_events(&env.root)
+            .iter()
+            .any(|e| e["event"] == event && e["host"] == host)
+    };
+    wait(Duration::from_secs(30), "beta standing down", || {
+        said("queue_served_elsewhere", "beta")
+    });
+    let text = all_events(&env.root)
+        .into_iter()
+        .find(|e| e["event"] == "queue_served_elsewhere")
+        .unwrap();
+    let detail = text["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("also served by machine alpha") && detail.contains("shared_filesystem"),
+        "{detail}"
+    );
+    let n = 12;
+    for i in 0..n {
+        env.queue_job(&format!("a-{i:02}"), &noop(0.0));
+    }
+    wait(Duration::from_secs(60), "alpha ran them", || {
+        env.count("finished") == n
+    });
+    let hosts = |prefix: &str| -> Vec<String> {
+        let mut v: Vec<String> = all_events(&env.root)
+            .iter()
+            .filter(|e| {
+                e["event"] == "job_started"
+                    && e["job_id"].as_str().unwrap_or("").starts_with(prefix)
+            })
+            .map(|e| e["host"].as_str().unwrap().to_string())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        hosts("a-"),
+        vec!["alpha".to_string(); n],
+        "while alpha serves"
+    );
+    // alpha goes away: beta takes the queue over.
+    drop(alpha);
+    wait(Duration::from_secs(30), "beta taking over", || {
+        said("queue_served_here", "beta")
+    });
+    for i in 0..4 {
+        env.queue_job(&format!("b-{i:02}"), &noop(0.0));
+    }
+    wait(Duration::from_secs(60), "beta ran them", || {
+        env.count("finished") == n + 4
+    });
+    assert_eq!(hosts("b-"), vec!["beta".to_string(); 4]);
+    assert_eq!(env.count("failed"), 0);
 }

@@ -128,6 +128,9 @@ pub struct Manager {
     pub(super) flow_wake: Option<Instant>,
     /// This manager's heartbeat, rewritten every `machines.heartbeat_seconds`.
     pub(super) heartbeat: Option<crate::store::machines::Heartbeat>,
+    /// The machine this manager stands down for: another live machine serves the queue and
+    /// the store is not one filesystem (`machines.shared_filesystem`), see `machines.rs`.
+    pub(super) standing_down: Option<String>,
 
     /// The queue's jobs in Slurm (launcher `slurm`).
     pub(super) slurm: super::slurm::SlurmState,
@@ -193,6 +196,7 @@ impl Manager {
             pending: Vec::new(),
             flow_wake: None,
             heartbeat: None,
+            standing_down: None,
 
             slurm: super::slurm::SlurmState::default(),
             cfg,
@@ -267,6 +271,7 @@ impl Manager {
         m.give_back_claims();
         m.recover_poisoned().await;
         m.write_heartbeat(false);
+        m.check_served_elsewhere();
         let dead = m.adopt_running();
         m.record(Record::info(
             m.event("daemon_started")
