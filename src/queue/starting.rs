@@ -559,10 +559,13 @@ impl Manager {
     /// that stopped between a claim and its worker's release go back to `queued_jobs/`
     /// (nothing of them ran; the start marker, if any, counts the interrupted attempt).
     pub(super) fn give_back_claims(&self) {
-        for (id, claim) in
-            crate::store::jobfile::claims_of(&self.store, &self.cfg.queue, &self.host)
-        {
-            self.give_back(&id, &claim);
+        let q = &self.cfg.queue;
+        for (id, claim) in crate::store::jobfile::claims_of(&self.store, q, &self.host) {
+            match crate::store::jobfile::give_back_left_claim(&self.store, q, &id, &claim) {
+                Ok(_) => tracing::warn!(job_id = %id, queue = %q,
+                    "a start left unfinished by an earlier manager: the job, which never ran, is back in queued_jobs"),
+                Err(e) => tracing::warn!(job_id = %id, queue = %q, "left claim: {e}"),
+            }
         }
     }
 

@@ -124,6 +124,33 @@ pub fn give_back_claim(
     Ok(dst)
 }
 
+/// [`give_back_claim`] of a claim left behind (by a manager that stopped, or a lost
+/// machine), found by a scan rather than held by the start that made it.
+pub fn give_back_left_claim(
+    store: &Store,
+    queue: &str,
+    id: &str,
+    claim: &std::path::Path,
+) -> Result<PathBuf, StoreError> {
+    // Through a sync engine a claim's copy can outlive the job's move on (the delete of the
+    // claim not yet applied here): a job found in another state is not queued again, and the
+    // stale copy goes.
+    if let Some(s) = [JobStatus::Running, JobStatus::Finished, JobStatus::Failed]
+        .into_iter()
+        .find(|s| crate::store::safe::exists(&store.job_path(queue, *s, id)))
+    {
+        let _ = crate::store::safe::remove_file(claim);
+        return Err(StoreError::Io {
+            path: claim.to_path_buf(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!("a stale claim: the job is in {}/ already", s.dir()),
+            ),
+        });
+    }
+    give_back_claim(store, queue, id, claim)
+}
+
 /// The claims of machine `host` in `queue`: (job id, path).
 pub fn claims_of(store: &Store, queue: &str, host: &str) -> Vec<(String, PathBuf)> {
     let Ok(scan) = crate::store::scan_dir(&claims_dir(store, queue, host)) else {

@@ -321,7 +321,7 @@ impl Store {
                 continue;
             }
             for (id, claim) in super::jobfile::claims_of(self, queue, &m.host) {
-                if super::jobfile::give_back_claim(self, queue, &id, &claim).is_ok() {
+                if super::jobfile::give_back_left_claim(self, queue, &id, &claim).is_ok() {
                     let text = format!(
                         "{}; its claimed start of job {id} never ran: the job is queued again",
                         machine_lost_error(&m.host, &m.last_seen)
