@@ -439,3 +439,66 @@ fn sync_engine_conflict_copies_in_the_inbox_are_set_aside_not_answered() {
     assert!(inbox.join(".syncthing.m2.json.tmp").exists());
     assert!(inbox.join("m3.json.part").exists());
 }
+
+/// A partitioned machine's worker that finishes after another machine failed its job: the
+/// late result never replaces the failed document nor makes a second one (no finished
+/// document, nothing back in running_jobs/), and the returning manager leaves it failed.
+/// The partition is simulated by stopping beta's manager AND its worker (SIGSTOP); the worker
+/// is let go once alpha has failed the job, finishes its sleep at once and tries to end it.
+#[test]
+fn a_late_result_from_a_partitioned_machine_never_replaces_the_failed_document() {
+    let env = QueueEnv::new(1);
+    fast_machines(&env.root);
+    let beta = manager(&env, "beta");
+    env.queue_job("late", &noop(3.0));
+    wait(Duration::from_secs(30), "late running on beta", || {
+        env.job_file("running", "late").exists()
+            && env.job("running", "late")["runtime"]["process_id"].is_number()
+    });
+    let worker = env.job("running", "late")["runtime"]["process_id"]
+        .as_i64()
+        .unwrap() as i32;
+    let worker_pid = nix::unistd::Pid::from_raw(worker);
+    beta.signal(nix::sys::signal::Signal::SIGSTOP);
+    nix::sys::signal::kill(worker_pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let _alpha = manager(&env, "alpha");
+    // (claim_lost moves the file first, then writes the failure into it: wait for the write)
+    wait(Duration::from_secs(40), "late failed by alpha", || {
+        env.job_file("failed", "late").exists()
+            && env.job("failed", "late")["runtime"]["error"].is_string()
+    });
+    let failed = std::fs::read(env.job_file("failed", "late")).unwrap();
+    let error = env.job("failed", "late")["runtime"]["error"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        error.starts_with("Machine beta stopped reporting at "),
+        "{error}"
+    );
+    // The worker runs on (its 3 s are over): it tries to end the job, and must not.
+    nix::sys::signal::kill(worker_pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    wait(Duration::from_secs(30), "the late worker ended", || {
+        !pid_alive(worker)
+    });
+    beta.signal(nix::sys::signal::Signal::SIGCONT);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        std::fs::read(env.job_file("failed", "late")).unwrap(),
+        failed,
+        "the failed document was changed"
+    );
+    for s in ["queued", "running", "finished"] {
+        assert!(!env.job_file(s, "late").exists(), "late reappeared in {s}");
+    }
+    assert_eq!(
+        env.count("failed"),
+        1,
+        "{:?}",
+        std::fs::read_dir(env.dir("failed"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(env.count("finished"), 0);
+}

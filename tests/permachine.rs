@@ -348,3 +348,160 @@ fn the_runtime_is_written_apart_only_on_change_and_a_users_config_edit_survives(
     assert_eq!(v["process_id"], json!(null), "{v:#}");
     assert_eq!(std::fs::read_to_string(&qf).unwrap(), user_text);
 }
+
+/// Every line of every machine's events file (`logs/events-*.jsonl`, per machine or not).
+fn all_events(root: &Path) -> Vec<Value> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(root.join("logs")).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        if name.starts_with("events-") && name.ends_with(".jsonl") {
+            for l in std::fs::read_to_string(&p).unwrap().lines() {
+                out.push(serde_json::from_str(l).unwrap());
+            }
+        }
+    }
+    out
+}
+
+/// Two queue managers as two machines serving the SAME queue of one shared store (a shared
+/// filesystem: one inode, as a bind mount or NFS, declared by `machines.shared_filesystem`),
+/// several workers each, many short jobs
+/// queued at once: each job is claimed by exactly one manager before a worker is spawned, so
+/// it runs exactly once (one `job_started`, one worker end), ends in `finished_jobs/`, and
+/// nothing is doubled (no collision copy in `failed_jobs/`) or left behind.
+#[test]
+fn two_machines_serving_one_queue_run_each_job_exactly_once() {
+    let env = QueueEnv::new(4);
+    machines_config(&env.root, "  shared_filesystem: true\n");
+    let (_alpha, _beta) = (manager(&env, "q1", "alpha"), manager(&env, "q1", "beta"));
+    // Both serve the queue before the jobs arrive, so both see every one of them.
+    wait(Duration::from_secs(30), "both managers beating", || {
+        ["alpha", "beta"].iter().all(|h| {
+            env.root
+                .join(format!("machines/{h}/queue-manager.q1.json"))
+                .is_file()
+        })
+    });
+    let n = 60;
+    let ids: Vec<String> = (0..n).map(|i| format!("same-{i:02}")).collect();
+    for id in &ids {
+        env.queue_job(id, &noop(0.0));
+    }
+    wait(Duration::from_secs(150), "every job ended", || {
+        env.count("queued") == 0
+            && env.count("running") == 0
+            && env.count("finished") + env.count("failed") >= n
+    });
+    // A late second start would come after the first run ended: give it time to show.
+    std::thread::sleep(Duration::from_secs(2));
+    let failed = names(&env.dir("failed"));
+    assert!(failed.is_empty(), "jobs failed or doubled: {failed:?}");
+    assert_eq!(env.count("finished"), n);
+    assert_eq!(env.count("queued") + env.count("running"), 0);
+    let events = all_events(&env.root);
+    let mut starts: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for e in &events {
+        if e["event"] == "job_started" {
+            starts
+                .entry(e["job_id"].as_str().unwrap().to_string())
+                .or_default()
+                .push(e["host"].as_str().unwrap_or("?").to_string());
+        }
+    }
+    let twice: Vec<_> = starts.iter().filter(|(_, h)| h.len() != 1).collect();
+    assert!(twice.is_empty(), "jobs started more than once: {twice:?}");
+    assert_eq!(starts.len(), n, "every job started once: {starts:?}");
+    // Both machines took part (else the test proves nothing about two of them).
+    let by_host = |h: &str| starts.values().filter(|v| v[0] == h).count();
+    assert!(
+        by_host("alpha") > 0 && by_host("beta") > 0,
+        "alpha ran {}, beta {}",
+        by_host("alpha"),
+        by_host("beta")
+    );
+    for id in &ids {
+        let j = env.job("finished", id);
+        assert_eq!(j["runtime"]["status"], "finished", "{id}: {j}");
+    }
+}
+
+/// Appends a `machines:` section to config.yaml: a beat a second, stale after 2 s, plus `extra`.
+fn machines_config(root: &Path, extra: &str) {
+    let cfg = root.join("config.yaml");
+    let mut text = std::fs::read_to_string(&cfg).unwrap();
+    text.push_str("machines:\n  heartbeat_seconds: 1\n  stale_after_seconds: 2\n");
+    text.push_str(extra);
+    std::fs::write(&cfg, text).unwrap();
+}
+
+/// The same queue served from two machines of a store NOT declared one filesystem (a sync
+/// engine, where a claim's rename is not atomic across machines): the manager that started
+/// second stands down — says why once, starts nothing — while the first serves the queue, and
+/// takes over (says so) when the first stops reporting; each job still runs once.
+#[test]
+fn over_a_sync_engine_the_second_machine_stands_down_until_the_first_is_gone() {
+    let env = QueueEnv::new(2);
+    machines_config(&env.root, "");
+    let alpha = manager(&env, "q1", "alpha");
+    wait(Duration::from_secs(30), "alpha beating", || {
+        env.root
+            .join("machines/alpha/queue-manager.q1.json")
+            .is_file()
+    });
+    let _beta = manager(&env, "q1", "beta");
+    let said = |event: &str, host: &str| {
+        all_events(&env.root)
+            .iter()
+            .any(|e| e["event"] == event && e["host"] == host)
+    };
+    wait(Duration::from_secs(30), "beta standing down", || {
+        said("queue_served_elsewhere", "beta")
+    });
+    let text = all_events(&env.root)
+        .into_iter()
+        .find(|e| e["event"] == "queue_served_elsewhere")
+        .unwrap();
+    let detail = text["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("also served by machine alpha") && detail.contains("shared_filesystem"),
+        "{detail}"
+    );
+    let n = 12;
+    for i in 0..n {
+        env.queue_job(&format!("a-{i:02}"), &noop(0.0));
+    }
+    wait(Duration::from_secs(60), "alpha ran them", || {
+        env.count("finished") == n
+    });
+    let hosts = |prefix: &str| -> Vec<String> {
+        let mut v: Vec<String> = all_events(&env.root)
+            .iter()
+            .filter(|e| {
+                e["event"] == "job_started"
+                    && e["job_id"].as_str().unwrap_or("").starts_with(prefix)
+            })
+            .map(|e| e["host"].as_str().unwrap().to_string())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        hosts("a-"),
+        vec!["alpha".to_string(); n],
+        "while alpha serves"
+    );
+    // alpha goes away: beta takes the queue over.
+    drop(alpha);
+    wait(Duration::from_secs(30), "beta taking over", || {
+        said("queue_served_here", "beta")
+    });
+    for i in 0..4 {
+        env.queue_job(&format!("b-{i:02}"), &noop(0.0));
+    }
+    wait(Duration::from_secs(60), "beta ran them", || {
+        env.count("finished") == n + 4
+    });
+    assert_eq!(hosts("b-"), vec!["beta".to_string(); 4]);
+    assert_eq!(env.count("failed"), 0);
+}

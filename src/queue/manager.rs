@@ -132,6 +132,9 @@ pub struct Manager {
     pub(super) flow_wake: Option<Instant>,
     /// This manager's heartbeat, rewritten every `machines.heartbeat_seconds`.
     pub(super) heartbeat: Option<crate::store::machines::Heartbeat>,
+    /// The machine this manager stands down for: another live machine serves the queue and
+    /// the store is not one filesystem (`machines.shared_filesystem`), see `machines.rs`.
+    pub(super) standing_down: Option<String>,
 
     /// The queue's jobs in Slurm (launcher `slurm`).
     pub(super) slurm: super::slurm::SlurmState,
@@ -198,6 +201,7 @@ impl Manager {
             pending: Vec::new(),
             flow_wake: None,
             heartbeat: None,
+            standing_down: None,
 
             slurm: super::slurm::SlurmState::default(),
             cfg,
@@ -272,8 +276,10 @@ impl Manager {
             m.running_watch = m.watch_running();
         }
         super::poison::install_crash_recorder();
+        m.give_back_claims();
         m.recover_poisoned().await;
         m.write_heartbeat(false);
+        m.check_served_elsewhere();
         let dead = m.adopt_running();
         m.record(Record::info(
             m.event("daemon_started")

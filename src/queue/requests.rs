@@ -72,13 +72,21 @@ impl Manager {
     ) -> Result<(), QueueError> {
         crate::store::check_id("job", id)?;
         let q = self.cfg.queue.clone();
-        let from = [JobStatus::Running, JobStatus::Queued]
+        // A job being launched is in this machine's claim (starting.rs), in neither folder.
+        let claim = crate::store::jobfile::claims_dir(&self.store, &q, &self.host)
+            .join(format!("{id}.json"));
+        let (from, path) = match [JobStatus::Running, JobStatus::Queued]
             .into_iter()
             .find(|s| crate::store::safe::is_file(&self.store.job_path(&q, *s, id)))
-            .ok_or_else(|| {
-                QueueError::NotFound(format!("job {id} is not queued or running in queue {q}"))
-            })?;
-        let path = self.store.job_path(&q, from, id);
+        {
+            Some(from) => (from, self.store.job_path(&q, from, id)),
+            None if self.launching.contains(id) => (JobStatus::Queued, claim),
+            None => {
+                return Err(QueueError::NotFound(format!(
+                    "job {id} is not queued or running in queue {q}"
+                )));
+            }
+        };
         let job: Option<Job> = self.store.read_doc(DocKind::Job, &path).ok();
         let project = job
             .as_ref()
@@ -90,6 +98,9 @@ impl Manager {
         }
         tracing::info!(job_id = %id, queue = %q, "cancel requested by {by}");
         match from {
+            // Its worker is being launched: it never runs, and the job fails as cancelled
+            // as soon as the launch completes (starting.rs, `cancel_launched`).
+            _ if self.launching.cancel(id, by) => Ok(()),
             JobStatus::Running if self.running.contains_key(id) => {
                 self.stop_job(id, EndCause::Cancelled(by.to_string())).await;
                 Ok(())
@@ -101,9 +112,6 @@ impl Manager {
             JobStatus::Running => Err(QueueError::Failed(format!(
                 "job {id} is running under another queue manager"
             ))),
-            // Its worker is being launched: it never runs, and the job fails as cancelled
-            // as soon as the launch completes (starting.rs, `cancel_launched`).
-            _ if self.launching.cancel(id, by) => Ok(()),
             _ => {
                 let error = format!("Job cancelled by {by}");
                 match job {

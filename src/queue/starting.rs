@@ -43,9 +43,9 @@ pub(super) struct LaunchDone {
 
 type LaunchFuture = std::pin::Pin<Box<dyn std::future::Future<Output = LaunchDone> + Send>>;
 
-/// The launches in flight (local launchers): a job is here from the moment its worker is
-/// spawned until its file is in running_jobs/ (or it failed); its file stays in
-/// queued_jobs/ meanwhile, so a pass never starts it a second time.
+/// The launches in flight (local launchers): a job is here from its claim (its file moved
+/// into running_jobs/, marked running on this host with no pid yet) until its worker is
+/// recorded and released (or it failed); the sweep leaves it alone meanwhile.
 #[derive(Default)]
 pub(super) struct Launching {
     futures: futures_util::stream::FuturesUnordered<LaunchFuture>,
@@ -139,8 +139,10 @@ impl Launching {
 }
 
 impl Manager {
-    /// Marks `job` (queued at `path`; start time, pid and unit already set by the caller)
-    /// running on this host, writes it, then moves it to running_jobs/ without replacing.
+    /// Marks `job` (at `path`: its start's claim, or `queued_jobs/` for a Slurm start) running
+    /// on this host with the start time, pid and unit the caller set, and moves it into
+    /// `running_jobs/` — the move first, then the write (`move_claimed`): a job another
+    /// process took meanwhile is never written back into being (`NotFound`).
     pub(super) fn place_running(
         &self,
         id: &str,
@@ -154,12 +156,7 @@ impl Manager {
         r.error = None;
         r.output = None;
         r.host = Some(self.host.clone());
-        let running_path = self.store.job_path(&self.cfg.queue, JobStatus::Running, id);
-        self.store.write_doc(DocKind::Job, path, job)?;
-        move_no_replace(path, &running_path).map_err(|source| StoreError::Io {
-            path: running_path,
-            source,
-        })
+        crate::store::jobfile::move_claimed(&self.store, &self.cfg.queue, id, path, job).map(|_| ())
     }
 
     // ---- starting ----------------------------------------------------------------------
@@ -189,7 +186,7 @@ impl Manager {
             self.fail_invalid(id, JobStatus::Queued).await;
         }
         let mut waiting = scan.ordered.len() + scan.pending;
-        if !self.paused {
+        if !self.paused && self.standing_down.is_none() {
             let workers = self.config.worker_count.min(MAX_WORKER_COUNT);
             let slurm = matches!(self.launcher, super::launcher::JobLauncher::Slurm);
             let free = if slurm {
@@ -265,7 +262,12 @@ impl Manager {
     async fn start_batch(&mut self, ids: &[String], alone: bool) {
         for id in ids {
             let (marked, prepared) = self.begin_start(id).await;
-            let Some(p) = prepared else {
+            let marker = self.marker_path(MarkKind::Start, id);
+            let claimed = match prepared {
+                Some(p) => handling(marker, async { self.claim(p) }).await,
+                None => None,
+            };
+            let Some(p) = claimed else {
                 if marked {
                     self.unmark(MarkKind::Start, id);
                 }
@@ -279,6 +281,30 @@ impl Manager {
                 marker: self.marker_path(MarkKind::Start, id),
             };
             self.launching.push(p, marked, alone, spec);
+        }
+    }
+
+    /// Claims prepared job `p` before its worker is spawned: `queued_jobs/<id>.json` renamed
+    /// to this machine's claim, `Queues/<q>/.claimed/<host>/<id>.json` (`claim_queued`).
+    /// `None` when another manager took it first (it runs there) or the claim failed (put
+    /// off).
+    fn claim(&mut self, mut p: PreparedStart) -> Option<PreparedStart> {
+        let q = self.cfg.queue.clone();
+        match crate::store::jobfile::claim_queued(&self.store, &q, &self.host, &p.id) {
+            Ok(path) => {
+                p.path = path;
+                Some(p)
+            }
+            Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                tracing::debug!(job_id = %p.id, queue = %q,
+                    "job taken by another queue manager of the queue");
+                self.index.forget(&p.id);
+                None
+            }
+            Err(e) => {
+                self.back_off(&p.id, &e.to_string());
+                None
+            }
         }
     }
 
@@ -316,8 +342,7 @@ impl Manager {
             self.launcher.clean_up(l.pid, l.unit.as_deref()).await;
         }
         let error = format!("Job cancelled by {by}");
-        self.fail_owned(&p.id, JobStatus::Queued, p.job, error)
-            .await;
+        self.fail_claimed(&p, error).await;
         self.index.forget(&p.id);
     }
 
@@ -387,7 +412,9 @@ impl Manager {
         };
         // The store must take the job's next write before a worker is started for it: on a
         // full disk the start is put off (with a growing pause), not tried again at once.
-        if let Err(e) = self.store.write_doc(DocKind::Job, &path, &job) {
+        // A probe beside the job, never the job's own file: another manager of the queue may
+        // have taken it meanwhile, and it must not be written back into being.
+        if let Err(e) = self.probe_write(&path, &job) {
             self.back_off(id, &e.to_string());
             return None;
         }
@@ -431,8 +458,15 @@ impl Manager {
         let mut launched = match launched {
             Ok(l) => l,
             Err(e) => {
+                let p = PreparedStart {
+                    id: id.to_string(),
+                    path,
+                    job,
+                    args: Vec::new(),
+                    limit,
+                };
                 return self
-                    .fail_owned(id, JobStatus::Queued, job, format!("Cannot start job: {e}"))
+                    .fail_claimed(&p, format!("Cannot start job: {e}"))
                     .await;
             }
         };
@@ -448,6 +482,7 @@ impl Manager {
             self.launcher
                 .clean_up(launched.pid, launched.unit.as_deref())
                 .await;
+            self.give_back(id, &path);
             return self.back_off(id, &e.to_string());
         }
         self.backoff.remove(id);
@@ -488,6 +523,71 @@ impl Manager {
             ),
         ));
         self.signal(id, JobStatus::Queued, JobStatus::Running).await;
+    }
+
+    /// Writes `job`'s bytes to a probe file beside `path` (then removes it): whether the
+    /// store takes the job's next write, without writing the job's own file.
+    fn probe_write(&self, path: &Path, job: &Job) -> Result<(), StoreError> {
+        let bytes = self.store.doc_bytes(DocKind::Job, path, job)?;
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        let probe = path.with_file_name(format!(".probe-{}-{name}.tmp", std::process::id()));
+        let res = crate::store::safe::create_new(&probe, 0o600).and_then(|mut f| {
+            use std::io::Write;
+            f.write_all(&bytes)?;
+            f.sync_all()
+        });
+        let _ = crate::store::safe::remove_file(&probe);
+        res.map_err(|source| StoreError::Io {
+            path: probe,
+            source,
+        })
+    }
+
+    /// Puts claimed job `id` (its claim at `claim`), never released to a worker, back into
+    /// `queued_jobs/` to be started again.
+    pub(super) fn give_back(&self, id: &str, claim: &Path) {
+        let q = &self.cfg.queue;
+        match crate::store::jobfile::give_back_claim(&self.store, q, id, claim) {
+            Ok(_) => tracing::warn!(job_id = %id, queue = %q,
+                "start not completed: the job, which never ran, is back in queued_jobs"),
+            Err(e) => tracing::warn!(job_id = %id, queue = %q,
+                "start not completed; cannot put the job back: {e}"),
+        }
+    }
+
+    /// At start, before the poison markers are read: this machine's claims left by a manager
+    /// that stopped between a claim and its worker's release go back to `queued_jobs/`
+    /// (nothing of them ran; the start marker, if any, counts the interrupted attempt).
+    pub(super) fn give_back_claims(&self) {
+        let q = &self.cfg.queue;
+        for (id, claim) in crate::store::jobfile::claims_of(&self.store, q, &self.host) {
+            match crate::store::jobfile::give_back_left_claim(&self.store, q, &id, &claim) {
+                Ok(_) => tracing::warn!(job_id = %id, queue = %q,
+                    "a start left unfinished by an earlier manager: the job, which never ran, is back in queued_jobs"),
+                Err(e) => tracing::warn!(job_id = %id, queue = %q, "left claim: {e}"),
+            }
+        }
+    }
+
+    /// Fails claimed job `p` (never released to a worker) with `error`.
+    async fn fail_claimed(&mut self, p: &PreparedStart, error: String) {
+        let mut job = p.job.clone();
+        crate::store::jobfile::set_failed(&mut job, error.clone());
+        match crate::store::jobfile::write_and_move_from(
+            &self.store,
+            &self.cfg.queue,
+            &p.id,
+            &p.path,
+            &job,
+        ) {
+            Ok(_) => {
+                self.ended(&p.id, JobStatus::Queued, JobStatus::Failed, &error)
+                    .await
+            }
+            Err(e) => {
+                tracing::error!(job_id = %p.id, queue = %self.cfg.queue, "cannot fail job: {e}")
+            }
+        }
     }
 
     /// Puts off starting `id` after a failure that is not the job's fault (the store cannot be

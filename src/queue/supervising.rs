@@ -82,7 +82,10 @@ impl Manager {
             let Some(id) = crate::store::file_id(&path).map(str::to_string) else {
                 continue;
             };
-            if self.running.contains_key(&id) || self.slurm.jobs.contains_key(&id) {
+            if self.running.contains_key(&id)
+                || self.slurm.jobs.contains_key(&id)
+                || self.launching.contains(&id)
+            {
                 continue;
             }
             if !self.adopt_one(&id, &path) {

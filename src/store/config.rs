@@ -129,6 +129,11 @@ pub struct MachinesConfig {
     /// A running job whose machine has been silent for longer is failed with "Machine
     /// <host> stopped reporting at <time>".
     pub lost_job_grace_seconds: u64,
+    /// The store is ONE filesystem for every machine (NFS, a bind mount), not a sync engine:
+    /// a start's claim (one rename) is then atomic across machines and several machines may
+    /// serve one queue. False (the default): a queue manager stands down while another live
+    /// machine whose manager of the queue started first serves it.
+    pub shared_filesystem: bool,
 }
 
 impl Default for MachinesConfig {
@@ -137,6 +142,7 @@ impl Default for MachinesConfig {
             heartbeat_seconds: 30,
             stale_after_seconds: 120,
             lost_job_grace_seconds: 600,
+            shared_filesystem: false,
         }
     }
 }

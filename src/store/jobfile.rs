@@ -1,9 +1,13 @@
-//! Ending a job: the final write in place, then one rename into `finished_jobs/` or
-//! `failed_jobs/` (DESIGN §4). Shared by the worker (normal ends) and the manager (ends the
-//! worker cannot report: crash, timeout, cancel; invalid files).
+//! Moving a job between states: the final write in place, then one rename into the next
+//! folder (DESIGN §4). A queued job, which any manager of its queue may take, is first
+//! claimed by one rename into this machine's `Queues/<q>/.claimed/<host>/` — of racing
+//! processes exactly one succeeds on one filesystem — and only then written, so a job is
+//! never started or ended twice, and a job another process took is never written back into
+//! being. Shared by the worker (normal ends) and the manager (starts; ends the worker cannot
+//! report: crash, timeout, cancel; invalid files).
 
 use crate::model::{DocKind, Job, JobStatus, Timestamp};
-use crate::store::{Store, StoreError, move_no_replace, write_json_atomic};
+use crate::store::{Store, StoreError, write_atomic, write_json_atomic};
 use serde_json::{Map, Value};
 use std::path::PathBuf;
 
@@ -15,7 +19,9 @@ fn io(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ 
 }
 
 /// Writes `job` over `Queues/<queue>/Jobs/<from>/<id>.json`, then moves it to the folder of
-/// `job.runtime.status`. Returns the new path.
+/// `job.runtime.status` ([`take_and_write`]: a queued job is claimed first; a job another
+/// process took is `NotFound`, never written back). A job whose id already exists in the
+/// destination ends in `failed_jobs/` under a collision name instead. Returns the new path.
 pub fn write_and_move(
     store: &Store,
     queue: &str,
@@ -23,32 +29,19 @@ pub fn write_and_move(
     from: JobStatus,
     job: &Job,
 ) -> Result<PathBuf, StoreError> {
-    let src = store.job_path(queue, from, id);
-    // A running job whose file is gone was ended elsewhere (its machine was judged lost and
-    // another process failed it): never write it back into being.
-    if from == JobStatus::Running && !crate::store::safe::exists(&src) {
-        return Err(StoreError::Io {
-            path: src,
-            source: std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                "the job is no longer running: it was ended elsewhere",
-            ),
-        });
-    }
-    match store.write_doc(DocKind::Job, &src, job) {
-        Ok(()) => {}
-        // A document we cannot make valid still ends: written as it is, the rejection is in
-        // errors.out already.
-        Err(StoreError::Invalid { .. }) => write_json_atomic(&src, job).map_err(io(&src))?,
-        Err(e) => return Err(e),
-    }
-    let dst = store.job_path(queue, job.runtime.status, id);
-    if src == dst {
-        return Ok(dst);
-    }
-    match move_no_replace(&src, &dst) {
-        Ok(()) => Ok(dst),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+    write_and_move_from(store, queue, id, &store.job_path(queue, from, id), job)
+}
+
+/// [`write_and_move`] of the job at `src` (a start's claim).
+pub fn write_and_move_from(
+    store: &Store,
+    queue: &str,
+    id: &str,
+    src: &std::path::Path,
+    job: &Job,
+) -> Result<PathBuf, StoreError> {
+    match take_and_write(store, queue, id, src, job) {
+        Err(Taken::Exists(src)) => {
             end_collided(store, queue, id, &src, job.runtime.status, |error| {
                 let mut failed = job.clone();
                 let earlier = failed.runtime.error.take();
@@ -59,10 +52,199 @@ pub fn write_and_move(
                         None => error.to_string(),
                     },
                 );
-                write_json_atomic(&src, &failed).map_err(io(&src))
+                job_bytes(store, &src, &failed)
             })
         }
-        Err(e) => Err(io(&dst)(e)),
+        Err(Taken::Failed(e)) => Err(e),
+        Ok(p) => Ok(p),
+    }
+}
+
+/// Moves job `id` from `src` (a start's claim, or `queued_jobs/` for a start that has no
+/// claim of its own) to the folder of `job.runtime.status` and writes `job` there, as
+/// [`write_and_move`] does, except that a job of the same id already there is an error
+/// (`AlreadyExists`, nothing moved), not a collision to fail.
+pub fn move_claimed(
+    store: &Store,
+    queue: &str,
+    id: &str,
+    src: &std::path::Path,
+    job: &Job,
+) -> Result<PathBuf, StoreError> {
+    match take_and_write(store, queue, id, src, job) {
+        Ok(p) => Ok(p),
+        Err(Taken::Failed(e)) => Err(e),
+        Err(Taken::Exists(_)) => {
+            let dst = store.job_path(queue, job.runtime.status, id);
+            Err(StoreError::Io {
+                path: dst,
+                source: std::io::Error::new(
+                    std::io::ErrorKind::AlreadyExists,
+                    "a job with this id is already there",
+                ),
+            })
+        }
+    }
+}
+
+/// `Queues/<queue>/.claimed/<host>/`: the starts machine `host` has claimed and not yet
+/// recorded (DESIGN §4, docs/machines.md).
+pub fn claims_dir(store: &Store, queue: &str, host: &str) -> PathBuf {
+    store.queue_dir(queue).join(".claimed").join(host)
+}
+
+/// Claims queued job `id` for a start by machine `host` before any worker exists: one
+/// rename of `queued_jobs/<id>.json` to `Queues/<queue>/.claimed/<host>/<id>.json`. Of
+/// several managers serving the queue from one filesystem exactly one rename succeeds; the
+/// others get `NotFound` (taken). Returns the claim's path.
+pub fn claim_queued(
+    store: &Store,
+    queue: &str,
+    host: &str,
+    id: &str,
+) -> Result<PathBuf, StoreError> {
+    let src = store.job_path(queue, JobStatus::Queued, id);
+    let dir = claims_dir(store, queue, host);
+    crate::store::safe::create_dir_all(&dir).map_err(io(&dir))?;
+    let dst = dir.join(format!("{id}.json"));
+    crate::store::move_no_replace(&src, &dst).map_err(io(&src))?;
+    Ok(dst)
+}
+
+/// Puts back claim `claim` of job `id` (never released to a worker: nothing of it ran)
+/// into `queued_jobs/`, unchanged.
+pub fn give_back_claim(
+    store: &Store,
+    queue: &str,
+    id: &str,
+    claim: &std::path::Path,
+) -> Result<PathBuf, StoreError> {
+    let dst = store.job_path(queue, JobStatus::Queued, id);
+    crate::store::move_no_replace(claim, &dst).map_err(io(&dst))?;
+    Ok(dst)
+}
+
+/// [`give_back_claim`] of a claim left behind (by a manager that stopped, or a lost
+/// machine), found by a scan rather than held by the start that made it.
+pub fn give_back_left_claim(
+    store: &Store,
+    queue: &str,
+    id: &str,
+    claim: &std::path::Path,
+) -> Result<PathBuf, StoreError> {
+    // Through a sync engine a claim's copy can outlive the job's move on (the delete of the
+    // claim not yet applied here): a job found in another state is not queued again, and the
+    // stale copy goes.
+    if let Some(s) = [JobStatus::Running, JobStatus::Finished, JobStatus::Failed]
+        .into_iter()
+        .find(|s| crate::store::safe::exists(&store.job_path(queue, *s, id)))
+    {
+        let _ = crate::store::safe::remove_file(claim);
+        return Err(StoreError::Io {
+            path: claim.to_path_buf(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!("a stale claim: the job is in {}/ already", s.dir()),
+            ),
+        });
+    }
+    give_back_claim(store, queue, id, claim)
+}
+
+/// The claims of machine `host` in `queue`: (job id, path).
+pub fn claims_of(store: &Store, queue: &str, host: &str) -> Vec<(String, PathBuf)> {
+    let Ok(scan) = crate::store::scan_dir(&claims_dir(store, queue, host)) else {
+        return Vec::new();
+    };
+    scan.documents
+        .into_iter()
+        .filter_map(|p| Some((crate::store::file_id(&p)?.to_string(), p.clone())))
+        .collect()
+}
+
+/// Why [`take_and_write`] did not move a job.
+enum Taken {
+    /// The destination exists (an id collision): the source, not moved.
+    Exists(PathBuf),
+    Failed(StoreError),
+}
+
+/// Writes `job` over `src` in place, then moves it to the folder of its status with one
+/// rename (never replacing), so a reader sees the document appear whole. A queued job is
+/// first taken by this machine ([`take_queued`]): any manager of the queue may be taking it
+/// too, and only one may write it. Any other `src` (this machine's claim, a running job) is
+/// written only while it is still there: a job another process moved away is never written
+/// back into being (`NotFound`).
+fn take_and_write(
+    store: &Store,
+    queue: &str,
+    id: &str,
+    src: &std::path::Path,
+    job: &Job,
+) -> Result<PathBuf, Taken> {
+    let dst = store.job_path(queue, job.runtime.status, id);
+    let bytes = job_bytes(store, &dst, job).map_err(Taken::Failed)?;
+    let queued = store.job_path(queue, JobStatus::Queued, id);
+    let (src, taken) = if src == queued && dst != queued {
+        (take_queued(store, queue, id).map_err(Taken::Failed)?, true)
+    } else {
+        (src.to_path_buf(), false)
+    };
+    if !crate::store::safe::exists(&src) {
+        return Err(Taken::Failed(gone(&src)));
+    }
+    let put_back = |e: StoreError| {
+        if taken {
+            let _ = give_back_claim(store, queue, id, &src);
+        }
+        Taken::Failed(e)
+    };
+    write_atomic(&src, &bytes).map_err(|e| put_back(io(&src)(e)))?;
+    if src == dst {
+        return Ok(dst);
+    }
+    match crate::store::move_no_replace(&src, &dst) {
+        Ok(()) => Ok(dst),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(Taken::Exists(src)),
+        Err(e) => Err(put_back(io(&dst)(e))),
+    }
+}
+
+/// The error of a job that is no longer at `src`.
+fn gone(src: &std::path::Path) -> StoreError {
+    StoreError::Io {
+        path: src.to_path_buf(),
+        source: std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "the job is no longer there: another process took it (it was started, ended or failed elsewhere)",
+        ),
+    }
+}
+
+/// Takes queued job `id` for this machine (its claim, [`claim_queued`]) so that only this
+/// process writes it; `NotFound` when another took it first.
+fn take_queued(store: &Store, queue: &str, id: &str) -> Result<PathBuf, StoreError> {
+    let host = crate::store::hostname();
+    let host = if crate::model::is_safe_id(&host) {
+        host
+    } else {
+        "this-host".to_string()
+    };
+    claim_queued(store, queue, &host, id).map_err(|e| match e {
+        StoreError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            gone(&store.job_path(queue, JobStatus::Queued, id))
+        }
+        e => e,
+    })
+}
+
+/// `job` as written to `path`: validated, or — a document we cannot make valid still ends —
+/// as it is (the rejection is in errors.out already).
+fn job_bytes(store: &Store, path: &std::path::Path, job: &Job) -> Result<Vec<u8>, StoreError> {
+    match store.doc_bytes(DocKind::Job, path, job) {
+        Ok(b) => Ok(b),
+        Err(StoreError::Invalid { .. }) => crate::store::writes::json_bytes(path, job),
+        Err(e) => Err(e),
     }
 }
 
@@ -75,8 +257,8 @@ pub fn collision_path(store: &Store, queue: &str, id: &str, n: u32) -> PathBuf {
 }
 
 /// Ends a job whose move into `to` failed because `<to>/<id>.json` exists (a job with the
-/// same id ended before): `rewrite` writes the job in place as failed with the given error,
-/// then it moves to a disambiguated name in `failed_jobs/`, so it never stays behind in
+/// same id ended before): it moves to a disambiguated name in `failed_jobs/` with the content
+/// `failed` gives for the error (the job failed with it), so it never stays behind in
 /// `running_jobs/` and neither file is lost.
 fn end_collided(
     store: &Store,
@@ -84,7 +266,7 @@ fn end_collided(
     id: &str,
     src: &std::path::Path,
     to: JobStatus,
-    rewrite: impl FnOnce(&str) -> Result<(), StoreError>,
+    failed: impl FnOnce(&str) -> Result<Vec<u8>, StoreError>,
 ) -> Result<PathBuf, StoreError> {
     let n = (1..u32::MAX)
         .find(|n| std::fs::symlink_metadata(collision_path(store, queue, id, *n)).is_err())
@@ -99,10 +281,11 @@ fn end_collided(
             .unwrap_or_default()
     );
     tracing::error!(job_id = %id, queue = %queue, "{error}");
-    rewrite(&error)?;
+    let bytes = failed(&error)?;
+    write_atomic(src, &bytes).map_err(io(src))?;
     let mut n = n;
     loop {
-        match move_no_replace(src, &dst) {
+        match crate::store::move_no_replace(src, &dst) {
             Ok(()) => break,
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < u32::MAX => {
                 n += 1;
@@ -122,7 +305,7 @@ fn end_collided(
 
 /// Fails a job whose file does not parse as a job: sets `runtime.status/error/finish_time`
 /// in whatever JSON object is there (or wraps unparseable text), and moves it to
-/// `failed_jobs/`.
+/// `failed_jobs/` (the move first, as in [`write_and_move`]).
 pub fn fail_raw(
     store: &Store,
     queue: &str,
@@ -131,11 +314,16 @@ pub fn fail_raw(
     bytes: &[u8],
     error: &str,
 ) -> Result<PathBuf, StoreError> {
-    let src = store.job_path(queue, from, id);
+    let mut src = store.job_path(queue, from, id);
+    let dst = store.job_path(queue, JobStatus::Failed, id);
+    if from == JobStatus::Queued {
+        src = take_queued(store, queue, id)?;
+    } else if !crate::store::safe::exists(&src) {
+        return Err(gone(&src));
+    }
     let mut doc = failed_raw_doc(bytes, error);
     write_json_atomic(&src, &Value::Object(doc.clone())).map_err(io(&src))?;
-    let dst = store.job_path(queue, JobStatus::Failed, id);
-    match move_no_replace(&src, &dst) {
+    match crate::store::move_no_replace(&src, &dst) {
         Ok(()) => Ok(dst),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
             end_collided(store, queue, id, &src, JobStatus::Failed, |collided| {
@@ -145,7 +333,7 @@ pub fn fail_raw(
                         Value::String(format!("{collided}; the run's own error: {error}")),
                     );
                 }
-                write_json_atomic(&src, &Value::Object(doc)).map_err(io(&src))
+                crate::store::writes::json_bytes(&src, &Value::Object(doc))
             })
         }
         Err(e) => Err(io(&dst)(e)),

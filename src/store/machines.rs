@@ -403,6 +403,28 @@ impl Store {
                 Err(e) => tracing::warn!(job_id = %id, queue, "cannot fail lost job: {e}"),
             }
         }
+        // Starts a lost machine claimed and never released to a worker (nothing of them
+        // ran): back into queued_jobs/ for any machine to run.
+        for m in machines.machines.iter().filter(|m| m.host != me) {
+            if !m.is_stale(&now, grace) {
+                continue;
+            }
+            for (id, claim) in super::jobfile::claims_of(self, queue, &m.host) {
+                if super::jobfile::give_back_left_claim(self, queue, &id, &claim).is_ok() {
+                    let text = format!(
+                        "{}; its claimed start of job {id} never ran: the job is queued again",
+                        machine_lost_error(&m.host, &m.last_seen)
+                    );
+                    self.record(Record::warn(
+                        Event::new("agentstore", "job_requeued")
+                            .job(&id)
+                            .queue(queue)
+                            .detail(&text),
+                        text,
+                    ));
+                }
+            }
+        }
         lost
     }
 

@@ -1,7 +1,7 @@
 //! Writing the store's documents: validated first, then written atomically; adding users,
 //! projects and queues.
 
-use super::{Result, Store, StoreError, check_id, io_err, safe, write_json_atomic};
+use super::{Result, Store, StoreError, check_id, io_err, safe};
 use crate::model::{DocKind, JobStatus, PrdState, Project, Queue, QueueConfig, QueueRuntime, User};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -14,7 +14,11 @@ impl Store {
         path: &Path,
         doc: &T,
     ) -> Result<()> {
-        self.write_doc_mode(kind, path, doc, false).map(|_| ())
+        let bytes = self.doc_bytes(kind, path, doc)?;
+        if let Some(dir) = path.parent() {
+            safe::create_dir_all(dir).map_err(io_err(dir))?;
+        }
+        super::write_atomic(path, &bytes).map_err(io_err(path))
     }
 
     /// [`Store::write_doc`], but never replacing: `Ok(false)` when `path` exists already
@@ -25,16 +29,25 @@ impl Store {
         path: &Path,
         doc: &T,
     ) -> Result<bool> {
-        self.write_doc_mode(kind, path, doc, true)
+        let bytes = self.doc_bytes(kind, path, doc)?;
+        if let Some(dir) = path.parent() {
+            safe::create_dir_all(dir).map_err(io_err(dir))?;
+        }
+        match super::fsio::write_new_atomic(path, &bytes) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(io_err(path)(e)),
+        }
     }
 
-    fn write_doc_mode<T: serde::Serialize>(
+    /// `doc` validated against `kind` (a rejection is logged naming `path`, where it was to
+    /// be written) and serialised as it is written to the store.
+    pub fn doc_bytes<T: serde::Serialize>(
         &self,
         kind: DocKind,
         path: &Path,
         doc: &T,
-        only_new: bool,
-    ) -> Result<bool> {
+    ) -> Result<Vec<u8>> {
         let value = serde_json::to_value(doc).map_err(|e| StoreError::Io {
             path: path.to_path_buf(),
             source: io::Error::other(e),
@@ -47,24 +60,7 @@ impl Store {
                 rejection,
             });
         }
-        if let Some(dir) = path.parent() {
-            safe::create_dir_all(dir).map_err(io_err(dir))?;
-        }
-        if !only_new {
-            return write_json_atomic(path, &value)
-                .map(|()| true)
-                .map_err(io_err(path));
-        }
-        let mut bytes = serde_json::to_vec_pretty(&value).map_err(|e| StoreError::Io {
-            path: path.to_path_buf(),
-            source: io::Error::other(e),
-        })?;
-        bytes.push(b'\n');
-        match super::fsio::write_new_atomic(path, &bytes) {
-            Ok(()) => Ok(true),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
-            Err(e) => Err(io_err(path)(e)),
-        }
+        json_bytes(path, &value)
     }
 
     /// Adds a user; refuses to replace one.
@@ -120,4 +116,14 @@ impl Store {
         self.write_doc(DocKind::Queue, &path, &queue)?;
         Ok(path)
     }
+}
+
+/// `value` as the store writes JSON: pretty, with a final newline.
+pub(crate) fn json_bytes<T: serde::Serialize>(path: &Path, value: &T) -> Result<Vec<u8>> {
+    let mut bytes = serde_json::to_vec_pretty(value).map_err(|e| StoreError::Io {
+        path: path.to_path_buf(),
+        source: io::Error::other(e),
+    })?;
+    bytes.push(b'\n');
+    Ok(bytes)
 }
