@@ -385,8 +385,9 @@ fn two_machines_serving_one_queue_run_each_job_exactly_once() {
     });
     let n = 60;
     let ids: Vec<String> = (0..n).map(|i| format!("same-{i:02}")).collect();
+    // Each job holds its slot a moment, so neither machine can run them all alone.
     for id in &ids {
-        env.queue_job(id, &noop(0.0));
+        env.queue_job(id, &noop(0.3));
     }
     wait(Duration::from_secs(150), "every job ended", || {
         env.count("queued") == 0

@@ -43,9 +43,10 @@ pub(super) struct LaunchDone {
 
 type LaunchFuture = std::pin::Pin<Box<dyn std::future::Future<Output = LaunchDone> + Send>>;
 
-/// The launches in flight (local launchers): a job is here from its claim (its file moved
-/// into running_jobs/, marked running on this host with no pid yet) until its worker is
-/// recorded and released (or it failed); the sweep leaves it alone meanwhile.
+/// The launches in flight (local launchers): a job is here from the start of its launch
+/// (its file still in queued_jobs/, so a pass never starts it twice and a reader of the
+/// state folders finds it) until it is claimed, recorded and its worker released (or it
+/// failed, or another manager took it); the sweep leaves it alone meanwhile.
 #[derive(Default)]
 pub(super) struct Launching {
     futures: futures_util::stream::FuturesUnordered<LaunchFuture>,
@@ -261,13 +262,11 @@ impl Manager {
     /// starts until this one is over.
     async fn start_batch(&mut self, ids: &[String], alone: bool) {
         for id in ids {
+            // The job stays in queued_jobs/ while its worker is launched (a reader of the
+            // state folders always finds it); it is claimed when the launch completes
+            // (`on_launched`), before its worker is released.
             let (marked, prepared) = self.begin_start(id).await;
-            let marker = self.marker_path(MarkKind::Start, id);
-            let claimed = match prepared {
-                Some(p) => handling(marker, async { self.claim(p) }).await,
-                None => None,
-            };
-            let Some(p) = claimed else {
+            let Some(p) = prepared else {
                 if marked {
                     self.unmark(MarkKind::Start, id);
                 }
@@ -284,7 +283,7 @@ impl Manager {
         }
     }
 
-    /// Claims prepared job `p` before its worker is spawned: `queued_jobs/<id>.json` renamed
+    /// Claims prepared job `p` before its worker is released: `queued_jobs/<id>.json` renamed
     /// to this machine's claim, `Queues/<q>/.claimed/<host>/<id>.json` (`claim_queued`).
     /// `None` when another manager took it first (it runs there) or the claim failed (put
     /// off).
@@ -319,6 +318,17 @@ impl Manager {
         } = done;
         let id = prepared.id.clone();
         let marker = self.marker_path(MarkKind::Start, &id);
+        let claimed = handling(marker.clone(), async { self.claim(prepared) }).await;
+        let Some(prepared) = claimed else {
+            // Taken meanwhile (another manager of the queue started it, or a cancel ended
+            // it), or put off: its worker is never released.
+            self.launching.finish(&id);
+            self.discard_launch(result).await;
+            if marked {
+                self.unmark(MarkKind::Start, &id);
+            }
+            return;
+        };
         match self.launching.finish(&id) {
             Some(by) => handling(marker, self.cancel_launched(prepared, result, &by)).await,
             None => handling(marker, self.finish_start(prepared, started_at, result)).await,
@@ -336,14 +346,20 @@ impl Manager {
         launched: Result<launcher::Launched, launcher::LaunchError>,
         by: &str,
     ) {
+        self.discard_launch(launched).await;
+        let error = format!("Job cancelled by {by}");
+        self.fail_claimed(&p, error).await;
+        self.index.forget(&p.id);
+    }
+
+    /// A launched worker that must never run: its gate closed, its exit awaited, its scope
+    /// stopped.
+    async fn discard_launch(&mut self, launched: Result<launcher::Launched, launcher::LaunchError>) {
         if let Ok(mut l) = launched {
             drop(l.gate);
             let _ = l.child.wait().await;
             self.launcher.clean_up(l.pid, l.unit.as_deref()).await;
         }
-        let error = format!("Job cancelled by {by}");
-        self.fail_claimed(&p, error).await;
-        self.index.forget(&p.id);
     }
 
     pub(super) fn set_aside(&self, path: &std::path::Path, what: &str) {
