@@ -328,14 +328,7 @@ fn list_jobs_to(
                     Err(e) => warn(e),
                     Ok(None) => {}
                     Ok(Some((loc, job))) => {
-                        // The index is a cache: when the document says otherwise, the
-                        // document decides who may see it.
-                        let same =
-                            job.config.project == l.head.project && job.config.user == l.head.user;
-                        if same || {
-                            let p = store.project(&job.config.project).ok();
-                            who.can_see_job(&job, p.as_ref())
-                        } {
+                        if document_admits(&store, &who, &l, &job) {
                             w.element(&with_id(job, &loc.id))?;
                         }
                     }
@@ -368,6 +361,15 @@ fn list_jobs_to(
         }
     }
     Ok(())
+}
+
+/// Whether `who` may see `job`, listed as `l`. The index is a cache: when the document says
+/// otherwise (another project or user), the document decides.
+fn document_admits(store: &Store, who: &Caller, l: &Listed, job: &Job) -> bool {
+    (job.config.project == l.head.project && job.config.user == l.head.user) || {
+        let p = store.project(&job.config.project).ok();
+        who.can_see_job(job, p.as_ref())
+    }
 }
 
 /// `list-jobs --archived`: the archive folders through the same index as the live ones,
@@ -421,12 +423,7 @@ fn list_archived_to(g: &GlobalArgs, out: &mut dyn Write, project: Option<&str>) 
                         if source.kind() == std::io::ErrorKind::NotFound => {}
                     Err(e) => warn(e),
                     Ok(job) => {
-                        let same =
-                            job.config.project == l.head.project && job.config.user == l.head.user;
-                        if same || {
-                            let p = store.project(&job.config.project).ok();
-                            who.can_see_job(&job, p.as_ref())
-                        } {
+                        if document_admits(&store, &who, &l, &job) {
                             w.element(&with_id(job, &l.id))?;
                         }
                     }

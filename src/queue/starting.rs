@@ -354,7 +354,10 @@ impl Manager {
 
     /// A launched worker that must never run: its gate closed, its exit awaited, its scope
     /// stopped.
-    async fn discard_launch(&mut self, launched: Result<launcher::Launched, launcher::LaunchError>) {
+    async fn discard_launch(
+        &mut self,
+        launched: Result<launcher::Launched, launcher::LaunchError>,
+    ) {
         if let Ok(mut l) = launched {
             drop(l.gate);
             let _ = l.child.wait().await;
