@@ -228,7 +228,8 @@ p_once() {
     n=$(x sh -c "grep -l '\"correlation_id\": *\"p-' $A/Queues/beech/Jobs/*/*.json | wc -l")
     [ "$n" -eq 5 ] || { sys_log "$n jobs for 5 messages"; return 1; }
 }
-sys_check "... exactly one job each" p_once
+# (alpha's copy settles after beta's moves reach it, as above)
+sys_check "... exactly one job each" sys_wait_until 30 "p one job each" p_once
 
 # --- no conflict copy of anything in the whole run -----------------------------------------------
 # Every file several machines would write is one file per machine (events, errors.out, daemon
