@@ -14,6 +14,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio::time::Instant;
 
+/// How long a job waits for a project or user document it names that is not (yet) in this
+/// copy of the store (`Manager::awaited_document`).
+const SYNC_ARRIVAL_GRACE_SECONDS: f64 = 600.0;
+
 /// A queued job read and ready to launch.
 pub(super) struct PreparedStart {
     pub(super) id: String,
@@ -403,6 +407,10 @@ impl Manager {
         };
         self.index.forget(id);
         let mut job = job;
+        if let Some(why) = self.awaited_document(&job) {
+            self.back_off(id, &why);
+            return None;
+        }
         if let Err(e) = self
             .may_run(&job)
             .and_then(|_| self.fill_pipeline_step(&mut job))
@@ -652,6 +660,31 @@ impl Manager {
     /// The checks a job file gets whoever wrote it (the orchestrator makes the same ones when
     /// it creates a job): PRD §10 — a job that names its user runs only if that user owns the
     /// project or is an admin — and extra args never widen the queue's permissions.
+    /// In a synced store files arrive in any order: a job can be here before the project or
+    /// user document it names. A job queued less than [`SYNC_ARRIVAL_GRACE_SECONDS`] ago
+    /// waits for them (its start put off, saying which) instead of failing; an older one is
+    /// judged on what is here.
+    fn awaited_document(&self, job: &Job) -> Option<String> {
+        let young =
+            job.config.queue_time.seconds_until(&Timestamp::now()) < SYNC_ARRIVAL_GRACE_SECONDS;
+        if !young {
+            return None;
+        }
+        let missing = |r: Result<(), StoreError>| matches!(r, Err(StoreError::NotFound { .. }));
+        let p = &job.config.project;
+        if missing(self.store.project(p).map(|_| ())) {
+            return Some(format!(
+                "project {p} is not in this copy of the store (yet: waiting for it to sync)"
+            ));
+        }
+        match &job.config.user {
+            Some(u) if missing(self.store.user(u).map(|_| ())) => Some(format!(
+                "user {u} is not in this copy of the store (yet: waiting for it to sync)"
+            )),
+            _ => None,
+        }
+    }
+
     pub(super) fn may_run(&self, job: &Job) -> Result<(), String> {
         if let Some(arg) = crate::model::permission_widening_arg(&job.config.claude_extra_args)
             && self.config.allow_permission_args != Some(true)
