@@ -222,6 +222,9 @@ fn sweep_announces_what_it_answered() {
             .await
             .unwrap();
         let mut processed = proxy.receive_message_processed().await.unwrap();
+        // The daemon's own first pass (once it has looked at the store lock) is over before
+        // the message is written: a Sweep is answered after it.
+        assert_eq!(proxy.sweep().await.unwrap(), 0, "nothing to sweep yet");
         let inbox = env.root.join("messaging/inbox");
         let tmp = inbox.join(".swept.json.tmp");
         std::fs::write(&tmp, m1_message("swept", "list-projects")).unwrap();
