@@ -305,20 +305,6 @@ fn wait(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
-fn events(root: &Path) -> Vec<Value> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(root.join("logs")).unwrap() {
-        let p = e.unwrap().path();
-        let name = p.file_name().unwrap().to_string_lossy().to_string();
-        if name.starts_with("events-") && name.ends_with(".jsonl") {
-            for l in std::fs::read_to_string(&p).unwrap().lines() {
-                out.push(serde_json::from_str(l).unwrap());
-            }
-        }
-    }
-    out
-}
-
 /// The daemons used to call every copy a "Dropbox conflict copy"; a real queue manager now
 /// names Syncthing, sets the copy aside under its folder's path, and `--keep copy` puts it
 /// back in the queue, where it runs.

@@ -80,20 +80,6 @@ fn machine<'a>(list: &'a Value, host: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no machine {host} in {list:#}"))
 }
 
-fn events(root: &Path) -> Vec<Value> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(root.join("logs")).unwrap() {
-        let p = e.unwrap().path();
-        let name = p.file_name().unwrap().to_string_lossy().to_string();
-        if name.starts_with("events-") && name.ends_with(".jsonl") {
-            for l in std::fs::read_to_string(&p).unwrap().lines() {
-                out.push(serde_json::from_str(l).unwrap());
-            }
-        }
-    }
-    out
-}
-
 fn pid_alive(pid: i32) -> bool {
     // A zombie is not alive: read its state.
     std::fs::read_to_string(format!("/proc/{pid}/stat"))

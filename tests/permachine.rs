@@ -349,21 +349,6 @@ fn the_runtime_is_written_apart_only_on_change_and_a_users_config_edit_survives(
     assert_eq!(std::fs::read_to_string(&qf).unwrap(), user_text);
 }
 
-/// Every line of every machine's events file (`logs/events-*.jsonl`, per machine or not).
-fn all_events(root: &Path) -> Vec<Value> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(root.join("logs")).unwrap() {
-        let p = e.unwrap().path();
-        let name = p.file_name().unwrap().to_string_lossy().to_string();
-        if name.starts_with("events-") && name.ends_with(".jsonl") {
-            for l in std::fs::read_to_string(&p).unwrap().lines() {
-                out.push(serde_json::from_str(l).unwrap());
-            }
-        }
-    }
-    out
-}
-
 /// Two queue managers as two machines serving the SAME queue of one shared store (a shared
 /// filesystem: one inode, as a bind mount or NFS, declared by `machines.shared_filesystem`),
 /// several workers each, many short jobs
@@ -400,7 +385,7 @@ fn two_machines_serving_one_queue_run_each_job_exactly_once() {
     assert!(failed.is_empty(), "jobs failed or doubled: {failed:?}");
     assert_eq!(env.count("finished"), n);
     assert_eq!(env.count("queued") + env.count("running"), 0);
-    let events = all_events(&env.root);
+    let events = events(&env.root);
     let mut starts: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for e in &events {
         if e["event"] == "job_started" {
@@ -452,14 +437,14 @@ fn over_a_sync_engine_the_second_machine_stands_down_until_the_first_is_gone() {
     });
     let _beta = manager(&env, "q1", "beta");
     let said = |event: &str, host: &str| {
-        all_events(&env.root)
+        events(&env.root)
             .iter()
             .any(|e| e["event"] == event && e["host"] == host)
     };
     wait(Duration::from_secs(30), "beta standing down", || {
         said("queue_served_elsewhere", "beta")
     });
-    let text = all_events(&env.root)
+    let text = events(&env.root)
         .into_iter()
         .find(|e| e["event"] == "queue_served_elsewhere")
         .unwrap();
@@ -476,7 +461,7 @@ fn over_a_sync_engine_the_second_machine_stands_down_until_the_first_is_gone() {
         env.count("finished") == n
     });
     let hosts = |prefix: &str| -> Vec<String> {
-        let mut v: Vec<String> = all_events(&env.root)
+        let mut v: Vec<String> = events(&env.root)
             .iter()
             .filter(|e| {
                 e["event"] == "job_started"

@@ -300,3 +300,18 @@ pub async fn guarded<F: std::future::Future<Output = T>, T>(f: F) -> T {
 pub fn fake_claude() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-claude")
 }
+
+/// Every line of every machine's events file (`logs/events-*.jsonl`, per machine or not).
+pub fn events(root: &Path) -> Vec<Value> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(root.join("logs")).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        if name.starts_with("events-") && name.ends_with(".jsonl") {
+            for l in std::fs::read_to_string(&p).unwrap().lines() {
+                out.push(serde_json::from_str(l).unwrap());
+            }
+        }
+    }
+    out
+}
