@@ -11,6 +11,10 @@
 
 #[path = "../tests/agentshell_common/mod.rs"]
 mod common;
+#[path = "../tests/support/fake_model.rs"]
+pub mod fake_model;
+#[path = "../tests/support/harness.rs"]
+pub mod harness;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};

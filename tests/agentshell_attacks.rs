@@ -3,7 +3,7 @@
 //! (canary files, steering files), not only the verdicts.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod agentshell_common;
+use crate::agentshell_common;
 
 use std::collections::BTreeSet;
 use std::io::Write;

@@ -1,7 +1,7 @@
 //! The L2 cycle with real L3 tools against a scripted fake OpenAI server.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] fns
 
-mod agentshell_common;
+use crate::agentshell_common;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;

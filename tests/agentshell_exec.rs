@@ -1,7 +1,7 @@
 //! The real `agentshell` binary, headless: `exec --json -` against the fake server.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] fns
 
-mod agentshell_common;
+use crate::agentshell_common;
 
 use std::io::Write;
 use std::path::Path;

@@ -1,7 +1,7 @@
 //! The providers against scripted fake OpenAI and Anthropic servers.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] fns
 
-mod agentshell_common;
+use crate::agentshell_common;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! number bounded and idle ones dropped.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] fns
 
-mod agentshell_common;
+use crate::agentshell_common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -2,7 +2,7 @@
 //! Ctrl+C during a request, Ctrl+C twice, `/exit`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] fns
 
-mod agentshell_common;
+use crate::agentshell_common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

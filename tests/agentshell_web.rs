@@ -3,7 +3,7 @@
 //! page itself driven by headless Chromium over the DevTools protocol (real clicks).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] fns
 
-mod agentshell_common;
+use crate::agentshell_common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

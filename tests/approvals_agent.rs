@@ -10,15 +10,7 @@
 //! as the unprivileged test user, as in production.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/approvals_env.rs"]
-mod approvals_env;
-#[path = "support/claude_env.rs"]
-mod claude_env;
-mod common;
-#[path = "support/fake_model.rs"]
-mod fake_model;
-#[path = "support/queue_env.rs"]
-mod queue_env;
+use crate::{approvals_env, fake_model, queue_env};
 
 use agentstore::model::approval::ApprovalPolicy;
 use approvals_env::{add_users, agentshell_queue, answers, nobody, owner_uid, requests};

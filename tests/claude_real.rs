@@ -4,10 +4,7 @@
 //! these tests fail with that hint, they never skip.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/claude_env.rs"]
-mod claude_env;
-#[path = "support/fake_model.rs"]
-mod fake_model;
+use crate::{claude_env, fake_model};
 
 use claude_env::{
     ClaudeHome, RUN_LIMIT, TestUser, chown_recursive, claude_command, headless_args, parse_result,

@@ -4,7 +4,7 @@
 //! Needs root (to run the CLI as `nobody`); CI runs as root.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::TestEnv;
 use common::bus::KillOnDrop;

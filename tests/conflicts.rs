@@ -6,11 +6,7 @@
 //! name, and a real queue manager's set-aside copy goes back into the queue with `--keep copy`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/claude_env.rs"]
-mod claude_env;
-mod common;
-#[path = "support/queue_env.rs"]
-mod queue_env;
+use crate::{common, queue_env};
 
 use common::TestEnv;
 use queue_env::*;

@@ -5,16 +5,14 @@
 //! compared with the file. The standard org.freedesktop.DBus.* interfaces are not compared.
 //!
 //! Regenerate the file after a deliberate interface change:
-//! `AGENTSTORE_BLESS=1 cargo test --test dbus_introspection` (it writes the live interface
+//! `AGENTSTORE_BLESS=1 cargo test --test integration dbus_introspection` (it writes the live interface
 //! element verbatim, doc comments included, into the file; review the diff).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::{common, introspection};
 
 use common::TestEnv;
 use common::bus::{PrivateBus, spawn_orchestratord, wait_for_name};
-#[path = "support/introspection.rs"]
-mod introspection;
 use introspection::*;
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -27,7 +25,7 @@ fn checked_in() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("dbus/org.agentstore.Orchestrator1.xml")
 }
 
-const REGENERATE: &str = "AGENTSTORE_BLESS=1 cargo test --test dbus_introspection";
+const REGENERATE: &str = "AGENTSTORE_BLESS=1 cargo test --test integration dbus_introspection";
 
 /// The text the file should hold: the live `<interface>` element verbatim, in a `<node>`.
 fn file_text(live_xml: &str) -> String {

@@ -6,9 +6,7 @@
 //! `message_answered` event and (for agent commands) one job; none is lost.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-#[path = "support/procs.rs"]
-mod procs;
+use crate::{common, procs};
 
 use common::TestEnv;
 use common::bus::{PrivateBus, orchestratord_command};

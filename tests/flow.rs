@@ -3,11 +3,7 @@
 //! agent-worker running no-op jobs. Each test owns its HOME, store, runtime dir and bus.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/claude_env.rs"]
-mod claude_env;
-mod common;
-#[path = "support/fake_model.rs"]
-mod fake_model;
+use crate::{claude_env, common, fake_model};
 
 use common::Researcher;
 use common::bus::{KillOnDrop, PrivateBus, wait_for_name, wait_until};
@@ -339,11 +335,19 @@ fn a_killed_worker_is_retried_and_a_cancelled_job_is_not() {
     .unwrap();
     let failed = f.wait_state(&r, "failed");
     assert_eq!(failed["runtime"]["error"], "Worker harness process died");
-    let retry = f
-        .all_jobs()
-        .into_iter()
-        .find(|j| j["config"]["retry_of"] == r.as_str())
-        .unwrap_or_else(|| panic!("no retry of {r}"));
+    // The retry is written before the failure, but it may be starting already: for a few
+    // milliseconds a start claim, in no state folder.
+    let mut retry = Value::Null;
+    wait_until(Duration::from_secs(10), &format!("a retry of {r}"), || {
+        if let Some(j) = f
+            .all_jobs()
+            .into_iter()
+            .find(|j| j["config"]["retry_of"] == r.as_str())
+        {
+            retry = j;
+        }
+        !retry.is_null()
+    });
     assert_eq!(retry["config"]["attempt"], 2);
     let rid = retry["id"].as_str().unwrap().to_string();
     assert_ne!(rid, r);

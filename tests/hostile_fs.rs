@@ -5,11 +5,7 @@
 //! nothing blocks, every bad entry gets an error naming it, logs stay bounded.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/claude_env.rs"]
-mod claude_env;
-mod common;
-#[path = "support/queue_env.rs"]
-mod queue_env;
+use crate::{common, queue_env};
 
 use agentstore::model::Timestamp;
 use agentstore::orchestrator::{FileOutcome, process_inbox};

@@ -3,11 +3,7 @@
 //! binaries, a private dbus-daemon) and asserts the fixed behaviour.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/claude_env.rs"]
-mod claude_env;
-mod common;
-#[path = "support/queue_env.rs"]
-mod queue_env;
+use crate::{common, queue_env};
 
 use agentstore::bus::orchestrator::Orchestrator1Proxy;
 use agentstore::orchestrator::{LockError, LockInfo, StoreLock};

@@ -1,7 +1,7 @@
 //! PRD §12 M0 tests 1–7, against the built `orchestrator` binary in a temp store and HOME.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::{TestEnv, corpus};
 use serde_json::Value;

@@ -5,13 +5,7 @@
 //! `queue-manager` processes with different `AGENTSTORE_HOSTNAME`s on one store.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/claude_env.rs"]
-mod claude_env;
-mod common;
-#[path = "support/procs.rs"]
-mod procs;
-#[path = "support/queue_env.rs"]
-mod queue_env;
+use crate::{procs, queue_env};
 
 use procs::{Proc, wait};
 use queue_env::*;

@@ -6,7 +6,7 @@
 //! no job is created, and the daemon keeps serving.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::TestEnv;
 use common::bus::{KillOnDrop, PrivateBus, orchestratord_command, wait_for_name, wait_until};

@@ -2,7 +2,7 @@
 //! separate process).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::TestEnv;
 use common::bus::{

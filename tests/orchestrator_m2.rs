@@ -2,7 +2,7 @@
 //! permissions over D-Bus. Daemon on a private bus; the CLI as a separate process.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use agentstore::bus::orchestrator::Orchestrator1Proxy;
 use common::TestEnv;

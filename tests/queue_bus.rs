@@ -2,13 +2,7 @@
 //! callers are authorized by their Unix user, and the system-bus policy file loads.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/claude_env.rs"]
-mod claude_env;
-mod common;
-#[path = "support/introspection.rs"]
-mod introspection;
-#[path = "support/queue_env.rs"]
-mod queue_env;
+use crate::{claude_env, introspection, queue_env};
 
 use queue_env::*;
 use serde_json::json;

@@ -2,11 +2,7 @@
 //! cancel-job over D-Bus, logs from the job file where there is no journal.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/claude_env.rs"]
-mod claude_env;
-mod common;
-#[path = "support/queue_env.rs"]
-mod queue_env;
+use crate::queue_env;
 
 use queue_env::*;
 use serde_json::{Value, json};

@@ -2,11 +2,7 @@
 //! name is owned (Type=notify), clean exit on SIGTERM with process_id cleared.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/claude_env.rs"]
-mod claude_env;
-mod common;
-#[path = "support/queue_env.rs"]
-mod queue_env;
+use crate::queue_env;
 
 use queue_env::*;
 use serde_json::json;

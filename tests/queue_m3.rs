@@ -2,11 +2,7 @@
 //! launcher, private D-Bus daemon, events awaited through JobStateChanged signals.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/claude_env.rs"]
-mod claude_env;
-mod common;
-#[path = "support/queue_env.rs"]
-mod queue_env;
+use crate::queue_env;
 
 use agentstore::queue::pidwatch::is_worker_of;
 use futures_util::StreamExt;

@@ -4,6 +4,9 @@
 # CI is set, as .ci/run sets it: then a skip fails).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# One build, not an edit loop: incremental state would only take disk (gigabytes of it on a
+# machine whose free space we do not control). Keep a caller's own choice.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
 echo "==> cargo fmt --check"
 cargo fmt --check

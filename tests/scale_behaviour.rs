@@ -3,11 +3,7 @@
 //! never by timing.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/claude_env.rs"]
-mod claude_env;
-mod common;
-#[path = "support/queue_env.rs"]
-mod queue_env;
+use crate::{common, queue_env};
 
 use queue_env::*;
 use serde_json::{Value, json};

@@ -3,7 +3,7 @@
 //! cache (damaged, missing or unwritable: the listing is still right).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use agentstore::model::JobStatus;
 use agentstore::store::Store;

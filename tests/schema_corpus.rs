@@ -2,7 +2,7 @@
 //! logged to errors.out; the valid corpus round-trips through the typed model.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use agentstore::model::{DocKind, Job, Message, Prd, Project, Queue, User};
 use agentstore::schema::Validator;

@@ -5,11 +5,7 @@
 //! the real Slurm (slurmctld, slurmd, munge) is tests/system/t_slurm.sh.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/claude_env.rs"]
-mod claude_env;
-mod common;
-#[path = "support/queue_env.rs"]
-mod queue_env;
+use crate::queue_env;
 
 use queue_env::*;
 use serde_json::{Value, json};

@@ -12,7 +12,7 @@
 //! otherwise. Under CI (`CI` set) every such skip fails instead. Booting the units under a real systemd is tests/system/'s job.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::TestEnv;
 use common::bus::{PrivateBus, have, skip, wait_until};
@@ -607,7 +607,7 @@ fn a_skipped_check_fails_under_ci() {
         c.args([
             "--ignored",
             "--exact",
-            "always_skips",
+            "units::always_skips",
             "--test-threads=1",
             "--nocapture",
         ]);

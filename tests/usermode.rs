@@ -4,7 +4,7 @@
 //! that does not exist, so nothing on the host can change the outcome.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::bus::{KillOnDrop, PrivateBus, wait_for_name, wait_until};
 use common::{Researcher, login};

@@ -7,9 +7,7 @@
 //! the client, `runuser` to call as another Unix user (`nobody`). Needs root (CI runs as root).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-#[path = "support/web_env.rs"]
-mod web_env;
+use crate::{common, web_env};
 
 use common::TestEnv;
 use common::bus::{KillOnDrop, PrivateBus, skip, wait_until};

@@ -6,9 +6,7 @@
 //! systemd passes them), chromium. Under CI a missing chromium fails the test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-#[path = "support/web_env.rs"]
-mod web_env;
+use crate::{common, web_env};
 
 use common::TestEnv;
 use common::bus::{KillOnDrop, have, skip, wait_until};

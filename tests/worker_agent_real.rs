@@ -4,15 +4,7 @@
 //! job's working directory as the job account, and the final answer lands in the job.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/approvals_env.rs"]
-mod approvals_env;
-#[path = "support/claude_env.rs"]
-mod claude_env;
-mod common;
-#[path = "support/fake_model.rs"]
-mod fake_model;
-#[path = "support/queue_env.rs"]
-mod queue_env;
+use crate::{approvals_env, fake_model, queue_env};
 
 use approvals_env::agentshell_queue;
 use fake_model::{FakeModel, Script, tool_result_text};

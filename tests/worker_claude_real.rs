@@ -5,13 +5,7 @@
 //! would. `claude` must be installed (`.ci/install-claude.sh`); without it this test fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/claude_env.rs"]
-mod claude_env;
-mod common;
-#[path = "support/fake_model.rs"]
-mod fake_model;
-#[path = "support/queue_env.rs"]
-mod queue_env;
+use crate::{claude_env, fake_model, queue_env};
 
 use claude_env::{ClaudeHome, chown_recursive, claude_env, require_claude, unprivileged_user};
 use fake_model::{FakeModel, Script, tool_result_text};

@@ -3,11 +3,7 @@
 //! non-zero exit, API error, >10 MB output, timeout, invalid job files, non-JSON output.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/claude_env.rs"]
-mod claude_env;
-mod common;
-#[path = "support/queue_env.rs"]
-mod queue_env;
+use crate::{claude_env, common, queue_env};
 
 use agentstore::queue::pidwatch::is_worker_of;
 use queue_env::*;

@@ -214,18 +214,17 @@ impl Store {
     /// names the archive file and the state it ended in).
     pub fn find_job(&self, id: &str) -> Result<JobLocation> {
         check_id("job", id)?;
-        for queue in self.queue_ids()? {
-            for status in JobStatus::ALL {
-                let path = self.job_path(&queue, status, id);
-                if safe::is_file(&path) {
-                    return Ok(JobLocation {
-                        queue,
-                        status,
-                        id: id.to_string(),
-                        path,
-                    });
-                }
+        // A job being started is, for a few milliseconds, only a claim
+        // (`Queues/<q>/.claimed/<host>/<id>.json`) between queued_jobs/ and running_jobs/:
+        // look again while a claim of it exists rather than call it unknown (≤ 1 s).
+        for _ in 0..20 {
+            if let Some(loc) = self.find_live_job(id)? {
+                return Ok(loc);
             }
+            if !self.is_claimed(id)? {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
         }
         // Archived (`orchestrator archive`): still a job of the store, ended, its file in
         // Queues/<q>/Jobs/archive/YYYY-MM/<state>_jobs/. Looked at only after the live
@@ -247,6 +246,41 @@ impl Store {
             kind: "job",
             id: id.to_string(),
         })
+    }
+
+    /// Job `id` in a live state folder of any queue.
+    fn find_live_job(&self, id: &str) -> Result<Option<JobLocation>> {
+        for queue in self.queue_ids()? {
+            for status in JobStatus::ALL {
+                let path = self.job_path(&queue, status, id);
+                if safe::is_file(&path) {
+                    return Ok(Some(JobLocation {
+                        queue,
+                        status,
+                        id: id.to_string(),
+                        path,
+                    }));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Whether some machine holds a start claim of job `id` (any queue).
+    fn is_claimed(&self, id: &str) -> Result<bool> {
+        let file = format!("{id}.json");
+        for queue in self.queue_ids()? {
+            let Ok(hosts) = std::fs::read_dir(self.queue_dir(&queue).join(".claimed")) else {
+                continue;
+            };
+            if hosts
+                .flatten()
+                .any(|h| safe::is_file(&h.path().join(&file)))
+            {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// Reads a job.

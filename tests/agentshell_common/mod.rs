@@ -6,12 +6,10 @@
 
 use std::time::Duration;
 
-#[path = "../support/harness.rs"]
-pub mod harness;
+pub use crate::harness;
 
-#[path = "../support/fake_model.rs"]
-pub mod fake_model;
-#[allow(unused_imports)] // each test binary uses its own part
+pub use crate::fake_model;
+#[allow(unused_imports)] // each test file uses its own part
 pub use fake_model::{
     Dialect, FakeModel, Reply, Script, an_event, an_start, an_stop, an_text, oa_chunk, oa_command,
     oa_done, oa_text, oa_tool_calls, oa_usage, split3,

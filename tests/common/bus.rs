@@ -3,7 +3,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "../support/harness.rs"]
-mod harness;
+pub mod harness;
 
 pub use harness::*;
 use std::path::Path;

@@ -1,0 +1,78 @@
+//! Every integration test, in ONE test binary (`cargo nextest run --test integration`;
+//! one file's tests: `cargo nextest run -E 'test(/^queue_m3::/)'`).
+//!
+//! One binary, not one per file: 43 test binaries each linked the whole crate and its
+//! dependencies (about 50 MB each, 2.3 GB in all), which filled the CI machine's disk and
+//! spent minutes linking. Each file below is a module; the shared support is declared here
+//! once and taken with `use crate::…` by the files that need it.
+#![allow(
+    dead_code,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::new_without_default
+)]
+
+// Shared support.
+pub mod agentshell_common;
+#[path = "support/approvals_env.rs"]
+pub mod approvals_env;
+#[path = "support/claude_env.rs"]
+pub mod claude_env;
+pub mod common;
+#[path = "support/fake_model.rs"]
+pub mod fake_model;
+#[path = "support/introspection.rs"]
+pub mod introspection;
+#[path = "support/procs.rs"]
+pub mod procs;
+#[path = "support/queue_env.rs"]
+pub mod queue_env;
+#[path = "support/web_env.rs"]
+pub mod web_env;
+// The test harness (compiled once, in `common::bus`), also as `crate::harness`.
+pub use common::bus::harness;
+
+// The tests, one module per file.
+mod agentshell_attacks;
+mod agentshell_cycle;
+mod agentshell_exec;
+mod agentshell_layers;
+mod agentshell_policy_prop;
+mod agentshell_providers;
+mod agentshell_telegram;
+mod agentshell_tmux;
+mod agentshell_web;
+mod approvals_agent;
+mod approvals_claude;
+mod claude_real;
+mod cli_remote;
+mod conflicts;
+mod dbus_introspection;
+mod failover;
+mod flow;
+mod fuzz_documents;
+mod hostile_fs;
+mod hostile_input;
+mod layers;
+mod m0_cli;
+mod machines;
+mod orchestrator_badinput;
+mod orchestrator_m1;
+mod orchestrator_m2;
+mod permachine;
+mod queue_bus;
+mod queue_cli;
+mod queue_daemon;
+mod queue_m3;
+mod scale_behaviour;
+mod scale_listing;
+mod schema_corpus;
+mod slurm;
+mod systemd_units;
+mod units;
+mod usermode;
+mod web_api;
+mod web_dashboard;
+mod worker_agent_real;
+mod worker_claude_real;
+mod worker_m5;
