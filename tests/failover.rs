@@ -23,23 +23,7 @@ const LONG: Duration = Duration::from_secs(60);
 /// A store with TestProject on the default queue, fast lock and machine heartbeats, and
 /// `standby` hosts.
 fn store(standby: &[&str]) -> TestEnv {
-    let env = TestEnv::initialised();
-    env.write(
-        "projects/TestProject/project.json",
-        r#"{
-  "id": "TestProject",
-  "directory": "/tmp/testproject",
-  "git_repository": "https://github.com/test/test",
-  "create_time": "2025-10-25T10:00:00Z",
-  "update_time": "2025-10-25T10:00:00Z",
-  "description": "Test project",
-  "owner": "chenry",
-  "collaborators": [],
-  "code_research_document": "/tmp/testproject/docs.md",
-  "default_queue": "poplar"
-}"#,
-    );
-    std::fs::create_dir_all(env.root.join("projects/TestProject/queued_prds")).unwrap();
+    let env = TestEnv::with_test_project();
     let cfg = env.root.join("config.yaml");
     let text = std::fs::read_to_string(&cfg).unwrap();
     let hosts = standby.join(", ");

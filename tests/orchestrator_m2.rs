@@ -33,24 +33,7 @@ fn count(dir: &Path) -> usize {
 
 /// A store with the PRD's M2 TestProject and poplar queue (worker_count 2).
 fn m2_store() -> TestEnv {
-    let env = TestEnv::initialised();
-    env.write(
-        "projects/TestProject/project.json",
-        r#"{
-  "id": "TestProject",
-  "directory": "/tmp/testproject",
-  "git_repository": "https://github.com/test/test",
-  "create_time": "2025-10-25T10:00:00Z",
-  "update_time": "2025-10-25T10:00:00Z",
-  "description": "Test project",
-  "owner": "chenry",
-  "collaborators": [],
-  "code_research_document": "/tmp/testproject/docs.md",
-  "default_queue": "poplar"
-}"#,
-    );
-    std::fs::create_dir_all(env.root.join("projects/TestProject/queued_prds")).unwrap();
-    env
+    TestEnv::with_test_project()
 }
 
 struct Running {

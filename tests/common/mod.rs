@@ -82,6 +82,20 @@ impl TestEnv {
     }
 
     /// Writes a file under the store root.
+    /// `initialised()` plus the PRD's M2 TestProject (owner chenry, default queue poplar:
+    /// the corpus document `tests/corpus/valid/project/m2_TestProject.json`).
+    pub fn with_test_project() -> TestEnv {
+        let env = TestEnv::initialised();
+        let doc = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/corpus/valid/project/m2_TestProject.json");
+        env.write(
+            "projects/TestProject/project.json",
+            &std::fs::read_to_string(doc).unwrap(),
+        );
+        std::fs::create_dir_all(env.root.join("projects/TestProject/queued_prds")).unwrap();
+        env
+    }
+
     pub fn write(&self, rel: &str, text: &str) -> PathBuf {
         let p = self.root.join(rel);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
