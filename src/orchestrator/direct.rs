@@ -129,7 +129,9 @@ pub fn answer(store: &Store, msg: &Message, who: &Caller) -> Result<Value, Route
             Ok(v)
         }
         // Messages (PRD §4.6): requests and answers in messaging/, a user's own only.
-        "list-messages" => super::messages::list(store, who, &super::messages::filter_from(&msg.content)?),
+        "list-messages" => {
+            super::messages::list(store, who, &super::messages::filter_from(&msg.content)?)
+        }
         "view-message" => {
             let id = arg(msg, "message").or(arg(msg, "id")).ok_or_else(|| {
                 RouteError::Invalid("view-message: content.message is required (a string)".into())

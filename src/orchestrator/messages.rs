@@ -143,7 +143,10 @@ pub fn list(store: &Store, who: &Caller, f: &MessageFilter) -> Result<Value, Rou
     let mut problems = Vec::new();
     for (folder, direction, dir) in folders(store) {
         let scan = scan_dir(&dir).map_err(|e| {
-            RouteError::Failed(format!("cannot list {}: {e}", store.relative(&dir).display()))
+            RouteError::Failed(format!(
+                "cannot list {}: {e}",
+                store.relative(&dir).display()
+            ))
         })?;
         for path in scan.documents {
             match read(store, &path) {
@@ -185,7 +188,13 @@ pub fn list(store: &Store, who: &Caller, f: &MessageFilter) -> Result<Value, Rou
             && f.status.is_none_or(|s| m.msg.status == s)
             && f.direction.is_none_or(|d| m.direction == d)
     });
-    let key = |m: &Found| (m.msg.queue_time, m.direction == Direction::Out, m.id.clone());
+    let key = |m: &Found| {
+        (
+            m.msg.queue_time,
+            m.direction == Direction::Out,
+            m.id.clone(),
+        )
+    };
     found.sort_by_key(|m| std::cmp::Reverse(key(m)));
     let total = found.len();
     let limit = f.limit.unwrap_or(usize::MAX);

@@ -412,9 +412,13 @@ pub async fn route(
                 ],
             )?;
             let actor = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
-            Ok(ok(
-                &direct(app, &actor, "list-messages", message_filter(&q)?).await?
-            ))
+            Ok(ok(&direct(
+                app,
+                &actor,
+                "list-messages",
+                message_filter(&q)?,
+            )
+            .await?))
         }
         (["messages", id], true) => {
             let q = query(&req, &["as"])?;

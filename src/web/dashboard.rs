@@ -406,7 +406,11 @@ async fn machine_page(app: &App, who: &Actor, host: &str) -> Result<Response<Bod
                 .as_u64()
                 .map(|n| format!("{n} s"))
                 .unwrap_or_default(),
-            stopped = if d["stopped"] == json!(true) { "yes" } else { "" },
+            stopped = if d["stopped"] == json!(true) {
+                "yes"
+            } else {
+                ""
+            },
         );
     }
     b.push_str("</tbody></table>");
