@@ -208,7 +208,16 @@ impl<'a> Visibility<'a> {
 pub const MAX_LIST_BYTES: usize = 16 << 20;
 
 fn number(msg: &Message, key: &str) -> Result<Option<usize>, RouteError> {
-    match msg.content.get(key) {
+    whole_number(&msg.content, "list-jobs", key)
+}
+
+/// `content.<key>` of a `command` message as a whole number ≥ 0 (`None` when absent or null).
+pub(super) fn whole_number(
+    content: &serde_json::Map<String, Value>,
+    command: &str,
+    key: &str,
+) -> Result<Option<usize>, RouteError> {
+    match content.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => v
             .as_u64()
@@ -216,7 +225,7 @@ fn number(msg: &Message, key: &str) -> Result<Option<usize>, RouteError> {
             .map(Some)
             .ok_or_else(|| {
                 RouteError::Invalid(format!(
-                    "list-jobs: content.{key} must be a whole number ≥ 0, not {v}"
+                    "{command}: content.{key} must be a whole number ≥ 0, not {v}"
                 ))
             }),
     }

@@ -297,20 +297,7 @@ pub fn filter_from(content: &Map<String, Value>) -> Result<MessageFilter, RouteE
             ))),
         }
     };
-    let number = |k: &str| -> Result<Option<usize>, RouteError> {
-        match content.get(k) {
-            None | Some(Value::Null) => Ok(None),
-            Some(v) => v
-                .as_u64()
-                .and_then(|n| usize::try_from(n).ok())
-                .map(Some)
-                .ok_or_else(|| {
-                    RouteError::Invalid(format!(
-                        "list-messages: content.{k} must be a whole number ≥ 0, not {v}"
-                    ))
-                }),
-        }
-    };
+    let number = |k: &str| super::direct::whole_number(content, "list-messages", k);
     let status = match text("status")? {
         None => None,
         Some(s) => Some(status_from_name(&s).ok_or_else(|| {

@@ -119,6 +119,17 @@ pub async fn list_jobs(
         .await?)
 }
 
+/// The query parameters of a messages listing (API and page).
+pub const MESSAGE_QUERY: [&str; 7] = [
+    "as",
+    "project",
+    "user",
+    "status",
+    "direction",
+    "offset",
+    "limit",
+];
+
 /// The content of `list-messages` for a query's filters (`offset`, `limit` as numbers;
 /// empty values left out).
 pub fn message_filter(q: &HashMap<String, String>) -> Result<Map<String, Value>, WebError> {
@@ -399,18 +410,7 @@ pub async fn route(
             ))
         }
         (["messages"], true) => {
-            let q = query(
-                &req,
-                &[
-                    "as",
-                    "project",
-                    "user",
-                    "status",
-                    "direction",
-                    "offset",
-                    "limit",
-                ],
-            )?;
+            let q = query(&req, &MESSAGE_QUERY)?;
             let actor = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
             Ok(ok(&direct(
                 app,

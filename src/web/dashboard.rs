@@ -2,7 +2,9 @@
 //! (readable with JavaScript off). `/static/live.js` (ours, vendored, no build step) only
 //! refreshes a page's `<main data-live>` when the event stream says something changed.
 
-use super::api::{direct, list_jobs, message_filter, percent_encode, query, queue_state};
+use super::api::{
+    MESSAGE_QUERY, direct, list_jobs, message_filter, percent_encode, query, queue_state,
+};
 use super::auth::{Actor, Peer};
 use super::error::WebError;
 use super::html::esc;
@@ -180,18 +182,7 @@ pub async fn route(
             machine_page(app, &who, host).await
         }
         (["messages"], false) => {
-            let q = query(
-                &req,
-                &[
-                    "as",
-                    "project",
-                    "user",
-                    "status",
-                    "direction",
-                    "offset",
-                    "limit",
-                ],
-            )?;
+            let q = query(&req, &MESSAGE_QUERY)?;
             let who = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
             messages_page(app, &who, q).await
         }
@@ -285,6 +276,62 @@ async fn approvals_page(app: &App, who: &Actor) -> Result<Response<Body>, WebErr
     Ok(page("Approvals", who, true, &b))
 }
 
+/// The strings of a JSON array, joined with commas.
+fn joined(v: &Value) -> String {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A list of what a listing could not read (`problems`), under `title`; nothing when none.
+fn problems_list(b: &mut String, title: &str, problems: &Value) {
+    let problems = problems.as_array().cloned().unwrap_or_default();
+    if problems.is_empty() {
+        return;
+    }
+    let _ = write!(b, r#"<h2>{title}</h2><ul id="problems">"#);
+    for p in &problems {
+        let _ = write!(b, "<li>{}</li>", esc(p.as_str().unwrap_or("")));
+    }
+    b.push_str("</ul>");
+}
+
+/// Previous/next links of a paged list at `path`, keeping the filters `keys` of `q`;
+/// `(offset, limit)` of this page, `(next, total)` from its answer.
+fn pager(
+    b: &mut String,
+    path: &str,
+    q: &HashMap<String, String>,
+    keys: &[&str],
+    (offset, limit): (u64, u64),
+    (next, total): (u64, u64),
+) {
+    let link = |off: u64| {
+        let mut parts = vec![format!("offset={off}"), format!("limit={limit}")];
+        for k in keys {
+            if let Some(v) = q.get(*k).filter(|v| !v.is_empty()) {
+                parts.push(format!("{k}={}", percent_encode(v)));
+            }
+        }
+        format!("{path}?{}", parts.join("&amp;"))
+    };
+    b.push_str("<p class=\"pager\">");
+    if offset > 0 {
+        let _ = write!(
+            b,
+            r#"<a id="prev" href="{}">← previous</a>"#,
+            link(offset.saturating_sub(limit))
+        );
+    }
+    if next < total {
+        let _ = write!(b, r#"<a id="next" href="{}">next →</a>"#, link(next));
+    }
+    b.push_str("</p>");
+}
+
 async fn machines_page(app: &App, who: &Actor) -> Result<Response<Body>, WebError> {
     let all = direct(app, who, "list-machines", Map::new()).await?;
     let rows = all["machines"].as_array().cloned().unwrap_or_default();
@@ -293,14 +340,6 @@ async fn machines_page(app: &App, who: &Actor) -> Result<Response<Body>, WebErro
         r#"<h1>Machines</h1><p id="summary">{} machines, {stale} stale</p><table id="machines"><thead><tr><th>host</th><th>state</th><th>last seen</th><th>daemons</th><th>queues</th><th>version</th></tr></thead><tbody>"#,
         rows.len()
     );
-    let joined = |v: &Value| {
-        v.as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     for m in &rows {
         let is_stale = m["stale"] == json!(true);
         let _ = write!(
@@ -324,14 +363,7 @@ async fn machines_page(app: &App, who: &Actor) -> Result<Response<Body>, WebErro
     if rows.is_empty() {
         b.push_str("<p>No machine has reported yet (no heartbeats under machines/).</p>");
     }
-    let problems = all["problems"].as_array().cloned().unwrap_or_default();
-    if !problems.is_empty() {
-        b.push_str(r#"<h2>Skipped</h2><ul id="problems">"#);
-        for p in &problems {
-            let _ = write!(b, "<li>{}</li>", esc(p.as_str().unwrap_or("")));
-        }
-        b.push_str("</ul>");
-    }
+    problems_list(&mut b, "Skipped", &all["problems"]);
     Ok(page("Machines", who, true, &b))
 }
 
@@ -343,14 +375,6 @@ async fn machine_page(app: &App, who: &Actor, host: &str) -> Result<Response<Bod
         r#"<h1>Machine {h}</h1><p><a href="/machines">← all machines</a></p><table id="machine">"#,
         h = esc(host)
     );
-    let joined = |v: &Value| {
-        v.as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     let state = if stale {
         format!("<strong>⚠ {}</strong>", esc(s(&m, "/state")))
     } else {
@@ -501,35 +525,15 @@ async fn messages_page(
     if rows.is_empty() {
         b.push_str("<p>No messages.</p>");
     }
-    b.push_str("<p class=\"pager\">");
-    let link = |off: u64| {
-        let mut parts = vec![format!("offset={off}"), format!("limit={limit}")];
-        for k in ["direction", "status", "project", "user", "as"] {
-            if !get(k).is_empty() {
-                parts.push(format!("{k}={}", percent_encode(get(k))));
-            }
-        }
-        format!("/messages?{}", parts.join("&amp;"))
-    };
-    if offset > 0 {
-        let _ = write!(
-            b,
-            r#"<a id="prev" href="{}">← previous</a>"#,
-            link(offset.saturating_sub(limit))
-        );
-    }
-    if next < total {
-        let _ = write!(b, r#"<a id="next" href="{}">next →</a>"#, link(next));
-    }
-    b.push_str("</p>");
-    let problems = all["problems"].as_array().cloned().unwrap_or_default();
-    if !problems.is_empty() {
-        b.push_str(r#"<h2>Not read</h2><ul id="problems">"#);
-        for p in &problems {
-            let _ = write!(b, "<li>{}</li>", esc(p.as_str().unwrap_or("")));
-        }
-        b.push_str("</ul>");
-    }
+    pager(
+        &mut b,
+        "/messages",
+        &q,
+        &["direction", "status", "project", "user", "as"],
+        (offset, limit),
+        (next, total),
+    );
+    problems_list(&mut b, "Not read", &all["problems"]);
     Ok(page("Messages", who, true, &b))
 }
 
@@ -716,31 +720,15 @@ async fn jobs_page(
             st = esc(st),
         );
     }
-    b.push_str("</tbody></table><p class=\"pager\">");
-    let link = |off: u64| {
-        let mut parts = vec![format!("offset={off}"), format!("limit={limit}")];
-        for k in ["status", "project", "queue", "as"] {
-            if !get(k).is_empty() {
-                parts.push(format!("{k}={}", percent_encode(get(k))));
-            }
-        }
-        format!("/jobs?{}", parts.join("&amp;"))
-    };
-    if offset > 0 {
-        let _ = write!(
-            b,
-            r#"<a id="prev" href="{}">← previous</a>"#,
-            link(offset.saturating_sub(limit))
-        );
-    }
-    if u64::from(next) < u64::from(total) {
-        let _ = write!(
-            b,
-            r#"<a id="next" href="{}">next →</a>"#,
-            link(u64::from(next))
-        );
-    }
-    b.push_str("</p>");
+    b.push_str("</tbody></table>");
+    pager(
+        &mut b,
+        "/jobs",
+        &q,
+        &["status", "project", "queue", "as"],
+        (offset, limit),
+        (u64::from(next), u64::from(total)),
+    );
     Ok(page("Jobs", who, true, &b))
 }
 
