@@ -1365,3 +1365,32 @@ fn a_machine_has_its_own_page() {
     assert_eq!(code, 404, "{html}");
     assert!(html.contains("Machine not found: never"), "{html}");
 }
+
+/// /projects and /users: what `list-projects` / `list-users` show the caller (PRD §10: nob
+/// sees Mine only and is refused the users with the daemon's words), readable without
+/// JavaScript.
+#[test]
+fn projects_and_users_have_pages() {
+    let Some(w) = start() else { return };
+    let (code, html) = w.unix(Some("nobody"), "GET", "/projects", None);
+    assert_eq!(code, 200, "{html}");
+    assert!(
+        html.contains(r#"<tr data-project="Mine"><td>Mine</td><td>nob</td>"#),
+        "{html}"
+    );
+    assert!(
+        html.contains(r#"<a href="/messages?project=Mine">messages</a>"#),
+        "{html}"
+    );
+    assert!(!html.contains("Theirs"), "{html}");
+    let (code, html) = w.unix(None, "GET", "/projects", None);
+    assert_eq!(code, 200, "{html}");
+    assert!(html.contains(r#"<tr data-project="Theirs">"#), "{html}");
+    let (code, html) = w.unix(None, "GET", "/users", None);
+    assert_eq!(code, 200, "{html}");
+    assert!(html.contains(r#"<tr data-user="nob"><td>nob</td><td>N</td><td>n@x</td><td>user</td><td>nobody</td></tr>"#), "{html}");
+    assert!(html.contains(r#"<tr data-user="chenry">"#), "{html}");
+    let (code, html) = w.unix(Some("nobody"), "GET", "/users", None);
+    assert_eq!(code, 403, "{html}");
+    assert!(html.contains("only admins can list users"), "{html}");
+}

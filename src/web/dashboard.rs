@@ -30,7 +30,7 @@ form.filters input,form.filters select{margin-right:8px}.pager a{margin-right:12
 fn page(title: &str, who: &Actor, live: bool, body: &str) -> Response<Body> {
     let me = who.user.as_deref().unwrap_or("trusted");
     let html = format!(
-        r#"<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{t} · agentstore</title><style>{CSS}</style></head><body><header><a href="/">Queues</a><a href="/jobs">Jobs</a><a href="/prds">PRDs</a><a href="/charts">Charts</a><a href="/approvals">Approvals</a><a href="/machines">Machines</a><a href="/messages">Messages</a><span style="float:right">{me}</span></header><main{live}>{body}</main><script src="/static/live.js" defer></script></body></html>"#,
+        r#"<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{t} · agentstore</title><style>{CSS}</style></head><body><header><a href="/">Queues</a><a href="/jobs">Jobs</a><a href="/prds">PRDs</a><a href="/projects">Projects</a><a href="/users">Users</a><a href="/charts">Charts</a><a href="/approvals">Approvals</a><a href="/machines">Machines</a><a href="/messages">Messages</a><span style="float:right">{me}</span></header><main{live}>{body}</main><script src="/static/live.js" defer></script></body></html>"#,
         t = esc(title),
         me = esc(me),
         live = if live { " data-live" } else { "" },
@@ -175,6 +175,15 @@ pub async fn route(
             let q = query(&req, &["as"])?;
             let who = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
             machines_page(app, &who).await
+        }
+        (["projects"], false) | (["users"], false) => {
+            let q = query(&req, &["as"])?;
+            let who = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
+            if seg[0] == "projects" {
+                projects_page(app, &who).await
+            } else {
+                users_page(app, &who).await
+            }
         }
         (["machines", host], false) => {
             let q = query(&req, &["as"])?;
@@ -365,6 +374,56 @@ async fn machines_page(app: &App, who: &Actor) -> Result<Response<Body>, WebErro
     }
     problems_list(&mut b, "Skipped", &all["problems"]);
     Ok(page("Machines", who, true, &b))
+}
+
+/// The projects the caller may see (`list-projects`), each linked to its jobs, PRDs and
+/// messages.
+async fn projects_page(app: &App, who: &Actor) -> Result<Response<Body>, WebError> {
+    let all = direct(app, who, "list-projects", Map::new()).await?;
+    let rows = all.as_array().cloned().unwrap_or_default();
+    let mut b = String::from(
+        "<h1>Projects</h1><table id=\"projects\"><thead><tr><th>project</th><th>owner</th><th>collaborators</th><th>default queue</th><th>directory</th><th>description</th><th>see</th></tr></thead><tbody>",
+    );
+    for p in &rows {
+        let id = s(p, "/id");
+        let u = percent_encode(id);
+        let _ = write!(
+            b,
+            r#"<tr data-project="{i}"><td>{i}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td><a href="/jobs?project={u}">jobs</a> <a href="/prds?project={u}">PRDs</a> <a href="/messages?project={u}">messages</a></td></tr>"#,
+            esc(s(p, "/owner")),
+            esc(&joined(&p["collaborators"])),
+            esc(s(p, "/default_queue")),
+            esc(s(p, "/directory")),
+            esc(s(p, "/description")),
+            i = esc(id),
+        );
+    }
+    b.push_str("</tbody></table>");
+    if rows.is_empty() {
+        b.push_str("<p>No project you may see.</p>");
+    }
+    Ok(page("Projects", who, false, &b))
+}
+
+/// The users (`list-users`: admins only; anyone else gets the daemon's refusal).
+async fn users_page(app: &App, who: &Actor) -> Result<Response<Body>, WebError> {
+    let all = direct(app, who, "list-users", Map::new()).await?;
+    let mut b = String::from(
+        "<h1>Users</h1><table id=\"users\"><thead><tr><th>user</th><th>name</th><th>email</th><th>permissions</th><th>Unix user</th></tr></thead><tbody>",
+    );
+    for u in all.as_array().into_iter().flatten() {
+        let _ = write!(
+            b,
+            r#"<tr data-user="{i}"><td>{i}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>"#,
+            esc(s(u, "/name")),
+            esc(s(u, "/email")),
+            esc(s(u, "/permissions")),
+            esc(s(u, "/unix_user")),
+            i = esc(s(u, "/id")),
+        );
+    }
+    b.push_str("</tbody></table>");
+    Ok(page("Users", who, false, &b))
 }
 
 /// One machine (`view-machine`): its row, and each daemon's heartbeat with its age.
