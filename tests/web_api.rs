@@ -1137,6 +1137,15 @@ fn messages_are_served_as_orchestrator1_serves_them() {
         "queued",
         json!({}),
     );
+    // The error answer to a later message that reused chenry's correlation id (the daemon
+    // names it `<id>.duplicate-N.json`): listed on its own, not taken for req-chenry's answer.
+    w.env.write(
+        "messaging/processed_outbox/req-chenry.duplicate-1.json",
+        &json!({"correlation_id": "req-chenry", "source": "orchestrator", "project": "Theirs",
+            "queue_time": "2026-01-02T00:00:02Z", "processed_time": "2026-01-02T00:00:02Z",
+            "command": "research-code", "content": {}, "status": "done", "user": "chenry"})
+        .to_string(),
+    );
     w.env
         .write("messaging/processed_inbox/broken.json", "{not json");
     let errors_before = w.env.error_log().len();
@@ -1189,17 +1198,18 @@ fn messages_are_served_as_orchestrator1_serves_them() {
         [
             "in:dropped",
             "in:waiting-nob",
+            "out:req-chenry.duplicate-1",
             "out:req-chenry",
             "in:req-chenry",
             "out:req-nob",
             "in:req-nob"
         ]
     );
-    assert_eq!(all["total"], 6);
+    assert_eq!(all["total"], 7);
     assert_eq!(all["messages"][1]["answer"], Value::Null);
-    assert_eq!(all["messages"][3]["answer"], "error");
-    assert_eq!(all["messages"][5]["answer"], "done");
-    assert_eq!(all["messages"][5]["folder"], "processed_inbox");
+    assert_eq!(all["messages"][4]["answer"], "error");
+    assert_eq!(all["messages"][6]["answer"], "done");
+    assert_eq!(all["messages"][6]["folder"], "processed_inbox");
     assert!(all["messages"][0].get("content").is_none());
     let problems = all["problems"].to_string();
     assert!(

@@ -172,10 +172,12 @@ pub fn list(store: &Store, who: &Caller, f: &MessageFilter) -> Result<Value, Rou
             ));
         }
     }
+    // A request's answer is the answer file named after its correlation id (as `view`
+    // finds it; an answer to a reused id, `<id>.duplicate-N.json`, answers another file).
     let answers: HashMap<String, MessageStatus> = found
         .iter()
         .filter(|m| m.direction == Direction::Out)
-        .map(|m| (m.msg.correlation_id.clone(), m.msg.status))
+        .map(|m| (m.id.clone(), m.msg.status))
         .collect();
     found.retain(|m| {
         may_see(who, &m.msg)
@@ -188,21 +190,18 @@ pub fn list(store: &Store, who: &Caller, f: &MessageFilter) -> Result<Value, Rou
             && f.status.is_none_or(|s| m.msg.status == s)
             && f.direction.is_none_or(|d| m.direction == d)
     });
-    let key = |m: &Found| {
-        (
-            m.msg.queue_time,
-            m.direction == Direction::Out,
-            m.id.clone(),
-        )
-    };
-    found.sort_by_key(|m| std::cmp::Reverse(key(m)));
+    found.sort_by(|a, b| {
+        let key = |m: &Found| (m.msg.queue_time, m.direction == Direction::Out);
+        key(b).cmp(&key(a)).then_with(|| b.id.cmp(&a.id))
+    });
     let total = found.len();
     let limit = f.limit.unwrap_or(usize::MAX);
     let (mut rows, mut bytes) = (Vec::new(), 2usize);
     for m in found.iter().skip(f.offset).take(limit) {
         let mut r = row(m, false);
         if m.direction == Direction::In {
-            r["answer"] = json!(answers.get(&m.msg.correlation_id));
+            let name = crate::model::derive_safe_id(&m.msg.correlation_id);
+            r["answer"] = json!(answers.get(&name));
         }
         bytes += r.to_string().len() + 1;
         if bytes > super::direct::MAX_LIST_BYTES {
