@@ -150,12 +150,16 @@ pub fn list(store: &Store, who: &Caller, f: &MessageFilter) -> Result<Value, Rou
         })?;
         for path in scan.documents {
             match read(store, &path) {
-                Ok(msg) => found.push(Found {
-                    folder,
-                    direction,
-                    id: stem(&path),
-                    msg,
-                }),
+                Ok(mut msg) => {
+                    // Listed without its content: not kept (one may take megabytes).
+                    msg.content = Map::new();
+                    found.push(Found {
+                        folder,
+                        direction,
+                        id: stem(&path),
+                        msg,
+                    });
+                }
                 Err(e) => problems.push(e),
             }
         }
