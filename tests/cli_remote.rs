@@ -294,3 +294,49 @@ fn login_to_an_unreadable_store_is_checked_by_orchestratord() {
     let session = std::fs::read_to_string(home.join(".orchestrator_config.json")).unwrap();
     assert!(session.contains("\"nob\""), "{session}");
 }
+
+/// `list-messages` / `view-message` on a store the user cannot read go through
+/// orchestratord, which shows the caller's own messages only (PRD §10) — text and JSON.
+#[test]
+fn messages_of_an_unreadable_store_are_browsed_over_dbus() {
+    if needs_root("browsing messages of an unreadable store over D-Bus") {
+        return;
+    }
+    let w = Unreadable::new();
+    for (name, user, project) in [("mine-1", "nob", "Mine"), ("theirs-1", "chenry", "Theirs")] {
+        w.env.write(
+            &format!("messaging/processed_inbox/{name}.json"),
+            &serde_json::json!({"correlation_id": name, "source": "user", "project": project,
+                "queue_time": "2026-01-02T00:00:00Z", "command": "research-code",
+                "content": {"task": format!("task of {user}")}, "status": "queued", "user": user})
+            .to_string(),
+        );
+    }
+    let o = w.as_nobody(&["--format", "json", "list-messages"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["total"], 1, "{v}");
+    assert_eq!(v["messages"][0]["id"], "mine-1");
+    assert_eq!(v["messages"][0]["answer"], serde_json::Value::Null);
+    let o = w.as_nobody(&["list-messages"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("mine-1") && !text.contains("theirs-1"),
+        "{text}"
+    );
+    let o = w.as_nobody(&["--format", "json", "view-message", "mine-1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["request"]["content"]["task"], "task of nob");
+    let o = w.as_nobody(&["view-message", "theirs-1"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains("Permission denied: message theirs-1 belongs to another user"),
+        "{err}"
+    );
+    assert!(!err.contains("task of chenry"), "{err}");
+    let o = w.as_nobody(&["list-messages", "--user", "chenry"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("Permission denied"), "{}", stderr(&o));
+}

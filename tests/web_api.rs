@@ -1038,3 +1038,369 @@ fn a_kept_total_follows_new_jobs_moves_and_changed_rights() {
     .unwrap();
     assert_eq!(totals(&w), (7, 7));
 }
+
+/// A message document (PRD §4.6) in `messaging/<folder>/<name>.json`.
+#[allow(clippy::too_many_arguments)]
+fn message(
+    w: &Web,
+    folder: &str,
+    name: &str,
+    user: Option<&str>,
+    project: &str,
+    at: &str,
+    status: &str,
+    content: Value,
+) {
+    let answer = folder.contains("outbox");
+    let mut m = json!({
+        "correlation_id": name, "source": if answer { "orchestrator" } else { "user" },
+        "project": project, "queue_time": at, "command": "research-code",
+        "content": content, "status": status,
+    });
+    if answer {
+        m["processed_time"] = json!(at);
+    }
+    if let Some(u) = user {
+        m["user"] = json!(u);
+    }
+    w.env
+        .write(&format!("messaging/{folder}/{name}.json"), &m.to_string());
+}
+
+/// Messages (PRD §4.6) are browsable like every other document kind: GET /api/v1/messages and
+/// /api/v1/messages/{id} answer what Orchestrator1's `list-messages` / `view-message` answer
+/// for the same caller, and the CLI's `list-messages` / `view-message` the same; PRD §10 — a
+/// user sees only their own messages (another's is refused with the daemon's words, as is
+/// listing another user's), admins all, unreadable files reported to admins only; the pages
+/// /messages and /messages/{id} are readable with JavaScript off. Only processed folders
+/// are used, so orchestratord (which drains the inbox) changes nothing under the test.
+#[test]
+fn messages_are_served_as_orchestrator1_serves_them() {
+    let Some(w) = start() else { return };
+    message(
+        &w,
+        "processed_inbox",
+        "req-nob",
+        Some("nob"),
+        "Mine",
+        "2026-01-02T00:00:01Z",
+        "queued",
+        json!({"task": "look at the code"}),
+    );
+    message(
+        &w,
+        "processed_outbox",
+        "req-nob",
+        Some("nob"),
+        "Mine",
+        "2026-01-02T00:00:01Z",
+        "done",
+        json!({"job_id": "job-0", "queue": w.queue}),
+    );
+    message(
+        &w,
+        "processed_inbox",
+        "waiting-nob",
+        Some("nob"),
+        "Mine",
+        "2026-01-02T00:00:03Z",
+        "queued",
+        json!({"task": "not answered yet"}),
+    );
+    message(
+        &w,
+        "processed_inbox",
+        "req-chenry",
+        Some("chenry"),
+        "Theirs",
+        "2026-01-02T00:00:02Z",
+        "queued",
+        json!({"task": "secret plans"}),
+    );
+    message(
+        &w,
+        "outbox",
+        "req-chenry",
+        Some("chenry"),
+        "Theirs",
+        "2026-01-02T00:00:02Z",
+        "error",
+        json!({}),
+    );
+    message(
+        &w,
+        "processed_inbox",
+        "dropped",
+        None,
+        "Theirs",
+        "2026-01-02T00:00:04Z",
+        "queued",
+        json!({}),
+    );
+    // The error answer to a later message that reused chenry's correlation id (the daemon
+    // names it `<id>.duplicate-N.json`): listed on its own, not taken for req-chenry's answer.
+    w.env.write(
+        "messaging/processed_outbox/req-chenry.duplicate-1.json",
+        &json!({"correlation_id": "req-chenry", "source": "orchestrator", "project": "Theirs",
+            "queue_time": "2026-01-02T00:00:02Z", "processed_time": "2026-01-02T00:00:02Z",
+            "command": "research-code", "content": {}, "status": "done", "user": "chenry"})
+        .to_string(),
+    );
+    w.env
+        .write("messaging/processed_inbox/broken.json", "{not json");
+    let errors_before = w.env.error_log().len();
+
+    let ids = |v: &Value| -> Vec<String> {
+        v["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| {
+                format!(
+                    "{}:{}",
+                    m["direction"].as_str().unwrap(),
+                    m["id"].as_str().unwrap()
+                )
+            })
+            .collect()
+    };
+    for (http_user, bus_user) in [(None, None), (Some("nobody"), Some("nob"))] {
+        for (query, content) in [
+            ("", json!({})),
+            ("?direction=in", json!({"direction": "in"})),
+            (
+                "?status=queued&project=Mine",
+                json!({"status": "queued", "project": "Mine"}),
+            ),
+            ("?offset=1&limit=2", json!({"offset": 1, "limit": 2})),
+            (
+                "?user=nob&direction=out",
+                json!({"user": "nob", "direction": "out"}),
+            ),
+        ] {
+            let http = parsed(w.unix(http_user, "GET", &format!("/api/v1/messages{query}"), None));
+            let bus = w.dbus_direct(bus_user, "list-messages", content).unwrap();
+            assert_eq!(http, bus, "{query} as {http_user:?}");
+        }
+        for id in ["req-nob", "waiting-nob"] {
+            let http = parsed(w.unix(http_user, "GET", &format!("/api/v1/messages/{id}"), None));
+            let bus = w
+                .dbus_direct(bus_user, "view-message", json!({"message": id}))
+                .unwrap();
+            assert_eq!(http, bus, "{id} as {http_user:?}");
+        }
+    }
+    // Admins see every message, newest first, answers before their requests, and the file
+    // that could not be read; each request says whether it was answered.
+    let all = parsed(w.unix(None, "GET", "/api/v1/messages", None));
+    assert_eq!(
+        ids(&all),
+        [
+            "in:dropped",
+            "in:waiting-nob",
+            "out:req-chenry.duplicate-1",
+            "out:req-chenry",
+            "in:req-chenry",
+            "out:req-nob",
+            "in:req-nob"
+        ]
+    );
+    assert_eq!(all["total"], 7);
+    assert_eq!(all["messages"][1]["answer"], Value::Null);
+    assert_eq!(all["messages"][4]["answer"], "error");
+    assert_eq!(all["messages"][6]["answer"], "done");
+    assert_eq!(all["messages"][6]["folder"], "processed_inbox");
+    assert!(all["messages"][0].get("content").is_none());
+    let problems = all["problems"].to_string();
+    assert!(
+        problems.contains("messaging/processed_inbox/broken.json"),
+        "{problems}"
+    );
+    // nob sees their own three, nothing of chenry's or the file with no user, no problems.
+    let mine = parsed(w.unix(Some("nobody"), "GET", "/api/v1/messages", None));
+    assert_eq!(ids(&mine), ["in:waiting-nob", "out:req-nob", "in:req-nob"]);
+    assert_eq!(mine["total"], 3);
+    assert_eq!(mine["problems"], json!([]));
+    let page = parsed(w.unix(
+        Some("nobody"),
+        "GET",
+        "/api/v1/messages?offset=1&limit=1",
+        None,
+    ));
+    assert_eq!(ids(&page), ["out:req-nob"]);
+    assert_eq!(
+        (page["total"].as_u64(), page["next_offset"].as_u64()),
+        (Some(3), Some(2))
+    );
+    // One message with its other half and its content.
+    let one = parsed(w.unix(Some("nobody"), "GET", "/api/v1/messages/req-nob", None));
+    assert_eq!(one["request"]["content"]["task"], "look at the code");
+    assert_eq!(one["answer"]["content"]["job_id"], "job-0");
+    assert_eq!(one["answer"]["folder"], "processed_outbox");
+    let waiting = parsed(w.unix(Some("nobody"), "GET", "/api/v1/messages/waiting-nob", None));
+    assert_eq!(waiting["answer"], Value::Null);
+    // Reading never logged a rejection (the broken file was listed 10 times above).
+    assert_eq!(w.env.error_log().len(), errors_before);
+
+    // PRD §10 refusals for another Unix user over the Unix socket, in the daemon's words.
+    for (path, command, content) in [
+        (
+            "/api/v1/messages/req-chenry",
+            "view-message",
+            json!({"message": "req-chenry"}),
+        ),
+        (
+            "/api/v1/messages/dropped",
+            "view-message",
+            json!({"message": "dropped"}),
+        ),
+        (
+            "/api/v1/messages?user=chenry",
+            "list-messages",
+            json!({"user": "chenry"}),
+        ),
+    ] {
+        let (code, body) = w.unix(Some("nobody"), "GET", path, None);
+        assert_eq!(code, 403, "{path}: {body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["error"], "org.agentstore.Error.PermissionDenied");
+        let msg = v["message"].as_str().unwrap();
+        assert!(msg.starts_with("Permission denied: "), "{msg}");
+        let (_, text) = w.dbus_direct(Some("nob"), command, content).unwrap_err();
+        assert!(text.contains(msg), "{path}: HTTP {msg:?}, D-Bus {text:?}");
+        assert!(!body.contains("secret plans"), "{body}");
+    }
+    // Bad input named; an unknown message is 404.
+    for (path, code, names) in [
+        ("/api/v1/messages/nope", 404, "Message not found: nope"),
+        ("/api/v1/messages/..%2F..%2Fetc%2Fpasswd", 400, "message"),
+        ("/api/v1/messages?status=lost", 400, "lost"),
+        ("/api/v1/messages?direction=sideways", 400, "sideways"),
+        ("/api/v1/messages?limit=many", 400, "limit"),
+        ("/api/v1/messages?colour=red", 400, "colour"),
+    ] {
+        let (c, body) = w.unix(None, "GET", path, None);
+        assert_eq!(c, code, "{path}: {body}");
+        assert!(body.contains(names), "{path}: {body}");
+    }
+
+    // The CLI answers the same, read from the store (root: trusted) …
+    let cli: Value =
+        serde_json::from_str(&w.env.ok(&["list-messages", "--format", "json"])).unwrap();
+    assert_eq!(cli, all);
+    let cli: Value =
+        serde_json::from_str(&w.env.ok(&["view-message", "req-nob", "--format", "json"])).unwrap();
+    assert_eq!(
+        cli,
+        parsed(w.unix(None, "GET", "/api/v1/messages/req-nob", None))
+    );
+    let text = w.env.ok(&["list-messages", "--direction", "in"]);
+    assert!(
+        text.contains("waiting-nob") && text.contains("none yet"),
+        "{text}"
+    );
+    let err = w.env.fails(&["list-messages", "--status", "lost"]);
+    assert!(err.contains("content.status \"lost\""), "{err}");
+
+    // The pages, readable without JavaScript: nob's rows only; one message with its answer.
+    let (code, html) = w.unix(Some("nobody"), "GET", "/messages", None);
+    assert_eq!(code, 200, "{html}");
+    assert!(html.contains(r#"<tr data-message="req-nob">"#), "{html}");
+    assert!(
+        html.contains(r#"<tr data-message="waiting-nob">"#),
+        "{html}"
+    );
+    assert!(
+        !html.contains("req-chenry") && !html.contains("dropped"),
+        "{html}"
+    );
+    assert!(html.contains(r#"of <span id="total">3</span>"#), "{html}");
+    let (code, html) = w.unix(None, "GET", "/messages?direction=in&limit=1", None);
+    assert_eq!(code, 200, "{html}");
+    assert!(html.contains(r#"<tr data-message="dropped">"#), "{html}");
+    assert!(
+        html.contains(r#"id="next" href="/messages?offset=1&amp;limit=1&amp;direction=in""#),
+        "{html}"
+    );
+    assert!(html.contains("broken.json"), "{html}");
+    let (code, html) = w.unix(Some("nobody"), "GET", "/messages/req-nob", None);
+    assert_eq!(code, 200, "{html}");
+    assert!(html.contains("look at the code"), "{html}");
+    assert!(
+        html.contains(r#"<td id="answer-status"><span class="s-done">done</span></td>"#),
+        "{html}"
+    );
+    assert!(
+        html.contains(r#"<a href="/jobs/job-0">job-0</a>"#),
+        "{html}"
+    );
+    let (code, html) = w.unix(Some("nobody"), "GET", "/messages/req-chenry", None);
+    assert_eq!(code, 403, "{html}");
+    assert!(!html.contains("secret plans"), "{html}");
+}
+
+/// /machines/{host}: the machine's row and each daemon's heartbeat with its age, linked from
+/// /machines; an unknown host is the daemon's 404.
+#[test]
+fn a_machine_has_its_own_page() {
+    let Some(w) = start() else { return };
+    let now = agentstore::model::Timestamp::now().to_string();
+    heartbeat(&w.env.root, "fresh", &now);
+    heartbeat(&w.env.root, "ghost", "2026-01-01T00:00:00Z");
+    let (code, html) = w.unix(Some("nobody"), "GET", "/machines", None);
+    assert_eq!(code, 200, "{html}");
+    assert!(
+        html.contains(r#"<a href="/machines/ghost">ghost</a>"#),
+        "{html}"
+    );
+    let (code, html) = w.unix(Some("nobody"), "GET", "/machines/ghost", None);
+    assert_eq!(code, 200, "{html}");
+    assert!(
+        html.contains(r#"<tr class="stale"><th>state</th>"#),
+        "{html}"
+    );
+    assert!(html.contains(r#"<td id="f-queues">q1</td>"#), "{html}");
+    assert!(html.contains(r#"<tr data-daemon="queue-manager"><td>queue-manager</td><td>q1</td><td>1</td><td>0.1.0</td>"#), "{html}");
+    // Silent since 2026-01-01: its heartbeat's age is days, not seconds.
+    let age = html
+        .split(r#"<td class="age">"#)
+        .nth(1)
+        .and_then(|s| s.split('<').next())
+        .unwrap();
+    assert!(age.contains('d'), "age {age:?}");
+    let (code, html) = w.unix(None, "GET", "/machines/fresh", None);
+    assert_eq!(code, 200, "{html}");
+    assert!(html.contains(r#"<td id="f-state">ok</td>"#), "{html}");
+    let (code, html) = w.unix(None, "GET", "/machines/never", None);
+    assert_eq!(code, 404, "{html}");
+    assert!(html.contains("Machine not found: never"), "{html}");
+}
+
+/// /projects and /users: what `list-projects` / `list-users` show the caller (PRD §10: nob
+/// sees Mine only and is refused the users with the daemon's words), readable without
+/// JavaScript.
+#[test]
+fn projects_and_users_have_pages() {
+    let Some(w) = start() else { return };
+    let (code, html) = w.unix(Some("nobody"), "GET", "/projects", None);
+    assert_eq!(code, 200, "{html}");
+    assert!(
+        html.contains(r#"<tr data-project="Mine"><td>Mine</td><td>nob</td>"#),
+        "{html}"
+    );
+    assert!(
+        html.contains(r#"<a href="/messages?project=Mine">messages</a>"#),
+        "{html}"
+    );
+    assert!(!html.contains("Theirs"), "{html}");
+    let (code, html) = w.unix(None, "GET", "/projects", None);
+    assert_eq!(code, 200, "{html}");
+    assert!(html.contains(r#"<tr data-project="Theirs">"#), "{html}");
+    let (code, html) = w.unix(None, "GET", "/users", None);
+    assert_eq!(code, 200, "{html}");
+    assert!(html.contains(r#"<tr data-user="nob"><td>nob</td><td>N</td><td>n@x</td><td>user</td><td>nobody</td></tr>"#), "{html}");
+    assert!(html.contains(r#"<tr data-user="chenry">"#), "{html}");
+    let (code, html) = w.unix(Some("nobody"), "GET", "/users", None);
+    assert_eq!(code, 403, "{html}");
+    assert!(html.contains("only admins can list users"), "{html}");
+}

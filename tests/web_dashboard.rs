@@ -382,6 +382,49 @@ fn dashboard_pages_in_chromium_over_10000_jobs() {
     );
     b.screenshot("prd");
 
+    // Messages: 150 answered requests, newest first, 100 a page; one with its answer.
+    for i in 0..150 {
+        for (folder, status, source) in [
+            ("processed_inbox", "queued", "user"),
+            ("processed_outbox", "done", "orchestrator"),
+        ] {
+            env.write(
+                &format!("messaging/{folder}/msg-{i:03}.json"),
+                &json!({"correlation_id": format!("msg-{i:03}"), "source": source,
+                    "project": "Alpha", "queue_time": format!("2026-02-01T00:{:02}:{:02}Z", i / 60, i % 60),
+                    "processed_time": "2026-02-01T01:00:00Z", "command": "research-code",
+                    "content": {"task": format!("task {i}")}, "status": status, "user": "chenry"})
+                .to_string(),
+            );
+        }
+    }
+    b.open(&format!("{base}/messages"));
+    assert_eq!(
+        b.eval("document.querySelectorAll('#messages tbody tr').length"),
+        json!(100)
+    );
+    assert_eq!(
+        b.eval("document.querySelector('#total').textContent"),
+        json!("300")
+    );
+    assert_eq!(
+        b.eval("document.querySelector('#messages tbody tr').dataset.message"),
+        json!("msg-149")
+    );
+    b.screenshot("messages");
+    b.open(&format!("{base}/messages/msg-007"));
+    assert_eq!(
+        b.eval("document.querySelector('#answer-status').textContent"),
+        json!("done")
+    );
+    assert!(
+        b.eval("document.querySelector('#request-content').textContent")
+            .as_str()
+            .unwrap()
+            .contains("task 7")
+    );
+    b.screenshot("message");
+
     // Charts over the 2000 most recent jobs.
     b.open(&format!("{base}/charts"));
     let recent: Vec<usize> = (JOBS - 2000..JOBS).collect();
@@ -577,4 +620,12 @@ fn live_view_follows_a_real_queue_manager() {
             >= 1
     });
     b.screenshot("machines");
+    // The machine's own page: its daemons' heartbeats, the manager's among them.
+    let host = b.eval("document.querySelector('#machines tr[data-machine]').dataset.machine");
+    b.open(&format!("{base}/machines/{}", host.as_str().unwrap()));
+    assert_eq!(
+        b.eval("document.querySelector('#heartbeats tr[data-daemon=\"queue-manager\"] td:nth-child(2)').textContent"),
+        json!(queue)
+    );
+    b.screenshot("machine");
 }

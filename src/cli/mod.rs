@@ -12,6 +12,7 @@ mod flow;
 mod history;
 mod jobs;
 mod machines;
+mod messages;
 mod remote;
 pub mod render;
 mod session;
@@ -297,6 +298,14 @@ pub enum Command {
         /// Host name.
         host: String,
     },
+    /// List the messages in messaging/ (requests in inbox/ and processed_inbox/, answers in
+    /// outbox/ and processed_outbox/), newest first; your own, or every one for admins.
+    ListMessages(messages::ListMessagesArgs),
+    /// Show one message (ID: its file name without .json) with its answer or request.
+    ViewMessage {
+        /// Message id (as list-messages shows it).
+        message_id: String,
+    },
     /// List the sync engines' conflict copies in the store (in place, or set aside under
     /// conflicts/ by the daemons): path, engine (syncthing, dropbox, nextcloud, owncloud),
     /// device if the name says, modification time, size, original and whether it exists.
@@ -488,6 +497,8 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Pipeline(a) => flow::pipeline(g, &mut out, a),
         Command::ListMachines => machines::list(g, &mut out),
         Command::ViewMachine { host } => machines::view(g, &mut out, &host),
+        Command::ListMessages(a) => messages::list(g, &mut out, &a),
+        Command::ViewMessage { message_id } => messages::view(g, &mut out, &message_id),
         Command::Conflicts { action } => conflicts::run(g, &mut out, action),
         Command::ListErrors => history::list_errors(g, &mut out),
         Command::ListEvents { month } => history::list_events(g, &mut out, month.as_deref()),

@@ -67,6 +67,14 @@ fn request(command: &Command, g: &GlobalArgs) -> Option<(&'static str, Map<Strin
             c.insert("job".into(), json!(job_id));
             "view-job"
         }
+        Command::ListMessages(a) => {
+            c = a.content();
+            "list-messages"
+        }
+        Command::ViewMessage { message_id } => {
+            c.insert("message".into(), json!(message_id));
+            "view-message"
+        }
         _ => return None,
     };
     Some((name, c))
@@ -173,6 +181,7 @@ fn call(
                 .collect();
             jobs_table(out, &rows)
         }
+        Command::ListMessages(_) => super::messages::render_list(g, out, &result),
         _ => show(g, out, &result),
     }
 }

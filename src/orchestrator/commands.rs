@@ -1,7 +1,7 @@
 //! The commands a message may carry (PRD §5, §6.2) and their Claude command mapping.
 
 /// Commands answered directly from the store.
-pub const DIRECT_COMMANDS: [&str; 13] = [
+pub const DIRECT_COMMANDS: [&str; 15] = [
     "help",
     "list-users",
     "list-projects",
@@ -15,6 +15,8 @@ pub const DIRECT_COMMANDS: [&str; 13] = [
     "view-queue",
     "list-machines",
     "view-machine",
+    "list-messages",
+    "view-message",
 ];
 
 /// Agent commands and the Claude command each job runs (PRD §6.4 `AGENT_COMMAND_MAPPING`).

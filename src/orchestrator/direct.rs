@@ -128,6 +128,16 @@ pub fn answer(store: &Store, msg: &Message, who: &Caller) -> Result<Value, Route
             v["heartbeats"] = to_value(&m.daemons);
             Ok(v)
         }
+        // Messages (PRD §4.6): requests and answers in messaging/, a user's own only.
+        "list-messages" => {
+            super::messages::list(store, who, &super::messages::filter_from(&msg.content)?)
+        }
+        "view-message" => {
+            let id = arg(msg, "message").or(arg(msg, "id")).ok_or_else(|| {
+                RouteError::Invalid("view-message: content.message is required (a string)".into())
+            })?;
+            super::messages::view(store, who, id)
+        }
         other => Err(RouteError::Invalid(format!("Unknown command: {other}"))),
     }
 }
@@ -198,7 +208,16 @@ impl<'a> Visibility<'a> {
 pub const MAX_LIST_BYTES: usize = 16 << 20;
 
 fn number(msg: &Message, key: &str) -> Result<Option<usize>, RouteError> {
-    match msg.content.get(key) {
+    whole_number(&msg.content, "list-jobs", key)
+}
+
+/// `content.<key>` of a `command` message as a whole number ≥ 0 (`None` when absent or null).
+pub(super) fn whole_number(
+    content: &serde_json::Map<String, Value>,
+    command: &str,
+    key: &str,
+) -> Result<Option<usize>, RouteError> {
+    match content.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => v
             .as_u64()
@@ -206,7 +225,7 @@ fn number(msg: &Message, key: &str) -> Result<Option<usize>, RouteError> {
             .map(Some)
             .ok_or_else(|| {
                 RouteError::Invalid(format!(
-                    "list-jobs: content.{key} must be a whole number ≥ 0, not {v}"
+                    "{command}: content.{key} must be a whole number ≥ 0, not {v}"
                 ))
             }),
     }

@@ -21,6 +21,7 @@ pub mod handled;
 mod jobs;
 mod lock;
 pub mod machines;
+pub mod messages;
 pub mod retry;
 pub mod service;
 pub mod standby;

@@ -119,6 +119,34 @@ pub async fn list_jobs(
         .await?)
 }
 
+/// The query parameters of a messages listing (API and page).
+pub const MESSAGE_QUERY: [&str; 7] = [
+    "as",
+    "project",
+    "user",
+    "status",
+    "direction",
+    "offset",
+    "limit",
+];
+
+/// The content of `list-messages` for a query's filters (`offset`, `limit` as numbers;
+/// empty values left out).
+pub fn message_filter(q: &HashMap<String, String>) -> Result<Map<String, Value>, WebError> {
+    let mut c = Map::new();
+    for k in ["project", "user", "status", "direction"] {
+        if let Some(v) = q.get(k).filter(|v| !v.is_empty()) {
+            c.insert(k.to_string(), json!(v));
+        }
+    }
+    for k in ["offset", "limit"] {
+        if q.get(k).is_some_and(|v| !v.trim().is_empty()) {
+            c.insert(k.to_string(), json!(number(q, k)?));
+        }
+    }
+    Ok(c)
+}
+
 /// The live properties of `queue`'s manager (`running: false` when none serves it).
 pub async fn queue_state(app: &App, queue: &str) -> Value {
     match crate::bus::queue::live_state(&app.conn, queue).await {
@@ -379,6 +407,24 @@ pub async fn route(
             let actor = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
             Ok(ok(
                 &direct(app, &actor, "view-machine", one("host", host)).await?
+            ))
+        }
+        (["messages"], true) => {
+            let q = query(&req, &MESSAGE_QUERY)?;
+            let actor = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
+            Ok(ok(&direct(
+                app,
+                &actor,
+                "list-messages",
+                message_filter(&q)?,
+            )
+            .await?))
+        }
+        (["messages", id], true) => {
+            let q = query(&req, &["as"])?;
+            let actor = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
+            Ok(ok(
+                &direct(app, &actor, "view-message", one("message", id)).await?
             ))
         }
         (["queues", name, "state"], true) => {

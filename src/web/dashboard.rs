@@ -2,7 +2,9 @@
 //! (readable with JavaScript off). `/static/live.js` (ours, vendored, no build step) only
 //! refreshes a page's `<main data-live>` when the event stream says something changed.
 
-use super::api::{direct, list_jobs, percent_encode, query, queue_state};
+use super::api::{
+    MESSAGE_QUERY, direct, list_jobs, message_filter, percent_encode, query, queue_state,
+};
 use super::auth::{Actor, Peer};
 use super::error::WebError;
 use super::html::esc;
@@ -28,7 +30,7 @@ form.filters input,form.filters select{margin-right:8px}.pager a{margin-right:12
 fn page(title: &str, who: &Actor, live: bool, body: &str) -> Response<Body> {
     let me = who.user.as_deref().unwrap_or("trusted");
     let html = format!(
-        r#"<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{t} · agentstore</title><style>{CSS}</style></head><body><header><a href="/">Queues</a><a href="/jobs">Jobs</a><a href="/prds">PRDs</a><a href="/charts">Charts</a><a href="/approvals">Approvals</a><a href="/machines">Machines</a><span style="float:right">{me}</span></header><main{live}>{body}</main><script src="/static/live.js" defer></script></body></html>"#,
+        r#"<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{t} · agentstore</title><style>{CSS}</style></head><body><header><a href="/">Queues</a><a href="/jobs">Jobs</a><a href="/prds">PRDs</a><a href="/projects">Projects</a><a href="/users">Users</a><a href="/charts">Charts</a><a href="/approvals">Approvals</a><a href="/machines">Machines</a><a href="/messages">Messages</a><span style="float:right">{me}</span></header><main{live}>{body}</main><script src="/static/live.js" defer></script></body></html>"#,
         t = esc(title),
         me = esc(me),
         live = if live { " data-live" } else { "" },
@@ -174,6 +176,30 @@ pub async fn route(
             let who = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
             machines_page(app, &who).await
         }
+        (["projects"], false) | (["users"], false) => {
+            let q = query(&req, &["as"])?;
+            let who = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
+            if seg[0] == "projects" {
+                projects_page(app, &who).await
+            } else {
+                users_page(app, &who).await
+            }
+        }
+        (["machines", host], false) => {
+            let q = query(&req, &["as"])?;
+            let who = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
+            machine_page(app, &who, host).await
+        }
+        (["messages"], false) => {
+            let q = query(&req, &MESSAGE_QUERY)?;
+            let who = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
+            messages_page(app, &who, q).await
+        }
+        (["messages", id], false) => {
+            let q = query(&req, &["as"])?;
+            let who = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
+            message_page(app, &who, id).await
+        }
         (["charts"], false) => {
             let q = query(&req, &["as"])?;
             let who = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
@@ -259,6 +285,62 @@ async fn approvals_page(app: &App, who: &Actor) -> Result<Response<Body>, WebErr
     Ok(page("Approvals", who, true, &b))
 }
 
+/// The strings of a JSON array, joined with commas.
+fn joined(v: &Value) -> String {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A list of what a listing could not read (`problems`), under `title`; nothing when none.
+fn problems_list(b: &mut String, title: &str, problems: &Value) {
+    let problems = problems.as_array().cloned().unwrap_or_default();
+    if problems.is_empty() {
+        return;
+    }
+    let _ = write!(b, r#"<h2>{title}</h2><ul id="problems">"#);
+    for p in &problems {
+        let _ = write!(b, "<li>{}</li>", esc(p.as_str().unwrap_or("")));
+    }
+    b.push_str("</ul>");
+}
+
+/// Previous/next links of a paged list at `path`, keeping the filters `keys` of `q`;
+/// `(offset, limit)` of this page, `(next, total)` from its answer.
+fn pager(
+    b: &mut String,
+    path: &str,
+    q: &HashMap<String, String>,
+    keys: &[&str],
+    (offset, limit): (u64, u64),
+    (next, total): (u64, u64),
+) {
+    let link = |off: u64| {
+        let mut parts = vec![format!("offset={off}"), format!("limit={limit}")];
+        for k in keys {
+            if let Some(v) = q.get(*k).filter(|v| !v.is_empty()) {
+                parts.push(format!("{k}={}", percent_encode(v)));
+            }
+        }
+        format!("{path}?{}", parts.join("&amp;"))
+    };
+    b.push_str("<p class=\"pager\">");
+    if offset > 0 {
+        let _ = write!(
+            b,
+            r#"<a id="prev" href="{}">← previous</a>"#,
+            link(offset.saturating_sub(limit))
+        );
+    }
+    if next < total {
+        let _ = write!(b, r#"<a id="next" href="{}">next →</a>"#, link(next));
+    }
+    b.push_str("</p>");
+}
+
 async fn machines_page(app: &App, who: &Actor) -> Result<Response<Body>, WebError> {
     let all = direct(app, who, "list-machines", Map::new()).await?;
     let rows = all["machines"].as_array().cloned().unwrap_or_default();
@@ -267,20 +349,13 @@ async fn machines_page(app: &App, who: &Actor) -> Result<Response<Body>, WebErro
         r#"<h1>Machines</h1><p id="summary">{} machines, {stale} stale</p><table id="machines"><thead><tr><th>host</th><th>state</th><th>last seen</th><th>daemons</th><th>queues</th><th>version</th></tr></thead><tbody>"#,
         rows.len()
     );
-    let joined = |v: &Value| {
-        v.as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     for m in &rows {
         let is_stale = m["stale"] == json!(true);
         let _ = write!(
             b,
-            r#"<tr data-machine="{h}"{cls}><td>{h}</td><td class="state">{st}</td><td>{seen}</td><td>{d}</td><td>{q}</td><td>{v}</td></tr>"#,
+            r#"<tr data-machine="{h}"{cls}><td><a href="/machines/{hu}">{h}</a></td><td class="state">{st}</td><td>{seen}</td><td>{d}</td><td>{q}</td><td>{v}</td></tr>"#,
             h = esc(s(m, "/host")),
+            hu = percent_encode(s(m, "/host")),
             cls = if is_stale { r#" class="stale""# } else { "" },
             st = if is_stale {
                 format!("<strong>⚠ {}</strong>", esc(s(m, "/state")))
@@ -297,15 +372,292 @@ async fn machines_page(app: &App, who: &Actor) -> Result<Response<Body>, WebErro
     if rows.is_empty() {
         b.push_str("<p>No machine has reported yet (no heartbeats under machines/).</p>");
     }
-    let problems = all["problems"].as_array().cloned().unwrap_or_default();
-    if !problems.is_empty() {
-        b.push_str(r#"<h2>Skipped</h2><ul id="problems">"#);
-        for p in &problems {
-            let _ = write!(b, "<li>{}</li>", esc(p.as_str().unwrap_or("")));
-        }
-        b.push_str("</ul>");
-    }
+    problems_list(&mut b, "Skipped", &all["problems"]);
     Ok(page("Machines", who, true, &b))
+}
+
+/// The projects the caller may see (`list-projects`), each linked to its jobs, PRDs and
+/// messages.
+async fn projects_page(app: &App, who: &Actor) -> Result<Response<Body>, WebError> {
+    let all = direct(app, who, "list-projects", Map::new()).await?;
+    let rows = all.as_array().cloned().unwrap_or_default();
+    let mut b = String::from(
+        "<h1>Projects</h1><table id=\"projects\"><thead><tr><th>project</th><th>owner</th><th>collaborators</th><th>default queue</th><th>directory</th><th>description</th><th>see</th></tr></thead><tbody>",
+    );
+    for p in &rows {
+        let id = s(p, "/id");
+        let u = percent_encode(id);
+        let _ = write!(
+            b,
+            r#"<tr data-project="{i}"><td>{i}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td><a href="/jobs?project={u}">jobs</a> <a href="/prds?project={u}">PRDs</a> <a href="/messages?project={u}">messages</a></td></tr>"#,
+            esc(s(p, "/owner")),
+            esc(&joined(&p["collaborators"])),
+            esc(s(p, "/default_queue")),
+            esc(s(p, "/directory")),
+            esc(s(p, "/description")),
+            i = esc(id),
+        );
+    }
+    b.push_str("</tbody></table>");
+    if rows.is_empty() {
+        b.push_str("<p>No project you may see.</p>");
+    }
+    Ok(page("Projects", who, false, &b))
+}
+
+/// The users (`list-users`: admins only; anyone else gets the daemon's refusal).
+async fn users_page(app: &App, who: &Actor) -> Result<Response<Body>, WebError> {
+    let all = direct(app, who, "list-users", Map::new()).await?;
+    let mut b = String::from(
+        "<h1>Users</h1><table id=\"users\"><thead><tr><th>user</th><th>name</th><th>email</th><th>permissions</th><th>Unix user</th></tr></thead><tbody>",
+    );
+    for u in all.as_array().into_iter().flatten() {
+        let _ = write!(
+            b,
+            r#"<tr data-user="{i}"><td>{i}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>"#,
+            esc(s(u, "/name")),
+            esc(s(u, "/email")),
+            esc(s(u, "/permissions")),
+            esc(s(u, "/unix_user")),
+            i = esc(s(u, "/id")),
+        );
+    }
+    b.push_str("</tbody></table>");
+    Ok(page("Users", who, false, &b))
+}
+
+/// One machine (`view-machine`): its row, and each daemon's heartbeat with its age.
+async fn machine_page(app: &App, who: &Actor, host: &str) -> Result<Response<Body>, WebError> {
+    let m = direct(app, who, "view-machine", one("host", host)).await?;
+    let stale = m["stale"] == json!(true);
+    let mut b = format!(
+        r#"<h1>Machine {h}</h1><p><a href="/machines">← all machines</a></p><table id="machine">"#,
+        h = esc(host)
+    );
+    let state = if stale {
+        format!("<strong>⚠ {}</strong>", esc(s(&m, "/state")))
+    } else {
+        esc(s(&m, "/state"))
+    };
+    let rows = [
+        ("state", state),
+        ("last-seen", esc(s(&m, "/last_seen"))),
+        ("daemons", esc(&joined(&m["daemons"]))),
+        ("queues", esc(&joined(&m["queues"]))),
+        ("versions", esc(&joined(&m["versions"]))),
+        ("orchestrator", esc(s(&m, "/orchestrator_role"))),
+        ("boot-id", esc(s(&m, "/boot_id"))),
+    ];
+    for (label, cell) in rows {
+        if cell.is_empty() {
+            continue;
+        }
+        let _ = write!(
+            b,
+            r#"<tr{cls}><th>{}</th><td id="f-{label}">{cell}</td></tr>"#,
+            label.replace('-', " "),
+            cls = if stale && label == "state" {
+                r#" class="stale""#
+            } else {
+                ""
+            },
+        );
+    }
+    b.push_str("</table><h2>Heartbeats</h2><table id=\"heartbeats\"><thead><tr><th>daemon</th><th>queue</th><th>pid</th><th>version</th><th>started</th><th>last seen</th><th>age</th><th>every</th><th>stopped</th></tr></thead><tbody>");
+    let now = crate::model::Timestamp::now();
+    for d in m["heartbeats"].as_array().into_iter().flatten() {
+        let seen = s(d, "/last_seen");
+        let age = seen
+            .parse::<crate::model::Timestamp>()
+            .ok()
+            .map(|t| {
+                let secs = u64::try_from((now.0 - t.0).num_seconds()).unwrap_or(0);
+                crate::store::machines::duration_text(secs)
+            })
+            .unwrap_or_default();
+        let _ = write!(
+            b,
+            r#"<tr data-daemon="{daemon}"><td>{daemon}</td><td>{queue}</td><td>{pid}</td><td>{version}</td><td>{started}</td><td>{seen}</td><td class="age">{age}</td><td>{every}</td><td>{stopped}</td></tr>"#,
+            daemon = esc(s(d, "/daemon")),
+            queue = esc(s(d, "/queue")),
+            pid = d["pid"],
+            version = esc(s(d, "/version")),
+            started = esc(s(d, "/started")),
+            seen = esc(seen),
+            age = esc(&age),
+            every = d["interval_seconds"]
+                .as_u64()
+                .map(|n| format!("{n} s"))
+                .unwrap_or_default(),
+            stopped = if d["stopped"] == json!(true) {
+                "yes"
+            } else {
+                ""
+            },
+        );
+    }
+    b.push_str("</tbody></table>");
+    Ok(page(&format!("Machine {host}"), who, true, &b))
+}
+
+fn one(k: &str, v: &str) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert(k.to_string(), json!(v));
+    m
+}
+
+/// The messages (`list-messages`), newest first, with filters and paging.
+async fn messages_page(
+    app: &App,
+    who: &Actor,
+    mut q: HashMap<String, String>,
+) -> Result<Response<Body>, WebError> {
+    if q.get("limit").is_none_or(|l| l.is_empty()) {
+        q.insert("limit".into(), "100".into());
+    }
+    let all = direct(app, who, "list-messages", message_filter(&q)?).await?;
+    let get = |k: &str| q.get(k).map(String::as_str).unwrap_or("");
+    let mut b = String::from(
+        "<h1>Messages</h1><form class=\"filters\" method=\"get\" action=\"/messages\">",
+    );
+    for (k, choices) in [
+        ("direction", &["in", "out"][..]),
+        ("status", &["queued", "processing", "done", "error"][..]),
+    ] {
+        let _ = write!(
+            b,
+            r#"<label>{k} <select name="{k}"><option value="">any</option>"#
+        );
+        for c in choices {
+            let _ = write!(
+                b,
+                r#"<option{}>{c}</option>"#,
+                if get(k) == *c { " selected" } else { "" }
+            );
+        }
+        b.push_str("</select></label>");
+    }
+    for k in ["project", "user"] {
+        let _ = write!(
+            b,
+            r#"<label>{k} <input name="{k}" value="{}" size="12"></label>"#,
+            esc(get(k))
+        );
+    }
+    b.push_str(r#"<button type="submit">Filter</button></form>"#);
+    let rows = all["messages"].as_array().cloned().unwrap_or_default();
+    let total = all["total"].as_u64().unwrap_or(0);
+    let next = all["next_offset"].as_u64().unwrap_or(0);
+    let offset: u64 = get("offset").parse().unwrap_or(0);
+    let limit: u64 = get("limit").parse().unwrap_or(100);
+    let _ = write!(
+        b,
+        r#"<p id="count">Messages {}–{} of <span id="total">{total}</span></p>"#,
+        if rows.is_empty() { 0 } else { offset + 1 },
+        offset + rows.len() as u64
+    );
+    b.push_str("<table id=\"messages\"><thead><tr><th>id</th><th>direction</th><th>status</th><th>answer</th><th>command</th><th>project</th><th>user</th><th>queued</th><th>folder</th></tr></thead><tbody>");
+    for m in &rows {
+        let id = s(m, "/id");
+        let st = s(m, "/status");
+        let answer = match (s(m, "/direction"), m["answer"].as_str()) {
+            ("in", Some(a)) => a.to_string(),
+            ("in", None) => "none yet".to_string(),
+            _ => String::new(),
+        };
+        let _ = write!(
+            b,
+            r#"<tr data-message="{i}"><td><a href="/messages/{u}">{i}</a></td><td>{}</td><td class="s-{st}">{st}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>"#,
+            esc(s(m, "/direction")),
+            esc(&answer),
+            esc(s(m, "/command")),
+            esc(s(m, "/project")),
+            esc(s(m, "/user")),
+            esc(s(m, "/queue_time")),
+            esc(s(m, "/folder")),
+            i = esc(id),
+            u = percent_encode(id),
+            st = esc(st),
+        );
+    }
+    b.push_str("</tbody></table>");
+    if rows.is_empty() {
+        b.push_str("<p>No messages.</p>");
+    }
+    pager(
+        &mut b,
+        "/messages",
+        &q,
+        &["direction", "status", "project", "user", "as"],
+        (offset, limit),
+        (next, total),
+    );
+    problems_list(&mut b, "Not read", &all["problems"]);
+    Ok(page("Messages", who, true, &b))
+}
+
+/// One message (`view-message`): the request and its answer, each with its content.
+async fn message_page(app: &App, who: &Actor, id: &str) -> Result<Response<Body>, WebError> {
+    let v = direct(app, who, "view-message", one("message", id)).await?;
+    let mut b = format!(
+        r#"<h1>Message {}</h1><p><a href="/messages">← all messages</a></p>"#,
+        esc(id)
+    );
+    for (half, title) in [("request", "Request"), ("answer", "Answer")] {
+        let m = &v[half];
+        let _ = write!(b, r#"<h2>{title}</h2>"#);
+        if m.is_null() {
+            b.push_str(if half == "answer" {
+                r#"<p id="answer-none">Not answered yet.</p>"#
+            } else {
+                r#"<p id="request-none">No request file (submitted over D-Bus or the API).</p>"#
+            });
+            continue;
+        }
+        let _ = write!(b, r#"<table id="{half}">"#);
+        for k in [
+            "folder",
+            "status",
+            "command",
+            "project",
+            "user",
+            "source",
+            "correlation_id",
+            "queue_time",
+            "processed_time",
+            "error",
+        ] {
+            let cell = s(m, &format!("/{k}"));
+            if cell.is_empty() {
+                continue;
+            }
+            let cell = if k == "status" {
+                format!(r#"<span class="s-{0}">{0}</span>"#, esc(cell))
+            } else {
+                esc(cell)
+            };
+            let _ = write!(
+                b,
+                r#"<tr><th>{}</th><td id="{half}-{k}">{cell}</td></tr>"#,
+                k.replace('_', " ")
+            );
+        }
+        if let Some(job) = m.pointer("/content/job_id").and_then(Value::as_str) {
+            let _ = write!(
+                b,
+                r#"<tr><th>job</th><td id="{half}-job"><a href="/jobs/{}">{}</a></td></tr>"#,
+                percent_encode(job),
+                esc(job)
+            );
+        }
+        let content = serde_json::to_string_pretty(&m["content"]).unwrap_or_default();
+        let _ = write!(
+            b,
+            r#"</table><pre id="{half}-content">{}</pre>"#,
+            esc(&content)
+        );
+    }
+    Ok(page(&format!("Message {id}"), who, true, &b))
 }
 
 async fn queues_page(app: &App, who: &Actor) -> Result<Response<Body>, WebError> {
@@ -427,31 +779,15 @@ async fn jobs_page(
             st = esc(st),
         );
     }
-    b.push_str("</tbody></table><p class=\"pager\">");
-    let link = |off: u64| {
-        let mut parts = vec![format!("offset={off}"), format!("limit={limit}")];
-        for k in ["status", "project", "queue", "as"] {
-            if !get(k).is_empty() {
-                parts.push(format!("{k}={}", percent_encode(get(k))));
-            }
-        }
-        format!("/jobs?{}", parts.join("&amp;"))
-    };
-    if offset > 0 {
-        let _ = write!(
-            b,
-            r#"<a id="prev" href="{}">← previous</a>"#,
-            link(offset.saturating_sub(limit))
-        );
-    }
-    if u64::from(next) < u64::from(total) {
-        let _ = write!(
-            b,
-            r#"<a id="next" href="{}">next →</a>"#,
-            link(u64::from(next))
-        );
-    }
-    b.push_str("</p>");
+    b.push_str("</tbody></table>");
+    pager(
+        &mut b,
+        "/jobs",
+        &q,
+        &["status", "project", "queue", "as"],
+        (offset, limit),
+        (u64::from(next), u64::from(total)),
+    );
     Ok(page("Jobs", who, true, &b))
 }
 

@@ -1,0 +1,335 @@
+//! Browsing the messages (PRD §4.6) in `messaging/`: requests in `inbox/` and
+//! `processed_inbox/`, answers in `outbox/` and `processed_outbox/` — the `list-messages` and
+//! `view-message` direct commands, shared by Orchestrator1's `Submit`, the CLI and (through the
+//! bus) the web API.
+//!
+//! PRD §10: a message is its `user`'s; a user sees their own messages, admins (and trusted
+//! callers) every one. A message with no `user` (a file dropped in the inbox by whoever can
+//! write the store) is seen by admins only. Reading never logs a rejection (the orchestrator
+//! already answered each invalid request with its reason): an unreadable file is reported to
+//! admins in `problems` and left as it is.
+
+use super::RouteError;
+use crate::model::{DocKind, Message, MessageStatus};
+use crate::permissions::Caller;
+use crate::store::{Store, read_limited, scan_dir};
+use serde_json::{Map, Value, json};
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+/// Which way a message travels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// A request (`inbox/`, `processed_inbox/`).
+    In,
+    /// An answer (`outbox/`, `processed_outbox/`).
+    Out,
+}
+
+impl Direction {
+    /// `in` or `out`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Direction::In => "in",
+            Direction::Out => "out",
+        }
+    }
+
+    /// Parses `in` / `out`.
+    pub fn from_name(s: &str) -> Option<Direction> {
+        match s {
+            "in" => Some(Direction::In),
+            "out" => Some(Direction::Out),
+            _ => None,
+        }
+    }
+}
+
+/// What to list.
+#[derive(Debug, Clone, Default)]
+pub struct MessageFilter {
+    /// Only messages about this project.
+    pub project: Option<String>,
+    /// Only messages of this user.
+    pub user: Option<String>,
+    /// Only messages whose document has this status.
+    pub status: Option<MessageStatus>,
+    /// Only requests or only answers.
+    pub direction: Option<Direction>,
+    /// Skip this many (after filtering).
+    pub offset: usize,
+    /// At most this many (`None`: all).
+    pub limit: Option<usize>,
+}
+
+/// The status names `content.status` / `--status` take.
+pub const STATUS_NAMES: &str = "queued, processing, done, error";
+
+/// Parses a message status name.
+pub fn status_from_name(s: &str) -> Option<MessageStatus> {
+    serde_json::from_value(Value::String(s.to_string())).ok()
+}
+
+/// One message file read.
+struct Found {
+    folder: &'static str,
+    direction: Direction,
+    id: String,
+    msg: Message,
+}
+
+/// The four folders, requests first.
+fn folders(store: &Store) -> [(&'static str, Direction, PathBuf); 4] {
+    [
+        ("inbox", Direction::In, store.inbox()),
+        ("processed_inbox", Direction::In, store.processed_inbox()),
+        ("outbox", Direction::Out, store.outbox()),
+        ("processed_outbox", Direction::Out, store.processed_outbox()),
+    ]
+}
+
+/// Reads one message file without logging a rejection; the reason when it cannot be read.
+fn read(store: &Store, path: &std::path::Path) -> Result<Message, String> {
+    let bytes = read_limited(path).map_err(|e| e.to_string())?;
+    store
+        .validator()
+        .parse(DocKind::Message, &bytes)
+        .map_err(|r| format!("{}: {r}", store.relative(path).display()))
+}
+
+fn stem(path: &std::path::Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy())
+        .unwrap_or_default()
+        .strip_suffix(".json")
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// A message as listed or viewed: the document with its `id` (file name without `.json`,
+/// what `view-message` takes), `folder` and `direction`; `content` only when `full`.
+fn row(f: &Found, full: bool) -> Value {
+    let mut v = serde_json::to_value(&f.msg).unwrap_or(Value::Null);
+    if let Some(o) = v.as_object_mut() {
+        if !full {
+            o.remove("content");
+        }
+        o.insert("id".into(), json!(f.id));
+        o.insert("folder".into(), json!(f.folder));
+        o.insert("direction".into(), json!(f.direction.name()));
+    }
+    v
+}
+
+/// True when `who` may see `msg` (PRD §10, see the module's text).
+fn may_see(who: &Caller, msg: &Message) -> bool {
+    who.is_admin() || (who.user_id().is_some() && who.user_id() == msg.user.as_deref())
+}
+
+/// `list-messages`: requests and answers, newest first (by `queue_time`, then answers before
+/// their requests, then id), filtered and sliced; `{"messages", "total", "next_offset",
+/// "problems"}` where `total` counts every message the filter admits for `who` and `problems`
+/// names the files that could not be read (admins only). Each request carries `answer`: its
+/// answer's status, or null while unanswered. `content` is left out (see `view-message`).
+pub fn list(store: &Store, who: &Caller, f: &MessageFilter) -> Result<Value, RouteError> {
+    if let Some(u) = &f.user
+        && !who.can_view_user(u)
+    {
+        return Err(RouteError::PermissionDenied(format!(
+            "only admins can list other users' messages ({u})"
+        )));
+    }
+    let mut found = Vec::new();
+    let mut problems = Vec::new();
+    for (folder, direction, dir) in folders(store) {
+        let scan = scan_dir(&dir).map_err(|e| {
+            RouteError::Failed(format!(
+                "cannot list {}: {e}",
+                store.relative(&dir).display()
+            ))
+        })?;
+        for path in scan.documents {
+            match read(store, &path) {
+                Ok(mut msg) => {
+                    // Listed without its content: not kept (one may take megabytes).
+                    msg.content = Map::new();
+                    found.push(Found {
+                        folder,
+                        direction,
+                        id: stem(&path),
+                        msg,
+                    });
+                }
+                Err(e) => problems.push(e),
+            }
+        }
+        for p in scan.conflicts {
+            problems.push(format!(
+                "{}: a sync engine's conflict copy; not read",
+                store.relative(&p).display()
+            ));
+        }
+        for p in scan.refused {
+            problems.push(format!(
+                "{}: not a regular file; never followed or read",
+                store.relative(&p).display()
+            ));
+        }
+    }
+    // A request's answer is the answer file named after its correlation id (as `view`
+    // finds it; an answer to a reused id, `<id>.duplicate-N.json`, answers another file).
+    let answers: HashMap<String, MessageStatus> = found
+        .iter()
+        .filter(|m| m.direction == Direction::Out)
+        .map(|m| (m.id.clone(), m.msg.status))
+        .collect();
+    found.retain(|m| {
+        may_see(who, &m.msg)
+            && f.project
+                .as_ref()
+                .is_none_or(|p| m.msg.project.as_ref() == Some(p))
+            && f.user
+                .as_ref()
+                .is_none_or(|u| m.msg.user.as_ref() == Some(u))
+            && f.status.is_none_or(|s| m.msg.status == s)
+            && f.direction.is_none_or(|d| m.direction == d)
+    });
+    found.sort_by(|a, b| {
+        let key = |m: &Found| (m.msg.queue_time, m.direction == Direction::Out);
+        key(b).cmp(&key(a)).then_with(|| b.id.cmp(&a.id))
+    });
+    let total = found.len();
+    let limit = f.limit.unwrap_or(usize::MAX);
+    let (mut rows, mut bytes) = (Vec::new(), 2usize);
+    for m in found.iter().skip(f.offset).take(limit) {
+        let mut r = row(m, false);
+        if m.direction == Direction::In {
+            let name = crate::model::derive_safe_id(&m.msg.correlation_id);
+            r["answer"] = json!(answers.get(&name));
+        }
+        bytes += r.to_string().len() + 1;
+        if bytes > super::direct::MAX_LIST_BYTES {
+            return Err(RouteError::Invalid(format!(
+                "list-messages: the answer would be over {} bytes ({} messages fit); ask for a slice with content.offset and content.limit, or narrow it with content.project, content.user, content.status or content.direction",
+                super::direct::MAX_LIST_BYTES,
+                rows.len()
+            )));
+        }
+        rows.push(r);
+    }
+    let next = f.offset.saturating_add(rows.len()).min(total.max(f.offset));
+    if !who.is_admin() {
+        problems.clear();
+    }
+    Ok(json!({
+        "messages": rows,
+        "total": total,
+        "next_offset": next,
+        "problems": problems,
+    }))
+}
+
+/// `view-message ID`: the message named `ID` (its file name without `.json`, in any of the
+/// four folders) with its other half — `{"id", "request", "answer"}`, each the whole document
+/// with its folder, or null (an answer not written yet; a request that came over D-Bus and so
+/// has no file). Seen by the rules of [`list`], judged on the request when there is one.
+pub fn view(store: &Store, who: &Caller, id: &str) -> Result<Value, RouteError> {
+    crate::store::check_id("message", id)?;
+    let find = |name: &str, want: Direction| -> Result<Option<Found>, RouteError> {
+        for (folder, direction, dir) in folders(store) {
+            if direction != want {
+                continue;
+            }
+            let path = dir.join(format!("{name}.json"));
+            if !crate::store::safe::exists(&path) {
+                continue;
+            }
+            let msg = read(store, &path).map_err(RouteError::Failed)?;
+            return Ok(Some(Found {
+                folder,
+                direction,
+                id: name.to_string(),
+                msg,
+            }));
+        }
+        Ok(None)
+    };
+    let mut request = find(id, Direction::In)?;
+    let mut answer = find(id, Direction::Out)?;
+    match (&request, &answer) {
+        (Some(r), None) => {
+            let name = crate::model::derive_safe_id(&r.msg.correlation_id);
+            if name != id {
+                answer = find(&name, Direction::Out)?;
+            }
+        }
+        (None, Some(a)) => {
+            let name = crate::model::derive_safe_id(&a.msg.correlation_id);
+            if name != id {
+                request = find(&name, Direction::In)?;
+            }
+        }
+        _ => {}
+    }
+    let Some(judged) = request.as_ref().or(answer.as_ref()) else {
+        return Err(RouteError::NotFound(format!(
+            "Message not found: {id} (no messaging/{{inbox,processed_inbox,outbox,processed_outbox}}/{id}.json)"
+        )));
+    };
+    if !may_see(who, &judged.msg) {
+        return Err(RouteError::PermissionDenied(format!(
+            "message {id} belongs to another user"
+        )));
+    }
+    Ok(json!({
+        "id": id,
+        "request": request.as_ref().map(|r| row(r, true)),
+        "answer": answer.as_ref().map(|a| row(a, true)),
+    }))
+}
+
+/// The filter a `list-messages` message carries in its content.
+pub fn filter_from(content: &Map<String, Value>) -> Result<MessageFilter, RouteError> {
+    let text = |k: &str| -> Result<Option<String>, RouteError> {
+        match content.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) if s.is_empty() => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(v) => Err(RouteError::Invalid(format!(
+                "list-messages: content.{k} must be a string, not {v}"
+            ))),
+        }
+    };
+    let number = |k: &str| super::direct::whole_number(content, "list-messages", k);
+    let status = match text("status")? {
+        None => None,
+        Some(s) => Some(status_from_name(&s).ok_or_else(|| {
+            RouteError::Invalid(format!(
+                "list-messages: content.status {s:?} is not one of {STATUS_NAMES}"
+            ))
+        })?),
+    };
+    let direction = match text("direction")? {
+        None => None,
+        Some(d) => Some(Direction::from_name(&d).ok_or_else(|| {
+            RouteError::Invalid(format!(
+                "list-messages: content.direction {d:?} is not one of in, out"
+            ))
+        })?),
+    };
+    let project = text("project")?;
+    let user = text("user")?;
+    for (kind, v) in [("project", &project), ("user", &user)] {
+        if let Some(v) = v {
+            crate::store::check_id(kind, v)?;
+        }
+    }
+    Ok(MessageFilter {
+        project,
+        user,
+        status,
+        direction,
+        offset: number("offset")?.unwrap_or(0),
+        limit: number("limit")?,
+    })
+}
