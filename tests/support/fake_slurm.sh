@@ -48,6 +48,10 @@ sbatch)
         --hold) hold=1 ;;
         --wrap=*) wrap=${a#--wrap=} ;;
         --output=*) out=${a#--output=} ;;
+        --account=nosuch)
+            echo "sbatch: error: Batch job submission failed: Invalid account or account/partition combination specified" >&2
+            exit 1
+            ;;
         --partition=nosuch)
             echo "sbatch: error: invalid partition specified: nosuch" >&2
             echo "sbatch: error: Batch job submission failed: Invalid partition name specified" >&2
