@@ -1472,3 +1472,40 @@ fn migrate_on_a_copy_of_the_prds_example_store_shows_its_diff() {
     );
     env.ok(&["validate"]);
 }
+
+/// The commands of issue 17 tell their output and exit status in `--help`, and the
+/// orchestrator's man page (generated from the same clap definition) carries the exit status
+/// of every command.
+#[test]
+fn upkeep_and_pipeline_help_tells_exit_status_and_the_man_page_too() {
+    let f = Flow::new(1);
+    for cmd in ["retry", "archive", "migrate", "pipeline"] {
+        let help = f.ok(&[cmd, "--help"]);
+        for want in [
+            "Exit status:",
+            "  0  ",
+            "  1  ",
+            "  2  a malformed command line",
+        ] {
+            assert!(help.contains(want), "{cmd} --help lacks {want:?}:\n{help}");
+        }
+        // `-h` stays short.
+        assert!(!f.ok(&[cmd, "-h"]).contains("Exit status:"), "{cmd} -h");
+    }
+    assert!(
+        f.ok(&["archive", "--help"])
+            .contains("--format json: the whole report")
+    );
+    let top = f.ok(&["--help"]);
+    assert!(
+        top.contains("Exit status:") && top.contains("3  `daemon status`"),
+        "{top}"
+    );
+    use clap::CommandFactory;
+    let mut man = Vec::new();
+    clap_mangen::Man::new(agentstore::cli::Cli::command())
+        .render(&mut man)
+        .unwrap();
+    let man = String::from_utf8(man).unwrap();
+    assert!(man.contains("Exit status:"), "{man}");
+}
