@@ -449,6 +449,12 @@ fn hostile_slurm_settings_never_reach_sbatch_and_lose_no_job() {
         ),
         (json!({"qos": ""}), json!({}), "config.slurm.qos"),
         (json!({"gres": "gpu:1\n"}), json!({}), "config.slurm.gres"),
+        (json!({"max_in_slurm": 0}), json!({}), "max_in_slurm is 0"),
+        (
+            json!({"extra_args": vec!["--nodes=1"; 65]}),
+            json!({}),
+            "65 arguments",
+        ),
         (json!({}), json!({"memory_max": "-5"}), "memory_max"),
         (
             json!({}),

@@ -147,6 +147,9 @@ pub const EXTRA_ARGS_ALLOWED: &[&str] = &[
     "wckey",
 ];
 
+/// Most `slurm.extra_args` a queue may give.
+const MAX_EXTRA_ARGS: usize = 64;
+
 /// Longest value of one Slurm setting (a partition, account, QOS, gres or extra argument).
 const MAX_SETTING_CHARS: usize = 256;
 
@@ -203,6 +206,17 @@ pub fn settings_problem(cfg: &SlurmConfig, limits: Option<&ResourceLimits>) -> O
         if let Some(why) = v.as_deref().and_then(|v| bad_name(field, v, extra)) {
             return Some(why);
         }
+    }
+    if cfg.max_in_slurm == Some(0) {
+        return Some(
+            "config.slurm.max_in_slurm is 0: no job could ever be submitted (give at least 1, or leave it out to let Slurm schedule them all)".into(),
+        );
+    }
+    if cfg.extra_args.len() > MAX_EXTRA_ARGS {
+        return Some(format!(
+            "config.slurm.extra_args has {} arguments; at most {MAX_EXTRA_ARGS} are taken",
+            cfg.extra_args.len()
+        ));
     }
     if let Some(why) = cfg
         .extra_args
@@ -895,11 +909,17 @@ impl Manager {
 
     /// Hands `ids` (queued jobs) to Slurm.
     pub(super) async fn slurm_start_batch(&mut self, ids: &[String]) {
-        if ids.is_empty() {
+        // Settings every job would be refused for: nothing is submitted, nothing is failed.
+        // Checked also when no job can be taken (max_in_slurm 0 takes none).
+        let problem = settings_problem(&self.slurm_cfg(), self.config.resource_limits.as_ref());
+        if problem.is_none() && ids.is_empty() {
             return;
         }
-        // Settings every job would be refused for: nothing is submitted, nothing is failed.
-        if let Some(why) = self.settings_unusable().await {
+        let problem = match problem {
+            Some(why) => Some(why),
+            None => self.partition_unknown().await,
+        };
+        if let Some(why) = problem {
             self.set_slurm_status(Some(format!(
                 "jobs stay queued: {}: {why}",
                 self.store.queue_path(&self.cfg.queue).display()
@@ -1019,13 +1039,9 @@ impl Manager {
         }
     }
 
-    /// Why the queue's Slurm settings cannot be used now: a value no job may be submitted
-    /// with ([`settings_problem`]), or a partition Slurm does not list.
-    async fn settings_unusable(&mut self) -> Option<String> {
+    /// Why the queue's partition cannot be used: Slurm does not list it (`sinfo`).
+    async fn partition_unknown(&mut self) -> Option<String> {
         let cfg = self.slurm_cfg();
-        if let Some(why) = settings_problem(&cfg, self.config.resource_limits.as_ref()) {
-            return Some(why);
-        }
         let wanted = cfg.partition.as_deref()?;
         self.partition_limits().await;
         let listed = self.slurm.partitions.as_ref()?;
