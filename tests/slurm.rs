@@ -703,7 +703,10 @@ async fn restarted_manager_readopts_by_id_and_cancel_uses_scancel() {
         let err = f["runtime"]["error"].as_str().unwrap();
         assert!(err.starts_with("Job cancelled by"), "{err}");
         let calls = fake.calls();
-        assert!(calls.contains(&format!("scancel {sid}")), "{calls}");
+        assert!(
+            calls.contains(&format!("scancel --name=agentstore-r1 {sid}")),
+            "{calls}"
+        );
         assert_eq!(
             calls
                 .lines()
@@ -877,4 +880,56 @@ fn a_panic_while_handling_the_sbatch_answer_fails_only_that_job() {
             );
         }
     }
+}
+
+/// A job file in `running_jobs/` whose `runtime.slurm_job_id` names another Slurm job (a
+/// forged or stale file): the manager never takes that job's state for this job's, and never
+/// cancels it (its time limit passes here); this job fails saying it is not listed under its
+/// own name. Before, the id alone was matched: the other job was "this job" and was scancel'ed
+/// at this job's timeout.
+#[test]
+fn a_slurm_job_id_naming_another_slurm_job_never_touches_it() {
+    let (env, bus, fake) = setup();
+    slurm_queue(&env, json!({"poll_seconds": 1}));
+    // Someone else's Slurm job, running.
+    let out = std::process::Command::new(fake.bin.join("sbatch"))
+        .args(["--parsable", "--job-name=victim", "--wrap=sleep 120"])
+        .env("FAKE_SLURM_DIR", &fake.state)
+        .output()
+        .unwrap();
+    let victim = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let state = fake.state.join(format!("jobs/{victim}.state"));
+    wait_until(Duration::from_secs(10), "the victim runs", || {
+        std::fs::read_to_string(&state).is_ok_and(|s| s == "RUNNING")
+    });
+    let mut forged = noop(60.0);
+    forged["config"]["timeout_seconds"] = json!(2);
+    forged["runtime"]["status"] = json!("running");
+    forged["runtime"]["start_time"] = json!(agentstore::model::Timestamp::now().to_string());
+    forged["runtime"]["host"] = json!(agentstore::store::hostname());
+    forged["runtime"]["slurm_job_id"] = json!(victim);
+    agentstore::store::write_json_atomic(&env.job_file("running", "f1"), &forged).unwrap();
+    let _m = manager(&env, &bus, &fake);
+    let f = wait_file(&env, "failed", "f1", 60);
+    let err = f["runtime"]["error"].as_str().unwrap();
+    assert!(
+        err.contains("no longer listed by squeue as agentstore-f1"),
+        "{err}"
+    );
+    // Past the forged job's time limit: the victim still runs, and no scancel without our
+    // job's name was sent.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(std::fs::read_to_string(&state).unwrap(), "RUNNING");
+    let calls = fake.calls();
+    assert!(
+        calls
+            .lines()
+            .filter(|l| l.starts_with("scancel "))
+            .all(|l| l.starts_with("scancel --name=agentstore-f1 ")),
+        "{calls}"
+    );
+    let _ = std::process::Command::new(fake.bin.join("scancel"))
+        .arg(&victim)
+        .env("FAKE_SLURM_DIR", &fake.state)
+        .status();
 }

@@ -314,6 +314,15 @@ pub fn classify(text: &str) -> SlurmError {
     }
 }
 
+/// Whether `sid` is a Slurm job id as `sbatch --parsable` prints it and this manager records
+/// it (`123` or `123_4`): checked in code before a job file's `runtime.slurm_job_id` reaches
+/// a Slurm command (the store is untrusted, whatever schema it carries).
+pub fn is_slurm_job_id(sid: &str) -> bool {
+    let (job, task) = sid.split_once('_').unwrap_or((sid, "0"));
+    let digits = |s: &str| !s.is_empty() && s.len() <= 20 && s.chars().all(|c| c.is_ascii_digit());
+    digits(job) && digits(task)
+}
+
 /// `'…'` for `sh`.
 fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
@@ -1244,7 +1253,15 @@ impl Manager {
             t.end = Some(cause);
         }
         let sid = t.slurm_id.clone();
-        self.slurm_run("scancel", std::slice::from_ref(&sid))
+        if !is_slurm_job_id(&sid) {
+            return Err(format!(
+                "job {id}: its runtime.slurm_job_id {sid:?} is not a Slurm job id; nothing cancelled in Slurm"
+            ));
+        }
+        // Only the Slurm job of this job: one whose id a job file names but whose name is
+        // not `agentstore-<id>` (another user's, named by a forged file) is left alone.
+        let args = [format!("--name={JOB_NAME_PREFIX}{id}"), sid.clone()];
+        self.slurm_run("scancel", &args)
             .await
             .map_err(|e| format!("scancel {sid}: {e}"))?;
         self.slurm.poll_at = Some(Instant::now());
@@ -1312,13 +1329,20 @@ impl Manager {
             }
             let me = listed
                 .iter()
-                .find(|j| j.id == t.slurm_id)
+                .find(|j| j.id == t.slurm_id && j.name == format!("{JOB_NAME_PREFIX}{id}"))
                 .cloned()
                 .unwrap_or_else(|| SlurmJob {
                     id: t.slurm_id.clone(),
                     name: format!("{JOB_NAME_PREFIX}{id}"),
                     state: "UNKNOWN".to_string(),
-                    reason: "no longer listed by squeue".to_string(),
+                    reason: if is_slurm_job_id(&t.slurm_id) {
+                        format!("no longer listed by squeue as {JOB_NAME_PREFIX}{id}")
+                    } else {
+                        format!(
+                            "its runtime.slurm_job_id {:?} is not a Slurm job id",
+                            t.slurm_id
+                        )
+                    },
                     elapsed: 0,
                 });
             // Our own hold (sbatch --hold: JobHeldUser), never an administrator's.
@@ -1495,6 +1519,26 @@ mod tests {
         );
         assert_eq!(mem_mib(&json!("3K")), Some(1));
         assert_eq!(mem_mib(&json!(2_097_152)), Some(2));
+    }
+
+    #[test]
+    fn slurm_job_ids_are_checked() {
+        for ok in ["1", "123", "123_4"] {
+            assert!(is_slurm_job_id(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "--user=root",
+            "1 2",
+            "1;c",
+            "_1",
+            "1_",
+            "-1",
+            "1,2",
+            "12a",
+        ] {
+            assert!(!is_slurm_job_id(bad), "{bad}");
+        }
     }
 
     #[test]

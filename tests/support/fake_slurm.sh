@@ -92,7 +92,11 @@ scontrol)
     esac
     ;;
 scancel)
+    only=""
     for i in "$@"; do
+        case $i in --name=*) only=${i#--name=}; continue ;; esac
+        # --name: only a job of that name is signalled (as Slurm's scancel filters).
+        [ -n "$only" ] && [ "$(get "$i" name)" != "$only" ] && continue
         s=$(get "$i" state)
         if [ "$s" = RUNNING ] || [ "$s" = PENDING ]; then
             put "$i" state CANCELLED
