@@ -883,53 +883,69 @@ fn a_panic_while_handling_the_sbatch_answer_fails_only_that_job() {
 }
 
 /// A job file in `running_jobs/` whose `runtime.slurm_job_id` names another Slurm job (a
-/// forged or stale file): the manager never takes that job's state for this job's, and never
-/// cancels it (its time limit passes here); this job fails saying it is not listed under its
-/// own name. Before, the id alone was matched: the other job was "this job" and was scancel'ed
-/// at this job's timeout.
-#[test]
-fn a_slurm_job_id_naming_another_slurm_job_never_touches_it() {
-    let (env, bus, fake) = setup();
-    slurm_queue(&env, json!({"poll_seconds": 1}));
-    // Someone else's Slurm job, running.
-    let out = std::process::Command::new(fake.bin.join("sbatch"))
-        .args(["--parsable", "--job-name=victim", "--wrap=sleep 120"])
-        .env("FAKE_SLURM_DIR", &fake.state)
-        .output()
-        .unwrap();
-    let victim = String::from_utf8(out.stdout).unwrap().trim().to_string();
-    let state = fake.state.join(format!("jobs/{victim}.state"));
-    wait_until(Duration::from_secs(10), "the victim runs", || {
-        std::fs::read_to_string(&state).is_ok_and(|s| s == "RUNNING")
-    });
-    let mut forged = noop(60.0);
-    forged["config"]["timeout_seconds"] = json!(2);
-    forged["runtime"]["status"] = json!("running");
-    forged["runtime"]["start_time"] = json!(agentstore::model::Timestamp::now().to_string());
-    forged["runtime"]["host"] = json!(agentstore::store::hostname());
-    forged["runtime"]["slurm_job_id"] = json!(victim);
-    agentstore::store::write_json_atomic(&env.job_file("running", "f1"), &forged).unwrap();
-    let _m = manager(&env, &bus, &fake);
-    let f = wait_file(&env, "failed", "f1", 60);
-    let err = f["runtime"]["error"].as_str().unwrap();
-    assert!(
-        err.contains("no longer listed by squeue as agentstore-f1"),
-        "{err}"
-    );
-    // Past the forged job's time limit: the victim still runs, and no scancel without our
-    // job's name was sent.
-    std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(std::fs::read_to_string(&state).unwrap(), "RUNNING");
-    let calls = fake.calls();
-    assert!(
-        calls
+/// forged or stale file): the manager never takes that job's state for this job's, and
+/// `cancel-job` of it never cancels the other Slurm job (the root manager's scancel carries
+/// the job's own name); the job fails saying Slurm does not list it under its own name.
+/// Before, the cancel ran `scancel <that id>`: any Slurm job of the cluster could be cancelled
+/// by writing its id into a job file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slurm_job_id_naming_another_slurm_job_never_touches_it() {
+    guarded(async {
+        let (env, bus, fake) = setup();
+        slurm_queue(&env, json!({"poll_seconds": 1}));
+        // Someone else's Slurm job, running.
+        let out = std::process::Command::new(fake.bin.join("sbatch"))
+            .args(["--parsable", "--job-name=victim", "--wrap=sleep 120"])
+            .env("FAKE_SLURM_DIR", &fake.state)
+            .output()
+            .unwrap();
+        let victim = String::from_utf8(out.stdout).unwrap().trim().to_string();
+        let state = fake.state.join(format!("jobs/{victim}.state"));
+        wait_until(Duration::from_secs(10), "the victim runs", || {
+            std::fs::read_to_string(&state).is_ok_and(|s| s == "RUNNING")
+        });
+        let mut forged = noop(60.0);
+        forged["runtime"]["status"] = json!("running");
+        forged["runtime"]["start_time"] = json!(agentstore::model::Timestamp::now().to_string());
+        forged["runtime"]["host"] = json!(agentstore::store::hostname());
+        forged["runtime"]["slurm_job_id"] = json!(victim);
+        agentstore::store::write_json_atomic(&env.job_file("running", "f1"), &forged).unwrap();
+        let _m = manager(&env, &bus, &fake);
+        wait_for_name(&bus, &agentstore::bus::queue_bus_name(&env.queue));
+        let conn = bus.connect().await;
+        let p = agentstore::bus::queue::queue_proxy(&conn, &env.queue)
+            .await
+            .unwrap();
+        // At once, while the adopted job is followed (it is settled 3 s after Slurm is seen
+        // not to list it).
+        p.cancel_job("f1").await.unwrap();
+        let f = wait_file(&env, "failed", "f1", 60);
+        let err = f["runtime"]["error"].as_str().unwrap();
+        assert!(
+            err.starts_with("Job cancelled by")
+                || err.contains("no longer listed by squeue as agentstore-f1"),
+            "{err}"
+        );
+        assert_eq!(std::fs::read_to_string(&state).unwrap(), "RUNNING");
+        let calls = fake.calls();
+        let scancels: Vec<&str> = calls
             .lines()
             .filter(|l| l.starts_with("scancel "))
-            .all(|l| l.starts_with("scancel --name=agentstore-f1 ")),
-        "{calls}"
-    );
-    let _ = std::process::Command::new(fake.bin.join("scancel"))
-        .arg(&victim)
-        .env("FAKE_SLURM_DIR", &fake.state)
-        .status();
+            .collect();
+        assert!(
+            !scancels.is_empty(),
+            "the cancel reached no scancel: {calls}"
+        );
+        assert!(
+            scancels
+                .iter()
+                .all(|l| l.starts_with("scancel --name=agentstore-f1 ")),
+            "{calls}"
+        );
+        let _ = std::process::Command::new(fake.bin.join("scancel"))
+            .arg(&victim)
+            .env("FAKE_SLURM_DIR", &fake.state)
+            .status();
+    })
+    .await
 }
