@@ -1563,6 +1563,20 @@ mod tests {
             classify("sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)")
                 .is_transient()
         );
-        assert!(!classify("sbatch: error: invalid partition specified: nosuch").is_transient());
+        // The queue's own settings refused: every job would be, so they stay queued.
+        let p = classify("sbatch: error: invalid partition specified: nosuch");
+        assert!(
+            matches!(p, SlurmError::Settings(_)) && p.is_transient(),
+            "{p:?}"
+        );
+        let a = classify(
+            "sbatch: error: Batch job submission failed: Invalid account or account/partition combination specified",
+        );
+        assert!(matches!(a, SlurmError::Settings(_)), "{a:?}");
+        // A refusal of one job fails that job.
+        assert!(
+            !classify("sbatch: error: Batch job submission failed: Requested time limit is invalid (missing or exceeds some limit)")
+                .is_transient()
+        );
     }
 }
