@@ -1155,6 +1155,100 @@ fn migrate_leaves_hostile_documents_as_they_are_and_never_downgrades() {
     );
 }
 
+/// A hostile store: entries that are a FIFO and a symbolic link out of the store (and a
+/// folder named like a document, which scanners pass by as a folder),
+/// a state folder and an archive month folder that are links to folders outside. `migrate`
+/// (dry or not) and `archive` name each of them as left alone, exit 1, and touch nothing
+/// outside the store; before, they passed them by in silence and reported 0 errors.
+#[test]
+fn migrate_and_archive_name_what_they_will_not_read_instead_of_passing_it_by() {
+    let f = Flow::new(1);
+    make_v05(&f.env.root);
+    let plain = ended_job(40, "finished", true);
+    std::fs::write(
+        f.path("finished", "plain"),
+        serde_json::to_vec_pretty(&plain).unwrap(),
+    )
+    .unwrap();
+    let outside = f.env.dir.path().join("outside");
+    std::fs::create_dir_all(outside.join("failed")).unwrap();
+    std::fs::create_dir_all(outside.join("month/finished_jobs")).unwrap();
+    let old = serde_json::to_vec_pretty(&ended_job(40, "failed", true)).unwrap();
+    std::fs::write(outside.join("failed/away.json"), &old).unwrap();
+    std::fs::write(outside.join("month/finished_jobs/away2.json"), &old).unwrap();
+    std::fs::write(outside.join("secret.json"), &old).unwrap();
+    let jobs = f.env.root.join("Queues/poplar/Jobs");
+    nix::unistd::mkfifo(
+        &f.path("finished", "fifo"),
+        nix::sys::stat::Mode::from_bits_truncate(0o644),
+    )
+    .unwrap();
+    std::fs::create_dir(f.path("finished", "dir")).unwrap();
+    std::os::unix::fs::symlink(outside.join("secret.json"), f.path("finished", "link")).unwrap();
+    let failed_dir = jobs.join("failed_jobs");
+    for e in std::fs::read_dir(&failed_dir).unwrap() {
+        std::fs::remove_file(e.unwrap().path()).unwrap();
+    }
+    std::fs::remove_dir(&failed_dir).unwrap();
+    std::os::unix::fs::symlink(outside.join("failed"), &failed_dir).unwrap();
+    // The month `plain` would be archived into.
+    let month = plain["runtime"]["finish_time"].as_str().unwrap()[..7].to_string();
+    std::fs::create_dir_all(jobs.join("archive")).unwrap();
+    std::os::unix::fs::symlink(outside.join("month"), jobs.join("archive").join(&month)).unwrap();
+    let before = snapshot(&outside);
+
+    let named = |all: &str, what: &str, says: &str| {
+        assert!(
+            all.lines().any(|l| l.contains(what) && l.contains(says)),
+            "{what} not named with {says:?}:\n{all}"
+        );
+    };
+    // Runs `args`: exit 1, the refused entries and the linked state folder named; the output.
+    let names_the_refused = |args: &[&str]| {
+        let o = f.cli(args);
+        let all = format!("{}{}", text(&o.stdout), text(&o.stderr));
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {all}");
+        for id in ["fifo", "link"] {
+            named(
+                &all,
+                &format!("finished_jobs/{id}.json"),
+                "not a regular file",
+            );
+        }
+        named(&all, "Jobs/failed_jobs", "cannot be read");
+        all
+    };
+    for args in [&["migrate", "--dry-run"][..], &["migrate"][..]] {
+        let all = names_the_refused(args);
+        named(&all, &format!("archive/{month}"), "not a month folder");
+        assert!(all.contains("4 errors"), "{all}");
+    }
+    assert_eq!(read(&f.path("finished", "plain"))["schema_version"], "0.6");
+    let o = f.cli(&["migrate", "--dry-run", "--format", "json"]);
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["errors"].as_array().unwrap().len(), 4, "{r}");
+    names_the_refused(&["archive", "--older-than", "30d", "--dry-run"]);
+    // The move into the linked month folder is refused, saying why; the job stays.
+    let all = names_the_refused(&["archive", "--older-than", "30d"]);
+    named(
+        &all,
+        &format!("archive/{month}/finished_jobs"),
+        "left in place",
+    );
+    assert!(f.path("finished", "plain").is_file());
+    assert!(
+        std::fs::symlink_metadata(f.path("finished", "link"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(
+        snapshot(&outside),
+        before,
+        "a file outside the store changed"
+    );
+}
+
 /// `migrate` killed with SIGKILL half way through a store of 200 ended v0.5 jobs (held there
 /// by the debug build's fault hook), then run again, leaves exactly the store an
 /// uninterrupted run makes (every file compared).
@@ -1365,4 +1459,41 @@ fn migrate_on_a_copy_of_the_prds_example_store_shows_its_diff() {
         "{docs}"
     );
     env.ok(&["validate"]);
+}
+
+/// The commands of issue 17 tell their output and exit status in `--help`, and the
+/// orchestrator's man page (generated from the same clap definition) carries the exit status
+/// of every command.
+#[test]
+fn upkeep_and_pipeline_help_tells_exit_status_and_the_man_page_too() {
+    let f = Flow::new(1);
+    for cmd in ["retry", "archive", "migrate", "pipeline"] {
+        let help = f.ok(&[cmd, "--help"]);
+        for want in [
+            "Exit status:",
+            "  0  ",
+            "  1  ",
+            "  2  a malformed command line",
+        ] {
+            assert!(help.contains(want), "{cmd} --help lacks {want:?}:\n{help}");
+        }
+        // `-h` stays short.
+        assert!(!f.ok(&[cmd, "-h"]).contains("Exit status:"), "{cmd} -h");
+    }
+    assert!(
+        f.ok(&["archive", "--help"])
+            .contains("--format json: the whole report")
+    );
+    let top = f.ok(&["--help"]);
+    assert!(
+        top.contains("Exit status:") && top.contains("3  `daemon status`"),
+        "{top}"
+    );
+    use clap::CommandFactory;
+    let mut man = Vec::new();
+    clap_mangen::Man::new(agentstore::cli::Cli::command())
+        .render(&mut man)
+        .unwrap();
+    let man = String::from_utf8(man).unwrap();
+    assert!(man.contains("Exit status:"), "{man}");
 }

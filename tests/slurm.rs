@@ -292,17 +292,219 @@ fn controller_down_keeps_jobs_queued_and_says_why() {
     });
 }
 
+/// The queue's `slurm_status` once it contains every one of `words`.
+fn wait_status(env: &QueueEnv, words: &[&str]) -> String {
+    let mut last = String::new();
+    let found = (0..300).any(|_| {
+        last = env.queue_json()["runtime"]["slurm_status"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let ok = words.iter().all(|w| last.contains(w));
+        if !ok {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        ok
+    });
+    assert!(found, "slurm_status never named {words:?}; last: {last:?}");
+    last
+}
+
 #[test]
-fn unknown_partition_fails_the_job_with_slurms_words() {
+fn an_unknown_partition_or_refused_account_keeps_every_job_queued_and_says_why() {
     let (env, bus, fake) = setup();
+    // A typo in the queue's partition: every job would be refused alike. None is failed or
+    // submitted; the queue says which setting and what Slurm has.
     slurm_queue(&env, json!({"partition": "nosuch", "poll_seconds": 1}));
     let _m = manager(&env, &bus, &fake);
     env.queue_job("p1", &noop(0.1));
-    let f = wait_file(&env, "failed", "p1", 30);
-    let err = f["runtime"]["error"].as_str().unwrap();
+    env.queue_job("p2", &noop(0.1));
+    wait_status(
+        &env,
+        &[
+            "queue.json",
+            "config.slurm.partition",
+            "no partition \"nosuch\"",
+            "sinfo lists: debug",
+        ],
+    );
+    assert_eq!(sbatch_count(&fake, "p1") + sbatch_count(&fake, "p2"), 0);
+    assert_eq!(env.count("queued"), 2);
+    assert_eq!(env.count("failed"), 0);
+
+    // An account sbatch refuses (a controller with accounting): kept queued too, in Slurm's
+    // words.
+    slurm_queue(
+        &env,
+        json!({"partition": "debug", "account": "nosuch", "poll_seconds": 1}),
+    );
+    env.queue_job("p3", &noop(0.1));
+    wait_status(&env, &["config.slurm", "Invalid account"]);
+    assert_eq!(env.count("queued"), 3, "{}", fake.calls());
+    assert_eq!(env.count("failed"), 0);
+
+    // Fixed: every job runs.
+    slurm_queue(&env, json!({"partition": "debug", "poll_seconds": 1}));
+    env.queue_job("p4", &noop(0.1));
+    for id in ["p1", "p2", "p3", "p4"] {
+        wait_file(&env, "finished", id, 90);
+    }
+    wait_until(Duration::from_secs(30), "slurm_status cleared", || {
+        env.queue_json()["runtime"]["slurm_status"].is_null()
+    });
+}
+
+/// The store's copy of the queue schema without its patterns (a store whose schema copy was
+/// loosened, by hand or by an older or hostile writer): only the code's own checks remain.
+fn loosen_queue_schema(env: &QueueEnv) {
+    let p = env.root.join("JSONValidation/Schemas/queue.schema.json");
+    let text = std::fs::read_to_string(&p).unwrap();
+    let mut v: Value = serde_json::from_str(&text).unwrap();
+    fn strip(v: &mut Value) {
+        match v {
+            Value::Object(m) => {
+                m.remove("pattern");
+                m.remove("minimum");
+                m.values_mut().for_each(strip);
+            }
+            Value::Array(a) => a.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    strip(&mut v);
+    std::fs::write(&p, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+}
+
+/// Writes `Queues/<q>/queue.json` with `slurm` and `limits` as they are (no schema check).
+fn raw_slurm_queue(env: &QueueEnv, slurm: Value, limits: Value) {
+    let p = env.root.join(format!("Queues/{}/queue.json", env.queue));
+    let mut q: Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    q["config"]["launcher"] = json!("slurm");
+    q["config"]["slurm"] = slurm;
+    q["config"]["resource_limits"] = limits;
+    agentstore::store::write_json_atomic(&p, &q).unwrap();
+}
+
+#[test]
+fn hostile_slurm_settings_never_reach_sbatch_and_lose_no_job() {
+    let (env, bus, fake) = setup();
+    loosen_queue_schema(&env);
+    let pwned = env.dir.path().join("pwned");
+    let p = pwned.display().to_string();
+    let cases: Vec<(Value, Value, &str)> = vec![
+        // Valid for the schema, yet each would change what runs, as whom or where its files
+        // go (a root manager submits as root).
+        (
+            json!({"extra_args": [format!("--error={p}")]}),
+            json!({}),
+            "extra_args[0]",
+        ),
+        (
+            json!({"extra_args": ["--constraint=x", "--export=ALL,LD_PRELOAD=/tmp/x.so"]}),
+            json!({}),
+            "extra_args[1]",
+        ),
+        (
+            json!({"extra_args": ["--array=1-50"]}),
+            json!({}),
+            "--array",
+        ),
+        (
+            json!({"extra_args": [format!("--wrap=touch {p}")]}),
+            json!({}),
+            "--wrap",
+        ),
+        (json!({"extra_args": ["--uid=0"]}), json!({}), "--uid"),
+        (
+            json!({"extra_args": ["--clusters=other"]}),
+            json!({}),
+            "--clusters",
+        ),
+        (json!({"extra_args": ["--hold"]}), json!({}), "--hold"),
+        (
+            json!({"extra_args": ["-e", p.clone()]}),
+            json!({}),
+            "not a long option",
+        ),
+        (
+            json!({"extra_args": [p.clone()]}),
+            json!({}),
+            "not a long option",
+        ),
+        (
+            json!({"extra_args": ["--comment=a\n#SBATCH --uid=0"]}),
+            json!({}),
+            "control character",
+        ),
+        // Only a loosened schema lets these through: the code checks them too.
+        (
+            json!({"partition": "debug --wrap=x"}),
+            json!({}),
+            "config.slurm.partition",
+        ),
+        (
+            json!({"account": "lab;touch x"}),
+            json!({}),
+            "config.slurm.account",
+        ),
+        (json!({"qos": ""}), json!({}), "config.slurm.qos"),
+        (json!({"gres": "gpu:1\n"}), json!({}), "config.slurm.gres"),
+        (json!({"max_in_slurm": 0}), json!({}), "max_in_slurm is 0"),
+        (
+            json!({"extra_args": vec!["--nodes=1"; 65]}),
+            json!({}),
+            "65 arguments",
+        ),
+        (json!({}), json!({"memory_max": "-5"}), "memory_max"),
+        (
+            json!({}),
+            json!({"memory_max": "99999999999999999999999"}),
+            "memory_max",
+        ),
+        (json!({}), json!({"memory_max": 0}), "memory_max"),
+        (json!({}), json!({"cpu_quota": "-200%"}), "cpu_quota"),
+        (
+            json!({}),
+            json!({"cpu_quota": "99999999999999999999%"}),
+            "cpu_quota",
+        ),
+    ];
+    raw_slurm_queue(&env, cases[0].0.clone(), cases[0].1.clone());
+    let _m = manager(&env, &bus, &fake);
+    for (i, (slurm, limits, word)) in cases.iter().enumerate() {
+        let mut slurm = slurm.clone();
+        slurm["poll_seconds"] = json!(1);
+        raw_slurm_queue(&env, slurm.clone(), limits.clone());
+        // A new job: the manager reads queue.json again at its next pass.
+        env.queue_job(&format!("h{i}"), &noop(0.1));
+        let status = wait_status(&env, &["jobs stay queued", "queue.json", word]);
+        assert!(
+            !fake.calls().lines().any(|l| l.starts_with("sbatch ")),
+            "case {slurm} {limits}: sbatch was called: {}\nstatus: {status}",
+            fake.calls()
+        );
+    }
+    assert!(!pwned.exists());
+    assert_eq!(env.count("queued"), cases.len());
+    assert_eq!(env.count("failed"), 0);
+    // Settings that place and size the job pass; every job kept queued then runs.
+    raw_slurm_queue(
+        &env,
+        json!({"partition": "debug", "extra_args": ["--constraint=x", "--nodes=1", "--exclusive"], "poll_seconds": 1}),
+        json!({"memory_max": "1G", "cpu_quota": "100%"}),
+    );
+    env.queue_job("last", &noop(0.1));
+    wait_until(Duration::from_secs(120), "every job finished", || {
+        env.count("finished") == cases.len() + 1
+    });
+    let calls = fake.calls();
+    let sbatch = calls
+        .lines()
+        .find(|l| l.starts_with("sbatch ") && l.contains("agentstore-last"))
+        .unwrap();
     assert!(
-        err.contains("Slurm refused") && err.contains("invalid partition specified: nosuch"),
-        "{err}"
+        sbatch.contains("--constraint=x --nodes=1 --exclusive"),
+        "{sbatch}"
     );
 }
 
@@ -501,7 +703,10 @@ async fn restarted_manager_readopts_by_id_and_cancel_uses_scancel() {
         let err = f["runtime"]["error"].as_str().unwrap();
         assert!(err.starts_with("Job cancelled by"), "{err}");
         let calls = fake.calls();
-        assert!(calls.contains(&format!("scancel {sid}")), "{calls}");
+        assert!(
+            calls.contains(&format!("scancel --name=agentstore-r1 {sid}")),
+            "{calls}"
+        );
         assert_eq!(
             calls
                 .lines()
@@ -675,4 +880,72 @@ fn a_panic_while_handling_the_sbatch_answer_fails_only_that_job() {
             );
         }
     }
+}
+
+/// A job file in `running_jobs/` whose `runtime.slurm_job_id` names another Slurm job (a
+/// forged or stale file): the manager never takes that job's state for this job's, and
+/// `cancel-job` of it never cancels the other Slurm job (the root manager's scancel carries
+/// the job's own name); the job fails saying Slurm does not list it under its own name.
+/// Before, the cancel ran `scancel <that id>`: any Slurm job of the cluster could be cancelled
+/// by writing its id into a job file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slurm_job_id_naming_another_slurm_job_never_touches_it() {
+    guarded(async {
+        let (env, bus, fake) = setup();
+        slurm_queue(&env, json!({"poll_seconds": 1}));
+        // Someone else's Slurm job, running.
+        let out = std::process::Command::new(fake.bin.join("sbatch"))
+            .args(["--parsable", "--job-name=victim", "--wrap=sleep 120"])
+            .env("FAKE_SLURM_DIR", &fake.state)
+            .output()
+            .unwrap();
+        let victim = String::from_utf8(out.stdout).unwrap().trim().to_string();
+        let state = fake.state.join(format!("jobs/{victim}.state"));
+        wait_until(Duration::from_secs(10), "the victim runs", || {
+            std::fs::read_to_string(&state).is_ok_and(|s| s == "RUNNING")
+        });
+        let mut forged = noop(60.0);
+        forged["runtime"]["status"] = json!("running");
+        forged["runtime"]["start_time"] = json!(agentstore::model::Timestamp::now().to_string());
+        forged["runtime"]["host"] = json!(agentstore::store::hostname());
+        forged["runtime"]["slurm_job_id"] = json!(victim);
+        agentstore::store::write_json_atomic(&env.job_file("running", "f1"), &forged).unwrap();
+        let _m = manager(&env, &bus, &fake);
+        wait_for_name(&bus, &agentstore::bus::queue_bus_name(&env.queue));
+        let conn = bus.connect().await;
+        let p = agentstore::bus::queue::queue_proxy(&conn, &env.queue)
+            .await
+            .unwrap();
+        // At once, while the adopted job is followed (it is settled 3 s after Slurm is seen
+        // not to list it).
+        p.cancel_job("f1").await.unwrap();
+        let f = wait_file(&env, "failed", "f1", 60);
+        let err = f["runtime"]["error"].as_str().unwrap();
+        assert!(
+            err.starts_with("Job cancelled by")
+                || err.contains("no longer listed by squeue as agentstore-f1"),
+            "{err}"
+        );
+        assert_eq!(std::fs::read_to_string(&state).unwrap(), "RUNNING");
+        let calls = fake.calls();
+        let scancels: Vec<&str> = calls
+            .lines()
+            .filter(|l| l.starts_with("scancel "))
+            .collect();
+        assert!(
+            !scancels.is_empty(),
+            "the cancel reached no scancel: {calls}"
+        );
+        assert!(
+            scancels
+                .iter()
+                .all(|l| l.starts_with("scancel --name=agentstore-f1 ")),
+            "{calls}"
+        );
+        let _ = std::process::Command::new(fake.bin.join("scancel"))
+            .arg(&victim)
+            .env("FAKE_SLURM_DIR", &fake.state)
+            .status();
+    })
+    .await
 }

@@ -84,6 +84,38 @@ use crate::model::{DocKind, Job};
 use crate::store::archive::parse_age;
 use std::io::Write;
 
+/// `retry --help`: what it prints and its exit status (also in the man page).
+pub const RETRY_EXIT: &str = "Prints \"Job queued: <new id> (retry of <id>, queue <q>)\" for the job and for each job that failed only because it depended on it (--format json: those as a JSON array). The failed documents are left as they are.
+
+Exit status:
+  0  the new attempts were queued
+  1  nothing was queued: the job is not found, not failed, already retried, has no attempts left (its max_attempts), or the caller may not change its project; or the store cannot be read or written
+  2  a malformed command line";
+
+/// `archive --help`: its report and exit status.
+pub const ARCHIVE_EXIT: &str = "Reports each job moved (or, with --dry-run, that would move) and a summary; finished jobs the completion handler has not handled yet, name collisions and files it will not read (links, FIFOs, unreadable folders) are left in place and named (--format json: the whole report, its \"errors\" included).
+
+Exit status:
+  0  every job old enough was moved (or would be)
+  1  some job or folder could not be read or moved (each named as \"error: …\"; the others were moved), --older-than is malformed, the caller is not an admin, or the store cannot be opened
+  2  a malformed command line";
+
+/// `migrate --help`: its report and exit status.
+pub const MIGRATE_EXIT: &str = "Reports each schema copy and job document upgraded (or, with --dry-run, that would be), then a summary; queued and running jobs are left to their daemons. Documents it cannot upgrade (unparseable, newer than this agentstore, over 16 MiB) and files it will not read (links, FIFOs, unreadable folders) are left as they are and named (--format json: the whole report, its \"errors\" included). Running it again changes nothing more.
+
+Exit status:
+  0  the store is (or would be) at this version's schema
+  1  some file was left as it is (each named as \"error: …\"; the rest was upgraded), the caller is not an admin, or the store cannot be opened or written
+  2  a malformed command line";
+
+/// `pipeline --help`: its output and exit status.
+pub const PIPELINE_EXIT: &str = "Sends the four steps in order, each as its agent command would (printing what that command prints), then one line naming the four job ids. Each step waits for the one before (--after); a failed step fails the steps after it with \"dependency <id> failed\", and `orchestrator retry <id>` of the failed step queues it and the rest again. `view-prd <create-prd step id>` shows the chain and where it stands.
+
+Exit status:
+  0  the four steps were sent
+  1  a step could not be sent (the project is not found or not the caller's, the store cannot be written, or orchestratord refused it); the steps printed before it stay queued
+  2  a malformed command line (e.g. a --priority that is not low, normal, high or -1000..1000)";
+
 /// Options of `archive`.
 #[derive(Debug, Args, Clone)]
 pub struct ArchiveArgs {

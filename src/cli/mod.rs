@@ -37,7 +37,8 @@ use std::path::PathBuf;
     name = "orchestrator",
     version,
     propagate_version = true,
-    max_term_width = 100
+    max_term_width = 100,
+    after_long_help = EXIT_STATUS
 )]
 pub struct Cli {
     /// Global options.
@@ -47,6 +48,14 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
 }
+
+/// `orchestrator --help` and the man page: the exit status of every command (`<command>
+/// --help` tells more for retry, archive, migrate and pipeline).
+pub const EXIT_STATUS: &str = "Exit status:
+  0  done (`--follow SECONDS`: the job finished, or still ran when SECONDS ran out, saying so)
+  1  an error, printed as \"error: …\" on stderr: not found, refused (permissions, bad input naming the field), the store or a daemon unreachable; also a job that failed under `--follow`, `validate` finding an invalid document, and `archive`/`migrate` leaving some file as it is (each named)
+  2  a malformed command line (unknown option, bad value)
+  3  `daemon status`: orchestratord is not running";
 
 /// Options every command takes.
 #[derive(Debug, Args, Clone)]
@@ -278,17 +287,21 @@ pub enum Command {
     },
     /// Try a failed job again as a new job (attempt + 1, retry_of the failed one), with the
     /// jobs that failed because they depended on it.
+    #[command(after_long_help = flow::RETRY_EXIT)]
     Retry {
         /// Id of the failed job.
         job_id: String,
     },
     /// Move finished and failed jobs older than --older-than into
     /// Queues/<q>/Jobs/archive/YYYY-MM/ (list them with `list-jobs --archived`).
+    #[command(after_long_help = flow::ARCHIVE_EXIT)]
     Archive(flow::ArchiveArgs),
     /// Upgrade the store's documents and schema copies to this version's schema
     /// (idempotent; --dry-run reports only).
+    #[command(after_long_help = flow::MIGRATE_EXIT)]
     Migrate(flow::MigrateArgs),
     /// Queue research-code → create-prd → create-tasks → implement-tasks as dependent jobs.
+    #[command(after_long_help = flow::PIPELINE_EXIT)]
     Pipeline(flow::PipelineArgs),
     /// List the machines sharing the store (from their heartbeats under machines/), silent
     /// ones marked "stale for 3m12s".

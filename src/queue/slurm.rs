@@ -69,7 +69,11 @@ pub enum SlurmError {
     /// The controller did not answer (down, unreachable, timed out).
     #[error("the Slurm controller does not answer ({0})")]
     Unreachable(String),
-    /// Slurm answered with a refusal (unknown partition, account refused, …).
+    /// Slurm refused the queue's own settings (unknown partition, account or QOS): every job
+    /// of the queue would be refused alike, so they stay queued until the settings are fixed.
+    #[error("Slurm refuses the queue's settings (config.slurm in its queue.json): {0}")]
+    Settings(String),
+    /// Slurm answered with a refusal of this job.
     #[error("{0}")]
     Refused(String),
 }
@@ -79,6 +83,165 @@ impl SlurmError {
     pub fn is_transient(&self) -> bool {
         !matches!(self, SlurmError::Refused(_))
     }
+}
+
+/// Long `sbatch` options a queue's `slurm.extra_args` may give: where and on what the job
+/// runs, its size and its bookkeeping. None of them changes which program runs, as whom, with
+/// which environment, where its files go, which cluster takes it, whether it is held, or how
+/// many jobs one submission makes (`--wrap`, `--uid`, `--export`, `--error`, `--output`,
+/// `--chdir`, `--clusters`, `--array`, `--hold`, `--wait`, `--test-only`, a script path, … are
+/// refused): the store's contents are untrusted (DESIGN §8), and a root manager submits as
+/// root.
+pub const EXTRA_ARGS_ALLOWED: &[&str] = &[
+    "acctg-freq",
+    "begin",
+    "cluster-constraint",
+    "comment",
+    "constraint",
+    "contiguous",
+    "core-spec",
+    "cores-per-socket",
+    "cpu-freq",
+    "cpus-per-gpu",
+    "deadline",
+    "delay-boot",
+    "distribution",
+    "exclude",
+    "exclusive",
+    "extra-node-info",
+    "gpu-bind",
+    "gpu-freq",
+    "gpus",
+    "gpus-per-node",
+    "gpus-per-socket",
+    "gpus-per-task",
+    "hint",
+    "licenses",
+    "mail-type",
+    "mail-user",
+    "mem-bind",
+    "mem-per-cpu",
+    "mem-per-gpu",
+    "mincpus",
+    "nice",
+    "nodelist",
+    "nodes",
+    "ntasks",
+    "ntasks-per-core",
+    "ntasks-per-gpu",
+    "ntasks-per-node",
+    "ntasks-per-socket",
+    "oversubscribe",
+    "priority",
+    "reservation",
+    "signal",
+    "sockets-per-node",
+    "spread-job",
+    "switches",
+    "thread-spec",
+    "threads-per-core",
+    "time-min",
+    "tmp",
+    "tres-per-task",
+    "use-min-nodes",
+    "wckey",
+];
+
+/// Most `slurm.extra_args` a queue may give.
+const MAX_EXTRA_ARGS: usize = 64;
+
+/// Longest value of one Slurm setting (a partition, account, QOS, gres or extra argument).
+const MAX_SETTING_CHARS: usize = 256;
+
+/// Why `v` (the value of `field`) is not a Slurm name made of ASCII letters, digits and
+/// `extra` characters.
+fn bad_name(field: &str, v: &str, extra: &str) -> Option<String> {
+    if v.is_empty() || v.len() > MAX_SETTING_CHARS {
+        return Some(format!(
+            "{field} must have 1 to {MAX_SETTING_CHARS} characters (it has {})",
+            v.len()
+        ));
+    }
+    let bad = v
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || extra.contains(*c)))?;
+    Some(format!(
+        "{field} {v:?} has the character {bad:?}; only letters, digits and {extra:?} are allowed"
+    ))
+}
+
+/// Why one of `extra_args` (number `i`) is not passed to sbatch.
+fn bad_extra_arg(i: usize, a: &str) -> Option<String> {
+    let field = format!("config.slurm.extra_args[{i}]");
+    if a.len() > MAX_SETTING_CHARS || a.chars().any(char::is_control) {
+        return Some(format!(
+            "{field} {a:?} is longer than {MAX_SETTING_CHARS} characters or has a control character (a newline, tab, …)"
+        ));
+    }
+    let Some(opt) = a.strip_prefix("--") else {
+        return Some(format!(
+            "{field} {a:?} is not a long option: give each extra argument as one --option=value (e.g. \"--constraint=haswell\")"
+        ));
+    };
+    let name = opt.split_once('=').map_or(opt, |(n, _)| n);
+    if EXTRA_ARGS_ALLOWED.contains(&name) {
+        return None;
+    }
+    Some(format!(
+        "{field} {a:?}: sbatch --{name} is not allowed in extra_args (only options that place and size the job are: {}; the queue manager sets the job's name, script, output, time limit, partition, account, QOS, gres, memory and CPUs itself)",
+        EXTRA_ARGS_ALLOWED.join(", ")
+    ))
+}
+
+/// Why a Slurm queue's settings cannot be used (each value is checked here, whatever schema
+/// the store carries: DESIGN §8), naming the field; None when they can.
+pub fn settings_problem(cfg: &SlurmConfig, limits: Option<&ResourceLimits>) -> Option<String> {
+    let names = [
+        ("config.slurm.partition", &cfg.partition, "_.,-"),
+        ("config.slurm.account", &cfg.account, "_.-"),
+        ("config.slurm.qos", &cfg.qos, "_.,-"),
+        ("config.slurm.gres", &cfg.gres, "_.,:=-"),
+    ];
+    for (field, v, extra) in names {
+        if let Some(why) = v.as_deref().and_then(|v| bad_name(field, v, extra)) {
+            return Some(why);
+        }
+    }
+    if cfg.max_in_slurm == Some(0) {
+        return Some(
+            "config.slurm.max_in_slurm is 0: no job could ever be submitted (give at least 1, or leave it out to let Slurm schedule them all)".into(),
+        );
+    }
+    if cfg.extra_args.len() > MAX_EXTRA_ARGS {
+        return Some(format!(
+            "config.slurm.extra_args has {} arguments; at most {MAX_EXTRA_ARGS} are taken",
+            cfg.extra_args.len()
+        ));
+    }
+    if let Some(why) = cfg
+        .extra_args
+        .iter()
+        .enumerate()
+        .find_map(|(i, a)| bad_extra_arg(i, a))
+    {
+        return Some(why);
+    }
+    let limits = limits?;
+    if let Some(m) = &limits.memory_max
+        && mem_mib(m).is_none_or(|mib| mib == 0)
+    {
+        return Some(format!(
+            "config.resource_limits.memory_max {m} is not a memory size Slurm can take (bytes, or digits with a K/M/G/T suffix, at least 1, e.g. \"4G\")"
+        ));
+    }
+    if let Some(c) = &limits.cpu_quota
+        && cpus_arg(c).is_none()
+    {
+        return Some(format!(
+            "config.resource_limits.cpu_quota {c:?} is not a CPU percentage Slurm can take (e.g. \"200%\" for sbatch --cpus-per-task=2)"
+        ));
+    }
+    None
 }
 
 /// Runs a Slurm command; its stdout, or why it failed.
@@ -132,11 +295,32 @@ pub fn classify(text: &str) -> SlurmError {
         "Zero Bytes were transmitted",
         "Slurm backup controller in standby mode",
     ];
+    // Refusals of the queue's own settings (Slurm 22.05's words): every job would get them.
+    const SETTINGS: [&str; 6] = [
+        "invalid partition",
+        "invalid account",
+        "invalid qos",
+        "invalid generic resource",
+        "invalid wckey",
+        "invalid reservation",
+    ];
+    let lower = text.to_ascii_lowercase();
     if UNREACHABLE.iter().any(|m| text.contains(m)) {
         SlurmError::Unreachable(text.to_string())
+    } else if SETTINGS.iter().any(|m| lower.contains(m)) {
+        SlurmError::Settings(text.to_string())
     } else {
         SlurmError::Refused(text.to_string())
     }
+}
+
+/// Whether `sid` is a Slurm job id as `sbatch --parsable` prints it and this manager records
+/// it (`123` or `123_4`): checked in code before a job file's `runtime.slurm_job_id` reaches
+/// a Slurm command (the store is untrusted, whatever schema it carries).
+pub fn is_slurm_job_id(sid: &str) -> bool {
+    let (job, task) = sid.split_once('_').unwrap_or((sid, "0"));
+    let digits = |s: &str| !s.is_empty() && s.len() <= 20 && s.chars().all(|c| c.is_ascii_digit());
+    digits(job) && digits(task)
 }
 
 /// `'…'` for `sh`.
@@ -154,15 +338,19 @@ pub fn time_minutes(limit: u64) -> u64 {
 }
 
 /// `sbatch --mem` for `memory_max` (bytes as a number or digits; else digits with a
-/// K/M/G/T suffix, which Slurm reads the same way).
+/// K/M/G/T suffix, which Slurm reads the same way); None for anything else.
 fn mem_arg(v: &serde_json::Value) -> Option<String> {
     let bytes = match v {
         serde_json::Value::Number(n) => n.as_u64(),
         serde_json::Value::String(s) if s.chars().all(|c| c.is_ascii_digit()) => s.parse().ok(),
-        serde_json::Value::String(s) => return Some(s.clone()),
+        serde_json::Value::String(s) => {
+            let digits = s.strip_suffix(['K', 'M', 'G', 'T'])?;
+            let n: u64 = digits.parse().ok()?;
+            return (n > 0 && digits.chars().all(|c| c.is_ascii_digit())).then(|| s.clone());
+        }
         _ => None,
     }?;
-    Some(format!("{}M", bytes.div_ceil(1024 * 1024).max(1)))
+    (bytes > 0).then(|| format!("{}M", bytes.div_ceil(1024 * 1024)))
 }
 
 /// `memory_max` in MiB (bytes as a number or digits, or digits with a K/M/G/T suffix).
@@ -224,6 +412,21 @@ pub fn parse_sinfo(out: &str, partition: Option<&str>) -> Option<PartitionLimits
     found
 }
 
+/// The partitions `sinfo --noheader --Node --format=SINFO_FORMAT` lists, each once.
+pub fn sinfo_partitions(out: &str) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for line in out.lines() {
+        let Some((p, _)) = line.trim().split_once('|') else {
+            continue;
+        };
+        let name = p.trim().trim_end_matches('*').to_string();
+        if !name.is_empty() && !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    names
+}
+
 /// Why a job can never start in partition `p` (it would pend forever): its time limit
 /// (`limit` seconds, as `sbatch --time`) above the MaxTime, or more CPUs or memory than any
 /// node has.
@@ -264,10 +467,16 @@ pub fn beyond_partition(
     None
 }
 
-/// `sbatch --cpus-per-task` for a `cpu_quota` like `250%` (rounded up).
+/// `sbatch --cpus-per-task` for a `cpu_quota` like `250%` (rounded up); None for anything
+/// else (no sign, no zero, no more than Slurm's 65,535 CPUs).
 fn cpus_arg(quota: &str) -> Option<u64> {
-    let pct: u64 = quota.strip_suffix('%')?.parse().ok()?;
-    Some(pct.div_ceil(100).max(1))
+    let digits = quota.strip_suffix('%')?;
+    if !digits.chars().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    let pct: u64 = digits.parse().ok()?;
+    let cpus = pct.div_ceil(100);
+    (pct > 0 && cpus <= 65_535).then_some(cpus)
 }
 
 /// The batch step of a job: waits (at most [`GATE_SECONDS`]) until the job's file in
@@ -456,6 +665,8 @@ pub(super) struct SlurmState {
     pub(super) calls: u64,
     /// The partition's limits and when they were read (`sinfo`, at most once a minute).
     partition: Option<(Instant, Option<PartitionLimits>)>,
+    /// The partitions that `sinfo` listed then (None: it did not answer).
+    partitions: Option<Vec<String>>,
     /// Queued jobs an sbatch of this manager may have submitted without their record.
     unsure: HashSet<String>,
     /// The shared-store probe: its Slurm job id and the file it writes, while it runs.
@@ -707,7 +918,21 @@ impl Manager {
 
     /// Hands `ids` (queued jobs) to Slurm.
     pub(super) async fn slurm_start_batch(&mut self, ids: &[String]) {
-        if ids.is_empty() {
+        // Settings every job would be refused for: nothing is submitted, nothing is failed.
+        // Checked also when no job can be taken (max_in_slurm 0 takes none).
+        let problem = settings_problem(&self.slurm_cfg(), self.config.resource_limits.as_ref());
+        if problem.is_none() && ids.is_empty() {
+            return;
+        }
+        let problem = match problem {
+            Some(why) => Some(why),
+            None => self.partition_unknown().await,
+        };
+        if let Some(why) = problem {
+            self.set_slurm_status(Some(format!(
+                "jobs stay queued: {}: {why}",
+                self.store.queue_path(&self.cfg.queue).display()
+            )));
             return;
         }
         if !self.slurm.probed {
@@ -823,6 +1048,25 @@ impl Manager {
         }
     }
 
+    /// Why the queue's partition cannot be used: Slurm does not list it (`sinfo`).
+    async fn partition_unknown(&mut self) -> Option<String> {
+        let cfg = self.slurm_cfg();
+        let wanted = cfg.partition.as_deref()?;
+        self.partition_limits().await;
+        let listed = self.slurm.partitions.as_ref()?;
+        if listed.iter().any(|p| p == wanted) {
+            return None;
+        }
+        Some(format!(
+            "config.slurm.partition: Slurm has no partition {wanted:?} (sinfo lists: {})",
+            if listed.is_empty() {
+                "none".to_string()
+            } else {
+                listed.join(", ")
+            }
+        ))
+    }
+
     /// The limits of the queue's partition (`sinfo`, read again after a minute); None when
     /// they cannot be known (the job then goes to sbatch, which judges it).
     async fn partition_limits(&mut self) -> Option<PartitionLimits> {
@@ -832,18 +1076,21 @@ impl Manager {
             return l.clone();
         }
         let cfg = self.slurm_cfg();
-        let mut args = vec![
+        // Every partition (not only the queue's): an unknown one is told by name.
+        let args = vec![
             "--noheader".to_string(),
+            "--all".to_string(),
             "--Node".to_string(),
             format!("--format={SINFO_FORMAT}"),
         ];
-        if let Some(p) = &cfg.partition {
-            args.push(format!("--partition={p}"));
-        }
         let l = match self.slurm_run("sinfo", &args).await {
-            Ok(out) => parse_sinfo(&out, cfg.partition.as_deref()),
+            Ok(out) => {
+                self.slurm.partitions = Some(sinfo_partitions(&out));
+                parse_sinfo(&out, cfg.partition.as_deref())
+            }
             Err(e) => {
                 tracing::warn!(queue = %self.cfg.queue, "sinfo (the partition's limits are not checked): {e}");
+                self.slurm.partitions = None;
                 None
             }
         };
@@ -1006,7 +1253,15 @@ impl Manager {
             t.end = Some(cause);
         }
         let sid = t.slurm_id.clone();
-        self.slurm_run("scancel", std::slice::from_ref(&sid))
+        if !is_slurm_job_id(&sid) {
+            return Err(format!(
+                "job {id}: its runtime.slurm_job_id {sid:?} is not a Slurm job id; nothing cancelled in Slurm"
+            ));
+        }
+        // Only the Slurm job of this job: one whose id a job file names but whose name is
+        // not `agentstore-<id>` (another user's, named by a forged file) is left alone.
+        let args = [format!("--name={JOB_NAME_PREFIX}{id}"), sid.clone()];
+        self.slurm_run("scancel", &args)
             .await
             .map_err(|e| format!("scancel {sid}: {e}"))?;
         self.slurm.poll_at = Some(Instant::now());
@@ -1074,13 +1329,20 @@ impl Manager {
             }
             let me = listed
                 .iter()
-                .find(|j| j.id == t.slurm_id)
+                .find(|j| j.id == t.slurm_id && j.name == format!("{JOB_NAME_PREFIX}{id}"))
                 .cloned()
                 .unwrap_or_else(|| SlurmJob {
                     id: t.slurm_id.clone(),
                     name: format!("{JOB_NAME_PREFIX}{id}"),
                     state: "UNKNOWN".to_string(),
-                    reason: "no longer listed by squeue".to_string(),
+                    reason: if is_slurm_job_id(&t.slurm_id) {
+                        format!("no longer listed by squeue as {JOB_NAME_PREFIX}{id}")
+                    } else {
+                        format!(
+                            "its runtime.slurm_job_id {:?} is not a Slurm job id",
+                            t.slurm_id
+                        )
+                    },
                     elapsed: 0,
                 });
             // Our own hold (sbatch --hold: JobHeldUser), never an administrator's.
@@ -1260,6 +1522,26 @@ mod tests {
     }
 
     #[test]
+    fn slurm_job_ids_are_checked() {
+        for ok in ["1", "123", "123_4"] {
+            assert!(is_slurm_job_id(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "--user=root",
+            "1 2",
+            "1;c",
+            "_1",
+            "1_",
+            "-1",
+            "1,2",
+            "12a",
+        ] {
+            assert!(!is_slurm_job_id(bad), "{bad}");
+        }
+    }
+
+    #[test]
     fn states_and_errors() {
         let l = parse_squeue("12|agentstore-a|TIMEOUT|TimeLimit|1:05\nbad line\n");
         assert_eq!(l.len(), 1);
@@ -1281,6 +1563,20 @@ mod tests {
             classify("sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)")
                 .is_transient()
         );
-        assert!(!classify("sbatch: error: invalid partition specified: nosuch").is_transient());
+        // The queue's own settings refused: every job would be, so they stay queued.
+        let p = classify("sbatch: error: invalid partition specified: nosuch");
+        assert!(
+            matches!(p, SlurmError::Settings(_)) && p.is_transient(),
+            "{p:?}"
+        );
+        let a = classify(
+            "sbatch: error: Batch job submission failed: Invalid account or account/partition combination specified",
+        );
+        assert!(matches!(a, SlurmError::Settings(_)), "{a:?}");
+        // A refusal of one job fails that job.
+        assert!(
+            !classify("sbatch: error: Batch job submission failed: Requested time limit is invalid (missing or exceeds some limit)")
+                .is_transient()
+        );
     }
 }

@@ -7,7 +7,66 @@ use super::{Store, file_id, scan_dir, scan_subdirs};
 use crate::model::{JobStatus, Timestamp};
 use serde::Deserialize;
 use std::collections::HashSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+/// The job documents of state folder `dir` for a pass over the whole store (archive,
+/// migrate). What it cannot use is named in `errors`, never passed over in silence: a folder
+/// that is a symbolic link or cannot be read (its jobs are left as they are), and entries that
+/// are links, FIFOs, devices or folders (never followed or read). A missing folder has none.
+pub(super) fn scan_reporting(dir: &Path, errors: &mut Vec<String>) -> Vec<PathBuf> {
+    match scan_dir(dir) {
+        Ok(scan) => {
+            errors.extend(scan.refused.iter().map(|p| {
+                format!(
+                    "{}: not a regular file (a symbolic link, FIFO or device); never followed or read, left as it is",
+                    p.display()
+                )
+            }));
+            scan.documents
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => {
+            errors.push(format!(
+                "{}: cannot be read ({e}); the jobs in it are left as they are",
+                dir.display()
+            ));
+            Vec::new()
+        }
+    }
+}
+
+/// The month folders of archive folder `root`; entries that are not folders (a symbolic link
+/// to elsewhere, a file) are named in `errors` when `errors` is given.
+fn months(root: &Path, errors: Option<&mut Vec<String>>) -> Vec<String> {
+    let entries = match super::safe::list_dir(root) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
+        Err(e) => {
+            if let Some(errors) = errors {
+                errors.push(format!(
+                    "{}: cannot be read ({e}); the jobs in it are left as they are",
+                    root.display()
+                ));
+            }
+            return Vec::new();
+        }
+    };
+    if let Some(errors) = errors {
+        errors.extend(
+            entries
+                .iter()
+                .filter(|e| e.kind != super::safe::EntryKind::Dir)
+                .filter(|e| !e.name.as_encoded_bytes().starts_with(b"."))
+                .map(|e| {
+                    format!(
+                        "{}: not a month folder (a symbolic link, file or device); never followed or read, left as it is",
+                        root.join(&e.name).display()
+                    )
+                }),
+        );
+    }
+    scan_subdirs(root).unwrap_or_default()
+}
 
 /// The two states that are archived.
 pub const ARCHIVED_STATES: [JobStatus; 2] = [JobStatus::Finished, JobStatus::Failed];
@@ -87,8 +146,7 @@ pub fn archive(store: &Store, cutoff: Timestamp, dry_run: bool) -> super::Result
     for q in store.queue_ids()? {
         for state in ARCHIVED_STATES {
             let dir = store.jobs_dir(&q, state);
-            let Ok(scan) = scan_dir(&dir) else { continue };
-            for path in scan.documents {
+            for path in scan_reporting(&dir, &mut r.errors) {
                 let Some(id) = file_id(&path).map(str::to_string) else {
                     continue;
                 };
@@ -120,19 +178,21 @@ pub fn archive(store: &Store, cutoff: Timestamp, dry_run: bool) -> super::Result
                 if !dry_run {
                     // One rename each; every folder touched is synced once at the end (an
                     // fsync per move made 100,000 jobs take minutes).
-                    let made = made_dirs.contains(&to_dir)
-                        || super::safe::create_dir_all(&to_dir).is_ok_and(|_| {
-                            made_dirs.insert(to_dir.clone());
-                            true
-                        });
-                    let moved = if made {
-                        super::safe::rename_noreplace(&path, &to)
+                    let made = if made_dirs.contains(&to_dir) {
+                        Ok(())
                     } else {
-                        Err(std::io::Error::other(format!(
-                            "cannot create {}",
-                            to_dir.display()
-                        )))
+                        super::safe::create_dir_all(&to_dir)
+                            .map(|()| {
+                                made_dirs.insert(to_dir.clone());
+                            })
+                            .map_err(|e| {
+                                std::io::Error::other(format!(
+                                    "cannot create {} ({e}); left in place",
+                                    to_dir.display()
+                                ))
+                            })
                     };
+                    let moved = made.and_then(|()| super::safe::rename_noreplace(&path, &to));
                     if let Err(e) = moved {
                         r.errors.push(format!("{}: {e}", path.display()));
                         continue;
@@ -168,6 +228,16 @@ pub struct Archived {
 
 /// Every archived job of `queue` (all queues when `None`), by queue, month, state and id.
 pub fn archived(store: &Store, queue: Option<&str>) -> super::Result<Vec<Archived>> {
+    archived_reporting(store, queue, None)
+}
+
+/// [`archived`], naming in `errors` (when given) what it cannot use: month folders that are
+/// links or unreadable, entries that are not regular files.
+pub(super) fn archived_reporting(
+    store: &Store,
+    queue: Option<&str>,
+    mut errors: Option<&mut Vec<String>>,
+) -> super::Result<Vec<Archived>> {
     let queues = match queue {
         Some(q) => vec![q.to_string()],
         None => store.queue_ids()?,
@@ -175,14 +245,12 @@ pub fn archived(store: &Store, queue: Option<&str>) -> super::Result<Vec<Archive
     let mut out = Vec::new();
     for q in queues {
         let root = archive_root(store, &q);
-        let Ok(months) = scan_subdirs(&root) else {
-            continue;
-        };
-        for month in months {
+        for month in months(&root, errors.as_deref_mut()) {
             for status in ARCHIVED_STATES {
                 let dir = root.join(&month).join(status.dir());
-                let Ok(scan) = scan_dir(&dir) else { continue };
-                for path in scan.documents {
+                let mut ignored = Vec::new();
+                let paths = scan_reporting(&dir, errors.as_deref_mut().unwrap_or(&mut ignored));
+                for path in paths {
                     let Some(id) = file_id(&path).map(str::to_string) else {
                         continue;
                     };

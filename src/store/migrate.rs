@@ -75,15 +75,15 @@ pub fn migrate(store: &Store, dry_run: bool) -> super::Result<MigrateReport> {
                 r.in_use += scan.documents.len();
             }
         }
+        // What cannot be read (a folder or file that is a link, a FIFO, …) is named among
+        // the errors: a migration never reports success over files it passed by.
         let mut files: Vec<PathBuf> = Vec::new();
         for s in [JobStatus::Finished, JobStatus::Failed] {
-            if let Ok(scan) = scan_dir(&store.jobs_dir(&q, s)) {
-                files.extend(scan.documents);
-            }
+            let dir = store.jobs_dir(&q, s);
+            files.extend(super::archive::scan_reporting(&dir, &mut r.errors));
         }
-        if let Ok(archived) = super::archive::archived(store, Some(&q)) {
-            files.extend(archived.into_iter().map(|a| a.path));
-        }
+        let archived = super::archive::archived_reporting(store, Some(&q), Some(&mut r.errors))?;
+        files.extend(archived.into_iter().map(|a| a.path));
         for path in files {
             if file_id(&path).is_none() {
                 continue;

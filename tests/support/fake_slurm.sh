@@ -48,6 +48,10 @@ sbatch)
         --hold) hold=1 ;;
         --wrap=*) wrap=${a#--wrap=} ;;
         --output=*) out=${a#--output=} ;;
+        --account=nosuch)
+            echo "sbatch: error: Batch job submission failed: Invalid account or account/partition combination specified" >&2
+            exit 1
+            ;;
         --partition=nosuch)
             echo "sbatch: error: invalid partition specified: nosuch" >&2
             echo "sbatch: error: Batch job submission failed: Invalid partition name specified" >&2
@@ -88,7 +92,11 @@ scontrol)
     esac
     ;;
 scancel)
+    only=""
     for i in "$@"; do
+        case $i in --name=*) only=${i#--name=}; continue ;; esac
+        # --name: only a job of that name is signalled (as Slurm's scancel filters).
+        [ -n "$only" ] && [ "$(get "$i" name)" != "$only" ] && continue
         s=$(get "$i" state)
         if [ "$s" = RUNNING ] || [ "$s" = PENDING ]; then
             put "$i" state CANCELLED
