@@ -525,19 +525,13 @@ fn user_units_serve_the_store_the_cli_resolves() {
         .unwrap();
     assert!(o.status.success(), "{}", text(&o.stderr));
     let id = job_id(&o);
-    assert!(
-        root.join(format!("Queues/poplar/Jobs/queued_jobs/{id}.json"))
-            .exists()
-            || root
-                .join(format!("Queues/poplar/Jobs/running_jobs/{id}.json"))
+    // In a state folder (or, for a few milliseconds while it starts, only a start claim).
+    wait_until(Duration::from_secs(10), "the job in the store", || {
+        ["queued", "running", "finished", "failed"].iter().any(|s| {
+            root.join(format!("Queues/poplar/Jobs/{s}_jobs/{id}.json"))
                 .exists()
-            || root
-                .join(format!("Queues/poplar/Jobs/finished_jobs/{id}.json"))
-                .exists()
-            || root
-                .join(format!("Queues/poplar/Jobs/failed_jobs/{id}.json"))
-                .exists()
-    );
+        })
+    });
 
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd");
     for unit in ["agentstore-orchestrator.service", "queue-manager@.service"] {
