@@ -186,7 +186,9 @@ impl Manager {
         let res = p
             .parent()
             .map_or(Ok(()), safe::create_dir_all)
-            .and_then(|_| write_atomic(&p, text.as_bytes()));
+            // Not synced: a marker guards against a crash of the manager's process (the
+            // page cache outlives it); a power loss at most forgets one attempt.
+            .and_then(|_| crate::store::write_atomic_volatile(&p, text.as_bytes()));
         if let Err(e) = &res {
             tracing::warn!(job_id = %id, queue = %self.cfg.queue, "cannot write {}: {e}", p.display());
         }

@@ -71,7 +71,14 @@ pub fn move_claimed(
     src: &std::path::Path,
     job: &Job,
 ) -> Result<PathBuf, StoreError> {
-    match take_and_write(store, queue, id, src, job) {
+    let claimed = src.parent().and_then(|d| d.parent())
+        == Some(store.queue_dir(queue).join(".claimed").as_path());
+    let taken = if claimed {
+        place_claim(store, queue, id, src, job)
+    } else {
+        take_and_write(store, queue, id, src, job)
+    };
+    match taken {
         Ok(p) => Ok(p),
         Err(Taken::Failed(e)) => Err(e),
         Err(Taken::Exists(_)) => {
@@ -85,6 +92,37 @@ pub fn move_claimed(
             })
         }
     }
+}
+
+/// Moves claimed job `id` (its claim at `claim`) into the folder of `job.runtime.status`,
+/// written as `job`, with the fewest syncs that keep a start durable once its worker is
+/// released: the written file, the folder it lands in, and `queued_jobs/` (where the claim
+/// came from: a power loss never brings the job back there to run twice). The claims
+/// folder is not synced: a claim a power loss leaves next to the job in another state is
+/// stale and dropped (`give_back_left_claim`).
+fn place_claim(
+    store: &Store,
+    queue: &str,
+    id: &str,
+    claim: &std::path::Path,
+    job: &Job,
+) -> Result<PathBuf, Taken> {
+    let dst = store.job_path(queue, job.runtime.status, id);
+    let bytes = job_bytes(store, &dst, job).map_err(Taken::Failed)?;
+    if !crate::store::safe::exists(claim) {
+        return Err(Taken::Failed(gone(claim)));
+    }
+    crate::store::write_atomic_moved_on(claim, &bytes).map_err(|e| Taken::Failed(io(claim)(e)))?;
+    match crate::store::move_no_replace_into(claim, &dst) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            return Err(Taken::Exists(claim.to_path_buf()));
+        }
+        Err(e) => return Err(Taken::Failed(io(&dst)(e))),
+    }
+    let queued = store.job_path(queue, JobStatus::Queued, id);
+    crate::store::sync_parent(&queued).map_err(|e| Taken::Failed(io(&queued)(e)))?;
+    Ok(dst)
 }
 
 /// `Queues/<queue>/.claimed/<host>/`: the starts machine `host` has claimed and not yet
@@ -107,7 +145,10 @@ pub fn claim_queued(
     let dir = claims_dir(store, queue, host);
     crate::store::safe::create_dir_all(&dir).map_err(io(&dir))?;
     let dst = dir.join(format!("{id}.json"));
-    crate::store::move_no_replace(&src, &dst).map_err(io(&src))?;
+    // Not synced: a claim is never a state of its own. Whoever moves it on syncs
+    // `queued_jobs/` with the folder it lands in (`place_claim`, `take_and_write`), and a
+    // claim a power loss leaves behind goes back to `queued_jobs/` (`give_back_left_claim`).
+    crate::store::safe::rename_noreplace(&src, &dst).map_err(io(&src))?;
     Ok(dst)
 }
 
@@ -199,11 +240,17 @@ fn take_and_write(
         }
         Taken::Failed(e)
     };
-    write_atomic(&src, &bytes).map_err(|e| put_back(io(&src)(e)))?;
     if src == dst {
+        write_atomic(&src, &bytes).map_err(|e| put_back(io(&src)(e)))?;
         return Ok(dst);
     }
+    // The file synced, its folder not: the move on syncs both folders (and a queued job's
+    // `queued_jobs/`, which its claim left unsynced).
+    crate::store::write_atomic_moved_on(&src, &bytes).map_err(|e| put_back(io(&src)(e)))?;
     match crate::store::move_no_replace(&src, &dst) {
+        Ok(()) if taken => crate::store::sync_parent(&queued)
+            .map(|_| dst)
+            .map_err(|e| Taken::Failed(io(&queued)(e))),
         Ok(()) => Ok(dst),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(Taken::Exists(src)),
         Err(e) => Err(put_back(io(&dst)(e))),
@@ -324,6 +371,12 @@ pub fn fail_raw(
     let mut doc = failed_raw_doc(bytes, error);
     write_json_atomic(&src, &Value::Object(doc.clone())).map_err(io(&src))?;
     match crate::store::move_no_replace(&src, &dst) {
+        // A queued job's claim left `queued_jobs/` unsynced (`claim_queued`).
+        Ok(()) if from == JobStatus::Queued => {
+            let queued = store.job_path(queue, JobStatus::Queued, id);
+            crate::store::sync_parent(&queued).map_err(io(&queued))?;
+            Ok(dst)
+        }
         Ok(()) => Ok(dst),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
             end_collided(store, queue, id, &src, JobStatus::Failed, |collided| {
