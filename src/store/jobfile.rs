@@ -71,14 +71,7 @@ pub fn move_claimed(
     src: &std::path::Path,
     job: &Job,
 ) -> Result<PathBuf, StoreError> {
-    let claimed = src.parent().and_then(|d| d.parent())
-        == Some(store.queue_dir(queue).join(".claimed").as_path());
-    let taken = if claimed {
-        place_claim(store, queue, id, src, job)
-    } else {
-        take_and_write(store, queue, id, src, job)
-    };
-    match taken {
+    match take_and_write(store, queue, id, src, job) {
         Ok(p) => Ok(p),
         Err(Taken::Failed(e)) => Err(e),
         Err(Taken::Exists(_)) => {
@@ -92,37 +85,6 @@ pub fn move_claimed(
             })
         }
     }
-}
-
-/// Moves claimed job `id` (its claim at `claim`) into the folder of `job.runtime.status`,
-/// written as `job`, with the fewest syncs that keep a start durable once its worker is
-/// released: the written file, the folder it lands in, and `queued_jobs/` (where the claim
-/// came from: a power loss never brings the job back there to run twice). The claims
-/// folder is not synced: a claim a power loss leaves next to the job in another state is
-/// stale and dropped (`give_back_left_claim`).
-fn place_claim(
-    store: &Store,
-    queue: &str,
-    id: &str,
-    claim: &std::path::Path,
-    job: &Job,
-) -> Result<PathBuf, Taken> {
-    let dst = store.job_path(queue, job.runtime.status, id);
-    let bytes = job_bytes(store, &dst, job).map_err(Taken::Failed)?;
-    if !crate::store::safe::exists(claim) {
-        return Err(Taken::Failed(gone(claim)));
-    }
-    crate::store::write_atomic_moved_on(claim, &bytes).map_err(|e| Taken::Failed(io(claim)(e)))?;
-    match crate::store::move_no_replace_into(claim, &dst) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            return Err(Taken::Exists(claim.to_path_buf()));
-        }
-        Err(e) => return Err(Taken::Failed(io(&dst)(e))),
-    }
-    let queued = store.job_path(queue, JobStatus::Queued, id);
-    crate::store::sync_parent(&queued).map_err(|e| Taken::Failed(io(&queued)(e)))?;
-    Ok(dst)
 }
 
 /// `Queues/<queue>/.claimed/<host>/`: the starts machine `host` has claimed and not yet
@@ -244,13 +206,22 @@ fn take_and_write(
         write_atomic(&src, &bytes).map_err(|e| put_back(io(&src)(e)))?;
         return Ok(dst);
     }
-    // The file synced, its folder not: the move on syncs both folders (and a queued job's
-    // `queued_jobs/`, which its claim left unsynced).
+    // The fewest syncs that keep the move durable: the written file and the folder it lands
+    // in; for a claim (`claim_queued`, which syncs nothing), `queued_jobs/` where it came from
+    // (a power loss never brings the job back there to run twice), not the claims folder (a
+    // claim left next to the job in another state is stale and dropped,
+    // `give_back_left_claim`); for any other move, the folder it leaves.
+    let claimed = taken
+        || src.parent().and_then(|d| d.parent())
+            == Some(store.queue_dir(queue).join(".claimed").as_path());
     crate::store::write_atomic_moved_on(&src, &bytes).map_err(|e| put_back(io(&src)(e)))?;
-    match crate::store::move_no_replace(&src, &dst) {
-        Ok(()) if taken => crate::store::sync_parent(&queued)
-            .map(|_| dst)
-            .map_err(|e| Taken::Failed(io(&queued)(e))),
+    let moved = if claimed {
+        crate::store::move_no_replace_into(&src, &dst)
+            .and_then(|()| crate::store::sync_parent(&queued))
+    } else {
+        crate::store::move_no_replace(&src, &dst)
+    };
+    match moved {
         Ok(()) => Ok(dst),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(Taken::Exists(src)),
         Err(e) => Err(put_back(io(&dst)(e))),
