@@ -136,6 +136,11 @@ pub struct Manager {
     /// the store is not one filesystem (`machines.shared_filesystem`), see `machines.rs`.
     pub(super) standing_down: Option<String>,
 
+    /// The jobs whose start an earlier manager left interrupted (their start marker found at
+    /// start-up, `recover_poisoned`): only these are looked up on disk by
+    /// `start_was_interrupted`, never every queued job at every pass.
+    pub(super) interrupted: std::collections::HashSet<String>,
+
     /// The queue's jobs in Slurm (launcher `slurm`).
     pub(super) slurm: super::slurm::SlurmState,
 }
@@ -202,6 +207,7 @@ impl Manager {
             flow_wake: None,
             heartbeat: None,
             standing_down: None,
+            interrupted: Default::default(),
 
             slurm: super::slurm::SlurmState::default(),
             cfg,

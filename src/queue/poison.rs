@@ -186,7 +186,9 @@ impl Manager {
         let res = p
             .parent()
             .map_or(Ok(()), safe::create_dir_all)
-            .and_then(|_| write_atomic(&p, text.as_bytes()));
+            // Not synced: a marker guards against a crash of the manager's process (the
+            // page cache outlives it); a power loss at most forgets one attempt.
+            .and_then(|_| crate::store::write_atomic_volatile(&p, text.as_bytes()));
         if let Err(e) = &res {
             tracing::warn!(job_id = %id, queue = %self.cfg.queue, "cannot write {}: {e}", p.display());
         }
@@ -196,7 +198,11 @@ impl Manager {
     /// True when an earlier attempt at starting `id` was interrupted (its marker is still
     /// on disk): the job is then started on its own.
     pub(super) fn start_was_interrupted(&self, id: &str) -> bool {
-        read_marker(&self.marker_path(MarkKind::Start, id)).is_some()
+        // Only the markers an earlier manager left (a start of this manager that is not in
+        // flight has ended, its marker removed): one look-up per pass for each of them, not
+        // one per queued job (each a walk of the store's path where openat2 is refused).
+        self.interrupted.contains(id)
+            && read_marker(&self.marker_path(MarkKind::Start, id)).is_some()
     }
 
     /// The first step of starting `id`: its marker written (true when it could be), then the
@@ -267,6 +273,9 @@ impl Manager {
                 );
                 tracing::warn!(job_id = %id, queue = %q, "{text}");
                 self.store.append_daemon_log(&self.log_file, &text);
+                if kind == MarkKind::Start {
+                    self.interrupted.insert(id.to_string());
+                }
                 continue;
             }
             if from == JobStatus::Running {

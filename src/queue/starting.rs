@@ -558,10 +558,11 @@ impl Manager {
         let bytes = self.store.doc_bytes(DocKind::Job, path, job)?;
         let name = path.file_name().unwrap_or_default().to_string_lossy();
         let probe = path.with_file_name(format!(".probe-{}-{name}.tmp", std::process::id()));
+        // Not synced: a full disk refuses the write itself (the job's own write, synced,
+        // comes before its worker is released).
         let res = crate::store::safe::create_new(&probe, 0o600).and_then(|mut f| {
             use std::io::Write;
-            f.write_all(&bytes)?;
-            f.sync_all()
+            f.write_all(&bytes)
         });
         let _ = crate::store::safe::remove_file(&probe);
         res.map_err(|source| StoreError::Io {

@@ -172,7 +172,19 @@ impl Manager {
         let Some(r) = self.running.remove(id) else {
             return;
         };
-        self.launcher.clean_up(r.pid, r.unit.as_deref()).await;
+        // A worker that reported its own end (its file has left running_jobs/): nothing of
+        // the job is written after its clean-up, so the scope's stop (a round trip to
+        // systemd per job) goes on beside the loop. Any other end is written only after it.
+        let q = &self.cfg.queue;
+        let reported = r.end.is_none() && !self.store.job_path(q, JobStatus::Running, id).is_file();
+        if reported {
+            let launcher = self.launcher.clone();
+            let (pid, unit) = (r.pid, r.unit.clone());
+            self.tasks
+                .spawn(async move { launcher.clean_up(pid, unit.as_deref()).await });
+        } else {
+            self.launcher.clean_up(r.pid, r.unit.as_deref()).await;
+        }
         self.settle(id, Some(r)).await;
     }
 

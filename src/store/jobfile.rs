@@ -107,7 +107,10 @@ pub fn claim_queued(
     let dir = claims_dir(store, queue, host);
     crate::store::safe::create_dir_all(&dir).map_err(io(&dir))?;
     let dst = dir.join(format!("{id}.json"));
-    crate::store::move_no_replace(&src, &dst).map_err(io(&src))?;
+    // Not synced: a claim is never a state of its own. Whoever moves it on syncs
+    // `queued_jobs/` with the folder it lands in (`place_claim`, `take_and_write`), and a
+    // claim a power loss leaves behind goes back to `queued_jobs/` (`give_back_left_claim`).
+    crate::store::safe::rename_noreplace(&src, &dst).map_err(io(&src))?;
     Ok(dst)
 }
 
@@ -199,11 +202,26 @@ fn take_and_write(
         }
         Taken::Failed(e)
     };
-    write_atomic(&src, &bytes).map_err(|e| put_back(io(&src)(e)))?;
     if src == dst {
+        write_atomic(&src, &bytes).map_err(|e| put_back(io(&src)(e)))?;
         return Ok(dst);
     }
-    match crate::store::move_no_replace(&src, &dst) {
+    // The fewest syncs that keep the move durable: the written file and the folder it lands
+    // in; for a claim (`claim_queued`, which syncs nothing), `queued_jobs/` where it came from
+    // (a power loss never brings the job back there to run twice), not the claims folder (a
+    // claim left next to the job in another state is stale and dropped,
+    // `give_back_left_claim`); for any other move, the folder it leaves.
+    let claimed = taken
+        || src.parent().and_then(|d| d.parent())
+            == Some(store.queue_dir(queue).join(".claimed").as_path());
+    crate::store::write_atomic_moved_on(&src, &bytes).map_err(|e| put_back(io(&src)(e)))?;
+    let moved = if claimed {
+        crate::store::move_no_replace_into(&src, &dst)
+            .and_then(|()| crate::store::sync_parent(&queued))
+    } else {
+        crate::store::move_no_replace(&src, &dst)
+    };
+    match moved {
         Ok(()) => Ok(dst),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(Taken::Exists(src)),
         Err(e) => Err(put_back(io(&dst)(e))),
@@ -324,6 +342,12 @@ pub fn fail_raw(
     let mut doc = failed_raw_doc(bytes, error);
     write_json_atomic(&src, &Value::Object(doc.clone())).map_err(io(&src))?;
     match crate::store::move_no_replace(&src, &dst) {
+        // A queued job's claim left `queued_jobs/` unsynced (`claim_queued`).
+        Ok(()) if from == JobStatus::Queued => {
+            let queued = store.job_path(queue, JobStatus::Queued, id);
+            crate::store::sync_parent(&queued).map_err(io(&queued))?;
+            Ok(dst)
+        }
         Ok(()) => Ok(dst),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
             end_collided(store, queue, id, &src, JobStatus::Failed, |collided| {

@@ -40,8 +40,8 @@ pub use error::{Result, StoreError, check_id};
 pub use error_log::{ErrorLog, ErrorLogEntry};
 pub use events::{Event, FromHost, HOSTNAME_ENV, Level, Merged, Record, hostname};
 pub use fsio::{
-    append_line_locked, move_no_replace, remove_stale_temp_files, sync_parent, write_atomic,
-    write_json_atomic,
+    append_line_locked, move_no_replace, move_no_replace_into, remove_stale_temp_files,
+    sync_parent, write_atomic, write_atomic_moved_on, write_atomic_volatile, write_json_atomic,
 };
 pub use queue_runtime::merge_runtimes;
 pub use root::{

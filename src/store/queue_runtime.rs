@@ -8,7 +8,7 @@
 //! store whose managers have not written one yet shows the runtime `queue.json` carries.
 
 use super::safe::{self, EntryKind};
-use super::{Store, read_limited, write_json_atomic};
+use super::{Store, read_limited};
 use crate::model::{Queue, QueueRuntime};
 use std::io;
 use std::path::PathBuf;
@@ -88,7 +88,11 @@ impl Store {
         if unchanged {
             return Ok(false);
         }
-        write_json_atomic(&self.queue_runtime_path(queue, host), runtime)?;
+        // Not synced: a status snapshot the manager rewrites at every start (a power loss
+        // may keep an older one, never a torn one).
+        let mut bytes = serde_json::to_vec_pretty(runtime).map_err(io::Error::other)?;
+        bytes.push(b'\n');
+        super::write_atomic_volatile(&self.queue_runtime_path(queue, host), &bytes)?;
         Ok(true)
     }
 
