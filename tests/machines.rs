@@ -519,3 +519,145 @@ fn a_job_arriving_before_its_project_waits_for_it() {
         || env.job_file("finished", "early").exists(),
     );
 }
+
+/// Replaces documents again and again as Syncthing applies another machine's edits, until
+/// dropped: the new version written to `.syncthing.<name>.tmp`, the document REMOVED, a pause
+/// (an engine preempted on a loaded machine), then the partial renamed over its name.
+struct SyncthingReplacing {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<u64>>,
+}
+
+impl SyncthingReplacing {
+    fn start(paths: &[std::path::PathBuf]) -> SyncthingReplacing {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let threads = paths
+            .iter()
+            .map(|path| {
+                let (path, stop) = (path.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let bytes = std::fs::read(&path).unwrap();
+                    let name = path.file_name().unwrap().to_string_lossy().into_owned();
+                    let partial = path.with_file_name(format!(".syncthing.{name}.tmp"));
+                    let mut n = 0;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        std::fs::write(&partial, &bytes).unwrap();
+                        std::fs::remove_file(&path).unwrap();
+                        std::thread::sleep(Duration::from_millis(3));
+                        std::fs::rename(&partial, &path).unwrap();
+                        n += 1;
+                        std::thread::sleep(Duration::from_millis(3));
+                    }
+                    n
+                })
+            })
+            .collect();
+        SyncthingReplacing { stop, threads }
+    }
+
+    /// Stops and says how many times each document was replaced.
+    fn stop(&mut self) -> Vec<u64> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.threads
+            .drain(..)
+            .map(|t| t.join().unwrap_or(0))
+            .collect()
+    }
+}
+
+impl Drop for SyncthingReplacing {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// t_sync's "cannot choose the Unix user for project TestProject: project not found": a
+/// document that another machine changed is replaced on this copy by a remove and a rename,
+/// and a read in between found nothing. Every read of a document being replaced waits for its
+/// new version; one that is really missing is still "not found", at once.
+#[test]
+fn documents_a_sync_engine_is_replacing_are_read_not_missed() {
+    let env = QueueEnv::new(1);
+    let store = env.store();
+    let mut churn =
+        SyncthingReplacing::start(&[store.project_path("TestProject"), store.user_path("chenry")]);
+    let t0 = Instant::now();
+    let mut reads = 0;
+    let mut missed = Vec::new();
+    while t0.elapsed() < Duration::from_secs(3) {
+        if let Err(e) = store.project("TestProject") {
+            missed.push(e.to_string());
+        }
+        if let Err(e) = store.user("chenry") {
+            missed.push(e.to_string());
+        }
+        reads += 2;
+    }
+    let cycles = churn.stop();
+    assert!(
+        cycles.iter().all(|&n| n >= 50),
+        "the documents were replaced too rarely to prove anything: {cycles:?}"
+    );
+    assert!(
+        missed.is_empty(),
+        "{} of {reads} reads missed a document being replaced ({cycles:?} replacements): {:?}",
+        missed.len(),
+        &missed[..missed.len().min(3)]
+    );
+    // Really missing: not found, without the wait (a partial of another document beside it
+    // does not count).
+    std::fs::write(
+        store
+            .project_path("TestProject")
+            .with_file_name(".syncthing.other.json.tmp"),
+        b"{}",
+    )
+    .unwrap();
+    let t = Instant::now();
+    let e = store.project("Nowhere").unwrap_err();
+    assert!(e.to_string().contains("not found"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+}
+
+/// The same with a real queue manager starting jobs (as root it reads the project to choose
+/// the Unix user; every job names its user, so the PRD §10 check reads both documents too)
+/// while both documents are being replaced again and again: every job runs, none fails or is
+/// put off for long.
+#[test]
+fn jobs_start_while_their_project_is_being_replaced_by_a_sync_engine() {
+    let env = QueueEnv::new(4);
+    let store = env.store();
+    let n = 30;
+    for i in 0..n {
+        let mut j = noop(0.0);
+        j["config"]["user"] = json!("chenry");
+        env.queue_job(&format!("r{i:02}"), &j);
+    }
+    let mut churn =
+        SyncthingReplacing::start(&[store.project_path("TestProject"), store.user_path("chenry")]);
+    let _alpha = manager(&env, "alpha");
+    let end = Instant::now() + Duration::from_secs(60);
+    while env.count("finished") + env.count("failed") < n && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let cycles = churn.stop();
+    let failed: Vec<String> = std::fs::read_dir(env.dir("failed"))
+        .unwrap()
+        .flatten()
+        .map(|e| {
+            let j = read_json(&e.path());
+            format!(
+                "{}: {}",
+                e.file_name().to_string_lossy(),
+                j["runtime"]["error"]
+            )
+        })
+        .collect();
+    assert!(failed.is_empty(), "jobs failed: {failed:?}");
+    assert_eq!(
+        env.count("finished"),
+        n,
+        "finished within 60 s while the documents were replaced {cycles:?} times ({} still queued)",
+        env.count("queued")
+    );
+}
