@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# t_failover: the orchestrator's machine goes silent and a standby on another machine takes over
+# (issue 13), the store synced by REAL Syncthing (tests/system/syncthing.sh: alpha =
+# /var/lib/agentstore, beta = /srv/beta, one container). orchestratord on alpha (systemd,
+# AGENTSTORE_HOSTNAME=alpha), a standby orchestratord on beta (`--standby`, config.yaml
+# `orchestrator.standby: [beta]`, lock heartbeat 1 s, stale after 4 s), queue `beech` served on
+# beta. Checks:
+#   - while alpha holds the lock, beta's standby answers nothing: messages written on beta are
+#     answered by alpha;
+#   - alpha cut off (its orchestratord SIGSTOPped, its Syncthing killed) → beta's standby takes
+#     the lock over (epoch + 1) and answers messages written on beta, which run on beta;
+#   - alpha back (Syncthing first, then SIGCONT) → alpha's orchestratord sees the newer lock
+#     and stands down (exit status 2, not restarted); beta stays the holder and answers what is
+#     written on either machine afterwards;
+#   - every message answered exactly once, one job each; no conflict copy of anything.
+# shellcheck source-path=SCRIPTDIR
+# shellcheck disable=SC2016
+set -euo pipefail
+# shellcheck source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+sys_use_wide_rootfs
+sys_test_begin
+[ -n "${SYS_DEB:-}" ] || sys_test_skip "needs the package"
+m=$SYS_MACHINE
+# shellcheck source=store.sh
+. "$SYS_LIB_DIR/store.sh"
+A=$AS
+B=/srv/beta
+Q=beech
+root=$(sys_root "$m")
+
+# --- the store on alpha: users, a project on queue beech, fast machine and lock timing --------
+setup_users
+setup_project TestProject /tmp/testproject beech
+setup_queue beech 4
+x systemctl disable --now agentstore-orchestrator.path agentstore-orchestrator.timer >/dev/null 2>&1 || true
+x systemctl stop agentstore-orchestrator.service >/dev/null 2>&1 || true
+as_svc sh -c "sed -i 's/^\\( *idle_exit_seconds:\\).*/\\1 0/; s/^\\( *polling_interval_seconds:\\).*/\\1 2/; s/^orchestrator:\$/orchestrator:\\n  standby: [beta]\\n  lock_heartbeat_seconds: 1\\n  lock_stale_after_seconds: 4\\n  takeover_settle_seconds: 1/' $A/config.yaml && printf 'machines:\\n  heartbeat_seconds: 1\\n  stale_after_seconds: 3\\n  lost_job_grace_seconds: 60\\n' >>$A/config.yaml"
+x grep -q '^  standby: \[beta\]' "$A/config.yaml" || sys_die "config.yaml: no orchestrator.standby ($(x cat "$A/config.yaml" | tr '\n' ' '))"
+for u in agentstore-orchestrator.service queue-manager@.service; do
+    x mkdir -p "/etc/systemd/system/$u.d"
+    printf '[Service]\nEnvironment=AGENTSTORE_HOSTNAME=alpha\n' >"$root/etc/systemd/system/$u.d/host.conf"
+done
+x systemctl daemon-reload
+
+# shellcheck source=syncthing.sh
+. "$SYS_LIB_DIR/syncthing.sh"
+st_setup
+synced_store() { x test -f "$B/projects/TestProject/project.json" && x test -f "$B/Queues/beech/queue.json" && x grep -q 'standby: \[beta\]' "$B/config.yaml" && x test -f "$B/users/chenry.json"; }
+sys_check "beta receives alpha's store" sys_wait_until 90 "store on beta" synced_store
+
+# lock_field COPY NAME — a field of the store lock in COPY ($A or $B)
+lock_field() { jfield "$1/.orchestrator.lock" "$2" 2>/dev/null; }
+sys_check "alpha: orchestratord starts" x systemctl start agentstore-orchestrator.service
+held_by() { [ "$(lock_field "$1" host)" = "$2" ]; } # COPY HOST
+sys_check "alpha holds the store lock (beta's copy says so)" sys_wait_until 60 "lock alpha on beta" held_by "$B" alpha
+epoch0=$(lock_field "$B" epoch)
+x systemd-run --unit ob-beta --uid=agentstore --gid=agentstore -p Environment=HOME=/var/tmp \
+    -p Environment=AGENTSTORE_HOSTNAME=beta -p Environment=RUST_LOG=info \
+    /usr/bin/orchestratord --standby --bus none --idle-exit 0 --root "$B" >/dev/null 2>&1 ||
+    sys_die "cannot start beta's standby orchestratord"
+x systemd-run --unit qm-beta -p Environment=AGENTSTORE_HOSTNAME=beta -p Environment=RUST_LOG=info \
+    /usr/bin/queue-manager --queue beech --bus none --launcher direct --idle-exit 0 --root "$B" >/dev/null 2>&1 ||
+    sys_die "cannot start beta's queue manager"
+standby_b() { x grep -q '"role": *"standby"' "$B/machines/beta/orchestratord.json" 2>/dev/null; }
+sys_check "beta's orchestratord waits as a standby" sys_wait_until 30 "beta standby" standby_b
+
+msg_json() { # ID
+    cat <<EOT
+{"correlation_id": "$1", "source": "user", "project": "TestProject", "queue_time": "$(now)",
+ "processed_time": null, "command": "research-code",
+ "content": {"task": "failover $1", "jobtype": "noop", "supporting_data": {"sleep_seconds": 0}},
+ "status": "queued", "error": null, "user": null}
+EOT
+}
+put_b() { as_svc sh -c 'd=$(dirname "$1"); cat >"$d/.put.$$" && mv "$d/.put.$$" "$1"' sh "$1"; }
+answered() { # COPY ID
+    x grep -q '"job_id"' "$1/messaging/outbox/$2.json" 2>/dev/null
+}
+answered_all() { # COPY ID...
+    local c=$1 i
+    shift
+    for i in "$@"; do answered "$c" "$i" || return 1; done
+}
+processed_on() { # COPY ID — the host that answered ID, from its events
+    x sh -c "grep -h '\"message_answered\"' $1/logs/events-*.jsonl 2>/dev/null | grep -F '\"$2\"' | grep -o '\"host\": *\"[a-z]*\"' | head -1" | sed 's/.*"\([a-z]*\)"$/\1/'
+}
+
+# --- alpha active: messages written on beta are answered by alpha -------------------------------
+for i in 1 2 3; do msg_json "a-$i" | put_b "$B/messaging/inbox/a-$i.json"; done
+sys_check "alpha answers messages written on beta (seen in beta's outbox)" sys_wait_until 90 "a answers" answered_all "$B" a-1 a-2 a-3
+sys_check "... while beta's standby still waits" standby_b
+
+# --- alpha cut off: its orchestratord stopped, its Syncthing killed -----------------------------
+apid=$(x systemctl show -p MainPID --value agentstore-orchestrator.service)
+x kill -STOP "$apid"
+x systemctl kill --signal=KILL st-alpha.service
+cut_at=$(sys_now_ms)
+sys_check "beta's standby takes the lock over (epoch $epoch0 + 1)" sys_wait_until 60 "lock beta on beta" held_by "$B" beta
+sys_log "beta took over $(sys_fmt_ms $(($(sys_now_ms) - cut_at))) after alpha went silent (lock stale after 4 s, settle 1 s)"
+sys_expect_eq "... at the next epoch" "$((epoch0 + 1))" "$(lock_field "$B" epoch)"
+active_b() { x grep -q '"role": *"active"' "$B/machines/beta/orchestratord.json" 2>/dev/null; }
+sys_check "beta's orchestratord reports itself active" sys_wait_until 20 "beta active" active_b
+for i in 1 2 3; do msg_json "b-$i" | put_b "$B/messaging/inbox/b-$i.json"; done
+sys_check "with alpha gone, beta answers messages written on beta" sys_wait_until 60 "b answers" answered_all "$B" b-1 b-2 b-3
+b_jobs_done() {
+    local n
+    n=$(x sh -c "grep -l '\"correlation_id\": *\"b-' $B/Queues/beech/Jobs/finished_jobs/*.json 2>/dev/null | wc -l")
+    [ "$n" -eq 3 ]
+}
+sys_check "... and their jobs run on beta" sys_wait_until 60 "b jobs" b_jobs_done
+
+# --- alpha comes back: Syncthing first (its copy learns beta's lock), then its orchestratord ---
+sys_check "alpha's Syncthing comes back" st_start alpha
+sys_check "alpha's copy shows beta's lock" sys_wait_until 60 "lock beta on alpha" held_by "$A" beta
+x kill -CONT "$apid"
+stood_down() { ! active agentstore-orchestrator.service; }
+sys_check "alpha's orchestratord sees the newer lock and stands down" sys_wait_until 30 "alpha stood down" stood_down
+sys_expect_eq "... exit status 2 (stood down, not restarted)" 2 "$(x systemctl show -p ExecMainStatus --value agentstore-orchestrator.service)"
+sleep 6 # RestartSec=5s: a restart would have happened by now
+sys_check "... and systemd did not start it again" stood_down
+sys_expect_eq "beta still holds the lock (beta's copy)" beta "$(lock_field "$B" host)"
+sys_expect_eq "beta still holds the lock (alpha's copy)" beta "$(lock_field "$A" host)"
+for i in 1 2; do
+    msg_json "c-$i" | put_b "$B/messaging/inbox/c-$i.json"
+    msg_json "d-$i" | put "$A/messaging/inbox/d-$i.json"
+done
+sys_check "afterwards beta answers messages written on either machine" sys_wait_until 90 "c/d answers" answered_all "$B" c-1 c-2 d-1 d-2
+d_on_alpha() { answered_all "$A" d-1 d-2; }
+sys_check "... and alpha's copy gets the answers" sys_wait_until 60 "d answers on alpha" d_on_alpha
+
+# --- exactly once ------------------------------------------------------------------------------
+ids="a-1 a-2 a-3 b-1 b-2 b-3 c-1 c-2 d-1 d-2"
+once() {
+    local i n bad=""
+    for i in $ids; do
+        n=$(x sh -c "grep -l '\"correlation_id\": *\"$i\"' $B/Queues/beech/Jobs/*/*.json 2>/dev/null | wc -l")
+        [ "$n" -eq 1 ] || bad="$bad $i:$n"
+    done
+    [ -z "$bad" ] || { sys_log "jobs per message:$bad"; return 1; }
+}
+sys_check "one job per message (none answered twice)" sys_wait_until 30 "one job each" once
+one_processed() {
+    local i n bad=""
+    for i in $ids; do
+        n=$(x sh -c "ls $B/messaging/processed_inbox 2>/dev/null | grep -c '^$i\\.json' || true")
+        [ "$n" -eq 1 ] || bad="$bad $i:$n"
+    done
+    [ -z "$bad" ] || { sys_log "processed entries:$bad"; return 1; }
+}
+sys_check "one processed entry per message" sys_wait_until 30 "one processed each" one_processed
+for i in a-1 b-1 c-1 d-1; do sys_log "$i answered by: $(processed_on "$B" "$i")"; done
+no_conflicts() {
+    local all
+    all=$(x sh -c "find $A $B -name '*.sync-conflict-*' ! -name '.syncthing.*' 2>/dev/null" || true)
+    [ -z "$all" ] || { sys_log "conflict copies: $(echo "$all" | tr '\n' ' ')"; return 1; }
+}
+sys_check "no conflict copy of any file (lock, heartbeats, answers, logs)" no_conflicts
+
+x systemctl stop st-alpha.service st-beta.service ob-beta.service qm-beta.service >/dev/null 2>&1 || true
+sys_test_end
