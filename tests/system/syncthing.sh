@@ -3,7 +3,7 @@
 # beta = /srv/beta ($B), as the store's owner; listening on 127.0.0.1 only (ports 22001/22002,
 # GUI/API 8384/8385), no discovery, relays or NAT; fsWatcher on, rescan 2 s. Sourced after
 # store.sh with A and B set; `st_setup` starts both and waits until they connect.
-# shellcheck shell=bash disable=SC2154 # A, B, m: set by the test that sources this
+# shellcheck shell=bash disable=SC2154,SC2016 # A, B, m: set by the test that sources this
 # st_config HOME NAME LISTEN_PORT GUI_PORT APIKEY MY_ID PEER_NAME PEER_ID PEER_PORT FOLDER
 st_config() {
     cat <<XML
@@ -70,4 +70,35 @@ st_setup() {
         st_start "$n" || sys_die "cannot start syncthing $n"
     done
     sys_check "the two Syncthing instances connect over loopback" sys_wait_until 60 "syncthing connected" connected
+}
+
+# st_two_copies GRACE [SED] — the store on alpha: users, project TestProject on queue beech (4
+# workers), orchestrator polling 2 s and never idle-exiting, machine heartbeats every second
+# (stale after 3 s, lost-job grace GRACE s), config.yaml edited by the sed expression SED too;
+# alpha's units named host alpha (its .path/.timer off); then both Syncthing instances
+# (st_setup) and beta's copy complete.
+st_two_copies() {
+    local r
+    r=$(sys_root "$m")
+    setup_users
+    setup_project TestProject /tmp/testproject beech
+    setup_queue beech 4
+    x systemctl disable --now agentstore-orchestrator.path agentstore-orchestrator.timer >/dev/null 2>&1 || true
+    x systemctl stop agentstore-orchestrator.service >/dev/null 2>&1 || true
+    as_svc sed -i -e 's/^\( *idle_exit_seconds:\).*/\1 0/' -e 's/^\( *polling_interval_seconds:\).*/\1 2/' \
+        -e "${2:-s/^//}" "$A/config.yaml"
+    as_svc sh -c 'printf "machines:\n  heartbeat_seconds: 1\n  stale_after_seconds: 3\n  lost_job_grace_seconds: %s\n" "$1" >>"$2"' \
+        sh "$1" "$A/config.yaml"
+    local u
+    for u in agentstore-orchestrator.service queue-manager@.service; do
+        x mkdir -p "/etc/systemd/system/$u.d"
+        printf '[Service]\nEnvironment=AGENTSTORE_HOSTNAME=alpha\n' >"$r/etc/systemd/system/$u.d/host.conf"
+    done
+    x systemctl daemon-reload
+    st_setup
+    sys_check "beta receives alpha's store" sys_wait_until 90 "store on beta" st_synced_store
+}
+st_synced_store() {
+    x test -f "$B/projects/TestProject/project.json" && x test -f "$B/Queues/beech/queue.json" &&
+        x test -f "$B/users/chenry.json" && x cmp -s "$A/config.yaml" "$B/config.yaml"
 }

@@ -27,27 +27,12 @@ m=$SYS_MACHINE
 A=$AS
 B=/srv/beta
 Q=beech
-root=$(sys_root "$m")
 
-# --- the store on alpha: users, a project on queue beech, fast machine and lock timing --------
-setup_users
-setup_project TestProject /tmp/testproject beech
-setup_queue beech 4
-x systemctl disable --now agentstore-orchestrator.path agentstore-orchestrator.timer >/dev/null 2>&1 || true
-x systemctl stop agentstore-orchestrator.service >/dev/null 2>&1 || true
-as_svc sh -c "sed -i 's/^\\( *idle_exit_seconds:\\).*/\\1 0/; s/^\\( *polling_interval_seconds:\\).*/\\1 2/; s/^orchestrator:\$/orchestrator:\\n  standby: [beta]\\n  lock_heartbeat_seconds: 1\\n  lock_stale_after_seconds: 4\\n  takeover_settle_seconds: 1/' $A/config.yaml && printf 'machines:\\n  heartbeat_seconds: 1\\n  stale_after_seconds: 3\\n  lost_job_grace_seconds: 60\\n' >>$A/config.yaml"
-x grep -q '^  standby: \[beta\]' "$A/config.yaml" || sys_die "config.yaml: no orchestrator.standby ($(x cat "$A/config.yaml" | tr '\n' ' '))"
-for u in agentstore-orchestrator.service queue-manager@.service; do
-    x mkdir -p "/etc/systemd/system/$u.d"
-    printf '[Service]\nEnvironment=AGENTSTORE_HOSTNAME=alpha\n' >"$root/etc/systemd/system/$u.d/host.conf"
-done
-x systemctl daemon-reload
-
+# --- the store on alpha and its copy on beta, synced by two Syncthing instances ---------------
 # shellcheck source=syncthing.sh
 . "$SYS_LIB_DIR/syncthing.sh"
-st_setup
-synced_store() { x test -f "$B/projects/TestProject/project.json" && x test -f "$B/Queues/beech/queue.json" && x grep -q 'standby: \[beta\]' "$B/config.yaml" && x test -f "$B/users/chenry.json"; }
-sys_check "beta receives alpha's store" sys_wait_until 90 "store on beta" synced_store
+st_two_copies 60 's/^orchestrator:$/orchestrator:\n  standby: [beta]\n  lock_heartbeat_seconds: 1\n  lock_stale_after_seconds: 4\n  takeover_settle_seconds: 1/'
+x grep -q '^  standby: \[beta\]' "$B/config.yaml" || sys_die "config.yaml: no orchestrator.standby ($(x cat "$A/config.yaml" | tr '\n' ' '))"
 
 # lock_field COPY NAME — a field of the store lock in COPY ($A or $B)
 lock_field() { jfield "$1/.orchestrator.lock" "$2" 2>/dev/null; }

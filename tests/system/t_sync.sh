@@ -36,25 +36,10 @@ B=/srv/beta
 Q=beech
 root=$(sys_root "$m")
 
-# --- the store on alpha: users, a project whose default queue is beech, fast machine timing --
-setup_users
-setup_project TestProject /tmp/testproject beech
-setup_queue beech 4
-x systemctl disable --now agentstore-orchestrator.path agentstore-orchestrator.timer >/dev/null 2>&1 || true
-x systemctl stop agentstore-orchestrator.service >/dev/null 2>&1 || true
-as_svc sh -c "sed -i 's/^\\( *idle_exit_seconds:\\).*/\\1 0/; s/^\\( *polling_interval_seconds:\\).*/\\1 2/' $A/config.yaml && printf 'machines:\\n  heartbeat_seconds: 1\\n  stale_after_seconds: 3\\n  lost_job_grace_seconds: 8\\n' >>$A/config.yaml"
-for u in agentstore-orchestrator.service queue-manager@.service; do
-    x mkdir -p "/etc/systemd/system/$u.d"
-    printf '[Service]\nEnvironment=AGENTSTORE_HOSTNAME=alpha\n' >"$root/etc/systemd/system/$u.d/host.conf"
-done
-x systemctl daemon-reload
-
-# --- two Syncthing instances, as the store's owner ---------------------------------------------
+# --- the store on alpha and its copy on beta, synced by two Syncthing instances ---------------
 # shellcheck source=syncthing.sh
 . "$SYS_LIB_DIR/syncthing.sh"
-st_setup
-synced_store() { x test -f "$B/projects/TestProject/project.json" && x test -f "$B/Queues/beech/queue.json" && x test -f "$B/config.yaml" && x test -f "$B/users/chenry.json"; }
-sys_check "beta receives alpha's store" sys_wait_until 90 "store on beta" synced_store
+st_two_copies 8
 
 # --- the daemons: orchestratord on alpha (systemd), queue-manager for beech on beta ------------
 sys_check "alpha: orchestratord starts" x systemctl start agentstore-orchestrator.service
