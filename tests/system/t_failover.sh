@@ -79,8 +79,13 @@ sys_check "... while beta's standby still waits" standby_b
 # --- alpha cut off: its orchestratord stopped, its Syncthing killed -----------------------------
 apid=$(x systemctl show -p MainPID --value agentstore-orchestrator.service)
 x kill -STOP "$apid"
-x systemctl kill --signal=KILL st-alpha.service
 cut_at=$(sys_now_ms)
+# Its last lock heartbeat reaches beta before the link goes (a heartbeat written on alpha and
+# never seen by beta, then beta's take-over, would be two machines' edits of one file: a
+# Syncthing conflict copy of the lock when alpha comes back).
+lock_settled() { x cmp -s "$A/.orchestrator.lock" "$B/.orchestrator.lock"; }
+sys_check "alpha's last lock heartbeat reached beta" sys_wait_until 20 "lock settled" lock_settled
+x systemctl kill --signal=KILL st-alpha.service
 sys_check "beta's standby takes the lock over (epoch $epoch0 + 1)" sys_wait_until 60 "lock beta on beta" held_by "$B" beta
 sys_log "beta took over $(sys_fmt_ms $(($(sys_now_ms) - cut_at))) after alpha went silent (lock stale after 4 s, settle 1 s)"
 sys_expect_eq "... at the next epoch" "$((epoch0 + 1))" "$(lock_field "$B" epoch)"
