@@ -661,3 +661,50 @@ fn jobs_start_while_their_project_is_being_replaced_by_a_sync_engine() {
         env.count("queued")
     );
 }
+
+/// t_sync: beta died mid-sync, and alpha's copy held its job both in running_jobs/ (failed
+/// there by the lost-machine check) and in queued_jobs/ (the delete of beta's move never
+/// arrived). Alpha's manager ran the stale queued copy and `retry` called the failed job
+/// "queued". A queued file whose job is also in a later state is never started (the manager
+/// says why), and the job is the one in the later state.
+#[test]
+fn a_stale_queued_copy_of_a_job_that_moved_on_is_never_run() {
+    let env = QueueEnv::new(2);
+    env.queue_job("moved", &noop(0.0));
+    let mut failed = env.job("queued", "moved");
+    let now = agentstore::model::Timestamp::now().to_string();
+    failed["runtime"]["status"] = json!("failed");
+    failed["runtime"]["start_time"] = json!(now);
+    failed["runtime"]["finish_time"] = json!(now);
+    failed["runtime"]["host"] = json!("beta");
+    failed["runtime"]["error"] = json!("Machine beta stopped reporting at 2025-10-25T10:00:00Z");
+    std::fs::write(env.job_file("failed", "moved"), failed.to_string()).unwrap();
+    env.queue_job("fresh", &noop(0.0));
+    let _alpha = manager(&env, "alpha");
+    wait(Duration::from_secs(60), "the fresh job finished", || {
+        env.job_file("finished", "fresh").exists()
+    });
+    let logs = || {
+        std::fs::read_dir(env.root.join("logs"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("queue-"))
+            .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+            .collect::<String>()
+    };
+    wait(Duration::from_secs(20), "the manager saying why", || {
+        logs().contains("job moved not started") && logs().contains("also in failed_jobs/")
+    });
+    assert!(
+        !env.job_file("finished", "moved").exists() && !env.job_file("running", "moved").exists(),
+        "the stale queued copy ran"
+    );
+    let out = cli(&env, "alpha", &["retry", "moved"]);
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && text.contains("retry of moved"),
+        "{text}"
+    );
+}
