@@ -123,24 +123,19 @@ sys_check "... and alpha's copy gets the answers" sys_wait_until 60 "d answers o
 
 # --- exactly once ------------------------------------------------------------------------------
 ids="a-1 a-2 a-3 b-1 b-2 b-3 c-1 c-2 d-1 d-2"
-once() {
+# one_each WHAT CMD — CMD (a shell command with ID in it) counts 1 for every message id
+one_each() {
     local i n bad=""
     for i in $ids; do
-        n=$(x sh -c "grep -l '\"correlation_id\": *\"$i\"' $B/Queues/beech/Jobs/*/*.json 2>/dev/null | wc -l")
+        n=$(x sh -c "${2//ID/$i}")
         [ "$n" -eq 1 ] || bad="$bad $i:$n"
     done
-    [ -z "$bad" ] || { sys_log "jobs per message:$bad"; return 1; }
+    [ -z "$bad" ] || { sys_log "$1 per message:$bad"; return 1; }
 }
-sys_check "one job per message (none answered twice)" sys_wait_until 30 "one job each" once
-one_processed() {
-    local i n bad=""
-    for i in $ids; do
-        n=$(x sh -c "ls $B/messaging/processed_inbox 2>/dev/null | grep -c '^$i\\.json' || true")
-        [ "$n" -eq 1 ] || bad="$bad $i:$n"
-    done
-    [ -z "$bad" ] || { sys_log "processed entries:$bad"; return 1; }
-}
-sys_check "one processed entry per message" sys_wait_until 30 "one processed each" one_processed
+sys_check "one job per message (none answered twice)" sys_wait_until 30 "one job each" \
+    one_each jobs "grep -l '\"correlation_id\": *\"ID\"' $B/Queues/beech/Jobs/*/*.json 2>/dev/null | wc -l"
+sys_check "one processed entry per message" sys_wait_until 30 "one processed each" \
+    one_each "processed entries" "ls $B/messaging/processed_inbox 2>/dev/null | grep -c '^ID\\.json$' || true"
 for i in a-1 b-1 c-1 d-1; do sys_log "$i answered by: $(processed_on "$B" "$i")"; done
 no_conflicts() {
     local all
