@@ -519,3 +519,192 @@ fn a_job_arriving_before_its_project_waits_for_it() {
         || env.job_file("finished", "early").exists(),
     );
 }
+
+/// Replaces documents again and again as Syncthing applies another machine's edits, until
+/// dropped: the new version written to `.syncthing.<name>.tmp`, the document REMOVED, a pause
+/// (an engine preempted on a loaded machine), then the partial renamed over its name.
+struct SyncthingReplacing {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<u64>>,
+}
+
+impl SyncthingReplacing {
+    fn start(paths: &[std::path::PathBuf]) -> SyncthingReplacing {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let threads = paths
+            .iter()
+            .map(|path| {
+                let (path, stop) = (path.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let bytes = std::fs::read(&path).unwrap();
+                    let name = path.file_name().unwrap().to_string_lossy().into_owned();
+                    let partial = path.with_file_name(format!(".syncthing.{name}.tmp"));
+                    let mut n = 0;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        std::fs::write(&partial, &bytes).unwrap();
+                        std::fs::remove_file(&path).unwrap();
+                        std::thread::sleep(Duration::from_millis(3));
+                        std::fs::rename(&partial, &path).unwrap();
+                        n += 1;
+                        std::thread::sleep(Duration::from_millis(3));
+                    }
+                    n
+                })
+            })
+            .collect();
+        SyncthingReplacing { stop, threads }
+    }
+
+    /// Stops and says how many times each document was replaced.
+    fn stop(&mut self) -> Vec<u64> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.threads
+            .drain(..)
+            .map(|t| t.join().unwrap_or(0))
+            .collect()
+    }
+}
+
+impl Drop for SyncthingReplacing {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// t_sync's "cannot choose the Unix user for project TestProject: project not found": a
+/// document that another machine changed is replaced on this copy by a remove and a rename,
+/// and a read in between found nothing. Every read of a document being replaced waits for its
+/// new version; one that is really missing is still "not found", at once.
+#[test]
+fn documents_a_sync_engine_is_replacing_are_read_not_missed() {
+    let env = QueueEnv::new(1);
+    let store = env.store();
+    let mut churn =
+        SyncthingReplacing::start(&[store.project_path("TestProject"), store.user_path("chenry")]);
+    let t0 = Instant::now();
+    let mut reads = 0;
+    let mut missed = Vec::new();
+    while t0.elapsed() < Duration::from_secs(3) {
+        if let Err(e) = store.project("TestProject") {
+            missed.push(e.to_string());
+        }
+        if let Err(e) = store.user("chenry") {
+            missed.push(e.to_string());
+        }
+        reads += 2;
+    }
+    let cycles = churn.stop();
+    assert!(
+        cycles.iter().all(|&n| n >= 50),
+        "the documents were replaced too rarely to prove anything: {cycles:?}"
+    );
+    assert!(
+        missed.is_empty(),
+        "{} of {reads} reads missed a document being replaced ({cycles:?} replacements): {:?}",
+        missed.len(),
+        &missed[..missed.len().min(3)]
+    );
+    // Really missing: not found, without the wait (a partial of another document beside it
+    // does not count).
+    std::fs::write(
+        store
+            .project_path("TestProject")
+            .with_file_name(".syncthing.other.json.tmp"),
+        b"{}",
+    )
+    .unwrap();
+    let t = Instant::now();
+    let e = store.project("Nowhere").unwrap_err();
+    assert!(e.to_string().contains("not found"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+}
+
+/// The same with a real queue manager starting jobs (as root it reads the project to choose
+/// the Unix user; every job names its user, so the PRD §10 check reads both documents too)
+/// while both documents are being replaced again and again: every job runs, none fails or is
+/// put off for long.
+#[test]
+fn jobs_start_while_their_project_is_being_replaced_by_a_sync_engine() {
+    let env = QueueEnv::new(4);
+    let store = env.store();
+    let n = 30;
+    for i in 0..n {
+        let mut j = noop(0.0);
+        j["config"]["user"] = json!("chenry");
+        env.queue_job(&format!("r{i:02}"), &j);
+    }
+    let mut churn =
+        SyncthingReplacing::start(&[store.project_path("TestProject"), store.user_path("chenry")]);
+    let _alpha = manager(&env, "alpha");
+    let end = Instant::now() + Duration::from_secs(60);
+    while env.count("finished") + env.count("failed") < n && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let cycles = churn.stop();
+    let failed: Vec<String> = std::fs::read_dir(env.dir("failed"))
+        .unwrap()
+        .flatten()
+        .map(|e| {
+            let j = read_json(&e.path());
+            format!(
+                "{}: {}",
+                e.file_name().to_string_lossy(),
+                j["runtime"]["error"]
+            )
+        })
+        .collect();
+    assert!(failed.is_empty(), "jobs failed: {failed:?}");
+    assert_eq!(
+        env.count("finished"),
+        n,
+        "finished within 60 s while the documents were replaced {cycles:?} times ({} still queued)",
+        env.count("queued")
+    );
+}
+
+/// t_sync: beta died mid-sync, and alpha's copy held its job both in running_jobs/ (failed
+/// there by the lost-machine check) and in queued_jobs/ (the delete of beta's move never
+/// arrived). Alpha's manager ran the stale queued copy and `retry` called the failed job
+/// "queued". A queued file whose job is also in a later state is never started (the manager
+/// says why), and the job is the one in the later state.
+#[test]
+fn a_stale_queued_copy_of_a_job_that_moved_on_is_never_run() {
+    let env = QueueEnv::new(2);
+    env.queue_job("moved", &noop(0.0));
+    let mut failed = env.job("queued", "moved");
+    let now = agentstore::model::Timestamp::now().to_string();
+    failed["runtime"]["status"] = json!("failed");
+    failed["runtime"]["start_time"] = json!(now);
+    failed["runtime"]["finish_time"] = json!(now);
+    failed["runtime"]["host"] = json!("beta");
+    failed["runtime"]["error"] = json!("Machine beta stopped reporting at 2025-10-25T10:00:00Z");
+    std::fs::write(env.job_file("failed", "moved"), failed.to_string()).unwrap();
+    env.queue_job("fresh", &noop(0.0));
+    let _alpha = manager(&env, "alpha");
+    wait(Duration::from_secs(60), "the fresh job finished", || {
+        env.job_file("finished", "fresh").exists()
+    });
+    let logs = || {
+        std::fs::read_dir(env.root.join("logs"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("queue-"))
+            .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+            .collect::<String>()
+    };
+    wait(Duration::from_secs(20), "the manager saying why", || {
+        logs().contains("job moved not started") && logs().contains("also in failed_jobs/")
+    });
+    assert!(
+        !env.job_file("finished", "moved").exists() && !env.job_file("running", "moved").exists(),
+        "the stale queued copy ran"
+    );
+    let out = cli(&env, "alpha", &["retry", "moved"]);
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && text.contains("retry of moved"),
+        "{text}"
+    );
+}

@@ -406,6 +406,18 @@ impl Manager {
             }
         };
         self.index.forget(id);
+        if let Some(state) = self.store.moved_on_copy(&q, id) {
+            // Through a sync engine: the job's move on arrived here, the delete of its queued
+            // file not (yet): it already ran or runs elsewhere. Never started twice.
+            self.back_off(
+                id,
+                &format!(
+                    "it is also in {}/ in this copy of the store (a move not fully synced yet): the queued file is a stale copy",
+                    state.dir()
+                ),
+            );
+            return None;
+        }
         let mut job = job;
         if let Some(why) = self.awaited_document(&job) {
             self.back_off(id, &why);

@@ -248,10 +248,13 @@ impl Store {
         })
     }
 
-    /// Job `id` in a live state folder of any queue.
+    /// Job `id` in a live state folder of any queue. A job moves only forward (queued →
+    /// running → finished | failed), so where a sync engine has brought in a move's new file
+    /// but not yet its delete (the other machine died mid-sync) the furthest state is the
+    /// job's: it is looked for first.
     fn find_live_job(&self, id: &str) -> Result<Option<JobLocation>> {
         for queue in self.queue_ids()? {
-            for status in JobStatus::ALL {
+            for status in JobStatus::ALL.into_iter().rev() {
                 let path = self.job_path(&queue, status, id);
                 if safe::is_file(&path) {
                     return Ok(Some(JobLocation {
@@ -264,6 +267,15 @@ impl Store {
             }
         }
         Ok(None)
+    }
+
+    /// The state folder beyond `queued_jobs/` (running, finished, failed) that also holds
+    /// job `id` of `queue`, if any: then the queued file is a stale copy a sync engine has
+    /// not removed yet (the move's new file arrived, its delete did not), never to be run.
+    pub fn moved_on_copy(&self, queue: &str, id: &str) -> Option<JobStatus> {
+        [JobStatus::Running, JobStatus::Finished, JobStatus::Failed]
+            .into_iter()
+            .find(|s| safe::is_file(&self.job_path(queue, *s, id)))
     }
 
     /// Whether some machine holds a start claim of job `id` (any queue).

@@ -26,6 +26,7 @@ pub mod migrate;
 pub mod owner;
 pub mod perhost;
 mod queue_runtime;
+mod replacing;
 mod root;
 pub mod safe;
 mod scan;

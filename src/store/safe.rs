@@ -464,8 +464,29 @@ fn check_regular(f: &File, path: &Path) -> io::Result<Metadata> {
     }
 }
 
-/// Opens a regular file for reading (never a link, never a FIFO or device).
+/// Opens a regular file for reading (never a link, never a FIFO or device). A file that a
+/// sync engine is replacing at this instant (removed, its new version not yet renamed into
+/// place) is waited for, up to [`super::replacing::REPLACE_WAIT`]: see
+/// [`super::replacing`].
 pub fn open_read(path: &Path) -> io::Result<File> {
+    let mut deadline = None;
+    loop {
+        match open_read_once(path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let until = *deadline.get_or_insert_with(|| {
+                    std::time::Instant::now() + super::replacing::REPLACE_WAIT
+                });
+                if std::time::Instant::now() >= until || !super::replacing::being_replaced(path) {
+                    return Err(e);
+                }
+                std::thread::sleep(super::replacing::REPLACE_POLL);
+            }
+            r => return r,
+        }
+    }
+}
+
+fn open_read_once(path: &Path) -> io::Result<File> {
     let f = match resolve(path)? {
         Some(r) => File::from(r.open(&r.rel, libc::O_RDONLY | libc::O_NONBLOCK, 0)?),
         None => {
