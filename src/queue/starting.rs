@@ -406,9 +406,15 @@ impl Manager {
             }
         };
         self.index.forget(id);
-        if let Some(state) = self.store.moved_on_copy(&q, id) {
+        if let Some(state) = self
+            .store
+            .moved_on_copy(&q, id)
+            .filter(|s| self.same_job_moved_on(&q, id, *s, &job))
+        {
             // Through a sync engine: the job's move on arrived here, the delete of its queued
-            // file not (yet): it already ran or runs elsewhere. Never started twice.
+            // file not (yet): it already ran or runs elsewhere. Never started twice. (A
+            // DIFFERENT job under a used id is not this: it goes on, to end failed as an id
+            // collision when its worker cannot move it next to the other.)
             self.back_off(
                 id,
                 &format!(
@@ -668,6 +674,32 @@ impl Manager {
                 "The job's result could not be saved: the store cannot be written ({e}); the worker stopped when it could not write the job file"
             )
         })
+    }
+
+    /// Whether the copy of job `id` in `state`/ is the queued `job` itself, moved on, or one
+    /// that cannot be read yet (a partial sync): not a different job that happens to carry
+    /// the same id (that one goes on, and ends failed as an id collision).
+    fn same_job_moved_on(&self, q: &str, id: &str, state: JobStatus, job: &Job) -> bool {
+        match self
+            .store
+            .read_doc::<Job>(DocKind::Job, &self.store.job_path(q, state, id))
+        {
+            // The later copy is this job if it was queued at the same time for the same
+            // project and command, with what starting adds (a pipeline step's filled-in
+            // prompt: more text, `prd`/`pipeline` data) and nothing else changed.
+            Ok(other) => {
+                let (a, b) = (&job.config, &other.config);
+                a.queue_time == b.queue_time
+                    && a.project == b.project
+                    && a.jobtype == b.jobtype
+                    && a.claude_command == b.claude_command
+                    && b.task_description.starts_with(&a.task_description)
+                    && a.supporting_data
+                        .iter()
+                        .all(|(k, v)| k == "pipeline" || b.supporting_data.get(k) == Some(v))
+            }
+            Err(_) => true,
+        }
     }
 
     /// The checks a job file gets whoever wrote it (the orchestrator makes the same ones when
