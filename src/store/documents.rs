@@ -282,7 +282,7 @@ impl Store {
     fn is_claimed(&self, id: &str) -> Result<bool> {
         let file = format!("{id}.json");
         for queue in self.queue_ids()? {
-            let Ok(hosts) = std::fs::read_dir(self.queue_dir(&queue).join(".claimed")) else {
+            let Ok(hosts) = std::fs::read_dir(super::jobfile::claims_root(self, &queue)) else {
                 continue;
             };
             if hosts

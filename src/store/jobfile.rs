@@ -87,10 +87,15 @@ pub fn move_claimed(
     }
 }
 
+/// `Queues/<queue>/.claimed/`: one folder per machine of its start claims.
+pub fn claims_root(store: &Store, queue: &str) -> PathBuf {
+    store.queue_dir(queue).join(".claimed")
+}
+
 /// `Queues/<queue>/.claimed/<host>/`: the starts machine `host` has claimed and not yet
 /// recorded (DESIGN §4, docs/machines.md).
 pub fn claims_dir(store: &Store, queue: &str, host: &str) -> PathBuf {
-    store.queue_dir(queue).join(".claimed").join(host)
+    claims_root(store, queue).join(host)
 }
 
 /// Claims queued job `id` for a start by machine `host` before any worker exists: one
@@ -211,9 +216,8 @@ fn take_and_write(
     // (a power loss never brings the job back there to run twice), not the claims folder (a
     // claim left next to the job in another state is stale and dropped,
     // `give_back_left_claim`); for any other move, the folder it leaves.
-    let claimed = taken
-        || src.parent().and_then(|d| d.parent())
-            == Some(store.queue_dir(queue).join(".claimed").as_path());
+    let claimed =
+        taken || src.parent().and_then(|d| d.parent()) == Some(claims_root(store, queue).as_path());
     crate::store::write_atomic_moved_on(&src, &bytes).map_err(|e| put_back(io(&src)(e)))?;
     let moved = if claimed {
         crate::store::move_no_replace_into(&src, &dst)
