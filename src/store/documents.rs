@@ -217,11 +217,12 @@ impl Store {
         // A job being started is, for a few milliseconds, only a claim
         // (`Queues/<q>/.claimed/<host>/<id>.json`) between queued_jobs/ and running_jobs/:
         // look again while a claim of it exists rather than call it unknown (≤ 1 s).
+        let queues = self.queue_ids()?;
         for _ in 0..20 {
-            if let Some(loc) = self.find_live_job(id)? {
+            if let Some(loc) = self.find_live_job(&queues, id) {
                 return Ok(loc);
             }
-            if !self.is_claimed(id)? {
+            if !self.is_claimed(&queues, id) {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(50));
@@ -229,7 +230,6 @@ impl Store {
         // Archived (`orchestrator archive`): still a job of the store, ended, its file in
         // Queues/<q>/Jobs/archive/YYYY-MM/<state>_jobs/. Looked at only after the live
         // folders, so an id is never reused for a job already archived.
-        let queues = self.queue_ids()?;
         for queue in &queues {
             if let Some((status, path)) =
                 super::archive::find_archived(self, std::slice::from_ref(queue), id)
@@ -252,21 +252,21 @@ impl Store {
     /// running → finished | failed), so where a sync engine has brought in a move's new file
     /// but not yet its delete (the other machine died mid-sync) the furthest state is the
     /// job's: it is looked for first.
-    fn find_live_job(&self, id: &str) -> Result<Option<JobLocation>> {
-        for queue in self.queue_ids()? {
+    fn find_live_job(&self, queues: &[String], id: &str) -> Option<JobLocation> {
+        for queue in queues {
             for status in JobStatus::ALL.into_iter().rev() {
-                let path = self.job_path(&queue, status, id);
+                let path = self.job_path(queue, status, id);
                 if safe::is_file(&path) {
-                    return Ok(Some(JobLocation {
-                        queue,
+                    return Some(JobLocation {
+                        queue: queue.clone(),
                         status,
                         id: id.to_string(),
                         path,
-                    }));
+                    });
                 }
             }
         }
-        Ok(None)
+        None
     }
 
     /// The state folder beyond `queued_jobs/` (running, finished, failed) that also holds
@@ -278,21 +278,16 @@ impl Store {
             .find(|s| safe::is_file(&self.job_path(queue, *s, id)))
     }
 
-    /// Whether some machine holds a start claim of job `id` (any queue).
-    fn is_claimed(&self, id: &str) -> Result<bool> {
+    /// Whether some machine holds a start claim of job `id` in one of `queues`.
+    fn is_claimed(&self, queues: &[String], id: &str) -> bool {
         let file = format!("{id}.json");
-        for queue in self.queue_ids()? {
-            let Ok(hosts) = std::fs::read_dir(super::jobfile::claims_root(self, &queue)) else {
-                continue;
-            };
-            if hosts
-                .flatten()
-                .any(|h| safe::is_file(&h.path().join(&file)))
-            {
-                return Ok(true);
-            }
-        }
-        Ok(false)
+        queues.iter().any(|queue| {
+            std::fs::read_dir(super::jobfile::claims_root(self, queue)).is_ok_and(|hosts| {
+                hosts
+                    .flatten()
+                    .any(|h| safe::is_file(&h.path().join(&file)))
+            })
+        })
     }
 
     /// Reads a job.
