@@ -376,3 +376,48 @@ async fn refused_one_string_listing_gives_its_memory_back() {
     })
     .await;
 }
+
+/// Listings taken while the real manager starts jobs never miss one: a job being started is
+/// only a start claim for a few milliseconds, between queued_jobs/ and running_jobs/.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listings_taken_while_jobs_start_always_show_every_job() {
+    use agentstore::store::listing::{JobFilter, JobIndex, read_listed};
+    guarded(async {
+        let bus = PrivateBus::start();
+        let env = QueueEnv::new(4);
+        let n = 40;
+        let ids: Vec<String> = (0..n).map(|i| format!("lj-{i:02}")).collect();
+        let m = RunningManager::start(env.manager_config(&bus)).await;
+        for id in &ids {
+            env.queue_job(id, &noop(0.0));
+        }
+        let store = env.store();
+        let mut index = JobIndex::in_dir(env.dir.path().join("cache"));
+        let (mut listings, mut missed) = (0, Vec::new());
+        let deadline = std::time::Instant::now() + LONG;
+        while env.count("finished") < n {
+            assert!(std::time::Instant::now() < deadline, "jobs did not finish");
+            let listing = index.listing(&store, &JobFilter::default());
+            let mut seen = std::collections::BTreeSet::new();
+            for l in listing {
+                // Each listed job can be read, wherever it went meanwhile.
+                if read_listed(&store, &l).unwrap().is_some() {
+                    seen.insert(l.id.clone());
+                }
+            }
+            listings += 1;
+            if let Some(id) = ids.iter().find(|id| !seen.contains(*id)) {
+                missed.push(id.clone());
+            }
+        }
+        m.stop().await;
+        assert!(listings > 0);
+        assert!(
+            missed.is_empty(),
+            "{} of {listings} listings missed a job (first: {:?})",
+            missed.len(),
+            missed.first()
+        );
+    })
+    .await;
+}

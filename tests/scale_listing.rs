@@ -474,3 +474,73 @@ fn json_listing_prints_cached_documents_only_while_their_files_are_unchanged() {
     let j = json_ids(&String::from_utf8_lossy(&o.stdout));
     assert_eq!(j.len(), want.len() - 1);
 }
+
+/// A job being started is, for a few milliseconds, only a start claim
+/// (`Queues/<q>/.claimed/<host>/<id>.json`) between queued_jobs/ and running_jobs/: every
+/// listing still shows it (as queued), once, and a stale claim left next to the job in a
+/// later state (a sync engine's late delete) does not list it twice.
+#[test]
+fn a_job_held_as_a_start_claim_is_listed_once() {
+    let (env, want) = store_with_jobs();
+    settle_all(&env);
+    let _ = env.ok(&["list-jobs"]);
+    let q = env.root.join("Queues/poplar");
+    let claims = q.join(".claimed/hostA");
+    std::fs::create_dir_all(&claims).unwrap();
+    std::fs::rename(q.join("Jobs/queued_jobs/j00.json"), claims.join("j00.json")).unwrap();
+    for args in [vec!["list-jobs"], vec!["list-jobs", "--status", "queued"]] {
+        let text = env.ok(&args);
+        assert!(
+            rows(&text).contains(&("j00".into(), "queued".into())),
+            "{args:?}: {text}"
+        );
+    }
+    assert_eq!(ids(&env.ok(&["list-jobs"])), want);
+    let j = json_ids(&env.ok(&["list-jobs", "--format", "json"]));
+    assert_eq!(j.iter().map(|x| x.0.clone()).collect::<Vec<_>>(), want);
+    assert!(
+        ids(&env.ok(&["list-jobs", "--status", "running"]))
+            .iter()
+            .all(|i| i != "j00")
+    );
+    // The claim moves on to running_jobs/ while a copy of it stays behind.
+    std::fs::copy(
+        claims.join("j00.json"),
+        q.join("Jobs/running_jobs/j00.json"),
+    )
+    .unwrap();
+    let text = env.ok(&["list-jobs"]);
+    assert_eq!(ids(&text), want, "{text}");
+    assert!(
+        rows(&text).contains(&("j00".into(), "running".into())),
+        "{text}"
+    );
+    let j = json_ids(&env.ok(&["list-jobs", "--format", "json"]));
+    assert_eq!(j.iter().map(|x| x.0.clone()).collect::<Vec<_>>(), want);
+}
+
+/// A job claimed for a start after its folder was listed is read from its claim, and one
+/// that moved on from the claim to running_jobs/ meanwhile from there: listed once each.
+#[test]
+fn a_job_claimed_mid_listing_is_read_from_its_claim() {
+    let (env, want) = store_with_jobs();
+    let store = Store::open(&env.root).unwrap();
+    let mut index = JobIndex::in_dir(env.dir.path().join("cache"));
+    let listing = index.listing(&store, &JobFilter::default());
+    let q = env.root.join("Queues/poplar");
+    let claims = q.join(".claimed/hostA");
+    std::fs::create_dir_all(&claims).unwrap();
+    std::fs::rename(q.join("Jobs/queued_jobs/j00.json"), claims.join("j00.json")).unwrap();
+    let mut got = Vec::new();
+    for l in listing {
+        let (loc, _) = read_listed(&store, &l)
+            .unwrap()
+            .unwrap_or_else(|| panic!("{} is found", l.id));
+        got.push((loc.id.clone(), loc.path.clone()));
+    }
+    assert_eq!(got.iter().map(|g| g.0.clone()).collect::<Vec<_>>(), want);
+    assert!(
+        got.contains(&("j00".into(), claims.join("j00.json"))),
+        "{got:?}"
+    );
+}

@@ -12,7 +12,7 @@
 //! failed), so a job moved while a listing runs is seen at least once, and the merge drops
 //! the second sighting (same queue, id and queue time come out next to each other).
 
-use super::{Store, file_id, listing_docs, scan_dir};
+use super::{Store, file_id, listing_docs, scan_dir, scan_subdirs};
 use crate::model::{JobStatus, Timestamp};
 use serde::Deserialize;
 use std::collections::HashMap;
@@ -468,6 +468,18 @@ impl JobIndex {
                         tracing::warn!("cannot list {}: {e}", store.jobs_dir(q, s).display())
                     }
                 }
+                if s == JobStatus::Queued {
+                    // Between queued_jobs/ and running_jobs/ a job being started is, for a
+                    // few milliseconds, only a start claim: read after queued_jobs/ and
+                    // before running_jobs/, a job moving meanwhile is seen at least once
+                    // (listed as queued; a copy also in a later state is listed there).
+                    let claims = claims_source(store, q);
+                    if !claims.is_empty() {
+                        // Claims come and go without a settled stamp: no cached total.
+                        listing.signature = None;
+                        listing.sources.push(Source::mem(q, s, None, claims));
+                    }
+                }
             }
         }
         for s in &mut listing.sources {
@@ -502,7 +514,7 @@ impl JobIndex {
         };
         for q in &queues {
             let root = super::archive::archive_root(store, q);
-            let months = match super::scan_subdirs(&root) {
+            let months = match scan_subdirs(&root) {
                 Ok(m) => m,
                 Err(e) => {
                     tracing::warn!("cannot list {}: {e}", root.display());
@@ -734,6 +746,41 @@ fn open_index(
         }
     }
     Ok((Source::mem(queue, status, month, recs), bad, Some(stamp)))
+}
+
+/// The start claims of `queue` (`Queues/<q>/.claimed/<host>/<id>.json`, every machine's),
+/// sorted as a folder's records. Few and short-lived: read each time, never indexed.
+fn claims_source(store: &Store, queue: &str) -> Vec<Rec> {
+    let root = super::jobfile::claims_root(store, queue);
+    let mut recs = Vec::new();
+    for host in scan_subdirs(&root).unwrap_or_default() {
+        let Ok(scan) = scan_dir(&root.join(&host)) else {
+            continue;
+        };
+        for p in scan.documents {
+            let Some(id) = file_id(&p) else { continue };
+            if !crate::model::is_safe_id(id) {
+                continue;
+            }
+            // An unreadable claim (mid-write) is left out, not reported: it is never a
+            // document of its own.
+            if let Some(head) = read_head(&p) {
+                recs.push(Rec::from_head(id, Some(head)));
+            }
+        }
+    }
+    recs.sort_by(|a, b| a.key().cmp(&b.key()));
+    recs
+}
+
+/// The start claims of job `id` in `queue`, on every machine.
+fn claim_paths(store: &Store, queue: &str, id: &str) -> Vec<PathBuf> {
+    let root = super::jobfile::claims_root(store, queue);
+    scan_subdirs(&root)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|host| root.join(host).join(format!("{id}.json")))
+        .collect()
 }
 
 /// True when the file ends with the trailer (it was written whole).
@@ -984,17 +1031,24 @@ pub fn read_listed(
     l: &Listed,
 ) -> super::Result<Option<(super::JobLocation, crate::model::Job)>> {
     for &s in &JobStatus::ALL[rank(l.status)..] {
-        let loc = super::JobLocation {
-            queue: l.queue.clone(),
-            status: s,
-            id: l.id.clone(),
-            path: store.job_path(&l.queue, s, &l.id),
-        };
-        match store.job(&loc) {
-            Ok(job) => return Ok(Some((loc, job))),
-            Err(super::StoreError::Io { source, .. })
-                if source.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
+        let mut paths = vec![store.job_path(&l.queue, s, &l.id)];
+        if s == JobStatus::Queued && l.month.is_none() {
+            // A job being started: its claim, before running_jobs/ (the way it moves).
+            paths.extend(claim_paths(store, &l.queue, &l.id));
+        }
+        for path in paths {
+            let loc = super::JobLocation {
+                queue: l.queue.clone(),
+                status: s,
+                id: l.id.clone(),
+                path,
+            };
+            match store.job(&loc) {
+                Ok(job) => return Ok(Some((loc, job))),
+                Err(super::StoreError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
         }
     }
     Ok(None)
