@@ -490,7 +490,19 @@ impl Manager {
     /// One pass: reload the queue config, start what fits, write the runtime.
     pub(super) async fn step(&mut self) {
         match self.store.queue_file(&self.cfg.queue) {
-            Ok(q) => self.config = q.config,
+            Ok(q) => {
+                if q.config != self.config && !self.backoff.is_empty() {
+                    // A user's fix (a Slurm account, a limit) applies now, not after the
+                    // put-off jobs' back-off (up to 300 s) runs out.
+                    tracing::info!(
+                        queue = %self.cfg.queue,
+                        "queue.json changed: {} put-off job(s) tried again now",
+                        self.backoff.len()
+                    );
+                    self.backoff.clear();
+                }
+                self.config = q.config
+            }
             Err(e) => {
                 tracing::warn!(queue = %self.cfg.queue, "keeping the last good queue.json: {e}")
             }
