@@ -14,8 +14,13 @@
 #   - ListJobs paged over D-Bus (all pages): wall time, daemon RSS after (VmRSS, VmHWM)
 #   - as root: the CLI's D-Bus path (user nobody, store mode 0700), text and json
 #   - the load average next to the listings (the machine may be shared)
-# pueue has no equivalent for a store-wide listing or a file inbox; it is not compared here
-# (installing it from crates.io costs a long build on a shared 2-core machine).
+# Peer: pueue (crates.io; `cargo install --locked pueue`, or PUEUE_INSTALL=1 builds it into
+# target/peer/), with N done tasks in its state (one real task, copied N times):
+#   - pueued start → its first `pueue status` answer (against orchestratord's first pass)
+#   - `pueue add` round trip p50/p99 (a client process each; against inbox → answer)
+#   - `pueue status` text and --json: wall time and peak RSS; pueued RSS after
+#     (against the CLI's list-jobs and orchestratord's RSS)
+# Without pueue the table says "not installed" in its rows (PUEUE=0: not asked for).
 # Needs python3, dbus-daemon, busctl and GNU time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +29,15 @@ if [ "$profile" = release ] && [ -z "${NO_BUILD:-}" ]; then
     cargo build --release --bins -q
 fi
 bin=$PWD/target/$profile
+pueue_dir=""
+if [ "${PUEUE:-1}" != 0 ]; then
+    if [ -n "${PUEUE_INSTALL:-}" ] && ! [ -x target/peer/bin/pueued ]; then
+        cargo install --locked pueue --root "$PWD/target/peer"
+    fi
+    for d in "$PWD/target/peer/bin" $(dirname "$(command -v pueued 2>/dev/null || echo /nonexistent/x)"); do
+        if [ -x "$d/pueued" ] && [ -x "$d/pueue" ]; then pueue_dir=$d; break; fi
+    done
+fi
 sizes=("$@")
 [ ${#sizes[@]} -gt 0 ] || sizes=(10000 100000)
 work=$(mktemp -d)
@@ -36,11 +50,11 @@ trap cleanup EXIT
 results=$work/results.tsv
 : >"$results"
 
-python3 - "$bin" "$work" "$results" "${sizes[@]}" <<'PY'
+python3 - "$bin" "$work" "$results" "$pueue_dir" "${sizes[@]}" <<'PY'
 import json, os, socket, subprocess, sys, time, statistics, uuid, shutil
 
-bin_dir, work, results = sys.argv[1], sys.argv[2], sys.argv[3]
-sizes = [int(s) for s in sys.argv[4:]]
+bin_dir, work, results, pueue_dir = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+sizes = [int(s) for s in sys.argv[5:]]
 env0 = dict(os.environ)
 # Another user (nobody) must reach the bus socket in here; the store itself is closed to it.
 os.chmod(work, 0o755)
@@ -128,6 +142,64 @@ def peak(cmd, env):
     u, s, m = r.stderr.strip().splitlines()[-1].split()
     last_cpu[0] = float(u) + float(s)
     return time.monotonic() - t0, int(m) // 1024
+
+def pueue_peer(n):
+    """pueue with n done tasks: start, add round trip, status (see the header)."""
+    d = os.path.join(work, f"pueue-{n}")
+    os.makedirs(d)
+    cfg = os.path.join(d, "pueue.yml")
+    with open(cfg, "w") as f:
+        f.write(f"shared:\n  pueue_directory: {d}\n  runtime_directory: {d}\n"
+                f"  use_unix_socket: true\n  unix_socket_path: {d}/pueue.socket\n")
+    # A small environment: pueue stores each task's environment in its state.
+    penv = {"PATH": f"{pueue_dir}:/usr/bin:/bin", "HOME": d, "PUEUE_CONFIG_PATH": cfg}
+    pueue = lambda *a, **kw: subprocess.run([f"{pueue_dir}/pueue", *a], env=penv,
+                                            stdout=subprocess.DEVNULL,
+                                            stderr=subprocess.DEVNULL, **kw)
+    def start():
+        p = subprocess.Popen([f"{pueue_dir}/pueued"], env=penv, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        while pueue("status", "--json").returncode:
+            if p.poll() is not None:
+                raise SystemExit(f"pueued exited {p.returncode}")
+            time.sleep(0.002)
+        return p
+    p = start()
+    pueue("add", "--", "true", check=True)
+    pueue("wait", check=True)
+    pueue("shutdown")
+    p.wait()
+    state = os.path.join(d, "state.json")
+    st = json.load(open(state))
+    one = st["tasks"]["0"]
+    st["tasks"] = {str(i): dict(one, id=i) for i in range(n)}
+    with open(state, "w") as f:
+        json.dump(st, f)
+    del st
+    t0 = time.monotonic()
+    p = start()
+    row(n, "peer: pueued start→first status answer (ms)", "%.0f" % ((time.monotonic() - t0) * 1000))
+    pueue("pause", check=True)
+    lat = []
+    for _ in range(100):
+        t = time.monotonic()
+        pueue("add", "--", "true", check=True)
+        lat.append((time.monotonic() - t) * 1000)
+    lat.sort()
+    row(n, "peer: pueue add round trip p50 (ms)", "%.1f" % statistics.median(lat))
+    row(n, "peer: pueue add round trip p99 (ms)", "%.1f" % lat[98])
+    for fmt, args in (("text", ["status"]), ("json", ["status", "--json"])):
+        cmd = [f"{pueue_dir}/pueue", *args]
+        peak(cmd, penv)
+        t, m = peak(cmd, penv)
+        row(n, f"peer: pueue {' '.join(args)} (N tasks): time (s)", "%.2f" % t)
+        row(n, f"peer: pueue {' '.join(args)} (N tasks): peak RSS (MiB)", m)
+    m = rss(p.pid)
+    row(n, "peer: pueued RSS after (MiB)", m["VmRSS"])
+    row(n, "peer: pueued peak RSS (VmHWM, MiB)", m["VmHWM"])
+    pueue("shutdown")
+    p.wait()
+    shutil.rmtree(d)
 
 for n in sizes:
     print(f"== {n} finished jobs (+ {n} queued in a second queue)", flush=True)
@@ -280,6 +352,11 @@ for n in sizes:
     row(n, "load average (1 min) after listings", open("/proc/loadavg").read().split()[0])
     d.kill(); d.wait(); bus.kill(); bus.wait()
     shutil.rmtree(root)
+    if pueue_dir:
+        pueue_peer(n)
+    else:
+        row(n, "peer pueue", "not installed")
+
 PY
 
 echo
