@@ -406,15 +406,34 @@ impl Manager {
             }
         };
         self.index.forget(id);
-        if let Some(state) = self
+        if let Some((state, read)) = self
             .store
             .moved_on_copy(&q, id)
-            .filter(|s| self.same_job_moved_on(&q, id, *s, &job))
+            .map(|s| (s, self.same_job_moved_on(&q, id, s, &job)))
+            .filter(|(_, same)| *same != Some(false))
         {
             // Through a sync engine: the job's move on arrived here, the delete of its queued
             // file not (yet): it already ran or runs elsewhere. Never started twice. (A
             // DIFFERENT job under a used id is not this: it goes on, to end failed as an id
             // collision when its worker cannot move it next to the other.)
+            if read == Some(true) && matches!(state, JobStatus::Finished | JobStatus::Failed) {
+                // The job has ended (read whole, the same job): the queued copy holds nothing
+                // the ended one lacks. Removed, so it never waits here for a delete that may
+                // never come (its machine lost) and never runs once the ended job is archived.
+                match crate::store::safe::remove_file(&path) {
+                    Ok(()) => self.record(Record::info(
+                        self.event("stale_copy_removed").job(id).detail(state.dir()),
+                        format!(
+                            "job {id}: removed its stale queued copy (the job ended, in {}/)",
+                            state.dir()
+                        ),
+                    )),
+                    Err(e) => {
+                        tracing::warn!(job_id = %id, "cannot remove its stale queued copy: {e}")
+                    }
+                }
+                return None;
+            }
             self.back_off(
                 id,
                 &format!(
@@ -679,7 +698,8 @@ impl Manager {
     /// Whether the copy of job `id` in `state`/ is the queued `job` itself, moved on, or one
     /// that cannot be read yet (a partial sync): not a different job that happens to carry
     /// the same id (that one goes on, and ends failed as an id collision).
-    fn same_job_moved_on(&self, q: &str, id: &str, state: JobStatus, job: &Job) -> bool {
+    /// `None`: the later copy could not be read (taken as the same job: never started).
+    fn same_job_moved_on(&self, q: &str, id: &str, state: JobStatus, job: &Job) -> Option<bool> {
         match self
             .store
             .read_doc::<Job>(DocKind::Job, &self.store.job_path(q, state, id))
@@ -689,16 +709,18 @@ impl Manager {
             // prompt: more text, `prd`/`pipeline` data) and nothing else changed.
             Ok(other) => {
                 let (a, b) = (&job.config, &other.config);
-                a.queue_time == b.queue_time
-                    && a.project == b.project
-                    && a.jobtype == b.jobtype
-                    && a.claude_command == b.claude_command
-                    && b.task_description.starts_with(&a.task_description)
-                    && a.supporting_data
-                        .iter()
-                        .all(|(k, v)| k == "pipeline" || b.supporting_data.get(k) == Some(v))
+                Some(
+                    a.queue_time == b.queue_time
+                        && a.project == b.project
+                        && a.jobtype == b.jobtype
+                        && a.claude_command == b.claude_command
+                        && b.task_description.starts_with(&a.task_description)
+                        && a.supporting_data
+                            .iter()
+                            .all(|(k, v)| k == "pipeline" || b.supporting_data.get(k) == Some(v)),
+                )
             }
-            Err(_) => true,
+            Err(_) => None,
         }
     }
 
