@@ -276,6 +276,16 @@ async fn list_jobs_pages_are_complete_filtered_and_bounded() {
         let (jobs, _) = all_pages(&p, &[("status", "finished")], 0).await;
         assert_eq!(jobs.len(), 800);
         assert!(jobs.iter().all(|j| j["runtime"]["status"] == "finished"));
+        // Documents come from a cache: one rewritten in place (its folder's time unchanged)
+        // is listed as it is now, and one moved to another project is judged by that.
+        let f = |id: &str| env.root.join(format!("Queues/q1/Jobs/finished_jobs/{id}.json"));
+        let mut d = read_json(&f("job-0001"));
+        d["config"]["task_description"] = json!("rewritten in place");
+        std::fs::write(f("job-0001"), d.to_string()).unwrap();
+        let (jobs, _) = all_pages(&p, &[("status", "finished")], 0).await;
+        let j1 = jobs.iter().find(|j| j["id"] == "job-0001").unwrap();
+        assert_eq!(j1["config"]["task_description"], "rewritten in place");
+        assert!(jobs.iter().all(|j| j["runtime"]["output"].is_null()));
         let (jobs, _) = all_pages(&p, &[("queue", "q2")], 50).await;
         assert_eq!(jobs.len(), 400);
         assert!(jobs.iter().all(|j| j["config"]["project"] == "Other"));

@@ -138,6 +138,12 @@ pub fn list_jobs_page(
                     total
                 }
             };
+            if !ask.summary {
+                // Whole documents come from the documents cache beside the index (one fstatat
+                // per job while its file is unchanged), not from reading and checking every
+                // file again: the same folders, opened once more after the count.
+                listing = index.listing_with_documents(store, filter);
+            }
             let mut visible = |project: &str, user: Option<&str>| vis.admits(project, user);
             let mut next = 0;
             while next < offset {
@@ -180,7 +186,17 @@ pub fn list_jobs_page(
             })
             .map_err(|e| BusError::Failed(e.to_string()))?
         } else {
-            let Ok(Some((_, mut job))) = read_listed(store, &l) else {
+            // A cached document was read and checked whole when it was cached, and only
+            // while its project and user were the index's (so `visible` above judged it).
+            let cached = l
+                .doc
+                .as_deref()
+                .and_then(|d| serde_json::from_slice::<crate::model::Job>(d).ok());
+            let read = match cached {
+                Some(job) => Some(job),
+                None => read_listed(store, &l).ok().flatten().map(|(_, job)| job),
+            };
+            let Some(mut job) = read else {
                 // Deleted since it was indexed, or invalid (reported in errors.out): left
                 // out of this page.
                 cursor.next += 1;
