@@ -588,11 +588,14 @@ fn kill_9_while_sbatch_answers_submits_each_job_once() {
     // sbatch accepts the jobs at once but answers 3 s later: the manager is killed before
     // it can record any Slurm job id. The batch steps already run and wait at their gate.
     std::fs::write(fake.state.join("sbatch-delay"), "3").unwrap();
-    let mut m = manager(&env, &bus, &fake);
+    // Queued before the manager starts: its first pass submits all five in one batch (jobs
+    // queued one by one while it runs could split into two, the first answered before the
+    // second is accepted, on a loaded machine).
     let ids: Vec<String> = (1..=5).map(|i| format!("k{i}")).collect();
     for id in &ids {
         env.queue_job(id, &noop(0.1));
     }
+    let mut m = manager(&env, &bus, &fake);
     wait_until(
         Duration::from_secs(30),
         "all five accepted by sbatch",
