@@ -331,6 +331,22 @@ fn an_unknown_partition_or_refused_account_keeps_every_job_queued_and_says_why()
     assert_eq!(sbatch_count(&fake, "p1") + sbatch_count(&fake, "p2"), 0);
     assert_eq!(env.count("queued"), 2);
     assert_eq!(env.count("failed"), 0);
+    // The text listing of queues says it too, under its table.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+        .args(["--root"])
+        .arg(&env.root)
+        .arg("list-queues")
+        .env("HOME", env.dir.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines().any(
+            |l| l.starts_with(&format!("{}: Slurm: jobs stay queued", env.queue))
+                && l.contains("no partition \"nosuch\"")
+        ),
+        "{text}"
+    );
 
     // An account sbatch refuses (a controller with accounting): kept queued too, in Slurm's
     // words.

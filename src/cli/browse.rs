@@ -250,6 +250,19 @@ pub(super) fn render_queues(g: &GlobalArgs, out: &mut dyn Write, queues: &[Queue
                 ]);
             }
             t.write(out)?;
+            // What keeps a queue from starting jobs, under the table (a sentence each).
+            for q in queues {
+                if q.runtime.paused == Some(true) {
+                    writeln!(
+                        out,
+                        "{}: paused (its manager's Resume over D-Bus starts jobs again)",
+                        q.config.id
+                    )?;
+                }
+                if let Some(why) = &q.runtime.slurm_status {
+                    writeln!(out, "{}: Slurm: {why}", q.config.id)?;
+                }
+            }
         }
     }
     Ok(())
