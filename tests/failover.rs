@@ -53,7 +53,11 @@ struct Machine {
 impl Machine {
     fn start(env: &TestEnv, host: &'static str, extra: &[&str]) -> Machine {
         let bus = PrivateBus::start();
-        let mut args = vec!["--idle-exit", "0"];
+        let mut args = if extra.contains(&"--idle-exit") {
+            vec![]
+        } else {
+            vec!["--idle-exit", "0"]
+        };
         args.extend_from_slice(extra);
         let child = orchestratord_command(&bus, &env.root, &args)
             .env("AGENTSTORE_HOSTNAME", host)
@@ -405,6 +409,43 @@ fn a_resumed_holder_that_is_no_standby_exits_with_status_2() {
     env.write("messaging/inbox/msg-0000.json", &message(0));
     let by_host = all_answered_once(&env, 1);
     assert_eq!(by_host.get("beta"), Some(&1), "{by_host:?}");
+}
+
+/// A holder stopped (SIGSTOP, a suspended machine) past its idle time, whose lock was taken
+/// over meanwhile, stands down when it wakes (exit 2), never exits as if it were idle (exit 0,
+/// which `systemctl status` would report as a clean idle exit): its main loop looks at the
+/// lock itself before an idle exit, whether or not its lock thread has looked yet.
+#[test]
+fn a_holder_stopped_past_its_idle_time_stands_down_instead_of_idling_out() {
+    use nix::sys::signal::Signal;
+    for _ in 0..2 {
+        let env = store(&["beta"]);
+        let mut alpha = Machine::start(&env, "alpha", &["--idle-exit", "6"]);
+        alpha.wait_role("active");
+        let beta = Machine::start(&env, "beta", &[]);
+        beta.wait_role("standby");
+        alpha.signal(Signal::SIGSTOP);
+        let stopped = std::time::Instant::now();
+        beta.wait_role("active");
+        // Past alpha's idle time (its last work was before it stopped).
+        std::thread::sleep(Duration::from_secs(7).saturating_sub(stopped.elapsed()));
+        alpha.signal(Signal::SIGCONT);
+        let mut child = alpha.proc.take().unwrap();
+        let end = std::time::Instant::now() + LONG;
+        let status = loop {
+            if let Some(s) = child.0.try_wait().unwrap() {
+                break s;
+            }
+            assert!(std::time::Instant::now() < end, "alpha did not end");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert_eq!(
+            status.code(),
+            Some(2),
+            "alpha ended {status:?}, not standing down"
+        );
+        assert_eq!(lock(&env.root)["host"], "beta");
+    }
 }
 
 #[test]

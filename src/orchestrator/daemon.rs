@@ -498,6 +498,15 @@ pub async fn run(
             idle_exit.saturating_sub(last_work.elapsed())
         };
         if idle_left.is_zero() {
+            // A process stopped past its idle time (SIGSTOP, a suspended machine) wakes here
+            // before its lock thread has looked again: a holder that took over meanwhile
+            // makes this a stand-down (exit 2, as the lock thread would say), never an idle
+            // exit; a new role (standby) goes on.
+            match keeper.poll_now(&shared) {
+                Err(e) => break Err(e),
+                Ok(true) => continue,
+                Ok(false) => {}
+            }
             tracing::info!(
                 "idle for {} s; exiting (activation starts it again)",
                 idle_exit.as_secs()
@@ -607,6 +616,32 @@ impl LockKeeper {
             fatal,
             thread: Some(thread),
         })
+    }
+
+    /// Looks at the lock now, on this thread: `Ok(true)` when the role changed, the error
+    /// when this holder stood down and is no standby (the lock thread then ends too).
+    fn poll_now(&self, shared: &Shared) -> Result<bool, DaemonError> {
+        if let Some(e) = self.failed() {
+            return Err(e);
+        }
+        let mut guard = self.seat.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(seat) = guard.as_mut() else {
+            return Ok(false);
+        };
+        match seat.poll(&shared.store) {
+            Ok(Some(role)) => {
+                apply_role(shared, &role);
+                if let Ok(mut m) = shared.machines.lock() {
+                    m.set_role(role.name(), seat.lock_info().map(|l| l.epoch));
+                }
+                Ok(true)
+            }
+            Ok(None) => Ok(false),
+            Err(e) => {
+                *guard = None;
+                Err(e)
+            }
+        }
     }
 
     /// The error that ended the lock thread (this holder stood down and is no standby).
