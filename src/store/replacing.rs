@@ -28,12 +28,26 @@ pub const REPLACE_POLL: Duration = Duration::from_millis(2);
 /// (Syncthing keeps those for reuse for a day), not a replacement in progress.
 const FRESH: Duration = Duration::from_secs(10);
 
+/// Syncthing hashes a name longer than this into its partial's name (`lib/fs/tempname.go`:
+/// 160 − `.syncthing.` − `.tmp`).
+const SYNCTHING_MAX_NAME: usize = 160 - ".syncthing.".len() - ".tmp".len();
+
 /// Names of a sync engine's partial file for `name` in the same folder: Syncthing's
-/// (`.syncthing.<name>.tmp`, and `~syncthing~<name>.tmp` as it names them on Windows shares).
+/// (`.syncthing.<name>.tmp`, and `~syncthing~<name>.tmp` as it names them on Windows shares;
+/// for a name longer than [`SYNCTHING_MAX_NAME`] bytes the SHA-256 of the name in hex stands
+/// for it, as Syncthing names it).
 fn partial_names(name: &str) -> [String; 2] {
+    let base = if name.len() > SYNCTHING_MAX_NAME {
+        openssl::sha::sha256(name.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    } else {
+        name.to_string()
+    };
     [
-        format!(".syncthing.{name}.tmp"),
-        format!("~syncthing~{name}.tmp"),
+        format!(".syncthing.{base}.tmp"),
+        format!("~syncthing~{base}.tmp"),
     ]
 }
 
@@ -66,6 +80,35 @@ fn changed_within(m: &std::fs::Metadata, within: Duration) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_name_is_known_by_its_hashed_partial() {
+        let dir = tempfile::tempdir().unwrap();
+        let name = format!("{}.json", "j".repeat(150));
+        let doc = dir.path().join(&name);
+        assert!(!being_replaced(&doc), "nothing there");
+        // The name Syncthing 1.x/2.x gives it: sha256(base name) in hex (checked with
+        // `printf %s NAME | sha256sum`).
+        let hex = String::from_utf8(
+            std::process::Command::new("sh")
+                .args([
+                    "-c",
+                    "printf %s \"$1\" | sha256sum | cut -c1-64",
+                    "sh",
+                    &name,
+                ])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap();
+        let partial = dir.path().join(format!(".syncthing.{}.tmp", hex.trim()));
+        std::fs::write(&partial, b"{}").unwrap();
+        assert!(being_replaced(&doc), "a fresh hashed partial");
+        // A short name is never hashed.
+        let short = dir.path().join("p.json");
+        assert!(!being_replaced(&short));
+    }
 
     #[test]
     fn a_fresh_partial_or_the_file_back_means_being_replaced() {
