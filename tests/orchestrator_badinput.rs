@@ -326,6 +326,27 @@ fn corpus() -> Vec<Case> {
         vec!["Queue not found: nosuchqueue"],
         false,
     ));
+    // `pipeline.steps` lets a step wait for the steps before it in its own pipeline before
+    // they exist; it cannot wave through any other unknown id.
+    cases.push(doc_case(
+        "after-smuggled",
+        rc(
+            "after-smuggled",
+            json!({"after": ["ghost-1"], "pipeline": {"steps": ["ghost-1"]}}),
+        ),
+        vec!["unknown job ghost-1"],
+        false,
+    ));
+    let me = agentstore::orchestrator::job_id_for("after-smuggled-later");
+    cases.push(doc_case(
+        "after-smuggled-later",
+        rc(
+            "after-smuggled-later",
+            json!({"after": ["ghost-2"], "pipeline": {"steps": [me, "ghost-2"]}}),
+        ),
+        vec!["unknown job ghost-2"],
+        false,
+    ));
     cases.push(doc_case(
         "queue-not-string",
         rc("queue-not-string", json!({"queue": 5})),

@@ -321,13 +321,7 @@ pub struct PipelineArgs {
     pub priority: Option<i32>,
 }
 
-/// The four steps, in order.
-pub const PIPELINE_STEPS: [&str; 4] = [
-    "research-code",
-    "create-prd",
-    "create-tasks",
-    "implement-tasks",
-];
+pub use crate::model::flow::PIPELINE_STEPS;
 
 /// `pipeline --project P --task "…"`: four agent commands, each waiting for the one before
 /// (`after`); the PRD is the create-prd job's (the completion handler names it after that

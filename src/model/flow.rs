@@ -162,6 +162,14 @@ pub fn retry_id(failed_id: &str) -> String {
     uuid::Uuid::new_v5(&RETRY_NAMESPACE, failed_id.as_bytes()).to_string()
 }
 
+/// The four steps of a pipeline (`orchestrator pipeline`), in order.
+pub const PIPELINE_STEPS: [&str; 4] = [
+    "research-code",
+    "create-prd",
+    "create-tasks",
+    "implement-tasks",
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -117,20 +117,23 @@ pub fn job_flow(store: &Store, msg: &Message, id: &str) -> Result<Flow, RouteErr
             ));
         }
     };
-    // A pipeline's steps may arrive out of order through the inbox: its own jobs need not
-    // exist yet (a step whose predecessor never comes fails when it would start).
-    let own: Vec<String> = msg
+    // A pipeline's steps may arrive out of order through the inbox: the steps BEFORE this
+    // job in its own pipeline need not exist yet (a step whose predecessor never comes fails
+    // when it would start). Only those: a pipeline of at most four steps naming this job, so
+    // `pipeline.steps` cannot wave through any other unknown id.
+    let steps: Vec<&str> = msg
         .content
         .get("pipeline")
         .and_then(|p| p.get("steps"))
         .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        })
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
+    let own: Vec<String> = match steps.iter().position(|s| *s == id) {
+        Some(at) if steps.len() <= crate::model::flow::PIPELINE_STEPS.len() => {
+            steps[..at].iter().map(|s| s.to_string()).collect()
+        }
+        _ => Vec::new(),
+    };
     let after = match after {
         Some(list) if !list.is_empty() => Some(check_after(store, id, list, &own)?),
         _ => None,
