@@ -406,6 +406,11 @@ pub fn view(store: &Store, who: &Caller, id: &str) -> Result<Value, RouteError> 
 
 /// The filter a `list-messages` message carries in its content.
 pub fn filter_from(content: &Map<String, Value>) -> Result<MessageFilter, RouteError> {
+    super::direct::known_content_keys(
+        content,
+        "list-messages",
+        &["project", "user", "status", "direction", "offset", "limit"],
+    )?;
     let text = |k: &str| -> Result<Option<String>, RouteError> {
         match content.get(k) {
             None | Some(Value::Null) => Ok(None),
