@@ -66,6 +66,7 @@ mod queue_daemon;
 mod queue_m3;
 mod scale_behaviour;
 mod scale_listing;
+mod scale_messages;
 mod schema_corpus;
 mod slurm;
 mod systemd_units;

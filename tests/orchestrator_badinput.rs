@@ -489,6 +489,41 @@ fn corpus() -> Vec<Case> {
         vec!["content.status", "sleeping"],
         false,
     ));
+    // A filter that is misspelt or not a string is refused, never taken as no filter (which
+    // answered every job or message as if the filter had been met).
+    for (stem, command, content, expect) in [
+        (
+            "list-jobs-misspelt-filter",
+            "list-jobs",
+            json!({"stauts": "finished", "limit": 1}),
+            vec!["unknown content key", "stauts"],
+        ),
+        (
+            "list-jobs-status-number",
+            "list-jobs",
+            json!({"status": 5}),
+            vec!["content.status must be a string", "5"],
+        ),
+        (
+            "list-jobs-queue-list",
+            "list-jobs",
+            json!({"queue": ["poplar"]}),
+            vec!["content.queue must be a string"],
+        ),
+        (
+            "list-messages-misspelt-filter",
+            "list-messages",
+            json!({"direktion": "in", "limit": 1}),
+            vec!["unknown content key", "direktion"],
+        ),
+    ] {
+        cases.push(doc_case(
+            stem,
+            base(stem, command, None, content),
+            expect,
+            false,
+        ));
+    }
     cases.push(doc_case(
         "view-unknown-queue",
         base(

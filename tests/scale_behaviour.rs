@@ -431,3 +431,70 @@ async fn listings_taken_while_jobs_start_always_show_every_job() {
     })
     .await;
 }
+
+/// Hostile handled-logs (issue 18): a log of binary junk with one good line after 3 MB
+/// without a newline, an overlong line, a link to another log, and a FIFO. orchestratord
+/// starts (never waits on the FIFO), takes the good line (that job is not read again), does
+/// not follow the link (the job only it names is read, so reported as the corrupt file it
+/// is), warns about each bad file by name, and still handles a new job.
+#[test]
+fn hostile_handled_logs_are_read_safely_and_reported() {
+    let env = QueueEnv::new(1);
+    let home = env.dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let fin = env.dir("finished");
+    std::fs::create_dir_all(&fin).unwrap();
+    for id in ["old-a", "old-b", "old-c"] {
+        std::fs::write(fin.join(format!("{id}.json")), "corrupt {").unwrap();
+    }
+    let logdir = env.root.join("logs/handled-jobs");
+    std::fs::create_dir_all(&logdir).unwrap();
+    let q = &env.queue;
+    // Junk: bytes that are no text, 3 MB without a newline, then the good line.
+    let mut junk: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8 | 0x80).collect();
+    junk.extend_from_slice(format!("\n{q}/old-a\n").as_bytes());
+    junk.extend_from_slice(format!("{}/old-c\n", "q".repeat(100_000)).as_bytes());
+    std::fs::write(logdir.join("junk.log"), junk).unwrap();
+    // A link to a log outside the folder that names old-b: never followed.
+    let outside = env.dir.path().join("elsewhere.log");
+    std::fs::write(&outside, format!("{q}/old-b\n")).unwrap();
+    std::os::unix::fs::symlink(&outside, logdir.join("link.log")).unwrap();
+    let fifo = logdir.join("fifo.log");
+    let ok = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(ok.success());
+
+    let stderr = env.dir.path().join("orchestratord.err");
+    let mut c = orchestratord_command_on(None, &env.root, &home);
+    c.stderr(std::fs::File::create(&stderr).unwrap());
+    let _d = KillOnDrop(c.spawn().unwrap());
+    wait_until(
+        LONG,
+        "the job only the link names read and reported",
+        || errors_out(&env.root).contains("old-b"),
+    );
+    let fresh = env.job_file("finished", "fresh-1");
+    write_json_atomic_value(&fresh, &finished_job("fresh-1"));
+    wait_until(LONG, "the new job handled", || {
+        read_json(&fresh)["runtime"]["handled"] == json!(true)
+    });
+    let errors = errors_out(&env.root);
+    assert!(
+        !errors.contains("old-a"),
+        "the job the junk log names was read again: {errors}"
+    );
+    // old-c's line is overlong (its queue is no queue): not taken, so old-c is read.
+    wait_until(LONG, "old-c read", || {
+        errors_out(&env.root).contains("old-c")
+    });
+    let err = std::fs::read_to_string(&stderr).unwrap();
+    for (file, why) in [
+        ("junk.log", "2 lines are not <queue>/<job id>"),
+        ("link.log", "cannot read handled-log"),
+        ("fifo.log", "not a regular file"),
+    ] {
+        assert!(
+            err.lines().any(|l| l.contains(file) && l.contains(why)),
+            "no warning about {file} ({why}) in:\n{err}"
+        );
+    }
+}

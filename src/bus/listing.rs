@@ -153,6 +153,9 @@ pub fn list_jobs_page(
                     Some(_) => {}
                 }
             }
+            // Bringing a changed folder's index up to date freed a few megabytes: give them
+            // back now rather than keep them while the caller pages.
+            crate::store::listing::release_memory();
             Cursor {
                 key,
                 listing,

@@ -58,7 +58,10 @@ impl HandledLog {
     }
 
     /// Reads every machine's log. Lines that are not `<queue>/<id>` with safe names are
-    /// ignored (a torn last line after a crash, a hand edit).
+    /// ignored (a torn last line after a crash, a hand edit, junk), with one warning per file
+    /// saying how many; an entry that is not a regular file (a link, a FIFO) is not opened,
+    /// with a warning. Each file is read a bounded line at a time: a huge or binary file costs
+    /// no more memory than the job names it holds.
     pub fn load(store: &Store) -> HandledLog {
         let dir = Self::dir(store);
         let own = dir.join(own_name());
@@ -70,24 +73,12 @@ impl HandledLog {
                 if name.starts_with('.') || !name.ends_with(".log") {
                     continue;
                 }
-                // Never follow a symlink planted in the store.
-                if !e.file_type().is_ok_and(|t| t.is_file()) {
-                    continue;
-                }
-                match std::fs::read(e.path()) {
-                    Ok(bytes) => {
-                        for line in bytes.split(|b| *b == b'\n') {
-                            let Ok(line) = std::str::from_utf8(line) else {
-                                continue;
-                            };
-                            if let Some((q, id)) = line.split_once('/')
-                                && is_safe_id(q)
-                                && is_safe_id(id)
-                            {
-                                set.insert(line.to_string());
-                            }
-                        }
-                    }
+                match read_log(&e.path(), &mut set) {
+                    Ok(0) => {}
+                    Ok(ignored) => tracing::warn!(
+                        "handled-log {}: {ignored} lines are not <queue>/<job id>; ignored",
+                        e.path().display()
+                    ),
                     Err(err) => {
                         tracing::warn!("cannot read handled-log {}: {err}", e.path().display())
                     }
@@ -136,6 +127,67 @@ impl HandledLog {
         self.set.insert(k);
         Ok(())
     }
+}
+
+/// The longest line a handled-log holds (`<queue>/<job id>`, each at most 200 bytes).
+const MAX_LINE: usize = 512;
+
+/// Adds the `<queue>/<id>` lines of the log at `path` to `set`; returns how many non-empty
+/// lines were not such a line. Never follows a link, never waits on a FIFO (opened
+/// non-blocking, then refused unless a regular file), never holds more than one line.
+fn read_log(path: &Path, set: &mut HashSet<String>) -> std::io::Result<usize> {
+    use std::io::BufRead;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file; not read"));
+    }
+    let mut r = std::io::BufReader::with_capacity(64 * 1024, f);
+    let (mut line, mut over, mut ignored) = (Vec::new(), false, 0usize);
+    let mut take = |line: &[u8], over: bool| {
+        if line.is_empty() && !over {
+            return;
+        }
+        match std::str::from_utf8(line) {
+            Ok(l)
+                if !over
+                    && l.split_once('/')
+                        .is_some_and(|(q, id)| is_safe_id(q) && is_safe_id(id)) =>
+            {
+                set.insert(l.to_string());
+            }
+            _ => ignored += 1,
+        }
+    };
+    loop {
+        let buf = r.fill_buf()?;
+        if buf.is_empty() {
+            break;
+        }
+        let (chunk, end) = match buf.iter().position(|b| *b == b'\n') {
+            Some(i) => (&buf[..i], Some(i + 1)),
+            None => (buf, None),
+        };
+        if line.len() + chunk.len() > MAX_LINE {
+            over = true;
+            line.clear();
+        } else if !over {
+            line.extend_from_slice(chunk);
+        }
+        let used = end.unwrap_or(buf.len());
+        if end.is_some() {
+            take(&line, over);
+            line.clear();
+            over = false;
+        }
+        r.consume(used);
+    }
+    // A last line without its newline (torn by a crash, or written by hand).
+    take(&line, over);
+    Ok(ignored)
 }
 
 /// `O_NOFOLLOW` on the log file: a symlink planted there is refused, not followed.

@@ -12,9 +12,8 @@
 use super::RouteError;
 use crate::model::{DocKind, Message, MessageStatus};
 use crate::permissions::Caller;
-use crate::store::{Store, read_limited, scan_dir};
+use crate::store::{Scanned, Store, read_limited, scan_each};
 use serde_json::{Map, Value, json};
-use std::collections::HashMap;
 use std::path::PathBuf;
 
 /// Which way a message travels.
@@ -97,15 +96,6 @@ fn read(store: &Store, path: &std::path::Path) -> Result<Message, String> {
         .map_err(|r| format!("{}: {r}", store.relative(path).display()))
 }
 
-fn stem(path: &std::path::Path) -> String {
-    path.file_name()
-        .map(|n| n.to_string_lossy())
-        .unwrap_or_default()
-        .strip_suffix(".json")
-        .unwrap_or_default()
-        .to_string()
-}
-
 /// A message as listed or viewed: the document with its `id` (file name without `.json`,
 /// what `view-message` takes), `folder` and `direction`; `content` only when `full`.
 fn row(f: &Found, full: bool) -> Value {
@@ -126,11 +116,73 @@ fn may_see(who: &Caller, msg: &Message) -> bool {
     who.is_admin() || (who.user_id().is_some() && who.user_id() == msg.user.as_deref())
 }
 
+/// The most `problems` one `list-messages` answer names; past it, one line says how many more
+/// files were not read (a folder of 100,000 broken files must not fill the answer).
+pub const MAX_PROBLEMS: usize = 100;
+
+/// What the listing order needs of a message, kept between reading every file and reading the
+/// page's files again: 24 bytes a message (its id lives in one shared text), never its
+/// document.
+#[derive(Debug, Clone, Copy)]
+struct Key {
+    queue_time: crate::model::Timestamp,
+    out: bool,
+    /// Index into [`folders`].
+    folder: u8,
+    /// The id: a range of the ids' text.
+    id_at: u32,
+    id_len: u16,
+}
+
+impl Key {
+    fn id<'a>(&self, ids: &'a str) -> &'a str {
+        let at = self.id_at as usize;
+        ids.get(at..at + usize::from(self.id_len))
+            .unwrap_or_default()
+    }
+
+    /// Listing order: newest `queue_time` first, answers before their requests, then id
+    /// (descending), then folder.
+    fn order(&self, o: &Key, ids: &str) -> std::cmp::Ordering {
+        (o.queue_time, o.out)
+            .cmp(&(self.queue_time, self.out))
+            .then_with(|| o.id(ids).cmp(self.id(ids)))
+            .then_with(|| self.folder.cmp(&o.folder))
+    }
+}
+
+/// Keeps the first `keep` of `keys` in listing order (in no order).
+fn cut(keys: &mut Vec<Key>, keep: usize, ids: &str) {
+    if keys.len() > keep {
+        if keep > 0 {
+            keys.select_nth_unstable_by(keep - 1, |a, b| a.order(b, ids));
+        }
+        keys.truncate(keep);
+    }
+}
+
+/// True when `msg` (in a folder of direction `d`) is listed for `who` under `f`.
+fn admitted(who: &Caller, f: &MessageFilter, d: Direction, msg: &Message) -> bool {
+    may_see(who, msg)
+        && f.project
+            .as_ref()
+            .is_none_or(|p| msg.project.as_ref() == Some(p))
+        && f.user.as_ref().is_none_or(|u| msg.user.as_ref() == Some(u))
+        && f.status.is_none_or(|s| msg.status == s)
+        && f.direction.is_none_or(|x| x == d)
+}
+
 /// `list-messages`: requests and answers, newest first (by `queue_time`, then answers before
 /// their requests, then id), filtered and sliced; `{"messages", "total", "next_offset",
 /// "problems"}` where `total` counts every message the filter admits for `who` and `problems`
-/// names the files that could not be read (admins only). Each request carries `answer`: its
-/// answer's status, or null while unanswered. `content` is left out (see `view-message`).
+/// names the files that could not be read (admins only; at most [`MAX_PROBLEMS`], then how
+/// many more). Each request carries `answer`: its answer's status, or null while unanswered.
+/// `content` is left out (see `view-message`).
+///
+/// Memory stays at a small key per admitted message (at most `offset + limit` of them when a
+/// limit is given), whatever the folders hold: every file is read and checked once for the
+/// order and the total, and only the page's files (and their answers) are read again for the
+/// rows. A folder the direction filter leaves out is not read.
 pub fn list(store: &Store, who: &Caller, f: &MessageFilter) -> Result<Value, RouteError> {
     if let Some(u) = &f.user
         && !who.can_view_user(u)
@@ -139,73 +191,136 @@ pub fn list(store: &Store, who: &Caller, f: &MessageFilter) -> Result<Value, Rou
             "only admins can list other users' messages ({u})"
         )));
     }
-    let mut found = Vec::new();
-    let mut problems = Vec::new();
-    for (folder, direction, dir) in folders(store) {
-        let scan = scan_dir(&dir).map_err(|e| {
+    let dirs = folders(store);
+    // The keys of the first `offset + limit` messages in listing order (cut back to those
+    // whenever twice as many gathered), or of every message when there is no limit.
+    let keep = f.limit.map_or(usize::MAX, |l| f.offset.saturating_add(l));
+    let (mut keys, mut ids): (Vec<Key>, String) = (Vec::new(), String::new());
+    let (mut total, mut problems, mut more) = (0usize, Vec::new(), 0usize);
+    let mut problem = |p: String| {
+        if problems.len() < MAX_PROBLEMS {
+            problems.push(p);
+        } else {
+            more += 1;
+        }
+    };
+    for (i, (_, direction, dir)) in dirs.iter().enumerate() {
+        if f.direction.is_some_and(|d| d != *direction) {
+            continue;
+        }
+        let scanned = scan_each(dir, |entry| {
+            let name = match entry {
+                Scanned::Document(name) => name,
+                Scanned::Conflict(name) => {
+                    return problem(format!(
+                        "{}: a sync engine's conflict copy; not read",
+                        store.relative(&dir.join(name)).display()
+                    ));
+                }
+                Scanned::Refused(name) => {
+                    return problem(format!(
+                        "{}: not a regular file; never followed or read",
+                        store.relative(&dir.join(name)).display()
+                    ));
+                }
+            };
+            let path = dir.join(name);
+            let msg = match read(store, &path) {
+                Ok(msg) => msg,
+                Err(e) => return problem(e),
+            };
+            if !admitted(who, f, *direction, &msg) {
+                return;
+            }
+            total += 1;
+            if keep == 0 {
+                return;
+            }
+            let id = name.strip_suffix(".json").unwrap_or(name);
+            let (Ok(id_at), Ok(id_len)) = (u32::try_from(ids.len()), u16::try_from(id.len()))
+            else {
+                return problem(format!(
+                    "{}: too many message names to list at once; not read",
+                    store.relative(&path).display()
+                ));
+            };
+            ids.push_str(id);
+            keys.push(Key {
+                queue_time: msg.queue_time,
+                out: *direction == Direction::Out,
+                folder: i as u8,
+                id_at,
+                id_len,
+            });
+            if keys.len() >= keep.saturating_mul(2).max(4096) {
+                cut(&mut keys, keep, &ids);
+            }
+        });
+        scanned.map_err(|e| {
             RouteError::Failed(format!(
                 "cannot list {}: {e}",
-                store.relative(&dir).display()
+                store.relative(dir).display()
             ))
         })?;
-        for path in scan.documents {
-            match read(store, &path) {
-                Ok(mut msg) => {
-                    // Listed without its content: not kept (one may take megabytes).
-                    msg.content = Map::new();
-                    found.push(Found {
-                        folder,
-                        direction,
-                        id: stem(&path),
-                        msg,
-                    });
+    }
+    if more > 0 {
+        problems.push(format!(
+            "… and {more} more files not read (the first {MAX_PROBLEMS} are named)"
+        ));
+    }
+    cut(&mut keys, keep, &ids);
+    keys.sort_unstable_by(|a, b| a.order(b, &ids));
+    // The page's documents, read again (a request answered meanwhile has moved from inbox/
+    // to processed_inbox/; one gone or changed past the filter since is left out).
+    let reread = |k: &Key| -> Option<Found> {
+        let (folder, direction, _) = &dirs[usize::from(k.folder)];
+        let mut tries = vec![usize::from(k.folder)];
+        tries.extend(
+            (0..dirs.len()).filter(|&j| j != usize::from(k.folder) && dirs[j].1 == *direction),
+        );
+        for j in tries {
+            let path = dirs[j].2.join(format!("{}.json", k.id(&ids)));
+            if let Ok(mut msg) = read(store, &path) {
+                if !admitted(who, f, *direction, &msg) {
+                    return None;
                 }
-                Err(e) => problems.push(e),
+                msg.content = Map::new();
+                let folder = if j == usize::from(k.folder) {
+                    folder
+                } else {
+                    dirs[j].0
+                };
+                return Some(Found {
+                    folder,
+                    direction: *direction,
+                    id: k.id(&ids).to_string(),
+                    msg,
+                });
             }
         }
-        for p in scan.conflicts {
-            problems.push(format!(
-                "{}: a sync engine's conflict copy; not read",
-                store.relative(&p).display()
-            ));
-        }
-        for p in scan.refused {
-            problems.push(format!(
-                "{}: not a regular file; never followed or read",
-                store.relative(&p).display()
-            ));
-        }
-    }
+        None
+    };
     // A request's answer is the answer file named after its correlation id (as `view`
-    // finds it; an answer to a reused id, `<id>.duplicate-N.json`, answers another file).
-    let answers: HashMap<String, MessageStatus> = found
-        .iter()
-        .filter(|m| m.direction == Direction::Out)
-        .map(|m| (m.id.clone(), m.msg.status))
-        .collect();
-    found.retain(|m| {
-        may_see(who, &m.msg)
-            && f.project
-                .as_ref()
-                .is_none_or(|p| m.msg.project.as_ref() == Some(p))
-            && f.user
-                .as_ref()
-                .is_none_or(|u| m.msg.user.as_ref() == Some(u))
-            && f.status.is_none_or(|s| m.msg.status == s)
-            && f.direction.is_none_or(|d| m.direction == d)
-    });
-    found.sort_by(|a, b| {
-        let key = |m: &Found| (m.msg.queue_time, m.direction == Direction::Out);
-        key(b).cmp(&key(a)).then_with(|| b.id.cmp(&a.id))
-    });
-    let total = found.len();
+    // finds it; an answer to a reused id, `<id>.duplicate-N.json`, answers another file);
+    // processed_outbox/ first, as a file there is the later copy.
+    let answer_of = |name: &str| -> Option<MessageStatus> {
+        [3usize, 2].iter().find_map(|&j| {
+            let path = dirs[j].2.join(format!("{name}.json"));
+            if !crate::store::safe::exists(&path) {
+                return None;
+            }
+            read(store, &path).ok().map(|m| m.status)
+        })
+    };
     let limit = f.limit.unwrap_or(usize::MAX);
-    let (mut rows, mut bytes) = (Vec::new(), 2usize);
-    for m in found.iter().skip(f.offset).take(limit) {
-        let mut r = row(m, false);
+    let (mut rows, mut bytes, mut consumed) = (Vec::new(), 2usize, 0usize);
+    for k in keys.iter().skip(f.offset).take(limit) {
+        consumed += 1;
+        let Some(m) = reread(k) else { continue };
+        let mut r = row(&m, false);
         if m.direction == Direction::In {
             let name = crate::model::derive_safe_id(&m.msg.correlation_id);
-            r["answer"] = json!(answers.get(&name));
+            r["answer"] = json!(answer_of(&name));
         }
         bytes += r.to_string().len() + 1;
         if bytes > super::direct::MAX_LIST_BYTES {
@@ -217,7 +332,8 @@ pub fn list(store: &Store, who: &Caller, f: &MessageFilter) -> Result<Value, Rou
         }
         rows.push(r);
     }
-    let next = f.offset.saturating_add(rows.len()).min(total.max(f.offset));
+    drop((keys, ids));
+    let next = f.offset.saturating_add(consumed).min(total.max(f.offset));
     if !who.is_admin() {
         problems.clear();
     }
@@ -290,6 +406,11 @@ pub fn view(store: &Store, who: &Caller, id: &str) -> Result<Value, RouteError> 
 
 /// The filter a `list-messages` message carries in its content.
 pub fn filter_from(content: &Map<String, Value>) -> Result<MessageFilter, RouteError> {
+    super::direct::known_content_keys(
+        content,
+        "list-messages",
+        &["project", "user", "status", "direction", "offset", "limit"],
+    )?;
     let text = |k: &str| -> Result<Option<String>, RouteError> {
         match content.get(k) {
             None | Some(Value::Null) => Ok(None),

@@ -49,7 +49,9 @@ pub use root::{
     MODE_ENV, RootSource, RootUser, SYSTEM_CONFIG, expand_tilde, home_dir, resolve_daemon_root,
     resolve_root, resolve_root_for, system_mode,
 };
-pub use scan::{Scan, file_id, is_conflict_copy, is_ignored, scan_dir, scan_subdirs};
+pub use scan::{
+    Scan, Scanned, file_id, is_conflict_copy, is_ignored, scan_dir, scan_each, scan_subdirs,
+};
 
 use crate::schema::Validator;
 use std::path::{Path, PathBuf};

@@ -589,6 +589,22 @@ pub enum EntryKind {
 
 /// Lists `dir` (a link in its path is refused).
 pub fn list_dir(dir: &Path) -> io::Result<Vec<DirEntry>> {
+    let mut out = Vec::new();
+    for_each_entry(dir, |name, kind| {
+        out.push(DirEntry {
+            name: name.to_os_string(),
+            kind,
+        })
+    })?;
+    Ok(out)
+}
+
+/// Calls `f` with each entry of `dir` as it is read (a link in its path is refused): a
+/// folder of any size costs one name at a time.
+pub fn for_each_entry(
+    dir: &Path,
+    mut f: impl FnMut(&std::ffi::OsStr, EntryKind),
+) -> io::Result<()> {
     let fd = open_dir(dir)?;
     let probe = fd.try_clone()?;
     let raw = std::os::fd::IntoRawFd::into_raw_fd(fd);
@@ -608,7 +624,6 @@ pub fn list_dir(dir: &Path) -> io::Result<Vec<DirEntry>> {
         }
     }
     let stream = Stream(stream);
-    let mut out = Vec::new();
     loop {
         // SAFETY: a live stream; readdir's result is valid until the next call.
         let ent = unsafe { libc::readdir(stream.0) };
@@ -622,7 +637,7 @@ pub fn list_dir(dir: &Path) -> io::Result<Vec<DirEntry>> {
                 (*ent).d_type,
             )
         };
-        let name = std::ffi::OsStr::from_bytes(name.to_bytes()).to_os_string();
+        let name = std::ffi::OsStr::from_bytes(name.to_bytes());
         if name == "." || name == ".." {
             continue;
         }
@@ -630,7 +645,7 @@ pub fn list_dir(dir: &Path) -> io::Result<Vec<DirEntry>> {
             libc::DT_REG => EntryKind::File,
             libc::DT_DIR => EntryKind::Dir,
             libc::DT_LNK => EntryKind::Symlink,
-            libc::DT_UNKNOWN => match fstatat_nofollow(probe.as_fd(), Path::new(&name)) {
+            libc::DT_UNKNOWN => match fstatat_nofollow(probe.as_fd(), Path::new(name)) {
                 Ok(st) => match st.st_mode & libc::S_IFMT {
                     libc::S_IFREG => EntryKind::File,
                     libc::S_IFDIR => EntryKind::Dir,
@@ -641,9 +656,9 @@ pub fn list_dir(dir: &Path) -> io::Result<Vec<DirEntry>> {
             },
             _ => EntryKind::Other,
         };
-        out.push(DirEntry { name, kind });
+        f(name, kind);
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Creates `path` exclusively (`O_CREAT | O_EXCL`, never through a link) for writing.

@@ -73,6 +73,38 @@ pub fn scan_dir(dir: &Path) -> io::Result<Scan> {
     Ok(scan)
 }
 
+/// One entry of [`scan_each`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scanned<'a> {
+    /// A document (what [`Scan::documents`] holds): its file name.
+    Document(&'a str),
+    /// A conflict copy (what [`Scan::conflicts`] holds).
+    Conflict(&'a str),
+    /// Not a regular file (what [`Scan::refused`] holds).
+    Refused(&'a str),
+}
+
+/// [`scan_dir`] one entry at a time, in the folder's own order: memory stays at one name
+/// whatever the folder holds. A missing folder is empty.
+pub fn scan_each(dir: &Path, mut f: impl FnMut(Scanned<'_>)) -> io::Result<()> {
+    let r = safe::for_each_entry(dir, |name, kind| {
+        let Some(name) = name.to_str() else { return };
+        if is_ignored(name) {
+            return;
+        }
+        match kind {
+            EntryKind::File if is_conflict_copy(name) => f(Scanned::Conflict(name)),
+            EntryKind::File => f(Scanned::Document(name)),
+            EntryKind::Symlink | EntryKind::Other => f(Scanned::Refused(name)),
+            EntryKind::Dir => {}
+        }
+    });
+    match r {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
 /// Lists sub-folders of `dir` whose names are safe ids, sorted (links to folders are not
 /// folders). A missing folder is empty.
 pub fn scan_subdirs(dir: &Path) -> io::Result<Vec<String>> {
