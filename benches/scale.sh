@@ -12,6 +12,10 @@
 #   - orchestrator list-jobs (text, json) wall time and peak RSS (/usr/bin/time): without a
 #     job index yet (first run) and warm; peers: find (names only), find | xargs cat
 #   - ListJobs paged over D-Bus (all pages): wall time, daemon RSS after (VmRSS, VmHWM)
+#   - the daemon's peak and resident memory after each other listing at that size: a ListJobs
+#     page right after a job landed in the big finished_jobs/ (its index brought up to
+#     date), list-messages pages over N requests + N answers (Submit), a 2 MiB list-jobs
+#     (Submit); and the CLI's list-messages page (time, peak RSS)
 #   - as root: the CLI's D-Bus path (user nobody, store mode 0700), text and json
 #   - the load average next to the listings (the machine may be shared)
 # Peer: pueue (crates.io; `cargo install --locked pueue`, or PUEUE_INSTALL=1 builds it into
@@ -104,6 +108,21 @@ def build(n):
             json.dump(job(i, "queued", False), f)
     with open(os.path.join(logdir, "generator.log"), "w") as f:
         f.writelines(lines)
+    # n requests in processed_inbox/ and their n answers in processed_outbox/.
+    pi = os.path.join(root, "messaging/processed_inbox")
+    po = os.path.join(root, "messaging/processed_outbox")
+    os.makedirs(pi, exist_ok=True)
+    os.makedirs(po, exist_ok=True)
+    for i in range(n):
+        cid = "msg-%06d" % i
+        t = job(i, "queued", False)["config"]["queue_time"]
+        req = {"correlation_id": cid, "source": "user", "project": "P", "queue_time": t,
+               "processed_time": t, "command": "list-queues", "content": {}, "status": "done",
+               "error": None}
+        with open(os.path.join(pi, cid + ".json"), "w") as f:
+            json.dump(req, f)
+        with open(os.path.join(po, cid + ".json"), "w") as f:
+            json.dump(dict(req, source="orchestrator", content={"result": ["poplar", "bulk"]}), f)
     # The bulk queue is paused: its manager only indexes, it starts nothing.
     qp = os.path.join(root, "Queues/bulk/queue.json")
     q = json.load(open(qp))
@@ -280,6 +299,13 @@ for n in sizes:
         row(n, f"CLI list-jobs {fmt} (2N jobs): CPU user+sys (s)", "%.2f" % last_cpu[0])
         row(n, f"CLI list-jobs {fmt} (2N jobs): peak RSS (MiB)", m)
 
+    # list-messages over 2N messages (no index: every file is read once per listing).
+    cmd = [f"{bin_dir}/orchestrator", "list-messages", "--limit", "50"]
+    peak(cmd, env)
+    t, m = peak(cmd, env)
+    row(n, "CLI list-messages --limit 50 (2N messages): time (s)", "%.2f" % t)
+    row(n, "CLI list-messages --limit 50 (2N messages): peak RSS (MiB)", m)
+
     # ListJobs paged over D-Bus (a private bus any local user may use, like the system bus).
     sockp = os.path.join(work, "bus-%d.sock" % n)
     conf = os.path.join(work, "bus-%d.conf" % n)
@@ -323,6 +349,30 @@ for n in sizes:
     m = rss(d.pid)
     row(n, "orchestratord RSS after paged listing (MiB)", m["VmRSS"])
     row(n, "orchestratord peak RSS (VmHWM, MiB)", m["VmHWM"])
+
+    def call(method, sig, *args):
+        return subprocess.run(["busctl", "--address", addr, "--json=short", "--timeout=600",
+                               "call", "org.agentstore.Orchestrator1",
+                               "/org/agentstore/Orchestrator1", "org.agentstore.Orchestrator1",
+                               method, sig, *args], env=benv, capture_output=True, text=True)
+
+    # A job lands in the big finished_jobs/: the next listing brings its index up to date.
+    with open(os.path.join(root, "Queues/poplar/Jobs/finished_jobs/late-1.json"), "w") as f:
+        json.dump(job(n, "finished", False), f)
+    r = call("ListJobs", "a{ss}uu", "0", "0", "10")
+    assert r.returncode == 0, r.stderr
+    m = rss(d.pid)
+    row(n, "ListJobs page of 10 after a change: orchestratord VmRSS / VmHWM (MiB)",
+        "%d / %d" % (m["VmRSS"], m["VmHWM"]))
+    for what, content in (("list-messages limit 50", {"limit": 50}),
+                          ("list-messages offset N limit 50", {"offset": n, "limit": 50}),
+                          ("list-jobs limit 4000", {"limit": 4000})):
+        command = what.split()[0]
+        r = call("Submit", "s", json.dumps({"command": command, "content": content}))
+        assert r.returncode == 0, r.stderr
+        m = rss(d.pid)
+        row(n, f"Submit {what}: orchestratord VmRSS / VmHWM (MiB)",
+            "%d / %d" % (m["VmRSS"], m["VmHWM"]))
 
     # The CLI's D-Bus path: a user who cannot read the store (mode 0700) lists through the
     # daemon, which maps the caller's Unix user (nobody) to an admin user of the store.

@@ -498,3 +498,79 @@ fn hostile_handled_logs_are_read_safely_and_reported() {
         );
     }
 }
+
+/// An id already used by a failed job, or by a job archived under `archive/<month>/`: the new
+/// job under that id ends failed with an error naming where the id is used, never stays in
+/// running_jobs/ and never lands beside the earlier job in finished_jobs/ (it did: two jobs
+/// under one id, and the manager reported the earlier one's state), and the earlier job is
+/// untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn id_collision_with_failed_or_archived_job_never_sticks() {
+    guarded(async {
+        let bus = PrivateBus::start();
+        let env = QueueEnv::new(1);
+        let failed_dir = env.dir("failed");
+        std::fs::create_dir_all(&failed_dir).unwrap();
+        let mut earlier_failed = finished_job("dup-f");
+        earlier_failed["runtime"]["status"] = json!("failed");
+        earlier_failed["runtime"]["error"] = json!("an earlier failure");
+        // An earlier job (another queue time), not a synced copy of the new one.
+        earlier_failed["config"]["queue_time"] = json!("2024-01-01T00:00:00Z");
+        let earlier_f = failed_dir.join("dup-f.json");
+        let before_f = serde_json::to_vec_pretty(&earlier_failed).unwrap();
+        std::fs::write(&earlier_f, &before_f).unwrap();
+        let arch = env.root.join(format!(
+            "Queues/{}/Jobs/archive/2025-01/finished_jobs",
+            env.queue
+        ));
+        std::fs::create_dir_all(&arch).unwrap();
+        let earlier_a = arch.join("dup-a.json");
+        let mut archived = finished_job("dup-a");
+        archived["config"]["queue_time"] = json!("2024-01-01T00:00:00Z");
+        let before_a = serde_json::to_vec_pretty(&archived).unwrap();
+        std::fs::write(&earlier_a, &before_a).unwrap();
+
+        let m = RunningManager::start(env.manager_config(&bus)).await;
+        let mut changes = Changes::subscribe(&bus, &env.queue).await;
+        env.queue_job("dup-f", &noop(0.0));
+        changes.until("dup-f", "failed").await;
+        env.queue_job("dup-a", &noop(0.0));
+        changes.until("dup-a", "failed").await;
+        m.stop().await;
+        assert_eq!(env.count("running"), 0, "nothing stays in running_jobs/");
+        assert_eq!(std::fs::read(&earlier_f).unwrap(), before_f);
+        assert_eq!(std::fs::read(&earlier_a).unwrap(), before_a);
+        let names: Vec<String> = std::fs::read_dir(&failed_dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        let collided = names
+            .iter()
+            .find(|n| n.starts_with("dup-f.") && n.as_str() != "dup-f.json")
+            .unwrap_or_else(|| panic!("no collision copy in failed_jobs/: {names:?}"));
+        let doc = read_json(&failed_dir.join(collided));
+        let err = doc["runtime"]["error"].as_str().unwrap();
+        assert!(
+            err.contains(&format!(
+                "dup-f already exists in Queues/{}/Jobs/failed_jobs/",
+                env.queue
+            )),
+            "{err}"
+        );
+        assert!(
+            !env.job_file("finished", "dup-f").exists()
+                && !env.job_file("finished", "dup-a").exists(),
+            "a second job under a used id in finished_jobs/"
+        );
+        let doc = read_json(&failed_dir.join("dup-a.collision-1.json"));
+        let err = doc["runtime"]["error"].as_str().unwrap();
+        assert!(
+            err.contains(&format!(
+                "dup-a already exists in Queues/{}/Jobs/archive/2025-01/finished_jobs/",
+                env.queue
+            )),
+            "{err}"
+        );
+    })
+    .await;
+}

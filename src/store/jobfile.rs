@@ -40,21 +40,34 @@ pub fn write_and_move_from(
     src: &std::path::Path,
     job: &Job,
 ) -> Result<PathBuf, StoreError> {
+    let collided = |src: &std::path::Path, earlier: &str| {
+        end_collided(store, queue, id, src, earlier, |error| {
+            let mut failed = job.clone();
+            let before = failed.runtime.error.take();
+            set_failed(
+                &mut failed,
+                match before {
+                    Some(e) => format!("{error}; the run's own error: {e}"),
+                    None => error.to_string(),
+                },
+            );
+            job_bytes(store, src, &failed)
+        })
+    };
+    // A run ending under an id an earlier job already ended with in another final folder
+    // (or in the archive) is a collision too: the no-replace move below sees only its own
+    // destination.
+    if matches!(job.runtime.status, JobStatus::Finished | JobStatus::Failed)
+        && src.parent() == Some(store.jobs_dir(queue, JobStatus::Running).as_path())
+        && let Some(earlier) = earlier_end(store, queue, id, job.runtime.status)
+    {
+        return collided(src, &earlier);
+    }
     match take_and_write(store, queue, id, src, job) {
-        Err(Taken::Exists(src)) => {
-            end_collided(store, queue, id, &src, job.runtime.status, |error| {
-                let mut failed = job.clone();
-                let earlier = failed.runtime.error.take();
-                set_failed(
-                    &mut failed,
-                    match earlier {
-                        Some(e) => format!("{error}; the run's own error: {e}"),
-                        None => error.to_string(),
-                    },
-                );
-                job_bytes(store, &src, &failed)
-            })
-        }
+        Err(Taken::Exists(src)) => collided(
+            &src,
+            &format!("Queues/{queue}/Jobs/{}", job.runtime.status.dir()),
+        ),
         Err(Taken::Failed(e)) => Err(e),
         Ok(p) => Ok(p),
     }
@@ -270,6 +283,30 @@ fn job_bytes(store: &Store, path: &std::path::Path, job: &Job) -> Result<Vec<u8>
     }
 }
 
+/// Where an earlier job with id `id` ended, other than the folder a job ending as `status`
+/// moves to (that one its no-replace move checks): the other final folder, then each
+/// archive month's final folders. The folder, relative to the store; `None` when the id is
+/// free.
+fn earlier_end(store: &Store, queue: &str, id: &str, status: JobStatus) -> Option<String> {
+    let exists = |p: &std::path::Path| crate::store::safe::exists(p);
+    for other in [JobStatus::Finished, JobStatus::Failed] {
+        if other != status && exists(&store.job_path(queue, other, id)) {
+            return Some(format!("Queues/{queue}/Jobs/{}", other.dir()));
+        }
+    }
+    let archive = crate::store::archive::archive_root(store, queue);
+    let months = crate::store::scan_subdirs(&archive).unwrap_or_default();
+    for month in months {
+        for state in [JobStatus::Finished, JobStatus::Failed] {
+            let dir = archive.join(&month).join(state.dir());
+            if exists(&dir.join(format!("{id}.json"))) {
+                return Some(store.relative(&dir).display().to_string());
+            }
+        }
+    }
+    None
+}
+
 /// The name a job that collided with an existing file of the same id ends under:
 /// `failed_jobs/<id>.collision-<n>.json`, the first free `n`.
 pub fn collision_path(store: &Store, queue: &str, id: &str, n: u32) -> PathBuf {
@@ -278,8 +315,8 @@ pub fn collision_path(store: &Store, queue: &str, id: &str, n: u32) -> PathBuf {
         .join(format!("{id}.collision-{n}.json"))
 }
 
-/// Ends a job whose move into `to` failed because `<to>/<id>.json` exists (a job with the
-/// same id ended before): it moves to a disambiguated name in `failed_jobs/` with the content
+/// Ends a job whose id an earlier job ended with (`<earlier>/<id>.json` exists, `earlier`
+/// the folder relative to the store): it moves to a disambiguated name in `failed_jobs/` with the content
 /// `failed` gives for the error (the job failed with it), so it never stays behind in
 /// `running_jobs/` and neither file is lost.
 fn end_collided(
@@ -287,7 +324,7 @@ fn end_collided(
     queue: &str,
     id: &str,
     src: &std::path::Path,
-    to: JobStatus,
+    earlier: &str,
     failed: impl FnOnce(&str) -> Result<Vec<u8>, StoreError>,
 ) -> Result<PathBuf, StoreError> {
     let n = (1..u32::MAX)
@@ -295,8 +332,7 @@ fn end_collided(
         .unwrap_or(u32::MAX);
     let mut dst = collision_path(store, queue, id, n);
     let error = format!(
-        "Job id {id} already exists in Queues/{queue}/Jobs/{}/ (an earlier job with the same id); this run ended as Queues/{queue}/Jobs/{}/{}",
-        to.dir(),
+        "Job id {id} already exists in {earlier}/ (an earlier job with the same id); this run ended as Queues/{queue}/Jobs/{}/{}",
         JobStatus::Failed.dir(),
         dst.file_name()
             .map(|n| n.to_string_lossy())
@@ -354,7 +390,8 @@ pub fn fail_raw(
         }
         Ok(()) => Ok(dst),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            end_collided(store, queue, id, &src, JobStatus::Failed, |collided| {
+            let earlier = format!("Queues/{queue}/Jobs/{}", JobStatus::Failed.dir());
+            end_collided(store, queue, id, &src, &earlier, |collided| {
                 if let Some(Value::Object(r)) = doc.get_mut("runtime") {
                     r.insert(
                         "error".into(),
