@@ -121,7 +121,9 @@ pub(super) struct LaunchDone {
     placed: Placed,
 }
 
-type LaunchFuture = std::pin::Pin<Box<dyn std::future::Future<Output = LaunchDone> + Send>>;
+/// A launch runs as its own task (spawned at once, on any of the runtime's threads), so its
+/// fork, its scope's placement and its claim go on while the loop prepares the next start.
+type LaunchFuture = tokio::task::JoinHandle<LaunchDone>;
 
 /// The launches in flight (local launchers): a job is here from the start of its launch
 /// (its file still in queued_jobs/, so a pass never starts it twice and a reader of the
@@ -173,7 +175,7 @@ impl Launching {
         self.ids.insert(p.id.clone(), None);
         self.alone = alone;
         let marker = spec.marker.clone();
-        self.futures.push(Box::pin(handling(marker, async move {
+        self.futures.push(tokio::spawn(handling(marker, async move {
             // Measured from before the launch: systemd's RuntimeMaxSec clock starts with
             // the scope, so a job it kills at the limit has run at least `limit` by this
             // clock.
@@ -225,8 +227,12 @@ impl Launching {
     pub(super) async fn next(&mut self) -> LaunchDone {
         use futures_util::StreamExt;
         match self.futures.next().await {
-            Some(d) => d,
-            None => std::future::pending().await,
+            Some(Ok(d)) => d,
+            // A panic in a launch is the manager's, as when the loop itself ran it (the
+            // crash recorder has written it into the job's start marker).
+            Some(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            // Launch tasks are never aborted.
+            Some(Err(_)) | None => std::future::pending().await,
         }
     }
 
