@@ -335,6 +335,16 @@ impl Validator {
         })
     }
 
+    /// Compiles the schemas of `kinds` now (each is otherwise compiled at its first use):
+    /// a process can do it while it waits for something else.
+    pub fn prepare(&self, kinds: &[DocKind]) {
+        for k in kinds {
+            if let Some(s) = self.compiled.get(k) {
+                let _ = s.get();
+            }
+        }
+    }
+
     /// Checks `doc` against the schema of `kind`.
     pub fn validate(&self, kind: DocKind, doc: &Value) -> Result<(), Rejection> {
         let Some(v) = self.compiled.get(&kind) else {
