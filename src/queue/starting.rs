@@ -119,6 +119,9 @@ pub(super) struct LaunchDone {
     marked: bool,
     result: Result<launcher::Launched, launcher::LaunchError>,
     placed: Placed,
+    /// A worker whose scope could not be made: still gated, discarded once the job is
+    /// ended (it must not find its job in running_jobs/ and put it back).
+    leftover: Option<launcher::Launched>,
 }
 
 /// A launch runs as its own task (spawned at once, on any of the runtime's threads), so its
@@ -180,20 +183,22 @@ impl Launching {
             // the scope, so a job it kills at the limit has run at least `limit` by this
             // clock.
             let started_at = Instant::now();
-            let result = spec
-                .launcher
-                .launch(LaunchSpec {
-                    worker: &spec.worker,
-                    args: p.args.clone(),
-                    env: &spec.env,
-                    job_id: &p.id,
-                    runtime_max_secs: p.limit,
-                    limits: spec.limits.as_ref(),
-                })
-                .await;
-            // The claim and the running record (with their syncs) go on beside the loop; the
-            // worker stays gated until the loop has seen them (`on_launched`).
-            let launched = result.as_ref().ok().map(|l| (l.pid, l.unit.clone()));
+            let lspec = LaunchSpec {
+                worker: &spec.worker,
+                args: p.args.clone(),
+                env: &spec.env,
+                job_id: &p.id,
+                runtime_max_secs: p.limit,
+                limits: spec.limits.as_ref(),
+            };
+            let spawned = spec.launcher.spawn(&lspec);
+            // The claim and the running record (with their syncs) go on beside the loop and
+            // beside the scope's placement: the worker stays gated until both are done and
+            // the loop has seen them (`on_launched`). The record names the scope the worker
+            // is being placed in; if it cannot be made, the job is failed from there before
+            // the worker is discarded.
+            let unit = spec.launcher.unit_for(&p.id);
+            let launched = spawned.as_ref().ok().map(|l| (l.pid, unit.clone()));
             let (store, marker) = (spec.store.clone(), spec.marker.clone());
             let (queue, host, id, job) = (
                 spec.queue.clone(),
@@ -201,13 +206,22 @@ impl Launching {
                 p.id.clone(),
                 p.job.clone(),
             );
-            let placed = tokio::task::spawn_blocking(move || {
+            let placing = tokio::task::spawn_blocking(move || {
                 super::poison::handling_sync(marker, || {
                     claim_and_place(&store, &queue, &host, &id, &job, launched)
                 })
-            })
-            .await
-            .unwrap_or_else(|e| {
+            });
+            let (result, leftover) = match spawned {
+                Ok(mut l) => match spec.launcher.place(&l, &lspec).await {
+                    Ok(()) => {
+                        l.unit = unit;
+                        (Ok(l), None)
+                    }
+                    Err(e) => (Err(e), Some(l)),
+                },
+                Err(e) => (Err(e), None),
+            };
+            let placed = placing.await.unwrap_or_else(|e| {
                 Placed::NotClaimed(StoreError::Io {
                     path: spec.marker.clone(),
                     source: std::io::Error::other(format!("the start's store work failed: {e}")),
@@ -219,6 +233,7 @@ impl Launching {
                 marked,
                 result,
                 placed,
+                leftover,
             }
         })));
     }
@@ -398,6 +413,7 @@ impl Manager {
             marked,
             result,
             placed,
+            leftover,
         } = done;
         let id = prepared.id.clone();
         let marker = self.marker_path(MarkKind::Start, &id);
@@ -436,6 +452,10 @@ impl Manager {
                 let p = PreparedStart { path, ..prepared };
                 handling(marker, self.finish_start(p, started_at, result)).await
             }
+        }
+        // Its job ended (or given back) first: the worker then finds it gone.
+        if let Some(l) = leftover {
+            self.discard_launch(Ok(l)).await;
         }
         if marked {
             self.unmark(MarkKind::Start, &id);
