@@ -129,12 +129,16 @@ pub(super) struct LaunchDone {
 type LaunchFuture = tokio::task::JoinHandle<LaunchDone>;
 
 /// The launches in flight (local launchers): a job is here from the start of its launch
-/// (its file still in queued_jobs/, so a pass never starts it twice and a reader of the
-/// state folders finds it) until it is claimed, recorded and its worker released (or it
-/// failed, or another manager took it); the sweep leaves it alone meanwhile.
+/// (its file in queued_jobs/, then in its start claim, then in running_jobs/; a pass never
+/// starts it twice, and a reader of the state folders finds it queued while it is in the
+/// claim, see `flow::settled_state`) until its worker is released (or it failed, or another
+/// manager took it); the sweep leaves it alone meanwhile.
 #[derive(Default)]
 pub(super) struct Launching {
-    futures: futures_util::stream::FuturesUnordered<LaunchFuture>,
+    /// In start order: each launch runs as its own task, all overlapping, but their
+    /// completions are taken in the order the jobs were picked (priority, then oldest), so
+    /// jobs are recorded running and released in that order.
+    futures: futures_util::stream::FuturesOrdered<LaunchFuture>,
     /// Job ids in flight, with who cancelled each meanwhile.
     ids: std::collections::HashMap<String, Option<String>>,
     /// The one in flight is a start that was interrupted before: nothing else starts.
@@ -178,64 +182,67 @@ impl Launching {
         self.ids.insert(p.id.clone(), None);
         self.alone = alone;
         let marker = spec.marker.clone();
-        self.futures.push(tokio::spawn(handling(marker, async move {
-            // Measured from before the launch: systemd's RuntimeMaxSec clock starts with
-            // the scope, so a job it kills at the limit has run at least `limit` by this
-            // clock.
-            let started_at = Instant::now();
-            let lspec = LaunchSpec {
-                worker: &spec.worker,
-                args: p.args.clone(),
-                env: &spec.env,
-                job_id: &p.id,
-                runtime_max_secs: p.limit,
-                limits: spec.limits.as_ref(),
-            };
-            let spawned = spec.launcher.spawn(&lspec);
-            // The claim and the running record (with their syncs) go on beside the loop and
-            // beside the scope's placement: the worker stays gated until both are done and
-            // the loop has seen them (`on_launched`). The record names the scope the worker
-            // is being placed in; if it cannot be made, the job is failed from there before
-            // the worker is discarded.
-            let unit = spec.launcher.unit_for(&p.id);
-            let launched = spawned.as_ref().ok().map(|l| (l.pid, unit.clone()));
-            let (store, marker) = (spec.store.clone(), spec.marker.clone());
-            let (queue, host, id, job) = (
-                spec.queue.clone(),
-                spec.host.clone(),
-                p.id.clone(),
-                p.job.clone(),
-            );
-            let placing = tokio::task::spawn_blocking(move || {
-                super::poison::handling_sync(marker, || {
-                    claim_and_place(&store, &queue, &host, &id, &job, launched)
-                })
-            });
-            let (result, leftover) = match spawned {
-                Ok(mut l) => match spec.launcher.place(&l, &lspec).await {
-                    Ok(()) => {
-                        l.unit = unit;
-                        (Ok(l), None)
-                    }
-                    Err(e) => (Err(e), Some(l)),
-                },
-                Err(e) => (Err(e), None),
-            };
-            let placed = placing.await.unwrap_or_else(|e| {
-                Placed::NotClaimed(StoreError::Io {
-                    path: spec.marker.clone(),
-                    source: std::io::Error::other(format!("the start's store work failed: {e}")),
-                })
-            });
-            LaunchDone {
-                prepared: p,
-                started_at,
-                marked,
-                result,
-                placed,
-                leftover,
-            }
-        })));
+        self.futures
+            .push_back(tokio::spawn(handling(marker, async move {
+                // Measured from before the launch: systemd's RuntimeMaxSec clock starts with
+                // the scope, so a job it kills at the limit has run at least `limit` by this
+                // clock.
+                let started_at = Instant::now();
+                let lspec = LaunchSpec {
+                    worker: &spec.worker,
+                    args: p.args.clone(),
+                    env: &spec.env,
+                    job_id: &p.id,
+                    runtime_max_secs: p.limit,
+                    limits: spec.limits.as_ref(),
+                };
+                let spawned = spec.launcher.spawn(&lspec);
+                // The claim and the running record (with their syncs) go on beside the loop and
+                // beside the scope's placement: the worker stays gated until both are done and
+                // the loop has seen them (`on_launched`). The record names the scope the worker
+                // is being placed in; if it cannot be made, the job is failed from there before
+                // the worker is discarded.
+                let unit = spec.launcher.unit_for(&p.id);
+                let launched = spawned.as_ref().ok().map(|l| (l.pid, unit.clone()));
+                let (store, marker) = (spec.store.clone(), spec.marker.clone());
+                let (queue, host, id, job) = (
+                    spec.queue.clone(),
+                    spec.host.clone(),
+                    p.id.clone(),
+                    p.job.clone(),
+                );
+                let placing = tokio::task::spawn_blocking(move || {
+                    super::poison::handling_sync(marker, || {
+                        claim_and_place(&store, &queue, &host, &id, &job, launched)
+                    })
+                });
+                let (result, leftover) = match spawned {
+                    Ok(mut l) => match spec.launcher.place(&l, &lspec).await {
+                        Ok(()) => {
+                            l.unit = unit;
+                            (Ok(l), None)
+                        }
+                        Err(e) => (Err(e), Some(l)),
+                    },
+                    Err(e) => (Err(e), None),
+                };
+                let placed = placing.await.unwrap_or_else(|e| {
+                    Placed::NotClaimed(StoreError::Io {
+                        path: spec.marker.clone(),
+                        source: std::io::Error::other(format!(
+                            "the start's store work failed: {e}"
+                        )),
+                    })
+                });
+                LaunchDone {
+                    prepared: p,
+                    started_at,
+                    marked,
+                    result,
+                    placed,
+                    leftover,
+                }
+            })));
     }
 
     /// The next completed launch; pending forever when none is in flight (for `select!`).
@@ -379,9 +386,8 @@ impl Manager {
     /// starts until this one is over.
     async fn start_batch(&mut self, ids: &[String], alone: bool) {
         for id in ids {
-            // The job stays in queued_jobs/ while its worker is launched (a reader of the
-            // state folders always finds it); it is claimed when the launch completes
-            // (`on_launched`), before its worker is released.
+            // The launch claims the job and records it running beside the worker's
+            // placement; the loop releases the worker once both are done (`on_launched`).
             let (marked, prepared) = self.begin_start(id).await;
             let Some(p) = prepared else {
                 if marked {
