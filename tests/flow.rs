@@ -1497,3 +1497,57 @@ fn upkeep_and_pipeline_help_tells_exit_status_and_the_man_page_too() {
     let man = String::from_utf8(man).unwrap();
     assert!(man.contains("Exit status:"), "{man}");
 }
+
+/// A job being started sits in its start claim (`Queues/<q>/.claimed/<host>/<id>.json`),
+/// in no state folder, while its worker is placed: a dependency lookup then finds it queued.
+/// A failed job whose retry is being started is not "failed" (its dependants wait for the
+/// retry), and a dependency being started is not "not found".
+#[test]
+fn a_job_in_its_start_claim_is_queued_for_dependency_lookups() {
+    use agentstore::queue::flow::{DepState, dependency_state, settled_state};
+    let f = Flow::new(1);
+    let store = agentstore::store::Store::open(&f.env.root).unwrap();
+    let queues = store.queue_ids().unwrap();
+    let b = "b-0001";
+    let b2 = agentstore::model::flow::retry_id(b);
+    std::fs::write(
+        f.path("failed", b),
+        serde_json::to_vec_pretty(&ended_job(0, "failed", false)).unwrap(),
+    )
+    .unwrap();
+    let claims = f.env.root.join("Queues/poplar/.claimed/some-host");
+    std::fs::create_dir_all(&claims).unwrap();
+    let mut queued = ended_job(0, "queued", false);
+    queued["runtime"] = serde_json::json!({"status": "queued", "start_time": null,
+        "finish_time": null, "process_id": null, "llm_process_id": null,
+        "error": null, "output": null});
+    let claim = claims.join(format!("{b2}.json"));
+    std::fs::write(&claim, serde_json::to_vec_pretty(&queued).unwrap()).unwrap();
+    let after = vec![b.to_string()];
+    assert_eq!(
+        settled_state(&store, &queues, b).map(|(s, p)| (s.name(), p)),
+        Some(("queued", claim.clone()))
+    );
+    assert_eq!(
+        dependency_state(&store, &after, false, false, false),
+        DepState::Waiting
+    );
+    // The retry moves on to running_jobs/ (the claim gone): still waited for.
+    std::fs::rename(&claim, f.path("running", &b2)).unwrap();
+    assert_eq!(
+        dependency_state(&store, &after, false, false, false),
+        DepState::Waiting
+    );
+    // It fails too: now B has failed for good.
+    std::fs::rename(f.path("running", &b2), f.path("failed", &b2)).unwrap();
+    assert_eq!(
+        dependency_state(&store, &after, false, false, false),
+        DepState::Failed(format!("dependency {b} failed"))
+    );
+    // A claim of the job itself (no retry involved) is queued, never "not found".
+    std::fs::write(claims.join("c-0001.json"), b"{}").unwrap();
+    assert_eq!(
+        dependency_state(&store, &["c-0001".to_string()], false, false, false),
+        DepState::Waiting
+    );
+}

@@ -36,17 +36,22 @@ pub fn settled_state(
 ) -> Option<(JobStatus, std::path::PathBuf)> {
     let mut cur = id.to_string();
     for _ in 0..=MAX_ATTEMPTS {
-        let found = queues.iter().find_map(|q| {
-            [
-                JobStatus::Finished,
-                JobStatus::Failed,
-                JobStatus::Queued,
-                JobStatus::Running,
-            ]
-            .into_iter()
-            .map(|s| (s, store.job_path(q, s, &cur)))
-            .find(|(_, p)| crate::store::safe::is_file(p))
-        });
+        let found = queues
+            .iter()
+            .find_map(|q| {
+                [
+                    JobStatus::Finished,
+                    JobStatus::Failed,
+                    JobStatus::Queued,
+                    JobStatus::Running,
+                ]
+                .into_iter()
+                .map(|s| (s, store.job_path(q, s, &cur)))
+                .find(|(_, p)| crate::store::safe::is_file(p))
+            })
+            // Between queued_jobs/ and running_jobs/ a job being started is in its start claim:
+            // still queued for whoever looks (never "not found", never its failed predecessor).
+            .or_else(|| store.claim_of(queues, &cur).map(|p| (JobStatus::Queued, p)));
         match found {
             Some((JobStatus::Failed, p)) => {
                 let next = retry_id(&cur);
@@ -54,7 +59,8 @@ pub fn settled_state(
                     JobStatus::ALL
                         .iter()
                         .any(|s| crate::store::safe::is_file(&store.job_path(q, *s, &next)))
-                }) {
+                }) || store.claim_of(queues, &next).is_some()
+                {
                     cur = next;
                     continue;
                 }

@@ -97,8 +97,8 @@ impl JobLauncher {
         }
     }
 
-    /// Starts a gated worker (and, for systemd, its scope).
-    pub async fn launch(&self, spec: LaunchSpec<'_>) -> Result<Launched, LaunchError> {
+    /// Starts a gated worker (not yet in any scope: see [`place`](Self::place)).
+    pub fn spawn(&self, spec: &LaunchSpec<'_>) -> Result<Launched, LaunchError> {
         let mut cmd = Command::new(spec.worker);
         cmd.args(&spec.args)
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
@@ -122,28 +122,34 @@ impl JobLauncher {
                 source: std::io::Error::other("worker exited at once"),
             });
         };
-        let unit = match self {
-            JobLauncher::Direct | JobLauncher::Slurm => None,
-            JobLauncher::Systemd(s) => {
-                match s
-                    .start(spec.job_id, pid, spec.runtime_max_secs, spec.limits)
-                    .await
-                {
-                    Ok(u) => Some(u),
-                    Err(e) => {
-                        drop(gate);
-                        let _ = child.wait().await;
-                        return Err(e.into());
-                    }
-                }
-            }
-        };
         Ok(Launched {
             pid,
             child,
             gate,
-            unit,
+            unit: None,
         })
+    }
+
+    /// The scope job `job_id`'s worker is placed in (`None`: no scope, for `direct`).
+    pub fn unit_for(&self, job_id: &str) -> Option<String> {
+        match self {
+            JobLauncher::Systemd(_) => Some(super::scope::scope_name(job_id)),
+            JobLauncher::Direct | JobLauncher::Slurm => None,
+        }
+    }
+
+    /// Places spawned worker `l` in its scope (systemd; nothing to do for `direct`) and
+    /// returns once systemd reports the scope started. On an error the worker stays gated:
+    /// the caller ends the job first, then discards the worker.
+    pub async fn place(&self, l: &Launched, spec: &LaunchSpec<'_>) -> Result<(), LaunchError> {
+        match self {
+            JobLauncher::Direct | JobLauncher::Slurm => Ok(()),
+            JobLauncher::Systemd(s) => {
+                s.start(spec.job_id, l.pid, spec.runtime_max_secs, spec.limits)
+                    .await?;
+                Ok(())
+            }
+        }
     }
 
     /// Sends `signal` to everything the worker started.

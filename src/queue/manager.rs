@@ -414,8 +414,9 @@ impl Manager {
                     }
                     let id = name.trim_end_matches(".json");
                     self.index.forget(id);
-                    // Our own move of a job we just started needs no new pass.
-                    if gone && self.running.contains_key(id) {
+                    // Our own move (the claim) of a job we just started, or are starting,
+                    // needs no new pass.
+                    if gone && (self.running.contains_key(id) || self.launching.contains(id)) {
                         continue;
                     }
                 }

@@ -35,6 +35,81 @@ struct OwnedSpec {
     limits: Option<crate::model::ResourceLimits>,
     /// The job's start marker: a panic during the launch is recorded there (poison.rs).
     marker: PathBuf,
+    /// Where the launched job is claimed and recorded running (beside the manager's loop).
+    store: std::sync::Arc<crate::store::Store>,
+    queue: String,
+    host: String,
+}
+
+/// What the launch did with the job file once its worker was launched (off the manager's
+/// loop, so the syncs of several starts overlap instead of queueing behind one another).
+pub(super) enum Placed {
+    /// Claimed and recorded running: the job is in `running_jobs/` at this path, naming the
+    /// worker, which is still gated.
+    Running(PathBuf),
+    /// Claimed, not recorded running (the launch failed, so there is no worker to name):
+    /// the claim's path.
+    Claimed(PathBuf),
+    /// Claimed, but the store refused the job's running record: the claim's path and why.
+    NotRecorded(PathBuf, StoreError),
+    /// Another manager of the queue took the job first (it runs there).
+    Taken,
+    /// The claim itself failed (the store cannot be written).
+    NotClaimed(StoreError),
+}
+
+/// Claims job `id` (`claim_queued`) and, when its worker was launched, records it running
+/// on `host` in `running_jobs/` naming the worker (`place_running_at`). Blocking file work:
+/// runs beside the manager's loop.
+fn claim_and_place(
+    store: &crate::store::Store,
+    queue: &str,
+    host: &str,
+    id: &str,
+    job: &Job,
+    launched: Option<(u32, Option<String>)>,
+) -> Placed {
+    let claim = match crate::store::jobfile::claim_queued(store, queue, host, id) {
+        Ok(path) => path,
+        Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            return Placed::Taken;
+        }
+        Err(e) => return Placed::NotClaimed(e),
+    };
+    let Some((pid, unit)) = launched else {
+        return Placed::Claimed(claim);
+    };
+    let mut job = job.clone();
+    let r = &mut job.runtime;
+    r.start_time = Some(Timestamp::now());
+    r.process_id = Some(pid);
+    r.unit = unit;
+    match place_running_at(store, queue, host, id, &mut job, &claim) {
+        Ok(()) => Placed::Running(store.job_path(queue, JobStatus::Running, id)),
+        Err(e) => Placed::NotRecorded(claim, e),
+    }
+}
+
+/// Marks `job` (at `path`: its start's claim, or `queued_jobs/` for a Slurm start) running
+/// on `host` with the start time, pid and unit the caller set, and moves it into
+/// `running_jobs/` — the move first, then the write (`move_claimed`): a job another process
+/// took meanwhile is never written back into being (`NotFound`).
+fn place_running_at(
+    store: &crate::store::Store,
+    queue: &str,
+    host: &str,
+    id: &str,
+    job: &mut Job,
+    path: &Path,
+) -> Result<(), StoreError> {
+    let r = &mut job.runtime;
+    r.status = JobStatus::Running;
+    r.finish_time = None;
+    r.llm_process_id = None;
+    r.error = None;
+    r.output = None;
+    r.host = Some(host.to_string());
+    crate::store::jobfile::move_claimed(store, queue, id, path, job).map(|_| ())
 }
 
 /// A completed launch, for [`Manager::on_launched`].
@@ -43,17 +118,27 @@ pub(super) struct LaunchDone {
     started_at: Instant,
     marked: bool,
     result: Result<launcher::Launched, launcher::LaunchError>,
+    placed: Placed,
+    /// A worker whose scope could not be made: still gated, discarded once the job is
+    /// ended (it must not find its job in running_jobs/ and put it back).
+    leftover: Option<launcher::Launched>,
 }
 
-type LaunchFuture = std::pin::Pin<Box<dyn std::future::Future<Output = LaunchDone> + Send>>;
+/// A launch runs as its own task (spawned at once, on any of the runtime's threads), so its
+/// fork, its scope's placement and its claim go on while the loop prepares the next start.
+type LaunchFuture = tokio::task::JoinHandle<LaunchDone>;
 
 /// The launches in flight (local launchers): a job is here from the start of its launch
-/// (its file still in queued_jobs/, so a pass never starts it twice and a reader of the
-/// state folders finds it) until it is claimed, recorded and its worker released (or it
-/// failed, or another manager took it); the sweep leaves it alone meanwhile.
+/// (its file in queued_jobs/, then in its start claim, then in running_jobs/; a pass never
+/// starts it twice, and a reader of the state folders finds it queued while it is in the
+/// claim, see `flow::settled_state`) until its worker is released (or it failed, or another
+/// manager took it); the sweep leaves it alone meanwhile.
 #[derive(Default)]
 pub(super) struct Launching {
-    futures: futures_util::stream::FuturesUnordered<LaunchFuture>,
+    /// In start order: each launch runs as its own task, all overlapping, but their
+    /// completions are taken in the order the jobs were picked (priority, then oldest), so
+    /// jobs are recorded running and released in that order.
+    futures: futures_util::stream::FuturesOrdered<LaunchFuture>,
     /// Job ids in flight, with who cancelled each meanwhile.
     ids: std::collections::HashMap<String, Option<String>>,
     /// The one in flight is a start that was interrupted before: nothing else starts.
@@ -97,37 +182,79 @@ impl Launching {
         self.ids.insert(p.id.clone(), None);
         self.alone = alone;
         let marker = spec.marker.clone();
-        self.futures.push(Box::pin(handling(marker, async move {
-            // Measured from before the launch: systemd's RuntimeMaxSec clock starts with
-            // the scope, so a job it kills at the limit has run at least `limit` by this
-            // clock.
-            let started_at = Instant::now();
-            let result = spec
-                .launcher
-                .launch(LaunchSpec {
+        self.futures
+            .push_back(tokio::spawn(handling(marker, async move {
+                // Measured from before the launch: systemd's RuntimeMaxSec clock starts with
+                // the scope, so a job it kills at the limit has run at least `limit` by this
+                // clock.
+                let started_at = Instant::now();
+                let lspec = LaunchSpec {
                     worker: &spec.worker,
                     args: p.args.clone(),
                     env: &spec.env,
                     job_id: &p.id,
                     runtime_max_secs: p.limit,
                     limits: spec.limits.as_ref(),
-                })
-                .await;
-            LaunchDone {
-                prepared: p,
-                started_at,
-                marked,
-                result,
-            }
-        })));
+                };
+                let spawned = spec.launcher.spawn(&lspec);
+                // The claim and the running record (with their syncs) go on beside the loop and
+                // beside the scope's placement: the worker stays gated until both are done and
+                // the loop has seen them (`on_launched`). The record names the scope the worker
+                // is being placed in; if it cannot be made, the job is failed from there before
+                // the worker is discarded.
+                let unit = spec.launcher.unit_for(&p.id);
+                let launched = spawned.as_ref().ok().map(|l| (l.pid, unit.clone()));
+                let (store, marker) = (spec.store.clone(), spec.marker.clone());
+                let (queue, host, id, job) = (
+                    spec.queue.clone(),
+                    spec.host.clone(),
+                    p.id.clone(),
+                    p.job.clone(),
+                );
+                let placing = tokio::task::spawn_blocking(move || {
+                    super::poison::handling_sync(marker, || {
+                        claim_and_place(&store, &queue, &host, &id, &job, launched)
+                    })
+                });
+                let (result, leftover) = match spawned {
+                    Ok(mut l) => match spec.launcher.place(&l, &lspec).await {
+                        Ok(()) => {
+                            l.unit = unit;
+                            (Ok(l), None)
+                        }
+                        Err(e) => (Err(e), Some(l)),
+                    },
+                    Err(e) => (Err(e), None),
+                };
+                let placed = placing.await.unwrap_or_else(|e| {
+                    Placed::NotClaimed(StoreError::Io {
+                        path: spec.marker.clone(),
+                        source: std::io::Error::other(format!(
+                            "the start's store work failed: {e}"
+                        )),
+                    })
+                });
+                LaunchDone {
+                    prepared: p,
+                    started_at,
+                    marked,
+                    result,
+                    placed,
+                    leftover,
+                }
+            })));
     }
 
     /// The next completed launch; pending forever when none is in flight (for `select!`).
     pub(super) async fn next(&mut self) -> LaunchDone {
         use futures_util::StreamExt;
         match self.futures.next().await {
-            Some(d) => d,
-            None => std::future::pending().await,
+            Some(Ok(d)) => d,
+            // A panic in a launch is the manager's, as when the loop itself ran it (the
+            // crash recorder has written it into the job's start marker).
+            Some(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            // Launch tasks are never aborted.
+            Some(Err(_)) | None => std::future::pending().await,
         }
     }
 
@@ -154,14 +281,7 @@ impl Manager {
         job: &mut Job,
         path: &Path,
     ) -> Result<(), StoreError> {
-        let r = &mut job.runtime;
-        r.status = JobStatus::Running;
-        r.finish_time = None;
-        r.llm_process_id = None;
-        r.error = None;
-        r.output = None;
-        r.host = Some(self.host.clone());
-        crate::store::jobfile::move_claimed(&self.store, &self.cfg.queue, id, path, job).map(|_| ())
+        place_running_at(&self.store, &self.cfg.queue, &self.host, id, job, path)
     }
 
     // ---- starting ----------------------------------------------------------------------
@@ -266,9 +386,8 @@ impl Manager {
     /// starts until this one is over.
     async fn start_batch(&mut self, ids: &[String], alone: bool) {
         for id in ids {
-            // The job stays in queued_jobs/ while its worker is launched (a reader of the
-            // state folders always finds it); it is claimed when the launch completes
-            // (`on_launched`), before its worker is released.
+            // The launch claims the job and records it running beside the worker's
+            // placement; the loop releases the worker once both are done (`on_launched`).
             let (marked, prepared) = self.begin_start(id).await;
             let Some(p) = prepared else {
                 if marked {
@@ -282,77 +401,86 @@ impl Manager {
                 env: self.cfg.worker_env.clone(),
                 limits: self.config.resource_limits.clone(),
                 marker: self.marker_path(MarkKind::Start, id),
+                store: self.store.clone(),
+                queue: self.cfg.queue.clone(),
+                host: self.host.clone(),
             };
             self.launching.push(p, marked, alone, spec);
         }
     }
 
-    /// Claims prepared job `p` before its worker is released: `queued_jobs/<id>.json` renamed
-    /// to this machine's claim, `Queues/<q>/.claimed/<host>/<id>.json` (`claim_queued`).
-    /// `None` when another manager took it first (it runs there) or the claim failed (put
-    /// off).
-    fn claim(&mut self, mut p: PreparedStart) -> Option<PreparedStart> {
-        let q = self.cfg.queue.clone();
-        match crate::store::jobfile::claim_queued(&self.store, &q, &self.host, &p.id) {
-            Ok(path) => {
-                p.path = path;
-                Some(p)
-            }
-            Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-                tracing::debug!(job_id = %p.id, queue = %q,
-                    "job taken by another queue manager of the queue");
-                self.index.forget(&p.id);
-                None
-            }
-            Err(e) => {
-                self.back_off(&p.id, &e.to_string());
-                None
-            }
-        }
-    }
-
-    /// A launch completed: the job file into running_jobs/ and the worker released (or the
-    /// job failed, or put off), then its start marker removed.
+    /// A launch completed (its job claimed and, when the worker was launched, recorded
+    /// running beside the loop): the worker released (or the job failed, or put off), then
+    /// its start marker removed.
     pub(super) async fn on_launched(&mut self, done: LaunchDone) {
         let LaunchDone {
             prepared,
             started_at,
             marked,
             result,
+            placed,
+            leftover,
         } = done;
         let id = prepared.id.clone();
         let marker = self.marker_path(MarkKind::Start, &id);
-        let claimed = handling(marker.clone(), async { self.claim(prepared) }).await;
-        let Some(prepared) = claimed else {
-            // Taken meanwhile (another manager of the queue started it, or a cancel ended
-            // it), or put off: its worker is never released.
-            self.launching.finish(&id);
-            self.discard_launch(result).await;
-            if marked {
-                self.unmark(MarkKind::Start, &id);
+        let cancelled = self.launching.finish(&id);
+        let path = match placed {
+            Placed::Running(p) | Placed::Claimed(p) => Some(p),
+            Placed::NotRecorded(claim, e) => {
+                // The store refused the running record: the worker never runs, the job,
+                // which never ran, goes back to queued_jobs/ and its start is put off.
+                tracing::error!(job_id = %id, queue = %self.cfg.queue,
+                    "cannot move job to running_jobs: {e}");
+                self.give_back(&id, &claim);
+                self.back_off(&id, &e.to_string());
+                None
             }
-            return;
+            Placed::Taken => {
+                // Another manager of the queue started it, or a cancel ended it: its worker
+                // is never released.
+                tracing::debug!(job_id = %id, queue = %self.cfg.queue,
+                    "job taken by another queue manager of the queue");
+                self.index.forget(&id);
+                None
+            }
+            Placed::NotClaimed(e) => {
+                self.back_off(&id, &e.to_string());
+                None
+            }
         };
-        match self.launching.finish(&id) {
-            Some(by) => handling(marker, self.cancel_launched(prepared, result, &by)).await,
-            None => handling(marker, self.finish_start(prepared, started_at, result)).await,
+        match (path, cancelled) {
+            (None, _) => self.discard_launch(result).await,
+            (Some(path), Some(by)) => {
+                let p = PreparedStart { path, ..prepared };
+                handling(marker, self.cancel_launched(p, result, &by)).await
+            }
+            (Some(path), None) => {
+                let p = PreparedStart { path, ..prepared };
+                handling(marker, self.finish_start(p, started_at, result)).await
+            }
+        }
+        // Its job ended (or given back) first: the worker then finds it gone.
+        if let Some(l) = leftover {
+            self.discard_launch(Ok(l)).await;
         }
         if marked {
             self.unmark(MarkKind::Start, &id);
         }
     }
 
-    /// A job cancelled while its worker was being launched: the worker never runs (its gate
-    /// is closed and its scope stopped), and the job fails as cancelled.
+    /// A job cancelled while its worker was being launched: the job fails as cancelled
+    /// (from its claim, or from `running_jobs/` where its launch recorded it), then the
+    /// worker, never released, is discarded (its gate closed, its scope stopped): it finds
+    /// its job gone and leaves it alone.
     async fn cancel_launched(
         &mut self,
         p: PreparedStart,
         launched: Result<launcher::Launched, launcher::LaunchError>,
         by: &str,
     ) {
-        self.discard_launch(launched).await;
         let error = format!("Job cancelled by {by}");
         self.fail_claimed(&p, error).await;
+        self.discard_launch(launched).await;
         self.index.forget(&p.id);
     }
 
@@ -503,7 +631,7 @@ impl Manager {
         })
     }
 
-    /// Records a launched worker: the job file into running_jobs/, then the worker released.
+    /// Releases a launched worker whose job the launch recorded in running_jobs/.
     async fn finish_start(
         &mut self,
         p: PreparedStart,
@@ -514,12 +642,12 @@ impl Manager {
         let PreparedStart {
             id,
             path,
-            mut job,
+            job,
             limit,
             ..
         } = p;
         let id = id.as_str();
-        let mut launched = match launched {
+        let launched = match launched {
             Ok(l) => l,
             Err(e) => {
                 let p = PreparedStart {
@@ -534,21 +662,7 @@ impl Manager {
                     .await;
             }
         };
-        let now = Timestamp::now();
-        let r = &mut job.runtime;
-        r.start_time = Some(now);
-        r.process_id = Some(launched.pid);
-        r.unit = launched.unit.clone();
-        if let Err(e) = self.place_running(id, &mut job, &path) {
-            tracing::error!(job_id = %id, queue = %q, "cannot move job to running_jobs: {e}");
-            drop(launched.gate);
-            let _ = launched.child.wait().await;
-            self.launcher
-                .clean_up(launched.pid, launched.unit.as_deref())
-                .await;
-            self.give_back(id, &path);
-            return self.back_off(id, &e.to_string());
-        }
+        // The launch recorded the job in running_jobs/ naming this worker (`claim_and_place`).
         self.backoff.remove(id);
         #[cfg(debug_assertions)]
         super::poison::injected_fault("release", id).await;

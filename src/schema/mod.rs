@@ -2,7 +2,10 @@
 //!
 //! Schemas are embedded from `schemas/` at build time and compiled once. When a store carries
 //! its own copy in `JSONValidation/Schemas/<kind>.schema.json`, that copy is used instead, as
-//! the PRD says. A rejection names every failing field by JSON pointer and can be logged as one
+//! the PRD says. A copy that differs from the embedded schema is compiled when the store is
+//! opened (a broken one stops the opening); the embedded schema (and a copy identical to it,
+//! what `init` writes) is compiled at its kind's first use, so a short-lived process (a job's
+//! worker) compiles only the kinds it reads or writes. A rejection names every failing field by JSON pointer and can be logged as one
 //! JSON line in `JSONValidation/errors.out` (`store::ErrorLog` writes it; this layer does no I/O
 //! on the store).
 
@@ -229,9 +232,44 @@ impl fmt::Display for Rejection {
 
 impl std::error::Error for Rejection {}
 
-/// The six compiled schemas.
+/// One kind's schema.
+enum Schema {
+    /// A store copy that differs from the embedded schema, compiled when the store was opened.
+    Own(jsonschema::Validator),
+    /// The embedded schema (or a store copy identical to it), compiled at first use.
+    Embedded(
+        &'static str,
+        std::sync::OnceLock<Result<jsonschema::Validator, String>>,
+    ),
+}
+
+impl Schema {
+    fn get(&self) -> Result<&jsonschema::Validator, &str> {
+        match self {
+            Schema::Own(v) => Ok(v),
+            Schema::Embedded(text, v) => v
+                .get_or_init(|| compile("embedded", text).map_err(|e| e.to_string()))
+                .as_ref()
+                .map_err(String::as_str),
+        }
+    }
+}
+
+/// Parses and compiles schema `text` (from `origin`).
+fn compile(origin: &str, text: &str) -> Result<jsonschema::Validator, SchemaError> {
+    let schema: Value = serde_json::from_str(text).map_err(|e| SchemaError::Compile {
+        origin: origin.to_string(),
+        message: e.to_string(),
+    })?;
+    jsonschema::draft202012::new(&schema).map_err(|e| SchemaError::Compile {
+        origin: origin.to_string(),
+        message: e.to_string(),
+    })
+}
+
+/// The six schemas.
 pub struct Validator {
-    compiled: HashMap<DocKind, jsonschema::Validator>,
+    compiled: HashMap<DocKind, Schema>,
     /// Where each kind carries ids that become file names, taken from the *embedded* schemas
     /// so a loosened store copy cannot turn the code-side check off.
     id_fields: HashMap<DocKind, Vec<Vec<String>>>,
@@ -269,19 +307,13 @@ impl Validator {
                     .map(|t| (path, t)),
                 None => None,
             };
-            let (origin, text) = match override_text {
-                Some((path, t)) => (path.display().to_string(), t),
-                None => (format!("embedded {kind}.schema.json"), text.to_string()),
+            let schema = match override_text {
+                Some((path, t)) if t != text => {
+                    Schema::Own(compile(&path.display().to_string(), &t)?)
+                }
+                _ => Schema::Embedded(text, std::sync::OnceLock::new()),
             };
-            let schema: Value = serde_json::from_str(&text).map_err(|e| SchemaError::Compile {
-                origin: origin.clone(),
-                message: e.to_string(),
-            })?;
-            let v = jsonschema::draft202012::new(&schema).map_err(|e| SchemaError::Compile {
-                origin,
-                message: e.to_string(),
-            })?;
-            compiled.insert(kind, v);
+            compiled.insert(kind, schema);
         }
         let mut id_fields = HashMap::new();
         for (kind, text) in EMBEDDED {
@@ -303,11 +335,29 @@ impl Validator {
         })
     }
 
+    /// Compiles the schemas of `kinds` now (each is otherwise compiled at its first use):
+    /// a process can do it while it waits for something else.
+    pub fn prepare(&self, kinds: &[DocKind]) {
+        for k in kinds {
+            if let Some(s) = self.compiled.get(k) {
+                let _ = s.get();
+            }
+        }
+    }
+
     /// Checks `doc` against the schema of `kind`.
     pub fn validate(&self, kind: DocKind, doc: &Value) -> Result<(), Rejection> {
         let Some(v) = self.compiled.get(&kind) else {
             return Err(Rejection::whole(kind, format!("no schema for {kind}")));
         };
+        // The embedded schemas compile (a test of this module says so); were one not to,
+        // every document of its kind would be refused, saying why.
+        let v = v.get().map_err(|e| {
+            Rejection::whole(
+                kind,
+                format!("the embedded {kind} schema does not compile: {e}"),
+            )
+        })?;
         let mut errors: Vec<FieldError> = v.iter_errors(doc).map(field_error).collect();
         for path in self.id_fields.get(&kind).into_iter().flatten() {
             check_ids(doc, path, &mut String::new(), &mut errors);
@@ -399,4 +449,43 @@ pub fn document_id(doc: &Value) -> Option<&str> {
         .or_else(|| doc.get("correlation_id"))
         .or_else(|| doc.get("config").and_then(|c| c.get("id")))
         .and_then(Value::as_str)
+}
+
+#[cfg(test)]
+mod lazy_tests {
+    use super::*;
+
+    /// The embedded schemas are compiled only at first use: each must compile.
+    #[test]
+    fn every_embedded_schema_compiles() {
+        for (kind, text) in EMBEDDED {
+            compile(&format!("embedded {kind}"), text)
+                .unwrap_or_else(|e| panic!("embedded {kind} schema: {e}"));
+        }
+    }
+
+    /// A store copy identical to the embedded schema is the embedded one (compiled at first
+    /// use); a different copy is compiled at once, and a broken one stops the opening.
+    #[test]
+    fn store_copies_identical_or_own() {
+        let read_same = |p: &Path| -> std::io::Result<Option<String>> {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            Ok(EMBEDDED
+                .iter()
+                .find(|(k, _)| format!("{k}.schema.json") == name)
+                .map(|(_, t)| t.to_string()))
+        };
+        let v = Validator::with_overrides(Some(Path::new("/s")), &read_same).unwrap();
+        assert!(
+            v.compiled
+                .values()
+                .all(|s| matches!(s, Schema::Embedded(_, c) if c.get().is_none()))
+        );
+        let broken = |p: &Path| -> std::io::Result<Option<String>> {
+            Ok(p.ends_with("job.schema.json")
+                .then(|| r#"{"type": "object", "properties": {"a": {"pattern": "("}}}"#.into()))
+        };
+        let err = Validator::with_overrides(Some(Path::new("/s")), &broken).unwrap_err();
+        assert!(err.to_string().contains("job.schema.json"), "{err}");
+    }
 }

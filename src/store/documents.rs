@@ -280,13 +280,19 @@ impl Store {
 
     /// Whether some machine holds a start claim of job `id` in one of `queues`.
     fn is_claimed(&self, queues: &[String], id: &str) -> bool {
+        self.claim_of(queues, id).is_some()
+    }
+
+    /// The start claim of job `id` (`Queues/<q>/.claimed/<host>/<id>.json`, any machine) in
+    /// one of `queues`: a job between `queued_jobs/` and `running_jobs/`, being started.
+    pub fn claim_of(&self, queues: &[String], id: &str) -> Option<PathBuf> {
         let file = format!("{id}.json");
-        queues.iter().any(|queue| {
-            std::fs::read_dir(super::jobfile::claims_root(self, queue)).is_ok_and(|hosts| {
-                hosts
-                    .flatten()
-                    .any(|h| safe::is_file(&h.path().join(&file)))
-            })
+        queues.iter().find_map(|queue| {
+            std::fs::read_dir(super::jobfile::claims_root(self, queue))
+                .ok()?
+                .flatten()
+                .map(|h| h.path().join(&file))
+                .find(|p| safe::is_file(p))
         })
     }
 

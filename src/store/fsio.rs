@@ -108,12 +108,27 @@ pub fn sync_parent(path: &Path) -> io::Result<()> {
     }
 }
 
+/// Syncs the folders of `a` and `b` (once when they are the same): the two syncs in flight
+/// at once, on two threads, so a move waits for one disk round trip instead of two in a row.
+pub fn sync_parents(a: &Path, b: &Path) -> io::Result<()> {
+    if a.parent() == b.parent() {
+        return sync_parent(a);
+    }
+    std::thread::scope(|s| {
+        let other = s.spawn(|| sync_parent(b));
+        let first = sync_parent(a);
+        let second = other
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("folder sync thread panicked")));
+        first.and(second)
+    })
+}
+
 /// Moves `from` to `to` with one rename, refusing to replace an existing `to`
 /// (a state change must never overwrite another document).
 pub fn move_no_replace(from: &Path, to: &Path) -> io::Result<()> {
     safe::rename_noreplace(from, to)?;
-    sync_parent(to)?;
-    sync_parent(from)
+    sync_parents(to, from)
 }
 
 /// [`move_no_replace`] that syncs only the folder `to` is in: for a move out of a folder

@@ -233,8 +233,8 @@ fn take_and_write(
         taken || src.parent().and_then(|d| d.parent()) == Some(claims_root(store, queue).as_path());
     crate::store::write_atomic_moved_on(&src, &bytes).map_err(|e| put_back(io(&src)(e)))?;
     let moved = if claimed {
-        crate::store::move_no_replace_into(&src, &dst)
-            .and_then(|()| crate::store::sync_parent(&queued))
+        crate::store::safe::rename_noreplace(&src, &dst)
+            .and_then(|()| crate::store::fsio::sync_parents(&dst, &queued))
     } else {
         crate::store::move_no_replace(&src, &dst)
     };

@@ -78,6 +78,15 @@ impl Outcome {
 
 /// Runs one job to its end; returns the state it ended in.
 pub fn run(args: &WorkerArgs) -> Result<JobStatus, WorkerError> {
+    // Read-only preparation before the gate, overlapping the manager's placement of this
+    // process: the store's configuration read and the schemas of the documents the worker
+    // reads and writes compiled. Nothing of the job is touched before `go`; an error here is
+    // reported after it, as before.
+    let opened = Store::open(&args.root);
+    if let Ok(s) = &opened {
+        s.validator()
+            .prepare(&[crate::model::DocKind::Job, crate::model::DocKind::Queue]);
+    }
     if args.gate {
         let mut line = String::new();
         let _ = std::io::stdin().lock().read_line(&mut line);
@@ -86,7 +95,7 @@ pub fn run(args: &WorkerArgs) -> Result<JobStatus, WorkerError> {
             return Err(WorkerError::Aborted);
         }
     }
-    let store = Store::open(&args.root)?;
+    let store = opened?;
     let (q, id) = (args.queue.as_str(), args.job_id.as_str());
     let path = store.job_path(q, JobStatus::Running, id);
     let bytes = read_limited(&path)?;
