@@ -327,6 +327,11 @@ fn end_collided(
     earlier: &str,
     failed: impl FnOnce(&str) -> Result<Vec<u8>, StoreError>,
 ) -> Result<PathBuf, StoreError> {
+    // As in `take_and_write`: a run whose job another process moved away (a machine that
+    // judged this one lost failed it) never writes it back into being, here as a collision.
+    if !crate::store::safe::exists(src) {
+        return Err(gone(src));
+    }
     let n = (1..u32::MAX)
         .find(|n| std::fs::symlink_metadata(collision_path(store, queue, id, *n)).is_err())
         .unwrap_or(u32::MAX);
