@@ -41,13 +41,23 @@ results=$work/results.tsv
 : >"$results"
 
 python3 - "$bin" "$work" "$results" "${sizes[@]}" <<'PY'
-import json, os, socket, subprocess, sys, time, statistics, uuid, shutil
+import atexit, json, os, socket, subprocess, sys, time, statistics, uuid, shutil
 
 bin_dir, work, results = sys.argv[1], sys.argv[2], sys.argv[3]
 sizes = [int(s) for s in sys.argv[4:]]
 env0 = dict(os.environ)
 # Another user (nobody) must reach the bus socket in here; the store itself is closed to it.
 os.chmod(work, 0o755)
+
+# Daemons this script started are stopped however it ends (a failed check included).
+started = []
+atexit.register(lambda: [p.kill() for p in started if p.poll() is None])
+_popen = subprocess.Popen
+def Popen(*a, **k):
+    p = _popen(*a, **k)
+    started.append(p)
+    return p
+subprocess.Popen = Popen
 
 def row(size, what, value):
     with open(results, "a") as f:
