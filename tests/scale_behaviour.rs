@@ -574,3 +574,50 @@ async fn id_collision_with_failed_or_archived_job_never_sticks() {
     })
     .await;
 }
+
+/// A FIFO planted under this machine's own handled-log name: recording a handled job is
+/// refused with a warning instead of waiting for a reader forever (which stopped all
+/// completion handling after the first job), and every later job is still handled once.
+#[test]
+fn a_fifo_as_this_machines_handled_log_never_blocks_completion() {
+    let env = QueueEnv::new(1);
+    let home = env.dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(env.dir("finished")).unwrap();
+    let logdir = env.root.join("logs/handled-jobs");
+    std::fs::create_dir_all(&logdir).unwrap();
+    // This machine's file name, as the daemon makes it (`<host>.log`, host name made safe).
+    let host: String = agentstore::store::hostname()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let host = host.trim_start_matches('.');
+    let fifo = logdir.join(format!(
+        "{}.log",
+        if host.is_empty() { "localhost" } else { host }
+    ));
+    let ok = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(ok.success());
+    let stderr = env.dir.path().join("orchestratord.err");
+    let mut c = orchestratord_command_on(None, &env.root, &home);
+    c.stderr(std::fs::File::create(&stderr).unwrap());
+    let _d = KillOnDrop(c.spawn().unwrap());
+    for id in ["fresh-1", "fresh-2", "fresh-3"] {
+        let f = env.job_file("finished", id);
+        write_json_atomic_value(&f, &finished_job(id));
+        wait_until(LONG, &format!("{id} handled"), || {
+            read_json(&f)["runtime"]["handled"] == json!(true)
+        });
+    }
+    let err = std::fs::read_to_string(&stderr).unwrap();
+    assert!(
+        err.contains("handled-log not written"),
+        "no warning in:\n{err}"
+    );
+}

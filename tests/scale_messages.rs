@@ -71,7 +71,11 @@ fn pages_are_slices_of_the_whole_listing() {
         "messaging/inbox/m-00010.json",
         &message("m-00010", "2025-03-01T10:00:00Z", "user", "queued"),
     );
-    let all = list(&env, &[]);
+    // The CLI shows a page of 1000 unless asked for more.
+    let first = list(&env, &[]);
+    assert_eq!(first["messages"].as_array().unwrap().len(), 1000);
+    assert_eq!(first["next_offset"], json!(1000));
+    let all = list(&env, &["--limit", "100000"]);
     let whole = rows(&all);
     assert_eq!(all["total"], json!(2 * n));
     assert_eq!(whole.len(), 2 * n);
@@ -142,7 +146,7 @@ fn pages_are_slices_of_the_whole_listing() {
         .collect();
     assert_eq!(rows(&answers), want);
     assert_eq!(answers["total"], json!(n - 1));
-    let errors = list(&env, &["--status", "error"]);
+    let errors = list(&env, &["--status", "error", "--limit", "1"]);
     assert_eq!(errors["total"], json!((n - 1).div_ceil(7)));
 }
 

@@ -28,10 +28,15 @@ pub struct ListMessagesArgs {
     /// Skip this many (newest first).
     #[arg(long, default_value_t = 0)]
     pub offset: usize,
-    /// At most this many.
+    /// At most this many (default 1000, newest first; the footer says how to see more).
     #[arg(long)]
     pub limit: Option<usize>,
 }
+
+/// Messages in one listing when `--limit` is not given: a page, as `ListJobs` gives one. An
+/// answer is built whole (and over D-Bus it is bounded at 2 MiB of rows), so the whole
+/// history of a busy store (200,000 files) is never asked for at once by default.
+pub const DEFAULT_LIMIT: usize = 1000;
 
 impl ListMessagesArgs {
     /// The content of the `list-messages` direct command these options ask for.
@@ -48,9 +53,7 @@ impl ListMessagesArgs {
             }
         }
         c.insert("offset".into(), json!(self.offset));
-        if let Some(l) = self.limit {
-            c.insert("limit".into(), json!(l));
-        }
+        c.insert("limit".into(), json!(self.limit.unwrap_or(DEFAULT_LIMIT)));
         c
     }
 }

@@ -25,6 +25,20 @@ pub fn result_text(job: &Job) -> String {
     job.result_text()
 }
 
+/// Appends the handled job's line to this machine's handled-log. A log that cannot be
+/// written (a full disk, a FIFO or folder planted under its name) costs a warning, never the
+/// pass: the job's flag is set, so it is not handled twice (after a restart it is read once
+/// more), and the jobs after it in this pass are still handled.
+fn record_handled(log: &mut super::handled::HandledLog, loc: &JobLocation) {
+    if let Err(e) = log.record(&loc.queue, &loc.id) {
+        tracing::warn!(
+            job_id = %loc.id,
+            queue = %loc.queue,
+            "handled-log not written: {e}; the job is handled (its runtime.handled is set)"
+        );
+    }
+}
+
 /// Handles the finished jobs `completions` names (reported by the watcher, or found by its
 /// backstop sweep) that the handled-log does not list yet. Each handled job gets its
 /// `runtime.handled` flag, then a line in this machine's handled-log; a job whose flag is
@@ -55,7 +69,7 @@ pub fn handle_finished_jobs(
             }
         };
         if job.runtime.handled == Some(true) {
-            completions.log(store).record(&loc.queue, &loc.id)?;
+            record_handled(completions.log(store), &loc);
             continue;
         }
         let _span = tracing::info_span!("job", job_id = %loc.id, queue = %loc.queue).entered();
@@ -74,7 +88,7 @@ pub fn handle_finished_jobs(
         job.runtime.handled = Some(true);
         // The job is finished: its worker is gone, so the orchestrator may write it now.
         store.write_doc(DocKind::Job, &loc.path, &job)?;
-        completions.log(store).record(&loc.queue, &loc.id)?;
+        record_handled(completions.log(store), &loc);
         store.record(Record::info(
             Event::new(DAEMON, "job_handled")
                 .job(&loc.id)

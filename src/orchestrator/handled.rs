@@ -103,12 +103,19 @@ impl HandledLog {
         self.set.is_empty()
     }
 
-    /// Records a handled job: appends a line to this machine's log.
+    /// Records a handled job: appends a line to this machine's log. The job counts as
+    /// recorded for this process even when the line cannot be written (the error says why).
     pub fn record(&mut self, queue: &str, id: &str) -> Result<(), StoreError> {
         let k = key(queue, id);
         if self.set.contains(&k) {
             return Ok(());
         }
+        let written = self.append(&k);
+        self.set.insert(k);
+        written
+    }
+
+    fn append(&self, k: &str) -> Result<(), StoreError> {
         let io = |source| StoreError::Io {
             path: self.own.clone(),
             source,
@@ -122,9 +129,15 @@ impl HandledLog {
             .custom_flags_nofollow()
             .open(&self.own)
             .map_err(io)?;
+        // A FIFO planted under this machine's name is opened without waiting for a reader
+        // (O_NONBLOCK: ENXIO, or a reader's pipe) and refused, never written to.
+        if !f.metadata().map_err(io)?.is_file() {
+            return Err(io(std::io::Error::other(
+                "not a regular file; the handled-log is not written",
+            )));
+        }
         // One write of the whole line: O_APPEND keeps concurrent appends whole.
         f.write_all(format!("{k}\n").as_bytes()).map_err(io)?;
-        self.set.insert(k);
         Ok(())
     }
 }
@@ -190,7 +203,7 @@ fn read_log(path: &Path, set: &mut HashSet<String>) -> std::io::Result<usize> {
     Ok(ignored)
 }
 
-/// `O_NOFOLLOW` on the log file: a symlink planted there is refused, not followed.
+/// `O_NOFOLLOW | O_NONBLOCK` on the log file: a symlink planted there is refused, not followed.
 trait NoFollow {
     fn custom_flags_nofollow(&mut self) -> &mut Self;
 }
@@ -198,7 +211,7 @@ trait NoFollow {
 impl NoFollow for std::fs::OpenOptions {
     fn custom_flags_nofollow(&mut self) -> &mut Self {
         use std::os::unix::fs::OpenOptionsExt;
-        self.custom_flags(nix::libc::O_NOFOLLOW)
+        self.custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
     }
 }
 

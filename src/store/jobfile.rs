@@ -57,8 +57,11 @@ pub fn write_and_move_from(
     // A run ending under an id an earlier job already ended with in another final folder
     // (or in the archive) is a collision too: the no-replace move below sees only its own
     // destination.
+    // Only while the run is still ours: a job another machine ended meanwhile (its file gone
+    // from running_jobs/) is `NotFound` below, never written back into being.
     if matches!(job.runtime.status, JobStatus::Finished | JobStatus::Failed)
         && src.parent() == Some(store.jobs_dir(queue, JobStatus::Running).as_path())
+        && crate::store::safe::exists(src)
         && let Some(earlier) = earlier_end(store, queue, id, job.runtime.status)
     {
         return collided(src, &earlier);
