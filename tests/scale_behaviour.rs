@@ -586,22 +586,8 @@ fn a_fifo_as_this_machines_handled_log_never_blocks_completion() {
     std::fs::create_dir_all(env.dir("finished")).unwrap();
     let logdir = env.root.join("logs/handled-jobs");
     std::fs::create_dir_all(&logdir).unwrap();
-    // This machine's file name, as the daemon makes it (`<host>.log`, host name made safe).
-    let host: String = agentstore::store::hostname()
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    let host = host.trim_start_matches('.');
-    let fifo = logdir.join(format!(
-        "{}.log",
-        if host.is_empty() { "localhost" } else { host }
-    ));
+    // This machine's file name, as the daemon makes it.
+    let fifo = logdir.join(agentstore::orchestrator::handled::own_name());
     let ok = Command::new("mkfifo").arg(&fifo).status().unwrap();
     assert!(ok.success());
     let stderr = env.dir.path().join("orchestratord.err");

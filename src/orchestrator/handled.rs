@@ -35,8 +35,8 @@ fn key(queue: &str, id: &str) -> String {
     format!("{queue}/{id}")
 }
 
-/// This machine's log file name: the host name, made safe.
-fn own_name() -> String {
+/// This machine's log file name (`<host>.log`): the host name, made safe.
+pub fn own_name() -> String {
     let h: String = hostname()
         .chars()
         .map(|c| {
