@@ -300,6 +300,10 @@ impl Manager {
         for id in dead {
             m.settle(&id, None).await;
         }
+        // The runtime tells the truth from READY on: the jobs re-adopted are active now, not
+        // only after the first pass (the reset above wrote 0).
+        let changed = m.write_runtime(false);
+        m.flush_signals(changed).await;
         // The first pass over queued_jobs/ (which reads each queued job's queue time) runs
         // in `run`, after systemd has been told the manager is ready: readiness never waits
         // on the size of the queue.
