@@ -585,10 +585,7 @@ impl LockKeeper {
                     let Some(seat) = guard.as_mut() else { return };
                     let wait = match seat.poll(&shared.store) {
                         Ok(Some(role)) => {
-                            apply_role(&shared, &role);
-                            if let Ok(mut m) = shared.machines.lock() {
-                                m.set_role(role.name(), seat.lock_info().map(|l| l.epoch));
-                            }
+                            take_role(&shared, seat, &role);
                             let _ = wake.try_send(());
                             Duration::ZERO
                         }
@@ -630,10 +627,7 @@ impl LockKeeper {
         };
         match seat.poll(&shared.store) {
             Ok(Some(role)) => {
-                apply_role(shared, &role);
-                if let Ok(mut m) = shared.machines.lock() {
-                    m.set_role(role.name(), seat.lock_info().map(|l| l.epoch));
-                }
+                take_role(shared, seat, &role);
                 Ok(true)
             }
             Ok(None) => Ok(false),
@@ -656,6 +650,15 @@ impl LockKeeper {
             let _ = t.join();
         }
         self.seat.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+/// A role the lock seat moved to: published ([`apply_role`]) and told to the machines
+/// heartbeat with the lock's epoch.
+fn take_role(shared: &Shared, seat: &Seat, role: &Role) {
+    apply_role(shared, role);
+    if let Ok(mut m) = shared.machines.lock() {
+        m.set_role(role.name(), seat.lock_info().map(|l| l.epoch));
     }
 }
 

@@ -12,7 +12,7 @@
 //! failed), so a job moved while a listing runs is seen at least once, and the merge drops
 //! the second sighting (same queue, id and queue time come out next to each other).
 
-use super::{Store, file_id, listing_docs, scan_dir, scan_subdirs};
+use super::{Store, listing_docs, scan_subdirs};
 use crate::model::{JobStatus, Timestamp};
 use serde::Deserialize;
 use std::collections::HashMap;
@@ -732,33 +732,19 @@ fn claims_source(store: &Store, queue: &str) -> Vec<Rec> {
     let root = super::jobfile::claims_root(store, queue);
     let mut recs = Vec::new();
     for host in scan_subdirs(&root).unwrap_or_default() {
-        let Ok(scan) = scan_dir(&root.join(&host)) else {
-            continue;
-        };
-        for p in scan.documents {
-            let Some(id) = file_id(&p) else { continue };
-            if !crate::model::is_safe_id(id) {
+        for (id, p) in super::jobfile::claims_of(store, queue, &host) {
+            if !crate::model::is_safe_id(&id) {
                 continue;
             }
             // An unreadable claim (mid-write) is left out, not reported: it is never a
             // document of its own.
             if let Some(head) = read_head(&p) {
-                recs.push(Rec::from_head(id, Some(head)));
+                recs.push(Rec::from_head(&id, Some(head)));
             }
         }
     }
     recs.sort_by(|a, b| a.key().cmp(&b.key()));
     recs
-}
-
-/// The start claims of job `id` in `queue`, on every machine.
-fn claim_paths(store: &Store, queue: &str, id: &str) -> Vec<PathBuf> {
-    let root = super::jobfile::claims_root(store, queue);
-    scan_subdirs(&root)
-        .unwrap_or_default()
-        .into_iter()
-        .map(|host| root.join(host).join(format!("{id}.json")))
-        .collect()
 }
 
 /// A folder's records in index order, as index lines: those of the old index's text for the
@@ -1177,7 +1163,7 @@ pub fn read_listed(
         let mut paths = vec![store.job_path(&l.queue, s, &l.id)];
         if s == JobStatus::Queued && l.month.is_none() {
             // A job being started: its claim, before running_jobs/ (the way it moves).
-            paths.extend(claim_paths(store, &l.queue, &l.id));
+            paths.extend(store.claim_of(std::slice::from_ref(&l.queue), &l.id));
         }
         for path in paths {
             let loc = super::JobLocation {
