@@ -272,7 +272,7 @@ pub struct Validator {
     compiled: HashMap<DocKind, Schema>,
     /// Where each kind carries ids that become file names, taken from the *embedded* schemas
     /// so a loosened store copy cannot turn the code-side check off.
-    id_fields: HashMap<DocKind, Vec<Vec<String>>>,
+    id_fields: HashMap<DocKind, (&'static str, std::sync::OnceLock<Vec<Vec<String>>>)>,
 }
 
 impl fmt::Debug for Validator {
@@ -315,20 +315,12 @@ impl Validator {
             };
             compiled.insert(kind, schema);
         }
-        let mut id_fields = HashMap::new();
-        for (kind, text) in EMBEDDED {
-            let schema: Value = serde_json::from_str(text).map_err(|e| SchemaError::Compile {
-                origin: format!("embedded {kind}.schema.json"),
-                message: e.to_string(),
-            })?;
-            let mut found = Vec::new();
-            id_pointers(&schema, &mut Vec::new(), &mut found);
-            if kind == DocKind::Message {
-                // `project` names a folder too (checked again by the store on lookup).
-                found.push(vec!["project".to_string()]);
-            }
-            id_fields.insert(kind, found);
-        }
+        // Read from the embedded schemas at the first check of each kind (a short-lived
+        // process, such as a worker, checks two kinds of the six).
+        let id_fields = EMBEDDED
+            .iter()
+            .map(|(kind, text)| (*kind, (*text, std::sync::OnceLock::new())))
+            .collect();
         Ok(Validator {
             compiled,
             id_fields,
@@ -345,6 +337,24 @@ impl Validator {
         }
     }
 
+    /// Where documents of `kind` carry ids that become file names (from the embedded schema).
+    fn id_fields(&self, kind: DocKind) -> &[Vec<String>] {
+        let Some((text, fields)) = self.id_fields.get(&kind) else {
+            return &[];
+        };
+        fields.get_or_init(|| {
+            // The embedded schemas parse (a test of this module says so).
+            let schema: Value = serde_json::from_str(text).unwrap_or(Value::Null);
+            let mut found = Vec::new();
+            id_pointers(&schema, &mut Vec::new(), &mut found);
+            if kind == DocKind::Message {
+                // `project` names a folder too (checked again by the store on lookup).
+                found.push(vec!["project".to_string()]);
+            }
+            found
+        })
+    }
+
     /// Checks `doc` against the schema of `kind`.
     pub fn validate(&self, kind: DocKind, doc: &Value) -> Result<(), Rejection> {
         let Some(v) = self.compiled.get(&kind) else {
@@ -359,7 +369,7 @@ impl Validator {
             )
         })?;
         let mut errors: Vec<FieldError> = v.iter_errors(doc).map(field_error).collect();
-        for path in self.id_fields.get(&kind).into_iter().flatten() {
+        for path in self.id_fields(kind) {
             check_ids(doc, path, &mut String::new(), &mut errors);
         }
         check_not_newer(doc, &mut errors);

@@ -78,6 +78,14 @@ impl Outcome {
 
 /// Runs one job to its end; returns the state it ended in.
 pub fn run(args: &WorkerArgs) -> Result<JobStatus, WorkerError> {
+    if args.gate {
+        // Started by a queue manager (which no longer does it between fork and exec): this
+        // worker's own session and process group, before the gate, so the manager's
+        // process-group signals after the release reach everything the job starts.
+        if let Err(e) = nix::unistd::setsid() {
+            tracing::warn!("cannot start a session of its own: {e}");
+        }
+    }
     // Read-only preparation before the gate, overlapping the manager's placement of this
     // process: the store's configuration read and the schemas of the documents the worker
     // reads and writes compiled. Nothing of the job is touched before `go`; an error here is
@@ -117,6 +125,11 @@ pub fn run(args: &WorkerArgs) -> Result<JobStatus, WorkerError> {
         Err(e) => Outcome::fail(format!("Cannot read queue {q}: {e}")),
     };
     let status = finish(&store, q, id, job, outcome)?;
+    if args.gate {
+        // A process of its own (started by a manager) that exits right after: its compiled
+        // schemas are not worth freeing one allocation at a time.
+        std::mem::forget(store);
+    }
     Ok(status)
 }
 
