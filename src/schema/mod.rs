@@ -267,12 +267,16 @@ fn compile(origin: &str, text: &str) -> Result<jsonschema::Validator, SchemaErro
     })
 }
 
+/// Where a kind's documents carry ids (JSON paths, `*` for every array item), read from its
+/// embedded schema at the first check of the kind.
+type IdFields = std::sync::OnceLock<Vec<Vec<String>>>;
+
 /// The six schemas.
 pub struct Validator {
     compiled: HashMap<DocKind, Schema>,
     /// Where each kind carries ids that become file names, taken from the *embedded* schemas
     /// so a loosened store copy cannot turn the code-side check off.
-    id_fields: HashMap<DocKind, (&'static str, std::sync::OnceLock<Vec<Vec<String>>>)>,
+    id_fields: HashMap<DocKind, (&'static str, IdFields)>,
 }
 
 impl fmt::Debug for Validator {
