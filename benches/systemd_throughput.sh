@@ -8,7 +8,7 @@
 #   2. latency, one at a time (default 30 samples): job file renamed into queued_jobs/ →
 #      the file in running_jobs/ (the worker is in its scope), against `systemd-run --scope`
 #      start → its command running. p50 and p90 of each, and the ratios.
-# Usage: bash benches/systemd_throughput.sh [N] [SAMPLES]
+# Usage: [ROUNDS=3] bash benches/systemd_throughput.sh [N] [SAMPLES]
 # Binaries from $AGENTSTORE_BIN_DIR (default target/release; `cargo build --release --bins`).
 # The numbers are printed with the load average (a shared machine skews them).
 set -euo pipefail

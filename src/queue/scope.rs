@@ -56,10 +56,59 @@ pub enum ScopeError {
     NoConfirmation(String),
 }
 
+/// The start of every job scope's name.
+const SCOPE_PREFIX: &str = "agentstore-job-";
+
+fn lock_map<K, V>(
+    m: &std::sync::Mutex<std::collections::HashMap<K, V>>,
+) -> std::sync::MutexGuard<'_, std::collections::HashMap<K, V>> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Where the unified (cgroup v2) hierarchy is mounted, read once from this process's mounts.
+fn unified_mount() -> Option<&'static std::path::Path> {
+    static MOUNT: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    MOUNT
+        .get_or_init(|| {
+            let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+            cgroup2_mount_in(&text)
+        })
+        .as_deref()
+}
+
+/// The mount point of the first cgroup2 file system in `mountinfo` text.
+fn cgroup2_mount_in(mountinfo: &str) -> Option<std::path::PathBuf> {
+    mountinfo.lines().find_map(|l| {
+        let (left, right) = l.split_once(" - ")?;
+        (right.split(' ').next() == Some("cgroup2"))
+            .then(|| left.split(' ').nth(4).map(std::path::PathBuf::from))
+            .flatten()
+    })
+}
+
+/// The unified cgroup folder process `pid` is in (`0::<path>` of /proc/PID/cgroup).
+fn unified_cgroup_of(pid: u32) -> Option<std::path::PathBuf> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let rel = text.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let rel = rel.trim().trim_start_matches('/');
+    (!rel.is_empty() && !rel.split('/').any(|c| c == ".."))
+        .then(|| unified_mount().map(|m| m.join(rel)))
+        .flatten()
+}
+
+/// True when cgroup folder `dir` has no process left in it or below it (`populated 0`), or
+/// is gone already. Anything unreadable counts as not empty (the scope is then stopped).
+fn cgroup_empty(dir: &std::path::Path) -> bool {
+    match std::fs::read_to_string(dir.join("cgroup.events")) {
+        Ok(t) => t.lines().any(|l| l.trim() == "populated 0"),
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound && !dir.exists(),
+    }
+}
+
 /// `agentstore-job-<id>.scope` (ids are safe file names, all valid in unit names except
 /// none: `[A-Za-z0-9._-]`).
 pub fn scope_name(job_id: &str) -> String {
-    format!("agentstore-job-{job_id}.scope")
+    format!("{SCOPE_PREFIX}{job_id}.scope")
 }
 
 /// Parses `memory_max`: bytes as a number, or a string with a K/M/G/T (1024-based) suffix,
@@ -161,6 +210,30 @@ fn to_variant(v: PropValue) -> zbus::Result<OwnedVariant> {
 #[derive(Debug, Clone)]
 pub struct ScopeLauncher {
     manager: ManagerProxy<'static>,
+    /// Confirmations of scope starts, read from ONE JobRemoved stream for every start (a
+    /// stream per start would put each systemd job's signal through every start in flight).
+    jobs: std::sync::Arc<std::sync::Mutex<JobResults>>,
+    /// The unified cgroup folder of each scope this launcher placed a worker in, so `stop`
+    /// can see the scope has emptied and leave its end to systemd.
+    cgroups:
+        std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, std::path::PathBuf>>>,
+}
+
+/// systemd jobs whose end is awaited, and ends of our scopes' jobs that came before anyone
+/// waited for them (the signal can overtake the reply that names the job).
+#[derive(Debug, Default)]
+struct JobResults {
+    waiting: std::collections::HashMap<String, tokio::sync::oneshot::Sender<String>>,
+    early: std::collections::VecDeque<(String, String)>,
+}
+
+/// Ends kept for a start that has not asked yet (only `agentstore-job-*` units).
+const EARLY_RESULTS: usize = 1024;
+
+impl JobResults {
+    fn lock(m: &std::sync::Mutex<JobResults>) -> std::sync::MutexGuard<'_, JobResults> {
+        m.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 impl ScopeLauncher {
@@ -178,8 +251,38 @@ impl ScopeLauncher {
             zbus::Connection::session().await?
         };
         let manager = ManagerProxy::new(&conn).await?;
+        let mut removed = manager.receive_job_removed().await?;
         manager.subscribe().await?;
-        Ok(ScopeLauncher { manager })
+        let jobs = std::sync::Arc::new(std::sync::Mutex::new(JobResults::default()));
+        let results = std::sync::Arc::downgrade(&jobs);
+        tokio::spawn(async move {
+            while let Some(sig) = removed.next().await {
+                let Ok(args) = sig.args() else { continue };
+                let Some(results) = results.upgrade() else {
+                    return;
+                };
+                let mut r = JobResults::lock(&results);
+                let job = args.job().to_string();
+                let result = args.result().to_string();
+                if let Some(tx) = r.waiting.remove(&job) {
+                    let _ = tx.send(result);
+                } else if args.unit().starts_with(SCOPE_PREFIX) {
+                    if r.early.len() >= EARLY_RESULTS {
+                        r.early.pop_front();
+                    }
+                    r.early.push_back((job, result));
+                }
+            }
+            // The bus is gone: every start waiting now fails unconfirmed (its sender dropped).
+            if let Some(results) = results.upgrade() {
+                JobResults::lock(&results).waiting.clear();
+            }
+        });
+        Ok(ScopeLauncher {
+            manager,
+            jobs,
+            cgroups: Default::default(),
+        })
     }
 
     /// Places `pid` in `agentstore-job-<id>.scope` and returns once systemd reports the
@@ -196,24 +299,42 @@ impl ScopeLauncher {
             .into_iter()
             .map(|(k, v)| to_variant(v).map(|v| (k, v)))
             .collect::<zbus::Result<Vec<_>>>()?;
-        let mut removed = self.manager.receive_job_removed().await?;
         let job = self
             .manager
             .start_transient_unit(unit.clone(), "fail".into(), props, Vec::new())
-            .await?;
-        let wait = async {
-            while let Some(sig) = removed.next().await {
-                let Ok(args) = sig.args() else { continue };
-                if *args.job() == job {
-                    return Some(args.result().to_string());
+            .await?
+            .to_string();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let early = {
+            let mut r = JobResults::lock(&self.jobs);
+            match r.early.iter().position(|(j, _)| *j == job) {
+                Some(i) => r.early.remove(i).map(|(_, result)| result),
+                None => {
+                    r.waiting.insert(job.clone(), tx);
+                    None
                 }
             }
-            None
         };
-        match tokio::time::timeout(Duration::from_secs(30), wait).await {
-            Ok(Some(r)) if r == "done" => Ok(unit),
-            Ok(Some(result)) => Err(ScopeError::JobFailed { unit, result }),
-            _ => Err(ScopeError::NoConfirmation(unit)),
+        let result = match early {
+            Some(r) => Some(r),
+            None => match tokio::time::timeout(Duration::from_secs(30), rx).await {
+                Ok(Ok(r)) => Some(r),
+                _ => {
+                    JobResults::lock(&self.jobs).waiting.remove(&job);
+                    None
+                }
+            },
+        };
+        match result {
+            Some(r) if r == "done" => {
+                // The worker is in the scope now (gated, alive): where its cgroup is.
+                if let Some(dir) = unified_cgroup_of(pid) {
+                    lock_map(&self.cgroups).insert(unit.clone(), dir);
+                }
+                Ok(unit)
+            }
+            Some(result) => Err(ScopeError::JobFailed { unit, result }),
+            None => Err(ScopeError::NoConfirmation(unit)),
         }
     }
 
@@ -225,8 +346,14 @@ impl ScopeLauncher {
         Ok(())
     }
 
-    /// Stops the scope (SIGTERM to all, SIGKILL after 5 s); a scope already gone is fine.
+    /// Stops the scope (SIGTERM to all, SIGKILL after 5 s); a scope already gone is fine. A
+    /// scope this launcher placed whose cgroup has emptied (the worker and everything it
+    /// started have exited) needs no stop: systemd ends it by itself, with no round trip.
     pub async fn stop(&self, unit: &str) {
+        let dir = lock_map(&self.cgroups).remove(unit);
+        if dir.is_some_and(|d| cgroup_empty(&d)) {
+            return;
+        }
         if let Err(e) = self
             .manager
             .stop_unit(unit.to_string(), "replace".into())
@@ -282,6 +409,42 @@ mod tests {
             to_variant(v).unwrap();
         }
         assert_eq!(scope_name("job-1"), "agentstore-job-job-1.scope");
+    }
+
+    #[test]
+    fn the_unified_hierarchy_and_an_emptied_scope_are_recognised() {
+        // Hybrid (a container under systemd 252) and pure cgroup v2 mount tables.
+        let hybrid = "29 22 0:26 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755\n\
+                      30 29 0:27 / /sys/fs/cgroup/unified rw,nosuid - cgroup2 cgroup2 rw\n";
+        assert_eq!(
+            cgroup2_mount_in(hybrid),
+            Some(std::path::PathBuf::from("/sys/fs/cgroup/unified"))
+        );
+        let v2 = "25 20 0:22 / /sys/fs/cgroup rw,nosuid shared:9 - cgroup2 cgroup2 rw\n";
+        assert_eq!(
+            cgroup2_mount_in(v2),
+            Some(std::path::PathBuf::from("/sys/fs/cgroup"))
+        );
+        assert_eq!(
+            cgroup2_mount_in("1 0 0:1 / / rw - ext4 /dev/sda rw\n"),
+            None
+        );
+        // cgroup.events says whether anything is left; a folder gone is empty; anything
+        // unreadable is not (the scope is then stopped).
+        let dir = tempfile::tempdir().unwrap();
+        let scope = dir.path().join("agentstore-job-a.scope");
+        std::fs::create_dir(&scope).unwrap();
+        std::fs::write(scope.join("cgroup.events"), "populated 1\nfrozen 0\n").unwrap();
+        assert!(!cgroup_empty(&scope));
+        std::fs::write(scope.join("cgroup.events"), "populated 0\nfrozen 0\n").unwrap();
+        assert!(cgroup_empty(&scope));
+        std::fs::remove_file(scope.join("cgroup.events")).unwrap();
+        assert!(
+            !cgroup_empty(&scope),
+            "a folder without the file is not known empty"
+        );
+        std::fs::remove_dir(&scope).unwrap();
+        assert!(cgroup_empty(&scope), "the scope's folder is gone");
     }
 
     #[test]
