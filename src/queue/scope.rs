@@ -59,9 +59,8 @@ pub enum ScopeError {
 /// The start of every job scope's name.
 const SCOPE_PREFIX: &str = "agentstore-job-";
 
-fn lock_map<K, V>(
-    m: &std::sync::Mutex<std::collections::HashMap<K, V>>,
-) -> std::sync::MutexGuard<'_, std::collections::HashMap<K, V>> {
+/// The guarded value, even after a panic while it was held (every update here is whole).
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -230,12 +229,6 @@ struct JobResults {
 /// Ends kept for a start that has not asked yet (only `agentstore-job-*` units).
 const EARLY_RESULTS: usize = 1024;
 
-impl JobResults {
-    fn lock(m: &std::sync::Mutex<JobResults>) -> std::sync::MutexGuard<'_, JobResults> {
-        m.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
 impl ScopeLauncher {
     /// Connects, or fails when there is no systemd to talk to (PID 1 is not systemd, or the
     /// bus has no `org.freedesktop.systemd1`).
@@ -261,7 +254,7 @@ impl ScopeLauncher {
                 let Some(results) = results.upgrade() else {
                     return;
                 };
-                let mut r = JobResults::lock(&results);
+                let mut r = lock(&results);
                 let job = args.job().to_string();
                 let result = args.result().to_string();
                 if let Some(tx) = r.waiting.remove(&job) {
@@ -275,7 +268,7 @@ impl ScopeLauncher {
             }
             // The bus is gone: every start waiting now fails unconfirmed (its sender dropped).
             if let Some(results) = results.upgrade() {
-                JobResults::lock(&results).waiting.clear();
+                lock(&results).waiting.clear();
             }
         });
         Ok(ScopeLauncher {
@@ -306,7 +299,7 @@ impl ScopeLauncher {
             .to_string();
         let (tx, rx) = tokio::sync::oneshot::channel();
         let early = {
-            let mut r = JobResults::lock(&self.jobs);
+            let mut r = lock(&self.jobs);
             match r.early.iter().position(|(j, _)| *j == job) {
                 Some(i) => r.early.remove(i).map(|(_, result)| result),
                 None => {
@@ -320,7 +313,7 @@ impl ScopeLauncher {
             None => match tokio::time::timeout(Duration::from_secs(30), rx).await {
                 Ok(Ok(r)) => Some(r),
                 _ => {
-                    JobResults::lock(&self.jobs).waiting.remove(&job);
+                    lock(&self.jobs).waiting.remove(&job);
                     None
                 }
             },
@@ -329,7 +322,7 @@ impl ScopeLauncher {
             Some(r) if r == "done" => {
                 // The worker is in the scope now (gated, alive): where its cgroup is.
                 if let Some(dir) = unified_cgroup_of(pid) {
-                    lock_map(&self.cgroups).insert(unit.clone(), dir);
+                    lock(&self.cgroups).insert(unit.clone(), dir);
                 }
                 Ok(unit)
             }
@@ -350,7 +343,7 @@ impl ScopeLauncher {
     /// scope this launcher placed whose cgroup has emptied (the worker and everything it
     /// started have exited) needs no stop: systemd ends it by itself, with no round trip.
     pub async fn stop(&self, unit: &str) {
-        let dir = lock_map(&self.cgroups).remove(unit);
+        let dir = lock(&self.cgroups).remove(unit);
         if dir.is_some_and(|d| cgroup_empty(&d)) {
             return;
         }
