@@ -713,3 +713,170 @@ fn a_stale_queued_copy_of_a_job_that_moved_on_is_never_run() {
         "{text}"
     );
 }
+
+/// A heartbeat of `host` last seen `last_seen` (an old time: a machine silent for long).
+fn beat_at(root: &Path, host: &str, last_seen: &str) {
+    let dir = root.join("machines").join(host);
+    std::fs::create_dir_all(&dir).unwrap();
+    agentstore::store::write_json_atomic(
+        &dir.join("queue-manager.q1.json"),
+        &json!({"host": host, "daemon": "queue-manager", "queue": "q1", "pid": 1,
+                "version": "0.1.0", "started": last_seen, "last_seen": last_seen,
+                "interval_seconds": 1}),
+    )
+    .unwrap();
+}
+
+/// `job` as it stands in `state` on machine `host` (`error`: its failure).
+fn job_in(job: &Value, status: &str, host: &str, error: Option<&str>) -> Value {
+    let mut j = job.clone();
+    j["runtime"]["status"] = json!(status);
+    j["runtime"]["host"] = json!(host);
+    j["runtime"]["start_time"] = json!("2026-01-01T00:00:00Z");
+    j["runtime"]["process_id"] = json!(4_000_000);
+    if status != "running" {
+        j["runtime"]["finish_time"] = json!("2026-01-01T00:01:00Z");
+    }
+    if let Some(e) = error {
+        j["runtime"]["error"] = json!(e);
+    }
+    j
+}
+
+fn stale_copy_events(root: &Path, id: &str) -> Vec<Value> {
+    events(root)
+        .into_iter()
+        .filter(|e| e["event"] == "stale_copy_removed" && e["job_id"] == id)
+        .collect()
+}
+
+/// Through Syncthing a machine's change that never left it before it died wins over the
+/// delete of the other machine's move (a delete vs. a modification keeps the modified
+/// file): the running copy of a job failed for that machine's silence comes back beside the
+/// failed document (seen in t_sync). It is removed — by whichever process judges lost
+/// machines — and never failed a second time; the failed document stays as written.
+#[test]
+fn a_running_copy_brought_back_beside_the_jobs_end_is_removed_never_failed_again() {
+    let env = QueueEnv::new(1);
+    fast_machines(&env.root);
+    beat_at(&env.root, "beta", "2026-01-01T00:00:00Z");
+    let store = env.store();
+    let base = noop(1.0);
+    // (a) failed for beta's silence + its running copy back.
+    let lost = "Machine beta stopped reporting at 2026-01-01T00:00:00Z";
+    let w = |state: &str, id: &str, j: &Value| {
+        agentstore::store::write_json_atomic(&env.job_file(state, id), j).unwrap()
+    };
+    w("failed", "a", &job_in(&base, "failed", "beta", Some(lost)));
+    w("running", "a", &job_in(&base, "running", "beta", None));
+    // (b) finished on beta, whose delete of the running file never came (beta lost).
+    let b = noop(2.0);
+    w("finished", "b", &job_in(&b, "finished", "beta", None));
+    w("running", "b", &job_in(&b, "running", "beta", None));
+    // (c) a DIFFERENT job under a used id (another queue time): not a stale copy.
+    let mut other = noop(1.0);
+    other["config"]["queue_time"] = json!("2025-05-05T05:05:05Z");
+    w(
+        "finished",
+        "c",
+        &job_in(&noop(1.0), "finished", "beta", None),
+    );
+    w("running", "c", &job_in(&other, "running", "beta", None));
+    let before: Vec<Vec<u8>> = [("failed", "a"), ("finished", "b"), ("finished", "c")]
+        .iter()
+        .map(|(s, id)| std::fs::read(env.job_file(s, id)).unwrap())
+        .collect();
+
+    let machines = store.machines();
+    let lost_jobs = store.fail_lost_jobs("q1", "alpha", &machines);
+    let ids: Vec<&str> = lost_jobs.iter().map(|l| l.id.as_str()).collect();
+    assert!(
+        !env.job_file("running", "a").exists(),
+        "a's running copy stays"
+    );
+    assert!(
+        !env.job_file("running", "b").exists(),
+        "b's running copy stays"
+    );
+    assert!(
+        !ids.contains(&"a") && !ids.contains(&"b"),
+        "failed again: {ids:?}"
+    );
+    assert!(
+        !env.job_file("failed", "b").exists(),
+        "b failed beside its end"
+    );
+    // c is another job: judged as any running job of a lost machine, never removed unread.
+    assert!(ids.contains(&"c"), "{ids:?}");
+    assert!(env.job_file("failed", "c").exists());
+    let after: Vec<Vec<u8>> = [("failed", "a"), ("finished", "b"), ("finished", "c")]
+        .iter()
+        .map(|(s, id)| std::fs::read(env.job_file(s, id)).unwrap())
+        .collect();
+    assert_eq!(before, after, "an ended document was changed");
+    for id in ["a", "b"] {
+        let ev = stale_copy_events(&env.root, id);
+        assert_eq!(ev.len(), 1, "{id}: {ev:?}");
+        assert!(
+            ev[0]["detail"]
+                .as_str()
+                .unwrap()
+                .contains("stale running copy"),
+            "{ev:?}"
+        );
+    }
+    // A second pass finds nothing to do.
+    assert!(store.fail_lost_jobs("q1", "alpha", &machines).is_empty());
+}
+
+/// The machine judged lost comes back (a partition, a laptop waking) with its worker alive,
+/// and its sync engine brought the running copy back: the failure stands. Its own manager
+/// removes the copy, stops the worker, and the late worker writes nothing.
+#[test]
+fn a_machine_back_with_its_running_copy_restored_stops_the_worker_and_keeps_the_failure() {
+    let env = QueueEnv::new(1);
+    fast_machines(&env.root);
+    let beta = manager(&env, "beta");
+    env.queue_job("back", &noop(30.0));
+    wait(Duration::from_secs(30), "back running on beta", || {
+        env.job_file("running", "back").exists()
+            && env.job("running", "back")["runtime"]["process_id"].is_number()
+    });
+    let running = std::fs::read(env.job_file("running", "back")).unwrap();
+    let worker = env.job("running", "back")["runtime"]["process_id"]
+        .as_i64()
+        .unwrap() as i32;
+    let worker_pid = nix::unistd::Pid::from_raw(worker);
+    beta.signal(nix::sys::signal::Signal::SIGSTOP);
+    nix::sys::signal::kill(worker_pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let alpha = manager(&env, "alpha");
+    wait(Duration::from_secs(40), "back failed by alpha", || {
+        env.job_file("failed", "back").exists()
+            && env.job("failed", "back")["runtime"]["error"].is_string()
+    });
+    drop(alpha);
+    let failed = std::fs::read(env.job_file("failed", "back")).unwrap();
+    // beta's sync engine restores the running copy as beta last wrote it.
+    let tmp = env.dir("running").join(".restore.tmp");
+    std::fs::write(&tmp, &running).unwrap();
+    std::fs::rename(&tmp, env.job_file("running", "back")).unwrap();
+    nix::sys::signal::kill(worker_pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    beta.signal(nix::sys::signal::Signal::SIGCONT);
+    wait(Duration::from_secs(30), "the copy removed on beta", || {
+        !env.job_file("running", "back").exists()
+    });
+    wait(Duration::from_secs(30), "beta stopped its worker", || {
+        !pid_alive(worker)
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        std::fs::read(env.job_file("failed", "back")).unwrap(),
+        failed,
+        "the failed document was changed"
+    );
+    for s in ["queued", "running", "finished"] {
+        assert!(!env.job_file(s, "back").exists(), "back reappeared in {s}");
+    }
+    assert_eq!(env.count("failed"), 1);
+    assert_eq!(stale_copy_events(&env.root, "back").len(), 1);
+}

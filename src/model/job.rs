@@ -182,6 +182,22 @@ pub struct JobRuntime {
 }
 
 impl Job {
+    /// Whether `later` (a copy of this job's id in a later state) is this job, moved on: it
+    /// was queued at the same time for the same project and command, with what starting adds
+    /// (a pipeline step's filled-in prompt: more text, `prd`/`pipeline` data) and nothing
+    /// else changed. A DIFFERENT job that happens to carry the same id is not.
+    pub fn is_same_job_as(&self, later: &Job) -> bool {
+        let (a, b) = (&self.config, &later.config);
+        a.queue_time == b.queue_time
+            && a.project == b.project
+            && a.jobtype == b.jobtype
+            && a.claude_command == b.claude_command
+            && b.task_description.starts_with(&a.task_description)
+            && a.supporting_data
+                .iter()
+                .all(|(k, v)| k == "pipeline" || b.supporting_data.get(k) == Some(v))
+    }
+
     /// The useful text of the job's output: Claude's `result` when the output is its JSON,
     /// else the output itself.
     pub fn result_text(&self) -> String {

@@ -818,22 +818,7 @@ impl Manager {
             .store
             .read_doc::<Job>(DocKind::Job, &self.store.job_path(q, state, id))
         {
-            // The later copy is this job if it was queued at the same time for the same
-            // project and command, with what starting adds (a pipeline step's filled-in
-            // prompt: more text, `prd`/`pipeline` data) and nothing else changed.
-            Ok(other) => {
-                let (a, b) = (&job.config, &other.config);
-                Some(
-                    a.queue_time == b.queue_time
-                        && a.project == b.project
-                        && a.jobtype == b.jobtype
-                        && a.claude_command == b.claude_command
-                        && b.task_description.starts_with(&a.task_description)
-                        && a.supporting_data
-                            .iter()
-                            .all(|(k, v)| k == "pipeline" || b.supporting_data.get(k) == Some(v)),
-                )
-            }
+            Ok(other) => Some(job.is_same_job_as(&other)),
             Err(_) => None,
         }
     }

@@ -362,7 +362,8 @@ impl Store {
     /// `machines.lost_job_grace_seconds`, with [`machine_lost_error`]. A machine that never
     /// reported is not judged. Safe to run from several processes and machines at once: the
     /// job is claimed by one rename into `failed_jobs/` (the loser finds it gone), then
-    /// written there.
+    /// written there. A running copy of a job that has ended in this copy of the store is
+    /// never failed again (`settle_running_beside_ended`).
     pub fn fail_lost_jobs(&self, queue: &str, me: &str, machines: &Machines) -> Vec<LostJob> {
         let grace = self.config.machines.lost_job_grace_seconds;
         let now = Timestamp::now();
@@ -378,15 +379,18 @@ impl Store {
             let Ok(job) = self.read_doc::<Job>(DocKind::Job, &path) else {
                 continue;
             };
-            let Some(host) = job.runtime.host.clone().filter(|h| h != me) else {
+            let Some(host) = job.runtime.host.clone() else {
                 continue;
             };
-            let Some(m) = machines.get(&host) else {
-                continue;
-            };
-            if !m.is_stale(&now, grace) {
+            let lost_machine = machines
+                .get(&host)
+                .filter(|m| m.host != me && m.is_stale(&now, grace));
+            if self.settle_running_beside_ended(queue, &id, &job, lost_machine.is_some()) {
                 continue;
             }
+            let Some(m) = lost_machine else {
+                continue;
+            };
             let error = machine_lost_error(&host, &m.last_seen);
             match self.claim_lost(queue, &id, &error) {
                 Ok(true) => {
@@ -426,6 +430,77 @@ impl Store {
             }
         }
         lost
+    }
+
+    /// Running job `id` (`job`, its machine `job.runtime.host`, lost or not) when this copy
+    /// of the store also holds an ended copy of it. Through a sync engine a running copy can
+    /// outlive the job's end: its delete arrives after the ended file, or never (its machine
+    /// died), or loses to a change the lost machine made and never sent before it died
+    /// (Syncthing keeps a modified file over a concurrent delete, so the failed job's running
+    /// copy comes back when the machine does). The ended copy is then the job's state: the
+    /// running copy is removed (and said so) when the same job ended on a lost machine, or
+    /// was failed for its machine's silence (a decision that stands: a machine coming back
+    /// stops that worker, `stop_jobs_ended_elsewhere`). Any other running copy beside an
+    /// ended one is left for its delete to arrive. True when an ended copy exists: such a job
+    /// is never failed again; false when there is none, or it is a DIFFERENT job under the
+    /// same id (judged as any running job).
+    fn settle_running_beside_ended(
+        &self,
+        queue: &str,
+        id: &str,
+        job: &Job,
+        machine_lost: bool,
+    ) -> bool {
+        let Some((state, path)) = [JobStatus::Failed, JobStatus::Finished]
+            .into_iter()
+            .map(|s| (s, self.job_path(queue, s, id)))
+            .find(|(_, p)| safe::is_file(p))
+        else {
+            return false;
+        };
+        let ended = match self.read_doc::<Job>(DocKind::Job, &path) {
+            Ok(j) => j,
+            Err(_) => return true, // not readable (yet): never failed twice meanwhile
+        };
+        if !job.is_same_job_as(&ended) {
+            return false;
+        }
+        let host = job.runtime.host.as_deref().unwrap_or_default();
+        let failed_for_silence = state == JobStatus::Failed
+            && ended.runtime.error.as_deref().is_some_and(|e| {
+                e.strip_prefix("Machine ")
+                    .and_then(|rest| rest.strip_prefix(host))
+                    .is_some_and(|rest| rest.starts_with(" stopped reporting at "))
+            });
+        if !(machine_lost || failed_for_silence) {
+            return true;
+        }
+        let running = self.job_path(queue, JobStatus::Running, id);
+        match safe::remove_file(&running) {
+            Ok(()) => {
+                let why = if failed_for_silence {
+                    format!("failed for machine {host}'s silence")
+                } else {
+                    format!("ended, and its machine {host} is not reporting")
+                };
+                let text = format!(
+                    "job {id}: removed its stale running copy (the job {why}: it is in {}/; a sync engine kept or brought back the running file)",
+                    state.dir()
+                );
+                self.record(Record::warn(
+                    Event::new("agentstore", "stale_copy_removed")
+                        .job(id)
+                        .queue(queue)
+                        .detail(&text),
+                    text,
+                ));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(job_id = %id, queue, "cannot remove its stale running copy: {e}")
+            }
+        }
+        true
     }
 
     /// Moves running `id` into `failed_jobs/` (false if another process did first), then

@@ -203,10 +203,19 @@ sys_check "k-1 is answered" sys_wait_until 60 "k-1 answer" k_answer
 kid=$(x sed -n 's/.*"job_id": *"\([^"]*\)".*/\1/p' "$B/messaging/outbox/k-1.json" | head -1)
 running_b() { x grep -q '"process_id": *[0-9]' "$B/Queues/beech/Jobs/running_jobs/$kid.json" 2>/dev/null; }
 sys_check "k-1's job runs on beta" sys_wait_until 60 "k-1 running" running_b
-running_a() { x test -f "$A/Queues/beech/Jobs/running_jobs/$kid.json"; }
+# (alpha's copy as beta wrote it: the move into running_jobs/ and the running record that
+# follows it can reach alpha in two scans)
+running_a() { x grep -q '"process_id": *[0-9]' "$A/Queues/beech/Jobs/running_jobs/$kid.json" 2>/dev/null; }
 sys_check "... and alpha's copy shows it running" sys_wait_until 30 "running on alpha" running_a
-# beta "powered off": its queue manager, its worker (in the manager's unit) and its Syncthing.
-x systemctl kill --signal=KILL qm-beta.service st-beta.service
+# beta "powered off": its Syncthing first (its network gone), then one last change to the
+# running job's file that therefore never leaves beta (as a record written just before a
+# power cut), then its queue manager and its worker (in the manager's unit). When beta's
+# Syncthing comes back, that change meets alpha's delete of the file (the job failed) and
+# Syncthing keeps a modified file over a delete: the running copy comes back on both sides,
+# and must not stay (the job is failed; it must not be failed twice nor look running).
+x systemctl kill --signal=KILL st-beta.service
+as_svc sh -c 'echo >>"$1"' sh "$B/Queues/beech/Jobs/running_jobs/$kid.json"
+x systemctl kill --signal=KILL qm-beta.service
 killed_at=$(sys_now_ms)
 dead() { ! active qm-beta.service && ! active st-beta.service; }
 sys_check "beta powered off: queue manager, worker and Syncthing killed" sys_wait_until 10 "beta dead" dead
@@ -231,9 +240,31 @@ sys_expect_eq "... on alpha" alpha "$(jfield "$A/Queues/beech/Jobs/finished_jobs
 # learns the job failed, and the failed document is the one alpha wrote.
 sys_check "beta's Syncthing comes back" st_start beta
 failed_b() { x grep -q 'Machine beta stopped reporting at' "$B/Queues/beech/Jobs/failed_jobs/$kid.json" 2>/dev/null && ! x test -e "$B/Queues/beech/Jobs/running_jobs/$kid.json"; }
-sys_check "beta's copy shows the job failed with the machine message, not running" sys_wait_until 60 "failed on beta" failed_b
-kept_a() { x grep -q 'Machine beta stopped reporting at' "$A/Queues/beech/Jobs/failed_jobs/$kid.json" && ! x test -e "$A/Queues/beech/Jobs/finished_jobs/$kid.json"; }
-sys_check "alpha's failed document is kept (no late result over it)" kept_a
+# On a failure, what each copy and each Syncthing holds for the job (the check is mute otherwise).
+job_state() {
+    local c p
+    for c in "$A" "$B"; do
+        echo "$c: $(x sh -c "cd $c/Queues/beech/Jobs && ls -l --time-style=+%T.%N */$kid* 2>&1" | tr '\n' ' ')"
+    done
+    for p in "8384 key-alpha" "8385 key-beta"; do
+        # shellcheck disable=SC2086 # PORT KEY
+        echo "syncthing $p: $(st_api $p GET "/rest/db/status?folder=store" 2>&1 | tr -d ' \n' | cut -c1-700)"
+        # shellcheck disable=SC2086
+        echo "  running_jobs/$kid.json: $(st_api $p GET "/rest/db/file?folder=store&file=Queues/beech/Jobs/running_jobs/$kid.json" 2>&1 | tr -d ' \n' | cut -c1-1200)"
+    done
+    echo "beta's Syncthing log:"
+    x journalctl -u st-beta.service --no-pager -n 40 2>&1 | tail -40
+}
+failed_on_beta() { sys_wait_until 60 "failed on beta" failed_b || { job_state; return 1; }; }
+sys_check "beta's copy shows the job failed with the machine message, not running" failed_on_beta
+kept_a() { x grep -q 'Machine beta stopped reporting at' "$A/Queues/beech/Jobs/failed_jobs/$kid.json" && ! x test -e "$A/Queues/beech/Jobs/finished_jobs/$kid.json" && ! x test -e "$A/Queues/beech/Jobs/running_jobs/$kid.json"; }
+sys_check "alpha's failed document is kept (no late result over it, no running copy)" kept_a
+came_back() { x sh -c "grep -h stale_copy_removed $A/logs/events-*.jsonl" | grep -q -F "$kid"; }
+if came_back; then
+    sys_pass "the running copy Syncthing brought back was removed and reported (event stale_copy_removed)"
+else
+    sys_log "(Syncthing did not bring the running copy back this time)"
+fi
 sys_check "no conflict copy of any document at the end" no_conflicts
 
 x systemctl stop st-alpha.service st-beta.service queue-manager@beech.service agentstore-orchestrator.service >/dev/null 2>&1 || true
