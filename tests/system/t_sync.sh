@@ -238,7 +238,15 @@ sys_check "the retry runs and finishes" sys_wait_until 90 "retry finished" ran_o
 sys_expect_eq "... on alpha" alpha "$(jfield "$A/Queues/beech/Jobs/finished_jobs/$rid.json" host)"
 # beta comes back (its Syncthing; its manager stays off: the queue moved to alpha): its copy
 # learns the job failed, and the failed document is the one alpha wrote.
-sys_check "beta's Syncthing comes back" st_start beta
+# Syncthing (1.19) can come back from a power cut with an earlier REST pause of alpha saved in
+# its config.xml and the later resume not ("Connection from … rejected: device is paused" in
+# its log, the two copies never meeting): it is resumed once its API answers.
+st_back() {
+    st_start beta &&
+        sys_wait_until 30 "beta's Syncthing API" st_api 8385 key-beta GET /rest/system/ping &&
+        st_api 8385 key-beta POST "/rest/system/resume?device=$ida"
+}
+sys_check "beta's Syncthing comes back (alpha not paused)" st_back
 failed_b() { x grep -q 'Machine beta stopped reporting at' "$B/Queues/beech/Jobs/failed_jobs/$kid.json" 2>/dev/null && ! x test -e "$B/Queues/beech/Jobs/running_jobs/$kid.json"; }
 # On a failure, what each copy and each Syncthing holds for the job (the check is mute otherwise).
 job_state() {
@@ -259,12 +267,8 @@ failed_on_beta() { sys_wait_until 60 "failed on beta" failed_b || { job_state; r
 sys_check "beta's copy shows the job failed with the machine message, not running" failed_on_beta
 kept_a() { x grep -q 'Machine beta stopped reporting at' "$A/Queues/beech/Jobs/failed_jobs/$kid.json" && ! x test -e "$A/Queues/beech/Jobs/finished_jobs/$kid.json" && ! x test -e "$A/Queues/beech/Jobs/running_jobs/$kid.json"; }
 sys_check "alpha's failed document is kept (no late result over it, no running copy)" kept_a
-came_back() { x sh -c "grep -h stale_copy_removed $A/logs/events-*.jsonl" | grep -q -F "$kid"; }
-if came_back; then
-    sys_pass "the running copy Syncthing brought back was removed and reported (event stale_copy_removed)"
-else
-    sys_log "(Syncthing did not bring the running copy back this time)"
-fi
+came_back() { x sh -c "grep -h stale_copy_removed $A/logs/events-*.jsonl" | grep -F "$kid" | grep -q "stale running copy"; }
+sys_check "the running copy Syncthing brought back was removed and reported (event stale_copy_removed)" came_back
 sys_check "no conflict copy of any document at the end" no_conflicts
 
 x systemctl stop st-alpha.service st-beta.service queue-manager@beech.service agentstore-orchestrator.service >/dev/null 2>&1 || true
