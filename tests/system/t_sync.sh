@@ -15,7 +15,9 @@
 #   - beta powered off mid-job (its queue-manager, worker and Syncthing killed) → the job is
 #     failed with "Machine beta stopped reporting at …" after the grace; `orchestrator retry`
 #     runs it on alpha (queue-manager@beech on alpha: the queue moved to the machine still
-#     alive); beta's Syncthing back → its copy shows the failed document alpha wrote;
+#     alive); beta's Syncthing back → its copy shows the failed document alpha wrote; beta's
+#     last change to the running file never left it before the cut, so Syncthing brings the
+#     running copy back over alpha's delete: it is removed (event stale_copy_removed);
 #   - the whole run makes NO conflict copy of anything (documents, logs, events, errors,
 #     queue runtime: the files several machines write are per machine).
 # benches/sync.sh runs this test with SYNC_N=100 for the figures.
