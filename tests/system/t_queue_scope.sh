@@ -7,6 +7,8 @@
 #  - a claude job (fake-claude) that forks a daemonized (setsid) grandchild is killed whole
 #    at its timeout and fails with "Job timeout after 5s (limit: 5s)";
 #  - a no-op job finishes in its scope; `journalctl JOB_ID=<id>` has its lines;
+#  - a job whose scope systemd refuses (a unit of that name exists) fails saying so, is left
+#    nowhere else, and the other unit is left alone;
 #  - restarting the manager leaves a running job in its scope and re-adopts it.
 # Binaries: the installed package's when $SYS_DEB put them in /usr/bin, else the freshly
 # built ones from $AGENTSTORE_BIN_DIR (default target/debug).
@@ -131,6 +133,21 @@ sys_expect_match "journalctl JOB_ID=noop1 shows the job" "job (started|finished)
 
 logs=$(sys_exec "$m" orchestrator --root "$store" logs noop1 2>&1 || true)
 sys_expect_match "orchestrator logs noop1 reads the journal" "job finished" "$logs"
+
+# --- systemd refuses the job's scope (a unit of that name exists): the job fails saying so, ---
+# nothing is left in running_jobs/ or running, the other unit is left alone, the queue goes on.
+sys_sh "$m" "setsid -f systemd-run --quiet --scope --unit=agentstore-job-taken1 sleep 300 >/dev/null 2>&1 </dev/null"
+sys_check "a unit named agentstore-job-taken1.scope runs (not ours)" sys_wait_until 10 "the other scope" sys_exec "$m" systemctl is-active --quiet agentstore-job-taken1.scope
+queue_job taken1 "$(job_json noop 'noop' 60 '{"sleep_seconds": 1}')"
+sys_check "the job systemd cannot place fails" sys_wait_until 30 "taken1 in failed_jobs" in_state taken1 failed
+err=$(field taken1 failed error)
+sys_expect_match "its error names the scope systemd refused ($err)" 'Cannot start job: .*agentstore-job-taken1\.scope' "$err"
+not_left() { ! in_state taken1 running && ! in_state taken1 queued && ! sys_exec "$m" pgrep -f 'agent-worker.* taken1( |$)' >/dev/null; }
+sys_check "... and is not left in running_jobs/ or queued_jobs/, nor its worker running" sys_wait_until 10 "taken1 cleaned up" not_left
+sys_expect_eq "the other unit is left alone" active "$(sys_exec "$m" systemctl is-active agentstore-job-taken1.scope || true)"
+queue_job after1 "$(job_json noop 'noop' 60 '{"sleep_seconds": 0}')"
+sys_check "the queue goes on: the next job finishes" sys_wait_until 30 "after1 in finished_jobs" in_state after1 finished
+sys_exec "$m" systemctl stop agentstore-job-taken1.scope || true
 
 # --- cancel over the system bus with the CLI ------------------------------------------------
 queue_job cancel1 "$(job_json noop 'noop' 120 '{"sleep_seconds": 100}')"
