@@ -173,8 +173,19 @@ impl JobLauncher {
     }
 }
 
-/// Lets a gated worker run.
-pub async fn release(mut gate: ChildStdin) -> std::io::Result<()> {
-    gate.write_all(b"go\n").await?;
+/// Lets a gated worker run (`go`), handing it on a second line the queue's settings the
+/// manager has read and checked, so the worker neither reads queue.json again nor compiles
+/// its schema. The gate is closed right after: a worker that reads only the first line (an
+/// older one) runs as before, and one that finds no second line reads queue.json itself.
+pub async fn release(
+    mut gate: ChildStdin,
+    config: Option<&crate::model::QueueConfig>,
+) -> std::io::Result<()> {
+    let mut lines = b"go\n".to_vec();
+    if let Some(json) = config.and_then(|c| serde_json::to_vec(c).ok()) {
+        lines.extend_from_slice(&json);
+        lines.push(b'\n');
+    }
+    gate.write_all(&lines).await?;
     gate.flush().await
 }

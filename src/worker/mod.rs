@@ -17,7 +17,7 @@ use crate::store::{Store, StoreError, read_limited};
 use capture::OUTPUT_LIMIT;
 use process::{AgentCommand, AgentOutput, agent_env, run_agent};
 use runas::RunAs;
-use std::io::BufRead;
+use std::io::{BufRead, Read};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -76,6 +76,16 @@ impl Outcome {
     }
 }
 
+/// The most read from the gate (`go` and the queue's settings).
+const MAX_GATE_LINE: u64 = 1 << 20;
+
+/// The queue's settings on the gate's second line, when the manager handed them over and
+/// this worker can read them (`None`: none, or from a manager of another version — the
+/// worker then reads queue.json itself).
+fn handed_config(line: &str) -> Option<QueueConfig> {
+    serde_json::from_str::<QueueConfig>(line.trim_end_matches('\n')).ok()
+}
+
 /// Runs one job to its end; returns the state it ended in.
 pub fn run(args: &WorkerArgs) -> Result<JobStatus, WorkerError> {
     if args.gate {
@@ -92,15 +102,22 @@ pub fn run(args: &WorkerArgs) -> Result<JobStatus, WorkerError> {
     // reported after it, as before.
     let opened = Store::open(&args.root);
     if let Ok(s) = &opened {
-        s.validator()
-            .prepare(&[crate::model::DocKind::Job, crate::model::DocKind::Queue]);
+        s.validator().prepare(&[crate::model::DocKind::Job]);
     }
+    // The queue's settings as the manager read and checked them, when it hands them over.
+    let mut handed: Option<QueueConfig> = None;
     if args.gate {
+        let mut gate = std::io::stdin().lock().take(MAX_GATE_LINE);
         let mut line = String::new();
-        let _ = std::io::stdin().lock().read_line(&mut line);
+        let _ = gate.read_line(&mut line);
         if line.trim() != "go" {
             give_back_unstarted(args);
             return Err(WorkerError::Aborted);
+        }
+        // The manager closes the gate right after these lines: never a wait here.
+        let mut settings = String::new();
+        if gate.read_line(&mut settings).is_ok() {
+            handed = handed_config(&settings);
         }
     }
     let store = opened?;
@@ -120,8 +137,8 @@ pub fn run(args: &WorkerArgs) -> Result<JobStatus, WorkerError> {
     };
     tracing::info!(job_id = %id, queue = %q, project = %job.config.project,
         "running {:?} job", job.config.jobtype);
-    let outcome = match store.queue(q) {
-        Ok(queue) => execute(&store, &queue.config, &mut job, args),
+    let outcome = match handed.map_or_else(|| store.queue(q).map(|q| q.config), Ok) {
+        Ok(config) => execute(&store, &config, &mut job, args),
         Err(e) => Outcome::fail(format!("Cannot read queue {q}: {e}")),
     };
     let status = finish(&store, q, id, job, outcome)?;
@@ -566,6 +583,20 @@ mod tests {
     }
 
     const OK: &str = r#"{"type":"result","subtype":"success","is_error":false,"result":"hi","num_turns":2,"total_cost_usd":0.25,"session_id":"s1"}"#;
+
+    #[test]
+    fn the_queue_settings_handed_through_the_gate_are_read_or_left() {
+        let config: QueueConfig = serde_json::from_str(
+            r#"{"id":"q","worker_count":3,"claude_cli_path":"claude","rest_interval":10,"claude_default_args":["--x"],"max_job_runtime_seconds":60}"#,
+        )
+        .unwrap();
+        let line = format!("{}\n", serde_json::to_string(&config).unwrap());
+        assert_eq!(handed_config(&line), Some(config));
+        // None handed (an older manager closed the gate after `go`), or settings this worker
+        // cannot read: queue.json is read instead.
+        assert_eq!(handed_config(""), None);
+        assert_eq!(handed_config("{\"worker_count\":\"many\"}\n"), None);
+    }
 
     #[test]
     fn success_records_fields() {
