@@ -333,3 +333,57 @@ async fn missing_working_directory_fails_gracefully() {
     })
     .await
 }
+
+/// A gated worker (as a manager starts it) runs with the queue settings the manager hands it
+/// on the gate's second line, not queue.json's; with `go` alone it reads queue.json itself.
+#[test]
+fn a_gated_worker_runs_with_the_settings_handed_on_its_gate() {
+    use std::io::Write;
+    let env = QueueEnv::new(1);
+    env.edit_queue(|q| {
+        q.config.claude_cli_path = "/nonexistent/claude".into();
+        q.config.claude_default_args = vec!["-p".into()];
+    });
+    std::fs::write(
+        env.work.join(".claude/commands/greet.md"),
+        "Greet $ARGUMENTS\n",
+    )
+    .unwrap();
+    let mut handed = env.store().queue_file(&env.queue).unwrap().config;
+    handed.claude_cli_path = fake_claude().display().to_string();
+    let run = |id: &str, gate: String| {
+        let mut j = job(
+            "claude",
+            json!({"claude_command": "greet", "task_description": "hi",
+                   "working_directory": env.work}),
+        );
+        j["runtime"]["status"] = json!("running");
+        agentstore::store::write_json_atomic(&env.job_file("running", id), &j).unwrap();
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_agent-worker"))
+            .args([
+                "--gate",
+                "--root",
+                env.root.to_str().unwrap(),
+                "--queue",
+                &env.queue,
+                id,
+            ])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(gate.as_bytes()).unwrap();
+        drop(stdin);
+        child.wait().unwrap();
+    };
+    run(
+        "handed",
+        format!("go\n{}\n", serde_json::to_string(&handed).unwrap()),
+    );
+    let doc = env.job("finished", "handed");
+    assert_eq!(doc["runtime"]["status"], "finished", "{doc:#}");
+    run("plain", "go\n".into());
+    let doc = env.job("failed", "plain");
+    let err = doc["runtime"]["error"].as_str().unwrap();
+    assert!(err.contains("/nonexistent/claude"), "{err}");
+}
