@@ -427,28 +427,41 @@ fn sync_engine_conflict_copies_in_the_inbox_are_set_aside_not_answered() {
 /// document, nothing back in running_jobs/), and the returning manager leaves it failed.
 /// The partition is simulated by stopping beta's manager AND its worker (SIGSTOP); the worker
 /// is let go once alpha has failed the job, finishes its sleep at once and tries to end it.
+/// Machine beta runs job `id` (a no-op of `secs`); then beta is frozen with its worker (a
+/// partition, a suspended laptop) and machine alpha's manager fails the job for beta's
+/// silence. Returns beta's manager, the frozen worker's pid, alpha's manager, and the job's
+/// running file as beta last wrote it.
+fn partitioned_while_running(env: &QueueEnv, id: &str, secs: f64) -> (Proc, i32, Proc, Vec<u8>) {
+    let beta = manager(env, "beta");
+    env.queue_job(id, &noop(secs));
+    wait(Duration::from_secs(30), "the job running on beta", || {
+        env.job_file("running", id).exists()
+            && env.job("running", id)["runtime"]["process_id"].is_number()
+    });
+    let running = std::fs::read(env.job_file("running", id)).unwrap();
+    let worker = env.job("running", id)["runtime"]["process_id"]
+        .as_i64()
+        .unwrap() as i32;
+    beta.signal(nix::sys::signal::Signal::SIGSTOP);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(worker),
+        nix::sys::signal::Signal::SIGSTOP,
+    )
+    .unwrap();
+    let alpha = manager(env, "alpha");
+    // (claim_lost moves the file first, then writes the failure into it: wait for the write)
+    wait(Duration::from_secs(40), "the job failed by alpha", || {
+        env.job_file("failed", id).exists() && env.job("failed", id)["runtime"]["error"].is_string()
+    });
+    (beta, worker, alpha, running)
+}
+
 #[test]
 fn a_late_result_from_a_partitioned_machine_never_replaces_the_failed_document() {
     let env = QueueEnv::new(1);
     fast_machines(&env.root);
-    let beta = manager(&env, "beta");
-    env.queue_job("late", &noop(3.0));
-    wait(Duration::from_secs(30), "late running on beta", || {
-        env.job_file("running", "late").exists()
-            && env.job("running", "late")["runtime"]["process_id"].is_number()
-    });
-    let worker = env.job("running", "late")["runtime"]["process_id"]
-        .as_i64()
-        .unwrap() as i32;
+    let (beta, worker, _alpha, _) = partitioned_while_running(&env, "late", 3.0);
     let worker_pid = nix::unistd::Pid::from_raw(worker);
-    beta.signal(nix::sys::signal::Signal::SIGSTOP);
-    nix::sys::signal::kill(worker_pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
-    let _alpha = manager(&env, "alpha");
-    // (claim_lost moves the file first, then writes the failure into it: wait for the write)
-    wait(Duration::from_secs(40), "late failed by alpha", || {
-        env.job_file("failed", "late").exists()
-            && env.job("failed", "late")["runtime"]["error"].is_string()
-    });
     let failed = std::fs::read(env.job_file("failed", "late")).unwrap();
     let error = env.job("failed", "late")["runtime"]["error"]
         .as_str()
@@ -836,24 +849,8 @@ fn a_running_copy_brought_back_beside_the_jobs_end_is_removed_never_failed_again
 fn a_machine_back_with_its_running_copy_restored_stops_the_worker_and_keeps_the_failure() {
     let env = QueueEnv::new(1);
     fast_machines(&env.root);
-    let beta = manager(&env, "beta");
-    env.queue_job("back", &noop(30.0));
-    wait(Duration::from_secs(30), "back running on beta", || {
-        env.job_file("running", "back").exists()
-            && env.job("running", "back")["runtime"]["process_id"].is_number()
-    });
-    let running = std::fs::read(env.job_file("running", "back")).unwrap();
-    let worker = env.job("running", "back")["runtime"]["process_id"]
-        .as_i64()
-        .unwrap() as i32;
+    let (beta, worker, alpha, running) = partitioned_while_running(&env, "back", 30.0);
     let worker_pid = nix::unistd::Pid::from_raw(worker);
-    beta.signal(nix::sys::signal::Signal::SIGSTOP);
-    nix::sys::signal::kill(worker_pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
-    let alpha = manager(&env, "alpha");
-    wait(Duration::from_secs(40), "back failed by alpha", || {
-        env.job_file("failed", "back").exists()
-            && env.job("failed", "back")["runtime"]["error"].is_string()
-    });
     drop(alpha);
     let failed = std::fs::read(env.job_file("failed", "back")).unwrap();
     // beta's sync engine restores the running copy as beta last wrote it.
