@@ -179,10 +179,10 @@ impl JobLauncher {
 /// older one) runs as before, and one that finds no second line reads queue.json itself.
 pub async fn release(
     mut gate: ChildStdin,
-    config: Option<&crate::model::QueueConfig>,
+    config: &crate::model::QueueConfig,
 ) -> std::io::Result<()> {
     let mut lines = b"go\n".to_vec();
-    if let Some(json) = config.and_then(|c| serde_json::to_vec(c).ok()) {
+    if let Ok(json) = serde_json::to_vec(config) {
         lines.extend_from_slice(&json);
         lines.push(b'\n');
     }

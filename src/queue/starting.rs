@@ -666,7 +666,7 @@ impl Manager {
         self.backoff.remove(id);
         #[cfg(debug_assertions)]
         super::poison::injected_fault("release", id).await;
-        if let Err(e) = release(launched.gate, Some(&self.config)).await {
+        if let Err(e) = release(launched.gate, &self.config).await {
             // It died before it could start; the exit watcher reports it as dead.
             tracing::warn!(job_id = %id, queue = %q, "worker gone before start: {e}");
         }

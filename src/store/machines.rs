@@ -24,9 +24,17 @@ pub fn machine_lost_error(host: &str, last_seen: &Timestamp) -> String {
     format!("Machine {host} stopped reporting at {last_seen}")
 }
 
+/// The host an error written by [`machine_lost_error`] names; `None` for any other error.
+pub fn machine_lost_host(error: &str) -> Option<&str> {
+    error
+        .strip_prefix("Machine ")?
+        .split_once(" stopped reporting at ")
+        .map(|(host, _)| host)
+}
+
 /// True for an error written by [`machine_lost_error`].
 pub fn is_machine_lost_error(error: &str) -> bool {
-    error.starts_with("Machine ") && error.contains(" stopped reporting at ")
+    machine_lost_host(error).is_some()
 }
 
 /// One daemon's heartbeat: `machines/<host>/<daemon>.json`.
@@ -385,7 +393,7 @@ impl Store {
             let lost_machine = machines
                 .get(&host)
                 .filter(|m| m.host != me && m.is_stale(&now, grace));
-            if self.settle_running_beside_ended(queue, &id, &job, lost_machine.is_some()) {
+            if self.settle_running_beside_ended(queue, &id, &job, &host, lost_machine.is_some()) {
                 continue;
             }
             let Some(m) = lost_machine else {
@@ -432,7 +440,7 @@ impl Store {
         lost
     }
 
-    /// Running job `id` (`job`, its machine `job.runtime.host`, lost or not) when this copy
+    /// Running job `id` (`job`, on machine `host`, lost or not) when this copy
     /// of the store also holds an ended copy of it. Through a sync engine a running copy can
     /// outlive the job's end: its delete arrives after the ended file, or never (its machine
     /// died), or loses to a change the lost machine made and never sent before it died
@@ -449,6 +457,7 @@ impl Store {
         queue: &str,
         id: &str,
         job: &Job,
+        host: &str,
         machine_lost: bool,
     ) -> bool {
         let Some((state, path)) = [JobStatus::Failed, JobStatus::Finished]
@@ -465,13 +474,8 @@ impl Store {
         if !job.is_same_job_as(&ended) {
             return false;
         }
-        let host = job.runtime.host.as_deref().unwrap_or_default();
         let failed_for_silence = state == JobStatus::Failed
-            && ended.runtime.error.as_deref().is_some_and(|e| {
-                e.strip_prefix("Machine ")
-                    .and_then(|rest| rest.strip_prefix(host))
-                    .is_some_and(|rest| rest.starts_with(" stopped reporting at "))
-            });
+            && ended.runtime.error.as_deref().and_then(machine_lost_host) == Some(host);
         if !(machine_lost || failed_for_silence) {
             return true;
         }
@@ -554,4 +558,20 @@ fn read_heartbeat(path: &Path) -> Result<Heartbeat, String> {
         ));
     }
     serde_json::from_slice(&bytes).map_err(|e| format!("not a heartbeat: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lost_machine_error_names_its_host_and_nothing_else_does() {
+        let t: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let e = machine_lost_error("beta", &t);
+        assert_eq!(machine_lost_host(&e), Some("beta"));
+        assert!(is_machine_lost_error(&e));
+        assert_ne!(machine_lost_host(&e), Some("bet"));
+        assert_eq!(machine_lost_host("Job cancelled by beta"), None);
+        assert_eq!(machine_lost_host("Machine beta went away"), None);
+    }
 }
