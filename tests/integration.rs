@@ -49,6 +49,7 @@ mod cli_remote;
 mod conflicts;
 mod dbus_introspection;
 mod failover;
+mod first_day;
 mod flow;
 mod fuzz_documents;
 mod hostile_fs;

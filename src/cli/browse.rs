@@ -351,7 +351,7 @@ fn list_jobs_to(
         }
         Format::Text => {
             // Two passes over the same index files: widths first, then the lines.
-            let mut t = StreamTable::new(&JOB_HEADERS, &[0, 1]);
+            let mut t = StreamTable::new(&JOB_HEADERS, &[0, 1, 5]);
             for l in listing.by_ref() {
                 if visible(&l) {
                     t.measure_widths(&[
@@ -590,7 +590,7 @@ pub(super) struct JobRow {
 
 /// The text job listing: full ids (users copy them), 80 columns.
 pub(super) fn jobs_table(out: &mut dyn Write, rows: &[JobRow]) -> CliResult {
-    let mut t = Table::new(&JOB_HEADERS).keep(0).keep(1);
+    let mut t = Table::new(&JOB_HEADERS).keep(0).keep(1).keep(5);
     for r in rows {
         t.row(vec![
             r.id.clone(),
@@ -621,6 +621,15 @@ pub(super) fn show(g: &GlobalArgs, out: &mut dyn Write, doc: &impl serde::Serial
             let v: Value = serde_json::to_value(doc).map_err(|e| CliError::new(e.to_string()))?;
             write_fields(out, &v)?;
         }
+    }
+    Ok(())
+}
+
+/// Prints one job: as a person reads it, or as JSON.
+pub(super) fn show_job(g: &GlobalArgs, out: &mut dyn Write, id: &str, job: Job) -> CliResult {
+    match g.format {
+        Format::Json => write_json(out, &with_id(job, id))?,
+        Format::Text => super::job_view::write_job_here(out, id, &job)?,
     }
     Ok(())
 }
@@ -699,7 +708,7 @@ pub(super) fn view_job(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResu
         match deadline {
             Some(d) if !done => {
                 if Instant::now() >= d {
-                    show(g, out, &with_id(job, id))?;
+                    show_job(g, out, id, job)?;
                     return Err(CliError::new(format!(
                         "job {id} is still {} after {} s",
                         loc.status.name(),
@@ -711,7 +720,7 @@ pub(super) fn view_job(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResu
                 }
                 std::thread::sleep(Duration::from_millis(200));
             }
-            _ => return show(g, out, &with_id(job, id)),
+            _ => return show_job(g, out, id, job),
         }
     }
 }
@@ -787,7 +796,7 @@ fn list_jobs_dbus_to(
         Format::Text => Some(Spool::new()?),
         Format::Json => None,
     };
-    let mut table = StreamTable::new(&JOB_HEADERS, &[0, 1]);
+    let mut table = StreamTable::new(&JOB_HEADERS, &[0, 1, 5]);
     let mut offset = 0u32;
     loop {
         let (page, total, next) = rt

@@ -10,6 +10,7 @@ mod daemon;
 mod demo;
 mod flow;
 mod history;
+mod job_view;
 mod jobs;
 mod machines;
 mod messages;

@@ -182,6 +182,10 @@ fn call(
             jobs_table(out, &rows)
         }
         Command::ListMessages(_) => super::messages::render_list(g, out, &result),
+        Command::ViewJob { job_id } if g.format == Format::Text => {
+            let job: Job = decode(result)?;
+            super::browse::show_job(g, out, job_id, job)
+        }
         _ => show(g, out, &result),
     }
 }

@@ -13,8 +13,68 @@ pub enum Format {
     Json,
 }
 
-/// Width text output is fitted to.
+/// Width text output is fitted to when neither `COLUMNS` nor the terminal says otherwise.
 pub const WIDTH: usize = 80;
+
+/// The width to fit text to: `COLUMNS` when set to a number (at least 40), else the width of
+/// the terminal on stdout, else [`WIDTH`] (a pipe, a file).
+pub fn terminal_width() -> usize {
+    if let Some(n) = std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.trim().parse::<usize>().ok())
+    {
+        return n.clamp(40, 1000);
+    }
+    terminal_size::terminal_size()
+        .map(|(terminal_size::Width(w), _)| usize::from(w).clamp(40, 1000))
+        .unwrap_or(WIDTH)
+}
+
+/// Splits `text` into lines of at most `width` characters: at spaces where it can, inside a
+/// word only when the word alone is longer; the text's own line breaks are kept and control
+/// characters become spaces. Nothing is dropped.
+pub fn wrap(text: &str, width: usize) -> Vec<String> {
+    let width = width.max(1);
+    let mut lines = Vec::new();
+    for para in text.split('\n') {
+        let para: String = para
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
+        let para = para.trim_end();
+        if para.is_empty() {
+            lines.push(String::new());
+            continue;
+        }
+        let mut line = String::new();
+        let mut len = 0;
+        for word in para.split(' ') {
+            let mut word: Vec<char> = word.chars().collect();
+            if len > 0 && len + 1 + word.len() > width {
+                lines.push(std::mem::take(&mut line));
+                len = 0;
+            }
+            if len > 0 {
+                line.push(' ');
+                len += 1;
+            }
+            while len + word.len() > width {
+                let rest = word.split_off(width - len);
+                line.extend(word);
+                lines.push(std::mem::take(&mut line));
+                len = 0;
+                word = rest;
+            }
+            len += word.len();
+            line.extend(word);
+        }
+        lines.push(line);
+    }
+    while lines.last().is_some_and(String::is_empty) && lines.len() > 1 {
+        lines.pop();
+    }
+    lines
+}
 
 /// An aligned table. The last column absorbs what is left of the width and is cut with `…`;
 /// other columns are cut only when they alone would not fit.
@@ -113,7 +173,7 @@ pub fn write_fields(out: &mut dyn Write, doc: &Value) -> io::Result<()> {
         .unwrap_or(0)
         .min(32);
     for (k, v) in pairs {
-        let room = WIDTH.saturating_sub(kw + 2).max(16);
+        let room = terminal_width().saturating_sub(kw + 2).max(16);
         let shown = if v.chars().count() > room {
             let note = format!(" ({} chars; --format json shows all)", v.chars().count());
             format!(
@@ -198,11 +258,12 @@ impl<'a> JsonArrayWriter<'a> {
 }
 
 /// Shrinks the widest columns (never those in `keep`, never below 8) until a line of these
-/// widths, two spaces apart, fits in [`WIDTH`].
+/// widths, two spaces apart, fits in [`terminal_width`].
 pub fn fit_widths(widths: &mut [usize], keep: &[usize]) {
     let n = widths.len();
     let total = |w: &[usize]| w.iter().sum::<usize>() + 2 * (n.saturating_sub(1));
-    while total(widths) > WIDTH {
+    let room = terminal_width();
+    while total(widths) > room {
         let Some((i, _)) = widths
             .iter()
             .enumerate()

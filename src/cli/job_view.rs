@@ -1,0 +1,252 @@
+//! `view-job` as a person reads it: a status line, the times and what they add up to, what
+//! the run cost, the task and the result in full, the error, the approvals decided — wrapped
+//! to the terminal, never cut. `--format json` keeps the document itself.
+
+use super::render::{terminal_width, wrap};
+use crate::model::flow::priority_name;
+use crate::model::{Job, JobStatus, Timestamp};
+use serde_json::Value;
+use std::io::{self, Write};
+
+/// Writes `job` (whose id is `id`) for reading at `width` columns.
+pub fn write_job(out: &mut dyn Write, id: &str, job: &Job, width: usize) -> io::Result<()> {
+    let c = &job.config;
+    let r = &job.runtime;
+    let what = match c.jobtype {
+        crate::model::JobType::Claude => format!("claude /{}", c.claude_command),
+        other => serde_json::to_value(other)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_else(|| "job".into()),
+    };
+    let queue = c.queue.as_deref().unwrap_or("-");
+    let head = format!(
+        "Job {id}  {}  ({what} on queue {queue}, project {})",
+        r.status.name(),
+        c.project
+    );
+    for l in wrap(&head, width) {
+        writeln!(out, "{l}")?;
+    }
+    let label = |out: &mut dyn Write, k: &str, v: &str| -> io::Result<()> {
+        for (i, line) in wrap(v, width.saturating_sub(12).max(20)).iter().enumerate() {
+            let k = if i == 0 { k } else { "" };
+            writeln!(out, "{k:<10}  {line}")?;
+        }
+        Ok(())
+    };
+    label(out, "Queued", &when(&c.queue_time))?;
+    if let Some(t) = &r.start_time {
+        label(
+            out,
+            "Started",
+            &format!("{}  (waited {})", when(t), span(&c.queue_time, t)),
+        )?;
+    }
+    if let Some(t) = &r.finish_time {
+        let from = r.start_time.as_ref().unwrap_or(&c.queue_time);
+        label(out, "Ended", &format!("{}  (ran {})", when(t), span(from, t)))?;
+    }
+    let mut facts = Vec::new();
+    if let Some(h) = &r.host {
+        facts.push(format!("host {h}"));
+    }
+    if let Some(u) = &r.unit {
+        facts.push(format!("unit {u}"));
+    }
+    if let Some(s) = &r.slurm_job_id {
+        facts.push(format!("slurm job {s}"));
+    }
+    if !facts.is_empty() {
+        label(out, "Where", &facts.join(", "))?;
+    }
+    let mut run = Vec::new();
+    if let Some(cost) = r.cost_usd {
+        run.push(format!("${cost:.4}"));
+    }
+    if let Some(n) = r.num_turns {
+        run.push(format!("{n} turn{}", if n == 1 { "" } else { "s" }));
+    }
+    if let Some(code) = r.exit_code {
+        run.push(format!("exit {code}"));
+    }
+    if let Some(s) = &r.session_id {
+        run.push(format!("session {s}"));
+    }
+    if !run.is_empty() {
+        label(out, "Run", &run.join(", "))?;
+    }
+    let mut settings = vec![format!("priority {}", priority_name(c.priority))];
+    if let Some(t) = c.timeout_seconds {
+        settings.push(format!("timeout {t} s"));
+    }
+    if let Some(a) = c.attempt {
+        settings.push(format!("attempt {a}"));
+    }
+    if let Some(p) = &c.prd {
+        settings.push(format!("PRD {p}"));
+    }
+    if let Some(after) = c.after.as_ref().filter(|a| !a.is_empty()) {
+        settings.push(format!("after {}", after.join(", ")));
+    }
+    label(out, "Settings", &settings.join(", "))?;
+    label(out, "Directory", &c.working_directory)?;
+    section(out, "Task", &c.task_description, width)?;
+    if let Some(e) = &r.error {
+        section(out, "Error", e, width)?;
+    }
+    match &r.output {
+        Some(o) => section(out, "Result", &readable_output(o), width)?,
+        None => {
+            let why = match r.status {
+                JobStatus::Queued => "(not started yet)",
+                JobStatus::Running => "(still running: `orchestrator logs ID` shows its log)",
+                JobStatus::Finished | JobStatus::Failed => "(the job left no output)",
+            };
+            section(out, "Result", why, width)?;
+        }
+    }
+    if !r.approvals.is_empty() {
+        writeln!(out)?;
+        writeln!(out, "Approvals")?;
+        for a in &r.approvals {
+            let verdict = if a.allow { "allowed" } else { "denied" };
+            let always = if a.always { " (always)" } else { "" };
+            let mut line = format!(
+                "{} {verdict}{always} by {} at {}: {} {}",
+                a.request_id,
+                a.by,
+                when(&a.at),
+                a.tool,
+                a.summary
+            );
+            if let Some(m) = &a.message {
+                line.push_str(&format!(" — {m}"));
+            }
+            for (i, l) in wrap(&line, width.saturating_sub(4).max(20)).iter().enumerate() {
+                writeln!(out, "{}{l}", if i == 0 { "  " } else { "    " })?;
+            }
+        }
+    }
+    writeln!(out)?;
+    for l in wrap(
+        &format!(
+            "--format json shows every field; `orchestrator logs {id}` (journalctl JOB_ID={id}) shows the log."
+        ),
+        width,
+    ) {
+        writeln!(out, "{l}")?;
+    }
+    Ok(())
+}
+
+/// Writes a titled block, its text wrapped and indented by two.
+fn section(out: &mut dyn Write, title: &str, text: &str, width: usize) -> io::Result<()> {
+    writeln!(out)?;
+    writeln!(out, "{title}")?;
+    let text = if text.trim().is_empty() {
+        "(empty)"
+    } else {
+        text
+    };
+    for l in wrap(text, width.saturating_sub(2).max(20)) {
+        writeln!(out, "  {l}")?;
+    }
+    Ok(())
+}
+
+/// `2026-12-01 21:00:05 UTC`.
+fn when(t: &Timestamp) -> String {
+    t.0.format("%Y-%m-%d %H:%M:%S UTC").to_string()
+}
+
+/// The time from `a` to `b`, for people (`3 s`, `2 min 5 s`, `1 h 4 min`).
+fn span(a: &Timestamp, b: &Timestamp) -> String {
+    let s = a.seconds_until(b).max(0.0).round() as u64;
+    match s {
+        0..60 => format!("{s} s"),
+        60..3600 => format!("{} min {} s", s / 60, s % 60),
+        _ => format!("{} h {} min", s / 3600, (s % 3600) / 60),
+    }
+}
+
+/// The text of a result: Claude's and agentshell's JSON results carry it in `result`; any
+/// other output is shown as it is.
+fn readable_output(o: &str) -> String {
+    match serde_json::from_str::<Value>(o) {
+        Ok(Value::Object(m)) => match m.get("result").and_then(Value::as_str) {
+            Some(r) => r.to_string(),
+            None => o.to_string(),
+        },
+        _ => o.to_string(),
+    }
+}
+
+/// Writes the job view at the terminal's width.
+pub fn write_job_here(out: &mut dyn Write, id: &str, job: &Job) -> io::Result<()> {
+    write_job(out, id, job, terminal_width())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(output: &str) -> Job {
+        serde_json::from_value(serde_json::json!({
+            "config": {
+                "project": "demo",
+                "working_directory": "/home/alice/demo",
+                "queue_time": "2026-12-01T21:00:00Z",
+                "jobtype": "claude",
+                "claude_command": "greet",
+                "claude_extra_args": [],
+                "task_description": "Say hello ".repeat(30),
+                "supporting_data": {},
+                "queue": "poplar"
+            },
+            "runtime": {
+                "status": "finished",
+                "start_time": "2026-12-01T21:00:02Z",
+                "finish_time": "2026-12-01T21:02:07Z",
+                "output": output,
+                "cost_usd": 0.0021,
+                "num_turns": 3,
+                "exit_code": 0
+            }
+        }))
+        .unwrap()
+    }
+
+    fn render(j: &Job, width: usize) -> String {
+        let mut buf = Vec::new();
+        write_job(&mut buf, "20261201-x", j, width).unwrap();
+        String::from_utf8(buf).unwrap()
+    }
+
+    #[test]
+    fn whole_result_wrapped_to_width() {
+        let long = "word ".repeat(200);
+        let j = job(&serde_json::json!({"type": "result", "result": long}).to_string());
+        for width in [80, 160] {
+            let s = render(&j, width);
+            for l in s.lines() {
+                assert!(l.chars().count() <= width, "{width}: {l:?}");
+            }
+            assert_eq!(s.matches("word").count(), 200, "{s}");
+            assert!(!s.contains('…'), "{s}");
+            assert!(s.contains("Say hello Say hello"), "{s}");
+            assert!(s.contains("(ran 2 min 5 s)"), "{s}");
+            assert!(s.contains("$0.0021, 3 turns, exit 0"), "{s}");
+        }
+    }
+
+    #[test]
+    fn plain_output_kept_and_long_words_split() {
+        let word = "#".repeat(300);
+        let s = render(&job(&word), 80);
+        assert_eq!(s.matches('#').count(), 300);
+        for l in s.lines() {
+            assert!(l.chars().count() <= 80, "{l:?}");
+        }
+    }
+}

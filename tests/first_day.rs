@@ -1,0 +1,130 @@
+//! Issue 32: what a new user reads. `view-job` and `list-jobs` as text at 80 and 160 columns,
+//! whole values, never cut.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use crate::common;
+
+use common::TestEnv;
+use serde_json::json;
+
+/// A finished claude job whose result and task are long, as Claude Code's JSON leaves them.
+fn long_job(env: &TestEnv, id: &str) -> String {
+    let result = (0..120)
+        .map(|i| format!("line-{i}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let task = "Implement the parser for the config format and add tests ".repeat(4);
+    let job = json!({
+        "config": {
+            "project": "TestProject",
+            "working_directory": "/tmp",
+            "queue_time": "2026-12-01T21:00:00Z",
+            "jobtype": "claude",
+            "claude_command": "implement",
+            "claude_extra_args": [],
+            "task_description": task,
+            "supporting_data": {},
+            "timeout_seconds": 600,
+            "queue": "poplar"
+        },
+        "runtime": {
+            "status": "finished",
+            "start_time": "2026-12-01T21:00:03Z",
+            "finish_time": "2026-12-01T21:04:10Z",
+            "process_id": 4242,
+            "llm_process_id": null,
+            "error": null,
+            "output": json!({"type": "result", "subtype": "success", "result": result}).to_string(),
+            "cost_usd": 0.0123,
+            "num_turns": 7,
+            "exit_code": 0,
+            "unit": "agentstore-job-a-very-long-unit-name-that-used-to-be-cut.scope"
+        }
+    });
+    env.write(
+        &format!("Queues/poplar/Jobs/finished_jobs/{id}.json"),
+        &serde_json::to_string_pretty(&job).unwrap(),
+    );
+    result
+}
+
+fn at_width(env: &TestEnv, cols: usize, args: &[&str]) -> String {
+    let o = env
+        .cli()
+        .env("COLUMNS", cols.to_string())
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+#[test]
+fn view_job_text_shows_the_whole_result_at_every_width() {
+    let env = TestEnv::with_test_project();
+    let result = long_job(&env, "20261201-long");
+    for cols in [80, 160] {
+        let text = at_width(&env, cols, &["view-job", "20261201-long"]);
+        for l in text.lines() {
+            assert!(l.chars().count() <= cols, "{cols} columns: {l:?}\n{text}");
+        }
+        assert!(!text.contains('…'), "nothing is cut:\n{text}");
+        // Every word of the result, in order, and the whole task.
+        let words: Vec<&str> = text
+            .lines()
+            .skip_while(|l| *l != "Result")
+            .skip(1)
+            .take_while(|l| !l.is_empty())
+            .flat_map(str::split_whitespace)
+            .collect();
+        assert_eq!(words.join(" "), result, "{cols} columns:\n{text}");
+        assert_eq!(
+            text.matches("Implement the parser").count(),
+            4,
+            "{cols} columns:\n{text}"
+        );
+        assert!(
+            text.contains("agentstore-job-a-very-long-unit-name-that-used-to-be-cut.scope"),
+            "{text}"
+        );
+        assert!(text.starts_with("Job 20261201-long  finished"), "{text}");
+        assert!(text.contains("(ran 4 min 7 s)"), "{text}");
+        assert!(text.contains("$0.0123, 7 turns, exit 0"), "{text}");
+    }
+    // JSON unchanged: the document itself.
+    let v: serde_json::Value = serde_json::from_str(&env.ok(&[
+        "--format",
+        "json",
+        "view-job",
+        "20261201-long",
+    ]))
+    .unwrap();
+    assert_eq!(v["runtime"]["num_turns"], 7);
+    assert_eq!(v["id"], "20261201-long");
+}
+
+#[test]
+fn list_jobs_keeps_the_queued_time_whole() {
+    let env = TestEnv::with_test_project();
+    // Job ids are UUIDs: 36 characters that users copy, never cut.
+    let id = "0b5a7c9e-3f41-5d2a-9c1e-7a8b6c5d4e3f";
+    long_job(&env, id);
+    for cols in [80, 160] {
+        let text = at_width(&env, cols, &["list-jobs"]);
+        assert!(text.contains("12-01 21:00"), "{cols}:\n{text}");
+        assert!(text.contains(id), "{text}");
+        // At 80 columns a UUID, the status and the time (never cut) leave the other columns
+        // little room; at 160 everything fits whole.
+        if cols == 160 {
+            assert!(!text.contains('…'), "nothing cut at {cols}:\n{text}");
+            assert!(text.contains("TestProject"), "{text}");
+            for l in text.lines() {
+                assert!(l.chars().count() <= cols, "{cols}: {l:?}\n{text}");
+            }
+        }
+    }
+}
