@@ -96,13 +96,8 @@ fn view_job_text_shows_the_whole_result_at_every_width() {
         assert!(text.contains("$0.0123, 7 turns, exit 0"), "{text}");
     }
     // JSON unchanged: the document itself.
-    let v: serde_json::Value = serde_json::from_str(&env.ok(&[
-        "--format",
-        "json",
-        "view-job",
-        "20261201-long",
-    ]))
-    .unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&env.ok(&["--format", "json", "view-job", "20261201-long"])).unwrap();
     assert_eq!(v["runtime"]["num_turns"], 7);
     assert_eq!(v["id"], "20261201-long");
 }

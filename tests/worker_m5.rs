@@ -334,6 +334,33 @@ async fn missing_working_directory_fails_gracefully() {
     .await
 }
 
+/// A claude that is not installed: the job fails once, naming the program, where it was
+/// looked for and the setting that chooses another (issue 32: it used to say only "No such
+/// file or directory").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_agent_program_is_explained() {
+    guarded(async {
+        let mut s = setup(vec![]).await;
+        s.env.edit_queue(|q| {
+            q.config.claude_cli_path = "claude-not-installed-here".into();
+        });
+        let j = claude_job(&s, "World", json!({}));
+        let (state, doc) = run_one(&mut s, "c-noclaude", &j).await;
+        assert_eq!(state, "failed");
+        let err = doc["runtime"]["error"].as_str().unwrap();
+        for part in [
+            "claude-not-installed-here",
+            "not found",
+            "PATH=",
+            "claude_cli_path",
+        ] {
+            assert!(err.contains(part), "{part:?} missing from {err:?}");
+        }
+        s.manager.stop().await;
+    })
+    .await
+}
+
 /// A gated worker (as a manager starts it) runs with the queue settings the manager hands it
 /// on the gate's second line, not queue.json's; with `go` alone it reads queue.json itself.
 #[test]

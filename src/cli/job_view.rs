@@ -45,7 +45,11 @@ pub fn write_job(out: &mut dyn Write, id: &str, job: &Job, width: usize) -> io::
     }
     if let Some(t) = &r.finish_time {
         let from = r.start_time.as_ref().unwrap_or(&c.queue_time);
-        label(out, "Ended", &format!("{}  (ran {})", when(t), span(from, t)))?;
+        label(
+            out,
+            "Ended",
+            &format!("{}  (ran {})", when(t), span(from, t)),
+        )?;
     }
     let mut facts = Vec::new();
     if let Some(h) = &r.host {
@@ -123,7 +127,10 @@ pub fn write_job(out: &mut dyn Write, id: &str, job: &Job, width: usize) -> io::
             if let Some(m) = &a.message {
                 line.push_str(&format!(" — {m}"));
             }
-            for (i, l) in wrap(&line, width.saturating_sub(4).max(20)).iter().enumerate() {
+            for (i, l) in wrap(&line, width.saturating_sub(4).max(20))
+                .iter()
+                .enumerate()
+            {
                 writeln!(out, "{}{l}", if i == 0 { "  " } else { "    " })?;
             }
         }
