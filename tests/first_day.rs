@@ -123,3 +123,37 @@ fn list_jobs_keeps_the_queued_time_whole() {
         }
     }
 }
+
+#[test]
+fn a_project_folder_that_is_not_here_is_warned_about() {
+    let env = TestEnv::initialised();
+    let missing = env.dir.path().join("no-such-folder");
+    let o = env.run(&[
+        "add-project",
+        "Ghost",
+        "--directory",
+        missing.to_str().unwrap(),
+        "--owner",
+        "chenry",
+    ]);
+    assert!(o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("warning:")
+            && err.contains(missing.to_str().unwrap())
+            && err.contains("does not exist on this machine")
+            && err.contains("mkdir -p"),
+        "{err}"
+    );
+    // A folder that is there: no warning.
+    let o = env.run(&[
+        "add-project",
+        "Real",
+        "--directory",
+        env.dir.path().to_str().unwrap(),
+        "--owner",
+        "chenry",
+    ]);
+    assert!(o.status.success());
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("warning"));
+}

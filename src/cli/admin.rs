@@ -321,7 +321,24 @@ pub(super) fn add_project(g: &GlobalArgs, out: &mut dyn Write, a: AddProjectArgs
         default_queue: queue,
     };
     let path = store.add_project(&project)?;
+    warn_missing_directory(&project.id, &directory);
     created(g, out, &store, &path, &project)
+}
+
+/// Warns (stderr) when a project's folder is not on this machine: its jobs would fail
+/// "Working directory does not exist" on a compute host that lacks it too. A warning, not a
+/// refusal: the folder may live only on the machines that run the jobs.
+pub(super) fn warn_missing_directory(project: &str, dir: &Path) {
+    if !dir.is_dir() {
+        eprintln!(
+            "warning: {} does not exist on this machine ({}); jobs of project {project} fail \
+             \"Working directory does not exist\" on any machine without it: create it \
+             (mkdir -p {}) or change it (edit projects/{project}/project.json)",
+            dir.display(),
+            crate::store::hostname(),
+            dir.display()
+        );
+    }
 }
 
 /// The queue settings `add-queue` and `set-queue` take: every field of the queue's

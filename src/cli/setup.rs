@@ -218,6 +218,7 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, a: SetupArgs) -> CliResul
                     default_queue: queue.clone(),
                 })?;
                 step(out, "project", format!("{id} added ({})", dir.display()))?;
+                super::admin::warn_missing_directory(id, &dir);
             }
             Err(e) => return Err(e.into()),
         }
