@@ -157,3 +157,70 @@ fn a_project_folder_that_is_not_here_is_warned_about() {
     assert!(o.status.success());
     assert!(!String::from_utf8_lossy(&o.stderr).contains("warning"));
 }
+
+#[test]
+fn approvals_are_configured_from_the_cli() {
+    let env = TestEnv::initialised();
+    env.ok(&[
+        "set-queue",
+        "poplar",
+        "--approval-rule",
+        "Bash:git status*=allow",
+        "--approval-rule",
+        "Write:/etc/*=deny",
+        "--approval-rule",
+        "*=ask",
+        "--approval-default",
+        "deny",
+        "--approval-deadline",
+        "120",
+    ]);
+    let q: serde_json::Value =
+        serde_json::from_str(&env.ok(&["--format", "json", "view-queue", "poplar"])).unwrap();
+    assert_eq!(
+        q["config"]["approvals"],
+        json!({
+            "rules": [
+                {"tool": "Bash", "pattern": "git status*", "decision": "allow"},
+                {"tool": "Write", "pattern": "/etc/*", "decision": "deny"},
+                {"tool": "*", "decision": "ask"}
+            ],
+            "default": "deny",
+            "deadline_seconds": 120
+        })
+    );
+    // The queue file still validates.
+    let file = env.root.join("Queues/poplar/queue.json");
+    env.ok(&["validate", "--kind", "queue", file.to_str().unwrap()]);
+    // Changing one field keeps the others; clearing works.
+    env.ok(&["set-queue", "poplar", "--approval-deadline", "30"]);
+    let q: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    assert_eq!(q["config"]["approvals"]["deadline_seconds"], 30);
+    assert_eq!(
+        q["config"]["approvals"]["rules"].as_array().unwrap().len(),
+        3
+    );
+    env.ok(&["set-queue", "poplar", "--no-approvals"]);
+    let q: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    assert!(
+        q["config"].get("approvals").is_none_or(|a| a.is_null()),
+        "{q}"
+    );
+    // Bad input is named.
+    for (args, msg) in [
+        (vec!["--approval-rule", "Bash=maybe"], "is not a decision"),
+        (vec!["--approval-rule", "=allow"], "the tool is empty"),
+        (vec!["--approval-rule", "Bash"], "expected TOOL=DECISION"),
+        (
+            vec!["--approval-deadline", "0"],
+            "--approval-deadline must be",
+        ),
+    ] {
+        let mut a = vec!["set-queue", "poplar"];
+        a.extend(args.iter().copied());
+        let o = env.run(&a);
+        assert!(!o.status.success(), "{a:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(msg), "{a:?}: {err}");
+    }
+}

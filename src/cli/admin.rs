@@ -2,6 +2,7 @@
 
 use super::render::{Format, write_json};
 use super::{CliError, CliResult, GlobalArgs, LauncherArg, PermissionArg, open_store};
+use crate::model::approval::{ApprovalRule, Decision, MAX_DEADLINE_SECONDS};
 use crate::model::{DocKind, Project, QueueConfig, ResourceLimits, Timestamp, User};
 use crate::schema::FieldError;
 use crate::store::{Store, is_conflict_copy, is_ignored, read_limited, resolve_root};
@@ -385,6 +386,57 @@ pub struct QueueFields {
     /// Command that runs the built-in agent (default `agentshell`; "" restores it).
     #[arg(long)]
     pub agentshell_path: Option<String>,
+    /// An approval rule, `TOOL=DECISION` or `TOOL:GLOB=DECISION` (DECISION: allow, deny or
+    /// ask; TOOL a tool name such as Bash, Write, run_command, or `*`; GLOB over the command
+    /// or path, `*` any text). Repeat it, first match wins; the given rules replace the
+    /// queue's. E.g. --approval-rule 'Bash:git status*=allow' --approval-rule 'Write=ask'.
+    #[arg(long = "approval-rule", value_name = "RULE", value_parser = parse_approval_rule)]
+    pub approval_rules: Vec<ApprovalRule>,
+    /// Remove every approval rule (the default decides each request).
+    #[arg(long, conflicts_with = "approval_rules")]
+    pub no_approval_rules: bool,
+    /// What a request no rule matches gets: ask (a person answers, `orchestrator approve`),
+    /// allow or deny.
+    #[arg(long, value_name = "DECISION", value_parser = parse_decision)]
+    pub approval_default: Option<Decision>,
+    /// Seconds a request waits for a person before it is denied (1 to 86400; default 300).
+    #[arg(long, value_name = "SECONDS")]
+    pub approval_deadline: Option<u64>,
+    /// Turn approvals off for the queue (its jobs run with the agent's own permissions).
+    #[arg(long, conflicts_with_all = ["approval_rules", "no_approval_rules", "approval_default", "approval_deadline"])]
+    pub no_approvals: bool,
+}
+
+fn parse_decision(s: &str) -> Result<Decision, String> {
+    match s.trim() {
+        "allow" => Ok(Decision::Allow),
+        "deny" => Ok(Decision::Deny),
+        "ask" => Ok(Decision::Ask),
+        other => Err(format!("{other:?} is not a decision: allow, deny or ask")),
+    }
+}
+
+/// `TOOL=DECISION` or `TOOL:GLOB=DECISION` (the glob may hold `=`: the last one splits).
+fn parse_approval_rule(s: &str) -> Result<ApprovalRule, String> {
+    let (head, decision) = s
+        .rsplit_once('=')
+        .ok_or_else(|| format!("{s:?}: expected TOOL=DECISION or TOOL:GLOB=DECISION"))?;
+    let decision = parse_decision(decision)?;
+    let (tool, pattern) = match head.split_once(':') {
+        Some((t, p)) => (t, Some(p.to_string())),
+        None => (head, None),
+    };
+    let tool = tool.trim();
+    if tool.is_empty() {
+        return Err(format!(
+            "{s:?}: the tool is empty (a name such as Bash, or *)"
+        ));
+    }
+    Ok(ApprovalRule {
+        tool: tool.to_string(),
+        pattern,
+        decision,
+    })
 }
 
 impl QueueFields {
@@ -429,6 +481,32 @@ impl QueueFields {
         c.resource_limits = (limits != ResourceLimits::default()).then_some(limits);
         if let Some(a) = self.agentshell_path {
             c.agentshell_path = (!a.is_empty()).then_some(a);
+        }
+        if self.no_approvals {
+            c.approvals = None;
+        } else if self.no_approval_rules
+            || !self.approval_rules.is_empty()
+            || self.approval_default.is_some()
+            || self.approval_deadline.is_some()
+        {
+            let mut p = c.approvals.clone().unwrap_or_default();
+            if self.no_approval_rules {
+                p.rules.clear();
+            } else if !self.approval_rules.is_empty() {
+                p.rules = self.approval_rules;
+            }
+            if let Some(d) = self.approval_default {
+                p.default = d;
+            }
+            if let Some(d) = self.approval_deadline {
+                if !(1..=MAX_DEADLINE_SECONDS).contains(&d) {
+                    return Err(CliError::new(format!(
+                        "--approval-deadline must be 1 to {MAX_DEADLINE_SECONDS} seconds"
+                    )));
+                }
+                p.deadline_seconds = d;
+            }
+            c.approvals = Some(p);
         }
         Ok(())
     }

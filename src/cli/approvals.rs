@@ -61,6 +61,13 @@ pub(super) fn list(g: &GlobalArgs, out: &mut dyn Write) -> CliResult {
                         "{} {} (queue {q}): {} — denied at {} if nobody answers",
                         r.0, r.1, r.3, r.5
                     )?;
+                    writeln!(
+                        out,
+                        "  answer: orchestrator approve {job} {req} [--always]  |  \
+                         orchestrator deny {job} {req} [--reason TEXT]",
+                        job = r.0,
+                        req = r.1
+                    )?;
                 }
             }
         }
