@@ -4,6 +4,9 @@
 //! it before `cargo deb`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "docs/man.rs"]
+mod man;
+
 use clap::CommandFactory;
 use clap_complete::Shell;
 use std::path::{Path, PathBuf};
@@ -11,11 +14,11 @@ use std::path::{Path, PathBuf};
 fn write(out: &Path, mut cmd: clap::Command) -> std::io::Result<()> {
     let name = cmd.get_name().to_string();
     cmd.build();
-    let man = out.join("man");
-    std::fs::create_dir_all(&man)?;
-    let mut buf = Vec::new();
-    clap_mangen::Man::new(cmd.clone()).render(&mut buf)?;
-    std::fs::write(man.join(format!("{name}.1")), buf)?;
+    let dir = out.join("man");
+    std::fs::create_dir_all(&dir)?;
+    for (page, text) in man::pages(vec![cmd.clone()])? {
+        std::fs::write(dir.join(format!("{page}.1")), text)?;
+    }
     for (shell, dir, file) in [
         (Shell::Bash, "bash", name.clone()),
         (Shell::Zsh, "zsh", format!("_{name}")),
