@@ -291,3 +291,53 @@ fn man_pages_are_complete_and_render_cleanly() {
             .contains(".SH EXAMPLES")
     );
 }
+
+/// A queue no machine serves: the submission says so (stderr, exit 0: the job is queued and
+/// waits), and `list-queues` counts what waits in its folder and says why nothing starts it.
+/// A manager that reports (or stopped cleanly) serves it: no warning.
+#[test]
+fn an_unserved_queue_is_named_at_submission_and_in_list_queues() {
+    let env = TestEnv::with_test_project();
+    let o = env.run(&[
+        "create-prd",
+        "--project",
+        "TestProject",
+        "--task",
+        "Something",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("warning: no machine serves queue poplar")
+            && err.contains("queue-manager@poplar.path"),
+        "{err}"
+    );
+    env.write(
+        "Queues/poplar/Jobs/queued_jobs/waiting-1.json",
+        &common::noop_job("2026-12-01T21:00:00Z"),
+    );
+    let text = env.ok(&["list-queues"]);
+    let row = text.lines().find(|l| l.starts_with("poplar")).unwrap();
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cells[3], "1", "QUEUED counts the folder:\n{text}");
+    assert!(text.contains("no machine serves queue poplar"), "{text}");
+
+    // A manager of poplar on some machine (its heartbeat, fresh): served.
+    let store = agentstore::store::Store::open(&env.root).unwrap();
+    let hb = agentstore::store::machines::Heartbeat::new("queue-manager", Some("poplar"), 30);
+    store.write_heartbeat(&hb).unwrap();
+    assert!(!env.ok(&["list-queues"]).contains("no machine serves"));
+    let o = env.run(&[
+        "create-prd",
+        "--project",
+        "TestProject",
+        "--task",
+        "Something else",
+    ]);
+    assert!(o.status.success());
+    assert!(
+        !String::from_utf8_lossy(&o.stderr).contains("no machine serves"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

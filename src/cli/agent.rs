@@ -471,9 +471,15 @@ pub(super) fn send(g: &GlobalArgs, out: &mut dyn Write, msg: Message) -> CliResu
             answer: Some(m), ..
         } => {
             print_answer(g, out, &m)?;
+            if let Some(q) = m.content.get("queue").and_then(Value::as_str) {
+                warn_unserved(g, &store, q);
+            }
             follow_job(g, out, &store, &m, started)
         }
         Delivery::Inbox { path, answer: None } => {
+            if let Some(q) = &queue {
+                warn_unserved(g, &store, q);
+            }
             let pending = pending_answer(&store, &msg, queue.as_deref());
             match g.format {
                 Format::Json => write_json(out, &pending)?,
@@ -489,6 +495,13 @@ pub(super) fn send(g: &GlobalArgs, out: &mut dyn Write, msg: Message) -> CliResu
             }
             Ok(())
         }
+    }
+}
+
+/// Says on stderr, once the job is queued, when no machine will start it.
+fn warn_unserved(g: &GlobalArgs, store: &Store, queue: &str) {
+    if let Some(why) = super::machines::unserved(g, store, queue) {
+        eprintln!("warning: {why}");
     }
 }
 

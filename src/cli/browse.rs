@@ -211,13 +211,30 @@ pub(super) fn render_prds(
 pub(super) fn list_queues(g: &GlobalArgs, out: &mut dyn Write) -> CliResult {
     let store = open_store(g)?;
     let mut queues = store.queues(&mut warn)?;
-    overlay_live(&mut queues);
-    render_queues(g, out, &queues)
+    let live = overlay_live(&mut queues);
+    let mut unserved = Vec::new();
+    for q in &mut queues {
+        if live.contains(&q.config.id) {
+            continue;
+        }
+        // No manager up: its own count is stale; the folder says what waits.
+        q.runtime.queued_jobs = store.queued_count(&q.config.id);
+        if let Some(why) = super::machines::unserved(g, &store, &q.config.id) {
+            unserved.push(why);
+        }
+    }
+    render_queues(g, out, &queues)?;
+    if g.format == Format::Text {
+        for why in unserved {
+            writeln!(out, "{why}")?;
+        }
+    }
+    Ok(())
 }
 
 /// Replaces each queue's runtime from the file with its manager's live D-Bus state, where
-/// the manager is up.
-pub(super) fn overlay_live(queues: &mut [Queue]) {
+/// the manager is up; returns the queues whose manager answered.
+pub(super) fn overlay_live(queues: &mut [Queue]) -> std::collections::HashSet<String> {
     let ids: Vec<String> = queues.iter().map(|q| q.config.id.clone()).collect();
     let live = super::jobs::live_states(&ids);
     for q in queues {
@@ -225,6 +242,7 @@ pub(super) fn overlay_live(queues: &mut [Queue]) {
             with_live(q, s);
         }
     }
+    live.into_keys().collect()
 }
 
 /// Prints queues as a table or JSON.

@@ -71,3 +71,56 @@ pub(super) fn view(g: &GlobalArgs, out: &mut dyn Write, host: &str) -> CliResult
     v["heartbeats"] = serde_json::to_value(&m.daemons).map_err(|e| CliError::new(e.to_string()))?;
     show(g, out, &v)
 }
+
+/// Why nothing will start jobs of `queue`, when the heartbeats and this machine's units say
+/// so: no manager of it ever reported, or its last machine went silent, and no
+/// `queue-manager@<queue>.path` is active here to start one. `None` when it is served.
+pub(super) fn unserved(g: &GlobalArgs, store: &crate::store::Store, queue: &str) -> Option<String> {
+    use crate::store::machines::QueueService;
+    let after = store.config().machines.stale_after_seconds;
+    let service = store
+        .machines()
+        .queue_service(queue, &Timestamp::now(), after);
+    let why = match service {
+        QueueService::Served { .. } => return None,
+        QueueService::Never => format!(
+            "no machine serves queue {queue}: no queue-manager@{queue} has ever reported (machines/)"
+        ),
+        QueueService::Lost { host, last_seen } => format!(
+            "no machine serves queue {queue}: its manager on {host} stopped reporting at {last_seen}"
+        ),
+    };
+    if path_unit_active(g, queue) {
+        return None;
+    }
+    let user = if g.store_bus() == crate::bus::BusKind::Session {
+        " --user"
+    } else {
+        ""
+    };
+    Some(format!(
+        "{why}; its jobs wait until one does: on a compute host, \
+         systemctl{user} enable --now queue-manager@{queue}.path (or run queue-manager --queue {queue})"
+    ))
+}
+
+/// True when this machine's systemd watches the queue (`queue-manager@<queue>.path` active).
+fn path_unit_active(g: &GlobalArgs, queue: &str) -> bool {
+    if !std::path::Path::new("/run/systemd/system").exists() {
+        return false;
+    }
+    let mut c = std::process::Command::new("systemctl");
+    if g.store_bus() == crate::bus::BusKind::Session {
+        c.arg("--user");
+    }
+    c.args([
+        "is-active",
+        "--quiet",
+        &format!("queue-manager@{queue}.path"),
+    ])
+    .stdin(std::process::Stdio::null())
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null())
+    .status()
+    .is_ok_and(|s| s.success())
+}

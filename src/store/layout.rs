@@ -84,6 +84,24 @@ impl Store {
     pub fn jobs_dir(&self, queue: &str, status: JobStatus) -> PathBuf {
         self.queue_dir(queue).join("Jobs").join(status.dir())
     }
+    /// How many job documents wait in `queue`'s `queued_jobs/` (what a manager would count;
+    /// 0 when the folder cannot be read).
+    pub fn queued_count(&self, queue: &str) -> u32 {
+        let dir = self.jobs_dir(queue, JobStatus::Queued);
+        let n = super::safe::list_dir(&dir)
+            .map(|entries| {
+                entries
+                    .iter()
+                    .filter(|e| {
+                        let n = e.name.to_string_lossy();
+                        n.ends_with(".json") && !n.starts_with('.')
+                    })
+                    .count()
+            })
+            .unwrap_or(0);
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+
     /// `Queues/<q>/Jobs/<state>_jobs/<id>.json`.
     pub fn job_path(&self, queue: &str, status: JobStatus, id: &str) -> PathBuf {
         self.jobs_dir(queue, status).join(format!("{id}.json"))

@@ -238,6 +238,55 @@ impl Machines {
     pub fn get(&self, host: &str) -> Option<&Machine> {
         self.machines.iter().find(|m| m.host == host)
     }
+
+    /// Who serves `queue` at `now`, from the queue managers' heartbeats: a manager that
+    /// reports, or stopped cleanly (its `.path` unit starts it again for the next job),
+    /// serves it; one whose machine has been silent past `stale_after` seconds does not.
+    pub fn queue_service(&self, queue: &str, now: &Timestamp, stale_after: u64) -> QueueService {
+        let mut lost: Option<(String, Timestamp)> = None;
+        for m in &self.machines {
+            for hb in m
+                .daemons
+                .iter()
+                .filter(|d| d.daemon == QUEUE_MANAGER && d.queue.as_deref() == Some(queue))
+            {
+                if hb.stopped || !m.is_stale(now, stale_after) {
+                    return QueueService::Served {
+                        host: m.host.clone(),
+                    };
+                }
+                if lost.as_ref().is_none_or(|(_, t)| hb.last_seen > *t) {
+                    lost = Some((m.host.clone(), hb.last_seen));
+                }
+            }
+        }
+        match lost {
+            Some((host, last_seen)) => QueueService::Lost { host, last_seen },
+            None => QueueService::Never,
+        }
+    }
+}
+
+/// The heartbeat name of queue managers (the store layer does not depend on the queue's).
+const QUEUE_MANAGER: &str = "queue-manager";
+
+/// Whether some machine serves a queue (see [`Machines::queue_service`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QueueService {
+    /// A manager on `host` reports, or stopped cleanly.
+    Served {
+        /// One machine that serves it.
+        host: String,
+    },
+    /// The last manager of the queue was on `host`, silent since `last_seen`.
+    Lost {
+        /// Its machine.
+        host: String,
+        /// Its last heartbeat.
+        last_seen: Timestamp,
+    },
+    /// No manager of the queue ever reported.
+    Never,
 }
 
 /// A job failed because its machine stopped reporting.
