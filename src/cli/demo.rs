@@ -492,9 +492,13 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, a: DemoArgs) -> CliResult
             writeln!(out, "Error: {e}")?;
         }
         if a.keep {
+            // The binary that runs now, not an `orchestrator` that may not be on PATH.
+            let me = std::env::current_exe()
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|_| "orchestrator".into());
             writeln!(
                 out,
-                "\nThe store is kept: {} (try: orchestrator --root {} list-jobs)",
+                "\nThe store is kept: {} (try: {me} --root {} list-jobs)",
                 root.display(),
                 root.display()
             )?;
