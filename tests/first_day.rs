@@ -341,3 +341,101 @@ fn an_unserved_queue_is_named_at_submission_and_in_list_queues() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+fn doctor(env: &TestEnv) -> (i32, Vec<serde_json::Value>) {
+    let o = env.run(&["--format", "json", "doctor"]);
+    let checks: Vec<serde_json::Value> = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "doctor --format json: {e}\n{}\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    });
+    (o.status.code().unwrap(), checks)
+}
+
+fn verdict(checks: &[serde_json::Value], name: &str) -> String {
+    checks
+        .iter()
+        .find(|c| c["check"] == name)
+        .map(|c| c["verdict"].as_str().unwrap().to_string())
+        .unwrap_or_else(|| panic!("no check {name}: {checks:#?}"))
+}
+
+/// `doctor` finds each planted fault, says how to fix it, and exits 1 only for a failure.
+#[test]
+fn doctor_finds_each_planted_fault() {
+    // No store at all.
+    let env = TestEnv::empty();
+    let (code, checks) = doctor(&env);
+    assert_eq!(code, 1);
+    assert_eq!(verdict(&checks, "store"), "fail");
+    assert!(
+        checks[0]["fix"]
+            .as_str()
+            .unwrap()
+            .contains("orchestrator init")
+    );
+
+    // A store that is fine: nothing fails.
+    let env = TestEnv::with_test_project();
+    let (code, checks) = doctor(&env);
+    assert_eq!(code, 0, "{checks:#?}");
+    assert_eq!(verdict(&checks, "store"), "ok");
+    assert_eq!(verdict(&checks, "clock"), "ok");
+    assert_eq!(verdict(&checks, "disk"), "ok");
+
+    // This machine serves poplar, whose claude is not installed: fail, naming the fix.
+    let store = agentstore::store::Store::open(&env.root).unwrap();
+    let hb = agentstore::store::machines::Heartbeat::new("queue-manager", Some("poplar"), 30);
+    store.write_heartbeat(&hb).unwrap();
+    env.ok(&[
+        "set-queue",
+        "poplar",
+        "--claude-cli-path",
+        "/nonexistent/bin/claude",
+    ]);
+    // Another machine whose heartbeat is ten minutes ahead of this clock.
+    let mut other = agentstore::store::machines::Heartbeat::new("orchestratord", None, 30);
+    other.host = "beta".into();
+    other.last_seen = other.last_seen.plus_secs(600);
+    store.write_heartbeat(&other).unwrap();
+    let (code, checks) = doctor(&env);
+    assert_eq!(code, 1, "{checks:#?}");
+    assert_eq!(verdict(&checks, "claude:poplar"), "fail");
+    let c = checks
+        .iter()
+        .find(|c| c["check"] == "claude:poplar")
+        .unwrap();
+    assert!(
+        c["fix"].as_str().unwrap().contains("--claude-cli-path"),
+        "{c}"
+    );
+    assert_eq!(verdict(&checks, "clock"), "warn");
+    assert!(
+        checks
+            .iter()
+            .any(|c| c["check"] == "clock" && c["detail"].as_str().unwrap().contains("beta")),
+        "{checks:#?}"
+    );
+
+    // A config.yaml that does not parse: the store check fails and names it.
+    env.write("config.yaml", "queues_default: [unclosed\n");
+    let (code, checks) = doctor(&env);
+    assert_eq!(code, 1);
+    assert_eq!(verdict(&checks, "store"), "fail");
+    assert!(
+        checks[0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("config.yaml"),
+        "{checks:#?}"
+    );
+    // Text: one line per check and the count.
+    let o = env.run(&["doctor"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("FAIL  store:") && text.contains("1 failed"),
+        "{text}"
+    );
+}

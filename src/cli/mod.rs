@@ -8,6 +8,7 @@ mod browse;
 mod conflicts;
 mod daemon;
 mod demo;
+mod doctor;
 mod flow;
 mod history;
 mod job_view;
@@ -332,6 +333,10 @@ pub enum Command {
     /// List the validator's rejections (JSONValidation/errors.out) of every machine, oldest
     /// first: each machine writes errors@<host>.out beside the PRD's errors.out.
     ListErrors,
+    /// Check this machine's set-up end to end (store, bus, units, lingering, agent programs
+    /// and credentials of the queues served here, clock, disk) and say what to fix. Exit
+    /// status 1 when a check failed (warnings alone: 0); --format json for scripts.
+    Doctor,
     /// List the store's events (logs/events-YYYY-MM.jsonl) of every machine in time order:
     /// each machine writes events-YYYY-MM@<host>.jsonl. Default: this month.
     ListEvents {
@@ -436,7 +441,7 @@ pub fn open_store(g: &GlobalArgs) -> Result<Store, CliError> {
     }
     if !root.is_dir() {
         return Err(CliError::new(format!(
-            "no AgentStore at {} (chosen by {source:?}); create one with `orchestrator init --root {}`",
+            "no AgentStore at {} (chosen by {source}); create one with `orchestrator init --root {}`, or `orchestrator setup` for per-user mode",
             root.display(),
             root.display()
         )));
@@ -516,5 +521,6 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Conflicts { action } => conflicts::run(g, &mut out, action),
         Command::ListErrors => history::list_errors(g, &mut out),
         Command::ListEvents { month } => history::list_events(g, &mut out, month.as_deref()),
+        Command::Doctor => doctor::run(g, &mut out),
     }
 }

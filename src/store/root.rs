@@ -23,6 +23,19 @@ pub enum RootSource {
     Default,
 }
 
+impl std::fmt::Display for RootSource {
+    /// Where the root came from, for people: "--root", "AGENT_STORE_ROOT", "agent_store_root
+    /// in FILE", "the default (~/Dropbox/AgentStore)".
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RootSource::Flag => f.write_str("--root"),
+            RootSource::Env => f.write_str("AGENT_STORE_ROOT"),
+            RootSource::ConfigFile(p) => write!(f, "agent_store_root in {}", p.display()),
+            RootSource::Default => f.write_str("the default, ~/Dropbox/AgentStore"),
+        }
+    }
+}
+
 /// The user's home folder.
 pub fn home_dir() -> Option<PathBuf> {
     std::env::var_os("HOME")
