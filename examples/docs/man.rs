@@ -128,9 +128,12 @@ const COMMON_FILES: &[(&str, &str)] = &[
     ),
 ];
 
+/// (term, text) lines of a section.
+type Items = &'static [(&'static str, &'static str)];
+
 /// EXAMPLES, FILES, ENVIRONMENT and SEE ALSO of each binary's page.
 fn extra(name: &str) -> String {
-    let (examples, files, see): (&[(&str, &str)], &[(&str, &str)], &str) = match name {
+    let (examples, files, see): (Items, Items, &str) = match name {
         "orchestrator" => (
             &[
                 (

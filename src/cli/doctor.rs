@@ -400,7 +400,7 @@ fn clock_check(machines: &crate::store::machines::Machines, host: &str) -> Check
 fn disk_check(root: &Path) -> Check {
     match nix::sys::statvfs::statvfs(root) {
         Ok(s) => {
-            let free = s.blocks_available() as u64 * s.fragment_size() as u64;
+            let free = s.blocks_available().saturating_mul(s.fragment_size());
             let gib = free as f64 / (1u64 << 30) as f64;
             if free < LOW_DISK_BYTES {
                 check(
