@@ -1404,3 +1404,57 @@ fn projects_and_users_have_pages() {
     assert_eq!(code, 403, "{html}");
     assert!(html.contains("only admins can list users"), "{html}");
 }
+
+/// Issue 32: a job's page is the place to watch it: the timeline with durations, the
+/// approvals decided, what a failed job left (not "(none yet)"), and the header names the
+/// person, not "trusted".
+#[test]
+fn a_job_page_shows_its_timeline_decisions_and_outcome() {
+    let Some(w) = start() else { return };
+    let mut job: Value = serde_json::from_str(&common::noop_job("2026-01-01T00:01:00Z")).unwrap();
+    job["config"]["project"] = json!("Mine");
+    job["config"]["user"] = json!("nob");
+    job["runtime"] = json!({
+        "status": "failed", "start_time": "2026-01-01T00:01:30Z",
+        "finish_time": "2026-01-01T00:03:35Z", "process_id": 7, "llm_process_id": null,
+        "error": "Claude exited with 1", "output": null,
+        "approvals": [
+            {"request_id": "done-1-a1", "tool": "Bash", "summary": "rm -rf build <x>",
+             "allow": false, "by": "nob", "at": "2026-01-01T00:02:00Z", "message": "not that"},
+            {"request_id": "done-1-a2", "tool": "Write", "summary": "src/lib.rs",
+             "allow": true, "always": true, "by": "queue rule", "at": "2026-01-01T00:02:10Z"}
+        ]
+    });
+    w.env.write(
+        &format!("Queues/{}/Jobs/failed_jobs/done-1.json", w.queue),
+        &job.to_string(),
+    );
+    let (code, html) = w.unix(Some("nobody"), "GET", "/jobs/done-1", None);
+    assert_eq!(code, 200, "{html}");
+    assert!(
+        html.contains(r#"<span style="float:right">nob</span>"#),
+        "{html}"
+    );
+    assert!(
+        html.contains("waited 30s") && html.contains("ran 2m05s"),
+        "{html}"
+    );
+    assert!(html.contains(r#"<table id="decided">"#), "{html}");
+    assert!(
+        html.contains("rm -rf build &lt;x&gt;") && html.contains("not that"),
+        "{html}"
+    );
+    assert!(
+        html.contains("allowed (always)") && html.contains("queue rule"),
+        "{html}"
+    );
+    assert!(html.contains("(the job left no output)"), "{html}");
+    assert!(!html.contains("(none yet)"), "{html}");
+    // Root is a trusted caller: the header names the account, not "trusted".
+    let (code, html) = w.unix(None, "GET", "/jobs/done-1", None);
+    assert_eq!(code, 200);
+    assert!(
+        html.contains(r#"<span style="float:right">root</span>"#),
+        "{html}"
+    );
+}

@@ -5,7 +5,6 @@
 use super::render::{terminal_width, wrap};
 use crate::model::flow::priority_name;
 use crate::model::{Job, JobStatus, Timestamp};
-use serde_json::Value;
 use std::io::{self, Write};
 
 /// Writes `job` (whose id is `id`) for reading at `width` columns.
@@ -100,7 +99,7 @@ pub fn write_job(out: &mut dyn Write, id: &str, job: &Job, width: usize) -> io::
         section(out, "Error", e, width)?;
     }
     match &r.output {
-        Some(o) => section(out, "Result", &readable_output(o), width)?,
+        Some(_) => section(out, "Result", &job.result_text(), width)?,
         None => {
             let why = match r.status {
                 JobStatus::Queued => "(not started yet)",
@@ -174,18 +173,6 @@ fn span(a: &Timestamp, b: &Timestamp) -> String {
         0..60 => format!("{s} s"),
         60..3600 => format!("{} min {} s", s / 60, s % 60),
         _ => format!("{} h {} min", s / 3600, (s % 3600) / 60),
-    }
-}
-
-/// The text of a result: Claude's and agentshell's JSON results carry it in `result`; any
-/// other output is shown as it is.
-fn readable_output(o: &str) -> String {
-    match serde_json::from_str::<Value>(o) {
-        Ok(Value::Object(m)) => match m.get("result").and_then(Value::as_str) {
-            Some(r) => r.to_string(),
-            None => o.to_string(),
-        },
-        _ => o.to_string(),
     }
 }
 

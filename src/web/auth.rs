@@ -29,6 +29,9 @@ pub struct Actor {
     /// The user id the front end acts for on the bus (`None`: a trusted caller acting for
     /// no one).
     pub user: Option<String>,
+    /// Who the pages greet: the user id, else the caller's Unix login (a trusted caller:
+    /// root, the service's account, or in per-user mode the store's own user).
+    pub name: String,
 }
 
 impl Actor {
@@ -44,7 +47,14 @@ impl Actor {
         let caller = caller_for_uid(store, uid, own_uid, claimed)
             .map_err(|e| WebError::from(BusError::from(e)))?;
         let user = caller.user_id().map(str::to_string);
-        Ok(Actor { caller, user })
+        let name = user.clone().unwrap_or_else(|| {
+            nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+                .ok()
+                .flatten()
+                .map(|u| u.name)
+                .unwrap_or_else(|| format!("uid {uid}"))
+        });
+        Ok(Actor { caller, user, name })
     }
 }
 

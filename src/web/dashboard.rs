@@ -28,7 +28,7 @@ main{padding:12px 16px}table{border-collapse:collapse}td,th{border-bottom:1px so
 form.filters input,form.filters select{margin-right:8px}.pager a{margin-right:12px}figure{margin:12px 0}";
 
 fn page(title: &str, who: &Actor, live: bool, body: &str) -> Response<Body> {
-    let me = who.user.as_deref().unwrap_or("trusted");
+    let me = who.name.as_str();
     let html = format!(
         r#"<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{t} · agentstore</title><style>{CSS}</style></head><body><header><a href="/">Queues</a><a href="/jobs">Jobs</a><a href="/prds">PRDs</a><a href="/projects">Projects</a><a href="/users">Users</a><a href="/charts">Charts</a><a href="/approvals">Approvals</a><a href="/machines">Machines</a><a href="/messages">Messages</a><span style="float:right">{me}</span></header><main{live}>{body}</main><script src="/static/live.js" defer></script></body></html>"#,
         t = esc(title),
@@ -848,18 +848,100 @@ async fn job_page(app: &App, who: &Actor, id: &str) -> Result<Response<Body>, We
         esc(s(&job, "/config/task_description"))
     );
     let parsed: Option<crate::model::Job> = serde_json::from_value(job.clone()).ok();
-    let text = parsed.map(|j| j.result_text()).unwrap_or_default();
+    if let Some(j) = &parsed {
+        timeline(&mut b, j);
+    }
+    // A request of this job waiting for a person, answered here.
+    if matches!(st, "running")
+        && let Ok(rows) = super::api::approvals(app, who).await
+    {
+        let mine: Vec<&Value> = rows
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|r| s(r, "/job_id") == id)
+            .collect();
+        if !mine.is_empty() {
+            b.push_str(r#"<h2>Waiting for an answer</h2><table id="pending"><tbody>"#);
+            for r in mine {
+                let (queue, req) = (s(r, "/queue"), s(r, "/request_id"));
+                let _ = write!(
+                    b,
+                    r#"<tr data-request="{req}"><td>{tool}</td><td>{summary}</td><td>denied at {deadline}</td><td><form method="post" action="/approvals/{qu}/{ru}/answer"><input name="message" placeholder="reason (optional)" size="16"><label><input type="checkbox" name="always"> always</label><button name="decision" value="allow" class="allow">Allow</button><button name="decision" value="deny" class="deny">Deny</button></form></td></tr>"#,
+                    req = esc(req),
+                    tool = esc(s(r, "/tool")),
+                    summary = esc(s(r, "/summary")),
+                    deadline = esc(s(r, "/deadline")),
+                    qu = percent_encode(queue),
+                    ru = percent_encode(req),
+                );
+            }
+            b.push_str("</tbody></table>");
+        }
+    }
+    if let Some(j) = parsed.as_ref().filter(|j| !j.runtime.approvals.is_empty()) {
+        b.push_str(r#"<h2>Approvals decided</h2><table id="decided"><thead><tr><th>request</th><th>tool</th><th>summary</th><th>answer</th><th>by</th><th>at</th><th>reason</th></tr></thead><tbody>"#);
+        for a in &j.runtime.approvals {
+            let _ = write!(
+                b,
+                r#"<tr><td>{}</td><td>{}</td><td>{}</td><td class="{cls}">{ans}{always}</td><td>{}</td><td>{}</td><td>{}</td></tr>"#,
+                esc(&a.request_id),
+                esc(&a.tool),
+                esc(&a.summary),
+                esc(&a.by),
+                esc(&a.at.to_string()),
+                esc(a.message.as_deref().unwrap_or("")),
+                cls = if a.allow { "s-finished" } else { "s-failed" },
+                ans = if a.allow { "allowed" } else { "denied" },
+                always = if a.always { " (always)" } else { "" },
+            );
+        }
+        b.push_str("</tbody></table>");
+    }
+    let text = parsed.as_ref().map(|j| j.result_text()).unwrap_or_default();
+    let empty = match st {
+        "queued" => "(not started yet)",
+        "running" => "(none yet: the job is running)",
+        _ => "(the job left no output)",
+    };
     let _ = write!(
         b,
-        r#"<h2>Output</h2><pre id="output">{}</pre><p>Full log: <code>journalctl JOB_ID={}</code></p>"#,
+        r#"<h2>Output</h2><pre id="output">{}</pre><p>Its log: <code>orchestrator logs {} --follow 600</code> (the journal, <code>JOB_ID={}</code>)</p>"#,
         if text.is_empty() {
-            "(none yet)".to_string()
+            empty.to_string()
         } else {
             esc(&text)
         },
+        esc(id),
         esc(id)
     );
     Ok(page(&format!("Job {id}"), who, true, &b))
+}
+
+/// Queued → started → ended, with the time between each.
+fn timeline(b: &mut String, j: &crate::model::Job) {
+    let span = |a: &crate::model::Timestamp, z: &crate::model::Timestamp| {
+        let secs = a.seconds_until(z).max(0.0).round() as u64;
+        crate::store::machines::duration_text(secs)
+    };
+    let q = &j.config.queue_time;
+    let mut steps = vec![format!("queued {}", esc(&q.to_string()))];
+    if let Some(t) = &j.runtime.start_time {
+        steps.push(format!(
+            "waited {} → started {}",
+            span(q, t),
+            esc(&t.to_string())
+        ));
+        if let Some(e) = &j.runtime.finish_time {
+            steps.push(format!(
+                "ran {} → {} {}",
+                span(t, e),
+                esc(j.runtime.status.name()),
+                esc(&e.to_string())
+            ));
+        }
+    }
+    let _ = write!(b, r#"<p id="timeline">{}</p>"#, steps.join(" · "));
 }
 
 async fn prds_page(
