@@ -80,10 +80,22 @@ pub fn jobs_per_hour(jobs: &[Value]) -> String {
         .max()
         .unwrap_or(1)
         .max(1) as f64;
-    let bw = (W - 2.0 * PAD) / rows.len() as f64;
+    // A real time axis: each hour at its place between the first and the last, gaps empty;
+    // bars at most 40 px wide (one hour is not a full-width bar).
+    let hour_of = |h: &str| {
+        chrono::NaiveDateTime::parse_from_str(&format!("{h}:00"), "%Y-%m-%d %H:%M:%S")
+            .map(|t| t.and_utc().timestamp() / 3600)
+            .unwrap_or(0)
+    };
+    let first = hour_of(&rows[0].0);
+    let last = hour_of(&rows[rows.len() - 1].0);
+    let slots = (last - first + 1).max(1) as f64;
+    let bw = ((W - 2.0 * PAD) / slots).min(40.0);
+    let span = bw * slots;
+    let left = PAD + ((W - 2.0 * PAD) - span) / 2.0;
     let mut s = String::new();
-    for (i, (hour, (ok, bad))) in rows.iter().enumerate() {
-        let x = PAD + i as f64 * bw;
+    for (hour, (ok, bad)) in rows.iter() {
+        let x = left + (hour_of(hour) - first) as f64 * bw;
         let hok = (H - 2.0 * PAD) * f64::from(*ok) / max;
         let hbad = (H - 2.0 * PAD) * f64::from(*bad) / max;
         let base = H - PAD;
@@ -97,14 +109,26 @@ pub fn jobs_per_hour(jobs: &[Value]) -> String {
             (bw - 1.0).max(1.0),
         ));
     }
+    if rows.len() == 1 {
+        s.push_str(&format!(
+            r#"<text x="{}" y="{}" font-size="11" text-anchor="middle">{}</text>"#,
+            W / 2.0,
+            H - PAD + 14.0,
+            esc(&rows[0].0),
+        ));
+    } else {
+        s.push_str(&format!(
+            r#"<text x="{left:.1}" y="{}" font-size="11">{}</text><text x="{:.1}" y="{}" font-size="11" text-anchor="end">{}</text>"#,
+            H - PAD + 14.0,
+            esc(&rows[0].0),
+            left + span,
+            H - PAD + 14.0,
+            esc(&rows[rows.len() - 1].0),
+        ));
+    }
     s.push_str(&format!(
-        r#"<text x="{PAD}" y="{}" font-size="11">{}</text><text x="{}" y="{}" font-size="11" text-anchor="end">{}</text><text x="4" y="{}" font-size="11">{max}</text>"#,
-        H - PAD + 14.0,
-        esc(&rows[0].0),
-        W - PAD,
-        H - PAD + 14.0,
-        esc(&rows[rows.len() - 1].0),
-        PAD,
+        r#"<text x="4" y="{PAD}" font-size="11">{max}</text><text x="4" y="{}" font-size="11">0</text>"#,
+        H - PAD
     ));
     s.push_str(r##"<text x="560" y="14" font-size="11" fill="#2ca02c">■ finished</text><text x="640" y="14" font-size="11" fill="#d62728">■ failed</text>"##);
     frame(title, "chart-hourly", &s)
@@ -171,7 +195,7 @@ pub fn durations_per_command(jobs: &[Value]) -> String {
 
 /// Cost per project per day (USD reported by the agent), one line per project.
 pub fn cost_per_project(jobs: &[Value]) -> String {
-    let title = "Cost per project per day (USD)";
+    let title = "Cost per project per day, or per hour within one day (USD)";
     let mut days: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
     let mut projects: BTreeMap<String, f64> = BTreeMap::new();
     for j in jobs {
@@ -187,7 +211,7 @@ pub fn cost_per_project(jobs: &[Value]) -> String {
             .unwrap_or("?")
             .to_string();
         *days
-            .entry(t.format("%Y-%m-%d").to_string())
+            .entry(t.format("%Y-%m-%d %H:00").to_string())
             .or_default()
             .entry(p.clone())
             .or_default() += cost;
@@ -196,17 +220,37 @@ pub fn cost_per_project(jobs: &[Value]) -> String {
     if days.is_empty() {
         return empty(title, "chart-cost");
     }
+    // Per day, unless every cost fell on one day: then per hour of that day.
+    let one_day = days
+        .keys()
+        .map(|k| &k[..10])
+        .collect::<std::collections::BTreeSet<_>>()
+        .len()
+        == 1;
+    let days: BTreeMap<String, BTreeMap<String, f64>> = if one_day {
+        days
+    } else {
+        let mut by_day: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
+        for (k, m) in days {
+            let d = by_day.entry(k[..10].to_string()).or_default();
+            for (p, v) in m {
+                *d.entry(p).or_default() += v;
+            }
+        }
+        by_day
+    };
     let max = days
         .values()
         .flat_map(|m| m.values())
         .copied()
-        .fold(0.01_f64, f64::max);
+        .fold(0.0001_f64, f64::max);
     let n = days.len();
     let dx = if n > 1 {
         (W - 2.0 * PAD) / (n - 1) as f64
     } else {
         0.0
     };
+    let x_of = |i: usize| if n > 1 { PAD + i as f64 * dx } else { W / 2.0 };
     let keys: Vec<&String> = days.keys().collect();
     let mut s = String::new();
     for (pi, (p, total)) in projects.iter().take(8).enumerate() {
@@ -216,30 +260,112 @@ pub fn cost_per_project(jobs: &[Value]) -> String {
             .enumerate()
             .map(|(i, d)| {
                 let v = days[*d].get(p).copied().unwrap_or(0.0);
-                format!(
-                    "{:.1},{:.1}",
-                    PAD + i as f64 * dx,
-                    H - PAD - (H - 2.0 * PAD) * v / max
-                )
+                format!("{:.1},{:.1}", x_of(i), H - PAD - (H - 2.0 * PAD) * v / max)
             })
             .collect();
+        // A marker at each point: one day (or hour) alone is a point, not a line.
+        let dots: String = pts
+            .iter()
+            .filter_map(|p| p.split_once(','))
+            .map(|(x, y)| format!(r#"<circle cx="{x}" cy="{y}" r="3" fill="{colour}"/>"#))
+            .collect();
         s.push_str(&format!(
-            r#"<g class="cost" data-project="{}" data-total="{total:.2}"><title>{}: ${total:.2}</title><polyline fill="none" stroke="{colour}" stroke-width="2" points="{}"/><text x="{}" y="{}" font-size="11" fill="{colour}">{} ${total:.2}</text></g>"#,
+            r#"<g class="cost" data-project="{}" data-total="{total:.2}"><title>{}: {m}</title><polyline fill="none" stroke="{colour}" stroke-width="2" points="{}"/>{dots}<text x="{}" y="{}" font-size="11" fill="{colour}">{} {m}</text></g>"#,
             esc(p),
             esc(p),
             pts.join(" "),
             W - 200.0,
             14.0 + 13.0 * pi as f64,
             esc(p),
+            m = money(*total),
+        ));
+    }
+    if n == 1 {
+        s.push_str(&format!(
+            r#"<text x="{}" y="{}" font-size="11" text-anchor="middle">{}</text>"#,
+            W / 2.0,
+            H - PAD + 14.0,
+            esc(keys[0]),
+        ));
+    } else {
+        s.push_str(&format!(
+            r#"<text x="{PAD}" y="{}" font-size="11">{}</text><text x="{}" y="{}" font-size="11" text-anchor="end">{}</text>"#,
+            H - PAD + 14.0,
+            esc(keys[0]),
+            W - PAD,
+            H - PAD + 14.0,
+            esc(keys[n - 1]),
         ));
     }
     s.push_str(&format!(
-        r#"<text x="{PAD}" y="{}" font-size="11">{}</text><text x="{}" y="{}" font-size="11" text-anchor="end">{}</text><text x="4" y="{PAD}" font-size="11">${max:.2}</text>"#,
-        H - PAD + 14.0,
-        esc(keys[0]),
-        W - PAD,
-        H - PAD + 14.0,
-        esc(keys[n - 1]),
+        r#"<text x="4" y="{PAD}" font-size="11">{}</text>"#,
+        money(max)
     ));
     frame(title, "chart-cost", &s)
+}
+
+/// Dollars as people read small amounts: `$0.0021`, `$0.125`, `$3.40`.
+fn money(v: f64) -> String {
+    if v == 0.0 {
+        "$0".into()
+    } else if v < 0.01 {
+        format!("${v:.4}")
+    } else if v < 1.0 {
+        format!("${v:.3}")
+    } else {
+        format!("${v:.2}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn job(end: &str, project: &str, cost: f64) -> Value {
+        json!({"config": {"project": project, "claude_command": "x"},
+               "runtime": {"status": "finished", "start_time": end, "finish_time": end,
+                           "cost_usd": cost}})
+    }
+
+    #[test]
+    fn a_day_of_small_costs_is_drawn_and_labelled() {
+        let jobs: Vec<Value> = (0..5)
+            .map(|h| job(&format!("2026-12-01T{:02}:10:00Z", 9 + h), "p", 0.002))
+            .collect();
+        let svg = cost_per_project(&jobs);
+        assert!(!svg.contains("no data"), "{svg}");
+        assert_eq!(
+            svg.matches("<circle").count(),
+            5,
+            "one point per hour: {svg}"
+        );
+        assert!(svg.contains("p $0.010<"), "{svg}");
+        assert!(svg.contains(">$0.0020<"), "the axis: {svg}");
+        assert!(!svg.contains("$0.00<"), "{svg}");
+        // One job: a point, not an empty line.
+        let svg = cost_per_project(&jobs[..1]);
+        assert_eq!(svg.matches("<circle").count(), 1, "{svg}");
+    }
+
+    #[test]
+    fn one_hour_is_one_narrow_bar_labelled_once() {
+        let jobs: Vec<Value> = (0..3)
+            .map(|_| job("2026-12-01T21:05:00Z", "p", 0.0))
+            .collect();
+        let svg = jobs_per_hour(&jobs);
+        assert_eq!(svg.matches("2026-12-01 21:00</text>").count(), 1, "{svg}");
+        let w: f64 = svg
+            .split(r#"width=""#)
+            .nth(2)
+            .and_then(|r| r.split('"').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap();
+        assert!(w <= 40.0, "bar width {w}: {svg}");
+        // Two hours three apart: the gap is on the axis.
+        let mut jobs = jobs;
+        jobs.push(job("2026-12-02T00:05:00Z", "p", 0.0));
+        let svg = jobs_per_hour(&jobs);
+        assert_eq!(svg.matches(r#"class="bar""#).count(), 2, "{svg}");
+    }
 }
