@@ -70,6 +70,17 @@ impl Caller {
             || project.is_some_and(|p| self.can_see_project(p))
     }
 
+    /// Reading a job whose document may not be readable (`None`: admins only). Approval
+    /// requests of a running job are read by the same rule (DESIGN §9: every reader).
+    pub fn can_see_job_opt(&self, job: Option<&Job>, project: Option<&Project>) -> bool {
+        self.is_admin() || job.is_some_and(|j| self.can_see_job(j, project))
+    }
+
+    /// Answering an approval request of a running job: the rule of a cancel.
+    pub fn can_answer_request(&self, job: Option<&Job>, project: Option<&Project>) -> bool {
+        self.can_cancel_job(job, project)
+    }
+
     /// Cancelling a job: admins, whoever asked for it, or whoever may change its project
     /// (`job` is `None` when its document cannot be read: admins only).
     pub fn can_cancel_job(&self, job: Option<&Job>, project: Option<&Project>) -> bool {
@@ -79,6 +90,21 @@ impl Caller {
                     || project.is_some_and(|p| self.can_modify_project(p))
             })
     }
+}
+
+/// The answer to a request id that is not waiting — and to one of a job the caller may not
+/// see, so that an id cannot be probed.
+pub fn no_such_request(request_id: &str, queue: &str) -> String {
+    format!(
+        "approval request {request_id} is not waiting in queue {queue} (answered, past its deadline, or its job ended)"
+    )
+}
+
+/// Why a caller who may see a job may still not answer its requests.
+pub fn may_not_answer(job_id: &str) -> String {
+    format!(
+        "job {job_id} belongs to another user's project: only its submitter, the project's owner and admins may answer its requests"
+    )
 }
 
 #[cfg(test)]

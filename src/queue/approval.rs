@@ -66,6 +66,7 @@ impl Manager {
                 .pending()
                 .iter()
                 .any(|p| p.request_id == req.request_id)
+                && self.checked_answer(&req.job_id, &req.request_id).is_none()
             {
                 added.push(req);
             }
@@ -73,20 +74,14 @@ impl Manager {
         for req in added {
             self.publish_request(req).await;
         }
-        let gone: Vec<ApprovalRequest> = self
-            .pending()
-            .iter()
-            .filter(|p| {
-                !crate::store::safe::is_file(&self.store.approval_request_path(&q, &p.request_id))
-                    || crate::store::safe::exists(
-                        &self.store.approval_answer_path(&q, &p.request_id),
-                    )
-            })
-            .cloned()
-            .collect();
-        for req in gone {
-            let answer = self.store.approval_answer(&q, &req.request_id);
-            self.settle_request(&req.request_id, answer).await;
+        let listed: Vec<ApprovalRequest> = self.pending().clone();
+        for req in listed {
+            let answer = self.checked_answer(&req.job_id, &req.request_id);
+            let asked =
+                crate::store::safe::is_file(&self.store.approval_request_path(&q, &req.request_id));
+            if !asked || answer.is_some() {
+                self.settle_request(&req.request_id, answer).await;
+            }
         }
     }
 
@@ -99,14 +94,23 @@ impl Manager {
         if let Some(id) = name.strip_suffix(REQUEST_SUFFIX) {
             let known = self.pending().iter().any(|p| p.request_id == id);
             match self.store.approval_request(&q, id) {
-                Some(req) if !known && self.store.approval_answer(&q, id).is_none() => {
+                Some(req)
+                    if !known
+                        && req.request_id == id
+                        && self.checked_answer(&req.job_id, id).is_none() =>
+                {
                     self.publish_request(req).await;
                 }
                 None if known => self.settle_request(id, None).await,
                 _ => {}
             }
         } else if let Some(id) = name.strip_suffix(ANSWER_SUFFIX) {
-            let answer = self.store.approval_answer(&q, id);
+            let job = self
+                .pending()
+                .iter()
+                .find(|p| p.request_id == id)
+                .map(|p| p.job_id.clone());
+            let answer = job.and_then(|j| self.checked_answer(&j, id));
             if answer.is_some() {
                 self.settle_request(id, answer).await;
             }
@@ -198,17 +202,23 @@ impl Manager {
             .find(|r| r.request_id == request_id)
             .cloned()
             .ok_or_else(|| {
-                QueueError::NotFound(format!(
-                    "approval request {request_id} is not waiting in queue {q} (answered, past its deadline, or its job ended)"
-                ))
+                QueueError::NotFound(crate::permissions::no_such_request(request_id, &q))
             })?;
         let path = self.store.job_path(&q, JobStatus::Running, &req.job_id);
         let job: Option<Job> = self.store.read_doc(DocKind::Job, &path).ok();
-        if !caller.is_admin() && !job.as_ref().is_some_and(|j| self.may_act_on(j, caller)) {
-            return Err(QueueError::PermissionDenied(format!(
-                "job {} belongs to another user's project: only its submitter, the project's owner and admins may answer its requests",
-                req.job_id
+        let project = job
+            .as_ref()
+            .and_then(|j| self.store.project(&j.config.project).ok());
+        // Someone who may not even see the job gets the answer an unknown request gets.
+        if !caller.can_see_job_opt(job.as_ref(), project.as_ref()) {
+            return Err(QueueError::NotFound(crate::permissions::no_such_request(
+                request_id, &q,
             )));
+        }
+        if !caller.can_answer_request(job.as_ref(), project.as_ref()) {
+            return Err(QueueError::PermissionDenied(
+                crate::permissions::may_not_answer(&req.job_id),
+            ));
         }
         let message: String = message.chars().take(MAX_MESSAGE).collect();
         let answer = ApprovalAnswer {
@@ -218,15 +228,29 @@ impl Manager {
             message,
             by: by.to_string(),
             at: Timestamp::now(),
+            proof: String::new(),
         };
-        let written = self.store.write_approval_answer(&q, &answer).map_err(|e| {
-            QueueError::Failed(format!(
-                "cannot write {}: {e}",
-                self.store.approval_answer_path(&q, request_id).display()
-            ))
-        })?;
+        // Only this manager's answers count (its worker checks the proof): a job started by
+        // an earlier run of the manager has no key here, and cannot be answered.
+        let Some(key) = self.approval_keys.get(&req.job_id).cloned() else {
+            return Err(QueueError::Failed(format!(
+                "approval request {request_id} was asked of an earlier run of this queue manager, which held the key its answers are signed with: it is denied at its deadline"
+            )));
+        };
+        let answer = answer.sign(&key);
+        let write = || {
+            self.store.write_approval_answer(&q, &answer).map_err(|e| {
+                QueueError::Failed(format!(
+                    "cannot write {}: {e}",
+                    self.store.approval_answer_path(&q, request_id).display()
+                ))
+            })
+        };
+        // A file already there that is not a signed answer was planted: `checked_answer`
+        // removes it, and this answer takes its place.
+        let written = write()? || (self.checked_answer(&req.job_id, request_id).is_none() && write()?);
         if !written {
-            let first = self.store.approval_answer(&q, request_id);
+            let first = self.checked_answer(&req.job_id, request_id);
             self.settle_request(request_id, first).await;
             return Err(QueueError::Failed(format!(
                 "approval request {request_id} was answered already"
@@ -235,10 +259,47 @@ impl Manager {
         self.settle_request(request_id, Some(answer)).await;
         Ok(())
     }
+}
 
-    /// PRD §10 for a job's own actions: its user, or those who may modify its project.
-    pub(super) fn may_act_on(&self, job: &Job, caller: &Caller) -> bool {
-        let project = self.store.project(&job.config.project).ok();
-        caller.can_cancel_job(Some(job), project.as_ref())
+/// True when `caller` may see request `req` of `queue` (PRD §10: whoever may see its running
+/// job; a job that cannot be read is for admins only).
+pub(super) fn may_see_request(
+    store: &crate::store::Store,
+    queue: &str,
+    req: &ApprovalRequest,
+    caller: &Caller,
+) -> bool {
+    let path = store.job_path(queue, JobStatus::Running, &req.job_id);
+    let job: Option<Job> = store.read_doc(DocKind::Job, &path).ok();
+    let project = job
+        .as_ref()
+        .and_then(|j| store.project(&j.config.project).ok());
+    caller.can_see_job_opt(job.as_ref(), project.as_ref())
+}
+
+impl Manager {
+    /// The answer to `request_id` (of job `job_id`) as this manager takes it: one signed
+    /// with the job's approval key. A file that is not — planted by whoever can write the
+    /// store — is removed (logged) and is no answer. A job started by an earlier run of this
+    /// manager has no key here: its file is shown as it is, and its worker checks it.
+    fn checked_answer(&self, job_id: &str, request_id: &str) -> Option<ApprovalAnswer> {
+        let q = &self.cfg.queue;
+        let path = self.store.approval_answer_path(q, request_id);
+        if !crate::store::safe::exists(&path) {
+            return None;
+        }
+        let answer = self.store.approval_answer(q, request_id);
+        let Some(key) = self.approval_keys.get(job_id) else {
+            return answer;
+        };
+        match answer {
+            Some(a) if a.request_id == request_id && a.verify(key) => Some(a),
+            _ => {
+                tracing::warn!(queue = %q, job_id, request_id,
+                    "approval: an answer not written by this queue manager (no valid proof) was removed");
+                let _ = crate::store::safe::remove_file(&path);
+                None
+            }
+        }
     }
 }

@@ -204,7 +204,7 @@ impl Manager {
                 continue;
             }
             let arriving = head.pipeline
-                && head.queue_time.seconds_until(&now) < PIPELINE_ARRIVAL_GRACE_SECONDS;
+                && head.queue_time.claimed_age(&now) < PIPELINE_ARRIVAL_GRACE_SECONDS;
             match dependency_state(
                 &self.store,
                 &head.after,

@@ -104,6 +104,9 @@ pub struct Manager {
     pub(super) state: Arc<Mutex<QueueState>>,
     /// Approval requests of running jobs waiting for an answer (the handle reads them).
     pub(super) approvals: Arc<Mutex<Vec<crate::model::approval::ApprovalRequest>>>,
+    /// The approval key of each job this manager started (handed to its worker on the
+    /// gate, never written): answers are signed with it, and only signed ones count.
+    pub(super) approval_keys: HashMap<String, String>,
     /// The watch on `Jobs/approvals/`.
     pub(super) approvals_watch: Option<inotify::Inotify>,
     /// `running_jobs/` of a Slurm queue (its workers run elsewhere, no exit to wait on).
@@ -192,6 +195,7 @@ impl Manager {
             root_mode: nix::unistd::geteuid().is_root(),
             state,
             approvals: Arc::new(Mutex::new(Vec::new())),
+            approval_keys: HashMap::new(),
             approvals_watch: None,
             running_watch: None,
             events: None,
@@ -217,6 +221,7 @@ impl Manager {
     /// What a front end serves: the state snapshot and the request channel.
     pub fn handle(&self) -> QueueHandle {
         QueueHandle::new(
+            self.cfg.queue.clone(),
             self.state.clone(),
             self.approvals.clone(),
             self.requests_tx.clone(),

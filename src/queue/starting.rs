@@ -666,7 +666,9 @@ impl Manager {
         self.backoff.remove(id);
         #[cfg(debug_assertions)]
         super::poison::injected_fault("release", id).await;
-        if let Err(e) = release(launched.gate, &self.config).await {
+        let key = crate::model::approval::new_approval_key();
+        self.approval_keys.insert(id.to_string(), key.clone());
+        if let Err(e) = release(launched.gate, &self.config, &key).await {
             // It died before it could start; the exit watcher reports it as dead.
             tracing::warn!(job_id = %id, queue = %q, "worker gone before start: {e}");
         }
@@ -831,8 +833,7 @@ impl Manager {
     /// waits for them (its start put off, saying which) instead of failing; an older one is
     /// judged on what is here.
     fn awaited_document(&self, job: &Job) -> Option<String> {
-        let young =
-            job.config.queue_time.seconds_until(&Timestamp::now()) < SYNC_ARRIVAL_GRACE_SECONDS;
+        let young = job.config.queue_time.claimed_age(&Timestamp::now()) < SYNC_ARRIVAL_GRACE_SECONDS;
         if !young {
             return None;
         }

@@ -47,11 +47,7 @@ impl Store {
         let dir = self.approvals_dir(queue);
         safe::create_dir_all(&dir)?;
         let to = self.approval_answer_path(queue, &answer.request_id);
-        let tmp = dir.join(format!(
-            ".{}.{}.tmp",
-            answer.request_id,
-            uuid::Uuid::new_v4()
-        ));
+        let tmp = dir.join(format!(".{}.answer.tmp", uuid::Uuid::new_v4().simple()));
         fsio::write_json_atomic(&tmp, answer)?;
         let r = safe::rename_noreplace(&tmp, &to);
         match r {
@@ -80,7 +76,9 @@ impl Store {
         read_json(&self.approval_answer_path(queue, request_id))
     }
 
-    /// Every request waiting in the folder (those with no answer yet).
+    /// Every request in the folder, answered or not (whether an answer counts is for the
+    /// queue manager to judge: see `queue::approval`). A file whose request id is not its
+    /// name is left out.
     pub fn pending_approvals(&self, queue: &str) -> Vec<ApprovalRequest> {
         let Ok(entries) = safe::list_dir(&self.approvals_dir(queue)) else {
             return Vec::new();
@@ -89,8 +87,7 @@ impl Store {
             .iter()
             .filter_map(|e| e.name.to_str().map(str::to_string))
             .filter_map(|n| n.strip_suffix(REQUEST_SUFFIX).map(str::to_string))
-            .filter(|id| !safe::exists(&self.approval_answer_path(queue, id)))
-            .filter_map(|id| self.approval_request(queue, &id))
+            .filter_map(|id| self.approval_request(queue, &id).filter(|r| r.request_id == id))
             .collect();
         out.sort_by(|a, b| (a.requested_at, &a.request_id).cmp(&(b.requested_at, &b.request_id)));
         out

@@ -127,9 +127,11 @@ pub struct Machine {
 }
 
 impl Machine {
-    /// Seconds since its last heartbeat, by `now` (0 for a clock ahead of ours).
+    /// Seconds since its last heartbeat, by `now` (0 for a clock slightly ahead of ours;
+    /// `u64::MAX` for a heartbeat from beyond the clock skew, which is never fresh).
     pub fn silent_for(&self, now: &Timestamp) -> u64 {
-        self.last_seen.seconds_until(now).max(0.0) as u64
+        let s = self.last_seen.claimed_age(now);
+        if s.is_finite() { s as u64 } else { u64::MAX }
     }
 
     /// True when no daemon of it has written for more than `after` seconds.
@@ -292,6 +294,7 @@ impl Store {
             }
         };
         let mut hosts: BTreeMap<String, Vec<Heartbeat>> = BTreeMap::new();
+        let now = Timestamp::now();
         for entry in entries {
             let name = entry.name.to_string_lossy().to_string();
             if name.starts_with('.') {
@@ -330,6 +333,18 @@ impl Store {
             }
             for p in scan.documents {
                 match read_heartbeat(&p) {
+                    // A heartbeat from the future would keep its machine "alive" forever (or
+                    // make a live one look lost beside it): it is no heartbeat.
+                    Ok(hb) if hb.host == name && hb.last_seen.is_beyond_skew(&now) => {
+                        let text = format!(
+                            "{}: last_seen {} is more than {} s ahead of this machine's clock; not trusted, skipped",
+                            self.relative(&p).display(),
+                            hb.last_seen,
+                            crate::model::MAX_CLOCK_SKEW_SECS
+                        );
+                        tracing::warn!("{text}");
+                        out.problems.push(text);
+                    }
                     Ok(hb) if hb.host == name => hosts.entry(name.clone()).or_default().push(hb),
                     Ok(hb) => out.problems.push(format!(
                         "{}: claims host {:?} inside the folder of {name}; skipped",
