@@ -107,6 +107,9 @@ pub struct Manager {
     /// The approval key of each job this manager started (handed to its worker on the
     /// gate, never written): answers are signed with it, and only signed ones count.
     pub(super) approval_keys: HashMap<String, String>,
+    /// Jobs started since the heartbeat was written: it is written again after this pass,
+    /// so the machine's word on what it runs (`Heartbeat::running`) lags no start.
+    pub(super) beat_due: bool,
     /// The watch on `Jobs/approvals/`.
     pub(super) approvals_watch: Option<inotify::Inotify>,
     /// `running_jobs/` of a Slurm queue (its workers run elsewhere, no exit to wait on).
@@ -196,6 +199,7 @@ impl Manager {
             state,
             approvals: Arc::new(Mutex::new(Vec::new())),
             approval_keys: HashMap::new(),
+            beat_due: false,
             approvals_watch: None,
             running_watch: None,
             events: None,
@@ -292,6 +296,7 @@ impl Manager {
         m.write_heartbeat(false);
         m.check_served_elsewhere();
         let dead = m.adopt_running();
+        m.beat_due = true;
         m.record(Record::info(
             m.event("daemon_started")
                 .detail(format!("launcher {}", m.launcher.name())),
@@ -460,6 +465,9 @@ impl Manager {
                 self.on_exit(&id).await;
             }
             self.step().await;
+            if std::mem::take(&mut self.beat_due) {
+                self.write_heartbeat(false);
+            }
         }
         // Launches in flight complete (each bounded by systemd's confirmation timeout): their
         // jobs are then running for the next manager to re-adopt, and no start marker is

@@ -679,6 +679,7 @@ impl Manager {
             let _ = child.wait().await;
             let _ = tx.send(job_id);
         });
+        self.beat_due = true;
         self.running.insert(
             id.to_string(),
             Running {

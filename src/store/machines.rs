@@ -70,6 +70,10 @@ pub struct Heartbeat {
     /// The epoch of the store lock an active orchestratord holds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epoch: Option<u64>,
+    /// The jobs a queue manager runs (as of `last_seen`): a live machine's own word that a
+    /// job runs there, which a job file's `runtime.host` (shared input) cannot outvote.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub running: Vec<String>,
 }
 
 impl Heartbeat {
@@ -89,6 +93,7 @@ impl Heartbeat {
             stopped: false,
             role: None,
             epoch: None,
+            running: Vec::new(),
         }
     }
 
@@ -405,9 +410,26 @@ impl Store {
             let Some(host) = job.runtime.host.clone() else {
                 continue;
             };
+            // The job file says where it runs, and the store is shared input: a live machine
+            // whose manager of this queue says it runs the job outvotes it (a forged host
+            // would otherwise get a running job failed and run again).
+            let runs_on_live = machines.machines.iter().find(|m| {
+                m.host != host
+                    && !m.is_stale(&now, grace)
+                    && m.daemons.iter().any(|d| {
+                        d.queue.as_deref() == Some(queue)
+                            && !d.stopped
+                            && d.running.iter().any(|r| *r == id)
+                    })
+            });
+            if let Some(m) = runs_on_live {
+                tracing::warn!(job_id = %id, queue,
+                    "job {id} names machine {host} as where it runs, but machine {} (live) runs it: not judged lost", m.host);
+            }
             let lost_machine = machines
                 .get(&host)
-                .filter(|m| m.host != me && m.is_stale(&now, grace));
+                .filter(|m| m.host != me && m.is_stale(&now, grace))
+                .filter(|_| runs_on_live.is_none());
             if self.settle_running_beside_ended(queue, &id, &job, &host, lost_machine.is_some()) {
                 continue;
             }
