@@ -92,6 +92,57 @@ impl Caller {
     }
 }
 
+/// Why a listing narrowed to one project is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ProjectRefused {
+    /// No such project (or it cannot be read).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// It is another user's private project.
+    #[error("{0}")]
+    Denied(String),
+}
+
+/// Why `who` may not see project `p` (`view-project`'s words).
+pub fn project_denied(p: &Project) -> String {
+    format!("project {} belongs to {}", p.id, p.owner)
+}
+
+/// A listing narrowed to project `id` (`list-prds --project`, `list-jobs --project`): the
+/// project must exist and be one `who` may see, refused as `view-project` refuses it — never
+/// answered with an empty list, which would say less than the truth to its owner and tell a
+/// stranger nothing a refusal does not.
+pub fn check_listed_project(store: &Store, who: &Caller, id: &str) -> Result<Project, ProjectRefused> {
+    let p = store.project(id)?;
+    if !who.can_see_project(&p) {
+        return Err(ProjectRefused::Denied(project_denied(&p)));
+    }
+    Ok(p)
+}
+
+/// True when job `id` exists and `who` may see it (PRD §10); an unknown id and another
+/// user's private job both answer false, so no id can be probed. A job whose document
+/// cannot be read is for admins only.
+pub fn sees_job(store: &Store, who: &Caller, id: &str) -> bool {
+    let Ok(loc) = store.find_job(id) else {
+        return false;
+    };
+    if who.is_admin() {
+        return true;
+    }
+    let Ok(job) = store.job(&loc) else {
+        return false;
+    };
+    let project = store.project(&job.config.project).ok();
+    who.can_see_job(&job, project.as_ref())
+}
+
+/// The answer for a job id that names no job the caller may see (unknown, or private to
+/// another user: the same words, see [`sees_job`]).
+pub fn unknown_job(id: &str) -> String {
+    format!("unknown job {id} (no job of that id that you may see)")
+}
+
 /// The answer to a request id that is not waiting — and to one of a job the caller may not
 /// see, so that an id cannot be probed.
 pub fn no_such_request(request_id: &str, queue: &str) -> String {

@@ -68,6 +68,9 @@ pub fn answer(store: &Store, msg: &Message, who: &Caller) -> Result<Value, Route
         }
         "list-prds" => {
             let project = arg(msg, "project").or(msg.project.as_deref());
+            if let Some(id) = project {
+                listed_project(store, who, id)?;
+            }
             let mut out = Vec::new();
             for (_, prd) in store.prds(project, &mut ignore)? {
                 let p = store.project(&prd.project).ok();
@@ -258,7 +261,7 @@ fn list_jobs(store: &Store, msg: &Message, who: &Caller) -> Result<Value, RouteE
     };
     let project = arg(msg, "project");
     if let Some(p) = project {
-        store.project(p)?;
+        listed_project(store, who, p)?;
     }
     let queue = arg(msg, "queue");
     if let Some(q) = queue {
@@ -447,5 +450,15 @@ mod tests {
         let job: crate::model::Job = serde_json::from_value(small).unwrap();
         assert!(json_len(&job) >= least, "{} < {least}", json_len(&job));
         assert_eq!(json_len(&job), to_value(&job).to_string().len());
+    }
+}
+
+/// [`crate::permissions::check_listed_project`] as a route error.
+fn listed_project(store: &Store, who: &Caller, id: &str) -> Result<(), RouteError> {
+    use crate::permissions::ProjectRefused;
+    match crate::permissions::check_listed_project(store, who, id) {
+        Ok(_) => Ok(()),
+        Err(ProjectRefused::Store(e)) => Err(e.into()),
+        Err(ProjectRefused::Denied(why)) => Err(RouteError::PermissionDenied(why)),
     }
 }
