@@ -118,28 +118,28 @@ async fn an_answer_on_dbus_runs_the_command_and_always_covers_the_next() {
         s.queue_job("agent-allow");
         let (job_id, req, tool, summary, input, _) = reqs.recv().await.unwrap();
         assert_eq!(
-            (job_id.as_str(), req.as_str(), tool.as_str()),
-            ("agent-allow", "agent-allow-a1", "run_command")
+            (job_id.as_str(), tool.as_str()),
+            ("agent-allow", "run_command")
         );
+        // Numbered for people, unguessable after the number.
+        assert!(req.starts_with("agent-allow-a1-") && req.len() == "agent-allow-a1-".len() + 24, "{req}");
         assert_eq!(summary, "run_command: touch first.txt");
         let input: Value = serde_json::from_str(&input).unwrap();
         assert_eq!(input["command"], "touch first.txt");
-        let pending = changes.proxy.pending_approvals().await.unwrap();
+        let pending = changes.proxy.list_approvals().await.unwrap();
         assert_eq!(pending.len(), 1, "{pending:?}");
         assert!(!s.env.work.join("first.txt").exists());
 
         if nix::unistd::geteuid().is_root() {
             let (ok, err) = s.answer_as(nobody(), &req, true, true, "");
             assert!(!ok, "a stranger's Answer must be refused");
-            assert!(err.contains("Permission denied"), "{err}");
+            // As an unknown request is: the stranger may not see the job.
+            assert!(err.contains("not waiting"), "{err}");
         }
         let (ok, err) = s.answer_as(owner_uid(), &req, true, true, "");
         assert!(ok, "the project owner may answer: {err}");
-        let (r, allow, by) = answered.recv().await.unwrap();
-        assert_eq!(
-            (r.as_str(), allow, by.as_str()),
-            (req.as_str(), true, "chenry")
-        );
+        let r = answered.recv().await.unwrap();
+        assert_eq!(r, req);
 
         let (state, doc) = s.ended(&mut changes, "agent-allow").await;
         let rt = &doc["runtime"];
@@ -169,7 +169,7 @@ async fn an_answer_on_dbus_runs_the_command_and_always_covers_the_next() {
         let out = agent_result(rt);
         assert_eq!(out["result"], "Done.", "{out}");
         assert_eq!(out["permission_denials"], json!([]), "{out}");
-        assert!(changes.proxy.pending_approvals().await.unwrap().is_empty());
+        assert!(changes.proxy.list_approvals().await.unwrap().is_empty());
         let dir = s.env.store().approvals_dir(&s.env.queue);
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
         s.stop().await;
@@ -234,11 +234,8 @@ async fn no_answer_is_a_deny_at_the_deadline_and_the_job_finishes() {
         let mut answered = answers(&s.bus, &s.env).await;
         s.queue_job("agent-late");
         let (_, req, ..) = reqs.recv().await.unwrap();
-        let (r, allow, by) = answered.recv().await.unwrap();
-        assert_eq!(
-            (r.as_str(), allow, by.as_str()),
-            (req.as_str(), false, "deadline")
-        );
+        let r = answered.recv().await.unwrap();
+        assert_eq!(r, req);
         let (state, doc) = s.ended(&mut changes, "agent-late").await;
         let rt = &doc["runtime"];
         assert_eq!(state, "finished", "{rt}");

@@ -230,14 +230,8 @@ impl Manager {
             at: Timestamp::now(),
             proof: String::new(),
         };
-        // Only this manager's answers count (its worker checks the proof): a job started by
-        // an earlier run of the manager has no key here, and cannot be answered.
-        let Some(key) = self.approval_keys.get(&req.job_id).cloned() else {
-            return Err(QueueError::Failed(format!(
-                "approval request {request_id} was asked of an earlier run of this queue manager, which held the key its answers are signed with: it is denied at its deadline"
-            )));
-        };
-        let answer = answer.sign(&key);
+        // Only this manager's answers count: its worker checks the proof.
+        let answer = answer.sign(&self.approval_key(&req.job_id));
         let write = || {
             self.store.write_approval_answer(&q, &answer).map_err(|e| {
                 QueueError::Failed(format!(
@@ -278,10 +272,15 @@ pub(super) fn may_see_request(
 }
 
 impl Manager {
+    /// Job `job_id`'s approval key: derived from this manager's master key, so a manager
+    /// that restarts (and re-adopts the job) signs and checks as the one that started it.
+    pub(super) fn approval_key(&self, job_id: &str) -> String {
+        job_key(&self.approval_master, &self.cfg.queue, job_id)
+    }
+
     /// The answer to `request_id` (of job `job_id`) as this manager takes it: one signed
     /// with the job's approval key. A file that is not — planted by whoever can write the
-    /// store — is removed (logged) and is no answer. A job started by an earlier run of this
-    /// manager has no key here: its file is shown as it is, and its worker checks it.
+    /// store — is removed (logged) and is no answer.
     fn checked_answer(&self, job_id: &str, request_id: &str) -> Option<ApprovalAnswer> {
         let q = &self.cfg.queue;
         let path = self.store.approval_answer_path(q, request_id);
@@ -289,11 +288,9 @@ impl Manager {
             return None;
         }
         let answer = self.store.approval_answer(q, request_id);
-        let Some(key) = self.approval_keys.get(job_id) else {
-            return answer;
-        };
+        let key = self.approval_key(job_id);
         match answer {
-            Some(a) if a.request_id == request_id && a.verify(key) => Some(a),
+            Some(a) if a.request_id == request_id && a.verify(&key) => Some(a),
             _ => {
                 tracing::warn!(queue = %q, job_id, request_id,
                     "approval: an answer not written by this queue manager (no valid proof) was removed");
@@ -302,4 +299,97 @@ impl Manager {
             }
         }
     }
+}
+
+/// The key of job `job_id` of `queue` under `master`: a UUID (v5 over the master).
+fn job_key(master: &str, queue: &str, job_id: &str) -> String {
+    let m = uuid::Uuid::parse_str(master).unwrap_or_else(|_| uuid::Uuid::new_v4());
+    uuid::Uuid::new_v5(&m, format!("agentstore-job-key\0{queue}\0{job_id}").as_bytes())
+        .simple()
+        .to_string()
+}
+
+/// Where the master key lives: never in the store (shared input), but in this account's
+/// own state — `$STATE_DIRECTORY` under systemd, `/var/lib/agentstore-queue-manager` for
+/// root, else `$XDG_STATE_HOME/agentstore` (or `~/.local/state/agentstore`).
+fn master_key_dir() -> Option<std::path::PathBuf> {
+    use std::path::PathBuf;
+    if let Some(d) = std::env::var_os("STATE_DIRECTORY").filter(|v| !v.is_empty()) {
+        let first = d.to_string_lossy().split(':').next().map(PathBuf::from)?;
+        return Some(first);
+    }
+    if nix::unistd::geteuid().is_root() {
+        return Some(PathBuf::from("/var/lib/agentstore-queue-manager"));
+    }
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|h| PathBuf::from(h).join(".local/state"))
+        })?;
+    Some(state.join("agentstore"))
+}
+
+/// This manager's master approval key: read from (or made once in) a file only its
+/// account can read (`approval-key`, mode 0600, owned by it, reached with no link), so a
+/// restarted manager signs as before; a fresh random one for this run (logged) when no such
+/// file can be had — the requests of jobs an earlier run started then wait for their
+/// deadline.
+pub(super) fn master_key() -> String {
+    match master_key_dir().ok_or_else(|| "no state folder (HOME unset)".to_string()).and_then(|d| {
+        read_or_make_key(&d.join("approval-key")).map_err(|e| format!("{}: {e}", d.display()))
+    }) {
+        Ok(k) => k,
+        Err(e) => {
+            tracing::warn!("approval key: {e}; using one for this run only (requests of jobs started by an earlier run cannot be answered)");
+            crate::model::approval::new_approval_key()
+        }
+    }
+}
+
+fn read_or_make_key(path: &std::path::Path) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+    let bad = |m: String| std::io::Error::new(std::io::ErrorKind::InvalidData, m);
+    if let Some(dir) = path.parent() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+    }
+    let me = nix::unistd::geteuid().as_raw();
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+    {
+        Ok(mut f) => {
+            let k = crate::model::approval::new_approval_key();
+            f.write_all(k.as_bytes())?;
+            f.sync_all()?;
+            return Ok(k);
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?;
+    let meta = f.metadata()?;
+    if !meta.is_file() || meta.uid() != me || meta.mode() & 0o077 != 0 {
+        return Err(bad(format!(
+            "{} must be a file of uid {me} that no one else may read or write",
+            path.display()
+        )));
+    }
+    let mut text = String::new();
+    (&mut f).take(256).read_to_string(&mut text)?;
+    let k = text.trim();
+    uuid::Uuid::parse_str(k).map_err(|e| bad(format!("{}: {e}", path.display())))?;
+    Ok(k.to_string())
 }

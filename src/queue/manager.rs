@@ -104,9 +104,9 @@ pub struct Manager {
     pub(super) state: Arc<Mutex<QueueState>>,
     /// Approval requests of running jobs waiting for an answer (the handle reads them).
     pub(super) approvals: Arc<Mutex<Vec<crate::model::approval::ApprovalRequest>>>,
-    /// The approval key of each job this manager started (handed to its worker on the
-    /// gate, never written): answers are signed with it, and only signed ones count.
-    pub(super) approval_keys: HashMap<String, String>,
+    /// This manager's approval master key (see `approval::master_key`): each job's key,
+    /// handed to its worker on the gate and never written to the store, derives from it.
+    pub(super) approval_master: String,
     /// Jobs started since the heartbeat was written: it is written again after this pass,
     /// so the machine's word on what it runs (`Heartbeat::running`) lags no start.
     pub(super) beat_due: bool,
@@ -198,7 +198,7 @@ impl Manager {
             root_mode: nix::unistd::geteuid().is_root(),
             state,
             approvals: Arc::new(Mutex::new(Vec::new())),
-            approval_keys: HashMap::new(),
+            approval_master: super::approval::master_key(),
             beat_due: false,
             approvals_watch: None,
             running_watch: None,

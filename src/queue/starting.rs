@@ -666,8 +666,7 @@ impl Manager {
         self.backoff.remove(id);
         #[cfg(debug_assertions)]
         super::poison::injected_fault("release", id).await;
-        let key = crate::model::approval::new_approval_key();
-        self.approval_keys.insert(id.to_string(), key.clone());
+        let key = self.approval_key(id);
         if let Err(e) = release(launched.gate, &self.config, &key).await {
             // It died before it could start; the exit watcher reports it as dead.
             tracing::warn!(job_id = %id, queue = %q, "worker gone before start: {e}");

@@ -172,7 +172,6 @@ impl Manager {
         let Some(r) = self.running.remove(id) else {
             return;
         };
-        self.approval_keys.remove(id);
         // A worker that reported its own end (its file has left running_jobs/): nothing of
         // the job is written after its clean-up, so the scope's stop (a round trip to
         // systemd per job) goes on beside the loop. Any other end is written only after it.
