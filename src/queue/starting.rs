@@ -521,6 +521,10 @@ impl Manager {
     /// written).
     pub(super) async fn prepare_start(&mut self, id: &str) -> Option<PreparedStart> {
         let q = self.cfg.queue.clone();
+        if let Err(e) = crate::store::check_id("job", id) {
+            self.fail_bad_name(id, &e.to_string()).await;
+            return None;
+        }
         let path = self.store.job_path(&q, JobStatus::Queued, id);
         let bytes = match read_limited(&path) {
             Ok(b) => b,
@@ -709,8 +713,12 @@ impl Manager {
     /// store takes the job's next write, without writing the job's own file.
     fn probe_write(&self, path: &Path, job: &Job) -> Result<(), StoreError> {
         let bytes = self.store.doc_bytes(DocKind::Job, path, job)?;
-        let name = path.file_name().unwrap_or_default().to_string_lossy();
-        let probe = path.with_file_name(format!(".probe-{}-{name}.tmp", std::process::id()));
+        // A name of its own, not the job's: within NAME_MAX whatever the job's id.
+        let probe = path.with_file_name(format!(
+            ".probe-{}-{}.tmp",
+            std::process::id(),
+            uuid::Uuid::new_v4().simple()
+        ));
         // Not synced: a full disk refuses the write itself (the job's own write, synced,
         // comes before its worker is released).
         let res = crate::store::safe::create_new(&probe, 0o600).and_then(|mut f| {
