@@ -580,6 +580,23 @@ fn approvals_are_listed_and_answered_through_the_queue_manager() {
             .unwrap(),
     );
     common::bus::wait_for_name(&w.bus, &agentstore::bus::queue_bus_name(&q));
+    // nob's event stream, open before anything is asked: it must carry the events of nob's
+    // job and none of chenry's (PRD §10 for every reader, issue 27 item 4).
+    let mut nob_stream = KillOnDrop(
+        Command::new("runuser")
+            .args(["-u", "nobody", "--", "curl", "-sSN", "--max-time", "60", "--unix-socket"])
+            .arg(&w.sock)
+            .arg("http://localhost/api/v1/events")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut nob_lines = BufReader::new(nob_stream.0.stdout.take().unwrap()).lines();
+    loop {
+        if nob_lines.next().unwrap().unwrap().starts_with(": subscribed") {
+            break;
+        }
+    }
     let store = agentstore::store::Store::open(&root).unwrap();
     for id in ["run-mine", "run-theirs"] {
         let now = agentstore::model::Timestamp::now();
@@ -687,6 +704,23 @@ fn approvals_are_listed_and_answered_through_the_queue_manager() {
         }
     }
     let answered = answered.expect("an ApprovalAnswered event for run-mine-a1");
+    // nob's stream, up to that same event: both requests were published before it, and only
+    // nob's own reached nob.
+    let mut seen = String::new();
+    let mut last_event = String::new();
+    for l in nob_lines.by_ref() {
+        let l = l.unwrap();
+        seen.push_str(&l);
+        seen.push('\n');
+        if let Some(name) = l.strip_prefix("event: ") {
+            last_event = name.to_string();
+        } else if last_event == "ApprovalAnswered" && l.contains("\"run-mine-a1\"") {
+            break;
+        }
+    }
+    assert!(seen.contains("event: ApprovalRequested"), "{seen}");
+    assert!(!seen.contains("run-theirs"), "nob saw an event of chenry's job: {seen}");
+    drop(nob_stream);
     // Ids only: what was decided is on the job.
     assert_eq!(answered["job_id"], "run-mine");
     assert!(answered.get("by").is_none() && answered.get("allow").is_none(), "{answered}");
