@@ -112,7 +112,11 @@ pub fn project_denied(p: &Project) -> String {
 /// project must exist and be one `who` may see, refused as `view-project` refuses it — never
 /// answered with an empty list, which would say less than the truth to its owner and tell a
 /// stranger nothing a refusal does not.
-pub fn check_listed_project(store: &Store, who: &Caller, id: &str) -> Result<Project, ProjectRefused> {
+pub fn check_listed_project(
+    store: &Store,
+    who: &Caller,
+    id: &str,
+) -> Result<Project, ProjectRefused> {
     let p = store.project(id)?;
     if !who.can_see_project(&p) {
         return Err(ProjectRefused::Denied(project_denied(&p)));

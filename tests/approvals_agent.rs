@@ -122,7 +122,10 @@ async fn an_answer_on_dbus_runs_the_command_and_always_covers_the_next() {
             ("agent-allow", "run_command")
         );
         // Numbered for people, unguessable after the number.
-        assert!(req.starts_with("agent-allow-a1-") && req.len() == "agent-allow-a1-".len() + 24, "{req}");
+        assert!(
+            req.starts_with("agent-allow-a1-") && req.len() == "agent-allow-a1-".len() + 24,
+            "{req}"
+        );
         assert_eq!(summary, "run_command: touch first.txt");
         let input: Value = serde_json::from_str(&input).unwrap();
         assert_eq!(input["command"], "touch first.txt");
@@ -322,7 +325,11 @@ async fn a_planted_answer_is_never_taken_for_a_persons() {
             at: Timestamp::now(),
             proof: String::new(),
         };
-        assert!(store.write_approval_answer(&q, &forged("agent-forged-a1")).unwrap());
+        assert!(
+            store
+                .write_approval_answer(&q, &forged("agent-forged-a1"))
+                .unwrap()
+        );
         s.queue_job("agent-forged");
         let (_, req, ..) = tokio::time::timeout(std::time::Duration::from_secs(20), reqs.recv())
             .await
@@ -336,7 +343,10 @@ async fn a_planted_answer_is_never_taken_for_a_persons() {
         let (state, doc) = s.ended(&mut changes, "agent-forged").await;
         let rt = &doc["runtime"];
         assert_eq!(state, "finished", "{rt}");
-        assert!(!s.env.work.join("forged.txt").exists(), "a planted answer ran the command");
+        assert!(
+            !s.env.work.join("forged.txt").exists(),
+            "a planted answer ran the command"
+        );
         assert_eq!(rt["approvals"][0]["request_id"], json!(req), "{rt}");
         assert_eq!(rt["approvals"][0]["by"], "deadline", "{rt}");
         assert_eq!(rt["approvals"][0]["allow"], false, "{rt}");

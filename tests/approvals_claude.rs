@@ -142,7 +142,10 @@ async fn an_answer_on_dbus_allows_the_write_and_a_stranger_is_refused() {
         s.queue_job("allow-1");
         let (job_id, req, tool, summary, input, deadline) = reqs.recv().await.unwrap();
         assert_eq!((job_id.as_str(), tool.as_str()), ("allow-1", "Write"));
-        assert!(req.starts_with("allow-1-a1-") && req.len() == "allow-1-a1-".len() + 24, "{req}");
+        assert!(
+            req.starts_with("allow-1-a1-") && req.len() == "allow-1-a1-".len() + 24,
+            "{req}"
+        );
         assert!(summary.contains("approved.txt"), "{summary}");
         let input: Value = serde_json::from_str(&input).unwrap();
         assert_eq!(input["file_path"], json!(s.target));

@@ -134,9 +134,13 @@ async fn approval_requests_are_read_only_through_an_authorized_call() {
             }
         };
         let body = sig.body();
-        let (job_id, request_id, deadline): (String, String, String) =
-            body.deserialize().expect("ApprovalRequested is (job_id, request_id, deadline)");
-        assert_eq!((job_id.as_str(), request_id.as_str()), ("run-private", &*req.request_id));
+        let (job_id, request_id, deadline): (String, String, String) = body
+            .deserialize()
+            .expect("ApprovalRequested is (job_id, request_id, deadline)");
+        assert_eq!(
+            (job_id.as_str(), request_id.as_str()),
+            ("run-private", &*req.request_id)
+        );
         assert!(deadline.ends_with('Z'), "{deadline}");
 
         let path = agentstore::bus::queue_object_path(&env.queue);
@@ -145,21 +149,38 @@ async fn approval_requests_are_read_only_through_an_authorized_call() {
         let (ok, out) = busctl_as(
             &bus,
             nobody(),
-            &["get-property", &name, &path, "org.agentstore.Queue1", "PendingApprovals"],
+            &[
+                "get-property",
+                &name,
+                &path,
+                "org.agentstore.Queue1",
+                "PendingApprovals",
+            ],
         );
         assert!(!ok && !out.contains(secret), "PendingApprovals: {out}");
         // A stranger to the job sees nothing of it; its project's owner sees it whole.
-        let list = ["call", &name, &path, "org.agentstore.Queue1", "ListApprovals"];
+        let list = [
+            "call",
+            &name,
+            &path,
+            "org.agentstore.Queue1",
+            "ListApprovals",
+        ];
         let (ok, out) = busctl_as(&bus, nobody(), &list);
         assert!(ok, "{out}");
-        assert!(!out.contains(secret) && !out.contains("run-private"), "{out}");
+        assert!(
+            !out.contains(secret) && !out.contains("run-private"),
+            "{out}"
+        );
         let (ok, out) = busctl_as(&bus, owner_uid(), &list);
         assert!(ok && out.contains(secret), "{out}");
 
         // An answer from the stranger reads as one to a request that is not there.
-        let (ok, err) = approvals_env::answer_as(&bus, &env, nobody(), &req.request_id, true, false, "");
+        let (ok, err) =
+            approvals_env::answer_as(&bus, &env, nobody(), &req.request_id, true, false, "");
         assert!(!ok && err.contains("not waiting"), "{err}");
-        let (ok, err2) = approvals_env::answer_as(&bus, &env, nobody(), "no-such-a1", true, false, "");
+        let (ok, err2) =
+            approvals_env::answer_as(&bus, &env, nobody(), "no-such-a1", true, false, "");
         assert!(!ok && err2.contains("not waiting"), "{err2}");
         m.stop().await;
         drop(worker);
@@ -190,7 +211,11 @@ fn a_lock_heartbeat_from_the_future_is_stale() {
     let l = StoreLock::acquire(&path).expect("a heartbeat from 2099 holds nothing");
     drop(l);
     // A holder a little ahead (clock skew) still holds it.
-    write(&agentstore::model::Timestamp::now().plus_secs(60).to_string());
+    write(
+        &agentstore::model::Timestamp::now()
+            .plus_secs(60)
+            .to_string(),
+    );
     let e = StoreLock::acquire(&path).unwrap_err();
     assert!(matches!(e, LockError::Held { .. }), "{e}");
 }
@@ -215,7 +240,10 @@ async fn a_heartbeat_from_the_future_makes_no_manager_stand_down() {
         let machines = env.store().machines();
         assert!(machines.get("otherbox").is_none(), "{machines:?}");
         assert!(
-            machines.problems.iter().any(|p| p.contains("ahead of this machine's clock")),
+            machines
+                .problems
+                .iter()
+                .any(|p| p.contains("ahead of this machine's clock")),
             "{:?}",
             machines.problems
         );
@@ -347,19 +375,38 @@ fn listings_narrowed_to_a_private_project_are_refused() {
     let (alice, bob) = two_users(&env);
     let store = env.store();
     for command in ["list-prds", "list-jobs"] {
-        let m = message("alice", command, "bob-project", json!({"project": "bob-project"}));
+        let m = message(
+            "alice",
+            command,
+            "bob-project",
+            json!({"project": "bob-project"}),
+        );
         let r = agentstore::orchestrator::handle(&store, &m, &alice).response;
         assert_eq!(r.status, MessageStatus::Error, "{command}: {r:?}");
         let e = r.error.unwrap();
         assert!(e.contains("belongs to bob"), "{command}: {e}");
-        let m = message("bob", command, "bob-project", json!({"project": "bob-project"}));
+        let m = message(
+            "bob",
+            command,
+            "bob-project",
+            json!({"project": "bob-project"}),
+        );
         let r = agentstore::orchestrator::handle(&store, &m, &bob).response;
         assert_eq!(r.status, MessageStatus::Done, "{command}: {r:?}");
     }
     // The CLI reading the store directly (as root: a trusted caller) still lists it; the
     // same rule as a plain user is what the orchestrator applies above.
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_orchestrator"))
-        .args(["list-prds", "--project", "bob-project", "--format", "json", "--bus", "none", "--root"])
+        .args([
+            "list-prds",
+            "--project",
+            "bob-project",
+            "--format",
+            "json",
+            "--bus",
+            "none",
+            "--root",
+        ])
         .arg(&env.root)
         .env("HOME", env.dir.path())
         .output()

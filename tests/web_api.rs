@@ -584,7 +584,16 @@ fn approvals_are_listed_and_answered_through_the_queue_manager() {
     // job and none of chenry's (PRD §10 for every reader, issue 27 item 4).
     let mut nob_stream = KillOnDrop(
         Command::new("runuser")
-            .args(["-u", "nobody", "--", "curl", "-sSN", "--max-time", "60", "--unix-socket"])
+            .args([
+                "-u",
+                "nobody",
+                "--",
+                "curl",
+                "-sSN",
+                "--max-time",
+                "60",
+                "--unix-socket",
+            ])
             .arg(&w.sock)
             .arg("http://localhost/api/v1/events")
             .stdout(Stdio::piped())
@@ -593,7 +602,12 @@ fn approvals_are_listed_and_answered_through_the_queue_manager() {
     );
     let mut nob_lines = BufReader::new(nob_stream.0.stdout.take().unwrap()).lines();
     loop {
-        if nob_lines.next().unwrap().unwrap().starts_with(": subscribed") {
+        if nob_lines
+            .next()
+            .unwrap()
+            .unwrap()
+            .starts_with(": subscribed")
+        {
             break;
         }
     }
@@ -719,11 +733,17 @@ fn approvals_are_listed_and_answered_through_the_queue_manager() {
         }
     }
     assert!(seen.contains("event: ApprovalRequested"), "{seen}");
-    assert!(!seen.contains("run-theirs"), "nob saw an event of chenry's job: {seen}");
+    assert!(
+        !seen.contains("run-theirs"),
+        "nob saw an event of chenry's job: {seen}"
+    );
     drop(nob_stream);
     // Ids only: what was decided is on the job.
     assert_eq!(answered["job_id"], "run-mine");
-    assert!(answered.get("by").is_none() && answered.get("allow").is_none(), "{answered}");
+    assert!(
+        answered.get("by").is_none() && answered.get("allow").is_none(),
+        "{answered}"
+    );
     wait_until(
         Duration::from_secs(10),
         "run-mine-a1 to leave the list",

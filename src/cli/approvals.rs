@@ -251,6 +251,9 @@ mod tests {
             super::full_request_id("j1-a31-abcd", waiting.iter().copied()),
             "j1-a31-abcd"
         );
-        assert_eq!(super::full_request_id("j1-a4", waiting.iter().copied()), "j1-a4");
+        assert_eq!(
+            super::full_request_id("j1-a4", waiting.iter().copied()),
+            "j1-a4"
+        );
     }
 }

@@ -309,27 +309,67 @@ mod tests {
         put("a", &["new"]);
         put("b", &["a"]);
         let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-        let e = check_after(&store, &crate::permissions::Caller::Trusted, "new", v(&["b"]), &[])
-            .unwrap_err()
-            .to_string();
+        let e = check_after(
+            &store,
+            &crate::permissions::Caller::Trusted,
+            "new",
+            v(&["b"]),
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("cycle new -> b -> a -> new"), "{e}");
-        let e = check_after(&store, &crate::permissions::Caller::Trusted, "new", v(&["new"]), &[])
-            .unwrap_err()
-            .to_string();
+        let e = check_after(
+            &store,
+            &crate::permissions::Caller::Trusted,
+            "new",
+            v(&["new"]),
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("cannot wait for itself"), "{e}");
-        let e = check_after(&store, &crate::permissions::Caller::Trusted, "new", v(&["ghost"]), &[])
-            .unwrap_err()
-            .to_string();
+        let e = check_after(
+            &store,
+            &crate::permissions::Caller::Trusted,
+            "new",
+            v(&["ghost"]),
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("unknown job ghost"), "{e}");
-        let e = check_after(&store, &crate::permissions::Caller::Trusted, "new", v(&["../x"]), &[])
-            .unwrap_err()
-            .to_string();
+        let e = check_after(
+            &store,
+            &crate::permissions::Caller::Trusted,
+            "new",
+            v(&["../x"]),
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("is not a job id"), "{e}");
         put("c", &[]);
         assert_eq!(
-            check_after(&store, &crate::permissions::Caller::Trusted, "new", v(&["c", "c"]), &[]).unwrap(),
+            check_after(
+                &store,
+                &crate::permissions::Caller::Trusted,
+                "new",
+                v(&["c", "c"]),
+                &[]
+            )
+            .unwrap(),
             ["c"]
         );
-        assert!(check_after(&store, &crate::permissions::Caller::Trusted, "new", v(&["ghost"]), &v(&["ghost"])).is_ok());
+        assert!(
+            check_after(
+                &store,
+                &crate::permissions::Caller::Trusted,
+                "new",
+                v(&["ghost"]),
+                &v(&["ghost"])
+            )
+            .is_ok()
+        );
     }
 }

@@ -242,7 +242,8 @@ impl Manager {
         };
         // A file already there that is not a signed answer was planted: `checked_answer`
         // removes it, and this answer takes its place.
-        let written = write()? || (self.checked_answer(&req.job_id, request_id).is_none() && write()?);
+        let written =
+            write()? || (self.checked_answer(&req.job_id, request_id).is_none() && write()?);
         if !written {
             let first = self.checked_answer(&req.job_id, request_id);
             self.settle_request(request_id, first).await;
@@ -304,9 +305,12 @@ impl Manager {
 /// The key of job `job_id` of `queue` under `master`: a UUID (v5 over the master).
 fn job_key(master: &str, queue: &str, job_id: &str) -> String {
     let m = uuid::Uuid::parse_str(master).unwrap_or_else(|_| uuid::Uuid::new_v4());
-    uuid::Uuid::new_v5(&m, format!("agentstore-job-key\0{queue}\0{job_id}").as_bytes())
-        .simple()
-        .to_string()
+    uuid::Uuid::new_v5(
+        &m,
+        format!("agentstore-job-key\0{queue}\0{job_id}").as_bytes(),
+    )
+    .simple()
+    .to_string()
 }
 
 /// Where the master key lives: never in the store (shared input), but in this account's
@@ -338,12 +342,16 @@ fn master_key_dir() -> Option<std::path::PathBuf> {
 /// file can be had — the requests of jobs an earlier run started then wait for their
 /// deadline.
 pub(super) fn master_key() -> String {
-    match master_key_dir().ok_or_else(|| "no state folder (HOME unset)".to_string()).and_then(|d| {
-        read_or_make_key(&d.join("approval-key")).map_err(|e| format!("{}: {e}", d.display()))
-    }) {
+    match master_key_dir()
+        .ok_or_else(|| "no state folder (HOME unset)".to_string())
+        .and_then(|d| {
+            read_or_make_key(&d.join("approval-key")).map_err(|e| format!("{}: {e}", d.display()))
+        }) {
         Ok(k) => k,
         Err(e) => {
-            tracing::warn!("approval key: {e}; using one for this run only (requests of jobs started by an earlier run cannot be answered)");
+            tracing::warn!(
+                "approval key: {e}; using one for this run only (requests of jobs started by an earlier run cannot be answered)"
+            );
             crate::model::approval::new_approval_key()
         }
     }

@@ -841,7 +841,8 @@ impl Manager {
     /// waits for them (its start put off, saying which) instead of failing; an older one is
     /// judged on what is here.
     fn awaited_document(&self, job: &Job) -> Option<String> {
-        let young = job.config.queue_time.claimed_age(&Timestamp::now()) < SYNC_ARRIVAL_GRACE_SECONDS;
+        let young =
+            job.config.queue_time.claimed_age(&Timestamp::now()) < SYNC_ARRIVAL_GRACE_SECONDS;
         if !young {
             return None;
         }

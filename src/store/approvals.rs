@@ -87,7 +87,10 @@ impl Store {
             .iter()
             .filter_map(|e| e.name.to_str().map(str::to_string))
             .filter_map(|n| n.strip_suffix(REQUEST_SUFFIX).map(str::to_string))
-            .filter_map(|id| self.approval_request(queue, &id).filter(|r| r.request_id == id))
+            .filter_map(|id| {
+                self.approval_request(queue, &id)
+                    .filter(|r| r.request_id == id)
+            })
             .collect();
         out.sort_by(|a, b| (a.requested_at, &a.request_id).cmp(&(b.requested_at, &b.request_id)));
         out
