@@ -582,24 +582,19 @@ fn approvals_are_listed_and_answered_through_the_queue_manager() {
     common::bus::wait_for_name(&w.bus, &agentstore::bus::queue_bus_name(&q));
     // nob's event stream, open before anything is asked: it must carry the events of nob's
     // job and none of chenry's (PRD §10 for every reader, issue 27 item 4).
-    let mut nob_stream = KillOnDrop(
-        Command::new("runuser")
-            .args([
-                "-u",
-                "nobody",
-                "--",
-                "curl",
-                "-sSN",
-                "--max-time",
-                "60",
-                "--unix-socket",
-            ])
+    let mut nob_stream = KillOnDrop({
+        use std::os::unix::process::CommandExt;
+        let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap();
+        Command::new("curl")
+            .args(["-sSN", "--max-time", "60", "--unix-socket"])
             .arg(&w.sock)
             .arg("http://localhost/api/v1/events")
+            .uid(nobody.uid.as_raw())
+            .gid(nobody.gid.as_raw())
             .stdout(Stdio::piped())
             .spawn()
-            .unwrap(),
-    );
+            .unwrap()
+    });
     let mut nob_lines = BufReader::new(nob_stream.0.stdout.take().unwrap()).lines();
     loop {
         if nob_lines
