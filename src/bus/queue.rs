@@ -220,7 +220,7 @@ impl QueueObject {
     ) -> zbus::Result<()>;
 }
 
-/// One row of `PendingApprovals`: (job_id, request_id, tool, summary, input_json, deadline).
+/// One row of `ListApprovals`: (job_id, request_id, tool, summary, input_json, deadline).
 pub type PendingApproval = (String, String, String, String, String, String);
 
 fn pending_row(r: &ApprovalRequest) -> PendingApproval {

@@ -263,7 +263,7 @@ impl ApprovalAnswer {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApprovalRecord {
-    /// The request (`<job_id>-a<n>`).
+    /// The request (`<job_id>-a<n>-<random>`).
     pub request_id: String,
     /// Tool.
     pub tool: String,

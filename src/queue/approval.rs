@@ -1,9 +1,16 @@
 //! The queue manager's side of approvals (issue 15): it watches `Jobs/approvals/`, where
 //! running jobs' workers write their requests (`worker::approval`), keeps the pending list
-//! the front end serves (`PendingApprovals`), publishes each request and its answer as
-//! events (`ApprovalRequested`, `ApprovalAnswered`), and writes a person's answer
-//! (`Answer`, authorized as a cancel is: admins, the job's user, those who may modify its
-//! project — PRD §10). The worker records the decision on the job.
+//! the front end serves (`ListApprovals`: each caller sees the requests of the jobs PRD §10
+//! lets them see), publishes each request and its answer as id-only events
+//! (`ApprovalRequested`, `ApprovalAnswered`), and writes a person's answer (`Answer`,
+//! authorized as a cancel is: admins, the job's user, those who may modify its project —
+//! PRD §10; someone who may not even see the job is answered as for an unknown request).
+//! The worker records the decision on the job.
+//!
+//! Trust: the store is shared input. Every answer this manager writes is signed with the
+//! job's approval key (derived from the manager's master key, kept outside the store, and
+//! handed to the job's worker on its gate); the worker takes only signed answers, and an
+//! answer file without a valid proof is removed and never settles a request here.
 
 use super::Manager;
 use super::QueueError;

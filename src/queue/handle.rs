@@ -56,7 +56,7 @@ pub enum QueueRequest {
     },
     /// Answer an approval request of a running job (the loop checks the job's project).
     Answer {
-        /// `<job_id>-a<n>`.
+        /// `<job_id>-a<n>-<random>`.
         request_id: String,
         /// Allow or deny.
         allow: bool,

@@ -2,7 +2,8 @@
 //! queue manager exchange (issue 15). A request is `<request_id>.request.json` (written by
 //! the worker); its answer `<request_id>.answer.json` is written once, never replaced —
 //! by the manager for the person who answered, or by the worker at the deadline — so the
-//! first answer wins. The worker removes both when its job ends.
+//! first answer wins. The worker removes both when its job ends. Whether an answer counts is
+//! not this module's to say: see `ApprovalAnswer::verify` (a planted file proves nothing).
 
 use super::{Store, fsio, safe};
 use crate::model::approval::{ApprovalAnswer, ApprovalRequest};

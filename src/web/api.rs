@@ -201,7 +201,7 @@ async fn manager_runs(app: &App, queue: &str) -> bool {
     dbus.name_has_owner(name).await.unwrap_or(false)
 }
 
-/// Every running queue manager's `PendingApprovals` that `actor` may see (the jobs
+/// Every running queue manager's `ListApprovals` that `actor` may see (the jobs
 /// `view-job` shows them), oldest first within each queue.
 pub async fn approvals(app: &App, actor: &Actor) -> Result<Value, WebError> {
     let queues = direct(app, actor, "list-queues", Map::new()).await?;
