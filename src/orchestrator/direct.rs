@@ -430,6 +430,16 @@ fn shortest(v: &Value) -> usize {
     }
 }
 
+/// [`crate::permissions::check_listed_project`] as a route error.
+fn listed_project(store: &Store, who: &Caller, id: &str) -> Result<(), RouteError> {
+    use crate::permissions::ProjectRefused;
+    match crate::permissions::check_listed_project(store, who, id) {
+        Ok(_) => Ok(()),
+        Err(ProjectRefused::Store(e)) => Err(e.into()),
+        Err(ProjectRefused::Denied(why)) => Err(RouteError::PermissionDenied(why)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -450,15 +460,5 @@ mod tests {
         let job: crate::model::Job = serde_json::from_value(small).unwrap();
         assert!(json_len(&job) >= least, "{} < {least}", json_len(&job));
         assert_eq!(json_len(&job), to_value(&job).to_string().len());
-    }
-}
-
-/// [`crate::permissions::check_listed_project`] as a route error.
-fn listed_project(store: &Store, who: &Caller, id: &str) -> Result<(), RouteError> {
-    use crate::permissions::ProjectRefused;
-    match crate::permissions::check_listed_project(store, who, id) {
-        Ok(_) => Ok(()),
-        Err(ProjectRefused::Store(e)) => Err(e.into()),
-        Err(ProjectRefused::Denied(why)) => Err(RouteError::PermissionDenied(why)),
     }
 }

@@ -347,11 +347,24 @@ fn master_key_dir() -> Option<std::path::PathBuf> {
 /// account can read (`approval-key`, mode 0600, owned by it, reached with no link), so a
 /// restarted manager signs as before; a fresh random one for this run (logged) when no such
 /// file can be had — the requests of jobs an earlier run started then wait for their
-/// deadline.
-pub(super) fn master_key() -> String {
+/// deadline. Never a folder inside the store `store_root` (a service account whose home is
+/// the store would otherwise sync its key to every peer).
+pub(super) fn master_key(store_root: &std::path::Path) -> String {
+    let inside_store = |d: &std::path::Path| {
+        let canon =
+            |p: &std::path::Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+        let root = canon(store_root);
+        // The folder may not exist yet: judge its nearest existing ancestor.
+        let mut probe = d.to_path_buf();
+        while !probe.exists() && probe.pop() {}
+        d.starts_with(store_root) || (probe.exists() && canon(&probe).starts_with(&root))
+    };
     match master_key_dir()
         .ok_or_else(|| "no state folder (HOME unset)".to_string())
         .and_then(|d| {
+            if inside_store(&d) {
+                return Err(format!("{} is inside the store", d.display()));
+            }
             read_or_make_key(&d.join("approval-key")).map_err(|e| format!("{}: {e}", d.display()))
         }) {
         Ok(k) => k,
@@ -407,4 +420,44 @@ fn read_or_make_key(path: &std::path::Path) -> std::io::Result<String> {
     let k = text.trim();
     uuid::Uuid::parse_str(k).map_err(|e| bad(format!("{}: {e}", path.display())))?;
     Ok(k.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn the_master_key_is_kept_private_and_read_again() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("state/approval-key");
+        let k = read_or_make_key(&path).unwrap();
+        assert_eq!(
+            read_or_make_key(&path).unwrap(),
+            k,
+            "read again, not made anew"
+        );
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        // Readable by others: not a key any more.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(read_or_make_key(&path).is_err());
+        // A link is never followed.
+        let link = d.path().join("state/link-key");
+        std::os::unix::fs::symlink(&path, &link).unwrap();
+        assert!(read_or_make_key(&link).is_err());
+    }
+
+    #[test]
+    fn each_job_has_its_own_key_and_keeps_it() {
+        let m = crate::model::approval::new_approval_key();
+        let a = job_key(&m, "q1", "job-a");
+        assert_eq!(a, job_key(&m, "q1", "job-a"));
+        assert_ne!(a, job_key(&m, "q1", "job-b"));
+        assert_ne!(a, job_key(&m, "q2", "job-a"));
+        assert_ne!(
+            a,
+            job_key(&crate::model::approval::new_approval_key(), "q1", "job-a")
+        );
+    }
 }

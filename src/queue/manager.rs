@@ -198,7 +198,7 @@ impl Manager {
             root_mode: nix::unistd::geteuid().is_root(),
             state,
             approvals: Arc::new(Mutex::new(Vec::new())),
-            approval_master: super::approval::master_key(),
+            approval_master: super::approval::master_key(store.root()),
             beat_due: false,
             approvals_watch: None,
             running_watch: None,

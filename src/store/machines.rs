@@ -417,9 +417,7 @@ impl Store {
                 m.host != host
                     && !m.is_stale(&now, grace)
                     && m.daemons.iter().any(|d| {
-                        d.queue.as_deref() == Some(queue)
-                            && !d.stopped
-                            && d.running.iter().any(|r| *r == id)
+                        d.queue.as_deref() == Some(queue) && !d.stopped && d.running.contains(&id)
                     })
             });
             if let Some(m) = runs_on_live {
