@@ -521,8 +521,15 @@ impl Manager {
     /// written).
     pub(super) async fn prepare_start(&mut self, id: &str) -> Option<PreparedStart> {
         let q = self.cfg.queue.clone();
-        if let Err(e) = crate::store::check_id("job", id) {
-            self.fail_bad_name(id, &e.to_string()).await;
+        // Option-like names (`--help.json`) run like any job; a name longer than an id may
+        // be cannot: every name made from it (its probe, claim, worker's files) is too long.
+        if id.len() > crate::model::MAX_ID_BYTES {
+            let why = format!(
+                "{} bytes; a job id has at most {}",
+                id.len(),
+                crate::model::MAX_ID_BYTES
+            );
+            self.fail_bad_name(id, &why).await;
             return None;
         }
         let path = self.store.job_path(&q, JobStatus::Queued, id);

@@ -31,9 +31,9 @@ impl Manager {
         }
     }
 
-    /// Fails, once, a queued file whose name is no job id (`is_safe_id`: too long, or
-    /// characters an id may not have): nothing can be made of it under that name (its
-    /// claim, probe and worker would each fail again), so it ends in failed_jobs/ as it is.
+    /// Fails, once, a queued file whose name is too long to be a job id: nothing can be made
+    /// of it under that name (its claim, probe and worker would each fail again), so it ends
+    /// in failed_jobs/ as it is.
     pub(super) async fn fail_bad_name(&mut self, id: &str, why: &str) {
         let q = self.cfg.queue.clone();
         let from = JobStatus::Queued;
