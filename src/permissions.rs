@@ -141,6 +141,16 @@ pub fn sees_job(store: &Store, who: &Caller, id: &str) -> bool {
     who.can_see_job(&job, project.as_ref())
 }
 
+/// The answer to a job `id` the caller may not see: the very error an unknown id gets
+/// (`job not found: ID`), so that whether a private job exists cannot be probed. (A caller
+/// who may see a job but not change it is refused: they know it exists.)
+pub fn job_hidden(id: &str) -> StoreError {
+    StoreError::NotFound {
+        kind: "job",
+        id: id.to_string(),
+    }
+}
+
 /// The answer for a job id that names no job the caller may see (unknown, or private to
 /// another user: the same words, see [`sees_job`]).
 pub fn unknown_job(id: &str) -> String {

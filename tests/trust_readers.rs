@@ -365,6 +365,17 @@ fn after_answers_an_unknown_and_a_private_job_alike() {
     // Its owner may wait for it.
     let own = after(&bob, "bob", "bob-project", "bob-private");
     assert_eq!(own.status, MessageStatus::Done, "{own:?}");
+    // The same for reading it: another user's private job reads as an unknown one.
+    let view = |id: &str| {
+        let m = message("alice", "view-job", "alice-project", json!({ "job": id }));
+        agentstore::orchestrator::handle(&store, &m, &alice).response
+    };
+    let (hidden, unknown) = (view("bob-private"), view("no-such-job"));
+    assert_eq!(hidden.status, MessageStatus::Error, "{hidden:?}");
+    assert_eq!(
+        hidden.error.unwrap().replace("bob-private", "ID"),
+        unknown.error.unwrap().replace("no-such-job", "ID")
+    );
 }
 
 /// Item 5: `list-prds --project <someone else's private project>` answered `[]`; it is refused

@@ -708,9 +708,7 @@ pub(super) fn view_job(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResu
         };
         let project = store.project(&job.config.project).ok();
         if !who.can_see_job(&job, project.as_ref()) {
-            return Err(denied(format!(
-                "job {id} belongs to another user's project"
-            )));
+            return Err(crate::permissions::job_hidden(id).into());
         }
         let done = matches!(job.runtime.status, JobStatus::Finished | JobStatus::Failed);
         match deadline {

@@ -103,7 +103,7 @@ pub fn answer(store: &Store, msg: &Message, who: &Caller) -> Result<Value, Route
             let mut job = store.job(&loc)?;
             let p = store.project(&job.config.project).ok();
             if !who.can_see_job(&job, p.as_ref()) {
-                return denied(format!("job {id} belongs to another user's project"));
+                return Err(crate::permissions::job_hidden(id).into());
             }
             job.id.get_or_insert_with(|| id.to_string());
             Ok(to_value(&job))
