@@ -70,6 +70,17 @@ impl Caller {
             || project.is_some_and(|p| self.can_see_project(p))
     }
 
+    /// Reading a job whose document may not be readable (`None`: admins only). Approval
+    /// requests of a running job are read by the same rule (DESIGN §9: every reader).
+    pub fn can_see_job_opt(&self, job: Option<&Job>, project: Option<&Project>) -> bool {
+        self.is_admin() || job.is_some_and(|j| self.can_see_job(j, project))
+    }
+
+    /// Answering an approval request of a running job: the rule of a cancel.
+    pub fn can_answer_request(&self, job: Option<&Job>, project: Option<&Project>) -> bool {
+        self.can_cancel_job(job, project)
+    }
+
     /// Cancelling a job: admins, whoever asked for it, or whoever may change its project
     /// (`job` is `None` when its document cannot be read: admins only).
     pub fn can_cancel_job(&self, job: Option<&Job>, project: Option<&Project>) -> bool {
@@ -79,6 +90,86 @@ impl Caller {
                     || project.is_some_and(|p| self.can_modify_project(p))
             })
     }
+}
+
+/// Why a listing narrowed to one project is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ProjectRefused {
+    /// No such project (or it cannot be read).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// It is another user's private project.
+    #[error("{0}")]
+    Denied(String),
+}
+
+/// Why `who` may not see project `p` (`view-project`'s words).
+pub fn project_denied(p: &Project) -> String {
+    format!("project {} belongs to {}", p.id, p.owner)
+}
+
+/// A listing narrowed to project `id` (`list-prds --project`, `list-jobs --project`): the
+/// project must exist and be one `who` may see, refused as `view-project` refuses it — never
+/// answered with an empty list, which would say less than the truth to its owner and tell a
+/// stranger nothing a refusal does not.
+pub fn check_listed_project(
+    store: &Store,
+    who: &Caller,
+    id: &str,
+) -> Result<Project, ProjectRefused> {
+    let p = store.project(id)?;
+    if !who.can_see_project(&p) {
+        return Err(ProjectRefused::Denied(project_denied(&p)));
+    }
+    Ok(p)
+}
+
+/// True when job `id` exists and `who` may see it (PRD §10); an unknown id and another
+/// user's private job both answer false, so no id can be probed. A job whose document
+/// cannot be read is for admins only.
+pub fn sees_job(store: &Store, who: &Caller, id: &str) -> bool {
+    let Ok(loc) = store.find_job(id) else {
+        return false;
+    };
+    if who.is_admin() {
+        return true;
+    }
+    let Ok(job) = store.job(&loc) else {
+        return false;
+    };
+    let project = store.project(&job.config.project).ok();
+    who.can_see_job(&job, project.as_ref())
+}
+
+/// The answer to a job `id` the caller may not see: the very error an unknown id gets
+/// (`job not found: ID`), so that whether a private job exists cannot be probed. (A caller
+/// who may see a job but not change it is refused: they know it exists.)
+pub fn job_hidden(id: &str) -> StoreError {
+    StoreError::NotFound {
+        kind: "job",
+        id: id.to_string(),
+    }
+}
+
+/// The answer for a job id that names no job the caller may see (unknown, or private to
+/// another user: the same words, see [`sees_job`]).
+pub fn unknown_job(id: &str) -> String {
+    format!("unknown job {id} (no job of that id that you may see)")
+}
+
+/// The answer to a request id that is not waiting — and to one of a job the caller may not
+/// see, so that an id cannot be probed.
+pub fn no_such_request(request_id: &str, queue: &str) -> String {
+    format!(
+        "approval request {request_id} is not waiting in queue {queue} (answered, past its deadline, or its job ended)"
+    )
+}
+
+/// Why a caller who may see a job may still not answer its requests.
+pub fn may_not_answer(job_id: &str) -> String {
+    format!(
+        "job {job_id} belongs to another user's project: only its submitter, the project's owner and admins may answer its requests"
+    )
 }
 
 #[cfg(test)]

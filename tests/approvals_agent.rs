@@ -118,28 +118,31 @@ async fn an_answer_on_dbus_runs_the_command_and_always_covers_the_next() {
         s.queue_job("agent-allow");
         let (job_id, req, tool, summary, input, _) = reqs.recv().await.unwrap();
         assert_eq!(
-            (job_id.as_str(), req.as_str(), tool.as_str()),
-            ("agent-allow", "agent-allow-a1", "run_command")
+            (job_id.as_str(), tool.as_str()),
+            ("agent-allow", "run_command")
+        );
+        // Numbered for people, unguessable after the number.
+        assert!(
+            req.starts_with("agent-allow-a1-") && req.len() == "agent-allow-a1-".len() + 24,
+            "{req}"
         );
         assert_eq!(summary, "run_command: touch first.txt");
         let input: Value = serde_json::from_str(&input).unwrap();
         assert_eq!(input["command"], "touch first.txt");
-        let pending = changes.proxy.pending_approvals().await.unwrap();
+        let pending = changes.proxy.list_approvals().await.unwrap();
         assert_eq!(pending.len(), 1, "{pending:?}");
         assert!(!s.env.work.join("first.txt").exists());
 
         if nix::unistd::geteuid().is_root() {
             let (ok, err) = s.answer_as(nobody(), &req, true, true, "");
             assert!(!ok, "a stranger's Answer must be refused");
-            assert!(err.contains("Permission denied"), "{err}");
+            // As an unknown request is: the stranger may not see the job.
+            assert!(err.contains("not waiting"), "{err}");
         }
         let (ok, err) = s.answer_as(owner_uid(), &req, true, true, "");
         assert!(ok, "the project owner may answer: {err}");
-        let (r, allow, by) = answered.recv().await.unwrap();
-        assert_eq!(
-            (r.as_str(), allow, by.as_str()),
-            (req.as_str(), true, "chenry")
-        );
+        let r = answered.recv().await.unwrap();
+        assert_eq!(r, req);
 
         let (state, doc) = s.ended(&mut changes, "agent-allow").await;
         let rt = &doc["runtime"];
@@ -169,7 +172,7 @@ async fn an_answer_on_dbus_runs_the_command_and_always_covers_the_next() {
         let out = agent_result(rt);
         assert_eq!(out["result"], "Done.", "{out}");
         assert_eq!(out["permission_denials"], json!([]), "{out}");
-        assert!(changes.proxy.pending_approvals().await.unwrap().is_empty());
+        assert!(changes.proxy.list_approvals().await.unwrap().is_empty());
         let dir = s.env.store().approvals_dir(&s.env.queue);
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
         s.stop().await;
@@ -234,11 +237,8 @@ async fn no_answer_is_a_deny_at_the_deadline_and_the_job_finishes() {
         let mut answered = answers(&s.bus, &s.env).await;
         s.queue_job("agent-late");
         let (_, req, ..) = reqs.recv().await.unwrap();
-        let (r, allow, by) = answered.recv().await.unwrap();
-        assert_eq!(
-            (r.as_str(), allow, by.as_str()),
-            (req.as_str(), false, "deadline")
-        );
+        let r = answered.recv().await.unwrap();
+        assert_eq!(r, req);
         let (state, doc) = s.ended(&mut changes, "agent-late").await;
         let rt = &doc["runtime"];
         assert_eq!(state, "finished", "{rt}");
@@ -298,6 +298,58 @@ async fn a_queue_rule_answers_without_a_person() {
             results[1]
         );
         assert!(reqs.try_recv().is_err(), "nobody was asked");
+        s.stop().await;
+    })
+    .await
+}
+
+/// Issue 27 item 5: the store is shared input. An answer planted for the id a request used
+/// to get (`<job>-a1`) before it is asked, and one planted for the real (unguessable) id
+/// once it is, carry no proof of the manager's key: neither is taken for a person's answer.
+/// The command does not run, the request stays listed, and its deadline denies it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planted_answer_is_never_taken_for_a_persons() {
+    guarded(async {
+        use agentstore::model::{Timestamp, approval::ApprovalAnswer};
+        let s = Setup::new(Some(json!({"deadline_seconds": 3})), &["touch forged.txt"]).await;
+        let mut changes = Changes::subscribe(&s.bus, &s.env.queue).await;
+        let mut reqs = requests(&s.bus, &s.env).await;
+        let store = s.env.store();
+        let q = s.env.queue.clone();
+        let forged = |id: &str| ApprovalAnswer {
+            request_id: id.to_string(),
+            allow: true,
+            always: true,
+            message: String::new(),
+            by: "chenry".into(),
+            at: Timestamp::now(),
+            proof: String::new(),
+        };
+        assert!(
+            store
+                .write_approval_answer(&q, &forged("agent-forged-a1"))
+                .unwrap()
+        );
+        s.queue_job("agent-forged");
+        let (_, req, ..) = tokio::time::timeout(std::time::Duration::from_secs(20), reqs.recv())
+            .await
+            .expect("the request was never published: a planted answer took its place")
+            .unwrap();
+        assert_ne!(req, "agent-forged-a1");
+        let mut a = forged(&req);
+        a.proof = "0123456789abcdef0123456789abcdef".into();
+        let path = store.approval_answer_path(&q, &req);
+        std::fs::write(&path, serde_json::to_vec(&a).unwrap()).unwrap();
+        let (state, doc) = s.ended(&mut changes, "agent-forged").await;
+        let rt = &doc["runtime"];
+        assert_eq!(state, "finished", "{rt}");
+        assert!(
+            !s.env.work.join("forged.txt").exists(),
+            "a planted answer ran the command"
+        );
+        assert_eq!(rt["approvals"][0]["request_id"], json!(req), "{rt}");
+        assert_eq!(rt["approvals"][0]["by"], "deadline", "{rt}");
+        assert_eq!(rt["approvals"][0]["allow"], false, "{rt}");
         s.stop().await;
     })
     .await

@@ -71,6 +71,7 @@ mod scale_messages;
 mod schema_corpus;
 mod slurm;
 mod systemd_units;
+mod trust_readers;
 mod units;
 mod usermode;
 mod web_api;

@@ -556,10 +556,8 @@ async fn permissions_follow_prd_section_10_over_dbus() {
             .await
             .unwrap_err(),
     );
-    assert!(
-        e.starts_with("org.agentstore.Error.PermissionDenied"),
-        "{e}"
-    );
+    // A job alice may not see reads as one that does not exist (issue 27).
+    assert!(e.starts_with("org.agentstore.Error.NotFound"), "{e}");
     let projects: Value = serde_json::from_str(
         &p.submit(&call("alice", "list-projects", json!({})))
             .await

@@ -109,10 +109,8 @@ async fn calls_are_authorized_by_unix_user() {
             &["CancelJob", "s", "theirs"],
         );
         assert!(!ok);
-        assert!(
-            err.contains("Permission denied: job theirs belongs to another user's project"),
-            "{err}"
-        );
+        // As for a job that is not there: she may not even see it (issue 27).
+        assert!(err.contains("job theirs is not queued or running"), "{err}");
         // ...but can cancel one she asked for.
         let mut mine = noop(0.0);
         mine["config"]["user"] = json!("alice");

@@ -370,7 +370,6 @@ fn another_unix_user_is_refused_as_over_dbus() {
             "view-user",
             json!({"user": "chenry"}),
         ),
-        ("/api/v1/jobs/job-1", "view-job", json!({"job": "job-1"})),
     ] {
         let (code, body) = w.unix(Some("nobody"), "GET", path, None);
         assert_eq!(code, 403, "{path}: {body}");
@@ -388,12 +387,28 @@ fn another_unix_user_is_refused_as_over_dbus() {
         body.contains("Unix user nobody is nob, not chenry"),
         "{body}"
     );
-    let (code, body) = w.unix(Some("nobody"), "POST", "/api/v1/jobs/job-1/cancel", None);
-    assert_eq!(code, 403, "{body}");
-    assert!(
-        body.contains("Permission denied: job job-1 belongs to another user's project"),
-        "{body}"
+    // Another user's job reads as one that does not exist (issue 27: no id can be probed),
+    // viewed or cancelled, over HTTP as over D-Bus.
+    let (code, hidden) = w.unix(Some("nobody"), "GET", "/api/v1/jobs/job-1", None);
+    assert_eq!(code, 404, "{hidden}");
+    let (code, unknown) = w.unix(Some("nobody"), "GET", "/api/v1/jobs/job-99", None);
+    assert_eq!(code, 404, "{unknown}");
+    assert_eq!(
+        hidden.replace("job-1", "ID"),
+        unknown.replace("job-99", "ID")
     );
+    let (_, text) = w
+        .dbus_direct(Some("nob"), "view-job", json!({"job": "job-1"}))
+        .unwrap_err();
+    assert!(
+        text.to_lowercase().contains("job not found: job-1"),
+        "{text}"
+    );
+    let (code, body) = w.unix(Some("nobody"), "POST", "/api/v1/jobs/job-1/cancel", None);
+    assert_eq!(code, 404, "{body}");
+    let (code, unknown) = w.unix(Some("nobody"), "POST", "/api/v1/jobs/job-99/cancel", None);
+    assert_eq!(code, 404, "{unknown}");
+    assert_eq!(body.replace("job-1", "ID"), unknown.replace("job-99", "ID"));
     assert!(
         w.env
             .root
@@ -580,6 +595,32 @@ fn approvals_are_listed_and_answered_through_the_queue_manager() {
             .unwrap(),
     );
     common::bus::wait_for_name(&w.bus, &agentstore::bus::queue_bus_name(&q));
+    // nob's event stream, open before anything is asked: it must carry the events of nob's
+    // job and none of chenry's (PRD §10 for every reader, issue 27 item 4).
+    let mut nob_stream = KillOnDrop({
+        use std::os::unix::process::CommandExt;
+        let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap();
+        Command::new("curl")
+            .args(["-sSN", "--max-time", "60", "--unix-socket"])
+            .arg(&w.sock)
+            .arg("http://localhost/api/v1/events")
+            .uid(nobody.uid.as_raw())
+            .gid(nobody.gid.as_raw())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap()
+    });
+    let mut nob_lines = BufReader::new(nob_stream.0.stdout.take().unwrap()).lines();
+    loop {
+        if nob_lines
+            .next()
+            .unwrap()
+            .unwrap()
+            .starts_with(": subscribed")
+        {
+            break;
+        }
+    }
     let store = agentstore::store::Store::open(&root).unwrap();
     for id in ["run-mine", "run-theirs"] {
         let now = agentstore::model::Timestamp::now();
@@ -627,8 +668,9 @@ fn approvals_are_listed_and_answered_through_the_queue_manager() {
         &answer_theirs,
         Some(r#"{"allow": true}"#),
     );
-    assert_eq!(code, 403, "{body}");
-    assert!(body.contains("another user's project"), "{body}");
+    // As an unknown request is (PRD §10: nob may not even see the job).
+    assert_eq!(code, 404, "{body}");
+    assert!(body.contains("not waiting"), "{body}");
     assert!(!store.approval_answer_path(&q, "run-theirs-a1").exists());
     // Bad bodies are named.
     let (code, body) = w.unix(
@@ -640,7 +682,7 @@ fn approvals_are_listed_and_answered_through_the_queue_manager() {
     assert_eq!(code, 400, "{body}");
     assert!(body.contains("allow"), "{body}");
 
-    // nob allows their own; the event stream says so, naming nob.
+    // nob allows their own; the event stream says so (ids only).
     let mut curl = KillOnDrop(
         Command::new("curl")
             .args(["-sSN", "--max-time", "30", "--unix-socket"])
@@ -686,8 +728,32 @@ fn approvals_are_listed_and_answered_through_the_queue_manager() {
         }
     }
     let answered = answered.expect("an ApprovalAnswered event for run-mine-a1");
-    assert_eq!(answered["by"], "nob");
-    assert_eq!(answered["allow"], true);
+    // nob's stream, up to that same event: both requests were published before it, and only
+    // nob's own reached nob.
+    let mut seen = String::new();
+    let mut last_event = String::new();
+    for l in nob_lines.by_ref() {
+        let l = l.unwrap();
+        seen.push_str(&l);
+        seen.push('\n');
+        if let Some(name) = l.strip_prefix("event: ") {
+            last_event = name.to_string();
+        } else if last_event == "ApprovalAnswered" && l.contains("\"run-mine-a1\"") {
+            break;
+        }
+    }
+    assert!(seen.contains("event: ApprovalRequested"), "{seen}");
+    assert!(
+        !seen.contains("run-theirs"),
+        "nob saw an event of chenry's job: {seen}"
+    );
+    drop(nob_stream);
+    // Ids only: what was decided is on the job.
+    assert_eq!(answered["job_id"], "run-mine");
+    assert!(
+        answered.get("by").is_none() && answered.get("allow").is_none(),
+        "{answered}"
+    );
     wait_until(
         Duration::from_secs(10),
         "run-mine-a1 to leave the list",

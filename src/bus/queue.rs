@@ -92,15 +92,22 @@ impl QueueObject {
         self.snapshot().last_update
     }
 
-    /// Approval requests of running jobs waiting for an answer, oldest first: (job_id,
-    /// request_id, tool, summary, input_json, deadline).
-    #[zbus(property)]
-    fn pending_approvals(&self) -> Vec<PendingApproval> {
-        self.handle
-            .pending_approvals()
+    /// Approval requests of running jobs waiting for an answer that the caller may see
+    /// (PRD §10: those of the jobs `view-job` shows them), oldest first: (job_id,
+    /// request_id, tool, summary, input_json, deadline). A method, not a property: a
+    /// property reads the same for every caller.
+    async fn list_approvals(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &zbus::Connection,
+    ) -> Result<Vec<PendingApproval>, BusError> {
+        let (caller, _) = self.caller(&hdr, conn).await?;
+        Ok(self
+            .handle
+            .approvals_for(&self.store, &caller)
             .iter()
             .map(pending_row)
-            .collect()
+            .collect())
     }
 
     /// Answers approval request `request_id` of a running job: `allow` or deny (`message`
@@ -152,29 +159,24 @@ impl QueueObject {
     }
 
     /// A running job asks for a permission; `deadline` (ISO 8601 UTC) is when it is denied
-    /// if nobody answers.
+    /// if nobody answers. Signals reach every listener on the bus, so they carry ids only:
+    /// what is asked is read with `ListApprovals`, which shows each caller its own.
     #[zbus(signal)]
     pub async fn approval_requested(
         emitter: &SignalEmitter<'_>,
         job_id: &str,
         request_id: &str,
-        tool: &str,
-        summary: &str,
-        input_json: &str,
         deadline: &str,
     ) -> zbus::Result<()>;
 
-    /// A request was answered: `by` is who (a user id or login, `deadline`, or `job ended`
-    /// when the job ended first), `message` the reason given.
+    /// A request left the list: answered (by a person or at its deadline) or dropped with
+    /// its job. Ids only, as `ApprovalRequested`; the decision is on the job
+    /// (`runtime.approvals`).
     #[zbus(signal)]
     pub async fn approval_answered(
         emitter: &SignalEmitter<'_>,
         job_id: &str,
         request_id: &str,
-        allow: bool,
-        always: bool,
-        by: &str,
-        message: &str,
     ) -> zbus::Result<()>;
 
     /// Cancels a queued or running job: it ends in failed_jobs/ with "Job cancelled by …".
@@ -218,7 +220,7 @@ impl QueueObject {
     ) -> zbus::Result<()>;
 }
 
-/// One row of `PendingApprovals`: (job_id, request_id, tool, summary, input_json, deadline).
+/// One row of `ListApprovals`: (job_id, request_id, tool, summary, input_json, deadline).
 pub type PendingApproval = (String, String, String, String, String, String);
 
 fn pending_row(r: &ApprovalRequest) -> PendingApproval {
@@ -262,11 +264,11 @@ impl QueueSignals {
                 }
             }
             QueueEvent::ApprovalRequested(r) => {
-                let obj = self.iface.get().await;
-                let _ = obj.pending_approvals_changed(e).await;
-                let (job, req, tool, summary, input, deadline) = pending_row(r);
                 if let Err(err) = QueueObject::approval_requested(
-                    e, &job, &req, &tool, &summary, &input, &deadline,
+                    e,
+                    &r.job_id,
+                    &r.request_id,
+                    &r.deadline.to_string(),
                 )
                 .await
                 {
@@ -291,23 +293,9 @@ impl QueueSignals {
                     });
                 }
             }
-            QueueEvent::ApprovalAnswered { request, answer } => {
-                let obj = self.iface.get().await;
-                let _ = obj.pending_approvals_changed(e).await;
-                let (allow, always, by, message) = match answer {
-                    Some(a) => (a.allow, a.always, a.by.as_str(), a.message.as_str()),
-                    None => (false, false, "job ended", ""),
-                };
-                if let Err(err) = QueueObject::approval_answered(
-                    e,
-                    &request.job_id,
-                    &request.request_id,
-                    allow,
-                    always,
-                    by,
-                    message,
-                )
-                .await
+            QueueEvent::ApprovalAnswered { request, .. } => {
+                if let Err(err) =
+                    QueueObject::approval_answered(e, &request.job_id, &request.request_id).await
                 {
                     tracing::debug!("ApprovalAnswered: {err}");
                 }
@@ -402,31 +390,19 @@ pub trait Queue1 {
         message: &str,
         user: &str,
     ) -> zbus::Result<()>;
-    /// PendingApprovals.
-    #[zbus(property)]
-    fn pending_approvals(&self) -> zbus::Result<Vec<PendingApproval>>;
-    /// ApprovalRequested.
+    /// ListApprovals: the waiting requests the caller may see.
+    fn list_approvals(&self) -> zbus::Result<Vec<PendingApproval>>;
+    /// ApprovalRequested (ids only).
     #[zbus(signal)]
     fn approval_requested(
         &self,
         job_id: String,
         request_id: String,
-        tool: String,
-        summary: String,
-        input_json: String,
         deadline: String,
     ) -> zbus::Result<()>;
-    /// ApprovalAnswered.
+    /// ApprovalAnswered (ids only).
     #[zbus(signal)]
-    fn approval_answered(
-        &self,
-        job_id: String,
-        request_id: String,
-        allow: bool,
-        always: bool,
-        by: String,
-        message: String,
-    ) -> zbus::Result<()>;
+    fn approval_answered(&self, job_id: String, request_id: String) -> zbus::Result<()>;
     /// WorkerCount.
     #[zbus(property)]
     fn worker_count(&self) -> zbus::Result<u32>;

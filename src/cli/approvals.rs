@@ -1,6 +1,7 @@
 //! `approvals [--follow N]`, `approve JOB REQ [--always]`, `deny JOB REQ [--reason …]`:
 //! the approval requests of running jobs (issue 15), read from and answered through each
-//! queue manager's `org.agentstore.Queue1` (`PendingApprovals`, `Answer`,
+//! queue manager's `org.agentstore.Queue1` (`ListApprovals`, which shows each caller the
+//! requests PRD §10 lets them see, `Answer`, and the id-only signals
 //! `ApprovalRequested`/`ApprovalAnswered`).
 
 use super::jobs::{BUS_LIMIT, connect, queue_call, runtime};
@@ -34,7 +35,7 @@ pub(super) fn list(g: &GlobalArgs, out: &mut dyn Write) -> CliResult {
             .map_err(|e| CliError::new(format!("D-Bus ({bus} bus): {e}")))?;
         let mut rows = Vec::new();
         for q in &queues {
-            let read = async { queue_proxy(&conn, q).await?.pending_approvals().await };
+            let read = async { queue_proxy(&conn, q).await?.list_approvals().await };
             if let Ok(Ok(list)) = tokio::time::timeout(BUS_LIMIT, read).await {
                 rows.extend(list.into_iter().map(|r| (q.clone(), r)));
             }
@@ -73,7 +74,7 @@ pub(super) fn list(g: &GlobalArgs, out: &mut dyn Write) -> CliResult {
         }
         out.flush()?;
         if let Some(secs) = g.follow {
-            follow(&conn, g.format, out, Duration::from_secs(secs)).await?;
+            follow(&conn, &queues, g.format, out, Duration::from_secs(secs)).await?;
         }
         Ok(())
     })
@@ -82,6 +83,7 @@ pub(super) fn list(g: &GlobalArgs, out: &mut dyn Write) -> CliResult {
 /// Prints ApprovalRequested/ApprovalAnswered of every queue until `limit` passes.
 async fn follow(
     conn: &zbus::Connection,
+    queues: &[String],
     format: Format,
     out: &mut dyn Write,
     limit: Duration,
@@ -107,13 +109,28 @@ async fn follow(
         let body = msg.body();
         let line = match member.as_str() {
             "ApprovalRequested" => {
-                let Ok(r) = body.deserialize::<PendingApproval>() else {
+                let Ok((_, req, _)) = body.deserialize::<(String, String, String)>() else {
+                    continue;
+                };
+                // The signal names the request only: what it asks is read through the
+                // manager, which shows this caller only what PRD §10 lets them see.
+                let path = header.path().map(|p| p.to_string()).unwrap_or_default();
+                let Some(q) = queues
+                    .iter()
+                    .find(|q| crate::bus::queue_object_path(q) == path)
+                else {
+                    continue;
+                };
+                let read = async { queue_proxy(conn, q).await?.list_approvals().await };
+                let Ok(Ok(list)) = tokio::time::timeout(BUS_LIMIT, read).await else {
+                    continue;
+                };
+                let Some(r) = list.into_iter().find(|r| r.1 == req) else {
                     continue;
                 };
                 match format {
                     Format::Json => {
-                        let mut v = row_json("", &r);
-                        v.as_object_mut().map(|o| o.remove("queue"));
+                        let mut v = row_json(q, &r);
                         v["event"] = json!("requested");
                         v.to_string()
                     }
@@ -124,26 +141,14 @@ async fn follow(
                 }
             }
             "ApprovalAnswered" => {
-                let Ok((job, req, allow, always, by, message)) =
-                    body.deserialize::<(String, String, bool, bool, String, String)>()
-                else {
+                let Ok((job, req)) = body.deserialize::<(String, String)>() else {
                     continue;
                 };
                 match format {
-                    Format::Json => json!({"event": "answered", "job_id": job,
-                        "request_id": req, "allow": allow, "always": always, "by": by,
-                        "message": message})
-                    .to_string(),
-                    Format::Text => format!(
-                        "answered: {job} {req}: {}{} by {by}{}",
-                        if allow { "allowed" } else { "denied" },
-                        if always { " (always)" } else { "" },
-                        if message.is_empty() {
-                            String::new()
-                        } else {
-                            format!(": {message}")
-                        }
-                    ),
+                    Format::Json => {
+                        json!({"event": "answered", "job_id": job, "request_id": req}).to_string()
+                    }
+                    Format::Text => format!("answered: {job} {req}"),
                 }
             }
             _ => continue,
@@ -166,6 +171,22 @@ pub fn request_id(job: &str, req: &str) -> String {
     }
 }
 
+/// The id of the waiting request `typed` names: itself, or the one it is the numbered
+/// prefix of (`JOB-a3` of `JOB-a3-<random>`).
+pub fn full_request_id<'a>(typed: &str, waiting: impl Iterator<Item = &'a str>) -> String {
+    let prefix = format!("{typed}-");
+    let mut found = None;
+    for w in waiting {
+        if w == typed {
+            return typed.to_string();
+        }
+        if w.starts_with(&prefix) && w[prefix.len()..].bytes().all(|b| b.is_ascii_hexdigit()) {
+            found = Some(w.to_string());
+        }
+    }
+    found.unwrap_or_else(|| typed.to_string())
+}
+
 /// `approve JOB REQ [--always]` and `deny JOB REQ [--reason …]`.
 pub(super) fn answer(
     g: &GlobalArgs,
@@ -184,16 +205,17 @@ pub(super) fn answer(
             loc.status.name()
         )));
     }
-    let id = request_id(job, req);
+    let typed = request_id(job, req);
     let bus = BusKind::from_env();
     let rt = runtime()?;
-    rt.block_on(async {
+    let id = rt.block_on(async {
         let call = async {
             let conn = connect(bus).await?;
-            queue_proxy(&conn, &loc.queue)
-                .await?
-                .answer(&id, allow, always, reason)
-                .await
+            let proxy = queue_proxy(&conn, &loc.queue).await?;
+            // `3` and `a3` name the job's request number 3, whose id ends in random digits.
+            let listed = proxy.list_approvals().await.unwrap_or_default();
+            let id = full_request_id(&typed, listed.iter().map(|r| r.1.as_str()));
+            proxy.answer(&id, allow, always, reason).await.map(|()| id)
         };
         queue_call(&loc.queue, bus, call).await
     })?;
@@ -227,5 +249,18 @@ mod tests {
         assert_eq!(request_id("j1", "a3"), "j1-a3");
         assert_eq!(request_id("j1", "j1-a3"), "j1-a3");
         assert_eq!(request_id("j1", "other"), "other");
+        let waiting = ["j1-a3-00ff", "j1-a31-abcd"];
+        assert_eq!(
+            super::full_request_id("j1-a3", waiting.iter().copied()),
+            "j1-a3-00ff"
+        );
+        assert_eq!(
+            super::full_request_id("j1-a31-abcd", waiting.iter().copied()),
+            "j1-a31-abcd"
+        );
+        assert_eq!(
+            super::full_request_id("j1-a4", waiting.iter().copied()),
+            "j1-a4"
+        );
     }
 }

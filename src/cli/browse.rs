@@ -37,6 +37,20 @@ fn denied(what: String) -> CliError {
     CliError::new(format!("permission denied: {what}"))
 }
 
+/// [`crate::permissions::check_listed_project`] as a CLI error.
+fn listed_project(
+    store: &crate::store::Store,
+    who: &crate::permissions::Caller,
+    id: &str,
+) -> Result<(), CliError> {
+    use crate::permissions::ProjectRefused;
+    match crate::permissions::check_listed_project(store, who, id) {
+        Ok(_) => Ok(()),
+        Err(ProjectRefused::Store(e)) => Err(e.into()),
+        Err(ProjectRefused::Denied(why)) => Err(denied(why)),
+    }
+}
+
 pub(super) fn login(g: &GlobalArgs, out: &mut dyn Write, username: &str) -> CliResult {
     // A store this user may not read (the packaged system store): orchestratord checks the
     // name, with the same PRD §10 rules as any view-user over the bus.
@@ -170,6 +184,9 @@ pub(super) fn render_projects(
 pub(super) fn list_prds(g: &GlobalArgs, out: &mut dyn Write, project: Option<&str>) -> CliResult {
     let store = open_store(g)?;
     let who = caller(&store)?;
+    if let Some(id) = project {
+        listed_project(&store, &who, id)?;
+    }
     let mut projects: HashMap<String, Option<Project>> = HashMap::new();
     let mut prds = Vec::new();
     for (state, prd) in store.prds(project, &mut warn)? {
@@ -313,7 +330,7 @@ fn list_jobs_to(
     let store = open_store(g)?;
     let who = caller(&store)?;
     if let Some(p) = project {
-        store.project(p)?;
+        listed_project(&store, &who, p)?;
     }
     if let Some(q) = &g.queue {
         store.queue(q)?;
@@ -718,9 +735,7 @@ pub(super) fn view_job(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResu
         };
         let project = store.project(&job.config.project).ok();
         if !who.can_see_job(&job, project.as_ref()) {
-            return Err(denied(format!(
-                "job {id} belongs to another user's project"
-            )));
+            return Err(crate::permissions::job_hidden(id).into());
         }
         let done = matches!(job.runtime.status, JobStatus::Finished | JobStatus::Failed);
         match deadline {

@@ -164,7 +164,7 @@ pub fn summary(tool: &str, input: &Value) -> String {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApprovalRequest {
-    /// `<job_id>-a<n>`.
+    /// `<job_id>-a<n>-<random>`: unguessable, so no answer can wait for it in advance.
     pub request_id: String,
     /// The job asking.
     pub job_id: String,
@@ -199,13 +199,71 @@ pub struct ApprovalAnswer {
     pub by: String,
     /// When.
     pub at: Timestamp,
+    /// The writer's proof ([`ApprovalAnswer::sign`]): a keyed digest of the answer under
+    /// the job's approval key, which only its queue manager and its worker hold (handed on
+    /// the worker's gate, never in the store). An answer without a valid proof — planted in
+    /// the store by a sync peer or another account — is not an answer.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub proof: String,
+}
+
+/// A job's approval key: random, made by the queue manager when it starts the job and
+/// handed to the worker on its gate; never written to the store.
+pub fn new_approval_key() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+impl ApprovalAnswer {
+    /// What the proof covers: every field but the proof, in a fixed form.
+    fn signed_text(&self) -> String {
+        serde_json::json!([
+            "agentstore-approval-answer-1",
+            self.request_id,
+            self.allow,
+            self.always,
+            self.message,
+            self.by,
+            self.at.to_string(),
+        ])
+        .to_string()
+    }
+
+    /// The proof of this answer under `key` (a nested keyed SHA-1 through UUID v5, the
+    /// shape of an HMAC; the key is 122 random bits): empty for a key that is not one.
+    fn proof_with(&self, key: &str) -> String {
+        let Ok(k) = uuid::Uuid::parse_str(key) else {
+            return String::new();
+        };
+        let inner = uuid::Uuid::new_v5(&k, self.signed_text().as_bytes());
+        uuid::Uuid::new_v5(&k, inner.as_bytes())
+            .simple()
+            .to_string()
+    }
+
+    /// Signs this answer with the job's approval `key`.
+    pub fn sign(mut self, key: &str) -> ApprovalAnswer {
+        self.proof = self.proof_with(key);
+        self
+    }
+
+    /// True when the answer was signed with `key` and not changed since.
+    pub fn verify(&self, key: &str) -> bool {
+        let want = self.proof_with(key);
+        !want.is_empty()
+            && want.len() == self.proof.len()
+            && want
+                .bytes()
+                .zip(self.proof.bytes())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
+    }
 }
 
 /// What a job records about one decision (`runtime.approvals[]`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApprovalRecord {
-    /// The request (`<job_id>-a<n>`).
+    /// The request (`<job_id>-a<n>-<random>`).
     pub request_id: String,
     /// Tool.
     pub tool: String,
@@ -265,6 +323,31 @@ mod tests {
         let empty = ApprovalPolicy::default();
         assert_eq!(empty.decide(&[], "Bash", "ls"), (Decision::Ask, None));
         assert!(serde_json::from_value::<ApprovalPolicy>(json!({"rulez": []})).is_err());
+    }
+
+    #[test]
+    fn answers_count_only_with_the_jobs_key() {
+        let key = new_approval_key();
+        let a = ApprovalAnswer {
+            request_id: "j-a1-x".into(),
+            allow: true,
+            always: false,
+            message: String::new(),
+            by: "alice".into(),
+            at: Timestamp::now(),
+            proof: String::new(),
+        };
+        assert!(!a.verify(&key), "an unsigned answer");
+        let signed = a.clone().sign(&key);
+        assert!(signed.verify(&key));
+        assert!(!signed.verify(&new_approval_key()), "another job's key");
+        let mut changed = signed.clone();
+        changed.request_id = "j-a2-x".into();
+        assert!(!changed.verify(&key), "moved to another request");
+        let mut flipped = signed.clone();
+        flipped.allow = false;
+        assert!(!flipped.verify(&key), "its decision changed");
+        assert!(!a.clone().sign("not a key").verify("not a key"));
     }
 
     #[test]

@@ -24,7 +24,7 @@ pub use message::{Message, MessageSource, MessageStatus};
 pub use prd::{Prd, PrdState};
 pub use project::Project;
 pub use queue::{Launcher, Queue, QueueConfig, QueueRuntime, ResourceLimits, SlurmConfig};
-pub use time::Timestamp;
+pub use time::{MAX_CLOCK_SKEW_SECS, Timestamp};
 pub use user::{Permission, User};
 
 use std::fmt;

@@ -5,6 +5,10 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::str::FromStr;
 
+/// The most two machines' clocks are taken to differ by (seconds). A heartbeat or other time
+/// another machine claims further ahead than this is invalid.
+pub const MAX_CLOCK_SKEW_SECS: u64 = 300;
+
 /// A UTC instant that always serialises with a `Z` suffix, as PRD §4 requires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Timestamp(pub DateTime<Utc>);
@@ -19,6 +23,25 @@ impl Timestamp {
     /// Seconds from `self` to `later` (negative if `later` is earlier).
     pub fn seconds_until(&self, later: &Timestamp) -> f64 {
         (later.0 - self.0).num_milliseconds() as f64 / 1000.0
+    }
+
+    /// True when `self`, a time another machine (or the store) claims, lies further ahead of
+    /// `now` than clocks may differ ([`MAX_CLOCK_SKEW_SECS`]): it is judged invalid, never
+    /// trusted (DESIGN §9: time claimed by other machines is bounded).
+    pub fn is_beyond_skew(&self, now: &Timestamp) -> bool {
+        now.seconds_until(self) > MAX_CLOCK_SKEW_SECS as f64
+    }
+
+    /// The age by `now` of `self`, a time another machine claims (a heartbeat, a job's
+    /// queue time): 0 for one slightly ahead (clock skew), and `f64::INFINITY` for one from
+    /// beyond the skew — a heartbeat from the future counts as stale and a job from the
+    /// future as old, never as fresh forever.
+    pub fn claimed_age(&self, now: &Timestamp) -> f64 {
+        if self.is_beyond_skew(now) {
+            f64::INFINITY
+        } else {
+            self.seconds_until(now).max(0.0)
+        }
     }
 
     /// `self` plus `secs` seconds (saturating at the latest representable time).

@@ -68,6 +68,9 @@ pub fn answer(store: &Store, msg: &Message, who: &Caller) -> Result<Value, Route
         }
         "list-prds" => {
             let project = arg(msg, "project").or(msg.project.as_deref());
+            if let Some(id) = project {
+                listed_project(store, who, id)?;
+            }
             let mut out = Vec::new();
             for (_, prd) in store.prds(project, &mut ignore)? {
                 let p = store.project(&prd.project).ok();
@@ -100,7 +103,7 @@ pub fn answer(store: &Store, msg: &Message, who: &Caller) -> Result<Value, Route
             let mut job = store.job(&loc)?;
             let p = store.project(&job.config.project).ok();
             if !who.can_see_job(&job, p.as_ref()) {
-                return denied(format!("job {id} belongs to another user's project"));
+                return Err(crate::permissions::job_hidden(id).into());
             }
             job.id.get_or_insert_with(|| id.to_string());
             Ok(to_value(&job))
@@ -258,7 +261,7 @@ fn list_jobs(store: &Store, msg: &Message, who: &Caller) -> Result<Value, RouteE
     };
     let project = arg(msg, "project");
     if let Some(p) = project {
-        store.project(p)?;
+        listed_project(store, who, p)?;
     }
     let queue = arg(msg, "queue");
     if let Some(q) = queue {
@@ -424,6 +427,16 @@ fn shortest(v: &Value) -> usize {
         }
         Value::Array(_) | Value::String(_) => 2,
         _ => 1,
+    }
+}
+
+/// [`crate::permissions::check_listed_project`] as a route error.
+fn listed_project(store: &Store, who: &Caller, id: &str) -> Result<(), RouteError> {
+    use crate::permissions::ProjectRefused;
+    match crate::permissions::check_listed_project(store, who, id) {
+        Ok(_) => Ok(()),
+        Err(ProjectRefused::Store(e)) => Err(e.into()),
+        Err(ProjectRefused::Denied(why)) => Err(RouteError::PermissionDenied(why)),
     }
 }
 

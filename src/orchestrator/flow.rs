@@ -64,7 +64,12 @@ pub fn prd_pending(msg: &Message, prd: &str) -> bool {
 
 /// Reads `content.priority`, `content.after`, `content.after_any` and `content.retry` of
 /// `msg` for the job `id` about to be made.
-pub fn job_flow(store: &Store, msg: &Message, id: &str) -> Result<Flow, RouteError> {
+pub fn job_flow(
+    store: &Store,
+    msg: &Message,
+    id: &str,
+    who: &crate::permissions::Caller,
+) -> Result<Flow, RouteError> {
     let invalid = RouteError::Invalid;
     // A store not yet migrated keeps its v0.5 schema copies: its jobs get no new field.
     let current = crate::model::flow::compare_versions(
@@ -135,7 +140,7 @@ pub fn job_flow(store: &Store, msg: &Message, id: &str) -> Result<Flow, RouteErr
         _ => Vec::new(),
     };
     let after = match after {
-        Some(list) if !list.is_empty() => Some(check_after(store, id, list, &own)?),
+        Some(list) if !list.is_empty() => Some(check_after(store, who, id, list, &own)?),
         _ => None,
     };
     let after_any = match msg.content.get("after_any") {
@@ -203,11 +208,13 @@ pub fn parse_retry(v: &Value) -> Result<RetryPolicy, String> {
     Ok(p)
 }
 
-/// Checks the dependencies of job `id`: each a safe id of an existing job (any queue, any
-/// state), none the job itself, no more than [`MAX_AFTER`], and no cycle back to `id`
+/// Checks the dependencies of job `id`: each a safe id of an existing job that `who` may
+/// see (any queue, any state; PRD §10 — another user's private job is as unknown as a
+/// missing one), none the job itself, no more than [`MAX_AFTER`], and no cycle back to `id`
 /// through the dependencies' own `after` lists.
 pub fn check_after(
     store: &Store,
+    who: &crate::permissions::Caller,
     id: &str,
     list: Vec<String>,
     may_be_pending: &[String],
@@ -229,9 +236,13 @@ pub fn check_after(
                 "content.after: job {id} cannot wait for itself"
             )));
         }
-        if store.find_job(&dep).is_err() && !may_be_pending.contains(&dep) {
+        let seen = || crate::permissions::sees_job(store, who, &dep);
+        // A pipeline's earlier step may not be here yet; one that is must be visible.
+        let pending = may_be_pending.contains(&dep) && store.find_job(&dep).is_err();
+        if !pending && !seen() {
             return Err(RouteError::NotFound(format!(
-                "content.after: unknown job {dep} (no such job in any queue)"
+                "content.after: {}",
+                crate::permissions::unknown_job(&dep)
             )));
         }
         if !out.contains(&dep) {
@@ -298,27 +309,67 @@ mod tests {
         put("a", &["new"]);
         put("b", &["a"]);
         let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-        let e = check_after(&store, "new", v(&["b"]), &[])
-            .unwrap_err()
-            .to_string();
+        let e = check_after(
+            &store,
+            &crate::permissions::Caller::Trusted,
+            "new",
+            v(&["b"]),
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("cycle new -> b -> a -> new"), "{e}");
-        let e = check_after(&store, "new", v(&["new"]), &[])
-            .unwrap_err()
-            .to_string();
+        let e = check_after(
+            &store,
+            &crate::permissions::Caller::Trusted,
+            "new",
+            v(&["new"]),
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("cannot wait for itself"), "{e}");
-        let e = check_after(&store, "new", v(&["ghost"]), &[])
-            .unwrap_err()
-            .to_string();
+        let e = check_after(
+            &store,
+            &crate::permissions::Caller::Trusted,
+            "new",
+            v(&["ghost"]),
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("unknown job ghost"), "{e}");
-        let e = check_after(&store, "new", v(&["../x"]), &[])
-            .unwrap_err()
-            .to_string();
+        let e = check_after(
+            &store,
+            &crate::permissions::Caller::Trusted,
+            "new",
+            v(&["../x"]),
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("is not a job id"), "{e}");
         put("c", &[]);
         assert_eq!(
-            check_after(&store, "new", v(&["c", "c"]), &[]).unwrap(),
+            check_after(
+                &store,
+                &crate::permissions::Caller::Trusted,
+                "new",
+                v(&["c", "c"]),
+                &[]
+            )
+            .unwrap(),
             ["c"]
         );
-        assert!(check_after(&store, "new", v(&["ghost"]), &v(&["ghost"])).is_ok());
+        assert!(
+            check_after(
+                &store,
+                &crate::permissions::Caller::Trusted,
+                "new",
+                v(&["ghost"]),
+                &v(&["ghost"])
+            )
+            .is_ok()
+        );
     }
 }

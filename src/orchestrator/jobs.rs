@@ -321,7 +321,7 @@ pub fn create_job(store: &Store, msg: &Message, who: &Caller) -> Result<CreatedJ
         }
     };
 
-    let flow = super::flow::job_flow(store, msg, &id)?;
+    let flow = super::flow::job_flow(store, msg, &id, who)?;
     let mut job = Job {
         schema_version: None,
         id: Some(id.clone()),

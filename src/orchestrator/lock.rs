@@ -189,7 +189,16 @@ pub fn holder_elsewhere(path: &Path) -> Option<LockInfo> {
 /// True when `info` no longer stands for a live orchestrator: on another host, silent for
 /// longer than `stale_after`.
 pub fn is_stale_after(info: &LockInfo, now: &Timestamp, stale_after: Duration) -> bool {
-    let silent = info.heartbeat.seconds_until(now) > stale_after.as_secs_f64();
+    if info.heartbeat.is_beyond_skew(now) {
+        tracing::warn!(
+            "the store lock of PID {} on {} claims a heartbeat at {}, more than {} s ahead of this clock: judged invalid (stale)",
+            info.pid,
+            info.host,
+            info.heartbeat,
+            crate::model::MAX_CLOCK_SKEW_SECS
+        );
+    }
+    let silent = info.heartbeat.claimed_age(now) > stale_after.as_secs_f64();
     if info.host != hostname() {
         return silent;
     }

@@ -1,9 +1,16 @@
 //! The queue manager's side of approvals (issue 15): it watches `Jobs/approvals/`, where
 //! running jobs' workers write their requests (`worker::approval`), keeps the pending list
-//! the front end serves (`PendingApprovals`), publishes each request and its answer as
-//! events (`ApprovalRequested`, `ApprovalAnswered`), and writes a person's answer
-//! (`Answer`, authorized as a cancel is: admins, the job's user, those who may modify its
-//! project — PRD §10). The worker records the decision on the job.
+//! the front end serves (`ListApprovals`: each caller sees the requests of the jobs PRD §10
+//! lets them see), publishes each request and its answer as id-only events
+//! (`ApprovalRequested`, `ApprovalAnswered`), and writes a person's answer (`Answer`,
+//! authorized as a cancel is: admins, the job's user, those who may modify its project —
+//! PRD §10; someone who may not even see the job is answered as for an unknown request).
+//! The worker records the decision on the job.
+//!
+//! Trust: the store is shared input. Every answer this manager writes is signed with the
+//! job's approval key (derived from the manager's master key, kept outside the store, and
+//! handed to the job's worker on its gate); the worker takes only signed answers, and an
+//! answer file without a valid proof is removed and never settles a request here.
 
 use super::Manager;
 use super::QueueError;
@@ -66,6 +73,7 @@ impl Manager {
                 .pending()
                 .iter()
                 .any(|p| p.request_id == req.request_id)
+                && self.checked_answer(&req.job_id, &req.request_id).is_none()
             {
                 added.push(req);
             }
@@ -73,20 +81,14 @@ impl Manager {
         for req in added {
             self.publish_request(req).await;
         }
-        let gone: Vec<ApprovalRequest> = self
-            .pending()
-            .iter()
-            .filter(|p| {
-                !crate::store::safe::is_file(&self.store.approval_request_path(&q, &p.request_id))
-                    || crate::store::safe::exists(
-                        &self.store.approval_answer_path(&q, &p.request_id),
-                    )
-            })
-            .cloned()
-            .collect();
-        for req in gone {
-            let answer = self.store.approval_answer(&q, &req.request_id);
-            self.settle_request(&req.request_id, answer).await;
+        let listed: Vec<ApprovalRequest> = self.pending().clone();
+        for req in listed {
+            let answer = self.checked_answer(&req.job_id, &req.request_id);
+            let asked =
+                crate::store::safe::is_file(&self.store.approval_request_path(&q, &req.request_id));
+            if !asked || answer.is_some() {
+                self.settle_request(&req.request_id, answer).await;
+            }
         }
     }
 
@@ -99,14 +101,23 @@ impl Manager {
         if let Some(id) = name.strip_suffix(REQUEST_SUFFIX) {
             let known = self.pending().iter().any(|p| p.request_id == id);
             match self.store.approval_request(&q, id) {
-                Some(req) if !known && self.store.approval_answer(&q, id).is_none() => {
+                Some(req)
+                    if !known
+                        && req.request_id == id
+                        && self.checked_answer(&req.job_id, id).is_none() =>
+                {
                     self.publish_request(req).await;
                 }
                 None if known => self.settle_request(id, None).await,
                 _ => {}
             }
         } else if let Some(id) = name.strip_suffix(ANSWER_SUFFIX) {
-            let answer = self.store.approval_answer(&q, id);
+            let job = self
+                .pending()
+                .iter()
+                .find(|p| p.request_id == id)
+                .map(|p| p.job_id.clone());
+            let answer = job.and_then(|j| self.checked_answer(&j, id));
             if answer.is_some() {
                 self.settle_request(id, answer).await;
             }
@@ -198,17 +209,23 @@ impl Manager {
             .find(|r| r.request_id == request_id)
             .cloned()
             .ok_or_else(|| {
-                QueueError::NotFound(format!(
-                    "approval request {request_id} is not waiting in queue {q} (answered, past its deadline, or its job ended)"
-                ))
+                QueueError::NotFound(crate::permissions::no_such_request(request_id, &q))
             })?;
         let path = self.store.job_path(&q, JobStatus::Running, &req.job_id);
         let job: Option<Job> = self.store.read_doc(DocKind::Job, &path).ok();
-        if !caller.is_admin() && !job.as_ref().is_some_and(|j| self.may_act_on(j, caller)) {
-            return Err(QueueError::PermissionDenied(format!(
-                "job {} belongs to another user's project: only its submitter, the project's owner and admins may answer its requests",
-                req.job_id
+        let project = job
+            .as_ref()
+            .and_then(|j| self.store.project(&j.config.project).ok());
+        // Someone who may not even see the job gets the answer an unknown request gets.
+        if !caller.can_see_job_opt(job.as_ref(), project.as_ref()) {
+            return Err(QueueError::NotFound(crate::permissions::no_such_request(
+                request_id, &q,
             )));
+        }
+        if !caller.can_answer_request(job.as_ref(), project.as_ref()) {
+            return Err(QueueError::PermissionDenied(
+                crate::permissions::may_not_answer(&req.job_id),
+            ));
         }
         let message: String = message.chars().take(MAX_MESSAGE).collect();
         let answer = ApprovalAnswer {
@@ -218,15 +235,24 @@ impl Manager {
             message,
             by: by.to_string(),
             at: Timestamp::now(),
+            proof: String::new(),
         };
-        let written = self.store.write_approval_answer(&q, &answer).map_err(|e| {
-            QueueError::Failed(format!(
-                "cannot write {}: {e}",
-                self.store.approval_answer_path(&q, request_id).display()
-            ))
-        })?;
+        // Only this manager's answers count: its worker checks the proof.
+        let answer = answer.sign(&self.approval_key(&req.job_id));
+        let write = || {
+            self.store.write_approval_answer(&q, &answer).map_err(|e| {
+                QueueError::Failed(format!(
+                    "cannot write {}: {e}",
+                    self.store.approval_answer_path(&q, request_id).display()
+                ))
+            })
+        };
+        // A file already there that is not a signed answer was planted: `checked_answer`
+        // removes it, and this answer takes its place.
+        let written =
+            write()? || (self.checked_answer(&req.job_id, request_id).is_none() && write()?);
         if !written {
-            let first = self.store.approval_answer(&q, request_id);
+            let first = self.checked_answer(&req.job_id, request_id);
             self.settle_request(request_id, first).await;
             return Err(QueueError::Failed(format!(
                 "approval request {request_id} was answered already"
@@ -235,10 +261,203 @@ impl Manager {
         self.settle_request(request_id, Some(answer)).await;
         Ok(())
     }
+}
 
-    /// PRD §10 for a job's own actions: its user, or those who may modify its project.
-    pub(super) fn may_act_on(&self, job: &Job, caller: &Caller) -> bool {
-        let project = self.store.project(&job.config.project).ok();
-        caller.can_cancel_job(Some(job), project.as_ref())
+/// True when `caller` may see request `req` of `queue` (PRD §10: whoever may see its running
+/// job; a job that cannot be read is for admins only).
+pub(super) fn may_see_request(
+    store: &crate::store::Store,
+    queue: &str,
+    req: &ApprovalRequest,
+    caller: &Caller,
+) -> bool {
+    let path = store.job_path(queue, JobStatus::Running, &req.job_id);
+    let job: Option<Job> = store.read_doc(DocKind::Job, &path).ok();
+    let project = job
+        .as_ref()
+        .and_then(|j| store.project(&j.config.project).ok());
+    caller.can_see_job_opt(job.as_ref(), project.as_ref())
+}
+
+impl Manager {
+    /// Job `job_id`'s approval key: derived from this manager's master key, so a manager
+    /// that restarts (and re-adopts the job) signs and checks as the one that started it.
+    pub(super) fn approval_key(&self, job_id: &str) -> String {
+        job_key(&self.approval_master, &self.cfg.queue, job_id)
+    }
+
+    /// The answer to `request_id` (of job `job_id`) as this manager takes it: one signed
+    /// with the job's approval key. A file that is not — planted by whoever can write the
+    /// store — is removed (logged) and is no answer.
+    fn checked_answer(&self, job_id: &str, request_id: &str) -> Option<ApprovalAnswer> {
+        let q = &self.cfg.queue;
+        let path = self.store.approval_answer_path(q, request_id);
+        if !crate::store::safe::exists(&path) {
+            return None;
+        }
+        let answer = self.store.approval_answer(q, request_id);
+        let key = self.approval_key(job_id);
+        match answer {
+            Some(a) if a.request_id == request_id && a.verify(&key) => Some(a),
+            _ => {
+                tracing::warn!(queue = %q, job_id, request_id,
+                    "approval: an answer not written by this queue manager (no valid proof) was removed");
+                let _ = crate::store::safe::remove_file(&path);
+                None
+            }
+        }
+    }
+}
+
+/// The key of job `job_id` of `queue` under `master`: a UUID (v5 over the master).
+fn job_key(master: &str, queue: &str, job_id: &str) -> String {
+    let m = uuid::Uuid::parse_str(master).unwrap_or_else(|_| uuid::Uuid::new_v4());
+    uuid::Uuid::new_v5(
+        &m,
+        format!("agentstore-job-key\0{queue}\0{job_id}").as_bytes(),
+    )
+    .simple()
+    .to_string()
+}
+
+/// Where the master key lives: never in the store (shared input), but in this account's
+/// own state — `$STATE_DIRECTORY` under systemd, `/var/lib/agentstore-queue-manager` for
+/// root, else `$XDG_STATE_HOME/agentstore` (or `~/.local/state/agentstore`).
+fn master_key_dir() -> Option<std::path::PathBuf> {
+    use std::path::PathBuf;
+    if let Some(d) = std::env::var_os("STATE_DIRECTORY").filter(|v| !v.is_empty()) {
+        let first = d.to_string_lossy().split(':').next().map(PathBuf::from)?;
+        return Some(first);
+    }
+    if nix::unistd::geteuid().is_root() {
+        return Some(PathBuf::from("/var/lib/agentstore-queue-manager"));
+    }
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|h| PathBuf::from(h).join(".local/state"))
+        })?;
+    Some(state.join("agentstore"))
+}
+
+/// This manager's master approval key: read from (or made once in) a file only its
+/// account can read (`approval-key`, mode 0600, owned by it, reached with no link), so a
+/// restarted manager signs as before; a fresh random one for this run (logged) when no such
+/// file can be had — the requests of jobs an earlier run started then wait for their
+/// deadline. Never a folder inside the store `store_root` (a service account whose home is
+/// the store would otherwise sync its key to every peer).
+pub(super) fn master_key(store_root: &std::path::Path) -> String {
+    let inside_store = |d: &std::path::Path| {
+        let canon =
+            |p: &std::path::Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+        let root = canon(store_root);
+        // The folder may not exist yet: judge its nearest existing ancestor.
+        let mut probe = d.to_path_buf();
+        while !probe.exists() && probe.pop() {}
+        d.starts_with(store_root) || (probe.exists() && canon(&probe).starts_with(&root))
+    };
+    match master_key_dir()
+        .ok_or_else(|| "no state folder (HOME unset)".to_string())
+        .and_then(|d| {
+            if inside_store(&d) {
+                return Err(format!("{} is inside the store", d.display()));
+            }
+            read_or_make_key(&d.join("approval-key")).map_err(|e| format!("{}: {e}", d.display()))
+        }) {
+        Ok(k) => k,
+        Err(e) => {
+            tracing::warn!(
+                "approval key: {e}; using one for this run only (requests of jobs started by an earlier run cannot be answered)"
+            );
+            crate::model::approval::new_approval_key()
+        }
+    }
+}
+
+fn read_or_make_key(path: &std::path::Path) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+    let bad = |m: String| std::io::Error::new(std::io::ErrorKind::InvalidData, m);
+    if let Some(dir) = path.parent() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+    }
+    let me = nix::unistd::geteuid().as_raw();
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+    {
+        Ok(mut f) => {
+            let k = crate::model::approval::new_approval_key();
+            f.write_all(k.as_bytes())?;
+            f.sync_all()?;
+            return Ok(k);
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?;
+    let meta = f.metadata()?;
+    if !meta.is_file() || meta.uid() != me || meta.mode() & 0o077 != 0 {
+        return Err(bad(format!(
+            "{} must be a file of uid {me} that no one else may read or write",
+            path.display()
+        )));
+    }
+    let mut text = String::new();
+    (&mut f).take(256).read_to_string(&mut text)?;
+    let k = text.trim();
+    uuid::Uuid::parse_str(k).map_err(|e| bad(format!("{}: {e}", path.display())))?;
+    Ok(k.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn the_master_key_is_kept_private_and_read_again() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("state/approval-key");
+        let k = read_or_make_key(&path).unwrap();
+        assert_eq!(
+            read_or_make_key(&path).unwrap(),
+            k,
+            "read again, not made anew"
+        );
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        // Readable by others: not a key any more.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(read_or_make_key(&path).is_err());
+        // A link is never followed.
+        let link = d.path().join("state/link-key");
+        std::os::unix::fs::symlink(&path, &link).unwrap();
+        assert!(read_or_make_key(&link).is_err());
+    }
+
+    #[test]
+    fn each_job_has_its_own_key_and_keeps_it() {
+        let m = crate::model::approval::new_approval_key();
+        let a = job_key(&m, "q1", "job-a");
+        assert_eq!(a, job_key(&m, "q1", "job-a"));
+        assert_ne!(a, job_key(&m, "q1", "job-b"));
+        assert_ne!(a, job_key(&m, "q2", "job-a"));
+        assert_ne!(
+            a,
+            job_key(&crate::model::approval::new_approval_key(), "q1", "job-a")
+        );
     }
 }

@@ -203,8 +203,8 @@ impl Manager {
                 out.push(id.clone());
                 continue;
             }
-            let arriving = head.pipeline
-                && head.queue_time.seconds_until(&now) < PIPELINE_ARRIVAL_GRACE_SECONDS;
+            let arriving =
+                head.pipeline && head.queue_time.claimed_age(&now) < PIPELINE_ARRIVAL_GRACE_SECONDS;
             match dependency_state(
                 &self.store,
                 &head.after,

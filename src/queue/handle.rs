@@ -7,6 +7,7 @@ use super::QueueError;
 use crate::model::JobStatus;
 use crate::model::approval::{ApprovalAnswer, ApprovalRequest};
 use crate::permissions::Caller;
+use crate::store::Store;
 use futures_util::future::BoxFuture;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot};
@@ -55,7 +56,7 @@ pub enum QueueRequest {
     },
     /// Answer an approval request of a running job (the loop checks the job's project).
     Answer {
-        /// `<job_id>-a<n>`.
+        /// `<job_id>-a<n>-<random>`.
         request_id: String,
         /// Allow or deny.
         allow: bool,
@@ -113,6 +114,7 @@ pub trait QueueEvents: Send + Sync {
 /// A front end's view of one queue manager.
 #[derive(Debug, Clone)]
 pub struct QueueHandle {
+    queue: String,
     state: Arc<Mutex<QueueState>>,
     approvals: Arc<Mutex<Vec<ApprovalRequest>>>,
     requests: mpsc::Sender<QueueRequest>,
@@ -120,23 +122,37 @@ pub struct QueueHandle {
 
 impl QueueHandle {
     pub(super) fn new(
+        queue: String,
         state: Arc<Mutex<QueueState>>,
         approvals: Arc<Mutex<Vec<ApprovalRequest>>>,
         requests: mpsc::Sender<QueueRequest>,
     ) -> QueueHandle {
         QueueHandle {
+            queue,
             state,
             approvals,
             requests,
         }
     }
 
-    /// The approval requests waiting for an answer, oldest first.
+    /// The approval requests waiting for an answer, oldest first (all of them: for the
+    /// manager's own use; a reader gets [`QueueHandle::approvals_for`]).
     pub fn pending_approvals(&self) -> Vec<ApprovalRequest> {
         self.approvals
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// The approval requests waiting for an answer that `caller` may see (PRD §10: those of
+    /// the jobs `view-job` shows them), oldest first.
+    pub fn approvals_for(&self, store: &Store, caller: &Caller) -> Vec<ApprovalRequest> {
+        let mut all = self.pending_approvals();
+        if caller.is_admin() {
+            return all;
+        }
+        all.retain(|r| super::approval::may_see_request(store, &self.queue, r, caller));
+        all
     }
 
     /// Answers approval request `request_id` for `caller` (recorded as `by`): admins, the

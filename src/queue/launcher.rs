@@ -175,17 +175,21 @@ impl JobLauncher {
 
 /// Lets a gated worker run (`go`), handing it on a second line the queue's settings the
 /// manager has read and checked, so the worker neither reads queue.json again nor compiles
-/// its schema. The gate is closed right after: a worker that reads only the first line (an
-/// older one) runs as before, and one that finds no second line reads queue.json itself.
+/// its schema, and on a third the job's approval key (answers are signed with it; it is
+/// never written to the store). The gate is closed right after: a worker that reads only the
+/// first line (an older one) runs as before, and one that finds no second line reads
+/// queue.json itself.
 pub async fn release(
     mut gate: ChildStdin,
     config: &crate::model::QueueConfig,
+    approval_key: &str,
 ) -> std::io::Result<()> {
     let mut lines = b"go\n".to_vec();
-    if let Ok(json) = serde_json::to_vec(config) {
-        lines.extend_from_slice(&json);
-        lines.push(b'\n');
-    }
+    // An empty line when the settings cannot be written: the worker then reads them itself.
+    lines.extend_from_slice(&serde_json::to_vec(config).unwrap_or_default());
+    lines.push(b'\n');
+    lines.extend_from_slice(approval_key.as_bytes());
+    lines.push(b'\n');
     gate.write_all(&lines).await?;
     gate.flush().await
 }

@@ -20,6 +20,15 @@ impl Manager {
         });
         hb.last_seen = Timestamp::now();
         hb.stopped = stopped;
+        // This machine's own word on what it runs (see `Heartbeat::running`).
+        hb.running = if stopped {
+            Vec::new()
+        } else {
+            let mut ids: Vec<String> = self.running.keys().cloned().collect();
+            ids.extend(self.slurm.jobs.keys().cloned());
+            ids.sort();
+            ids
+        };
         if let Err(e) = self.store.write_heartbeat(hb) {
             tracing::warn!(queue = %self.cfg.queue, "cannot write the heartbeat: {e}");
         }

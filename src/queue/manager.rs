@@ -104,6 +104,12 @@ pub struct Manager {
     pub(super) state: Arc<Mutex<QueueState>>,
     /// Approval requests of running jobs waiting for an answer (the handle reads them).
     pub(super) approvals: Arc<Mutex<Vec<crate::model::approval::ApprovalRequest>>>,
+    /// This manager's approval master key (see `approval::master_key`): each job's key,
+    /// handed to its worker on the gate and never written to the store, derives from it.
+    pub(super) approval_master: String,
+    /// Jobs started since the heartbeat was written: it is written again after this pass,
+    /// so the machine's word on what it runs (`Heartbeat::running`) lags no start.
+    pub(super) beat_due: bool,
     /// The watch on `Jobs/approvals/`.
     pub(super) approvals_watch: Option<inotify::Inotify>,
     /// `running_jobs/` of a Slurm queue (its workers run elsewhere, no exit to wait on).
@@ -192,6 +198,8 @@ impl Manager {
             root_mode: nix::unistd::geteuid().is_root(),
             state,
             approvals: Arc::new(Mutex::new(Vec::new())),
+            approval_master: super::approval::master_key(store.root()),
+            beat_due: false,
             approvals_watch: None,
             running_watch: None,
             events: None,
@@ -217,6 +225,7 @@ impl Manager {
     /// What a front end serves: the state snapshot and the request channel.
     pub fn handle(&self) -> QueueHandle {
         QueueHandle::new(
+            self.cfg.queue.clone(),
             self.state.clone(),
             self.approvals.clone(),
             self.requests_tx.clone(),
@@ -287,6 +296,7 @@ impl Manager {
         m.write_heartbeat(false);
         m.check_served_elsewhere();
         let dead = m.adopt_running();
+        m.beat_due = true;
         m.record(Record::info(
             m.event("daemon_started")
                 .detail(format!("launcher {}", m.launcher.name())),
@@ -455,6 +465,9 @@ impl Manager {
                 self.on_exit(&id).await;
             }
             self.step().await;
+            if std::mem::take(&mut self.beat_due) {
+                self.write_heartbeat(false);
+            }
         }
         // Launches in flight complete (each bounded by systemd's confirmation timeout): their
         // jobs are then running for the next manager to re-adopt, and no start marker is

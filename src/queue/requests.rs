@@ -91,6 +91,12 @@ impl Manager {
         let project = job
             .as_ref()
             .and_then(|j| self.store.project(&j.config.project).ok());
+        // Someone who may not even see the job is answered as for a job that is not here.
+        if !caller.can_see_job_opt(job.as_ref(), project.as_ref()) {
+            return Err(QueueError::NotFound(format!(
+                "job {id} is not queued or running in queue {q}"
+            )));
+        }
         if !caller.can_cancel_job(job.as_ref(), project.as_ref()) {
             return Err(QueueError::PermissionDenied(format!(
                 "job {id} belongs to another user's project"

@@ -521,6 +521,17 @@ impl Manager {
     /// written).
     pub(super) async fn prepare_start(&mut self, id: &str) -> Option<PreparedStart> {
         let q = self.cfg.queue.clone();
+        // Option-like names (`--help.json`) run like any job; a name longer than an id may
+        // be cannot: every name made from it (its probe, claim, worker's files) is too long.
+        if id.len() > crate::model::MAX_ID_BYTES {
+            let why = format!(
+                "{} bytes; a job id has at most {}",
+                id.len(),
+                crate::model::MAX_ID_BYTES
+            );
+            self.fail_bad_name(id, &why).await;
+            return None;
+        }
         let path = self.store.job_path(&q, JobStatus::Queued, id);
         let bytes = match read_limited(&path) {
             Ok(b) => b,
@@ -666,7 +677,8 @@ impl Manager {
         self.backoff.remove(id);
         #[cfg(debug_assertions)]
         super::poison::injected_fault("release", id).await;
-        if let Err(e) = release(launched.gate, &self.config).await {
+        let key = self.approval_key(id);
+        if let Err(e) = release(launched.gate, &self.config, &key).await {
             // It died before it could start; the exit watcher reports it as dead.
             tracing::warn!(job_id = %id, queue = %q, "worker gone before start: {e}");
         }
@@ -677,6 +689,7 @@ impl Manager {
             let _ = child.wait().await;
             let _ = tx.send(job_id);
         });
+        self.beat_due = true;
         self.running.insert(
             id.to_string(),
             Running {
@@ -707,8 +720,12 @@ impl Manager {
     /// store takes the job's next write, without writing the job's own file.
     fn probe_write(&self, path: &Path, job: &Job) -> Result<(), StoreError> {
         let bytes = self.store.doc_bytes(DocKind::Job, path, job)?;
-        let name = path.file_name().unwrap_or_default().to_string_lossy();
-        let probe = path.with_file_name(format!(".probe-{}-{name}.tmp", std::process::id()));
+        // A name of its own, not the job's: within NAME_MAX whatever the job's id.
+        let probe = path.with_file_name(format!(
+            ".probe-{}-{}.tmp",
+            std::process::id(),
+            uuid::Uuid::new_v4().simple()
+        ));
         // Not synced: a full disk refuses the write itself (the job's own write, synced,
         // comes before its worker is released).
         let res = crate::store::safe::create_new(&probe, 0o600).and_then(|mut f| {
@@ -832,7 +849,7 @@ impl Manager {
     /// judged on what is here.
     fn awaited_document(&self, job: &Job) -> Option<String> {
         let young =
-            job.config.queue_time.seconds_until(&Timestamp::now()) < SYNC_ARRIVAL_GRACE_SECONDS;
+            job.config.queue_time.claimed_age(&Timestamp::now()) < SYNC_ARRIVAL_GRACE_SECONDS;
         if !young {
             return None;
         }

@@ -31,6 +31,28 @@ impl Manager {
         }
     }
 
+    /// Fails, once, a queued file whose name is too long to be a job id: nothing can be made
+    /// of it under that name (its claim, probe and worker would each fail again), so it ends
+    /// in failed_jobs/ as it is.
+    pub(super) async fn fail_bad_name(&mut self, id: &str, why: &str) {
+        let q = self.cfg.queue.clone();
+        let from = JobStatus::Queued;
+        let path = self.store.job_path(&q, from, id);
+        let Ok(bytes) = read_limited(&path) else {
+            return;
+        };
+        let error = format!("Invalid job file name: {why}");
+        self.index.forget(id);
+        match fail_raw(&self.store, &q, id, from, &bytes, &error) {
+            Ok(_) => self.ended(id, from, JobStatus::Failed, &error).await,
+            Err(e) => {
+                tracing::error!(queue = %q, "cannot fail the job file with an invalid name: {e}");
+                // Never tried again and again: out of queued_jobs/ for a person to see.
+                self.set_aside(&path, "a job file whose name is no job id");
+            }
+        }
+    }
+
     /// Fails a job the manager owns (queued, or running with its worker dead).
     pub(super) async fn fail_owned(
         &mut self,

@@ -2,7 +2,8 @@
 //! queue manager exchange (issue 15). A request is `<request_id>.request.json` (written by
 //! the worker); its answer `<request_id>.answer.json` is written once, never replaced —
 //! by the manager for the person who answered, or by the worker at the deadline — so the
-//! first answer wins. The worker removes both when its job ends.
+//! first answer wins. The worker removes both when its job ends. Whether an answer counts is
+//! not this module's to say: see `ApprovalAnswer::verify` (a planted file proves nothing).
 
 use super::{Store, fsio, safe};
 use crate::model::approval::{ApprovalAnswer, ApprovalRequest};
@@ -47,11 +48,7 @@ impl Store {
         let dir = self.approvals_dir(queue);
         safe::create_dir_all(&dir)?;
         let to = self.approval_answer_path(queue, &answer.request_id);
-        let tmp = dir.join(format!(
-            ".{}.{}.tmp",
-            answer.request_id,
-            uuid::Uuid::new_v4()
-        ));
+        let tmp = dir.join(format!(".{}.answer.tmp", uuid::Uuid::new_v4().simple()));
         fsio::write_json_atomic(&tmp, answer)?;
         let r = safe::rename_noreplace(&tmp, &to);
         match r {
@@ -80,7 +77,9 @@ impl Store {
         read_json(&self.approval_answer_path(queue, request_id))
     }
 
-    /// Every request waiting in the folder (those with no answer yet).
+    /// Every request in the folder, answered or not (whether an answer counts is for the
+    /// queue manager to judge: see `queue::approval`). A file whose request id is not its
+    /// name is left out.
     pub fn pending_approvals(&self, queue: &str) -> Vec<ApprovalRequest> {
         let Ok(entries) = safe::list_dir(&self.approvals_dir(queue)) else {
             return Vec::new();
@@ -89,8 +88,10 @@ impl Store {
             .iter()
             .filter_map(|e| e.name.to_str().map(str::to_string))
             .filter_map(|n| n.strip_suffix(REQUEST_SUFFIX).map(str::to_string))
-            .filter(|id| !safe::exists(&self.approval_answer_path(queue, id)))
-            .filter_map(|id| self.approval_request(queue, &id))
+            .filter_map(|id| {
+                self.approval_request(queue, &id)
+                    .filter(|r| r.request_id == id)
+            })
             .collect();
         out.sort_by(|a, b| (a.requested_at, &a.request_id).cmp(&(b.requested_at, &b.request_id)));
         out

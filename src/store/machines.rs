@@ -70,6 +70,10 @@ pub struct Heartbeat {
     /// The epoch of the store lock an active orchestratord holds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epoch: Option<u64>,
+    /// The jobs a queue manager runs (as of `last_seen`): a live machine's own word that a
+    /// job runs there, which a job file's `runtime.host` (shared input) cannot outvote.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub running: Vec<String>,
 }
 
 impl Heartbeat {
@@ -89,6 +93,7 @@ impl Heartbeat {
             stopped: false,
             role: None,
             epoch: None,
+            running: Vec::new(),
         }
     }
 
@@ -127,9 +132,11 @@ pub struct Machine {
 }
 
 impl Machine {
-    /// Seconds since its last heartbeat, by `now` (0 for a clock ahead of ours).
+    /// Seconds since its last heartbeat, by `now` (0 for a clock slightly ahead of ours;
+    /// `u64::MAX` for a heartbeat from beyond the clock skew, which is never fresh).
     pub fn silent_for(&self, now: &Timestamp) -> u64 {
-        self.last_seen.seconds_until(now).max(0.0) as u64
+        let s = self.last_seen.claimed_age(now);
+        if s.is_finite() { s as u64 } else { u64::MAX }
     }
 
     /// True when no daemon of it has written for more than `after` seconds.
@@ -341,6 +348,7 @@ impl Store {
             }
         };
         let mut hosts: BTreeMap<String, Vec<Heartbeat>> = BTreeMap::new();
+        let now = Timestamp::now();
         for entry in entries {
             let name = entry.name.to_string_lossy().to_string();
             if name.starts_with('.') {
@@ -379,6 +387,18 @@ impl Store {
             }
             for p in scan.documents {
                 match read_heartbeat(&p) {
+                    // A heartbeat from the future would keep its machine "alive" forever (or
+                    // make a live one look lost beside it): it is no heartbeat.
+                    Ok(hb) if hb.host == name && hb.last_seen.is_beyond_skew(&now) => {
+                        let text = format!(
+                            "{}: last_seen {} is more than {} s ahead of this machine's clock; not trusted, skipped",
+                            self.relative(&p).display(),
+                            hb.last_seen,
+                            crate::model::MAX_CLOCK_SKEW_SECS
+                        );
+                        tracing::warn!("{text}");
+                        out.problems.push(text);
+                    }
                     Ok(hb) if hb.host == name => hosts.entry(name.clone()).or_default().push(hb),
                     Ok(hb) => out.problems.push(format!(
                         "{}: claims host {:?} inside the folder of {name}; skipped",
@@ -439,9 +459,24 @@ impl Store {
             let Some(host) = job.runtime.host.clone() else {
                 continue;
             };
+            // The job file says where it runs, and the store is shared input: a live machine
+            // whose manager of this queue says it runs the job outvotes it (a forged host
+            // would otherwise get a running job failed and run again).
+            let runs_on_live = machines.machines.iter().find(|m| {
+                m.host != host
+                    && !m.is_stale(&now, grace)
+                    && m.daemons.iter().any(|d| {
+                        d.queue.as_deref() == Some(queue) && !d.stopped && d.running.contains(&id)
+                    })
+            });
+            if let Some(m) = runs_on_live {
+                tracing::warn!(job_id = %id, queue,
+                    "job {id} names machine {host} as where it runs, but machine {} (live) runs it: not judged lost", m.host);
+            }
             let lost_machine = machines
                 .get(&host)
-                .filter(|m| m.host != me && m.is_stale(&now, grace));
+                .filter(|m| m.host != me && m.is_stale(&now, grace))
+                .filter(|_| runs_on_live.is_none());
             if self.settle_running_beside_ended(queue, &id, &job, &host, lost_machine.is_some()) {
                 continue;
             }

@@ -46,13 +46,14 @@ pub fn scan_dir(dir: &Path) -> io::Result<Scan> {
         Err(e) => return Err(e),
     };
     for entry in entries {
-        let Some(name) = entry.name.to_str() else {
-            continue;
-        };
-        if is_ignored(name) {
+        // A name that is not UTF-8 is judged by what can be read of it (a document when it
+        // ends in `.json`), never silently left: the inbox answers it like any message, and
+        // a reader that needs an id gets none from it (`file_id`).
+        let name = entry.name.to_string_lossy();
+        if is_ignored(&name) {
             continue;
         }
-        let path = dir.join(name);
+        let path = dir.join(&entry.name);
         match entry.kind {
             EntryKind::File => {}
             EntryKind::Symlink | EntryKind::Other => {
@@ -61,7 +62,7 @@ pub fn scan_dir(dir: &Path) -> io::Result<Scan> {
             }
             EntryKind::Dir => continue,
         }
-        if is_conflict_copy(name) {
+        if is_conflict_copy(&name) {
             scan.conflicts.push(path);
         } else {
             scan.documents.push(path);

@@ -201,7 +201,7 @@ async fn manager_runs(app: &App, queue: &str) -> bool {
     dbus.name_has_owner(name).await.unwrap_or(false)
 }
 
-/// Every running queue manager's `PendingApprovals` that `actor` may see (the jobs
+/// Every running queue manager's `ListApprovals` that `actor` may see (the jobs
 /// `view-job` shows them), oldest first within each queue.
 pub async fn approvals(app: &App, actor: &Actor) -> Result<Value, WebError> {
     let queues = direct(app, actor, "list-queues", Map::new()).await?;
@@ -214,7 +214,7 @@ pub async fn approvals(app: &App, actor: &Actor) -> Result<Value, WebError> {
             continue;
         }
         let rows = match crate::bus::queue::queue_proxy(&app.conn, queue).await {
-            Ok(p) => p.pending_approvals().await.unwrap_or_default(),
+            Ok(p) => p.list_approvals().await.unwrap_or_default(),
             Err(_) => continue,
         };
         for (job_id, request_id, tool, summary, input_json, deadline) in rows {
@@ -489,8 +489,8 @@ pub async fn route(
             Ok(ok(&answer(app, &actor, queue, request, &a).await?))
         }
         (["events"], true) => {
-            app.actor(peer, req.headers(), None)?;
-            Ok(event_stream(app))
+            let actor = app.actor(peer, req.headers(), None)?;
+            Ok(event_stream(app, actor))
         }
         _ => Err(WebError::new(
             if get { 404 } else { 405 },
@@ -504,29 +504,48 @@ pub async fn route(
     }
 }
 
-/// `text/event-stream` of the bus's signals until the client goes.
-pub fn event_stream(app: &App) -> Response<Body> {
+/// `text/event-stream` of the bus's signals until the client goes, each event about a job
+/// only to a caller who may see that job (PRD §10, DESIGN §9: every reader is authorized;
+/// the orchestrator's `view-job` decides, once per job and stream).
+pub fn event_stream(app: &App, actor: Actor) -> Response<Body> {
     let rx = app.events.subscribe();
     let first = Bytes::from_static(b"retry: 1000\n: subscribed\n\n");
-    let stream = futures_util::stream::unfold((Some(first), rx), |(first, mut rx)| async move {
-        if let Some(f) = first {
-            return Some((
-                Ok::<_, std::convert::Infallible>(Frame::data(f)),
-                (None, rx),
-            ));
-        }
-        let text = tokio::select! {
-            ev = rx.recv() => match ev {
-                Ok((name, data)) => format!("event: {name}\ndata: {data}\n\n"),
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                    format!("event: Lagged\ndata: {{\"missed\":{n}}}\n\n")
+    let reader = EventReader {
+        orchestrator: app.orchestrator.clone(),
+        actor,
+        seen: HashMap::new(),
+    };
+    let stream = futures_util::stream::unfold(
+        (Some(first), rx, reader),
+        |(first, mut rx, mut reader)| async move {
+            if let Some(f) = first {
+                return Some((
+                    Ok::<_, std::convert::Infallible>(Frame::data(f)),
+                    (None, rx, reader),
+                ));
+            }
+            let text = loop {
+                let ev = tokio::select! {
+                    ev = rx.recv() => ev,
+                    _ = tokio::time::sleep(std::time::Duration::from_secs(15)) => {
+                        break ": keepalive\n\n".to_string();
+                    }
+                };
+                match ev {
+                    Ok((name, data)) => {
+                        if reader.may_read(&data).await {
+                            break format!("event: {name}\ndata: {data}\n\n");
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        break format!("event: Lagged\ndata: {{\"missed\":{n}}}\n\n");
+                    }
+                    Err(_) => return None,
                 }
-                Err(_) => return None,
-            },
-            _ = tokio::time::sleep(std::time::Duration::from_secs(15)) => ": keepalive\n\n".to_string(),
-        };
-        Some((Ok(Frame::data(Bytes::from(text))), (None, rx)))
-    });
+            };
+            Some((Ok(Frame::data(Bytes::from(text))), (None, rx, reader)))
+        },
+    );
     let mut r = Response::new(http_body_util::StreamBody::new(stream).boxed());
     r.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
@@ -537,4 +556,49 @@ pub fn event_stream(app: &App) -> Response<Body> {
         hyper::header::HeaderValue::from_static("no-store"),
     );
     r
+}
+
+/// Who reads one event stream, and the jobs already decided for them.
+struct EventReader {
+    orchestrator: crate::bus::orchestrator::Orchestrator1Proxy<'static>,
+    actor: Actor,
+    seen: HashMap<String, bool>,
+}
+
+impl EventReader {
+    /// Most job decisions kept per stream (then forgotten and asked again).
+    const MAX_SEEN: usize = 4096;
+
+    /// True when the event whose JSON data is `data` may go to this reader: one about no
+    /// job, or about a job `view-job` shows them.
+    async fn may_read(&mut self, data: &str) -> bool {
+        if self.actor.caller.is_admin() {
+            return true;
+        }
+        let Ok(v) = serde_json::from_str::<Value>(data) else {
+            return false;
+        };
+        let Some(job) = v
+            .get("job_id")
+            .or_else(|| v.get("id"))
+            .and_then(Value::as_str)
+        else {
+            return true;
+        };
+        if let Some(ok) = self.seen.get(job) {
+            return *ok;
+        }
+        let msg = json!({"command": "view-job", "content": {"job": job}, "user": self.actor.user});
+        // A refusal and an unknown job are both errors: neither is shown.
+        // Asked on a task of its own: the proxy's future is not `Sync`, a body must be.
+        let orchestrator = self.orchestrator.clone();
+        let ok = tokio::spawn(async move { orchestrator.submit(&msg.to_string()).await.is_ok() })
+            .await
+            .unwrap_or(false);
+        if self.seen.len() >= Self::MAX_SEEN {
+            self.seen.clear();
+        }
+        self.seen.insert(job.to_string(), ok);
+        ok
+    }
 }

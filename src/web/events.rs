@@ -99,36 +99,15 @@ fn describe(msg: &zbus::Message) -> Option<(String, String)> {
             data.insert("new".into(), json!(new));
         }
         "ApprovalRequested" => {
-            let (job, req, tool, summary, input, deadline): (
-                String,
-                String,
-                String,
-                String,
-                String,
-                String,
-            ) = body.deserialize().ok()?;
+            let (job, req, deadline): (String, String, String) = body.deserialize().ok()?;
             data.insert("job_id".into(), json!(job));
             data.insert("request_id".into(), json!(req));
-            data.insert("tool".into(), json!(tool));
-            data.insert("summary".into(), json!(summary));
-            data.insert("input_json".into(), json!(input));
             data.insert("deadline".into(), json!(deadline));
         }
         "ApprovalAnswered" => {
-            let (job, req, allow, always, by, message): (
-                String,
-                String,
-                bool,
-                bool,
-                String,
-                String,
-            ) = body.deserialize().ok()?;
+            let (job, req): (String, String) = body.deserialize().ok()?;
             data.insert("job_id".into(), json!(job));
             data.insert("request_id".into(), json!(req));
-            data.insert("allow".into(), json!(allow));
-            data.insert("always".into(), json!(always));
-            data.insert("by".into(), json!(by));
-            data.insert("message".into(), json!(message));
         }
         "MachineStateChanged" => {
             let (host, stale, last_seen): (String, bool, String) = body.deserialize().ok()?;

@@ -8,6 +8,13 @@
 //! for the answer file, denying at the deadline. Every decision is recorded for
 //! `runtime.approvals`.
 //!
+//! Trust: the store is shared input, so an answer file counts only when it carries the
+//! proof of the job's approval key (`ApprovalAnswer::verify`), which only the queue manager
+//! that started the job and this worker hold (handed on the gate, never in the store); a
+//! planted answer is removed and ignored. Request ids end in random hex, so none can be
+//! answered before it is asked. A worker that was handed no key asks no one: what would be
+//! asked is denied.
+//!
 //! Why a socket and files: the agent runs as the job's user and may not write the store
 //! (system mode), nor own the queue's bus name; the worker can write the store in both
 //! modes, and a file survives a queue-manager restart. The socket is abstract (no file whose
@@ -47,6 +54,7 @@ struct Shared {
     job_id: String,
     policy: ApprovalPolicy,
     peer_uid: u32,
+    key: Option<String>,
     seq: AtomicU64,
     job_rules: Mutex<Vec<ApprovalRule>>,
     records: Mutex<Vec<ApprovalRecord>>,
@@ -70,6 +78,7 @@ impl Broker {
         job_id: &str,
         policy: ApprovalPolicy,
         peer_uid: u32,
+        key: Option<String>,
     ) -> std::io::Result<Broker> {
         let name = format!("agentstore-approvals-{}", uuid::Uuid::new_v4().simple());
         let addr = SocketAddr::from_abstract_name(name.as_bytes())?;
@@ -80,6 +89,7 @@ impl Broker {
             job_id: job_id.to_string(),
             policy,
             peer_uid,
+            key,
             seq: AtomicU64::new(0),
             job_rules: Mutex::new(Vec::new()),
             records: Mutex::new(Vec::new()),
@@ -226,7 +236,7 @@ fn record(
 /// Decides one request (see the module text).
 fn decide(shared: &Shared, tool: &str, input: Value) -> Verdict {
     let n = shared.seq.fetch_add(1, Ordering::SeqCst) + 1;
-    let request_id = format!("{}-a{n}", shared.job_id);
+    let request_id = new_request_id(&shared.job_id, n);
     let subj = subject(&input);
     let sum = summary(tool, &input);
     let job_rule = lock(&shared.job_rules)
@@ -274,6 +284,13 @@ fn ask(shared: &Shared, request_id: &str, tool: &str, sum: &str, input: Value) -
         allow: false,
         message,
     };
+    let Some(key) = shared.key.as_deref() else {
+        let v = deny(format!(
+            "{tool} needs a person's approval, and this job's worker was started without the key that tells its queue manager's answers from forged ones: denied"
+        ));
+        record(shared, request_id, tool, sum, &v, "worker", false);
+        return v;
+    };
     let store = match Store::open(&shared.root) {
         Ok(s) => s,
         Err(e) => {
@@ -295,7 +312,7 @@ fn ask(shared: &Shared, request_id: &str, tool: &str, sum: &str, input: Value) -
     }
     let end = Instant::now() + Duration::from_secs(secs);
     let answer = loop {
-        if let Some(a) = store.approval_answer(&shared.queue, request_id) {
+        if let Some(a) = valid_answer(&store, shared, request_id, key) {
             break a;
         }
         if Instant::now() >= end || shared.stop.load(Ordering::SeqCst) {
@@ -306,11 +323,13 @@ fn ask(shared: &Shared, request_id: &str, tool: &str, sum: &str, input: Value) -
                 message: format!("no answer within {secs} s: denied"),
                 by: "deadline".into(),
                 at: Timestamp::now(),
-            };
+                proof: String::new(),
+            }
+            .sign(key);
             match store.write_approval_answer(&shared.queue, &mine) {
                 Ok(true) => break mine,
-                // Someone answered in the meantime: theirs stands.
-                Ok(false) => match store.approval_answer(&shared.queue, request_id) {
+                // Someone answered in the meantime: theirs stands if it is the manager's.
+                Ok(false) => match valid_answer(&store, shared, request_id, key) {
                     Some(a) => break a,
                     None => break mine,
                 },
@@ -344,4 +363,37 @@ fn ask(shared: &Shared, request_id: &str, tool: &str, sum: &str, input: Value) -
     };
     record(shared, request_id, tool, sum, &v, &answer.by, answer.always);
     v
+}
+
+/// A new request id of job `job_id`: `<job_id>-a<n>-<24 random hex digits>`. The number is
+/// for people; the random part makes it unguessable, so no answer can be planted before the
+/// request exists.
+pub fn new_request_id(job_id: &str, n: u64) -> String {
+    let random = uuid::Uuid::new_v4().simple().to_string();
+    format!("{job_id}-a{n}-{}", &random[..24])
+}
+
+/// The job's approval key from the gate's third line (`None`: none handed, or not one).
+pub fn handed_key(line: &str) -> Option<String> {
+    let k = line.trim();
+    uuid::Uuid::parse_str(k).ok().map(|_| k.to_string())
+}
+
+/// The answer to `request_id` when its queue manager (or this worker) wrote it: signed with
+/// the job's `key`. One that is not is removed (so the manager's can take its place) and
+/// logged, never taken.
+fn valid_answer(
+    store: &Store,
+    shared: &Shared,
+    request_id: &str,
+    key: &str,
+) -> Option<ApprovalAnswer> {
+    let a = store.approval_answer(&shared.queue, request_id)?;
+    if a.request_id == request_id && a.verify(key) {
+        return Some(a);
+    }
+    tracing::warn!(job_id = %shared.job_id, queue = %shared.queue, request_id,
+        "approval: an answer not written by this job's queue manager (no valid proof) was removed and ignored");
+    let _ = crate::store::safe::remove_file(&store.approval_answer_path(&shared.queue, request_id));
+    None
 }

@@ -106,6 +106,9 @@ pub fn run(args: &WorkerArgs) -> Result<JobStatus, WorkerError> {
     }
     // The queue's settings as the manager read and checked them, when it hands them over.
     let mut handed: Option<QueueConfig> = None;
+    // The job's approval key, on the gate's third line (see `approval`): without it no
+    // answer in the store can be told from a forged one, so none is taken.
+    let mut key: Option<String> = None;
     if args.gate {
         let mut gate = std::io::stdin().lock().take(MAX_GATE_LINE);
         let mut line = String::new();
@@ -118,6 +121,10 @@ pub fn run(args: &WorkerArgs) -> Result<JobStatus, WorkerError> {
         let mut settings = String::new();
         if gate.read_line(&mut settings).is_ok() {
             handed = handed_config(&settings);
+        }
+        let mut line3 = String::new();
+        if gate.read_line(&mut line3).is_ok() {
+            key = approval::handed_key(&line3);
         }
     }
     let store = opened?;
@@ -138,7 +145,7 @@ pub fn run(args: &WorkerArgs) -> Result<JobStatus, WorkerError> {
     tracing::info!(job_id = %id, queue = %q, project = %job.config.project,
         "running {:?} job", job.config.jobtype);
     let outcome = match handed.map_or_else(|| store.queue(q).map(|q| q.config), Ok) {
-        Ok(config) => execute(&store, &config, &mut job, args),
+        Ok(config) => execute(&store, &config, &mut job, args, key.as_deref()),
         Err(e) => Outcome::fail(format!("Cannot read queue {q}: {e}")),
     };
     let status = finish(&store, q, id, job, outcome)?;
@@ -237,7 +244,13 @@ fn finish(
     Ok(status)
 }
 
-fn execute(store: &Store, queue: &QueueConfig, job: &mut Job, args: &WorkerArgs) -> Outcome {
+fn execute(
+    store: &Store,
+    queue: &QueueConfig,
+    job: &mut Job,
+    args: &WorkerArgs,
+    key: Option<&str>,
+) -> Outcome {
     let run_as = match &args.run_as {
         Some(name) => RunAs::lookup(name),
         None => RunAs::current(),
@@ -292,7 +305,7 @@ fn execute(store: &Store, queue: &QueueConfig, job: &mut Job, args: &WorkerArgs)
             let mut args_v = claude::claude_args(queue, job);
             let json = claude::wants_json(&args_v);
             let broker = if claude::asks_permissions(&args_v) {
-                match start_broker(queue, args, run_as.uid) {
+                match start_broker(queue, args, run_as.uid, key) {
                     Ok(b) => {
                         claude::add_approval_args(
                             &mut args_v,
@@ -329,7 +342,7 @@ fn execute(store: &Store, queue: &QueueConfig, job: &mut Job, args: &WorkerArgs)
             }
             // What agentshell's policy would ask a person about goes to the same approval
             // channel as Claude Code's permission requests.
-            let broker = match start_broker(queue, args, run_as.uid) {
+            let broker = match start_broker(queue, args, run_as.uid, key) {
                 Ok(b) => b,
                 Err(e) => return Outcome::fail(e),
             };
@@ -395,6 +408,7 @@ fn start_broker(
     queue: &QueueConfig,
     args: &WorkerArgs,
     uid: u32,
+    key: Option<&str>,
 ) -> Result<approval::Broker, String> {
     approval::Broker::start(
         args.root.clone(),
@@ -402,6 +416,7 @@ fn start_broker(
         &args.job_id,
         queue.approvals.clone().unwrap_or_default(),
         uid,
+        key.map(str::to_string),
     )
     .map_err(|e| format!("Cannot open the approval channel: {e}"))
 }

@@ -80,10 +80,12 @@ pub fn nobody() -> u32 {
         .as_raw()
 }
 
-/// ApprovalRequested: (job_id, request_id, tool, summary, input_json, deadline).
+/// A request as `ListApprovals` shows it: (job_id, request_id, tool, summary, input_json,
+/// deadline).
 pub type Requested = (String, String, String, String, String, String);
 
-/// ApprovalRequested signals of `env`'s queue.
+/// The requests of `env`'s queue as they are asked: each `ApprovalRequested` signal (ids
+/// only) followed by the manager's `ListApprovals` (this process is a trusted caller).
 pub async fn requests(
     bus: &PrivateBus,
     env: &QueueEnv,
@@ -95,27 +97,25 @@ pub async fn requests(
     let mut stream = proxy.receive_approval_requested().await.unwrap();
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
-        let _keep = (conn, proxy);
+        let _keep = conn;
         while let Some(sig) = stream.next().await {
             let a = sig.args().unwrap();
-            let _ = tx.send((
-                a.job_id().clone(),
-                a.request_id().clone(),
-                a.tool().clone(),
-                a.summary().clone(),
-                a.input_json().clone(),
-                a.deadline().clone(),
-            ));
+            let id = a.request_id().clone();
+            let listed = proxy.list_approvals().await.unwrap_or_default();
+            if let Some(r) = listed.into_iter().find(|r| r.1 == id) {
+                let _ = tx.send(r);
+            }
         }
     });
     rx
 }
 
-/// ApprovalAnswered signals of `env`'s queue: (request_id, allow, by).
+/// The request ids of `env`'s queue's `ApprovalAnswered` signals (ids only: the decision is
+/// on the job, `runtime.approvals`).
 pub async fn answers(
     bus: &PrivateBus,
     env: &QueueEnv,
-) -> tokio::sync::mpsc::UnboundedReceiver<(String, bool, String)> {
+) -> tokio::sync::mpsc::UnboundedReceiver<String> {
     let conn = bus.connect().await;
     let proxy = agentstore::bus::queue::queue_proxy(&conn, &env.queue)
         .await
@@ -126,7 +126,7 @@ pub async fn answers(
         let _keep = (conn, proxy);
         while let Some(sig) = stream.next().await {
             let a = sig.args().unwrap();
-            let _ = tx.send((a.request_id().clone(), *a.allow(), a.by().clone()));
+            let _ = tx.send(a.request_id().clone());
         }
     });
     rx
