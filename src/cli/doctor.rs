@@ -362,7 +362,7 @@ fn find_program(program: &str) -> Option<PathBuf> {
 /// written "later" than now by more than a minute means one of the two clocks is off.
 fn clock_check(machines: &crate::store::machines::Machines, host: &str) -> Check {
     let now = Timestamp::now();
-    let ahead: Vec<String> = machines
+    let mut ahead: Vec<String> = machines
         .machines
         .iter()
         .filter(|m| m.host != host)
@@ -371,6 +371,14 @@ fn clock_check(machines: &crate::store::machines::Machines, host: &str) -> Check
             (by > CLOCK_SKEW_SECONDS).then(|| format!("{} by {:.0} s", m.host, by))
         })
         .collect();
+    // Heartbeats so far ahead that the store does not trust them at all.
+    ahead.extend(
+        machines
+            .problems
+            .iter()
+            .filter(|p| p.contains("ahead of this machine's clock"))
+            .cloned(),
+    );
     if ahead.is_empty() {
         check(
             "clock",
