@@ -3,10 +3,13 @@
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
-/// A terminal agent in four layers: the model decides what to do, the code decides what is
-/// allowed.
+/// agentshell: a coding agent in your terminal, for one project folder. You type a request; the
+/// model answers and may ask to run shell commands, which a policy gate allows, refuses or
+/// asks you about before they run (secrets reach commands only as {{secret:NAME}}
+/// placeholders, and every output is redacted). Also headless (`exec`), in a browser (`web`)
+/// and over Telegram.
 #[derive(Debug, Parser)]
-#[command(name = "agentshell", version, about)]
+#[command(name = "agentshell", version)]
 pub struct Cli {
     /// Start the project search here instead of the current directory.
     #[arg(long, global = true, value_name = "DIR")]
