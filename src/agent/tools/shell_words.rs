@@ -392,7 +392,15 @@ mod tests {
 
     #[test]
     fn descriptor_duplication_and_quoted_digits() {
-        for line in ["ls 2>&1", "ls >&2", "ls 2>&-", "ls >& 2", "ls 2>/dev/null", "ls\n", "ls\n\n"] {
+        for line in [
+            "ls 2>&1",
+            "ls >&2",
+            "ls 2>&-",
+            "ls >& 2",
+            "ls 2>/dev/null",
+            "ls\n",
+            "ls\n\n",
+        ] {
             let p = parse(line).unwrap();
             assert!(p.issues.is_empty(), "{line}: {:?}", p.issues);
             assert_eq!(p.segments, vec![argv(&["ls"])], "{line}");

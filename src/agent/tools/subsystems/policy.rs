@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::agent::tools::shell_words;
-use crate::agent::tools::subsystems::commands;
+use crate::agent::tools::subsystems::{commands, git_guard};
 
 /// A policy verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -695,7 +695,7 @@ impl Policy {
             let a = rest[i].as_str();
             i += 1;
             if after_dashes || !a.starts_with('-') {
-                self.confine_str(a)?;
+                self.confine_git_operand(a)?;
                 continue;
             }
             if a == "--" {
@@ -737,42 +737,57 @@ impl Policy {
     }
 
     /// Read-only git commands still run programs the repository's own config names
-    /// (`core.fsmonitor`, `diff.external`, textconv drivers, pagers): allow them only when
-    /// that config names none.
+    /// (`diff.external`, textconv and filter drivers, includes) that command-line config
+    /// cannot turn off (see `git_guard`): allow them only when the config files git will
+    /// read name none, and only when git reads no config from elsewhere.
     fn git_config_is_plain(&self) -> Result<(), String> {
-        let mut dir = Some(self.root.as_path());
-        while let Some(d) = dir {
-            let dot_git = d.join(".git");
-            match std::fs::symlink_metadata(&dot_git) {
-                Ok(m) if m.is_dir() => {
-                    for name in ["config", "config.worktree"] {
-                        let path = dot_git.join(name);
-                        let text = match std::fs::read_to_string(&path) {
-                            Ok(t) => t.to_ascii_lowercase(),
-                            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                            Err(e) => {
-                                return Err(format!("`git`: cannot read {}: {e}", path.display()));
-                            }
-                        };
-                        if let Some(key) = GIT_CONFIG_DANGER.iter().find(|k| text.contains(*k)) {
-                            return Err(format!(
-                                "`git`: the repository's {} mentions `{key}`, which can make git run a program",
-                                path.display()
-                            ));
-                        }
-                    }
-                    return Ok(());
+        let files = git_guard::config_files(&self.root).map_err(|why| format!("`git`: {why}"))?;
+        for path in files {
+            let text = match std::fs::read_to_string(&path) {
+                Ok(t) => t.to_ascii_lowercase(),
+                Err(e) => {
+                    return Err(format!("`git`: cannot read {}: {e}", path.display()));
                 }
-                Ok(_) => {
-                    return Err(
-                        "`git`: .git is not a plain directory (a gitdir file or link can point anywhere)"
-                            .into(),
-                    );
-                }
-                Err(_) => dir = d.parent(),
+            };
+            if let Some(key) = GIT_CONFIG_DANGER.iter().find(|k| text.contains(*k)) {
+                return Err(format!(
+                    "`git`: the repository's {} mentions `{key}`, which can make git run a program",
+                    path.display()
+                ));
             }
         }
         Ok(())
+    }
+
+    /// A git operand: a revision, a path, or `REV:PATH` (`HEAD~1:.env` reads that file as it
+    /// was: the same path rules as a plain read). Pathspec magic (`:(top)`, `:/`, `:!`) and
+    /// message searches are not judged.
+    fn confine_git_operand(&self, word: &str) -> Result<(), String> {
+        let path = match word.split_once(':') {
+            None => word,
+            Some(("", rest)) => {
+                // `:PATH`, `:N:PATH` (index stages), or magic
+                let rest = match rest.split_once(':') {
+                    Some((stage, p))
+                        if stage.len() == 1 && stage.chars().all(|c| c.is_ascii_digit()) =>
+                    {
+                        p
+                    }
+                    _ => rest,
+                };
+                if rest.starts_with(['(', '/', '!', '^']) {
+                    return Err(format!(
+                        "`git` operand `{word}` uses pathspec magic or a message search"
+                    ));
+                }
+                rest
+            }
+            Some((_rev, p)) => p,
+        };
+        if path.is_empty() {
+            return Ok(());
+        }
+        self.confine_str(path.strip_prefix("./").unwrap_or(path))
     }
 
     fn confine_str(&self, word: &str) -> Result<(), String> {
@@ -1027,6 +1042,19 @@ mod tests {
             ("git diff --no-index /etc/passwd a.txt", Ask),
             ("git log -- ../x", Ask),
             ("cat nothere/../../x", Ask),
+            // issue 28: what sh reads differently, and REV:path reads
+            ("cat <<EOF\necho '\nEOF\ntouch PWN\necho '", Ask),
+            ("echo x >& ../.bashrc", Ask),
+            ("echo x >&2", Allow),
+            ("git show HEAD:src/main.rs", Allow),
+            ("git show HEAD~1:.env", Deny),
+            ("git show HEAD~1:config/.env.local", Deny),
+            ("git cat-file -p HEAD:.env", Deny),
+            ("git show :.env", Deny),
+            ("git show :0:.env", Deny),
+            ("git show HEAD:../x", Ask),
+            ("git show ':(top).env'", Ask),
+            ("git show ':/fix'", Ask),
             // auto_allow on parsed argv
             ("cargo test", Allow),
             ("cargo test --lib agent 2>&1 | tail -40", Allow),
