@@ -965,6 +965,7 @@ async fn session(
                 Ok(TurnStop::Answered) => None,
                 Ok(TurnStop::BudgetDeclined) => Some("stopped at the iteration budget".to_string()),
                 Ok(TurnStop::Cancelled) => Some("request cancelled".to_string()),
+                Ok(TurnStop::Halted) => Some(report.text.clone()),
                 Err(e) => Some(format!("error: {e}")),
             },
         };

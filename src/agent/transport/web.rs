@@ -398,6 +398,7 @@ impl Web {
                             ("budget", "stopped at the iteration budget".to_string())
                         }
                         Ok(TurnStop::Cancelled) => ("cancelled", "request cancelled".to_string()),
+                        Ok(TurnStop::Halted) => ("ended", report.text.clone()),
                         Err(e) => ("error", e.to_string()),
                     };
                     json!({"type": "turn_end", "outcome": outcome, "message": message,

@@ -253,6 +253,10 @@ pub struct Policy {
     secret_programs: Vec<String>,
     /// The canonical project root; every path must resolve inside it.
     root: PathBuf,
+    /// Secret values (name, value) whose files a command may not read unasked: a program
+    /// can print a file in a form redaction does not know (`od -to1`, `tr a-z b-za`, pieces
+    /// of `cut -c`), or answer a guess about it (`grep -q`).
+    secret_values: Vec<(String, String)>,
 }
 
 /// Why reading a credentials file is refused.
@@ -298,7 +302,14 @@ impl Policy {
             allow_tools: config.allow_tools.clone(),
             secret_programs: config.secret_programs.clone(),
             root: root.canonicalize().unwrap_or_else(|_| root.to_path_buf()),
+            secret_values: Vec::new(),
         })
+    }
+
+    /// The same policy, knowing the secret values whose files are not read unasked.
+    pub fn with_secret_values(mut self, values: Vec<(String, String)>) -> Self {
+        self.secret_values = values;
+        self
     }
 
     /// Judge a tool other than `run_command` that changes state (e.g. `memory_write`).
@@ -476,7 +487,9 @@ impl Policy {
             "find" => self.judge_find(args),
             "git" => self.judge_git(args),
             _ => match commands::lookup(program) {
-                Some(spec) => self.judge_spec(&spec, args),
+                Some(spec) => self
+                    .judge_spec(&spec, args)
+                    .and_then(|()| self.judge_recursive(program, args)),
                 None => Err("is not known to be read-only".into()),
             },
         };
@@ -817,9 +830,128 @@ impl Policy {
         {
             return Err(Decision::deny(CREDENTIALS));
         }
+        if let Some(secret) = self.file_holds_secret(&resolved) {
+            return Err(Decision::ask(format!(
+                "`{word}` holds the secret {secret}: a program can print it in a form redaction \
+                 does not know, or answer guesses about it"
+            ))
+            .every_time());
+        }
+        Ok(())
+    }
+
+    /// The name of a secret whose value the regular file at `path` holds (files up to
+    /// [`SCAN_FILE_BYTES`]; a larger one is read in part).
+    fn file_holds_secret(&self, path: &Path) -> Option<String> {
+        use std::io::Read;
+        if self.secret_values.is_empty() {
+            return None;
+        }
+        let meta = std::fs::metadata(path).ok()?;
+        if !meta.is_file() {
+            return None;
+        }
+        let mut buf = Vec::new();
+        let file = std::fs::File::open(path).ok()?;
+        file.take(SCAN_FILE_BYTES).read_to_end(&mut buf).ok()?;
+        self.secret_values
+            .iter()
+            .find(|(_, v)| {
+                buf.windows(v.len())
+                    .any(|w| w.eq_ignore_ascii_case(v.as_bytes()))
+            })
+            .map(|(n, _)| n.clone())
+    }
+
+    /// A recursive read (`grep -r`, `rg`) of `dir`: no credentials file and no file holding a
+    /// secret may be in it (checked up to [`SCAN_TREE_ENTRIES`] entries; a larger tree is
+    /// asked about).
+    fn scan_tree(&self, dir: &Path) -> Result<(), String> {
+        let mut stack = vec![dir.to_path_buf()];
+        let mut seen = 0usize;
+        let mut bytes = 0u64;
+        while let Some(d) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&d) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                seen += 1;
+                if seen > SCAN_TREE_ENTRIES {
+                    return Err(format!(
+                        "reads the tree under `{}` recursively, which is too large to check for credentials files",
+                        dir.display()
+                    ));
+                }
+                let path = e.path();
+                let name = e.file_name();
+                let name = name.to_string_lossy();
+                if name == ".env" || name.starts_with(".env.") {
+                    return Err(format!(
+                        "reads `{}` (credentials) recursively",
+                        path.strip_prefix(&self.root).unwrap_or(&path).display()
+                    ));
+                }
+                let Ok(ft) = e.file_type() else { continue };
+                if ft.is_dir() {
+                    stack.push(path);
+                } else if ft.is_file() && !self.secret_values.is_empty() {
+                    bytes += e.metadata().map_or(0, |m| m.len().min(SCAN_FILE_BYTES));
+                    if bytes > SCAN_TREE_BYTES {
+                        return Err(format!(
+                            "reads the tree under `{}` recursively, which is too large to check for secrets",
+                            dir.display()
+                        ));
+                    }
+                    let Some(secret) = self.file_holds_secret(&path) else {
+                        continue;
+                    };
+                    return Err(format!(
+                        "reads `{}`, which holds the secret {secret}, recursively",
+                        path.strip_prefix(&self.root).unwrap_or(&path).display()
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// For recursive readers, every directory operand (or `.` with none) is scanned.
+    fn judge_recursive(&self, program: &str, args: &[String]) -> Result<(), String> {
+        let recursive = match program {
+            "rg" => true,
+            "grep" | "egrep" | "fgrep" => args.iter().any(|a| {
+                a == "--recursive"
+                    || (a.starts_with('-') && !a.starts_with("--") && a.contains(['r', 'R']))
+            }),
+            _ => false,
+        };
+        if !recursive {
+            return Ok(());
+        }
+        let mut dirs: Vec<PathBuf> = args
+            .iter()
+            .filter(|a| !a.starts_with('-'))
+            .filter_map(|a| resolve(&self.root.join(a)))
+            .filter(|p| p.starts_with(&self.root) && p.is_dir())
+            .collect();
+        if dirs.is_empty() {
+            dirs.push(self.root.clone());
+        }
+        for d in dirs {
+            self.scan_tree(&d)?;
+        }
         Ok(())
     }
 }
+
+/// Bytes of one file read to look for secret values.
+const SCAN_FILE_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Bytes of a tree read (for secret values) before a recursive read is asked about.
+const SCAN_TREE_BYTES: u64 = 32 * 1024 * 1024;
+
+/// Entries of a tree walked before a recursive read is asked about.
+const SCAN_TREE_ENTRIES: usize = 20_000;
 
 /// Resolve `path` like `realpath -m`: symlinks followed (dangling ones too), the missing rest
 /// appended; `None` when the missing rest climbs with `..` or links loop.
@@ -1144,6 +1276,41 @@ mod tests {
                 .verdict,
             Verdict::Ask
         );
+    }
+
+    /// Issue 28: a file that holds a secret is read through no program unasked (encoders,
+    /// `cut` pieces, `grep -q` guesses), and a recursive read of a tree with one is asked.
+    #[test]
+    fn files_holding_secrets_are_not_read_unasked() {
+        let (_t, root) = fixture();
+        let token = "ghp_Zx9Qw3Er7Ty1Ui5Op2As6Df4Gh8Jk0LmNbVc";
+        std::fs::create_dir_all(root.join("conf")).unwrap();
+        std::fs::write(root.join("conf/notes.txt"), format!("token={token}\n")).unwrap();
+        let p = policy(&root).with_secret_values(vec![("GITHUB_TOKEN".into(), token.into())]);
+        for cmd in [
+            "cat conf/notes.txt",
+            "od -An -to1 conf/notes.txt",
+            "od -tx2 conf/notes.txt",
+            "hexdump -x conf/notes.txt",
+            "jq -cR explode conf/notes.txt",
+            "tr a-z0-9 b-za1-90 < conf/notes.txt",
+            "fold -w1 conf/notes.txt | tr '\\n' ,",
+            "cut -c1-10 conf/notes.txt",
+            "grep -q ghp_Z conf/notes.txt",
+            "grep -rq ghp_Z conf",
+            "grep -rn token .",
+            "rg token",
+        ] {
+            let d = p.classify_command(cmd);
+            assert_eq!(d.verdict, Verdict::Ask, "{cmd}: {d:?}");
+            assert!(d.reason.contains("GITHUB_TOKEN"), "{cmd}: {d:?}");
+        }
+        assert_eq!(p.classify_command("cat a.txt").verdict, Verdict::Allow);
+        assert_eq!(p.classify_command("grep -rn x src").verdict, Verdict::Allow);
+        // a project .env anywhere under a recursive read
+        std::fs::write(root.join("src/.env"), "X=1\n").unwrap();
+        let d = p.classify_command("grep -rq x src");
+        assert_eq!(d.verdict, Verdict::Ask, "{d:?}");
     }
 
     #[test]
