@@ -551,7 +551,13 @@ fn issue_28_git_config_from_a_commondir_or_a_bare_root_runs_nothing() {
     let f = fixture();
     git(&f.root, &["init", "-q"]);
     let elsewhere = f.home.join("common");
-    std::fs::create_dir_all(&elsewhere).unwrap();
+    let copied = Command::new("cp")
+        .arg("-a")
+        .arg(f.root.join(".git"))
+        .arg(&elsewhere)
+        .status()
+        .unwrap();
+    assert!(copied.success());
     std::fs::write(
         elsewhere.join("config"),
         "[core]\n\trepositoryformatversion = 0\n\tfsmonitor = touch pwned-fsmonitor\n",
