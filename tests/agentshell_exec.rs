@@ -229,8 +229,9 @@ fn env_and_files_leak_no_secret_through_the_real_binary() {
         assert!(!body.contains(other), "SLACK_BOT_TOKEN leaked: {body}");
     }
     let last = requests[3].body["messages"].to_string();
-    assert!(last.contains("slack={{secret:SLACK_BOT_TOKEN}}"), "{last}");
-    assert!(last.contains("openai={{secret:OPENAI_API_KEY}}"), "{last}");
+    // a file that holds secrets is not read unasked (issue 28: programs can print it in forms
+    // redaction does not know)
+    assert!(last.contains("`config.txt` holds the secret"), "{last}");
     // `env` ran (allowed: read-only) but the child's environment had no secrets in it
     assert!(last.contains("PATH="), "{last}");
     assert!(!last.contains("OPENAI_API_KEY="), "{last}");

@@ -76,6 +76,9 @@ struct Fragments {
     name: String,
     /// Lower-cased fragments of every derived form, by length.
     grams: BTreeMap<usize, HashSet<Vec<u8>>>,
+    /// A bit per two-byte start of any fragment: most positions of a text are ruled out
+    /// without hashing.
+    starts: Vec<u64>,
 }
 
 /// Bits per byte of `bytes` (Shannon).
@@ -169,17 +172,38 @@ impl Fragments {
                 }
             }
         }
+        let mut starts = vec![0u64; 1024];
+        for g in grams.values().flatten() {
+            let k = (usize::from(g[0]) << 8) | usize::from(g[1]);
+            starts[k / 64] |= 1 << (k % 64);
+        }
         Some(Self {
             name: name.to_string(),
             grams,
+            starts,
         })
+    }
+
+    /// The (start, end) of every fragment found in `view`.
+    fn matches(&self, view: &[u8]) -> Vec<(usize, usize)> {
+        let mut found = Vec::new();
+        for i in 0..view.len().saturating_sub(1) {
+            let k = (usize::from(view[i]) << 8) | usize::from(view[i + 1]);
+            if self.starts[k / 64] & (1 << (k % 64)) == 0 {
+                continue;
+            }
+            for (len, set) in &self.grams {
+                if i + len <= view.len() && set.contains(&view[i..i + len]) {
+                    found.push((i, i + len));
+                }
+            }
+        }
+        found
     }
 
     /// Whether `view` holds any fragment.
     fn found_in(&self, view: &[u8]) -> bool {
-        self.grams
-            .iter()
-            .any(|(len, set)| view.len() >= *len && view.windows(*len).any(|w| set.contains(w)))
+        !self.matches(view).is_empty()
     }
 }
 
@@ -370,27 +394,22 @@ impl SecretBroker {
         let mut ranges: Vec<(usize, usize, usize)> = Vec::new();
         for (view, map) in [(&lower, &identity), (&compact, &map)] {
             for (idx, f) in self.fragments.iter().enumerate() {
-                for (len, set) in &f.grams {
-                    let len = *len;
-                    if view.len() < len {
-                        continue;
-                    }
-                    let mut run: Option<(usize, usize)> = None;
-                    for i in 0..=view.len() - len {
-                        if set.contains(&view[i..i + len]) {
-                            run = match run {
-                                Some((s, e)) if i <= e => Some((s, i + len)),
-                                Some((s, e)) => {
-                                    ranges.push((map[s], map[e - 1] + 1, idx));
-                                    Some((i, i + len))
-                                }
-                                None => Some((i, i + len)),
-                            };
+                let mut found = f.matches(view);
+                found.sort_unstable();
+                // Overlapping or touching matches make one run.
+                let mut run: Option<(usize, usize)> = None;
+                for (i, end) in found {
+                    run = match run {
+                        Some((s, e)) if i <= e => Some((s, e.max(end))),
+                        Some((s, e)) => {
+                            ranges.push((map[s], map[e - 1] + 1, idx));
+                            Some((i, end))
                         }
-                    }
-                    if let Some((s, e)) = run {
-                        ranges.push((map[s], map[e - 1] + 1, idx));
-                    }
+                        None => Some((i, end)),
+                    };
+                }
+                if let Some((s, e)) = run {
+                    ranges.push((map[s], map[e - 1] + 1, idx));
                 }
             }
         }
