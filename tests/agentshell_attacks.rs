@@ -702,4 +702,22 @@ fn issue_28_redaction_is_no_oracle_and_seq_output_is_left_alone() {
         "{v:#}"
     );
     assert_eq!(server.requests().len(), 1, "the model heard nothing back");
+    // a guess computed by an allowed program (no known encoding in the command's own text):
+    // the output's redaction would answer it, so it never reaches the model
+    let shifted: String = token[4..22]
+        .chars()
+        .map(|c| match c {
+            'a'..='y' => char::from(c as u8 + 1),
+            'z' => 'a',
+            _ => c,
+        })
+        .collect();
+    let computed = cmd(&format!("echo {shifted} | tr b-za a-z"));
+    let (v, _denied, server) = run_calls(
+        &f,
+        &[("computed", computed)],
+        vec![oa_text(&["never asked"], 1, 1)],
+    );
+    assert_eq!(v["subtype"], "error_session_ended", "{v:#}");
+    assert_eq!(server.requests().len(), 1, "the model heard nothing back");
 }

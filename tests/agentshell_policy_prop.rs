@@ -392,6 +392,8 @@ const WORDS: &[&str] = &[
 const REDIRECTS: &[&str] = &[
     "2>&1",
     ">&2",
+    "10>&1",
+    "12>/dev/null",
     "2>/dev/null",
     "</dev/null",
     ">/dev/null",

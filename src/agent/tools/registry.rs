@@ -333,6 +333,25 @@ impl Toolbox {
             }
         }
         let raw = tool.execute(args, &self.env).await;
+        // The output of a call nobody approved holds a guarded secret: the model computed a
+        // guess (`tr`, `jq`, arithmetic on a literal) or read one past the policy. Redacting it
+        // would answer the guess, so the result never reaches the model: the session ends.
+        if decision.verdict == Verdict::Allow
+            && let Some(name) = [&raw.stdout, &raw.stderr]
+                .iter()
+                .find_map(|t| self.env.secrets.guarded_hit(t))
+        {
+            let notice = format!(
+                "{PROBE_NOTICE}: the output of an automatically allowed {} call held the secret \
+                 {name} (or part of it in a form redaction knows); it was not shown to the \
+                 model, so that redaction cannot answer a guess. Check what the model was given \
+                 before starting a new session.",
+                call.name
+            );
+            tracing::warn!(tool = %call.name, secret = %name, "an allowed call printed a secret: session ended");
+            self.env.grants.halt(notice.clone());
+            return ToolResult::denied(notice);
+        }
         let limit = self.env.config.max_output_bytes;
         let stdout = self.env.secrets.redact(&raw.stdout);
         let stderr = self.env.secrets.redact(&raw.stderr);

@@ -156,6 +156,10 @@ pub fn parse(line: &str) -> Result<ParsedCommand, ParseError> {
             '>' | '<' => {
                 // An unquoted all-digit word right before is a file descriptor number (`2>`).
                 if s.in_word && !s.word_quoted && s.word.chars().all(|d| d.is_ascii_digit()) {
+                    if s.word.len() > 1 {
+                        // bash reads `10>` as descriptor 10, dash as an argument `10`
+                        s.issue("uses a descriptor number of more than one digit");
+                    }
                     s.word.clear();
                     s.in_word = false;
                 } else {
@@ -384,6 +388,8 @@ mod tests {
             "ls\rtouch x",
             "ls\u{0}x",
             "ls\u{a0}x",
+            "cat 10>&1",
+            "cat 10</dev/null",
         ] {
             let p = parse(line).unwrap();
             assert!(!p.issues.is_empty(), "{line} should have issues");

@@ -480,6 +480,28 @@ impl SecretBroker {
     }
 }
 
+impl SecretBroker {
+    /// The guarded secret (see [`SecretBroker::guarded_values`]) that `output` holds whole or
+    /// in part, in a form the redactor knows. Output of a command nobody approved that holds
+    /// one was computed by the model (a guess pushed through `tr`, `jq`, arithmetic…) or read
+    /// past the policy: either way its redaction must not reach the model.
+    pub fn guarded_hit(&self, output: &str) -> Option<String> {
+        if self.fragments.is_empty() || output.len() < 8 {
+            return None;
+        }
+        let lower: Vec<u8> = output.bytes().map(|b| b.to_ascii_lowercase()).collect();
+        let compact: Vec<u8> = lower
+            .iter()
+            .copied()
+            .filter(|b| !b.is_ascii_whitespace())
+            .collect();
+        self.fragments
+            .iter()
+            .find(|f| f.found_in(&lower) || f.found_in(&compact))
+            .map(|f| f.name.clone())
+    }
+}
+
 /// `text` with the escapes of printf, echo -e, `$'…'`, URLs and C decoded into the bytes they
 /// stand for (`\x67`, `\147`, `\0147`, `\u0067`, `%67`, `0x67`); other bytes kept.
 fn decode_escapes(text: &[u8]) -> Vec<u8> {
