@@ -77,12 +77,14 @@ pub enum Command {
     /// Serve allow-listed Telegram chats through a bot, a session (agent and history) each: the
     /// token is the secret
     /// TELEGRAM_BOT_TOKEN (store it with setup-keys), the chats are config
-    /// `telegram.allowed_chats` (user config, or a trusted project's).
+    /// `telegram.allowed_chats` (user config, or a trusted project's); only the people in
+    /// `telegram.allowed_users` (default: the users of the private chats listed) are heard.
     ///
     /// Long-polls the Bot API; messages from other chats are ignored and logged. Each model
     /// call's text is sent as it ends (split at Telegram's 4096-character limit; an answer of
     /// more than 4 messages, or a tool output over 3000 characters, goes as a document), each
-    /// tool call is shown before it runs, confirmations come as inline-keyboard buttons (a
+    /// tool call is shown before it runs, a question too long for one message is first sent
+    /// whole as a document, confirmations come as inline-keyboard buttons (a
     /// question without fixed answers is answered by the chat's next message), and
     /// `/stop` cancels the running request. Rate limits (429) are waited out as Telegram says.
     /// The token never appears in config, output or logs. Each chat has its own session

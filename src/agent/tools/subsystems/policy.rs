@@ -10,11 +10,20 @@
 //! configuration's `auto_allow` names it (never for a line naming a file that steers the agent).
 //! The regex list is a complement — an extra reason to DENY — not the primary mechanism.
 //!
-//! Read-only `git` subcommands are allowed only while the repository's own config names no
-//! program (`core.fsmonitor`, `diff.external`, textconv drivers, pagers, includes): such a
-//! config makes `git status` run code. Remaining gaps (documented): a recursive read (`grep
-//! -r`) of the tree can still print a project `.env` line, which the secret broker redacts
-//! best-effort; files read are judged at classification time.
+//! Read-only `git` subcommands are allowed only while the config files git will read (see
+//! `git_guard`, which also pins the repository and overrides hooks, fsmonitor and pagers for
+//! every command) name no program (`diff.external`, textconv and filter drivers, includes), and
+//! `REV:path` operands follow the same path rules as plain reads (`HEAD~1:.env` is a `.env`).
+//! The splitter reports every construct `sh` may read differently (here-documents, `>&FILE`,
+//! multi-digit descriptors, control characters); such a line is ASK.
+//!
+//! A file that holds a guarded secret value (see the secret broker) is read by no program
+//! unasked — encoders, `cut` pieces and `grep -q` guesses get it out past redaction — and a
+//! recursive read (`grep -r`, `rg`) is asked about when its tree holds such a file or a
+//! `.env`. Remaining gaps (documented): files are judged at classification time; secrets the
+//! broker does not know are not recognised in files; `git log -p`/`git show COMMIT` print
+//! whatever history holds, and a blob read by its id (`git cat-file -p SHA`) has no path to
+//! judge.
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};

@@ -7,11 +7,19 @@
 //! becomes a tool result, so `env` or `cat` of a file holding a secret returns nothing useful.
 //!
 //! Redaction is best effort against a model that chooses the output format: besides the exact
-//! value, it finds fragments (a third of the value, 8..12 bytes) of the value, its reverse,
-//! its rot13, its hex and its base64 forms, compared case-insensitively, both in the text as
-//! is and with whitespace removed (`od -c`, `hexdump -C`, `fold`). Shorter pieces, other
-//! encodings or a program that computes on the value can still get it out: the policy, which
-//! asks before any command receives a secret, is the real gate.
+//! value, it finds fragments (windows of 8..12 bytes of the value) in their raw, reversed,
+//! rot13, hex and base64 forms, compared case-insensitively, both in the text as is and with
+//! whitespace removed (`od -c`, `hexdump -C`, `fold`). Derived forms are matched only for
+//! values of [`MIN_DERIVED_LEN`]+ bytes and [`MIN_DERIVED_ENTROPY`]+ bits per byte (a PIN's hex
+//! is lines of `seq`), and only windows with [`MIN_UNKNOWN_BYTES`] bytes past the value's
+//! public prefix (`ghp_`) count. Shorter pieces, other encodings or a program that computes on
+//! the value can still get it out: the policy, which asks before any command receives a secret
+//! or reads a file holding one, is the real gate.
+//!
+//! Redaction must not become an oracle (a guess that comes back as a placeholder was right):
+//! [`SecretBroker::probe`] finds a secret in a call's own text, also behind escapes, and
+//! [`SecretBroker::guarded_hit`] in the output of a call nobody approved; the toolbox then ends
+//! the session without telling the model anything, so at most one bit leaks per session.
 //!
 //! Credentials come from the user's `~/.agentshell/.env` (trusted). A project's `.env` may add
 //! names, but it cannot replace one the user defined: the conflict is reported and ignored.
