@@ -622,6 +622,11 @@ fn issue_28_secret_files_are_read_through_no_program_unasked() {
     let attacks = [
         "git show HEAD~1:.env",
         "git show HEAD~1:.env | od -c",
+        "git show HEAD~1",
+        "git log -p",
+        "git log -SDB_PASSWORD --oneline",
+        "git diff HEAD~2 HEAD~1",
+        "git log -p -- .",
         "git cat-file -p HEAD~1:.env",
         "od -An -to1 conf/notes.txt",
         "od -tx2 conf/notes.txt",
@@ -638,6 +643,10 @@ fn issue_28_secret_files_are_read_through_no_program_unasked() {
         .iter()
         .zip(attacks)
         .map(|(i, c)| (i.as_str(), cmd(c)))
+        .chain([
+            ("ok1", cmd("git log --oneline")),
+            ("ok2", cmd("git log --stat")),
+        ])
         .collect();
     let (v, denied, server) = run_calls(&f, &calls, vec![oa_text(&["done"], 1, 1)]);
     let expected: BTreeSet<String> = ids.iter().cloned().collect();

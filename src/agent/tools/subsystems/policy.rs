@@ -266,6 +266,8 @@ pub struct Policy {
     /// can print a file in a form redaction does not know (`od -to1`, `tr a-z b-za`, pieces
     /// of `cut -c`), or answer a guess about it (`grep -q`).
     secret_values: Vec<(String, String)>,
+    /// Whether the repository's history holds a credentials file (`.env`), asked of git once.
+    history_credentials: std::sync::OnceLock<bool>,
 }
 
 /// Why reading a credentials file is refused.
@@ -312,6 +314,7 @@ impl Policy {
             secret_programs: config.secret_programs.clone(),
             root: root.canonicalize().unwrap_or_else(|_| root.to_path_buf()),
             secret_values: Vec::new(),
+            history_credentials: std::sync::OnceLock::new(),
         })
     }
 
@@ -671,6 +674,12 @@ impl Policy {
         }
         self.git_config_is_plain()?;
         let rest = &args[1..];
+        if prints_history(&self.root, sub, rest) && self.history_has_credentials() {
+            return Err(format!(
+                "`git {sub}` prints content from the repository's history, which holds a \
+                 credentials file (.env); name the paths after `--` to read others"
+            ));
+        }
         let only = |allowed: &[&str]| -> Result<(), String> {
             match rest.iter().find(|a| !allowed.contains(&a.as_str())) {
                 Some(a) => Err(format!(
@@ -779,6 +788,61 @@ impl Policy {
             }
         }
         Ok(())
+    }
+
+    /// Whether any commit of the repository touched a `.env` file (asked of git once, with
+    /// the hardened environment, bounded in time; an unanswered question counts as yes).
+    fn history_has_credentials(&self) -> bool {
+        *self.history_credentials.get_or_init(|| {
+            let (git_dir, _) = git_guard::repository(&self.root);
+            if !git_dir.exists() {
+                return false;
+            }
+            let mut cmd = std::process::Command::new("git");
+            cmd.args([
+                "log",
+                "--all",
+                "-1",
+                "--format=%H",
+                "--",
+                ":(glob)**/.env",
+                ":(glob)**/.env.*",
+            ])
+            .current_dir(&self.root)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null());
+            for (name, _) in std::env::vars_os() {
+                if name.to_str().is_some_and(git_guard::owns) {
+                    cmd.env_remove(name);
+                }
+            }
+            cmd.envs(git_guard::hardening_env(&self.root));
+            let Ok(mut child) = cmd.spawn() else {
+                return true;
+            };
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            loop {
+                match child.try_wait() {
+                    Ok(Some(status)) => {
+                        let mut out = String::new();
+                        if let Some(mut o) = child.stdout.take() {
+                            use std::io::Read;
+                            let _ = o.read_to_string(&mut out);
+                        }
+                        return !status.success() || !out.trim().is_empty();
+                    }
+                    Ok(None) if std::time::Instant::now() < deadline => {
+                        std::thread::sleep(std::time::Duration::from_millis(5));
+                    }
+                    _ => {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        return true;
+                    }
+                }
+            }
+        })
     }
 
     /// A git operand: a revision, a path, or `REV:PATH` (`HEAD~1:.env` reads that file as it
@@ -1002,6 +1066,48 @@ fn resolve_depth(path: &Path, depth: usize) -> Option<PathBuf> {
         }
         missing.push(name.to_os_string());
         existing = existing.parent()?;
+    }
+}
+
+/// Whether `git SUB ARGS` prints file content from history (diffs, blobs, matches) or answers
+/// questions about it (`-S`, `-G`), for more than explicitly named plain paths.
+fn prints_history(root: &Path, sub: &str, args: &[String]) -> bool {
+    let content = match sub {
+        "show" | "diff" | "grep" | "cat-file" | "stash" => true,
+        "log" | "whatchanged" => args.iter().any(|a| {
+            let a = a.as_str();
+            matches!(
+                a,
+                "-p" | "--patch"
+                    | "-u"
+                    | "--patch-with-stat"
+                    | "--patch-with-raw"
+                    | "--cc"
+                    | "--word-diff"
+                    | "--color-words"
+                    | "--full-diff"
+            ) || a.starts_with("-S")
+                || a.starts_with("-G")
+                || a.starts_with("-U")
+                || a.starts_with("-L")
+                || a.starts_with("--unified")
+                || a.starts_with("--word-diff")
+                || a.starts_with("--pickaxe")
+        }),
+        _ => false,
+    };
+    if !content {
+        return false;
+    }
+    // Limited to files named after `--` (each an existing regular file of the work tree, not
+    // a folder or a pattern, which history may hold a `.env` under): the path rules judge
+    // those.
+    match args.iter().position(|a| a == "--") {
+        Some(i) if i + 1 < args.len() => args[i + 1..].iter().any(|p| {
+            p.contains(['*', '?', '[', ':'])
+                || !root.join(p).symlink_metadata().is_ok_and(|m| m.is_file())
+        }),
+        _ => true,
     }
 }
 
