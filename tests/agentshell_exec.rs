@@ -410,3 +410,22 @@ fn exec_cost_comes_from_the_builtin_price_table_and_is_null_when_unknown() {
     assert!(v["total_cost_usd"].is_null(), "{v}");
     assert_eq!(v["usage"]["input_tokens"], 1000);
 }
+
+/// Issue 28: `agentshell --help` began with the queue's package description.
+#[test]
+fn help_describes_the_agent_not_the_queue() {
+    for flag in ["--help", "-h"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_agentshell"))
+            .arg(flag)
+            .env_clear()
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.starts_with("agentshell: a coding agent in your terminal"),
+            "{flag}: {text}"
+        );
+        assert!(!text.contains("Systemd-native queue"), "{flag}: {text}");
+    }
+}
