@@ -381,6 +381,44 @@ fn web_refuses_state_changes_from_other_sites_and_foreign_hosts() {
     server.wait_for_requests(1);
 }
 
+/// Issue 28: "Always allow" on `cp seed.txt backup.txt` let `cp ../outside_secret.txt
+/// stolen.txt` run unasked. "Always" covers the same command only.
+#[test]
+fn web_always_allow_covers_the_same_command_only() {
+    let (dir, root, home) = project();
+    std::fs::write(root.join("seed.txt"), "seed\n").unwrap();
+    std::fs::write(dir.path().join("outside_secret.txt"), "secret\n").unwrap();
+    let server = FakeServer::start(vec![
+        oa_command("c1", "cp seed.txt backup.txt"),
+        oa_command("c2", "cp ../outside_secret.txt stolen.txt"),
+        oa_text(&["done"], 1, 1),
+    ]);
+    let web = start(&root, &home, &server, &[]);
+    let tab = web.tab();
+    let (status, body) = web.post("/prompt", json!({"text": "copy"}));
+    assert_eq!(status, 202, "{body}");
+    let first = tab.wait_for("the first question", is("ask"));
+    assert_eq!(first["options"], json!(["yes", "no", "always"]));
+    let (status, _) = web.post("/answer", json!({"id": first["id"], "answer": "always"}));
+    assert_eq!(status, 200);
+    let second = tab.wait_for("the second command asked about", |e| {
+        e["type"] == "ask" && e["id"] != first["id"]
+    });
+    assert!(
+        second["question"]
+            .as_str()
+            .unwrap()
+            .contains("outside_secret.txt"),
+        "{second}"
+    );
+    assert!(root.join("backup.txt").exists());
+    assert!(!root.join("stolen.txt").exists());
+    let (status, _) = web.post("/answer", json!({"id": second["id"], "answer": "no"}));
+    assert_eq!(status, 200);
+    tab.wait_for("the turn's end", is("turn_end"));
+    assert!(!root.join("stolen.txt").exists());
+}
+
 #[test]
 fn web_session_streams_to_every_tab_and_answers_questions_with_buttons() {
     let (_dir, root, home) = project();
