@@ -674,12 +674,17 @@ impl Policy {
         }
         self.git_config_is_plain()?;
         let rest = &args[1..];
+        self.judge_git_sub(sub, rest)?;
         if prints_history(&self.root, sub, rest) && self.history_has_credentials() {
             return Err(format!(
                 "`git {sub}` prints content from the repository's history, which holds a \
                  credentials file (.env); name the paths after `--` to read others"
             ));
         }
+        Ok(())
+    }
+
+    fn judge_git_sub(&self, sub: &str, rest: &[String]) -> Result<(), String> {
         let only = |allowed: &[&str]| -> Result<(), String> {
             match rest.iter().find(|a| !allowed.contains(&a.as_str())) {
                 Some(a) => Err(format!(
@@ -688,7 +693,7 @@ impl Policy {
                 None => Ok(()),
             }
         };
-        match sub.as_str() {
+        match sub {
             "branch" => {
                 return only(&["-a", "-r", "-v", "-vv", "--list", "-l", "--show-current"]);
             }
@@ -819,7 +824,8 @@ impl Policy {
             }
             cmd.envs(git_guard::hardening_env(&self.root));
             let Ok(mut child) = cmd.spawn() else {
-                return true;
+                // Without git, no git command prints anything.
+                return false;
             };
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
             loop {
@@ -830,7 +836,8 @@ impl Policy {
                             use std::io::Read;
                             let _ = o.read_to_string(&mut out);
                         }
-                        return !status.success() || !out.trim().is_empty();
+                        // A repository git cannot read has no history to print either.
+                        return status.success() && !out.trim().is_empty();
                     }
                     Ok(None) if std::time::Instant::now() < deadline => {
                         std::thread::sleep(std::time::Duration::from_millis(5));
