@@ -64,14 +64,26 @@ pub struct SecretBroker {
 }
 
 /// Derived forms (fragments, reverse, rot13, hex, base64) are matched only for values at
-/// least this long whose bytes carry at least [`MIN_DERIVED_ENTROPY`] bits each: a short or
-/// patterned value (`123456789`) has encodings that ordinary output contains by coincidence
-/// (the hex of "123456789" is lines of `seq` output run together). Such values are still
-/// redacted where they appear whole.
-pub const MIN_DERIVED_LEN: usize = 12;
+/// least this long that mix at least two kinds of characters (lower case, upper case, digits,
+/// others) and carry at least [`MIN_DERIVED_ENTROPY`] bits per byte: a short or patterned
+/// value (`123456789`, `localhost`) has encodings that ordinary output contains by
+/// coincidence (the hex of "123456789" is lines of `seq` output run together). Such values
+/// are still redacted where they appear whole.
+pub const MIN_DERIVED_LEN: usize = 8;
 
 /// Shannon entropy, bits per byte, a value needs for its derived forms to be matched.
-pub const MIN_DERIVED_ENTROPY: f64 = 3.0;
+pub const MIN_DERIVED_ENTROPY: f64 = 2.5;
+
+/// How many kinds of characters (lower, upper, digit, other) `bytes` mixes.
+fn char_kinds(bytes: &[u8]) -> usize {
+    let kinds = [
+        bytes.iter().any(u8::is_ascii_lowercase),
+        bytes.iter().any(u8::is_ascii_uppercase),
+        bytes.iter().any(u8::is_ascii_digit),
+        bytes.iter().any(|b| !b.is_ascii_alphanumeric()),
+    ];
+    kinds.iter().filter(|k| **k).count()
+}
 
 /// A fragment (a window of the value) is matched only when at least this many of its bytes lie
 /// past the value's public prefix (`ghp_`, `sk-ant-api03-`, `postgres://`): a model that knows
@@ -109,6 +121,18 @@ fn entropy(bytes: &[u8]) -> f64 {
         .sum()
 }
 
+/// The `user:password` part of a URL with credentials, if `bytes` is one.
+fn url_userinfo(bytes: &[u8]) -> Option<&[u8]> {
+    let scheme_end = bytes.windows(3).position(|w| w == b"://")? + 3;
+    let rest = &bytes[scheme_end..];
+    let authority_end = rest
+        .iter()
+        .position(|b| matches!(b, b'/' | b'?' | b'#'))
+        .unwrap_or(rest.len());
+    let at = rest[..authority_end].iter().rposition(|b| *b == b'@')?;
+    Some(&rest[..at])
+}
+
 /// The length of a value's public prefix: a URL scheme, then short lower-case segments ending
 /// in `-` or `_` (`ghp_`, `sk-ant-api03-`, `xoxb-`, `github_pat_`).
 fn public_prefix_len(bytes: &[u8]) -> usize {
@@ -137,9 +161,19 @@ impl Fragments {
     /// (too short or too patterned, see [`MIN_DERIVED_LEN`]).
     fn new(name: &str, value: &str) -> Option<Self> {
         let bytes = value.as_bytes();
-        if bytes.len() < MIN_DERIVED_LEN || entropy(bytes) < MIN_DERIVED_ENTROPY {
+        if bytes.len() < MIN_DERIVED_LEN
+            || entropy(bytes) < MIN_DERIVED_ENTROPY
+            || char_kinds(bytes) < 2
+        {
             return None;
         }
+        // In a URL with credentials (`postgres://user:pw@localhost:5432/db`) only the user
+        // part is secret: host names and ports are ordinary text elsewhere.
+        let bytes = match url_userinfo(bytes) {
+            Some(user) if user.len() >= MIN_DERIVED_LEN => user,
+            Some(_) => return None,
+            None => bytes,
+        };
         let prefix = public_prefix_len(bytes);
         let w = (bytes.len() / 3).clamp(8, 12);
         let mut grams: BTreeMap<usize, HashSet<Vec<u8>>> = BTreeMap::new();
@@ -153,10 +187,16 @@ impl Fragments {
             let window = &bytes[start..start + w];
             let unknown = start + w - start.max(prefix).min(start + w);
             let distinct: HashSet<u8> = window.iter().copied().collect();
-            if unknown < MIN_UNKNOWN_BYTES
-                || distinct.len() < 4
-                || window.iter().all(u8::is_ascii_digit)
-            {
+            let alnum_kinds = [
+                window.iter().any(u8::is_ascii_lowercase),
+                window.iter().any(u8::is_ascii_uppercase),
+                window.iter().any(u8::is_ascii_digit),
+            ]
+            .iter()
+            .filter(|k| **k)
+            .count();
+            // A window of one kind of character (`ocalhost`, `23456789`) is ordinary text.
+            if unknown < MIN_UNKNOWN_BYTES || distinct.len() < 4 || alnum_kinds < 2 {
                 continue;
             }
             let reversed: Vec<u8> = window.iter().rev().copied().collect();
@@ -812,6 +852,25 @@ mod tests {
         }
         // the value itself is still redacted where it appears whole
         assert_eq!(broker.redact("pin 123456789"), "pin {{secret:PIN}}");
+        // in a URL with credentials, only the credentials are secret
+        let (broker, _) = SecretBroker::new(
+            map(&[(
+                "DATABASE_URL",
+                "postgres://app:Xk9mQ2pLw7@localhost:5432/dev",
+            )]),
+            BTreeMap::new(),
+        );
+        for text in [
+            "db at localhost:5432/dev",
+            "postgres://app@localhost:5432/dev",
+        ] {
+            assert_eq!(broker.redact(text), text);
+            assert_eq!(broker.guarded_hit(text), None, "{text}");
+        }
+        assert_eq!(
+            broker.guarded_hit("app:Xk9mQ2pLw7").as_deref(),
+            Some("DATABASE_URL")
+        );
     }
 
     /// Issue 28: a command that carries a guess of a secret in a form the redactor knows is a
