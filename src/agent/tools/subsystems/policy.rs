@@ -675,6 +675,12 @@ impl Policy {
         self.git_config_is_plain()?;
         let rest = &args[1..];
         self.judge_git_sub(sub, rest)?;
+        // `git grep` reads every tracked file, like `grep -r`: unless it is limited to named
+        // files, no file under the root may hold a secret or be a `.env`.
+        if sub == "grep" && prints_history(&self.root, sub, rest) {
+            self.scan_tree(&self.root, true)
+                .map_err(|why| format!("`git grep` {why}"))?;
+        }
         if prints_history(&self.root, sub, rest) && self.history_has_credentials() {
             return Err(format!(
                 "`git {sub}` prints content from the repository's history, which holds a \
@@ -946,7 +952,7 @@ impl Policy {
     /// A recursive read (`grep -r`, `rg`) of `dir`: no credentials file and no file holding a
     /// secret may be in it (checked up to [`SCAN_TREE_ENTRIES`] entries; a larger tree is
     /// asked about).
-    fn scan_tree(&self, dir: &Path) -> Result<(), String> {
+    fn scan_tree(&self, dir: &Path, only_tracked: bool) -> Result<(), String> {
         let mut stack = vec![dir.to_path_buf()];
         let mut seen = 0usize;
         let mut bytes = 0u64;
@@ -973,6 +979,11 @@ impl Policy {
                 }
                 let Ok(ft) = e.file_type() else { continue };
                 if ft.is_dir() {
+                    // `git grep` reads tracked files only: git's own folder and the usual
+                    // build output folders are not among them.
+                    if only_tracked && matches!(&*name, ".git" | "target" | "node_modules") {
+                        continue;
+                    }
                     stack.push(path);
                 } else if ft.is_file() && !self.secret_values.is_empty() {
                     bytes += e.metadata().map_or(0, |m| m.len().min(SCAN_FILE_BYTES));
@@ -1018,7 +1029,7 @@ impl Policy {
             dirs.push(self.root.clone());
         }
         for d in dirs {
-            self.scan_tree(&d)?;
+            self.scan_tree(&d, false)?;
         }
         Ok(())
     }
@@ -1422,6 +1433,7 @@ mod tests {
             "grep -rq ghp_Z conf",
             "grep -rn token .",
             "rg token",
+            "git grep -q ghp_Z",
         ] {
             let d = p.classify_command(cmd);
             assert_eq!(d.verdict, Verdict::Ask, "{cmd}: {d:?}");
