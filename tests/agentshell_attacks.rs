@@ -287,11 +287,17 @@ fn request_bodies_carry_no_secret_in_any_encoding() {
     let out = exec(&f, &server, &[]);
     let v = result(&out);
     assert_eq!(v["is_error"], false, "{v:#}");
+    // notes.txt holds the secret: no program reads it unasked (issue 28), so nothing of it
+    // is left for redaction to catch
+    assert_eq!(
+        v["permission_denials"].as_array().unwrap().len(),
+        commands.len(),
+        "{v:#}"
+    );
     let mut text = String::new();
     for r in server.requests() {
         strings(&r.body, &mut text);
     }
-    assert!(text.contains("{{secret:AWS_SECRET_ACCESS_KEY}}"), "{text}");
     let lower = text.to_lowercase();
     let compact: String = lower.chars().filter(|c| !c.is_whitespace()).collect();
     let hex: String = secret.bytes().map(|b| format!("{b:02x}")).collect();
@@ -441,4 +447,286 @@ fn subagent_fan_out_is_capped_and_accounted_in_the_parent_result() {
     let mut last = String::new();
     strings(&server.requests()[4].body, &mut last);
     assert!(last.contains("limit of 2 sub-agents"), "{last}");
+}
+
+/// `git` with a fixed identity and no user or system config, for building test repositories.
+fn git(dir: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .args([
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "user.name=t",
+            "-c",
+            "init.defaultBranch=main",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+}
+
+/// The calls of one model reply, run unattended; returns the JSON result and the ids denied.
+fn run_calls(
+    f: &Fixture,
+    calls: &[(&str, String)],
+    after: Vec<Reply>,
+) -> (Value, BTreeSet<String>, FakeServer) {
+    let borrowed: Vec<(&str, &str, &str)> = calls
+        .iter()
+        .map(|(id, a)| (*id, "run_command", a.as_str()))
+        .collect();
+    let mut script = vec![oa_tool_calls(&borrowed, 10, 5)];
+    script.extend(after);
+    let server = FakeServer::start(script);
+    let out = exec(f, &server, &[]);
+    let v = result(&out);
+    let denied = v["permission_denials"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["tool_use_id"].as_str().unwrap().to_string())
+        .collect();
+    (v, denied, server)
+}
+
+fn cmd(c: &str) -> String {
+    json!({ "command": c }).to_string()
+}
+
+/// Issue 28: where the policy and `sh` read a line differently (here-documents, `>&FILE`), and
+/// where git runs the repository's code (hooks, a commondir's fsmonitor, a bare repository at
+/// the root with diff.external), nothing runs unasked.
+#[test]
+fn issue_28_the_parser_agrees_with_the_shell_and_git_runs_no_repository_code() {
+    let f = fixture();
+    std::fs::write(f.home.join(".bashrc"), "# rc\n").unwrap();
+    // a real repository with a hook git status runs (post-index-change)
+    git(&f.root, &["init", "-q"]);
+    std::fs::write(f.root.join("tracked.txt"), "x\n").unwrap();
+    git(&f.root, &["add", "tracked.txt"]);
+    git(&f.root, &["commit", "-qm", "one"]);
+    let hook = f.root.join(".git/hooks/post-index-change");
+    std::fs::write(&hook, "#!/bin/sh\ntouch pwned-hook\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // make the index stale, so that git status rewrites it
+    let past = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(f.root.join("tracked.txt"))
+        .unwrap()
+        .set_modified(past)
+        .unwrap();
+    let attacks = [
+        (
+            "heredoc",
+            cmd("cat <<EOF\necho '\nEOF\ntouch pwned-heredoc\necho '"),
+        ),
+        (
+            "heredoc-rc",
+            cmd("cat <<EOF >> ../home/.bashrc\necho '\nEOF\ntouch pwned2\necho '"),
+        ),
+        ("dup-file", cmd("echo x >& ../home/.bashrc")),
+        ("dup-file2", cmd("echo x >&../home/.bashrc")),
+    ];
+    let mut calls: Vec<(&str, String)> = attacks.iter().map(|(i, c)| (*i, c.clone())).collect();
+    calls.push(("status", cmd("git status --short")));
+    let before_home = tree(&f.home);
+    let (v, denied, _server) = run_calls(&f, &calls, vec![oa_text(&["done"], 1, 1)]);
+    let expected: BTreeSet<String> = attacks.iter().map(|(i, _)| i.to_string()).collect();
+    assert_eq!(denied, expected, "{v:#}");
+    assert!(!f.root.join("pwned-heredoc").exists() && !f.root.join("pwned2").exists());
+    assert_eq!(tree(&f.home), before_home, "~/.bashrc untouched");
+    // git status ran (allowed), and its hook did not
+    assert!(!f.root.join("pwned-hook").exists(), "the hook ran");
+}
+
+#[test]
+fn issue_28_git_config_from_a_commondir_or_a_bare_root_runs_nothing() {
+    // a .git whose commondir points at a config with core.fsmonitor
+    let f = fixture();
+    git(&f.root, &["init", "-q"]);
+    let elsewhere = f.home.join("common");
+    let copied = Command::new("cp")
+        .arg("-a")
+        .arg(f.root.join(".git"))
+        .arg(&elsewhere)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    std::fs::write(
+        elsewhere.join("config"),
+        "[core]\n\trepositoryformatversion = 0\n\tfsmonitor = touch pwned-fsmonitor\n",
+    )
+    .unwrap();
+    std::fs::write(
+        f.root.join(".git/commondir"),
+        format!("{}\n", elsewhere.display()),
+    )
+    .unwrap();
+    // a bare repository at a second root, with diff.external, two commits
+    let g = fixture();
+    let work = g.home.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    git(&work, &["init", "-q"]);
+    std::fs::write(work.join("a.txt"), "1\n").unwrap();
+    git(&work, &["add", "a.txt"]);
+    git(&work, &["commit", "-qm", "one"]);
+    std::fs::write(work.join("a.txt"), "2\n").unwrap();
+    git(&work, &["commit", "-qam", "two"]);
+    let copied = Command::new("cp")
+        .arg("-a")
+        .arg(work.join(".git/."))
+        .arg(&g.root)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    std::fs::write(
+        g.root.join("config"),
+        "[core]\n\trepositoryformatversion = 0\n\tbare = true\n[diff]\n\texternal = touch pwned-external\n",
+    )
+    .unwrap();
+    for (fx, line) in [(&f, "git status"), (&g, "git diff HEAD~1 HEAD")] {
+        let (_v, _denied, _server) =
+            run_calls(fx, &[("g", cmd(line))], vec![oa_text(&["done"], 1, 1)]);
+        for name in ["pwned-fsmonitor", "pwned-external"] {
+            assert!(!fx.root.join(name).exists(), "{line}: {name}");
+            assert!(!fx.home.join(name).exists(), "{line}: {name}");
+        }
+    }
+}
+
+/// Issue 28: `git show HEAD~1:.env` reads the `.env` that `cat .env` may not; files holding a
+/// secret are decoded through od/hexdump/jq/tr/fold/cut, or probed with `grep -q`.
+#[test]
+fn issue_28_secret_files_are_read_through_no_program_unasked() {
+    let f = fixture();
+    let secret = "wJalrXUtnFEMI7K7MDENGxbPxRfiCYEXAMPLEKEY";
+    std::fs::write(
+        f.home.join(".agentshell/.env"),
+        format!("AWS_SECRET_ACCESS_KEY={secret}\n"),
+    )
+    .unwrap();
+    std::fs::create_dir_all(f.root.join("conf")).unwrap();
+    std::fs::write(f.root.join("conf/notes.txt"), format!("key={secret}\n")).unwrap();
+    git(&f.root, &["init", "-q"]);
+    std::fs::write(f.root.join(".env"), "DB_PASSWORD=hunter2-but-longer-Xy9\n").unwrap();
+    git(&f.root, &["add", ".env"]);
+    git(&f.root, &["commit", "-qm", "oops"]);
+    git(&f.root, &["rm", "-q", ".env"]);
+    git(&f.root, &["commit", "-qm", "removed"]);
+    let attacks = [
+        "git show HEAD~1:.env",
+        "git show HEAD~1:.env | od -c",
+        "git show HEAD~1",
+        "git log -p",
+        "git log -SDB_PASSWORD --oneline",
+        "git diff HEAD~2 HEAD~1",
+        "git log -p -- .",
+        "git cat-file -p HEAD~1:.env",
+        "od -An -to1 conf/notes.txt",
+        "od -tx2 conf/notes.txt",
+        "hexdump -x conf/notes.txt",
+        "jq -cR explode conf/notes.txt",
+        "tr a-z0-9 b-za1-90 < conf/notes.txt",
+        "fold -w1 conf/notes.txt | tr '\\n' ,",
+        "cut -c5-8 conf/notes.txt",
+        "grep -q key=wJa conf/notes.txt",
+        "grep -rq key=wJa .",
+    ];
+    let ids: Vec<String> = (0..attacks.len()).map(|i| format!("s{i}")).collect();
+    let calls: Vec<(&str, String)> = ids
+        .iter()
+        .zip(attacks)
+        .map(|(i, c)| (i.as_str(), cmd(c)))
+        .chain([
+            ("ok1", cmd("git log --oneline")),
+            ("ok2", cmd("git log --stat")),
+        ])
+        .collect();
+    let (v, denied, server) = run_calls(&f, &calls, vec![oa_text(&["done"], 1, 1)]);
+    let expected: BTreeSet<String> = ids.iter().cloned().collect();
+    assert_eq!(denied, expected, "{v:#}");
+    let mut text = String::new();
+    for r in server.requests() {
+        strings(&r.body, &mut text);
+    }
+    assert!(
+        !text.contains("hunter2") && !text.contains(&secret[..8]),
+        "{text}"
+    );
+}
+
+/// Issue 28: a model that knows only the prefix of a token printed hex-encoded guesses; the
+/// ones redacted to `{{secret:GITHUB_TOKEN}}` revealed it window by window. Now the first
+/// command carrying a guess is refused and the session ends, with a notice.
+#[test]
+fn issue_28_redaction_is_no_oracle_and_seq_output_is_left_alone() {
+    let f = fixture();
+    let token = "ghp_Zx9Qw3Er7Ty1Ui5Op2As6Df4Gh8Jk0LmNbVc";
+    std::fs::write(
+        f.home.join(".agentshell/.env"),
+        format!("GITHUB_TOKEN={token}\nPIN=123456789\n"),
+    )
+    .unwrap();
+    // ordinary output is not redacted by coincidence (hex of "123456789" = seq 31..39)
+    let (v, denied, server) = run_calls(
+        &f,
+        &[("seq", cmd("seq 28 42"))],
+        vec![oa_text(&["counted"], 1, 1)],
+    );
+    assert!(denied.is_empty(), "{v:#}");
+    let mut last = String::new();
+    strings(&server.requests().last().unwrap().body, &mut last);
+    let expected: String = (28..=42).map(|i| format!("{i}\\n")).collect();
+    assert!(last.contains(&expected), "{last}");
+    // the probe: hex of candidate windows, one of them right
+    let hex = |s: &str| s.bytes().map(|b| format!("{b:02x}")).collect::<String>();
+    let guesses: Vec<String> = ["Zx9Qw3Er7Ty1", "Zx9Qw3Er7Ty2", "Zx9Qw3Er7Ty3"]
+        .iter()
+        .map(|g| hex(g))
+        .collect();
+    let probe = cmd(&format!("printf '%s\\n' '{}'", guesses.join("|")));
+    let harmless = cmd("ls");
+    let (v, _denied, server) = run_calls(
+        &f,
+        &[("probe", probe), ("ls", harmless)],
+        vec![oa_text(&["never asked"], 1, 1)],
+    );
+    assert_eq!(v["is_error"], true, "{v:#}");
+    assert_eq!(v["subtype"], "error_session_ended", "{v:#}");
+    assert!(
+        v["result"]
+            .as_str()
+            .unwrap()
+            .contains("agentshell ended this session"),
+        "{v:#}"
+    );
+    assert!(
+        v["result"].as_str().unwrap().contains("GITHUB_TOKEN"),
+        "{v:#}"
+    );
+    assert_eq!(server.requests().len(), 1, "the model heard nothing back");
+    // a guess computed by an allowed program (no known encoding in the command's own text):
+    // the output's redaction would answer it, so it never reaches the model
+    let shifted: String = token[4..22]
+        .chars()
+        .map(|c| match c {
+            'a'..='y' => char::from(c as u8 + 1),
+            'z' => 'a',
+            _ => c,
+        })
+        .collect();
+    let computed = cmd(&format!("echo {shifted} | tr b-za a-z"));
+    let (v, _denied, server) = run_calls(
+        &f,
+        &[("computed", computed)],
+        vec![oa_text(&["never asked"], 1, 1)],
+    );
+    assert_eq!(v["subtype"], "error_session_ended", "{v:#}");
+    assert_eq!(server.requests().len(), 1, "the model heard nothing back");
 }

@@ -312,8 +312,9 @@ async fn secrets_are_substituted_into_the_environment_and_redacted_from_outputs(
             oa_command("c3", "echo {{secret:GITHUB_TOKEN}} | wc -c"),
             oa_text(&["done"], 1, 1),
         ],
-        // both commands that pass the secret need confirmation (echo is not in secret_programs)
-        &["yes", "yes"],
+        // both commands that pass the secret need confirmation (echo is not in secret_programs),
+        // and so does reading a file that holds one
+        &["yes", "yes", "yes"],
         json!({}),
         &[("GITHUB_TOKEN", token)],
     );
@@ -544,11 +545,18 @@ async fn delegate_runs_a_sub_agent_with_a_fresh_context() {
 async fn a_secret_cut_by_the_capture_limit_leaks_no_fragment() {
     let token = "ghp_0123456789abcdefSECRET";
     // 524 280 bytes, then the token, so the 512 KiB capture head ends 8 bytes into it.
-    let cmd = format!(
-        "head -c 524280 /dev/zero | tr '\\0' a; printf {token}; head -c 2000000 /dev/zero | tr '\\0' b"
-    );
+    // (the token comes from the environment: a command whose own text held it would be a
+    // probe, refused with the session ended)
+    let cmd = json!({
+        "command": "head -c 524280 /dev/zero | tr '\\0' a; printf %s \"$T\"; head -c 2000000 /dev/zero | tr '\\0' b",
+        "env": {"T": "{{secret:GITHUB_TOKEN}}"},
+    })
+    .to_string();
     let mut f = fixture(
-        vec![oa_command("c1", &cmd), oa_text(&["ok"], 1, 1)],
+        vec![
+            oa_tool_calls(&[("c1", "run_command", &cmd)], 1, 1),
+            oa_text(&["ok"], 1, 1),
+        ],
         &["yes"],
         json!({"max_output_bytes": 4000000}),
         &[("GITHUB_TOKEN", token)],

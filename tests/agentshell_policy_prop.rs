@@ -344,3 +344,277 @@ fn random_read_only_argv_is_never_allowed_when_it_writes_or_executes() {
         allowed_count.get()
     );
 }
+
+/// A program stub that records its argv (NUL-separated) in `$LOGDIR`, one file per process.
+const STUB: &str = "#!/bin/sh\nprintf '%s\\0' \"${0##*/}\" \"$@\" > \"$LOGDIR/$$\"\n";
+
+/// The programs the generated lines may run (all stubs).
+const STUBS: &[&str] = &["a", "b", "c", "x", "EOF", "f", "e"];
+
+/// Words the generator puts after a program: plain, quoted, escaped, and ones that hold
+/// operators, quotes, newlines or a here-document marker inside quotes.
+const WORDS: &[&str] = &[
+    "a",
+    "b",
+    "c",
+    "x",
+    "-n",
+    "--",
+    "2",
+    "'2'",
+    "\"2\"",
+    "'a b'",
+    "\"a;b\"",
+    "'c'",
+    "a\\ b",
+    "\\a",
+    "'x\ny'",
+    "\"p|q\"",
+    "'<<EOF'",
+    "\"'\"",
+    "'\"'",
+    "x=1",
+    "a#b",
+    "'$x'",
+    "'*'",
+    "\"\\\\\"",
+    "'\\'",
+    "\"a\\\nb\"",
+    "e\\\nf",
+    "'>&'",
+    "\"&&\"",
+    "'EOF'",
+    "EOF",
+    "'\n'",
+];
+
+/// Redirections, the plain ones and the ones a word splitter easily gets wrong.
+const REDIRECTS: &[&str] = &[
+    "2>&1",
+    ">&2",
+    "10>&1",
+    "12>/dev/null",
+    "2>/dev/null",
+    "</dev/null",
+    ">/dev/null",
+    ">& 2",
+    "2>&-",
+    ">&x",
+    ">& x",
+    "<<EOF",
+    "<<'EOF'",
+    "<<-EOF",
+    "<<<x",
+    "<>x",
+    ">|x",
+    ">x",
+    ">>x",
+    "'2'>/dev/null",
+    "2'>'x",
+    "&>x",
+    "<&0",
+    "<(a)",
+    ">(a)",
+];
+
+/// What separates simple commands, and other raw pieces mixed in.
+const SEPARATORS: &[&str] = &[
+    " ; ", " | ", " && ", "\n", " || ", ";", "|", "\nEOF\n", "\n\n", " & ", " |& ", " ;; ",
+];
+const NOISE: &[&str] = &[
+    "(", ")", "{", "}", "`", "$(", "#", "\r", "\t", "'", "\"", "\\", "\\\n", "!", "EOF\n",
+];
+
+/// A generated command line: segments of a stub program and words, redirections, separators,
+/// and now and then a raw piece anywhere.
+fn line_strategy() -> impl Strategy<Value = String> {
+    let segment = (
+        proptest::sample::select(&["a", "b", "c"][..]),
+        proptest::collection::vec(
+            prop_oneof![
+                6 => proptest::sample::select(WORDS),
+                2 => proptest::sample::select(REDIRECTS),
+                1 => proptest::sample::select(NOISE),
+            ],
+            0..4,
+        ),
+    )
+        .prop_map(|(p, words)| {
+            let mut s = p.to_string();
+            for w in words {
+                s.push(' ');
+                s.push_str(w);
+            }
+            s
+        });
+    (
+        proptest::collection::vec(segment, 1..4),
+        proptest::collection::vec(proptest::sample::select(SEPARATORS), 3),
+        proptest::option::of(proptest::sample::select(NOISE)),
+        any::<proptest::sample::Index>(),
+    )
+        .prop_map(|(segments, seps, noise, at)| {
+            let mut line = String::new();
+            for (i, s) in segments.iter().enumerate() {
+                if i > 0 {
+                    line.push_str(seps[i - 1]);
+                }
+                line.push_str(s);
+            }
+            if let Some(n) = noise {
+                let cuts: Vec<usize> = line.char_indices().map(|(i, _)| i).collect();
+                let pos = cuts.get(at.index(cuts.len().max(1))).copied().unwrap_or(0);
+                line.insert_str(pos, n);
+            }
+            line
+        })
+}
+
+/// Run `line` with `shell -c` in `dir`, only the stubs on PATH; the argvs run and stderr.
+fn run_traced(shell: &str, line: &str, dir: &Path, stubs: &Path) -> (Vec<Vec<String>>, String) {
+    let log = dir.join("log");
+    let cwd = dir.join("cwd");
+    std::fs::create_dir_all(&log).unwrap();
+    std::fs::create_dir_all(&cwd).unwrap();
+    let mut child = Command::new(shell)
+        .args(["-c", line])
+        .current_dir(&cwd)
+        .env_clear()
+        .env("PATH", stubs)
+        .env("LOGDIR", &log)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while child.try_wait().unwrap().is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "`{line}` hangs in {shell}"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let mut stderr = String::new();
+    use std::io::Read;
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    let mut runs: Vec<Vec<String>> = std::fs::read_dir(&log)
+        .unwrap()
+        .map(|e| {
+            let bytes = std::fs::read(e.unwrap().path()).unwrap();
+            bytes
+                .split(|b| *b == 0)
+                .map(|w| String::from_utf8_lossy(w).into_owned())
+                .collect::<Vec<_>>()
+        })
+        .map(|mut v| {
+            v.pop(); // after the last NUL
+            v
+        })
+        .collect();
+    runs.sort();
+    let created: Vec<String> = std::fs::read_dir(&cwd)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    std::fs::remove_dir_all(&log).unwrap();
+    std::fs::remove_dir_all(&cwd).unwrap();
+    if !created.is_empty() {
+        stderr.push_str(&format!("\n[created files: {created:?}]"));
+    }
+    (runs, stderr)
+}
+
+/// Property: whenever the policy's word splitter reads a line without reservation, a real
+/// `sh` (dash here) and `bash` run exactly the simple commands it read, with exactly its argv,
+/// and create no file; every line it cannot read that way is ASK. Here-documents, `>&FILE`,
+/// quoted descriptor digits, control characters, operators and quotes inside words are
+/// generated on purpose. Fixed seed, bounded count.
+#[test]
+fn the_word_splitter_reads_lines_the_way_sh_and_bash_run_them() {
+    use agentstore::agent::tools::shell_words;
+    use std::os::unix::fs::PermissionsExt;
+    let t = tempfile::tempdir().unwrap();
+    let stubs = t.path().join("stubs");
+    std::fs::create_dir_all(&stubs).unwrap();
+    for name in STUBS {
+        let p = stubs.join(name);
+        std::fs::write(&p, STUB).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let root = t.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let policy = Policy::new(&PolicyConfig::default(), &root).unwrap();
+    let config = Config {
+        cases: 400,
+        failure_persistence: None,
+        ..Config::default()
+    };
+    let mut runner =
+        TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &[28; 32]));
+    let compared = std::cell::Cell::new(0usize);
+    let refused = std::cell::Cell::new(0usize);
+    runner
+        .run(&line_strategy(), |line| {
+            let parsed = match shell_words::parse(&line) {
+                Ok(p) if p.issues.is_empty() => p,
+                _ => {
+                    // not read without reservation: never ALLOWED
+                    prop_assert_ne!(policy.classify_command(&line).verdict, Verdict::Allow);
+                    refused.set(refused.get() + 1);
+                    return Ok(());
+                }
+            };
+            let mut predicted = parsed.segments.clone();
+            predicted.sort();
+            // Exact comparison when every command the splitter read is a stub (a program
+            // that is not found runs nothing either way), no `||` skips one, and every input
+            // exists.
+            let exact = !line.contains("||")
+                && parsed.inputs.iter().all(|i| i == "/dev/null")
+                && parsed
+                    .segments
+                    .iter()
+                    .all(|s| STUBS.contains(&s[0].as_str()));
+            for shell in ["/bin/sh", "/bin/bash"] {
+                let (runs, stderr) = run_traced(shell, &line, t.path(), &stubs);
+                if exact {
+                    prop_assert_eq!(
+                        &runs,
+                        &predicted,
+                        "{} ran other commands than the splitter read in {:?} (stderr {})",
+                        shell,
+                        line,
+                        stderr
+                    );
+                    prop_assert!(stderr.is_empty(), "{} on {:?}: {}", shell, line, stderr);
+                } else {
+                    for r in &runs {
+                        prop_assert!(
+                            predicted.contains(r),
+                            "{} ran {:?}, which the splitter did not read in {:?}",
+                            shell,
+                            r,
+                            line
+                        );
+                    }
+                    prop_assert!(!stderr.contains("created files"), "{}: {}", line, stderr);
+                }
+            }
+            compared.set(compared.get() + 1);
+            Ok(())
+        })
+        .unwrap();
+    // both sides of the property were exercised
+    assert!(
+        compared.get() >= 80,
+        "only {} lines compared",
+        compared.get()
+    );
+    assert!(refused.get() >= 80, "only {} lines refused", refused.get());
+}

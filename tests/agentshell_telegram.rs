@@ -380,6 +380,83 @@ fn telegram_session_with_a_confirmation_a_document_and_a_split_answer() {
     assert!(!stderr.contains("AAF-fake_bot_token") && !log.contains("AAF-fake_bot_token"));
 }
 
+fn group_message(chat: i64, from: i64, text: &str) -> Value {
+    json!({"message": {"message_id": 1, "date": 0, "chat": {"id": chat, "type": "group"},
+                       "from": {"id": from, "is_bot": false, "first_name": "M"}, "text": text}})
+}
+
+fn group_press(id: &str, chat: i64, from: i64, message_id: i64, data: &str) -> Value {
+    json!({"callback_query": {"id": id, "from": {"id": from, "is_bot": false, "first_name": "M"},
+        "message": {"message_id": message_id, "date": 0, "chat": {"id": chat, "type": "group"}},
+        "data": data}})
+}
+
+/// Issue 28: a Telegram approval of a 7 KB command showed only its head and tail (so `touch
+/// PWN` in the middle ran unseen), and any member of an allowed group could approve.
+#[test]
+fn telegram_shows_a_long_command_whole_and_hears_only_allowed_users() {
+    let (dir, root, home) =
+        setup(json!({"telegram": {"allowed_chats": [-100], "allowed_users": [42]}}));
+    let long = format!(
+        "echo {} ; touch tg-pwn ; echo {}",
+        "a".repeat(3500),
+        "b".repeat(3500)
+    );
+    let model = FakeServer::start(vec![oa_command("c1", &long), oa_text(&["declined"], 1, 1)]);
+    let bot = FakeBot::start();
+    bot.push(group_message(-100, 99, "a request from another member"));
+    bot.push(group_message(-100, 42, "run the long one"));
+    let _shell = start(&root, &home, &model, &bot, dir.path());
+    let ask = bot.wait_for("the question", |c| {
+        c.method == "sendMessage" && c.body.get("reply_markup").is_some()
+    });
+    // the whole command went first, as a document
+    let calls = bot.calls();
+    let doc = calls
+        .iter()
+        .find(|c| c.method == "sendDocument" && c.raw.contains("question.txt"))
+        .expect("the whole question as a document");
+    assert!(doc.at <= ask.at, "the document comes before the question");
+    assert!(doc.raw.contains("touch tg-pwn"), "the middle is shown");
+    assert!(doc.raw.contains(&"b".repeat(3500)), "all of it");
+    assert!(
+        ask.body["text"].as_str().unwrap().contains("question.txt"),
+        "{}",
+        ask.body
+    );
+    let buttons = ask.body["reply_markup"]["inline_keyboard"][0]
+        .as_array()
+        .unwrap()
+        .clone();
+    let allow = buttons[0]["callback_data"].as_str().unwrap().to_string();
+    let deny = buttons[1]["callback_data"].as_str().unwrap().to_string();
+    // another member of the allowed group presses Allow: not heard
+    bot.push(group_press("cb-member", -100, 99, ask.message_id, &allow));
+    let refused = bot.wait_for("the member's press answered", |c| {
+        c.method == "answerCallbackQuery" && c.body["callback_query_id"] == "cb-member"
+    });
+    assert!(
+        refused.body["text"]
+            .as_str()
+            .unwrap()
+            .contains("not allowed"),
+        "{}",
+        refused.body
+    );
+    assert!(!root.join("tg-pwn").exists());
+    // the allowed user denies
+    bot.push(group_press("cb-owner", -100, 42, ask.message_id, &deny));
+    model.wait_for_requests(2);
+    assert!(!root.join("tg-pwn").exists());
+    // the other member's request never reached the model
+    assert!(
+        model
+            .requests()
+            .iter()
+            .all(|r| !r.body.to_string().contains("another member"))
+    );
+}
+
 #[test]
 fn telegram_stop_cancels_a_question() {
     let (dir, root, home) = setup(json!({"telegram": {"allowed_chats": [42]}}));

@@ -603,18 +603,21 @@ fn ctrl_c_during_an_answer_keeps_the_partial_answer_marked_interrupted() {
 }
 
 #[test]
-fn always_allow_covers_the_same_program_and_options_for_this_session_only() {
+fn always_allow_covers_the_same_command_for_this_session_only() {
     let server = FakeServer::start(vec![
         oa_command("c1", "touch a.txt"),
         oa_text(&["made a"], 1, 1),
-        oa_command("c2", "touch b.txt"),
-        oa_text(&["made b"], 1, 1),
+        oa_command("c2", "touch a.txt"),
+        oa_text(&["made a again"], 1, 1),
+        // the same program with another operand is asked about (issue 28)
+        oa_command("c2b", "touch b.txt"),
+        oa_text(&["kept b"], 1, 1),
         oa_command("c3", "rm a.txt"),
         oa_text(&["kept a"], 1, 1),
         oa_command("c4", "touch CLAUDE.md"),
         oa_text(&["no steering"], 1, 1),
         // the next session
-        oa_command("c5", "touch c.txt"),
+        oa_command("c5", "touch a.txt"),
         oa_text(&["asked again"], 1, 1),
     ]);
     let t = Tmux::start(&server, "always");
@@ -623,11 +626,18 @@ fn always_allow_covers_the_same_program_and_options_for_this_session_only() {
     t.send("a");
     t.wait_for("made a");
     assert!(t.root().join("a.txt").exists());
-    // same program and options, other operand: no question
-    t.send("make b");
-    t.wait_for("made b");
-    assert!(t.root().join("b.txt").exists());
+    // the same command: no question
+    std::fs::remove_file(t.root().join("a.txt")).unwrap();
+    t.send("make a again");
+    t.wait_for("made a again");
+    assert!(t.root().join("a.txt").exists());
     assert_eq!(t.count("? Run sh -c"), 1, "{}", t.screen());
+    // same program and options, another operand: asked
+    t.send("make b");
+    t.wait_for("? Run sh -c `touch b.txt`?");
+    t.send("n");
+    t.wait_for("kept b");
+    assert!(!t.root().join("b.txt").exists());
     // another program is asked about
     t.send("remove a");
     t.wait_for("? Run sh -c `rm a.txt`?");
@@ -664,12 +674,13 @@ fn always_allow_covers_the_same_program_and_options_for_this_session_only() {
     )
     .unwrap();
     assert_eq!(home_files, "", "a grant was persisted");
+    std::fs::remove_file(t.root().join("a.txt")).unwrap();
     t.launch(&server, "");
-    t.send("make c");
-    t.wait_for("? Run sh -c `touch c.txt`?");
+    t.send("make a");
+    t.wait_for("? Run sh -c `touch a.txt`?");
     t.send("n");
     t.wait_for("asked again");
-    assert!(!t.root().join("c.txt").exists());
+    assert!(!t.root().join("a.txt").exists());
 }
 
 #[test]

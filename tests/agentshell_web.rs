@@ -293,6 +293,132 @@ fn web_refuses_requests_without_the_token_and_bounds_them() {
     assert!(server.requests().is_empty(), "nothing reached the model");
 }
 
+/// Issue 28: the page accepted `POST /prompt` and `/answer` from another localhost port (the
+/// same-site cookie is sent; Origin was never checked) and any `Host`.
+#[test]
+fn web_refuses_state_changes_from_other_sites_and_foreign_hosts() {
+    let (_dir, root, home) = project();
+    let server = FakeServer::start(vec![oa_text(&["hello"], 1, 1)]);
+    let web = start(&root, &home, &server, &[]);
+    let cookie = format!("agentshell_token={}", web.token);
+    let own = format!("http://{}", web.addr);
+    let raw = |method: &str, path: &str, host: &str, headers: &[(&str, &str)], body: &str| {
+        let mut r = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nCookie: {cookie}\r\n");
+        for (k, v) in headers {
+            r.push_str(&format!("{k}: {v}\r\n"));
+        }
+        r.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+        let s = TcpStream::connect(&web.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let (status, _, body) = exchange(s, &r);
+        (status, body)
+    };
+    let prompt = r#"{"text":"hi"}"#;
+    let answer = r#"{"id":1,"answer":"yes"}"#;
+    for (method, path, host, headers, body) in [
+        (
+            "POST",
+            "/prompt",
+            web.addr.as_str(),
+            vec![("Origin", "http://127.0.0.1:9")],
+            prompt,
+        ),
+        (
+            "POST",
+            "/prompt",
+            web.addr.as_str(),
+            vec![("Origin", "null")],
+            prompt,
+        ),
+        (
+            "POST",
+            "/prompt",
+            web.addr.as_str(),
+            vec![("Sec-Fetch-Site", "same-site")],
+            prompt,
+        ),
+        (
+            "POST",
+            "/prompt",
+            web.addr.as_str(),
+            vec![("Sec-Fetch-Site", "cross-site")],
+            prompt,
+        ),
+        (
+            "POST",
+            "/answer",
+            web.addr.as_str(),
+            vec![("Origin", "http://localhost:8080")],
+            answer,
+        ),
+        (
+            "POST",
+            "/stop",
+            web.addr.as_str(),
+            vec![("Origin", "http://evil.example")],
+            "",
+        ),
+        ("POST", "/prompt", "evil.example", vec![], prompt),
+        ("GET", "/", "evil.example:80", vec![], ""),
+        ("GET", "/events", "rebind.evil.example", vec![], ""),
+    ] {
+        let (status, text) = raw(method, path, host, &headers, body);
+        assert_eq!(
+            status, 403,
+            "{method} {path} Host {host} {headers:?}: {text}"
+        );
+    }
+    assert!(server.requests().is_empty(), "nothing reached the model");
+    // the page's own requests still work
+    let (status, text) = raw(
+        "POST",
+        "/prompt",
+        &web.addr,
+        &[("Origin", &own), ("Sec-Fetch-Site", "same-origin")],
+        prompt,
+    );
+    assert_eq!(status, 202, "{text}");
+    server.wait_for_requests(1);
+}
+
+/// Issue 28: "Always allow" on `cp seed.txt backup.txt` let `cp ../outside_secret.txt
+/// stolen.txt` run unasked. "Always" covers the same command only.
+#[test]
+fn web_always_allow_covers_the_same_command_only() {
+    let (dir, root, home) = project();
+    std::fs::write(root.join("seed.txt"), "seed\n").unwrap();
+    std::fs::write(dir.path().join("outside_secret.txt"), "secret\n").unwrap();
+    let server = FakeServer::start(vec![
+        oa_command("c1", "cp seed.txt backup.txt"),
+        oa_command("c2", "cp ../outside_secret.txt stolen.txt"),
+        oa_text(&["done"], 1, 1),
+    ]);
+    let web = start(&root, &home, &server, &[]);
+    let tab = web.tab();
+    let (status, body) = web.post("/prompt", json!({"text": "copy"}));
+    assert_eq!(status, 202, "{body}");
+    let first = tab.wait_for("the first question", is("ask"));
+    assert_eq!(first["options"], json!(["yes", "no", "always"]));
+    let (status, _) = web.post("/answer", json!({"id": first["id"], "answer": "always"}));
+    assert_eq!(status, 200);
+    let second = tab.wait_for("the second command asked about", |e| {
+        e["type"] == "ask" && e["id"] != first["id"]
+    });
+    assert!(
+        second["question"]
+            .as_str()
+            .unwrap()
+            .contains("outside_secret.txt"),
+        "{second}"
+    );
+    assert!(root.join("backup.txt").exists());
+    assert!(!root.join("stolen.txt").exists());
+    let (status, _) = web.post("/answer", json!({"id": second["id"], "answer": "no"}));
+    assert_eq!(status, 200);
+    tab.wait_for("the turn's end", is("turn_end"));
+    assert!(!root.join("stolen.txt").exists());
+}
+
 #[test]
 fn web_session_streams_to_every_tab_and_answers_questions_with_buttons() {
     let (_dir, root, home) = project();

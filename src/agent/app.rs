@@ -285,6 +285,31 @@ fn allowed_chats(config: &serde_json::Value) -> anyhow::Result<std::collections:
     Ok(chats)
 }
 
+/// Config `telegram.allowed_users`: the Telegram user ids whose requests and answers count.
+/// Without it, the people of the private chats in `allowed_chats` (a private chat's id is its
+/// user's id); nobody in a group chat is heard unless listed.
+fn allowed_users(
+    config: &serde_json::Value,
+    chats: &std::collections::BTreeSet<i64>,
+) -> anyhow::Result<std::collections::BTreeSet<i64>> {
+    let field = "telegram.allowed_users (in ~/.agentshell/config.json or a trusted project's \
+                 .agentshell/config.json)";
+    let Some(list) = config.pointer("/telegram/allowed_users") else {
+        return Ok(chats.iter().copied().filter(|c| *c > 0).collect());
+    };
+    let Some(list) = list.as_array() else {
+        bail!("{field}: expected a list of user ids (integers), got {list}");
+    };
+    let mut users = std::collections::BTreeSet::new();
+    for v in list {
+        let Some(id) = v.as_i64().filter(|id| *id > 0) else {
+            bail!("{field}: {v} is not a user id (a positive integer)");
+        };
+        users.insert(id);
+    }
+    Ok(users)
+}
+
 /// Config `telegram.<key>`: a whole number within `range`, else `default`.
 fn telegram_number(
     config: &serde_json::Value,
@@ -318,6 +343,7 @@ fn telegram(
     let (env, _home, project) = open(cwd, explicit)?;
     let config = wiring::effective_config(&project, &env);
     let allowed_chats = allowed_chats(&config)?;
+    let allowed_users = allowed_users(&config, &allowed_chats)?;
     let max_sessions = telegram_number(
         &config,
         "max_sessions",
@@ -343,6 +369,7 @@ fn telegram(
         api_url,
         token,
         allowed_chats,
+        allowed_users,
         poll_timeout,
         max_sessions: usize::try_from(max_sessions).unwrap_or(telegram::DEFAULT_MAX_SESSIONS),
         idle: std::time::Duration::from_secs(idle_seconds),

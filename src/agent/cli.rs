@@ -3,10 +3,13 @@
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
-/// A terminal agent in four layers: the model decides what to do, the code decides what is
-/// allowed.
+/// agentshell: a coding agent in your terminal, for one project folder. You type a request; the
+/// model answers and may ask to run shell commands, which a policy gate allows, refuses or
+/// asks you about before they run (secrets reach commands only as {{secret:NAME}}
+/// placeholders, and every output is redacted). Also headless (`exec`), in a browser (`web`)
+/// and over Telegram.
 #[derive(Debug, Parser)]
-#[command(name = "agentshell", version, about)]
+#[command(name = "agentshell", version)]
 pub struct Cli {
     /// Start the project search here instead of the current directory.
     #[arg(long, global = true, value_name = "DIR")]
@@ -74,12 +77,14 @@ pub enum Command {
     /// Serve allow-listed Telegram chats through a bot, a session (agent and history) each: the
     /// token is the secret
     /// TELEGRAM_BOT_TOKEN (store it with setup-keys), the chats are config
-    /// `telegram.allowed_chats` (user config, or a trusted project's).
+    /// `telegram.allowed_chats` (user config, or a trusted project's); only the people in
+    /// `telegram.allowed_users` (default: the users of the private chats listed) are heard.
     ///
     /// Long-polls the Bot API; messages from other chats are ignored and logged. Each model
     /// call's text is sent as it ends (split at Telegram's 4096-character limit; an answer of
     /// more than 4 messages, or a tool output over 3000 characters, goes as a document), each
-    /// tool call is shown before it runs, confirmations come as inline-keyboard buttons (a
+    /// tool call is shown before it runs, a question too long for one message is first sent
+    /// whole as a document, confirmations come as inline-keyboard buttons (a
     /// question without fixed answers is answered by the chat's next message), and
     /// `/stop` cancels the running request. Rate limits (429) are waited out as Telegram says.
     /// The token never appears in config, output or logs. Each chat has its own session

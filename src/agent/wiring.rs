@@ -289,6 +289,7 @@ impl Delegate for SubAgents {
                 Ok(TurnStop::Answered) => Ok(report.text),
                 Ok(TurnStop::BudgetDeclined) => Err("stopped at the iteration budget".into()),
                 Ok(TurnStop::Cancelled) => Err("cancelled by the user".into()),
+                Ok(TurnStop::Halted) => Err(report.text),
                 Err(e) => Err(e.to_string()),
             }
         })

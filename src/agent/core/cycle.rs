@@ -45,6 +45,9 @@ pub enum TurnStop {
     BudgetDeclined,
     /// The human cancelled at a question; the history keeps what was completed.
     Cancelled,
+    /// The session was ended because a tool call carried a secret (a probe of the
+    /// redaction); the report's text is the notice for the user. No later turn runs.
+    Halted,
 }
 
 /// The head of the message `/compact` leaves in place of the older conversation.
@@ -181,13 +184,18 @@ impl Agent {
     /// Run one turn for `input`. Cancel it by dropping the future: the history then holds the
     /// request and every completed model-call-plus-results step, never a call without results.
     pub async fn run_turn(&mut self, input: &str, events: &dyn CoreEvents) -> TurnReport {
-        self.history.push(Message::user(input));
         let mut report = TurnReport {
             result: Ok(TurnStop::Answered),
             text: String::new(),
             model_calls: 0,
             totals: Totals::default(),
         };
+        if let Some(notice) = self.tools.halted() {
+            report.result = Ok(TurnStop::Halted);
+            report.text = notice;
+            return report;
+        }
+        self.history.push(Message::user(input));
         let mut iterations: u32 = 0;
         loop {
             if iterations >= self.config.max_iterations {
@@ -270,6 +278,12 @@ impl Agent {
                 step.push(Message::tool(call.id.clone(), result.to_model_text()));
             }
             self.history.extend(step);
+            if let Some(notice) = self.tools.halted() {
+                tracing::warn!("session ended: a tool call carried a secret");
+                report.result = Ok(TurnStop::Halted);
+                report.text = notice;
+                return report;
+            }
             if results.iter().any(|r| r.status == ToolStatus::Cancelled) {
                 tracing::info!("turn cancelled at a question");
                 report.result = Ok(TurnStop::Cancelled);

@@ -76,11 +76,29 @@ pub struct ToolEnv {
     pub grants: Arc<SessionGrants>,
 }
 
-/// Calls the user answered "always" for: kept in memory for the session only.
+/// Calls the user answered "always" for: kept in memory for the session only. Also whether
+/// the session was ended because the model probed a secret (shared with sub-agents).
 #[derive(Debug, Default)]
-pub struct SessionGrants(std::sync::Mutex<std::collections::BTreeSet<String>>);
+pub struct SessionGrants(
+    std::sync::Mutex<std::collections::BTreeSet<String>>,
+    std::sync::Mutex<Option<String>>,
+);
+
+/// The head of the notice shown when a session ends because a call carried a secret.
+pub const PROBE_NOTICE: &str = "agentshell ended this session";
 
 impl SessionGrants {
+    /// Why the session was ended, if it was.
+    pub fn halted(&self) -> Option<String> {
+        self.1.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+    /// End the session: no further call runs and no further turn starts.
+    pub fn halt(&self, notice: String) {
+        let mut slot = self.1.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.is_none() {
+            *slot = Some(notice);
+        }
+    }
     fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeSet<String>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -141,7 +159,8 @@ impl Toolbox {
     /// The standard tool set: `run_command`, `ask_user`, `memory_search`, `memory_read`,
     /// `memory_write`, and `delegate` when sub-agents are wired in.
     pub fn new(env: ToolEnv) -> Result<Self, PolicyError> {
-        let policy = Policy::new(&env.config.policy, &env.root)?;
+        let policy = Policy::new(&env.config.policy, &env.root)?
+            .with_secret_values(env.secrets.guarded_values());
         let mut tools: Vec<Box<dyn Tool>> = vec![
             Box::new(run_command::RunCommand),
             Box::new(ask_user::AskUser),
@@ -192,6 +211,11 @@ impl Toolbox {
         &self.env.root
     }
 
+    /// Why the session was ended (a call probed a secret), if it was.
+    pub fn halted(&self) -> Option<String> {
+        self.env.grants.halted()
+    }
+
     /// Classify, confirm, run, redact and bound one tool call.
     pub async fn execute(&self, call: &ToolCall) -> ToolResult {
         let Some(tool) = self.tools.iter().find(|t| t.schema().name == call.name) else {
@@ -207,6 +231,26 @@ impl Toolbox {
                 Err(e) => return ToolResult::error(format!("arguments are not valid JSON: {e}")),
             }
         };
+        if let Some(notice) = self.env.grants.halted() {
+            return ToolResult::denied(notice);
+        }
+        // A call whose own text holds a secret (in any form the redactor knows) is a probe:
+        // running it would let the redaction of its output answer the guess. Refuse it and end
+        // the session, so that at most this one bit leaks.
+        let mut texts = Vec::new();
+        json_strings(&args, &mut texts);
+        if let Some(name) = texts.iter().find_map(|t| self.env.secrets.probe(t)) {
+            let notice = format!(
+                "{PROBE_NOTICE}: a {} call carried the secret {name} (or an encoding of part of \
+                 it) in its own text, which only a model guessing the secret would write; the \
+                 call did not run. Check what the model was given (project files, web pages) \
+                 before starting a new session.",
+                call.name
+            );
+            tracing::warn!(tool = %call.name, secret = %name, "a call carried a secret: session ended");
+            self.env.grants.halt(notice.clone());
+            return ToolResult::denied(notice);
+        }
         let decision = tool.classify(&args, &self.policy);
         let what = tool.describe(&args);
         let redacted_what = self.env.secrets.redact(&what);
@@ -289,6 +333,25 @@ impl Toolbox {
             }
         }
         let raw = tool.execute(args, &self.env).await;
+        // The output of a call nobody approved holds a guarded secret: the model computed a
+        // guess (`tr`, `jq`, arithmetic on a literal) or read one past the policy. Redacting it
+        // would answer the guess, so the result never reaches the model: the session ends.
+        if decision.verdict == Verdict::Allow
+            && let Some(name) = [&raw.stdout, &raw.stderr]
+                .iter()
+                .find_map(|t| self.env.secrets.guarded_hit(t))
+        {
+            let notice = format!(
+                "{PROBE_NOTICE}: the output of an automatically allowed {} call held the secret \
+                 {name} (or part of it in a form redaction knows); it was not shown to the \
+                 model, so that redaction cannot answer a guess. Check what the model was given \
+                 before starting a new session.",
+                call.name
+            );
+            tracing::warn!(tool = %call.name, secret = %name, "an allowed call printed a secret: session ended");
+            self.env.grants.halt(notice.clone());
+            return ToolResult::denied(notice);
+        }
         let limit = self.env.config.max_output_bytes;
         let stdout = self.env.secrets.redact(&raw.stdout);
         let stderr = self.env.secrets.redact(&raw.stderr);
@@ -312,6 +375,21 @@ impl Toolbox {
             }
         }
         result
+    }
+}
+
+/// Every string (keys included) inside a JSON value.
+fn json_strings(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::String(s) => out.push(s.clone()),
+        Value::Array(a) => a.iter().for_each(|v| json_strings(v, out)),
+        Value::Object(o) => {
+            for (k, v) in o {
+                out.push(k.clone());
+                json_strings(v, out);
+            }
+        }
+        _ => {}
     }
 }
 

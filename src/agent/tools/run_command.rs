@@ -14,6 +14,7 @@ use tokio::process::Command;
 
 use crate::agent::tools::display::visible_line;
 use crate::agent::tools::registry::{Tool, ToolEnv, ToolSchema, str_arg};
+use crate::agent::tools::subsystems::git_guard;
 use crate::agent::tools::subsystems::policy::{Decision, Policy};
 use crate::agent::tools::subsystems::secrets::SecretBroker;
 use crate::agent::tools::{BoxFuture, ToolResult, ToolStatus};
@@ -24,87 +25,9 @@ const CAPTURE_BYTES: usize = 1024 * 1024;
 /// The `run_command` tool.
 pub struct RunCommand;
 
-/// Programs whose operands are themselves code or a command to run: for them an "always for
-/// this session" answer covers the exact command line only, never the program with other
-/// operands (`sh -c X` must not allow `sh -c Y`; `python a.py` must not allow `python b.py`).
-const RUNS_ITS_OPERANDS: &[&str] = &[
-    "sh",
-    "bash",
-    "dash",
-    "zsh",
-    "ksh",
-    "fish",
-    "csh",
-    "tcsh",
-    "busybox",
-    "env",
-    "xargs",
-    "find",
-    "sudo",
-    "doas",
-    "su",
-    "nice",
-    "nohup",
-    "timeout",
-    "time",
-    "watch",
-    "strace",
-    "ltrace",
-    "gdb",
-    "ssh",
-    "exec",
-    "eval",
-    "command",
-    "builtin",
-    "source",
-    ".",
-    "parallel",
-    "flock",
-    "setsid",
-    "stdbuf",
-    "unbuffer",
-    "script",
-    "chroot",
-    "unshare",
-    "nsenter",
-    "systemd-run",
-    "runuser",
-    "python",
-    "python3",
-    "python2",
-    "node",
-    "nodejs",
-    "deno",
-    "bun",
-    "perl",
-    "ruby",
-    "php",
-    "lua",
-    "tclsh",
-    "awk",
-    "gawk",
-    "mawk",
-    "sed",
-    "npx",
-    "bunx",
-    "uvx",
-    "pipx",
-    "make",
-    "git",
-    "docker",
-    "podman",
-    "kubectl",
-    "vim",
-    "nvim",
-    "emacs",
-    "less",
-    "more",
-    "man",
-];
-
-/// The shape an "always for this session" answer covers: per simple command, the program as
-/// written and its options exactly, operands as `<arg>` (kept exactly for programs that run
-/// their operands), input redirections, and the environment asked for, names and values.
+/// What an "always for this session" answer covers: this exact command line with this exact
+/// environment, nothing else (operands are where the harm is: "always" for
+/// `cp seed.txt backup.txt` must not let `cp ../outside_secret.txt stolen.txt` run unasked).
 /// `None` (the question is asked every time) for lines the policy cannot take apart —
 /// expansions, substitutions, output redirections — and for lines that pass a secret or name
 /// a file that steers the agent.
@@ -122,34 +45,8 @@ pub fn session_shape(command: &str, env: &BTreeMap<String, String>) -> Option<St
     if words.clone().any(|w| steering_file(w).is_some()) || steering_file(command).is_some() {
         return None;
     }
-    let mut parts = Vec::new();
-    for argv in &parsed.segments {
-        let program = argv.first()?;
-        let base = program.rsplit('/').next().unwrap_or(program);
-        let exact = RUNS_ITS_OPERANDS.contains(&base)
-            || base.starts_with("python")
-            || base.starts_with("pip")
-            || base.starts_with("ruby")
-            || base.starts_with("perl");
-        let mut shape = vec![program.clone()];
-        for word in &argv[1..] {
-            if exact || word.starts_with('-') {
-                shape.push(word.clone());
-            } else {
-                shape.push("<arg>".to_string());
-            }
-        }
-        parts.push(serde_json::to_string(&shape).ok()?);
-    }
-    for _ in &parsed.inputs {
-        parts.push("< <arg>".to_string());
-    }
     let env: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    Some(format!(
-        "{} env {}",
-        parts.join(" | "),
-        serde_json::to_string(&env).ok()?
-    ))
+    serde_json::to_string(&(command, env)).ok()
 }
 
 impl Tool for RunCommand {
@@ -206,10 +103,21 @@ impl Tool for RunCommand {
                 return ToolResult::error("missing `command`");
             };
             let extra_env = env_arg(&args);
-            let prepared = match env.secrets.prepare(command, &extra_env) {
+            let mut prepared = match env.secrets.prepare(command, &extra_env) {
                 Ok(p) => p,
                 Err(e) => return ToolResult::error(e.to_string()),
             };
+            // git never runs the repository's code (hooks, fsmonitor, pagers…): see git_guard.
+            prepared.set_env.retain(|name, _| !git_guard::owns(name));
+            prepared.set_env.extend(git_guard::hardening_env(&env.root));
+            for (name, _) in std::env::vars_os() {
+                if let Some(name) = name.to_str()
+                    && git_guard::owns(name)
+                    && !prepared.set_env.contains_key(name)
+                {
+                    prepared.remove_env.push(name.to_string());
+                }
+            }
             let timeout = args
                 .get("timeout_secs")
                 .and_then(Value::as_u64)
@@ -407,9 +315,14 @@ mod tests {
     }
 
     #[test]
-    fn always_covers_the_program_and_its_options_only() {
-        // operands may differ, options and program may not
-        assert_eq!(shape("touch a.txt"), shape("touch b/c.txt"));
+    fn always_covers_the_same_command_only() {
+        // the same command only: operands may not differ either (issue 28)
+        assert_eq!(shape("touch a.txt"), shape("touch a.txt"));
+        assert_ne!(shape("touch a.txt"), shape("touch b/c.txt"));
+        assert_ne!(
+            shape("cp seed.txt backup.txt"),
+            shape("cp ../outside_secret.txt stolen.txt")
+        );
         assert_ne!(shape("touch a.txt"), shape("touch -d now a.txt"));
         assert_ne!(shape("touch a.txt"), shape("rm a.txt"));
         assert_ne!(shape("touch a.txt"), shape("touch a.txt b.txt"));

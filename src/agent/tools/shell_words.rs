@@ -35,14 +35,24 @@ struct Splitter {
     current: Vec<String>,
     word: String,
     in_word: bool,
-    /// Set after `<`, `>` or `>>`: the next word is a redirection target.
+    /// Whether any part of the current word was quoted or escaped (`'2'>x` is an argument
+    /// `2`, not a descriptor number).
+    word_quoted: bool,
+    /// Set after `<`, `>`, `>>`, `>|`, `>&` or `<&`: the next word is a redirection target.
     pending_redirect: Option<Redirect>,
+    /// Set for the final end of the line: trailing blanks and newlines end no command.
+    trailing_blank: bool,
+    /// The last separator was `|`, `&&` or `||` and no word followed yet.
+    after_binary: bool,
 }
 
 #[derive(Clone, Copy)]
 enum Redirect {
     In,
     Out,
+    /// `>&WORD` / `<&WORD`: a descriptor number or `-` duplicates or closes one; any other
+    /// word is a file (bash writes it: `echo x >& ../.bashrc`).
+    Dup,
 }
 
 impl Splitter {
@@ -52,7 +62,17 @@ impl Splitter {
         }
         let word = std::mem::take(&mut self.word);
         self.in_word = false;
+        let quoted = std::mem::take(&mut self.word_quoted);
         match self.pending_redirect.take() {
+            Some(Redirect::Dup) => {
+                let descriptor =
+                    !quoted && (word == "-" || word.chars().all(|d| d.is_ascii_digit()));
+                if !descriptor {
+                    self.issue(&format!(
+                        "redirects with `>&`/`<&` to `{word}` (a file, not a descriptor)"
+                    ));
+                }
+            }
             Some(Redirect::In) => self.parsed.inputs.push(word),
             Some(Redirect::Out) => {
                 if word != "/dev/null" {
@@ -61,17 +81,23 @@ impl Splitter {
                         .push(format!("redirects output into `{word}`"));
                 }
             }
-            None => self.current.push(word),
+            None => {
+                self.current.push(word);
+                self.after_binary = false;
+            }
         }
     }
 
     fn end_segment(&mut self) {
         self.end_word();
+        if self.pending_redirect.take().is_some() {
+            self.issue("redirection without a target");
+        }
         let segment = std::mem::take(&mut self.current);
         if !segment.is_empty() {
             self.parsed.segments.push(segment);
-        } else if !self.parsed.segments.is_empty() || self.pending_redirect.is_some() {
-            self.parsed.issues.push("empty command".to_string());
+        } else if !self.trailing_blank {
+            self.issue("empty command");
         }
     }
 
@@ -86,52 +112,99 @@ impl Splitter {
 pub fn parse(line: &str) -> Result<ParsedCommand, ParseError> {
     let chars: Vec<char> = line.chars().collect();
     let mut s = Splitter::default();
+    if chars
+        .iter()
+        .any(|c| (c.is_control() && *c != '\n' && *c != '\t') || is_unusual_space(*c))
+    {
+        // A carriage return, a NUL or another control character: shells differ on them, and
+        // so may a reader of the question.
+        s.issue("contains control characters");
+    }
     let mut i = 0;
     while i < chars.len() {
         let c = chars[i];
         match c {
             ' ' | '\t' => s.end_word(),
-            '\n' | ';' => s.end_segment(),
+            '\n' if s.current.is_empty() && !s.in_word && s.pending_redirect.is_none() => {
+                // A blank line ends nothing, but a newline right after `|`, `&&` or `||`
+                // continues that list in the shell.
+                if s.after_binary {
+                    s.issue("continues a pipeline or list on the next line");
+                }
+            }
+            '\n' | ';' => {
+                s.end_segment();
+                s.after_binary = false;
+            }
             '|' => {
                 if chars.get(i + 1) == Some(&'|') {
                     i += 1;
                 }
                 s.end_segment();
+                s.after_binary = true;
             }
             '&' => {
                 if chars.get(i + 1) == Some(&'&') {
                     i += 1;
                     s.end_segment();
+                    s.after_binary = true;
                 } else {
                     s.issue("runs a command in the background (`&`)");
                     s.end_segment();
                 }
             }
             '>' | '<' => {
-                // An all-digit word right before is a file descriptor number (`2>`).
-                if s.in_word && s.word.chars().all(|d| d.is_ascii_digit()) {
+                // An unquoted all-digit word right before is a file descriptor number (`2>`).
+                if s.in_word && !s.word_quoted && s.word.chars().all(|d| d.is_ascii_digit()) {
+                    if s.word.len() > 1 {
+                        // bash reads `10>` as descriptor 10, dash as an argument `10`
+                        s.issue("uses a descriptor number of more than one digit");
+                    }
                     s.word.clear();
                     s.in_word = false;
                 } else {
                     s.end_word();
                 }
-                let append = c == '>' && chars.get(i + 1) == Some(&'>');
-                if append {
-                    i += 1;
+                if s.pending_redirect.is_some() {
+                    s.issue("redirection without a target");
                 }
-                if c == '>' && chars.get(i + 1) == Some(&'&') {
-                    // `>&2`, `2>&1`: duplicating a descriptor writes no file.
-                    i += 2;
-                    while i < chars.len() && chars[i].is_ascii_digit() {
+                let next = chars.get(i + 1).copied();
+                let redirect = match (c, next) {
+                    ('<', Some('<')) => {
+                        // `<<`, `<<-`, `<<<`: the lines or word after are input, not
+                        // commands, in a way this splitter does not follow.
+                        s.issue("uses a here-document or here-string (`<<`)");
                         i += 1;
+                        Redirect::In
                     }
-                    continue;
-                }
-                s.pending_redirect = Some(if c == '<' {
-                    Redirect::In
-                } else {
-                    Redirect::Out
-                });
+                    ('<', Some('>')) => {
+                        s.issue("opens a file for reading and writing (`<>`)");
+                        i += 1;
+                        Redirect::Out
+                    }
+                    ('<', Some('(')) | ('>', Some('(')) => {
+                        s.issue("uses process substitution");
+                        Redirect::Out
+                    }
+                    (_, Some('&')) => {
+                        i += 1;
+                        Redirect::Dup
+                    }
+                    ('>', Some('>')) => {
+                        i += 1;
+                        if chars.get(i + 1) == Some(&'&') || chars.get(i + 1) == Some(&'|') {
+                            s.issue("uses an unusual redirection");
+                        }
+                        Redirect::Out
+                    }
+                    ('>', Some('|')) => {
+                        i += 1;
+                        Redirect::Out
+                    }
+                    ('<', _) => Redirect::In,
+                    _ => Redirect::Out,
+                };
+                s.pending_redirect = Some(redirect);
             }
             '(' | ')' => s.issue("uses a subshell or grouping `( )`"),
             '`' => s.issue("uses command substitution"),
@@ -151,6 +224,7 @@ pub fn parse(line: &str) -> Result<ParsedCommand, ParseError> {
                     Some('\n') => {}
                     Some(&n) => {
                         s.in_word = true;
+                        s.word_quoted = true;
                         s.word.push(n);
                     }
                     None => return Err(ParseError::TrailingBackslash),
@@ -158,6 +232,7 @@ pub fn parse(line: &str) -> Result<ParsedCommand, ParseError> {
             }
             '\'' => {
                 s.in_word = true;
+                s.word_quoted = true;
                 i += 1;
                 loop {
                     match chars.get(i) {
@@ -170,6 +245,7 @@ pub fn parse(line: &str) -> Result<ParsedCommand, ParseError> {
             }
             '"' => {
                 s.in_word = true;
+                s.word_quoted = true;
                 i += 1;
                 loop {
                     match chars.get(i) {
@@ -222,11 +298,17 @@ pub fn parse(line: &str) -> Result<ParsedCommand, ParseError> {
         }
         i += 1;
     }
+    // A line that ends in `;` or an operator ends with an empty command; one that ends in a
+    // word or a newline does not.
+    let ends_line = line.trim_end_matches([' ', '\t']).ends_with('\n') || line.trim().is_empty();
+    s.trailing_blank = ends_line || s.in_word || !s.current.is_empty();
     s.end_segment();
-    if s.pending_redirect.is_some() {
-        s.issue("redirection without a target");
-    }
     Ok(s.parsed)
+}
+
+/// Unicode spaces that look like a blank but are part of a word for the shell.
+fn is_unusual_space(c: char) -> bool {
+    c.is_whitespace() && !matches!(c, ' ' | '\t' | '\n')
 }
 
 /// Split a configuration entry like `"cargo test"` into words (no operators expected).
@@ -285,10 +367,54 @@ mod tests {
             "ls --dir=~/x",
             "echo {a,b}",
             "{ ls; }",
+            // issue 28: the shell reads these differently from a plain word splitter
+            "cat <<EOF\necho '\nEOF\ntouch PWN\necho '",
+            "cat <<-EOF\nx\nEOF",
+            "cat <<< word",
+            "echo x >& ../.bashrc",
+            "echo x >&../.bashrc",
+            "echo x >&1x",
+            "echo x <& file",
+            "echo x &> out",
+            "cat <> file",
+            "echo x >| out",
+            "cat <(ls)",
+            "ls > ; ls",
+            "ls >",
+            "ls > > x",
+            "; ls",
+            "ls |",
+            "ls |\n",
+            "ls\rtouch x",
+            "ls\u{0}x",
+            "ls\u{a0}x",
+            "cat 10>&1",
+            "cat 10</dev/null",
         ] {
             let p = parse(line).unwrap();
             assert!(!p.issues.is_empty(), "{line} should have issues");
         }
+    }
+
+    #[test]
+    fn descriptor_duplication_and_quoted_digits() {
+        for line in [
+            "ls 2>&1",
+            "ls >&2",
+            "ls 2>&-",
+            "ls >& 2",
+            "ls 2>/dev/null",
+            "ls\n",
+            "ls\n\n",
+        ] {
+            let p = parse(line).unwrap();
+            assert!(p.issues.is_empty(), "{line}: {:?}", p.issues);
+            assert_eq!(p.segments, vec![argv(&["ls"])], "{line}");
+        }
+        // a quoted `2` is an argument, whatever follows
+        let p = parse("cat '2'<a.txt").unwrap();
+        assert_eq!(p.segments, vec![argv(&["cat", "2"])]);
+        assert_eq!(p.inputs, argv(&["a.txt"]));
     }
 
     #[test]

@@ -130,6 +130,7 @@ pub async fn exec(
                     true,
                     "cancelled at a question".to_string(),
                 ),
+                Ok(TurnStop::Halted) => ("error_session_ended", true, report.text),
                 Err(e) => ("error_during_execution", true, e.to_string()),
             };
             (subtype, is_error, result, report.model_calls, report.totals)

@@ -8,7 +8,10 @@
 //! documents (`sendDocument`). `ask()` questions come as inline-keyboard buttons (a question
 //! without options is answered by the chat's next message); a press
 //! (`callback_query`) is acknowledged (`answerCallbackQuery`) and the question edited to show
-//! the answer (`editMessageText`). `/stop` is the Ctrl+C equivalent. A 429 answer is retried
+//! the answer (`editMessageText`); a question too long for one message (a long command) is
+//! first sent whole as a document. Only the people in `telegram.allowed_users` (by default the
+//! private chats of `allowed_chats`) are heard: in a group, other members can neither send
+//! requests nor answer. `/stop` is the Ctrl+C equivalent. A 429 answer is retried
 //! after the `retry_after` Telegram names.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -27,6 +30,8 @@ use crate::agent::tools::{Ask, AskAnswer, BoxFuture, ToolCall, ToolResult, ToolS
 
 /// Telegram's limit for one message, in UTF-16 code units.
 pub const MESSAGE_LIMIT: usize = 4096;
+/// A question longer than this (characters) is sent whole as a document before it is asked.
+pub const INLINE_QUESTION: usize = 3500;
 /// Tool output longer than this (characters) is sent as a document.
 pub const INLINE_OUTPUT: usize = 3000;
 /// An answer that would take more messages than this is sent as a document.
@@ -47,6 +52,9 @@ pub struct TelegramOptions {
     pub token: String,
     /// Chats the bot answers.
     pub allowed_chats: BTreeSet<i64>,
+    /// People (Telegram user ids) whose messages and button presses count: a request, an
+    /// answer or an approval from anyone else in an allowed chat (a group) is ignored.
+    pub allowed_users: BTreeSet<i64>,
     /// Long-poll timeout of `getUpdates`, in seconds.
     pub poll_timeout: u64,
     /// Chats with a session (an agent and its history) at once; a new chat past it takes
@@ -67,6 +75,7 @@ impl std::fmt::Debug for TelegramOptions {
             .field("api_url", &self.api_url)
             .field("token", &"<secret>")
             .field("allowed_chats", &self.allowed_chats)
+            .field("allowed_users", &self.allowed_users)
             .field("max_sessions", &self.max_sessions)
             .field("idle", &self.idle)
             .finish()
@@ -249,6 +258,9 @@ enum Out {
         chat: i64,
         question: String,
         options: Vec<String>,
+        /// The whole question, sent first as a document when it is too long for a message
+        /// (a long command is shown whole before anyone is asked to approve it).
+        document: Option<String>,
     },
 }
 
@@ -263,6 +275,7 @@ struct Question {
 struct Hub {
     api: BotApi,
     allowed: BTreeSet<i64>,
+    users: BTreeSet<i64>,
     outbox: mpsc::UnboundedSender<Out>,
     prompts: mpsc::Sender<(i64, String)>,
     pending: Mutex<BTreeMap<u64, Question>>,
@@ -351,6 +364,15 @@ impl Hub {
                 );
                 return;
             };
+            let from = message.pointer("/from/id").and_then(Value::as_i64);
+            if !from.is_some_and(|f| self.users.contains(&f)) {
+                tracing::warn!(
+                    chat,
+                    from = ?from,
+                    "telegram: ignored a message from a user not in telegram.allowed_users"
+                );
+                return;
+            }
             let Some(text) = message.get("text").and_then(Value::as_str) else {
                 self.send(Out::Text(chat, "only text messages are understood".into()));
                 return;
@@ -420,6 +442,27 @@ impl Hub {
                 "telegram: ignored a button press from a chat not in telegram.allowed_chats");
             return;
         };
+        if !from.is_some_and(|f| self.users.contains(&f)) {
+            // Any member of an allowed group sees the buttons; only the listed people answer.
+            tracing::warn!(chat, from = ?from,
+                "telegram: ignored a button press from a user not in telegram.allowed_users");
+            let id = callback
+                .get("id")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            if let Err(e) = self
+                .api
+                .call(
+                    "answerCallbackQuery",
+                    &Body::Json(json!({"callback_query_id": id,
+                                       "text": "you are not allowed to answer here"})),
+                )
+                .await
+            {
+                tracing::warn!("telegram: {e}");
+            }
+            return;
+        }
         let message_id = callback
             .pointer("/message/message_id")
             .and_then(Value::as_i64);
@@ -492,7 +535,27 @@ impl Hub {
                 chat,
                 question,
                 options,
+                document,
             } => {
+                if let Some(whole) = document {
+                    let sent = self
+                        .send_document(
+                            chat,
+                            "The whole question below (what would run):",
+                            "question.txt",
+                            &whole,
+                        )
+                        .await;
+                    if let Err(e) = sent {
+                        if let Some(q) = lock(&self.pending).remove(&id) {
+                            let _ = q.reply.send(AskAnswer::Unavailable(format!(
+                                "the whole question could not be sent to Telegram: {e}"
+                            )));
+                        }
+                        tracing::warn!("telegram: {e}");
+                        return;
+                    }
+                }
                 let body = if options.is_empty() {
                     // A typed answer: the next message in the chat.
                     json!({
@@ -625,12 +688,31 @@ impl Ask for TelegramAsk {
             let chat = self.st.chat;
             self.st.flush_text(&self.hub);
             let id = self.hub.next_question.fetch_add(1, Ordering::Relaxed);
+            if question.len() > DOCUMENT_BYTES {
+                return AskAnswer::Unavailable(
+                    "the question is too long to show whole in Telegram".to_string(),
+                );
+            }
+            // A question that does not fit one message goes whole as a document first; the
+            // message with the buttons says so (never a head and tail that hide the middle).
+            let (shown, document) = if question.chars().count() > INLINE_QUESTION {
+                let head: String = question.chars().take(300).collect();
+                (
+                    format!(
+                        "{head}… ({} characters: read the whole question in question.txt above before answering)",
+                        question.chars().count()
+                    ),
+                    Some(question.to_string()),
+                )
+            } else {
+                (question.to_string(), None)
+            };
             let (tx, rx) = oneshot::channel();
             lock(&self.hub.pending).insert(
                 id,
                 Question {
                     chat,
-                    question: question.to_string(),
+                    question: shown.clone(),
                     options: options.iter().map(|o| (*o).to_string()).collect(),
                     reply: tx,
                 },
@@ -638,8 +720,9 @@ impl Ask for TelegramAsk {
             self.hub.send(Out::Ask {
                 id,
                 chat,
-                question: question.to_string(),
+                question: shown,
                 options: options.iter().map(|o| (*o).to_string()).collect(),
+                document,
             });
             rx.await.unwrap_or(AskAnswer::Cancelled)
         })
@@ -747,6 +830,7 @@ impl Telegram {
                     token: options.token,
                 },
                 allowed: options.allowed_chats,
+                users: options.allowed_users,
                 outbox,
                 prompts,
                 pending: Mutex::new(BTreeMap::new()),
@@ -965,6 +1049,7 @@ async fn session(
                 Ok(TurnStop::Answered) => None,
                 Ok(TurnStop::BudgetDeclined) => Some("stopped at the iteration budget".to_string()),
                 Ok(TurnStop::Cancelled) => Some("request cancelled".to_string()),
+                Ok(TurnStop::Halted) => Some(report.text.clone()),
                 Err(e) => Some(format!("error: {e}")),
             },
         };

@@ -346,6 +346,7 @@ impl Terminal {
                 _ = sigint.recv() => Ok(None),
                 name = termination(&mut sigterm, &mut sighup) => Err(name),
             };
+            let mut ended = false;
             let report = match report {
                 Ok(r) => r,
                 Err(signal) => {
@@ -364,6 +365,7 @@ impl Terminal {
                     armed = true;
                 }
                 Some(report) => {
+                    ended = matches!(report.result, Ok(TurnStop::Halted));
                     match report.result {
                         Ok(TurnStop::Answered) => {}
                         Ok(TurnStop::BudgetDeclined) => {
@@ -373,12 +375,16 @@ impl Terminal {
                             renderer.error("request cancelled (Ctrl+C again to exit)");
                             armed = true;
                         }
+                        Ok(TurnStop::Halted) => renderer.error(&report.text),
                         Err(CoreError::Provider(e)) => renderer.error(&e.to_string()),
                     }
                     renderer.info(&turn_line(&report.totals, report.model_calls));
                 }
             }
             session.save(agent, &renderer);
+            if ended {
+                break;
+            }
         }
         session.save(agent, &screen);
         let summary = session_line(&agent.session_totals(), session_start.elapsed());

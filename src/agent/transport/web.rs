@@ -12,6 +12,8 @@
 //! - `POST /answer` `{"id": N, "answer": …}` — answer an `ask()` question (its buttons).
 //! - `POST /stop` — the Ctrl+C equivalent: cancels the running turn and any open question.
 //!
+//! Requests from other sites are refused first: the `Host` must be loopback, and a `POST`'s
+//! `Origin` (when sent) this server's own and its `Sec-Fetch-Site` (when sent) `same-origin`.
 //! Requests are bounded (16 KiB of headers, 64 KiB of body, 10 s to send them); one request
 //! per connection. Tool calls are published before they run, results bounded.
 
@@ -398,6 +400,7 @@ impl Web {
                             ("budget", "stopped at the iteration budget".to_string())
                         }
                         Ok(TurnStop::Cancelled) => ("cancelled", "request cancelled".to_string()),
+                        Ok(TurnStop::Halted) => ("ended", report.text.clone()),
                         Err(e) => ("error", e.to_string()),
                     };
                     json!({"type": "turn_end", "outcome": outcome, "message": message,
@@ -652,6 +655,10 @@ async fn serve(
         }
         Ok(Ok(req)) => req,
     };
+    if let Err(why) = same_origin(&req) {
+        tracing::warn!(path = %req.path, %why, "web request from another site refused");
+        return error(w.as_mut(), 403, &why).await;
+    }
     let token = hub.token.as_bytes();
     let presented = req
         .header("x-agentshell-token")
@@ -749,6 +756,42 @@ async fn serve(
         }
         _ => error(w.as_mut(), 404, "not found").await,
     }
+}
+
+/// Requests from other sites are refused before the token is looked at: the `Host` must name
+/// this machine's loopback (a DNS-rebound name is not), and a request that changes state
+/// (anything but `GET`/`HEAD`) must not come from another origin — its `Origin`, when sent,
+/// is this server's own, and its `Sec-Fetch-Site`, when sent, is `same-origin` or `none`
+/// (another localhost port is same-site, and a same-site cookie is sent to it).
+fn same_origin(req: &Request) -> Result<(), String> {
+    let Some(host) = req.header("host") else {
+        return Err("the Host header is missing".to_string());
+    };
+    let host = host.trim().to_ascii_lowercase();
+    let name = if host.starts_with('[') {
+        host.split_inclusive(']').next().unwrap_or("")
+    } else {
+        host.split(':').next().unwrap_or("")
+    };
+    if !matches!(name, "localhost" | "127.0.0.1" | "[::1]") {
+        return Err(format!("Host `{host}` is not this machine's loopback"));
+    }
+    if matches!(req.method.as_str(), "GET" | "HEAD") {
+        return Ok(());
+    }
+    if let Some(site) = req.header("sec-fetch-site")
+        && !matches!(site.trim(), "same-origin" | "none")
+    {
+        return Err(format!(
+            "a request from another site (Sec-Fetch-Site: {site})"
+        ));
+    }
+    if let Some(origin) = req.header("origin")
+        && origin.trim().to_ascii_lowercase() != format!("http://{host}")
+    {
+        return Err(format!("a request from another origin ({origin})"));
+    }
+    Ok(())
 }
 
 /// After refusing a request that was not read to its end: stop writing and read (and drop) a

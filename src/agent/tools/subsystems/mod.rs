@@ -2,6 +2,7 @@
 
 pub mod commands;
 pub mod context;
+pub mod git_guard;
 pub mod memory;
 pub mod policy;
 pub mod secrets;

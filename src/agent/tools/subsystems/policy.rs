@@ -10,11 +10,20 @@
 //! configuration's `auto_allow` names it (never for a line naming a file that steers the agent).
 //! The regex list is a complement — an extra reason to DENY — not the primary mechanism.
 //!
-//! Read-only `git` subcommands are allowed only while the repository's own config names no
-//! program (`core.fsmonitor`, `diff.external`, textconv drivers, pagers, includes): such a
-//! config makes `git status` run code. Remaining gaps (documented): a recursive read (`grep
-//! -r`) of the tree can still print a project `.env` line, which the secret broker redacts
-//! best-effort; files read are judged at classification time.
+//! Read-only `git` subcommands are allowed only while the config files git will read (see
+//! `git_guard`, which also pins the repository and overrides hooks, fsmonitor and pagers for
+//! every command) name no program (`diff.external`, textconv and filter drivers, includes), and
+//! `REV:path` operands follow the same path rules as plain reads (`HEAD~1:.env` is a `.env`).
+//! The splitter reports every construct `sh` may read differently (here-documents, `>&FILE`,
+//! multi-digit descriptors, control characters); such a line is ASK.
+//!
+//! A file that holds a guarded secret value (see the secret broker) is read by no program
+//! unasked — encoders, `cut` pieces and `grep -q` guesses get it out past redaction — and a
+//! recursive read (`grep -r`, `rg`) is asked about when its tree holds such a file or a
+//! `.env`. Remaining gaps (documented): files are judged at classification time; secrets the
+//! broker does not know are not recognised in files; `git log -p`/`git show COMMIT` print
+//! whatever history holds, and a blob read by its id (`git cat-file -p SHA`) has no path to
+//! judge.
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
@@ -24,7 +33,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::agent::tools::shell_words;
-use crate::agent::tools::subsystems::commands;
+use crate::agent::tools::subsystems::{commands, git_guard};
 
 /// A policy verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -253,6 +262,12 @@ pub struct Policy {
     secret_programs: Vec<String>,
     /// The canonical project root; every path must resolve inside it.
     root: PathBuf,
+    /// Secret values (name, value) whose files a command may not read unasked: a program
+    /// can print a file in a form redaction does not know (`od -to1`, `tr a-z b-za`, pieces
+    /// of `cut -c`), or answer a guess about it (`grep -q`).
+    secret_values: Vec<(String, String)>,
+    /// Whether the repository's history holds a credentials file (`.env`), asked of git once.
+    history_credentials: std::sync::OnceLock<bool>,
 }
 
 /// Why reading a credentials file is refused.
@@ -298,7 +313,15 @@ impl Policy {
             allow_tools: config.allow_tools.clone(),
             secret_programs: config.secret_programs.clone(),
             root: root.canonicalize().unwrap_or_else(|_| root.to_path_buf()),
+            secret_values: Vec::new(),
+            history_credentials: std::sync::OnceLock::new(),
         })
+    }
+
+    /// The same policy, knowing the secret values whose files are not read unasked.
+    pub fn with_secret_values(mut self, values: Vec<(String, String)>) -> Self {
+        self.secret_values = values;
+        self
     }
 
     /// Judge a tool other than `run_command` that changes state (e.g. `memory_write`).
@@ -476,7 +499,9 @@ impl Policy {
             "find" => self.judge_find(args),
             "git" => self.judge_git(args),
             _ => match commands::lookup(program) {
-                Some(spec) => self.judge_spec(&spec, args),
+                Some(spec) => self
+                    .judge_spec(&spec, args)
+                    .and_then(|()| self.judge_recursive(program, args)),
                 None => Err("is not known to be read-only".into()),
             },
         };
@@ -649,6 +674,23 @@ impl Policy {
         }
         self.git_config_is_plain()?;
         let rest = &args[1..];
+        self.judge_git_sub(sub, rest)?;
+        // `git grep` reads every tracked file, like `grep -r`: unless it is limited to named
+        // files, no file under the root may hold a secret or be a `.env`.
+        if sub == "grep" && prints_history(&self.root, sub, rest) {
+            self.scan_tree(&self.root, true)
+                .map_err(|why| format!("`git grep` {why}"))?;
+        }
+        if prints_history(&self.root, sub, rest) && self.history_has_credentials() {
+            return Err(format!(
+                "`git {sub}` prints content from the repository's history, which holds a \
+                 credentials file (.env); name the paths after `--` to read others"
+            ));
+        }
+        Ok(())
+    }
+
+    fn judge_git_sub(&self, sub: &str, rest: &[String]) -> Result<(), String> {
         let only = |allowed: &[&str]| -> Result<(), String> {
             match rest.iter().find(|a| !allowed.contains(&a.as_str())) {
                 Some(a) => Err(format!(
@@ -657,7 +699,7 @@ impl Policy {
                 None => Ok(()),
             }
         };
-        match sub.as_str() {
+        match sub {
             "branch" => {
                 return only(&["-a", "-r", "-v", "-vv", "--list", "-l", "--show-current"]);
             }
@@ -695,7 +737,7 @@ impl Policy {
             let a = rest[i].as_str();
             i += 1;
             if after_dashes || !a.starts_with('-') {
-                self.confine_str(a)?;
+                self.confine_git_operand(a)?;
                 continue;
             }
             if a == "--" {
@@ -737,42 +779,114 @@ impl Policy {
     }
 
     /// Read-only git commands still run programs the repository's own config names
-    /// (`core.fsmonitor`, `diff.external`, textconv drivers, pagers): allow them only when
-    /// that config names none.
+    /// (`diff.external`, textconv and filter drivers, includes) that command-line config
+    /// cannot turn off (see `git_guard`): allow them only when the config files git will
+    /// read name none, and only when git reads no config from elsewhere.
     fn git_config_is_plain(&self) -> Result<(), String> {
-        let mut dir = Some(self.root.as_path());
-        while let Some(d) = dir {
-            let dot_git = d.join(".git");
-            match std::fs::symlink_metadata(&dot_git) {
-                Ok(m) if m.is_dir() => {
-                    for name in ["config", "config.worktree"] {
-                        let path = dot_git.join(name);
-                        let text = match std::fs::read_to_string(&path) {
-                            Ok(t) => t.to_ascii_lowercase(),
-                            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                            Err(e) => {
-                                return Err(format!("`git`: cannot read {}: {e}", path.display()));
-                            }
-                        };
-                        if let Some(key) = GIT_CONFIG_DANGER.iter().find(|k| text.contains(*k)) {
-                            return Err(format!(
-                                "`git`: the repository's {} mentions `{key}`, which can make git run a program",
-                                path.display()
-                            ));
-                        }
-                    }
-                    return Ok(());
+        let files = git_guard::config_files(&self.root).map_err(|why| format!("`git`: {why}"))?;
+        for path in files {
+            let text = match std::fs::read_to_string(&path) {
+                Ok(t) => t.to_ascii_lowercase(),
+                Err(e) => {
+                    return Err(format!("`git`: cannot read {}: {e}", path.display()));
                 }
-                Ok(_) => {
-                    return Err(
-                        "`git`: .git is not a plain directory (a gitdir file or link can point anywhere)"
-                            .into(),
-                    );
-                }
-                Err(_) => dir = d.parent(),
+            };
+            if let Some(key) = GIT_CONFIG_DANGER.iter().find(|k| text.contains(*k)) {
+                return Err(format!(
+                    "`git`: the repository's {} mentions `{key}`, which can make git run a program",
+                    path.display()
+                ));
             }
         }
         Ok(())
+    }
+
+    /// Whether any commit of the repository touched a `.env` file (asked of git once, with
+    /// the hardened environment, bounded in time; an unanswered question counts as yes).
+    fn history_has_credentials(&self) -> bool {
+        *self.history_credentials.get_or_init(|| {
+            let (git_dir, _) = git_guard::repository(&self.root);
+            if !git_dir.exists() {
+                return false;
+            }
+            let mut cmd = std::process::Command::new("git");
+            cmd.args([
+                "log",
+                "--all",
+                "-1",
+                "--format=%H",
+                "--",
+                ":(glob)**/.env",
+                ":(glob)**/.env.*",
+            ])
+            .current_dir(&self.root)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null());
+            for (name, _) in std::env::vars_os() {
+                if name.to_str().is_some_and(git_guard::owns) {
+                    cmd.env_remove(name);
+                }
+            }
+            cmd.envs(git_guard::hardening_env(&self.root));
+            let Ok(mut child) = cmd.spawn() else {
+                // Without git, no git command prints anything.
+                return false;
+            };
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            loop {
+                match child.try_wait() {
+                    Ok(Some(status)) => {
+                        let mut out = String::new();
+                        if let Some(mut o) = child.stdout.take() {
+                            use std::io::Read;
+                            let _ = o.read_to_string(&mut out);
+                        }
+                        // A repository git cannot read has no history to print either.
+                        return status.success() && !out.trim().is_empty();
+                    }
+                    Ok(None) if std::time::Instant::now() < deadline => {
+                        std::thread::sleep(std::time::Duration::from_millis(5));
+                    }
+                    _ => {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        return true;
+                    }
+                }
+            }
+        })
+    }
+
+    /// A git operand: a revision, a path, or `REV:PATH` (`HEAD~1:.env` reads that file as it
+    /// was: the same path rules as a plain read). Pathspec magic (`:(top)`, `:/`, `:!`) and
+    /// message searches are not judged.
+    fn confine_git_operand(&self, word: &str) -> Result<(), String> {
+        let path = match word.split_once(':') {
+            None => word,
+            Some(("", rest)) => {
+                // `:PATH`, `:N:PATH` (index stages), or magic
+                let rest = match rest.split_once(':') {
+                    Some((stage, p))
+                        if stage.len() == 1 && stage.chars().all(|c| c.is_ascii_digit()) =>
+                    {
+                        p
+                    }
+                    _ => rest,
+                };
+                if rest.starts_with(['(', '/', '!', '^']) {
+                    return Err(format!(
+                        "`git` operand `{word}` uses pathspec magic or a message search"
+                    ));
+                }
+                rest
+            }
+            Some((_rev, p)) => p,
+        };
+        if path.is_empty() {
+            return Ok(());
+        }
+        self.confine_str(path.strip_prefix("./").unwrap_or(path))
     }
 
     fn confine_str(&self, word: &str) -> Result<(), String> {
@@ -802,9 +916,133 @@ impl Policy {
         {
             return Err(Decision::deny(CREDENTIALS));
         }
+        if let Some(secret) = self.file_holds_secret(&resolved) {
+            return Err(Decision::ask(format!(
+                "`{word}` holds the secret {secret}: a program can print it in a form redaction \
+                 does not know, or answer guesses about it"
+            ))
+            .every_time());
+        }
+        Ok(())
+    }
+
+    /// The name of a secret whose value the regular file at `path` holds (files up to
+    /// [`SCAN_FILE_BYTES`]; a larger one is read in part).
+    fn file_holds_secret(&self, path: &Path) -> Option<String> {
+        use std::io::Read;
+        if self.secret_values.is_empty() {
+            return None;
+        }
+        let meta = std::fs::metadata(path).ok()?;
+        if !meta.is_file() {
+            return None;
+        }
+        let mut buf = Vec::new();
+        let file = std::fs::File::open(path).ok()?;
+        file.take(SCAN_FILE_BYTES).read_to_end(&mut buf).ok()?;
+        self.secret_values
+            .iter()
+            .find(|(_, v)| {
+                buf.windows(v.len())
+                    .any(|w| w.eq_ignore_ascii_case(v.as_bytes()))
+            })
+            .map(|(n, _)| n.clone())
+    }
+
+    /// A recursive read (`grep -r`, `rg`) of `dir`: no credentials file and no file holding a
+    /// secret may be in it (checked up to [`SCAN_TREE_ENTRIES`] entries; a larger tree is
+    /// asked about).
+    fn scan_tree(&self, dir: &Path, only_tracked: bool) -> Result<(), String> {
+        let mut stack = vec![dir.to_path_buf()];
+        let mut seen = 0usize;
+        let mut bytes = 0u64;
+        while let Some(d) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&d) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                seen += 1;
+                if seen > SCAN_TREE_ENTRIES {
+                    return Err(format!(
+                        "reads the tree under `{}` recursively, which is too large to check for credentials files",
+                        dir.display()
+                    ));
+                }
+                let path = e.path();
+                let name = e.file_name();
+                let name = name.to_string_lossy();
+                if name == ".env" || name.starts_with(".env.") {
+                    return Err(format!(
+                        "reads `{}` (credentials) recursively",
+                        path.strip_prefix(&self.root).unwrap_or(&path).display()
+                    ));
+                }
+                let Ok(ft) = e.file_type() else { continue };
+                if ft.is_dir() {
+                    // `git grep` reads tracked files only: git's own folder and the usual
+                    // build output folders are not among them.
+                    if only_tracked && matches!(&*name, ".git" | "target" | "node_modules") {
+                        continue;
+                    }
+                    stack.push(path);
+                } else if ft.is_file() && !self.secret_values.is_empty() {
+                    bytes += e.metadata().map_or(0, |m| m.len().min(SCAN_FILE_BYTES));
+                    if bytes > SCAN_TREE_BYTES {
+                        return Err(format!(
+                            "reads the tree under `{}` recursively, which is too large to check for secrets",
+                            dir.display()
+                        ));
+                    }
+                    let Some(secret) = self.file_holds_secret(&path) else {
+                        continue;
+                    };
+                    return Err(format!(
+                        "reads `{}`, which holds the secret {secret}, recursively",
+                        path.strip_prefix(&self.root).unwrap_or(&path).display()
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// For recursive readers, every directory operand (or `.` with none) is scanned.
+    fn judge_recursive(&self, program: &str, args: &[String]) -> Result<(), String> {
+        let recursive = match program {
+            "rg" => true,
+            "grep" | "egrep" | "fgrep" => args.iter().any(|a| {
+                a == "--recursive"
+                    || (a.starts_with('-') && !a.starts_with("--") && a.contains(['r', 'R']))
+            }),
+            _ => false,
+        };
+        if !recursive {
+            return Ok(());
+        }
+        let mut dirs: Vec<PathBuf> = args
+            .iter()
+            .filter(|a| !a.starts_with('-'))
+            .filter_map(|a| resolve(&self.root.join(a)))
+            .filter(|p| p.starts_with(&self.root) && p.is_dir())
+            .collect();
+        if dirs.is_empty() {
+            dirs.push(self.root.clone());
+        }
+        for d in dirs {
+            self.scan_tree(&d, false)?;
+        }
         Ok(())
     }
 }
+
+/// Bytes of one file read to look for secret values.
+const SCAN_FILE_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Bytes of a tree read (for secret values) before a recursive read is asked about.
+const SCAN_TREE_BYTES: u64 = 32 * 1024 * 1024;
+
+/// Entries of a tree walked before a recursive read is asked about.
+const SCAN_TREE_ENTRIES: usize = 20_000;
 
 /// Resolve `path` like `realpath -m`: symlinks followed (dangling ones too), the missing rest
 /// appended; `None` when the missing rest climbs with `..` or links loop.
@@ -846,6 +1084,48 @@ fn resolve_depth(path: &Path, depth: usize) -> Option<PathBuf> {
         }
         missing.push(name.to_os_string());
         existing = existing.parent()?;
+    }
+}
+
+/// Whether `git SUB ARGS` prints file content from history (diffs, blobs, matches) or answers
+/// questions about it (`-S`, `-G`), for more than explicitly named plain paths.
+fn prints_history(root: &Path, sub: &str, args: &[String]) -> bool {
+    let content = match sub {
+        "show" | "diff" | "grep" | "cat-file" | "stash" => true,
+        "log" | "whatchanged" => args.iter().any(|a| {
+            let a = a.as_str();
+            matches!(
+                a,
+                "-p" | "--patch"
+                    | "-u"
+                    | "--patch-with-stat"
+                    | "--patch-with-raw"
+                    | "--cc"
+                    | "--word-diff"
+                    | "--color-words"
+                    | "--full-diff"
+            ) || a.starts_with("-S")
+                || a.starts_with("-G")
+                || a.starts_with("-U")
+                || a.starts_with("-L")
+                || a.starts_with("--unified")
+                || a.starts_with("--word-diff")
+                || a.starts_with("--pickaxe")
+        }),
+        _ => false,
+    };
+    if !content {
+        return false;
+    }
+    // Limited to files named after `--` (each an existing regular file of the work tree, not
+    // a folder or a pattern, which history may hold a `.env` under): the path rules judge
+    // those.
+    match args.iter().position(|a| a == "--") {
+        Some(i) if i + 1 < args.len() => args[i + 1..].iter().any(|p| {
+            p.contains(['*', '?', '[', ':'])
+                || !root.join(p).symlink_metadata().is_ok_and(|m| m.is_file())
+        }),
+        _ => true,
     }
 }
 
@@ -1027,6 +1307,19 @@ mod tests {
             ("git diff --no-index /etc/passwd a.txt", Ask),
             ("git log -- ../x", Ask),
             ("cat nothere/../../x", Ask),
+            // issue 28: what sh reads differently, and REV:path reads
+            ("cat <<EOF\necho '\nEOF\ntouch PWN\necho '", Ask),
+            ("echo x >& ../.bashrc", Ask),
+            ("echo x >&2", Allow),
+            ("git show HEAD:src/main.rs", Allow),
+            ("git show HEAD~1:.env", Deny),
+            ("git show HEAD~1:config/.env.local", Deny),
+            ("git cat-file -p HEAD:.env", Deny),
+            ("git show :.env", Deny),
+            ("git show :0:.env", Deny),
+            ("git show HEAD:../x", Ask),
+            ("git show ':(top).env'", Ask),
+            ("git show ':/fix'", Ask),
             // auto_allow on parsed argv
             ("cargo test", Allow),
             ("cargo test --lib agent 2>&1 | tail -40", Allow),
@@ -1116,6 +1409,42 @@ mod tests {
                 .verdict,
             Verdict::Ask
         );
+    }
+
+    /// Issue 28: a file that holds a secret is read through no program unasked (encoders,
+    /// `cut` pieces, `grep -q` guesses), and a recursive read of a tree with one is asked.
+    #[test]
+    fn files_holding_secrets_are_not_read_unasked() {
+        let (_t, root) = fixture();
+        let token = "ghp_Zx9Qw3Er7Ty1Ui5Op2As6Df4Gh8Jk0LmNbVc";
+        std::fs::create_dir_all(root.join("conf")).unwrap();
+        std::fs::write(root.join("conf/notes.txt"), format!("token={token}\n")).unwrap();
+        let p = policy(&root).with_secret_values(vec![("GITHUB_TOKEN".into(), token.into())]);
+        for cmd in [
+            "cat conf/notes.txt",
+            "od -An -to1 conf/notes.txt",
+            "od -tx2 conf/notes.txt",
+            "hexdump -x conf/notes.txt",
+            "jq -cR explode conf/notes.txt",
+            "tr a-z0-9 b-za1-90 < conf/notes.txt",
+            "fold -w1 conf/notes.txt | tr '\\n' ,",
+            "cut -c1-10 conf/notes.txt",
+            "grep -q ghp_Z conf/notes.txt",
+            "grep -rq ghp_Z conf",
+            "grep -rn token .",
+            "rg token",
+            "git grep -q ghp_Z",
+        ] {
+            let d = p.classify_command(cmd);
+            assert_eq!(d.verdict, Verdict::Ask, "{cmd}: {d:?}");
+            assert!(d.reason.contains("GITHUB_TOKEN"), "{cmd}: {d:?}");
+        }
+        assert_eq!(p.classify_command("cat a.txt").verdict, Verdict::Allow);
+        assert_eq!(p.classify_command("grep -rn x src").verdict, Verdict::Allow);
+        // a project .env anywhere under a recursive read
+        std::fs::write(root.join("src/.env"), "X=1\n").unwrap();
+        let d = p.classify_command("grep -rq x src");
+        assert_eq!(d.verdict, Verdict::Ask, "{d:?}");
     }
 
     #[test]

@@ -7,11 +7,19 @@
 //! becomes a tool result, so `env` or `cat` of a file holding a secret returns nothing useful.
 //!
 //! Redaction is best effort against a model that chooses the output format: besides the exact
-//! value, it finds fragments (a third of the value, 8..12 bytes) of the value, its reverse,
-//! its rot13, its hex and its base64 forms, compared case-insensitively, both in the text as
-//! is and with whitespace removed (`od -c`, `hexdump -C`, `fold`). Shorter pieces, other
-//! encodings or a program that computes on the value can still get it out: the policy, which
-//! asks before any command receives a secret, is the real gate.
+//! value, it finds fragments (windows of 8..12 bytes of the value) in their raw, reversed,
+//! rot13, hex and base64 forms, compared case-insensitively, both in the text as is and with
+//! whitespace removed (`od -c`, `hexdump -C`, `fold`). Derived forms are matched only for
+//! values of [`MIN_DERIVED_LEN`]+ bytes and [`MIN_DERIVED_ENTROPY`]+ bits per byte (a PIN's hex
+//! is lines of `seq`), and only windows with [`MIN_UNKNOWN_BYTES`] bytes past the value's
+//! public prefix (`ghp_`) count. Shorter pieces, other encodings or a program that computes on
+//! the value can still get it out: the policy, which asks before any command receives a secret
+//! or reads a file holding one, is the real gate.
+//!
+//! Redaction must not become an oracle (a guess that comes back as a placeholder was right):
+//! [`SecretBroker::probe`] finds a secret in a call's own text, also behind escapes, and
+//! [`SecretBroker::guarded_hit`] in the output of a call nobody approved; the toolbox then ends
+//! the session without telling the model anything, so at most one bit leaks per session.
 //!
 //! Credentials come from the user's `~/.agentshell/.env` (trusted). A project's `.env` may add
 //! names, but it cannot replace one the user defined: the conflict is reported and ignored.
@@ -55,54 +63,195 @@ pub struct SecretBroker {
     fragments: Vec<Fragments>,
 }
 
+/// Derived forms (fragments, reverse, rot13, hex, base64) are matched only for values at
+/// least this long that mix at least two kinds of characters (lower case, upper case, digits,
+/// others) and carry at least [`MIN_DERIVED_ENTROPY`] bits per byte: a short or patterned
+/// value (`123456789`, `localhost`) has encodings that ordinary output contains by
+/// coincidence (the hex of "123456789" is lines of `seq` output run together). Such values
+/// are still redacted where they appear whole.
+pub const MIN_DERIVED_LEN: usize = 8;
+
+/// Shannon entropy, bits per byte, a value needs for its derived forms to be matched.
+pub const MIN_DERIVED_ENTROPY: f64 = 2.5;
+
+/// How many kinds of characters (lower, upper, digit, other) `bytes` mixes.
+fn char_kinds(bytes: &[u8]) -> usize {
+    let kinds = [
+        bytes.iter().any(u8::is_ascii_lowercase),
+        bytes.iter().any(u8::is_ascii_uppercase),
+        bytes.iter().any(u8::is_ascii_digit),
+        bytes.iter().any(|b| !b.is_ascii_alphanumeric()),
+    ];
+    kinds.iter().filter(|k| **k).count()
+}
+
+/// A fragment (a window of the value) is matched only when at least this many of its bytes lie
+/// past the value's public prefix (`ghp_`, `sk-ant-api03-`, `postgres://`): a model that knows
+/// the prefix must then guess this many bytes at once, and cannot slide a window along the
+/// value one guessed byte at a time.
+pub const MIN_UNKNOWN_BYTES: usize = 6;
+
 #[derive(Debug, Clone)]
 struct Fragments {
     name: String,
-    len: usize,
-    grams: HashSet<Vec<u8>>,
+    /// Lower-cased fragments of every derived form, by length.
+    grams: BTreeMap<usize, HashSet<Vec<u8>>>,
+    /// A bit per two-byte start of any fragment: most positions of a text are ruled out
+    /// without hashing.
+    starts: Vec<u64>,
+}
+
+/// Bits per byte of `bytes` (Shannon).
+fn entropy(bytes: &[u8]) -> f64 {
+    if bytes.is_empty() {
+        return 0.0;
+    }
+    let mut counts = [0usize; 256];
+    for b in bytes {
+        counts[usize::from(*b)] += 1;
+    }
+    let n = bytes.len() as f64;
+    counts
+        .iter()
+        .filter(|c| **c > 0)
+        .map(|c| {
+            let p = *c as f64 / n;
+            -p * p.log2()
+        })
+        .sum()
+}
+
+/// The `user:password` part of a URL with credentials, if `bytes` is one.
+fn url_userinfo(bytes: &[u8]) -> Option<&[u8]> {
+    let scheme_end = bytes.windows(3).position(|w| w == b"://")? + 3;
+    let rest = &bytes[scheme_end..];
+    let authority_end = rest
+        .iter()
+        .position(|b| matches!(b, b'/' | b'?' | b'#'))
+        .unwrap_or(rest.len());
+    let at = rest[..authority_end].iter().rposition(|b| *b == b'@')?;
+    Some(&rest[..at])
+}
+
+/// The length of a value's public prefix: a URL scheme, then short lower-case segments ending
+/// in `-` or `_` (`ghp_`, `sk-ant-api03-`, `xoxb-`, `github_pat_`).
+fn public_prefix_len(bytes: &[u8]) -> usize {
+    let mut pos = 0;
+    if let Some(i) = bytes.windows(3).position(|w| w == b"://")
+        && bytes[..i]
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"+.-".contains(b))
+    {
+        pos = i + 3;
+    }
+    loop {
+        let seg = bytes[pos..]
+            .iter()
+            .take_while(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+            .count();
+        match bytes.get(pos + seg) {
+            Some(b'-' | b'_') if (1..=12).contains(&seg) => pos += seg + 1,
+            _ => return pos,
+        }
+    }
 }
 
 impl Fragments {
-    fn new(name: &str, value: &str) -> Self {
+    /// The fragments of `value`, or `None` when its derived forms are not matched at all
+    /// (too short or too patterned, see [`MIN_DERIVED_LEN`]).
+    fn new(name: &str, value: &str) -> Option<Self> {
         let bytes = value.as_bytes();
-        let len = (bytes.len() / 3).clamp(8, 12);
-        let mut forms: Vec<Vec<u8>> = vec![bytes.to_vec()];
-        forms.push(bytes.iter().rev().copied().collect());
-        forms.push(bytes.iter().map(|b| rot13(*b)).collect());
-        forms.push(hex(bytes).into_bytes());
-        forms.push(hex(&bytes.iter().rev().copied().collect::<Vec<u8>>()).into_bytes());
-        for url in [false, true] {
-            for shift in 0..3usize {
-                // The value at each offset mod 3 inside a larger base64 stream: drop the
-                // characters that depend on the bytes around it.
-                let mut padded = vec![0u8; shift];
-                padded.extend_from_slice(bytes);
-                let encoded = base64(&padded, url);
-                let skip = if shift == 0 {
-                    0
-                } else {
-                    (shift * 4).div_ceil(3)
-                };
-                let keep = encoded.len().saturating_sub(4);
-                if keep > skip {
-                    forms.push(encoded.as_bytes()[skip..keep].to_vec());
+        if bytes.len() < MIN_DERIVED_LEN
+            || entropy(bytes) < MIN_DERIVED_ENTROPY
+            || char_kinds(bytes) < 2
+        {
+            return None;
+        }
+        // In a URL with credentials (`postgres://user:pw@localhost:5432/db`) only the user
+        // part is secret: host names and ports are ordinary text elsewhere.
+        let bytes = match url_userinfo(bytes) {
+            Some(user) if user.len() >= MIN_DERIVED_LEN => user,
+            Some(_) => return None,
+            None => bytes,
+        };
+        let prefix = public_prefix_len(bytes);
+        let w = (bytes.len() / 3).clamp(8, 12);
+        let mut grams: BTreeMap<usize, HashSet<Vec<u8>>> = BTreeMap::new();
+        let mut add = |form: Vec<u8>| {
+            if form.len() >= 8 {
+                let lower: Vec<u8> = form.iter().map(u8::to_ascii_lowercase).collect();
+                grams.entry(lower.len()).or_default().insert(lower);
+            }
+        };
+        for start in 0..=bytes.len().saturating_sub(w) {
+            let window = &bytes[start..start + w];
+            let unknown = start + w - start.max(prefix).min(start + w);
+            let distinct: HashSet<u8> = window.iter().copied().collect();
+            let alnum_kinds = [
+                window.iter().any(u8::is_ascii_lowercase),
+                window.iter().any(u8::is_ascii_uppercase),
+                window.iter().any(u8::is_ascii_digit),
+            ]
+            .iter()
+            .filter(|k| **k)
+            .count();
+            // A window of one kind of character (`ocalhost`, `23456789`) is ordinary text.
+            if unknown < MIN_UNKNOWN_BYTES || distinct.len() < 4 || alnum_kinds < 2 {
+                continue;
+            }
+            let reversed: Vec<u8> = window.iter().rev().copied().collect();
+            add(window.to_vec());
+            add(reversed.clone());
+            add(window.iter().map(|b| rot13(*b)).collect());
+            add(hex(window).into_bytes());
+            add(hex(&reversed).into_bytes());
+            for url in [false, true] {
+                for shift in 0..3usize {
+                    // The window at each offset mod 3 inside a larger base64 stream: drop the
+                    // characters that depend on the bytes around it.
+                    let mut padded = vec![0u8; shift];
+                    padded.extend_from_slice(window);
+                    let encoded = base64(&padded, url);
+                    let skip = (shift * 4).div_ceil(3);
+                    let keep = encoded.len().saturating_sub(4);
+                    if keep > skip {
+                        add(encoded.as_bytes()[skip..keep].to_vec());
+                    }
                 }
             }
         }
-        let mut grams = HashSet::new();
-        for form in forms {
-            let lower: Vec<u8> = form.iter().map(u8::to_ascii_lowercase).collect();
-            if lower.len() >= len {
-                for w in lower.windows(len) {
-                    grams.insert(w.to_vec());
-                }
-            }
+        let mut starts = vec![0u64; 1024];
+        for g in grams.values().flatten() {
+            let k = (usize::from(g[0]) << 8) | usize::from(g[1]);
+            starts[k / 64] |= 1 << (k % 64);
         }
-        Self {
+        Some(Self {
             name: name.to_string(),
-            len,
             grams,
+            starts,
+        })
+    }
+
+    /// The (start, end) of every fragment found in `view`.
+    fn matches(&self, view: &[u8]) -> Vec<(usize, usize)> {
+        let mut found = Vec::new();
+        for i in 0..view.len().saturating_sub(1) {
+            let k = (usize::from(view[i]) << 8) | usize::from(view[i + 1]);
+            if self.starts[k / 64] & (1 << (k % 64)) == 0 {
+                continue;
+            }
+            for (len, set) in &self.grams {
+                if i + len <= view.len() && set.contains(&view[i..i + len]) {
+                    found.push((i, i + len));
+                }
+            }
         }
+        found
+    }
+
+    /// Whether `view` holds any fragment.
+    fn found_in(&self, view: &[u8]) -> bool {
+        !self.matches(view).is_empty()
     }
 }
 
@@ -165,7 +314,7 @@ impl SecretBroker {
         redaction_order.sort_by_key(|entry| std::cmp::Reverse(entry.1.len()));
         let fragments = redaction_order
             .iter()
-            .map(|(name, value)| Fragments::new(name, value))
+            .filter_map(|(name, value)| Fragments::new(name, value))
             .collect();
         (
             Self {
@@ -181,6 +330,16 @@ impl SecretBroker {
     /// token); never for the model or the tools.
     pub fn value(&self, name: &str) -> Option<&str> {
         self.secrets.get(name).map(String::as_str)
+    }
+
+    /// The values guarded against probes and transforms (those whose derived forms are
+    /// matched, see [`MIN_DERIVED_LEN`]), with their names: the policy asks before a command
+    /// reads a file holding one.
+    pub fn guarded_values(&self) -> Vec<(String, String)> {
+        self.fragments
+            .iter()
+            .filter_map(|f| Some((f.name.clone(), self.secrets.get(&f.name)?.clone())))
+            .collect()
     }
 
     /// The names of all known secrets (never the values).
@@ -283,21 +442,19 @@ impl SecretBroker {
         let mut ranges: Vec<(usize, usize, usize)> = Vec::new();
         for (view, map) in [(&lower, &identity), (&compact, &map)] {
             for (idx, f) in self.fragments.iter().enumerate() {
-                if view.len() < f.len {
-                    continue;
-                }
+                let mut found = f.matches(view);
+                found.sort_unstable();
+                // Overlapping or touching matches make one run.
                 let mut run: Option<(usize, usize)> = None;
-                for i in 0..=view.len() - f.len {
-                    if f.grams.contains(&view[i..i + f.len]) {
-                        run = match run {
-                            Some((s, e)) if i <= e => Some((s, i + f.len)),
-                            Some((s, e)) => {
-                                ranges.push((map[s], map[e - 1] + 1, idx));
-                                Some((i, i + f.len))
-                            }
-                            None => Some((i, i + f.len)),
-                        };
-                    }
+                for (i, end) in found {
+                    run = match run {
+                        Some((s, e)) if i <= e => Some((s, e.max(end))),
+                        Some((s, e)) => {
+                            ranges.push((map[s], map[e - 1] + 1, idx));
+                            Some((i, end))
+                        }
+                        None => Some((i, end)),
+                    };
                 }
                 if let Some((s, e)) = run {
                     ranges.push((map[s], map[e - 1] + 1, idx));
@@ -335,6 +492,146 @@ impl SecretBroker {
         out.push_str(&text[pos..]);
         out
     }
+}
+
+impl SecretBroker {
+    /// The secret that model-chosen text (a command, an argument) holds, in any form the
+    /// redactor knows — whole, a fragment, reversed, rot13, hex, base64 — also once shell and
+    /// printf escapes (`\x67`, `\147`, `\u0067`, `%67`, `0x67`) and lists of numbers
+    /// (`[103,104]`) are decoded. Such text is a probe: if it ran, the redaction of its output
+    /// would tell the model which guess was right. Only values whose derived forms are matched
+    /// (see [`MIN_DERIVED_LEN`]) count, so ordinary words never end a session.
+    pub fn probe(&self, text: &str) -> Option<String> {
+        if self.fragments.is_empty() || text.len() < 8 {
+            return None;
+        }
+        let lower: Vec<u8> = text.bytes().map(|b| b.to_ascii_lowercase()).collect();
+        let decoded: Vec<u8> = decode_escapes(text.as_bytes())
+            .iter()
+            .map(u8::to_ascii_lowercase)
+            .collect();
+        let numbers: Vec<u8> = decode_numbers(text.as_bytes())
+            .iter()
+            .map(u8::to_ascii_lowercase)
+            .collect();
+        let compact = |v: &[u8]| -> Vec<u8> {
+            v.iter()
+                .copied()
+                .filter(|b| !b.is_ascii_whitespace())
+                .collect()
+        };
+        let views = [compact(&lower), lower, compact(&decoded), decoded, numbers];
+        self.fragments
+            .iter()
+            .find(|f| views.iter().any(|v| f.found_in(v)))
+            .map(|f| f.name.clone())
+    }
+}
+
+impl SecretBroker {
+    /// The guarded secret (see [`SecretBroker::guarded_values`]) that `output` holds whole or
+    /// in part, in a form the redactor knows. Output of a command nobody approved that holds
+    /// one was computed by the model (a guess pushed through `tr`, `jq`, arithmetic…) or read
+    /// past the policy: either way its redaction must not reach the model.
+    pub fn guarded_hit(&self, output: &str) -> Option<String> {
+        if self.fragments.is_empty() || output.len() < 8 {
+            return None;
+        }
+        let lower: Vec<u8> = output.bytes().map(|b| b.to_ascii_lowercase()).collect();
+        let compact: Vec<u8> = lower
+            .iter()
+            .copied()
+            .filter(|b| !b.is_ascii_whitespace())
+            .collect();
+        self.fragments
+            .iter()
+            .find(|f| f.found_in(&lower) || f.found_in(&compact))
+            .map(|f| f.name.clone())
+    }
+}
+
+/// `text` with the escapes of printf, echo -e, `$'…'`, URLs and C decoded into the bytes they
+/// stand for (`\x67`, `\147`, `\0147`, `\u0067`, `%67`, `0x67`); other bytes kept.
+fn decode_escapes(text: &[u8]) -> Vec<u8> {
+    let hex_val = |b: u8| char::from(b).to_digit(16);
+    let mut out = Vec::with_capacity(text.len());
+    let mut i = 0;
+    while i < text.len() {
+        let b = text[i];
+        let rest = &text[i + 1..];
+        let hex_run = |from: &[u8], max: usize| -> (u32, usize) {
+            let mut v = 0u32;
+            let mut n = 0;
+            while n < max && n < from.len() {
+                match hex_val(from[n]) {
+                    Some(d) => v = v * 16 + d,
+                    None => break,
+                }
+                n += 1;
+            }
+            (v, n)
+        };
+        match (b, rest.first().copied()) {
+            (b'\\', Some(b'x' | b'X')) | (b'%', _) | (b'0', Some(b'x' | b'X')) => {
+                let lead = if b == b'%' { 1 } else { 2 };
+                let (v, n) = hex_run(&text[i + lead..], 2);
+                if n == 2 {
+                    out.push(u8::try_from(v).unwrap_or(b'?'));
+                    i += lead + n;
+                    continue;
+                }
+            }
+            (b'\\', Some(b'u' | b'U')) => {
+                let (v, n) = hex_run(&rest[1..], 8);
+                if n >= 2 {
+                    let mut buf = [0u8; 4];
+                    if let Some(c) = char::from_u32(v) {
+                        out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+                        i += 2 + n;
+                        continue;
+                    }
+                }
+            }
+            (b'\\', Some(b'0'..=b'7')) => {
+                let mut v = 0u32;
+                let mut n = 0;
+                while n < 4 && n < rest.len() && (b'0'..=b'7').contains(&rest[n]) {
+                    v = v * 8 + u32::from(rest[n] - b'0');
+                    n += 1;
+                }
+                out.push(u8::try_from(v & 0xff).unwrap_or(b'?'));
+                i += 1 + n;
+                continue;
+            }
+            (b'\\', Some(next)) => {
+                out.push(next);
+                i += 2;
+                continue;
+            }
+            _ => {}
+        }
+        out.push(b);
+        i += 1;
+    }
+    out
+}
+
+/// The bytes that the decimal numbers in `text` (each below 256) stand for, in order: the
+/// shape of `jq 'implode'` input or a list of code points.
+fn decode_numbers(text: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut current: Option<u32> = None;
+    for b in text.iter().chain(std::iter::once(&b' ')) {
+        if b.is_ascii_digit() {
+            let v = current.unwrap_or(0).saturating_mul(10) + u32::from(b - b'0');
+            current = Some(v.min(100_000));
+        } else if let Some(v) = current.take()
+            && let Ok(byte) = u8::try_from(v)
+        {
+            out.push(byte);
+        }
+    }
+    out
 }
 
 impl SecretBroker {
@@ -534,6 +831,88 @@ mod tests {
             "cargo test --lib 2>&1 | tail"
         );
         assert_eq!(broker.redact("née ünïcode ✓"), "née ünïcode ✓");
+    }
+
+    /// Issue 28: lines of `seq` output are not the hex of a short or patterned secret.
+    #[test]
+    fn ordinary_output_is_not_redacted_by_coincidence() {
+        let (broker, _) = SecretBroker::new(
+            map(&[
+                ("PIN", "123456789"),
+                ("TOKEN", "ab123456789cdXYZqr"),
+                ("WORDS", "aaaaaaaaaaaaaaaaaaaa"),
+            ]),
+            BTreeMap::new(),
+        );
+        let seq: String = (1..=3000).map(|i| format!("{i}\n")).collect();
+        let seq_hex: String = (0x30..=0x39).map(|i| format!("{i}\n")).collect();
+        for text in [seq.as_str(), seq_hex.as_str(), "31 32 33 34 35 36 37 38 39"] {
+            assert_eq!(broker.redact(text), text);
+            assert_eq!(broker.probe(text), None, "{text}");
+        }
+        // the value itself is still redacted where it appears whole
+        assert_eq!(broker.redact("pin 123456789"), "pin {{secret:PIN}}");
+        // in a URL with credentials, only the credentials are secret
+        let (broker, _) = SecretBroker::new(
+            map(&[(
+                "DATABASE_URL",
+                "postgres://app:Xk9mQ2pLw7@localhost:5432/dev",
+            )]),
+            BTreeMap::new(),
+        );
+        for text in [
+            "db at localhost:5432/dev",
+            "postgres://app@localhost:5432/dev",
+        ] {
+            assert_eq!(broker.redact(text), text);
+            assert_eq!(broker.guarded_hit(text), None, "{text}");
+        }
+        assert_eq!(
+            broker.guarded_hit("app:Xk9mQ2pLw7").as_deref(),
+            Some("DATABASE_URL")
+        );
+    }
+
+    /// Issue 28: a command that carries a guess of a secret in a form the redactor knows is a
+    /// probe; a public prefix and a few guessed bytes are not enough to match a fragment.
+    #[test]
+    fn probes_are_recognised_in_every_known_form() {
+        let token = "ghp_Zx9Qw3Er7Ty1Ui5Op2As6Df4Gh8Jk0LmNbVc";
+        let (broker, _) = SecretBroker::new(map(&[("GITHUB_TOKEN", token)]), BTreeMap::new());
+        let window = &token[4..16];
+        let hexed = hex(window.as_bytes());
+        let escaped: String = window.bytes().map(|b| format!("\\x{b:02x}")).collect();
+        let octal: String = window.bytes().map(|b| format!("\\{b:o}")).collect();
+        let decimal: Vec<String> = window.bytes().map(|b| b.to_string()).collect();
+        let reversed: String = window.chars().rev().collect();
+        for command in [
+            format!("echo {token}"),
+            format!("printf '%s\\n' 'aaaa|{hexed}|bbbb'"),
+            format!("printf '%s' '{}'", hexed.to_uppercase()),
+            format!("printf '{escaped}'"),
+            format!("printf '{octal}'"),
+            format!("jq -n '[{}]|implode'", decimal.join(",")),
+            format!("echo {}", base64(window.as_bytes(), false)),
+            format!("echo {reversed} | rev"),
+            format!("grep -q {window} notes.txt"),
+        ] {
+            assert_eq!(
+                broker.probe(&command).as_deref(),
+                Some("GITHUB_TOKEN"),
+                "{command}"
+            );
+        }
+        // the public prefix with a few guessed bytes, and ordinary commands, are no probe;
+        // and their output is not redacted either (nothing to learn from it)
+        for text in [
+            "printf '%s\\n' ghp_Zx9Q ghp_Zx9q",
+            &hex(b"ghp_Zx9Qw"),
+            "cargo test --lib 2>&1 | tail -40",
+            "git log --oneline -5",
+        ] {
+            assert_eq!(broker.probe(text), None, "{text}");
+            assert_eq!(broker.redact(text), text);
+        }
     }
 
     #[test]
