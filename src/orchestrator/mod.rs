@@ -442,8 +442,12 @@ fn finish_as(
         }
         Err(e) => return Err(e),
     }
-    move_to_processed(store, m)?;
+    // Recorded as soon as the answer is durable, before the message leaves the inbox: a
+    // crash after the move would lose the record for good (the message, processed, is never
+    // looked at again), while a crash before it brings the message back to an answer that
+    // exists, which is not answered or recorded twice.
     record_answer(store, &id, &outcome, None);
+    move_to_processed(store, m)?;
     Ok(FileOutcome::Answered(Box::new(outcome)))
 }
 
