@@ -982,14 +982,22 @@ fn queue_manager_backs_off_and_records_the_disk_error() {
     });
 
     // The disk fills up while a job runs.
-    agentstore::store::write_json_atomic(&jobs("queued", "j2"), &queue_env::noop(3.0)).unwrap();
+    // The job ends 6 s after it starts; the disk is full from when dd returns (seconds on
+    // a loaded machine) until 9 s after the start, so the end falls inside.
+    agentstore::store::write_json_atomic(&jobs("queued", "j2"), &queue_env::noop(6.0)).unwrap();
     wait_until(LONG, "j2 running", || jobs("running", "j2").exists());
+    let running_since = std::time::Instant::now();
     let _ = std::process::Command::new("dd")
         .args(["if=/dev/zero", "bs=4096"])
         .arg(format!("of={}", fill.display()))
         .stderr(std::process::Stdio::null())
         .status();
-    std::thread::sleep(Duration::from_secs(6));
+    assert!(
+        running_since.elapsed() < Duration::from_secs(6),
+        "filling the disk took {:?}: the job may have ended before it was full",
+        running_since.elapsed()
+    );
+    std::thread::sleep(Duration::from_secs(9).saturating_sub(running_since.elapsed()));
     std::fs::remove_file(&fill).unwrap();
     wait_until(LONG, "j2 ended", || {
         jobs("failed", "j2").exists() || jobs("finished", "j2").exists()
