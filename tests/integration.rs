@@ -39,6 +39,7 @@ mod agentshell_exec;
 mod agentshell_layers;
 mod agentshell_policy_prop;
 mod agentshell_providers;
+mod agentshell_sandbox;
 mod agentshell_telegram;
 mod agentshell_tmux;
 mod agentshell_web;

@@ -182,6 +182,13 @@ fn open(
     if let Some(w) = project.untrusted_warning() {
         eprintln!("agentshell: {}", visible(&w));
     }
+    let sandbox = wiring::sandbox_support(&env);
+    if sandbox.level != crate::agent::tools::sandbox::Level::Enforced {
+        eprintln!(
+            "agentshell: command sandbox {}; every command that is not read-only is asked about",
+            sandbox.describe()
+        );
+    }
     Ok((env, home, project))
 }
 
@@ -216,10 +223,11 @@ fn run(
         let mut agent =
             wiring::build_agent_with_subagents(&project, &env, terminal.ask_channel(), screen)?;
         let banner = format!(
-            "\x1b[1magentshell {}\x1b[0m · {} · {}",
+            "\x1b[1magentshell {}\x1b[0m · {} · {} · sandbox {}",
             env!("CARGO_PKG_VERSION"),
             agent.model(),
-            project.root.display()
+            project.root.display(),
+            wiring::sandbox_support(&env).describe()
         );
         if let SessionEnd::Signal(_, number) = terminal.run(&mut agent, &banner).await? {
             // A reader thread may still block on the terminal: leave without waiting for it.
@@ -518,7 +526,12 @@ fn exec(
             session_id: uuid::Uuid::new_v4().to_string(),
             model: std::env::var(wiring::ENV_MODEL).unwrap_or_default(),
             permission_denials: Vec::new(),
+            sandbox: None,
         },
+    };
+    let result = ExecResult {
+        sandbox: Some(wiring::sandbox_support(&env_map())),
+        ..result
     };
     if json {
         match serde_json::to_string(&result) {

@@ -109,6 +109,8 @@ pub struct AgentCommand {
     pub env: Vec<(String, String)>,
     /// Switch to this account (when the worker runs as root and it is another account).
     pub switch_to: Option<RunAs>,
+    /// Confine it (the queue sandboxes its jobs): applied in the child, last before exec.
+    pub sandbox: Option<super::confine::JobSandbox>,
 }
 
 /// How the agent ended.
@@ -163,6 +165,14 @@ pub fn run_agent(
     if cmd.switch_to.is_none() {
         c.current_dir(&cmd.cwd);
     }
+    // Built before the fork; the child only applies it with plain system calls.
+    let confinement = match &cmd.sandbox {
+        Some(s) => Some(s.compiled.prepare(false).map_err(|e| SpawnError::Spawn {
+            program: cmd.program.clone(),
+            source: std::io::Error::other(e),
+        })?),
+        None => None,
+    };
     if let Some(user) = &cmd.switch_to {
         // The working directory is entered after the switch, so the account's own
         // permissions decide whether it may work there.
@@ -191,6 +201,14 @@ pub fn run_agent(
                 nix::unistd::chdir(cwd.as_c_str())?;
                 Ok(())
             });
+        }
+    }
+    if let Some(confinement) = confinement {
+        // SAFETY: confine_child only makes system calls (unshare, mount, prctl,
+        // landlock_restrict_self) on data prepared before the fork; it runs after the account
+        // switch above, so the namespaces belong to the job's account.
+        unsafe {
+            c.pre_exec(move || confinement.confine_child());
         }
     }
     let mut child = c.spawn().map_err(|source| SpawnError::Spawn {
