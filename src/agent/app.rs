@@ -174,6 +174,7 @@ pub fn main(cli: Cli, termination: Termination) -> ExitCode {
 fn open(
     cwd: &Path,
     explicit: Option<&Path>,
+    headless: bool,
 ) -> anyhow::Result<(BTreeMap<String, String>, AgentHome, bootstrap::Project)> {
     let env = env_map();
     let home = agent_home(&env)?;
@@ -183,7 +184,14 @@ fn open(
         eprintln!("agentshell: {}", visible(&w));
     }
     let sandbox = wiring::sandbox_support(&env);
-    if sandbox.level != crate::agent::tools::sandbox::Level::Enforced {
+    // Headless runs report it in their JSON (`sandbox`); on stderr only when nothing is
+    // enforced (a job's agentshell, inside the job's own sandbox, is `partial` by design).
+    let worth_saying = if headless {
+        sandbox.level == crate::agent::tools::sandbox::Level::None
+    } else {
+        sandbox.level != crate::agent::tools::sandbox::Level::Enforced
+    };
+    if worth_saying {
         eprintln!(
             "agentshell: command sandbox {}; every command that is not read-only is asked about",
             sandbox.describe()
@@ -198,7 +206,7 @@ fn run(
     resume: Option<&str>,
     continue_last: bool,
 ) -> anyhow::Result<()> {
-    let (env, home, project) = open(cwd, explicit)?;
+    let (env, home, project) = open(cwd, explicit, false)?;
     let store = SessionStore::new(home.dir.join("sessions"), project.root.clone());
     let reopen = match (resume, continue_last) {
         (_, true) => {
@@ -245,7 +253,7 @@ fn web(
     termination: Termination,
 ) -> anyhow::Result<()> {
     use std::io::Write;
-    let (env, _home, project) = open(cwd, explicit)?;
+    let (env, _home, project) = open(cwd, explicit, false)?;
     runtime()?.block_on(async {
         let web = Web::new();
         let listener = web::Listener::bind(socket).await?;
@@ -323,7 +331,7 @@ fn telegram(
     poll_timeout: u64,
     termination: Termination,
 ) -> anyhow::Result<()> {
-    let (env, _home, project) = open(cwd, explicit)?;
+    let (env, _home, project) = open(cwd, explicit, false)?;
     let config = wiring::effective_config(&project, &env);
     let allowed_chats = allowed_chats(&config)?;
     let max_sessions = telegram_number(
@@ -569,7 +577,7 @@ fn exec_inner(
     if prompt.trim().is_empty() {
         bail!("empty prompt");
     }
-    let (env, _home, project) = open(cwd, explicit)?;
+    let (env, _home, project) = open(cwd, explicit, true)?;
     runtime()?.block_on(async {
         let mut agent =
             wiring::build_agent_with_subagents(&project, &env, ask, Arc::new(LoggedEvents))?;

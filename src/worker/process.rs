@@ -173,6 +173,16 @@ pub fn run_agent(
         })?),
         None => None,
     };
+    if let Some(confinement) = confinement {
+        // SAFETY: confine_child only makes system calls (unshare, mount, prctl,
+        // landlock_restrict_self) on data prepared before the fork. It runs before the
+        // account switch below: the mount namespace is made with this process's rights (root
+        // when it switches), and the switch itself (setgroups, setgid, setuid) is not
+        // something Landlock or an emptied capability bounding set prevents.
+        unsafe {
+            c.pre_exec(move || confinement.confine_child());
+        }
+    }
     if let Some(user) = &cmd.switch_to {
         // The working directory is entered after the switch, so the account's own
         // permissions decide whether it may work there.
@@ -201,14 +211,6 @@ pub fn run_agent(
                 nix::unistd::chdir(cwd.as_c_str())?;
                 Ok(())
             });
-        }
-    }
-    if let Some(confinement) = confinement {
-        // SAFETY: confine_child only makes system calls (unshare, mount, prctl,
-        // landlock_restrict_self) on data prepared before the fork; it runs after the account
-        // switch above, so the namespaces belong to the job's account.
-        unsafe {
-            c.pre_exec(move || confinement.confine_child());
         }
     }
     let mut child = c.spawn().map_err(|source| SpawnError::Spawn {
