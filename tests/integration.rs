@@ -78,3 +78,4 @@ mod web_dashboard;
 mod worker_agent_real;
 mod worker_claude_real;
 mod worker_m5;
+mod worker_sandbox;

@@ -404,6 +404,15 @@ impl Prepared {
         Ok(())
     }
 
+    /// Install [`confine_child`](Prepared::confine_child) before exec of a std command.
+    pub fn install_std(self, cmd: &mut std::process::Command) {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: the closure only calls confine_child, async-signal-safe (see there).
+        unsafe {
+            cmd.pre_exec(move || self.confine_child());
+        }
+    }
+
     /// Install [`confine_child`](Prepared::confine_child) as the last step before exec of a
     /// tokio command.
     pub fn install_tokio(self, cmd: &mut tokio::process::Command) {
