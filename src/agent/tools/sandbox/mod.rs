@@ -32,7 +32,7 @@ pub mod session;
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use landlock::{
     ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath,
@@ -221,6 +221,7 @@ impl SandboxPolicy {
             write: open(&self.write),
             devices: open(&self.devices),
             policy: self.clone(),
+            rulesets: Default::default(),
         }
     }
 }
@@ -233,6 +234,9 @@ pub struct Compiled {
     write: Vec<(PathBuf, PathFd, bool)>,
     devices: Vec<(PathBuf, PathFd, bool)>,
     policy: SandboxPolicy,
+    /// The rulesets, built on first use and shared by every child (a ruleset fd can restrict
+    /// any number of processes): without, with network.
+    rulesets: [OnceLock<Arc<OwnedFd>>; 2],
 }
 
 impl Compiled {
@@ -251,7 +255,14 @@ impl Compiled {
     pub fn prepare(&self, network: bool) -> Result<Prepared, SandboxError> {
         let abi = ABI::from(self.support.abi);
         let ruleset = if self.support.abi > 0 {
-            Some(self.ruleset(abi, network)?)
+            let slot = &self.rulesets[usize::from(network)];
+            Some(match slot.get() {
+                Some(fd) => Arc::clone(fd),
+                None => {
+                    let fd = Arc::new(self.ruleset(abi, network)?);
+                    Arc::clone(slot.get_or_init(|| fd))
+                }
+            })
         } else {
             None
         };
@@ -340,7 +351,7 @@ impl Compiled {
 /// applies it between fork and exec.
 #[derive(Debug)]
 pub struct Prepared {
-    ruleset: Option<OwnedFd>,
+    ruleset: Option<Arc<OwnedFd>>,
     namespace: Option<Namespace>,
     /// Empty the capability bounding set (a root parent): root's capabilities would let a
     /// command load kernel modules, open raw sockets past the TCP rules, or read another
