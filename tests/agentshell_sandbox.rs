@@ -317,6 +317,9 @@ fn no_network_no_signals_no_ptrace_no_new_privileges() {
     let port = listener.local_addr().unwrap().port();
     listener.set_nonblocking(true).unwrap();
     let abstract_name = format!("agentstore-sandbox-test-{}", std::process::id());
+    let unix_path = f.dir.path().join("outside.sock");
+    let path_listener = std::os::unix::net::UnixListener::bind(&unix_path).unwrap();
+    path_listener.set_nonblocking(true).unwrap();
     let unix = {
         use std::os::linux::net::SocketAddrExt;
         let addr = std::os::unix::net::SocketAddr::from_abstract_name(&abstract_name).unwrap();
@@ -353,6 +356,15 @@ fn no_network_no_signals_no_ptrace_no_new_privileges() {
         sh(&format!("{} echo $p", agent_pid())),
         sh("grep NoNewPrivs /proc/self/status"),
         sh("grep CapEff /proc/self/status; mknod blk b 7 0 && echo made-a-device"),
+        // UDP (DNS would carry data out) and a path-named Unix socket (docker.sock, say):
+        // Landlock does not see them, the socket filter does.
+        sh(
+            "perl -MSocket -e \"socket(S, PF_INET, SOCK_DGRAM, 0) or die qq(udp: \\$!\\n); print qq(udp-socket\\n)\"",
+        ),
+        json!({"command": format!(
+            "perl -MSocket -e 'socket(S, PF_UNIX, SOCK_STREAM, 0) or die \"unix: $!\\n\"; connect(S, pack_sockaddr_un(\"{}\")) or die \"connect: $!\\n\"; print \"connected\\n\"'",
+            unix_path.display()
+        )}),
     ];
     // `perl …` is not `sh`: allow it for this test.
     std::fs::write(
@@ -400,6 +412,18 @@ fn no_network_no_signals_no_ptrace_no_new_privileges() {
     );
     assert_ne!(tools[8]["exit_code"], 0, "{}", tools[8]);
     assert!(!f.root.join("blk").exists());
+    for i in [9, 10] {
+        assert_ne!(tools[i]["exit_code"], 0, "call {i} got out: {}", tools[i]);
+        assert!(
+            text(&tools[i]).contains("Permission denied"),
+            "{}",
+            tools[i]
+        );
+    }
+    assert!(
+        path_listener.accept().is_err(),
+        "no Unix connection arrived"
+    );
     assert_eq!(
         tools[6]["stdout"].as_str().unwrap().trim(),
         out.status.code().map(|_| agent.to_string()).unwrap(),

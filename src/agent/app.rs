@@ -225,6 +225,10 @@ fn run(
         history_file: Some(home.dir.join("history")),
         resume: reopen,
         switch_model: Some(Box::new(wiring::model_switcher(&project, &env))),
+        status: vec![
+            format!("project  {}", project.root.display()),
+            format!("sandbox  {}", wiring::sandbox_support(&env).describe()),
+        ],
     });
     runtime()?.block_on(async {
         let screen = Arc::new(TerminalRenderer::stdout());

@@ -182,6 +182,8 @@ pub fn for_job(
         scope_signals: true,
         // The approvals channel is an abstract socket of the worker, outside the sandbox.
         scope_abstract_sockets: !approvals,
+        // Jobs resolve their endpoint's name (UDP) and talk to the approval socket (Unix).
+        tcp_only: false,
     };
     let compiled = policy.compile(support);
     let summary = summary(support, &cwd, &scratch, &policy, &ports);

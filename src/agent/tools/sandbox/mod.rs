@@ -200,6 +200,12 @@ pub struct SandboxPolicy {
     pub scope_signals: bool,
     /// Refuse connecting to abstract Unix sockets made outside the sandbox.
     pub scope_abstract_sockets: bool,
+    /// Allow only TCP sockets (whose connect and bind the Landlock rules govern): a seccomp
+    /// filter refuses creating UDP, raw, Unix, netlink… sockets and io_uring (which could
+    /// create them past the filter). Landlock does not cover those: UDP (DNS) would carry
+    /// data out, and a path-named Unix socket (`/var/run/docker.sock`) reached by `connect`
+    /// is not a file access.
+    pub tcp_only: bool,
 }
 
 impl SandboxPolicy {
@@ -267,22 +273,20 @@ impl Compiled {
             None
         };
         let namespace = if self.support.mount_namespace {
-            let exists = |p: &&PathBuf| {
-                p.symlink_metadata()
-                    .is_ok_and(|m| !m.file_type().is_symlink())
-            };
+            // A symlinked subpath (`.git/hooks -> ../hooks`) is protected where it leads.
+            let target = |p: &PathBuf| p.canonicalize().ok();
             let present: Vec<(PathBuf, bool)> = self
                 .policy
                 .pinned
                 .iter()
-                .filter(exists)
-                .map(|p| (p.clone(), false))
+                .filter_map(target)
+                .map(|p| (p, false))
                 .chain(
                     self.policy
                         .read_only
                         .iter()
-                        .filter(exists)
-                        .map(|p| (p.clone(), true)),
+                        .filter_map(target)
+                        .map(|p| (p, true)),
                 )
                 .collect();
             (!present.is_empty())
@@ -295,6 +299,9 @@ impl Compiled {
             ruleset,
             namespace,
             drop_capabilities: nix::unistd::geteuid().is_root(),
+            socket_filter: (self.policy.tcp_only && !network)
+                .then(socket_filter)
+                .flatten(),
         })
     }
 
@@ -357,6 +364,8 @@ pub struct Prepared {
     /// command load kernel modules, open raw sockets past the TCP rules, or read another
     /// process's `/proc/PID/environ` past Landlock.
     drop_capabilities: bool,
+    /// The seccomp program of [`SandboxPolicy::tcp_only`].
+    socket_filter: Option<Vec<libc::sock_filter>>,
 }
 
 impl Prepared {
@@ -398,6 +407,26 @@ impl Prepared {
         if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
             return Err(std::io::Error::last_os_error());
         }
+        if let Some(filter) = &self.socket_filter {
+            let program = libc::sock_fprog {
+                len: u16::try_from(filter.len()).unwrap_or(0),
+                filter: filter.as_ptr().cast_mut(),
+            };
+            // SAFETY: installs a seccomp filter on this process from a program made before
+            // the fork; the kernel copies it; no_new_privs is set above.
+            let r = unsafe {
+                libc::prctl(
+                    libc::PR_SET_SECCOMP,
+                    libc::SECCOMP_MODE_FILTER,
+                    &program as *const libc::sock_fprog,
+                    0,
+                    0,
+                )
+            };
+            if r != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
         if let Some(fd) = &self.ruleset {
             // SAFETY: landlock_restrict_self on a ruleset fd we own, no flags; it changes only
             // this process's credentials.
@@ -431,6 +460,48 @@ impl Prepared {
         unsafe {
             cmd.pre_exec(move || self.confine_child());
         }
+    }
+}
+
+/// The seccomp program of [`SandboxPolicy::tcp_only`] for this architecture (None where it is
+/// not written for it): `socket()` only for `AF_INET`/`AF_INET6` `SOCK_STREAM`, no
+/// `io_uring_setup`, no system calls of another ABI (i386 `socketcall`, x32), else `EACCES`.
+fn socket_filter() -> Option<Vec<libc::sock_filter>> {
+    #[cfg(target_arch = "x86_64")]
+    const ARCH: u32 = 0xC000_003E; // AUDIT_ARCH_X86_64
+    #[cfg(target_arch = "aarch64")]
+    const ARCH: u32 = 0xC000_00B7; // AUDIT_ARCH_AARCH64
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    return None;
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    {
+        const LD_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+        const JEQ: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+        const JGE: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
+        const AND: u16 = 0x54; // BPF_ALU | BPF_AND | BPF_K
+        const RET: u16 = 0x06; // BPF_RET | BPF_K
+        const ALLOW: u32 = 0x7fff_0000; // SECCOMP_RET_ALLOW
+        let deny: u32 = 0x0005_0000 | u32::try_from(libc::EACCES).unwrap_or(13); // RET_ERRNO
+        let op = |code: u16, jt: u8, jf: u8, k: u32| libc::sock_filter { code, jt, jf, k };
+        let nr = |n: libc::c_long| u32::try_from(n).unwrap_or(u32::MAX);
+        let af = |n: libc::c_int| u32::try_from(n).unwrap_or(u32::MAX);
+        // seccomp_data: nr at 0, arch at 4, args[i] at 16 + 8 i (low half first).
+        Some(vec![
+            /* 0 */ op(LD_ABS, 0, 0, 4),
+            /* 1 */ op(JEQ, 0, 11, ARCH),
+            /* 2 */ op(LD_ABS, 0, 0, 0),
+            /* 3 */ op(JGE, 9, 0, 0x4000_0000), // x32 system calls
+            /* 4 */ op(JEQ, 8, 0, nr(libc::SYS_io_uring_setup)),
+            /* 5 */ op(JEQ, 0, 6, nr(libc::SYS_socket)),
+            /* 6 */ op(LD_ABS, 0, 0, 16),
+            /* 7 */ op(JEQ, 1, 0, af(libc::AF_INET)),
+            /* 8 */ op(JEQ, 0, 4, af(libc::AF_INET6)),
+            /* 9 */ op(LD_ABS, 0, 0, 24),
+            /* 10 */ op(AND, 0, 0, 0xf),
+            /* 11 */ op(JEQ, 0, 1, af(libc::SOCK_STREAM)),
+            /* 12 */ op(RET, 0, 0, ALLOW),
+            /* 13 */ op(RET, 0, 0, deny),
+        ])
     }
 }
 

@@ -125,6 +125,12 @@ impl CommandSandbox {
                 })?;
         }
         let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+        // A repository without hooks would let a command create them: make the empty
+        // directory git itself makes, so it can be kept read-only.
+        let hooks = root.join(".git/hooks");
+        if root.join(".git").is_dir() && hooks.symlink_metadata().is_err() {
+            let _ = std::fs::create_dir(&hooks);
+        }
         let mut read = super::system_read_paths();
         if let Some(home) = home {
             read.extend(home_read_paths(home));
@@ -146,6 +152,7 @@ impl CommandSandbox {
             connect_ports: Some(Vec::new()),
             scope_signals: true,
             scope_abstract_sockets: true,
+            tcp_only: true,
         };
         Ok(CommandSandbox {
             compiled: policy.compile(support),
