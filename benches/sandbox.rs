@@ -143,16 +143,16 @@ fn per_job() {
         c.current_dir(&work);
         plain.push(run(c));
         let t = Instant::now();
-        let job = confine::for_job(
-            &queue,
-            &JobType::Claude,
-            &work,
-            &home,
-            &env,
-            &[PathBuf::from("/bin/true")],
-            None,
-            true,
-        )
+        let job = confine::for_job(confine::JobContext {
+            queue: &queue,
+            jobtype: &JobType::Claude,
+            cwd: &work,
+            home: &home,
+            env: &env,
+            programs: &[PathBuf::from("/bin/true")],
+            switch_to: None,
+            approvals: true,
+        })
         .unwrap()
         .unwrap();
         let p = job.compiled.prepare(false).unwrap();

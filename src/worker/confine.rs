@@ -65,18 +65,40 @@ fn url_port(url: &str) -> Option<u16> {
     }
 }
 
-/// The confinement of one job, or `None` when its queue does not sandbox. `programs` are the
-/// executables it starts (the agent, the approvals server), whose installations it must read.
-pub fn for_job(
-    queue: &QueueConfig,
-    jobtype: &JobType,
-    cwd: &Path,
-    home: &Path,
-    env: &[(String, String)],
-    programs: &[PathBuf],
-    switch_to: Option<&RunAs>,
-    approvals: bool,
-) -> Result<Option<JobSandbox>, String> {
+/// What a job's confinement is built from.
+#[derive(Debug, Clone, Copy)]
+pub struct JobContext<'a> {
+    /// The queue (its `config.sandbox`).
+    pub queue: &'a QueueConfig,
+    /// The job's type (which agent's state it may write).
+    pub jobtype: &'a JobType,
+    /// The job's working directory.
+    pub cwd: &'a Path,
+    /// The job account's home directory.
+    pub home: &'a Path,
+    /// The agent's environment (its endpoint variables).
+    pub env: &'a [(String, String)],
+    /// The executables it starts (the agent, the approvals server), whose installations it
+    /// must read.
+    pub programs: &'a [PathBuf],
+    /// The account it runs as, when the worker switches to it (owns the scratch directory).
+    pub switch_to: Option<&'a RunAs>,
+    /// Whether it talks to the worker's approval socket.
+    pub approvals: bool,
+}
+
+/// The confinement of one job, or `None` when its queue does not sandbox.
+pub fn for_job(job: JobContext<'_>) -> Result<Option<JobSandbox>, String> {
+    let JobContext {
+        queue,
+        jobtype,
+        cwd,
+        home,
+        env,
+        programs,
+        switch_to,
+        approvals,
+    } = job;
     let Some(setting) = queue.sandbox.as_ref().filter(|s| s.enabled) else {
         return Ok(None);
     };

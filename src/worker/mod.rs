@@ -467,16 +467,16 @@ fn confine_job(
     if approvals {
         programs.push(approval_worker_path());
     }
-    let Some(sandbox) = confine::for_job(
+    let Some(sandbox) = confine::for_job(confine::JobContext {
         queue,
-        &job.config.jobtype,
-        &cmd.cwd,
-        &home,
-        &cmd.env,
-        &programs,
-        cmd.switch_to.as_ref(),
+        jobtype: &job.config.jobtype,
+        cwd: &cmd.cwd,
+        home: &home,
+        env: &cmd.env,
+        programs: &programs,
+        switch_to: cmd.switch_to.as_ref(),
         approvals,
-    )?
+    })?
     else {
         return Ok(cmd.clone());
     };
