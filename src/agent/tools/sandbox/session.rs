@@ -125,12 +125,6 @@ impl CommandSandbox {
                 })?;
         }
         let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
-        // A repository without hooks would let a command create them: make the empty
-        // directory git itself makes, so it can be kept read-only.
-        let hooks = root.join(".git/hooks");
-        if root.join(".git").is_dir() && hooks.symlink_metadata().is_err() {
-            let _ = std::fs::create_dir(&hooks);
-        }
         let mut read = super::system_read_paths();
         if let Some(home) = home {
             read.extend(home_read_paths(home));
@@ -192,8 +186,10 @@ impl Drop for CommandSandbox {
 pub fn protected_paths(root: &Path) -> Vec<PathBuf> {
     let git = root.join(".git");
     let mut paths = vec![root.join(".agentshell")];
-    if git.is_file() {
-        // A worktree's `.git` file names the git directory: rewriting it redirects git.
+    if git.is_file() || (git.is_dir() && !git.join("hooks").exists()) {
+        // A worktree's `.git` file names the git directory: rewriting it redirects git. A
+        // git directory without `hooks/` would let a command create them: all of it stays
+        // read-only (git can read, not write; nothing is made in the user's repository).
         paths.push(git);
     } else {
         for p in ["hooks", "config", "commondir", "info", "config.worktree"] {
