@@ -81,7 +81,13 @@ fn per_command() {
     use std::os::unix::process::CommandExt;
     let (mut plain, mut confined, mut prepare) = (Vec::new(), Vec::new(), Vec::new());
     let mut no_ns = Vec::new();
+    let mut read_only = Vec::new();
     for _ in 0..ROUNDS {
+        let t = Instant::now();
+        let p = sandbox.prepare_read_only(false).unwrap();
+        let mut c = base();
+        p.install_std(&mut c);
+        read_only.push(t.elapsed() + run(c));
         plain.push(run(base()));
         let t = Instant::now();
         let p = landlock_only.prepare(false).unwrap();

@@ -511,3 +511,22 @@ fn network_for_a_command_is_the_users_to_allow() {
         "{result}"
     );
 }
+
+#[test]
+fn a_command_judged_read_only_runs_with_a_read_only_project() {
+    if !landlock_here("a_command_judged_read_only_runs_with_a_read_only_project") {
+        return;
+    }
+    // The heredoc: a parser that reads it as one quoted `echo` argument judges it
+    // read-only, while `sh` runs the `touch`. Whatever the gate says, the kernel keeps a
+    // read-only command from writing the project.
+    let f = fixture();
+    let heredoc = "cat <<EOF\necho '\nEOF\ntouch PWN\necho '";
+    let (result, tools, _, _) = run(
+        &f,
+        &[json!({"command": heredoc}), json!({"command": "ls -la"})],
+        &[],
+    );
+    assert!(!f.root.join("PWN").exists(), "{result} {}", tools[0]);
+    assert_eq!(tools[1]["exit_code"], 0, "{}", tools[1]);
+}

@@ -145,7 +145,10 @@ impl Toolbox {
     pub fn new(env: ToolEnv) -> Result<Self, PolicyError> {
         let policy = Policy::new(&env.config.policy, &env.root)?;
         let mut tools: Vec<Box<dyn Tool>> = vec![
-            Box::new(run_command::RunCommand::new(env.sandbox.support())),
+            Box::new(run_command::RunCommand::new(
+                env.sandbox.support(),
+                Policy::new(&env.config.policy, &env.root).ok(),
+            )),
             Box::new(ask_user::AskUser),
             Box::new(memory_tools::MemorySearch),
             Box::new(memory_tools::MemoryRead),

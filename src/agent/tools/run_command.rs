@@ -33,12 +33,24 @@ const CAPTURE_BYTES: usize = 1024 * 1024;
 pub struct RunCommand {
     /// What the kernel enforces of the sandbox (below `enforced`, the gate asks more).
     sandbox: Support,
+    /// The session's policy, asked again at execution whether the command is read-only (it
+    /// then runs with a read-only project).
+    policy: Option<Policy>,
 }
 
 impl RunCommand {
-    /// The tool, for a session whose sandbox has `sandbox` support.
-    pub fn new(sandbox: Support) -> Self {
-        Self { sandbox }
+    /// The tool, for a session whose sandbox has `sandbox` support; `policy` is the session's
+    /// (None: every command runs with the writable project).
+    pub fn new(sandbox: Support, policy: Option<Policy>) -> Self {
+        Self { sandbox, policy }
+    }
+
+    /// Whether the policy judges `command` read-only (not merely allowed by configuration).
+    fn read_only(&self, command: &str, env: &BTreeMap<String, String>) -> bool {
+        self.policy.as_ref().is_some_and(|p| {
+            let d = p.classify_run(command, env);
+            d.verdict == Verdict::Allow && d.reason.starts_with("read-only")
+        })
     }
 }
 
@@ -268,6 +280,7 @@ impl Tool for RunCommand {
                 return ToolResult::error("missing `command`");
             };
             let extra_env = env_arg(&args);
+            let read_only = self.read_only(command, &extra_env);
             let prepared = match env.secrets.prepare(command, &extra_env) {
                 Ok(p) => p,
                 Err(e) => return ToolResult::error(e.to_string()),
@@ -280,7 +293,7 @@ impl Tool for RunCommand {
             run(
                 &prepared.command,
                 &prepared.set_env,
-                wants_network(&args),
+                (wants_network(&args), read_only),
                 env,
                 timeout,
             )
@@ -323,12 +336,17 @@ impl Drop for GroupGuard {
 async fn run(
     command: &str,
     set_env: &BTreeMap<String, String>,
-    network: bool,
+    (network, read_only): (bool, bool),
     env: &ToolEnv,
     timeout_secs: u64,
 ) -> ToolResult {
     // Built before the fork; the child only applies it (async-signal-safe).
-    let confinement = match env.sandbox.prepare(network) {
+    let confinement = if read_only {
+        env.sandbox.prepare_read_only(network)
+    } else {
+        env.sandbox.prepare(network)
+    };
+    let confinement = match confinement {
         Ok(c) => c,
         Err(e) => return ToolResult::error(format!("cannot confine the command: {e}")),
     };

@@ -101,6 +101,10 @@ fn home_read_paths(home: &Path) -> Vec<PathBuf> {
 #[derive(Debug)]
 pub struct CommandSandbox {
     compiled: Compiled,
+    /// For commands the policy judged read-only: the project is not writable at all (only
+    /// the scratch directory is), so no mount namespace is needed for the protected subpaths
+    /// (cheaper), and a parser mistake cannot turn a "read-only" command into a writer.
+    read_only: Compiled,
     scratch: PathBuf,
 }
 
@@ -148,8 +152,14 @@ impl CommandSandbox {
             scope_abstract_sockets: true,
             tcp_only: true,
         };
+        let mut read_only = policy.clone();
+        read_only.read.extend(read_only.write.drain(..));
+        read_only.write = vec![scratch.clone()];
+        read_only.read_only.clear();
+        read_only.pinned.clear();
         Ok(CommandSandbox {
             compiled: policy.compile(support),
+            read_only: read_only.compile(support),
             scratch,
         })
     }
@@ -172,6 +182,12 @@ impl CommandSandbox {
     /// The confinement of one command; `network` when the user allowed it network.
     pub fn prepare(&self, network: bool) -> Result<Prepared, SandboxError> {
         self.compiled.prepare(network)
+    }
+
+    /// The confinement of a command the policy judged read-only: nothing of the project (nor
+    /// anything but the scratch directory) is writable.
+    pub fn prepare_read_only(&self, network: bool) -> Result<Prepared, SandboxError> {
+        self.read_only.prepare(network)
     }
 }
 
