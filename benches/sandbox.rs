@@ -124,6 +124,11 @@ fn per_command() {
         "per command: confinement costs {:.3} ms (median difference)",
         b - a
     );
+    let r = stats("per command: confined, read-only command", &mut read_only);
+    println!(
+        "per command: a read-only command's confinement costs {:.3} ms (median difference)",
+        r - a
+    );
 }
 
 fn per_job() {
