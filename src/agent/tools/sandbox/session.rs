@@ -153,7 +153,7 @@ impl CommandSandbox {
             tcp_only: true,
         };
         let mut read_only = policy.clone();
-        read_only.read.extend(read_only.write.drain(..));
+        read_only.read.append(&mut read_only.write);
         read_only.write = vec![scratch.clone()];
         read_only.read_only.clear();
         read_only.pinned.clear();
