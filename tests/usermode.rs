@@ -995,6 +995,12 @@ fn project_side_effects_are_made_by_the_job_as_its_user() {
         "--launcher",
         "direct",
     ]);
+    // The fake venvman records its calls outside the project, which a sandboxed job may not
+    // write (tests/worker_sandbox.rs checks that): this queue runs its jobs unconfined.
+    let queue_doc = root.join("Queues/poplar/queue.json");
+    let mut queue: Value = serde_json::from_slice(&std::fs::read(&queue_doc).unwrap()).unwrap();
+    queue["config"]["sandbox"] = serde_json::json!({"enabled": false});
+    std::fs::write(&queue_doc, queue.to_string()).unwrap();
     let path_with_fake = format!(
         "{}:{}",
         bin.display(),

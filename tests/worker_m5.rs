@@ -18,11 +18,20 @@ struct Setup {
 }
 
 async fn setup(extra_env: Vec<(String, String)>) -> Setup {
+    setup_sandboxed(extra_env, true).await
+}
+
+/// `sandbox`: whether the queue confines its jobs (new queues do; a test whose fake agent
+/// records into a file outside the project turns it off).
+async fn setup_sandboxed(extra_env: Vec<(String, String)>, sandbox: bool) -> Setup {
     let bus = PrivateBus::start();
     let env = QueueEnv::new(4);
     env.edit_queue(|q| {
         q.config.claude_cli_path = fake_claude().display().to_string();
         q.config.claude_default_args = vec!["-p".into()];
+        if !sandbox {
+            q.config.sandbox = None;
+        }
     });
     std::fs::write(
         env.work.join(".claude/commands/greet.md"),
@@ -73,11 +82,15 @@ async fn claude_job_records_result_fields() {
         let envfile = tempfile::Builder::new().tempdir_in("/tmp").unwrap();
         std::fs::set_permissions(envfile.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
         let envpath = envfile.path().join("env.txt");
-        let mut s = setup(vec![
-            ("AGENTSTORE_PASS_ENV".into(), "FAKE_CLAUDE_ENVFILE".into()),
-            ("FAKE_CLAUDE_ENVFILE".into(), envpath.display().to_string()),
-            ("IS_SANDBOX".into(), "yes".into()),
-        ])
+        // The fake records its environment in /tmp, outside the project: no sandbox here.
+        let mut s = setup_sandboxed(
+            vec![
+                ("AGENTSTORE_PASS_ENV".into(), "FAKE_CLAUDE_ENVFILE".into()),
+                ("FAKE_CLAUDE_ENVFILE".into(), envpath.display().to_string()),
+                ("IS_SANDBOX".into(), "yes".into()),
+            ],
+            false,
+        )
         .await;
         let j = claude_job(
             &s,

@@ -174,6 +174,7 @@ pub fn main(cli: Cli, termination: Termination) -> ExitCode {
 fn open(
     cwd: &Path,
     explicit: Option<&Path>,
+    headless: bool,
 ) -> anyhow::Result<(BTreeMap<String, String>, AgentHome, bootstrap::Project)> {
     let env = env_map();
     let home = agent_home(&env)?;
@@ -181,6 +182,20 @@ fn open(
     logger::init(&project.root, env.get(ENV_LOG).map(String::as_str))?;
     if let Some(w) = project.untrusted_warning() {
         eprintln!("agentshell: {}", visible(&w));
+    }
+    let sandbox = wiring::sandbox_support(&env);
+    // Headless runs report it in their JSON (`sandbox`); on stderr only when nothing is
+    // enforced (a job's agentshell, inside the job's own sandbox, is `partial` by design).
+    let worth_saying = if headless {
+        sandbox.level == crate::agent::tools::sandbox::Level::None
+    } else {
+        sandbox.level != crate::agent::tools::sandbox::Level::Enforced
+    };
+    if worth_saying {
+        eprintln!(
+            "agentshell: command sandbox {}; every command that is not read-only is asked about",
+            sandbox.describe()
+        );
     }
     Ok((env, home, project))
 }
@@ -191,7 +206,7 @@ fn run(
     resume: Option<&str>,
     continue_last: bool,
 ) -> anyhow::Result<()> {
-    let (env, home, project) = open(cwd, explicit)?;
+    let (env, home, project) = open(cwd, explicit, false)?;
     let store = SessionStore::new(home.dir.join("sessions"), project.root.clone());
     let reopen = match (resume, continue_last) {
         (_, true) => {
@@ -210,16 +225,21 @@ fn run(
         history_file: Some(home.dir.join("history")),
         resume: reopen,
         switch_model: Some(Box::new(wiring::model_switcher(&project, &env))),
+        status: vec![
+            format!("project  {}", project.root.display()),
+            format!("sandbox  {}", wiring::sandbox_support(&env).describe()),
+        ],
     });
     runtime()?.block_on(async {
         let screen = Arc::new(TerminalRenderer::stdout());
         let mut agent =
             wiring::build_agent_with_subagents(&project, &env, terminal.ask_channel(), screen)?;
         let banner = format!(
-            "\x1b[1magentshell {}\x1b[0m · {} · {}",
+            "\x1b[1magentshell {}\x1b[0m · {} · {} · sandbox {}",
             env!("CARGO_PKG_VERSION"),
             agent.model(),
-            project.root.display()
+            project.root.display(),
+            wiring::sandbox_support(&env).describe()
         );
         if let SessionEnd::Signal(_, number) = terminal.run(&mut agent, &banner).await? {
             // A reader thread may still block on the terminal: leave without waiting for it.
@@ -237,7 +257,7 @@ fn web(
     termination: Termination,
 ) -> anyhow::Result<()> {
     use std::io::Write;
-    let (env, _home, project) = open(cwd, explicit)?;
+    let (env, _home, project) = open(cwd, explicit, false)?;
     runtime()?.block_on(async {
         let web = Web::new();
         let listener = web::Listener::bind(socket).await?;
@@ -340,7 +360,7 @@ fn telegram(
     poll_timeout: u64,
     termination: Termination,
 ) -> anyhow::Result<()> {
-    let (env, _home, project) = open(cwd, explicit)?;
+    let (env, _home, project) = open(cwd, explicit, false)?;
     let config = wiring::effective_config(&project, &env);
     let allowed_chats = allowed_chats(&config)?;
     let allowed_users = allowed_users(&config, &allowed_chats)?;
@@ -545,7 +565,12 @@ fn exec(
             session_id: uuid::Uuid::new_v4().to_string(),
             model: std::env::var(wiring::ENV_MODEL).unwrap_or_default(),
             permission_denials: Vec::new(),
+            sandbox: None,
         },
+    };
+    let result = ExecResult {
+        sandbox: Some(wiring::sandbox_support(&env_map())),
+        ..result
     };
     if json {
         match serde_json::to_string(&result) {
@@ -583,7 +608,7 @@ fn exec_inner(
     if prompt.trim().is_empty() {
         bail!("empty prompt");
     }
-    let (env, _home, project) = open(cwd, explicit)?;
+    let (env, _home, project) = open(cwd, explicit, true)?;
     runtime()?.block_on(async {
         let mut agent =
             wiring::build_agent_with_subagents(&project, &env, ask, Arc::new(LoggedEvents))?;

@@ -54,6 +54,7 @@
 //! | `AZURE_API_BASE`, `AWS_REGION`, `VERTEXAI_PROJECT` + `VERTEXAI_LOCATION` | where `azure/`, `bedrock/` and `vertex_ai/` models live (or set `base_url`) |
 //! | `AGENTSHELL_HOME` | replaces `~/.agentshell` (global `config.json` and `.env`) |
 //! | `AGENTSHELL_LOG` | log filter directive, default `info` |
+//! | `AGENTSHELL_SANDBOX_ABI` | caps the Landlock ABI the command sandbox uses (lower only; `0` shows the behaviour where the kernel cannot confine) |
 //!
 //! Every key of `~/.agentshell/.env` and of the project's `.env`, and every environment
 //! variable whose name contains KEY, TOKEN, SECRET, PASSWORD, PASSWD, CREDENTIAL or AUTH, is a
@@ -93,6 +94,21 @@
 //! files, secrets or code-running environment variables); `/model [NAME]`, `/cost`,
 //! `/compact`, `/help`; answers rendered as markdown and word-wrapped on a terminal (plain
 //! off a terminal, no colours with `NO_COLOR`).
+//!
+//! Every command `run_command` starts is confined by the kernel before exec
+//! ([`tools::sandbox`]; the policy is the gate, the sandbox the wall): it may write only in the
+//! project and a per-session scratch directory (its `TMPDIR`), never `.git/hooks`,
+//! `.git/config` or `.agentshell/` (read-only bind mounts in a private mount namespace; `.git`
+//! itself cannot be renamed away); it may read the system, the project and toolchains, not the
+//! home directory (`~/.agentshell`, `~/.ssh`, `~/.aws`, `~/.gnupg`, `~/.config/gh` …) nor
+//! key files of `/etc`; it has no TCP unless the call sets `"network": true` (always asked
+//! about), cannot signal, ptrace or read `/proc` of agentshell, nor reach abstract Unix
+//! sockets outside; it runs with `no_new_privs` and no capabilities, and gets an allow-listed
+//! environment (`PATH`, `HOME`, `LANG`, `LC_*`, `TERM`, `TZ`, toolchain homes, `TMPDIR`…;
+//! `DATABASE_URL` and the like only when the call asks for them). What the kernel enforces
+//! (`enforced`, `partial`, `none`, with the Landlock ABI) is in exec's JSON (`sandbox`), in
+//! the terminal's banner and `/status`; below `enforced` every command that is not read-only
+//! is asked about, `auto_allow` notwithstanding.
 //!
 //! Unattended, a call the policy would ASK about is denied, and the denial is listed in
 //! `permission_denials` with its reason; the run never waits for a human. A queued job is

@@ -14,6 +14,8 @@ use crate::agent::core::provider::StreamEvent;
 use crate::agent::core::provider::model_spec::known_key_vars;
 use crate::agent::core::provider::{Provider, ProviderError};
 use crate::agent::core::{Agent, CoreConfig, CoreEvents, TurnStop, build_provider};
+use crate::agent::tools::sandbox::session::CommandSandbox;
+use crate::agent::tools::sandbox::{SandboxError, Support};
 use crate::agent::tools::subsystems::memory::Memory;
 use crate::agent::tools::subsystems::policy::PolicyError;
 use crate::agent::tools::subsystems::secrets::SecretBroker;
@@ -32,6 +34,14 @@ pub const ENV_API_KEY: &str = "AGENTSHELL_API_KEY";
 pub const ENV_HOME: &str = "AGENTSHELL_HOME";
 /// `tracing` filter directive for the log file (default `info`).
 pub const ENV_LOG: &str = "AGENTSHELL_LOG";
+/// Caps the Landlock ABI the sandbox uses (only lower than the kernel's: `0` shows how
+/// agentshell behaves where the kernel cannot confine).
+pub const ENV_SANDBOX_ABI: &str = "AGENTSHELL_SANDBOX_ABI";
+
+/// What the kernel enforces of the command sandbox in this environment.
+pub fn sandbox_support(env: &BTreeMap<String, String>) -> Support {
+    Support::detect(env.get(ENV_SANDBOX_ABI).and_then(|v| v.trim().parse().ok()))
+}
 
 /// The configuration could not be turned into an agent.
 #[derive(Debug, Error)]
@@ -45,6 +55,9 @@ pub enum WiringError {
     /// The model cannot be reached as configured.
     #[error(transparent)]
     Provider(#[from] ProviderError),
+    /// The command sandbox could not be set up.
+    #[error(transparent)]
+    Sandbox(#[from] SandboxError),
 }
 
 /// The merged config with the environment overrides applied (`AGENTSHELL_MODEL`,
@@ -170,7 +183,17 @@ fn assemble(
     for w in warnings {
         tracing::warn!("{w}");
     }
+    let sandbox = CommandSandbox::new(
+        &project.root,
+        env.get("HOME")
+            .filter(|h| !h.is_empty())
+            .map(std::path::Path::new),
+        &std::env::temp_dir(),
+        sandbox_support(env),
+    )?;
+    tracing::info!(sandbox = %sandbox.support().describe(), "command sandbox");
     let toolbox = Toolbox::new(ToolEnv {
+        sandbox: Arc::new(sandbox),
         root: project.root.clone(),
         ask: Arc::clone(&ask),
         secrets,

@@ -179,6 +179,10 @@ pub struct JobRuntime {
     /// Approval decisions while the job ran: who, when, what (extension).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub approvals: Vec<super::approval::ApprovalRecord>,
+    /// The kernel confinement the agent ran under, and what it allowed (extension, issue 28);
+    /// absent: the queue does not sandbox its jobs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<String>,
 }
 
 impl Job {
@@ -232,6 +236,7 @@ impl JobRuntime {
             slurm_job_id: None,
             handled: None,
             approvals: Vec::new(),
+            sandbox: None,
         }
     }
 }

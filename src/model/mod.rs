@@ -23,7 +23,9 @@ pub use job::{
 pub use message::{Message, MessageSource, MessageStatus};
 pub use prd::{Prd, PrdState};
 pub use project::Project;
-pub use queue::{Launcher, Queue, QueueConfig, QueueRuntime, ResourceLimits, SlurmConfig};
+pub use queue::{
+    Launcher, Queue, QueueConfig, QueueRuntime, ResourceLimits, SandboxSetting, SlurmConfig,
+};
 pub use time::{MAX_CLOCK_SKEW_SECS, Timestamp};
 pub use user::{Permission, User};
 

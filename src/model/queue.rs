@@ -49,6 +49,29 @@ pub struct QueueConfig {
     /// How jobs are handed to Slurm, for `launcher: slurm` (extension).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm: Option<SlurmConfig>,
+    /// Kernel confinement of the queue's jobs (extension, issue 28; absent: off, as queues
+    /// made before it were; new queues get it on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxSetting>,
+}
+
+/// A queue's `config.sandbox`: whether its jobs run confined by the kernel (Landlock), and
+/// what they may reach beyond the project, the agent's own state and a scratch directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxSetting {
+    /// Confine the jobs.
+    pub enabled: bool,
+    /// TCP ports a job may connect to besides its model endpoint's (e.g. 22 for git over ssh).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub connect_ports: Vec<u16>,
+}
+
+impl QueueConfig {
+    /// Whether the queue's jobs run confined.
+    pub fn sandboxed(&self) -> bool {
+        self.sandbox.as_ref().is_some_and(|s| s.enabled)
+    }
 }
 
 /// A Slurm-backed queue's settings (`config.slurm`, for `launcher: slurm`).

@@ -80,6 +80,11 @@ impl QueueConfig {
             approvals: None,
             retry: None,
             slurm: None,
+            // New queues confine their jobs (issue 28).
+            sandbox: Some(crate::model::SandboxSetting {
+                enabled: true,
+                connect_ports: Vec::new(),
+            }),
         }
     }
 }

@@ -6,6 +6,7 @@ pub mod approval;
 pub mod args;
 pub mod capture;
 pub mod claude;
+pub mod confine;
 pub mod mcp;
 pub mod process;
 pub mod project_side;
@@ -282,7 +283,7 @@ fn execute(
                 &home,
                 switch.then(|| run_as.clone()),
             ) {
-                Ok(cmd) => run_and_judge(store, args, job, &cmd, "venvman", false),
+                Ok(cmd) => run_and_judge(store, args, queue, job, &cmd, false, "venvman", false),
                 Err(e) => Outcome::fail(e),
             }
         }
@@ -327,8 +328,10 @@ fn execute(
                 cwd,
                 env: env.clone(),
                 switch_to: switch.then(|| run_as.clone()),
+                sandbox: None,
             };
-            let outcome = run_and_judge(store, args, job, &cmd, "Claude", json);
+            let approvals = broker.is_some();
+            let outcome = run_and_judge(store, args, queue, job, &cmd, approvals, "Claude", json);
             if let Some(b) = broker {
                 job.runtime.approvals = b.finish();
             }
@@ -356,8 +359,9 @@ fn execute(
                 cwd,
                 env,
                 switch_to: switch.then(|| run_as.clone()),
+                sandbox: None,
             };
-            let outcome = run_and_judge(store, args, job, &cmd, "Agent", true);
+            let outcome = run_and_judge(store, args, queue, job, &cmd, true, "Agent", true);
             job.runtime.approvals = broker.finish();
             outcome
         }
@@ -451,7 +455,82 @@ fn noop(job: &Job) -> Outcome {
 
 /// Runs the agent, records its PID in the job file, and turns its exit and JSON result into
 /// an outcome.
+/// Confine `cmd` as the queue says (issue 28): the rules, `TMPDIR` = the job's scratch
+/// directory, and the job's record of what the sandbox allows. `approvals`: the agent talks to
+/// the worker's approval channel.
+fn confine_job(
+    queue: &QueueConfig,
+    job: &mut Job,
+    cmd: &AgentCommand,
+    approvals: bool,
+) -> Result<AgentCommand, String> {
+    let home = cmd
+        .env
+        .iter()
+        .find(|(k, _)| k == "HOME")
+        .map(|(_, v)| PathBuf::from(v))
+        .unwrap_or_else(|| PathBuf::from("/"));
+    let path_var = cmd
+        .env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.clone());
+    let mut programs: Vec<PathBuf> =
+        project_side::find_program(&cmd.program, path_var.as_deref(), &home)
+            .into_iter()
+            .collect();
+    if approvals {
+        programs.push(approval_worker_path());
+    }
+    let Some(sandbox) = confine::for_job(confine::JobContext {
+        queue,
+        jobtype: &job.config.jobtype,
+        cwd: &cmd.cwd,
+        home: &home,
+        env: &cmd.env,
+        programs: &programs,
+        switch_to: cmd.switch_to.as_ref(),
+        approvals,
+    })?
+    else {
+        return Ok(cmd.clone());
+    };
+    let mut confined = cmd.clone();
+    let scratch = sandbox.scratch.display().to_string();
+    confined
+        .env
+        .retain(|(k, _)| !matches!(k.as_str(), "TMPDIR" | "TMP" | "TEMP"));
+    for k in ["TMPDIR", "TMP", "TEMP"] {
+        confined.env.push((k.into(), scratch.clone()));
+    }
+    job.runtime.sandbox = Some(sandbox.summary.clone());
+    confined.sandbox = Some(sandbox);
+    Ok(confined)
+}
+
+#[allow(clippy::too_many_arguments)]
 fn run_and_judge(
+    store: &Store,
+    args: &WorkerArgs,
+    queue: &QueueConfig,
+    job: &mut Job,
+    cmd: &AgentCommand,
+    approvals: bool,
+    what: &str,
+    expect_json: bool,
+) -> Outcome {
+    let cmd = match confine_job(queue, job, cmd, approvals) {
+        Ok(c) => c,
+        Err(e) => return Outcome::fail(e),
+    };
+    let outcome = run_confined(store, args, job, &cmd, what, expect_json);
+    if let Some(s) = &cmd.sandbox {
+        s.remove_scratch();
+    }
+    outcome
+}
+
+fn run_confined(
     store: &Store,
     args: &WorkerArgs,
     job: &mut Job,

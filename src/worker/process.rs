@@ -109,6 +109,8 @@ pub struct AgentCommand {
     pub env: Vec<(String, String)>,
     /// Switch to this account (when the worker runs as root and it is another account).
     pub switch_to: Option<RunAs>,
+    /// Confine it (the queue sandboxes its jobs): applied in the child, last before exec.
+    pub sandbox: Option<super::confine::JobSandbox>,
 }
 
 /// How the agent ended.
@@ -214,6 +216,24 @@ pub fn run_agent(
         .stderr(Stdio::piped());
     if cmd.switch_to.is_none() {
         c.current_dir(&cmd.cwd);
+    }
+    // Built before the fork; the child only applies it with plain system calls.
+    let confinement = match &cmd.sandbox {
+        Some(s) => Some(s.compiled.prepare(false).map_err(|e| SpawnError::Spawn {
+            program: cmd.program.clone(),
+            source: std::io::Error::other(e),
+        })?),
+        None => None,
+    };
+    if let Some(confinement) = confinement {
+        // SAFETY: confine_child only makes system calls (unshare, mount, prctl,
+        // landlock_restrict_self) on data prepared before the fork. It runs before the
+        // account switch below: the mount namespace is made with this process's rights (root
+        // when it switches), and the switch itself (setgroups, setgid, setuid) is not
+        // something Landlock or an emptied capability bounding set prevents.
+        unsafe {
+            c.pre_exec(move || confinement.confine_child());
+        }
     }
     if let Some(user) = &cmd.switch_to {
         // The working directory is entered after the switch, so the account's own

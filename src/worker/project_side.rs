@@ -118,6 +118,7 @@ pub fn venvman_command(
         cwd: PathBuf::from(dir),
         env,
         switch_to,
+        sandbox: None,
     })
 }
 
@@ -198,6 +199,7 @@ trap - EXIT"#;
         cwd: cwd.to_path_buf(),
         env,
         switch_to,
+        sandbox: None,
     };
     let out: AgentOutput =
         run_agent(&cmd, |_| {}, |_, _| {}).map_err(|e| format!("{}: {e}", what()))?;

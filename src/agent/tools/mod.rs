@@ -14,6 +14,7 @@ pub mod display;
 pub mod memory_tools;
 pub mod registry;
 pub mod run_command;
+pub mod sandbox;
 pub mod shell_words;
 pub mod subsystems;
 

@@ -74,6 +74,8 @@ pub struct ToolEnv {
     /// What the user allowed for the rest of this session (shared with sub-agents; never
     /// written anywhere).
     pub grants: Arc<SessionGrants>,
+    /// The kernel confinement of every command `run_command` starts.
+    pub sandbox: Arc<crate::agent::tools::sandbox::session::CommandSandbox>,
 }
 
 /// Calls the user answered "always" for: kept in memory for the session only. Also whether
@@ -162,7 +164,10 @@ impl Toolbox {
         let policy = Policy::new(&env.config.policy, &env.root)?
             .with_secret_values(env.secrets.guarded_values());
         let mut tools: Vec<Box<dyn Tool>> = vec![
-            Box::new(run_command::RunCommand),
+            Box::new(run_command::RunCommand::new(
+                env.sandbox.support(),
+                Policy::new(&env.config.policy, &env.root).ok(),
+            )),
             Box::new(ask_user::AskUser),
             Box::new(memory_tools::MemorySearch),
             Box::new(memory_tools::MemoryRead),

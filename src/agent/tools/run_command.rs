@@ -3,6 +3,12 @@
 //! The child runs `sh -c` in its own process group with stdin closed; on timeout, on
 //! cancellation (the future is dropped) and after it exits, the whole group is killed, so no
 //! grandchild outlives the call. Output is collected head + tail in bounded memory.
+//!
+//! Every command is confined by the kernel before exec (the session's
+//! [`CommandSandbox`]: writes only in the project and the scratch directory, no credential
+//! stores, no network unless the user allowed it for the command, `no_new_privs`) and gets an
+//! allow-listed environment. Where the kernel cannot confine, every command that is not
+//! read-only is asked about, whatever `auto_allow` says.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::process::Stdio;
@@ -14,8 +20,10 @@ use tokio::process::Command;
 
 use crate::agent::tools::display::visible_line;
 use crate::agent::tools::registry::{Tool, ToolEnv, ToolSchema, str_arg};
+use crate::agent::tools::sandbox::session::command_env;
+use crate::agent::tools::sandbox::{Level, Support};
 use crate::agent::tools::subsystems::git_guard;
-use crate::agent::tools::subsystems::policy::{Decision, Policy};
+use crate::agent::tools::subsystems::policy::{Decision, Policy, Verdict};
 use crate::agent::tools::subsystems::secrets::SecretBroker;
 use crate::agent::tools::{BoxFuture, ToolResult, ToolStatus};
 
@@ -23,7 +31,34 @@ use crate::agent::tools::{BoxFuture, ToolResult, ToolStatus};
 const CAPTURE_BYTES: usize = 1024 * 1024;
 
 /// The `run_command` tool.
-pub struct RunCommand;
+pub struct RunCommand {
+    /// What the kernel enforces of the sandbox (below `enforced`, the gate asks more).
+    sandbox: Support,
+    /// The session's policy, asked again at execution whether the command is read-only (it
+    /// then runs with a read-only project).
+    policy: Option<Policy>,
+}
+
+impl RunCommand {
+    /// The tool, for a session whose sandbox has `sandbox` support; `policy` is the session's
+    /// (None: every command runs with the writable project).
+    pub fn new(sandbox: Support, policy: Option<Policy>) -> Self {
+        Self { sandbox, policy }
+    }
+
+    /// Whether the policy judges `command` read-only (not merely allowed by configuration).
+    fn read_only(&self, command: &str, env: &BTreeMap<String, String>) -> bool {
+        self.policy.as_ref().is_some_and(|p| {
+            let d = p.classify_run(command, env);
+            d.verdict == Verdict::Allow && d.reason.starts_with("read-only")
+        })
+    }
+}
+
+/// Whether the call asks for network access (`"network": true`).
+fn wants_network(args: &Value) -> bool {
+    args.get("network").and_then(Value::as_bool) == Some(true)
+}
 
 /// What an "always for this session" answer covers: this exact command line with this exact
 /// environment, nothing else (operands are where the harm is: "always" for
@@ -56,7 +91,9 @@ impl Tool for RunCommand {
             description: "Run a shell command (sh -c) in the project root and return its exit \
                 code, stdout and stderr (long output keeps head and tail). Secrets are available \
                 only as placeholders {{secret:NAME}}, which become environment variables of the \
-                command. Commands that are not known to be read-only need the user's approval.",
+                command. Commands that are not known to be read-only need the user's approval. \
+                Commands run in a sandbox: they may write only in the project and $TMPDIR, and \
+                have no network unless `network` is true (which needs the user's approval).",
             parameters: json!({
                 "type": "object",
                 "properties": {
@@ -64,7 +101,9 @@ impl Tool for RunCommand {
                     "timeout_secs": {"type": "integer", "minimum": 1,
                         "description": "Timeout in seconds (default from config)."},
                     "env": {"type": "object", "additionalProperties": {"type": "string"},
-                        "description": "Extra environment variables; values may contain {{secret:NAME}}."}
+                        "description": "Extra environment variables; values may contain {{secret:NAME}}."},
+                    "network": {"type": "boolean",
+                        "description": "Allow the command TCP connections (asks the user)."}
                 },
                 "required": ["command"]
             }),
@@ -72,20 +111,55 @@ impl Tool for RunCommand {
     }
 
     fn classify(&self, args: &Value, policy: &Policy) -> Decision {
-        match str_arg(args, "command") {
+        let decision = match str_arg(args, "command") {
             Some(cmd) => policy.classify_run(cmd, &env_arg(args)),
-            None => Decision::deny("missing `command`"),
+            None => return Decision::deny("missing `command`"),
+        };
+        if decision.verdict == Verdict::Deny {
+            return decision;
         }
+        if wants_network(args) {
+            // The sandbox is what keeps a command off the network; lifting it is the user's.
+            let why = match decision.verdict {
+                Verdict::Ask => format!("{}; and it asks for network access", decision.reason),
+                _ => "asks for network access".to_string(),
+            };
+            let asked = Decision::ask(why);
+            return if decision.every_time {
+                asked.every_time()
+            } else {
+                asked
+            };
+        }
+        if decision.verdict == Verdict::Allow
+            && self.sandbox.level != Level::Enforced
+            && !decision.reason.starts_with("read-only")
+        {
+            return Decision::ask(format!(
+                "{}, but the sandbox is {}: only read-only commands run unasked",
+                decision.reason,
+                self.sandbox.describe()
+            ));
+        }
+        decision
     }
 
     fn session_key(&self, args: &Value) -> Option<String> {
-        session_shape(str_arg(args, "command")?, &env_arg(args))
+        let shape = session_shape(str_arg(args, "command")?, &env_arg(args))?;
+        Some(if wants_network(args) {
+            format!("{shape} network")
+        } else {
+            shape
+        })
     }
 
     fn describe(&self, args: &Value) -> String {
         // Exactly what will run: `sh -c COMMAND` in the root, plus the environment asked for.
         let command = str_arg(args, "command").unwrap_or("");
         let mut text = format!("Run sh -c `{}`", visible_line(command));
+        if wants_network(args) {
+            text.push_str(" with network access");
+        }
         let env = env_arg(args);
         if !env.is_empty() {
             let pairs: Vec<String> = env
@@ -103,6 +177,7 @@ impl Tool for RunCommand {
                 return ToolResult::error("missing `command`");
             };
             let extra_env = env_arg(&args);
+            let read_only = self.read_only(command, &extra_env);
             let mut prepared = match env.secrets.prepare(command, &extra_env) {
                 Ok(p) => p,
                 Err(e) => return ToolResult::error(e.to_string()),
@@ -126,7 +201,7 @@ impl Tool for RunCommand {
             run(
                 &prepared.command,
                 &prepared.set_env,
-                &prepared.remove_env,
+                (wants_network(&args), read_only),
                 env,
                 timeout,
             )
@@ -169,10 +244,20 @@ impl Drop for GroupGuard {
 async fn run(
     command: &str,
     set_env: &BTreeMap<String, String>,
-    remove_env: &[String],
+    (network, read_only): (bool, bool),
     env: &ToolEnv,
     timeout_secs: u64,
 ) -> ToolResult {
+    // Built before the fork; the child only applies it (async-signal-safe).
+    let confinement = if read_only {
+        env.sandbox.prepare_read_only(network)
+    } else {
+        env.sandbox.prepare(network)
+    };
+    let confinement = match confinement {
+        Ok(c) => c,
+        Err(e) => return ToolResult::error(format!("cannot confine the command: {e}")),
+    };
     let mut cmd = Command::new("sh");
     cmd.arg("-c")
         .arg(command)
@@ -182,10 +267,14 @@ async fn run(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    for name in remove_env {
-        cmd.env_remove(name);
-    }
-    cmd.envs(set_env);
+    // An allow-list: nothing of agentshell's environment reaches the command unless listed or
+    // asked for (secrets only as the placeholders the command named).
+    cmd.env_clear().envs(command_env(
+        std::env::vars(),
+        env.sandbox.scratch(),
+        set_env,
+    ));
+    confinement.install_tokio(&mut cmd);
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => return ToolResult::error(format!("cannot start sh: {e}")),

@@ -43,6 +43,10 @@ pub struct ExecResult {
     pub model: String,
     /// Tool calls refused by policy or for want of a human, with the reasons.
     pub permission_denials: Vec<PermissionDenial>,
+    /// What the kernel enforced of the command sandbox: `level` (`enforced`, `partial`,
+    /// `none`), the Landlock `abi`, and whether read-only subpaths had a mount namespace.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<crate::agent::tools::sandbox::Support>,
 }
 
 /// Token counts in the result.
@@ -187,5 +191,6 @@ pub async fn exec(
         session_id,
         model: agent.model().to_string(),
         permission_denials: denials,
+        sandbox: None,
     }
 }

@@ -40,6 +40,10 @@ pub const COMMANDS: &[(&str, &str)] = &[
         "summarise the conversation through the model into one message, keeping the last turns",
     ),
     (
+        "/status",
+        "the model, the project, and what the kernel enforces of the command sandbox",
+    ),
+    (
         "/resume [N|ID]",
         "list this project's saved sessions, or reopen one (by number or id)",
     ),
@@ -82,6 +86,8 @@ pub enum Slash {
     Cost,
     /// `/compact`
     Compact,
+    /// `/status`
+    Status,
     /// `/resume [N|ID]`
     Resume(Option<String>),
     /// `/clear`
@@ -103,6 +109,7 @@ pub fn parse_slash(line: &str) -> Slash {
         ("/model", arg, false) => Slash::Model(arg),
         ("/cost", None, false) => Slash::Cost,
         ("/compact", None, false) => Slash::Compact,
+        ("/status", None, false) => Slash::Status,
         ("/resume", arg, false) => Slash::Resume(arg),
         ("/clear", None, false) => Slash::Clear,
         ("/exit" | "/quit", None, false) => Slash::Exit,
@@ -127,6 +134,8 @@ pub struct TerminalOptions {
     pub resume: Option<SessionFile>,
     /// How `/model NAME` builds the new provider (`None`: switching is not offered).
     pub switch_model: Option<ModelSwitch>,
+    /// The project and the command sandbox, one line each, for `/status`.
+    pub status: Vec<String>,
 }
 
 /// The prompt shown for input.
@@ -306,6 +315,11 @@ impl Terminal {
                     Slash::Exit => break,
                     Slash::Model(name) => self.model(agent, name.as_deref(), &screen),
                     Slash::Cost => screen.info(&cost_report(agent)),
+                    Slash::Status => {
+                        let mut lines = vec![format!("model    {}", agent.model())];
+                        lines.extend(self.options.status.iter().cloned());
+                        screen.info(&lines.join("\n"));
+                    }
                     Slash::Resume(key) => session.resume(agent, key.as_deref(), &screen),
                     Slash::Compact => {
                         while let Some(Some(())) = sigint.recv().now_or_never() {}
@@ -641,6 +655,7 @@ mod tests {
             ("/model x", Slash::Model(Some("x".into()))),
             ("/cost", Slash::Cost),
             ("/compact", Slash::Compact),
+            ("/status", Slash::Status),
             ("/resume 2", Slash::Resume(Some("2".into()))),
             ("/clear", Slash::Clear),
             ("/quit", Slash::Exit),

@@ -1,0 +1,267 @@
+//! The kernel confinement of an unattended job (issue 28, DESIGN §9), for queues with
+//! `config.sandbox.enabled`: the agent (Claude Code, agentshell, venvman) and everything it
+//! starts may write only the job's working directory (minus the files that steer git and the
+//! agents), the agent's own state and a per-job scratch directory (`TMPDIR`); may read the
+//! system, the project and the agent's installation but no credential store of the home
+//! directory; may connect over TCP only to its model endpoint's port (and the queue's
+//! `connect_ports`); runs with `no_new_privs`. The rules are agentshell's
+//! ([`crate::agent::tools::sandbox`]), built here from the job.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::agent::tools::sandbox::{
+    self, Compiled, Level, SandboxPolicy, Support, session::protected_paths,
+};
+use crate::model::JobType;
+use crate::model::QueueConfig;
+
+use super::runas::RunAs;
+
+/// Environment variables naming a model endpoint (or proxy) whose port a job may reach.
+const ENDPOINT_VARS: &[&str] = &[
+    "ANTHROPIC_BASE_URL",
+    "AGENTSHELL_BASE_URL",
+    "OPENAI_BASE_URL",
+    "OLLAMA_HOST",
+    "HTTPS_PROXY",
+    "https_proxy",
+    "HTTP_PROXY",
+    "http_proxy",
+];
+
+/// A job's confinement: the compiled rules, its scratch directory, and the line recorded in
+/// `runtime.sandbox`.
+#[derive(Debug, Clone)]
+pub struct JobSandbox {
+    /// The rules, opened once.
+    pub compiled: Arc<Compiled>,
+    /// The per-job scratch directory (`TMPDIR`), removed by [`JobSandbox::remove_scratch`].
+    pub scratch: PathBuf,
+    /// What it allows, for the job's record.
+    pub summary: String,
+}
+
+impl JobSandbox {
+    /// Remove the scratch directory (the job is over).
+    pub fn remove_scratch(&self) {
+        let _ = std::fs::remove_dir_all(&self.scratch);
+    }
+}
+
+/// The TCP port of an endpoint URL (`http://127.0.0.1:8080/v1` → 8080; no port: the
+/// scheme's).
+fn url_port(url: &str) -> Option<u16> {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("http", url));
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let host_port = authority.rsplit('@').next()?;
+    let port = match host_port.strip_prefix('[') {
+        Some(v6) => v6.split_once("]:").map(|(_, p)| p),
+        None => host_port.rsplit_once(':').map(|(_, p)| p),
+    };
+    match port {
+        Some(p) => p.parse().ok(),
+        None => Some(if scheme == "https" { 443 } else { 80 }),
+    }
+}
+
+/// What a job's confinement is built from.
+#[derive(Debug, Clone, Copy)]
+pub struct JobContext<'a> {
+    /// The queue (its `config.sandbox`).
+    pub queue: &'a QueueConfig,
+    /// The job's type (which agent's state it may write).
+    pub jobtype: &'a JobType,
+    /// The job's working directory.
+    pub cwd: &'a Path,
+    /// The job account's home directory.
+    pub home: &'a Path,
+    /// The agent's environment (its endpoint variables).
+    pub env: &'a [(String, String)],
+    /// The executables it starts (the agent, the approvals server), whose installations it
+    /// must read.
+    pub programs: &'a [PathBuf],
+    /// The account it runs as, when the worker switches to it (owns the scratch directory).
+    pub switch_to: Option<&'a RunAs>,
+    /// Whether it talks to the worker's approval socket.
+    pub approvals: bool,
+}
+
+/// The confinement of one job, or `None` when its queue does not sandbox.
+pub fn for_job(job: JobContext<'_>) -> Result<Option<JobSandbox>, String> {
+    let JobContext {
+        queue,
+        jobtype,
+        cwd,
+        home,
+        env,
+        programs,
+        switch_to,
+        approvals,
+    } = job;
+    let Some(setting) = queue.sandbox.as_ref().filter(|s| s.enabled) else {
+        return Ok(None);
+    };
+    let support = Support::detect(None);
+    let scratch =
+        std::env::temp_dir().join(format!("agentstore-job-{}", uuid::Uuid::new_v4().simple()));
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&scratch)
+            .map_err(|e| {
+                format!(
+                    "Cannot create the job's scratch directory {}: {e}",
+                    scratch.display()
+                )
+            })?;
+    }
+    if let Some(run_as) = switch_to {
+        nix::unistd::chown(
+            &scratch,
+            Some(nix::unistd::Uid::from_raw(run_as.uid)),
+            Some(nix::unistd::Gid::from_raw(run_as.gid)),
+        )
+        .map_err(|e| format!("Cannot hand the scratch directory to {}: {e}", run_as.name))?;
+    }
+    let cwd = cwd.canonicalize().unwrap_or_else(|_| cwd.to_path_buf());
+    let mut read = sandbox::system_read_paths();
+    read.push(cwd.clone());
+    for p in programs {
+        // The program's own installation (a version directory behind a symlink, say).
+        if let Ok(real) = p.canonicalize()
+            && let Some(dir) = real.parent()
+        {
+            read.push(dir.to_path_buf());
+        }
+        if let Some(dir) = p.parent() {
+            read.push(dir.to_path_buf());
+        }
+    }
+    for p in [
+        ".local/bin",
+        ".local/share/claude",
+        ".gitconfig",
+        ".config/git",
+        ".rustup",
+        ".cargo/bin",
+        ".nvm",
+        ".volta",
+    ] {
+        read.push(home.join(p));
+    }
+    let mut write = vec![cwd.clone(), scratch.clone()];
+    match jobtype {
+        JobType::Claude => {
+            write.push(home.join(".claude"));
+            write.push(home.join(".claude.json"));
+            write.push(home.join(".claude.json.backup"));
+        }
+        JobType::Agent => {
+            // Its keys and configuration (its commands are confined further, without them).
+            let agent_home = env
+                .iter()
+                .find(|(k, v)| k == "AGENTSHELL_HOME" && !v.is_empty())
+                .map_or_else(|| home.join(".agentshell"), |(_, v)| PathBuf::from(v));
+            read.push(agent_home);
+        }
+        JobType::Venvman | JobType::Noop => {}
+    }
+    let mut ports: Vec<u16> = env
+        .iter()
+        .filter(|(k, v)| ENDPOINT_VARS.contains(&k.as_str()) && !v.is_empty())
+        .filter_map(|(_, v)| url_port(v))
+        .collect();
+    if !env
+        .iter()
+        .any(|(k, v)| (k == "ANTHROPIC_BASE_URL" || k == "AGENTSHELL_BASE_URL") && !v.is_empty())
+    {
+        // The providers' public endpoints.
+        ports.push(443);
+    }
+    ports.extend(&setting.connect_ports);
+    ports.sort_unstable();
+    ports.dedup();
+    let mut read_only = protected_paths(&cwd);
+    // agentshell writes its own log and notes in .agentshell/; its config and the project's
+    // Claude settings (which can define hooks) stay read-only.
+    read_only.retain(|p| !p.ends_with(".agentshell"));
+    for p in [
+        ".agentshell/config.json",
+        ".claude/settings.json",
+        ".claude/settings.local.json",
+    ] {
+        read_only.push(cwd.join(p));
+    }
+    let policy = SandboxPolicy {
+        read,
+        write,
+        read_only,
+        pinned: vec![cwd.join(".git")],
+        devices: sandbox::standard_devices(),
+        connect_ports: Some(ports.clone()),
+        scope_signals: true,
+        // The approvals channel is an abstract socket of the worker, outside the sandbox.
+        scope_abstract_sockets: !approvals,
+        // Jobs resolve their endpoint's name (UDP) and talk to the approval socket (Unix).
+        tcp_only: false,
+    };
+    let compiled = policy.compile(support);
+    let summary = summary(support, &cwd, &scratch, &policy, &ports);
+    Ok(Some(JobSandbox {
+        compiled: Arc::new(compiled),
+        scratch,
+        summary,
+    }))
+}
+
+fn summary(
+    support: Support,
+    cwd: &Path,
+    scratch: &Path,
+    policy: &SandboxPolicy,
+    ports: &[u16],
+) -> String {
+    let writes: Vec<String> = policy
+        .write
+        .iter()
+        .filter(|p| p.as_path() == cwd || p.as_path() == scratch || p.exists())
+        .map(|p| p.display().to_string())
+        .collect();
+    let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
+    let mut line = format!(
+        "sandbox {}: writes {}; read-only {}; TCP connect to port {}; no_new_privs; environment allow-list",
+        support.describe(),
+        writes.join(", "),
+        [
+            ".git/hooks",
+            ".git/config",
+            ".agentshell/config.json",
+            ".claude/settings*.json"
+        ]
+        .join(", "),
+        if ports.is_empty() {
+            "none".to_string()
+        } else {
+            ports.join(", ")
+        },
+    );
+    if support.level != Level::Enforced {
+        line.push_str(" (not all of it enforced by this kernel)");
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_ports() {
+        assert_eq!(url_port("http://127.0.0.1:8080/v1"), Some(8080));
+        assert_eq!(url_port("https://api.anthropic.com"), Some(443));
+        assert_eq!(url_port("http://example.com/x"), Some(80));
+        assert_eq!(url_port("http://u:p@h:99"), Some(99));
+    }
+}

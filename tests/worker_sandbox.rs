@@ -1,0 +1,155 @@
+//! Issue 28, item 2: an unattended job of a queue with `sandbox.enabled` (the default of new
+//! queues) runs confined. The "agent" here is a hostile stand-in for `claude` that tries to
+//! write outside its project (another user's `authorized_keys`-like file left writable by
+//! everyone), to read another project, to connect to a local listener that is not its model
+//! endpoint, and (as a control) to reach its endpoint's port, which it may. The job's record
+//! says the sandbox was on and what it allowed.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use crate::{harness, queue_env};
+
+use queue_env::*;
+use serde_json::{Value, json};
+use std::os::unix::fs::PermissionsExt;
+
+/// The hostile agent: reads the prompt, tries its way out, prints a Claude-like JSON result
+/// whose text lists what each attempt did.
+const HOSTILE_AGENT: &str = r#"#!/bin/bash
+cat > /dev/null
+try() { if eval "$2" 2>/dev/null; then r="$r $1=ok"; else r="$r $1=denied"; fi; }
+r=""
+try write-outside "echo attacker-key >> '$OUTSIDE_KEYS'"
+try read-other "cat '$OTHER_SECRET' > /dev/null"
+try connect-other "exec 3<>/dev/tcp/127.0.0.1/$OTHER_PORT"
+try connect-endpoint "exec 4<>/dev/tcp/127.0.0.1/$ENDPOINT_PORT"
+try write-project "echo made > made-by-job.txt"
+try write-git-hook "echo 'touch PWNED' > .git/hooks/pre-commit"
+try write-tmp "echo t > \$TMPDIR/t"
+printf '{"type":"result","subtype":"success","is_error":false,"result":"%s","num_turns":1,"total_cost_usd":0,"session_id":"00000000-0000-4000-8000-000000000000"}\n' "${r# }"
+"#;
+
+fn world_writable(p: &std::path::Path, mode: u32) {
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandboxed_job_cannot_write_outside_read_another_project_or_connect_elsewhere() {
+    guarded(async {
+        let abi = agentstore::agent::tools::sandbox::kernel_abi();
+        if abi < 6 {
+            harness::skip(
+                "a_sandboxed_job_cannot_write_outside",
+                &format!("Landlock ABI {abi}, 6 needed"),
+            );
+            return;
+        }
+        let bus = PrivateBus::start();
+        let env = QueueEnv::new(1);
+        let base = env.dir.path();
+        // The agent, somewhere the job account can execute it.
+        let bin = base.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        world_writable(&bin, 0o755);
+        let agent = bin.join("hostile-claude");
+        std::fs::write(&agent, HOSTILE_AGENT).unwrap();
+        world_writable(&agent, 0o755);
+        // What it must not touch, though the file modes would let it.
+        let keys_dir = base.join("victim-home/.ssh");
+        std::fs::create_dir_all(&keys_dir).unwrap();
+        world_writable(&base.join("victim-home"), 0o777);
+        world_writable(&keys_dir, 0o777);
+        let keys = keys_dir.join("authorized_keys");
+        std::fs::write(&keys, "ssh-ed25519 AAAA original\n").unwrap();
+        world_writable(&keys, 0o666);
+        let other = base.join("other-project");
+        std::fs::create_dir_all(&other).unwrap();
+        world_writable(&other, 0o755);
+        let secret = other.join("secret.txt");
+        std::fs::write(&secret, "OTHER-PROJECT-SECRET\n").unwrap();
+        world_writable(&secret, 0o644);
+        // A git hook in the project.
+        let hooks = env.work.join(".git/hooks");
+        std::fs::create_dir_all(&hooks).unwrap();
+        std::fs::write(env.work.join(".git/config"), "[core]\n").unwrap();
+        std::fs::write(hooks.join("pre-commit"), "#!/bin/sh\n").unwrap();
+        for p in [env.work.join(".git"), hooks.clone()] {
+            world_writable(&p, 0o777);
+        }
+        world_writable(&hooks.join("pre-commit"), 0o666);
+        std::fs::write(
+            env.work.join(".claude/commands/greet.md"),
+            "Greet $ARGUMENTS\n",
+        )
+        .unwrap();
+        let other_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let endpoint = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let (other_port, endpoint_port) = (
+            other_listener.local_addr().unwrap().port(),
+            endpoint.local_addr().unwrap().port(),
+        );
+        env.edit_queue(|q| {
+            q.config.claude_cli_path = agent.display().to_string();
+            q.config.claude_default_args = vec!["-p".into()];
+            assert!(q.config.sandboxed(), "new queues confine their jobs");
+        });
+        let mut changes = Changes::subscribe(&bus, &env.queue).await;
+        let mut cfg = env.manager_config(&bus);
+        cfg.worker_env = vec![
+            (
+                "ANTHROPIC_BASE_URL".into(),
+                format!("http://127.0.0.1:{endpoint_port}"),
+            ),
+            (
+                "AGENTSTORE_PASS_ENV".into(),
+                "OUTSIDE_KEYS OTHER_SECRET OTHER_PORT ENDPOINT_PORT".into(),
+            ),
+            ("OUTSIDE_KEYS".into(), keys.display().to_string()),
+            ("OTHER_SECRET".into(), secret.display().to_string()),
+            ("OTHER_PORT".into(), other_port.to_string()),
+            ("ENDPOINT_PORT".into(), endpoint_port.to_string()),
+        ];
+        let m = RunningManager::start(cfg).await;
+        let j = job(
+            "claude",
+            json!({"claude_command": "greet", "task_description": "escape",
+                   "working_directory": env.work}),
+        );
+        env.queue_job("escape-1", &j);
+        let c = changes.ended("escape-1").await;
+        let doc = env.job(&c.new, "escape-1");
+        let rt = &doc["runtime"];
+        assert_eq!(c.new, "finished", "{rt}");
+        let out: Value = serde_json::from_str(rt["output"].as_str().unwrap().trim()).unwrap();
+        assert_eq!(
+            out["result"],
+            "write-outside=denied read-other=denied connect-other=denied \
+             connect-endpoint=ok write-project=ok write-git-hook=denied write-tmp=ok",
+            "{rt}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&keys).unwrap(),
+            "ssh-ed25519 AAAA original\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(hooks.join("pre-commit")).unwrap(),
+            "#!/bin/sh\n"
+        );
+        other_listener.set_nonblocking(true).unwrap();
+        assert!(
+            other_listener.accept().is_err(),
+            "no connection reached the other port"
+        );
+        let record = rt["sandbox"].as_str().unwrap();
+        assert!(
+            record.starts_with("sandbox enforced (Landlock ABI"),
+            "{record}"
+        );
+        assert!(
+            record.contains(&format!("TCP connect to port {endpoint_port}")),
+            "{record}"
+        );
+        assert!(record.contains(env.work.to_str().unwrap()), "{record}");
+        m.stop().await;
+    })
+    .await
+}
