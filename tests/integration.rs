@@ -70,6 +70,7 @@ mod scale_messages;
 mod schema_corpus;
 mod slurm;
 mod systemd_units;
+mod trust;
 mod units;
 mod usermode;
 mod web_api;

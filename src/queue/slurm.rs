@@ -1476,6 +1476,37 @@ mod tests {
     }
 
     #[test]
+    fn extra_args_never_raise_priority() {
+        let refused = |a: &str| bad_extra_arg(0, a);
+        for a in [
+            "--priority=TOP",
+            "--priority=100",
+            "--nice=-10000",
+            "--nice=-1",
+            "--nice=-0",
+            "--nice=",
+            "--nice=1e9",
+            "--nice=1234567890",
+            "--uid=0",
+            "--gid=0",
+            "--chdir=/root",
+            "--output=/etc/x",
+        ] {
+            assert!(refused(a).is_some(), "{a}");
+        }
+        assert!(refused("--nice=-5").unwrap().contains("0 or more"));
+        for a in [
+            "--nice",
+            "--nice=0",
+            "--nice=+5",
+            "--nice=100",
+            "--constraint=x",
+        ] {
+            assert_eq!(refused(a), None, "{a}");
+        }
+    }
+
+    #[test]
     fn sbatch_line() {
         let cfg = SlurmConfig {
             partition: Some("debug".into()),
