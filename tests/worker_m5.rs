@@ -366,6 +366,7 @@ fn a_gated_worker_runs_with_the_settings_handed_on_its_gate() {
     .unwrap();
     let mut handed = env.store().queue_file(&env.queue).unwrap().config;
     handed.claude_cli_path = fake_claude().display().to_string();
+    let (_machine, (var, value)) = machine_config(&[&fake_claude()], &[]);
     let run = |id: &str, gate: String| {
         let mut j = job(
             "claude",
@@ -383,6 +384,7 @@ fn a_gated_worker_runs_with_the_settings_handed_on_its_gate() {
                 &env.queue,
                 id,
             ])
+            .env(&var, &value)
             .stdin(std::process::Stdio::piped())
             .spawn()
             .unwrap();
