@@ -994,3 +994,32 @@ async fn a_slurm_job_id_naming_another_slurm_job_never_touches_it() {
     })
     .await
 }
+
+/// Issue 27: `logs/` replaced by a link to a folder the store's writer chose (root's own, in
+/// the report): nothing a root Slurm job writes — the shared-store probe, the batch step's
+/// output — is created there or anywhere through the store; the job still runs. Before,
+/// the probe's `echo ok > <store>/logs/.slurm-probe-…` and `--output=<store>/logs/…` wrote
+/// through the link as root.
+#[test]
+fn nothing_slurm_writes_goes_through_a_linked_logs_folder() {
+    let (env, bus, fake) = setup();
+    slurm_queue(&env, json!({"poll_seconds": 1}));
+    let outside = env.dir.path().join("root-only");
+    std::fs::create_dir(&outside).unwrap();
+    let logs = env.root.join("logs");
+    std::fs::rename(&logs, env.dir.path().join("logs-away")).unwrap();
+    std::os::unix::fs::symlink(&outside, &logs).unwrap();
+    let _m = manager(&env, &bus, &fake);
+    env.queue_job("l1", &noop(0.1));
+    wait_file(&env, "finished", "l1", 60);
+    let calls = fake.calls();
+    assert!(
+        !calls.contains("echo ok >") && !calls.contains(&format!("--output={}", logs.display())),
+        "{calls}"
+    );
+    let planted: Vec<_> = std::fs::read_dir(&outside)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(planted.is_empty(), "written through the link: {planted:?}");
+}
