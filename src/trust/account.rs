@@ -152,7 +152,7 @@ pub fn judge(rules: &Rules, a: &Account, daemon_uid: u32, system: bool) -> Resul
     if a.uid == 0 {
         return Err("jobs never run as root (uid 0)".into());
     }
-    if rules.allowed_users.iter().any(|u| *u == a.name) {
+    if rules.allowed_users.contains(&a.name) {
         return Ok(());
     }
     if a.uid < rules.min_uid || a.uid > rules.max_uid {
@@ -167,10 +167,7 @@ pub fn judge(rules: &Rules, a: &Account, daemon_uid: u32, system: bool) -> Resul
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let listed = rules
-        .shells
-        .as_ref()
-        .is_none_or(|s| s.iter().any(|x| *x == shell));
+    let listed = rules.shells.as_ref().is_none_or(|s| s.contains(&shell));
     if shell.is_empty() || named == "nologin" || named == "false" || !listed {
         return Err(format!(
             "its login shell {shell:?} is not a valid login shell (/etc/shells): an account that cannot log in"

@@ -284,6 +284,15 @@ fn execute(store: &Store, queue: &QueueConfig, job: &mut Job, args: &WorkerArgs)
                 Ok(p) => p,
                 Err(e) => return Outcome::fail(e),
             };
+            let program = match runas::program_for(
+                crate::trust::Program::Claude,
+                &queue.claude_cli_path,
+                &env,
+                &run_as,
+            ) {
+                Ok(p) => p,
+                Err(e) => return Outcome::fail(e),
+            };
             let mut args_v = claude::claude_args(queue, job);
             let json = claude::wants_json(&args_v);
             let broker = if claude::asks_permissions(&args_v) {
@@ -301,15 +310,6 @@ fn execute(store: &Store, queue: &QueueConfig, job: &mut Job, args: &WorkerArgs)
                 }
             } else {
                 None
-            };
-            let program = match runas::program_for(
-                crate::trust::Program::Claude,
-                &queue.claude_cli_path,
-                &env,
-                &run_as,
-            ) {
-                Ok(p) => p,
-                Err(e) => return Outcome::fail(e),
             };
             let cmd = AgentCommand {
                 program,
