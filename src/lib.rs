@@ -17,5 +17,6 @@ pub mod queue;
 pub mod schema;
 pub mod store;
 pub mod systemd;
+pub mod trust;
 pub mod web;
 pub mod worker;

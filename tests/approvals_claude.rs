@@ -31,6 +31,7 @@ impl Drop for RemoveOnDrop {
 /// One queue with the real `claude`, a fake API scripted to write `target`, and a manager on
 /// a private bus.
 struct Setup {
+    _machine: tempfile::TempDir,
     env: QueueEnv,
     bus: PrivateBus,
     server: FakeModel,
@@ -83,8 +84,11 @@ impl Setup {
         });
         let mut cfg = env.manager_config(&bus);
         cfg.worker_env = claude_env(&home, &server.base_url());
+        let (machine, var) = machine_config(&[&claude], &[]);
+        cfg.worker_env.push(var);
         let m = RunningManager::start(cfg).await;
         Setup {
+            _machine: machine,
             env,
             bus,
             server,

@@ -130,6 +130,7 @@ impl Flow {
     /// Anthropic server at `base_url` (queue poplar's `claude_cli_path` set to it).
     fn queue_manager_with_claude(&self, base_url: &str) -> KillOnDrop {
         let claude = claude_env::require_claude();
+        self.env.allow_claude(&claude);
         self.ok(&[
             "set-queue",
             "poplar",

@@ -33,6 +33,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("store", 2),
     ("schema", 2),
     ("systemd", 2),
+    ("trust", 2),
     ("model", 1),
 ];
 
@@ -50,6 +51,9 @@ const SIDEWAYS: &[(&str, &str)] = &[
     // The deployment mode (system service or the user's own) is the store's to say; the
     // bus choice follows it.
     ("systemd", "store"),
+    // The machine's own rules (run-as accounts, programs) are read with the store's
+    // configuration reader, from the machine's files, never the store's.
+    ("trust", "store"),
 ];
 
 /// Who may use `agent/` (it is a library for the worker's `agent` jobs, the CLI and the

@@ -204,9 +204,11 @@ fn noop_job_runs_through_slurm_with_its_id_recorded() {
         "{calls}"
     );
     assert!(sid.chars().all(|c| c.is_ascii_digit()), "{sid}");
-    // Output went to the per-job file in the store's logs/.
+    // Nothing the batch step (root, when the manager is) opens for its output lies in the
+    // store, where a planted link would send it (issue 27).
+    assert!(sbatch[0].contains("--output=/dev/null"), "{}", sbatch[0]);
     assert!(
-        env.root
+        !env.root
             .join(format!("logs/slurm-{}-s1.out", env.queue))
             .exists()
     );
@@ -437,6 +439,24 @@ fn hostile_slurm_settings_never_reach_sbatch_and_lose_no_job() {
             "--clusters",
         ),
         (json!({"extra_args": ["--hold"]}), json!({}), "--hold"),
+        // Scheduling ahead of everyone (issue 27): only an administrator's to give.
+        (
+            json!({"extra_args": ["--priority=TOP"]}),
+            json!({}),
+            "--priority",
+        ),
+        (
+            json!({"extra_args": ["--nice=-10000"]}),
+            json!({}),
+            "--nice=-10000",
+        ),
+        (json!({"extra_args": ["--nice=-0"]}), json!({}), "--nice=-0"),
+        (
+            json!({"extra_args": ["--chdir=/root"]}),
+            json!({}),
+            "--chdir",
+        ),
+        (json!({"extra_args": ["--gid=0"]}), json!({}), "--gid"),
         (
             json!({"extra_args": ["-e", p.clone()]}),
             json!({}),
@@ -973,4 +993,33 @@ async fn a_slurm_job_id_naming_another_slurm_job_never_touches_it() {
             .status();
     })
     .await
+}
+
+/// Issue 27: `logs/` replaced by a link to a folder the store's writer chose (root's own, in
+/// the report): nothing a root Slurm job writes — the shared-store probe, the batch step's
+/// output — is created there or anywhere through the store; the job still runs. Before,
+/// the probe's `echo ok > <store>/logs/.slurm-probe-…` and `--output=<store>/logs/…` wrote
+/// through the link as root.
+#[test]
+fn nothing_slurm_writes_goes_through_a_linked_logs_folder() {
+    let (env, bus, fake) = setup();
+    slurm_queue(&env, json!({"poll_seconds": 1}));
+    let outside = env.dir.path().join("root-only");
+    std::fs::create_dir(&outside).unwrap();
+    let logs = env.root.join("logs");
+    std::fs::rename(&logs, env.dir.path().join("logs-away")).unwrap();
+    std::os::unix::fs::symlink(&outside, &logs).unwrap();
+    let _m = manager(&env, &bus, &fake);
+    env.queue_job("l1", &noop(0.1));
+    wait_file(&env, "finished", "l1", 60);
+    let calls = fake.calls();
+    assert!(
+        !calls.contains("echo ok >") && !calls.contains(&format!("--output={}", logs.display())),
+        "{calls}"
+    );
+    let planted: Vec<_> = std::fs::read_dir(&outside)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(planted.is_empty(), "written through the link: {planted:?}");
 }

@@ -957,12 +957,13 @@ fn project_side_effects_are_made_by_the_job_as_its_user() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let u = User::new();
     let root = u.env.root.clone();
-    // When the test runs as root, jobs run as the project owner's Unix user: make that
-    // `nobody`, so what the job writes is told apart from what a daemon (root) would.
+    // When the test runs as root, jobs run as the project owner's Unix user: make that the
+    // unprivileged test account (an ordinary one: a root daemon runs jobs only as such), so
+    // what the job writes is told apart from what a daemon (root) would.
     let root_mode = nix::unistd::geteuid().is_root();
     let (job_login, job_uid) = if root_mode {
-        let n = nix::unistd::User::from_name("nobody").unwrap().unwrap();
-        (n.name, n.uid.as_raw())
+        let n = crate::claude_env::unprivileged_user().unwrap();
+        (n.name, n.uid)
     } else {
         (login(), nix::unistd::geteuid().as_raw())
     };
@@ -978,8 +979,10 @@ fn project_side_effects_are_made_by_the_job_as_its_user() {
     let record_dir = u.env.dir.path().join("record");
     std::fs::create_dir_all(&record_dir).unwrap();
     if root_mode {
+        // Sticky, like /tmp: the job's account may create files there, and nobody may
+        // replace another's (the programs and configuration below stay trusted).
         for d in [u.env.dir.path(), &record_dir] {
-            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o777)).unwrap();
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o1777)).unwrap();
         }
         nix::unistd::chown(&u.project_dir, Some(job_uid.into()), None).unwrap();
     }

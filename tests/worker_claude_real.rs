@@ -71,6 +71,8 @@ async fn real_claude_custom_command_through_the_queue() {
             .into_iter()
             .chain([("IS_SANDBOX".to_string(), "yes".to_string())])
             .collect();
+        let (_machine, var) = machine_config(&[&claude], &[]);
+        cfg.worker_env.push(var);
         let m = RunningManager::start(cfg).await;
 
         let j = job(

@@ -11,6 +11,8 @@ use serde_json::{Value, json};
 use std::os::unix::fs::PermissionsExt;
 
 struct Setup {
+    /// This machine's own configuration (the programs the queue may name).
+    machine: tempfile::TempDir,
     bus: PrivateBus,
     env: QueueEnv,
     changes: Changes,
@@ -40,9 +42,22 @@ async fn setup_sandboxed(extra_env: Vec<(String, String)>, sandbox: bool) -> Set
     .unwrap();
     let changes = Changes::subscribe(&bus, &env.queue).await;
     let mut cfg = env.manager_config(&bus);
+    let (machine, var) = machine_config(&[&fake_claude()], &[]);
+    // The fake agentshell a test may write there is listed too.
+    std::fs::write(
+        machine.path().join("agentstore/config.yaml"),
+        format!(
+            "programs:\n  claude: [{:?}]\n  agentshell: [{:?}]\n",
+            fake_claude().display().to_string(),
+            machine.path().join("fake-agentshell").display().to_string()
+        ),
+    )
+    .unwrap();
     cfg.worker_env = extra_env;
+    cfg.worker_env.push(var);
     let manager = RunningManager::start(cfg).await;
     Setup {
+        machine,
         bus,
         env,
         changes,
@@ -298,7 +313,7 @@ async fn agent_job_runs_agentshell_exec() {
         let mut s = setup(vec![]).await;
         // Stand-in for `agentshell` (built in parallel, not merged yet): prints one JSON
         // result like `agentshell exec --json -`.
-        let bin = s.env.dir.path().join("fake-agentshell");
+        let bin = s.machine.path().join("fake-agentshell");
         std::fs::write(
             &bin,
             "#!/bin/bash\nprompt=$(cat)\nprintf '{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"result\":\"%s\",\"num_turns\":3,\"total_cost_usd\":0.02,\"session_id\":\"agent-1\",\"model\":\"%s\",\"args\":\"%s\"}\\n' \"$prompt\" \"$AGENTSHELL_MODEL\" \"$*\"\n",
@@ -391,6 +406,7 @@ fn a_gated_worker_runs_with_the_settings_handed_on_its_gate() {
     .unwrap();
     let mut handed = env.store().queue_file(&env.queue).unwrap().config;
     handed.claude_cli_path = fake_claude().display().to_string();
+    let (_machine, (var, value)) = machine_config(&[&fake_claude()], &[]);
     let run = |id: &str, gate: String| {
         let mut j = job(
             "claude",
@@ -408,6 +424,7 @@ fn a_gated_worker_runs_with_the_settings_handed_on_its_gate() {
                 &env.queue,
                 id,
             ])
+            .env(&var, &value)
             .stdin(std::process::Stdio::piped())
             .spawn()
             .unwrap();

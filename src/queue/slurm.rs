@@ -132,7 +132,6 @@ pub const EXTRA_ARGS_ALLOWED: &[&str] = &[
     "ntasks-per-node",
     "ntasks-per-socket",
     "oversubscribe",
-    "priority",
     "reservation",
     "signal",
     "sockets-per-node",
@@ -170,6 +169,12 @@ fn bad_name(field: &str, v: &str, extra: &str) -> Option<String> {
     ))
 }
 
+/// `0`, `+5`, `100`: a nice value that does not raise a job's priority.
+fn non_negative(v: &str) -> bool {
+    let digits = v.strip_prefix('+').unwrap_or(v);
+    !digits.is_empty() && digits.len() <= 9 && digits.chars().all(|c| c.is_ascii_digit())
+}
+
 /// Why one of `extra_args` (number `i`) is not passed to sbatch.
 fn bad_extra_arg(i: usize, a: &str) -> Option<String> {
     let field = format!("config.slurm.extra_args[{i}]");
@@ -183,7 +188,20 @@ fn bad_extra_arg(i: usize, a: &str) -> Option<String> {
             "{field} {a:?} is not a long option: give each extra argument as one --option=value (e.g. \"--constraint=haswell\")"
         ));
     };
-    let name = opt.split_once('=').map_or(opt, |(n, _)| n);
+    let (name, value) = opt
+        .split_once('=')
+        .map_or((opt, None), |(n, v)| (n, Some(v)));
+    if name == "nice" {
+        // A job may lower its own priority, never raise it: a negative nice is an
+        // administrator's (and root submits it).
+        return match value {
+            None => None,
+            Some(v) if non_negative(v) => None,
+            Some(v) => Some(format!(
+                "{field} {a:?}: sbatch --nice={v} is not allowed: only a nice value of 0 or more (a job may lower its own priority, never raise it)"
+            )),
+        };
+    }
     if EXTRA_ARGS_ALLOWED.contains(&name) {
         return None;
     }
@@ -489,7 +507,7 @@ pub fn batch_script(running: &Path, command: &[String]) -> String {
     let polls = GATE_SECONDS * 5;
     let cmd: Vec<String> = command.iter().map(|s| shell_quote(s)).collect();
     format!(
-        "n=0; until grep -Eqs '\"slurm_job_id\": *\"'\"$SLURM_JOB_ID\"'\"' {file}; do \
+        "n=0; until [ ! -h {file} ] && grep -Eqs '\"slurm_job_id\": *\"'\"$SLURM_JOB_ID\"'\"' {file}; do \
          n=$((n+1)); if [ $n -gt {polls} ]; then \
          echo \"agentstore: Slurm job $SLURM_JOB_ID was never recorded on its job file; the worker is not started\" >&2; \
          exit 3; fi; sleep 0.2; done; exec {}",
@@ -854,12 +872,22 @@ impl Manager {
     async fn slurm_probe(&mut self) {
         self.slurm.probed = true;
         let cfg = self.slurm_cfg();
-        let file = self.store.logs_dir().join(format!(
+        let logs = self.store.logs_dir();
+        let file = logs.join(format!(
             ".slurm-probe-{}-{}",
             self.cfg.queue,
             std::process::id()
         ));
-        let _ = std::fs::remove_file(&file);
+        // The manager writes the probe's file (with the store's own I/O, which follows no
+        // link) and the probe only reads it back: nothing a root Slurm job creates or
+        // writes lies in the store (issue 27). The token tells this probe's file from any
+        // other.
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let _ = crate::store::safe::remove_file(&file);
+        if let Err(e) = crate::store::write_atomic(&file, format!("{token}\n").as_bytes()) {
+            tracing::warn!(queue = %self.cfg.queue, "cannot write the Slurm probe's file {}: {e}; the store's sharing is not checked", file.display());
+            return;
+        }
         let mut args = vec![
             "--parsable".to_string(),
             format!("--job-name={JOB_NAME_PREFIX}probe-{}", self.cfg.queue),
@@ -876,9 +904,13 @@ impl Manager {
                 args.push(format!("--{opt}={v}"));
             }
         }
+        // Read only, and never through a link planted in logs/ (the step runs as root).
+        let (dq, fq) = (
+            shell_quote(&logs.display().to_string()),
+            shell_quote(&file.display().to_string()),
+        );
         args.push(format!(
-            "--wrap=echo ok > {}",
-            shell_quote(&file.display().to_string())
+            "--wrap=[ ! -h {dq} ] && [ ! -h {fq} ] && grep -qsx {token} {fq}"
         ));
         if let Ok(out) = self.slurm_run("sbatch", &args).await {
             let sid = out.trim().split(';').next().unwrap_or_default().to_string();
@@ -903,13 +935,14 @@ impl Manager {
             return;
         }
         self.slurm.probe = None;
-        if file.is_file() {
-            let _ = std::fs::remove_file(&file);
+        let _ = crate::store::safe::remove_file(&file);
+        // It completed only when it read this manager's token from the file.
+        if state == "COMPLETED" {
             return;
         }
         self.slurm.unshared = true;
         let text = format!(
-            "jobs stay queued: the store {} is not shared with the compute nodes: Slurm job {sid} (the probe) ended {state} but the file it writes, {}, is not visible on this host; put the store on the cluster's shared filesystem at the same path on every node, then restart the queue manager",
+            "jobs stay queued: the store {} is not shared with the compute nodes: Slurm job {sid} (the probe) ended {state}: the file it reads, {}, written on this host, was not visible to it; put the store on the cluster's shared filesystem at the same path on every node, then restart the queue manager",
             self.cfg.root.display(),
             file.display()
         );
@@ -1103,17 +1136,17 @@ impl Manager {
         let q = &self.cfg.queue;
         let mut command = vec![self.cfg.worker.display().to_string()];
         command.extend(s.args.iter().cloned());
-        let output = self
-            .store
-            .logs_dir()
-            .join(format!("slurm-{q}-{}.out", s.id));
+        // The batch step runs as root on the node when the manager is root: its output goes
+        // nowhere in the store, where a planted link would send it (issue 27). What the job
+        // did is in its job file (the worker records its end, output and error there).
+        let output = Path::new("/dev/null");
         let running = self.store.job_path(q, JobStatus::Running, &s.id);
         sbatch_args(
             &self.slurm_cfg(),
             &s.id,
             s.limit,
             self.config.resource_limits.as_ref(),
-            &output,
+            output,
             &running,
             &command,
         )
@@ -1440,6 +1473,37 @@ mod tests {
         assert_eq!(mem_arg(&serde_json::json!("4G")), Some("4G".into()));
         assert_eq!(cpus_arg("250%"), Some(3));
         assert_eq!(cpus_arg("abc"), None);
+    }
+
+    #[test]
+    fn extra_args_never_raise_priority() {
+        let refused = |a: &str| bad_extra_arg(0, a);
+        for a in [
+            "--priority=TOP",
+            "--priority=100",
+            "--nice=-10000",
+            "--nice=-1",
+            "--nice=-0",
+            "--nice=",
+            "--nice=1e9",
+            "--nice=1234567890",
+            "--uid=0",
+            "--gid=0",
+            "--chdir=/root",
+            "--output=/etc/x",
+        ] {
+            assert!(refused(a).is_some(), "{a}");
+        }
+        assert!(refused("--nice=-5").unwrap().contains("0 or more"));
+        for a in [
+            "--nice",
+            "--nice=0",
+            "--nice=+5",
+            "--nice=100",
+            "--constraint=x",
+        ] {
+            assert_eq!(refused(a), None, "{a}");
+        }
     }
 
     #[test]

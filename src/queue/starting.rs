@@ -595,7 +595,19 @@ impl Manager {
             return None;
         }
         let run_as = if self.root_mode {
-            match project_owner_login(&self.store, &job) {
+            // Only an account the machine allows (issue 27): the store's users/*.json choose
+            // among them, never root, a system account or one outside the allowed groups.
+            let allowed = project_owner_login(&self.store, &job)
+                .map_err(|e| e.to_string())
+                .and_then(|n| {
+                    let a = crate::trust::Account::lookup(&n).map_err(|e| {
+                        format!("Cannot run the job as the project owner's account: {e}")
+                    })?;
+                    let policy = crate::trust::Policy::load();
+                    crate::trust::check_run_as(&policy, &a).map_err(|e| e.to_string())?;
+                    Ok(n)
+                });
+            match allowed {
                 Ok(n) => Some(n),
                 Err(e) => {
                     self.fail_owned(id, JobStatus::Queued, job, e.to_string())

@@ -30,6 +30,52 @@ pub struct Config {
     /// `init` and `orchestrator migrate`; a store newer than this build is refused.
     #[serde(default)]
     pub schema_version: Option<String>,
+    /// The accounts a root daemon may run jobs as (extension, issue 27; docs/trust-model.md).
+    /// Read only from the machine's own configuration (`/etc/agentstore/config.yaml` for the
+    /// system services, `~/.config/agentstore/config.yaml` for a user's own daemons), never
+    /// from a store's `config.yaml`: the store's contents never choose authority.
+    #[serde(default)]
+    pub run_as: RunAsPolicy,
+    /// The programs a queue may name as `claude_cli_path` / `agentshell_path` (extension,
+    /// issue 27). Like `run_as`, read only from the machine's own configuration.
+    #[serde(default)]
+    pub programs: ProgramsPolicy,
+}
+
+/// `run_as:` section (machine configuration only): which accounts a root queue manager may
+/// start a job as. Never uid 0. Without `allowed_users`/`allowed_groups` entries any
+/// ordinary account may be chosen: uid within `min_uid..=max_uid` (default: `UID_MIN` and
+/// `UID_MAX` of `/etc/login.defs`, else 1000 and 60000) with a login shell listed in
+/// `/etc/shells`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunAsPolicy {
+    /// Lowest uid a job may run as (default `UID_MIN` of `/etc/login.defs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_uid: Option<u32>,
+    /// Highest uid a job may run as (default `UID_MAX` of `/etc/login.defs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_uid: Option<u32>,
+    /// When not empty, the account must be a member of one of these groups.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allowed_groups: Vec<String>,
+    /// Accounts allowed whatever their uid range, shell or groups (never root).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allowed_users: Vec<String>,
+}
+
+/// `programs:` section (machine configuration only): programs a queue's settings may name,
+/// besides the defaults (`claude` and `agentshell` found on the daemon's PATH, and the
+/// `agentshell` installed beside the daemons).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProgramsPolicy {
+    /// Paths (or names looked up on PATH) `claude_cli_path` may name.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub claude: Vec<String>,
+    /// Paths (or names looked up on PATH) `agentshell_path` may name.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub agentshell: Vec<String>,
 }
 
 fn default_queue() -> String {
@@ -46,6 +92,8 @@ impl Default for Config {
             logging: LoggingConfig::default(),
             machines: MachinesConfig::default(),
             schema_version: None,
+            run_as: RunAsPolicy::default(),
+            programs: ProgramsPolicy::default(),
         }
     }
 }

@@ -33,7 +33,8 @@ mod scan;
 mod writes;
 
 pub use config::{
-    Config, ConfigError, LoggingConfig, MachinesConfig, OrchestratorConfig, SlackConfig,
+    Config, ConfigError, LoggingConfig, MachinesConfig, OrchestratorConfig, ProgramsPolicy,
+    RunAsPolicy, SlackConfig,
 };
 pub use documents::{JobLocation, read_document, read_limited};
 use error::io_err;
@@ -47,7 +48,7 @@ pub use fsio::{
 pub use queue_runtime::merge_runtimes;
 pub use root::{
     MODE_ENV, RootSource, RootUser, SYSTEM_CONFIG, expand_tilde, home_dir, resolve_daemon_root,
-    resolve_root, resolve_root_for, system_mode,
+    resolve_root, resolve_root_for, system_mode, user_config_path,
 };
 pub use scan::{
     Scan, Scanned, file_id, is_conflict_copy, is_ignored, scan_dir, scan_each, scan_subdirs,

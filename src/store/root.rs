@@ -68,7 +68,9 @@ pub enum RootUser {
     Daemon,
 }
 
-fn user_config() -> Option<PathBuf> {
+/// The user's own configuration file: `$XDG_CONFIG_HOME/agentstore/config.yaml`, else
+/// `~/.config/agentstore/config.yaml`.
+pub fn user_config_path() -> Option<PathBuf> {
     std::env::var_os("XDG_CONFIG_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
@@ -114,7 +116,7 @@ pub fn resolve_root_for(flag: Option<&Path>, who: RootUser) -> (PathBuf, RootSou
     {
         return found;
     }
-    if let Some(found) = user_config().and_then(|c| from_config(&c)) {
+    if let Some(found) = user_config_path().and_then(|c| from_config(&c)) {
         return found;
     }
     let default = home_dir()

@@ -17,7 +17,6 @@ use crate::store::jobfile::{fail_raw, write_and_move};
 use crate::store::{Store, StoreError, read_limited};
 use capture::OUTPUT_LIMIT;
 use process::{AgentCommand, AgentOutput, agent_env, run_agent};
-use runas::RunAs;
 use std::io::{BufRead, Read};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -252,13 +251,9 @@ fn execute(
     args: &WorkerArgs,
     key: Option<&str>,
 ) -> Outcome {
-    let run_as = match &args.run_as {
-        Some(name) => RunAs::lookup(name),
-        None => RunAs::current(),
-    };
-    let run_as = match run_as {
+    let run_as = match runas::for_job(args.run_as.as_deref()) {
         Ok(r) => r,
-        Err(e) => return Outcome::fail(e.to_string()),
+        Err(e) => return Outcome::fail(e),
     };
     let switch = run_as.uid != nix::unistd::geteuid().as_raw();
     let env = agent_env(std::env::vars(), &run_as, !switch);
@@ -303,6 +298,15 @@ fn execute(
                 Ok(p) => p,
                 Err(e) => return Outcome::fail(e),
             };
+            let program = match runas::program_for(
+                crate::trust::Program::Claude,
+                &queue.claude_cli_path,
+                &env,
+                &run_as,
+            ) {
+                Ok(p) => p,
+                Err(e) => return Outcome::fail(e),
+            };
             let mut args_v = claude::claude_args(queue, job);
             let json = claude::wants_json(&args_v);
             let broker = if claude::asks_permissions(&args_v) {
@@ -322,7 +326,7 @@ fn execute(
                 None
             };
             let cmd = AgentCommand {
-                program: queue.claude_cli_path.clone(),
+                program,
                 args: args_v,
                 prompt,
                 cwd,
@@ -345,15 +349,21 @@ fn execute(
             }
             // What agentshell's policy would ask a person about goes to the same approval
             // channel as Claude Code's permission requests.
+            let program = match runas::program_for(
+                crate::trust::Program::Agentshell,
+                queue.agentshell_path.as_deref().unwrap_or("agentshell"),
+                &env,
+                &run_as,
+            ) {
+                Ok(p) => p,
+                Err(e) => return Outcome::fail(e),
+            };
             let broker = match start_broker(queue, args, run_as.uid, key) {
                 Ok(b) => b,
                 Err(e) => return Outcome::fail(e),
             };
             let cmd = AgentCommand {
-                program: queue
-                    .agentshell_path
-                    .clone()
-                    .unwrap_or_else(|| "agentshell".into()),
+                program,
                 args: agentshell_args(broker.socket_name(), broker.deadline_seconds()),
                 prompt: claude::agent_prompt(job),
                 cwd,

@@ -246,12 +246,17 @@ pub fn run_agent(
         )?;
         let uid = nix::unistd::Uid::from_raw(user.uid);
         let gid = nix::unistd::Gid::from_raw(user.gid);
-        // Supplementary groups are looked up before fork: getgrouplist is not
-        // async-signal-safe, setgroups/setgid/setuid are plain system calls.
-        let groups = std::ffi::CString::new(user.name.clone())
-            .ok()
-            .and_then(|n| nix::unistd::getgrouplist(&n, gid).ok())
-            .unwrap_or_else(|| vec![gid]);
+        // The account's own groups only (as initgroups sets them), looked up with the
+        // account before fork: getgrouplist is not async-signal-safe, setgroups/setgid/setuid
+        // are plain system calls. Nothing of the daemon's groups is kept.
+        let groups: Vec<nix::unistd::Gid> = if user.groups.is_empty() {
+            vec![gid]
+        } else {
+            user.groups
+                .iter()
+                .map(|g| nix::unistd::Gid::from_raw(*g))
+                .collect()
+        };
         // SAFETY: the closure runs in the forked child before exec and only makes the
         // async-signal-safe system calls setgroups, setgid, setuid and chdir on data prepared
         // before the fork; it allocates nothing and takes no locks.
@@ -316,6 +321,7 @@ mod tests {
             gid: 1000,
             home: "/home/alice".into(),
             shell: "/bin/bash".into(),
+            groups: vec![1000],
         }
     }
 

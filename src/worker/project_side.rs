@@ -66,6 +66,16 @@ pub fn venvman_command(
             home.join(".local/bin").display()
         ));
     };
+    // Run as the job's account: trusted only when nobody else can change it (issue 27).
+    let uid = switch_to
+        .as_ref()
+        .map_or_else(|| nix::unistd::geteuid().as_raw(), |u| u.uid);
+    let found = crate::trust::programs::trusted_path(&found, uid).map_err(|e| {
+        format!(
+            "venvman at {} is not a trusted program: {e}",
+            found.display()
+        )
+    })?;
     let dir = &job.config.working_directory;
     if !dir.starts_with('/') {
         return Err(format!(

@@ -1,73 +1,39 @@
 //! Who a job's agent runs as (DESIGN §6, issue 4): when the queue manager runs as root, the
 //! project owner's Unix account (`unix_user` in the owner's user document, else the user id);
-//! otherwise the manager's own account.
+//! otherwise the manager's own account. The account must be one the machine allows
+//! (`crate::trust::account`, issue 27): checked here again before the worker switches, whoever
+//! started it with `--run-as`.
 
-use std::path::PathBuf;
+pub use crate::trust::account::{Account as RunAs, AccountError as RunAsError};
 
-/// A resolved Unix account.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunAs {
-    /// Login name.
-    pub name: String,
-    /// User id.
-    pub uid: u32,
-    /// Primary group id.
-    pub gid: u32,
-    /// Home folder from the password database.
-    pub home: PathBuf,
-    /// Login shell.
-    pub shell: PathBuf,
+/// The account a job runs as: `name` (the manager's `--run-as`), else this process's own;
+/// refused when this (root) process may not run jobs as it under the machine's rules.
+pub fn for_job(name: Option<&str>) -> Result<RunAs, String> {
+    let account = match name {
+        Some(n) => RunAs::lookup(n),
+        None => RunAs::current(),
+    }
+    .map_err(|e| e.to_string())?;
+    let policy = crate::trust::Policy::load();
+    crate::trust::check_run_as(&policy, &account).map_err(|e| e.to_string())?;
+    Ok(account)
 }
 
-/// Why no account could be chosen.
-#[derive(Debug, thiserror::Error)]
-pub enum RunAsError {
-    /// The account does not exist on this machine.
-    #[error("Unix user {0:?} does not exist on this machine")]
-    NoSuchUser(String),
-    /// The password database could not be read.
-    #[error("cannot look up Unix user {name:?}: {reason}")]
-    Lookup {
-        /// Login name.
-        name: String,
-        /// Cause.
-        reason: String,
-    },
-}
-
-impl RunAs {
-    /// Looks `name` up in the password database.
-    pub fn lookup(name: &str) -> Result<RunAs, RunAsError> {
-        match nix::unistd::User::from_name(name) {
-            Ok(Some(u)) => Ok(RunAs::from_nix(u)),
-            Ok(None) => Err(RunAsError::NoSuchUser(name.to_string())),
-            Err(e) => Err(RunAsError::Lookup {
-                name: name.to_string(),
-                reason: e.to_string(),
-            }),
-        }
-    }
-
-    /// The account of this process.
-    pub fn current() -> Result<RunAs, RunAsError> {
-        let uid = nix::unistd::geteuid();
-        match nix::unistd::User::from_uid(uid) {
-            Ok(Some(u)) => Ok(RunAs::from_nix(u)),
-            Ok(None) => Err(RunAsError::NoSuchUser(uid.to_string())),
-            Err(e) => Err(RunAsError::Lookup {
-                name: uid.to_string(),
-                reason: e.to_string(),
-            }),
-        }
-    }
-
-    fn from_nix(u: nix::unistd::User) -> RunAs {
-        RunAs {
-            name: u.name,
-            uid: u.uid.as_raw(),
-            gid: u.gid.as_raw(),
-            home: u.dir,
-            shell: u.shell,
-        }
-    }
+/// The program a queue names for the agent (`claude_cli_path`, `agentshell_path`), as the
+/// path to execute: one the machine allows, trusted for the account that runs it
+/// (`crate::trust::programs`). `env` is the agent's environment (its PATH).
+pub fn program_for(
+    which: crate::trust::Program,
+    requested: &str,
+    env: &[(String, String)],
+    run_as: &RunAs,
+) -> Result<String, String> {
+    let path_var = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_str());
+    let policy = crate::trust::Policy::load();
+    crate::trust::resolve_program(&policy, which, requested, path_var, run_as.uid)
+        .map(|p| p.display().to_string())
+        .map_err(|e| format!("Cannot start the agent: {e}"))
 }

@@ -21,6 +21,26 @@ impl TestEnv {
         TestEnv { dir, root, home }
     }
 
+    /// This machine's own configuration for the daemons the test starts (per-user mode:
+    /// `~/.config/agentstore/config.yaml` of this HOME) lists `claude` as a program a queue's
+    /// `claude_cli_path` may name (issue 27: a queue may only choose among allowed programs).
+    pub fn allow_claude(&self, claude: &Path) {
+        let dir = self.home.join(".config/agentstore");
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("config.yaml");
+        let mut text = std::fs::read_to_string(&file).unwrap_or_default();
+        let entry = format!("    - {:?}\n", claude.display().to_string());
+        if !text.contains("programs:\n  claude:\n") {
+            text.push_str("programs:\n  claude:\n");
+        }
+        text = text.replacen(
+            "programs:\n  claude:\n",
+            &format!("programs:\n  claude:\n{entry}"),
+            1,
+        );
+        std::fs::write(&file, text).unwrap();
+    }
+
     /// A store made by `orchestrator init`, with user chenry (admin).
     pub fn initialised() -> TestEnv {
         let env = TestEnv::empty();
@@ -142,6 +162,7 @@ impl Researcher {
         for args in Researcher::commands(&project_dir) {
             env.ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
         }
+        env.allow_claude(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-claude"));
         Researcher {
             env,
             run_dir,

@@ -45,7 +45,7 @@ pub const INSTALL_HINT: &str = "the real Claude Code CLI (`claude`) is not on PA
      run `bash .ci/install-claude.sh` and retry. Set AGENTSTORE_TEST_CLAUDE=/path/to/claude to use another binary.";
 
 /// Unix user the real CLI runs as when the tests run as root.
-pub const TEST_USER: &str = "agentstore-test";
+pub const TEST_USER: &str = "agentstore-job";
 
 /// Upper bound for one `claude` run in tests: a guard against a hang, not an assertion.
 pub const RUN_LIMIT: Duration = Duration::from_secs(180);
@@ -160,7 +160,7 @@ pub struct TestUser {
     pub gid: u32,
 }
 
-/// When running as root: the `agentstore-test` system user, created with `useradd` if
+/// When running as root: the `agentstore-job` ordinary user, created with `useradd` if
 /// missing. When not root: `None` (the current user is already unprivileged).
 pub fn unprivileged_user() -> Option<TestUser> {
     if !nix::unistd::geteuid().is_root() {
@@ -170,12 +170,9 @@ pub fn unprivileged_user() -> Option<TestUser> {
     if lookup().is_none() {
         // Parallel test processes may race here; `useradd` exits 9 if the user appeared.
         let status = Command::new("useradd")
-            .args([
-                "--system",
-                "--no-create-home",
-                "--shell",
-                "/usr/sbin/nologin",
-            ])
+            // An ordinary account (uid in UID_MIN..UID_MAX, a login shell): a root daemon
+            // runs jobs only as such accounts (issue 27).
+            .args(["--no-create-home", "--shell", "/bin/sh"])
             .arg(TEST_USER)
             .status();
         let created = lookup();

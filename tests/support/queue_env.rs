@@ -296,6 +296,40 @@ pub async fn guarded<F: std::future::Future<Output = T>, T>(f: F) -> T {
         .expect("test hung (hang guard)")
 }
 
+/// This machine's own configuration for a test's in-process manager and its workers
+/// (per-user mode: `$XDG_CONFIG_HOME/agentstore/config.yaml`), listing `claude` and
+/// `agentshell` as programs a queue may name (issue 27), in a folder only this account can
+/// change. Returns the folder (keep it) and the variable for the workers' environment.
+pub fn machine_config(
+    claude: &[&Path],
+    agentshell: &[&Path],
+) -> (tempfile::TempDir, (String, String)) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let conf = dir.path().join("agentstore");
+    std::fs::create_dir(&conf).unwrap();
+    let list = |ps: &[&Path]| {
+        ps.iter()
+            .map(|p| format!("    - {:?}\n", p.display().to_string()))
+            .collect::<String>()
+    };
+    std::fs::write(
+        conf.join("config.yaml"),
+        format!(
+            "programs:\n  claude:\n{}  agentshell:\n{}",
+            list(claude),
+            list(agentshell)
+        ),
+    )
+    .unwrap();
+    let var = (
+        "XDG_CONFIG_HOME".to_string(),
+        dir.path().display().to_string(),
+    );
+    (dir, var)
+}
+
 /// The fake-claude fixture.
 pub fn fake_claude() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-claude")

@@ -67,7 +67,14 @@ queue_json() {
  "runtime": {"process_id": null, "active_jobs": 0, "last_update": null, "queued_jobs": 0}}
 EOT
 }
+# allow_claude PATH — /etc/agentstore/config.yaml (root's) lists PATH as a program a queue's
+# claude_cli_path may name (issue 27: a queue only chooses among the machine's programs).
+# The list is the file's last section: entries are appended at its end.
+allow_claude() {
+    x sh -c 'f=/etc/agentstore/config.yaml; grep -q "^programs:" "$f" || printf "\nprograms:\n  claude:\n" >>"$f"; grep -qF "    - \"$1\"" "$f" || printf "    - \"%s\"\n" "$1" >>"$f"' sh "$1"
+}
 setup_queue() { # ID WORKERS [CLAUDE_PATH] [DEFAULT_ARGS_JSON]
+    case "${3:-claude}" in claude) ;; *) allow_claude "$3" ;; esac
     as_svc sh -c "mkdir -p $AS/Queues/$1/Jobs/queued_jobs $AS/Queues/$1/Jobs/running_jobs $AS/Queues/$1/Jobs/finished_jobs $AS/Queues/$1/Jobs/failed_jobs"
     queue_json "$1" "$2" "${3:-claude}" "${4:-}" | put "$AS/Queues/$1/queue.json"
 }

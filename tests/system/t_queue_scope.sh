@@ -57,6 +57,7 @@ sys_sh "$m" "mkdir -p $store/projects/TestProject && cat >$store/projects/TestPr
 {"id": "TestProject", "directory": "/home/jobuser/proj", "create_time": "$now", "update_time": "$now",
  "owner": "chenry", "default_queue": "$q"}
 EOT
+sys_sh "$m" "mkdir -p /etc/agentstore && printf 'programs:\\n  claude: [/usr/local/bin/fake-claude]\\n' >>/etc/agentstore/config.yaml"
 sys_sh "$m" "cat >$store/Queues/$q/queue.json" <<EOT
 {"config": {"id": "$q", "worker_count": 2, "claude_cli_path": "/usr/local/bin/fake-claude",
   "rest_interval": 60, "claude_default_args": ["-p"], "max_job_runtime_seconds": 3600,

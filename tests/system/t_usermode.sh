@@ -113,6 +113,9 @@ sys_expect_eq "nothing was written to the system store" "" "$(x sh -c 'ls /var/l
 
 # The queue runs the fake claude; the daemons exit after 4 s idle.
 sys_check "set-queue poplar --claude-cli-path" u orchestrator set-queue poplar --claude-cli-path /usr/local/bin/fake-claude
+# The user's own configuration lists it (issue 27: a queue only chooses among its programs).
+u sh -c 'mkdir -p ~/.config/agentstore && printf "\nprograms:\n  claude: [/usr/local/bin/fake-claude]\n" >>~/.config/agentstore/config.yaml'
+
 u sed -i 's/idle_exit_seconds: *[0-9]*/idle_exit_seconds: 4/' "$S/config.yaml"
 sys_expect_match "idle_exit_seconds is 4" 'idle_exit_seconds: 4' "$(x cat "$S/config.yaml")"
 
