@@ -368,18 +368,19 @@ async fn missing_working_directory_fails_gracefully() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_agent_program_is_explained() {
     guarded(async {
-        let mut s = setup(vec![]).await;
+        // The allowed name `claude`, on a PATH where it is not.
+        let mut s = setup(vec![("PATH".into(), "/nonexistent-agentstore-bin".into())]).await;
         s.env.edit_queue(|q| {
-            q.config.claude_cli_path = "claude-not-installed-here".into();
+            q.config.claude_cli_path = "claude".into();
         });
         let j = claude_job(&s, "World", json!({}));
         let (state, doc) = run_one(&mut s, "c-noclaude", &j).await;
         assert_eq!(state, "failed");
         let err = doc["runtime"]["error"].as_str().unwrap();
         for part in [
-            "claude-not-installed-here",
-            "not found",
-            "PATH=",
+            "\"claude\"",
+            "not found on PATH (/nonexistent-agentstore-bin)",
+            "--claude-cli-path",
             "claude_cli_path",
         ] {
             assert!(err.contains(part), "{part:?} missing from {err:?}");

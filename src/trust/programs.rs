@@ -130,8 +130,12 @@ pub fn resolve_program(
     }
     let Some(at) = locate(requested, path_var) else {
         return Err(refused(format!(
-            "was not found on PATH ({})",
-            path_var.unwrap_or("")
+            "was not found on PATH ({}); install it for the job's account on this machine, \
+             or name its full path (orchestrator set-queue QUEUE --claude-cli-path / \
+             --agentshell-path PATH; a path outside the defaults is listed under programs.{} in {})",
+            path_var.unwrap_or(""),
+            which.key(),
+            policy.source
         )));
     };
     let owners = if uid == 0 { vec![0] } else { vec![0, uid] };
