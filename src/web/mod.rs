@@ -13,6 +13,7 @@ pub mod api;
 pub mod args;
 pub mod auth;
 pub mod charts;
+pub mod conn;
 pub mod dashboard;
 pub mod error;
 pub mod events;
@@ -50,6 +51,8 @@ pub struct WebOptions {
     pub idle_exit: Option<Duration>,
     /// The token file for TCP listeners (`None`: TCP refused).
     pub token_file: Option<PathBuf>,
+    /// Timeouts and connection bounds.
+    pub limits: conn::Limits,
 }
 
 /// Why the server stopped with an error.
@@ -89,6 +92,8 @@ pub struct App {
     pub events: events::Hub,
     open: AtomicUsize,
     last: std::sync::Mutex<Instant>,
+    limits: conn::Limits,
+    gate: Arc<conn::Gate>,
 }
 
 impl std::fmt::Debug for App {
@@ -154,8 +159,11 @@ pub fn respond(status: u16, content_type: &str, text: String) -> Response<Body> 
     r
 }
 
-async fn handle(app: Arc<App>, peer: Peer, req: Request<Incoming>) -> Response<Body> {
+async fn handle(app: Arc<App>, peer: Peer, mut req: Request<Incoming>) -> Response<Body> {
     app.touch();
+    req.extensions_mut().insert(conn::BodyDeadline(
+        tokio::time::Instant::now() + app.limits.body_timeout,
+    ));
     let path = req.uri().path().to_string();
     let wants_html = !path.starts_with("/api/");
     let answer = if wants_html {
@@ -180,7 +188,24 @@ impl Drop for OpenGuard {
     }
 }
 
-fn serve_connection<S>(app: Arc<App>, peer: Peer, stream: S)
+/// A place for a connection of `key`, or `None` after answering it 503 with `try_write` (one
+/// non-blocking write: the accept loop never waits on a client) — the caller then drops it.
+fn admit(
+    app: &App,
+    key: conn::CallerKey,
+    try_write: impl FnOnce(&[u8]) -> std::io::Result<usize>,
+) -> Option<conn::Admission> {
+    match app.gate.admit(key) {
+        Ok(a) => Some(a),
+        Err(why) => {
+            tracing::debug!("connection refused: {why}");
+            let _ = try_write(&conn::refusal_response(&why));
+            None
+        }
+    }
+}
+
+fn serve_connection<S>(app: Arc<App>, peer: Peer, admission: conn::Admission, stream: S)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -188,12 +213,15 @@ where
     app.touch();
     tokio::spawn(async move {
         let guard = OpenGuard(app.clone());
+        let limits = app.limits;
         let svc = hyper::service::service_fn(move |req| {
             let app = app.clone();
             async move { Ok::<_, Infallible>(handle(app, peer, req).await) }
         });
-        let io = hyper_util::rt::TokioIo::new(stream);
+        let io = hyper_util::rt::TokioIo::new(conn::IdleIo::new(stream, limits.idle_timeout));
         if let Err(e) = hyper::server::conn::http1::Builder::new()
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(limits.header_timeout)
             .keep_alive(true)
             .serve_connection(io, svc)
             .await
@@ -201,6 +229,7 @@ where
             tracing::debug!("connection: {e}");
         }
         drop(guard);
+        drop(admission);
     });
 }
 
@@ -245,6 +274,8 @@ pub async fn run(
         events,
         open: AtomicUsize::new(0),
         last: std::sync::Mutex::new(Instant::now()),
+        limits: opts.limits,
+        gate: conn::Gate::new(&opts.limits),
     });
     let mut tasks = tokio::task::JoinSet::new();
     let mut names = Vec::new();
@@ -261,7 +292,12 @@ pub async fn run(
                     loop {
                         match l.accept().await {
                             Ok((s, _)) => match s.peer_cred() {
-                                Ok(c) => serve_connection(app.clone(), Peer::Unix(c.uid()), s),
+                                Ok(c) => {
+                                    let key = conn::CallerKey::Uid(c.uid());
+                                    if let Some(a) = admit(&app, key, |b| s.try_write(b)) {
+                                        serve_connection(app.clone(), Peer::Unix(c.uid()), a, s)
+                                    }
+                                }
                                 Err(e) => tracing::warn!("peer credentials: {e}"),
                             },
                             Err(e) => {
@@ -290,7 +326,10 @@ pub async fn run(
                     loop {
                         match l.accept().await {
                             Ok((s, a)) if a.ip().is_loopback() => {
-                                serve_connection(app.clone(), Peer::Tcp, s)
+                                let key = conn::CallerKey::Loopback;
+                                if let Some(a) = admit(&app, key, |b| s.try_write(b)) {
+                                    serve_connection(app.clone(), Peer::Tcp, a, s)
+                                }
                             }
                             Ok((_, a)) => tracing::warn!("refused non-loopback peer {a}"),
                             Err(e) => {
@@ -347,12 +386,27 @@ pub fn body_limit() -> usize {
     1 << 20
 }
 
-/// Reads a request body of at most [`body_limit`] bytes.
+/// Reads a request body of at most [`body_limit`] bytes, by the request's body deadline
+/// ([`conn::BodyDeadline`]; 408 after it).
 pub async fn read_body(req: Request<Incoming>) -> Result<Bytes, WebError> {
+    let deadline = req
+        .extensions()
+        .get::<conn::BodyDeadline>()
+        .map(|d| d.0)
+        .unwrap_or_else(|| tokio::time::Instant::now() + conn::Limits::default().body_timeout);
     let limited = http_body_util::Limited::new(req.into_body(), body_limit());
-    limited
-        .collect()
-        .await
-        .map(|c| c.to_bytes())
-        .map_err(|e| WebError::new(413, "PayloadTooLarge", format!("request body: {e}")))
+    match tokio::time::timeout_at(deadline, limited.collect()).await {
+        Err(_) => Err(WebError::new(
+            408,
+            "RequestTimeout",
+            "request body: not sent in time",
+        )),
+        Ok(Ok(c)) => Ok(c.to_bytes()),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(WebError::new(
+            413,
+            "PayloadTooLarge",
+            format!("request body: {e}"),
+        )),
+        Ok(Err(e)) => Err(WebError::invalid(format!("request body: {e}"))),
+    }
 }
