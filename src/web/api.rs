@@ -320,6 +320,26 @@ fn ok(v: &Value) -> Response<Body> {
     json(200, v.to_string())
 }
 
+/// The methods `/api/v1/<rest>` answers (`None`: no such path). The one table the router
+/// below and docs/openapi.json agree with.
+fn methods(rest: &[&str]) -> Option<&'static str> {
+    use super::{GET_AND_POST, GET_ONLY, POST_ONLY};
+    Some(match rest {
+        ["messages"] => GET_AND_POST,
+        ["jobs", _, "cancel"] | ["approvals", _, _, "answer"] => POST_ONLY,
+        [
+            "whoami" | "users" | "projects" | "prds" | "queues" | "machines" | "jobs" | "approvals"
+            | "events",
+        ]
+        | [
+            "users" | "projects" | "prds" | "queues" | "jobs" | "machines" | "messages",
+            _,
+        ]
+        | ["queues", _, "state"] => GET_ONLY,
+        _ => return None,
+    })
+}
+
 /// Answers one `/api/…` request.
 pub async fn route(
     app: &App,
@@ -331,11 +351,16 @@ pub async fn route(
     let seg: Vec<&str> = seg.iter().map(String::as_str).collect();
     let method = req.method().clone();
     if seg == ["api", "openapi.json"] {
+        super::check_method(&method, &path, super::GET_ONLY)?;
         return Ok(json(200, super::OPENAPI.to_string()));
     }
     let ["api", "v1", rest @ ..] = seg.as_slice() else {
         return Err(WebError::no_route(&path));
     };
+    let Some(allow) = methods(rest) else {
+        return Err(WebError::no_route(&path));
+    };
+    super::check_method(&method, &path, allow)?;
     let get = method == Method::GET || method == Method::HEAD;
     if !get {
         // A browser page of another site may POST here (through a reverse proxy on the Unix
@@ -492,15 +517,7 @@ pub async fn route(
             app.actor(peer, req.headers(), None)?;
             Ok(event_stream(app))
         }
-        _ => Err(WebError::new(
-            if get { 404 } else { 405 },
-            if get {
-                "NoSuchPath"
-            } else {
-                "MethodNotAllowed"
-            },
-            format!("{method} {path}: no such endpoint (see /api/openapi.json)"),
-        )),
+        _ => Err(WebError::no_route(&path)),
     }
 }
 

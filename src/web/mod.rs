@@ -174,8 +174,8 @@ async fn handle(app: Arc<App>, peer: Peer, mut req: Request<Incoming>) -> Respon
     app.touch();
     match answer {
         Ok(r) => r,
-        Err(e) if wants_html => dashboard::error_page(&e),
-        Err(e) => json(e.status, e.body()),
+        Err(e) if wants_html => e.with_headers(dashboard::error_page(&e)),
+        Err(e) => e.with_headers(json(e.status, e.body())),
     }
 }
 
@@ -379,6 +379,32 @@ fn unix_name(l: &std::os::unix::net::UnixListener) -> String {
         .ok()
         .and_then(|a| a.as_pathname().map(|p| format!("unix:{}", p.display())))
         .unwrap_or_else(|| "unix socket".into())
+}
+
+/// What `Allow` says for a path answering GET (HEAD is GET without the body).
+pub const GET_ONLY: &str = "GET, HEAD";
+/// What `Allow` says for a path answering POST only.
+pub const POST_ONLY: &str = "POST";
+/// What `Allow` says for a path answering GET and POST.
+pub const GET_AND_POST: &str = "GET, HEAD, POST";
+
+/// Refuses `method` on a path that answers `allow` (one of the constants above): 405 naming
+/// them in `Allow`. TRACE, OPTIONS, PUT, … are never answered.
+pub fn check_method(
+    method: &hyper::Method,
+    path: &str,
+    allow: &'static str,
+) -> Result<(), WebError> {
+    let ok = match *method {
+        hyper::Method::GET | hyper::Method::HEAD => allow.contains("GET"),
+        hyper::Method::POST => allow.contains("POST"),
+        _ => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(WebError::method_not_allowed(method, path, allow))
+    }
 }
 
 /// The largest request body read (a message).
