@@ -49,7 +49,8 @@ pub fn percent_encode(s: &str) -> String {
     out
 }
 
-/// The query of a request as a map; a key outside `known` is refused, naming it.
+/// The query of a request as a map (empty values left out); a key outside `known` is
+/// refused, naming it.
 pub fn query(req: &Request<Incoming>, known: &[&str]) -> Result<HashMap<String, String>, WebError> {
     let mut out = HashMap::new();
     for kv in req
@@ -67,7 +68,11 @@ pub fn query(req: &Request<Incoming>, known: &[&str]) -> Result<HashMap<String, 
                 known.join(", ")
             )));
         }
-        out.insert(k, percent_decode(v)?);
+        let v = percent_decode(v)?;
+        // An empty value is a parameter not given (what a form's empty field sends).
+        if !v.is_empty() {
+            out.insert(k, v);
+        }
     }
     Ok(out)
 }
