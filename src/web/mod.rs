@@ -246,6 +246,7 @@ pub async fn run(
         ));
     }
     let store = Store::open(&opts.root).map_err(|e| WebServerError::Store(e.to_string()))?;
+    let limits = within_descriptors(opts.limits);
     let has_tcp = listeners.iter().any(|(_, l)| matches!(l, Listener::Tcp(_)));
     let token = match (&opts.token_file, has_tcp) {
         (Some(p), true) => Some(auth::load_or_create_token(p).map_err(WebServerError::Token)?),
@@ -274,8 +275,8 @@ pub async fn run(
         events,
         open: AtomicUsize::new(0),
         last: std::sync::Mutex::new(Instant::now()),
-        limits: opts.limits,
-        gate: conn::Gate::new(&opts.limits),
+        limits,
+        gate: conn::Gate::new(&limits),
     });
     let mut tasks = tokio::task::JoinSet::new();
     let mut names = Vec::new();
@@ -372,6 +373,28 @@ pub async fn run(
     crate::systemd::notify_stopping(&text);
     tasks.abort_all();
     Ok(())
+}
+
+/// `limits` with the total bound cut to what the process's descriptor limit leaves room for
+/// (64 kept for the bus, the store and the listeners): the bound, not `EMFILE`, must be what
+/// refuses a connection, or accept would fail for everyone.
+fn within_descriptors(mut limits: conn::Limits) -> conn::Limits {
+    use nix::sys::resource::{Resource, getrlimit};
+    if let Ok((soft, _)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        let room = usize::try_from(soft)
+            .unwrap_or(usize::MAX)
+            .saturating_sub(64)
+            .max(8);
+        if limits.total > room {
+            tracing::warn!(
+                "--max-connections {} is more than the descriptor limit ({soft}) leaves room for: {room}",
+                limits.total
+            );
+            limits.total = room;
+        }
+    }
+    limits.per_caller = limits.per_caller.min(limits.total);
+    limits
 }
 
 fn unix_name(l: &std::os::unix::net::UnixListener) -> String {
