@@ -366,3 +366,36 @@ fn login_sends_a_browser_only_to_a_path_on_this_server() {
         assert_eq!(login_location(&w, next), "/", "{next}");
     }
 }
+
+#[test]
+fn a_nul_in_a_request_does_not_cut_the_server_off_the_bus() {
+    let Some(w) = start("NUL in requests", &[], "") else {
+        return;
+    };
+    // A D-Bus string cannot hold a NUL and the bus daemon drops a connection that sends one:
+    // before the fix one such request left the server answering 502 to everyone.
+    for path in [
+        "/api/v1/jobs?status=a%00b",
+        "/api/v1/jobs?project=a%00b",
+        "/api/v1/jobs/job%00x",
+        "/jobs?queue=%00",
+    ] {
+        let (status, text) = w.curl(None, &[], path);
+        assert!(status == 400 || status == 404, "{path}: {text}");
+    }
+    let (status, text) = w.curl(
+        None,
+        &[
+            "-X",
+            "POST",
+            "-H",
+            "Content-Type: application/json",
+            "--data-binary",
+            r#"{"allow": true, "message": "a\u0000b"}"#,
+        ],
+        "/api/v1/approvals/q/job-1-a1/answer",
+    );
+    assert_eq!(status, 400, "{text}");
+    let (status, text) = w.curl(Some("nobody"), &[], "/api/v1/queues");
+    assert_eq!(status, 200, "the server lost the bus: {text}");
+}

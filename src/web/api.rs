@@ -33,7 +33,22 @@ pub fn percent_decode(s: &str) -> Result<String, WebError> {
         }
         i += 1;
     }
-    String::from_utf8(out).map_err(|_| WebError::invalid(format!("{s:?} is not UTF-8")))
+    let text =
+        String::from_utf8(out).map_err(|_| WebError::invalid(format!("{s:?} is not UTF-8")))?;
+    no_nul(&text)?;
+    Ok(text)
+}
+
+/// Refuses text holding a NUL: a D-Bus string cannot carry one, and the bus daemon drops the
+/// connection that sends one (every caller's, the server has one).
+pub fn no_nul(text: &str) -> Result<(), WebError> {
+    if text.contains('\0') {
+        return Err(WebError::invalid(format!(
+            "{:?}: a NUL character is not allowed",
+            text.replace('\0', "\\0")
+        )));
+    }
+    Ok(())
 }
 
 /// Encodes a query component.
@@ -262,6 +277,7 @@ pub async fn answer(
     request: &str,
     a: &AnswerBody,
 ) -> Result<Value, WebError> {
+    no_nul(&a.message)?;
     if !manager_runs(app, queue).await {
         return Err(WebError::new(
             404,
