@@ -93,7 +93,8 @@ pub fn local_path(next: &str) -> Option<String> {
     // Whatever decodes it again must read a local path too.
     let mut level = next.to_string();
     for _ in 0..4 {
-        let decoded = super::api::percent_decode(&level).ok()?;
+        // %-decoding only ('+' is a space in a form, not in a path or a redirect).
+        let decoded = super::api::percent_decode(&level.replace('+', "%2B")).ok()?;
         if decoded == level {
             return Some(answer);
         }
@@ -1053,6 +1054,10 @@ mod tests {
             );
         }
         assert_eq!(local_path("/a/./b/../c").as_deref(), Some("/a/c"));
+        assert_eq!(
+            local_path("/jobs?project=a+b&status=failed").as_deref(),
+            Some("/jobs?project=a+b&status=failed")
+        );
         // What `query` hands over is decoded once: `/%09/evil.example/` arrives as "/\t/…".
         for bad in [
             "//evil.example/",
