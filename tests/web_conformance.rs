@@ -6,7 +6,7 @@
 //!
 //! Bounded: a fixed seed and few examples per operation (about a minute on two cores).
 //! `SCHEMATHESIS` names the command (default: `schemathesis` on PATH);
-//! `SCHEMATHESIS_EXAMPLES` the examples per operation (default 15).
+//! `SCHEMATHESIS_EXAMPLES` the examples per operation (default 10).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::{common, web_env};
@@ -61,7 +61,7 @@ fn the_api_does_what_its_openapi_document_says() {
     std::fs::set_permissions(env.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let served = web_env::serve(&env.root, &env.home, env.dir.path());
     let manifest = env!("CARGO_MANIFEST_DIR");
-    let examples = std::env::var("SCHEMATHESIS_EXAMPLES").unwrap_or_else(|_| "15".into());
+    let examples = std::env::var("SCHEMATHESIS_EXAMPLES").unwrap_or_else(|_| "10".into());
     let reports = env.dir.path().join("schemathesis-report");
     let o = Command::new(&st)
         .arg("--no-color")
@@ -82,7 +82,9 @@ fn the_api_does_what_its_openapi_document_says() {
             "--seed",
             "27",
         ])
-        .args(["--request-timeout", "20", "--workers", "2"])
+        // One worker: with two, hypothesis's lambda-source cache (not thread-safe) once failed
+        // the run with "AST constructor recursion depth mismatch", a crash of the tool's own.
+        .args(["--request-timeout", "20", "--workers", "1"])
         .arg("--report-dir")
         .arg(&reports)
         .current_dir(env.dir.path())
