@@ -44,7 +44,20 @@ fn project() -> (tempfile::TempDir, PathBuf, PathBuf) {
 }
 
 fn start(root: &Path, home: &Path, server: &FakeServer, extra: &[&str]) -> WebShell {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_agentshell"))
+    start_after(root, home, server, extra, "")
+}
+
+/// [`start`] after the shell command `before` (e.g. `ulimit -n 128;`).
+fn start_after(
+    root: &Path,
+    home: &Path,
+    server: &FakeServer,
+    extra: &[&str],
+    before: &str,
+) -> WebShell {
+    let mut child = Command::new("sh")
+        .args(["-c", &format!("{before} exec \"$0\" \"$@\"")])
+        .arg(env!("CARGO_BIN_EXE_agentshell"))
         .arg("web")
         .args(extra)
         .current_dir(root)
@@ -922,4 +935,94 @@ fn web_page_in_headless_chromium_streams_and_takes_allow_and_deny_clicks() {
     let shot = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/artifacts/agentshell-web.png");
     page.screenshot(&shot);
     assert!(std::fs::metadata(&shot).unwrap().len() > 1000);
+}
+
+/// Holds `n` connections to `addr` as user nobody, each sending half a request line and
+/// opening again when the server closes it, until its stdin closes; prints `held` first.
+const SLOW_CLIENT: &str = r#"
+import socket, sys, threading, time
+host, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+stop = threading.Event()
+def one():
+    while not stop.is_set():
+        try:
+            s = socket.create_connection((host, port), timeout=2)
+            s.sendall(b"GET /even")
+            s.settimeout(0.5)
+            while not stop.is_set():
+                try:
+                    if not s.recv(4096):
+                        break
+                except socket.timeout:
+                    continue
+            s.close()
+        except OSError:
+            pass
+        time.sleep(0.2)
+ts = [threading.Thread(target=one, daemon=True) for _ in range(n)]
+for t in ts:
+    t.start()
+time.sleep(1.5)
+print("held", flush=True)
+sys.stdin.read()
+stop.set()
+"#;
+
+#[test]
+fn web_one_account_holding_slow_connections_cannot_keep_the_owner_out() {
+    let what = "agentshell web under slow connections";
+    if !nix::unistd::getuid().is_root() {
+        harness::skip(
+            what,
+            "needs root to run the slow client as user nobody (setpriv)",
+        );
+        return;
+    }
+    // A python every account may run (not one under root's home).
+    let python = "/usr/bin/python3";
+    for tool in ["setpriv", python] {
+        if !harness::have(tool) {
+            harness::skip(what, &format!("{tool} is not installed"));
+            return;
+        }
+    }
+    let (_dir, root, home) = project();
+    let server = FakeServer::start(vec![]);
+    // A descriptor limit below what the other account opens: without bounds the server stops
+    // accepting anyone while the slow connections wait out their request timeout.
+    let web = start_after(&root, &home, &server, &[], "ulimit -n 128;");
+    let (host, port) = web.addr.split_once(':').unwrap();
+    let mut slow = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--",
+            python,
+            "-c",
+        ])
+        .arg(SLOW_CLIENT)
+        .args([host, port, "200"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(slow.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "held");
+    // The owner's page and event stream open at once, every time.
+    for _ in 0..5 {
+        let t0 = std::time::Instant::now();
+        let (status, body) = web.http("GET", "/", &[("X-Agentshell-Token", &web.token)], "");
+        assert_eq!(status, 200, "{body}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(3),
+            "the owner waited {:?}",
+            t0.elapsed()
+        );
+    }
+    drop(slow.stdin.take());
+    let _ = slow.wait();
 }

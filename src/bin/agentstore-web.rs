@@ -34,10 +34,12 @@ fn main() -> ExitCode {
         eprintln!("agentstore-web: no D-Bus to reach the daemons on (--bus system or session)");
         return ExitCode::FAILURE;
     };
+    let limits = args.limits();
     let token_file = args
         .token_file
         .or_else(|| agentstore::store::home_dir().map(|h| agentstore::web::auth::token_path(&h)));
     let opts = WebOptions {
+        limits,
         root,
         bus,
         idle_exit: (args.idle_exit > 0).then(|| Duration::from_secs(args.idle_exit)),

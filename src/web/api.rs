@@ -33,7 +33,22 @@ pub fn percent_decode(s: &str) -> Result<String, WebError> {
         }
         i += 1;
     }
-    String::from_utf8(out).map_err(|_| WebError::invalid(format!("{s:?} is not UTF-8")))
+    let text =
+        String::from_utf8(out).map_err(|_| WebError::invalid(format!("{s:?} is not UTF-8")))?;
+    no_nul(&text)?;
+    Ok(text)
+}
+
+/// Refuses text holding a NUL: a D-Bus string cannot carry one, and the bus daemon drops the
+/// connection that sends one (every caller's, the server has one).
+pub fn no_nul(text: &str) -> Result<(), WebError> {
+    if text.contains('\0') {
+        return Err(WebError::invalid(format!(
+            "{:?}: a NUL character is not allowed",
+            text.replace('\0', "\\0")
+        )));
+    }
+    Ok(())
 }
 
 /// Encodes a query component.
@@ -49,7 +64,8 @@ pub fn percent_encode(s: &str) -> String {
     out
 }
 
-/// The query of a request as a map; a key outside `known` is refused, naming it.
+/// The query of a request as a map (empty values left out); a key outside `known` is
+/// refused, naming it.
 pub fn query(req: &Request<Incoming>, known: &[&str]) -> Result<HashMap<String, String>, WebError> {
     let mut out = HashMap::new();
     for kv in req
@@ -67,7 +83,11 @@ pub fn query(req: &Request<Incoming>, known: &[&str]) -> Result<HashMap<String, 
                 known.join(", ")
             )));
         }
-        out.insert(k, percent_decode(v)?);
+        let v = percent_decode(v)?;
+        // An empty value is a parameter not given (what a form's empty field sends).
+        if !v.is_empty() {
+            out.insert(k, v);
+        }
     }
     Ok(out)
 }
@@ -257,6 +277,7 @@ pub async fn answer(
     request: &str,
     a: &AnswerBody,
 ) -> Result<Value, WebError> {
+    no_nul(&a.message)?;
     if !manager_runs(app, queue).await {
         return Err(WebError::new(
             404,
@@ -320,6 +341,26 @@ fn ok(v: &Value) -> Response<Body> {
     json(200, v.to_string())
 }
 
+/// The methods `/api/v1/<rest>` answers (`None`: no such path). The one table the router
+/// below and docs/openapi.json agree with.
+fn methods(rest: &[&str]) -> Option<&'static str> {
+    use super::{GET_AND_POST, GET_ONLY, POST_ONLY};
+    Some(match rest {
+        ["messages"] => GET_AND_POST,
+        ["jobs", _, "cancel"] | ["approvals", _, _, "answer"] => POST_ONLY,
+        [
+            "whoami" | "users" | "projects" | "prds" | "queues" | "machines" | "jobs" | "approvals"
+            | "events",
+        ]
+        | [
+            "users" | "projects" | "prds" | "queues" | "jobs" | "machines" | "messages",
+            _,
+        ]
+        | ["queues", _, "state"] => GET_ONLY,
+        _ => return None,
+    })
+}
+
 /// Answers one `/api/…` request.
 pub async fn route(
     app: &App,
@@ -331,11 +372,16 @@ pub async fn route(
     let seg: Vec<&str> = seg.iter().map(String::as_str).collect();
     let method = req.method().clone();
     if seg == ["api", "openapi.json"] {
+        super::check_method(&method, &path, super::GET_ONLY)?;
         return Ok(json(200, super::OPENAPI.to_string()));
     }
     let ["api", "v1", rest @ ..] = seg.as_slice() else {
         return Err(WebError::no_route(&path));
     };
+    let Some(allow) = methods(rest) else {
+        return Err(WebError::no_route(&path));
+    };
+    super::check_method(&method, &path, allow)?;
     let get = method == Method::GET || method == Method::HEAD;
     if !get {
         // A browser page of another site may POST here (through a reverse proxy on the Unix
@@ -492,15 +538,7 @@ pub async fn route(
             let actor = app.actor(peer, req.headers(), None)?;
             Ok(event_stream(app, actor))
         }
-        _ => Err(WebError::new(
-            if get { 404 } else { 405 },
-            if get {
-                "NoSuchPath"
-            } else {
-                "MethodNotAllowed"
-            },
-            format!("{method} {path}: no such endpoint (see /api/openapi.json)"),
-        )),
+        _ => Err(WebError::no_route(&path)),
     }
 }
 

@@ -56,6 +56,54 @@ fn s<'a>(v: &'a Value, ptr: &str) -> &'a str {
     v.pointer(ptr).and_then(Value::as_str).unwrap_or("")
 }
 
+/// Where a redirect may send the browser, given a `next` the request named (already
+/// %-decoded once): a path and query on this server, as a browser reads it, or `None`.
+///
+/// The one rule for every redirect target a request chooses. A browser strips tabs and
+/// newlines from a URL, takes `\` for `/` and `//host` for another host, and a path may be
+/// %-decoded again by whatever reads it next; so anything but printable ASCII without spaces
+/// and backslashes is refused, and `next` and each of its %-decodings must read, by the URL
+/// standard (the `url` crate) against this server, as this server with a path starting with
+/// exactly one `/`. What is returned is that reading of `next` itself.
+pub fn local_path(next: &str) -> Option<String> {
+    let suspicious = |s: &str| {
+        !s.starts_with('/')
+            || s.starts_with("//")
+            || s.chars().any(|c| {
+                !c.is_ascii() || c.is_ascii_control() || c.is_ascii_whitespace() || c == '\\'
+            })
+    };
+    let base = url::Url::parse("http://agentstore.invalid/").ok()?;
+    let read = |s: &str| -> Option<String> {
+        if suspicious(s) {
+            return None;
+        }
+        let u = base.join(s).ok()?;
+        if u.origin() != base.origin() || !u.username().is_empty() || u.password().is_some() {
+            return None;
+        }
+        let mut out = u.path().to_string();
+        if let Some(q) = u.query() {
+            out.push('?');
+            out.push_str(q);
+        }
+        (!suspicious(&out)).then_some(out)
+    };
+    let answer = read(next)?;
+    // Whatever decodes it again must read a local path too.
+    let mut level = next.to_string();
+    for _ in 0..4 {
+        // %-decoding only ('+' is a space in a form, not in a path or a redirect).
+        let decoded = super::api::percent_decode(&level.replace('+', "%2B")).ok()?;
+        if decoded == level {
+            return Some(answer);
+        }
+        read(&decoded)?;
+        level = decoded;
+    }
+    None
+}
+
 fn redirect(to: &str, cookie: Option<String>) -> Response<Body> {
     let mut r = respond(303, "text/plain", String::new());
     if let Ok(v) = hyper::header::HeaderValue::from_str(to) {
@@ -67,6 +115,24 @@ fn redirect(to: &str, cookie: Option<String>) -> Response<Body> {
     r
 }
 
+/// The methods a page path answers (`None`: no such page).
+fn methods(path: &str, seg: &[&str]) -> Option<&'static str> {
+    use super::{GET_ONLY, POST_ONLY};
+    if path == "/static/live.js" || path == "/login" {
+        return Some(GET_ONLY);
+    }
+    Some(match seg {
+        ["jobs", _, "cancel"] | ["approvals", _, _, "answer"] => POST_ONLY,
+        []
+        | [
+            "jobs" | "prds" | "approvals" | "machines" | "projects" | "users" | "messages"
+            | "charts",
+        ]
+        | ["jobs" | "prds" | "machines" | "messages", _] => GET_ONLY,
+        _ => return None,
+    })
+}
+
 /// Answers one page request.
 pub async fn route(
     app: &App,
@@ -74,6 +140,16 @@ pub async fn route(
     req: Request<Incoming>,
 ) -> Result<Response<Body>, WebError> {
     let path = req.uri().path().to_string();
+    let seg: Vec<String> = path
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(|s| super::api::percent_decode(s).unwrap_or_else(|_| s.to_string()))
+        .collect();
+    let seg: Vec<&str> = seg.iter().map(String::as_str).collect();
+    let Some(allow) = methods(&path, &seg) else {
+        return Err(WebError::no_route(&path));
+    };
+    super::check_method(req.method(), &path, allow)?;
     if path == "/static/live.js" {
         return Ok(respond(
             200,
@@ -92,22 +168,15 @@ pub async fn route(
         app.actor(peer, &headers, None)?;
         let next = q
             .get("next")
-            .filter(|n| n.starts_with('/') && !n.starts_with("//") && !n.contains('\\'))
-            .map(String::as_str)
-            .unwrap_or("/");
+            .and_then(|n| local_path(n))
+            .unwrap_or_else(|| "/".to_string());
         return Ok(redirect(
-            next,
+            &next,
             Some(format!(
                 "agentstore_token={token}; HttpOnly; SameSite=Strict; Path=/"
             )),
         ));
     }
-    let seg: Vec<String> = path
-        .split('/')
-        .filter(|s| !s.is_empty())
-        .map(|s| super::api::percent_decode(s).unwrap_or_else(|_| s.to_string()))
-        .collect();
-    let seg: Vec<&str> = seg.iter().map(String::as_str).collect();
     let post = req.method() == Method::POST;
     match (seg.as_slice(), post) {
         ([], false) => {
@@ -1044,4 +1113,66 @@ async fn charts_page(app: &App, who: &Actor) -> Result<Response<Body>, WebError>
         charts::cost_per_project(&jobs)
     );
     Ok(page("Charts", who, false, &b))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_redirect_only_ever_stays_on_this_server() {
+        for ok in [
+            "/",
+            "/jobs",
+            "/jobs/job-1?as=alice",
+            "/approvals",
+            "/a/./b/../c",
+        ] {
+            let to = local_path(ok).unwrap_or_else(|| panic!("{ok:?} refused"));
+            assert!(
+                to.starts_with('/') && !to.starts_with("//"),
+                "{ok:?} → {to:?}"
+            );
+        }
+        assert_eq!(local_path("/a/./b/../c").as_deref(), Some("/a/c"));
+        assert_eq!(
+            local_path("/jobs?project=a+b&status=failed").as_deref(),
+            Some("/jobs?project=a+b&status=failed")
+        );
+        // What `query` hands over is decoded once: `/%09/evil.example/` arrives as "/\t/…".
+        for bad in [
+            "//evil.example/",
+            "/\\evil.example/",
+            "\\\\evil.example",
+            "/\t/evil.example/",
+            "/\n/evil.example/",
+            "/\r/evil.example/",
+            "\t//evil.example/",
+            " //evil.example/",
+            "/ /evil.example/",
+            "/%2F/evil.example/",
+            "/%2f%2fevil.example/",
+            "/%252F%252Fevil.example/",
+            "/%5Cevil.example/",
+            "/%5cevil.example/",
+            "/%09/evil.example/",
+            "/%0A/evil.example/",
+            "/%00/evil.example/",
+            "/.//evil.example/",
+            "/..//evil.example/",
+            "/a/..//evil.example/",
+            "/./%2F/evil.example",
+            "https://evil.example/",
+            "http:evil.example",
+            "javascript:alert(1)",
+            "evil.example",
+            "",
+            "/\u{3000}/evil.example/",
+            "/\u{feff}/evil.example/",
+            "/%zz",
+        ] {
+            assert_eq!(local_path(bad), None, "{bad:?} was let through");
+        }
+    }
 }

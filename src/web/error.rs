@@ -12,6 +12,8 @@ pub struct WebError {
     pub name: String,
     /// The text, as the D-Bus error carries it.
     pub message: String,
+    /// The methods the path allows (a 405's `Allow` header).
+    pub allow: Option<&'static str>,
 }
 
 impl WebError {
@@ -21,6 +23,7 @@ impl WebError {
             status,
             name: name.to_string(),
             message: message.into(),
+            allow: None,
         }
     }
 
@@ -32,6 +35,33 @@ impl WebError {
     /// 404 for a path the API does not have.
     pub fn no_route(path: &str) -> WebError {
         WebError::new(404, "NoSuchPath", format!("no such path: {path}"))
+    }
+
+    /// 405 for `method` on `path`, which allows `allow` (the `Allow` header's value).
+    pub fn method_not_allowed(method: &hyper::Method, path: &str, allow: &'static str) -> WebError {
+        WebError {
+            allow: Some(allow),
+            ..WebError::new(
+                405,
+                "MethodNotAllowed",
+                format!("{method} {path}: this path answers {allow} only"),
+            )
+        }
+    }
+
+    /// The error as a response: `answer` (its JSON or page) with the status and, for a 405,
+    /// the `Allow` header.
+    pub fn with_headers(
+        &self,
+        mut answer: hyper::Response<super::Body>,
+    ) -> hyper::Response<super::Body> {
+        if let Some(allow) = self.allow {
+            answer.headers_mut().insert(
+                hyper::header::ALLOW,
+                hyper::header::HeaderValue::from_static(allow),
+            );
+        }
+        answer
     }
 
     /// 401: no or a wrong token on TCP.
@@ -69,6 +99,7 @@ impl From<BusError> for WebError {
             status: WebError::status_of(&name),
             name,
             message,
+            allow: None,
         }
     }
 }
@@ -82,6 +113,7 @@ impl From<zbus::Error> for WebError {
                     status: WebError::status_of(&name),
                     message: detail.unwrap_or_else(|| name.clone()),
                     name,
+                    allow: None,
                 }
             }
             zbus::Error::FDO(f) => {

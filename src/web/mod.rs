@@ -13,6 +13,7 @@ pub mod api;
 pub mod args;
 pub mod auth;
 pub mod charts;
+pub mod conn;
 pub mod dashboard;
 pub mod error;
 pub mod events;
@@ -50,6 +51,8 @@ pub struct WebOptions {
     pub idle_exit: Option<Duration>,
     /// The token file for TCP listeners (`None`: TCP refused).
     pub token_file: Option<PathBuf>,
+    /// Timeouts and connection bounds.
+    pub limits: conn::Limits,
 }
 
 /// Why the server stopped with an error.
@@ -89,6 +92,8 @@ pub struct App {
     pub events: events::Hub,
     open: AtomicUsize,
     last: std::sync::Mutex<Instant>,
+    limits: conn::Limits,
+    gate: Arc<conn::Gate>,
 }
 
 impl std::fmt::Debug for App {
@@ -154,8 +159,11 @@ pub fn respond(status: u16, content_type: &str, text: String) -> Response<Body> 
     r
 }
 
-async fn handle(app: Arc<App>, peer: Peer, req: Request<Incoming>) -> Response<Body> {
+async fn handle(app: Arc<App>, peer: Peer, mut req: Request<Incoming>) -> Response<Body> {
     app.touch();
+    req.extensions_mut().insert(conn::BodyDeadline(
+        tokio::time::Instant::now() + app.limits.body_timeout,
+    ));
     let path = req.uri().path().to_string();
     let wants_html = !path.starts_with("/api/");
     let answer = if wants_html {
@@ -166,8 +174,8 @@ async fn handle(app: Arc<App>, peer: Peer, req: Request<Incoming>) -> Response<B
     app.touch();
     match answer {
         Ok(r) => r,
-        Err(e) if wants_html => dashboard::error_page(&e),
-        Err(e) => json(e.status, e.body()),
+        Err(e) if wants_html => e.with_headers(dashboard::error_page(&e)),
+        Err(e) => e.with_headers(json(e.status, e.body())),
     }
 }
 
@@ -180,7 +188,24 @@ impl Drop for OpenGuard {
     }
 }
 
-fn serve_connection<S>(app: Arc<App>, peer: Peer, stream: S)
+/// A place for a connection of `key`, or `None` after answering it 503 with `try_write` (one
+/// non-blocking write: the accept loop never waits on a client) — the caller then drops it.
+fn admit(
+    app: &App,
+    key: conn::CallerKey,
+    try_write: impl FnOnce(&[u8]) -> std::io::Result<usize>,
+) -> Option<conn::Admission> {
+    match app.gate.admit(key) {
+        Ok(a) => Some(a),
+        Err(why) => {
+            tracing::debug!("connection refused: {why}");
+            let _ = try_write(&conn::refusal_response(&why));
+            None
+        }
+    }
+}
+
+fn serve_connection<S>(app: Arc<App>, peer: Peer, admission: conn::Admission, stream: S)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -188,12 +213,15 @@ where
     app.touch();
     tokio::spawn(async move {
         let guard = OpenGuard(app.clone());
+        let limits = app.limits;
         let svc = hyper::service::service_fn(move |req| {
             let app = app.clone();
             async move { Ok::<_, Infallible>(handle(app, peer, req).await) }
         });
-        let io = hyper_util::rt::TokioIo::new(stream);
+        let io = hyper_util::rt::TokioIo::new(conn::IdleIo::new(stream, limits.idle_timeout));
         if let Err(e) = hyper::server::conn::http1::Builder::new()
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(limits.header_timeout)
             .keep_alive(true)
             .serve_connection(io, svc)
             .await
@@ -201,6 +229,7 @@ where
             tracing::debug!("connection: {e}");
         }
         drop(guard);
+        drop(admission);
     });
 }
 
@@ -217,6 +246,7 @@ pub async fn run(
         ));
     }
     let store = Store::open(&opts.root).map_err(|e| WebServerError::Store(e.to_string()))?;
+    let limits = within_descriptors(opts.limits);
     let has_tcp = listeners.iter().any(|(_, l)| matches!(l, Listener::Tcp(_)));
     let token = match (&opts.token_file, has_tcp) {
         (Some(p), true) => Some(auth::load_or_create_token(p).map_err(WebServerError::Token)?),
@@ -245,6 +275,8 @@ pub async fn run(
         events,
         open: AtomicUsize::new(0),
         last: std::sync::Mutex::new(Instant::now()),
+        limits,
+        gate: conn::Gate::new(&limits),
     });
     let mut tasks = tokio::task::JoinSet::new();
     let mut names = Vec::new();
@@ -261,7 +293,12 @@ pub async fn run(
                     loop {
                         match l.accept().await {
                             Ok((s, _)) => match s.peer_cred() {
-                                Ok(c) => serve_connection(app.clone(), Peer::Unix(c.uid()), s),
+                                Ok(c) => {
+                                    let key = conn::CallerKey::Uid(c.uid());
+                                    if let Some(a) = admit(&app, key, |b| s.try_write(b)) {
+                                        serve_connection(app.clone(), Peer::Unix(c.uid()), a, s)
+                                    }
+                                }
                                 Err(e) => tracing::warn!("peer credentials: {e}"),
                             },
                             Err(e) => {
@@ -290,7 +327,10 @@ pub async fn run(
                     loop {
                         match l.accept().await {
                             Ok((s, a)) if a.ip().is_loopback() => {
-                                serve_connection(app.clone(), Peer::Tcp, s)
+                                let key = conn::CallerKey::Loopback;
+                                if let Some(a) = admit(&app, key, |b| s.try_write(b)) {
+                                    serve_connection(app.clone(), Peer::Tcp, a, s)
+                                }
                             }
                             Ok((_, a)) => tracing::warn!("refused non-loopback peer {a}"),
                             Err(e) => {
@@ -335,6 +375,28 @@ pub async fn run(
     Ok(())
 }
 
+/// `limits` with the total bound cut to what the process's descriptor limit leaves room for
+/// (64 kept for the bus, the store and the listeners): the bound, not `EMFILE`, must be what
+/// refuses a connection, or accept would fail for everyone.
+fn within_descriptors(mut limits: conn::Limits) -> conn::Limits {
+    use nix::sys::resource::{Resource, getrlimit};
+    if let Ok((soft, _)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        let room = usize::try_from(soft)
+            .unwrap_or(usize::MAX)
+            .saturating_sub(64)
+            .max(8);
+        if limits.total > room {
+            tracing::warn!(
+                "--max-connections {} is more than the descriptor limit ({soft}) leaves room for: {room}",
+                limits.total
+            );
+            limits.total = room;
+        }
+    }
+    limits.per_caller = limits.per_caller.min(limits.total);
+    limits
+}
+
 fn unix_name(l: &std::os::unix::net::UnixListener) -> String {
     l.local_addr()
         .ok()
@@ -342,17 +404,58 @@ fn unix_name(l: &std::os::unix::net::UnixListener) -> String {
         .unwrap_or_else(|| "unix socket".into())
 }
 
+/// What `Allow` says for a path answering GET (HEAD is GET without the body).
+pub const GET_ONLY: &str = "GET, HEAD";
+/// What `Allow` says for a path answering POST only.
+pub const POST_ONLY: &str = "POST";
+/// What `Allow` says for a path answering GET and POST.
+pub const GET_AND_POST: &str = "GET, HEAD, POST";
+
+/// Refuses `method` on a path that answers `allow` (one of the constants above): 405 naming
+/// them in `Allow`. TRACE, OPTIONS, PUT, … are never answered.
+pub fn check_method(
+    method: &hyper::Method,
+    path: &str,
+    allow: &'static str,
+) -> Result<(), WebError> {
+    let ok = match *method {
+        hyper::Method::GET | hyper::Method::HEAD => allow.contains("GET"),
+        hyper::Method::POST => allow.contains("POST"),
+        _ => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(WebError::method_not_allowed(method, path, allow))
+    }
+}
+
 /// The largest request body read (a message).
 pub fn body_limit() -> usize {
     1 << 20
 }
 
-/// Reads a request body of at most [`body_limit`] bytes.
+/// Reads a request body of at most [`body_limit`] bytes, by the request's body deadline
+/// ([`conn::BodyDeadline`]; 408 after it).
 pub async fn read_body(req: Request<Incoming>) -> Result<Bytes, WebError> {
+    let deadline = req
+        .extensions()
+        .get::<conn::BodyDeadline>()
+        .map(|d| d.0)
+        .unwrap_or_else(|| tokio::time::Instant::now() + conn::Limits::default().body_timeout);
     let limited = http_body_util::Limited::new(req.into_body(), body_limit());
-    limited
-        .collect()
-        .await
-        .map(|c| c.to_bytes())
-        .map_err(|e| WebError::new(413, "PayloadTooLarge", format!("request body: {e}")))
+    match tokio::time::timeout_at(deadline, limited.collect()).await {
+        Err(_) => Err(WebError::new(
+            408,
+            "RequestTimeout",
+            "request body: not sent in time",
+        )),
+        Ok(Ok(c)) => Ok(c.to_bytes()),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(WebError::new(
+            413,
+            "PayloadTooLarge",
+            format!("request body: {e}"),
+        )),
+        Ok(Err(e)) => Err(WebError::invalid(format!("request body: {e}"))),
+    }
 }

@@ -57,9 +57,22 @@ pub fn spawn_web(
     names: &str,
     extra: &[&str],
 ) -> KillOnDrop {
+    spawn_web_after(bus, root, home, fds, names, extra, "")
+}
+
+/// [`spawn_web`] after the shell command `before` (e.g. `ulimit -n 256;`).
+pub fn spawn_web_after(
+    bus: &PrivateBus,
+    root: &Path,
+    home: &Path,
+    fds: Vec<OwnedFd>,
+    names: &str,
+    extra: &[&str],
+    before: &str,
+) -> KillOnDrop {
     let fds: Vec<OwnedFd> = fds.into_iter().map(high).collect();
     let mut c = Command::new("sh");
-    c.args(["-c", "LISTEN_PID=$$ exec \"$0\" \"$@\""])
+    c.args(["-c", &format!("{before} LISTEN_PID=$$ exec \"$0\" \"$@\"")])
         .arg(env!("CARGO_BIN_EXE_agentstore-web"))
         .args(["--bus", "session", "--root"])
         .arg(root)
@@ -90,6 +103,11 @@ pub struct Served {
 
 /// Starts [`Served`] for the store `root`.
 pub fn serve(root: &Path, home: &Path, dir: &Path) -> Served {
+    serve_with(root, home, dir, &[], "")
+}
+
+/// [`serve`] with more server arguments `extra`, after the shell command `before`.
+pub fn serve_with(root: &Path, home: &Path, dir: &Path, extra: &[&str], before: &str) -> Served {
     let bus = PrivateBus::with_config(BUS_POLICY, &[]);
     let orchestratord = KillOnDrop(crate::common::bus::spawn_orchestratord(
         &bus,
@@ -99,10 +117,13 @@ pub fn serve(root: &Path, home: &Path, dir: &Path) -> Served {
     crate::common::bus::wait_for_name(&bus, "org.agentstore.Orchestrator1");
     let sock = dir.join("http.sock");
     let (fds, port) = listeners(&sock);
-    let web = spawn_web(&bus, root, home, fds, "http:tcp", &["--idle-exit", "0"]);
+    let mut args = vec!["--idle-exit", "0"];
+    args.extend_from_slice(extra);
+    let web = spawn_web_after(&bus, root, home, fds, "http:tcp", &args, before);
     let token_file = home.join(".config/agentstore/web-token");
+    // Whole: the server makes the file, then writes the token and a newline.
     crate::common::bus::wait_until(std::time::Duration::from_secs(30), "the web token", || {
-        token_file.exists()
+        std::fs::read_to_string(&token_file).is_ok_and(|t| t.ends_with('\n'))
     });
     let token = std::fs::read_to_string(&token_file)
         .unwrap()
