@@ -46,8 +46,11 @@ async fn a_sandboxed_job_cannot_write_outside_read_another_project_or_connect_el
         let bus = PrivateBus::start();
         let env = QueueEnv::new(1);
         let base = env.dir.path();
-        // The agent, somewhere the job account can execute it.
-        let bin = base.join("bin");
+        // The agent, somewhere the job account can execute it and nobody else can change it
+        // (a program this machine allows must pass the secure-path check, issue 27).
+        let programs = tempfile::tempdir().unwrap();
+        world_writable(programs.path(), 0o755);
+        let bin = programs.path().join("bin");
         std::fs::create_dir_all(&bin).unwrap();
         world_writable(&bin, 0o755);
         let agent = bin.join("hostile-claude");
@@ -94,7 +97,11 @@ async fn a_sandboxed_job_cannot_write_outside_read_another_project_or_connect_el
         });
         let mut changes = Changes::subscribe(&bus, &env.queue).await;
         let mut cfg = env.manager_config(&bus);
+        // The hostile stand-in is a program this machine allows (issue 27): the sandbox, not
+        // the program rule, is what this test tries.
+        let (_machine, machine_var) = machine_config(&[&agent], &[]);
         cfg.worker_env = vec![
+            machine_var,
             (
                 "ANTHROPIC_BASE_URL".into(),
                 format!("http://127.0.0.1:{endpoint_port}"),
