@@ -990,10 +990,7 @@ fn web_one_account_holding_slow_connections_cannot_keep_the_owner_out() {
     let server = FakeServer::start(vec![]);
     // A descriptor limit below what the other account opens: without bounds the server stops
     // accepting anyone while the slow connections wait out their request timeout.
-    // (The session's sandbox keeps a descriptor per path its ruleset names, about 110 of
-    // them, for the whole session: the limit leaves room for those and the bounds, not for
-    // the 400 slow connections.)
-    let web = start_after(&root, &home, &server, &[], "ulimit -n 384;");
+    let web = start_after(&root, &home, &server, &[], "ulimit -n 128;");
     let (host, port) = web.addr.split_once(':').unwrap();
     let mut slow = Command::new("setpriv")
         .args([
@@ -1005,7 +1002,7 @@ fn web_one_account_holding_slow_connections_cannot_keep_the_owner_out() {
             "-c",
         ])
         .arg(SLOW_CLIENT)
-        .args([host, port, "400"])
+        .args([host, port, "200"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()

@@ -209,26 +209,36 @@ pub struct SandboxPolicy {
 }
 
 impl SandboxPolicy {
-    /// Open the paths once (missing ones are skipped): the part of the ruleset that does not
-    /// change between spawns.
+    /// Look the paths up once (missing ones are skipped): the part of the ruleset that does
+    /// not change between spawns. They are opened only while a ruleset is built (a ruleset
+    /// keeps what it needs): a session holds no descriptor per path.
     pub fn compile(&self, support: Support) -> Compiled {
-        let open = |paths: &[PathBuf]| -> Vec<(PathBuf, PathFd, bool)> {
+        let open = |paths: &[PathBuf]| -> Vec<(PathBuf, bool)> {
             paths
                 .iter()
-                .filter_map(|p| {
-                    let is_dir = std::fs::metadata(p).ok()?.is_dir();
-                    Some((p.clone(), PathFd::new(p).ok()?, is_dir))
-                })
+                .filter_map(|p| Some((p.clone(), std::fs::metadata(p).ok()?.is_dir())))
                 .collect()
         };
-        Compiled {
+        let compiled = Compiled {
             support,
             read: open(&self.read),
             write: open(&self.write),
             devices: open(&self.devices),
             policy: self.clone(),
             rulesets: Default::default(),
+        };
+        // Both rulesets now, from the paths as they are at the start (what a later command
+        // did to the tree never changes what a ruleset names); one that fails is tried
+        // again, and its error reported, at the first spawn that needs it.
+        if support.abi > 0 {
+            let abi = ABI::from(support.abi);
+            for network in [false, true] {
+                if let Ok(fd) = compiled.ruleset(abi, network) {
+                    let _ = compiled.rulesets[usize::from(network)].set(Arc::new(fd));
+                }
+            }
         }
+        compiled
     }
 }
 
@@ -236,9 +246,9 @@ impl SandboxPolicy {
 #[derive(Debug)]
 pub struct Compiled {
     support: Support,
-    read: Vec<(PathBuf, PathFd, bool)>,
-    write: Vec<(PathBuf, PathFd, bool)>,
-    devices: Vec<(PathBuf, PathFd, bool)>,
+    read: Vec<(PathBuf, bool)>,
+    write: Vec<(PathBuf, bool)>,
+    devices: Vec<(PathBuf, bool)>,
     policy: SandboxPolicy,
     /// The rulesets, built on first use and shared by every child (a ruleset fd can restrict
     /// any number of processes): without, with network.
@@ -331,16 +341,24 @@ impl Compiled {
             }
         }
         let mut created = ruleset.create()?;
-        for (_, fd, is_dir) in &self.read {
+        // Each path is opened for its rule and closed right after (a path gone since
+        // `compile` is skipped, as a missing one was there).
+        for (p, is_dir) in &self.read {
             let access = if *is_dir { read } else { read & file_all };
-            created = created.add_rule(PathBeneath::new(fd, access))?;
+            if let Ok(fd) = PathFd::new(p) {
+                created = created.add_rule(PathBeneath::new(fd, access))?;
+            }
         }
-        for (_, fd, is_dir) in &self.write {
+        for (p, is_dir) in &self.write {
             let access = if *is_dir { all } else { file_all };
-            created = created.add_rule(PathBeneath::new(fd, access))?;
+            if let Ok(fd) = PathFd::new(p) {
+                created = created.add_rule(PathBeneath::new(fd, access))?;
+            }
         }
-        for (_, fd, _) in &self.devices {
-            created = created.add_rule(PathBeneath::new(fd, file_all))?;
+        for (p, _) in &self.devices {
+            if let Ok(fd) = PathFd::new(p) {
+                created = created.add_rule(PathBeneath::new(fd, file_all))?;
+            }
         }
         if restrict_net {
             for port in self.policy.connect_ports.iter().flatten() {
