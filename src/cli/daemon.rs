@@ -23,7 +23,9 @@ pub enum DaemonAction {
     Status,
 }
 
-fn systemctl(bus: BusKind, args: &[&str]) -> Result<std::process::Output, CliError> {
+/// `systemctl` (`--user` on the session bus) with `args`; an error where systemd is not
+/// running here.
+pub(super) fn systemctl(bus: BusKind, args: &[&str]) -> Result<std::process::Output, CliError> {
     if !std::path::Path::new("/run/systemd/system").exists() {
         return Err(CliError::new(
             "systemd is not running on this machine; run the daemon in the foreground instead: orchestratord (it uses the session bus when there is one, else none)",

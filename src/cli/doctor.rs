@@ -211,19 +211,14 @@ fn bus_check(bus: BusKind) -> Check {
     }
 }
 
+/// What `systemctl` printed, or `None` where systemd is not running here.
 fn systemctl(system: bool, args: &[&str]) -> Option<String> {
-    if !Path::new("/run/systemd/system").exists() {
-        return None;
-    }
-    let mut c = std::process::Command::new("systemctl");
-    if !system {
-        c.arg("--user");
-    }
-    let o = c
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .ok()?;
+    let bus = if system {
+        BusKind::System
+    } else {
+        BusKind::Session
+    };
+    let o = super::daemon::systemctl(bus, args).ok()?;
     Some(String::from_utf8_lossy(&o.stdout).trim().to_string())
 }
 
@@ -346,16 +341,10 @@ fn agent_checks(store: &Store, queue: &str, system: bool) -> Vec<Check> {
     out
 }
 
-/// `program` as exec would find it: a path as it is, a name on PATH.
+/// `program` as exec would find it (a path as it is, a name on PATH), if it is a file.
 fn find_program(program: &str) -> Option<PathBuf> {
-    if program.contains('/') {
-        let p = PathBuf::from(program);
-        return p.is_file().then_some(p);
-    }
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(program))
-        .find(|p| p.is_file())
+    let path = std::env::var("PATH").ok();
+    crate::trust::programs::locate(program, path.as_deref()).filter(|p| p.is_file())
 }
 
 /// This machine's clock against the newest heartbeat of every other machine: a heartbeat

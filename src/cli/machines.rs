@@ -106,21 +106,7 @@ pub(super) fn unserved(g: &GlobalArgs, store: &crate::store::Store, queue: &str)
 
 /// True when this machine's systemd watches the queue (`queue-manager@<queue>.path` active).
 fn path_unit_active(g: &GlobalArgs, queue: &str) -> bool {
-    if !std::path::Path::new("/run/systemd/system").exists() {
-        return false;
-    }
-    let mut c = std::process::Command::new("systemctl");
-    if g.store_bus() == crate::bus::BusKind::Session {
-        c.arg("--user");
-    }
-    c.args([
-        "is-active",
-        "--quiet",
-        &format!("queue-manager@{queue}.path"),
-    ])
-    .stdin(std::process::Stdio::null())
-    .stdout(std::process::Stdio::null())
-    .stderr(std::process::Stdio::null())
-    .status()
-    .is_ok_and(|s| s.success())
+    let unit = format!("queue-manager@{queue}.path");
+    super::daemon::systemctl(g.store_bus(), &["is-active", "--quiet", &unit])
+        .is_ok_and(|o| o.status.success())
 }

@@ -220,6 +220,26 @@ impl<S> IdleIo<S> {
             format!("no traffic for {:?}: connection closed", self.idle),
         )
     }
+
+    /// What a write of the inner stream came to: bytes moved restart the idle timer, a
+    /// write still pending past it is the idle timeout.
+    fn written(
+        &mut self,
+        cx: &mut Context<'_>,
+        r: Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>> {
+        match r {
+            Poll::Ready(Ok(n)) => {
+                if n > 0 {
+                    self.moved();
+                }
+                Poll::Ready(Ok(n))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending if self.expired(cx) => Poll::Ready(Err(self.timed_out())),
+            Poll::Pending => Poll::Pending,
+        }
+    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for IdleIo<S> {
@@ -250,17 +270,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for IdleIo<S> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.inner).poll_write(cx, buf) {
-            Poll::Ready(Ok(n)) => {
-                if n > 0 {
-                    this.moved();
-                }
-                Poll::Ready(Ok(n))
-            }
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending if this.expired(cx) => Poll::Ready(Err(this.timed_out())),
-            Poll::Pending => Poll::Pending,
-        }
+        let r = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.written(cx, r)
     }
 
     fn poll_write_vectored(
@@ -269,17 +280,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for IdleIo<S> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.inner).poll_write_vectored(cx, bufs) {
-            Poll::Ready(Ok(n)) => {
-                if n > 0 {
-                    this.moved();
-                }
-                Poll::Ready(Ok(n))
-            }
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending if this.expired(cx) => Poll::Ready(Err(this.timed_out())),
-            Poll::Pending => Poll::Pending,
-        }
+        let r = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.written(cx, r)
     }
 
     fn is_write_vectored(&self) -> bool {

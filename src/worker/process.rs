@@ -146,58 +146,6 @@ pub enum SpawnError {
         /// Cause.
         source: std::io::Error,
     },
-    /// The program is not there: names where it was looked for and how to choose another.
-    #[error(
-        "cannot start {program}: not found (looked {where_}); install it for the job's \
-         account on this machine, or name its full path in the queue's settings \
-         (claude_cli_path / agentshell_path: orchestrator set-queue QUEUE --claude-cli-path PATH)"
-    )]
-    NotFound {
-        /// Program.
-        program: String,
-        /// Where it was looked for: the PATH the job had, or the path itself.
-        where_: String,
-    },
-}
-
-/// The error for a program that would not start: one that is not there names where it was
-/// looked for (exec through PATH reports a missing program as "permission denied" when some
-/// PATH folder is closed to the job's account, so PATH is searched here to tell).
-fn spawn_error(cmd: &AgentCommand, source: std::io::Error) -> SpawnError {
-    use std::io::ErrorKind;
-    let program = cmd.program.clone();
-    // A missing working directory is reported as ENOENT too.
-    if !cmd.cwd.is_dir()
-        || !matches!(
-            source.kind(),
-            ErrorKind::NotFound | ErrorKind::PermissionDenied
-        )
-    {
-        return SpawnError::Spawn { program, source };
-    }
-    if program.contains('/') {
-        if source.kind() == ErrorKind::NotFound {
-            let where_ = format!("at {program}");
-            return SpawnError::NotFound { program, where_ };
-        }
-        return SpawnError::Spawn { program, source };
-    }
-    let path = cmd
-        .env
-        .iter()
-        .find(|(k, _)| k == "PATH")
-        .map(|(_, v)| v.clone())
-        .unwrap_or_default();
-    let anywhere = std::env::split_paths(&path).any(|d| d.join(&program).is_file());
-    if anywhere {
-        return SpawnError::Spawn { program, source };
-    }
-    let where_ = if path.is_empty() {
-        "with no PATH".to_string()
-    } else {
-        format!("on PATH={path}")
-    };
-    SpawnError::NotFound { program, where_ }
 }
 
 /// Runs `cmd` to its end. `on_start` gets the PID as soon as the process exists (the worker
@@ -270,7 +218,10 @@ pub fn run_agent(
             });
         }
     }
-    let mut child = c.spawn().map_err(|source| spawn_error(cmd, source))?;
+    let mut child = c.spawn().map_err(|source| SpawnError::Spawn {
+        program: cmd.program.clone(),
+        source,
+    })?;
     let pid = child.id();
     on_start(pid);
     let stdin = child.stdin.take();
