@@ -72,6 +72,7 @@ mod scale_messages;
 mod schema_corpus;
 mod slurm;
 mod systemd_units;
+mod tasks_docs;
 mod trust;
 mod trust_readers;
 mod units;

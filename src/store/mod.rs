@@ -30,6 +30,7 @@ mod replacing;
 mod root;
 pub mod safe;
 mod scan;
+mod tasks;
 mod writes;
 
 pub use config::{
