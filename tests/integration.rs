@@ -73,6 +73,7 @@ mod schema_corpus;
 mod slurm;
 mod systemd_units;
 mod tasks_docs;
+mod tasks_worktrees;
 mod trust;
 mod trust_readers;
 mod units;
