@@ -252,6 +252,25 @@ fn a_diamond_becomes_task_documents_and_fans_out_after_its_dependencies() {
     assert!(!prompt.contains("Do A"), "only its own task: {prompt}");
     assert_eq!(read(&tdir.join("A.json"))["status"], "ready");
     assert_eq!(read(&tdir.join("D.json"))["status"], "pending");
+    // list-tasks and view-task show them.
+    let ready = env.ok(&["list-tasks", "--prd", "prd-d", "--status", "ready"]);
+    assert!(
+        ready.contains("prd-d/A") && !ready.contains("prd-d/B"),
+        "{ready}"
+    );
+    let all: Value = serde_json::from_str(&env.ok(&[
+        "--format",
+        "json",
+        "list-tasks",
+        "--project",
+        "TestProject",
+    ]))
+    .unwrap();
+    assert_eq!(all.as_array().unwrap().len(), 4, "{all}");
+    let d_view = env.ok(&["view-task", "prd-d/D"]);
+    assert!(d_view.contains("agentstore/prd-d/D"), "{d_view}");
+    let bad = env.fails(&["list-tasks", "--status", "started"]);
+    assert!(bad.contains("not a task state"), "{bad}");
     let prd_jobs = read(&running)["jobs"].clone();
     for j in &jobs {
         assert!(
@@ -393,6 +412,17 @@ fn bad_task_lists_fail_the_job_naming_why_and_keep_the_answer() {
             "{name}: no task written"
         );
     }
+    // Alice sees her PRDs' tasks, never those of a project she may not see.
+    env.ok(&["login", "alice"]);
+    let hers = env.ok(&["list-tasks"]);
+    assert!(!hers.contains("prd-theirs"), "{hers}");
+    let hidden = env.fails(&["view-task", "prd-theirs/T"]);
+    assert!(hidden.contains("not found"), "{hidden}");
+    env.ok(&["login", "chenry"]);
+    assert!(
+        env.ok(&["view-task", "prd-theirs/T"])
+            .contains("prd-theirs")
+    );
     // An admin may depend on the other project's task.
     let prd_path = prd(&env, "Mine", "prd-admin", "alice");
     finished_create_tasks(

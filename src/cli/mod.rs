@@ -19,6 +19,7 @@ mod remote;
 pub mod render;
 mod session;
 mod setup;
+mod tasks;
 mod web;
 
 pub use render::Format;
@@ -175,6 +176,23 @@ pub enum Command {
         /// Only PRDs of this project.
         #[arg(long)]
         project: Option<String>,
+    },
+    /// List tasks (issue 30), of one PRD, one project or all, optionally in one state.
+    ListTasks {
+        /// Only this PRD's tasks.
+        #[arg(long)]
+        prd: Option<String>,
+        /// Only this project's tasks.
+        #[arg(long)]
+        project: Option<String>,
+        /// Only tasks in this state (pending, ready, running, review, done, failed, cancelled).
+        #[arg(long)]
+        status: Option<String>,
+    },
+    /// Show one task: PRD/TASK.
+    ViewTask {
+        /// The PRD id and the task id, as PRD/TASK.
+        task: String,
     },
     /// List all queues with their runtime counters.
     ListQueues,
@@ -480,6 +498,12 @@ pub fn run(cli: Cli) -> CliResult {
         Command::ViewJob { job_id } => browse::view_job(g, &mut out, &job_id),
         Command::ViewProject { project_id } => browse::view_project(g, &mut out, &project_id),
         Command::ViewPrd { prd_id } => browse::view_prd(g, &mut out, &prd_id),
+        Command::ListTasks {
+            prd,
+            project,
+            status,
+        } => tasks::list_tasks(g, &mut out, prd, project, status),
+        Command::ViewTask { task } => tasks::view_task(g, &mut out, &task),
         Command::ViewQueue { queue_name } => browse::view_queue(g, &mut out, &queue_name),
         Command::Init => admin::init(g, &mut out),
         Command::Validate { paths, kind } => admin::validate(g, &mut out, &paths, kind.as_deref()),

@@ -6,6 +6,7 @@ pub mod create;
 pub mod done;
 pub mod fanout;
 pub mod graph;
+pub mod listing;
 pub mod parse;
 
 pub use fanout::{IMPLEMENT_TASK, TASK_KEY, fan_out, task_job_id};
