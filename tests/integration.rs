@@ -74,6 +74,7 @@ mod slurm;
 mod systemd_units;
 mod trust;
 mod trust_readers;
+mod trust_signals;
 mod units;
 mod usermode;
 mod web_api;
