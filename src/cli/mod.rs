@@ -5,6 +5,7 @@ mod admin;
 mod agent;
 mod approvals;
 mod browse;
+pub mod complete;
 mod conflicts;
 mod daemon;
 mod demo;
@@ -66,7 +67,7 @@ pub struct GlobalArgs {
     #[arg(long, global = true, value_enum, default_value_t = Format::Text)]
     pub format: Format,
     /// Queue to use instead of the project's default (agent commands); filter (list-jobs).
-    #[arg(long, global = true, value_name = "QUEUE")]
+    #[arg(add = crate::cli::complete::queue(), long, global = true, value_name = "QUEUE")]
     pub queue: Option<String>,
     /// Wait up to SECONDS for the result (agent commands: the outbox answer; view-job: the
     /// job to finish).
@@ -147,11 +148,13 @@ pub enum Command {
     /// Set the current project (used when --project is not given).
     SetProject {
         /// A project id.
+        #[arg(add = crate::cli::complete::project())]
         project_id: String,
     },
     /// Set the current PRD (used when --prd is not given).
     SetPrd {
         /// A PRD id.
+        #[arg(add = crate::cli::complete::prd())]
         prd_id: String,
     },
     /// List all users (admins only once logged in as a user).
@@ -162,7 +165,7 @@ pub enum Command {
         #[arg(long, value_enum)]
         status: Option<StatusArg>,
         /// Only jobs of this project.
-        #[arg(long)]
+        #[arg(add = crate::cli::complete::project(), long)]
         project: Option<String>,
         /// List the archived jobs (Queues/<q>/Jobs/archive/) instead.
         #[arg(long)]
@@ -173,7 +176,7 @@ pub enum Command {
     /// List PRDs of one project, or of all.
     ListPrds {
         /// Only PRDs of this project.
-        #[arg(long)]
+        #[arg(add = crate::cli::complete::project(), long)]
         project: Option<String>,
     },
     /// List all queues with their runtime counters.
@@ -181,21 +184,25 @@ pub enum Command {
     /// Show one user.
     ViewUser {
         /// User id.
+        #[arg(add = crate::cli::complete::user())]
         user_id: String,
     },
     /// Show one job, output included (--follow N waits for it to finish).
     ViewJob {
         /// Job id.
+        #[arg(add = crate::cli::complete::job())]
         job_id: String,
     },
     /// Show one project.
     ViewProject {
         /// Project id.
+        #[arg(add = crate::cli::complete::project())]
         project_id: String,
     },
     /// Show one PRD.
     ViewPrd {
         /// PRD id.
+        #[arg(add = crate::cli::complete::prd())]
         prd_id: String,
     },
     /// Show one queue.
@@ -253,6 +260,7 @@ pub enum Command {
     /// Cancel a queued or running job (asks its queue manager over D-Bus).
     CancelJob {
         /// Job id.
+        #[arg(add = crate::cli::complete::job())]
         job_id: String,
     },
     /// List the approval requests of running jobs waiting for an answer (every queue whose
@@ -261,6 +269,7 @@ pub enum Command {
     /// Allow a running job's approval request (REQ: its number, aN, or the full id).
     Approve {
         /// Job id.
+        #[arg(add = crate::cli::complete::job())]
         job_id: String,
         /// Request: `3`, `a3` or `JOB-a3`.
         request: String,
@@ -271,6 +280,7 @@ pub enum Command {
     /// Deny a running job's approval request; the agent sees the reason.
     Deny {
         /// Job id.
+        #[arg(add = crate::cli::complete::job())]
         job_id: String,
         /// Request: `3`, `a3` or `JOB-a3`.
         request: String,
@@ -285,6 +295,7 @@ pub enum Command {
     /// ends or N seconds pass. Without a journal, the output stored in the job file.
     Logs {
         /// Job id.
+        #[arg(add = crate::cli::complete::job())]
         job_id: String,
     },
     /// Try a failed job again as a new job (attempt + 1, retry_of the failed one), with the
@@ -292,6 +303,7 @@ pub enum Command {
     #[command(after_long_help = flow::RETRY_EXIT)]
     Retry {
         /// Id of the failed job.
+        #[arg(add = crate::cli::complete::job())]
         job_id: String,
     },
     /// Move finished and failed jobs older than --older-than into

@@ -108,6 +108,7 @@ pub fn answer(store: &Store, msg: &Message, who: &Caller) -> Result<Value, Route
             job.id.get_or_insert_with(|| id.to_string());
             Ok(to_value(&job))
         }
+        "job-log" => super::joblog::answer(store, msg, who),
         // Machines (issue 13): every caller may see which machines serve the store, as anyone
         // who can read the store's `machines/` can.
         "list-machines" => {

@@ -18,6 +18,7 @@ pub use direct::Visibility;
 mod error;
 pub mod flow;
 pub mod handled;
+mod joblog;
 mod jobs;
 mod lock;
 pub mod machines;

@@ -348,6 +348,7 @@ fn methods(rest: &[&str]) -> Option<&'static str> {
     Some(match rest {
         ["messages"] => GET_AND_POST,
         ["jobs", _, "cancel"] | ["approvals", _, _, "answer"] => POST_ONLY,
+        ["jobs", _, "log"] => GET_ONLY,
         [
             "whoami" | "users" | "projects" | "prds" | "queues" | "machines" | "jobs" | "approvals"
             | "events",
@@ -492,6 +493,18 @@ pub async fn route(
                 200,
                 format!(r#"{{"jobs":{page},"total":{total},"next_offset":{next}}}"#),
             ))
+        }
+        (["jobs", id, "log"], true) => {
+            let q = query(&req, &["as", "after", "limit"])?;
+            let actor = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
+            let mut c = one("job", id);
+            if let Some(a) = q.get("after") {
+                c.insert("after".into(), json!(a));
+            }
+            if q.get("limit").is_some_and(|v| !v.trim().is_empty()) {
+                c.insert("limit".into(), json!(number(&q, "limit")?));
+            }
+            Ok(ok(&direct(app, &actor, "job-log", c).await?))
         }
         (["jobs", id, "cancel"], false) if method == Method::POST => {
             let q = query(&req, &["as"])?;
