@@ -66,9 +66,9 @@ pub fn answer(store: &Store, msg: &Message, who: &Caller) -> Result<Value, Route
         .ok_or_else(|| RouteError::Invalid("job-log: content.job is required (a string)".into()))?;
     crate::store::check_id("job", id)?;
     let after = str_arg("after").unwrap_or("");
-    if after.len() > 512 || after.chars().any(char::is_control) {
+    if after.len() > 512 || !after.chars().all(|c| c.is_ascii_graphic()) {
         return Err(RouteError::Invalid(
-            "job-log: content.after is not a journal cursor (at most 512 printable characters)"
+            "job-log: content.after is not a journal cursor (at most 512 printable ASCII characters, no spaces)"
                 .into(),
         ));
     }

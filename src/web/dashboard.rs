@@ -975,15 +975,14 @@ async fn job_page(app: &App, who: &Actor, id: &str) -> Result<Response<Body>, We
     };
     let _ = write!(
         b,
-        r#"<h2>Output</h2><pre id="output">{}</pre><p>Its log: <code>orchestrator logs {} --follow 600</code> (the journal, <code>JOB_ID={}</code>)</p>"#,
+        r#"<h2>Output</h2><pre id="output">{}</pre>"#,
         if text.is_empty() {
             empty.to_string()
         } else {
             esc(&text)
         },
-        esc(id),
-        esc(id)
     );
+    super::joblog::section(app, who, id, &mut b).await;
     Ok(page(&format!("Job {id}"), who, true, &b))
 }
 
