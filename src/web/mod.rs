@@ -18,7 +18,6 @@ pub mod dashboard;
 pub mod error;
 pub mod events;
 pub mod html;
-pub mod joblog;
 
 use crate::bus::BusKind;
 use crate::bus::orchestrator::Orchestrator1Proxy;

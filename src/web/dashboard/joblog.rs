@@ -3,10 +3,10 @@
 //! then followed by `/static/live.js` through `GET /api/v1/jobs/{id}/log?after=CURSOR`
 //! until the job has ended.
 
-use super::App;
-use super::api::direct;
-use super::auth::Actor;
-use super::html::esc;
+use crate::web::App;
+use crate::web::api::direct;
+use crate::web::auth::Actor;
+use crate::web::html::esc;
 use serde_json::{Map, Value, json};
 use std::fmt::Write as _;
 
