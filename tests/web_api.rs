@@ -489,8 +489,11 @@ fn events_carry_the_bus_signals() {
         } else if let Some(data) = l.strip_prefix("data: ") {
             let v: Value = serde_json::from_str(data).unwrap();
             if event.as_deref() == Some("MessageProcessed") && v["correlation_id"] == "web-sse-1" {
-                assert_eq!(v["command"], "list-queues");
-                assert_eq!(v["status"], "done");
+                // Ids only: the command and its outcome are the sender's answer.
+                assert!(
+                    v.get("command").is_none() && v.get("status").is_none(),
+                    "{v}"
+                );
                 return;
             }
         }

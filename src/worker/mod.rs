@@ -127,6 +127,12 @@ pub fn run(args: &WorkerArgs) -> Result<JobStatus, WorkerError> {
             key = approval::handed_key(&line3);
         }
     }
+    if key.is_none() {
+        // A Slurm batch step has no gate: its manager put the key in sbatch's environment.
+        key = std::env::var(crate::model::approval::APPROVAL_KEY_ENV)
+            .ok()
+            .and_then(|k| approval::handed_key(&k));
+    }
     let store = opened?;
     let (q, id) = (args.queue.as_str(), args.job_id.as_str());
     let path = store.job_path(q, JobStatus::Running, id);

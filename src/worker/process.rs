@@ -67,6 +67,7 @@ pub fn agent_env(
         .unwrap_or_default();
     let mut env: Vec<(String, String)> = from
         .iter()
+        .filter(|(k, _)| k != crate::model::approval::APPROVAL_KEY_ENV)
         .filter(|(k, _)| {
             PASS_EXACT.contains(&k.as_str())
                 || PASS_PREFIX.iter().any(|p| k.starts_with(p))
