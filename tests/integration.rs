@@ -57,6 +57,7 @@ mod hostile_fs;
 mod hostile_input;
 mod layers;
 mod m0_cli;
+mod machine_identity;
 mod machines;
 mod orchestrator_badinput;
 mod orchestrator_m1;

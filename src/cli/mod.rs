@@ -320,9 +320,11 @@ pub enum Command {
     /// List the machines sharing the store (from their heartbeats under machines/), silent
     /// ones marked "stale for 3m12s".
     ListMachines,
+    /// This machine's key in the store (made from /etc/machine-id) and its host name.
+    ThisMachine,
     /// Show one machine: its state, daemons, queues and each daemon's heartbeat.
     ViewMachine {
-        /// Host name.
+        /// The machine's key (`this-machine`, `list-machines`), or a host name it had.
         host: String,
     },
     /// List the messages in messaging/ (requests in inbox/ and processed_inbox/, answers in
@@ -527,6 +529,7 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Migrate(a) => flow::migrate(g, &mut out, a),
         Command::Pipeline(a) => flow::pipeline(g, &mut out, a),
         Command::ListMachines => machines::list(g, &mut out),
+        Command::ThisMachine => machines::this(g, &mut out),
         Command::ViewMachine { host } => machines::view(g, &mut out, &host),
         Command::ListMessages(a) => messages::list(g, &mut out, &a),
         Command::ViewMessage { message_id } => messages::view(g, &mut out, &message_id),

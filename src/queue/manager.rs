@@ -174,8 +174,13 @@ impl Manager {
         // Paused survives a restart: this machine's runtime says so, else queue.json (a store
         // from before the runtime had its own file, or a user who paused it by hand).
         let host = hostname();
+        // (The runtime under this machine's host name: a store from before machine ids.)
         let paused = store
             .queue_runtime(&cfg.queue, &host)
+            .or_else(|| {
+                crate::store::identity::legacy_key()
+                    .and_then(|l| store.queue_runtime(&cfg.queue, &l))
+            })
             .and_then(|r| r.paused)
             .or(queue.runtime.paused)
             .unwrap_or(false);
