@@ -99,6 +99,11 @@ impl Slack {
             .send()
             .await
             .map_err(super::http_error)?;
+        self.answer(method, r).await
+    }
+
+    /// The answer of Web API `method`: its body when `ok` is true, else the error it names.
+    async fn answer(&self, method: &str, r: reqwest::Response) -> Result<Value, SinkError> {
         let status = r.status();
         if status.as_u16() == 429 || status.is_server_error() {
             return Err(SinkError::Transient(format!("slack {method}: {status}")));
@@ -151,14 +156,23 @@ impl Slack {
         Ok(c)
     }
 
-    /// Whether a message carrying `key` is among the channel's recent messages.
+    /// Whether a message carrying `key` is among the channel's recent messages (a read
+    /// method: its arguments go in the query string).
     async fn already_posted(&self, channel: &str, key: &str) -> Result<bool, SinkError> {
-        let v = self
-            .call(
-                "conversations.history",
-                json!({ "channel": channel, "limit": 200, "include_all_metadata": true }),
-            )
-            .await?;
+        let mut url = reqwest::Url::parse(&format!("{}/conversations.history", self.base))
+            .map_err(|e| SinkError::Permanent(format!("slack: {e}")))?;
+        url.query_pairs_mut()
+            .append_pair("channel", channel)
+            .append_pair("limit", "200")
+            .append_pair("include_all_metadata", "true");
+        let r = self
+            .http
+            .get(url)
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .map_err(super::http_error)?;
+        let v = self.answer("conversations.history", r).await?;
         Ok(v["messages"].as_array().is_some_and(|ms| {
             ms.iter().any(|m| {
                 m["metadata"]["event_type"] == EVENT_TYPE
