@@ -137,7 +137,7 @@ pub(super) fn set_user(g: &GlobalArgs, out: &mut dyn Write, a: SetUserArgs) -> C
     let store = open_store(g)?;
     let (_, id) = target_user(&store, a.id)?;
     let mut user = store.user(&id)?;
-    let mut prefs = user.notify.clone().unwrap_or_default();
+    let mut prefs = user.notify.clone().map(|b| *b).unwrap_or_default();
     if let Some(s) = &a.notify {
         prefs.sinks = match s.as_str() {
             "default" => None,
@@ -181,7 +181,7 @@ pub(super) fn set_user(g: &GlobalArgs, out: &mut dyn Write, a: SetUserArgs) -> C
     if let Some(s) = a.slack_username {
         user.slack_username = Some(s);
     }
-    user.notify = (prefs != NotifyPrefs::default()).then_some(prefs);
+    user.notify = (prefs != NotifyPrefs::default()).then(|| Box::new(prefs));
     let path = store.user_path(&id);
     store.write_doc(crate::model::DocKind::User, &path, &user)?;
     match g.format {
@@ -256,10 +256,11 @@ fn test(g: &GlobalArgs, out: &mut dyn Write, sink: &str, user: Option<String>) -
             out,
             &serde_json::json!({"sink": sink, "user": id, "delivered": error.is_none(), "error": error}),
         )?,
-        Format::Text => match &error {
-            None => writeln!(out, "Delivered a test notice to {id} through {sink}.")?,
-            Some(_) => {}
-        },
+        Format::Text => {
+            if error.is_none() {
+                writeln!(out, "Delivered a test notice to {id} through {sink}.")?;
+            }
+        }
     }
     match error {
         None => Ok(()),
@@ -339,7 +340,7 @@ pub(super) fn list(g: &GlobalArgs, out: &mut dyn Write, a: &NotificationsArgs) -
         .filter_map(|k| rows.remove(&k))
         .filter(|r| !a.failed || matches!(r.state, "retrying" | "undeliverable"))
         .collect();
-    shown.sort_by(|x, y| x.at.cmp(&y.at));
+    shown.sort_by_key(|x| x.at);
     let skip = shown.len().saturating_sub(a.limit);
     let shown = &shown[skip..];
     match g.format {

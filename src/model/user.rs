@@ -21,7 +21,7 @@ pub struct User {
     /// Where and what this user is told (extension, issue 31): absent means the machine's
     /// defaults (`notify.defaults` in config.yaml).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub notify: Option<NotifyPrefs>,
+    pub notify: Option<Box<NotifyPrefs>>,
 }
 
 /// `notify` in a user document: the sinks and events this user chose, and quiet hours.
