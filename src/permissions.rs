@@ -42,6 +42,12 @@ impl Caller {
         self.is_admin() || self.user_id() == Some(id)
     }
 
+    /// Changing user `id`'s notification choices (`set-user --notify-…`), and seeing what was
+    /// sent to them (`notifications`): admins, and a user for themself.
+    pub fn can_manage_notices_of(&self, id: &str) -> bool {
+        self.is_admin() || self.user_id() == Some(id)
+    }
+
     /// Reading a project.
     pub fn can_see_project(&self, p: &Project) -> bool {
         match self.user_id() {
@@ -185,6 +191,7 @@ mod tests {
             email: format!("{id}@x"),
             permissions: p,
             unix_user: None,
+            notify: None,
         })
     }
 

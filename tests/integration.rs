@@ -19,6 +19,8 @@ pub mod approvals_env;
 #[path = "support/claude_env.rs"]
 pub mod claude_env;
 pub mod common;
+#[path = "support/fake_chat.rs"]
+pub mod fake_chat;
 #[path = "support/fake_model.rs"]
 pub mod fake_model;
 #[path = "support/introspection.rs"]
@@ -59,6 +61,7 @@ mod layers;
 mod m0_cli;
 mod machine_identity;
 mod machines;
+mod notify;
 mod orchestrator_badinput;
 mod orchestrator_m1;
 mod orchestrator_m2;

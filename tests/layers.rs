@@ -29,6 +29,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("orchestrator", 3),
     ("queue", 3),
     ("worker", 3),
+    ("notify", 3),
     ("permissions", 2),
     ("store", 2),
     ("schema", 2),
@@ -54,11 +55,13 @@ const SIDEWAYS: &[(&str, &str)] = &[
     // The machine's own rules (run-as accounts, programs) are read with the store's
     // configuration reader, from the machine's files, never the store's.
     ("trust", "store"),
+    // The notifier is one machine at a time, by the orchestrator's store-lock machinery.
+    ("notify", "orchestrator"),
 ];
 
 /// Who may use `agent/` (it is a library for the worker's `agent` jobs, the CLI and the
 /// `agentshell` binary).
-const AGENT_USERS: &[&str] = &["bin", "cli", "worker"];
+const AGENT_USERS: &[&str] = &["bin", "cli", "worker", "notify"];
 
 /// Known upward arrows, each (file, module it uses, why it is still there). Remove the row
 /// with the arrow.

@@ -16,6 +16,7 @@ mod job_view;
 mod jobs;
 mod machines;
 mod messages;
+pub mod notify;
 mod remote;
 pub mod render;
 mod session;
@@ -222,6 +223,16 @@ pub enum Command {
     },
     /// Add a user document.
     AddUser(admin::AddUserArgs),
+    /// Change a user's notification settings (sinks, events, quiet hours, chat ids).
+    SetUser(notify::SetUserArgs),
+    /// Check notification sinks end to end (`notify test --sink slack`).
+    Notify {
+        /// What to do.
+        #[command(subcommand)]
+        action: notify::NotifyAction,
+    },
+    /// What notifications were sent, and which failed and why.
+    Notifications(notify::NotificationsArgs),
     /// Add a project document and its PRD folders.
     AddProject(admin::AddProjectArgs),
     /// Add a queue and its job folders.
@@ -499,6 +510,9 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Validate { paths, kind } => admin::validate(g, &mut out, &paths, kind.as_deref()),
         Command::AddUser(a) => admin::add_user(g, &mut out, a),
         Command::AddProject(a) => admin::add_project(g, &mut out, a),
+        Command::SetUser(a) => notify::set_user(g, &mut out, a),
+        Command::Notify { action } => notify::run(g, &mut out, action),
+        Command::Notifications(a) => notify::list(g, &mut out, &a),
         Command::AddQueue(a) => admin::add_queue(g, &mut out, a),
         Command::SetQueue(a) => admin::set_queue(g, &mut out, a),
         Command::CreatePrd(a) => agent::simple(g, &mut out, "create-prd", a),

@@ -165,6 +165,7 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, a: SetupArgs) -> CliResul
                 },
                 slack_username: None,
                 unix_user: Some(me.clone()),
+                notify: None,
             })?;
             step(
                 out,

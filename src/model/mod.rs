@@ -27,7 +27,7 @@ pub use queue::{
     Launcher, Queue, QueueConfig, QueueRuntime, ResourceLimits, SandboxSetting, SlurmConfig,
 };
 pub use time::{MAX_CLOCK_SKEW_SECS, Timestamp};
-pub use user::{Permission, User};
+pub use user::{NotifyPrefs, Permission, QuietHours, User};
 
 use std::fmt;
 

@@ -52,6 +52,7 @@ impl Manager {
         let machines = self.store.machines();
         for lost in self.store.fail_lost_jobs(&q, &self.host, &machines) {
             let path = self.store.job_path(&q, JobStatus::Failed, &lost.id);
+            self.store.notice_job_ended(&q, &lost.id);
             if let Ok(job) = self.store.read_doc::<Job>(DocKind::Job, &path) {
                 self.retry_if_due(&lost.id, &job, &lost.error);
             }

@@ -81,6 +81,7 @@ impl Manager {
             self.event(event).job(id).detail(error),
             format!("job {id} {}: {error}", to.name()),
         ));
+        self.store.notice_job_ended(&self.cfg.queue, id);
         self.drop_approvals_of(id).await;
         self.signal(id, from, to).await;
     }

@@ -247,6 +247,7 @@ fn finish(
             record(store, q, id, "job_finished", &detail);
         }
     }
+    store.notice_job_ended(q, id);
     Ok(status)
 }
 
