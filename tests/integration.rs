@@ -77,6 +77,8 @@ mod schema_corpus;
 mod slurm;
 mod slurm_approvals;
 mod systemd_units;
+mod tasks_docs;
+mod tasks_worktrees;
 mod trust;
 mod trust_readers;
 mod trust_signals;

@@ -179,6 +179,12 @@ pub struct JobRuntime {
     /// Approval decisions while the job ran: who, when, what (extension).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub approvals: Vec<super::approval::ApprovalRecord>,
+    /// The commit a task job made on its branch (extension, issue 30).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// Where a task job worked: its worktree and branch, or why the single tree (extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<String>,
     /// The kernel confinement the agent ran under, and what it allowed (extension, issue 28);
     /// absent: the queue does not sandbox its jobs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -237,6 +243,8 @@ impl JobRuntime {
             handled: None,
             approvals: Vec::new(),
             sandbox: None,
+            commit: None,
+            worktree: None,
         }
     }
 }

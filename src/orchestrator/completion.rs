@@ -74,6 +74,19 @@ pub fn handle_finished_jobs(
         }
         let _span = tracing::info_span!("job", job_id = %loc.id, queue = %loc.queue).entered();
         let action = match handle_one(store, &loc, &job) {
+            // The handler failed the job (a create-tasks answer refused): it is in
+            // failed_jobs/ now, marked handled.
+            Ok(a) if !crate::store::safe::exists(&loc.path) => {
+                record_handled(completions.log(store), &loc);
+                store.record(Record::warn(
+                    Event::new(DAEMON, "job_failed_on_completion")
+                        .job(&loc.id)
+                        .queue(&loc.queue)
+                        .detail(&a),
+                    format!("finished job failed by its handler: {a}"),
+                ));
+                continue;
+            }
             Ok(a) => a,
             Err(e) => {
                 store.record(Record::warn(
@@ -136,7 +149,8 @@ fn handle_one(store: &Store, loc: &JobLocation, job: &Job) -> Result<String, Sto
             &format!("environment in {}", job.config.working_directory),
         ),
         "create-prd" => prd_created(store, loc, job),
-        "create-tasks" => prd_moved(store, loc, job, PrdState::Queued, PrdState::Running),
+        "create-tasks" => tasks_created(store, loc, job),
+        super::tasks::IMPLEMENT_TASK => super::tasks::done::task_job_ended(store, &loc.id, job),
         "implement-tasks" => prd_moved(store, loc, job, PrdState::Running, PrdState::Complete),
         _ => Ok("nothing to do".into()),
     }
@@ -210,6 +224,66 @@ fn prd_created(store: &Store, loc: &JobLocation, job: &Job) -> Result<String, St
     Ok(format!("created PRD {}", prd.id))
 }
 
+/// `create-tasks`: the tasks written from the agent's answer (or the job failed, refusing
+/// it), then the PRD moves to running.
+fn tasks_created(store: &Store, loc: &JobLocation, job: &Job) -> Result<String, StoreError> {
+    let Some(prd_id) = job_prd(job) else {
+        return Ok("job names no PRD".into());
+    };
+    match super::tasks::create::created(store, loc, job, &prd_id)? {
+        super::tasks::create::Created::Refused(why) => Ok(why),
+        super::tasks::create::Created::Tasks(ids) => {
+            let moved = prd_moved(store, loc, job, PrdState::Queued, PrdState::Running)?;
+            Ok(format!(
+                "{} task(s) written ({}); {moved}",
+                ids.len(),
+                ids.join(", ")
+            ))
+        }
+    }
+}
+
+/// The PRD a job works on.
+fn job_prd(job: &Job) -> Option<String> {
+    job.config.prd.clone().or_else(|| {
+        job.config
+            .supporting_data
+            .get("prd")?
+            .get("id")?
+            .as_str()
+            .map(str::to_string)
+    })
+}
+
+/// Every task of PRD `prd_id` is done (issue 30): the PRD moves to complete (from queued or
+/// running) with `report`.
+pub(super) fn prd_finished(
+    store: &Store,
+    prd_id: &str,
+    report: Value,
+) -> Result<String, StoreError> {
+    let (state, path, mut prd) = store.find_prd(prd_id)?;
+    if state == PrdState::Complete {
+        return Ok(format!("PRD {prd_id} already complete"));
+    }
+    prd.status = PrdState::Complete;
+    prd.update_time = Timestamp::now();
+    prd.implementation_report = Some(report);
+    store.write_doc(DocKind::Prd, &path, &prd)?;
+    let dest_dir = store.prd_dir(&prd.project, PrdState::Complete);
+    crate::store::safe::create_dir_all(&dest_dir).map_err(|source| StoreError::Io {
+        path: dest_dir.clone(),
+        source,
+    })?;
+    move_no_replace(&path, &dest_dir.join(format!("{prd_id}.json"))).map_err(|source| {
+        StoreError::Io {
+            path: path.clone(),
+            source,
+        }
+    })?;
+    Ok(format!("PRD {prd_id} → {}", PrdState::Complete.dir()))
+}
+
 fn prd_moved(
     store: &Store,
     loc: &JobLocation,
@@ -243,7 +317,8 @@ fn prd_moved(
     if !prd.jobs.contains(&loc.id) {
         prd.jobs.push(loc.id.clone());
     }
-    if from == PrdState::Queued {
+    // Task documents listed (issue 30) stay the PRD's list; otherwise the answer's text.
+    if from == PrdState::Queued && !prd.content.get("tasks").is_some_and(Value::is_array) {
         // The tasks feed the implementation step through the PRD (issue 17 pipelines).
         prd.content
             .insert("tasks".into(), Value::String(result_text(job)));

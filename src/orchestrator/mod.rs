@@ -26,6 +26,7 @@ pub mod messages;
 pub mod retry;
 pub mod service;
 pub mod standby;
+pub mod tasks;
 pub mod upkeep;
 
 pub use completion::{handle_finished_jobs, result_text};
@@ -96,6 +97,12 @@ fn route(
         content.insert("job_id".into(), json!(job.id));
         content.insert("queue".into(), json!(job.queue));
         content.insert("job_path".into(), json!(job.path));
+        if msg.command == "implement-tasks"
+            && let Some(Value::String(prd)) = msg.content.get("prd")
+            && let Some(t) = tasks::fanout::answer(store, &msg.correlation_id, prd)
+        {
+            content.insert("tasks".into(), t);
+        }
         return Ok((content, Some(job)));
     }
     if upkeep::is_upkeep(&msg.command) {

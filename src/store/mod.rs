@@ -35,6 +35,7 @@ mod replacing;
 mod root;
 pub mod safe;
 mod scan;
+mod tasks;
 mod writes;
 
 pub use config::{

@@ -11,6 +11,7 @@ pub mod mcp;
 pub mod process;
 pub mod project_side;
 pub mod runas;
+pub mod worktree;
 
 use crate::model::{Job, JobStatus, JobType, QueueConfig};
 use crate::store::jobfile::{fail_raw, write_and_move};
@@ -276,6 +277,17 @@ fn execute(
             job.config.working_directory
         ));
     }
+    // Issue 30: a task's job works in its own git worktree and branch.
+    let task_space = task_workspace(job, &env, &home, switch.then(|| run_as.clone()));
+    let (git, workspace) = match task_space {
+        Ok(Some((git, ws))) => {
+            job.runtime.worktree = Some(ws.note.clone());
+            (Some(git), Some(ws))
+        }
+        Ok(None) => (None, None),
+        Err(e) => return Outcome::fail(e),
+    };
+    let cwd = workspace.as_ref().map_or(cwd, |w| w.cwd.clone());
     let mut outcome = match job.config.jobtype {
         JobType::Noop => noop(job),
         JobType::Venvman => {
@@ -383,6 +395,17 @@ fn execute(
             outcome
         }
     };
+    if !outcome.failed
+        && let (Some(git), Some(ws)) = (&git, &workspace)
+    {
+        match worktree::commit(git, ws, job) {
+            Ok(c) => job.runtime.commit = c,
+            Err(e) => {
+                outcome.failed = true;
+                outcome.error = Some(format!("the task's work could not be committed: {e}"));
+            }
+        }
+    }
     // A research job leaves its result in the project's document itself, as its user.
     if !outcome.failed
         && let Some(doc) = project_side::research_document(store, job)
@@ -408,6 +431,26 @@ fn execute(
         }
     }
     outcome
+}
+
+/// The git worktree of a task's job (`supporting_data.task`), made as the job's user;
+/// `None` for other jobs.
+fn task_workspace(
+    job: &Job,
+    env: &[(String, String)],
+    home: &std::path::Path,
+    switch_to: Option<runas::RunAs>,
+) -> Result<Option<(worktree::Git, worktree::Workspace)>, String> {
+    if job.config.jobtype == JobType::Venvman || !job.config.supporting_data.contains_key("task") {
+        return Ok(None);
+    }
+    let git = worktree::Git::new(env.to_vec(), home, switch_to)?;
+    let dir = PathBuf::from(&job.config.working_directory);
+    match worktree::prepare(&git, job, &dir) {
+        None => Ok(None),
+        Some(Ok(ws)) => Ok(Some((git, ws))),
+        Some(Err(e)) => Err(e),
+    }
 }
 
 /// `agentshell exec --json` with the job's approval channel; the prompt comes on stdin.
