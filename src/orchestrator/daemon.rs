@@ -403,6 +403,7 @@ pub async fn run(
         .log(LOG_FILE),
     );
     notify_ready(&format!("Watching {root}"));
+    let mut watchdog = crate::systemd::Watchdog::from_env();
 
     let sweep_every = opts
         .sweep_interval
@@ -481,6 +482,8 @@ pub async fn run(
             last_activity = activity;
         }
         notify_status(&status_line(&shared, &root));
+        // A pass got this far (inbox, finished jobs, heartbeat): alive (systemd's watchdog).
+        watchdog.progressed();
         // New or removed queues: their finished_jobs/ watches follow.
         let queues = shared.store.queue_ids().unwrap_or_default();
         if queues != known_queues {
@@ -521,7 +524,8 @@ pub async fn run(
         let mut wait = sweep_every
             .min(heartbeat_every)
             .min(idle_left)
-            .min(beat_in.max(Duration::from_millis(100)));
+            .min(beat_in.max(Duration::from_millis(100)))
+            .min(watchdog.wake_within());
         if deferred > 0 {
             wait = wait.min(super::SETTLE);
         }
