@@ -45,25 +45,7 @@ pub(super) fn complete_record(store: &Store, answer: &Path) {
         .get("queue")
         .and_then(|v| v.as_str())
         .map(str::to_string);
-    let (mut answered, mut created) = (false, false);
-    let mut months = vec![Timestamp::now()];
-    months.extend(msg.processed_time);
-    let mut seen = std::collections::BTreeSet::new();
-    for at in months {
-        if !seen.insert(at.0.format("%Y-%m").to_string()) {
-            continue;
-        }
-        let Ok(events) = store.read_events(&at) else {
-            continue;
-        };
-        for e in events.entries.iter().map(|e| &e.entry) {
-            match e.event.as_str() {
-                "message_answered" if e.correlation_id.as_deref() == Some(cid) => answered = true,
-                "job_created" if job.is_some() && e.job_id == job => created = true,
-                _ => {}
-            }
-        }
-    }
+    let (answered, created) = recorded(store, cid, job.as_deref(), msg.processed_time);
     let result = msg.error.as_deref().unwrap_or("done");
     if !answered {
         let mut ev = Event::new(DAEMON, "message_answered")
@@ -93,4 +75,41 @@ pub(super) fn complete_record(store: &Store, answer: &Path) {
             "job created (record completed after a crash)",
         ));
     }
+}
+
+/// Whether the events of this month (and of `also`'s month) hold `message_answered` for
+/// `cid` and `job_created` for `job`.
+pub(super) fn recorded(
+    store: &Store,
+    cid: &str,
+    job: Option<&str>,
+    also: Option<Timestamp>,
+) -> (bool, bool) {
+    let (mut answered, mut created) = (false, false);
+    let mut months = vec![Timestamp::now()];
+    months.extend(also);
+    let mut seen = std::collections::BTreeSet::new();
+    for at in months {
+        if !seen.insert(at.0.format("%Y-%m").to_string()) {
+            continue;
+        }
+        let Ok(events) = store.read_events(&at) else {
+            continue;
+        };
+        for e in events.entries.iter().map(|e| &e.entry) {
+            match e.event.as_str() {
+                "message_answered" if e.correlation_id.as_deref() == Some(cid) => answered = true,
+                "job_created" if job.is_some() && e.job_id.as_deref() == job => created = true,
+                _ => {}
+            }
+        }
+    }
+    (answered, created)
+}
+
+/// Whether `job_created` must be recorded for a job an answer names: always for a job made
+/// now; for one that existed already (made before a crash that came before its answer) only
+/// when no record of it is found.
+pub(super) fn job_needs_record(store: &Store, cid: &str, job: &str, new: bool) -> bool {
+    new || !recorded(store, cid, Some(job), None).1
 }

@@ -478,7 +478,13 @@ pub(crate) fn record_answer(store: &Store, cid: &str, outcome: &Outcome, via: Op
         ),
     };
     store.record(Record::info(ev.detail(detail), text));
-    if let Some(job) = outcome.job.as_ref().filter(|j| j.new) {
+    // A job that existed already was made before a crash that came before its answer: its
+    // record may be missing too.
+    if let Some(job) = outcome
+        .job
+        .as_ref()
+        .filter(|j| audit::job_needs_record(store, cid, &j.id, j.new))
+    {
         store.record(Record::info(
             Event::new(DAEMON, "job_created")
                 .job(&job.id)
