@@ -161,6 +161,8 @@ pub fn cycle_report(shared: &Shared) -> Result<CycleReport, StoreError> {
             }
         }
         handled += n - deferred.min(n);
+        // A batch answered: a long backlog is progress for systemd's watchdog, not a wedge.
+        crate::systemd::watchdog::progress();
         // PRD §6.1: after each batch of at most max_messages_per_loop, finished jobs; a
         // flood of messages never starves completion handling.
         if store.config().orchestrator.enable_job_completion_handler {
