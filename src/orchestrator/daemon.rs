@@ -161,6 +161,8 @@ pub fn cycle_report(shared: &Shared) -> Result<CycleReport, StoreError> {
             }
         }
         handled += n - deferred.min(n);
+        // A batch answered: a long backlog is progress for systemd's watchdog, not a wedge.
+        crate::systemd::watchdog::progress();
         // PRD §6.1: after each batch of at most max_messages_per_loop, finished jobs; a
         // flood of messages never starves completion handling.
         if store.config().orchestrator.enable_job_completion_handler {
@@ -403,6 +405,7 @@ pub async fn run(
         .log(LOG_FILE),
     );
     notify_ready(&format!("Watching {root}"));
+    let mut watchdog = crate::systemd::Watchdog::from_env();
 
     let sweep_every = opts
         .sweep_interval
@@ -481,6 +484,8 @@ pub async fn run(
             last_activity = activity;
         }
         notify_status(&status_line(&shared, &root));
+        // A pass got this far (inbox, finished jobs, heartbeat): alive (systemd's watchdog).
+        watchdog.progressed();
         // New or removed queues: their finished_jobs/ watches follow.
         let queues = shared.store.queue_ids().unwrap_or_default();
         if queues != known_queues {
@@ -521,7 +526,8 @@ pub async fn run(
         let mut wait = sweep_every
             .min(heartbeat_every)
             .min(idle_left)
-            .min(beat_in.max(Duration::from_millis(100)));
+            .min(beat_in.max(Duration::from_millis(100)))
+            .min(watchdog.wake_within());
         if deferred > 0 {
             wait = wait.min(super::SETTLE);
         }

@@ -8,6 +8,7 @@
 //! answer (answers with the same job), or the answer but the message still in the inbox
 //! (just moves it): one answer and at most one job per message.
 
+mod audit;
 pub mod caller;
 pub mod claims;
 pub mod commands;
@@ -300,7 +301,8 @@ fn process_claimed(store: &Store, m: &Inboxed) -> Result<FileOutcome, StoreError
                 msg.user.as_deref(),
             ) {
                 Earlier::None => {}
-                Earlier::Same => {
+                Earlier::Same(answer) => {
+                    audit::complete_record(store, &answer);
                     move_to_processed(store, m)?;
                     return Ok(FileOutcome::AlreadyAnswered(msg.correlation_id));
                 }
@@ -355,7 +357,8 @@ fn process_claimed(store: &Store, m: &Inboxed) -> Result<FileOutcome, StoreError
             let qt = response.queue_time;
             match earlier_answer(store, &id, &response.command, &qt, response.user.as_deref()) {
                 Earlier::None => {}
-                Earlier::Same => {
+                Earlier::Same(answer) => {
+                    audit::complete_record(store, &answer);
                     move_to_processed(store, m)?;
                     return Ok(FileOutcome::AlreadyAnswered(id));
                 }
@@ -411,6 +414,9 @@ fn finish_as(
             return Ok(None);
         }
         tracing::info!("{id}: answered by another orchestrator meanwhile; not answering again");
+        // That orchestrator may have died before recording it (the message is still here).
+        let done = store.processed_outbox().join(name);
+        audit::complete_record(store, if safe::exists(&out) { &out } else { &done });
         move_to_processed(store, m)?;
         Ok(Some(FileOutcome::AlreadyAnswered(id.clone())))
     };
@@ -480,7 +486,13 @@ pub(crate) fn record_answer(store: &Store, cid: &str, outcome: &Outcome, via: Op
         ),
     };
     store.record(Record::info(ev.detail(detail), text));
-    if let Some(job) = outcome.job.as_ref().filter(|j| j.new) {
+    // A job that existed already was made before a crash that came before its answer: its
+    // record may be missing too.
+    if let Some(job) = outcome
+        .job
+        .as_ref()
+        .filter(|j| audit::job_needs_record(store, cid, &j.id, j.new))
+    {
         store.record(Record::info(
             Event::new(DAEMON, "job_created")
                 .job(&job.id)
@@ -495,9 +507,9 @@ pub(crate) fn record_answer(store: &Store, cid: &str, outcome: &Outcome, via: Op
 enum Earlier {
     /// Never.
     None,
-    /// Answered, and the answer is for this very message (same command and queue_time): a
-    /// crash came between answering and moving it.
-    Same,
+    /// Answered, and the answer (at this path) is for this very message (same command and
+    /// queue_time): a crash came between answering and moving it.
+    Same(PathBuf),
     /// Answered for a different message that used the same id.
     Other,
 }
@@ -532,7 +544,7 @@ fn earlier_answer(
                     && h.queue_time == queue_time.to_string()
                     && h.user.as_deref() == user =>
             {
-                Earlier::Same
+                Earlier::Same(p)
             }
             _ => Earlier::Other,
         };

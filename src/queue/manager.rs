@@ -374,8 +374,14 @@ impl Manager {
         ));
         self.load_approvals().await;
         self.step().await;
+        let mut watchdog = crate::systemd::Watchdog::from_env();
         loop {
+            // Back at the top: the last pass ended (systemd's watchdog, WatchdogSec=).
+            watchdog.progressed();
             let next = self.next_deadline();
+            let next = Instant::now()
+                .checked_add(watchdog.wake_within())
+                .map_or(next, |w| next.min(w));
             let wake = tokio::select! {
                 _ = &mut shutdown => Wake::Shutdown,
                 ev = async {
