@@ -8,6 +8,7 @@
 //! answer (answers with the same job), or the answer but the message still in the inbox
 //! (just moves it): one answer and at most one job per message.
 
+pub mod backlog;
 pub mod caller;
 pub mod claims;
 pub mod commands;
