@@ -47,6 +47,7 @@ mod agentshell_tmux;
 mod agentshell_web;
 mod approvals_agent;
 mod approvals_claude;
+mod backlog;
 mod claude_real;
 mod cli_remote;
 mod conflicts;

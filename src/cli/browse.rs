@@ -900,13 +900,21 @@ struct SummaryRow {
     priority: Option<i32>,
 }
 
-/// Table rows kept in an unlinked temporary file (tab-separated, one per line).
+/// Table rows kept in an anonymous memory file (tab-separated, one per line): no temporary
+/// folder is needed to print (one not writable by the caller used to fail the listing);
+/// only where `memfd_create` is missing, an unlinked file in the temporary folder.
 struct Spool {
     file: std::io::BufWriter<std::fs::File>,
 }
 
 impl Spool {
     fn new() -> Result<Spool, CliError> {
+        use nix::sys::memfd::{MFdFlags, memfd_create};
+        if let Ok(fd) = memfd_create("agentstore-list-jobs", MFdFlags::MFD_CLOEXEC) {
+            return Ok(Spool {
+                file: std::io::BufWriter::new(std::fs::File::from(fd)),
+            });
+        }
         let dir = std::env::temp_dir();
         for n in 0..100u32 {
             let path = dir.join(format!(

@@ -9,6 +9,7 @@
 //! (just moves it): one answer and at most one job per message.
 
 mod audit;
+pub mod backlog;
 pub mod caller;
 pub mod claims;
 pub mod commands;

@@ -16,6 +16,7 @@ mod error;
 mod error_log;
 mod events;
 mod fsio;
+pub mod grouped;
 pub mod identity;
 mod init;
 pub mod jobfile;
