@@ -242,7 +242,9 @@ fn sweep_announces_what_it_answered() {
             let n = proxy.sweep().await.unwrap();
             assert!(n <= 1, "Sweep answered {n} messages, only one was there");
             assert!(
-                env.root.join(format!("messaging/outbox/{id}.json")).exists(),
+                env.root
+                    .join(format!("messaging/outbox/{id}.json"))
+                    .exists(),
                 "Sweep returned before the message written ahead of it was answered"
             );
             let signal = tokio::time::timeout(LONG, processed.next())
@@ -259,6 +261,9 @@ fn sweep_announces_what_it_answered() {
                 break;
             }
         }
-        assert!(swept_by_call, "the loop answered before Sweep ten times in a row");
+        assert!(
+            swept_by_call,
+            "the loop answered before Sweep ten times in a row"
+        );
     });
 }
