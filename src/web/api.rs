@@ -388,7 +388,7 @@ pub async fn route(
         // socket, the proxy's account is the caller): refused by where it comes from, and a
         // body must be declared JSON, which no cross-site form or "simple" fetch can send
         // without a preflight this server never grants.
-        super::dashboard::same_origin(req.headers())?;
+        super::auth::same_origin(req.headers())?;
         json_body_declared(req.headers())?;
     }
     let one = |k: &str, v: &str| {
