@@ -297,7 +297,7 @@ fn execute(
                 &home,
                 switch.then(|| run_as.clone()),
             ) {
-                Ok(cmd) => run_and_judge(store, args, queue, job, &cmd, false, "venvman", false),
+                Ok(cmd) => run_and_judge(store, args, queue, job, &cmd, None, "venvman", false),
                 Err(e) => Outcome::fail(e),
             }
         }
@@ -353,8 +353,17 @@ fn execute(
                 switch_to: switch.then(|| run_as.clone()),
                 sandbox: None,
             };
-            let approvals = broker.is_some();
-            let outcome = run_and_judge(store, args, queue, job, &cmd, approvals, "Claude", json);
+            let approvals = broker.as_ref().map(|b| b.socket_name().to_string());
+            let outcome = run_and_judge(
+                store,
+                args,
+                queue,
+                job,
+                &cmd,
+                approvals.as_deref(),
+                "Claude",
+                json,
+            );
             if let Some(b) = broker {
                 job.runtime.approvals = b.finish();
             }
@@ -390,7 +399,16 @@ fn execute(
                 switch_to: switch.then(|| run_as.clone()),
                 sandbox: None,
             };
-            let outcome = run_and_judge(store, args, queue, job, &cmd, true, "Agent", true);
+            let outcome = run_and_judge(
+                store,
+                args,
+                queue,
+                job,
+                &cmd,
+                Some(broker.socket_name()),
+                "Agent",
+                true,
+            );
             job.runtime.approvals = broker.finish();
             outcome
         }
@@ -522,7 +540,7 @@ fn confine_job(
     queue: &QueueConfig,
     job: &mut Job,
     cmd: &AgentCommand,
-    approvals: bool,
+    approvals: Option<&str>,
 ) -> Result<AgentCommand, String> {
     let home = cmd
         .env
@@ -539,7 +557,7 @@ fn confine_job(
         project_side::find_program(&cmd.program, path_var.as_deref(), &home)
             .into_iter()
             .collect();
-    if approvals {
+    if approvals.is_some() {
         programs.push(approval_worker_path());
     }
     let Some(sandbox) = confine::for_job(confine::JobContext {
@@ -559,10 +577,12 @@ fn confine_job(
     let scratch = sandbox.scratch.display().to_string();
     confined
         .env
-        .retain(|(k, _)| !matches!(k.as_str(), "TMPDIR" | "TMP" | "TEMP"));
+        .retain(|(k, _)| !matches!(k.as_str(), "TMPDIR" | "TMP" | "TEMP" | "RES_OPTIONS"));
     for k in ["TMPDIR", "TMP", "TEMP"] {
         confined.env.push((k.into(), scratch.clone()));
     }
+    // UDP is refused in the sandbox: glibc's resolver asks over TCP.
+    confined.env.push(("RES_OPTIONS".into(), "use-vc".into()));
     job.runtime.sandbox = Some(sandbox.summary.clone());
     confined.sandbox = Some(sandbox);
     Ok(confined)
@@ -575,7 +595,7 @@ fn run_and_judge(
     queue: &QueueConfig,
     job: &mut Job,
     cmd: &AgentCommand,
-    approvals: bool,
+    approvals: Option<&str>,
     what: &str,
     expect_json: bool,
 ) -> Outcome {
@@ -585,6 +605,7 @@ fn run_and_judge(
     };
     let outcome = run_confined(store, args, job, &cmd, what, expect_json);
     if let Some(s) = &cmd.sandbox {
+        job.runtime.sandbox_refused = s.compiled.refusals();
         s.remove_scratch();
     }
     outcome

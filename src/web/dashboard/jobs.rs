@@ -182,6 +182,20 @@ pub(super) async fn job_page(app: &App, who: &Actor, id: &str) -> Result<Respons
         }
         b.push_str("</tbody></table>");
     }
+    if let Some(j) = parsed.as_ref().filter(|j| j.runtime.sandbox.is_some()) {
+        let _ = write!(
+            b,
+            r#"<h2>Sandbox</h2><p id="sandbox">{}</p>"#,
+            esc(j.runtime.sandbox.as_deref().unwrap_or(""))
+        );
+        if !j.runtime.sandbox_refused.is_empty() {
+            b.push_str(r#"<ul id="sandbox-refused">"#);
+            for l in &j.runtime.sandbox_refused {
+                let _ = write!(b, "<li>refused: {}</li>", esc(l));
+            }
+            b.push_str("</ul>");
+        }
+    }
     let text = parsed.as_ref().map(|j| j.result_text()).unwrap_or_default();
     let empty = match st {
         "queued" => "(not started yet)",
