@@ -119,7 +119,7 @@ pub(super) fn set_prd(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResul
 pub(super) fn list_users(g: &GlobalArgs, out: &mut dyn Write) -> CliResult {
     let store = open_store(g)?;
     if !caller(&store)?.can_list_users() {
-        return Err(denied("only admins can list users".into()));
+        return Err(denied(crate::permissions::Denied::ListUsers.to_string()));
     }
     let users = store.users(&mut warn)?;
     render_users(g, out, &users)
@@ -684,7 +684,9 @@ pub(super) fn show_job(g: &GlobalArgs, out: &mut dyn Write, id: &str, job: Job) 
 pub(super) fn view_user(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResult {
     let store = open_store(g)?;
     if !caller(&store)?.can_view_user(id) {
-        return Err(denied(format!("only admins can view other users ({id})")));
+        return Err(denied(
+            crate::permissions::Denied::ViewUser(id.to_string()).to_string(),
+        ));
     }
     show(g, out, &store.user(id)?)
 }

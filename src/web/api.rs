@@ -198,9 +198,9 @@ pub async fn cancel(app: &App, actor: &Actor, id: &str) -> Result<Value, WebErro
         .as_ref()
         .and_then(|j| app.store.project(&j.config.project).ok());
     if !actor.caller.can_cancel_job(job.as_ref(), project.as_ref()) {
-        return Err(crate::bus::BusError::permission_denied(format!(
-            "job {id} belongs to another user's project"
-        ))
+        return Err(crate::bus::BusError::permission_denied(
+            crate::permissions::Denied::CancelJob(id.to_string()).to_string(),
+        )
         .into());
     }
     crate::bus::queue::queue_proxy(&app.conn, &loc.queue)
