@@ -19,6 +19,8 @@ pub mod approvals_env;
 #[path = "support/claude_env.rs"]
 pub mod claude_env;
 pub mod common;
+#[path = "support/fake_chat.rs"]
+pub mod fake_chat;
 #[path = "support/fake_model.rs"]
 pub mod fake_model;
 #[path = "support/introspection.rs"]
@@ -45,9 +47,11 @@ mod agentshell_tmux;
 mod agentshell_web;
 mod approvals_agent;
 mod approvals_claude;
+mod backlog;
 mod claude_real;
 mod cli_remote;
 mod conflicts;
+mod crash_audit;
 mod dbus_introspection;
 mod failover;
 mod first_day;
@@ -57,10 +61,13 @@ mod hostile_fs;
 mod hostile_input;
 mod layers;
 mod m0_cli;
+mod machine_identity;
 mod machines;
+mod notify;
 mod orchestrator_badinput;
 mod orchestrator_m1;
 mod orchestrator_m2;
+mod package_scripts;
 mod permachine;
 mod queue_bus;
 mod queue_cli;
@@ -73,6 +80,8 @@ mod schema_corpus;
 mod slurm;
 mod slurm_approvals;
 mod systemd_units;
+mod tasks_docs;
+mod tasks_worktrees;
 mod trust;
 mod trust_readers;
 mod trust_signals;

@@ -143,6 +143,88 @@ pub fn presented_token(headers: &hyper::HeaderMap) -> Option<String> {
         .next()
 }
 
+/// Where a redirect may send the browser, given a `next` the request named (already
+/// %-decoded once): a path and query on this server, as a browser reads it, or `None`.
+///
+/// The one rule for every redirect target a request chooses. A browser strips tabs and
+/// newlines from a URL, takes `\` for `/` and `//host` for another host, and a path may be
+/// %-decoded again by whatever reads it next; so anything but printable ASCII without spaces
+/// and backslashes is refused, and `next` and each of its %-decodings must read, by the URL
+/// standard (the `url` crate) against this server, as this server with a path starting with
+/// exactly one `/`. What is returned is that reading of `next` itself.
+pub fn local_path(next: &str) -> Option<String> {
+    let suspicious = |s: &str| {
+        !s.starts_with('/')
+            || s.starts_with("//")
+            || s.chars().any(|c| {
+                !c.is_ascii() || c.is_ascii_control() || c.is_ascii_whitespace() || c == '\\'
+            })
+    };
+    let base = url::Url::parse("http://agentstore.invalid/").ok()?;
+    let read = |s: &str| -> Option<String> {
+        if suspicious(s) {
+            return None;
+        }
+        let u = base.join(s).ok()?;
+        if u.origin() != base.origin() || !u.username().is_empty() || u.password().is_some() {
+            return None;
+        }
+        let mut out = u.path().to_string();
+        if let Some(q) = u.query() {
+            out.push('?');
+            out.push_str(q);
+        }
+        (!suspicious(&out)).then_some(out)
+    };
+    let answer = read(next)?;
+    // Whatever decodes it again must read a local path too.
+    let mut level = next.to_string();
+    for _ in 0..4 {
+        // %-decoding only ('+' is a space in a form, not in a path or a redirect).
+        let decoded = super::api::percent_decode(&level.replace('+', "%2B")).ok()?;
+        if decoded == level {
+            return Some(answer);
+        }
+        read(&decoded)?;
+        level = decoded;
+    }
+    None
+}
+
+/// Refuses a form POST another site's page sent (CSRF): a browser says where a request
+/// comes from in `Sec-Fetch-Site` and `Origin`; either naming another site is refused. (The
+/// token cookie is also `SameSite=Strict`, so a cross-site POST over TCP carries no token.)
+pub fn same_origin(headers: &hyper::HeaderMap) -> Result<(), WebError> {
+    let refuse = |why: String| {
+        Err(WebError::new(
+            403,
+            "org.agentstore.Error.PermissionDenied",
+            format!("cross-site form POST refused ({why})"),
+        ))
+    };
+    if let Some(site) = headers.get("sec-fetch-site") {
+        let site = site.to_str().unwrap_or("");
+        if site != "same-origin" && site != "none" {
+            return refuse(format!("Sec-Fetch-Site: {site}"));
+        }
+    }
+    if let Some(origin) = headers.get(hyper::header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or("");
+        let host = headers
+            .get(hyper::header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("");
+        let origin_host = origin
+            .strip_prefix("http://")
+            .or_else(|| origin.strip_prefix("https://"))
+            .unwrap_or("");
+        if origin_host.is_empty() || origin_host != host {
+            return refuse(format!("Origin {origin} is not this server ({host})"));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

@@ -1,0 +1,123 @@
+//! The Slurm launcher (issue 14): one Slurm batch job per job, Slurm doing the scheduling.
+//!
+//! Submission is gated like a local start, without a Slurm hold: `sbatch` first (the job
+//! still in `queued_jobs/`), then the Slurm job id is recorded on the job as it moves into
+//! `running_jobs/`. The batch step's first lines wait until the job's file there names its
+//! own Slurm job (`$SLURM_JOB_ID`) before `agent-worker` runs ([`batch_script`]), so Slurm
+//! schedules the job as soon as it is submitted (a held job waits for the controller's next
+//! scheduling cycle after `scontrol release`). A manager killed anywhere in between submits
+//! nothing twice: a queued job whose submission may have happened (an interrupted start, an
+//! unanswered sbatch) is first looked up by its Slurm job name (`agentstore-<id>`), in one
+//! `squeue` for all such jobs of a pass; a batch step whose job is never recorded gives up
+//! after [`GATE_SECONDS`] without running the worker.
+//!
+//! Supervision is one `squeue` per pass for all of the queue's Slurm jobs (every
+//! `slurm.poll_seconds`; at once after a submission or a cancel, and within a second after a
+//! pass that saw a job change state). A job's end is the worker's own when it wrote one; else
+//! it is taken from Slurm's state (TIMEOUT, CANCELLED, NODE_FAIL, OUT_OF_MEMORY, …) and, for a
+//! worker that died, Slurm's exit record (`scontrol show job`, only for such jobs).
+
+mod settings;
+mod submit;
+mod supervise;
+#[cfg(test)]
+mod tests;
+
+pub use settings::*;
+
+use super::Manager;
+use super::poison::{MarkKind, handling, handling_sync};
+use super::{EndCause, WORKER_DIED, add_secs, job_limit};
+use crate::model::{Job, JobStatus, SlurmConfig, Timestamp};
+use crate::store::{Record, read_limited};
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use tokio::time::Instant;
+
+/// The error of a job Slurm ended without the worker writing a result (`end`: why the
+/// manager stopped it, if it did; `exit`: Slurm's `ExitCode=` when known).
+pub(super) fn end_error(
+    job: &SlurmJob,
+    limit: u64,
+    end: Option<&EndCause>,
+    exit: Option<&str>,
+) -> String {
+    let timeout = || format!("Job timeout after {}s (limit: {limit}s)", job.elapsed);
+    match (end, job.state.as_str()) {
+        (Some(EndCause::Cancelled(by)), _) => format!("Job cancelled by {by}"),
+        (Some(EndCause::Timeout), _) | (None, "TIMEOUT" | "DEADLINE") => timeout(),
+        (None, "CANCELLED") => format!(
+            "Job cancelled in Slurm (Slurm job {}, outside agentstore)",
+            job.id
+        ),
+        (None, "COMPLETED" | "FAILED") => {
+            let exit = exit.map(|e| format!(", exit code {e}")).unwrap_or_default();
+            format!(
+                "{WORKER_DIED} (Slurm job {} {}{exit}, reason {})",
+                job.id, job.state, job.reason
+            )
+        }
+        (None, state) => format!(
+            "Slurm ended job {} with {state} (reason: {}); the worker wrote no result",
+            job.id, job.reason
+        ),
+    }
+}
+
+/// A job of the queue handed to Slurm.
+#[derive(Debug)]
+pub(super) struct Tracked {
+    slurm_id: String,
+    limit: u64,
+    state: String,
+    end: Option<EndCause>,
+    /// When it was first seen ended (or gone from Slurm) with its file still running.
+    ended_at: Option<Instant>,
+}
+
+/// The Slurm side of a manager.
+#[derive(Debug, Default)]
+pub(super) struct SlurmState {
+    pub(super) jobs: HashMap<String, Tracked>,
+    /// Next poll.
+    pub(super) poll_at: Option<Instant>,
+    /// Why Slurm cannot be used now (shown as the queue's `slurm_status`).
+    pub(super) status: Option<String>,
+    /// Slurm commands run so far.
+    pub(super) calls: u64,
+    /// The partition's limits and when they were read (`sinfo`, at most once a minute).
+    partition: Option<(Instant, Option<PartitionLimits>)>,
+    /// The partitions that `sinfo` listed then (None: it did not answer).
+    partitions: Option<Vec<String>>,
+    /// Queued jobs an sbatch of this manager may have submitted without their record.
+    unsure: HashSet<String>,
+    /// The shared-store probe: its Slurm job id and the file it writes, while it runs.
+    probe: Option<(String, std::path::PathBuf)>,
+    /// Whether the probe was submitted (once per manager).
+    probed: bool,
+    /// The probe found the store not shared: nothing more is submitted.
+    unshared: bool,
+}
+
+impl SlurmState {
+    /// Jobs running in Slurm now, and jobs pending there.
+    pub(super) fn counts(&self) -> (usize, usize) {
+        let running = self
+            .jobs
+            .values()
+            .filter(|t| !matches!(t.state.as_str(), "PENDING" | ""))
+            .count();
+        (running, self.jobs.len() - running)
+    }
+}
+
+/// A queued job ready to be handed to Slurm.
+struct Submission {
+    /// Whether an earlier submission may exist (looked up by name first).
+    unsure: bool,
+    id: String,
+    path: std::path::PathBuf,
+    job: Job,
+    args: Vec<String>,
+    limit: u64,
+}

@@ -1,0 +1,109 @@
+use super::*;
+
+#[test]
+fn records_round_trip_whatever_the_text() {
+    for (id, project, user, prio) in [
+        ("a", "P", None, None),
+        ("b-1.x", "we\tird\nname\\", Some("u\\t"), Some(-10)),
+    ] {
+        let r = Rec {
+            id: id.into(),
+            head: Some((
+                -5,
+                7,
+                project.into(),
+                user.map(Into::into),
+                prio,
+                Some((9, 1)),
+            )),
+        };
+        let mut buf = Vec::new();
+        r.write(&mut buf).unwrap();
+        assert_eq!(buf.iter().filter(|b| **b == b'\n').count(), 1);
+        let back = Rec::parse(std::str::from_utf8(&buf).unwrap()).unwrap();
+        assert_eq!(&*back.id, id);
+        let (s, n, p, u, pr, f) = back.head.unwrap();
+        assert_eq!((s, n, &*p, u.as_deref(), pr), (-5, 7, project, user, prio));
+        assert_eq!(f, Some((9, 1)));
+    }
+    let bad = Rec {
+        id: "z".into(),
+        head: None,
+    };
+    let mut buf = Vec::new();
+    bad.write(&mut buf).unwrap();
+    assert!(
+        Rec::parse(std::str::from_utf8(&buf).unwrap())
+            .unwrap()
+            .head
+            .is_none()
+    );
+    assert!(Rec::parse("garbage\n").is_none());
+}
+
+fn ids(src: &mut Source) -> Vec<(String, i64)> {
+    let mut out = Vec::new();
+    src.advance();
+    while let Some(r) = src.current.take() {
+        out.push((r.id.to_string(), r.key().0));
+        src.advance();
+    }
+    out
+}
+
+/// A folder that changed is brought up to date from the old index's text: the heads of
+/// names it had are kept (not read again), new files are read, and the order is the
+/// queue time, then the id as it is (not as escaped: a tab sorts before a backslash).
+#[test]
+fn a_changed_folder_keeps_known_heads_in_order() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("finished_jobs");
+    std::fs::create_dir(&dir).unwrap();
+    let cache = d.path().join("cache/finished_jobs.idx");
+    let job = |t: &str| {
+        format!("{{\"config\": {{\"project\": \"P\", \"queue_time\": \"2025-01-01T00:00:{t}Z\"}}}}")
+    };
+    for (name, t) in [
+        ("c", "10"),
+        ("a", "10"),
+        ("b\\x", "10"),
+        ("b\tc", "10"),
+        ("z", "05"),
+    ] {
+        std::fs::write(dir.join(format!("{name}.json")), job(t)).unwrap();
+    }
+    std::fs::write(dir.join("bad.json"), "{").unwrap();
+    let (mut src, bad, _) = open_index(&dir, "q", JobStatus::Finished, None, Some(&cache)).unwrap();
+    assert_eq!(bad, vec!["bad".to_string()]);
+    let t0 = 1735689600;
+    let want = |a_time: i64| {
+        vec![
+            ("z".to_string(), t0 + 5),
+            ("new".to_string(), t0 + 7),
+            ("a".to_string(), a_time),
+            ("b\tc".to_string(), t0 + 10),
+            ("b\\x".to_string(), t0 + 10),
+            ("c".to_string(), t0 + 10),
+        ]
+    };
+    let mut first = want(t0 + 10);
+    first.remove(1);
+    assert_eq!(ids(&mut src), first);
+    // Rewritten in place (a name keeps its head), and a new file: the folder changed.
+    std::fs::write(dir.join("a.json"), job("59")).unwrap();
+    std::fs::write(dir.join("new.json"), job("07")).unwrap();
+    let (mut src, bad, _) = open_index(&dir, "q", JobStatus::Finished, None, Some(&cache)).unwrap();
+    assert_eq!(bad, vec!["bad".to_string()]);
+    assert_eq!(ids(&mut src), want(t0 + 10));
+    // Without a cache the records are read afresh and kept in memory: same order.
+    let (mut src, bad, _) = open_index(&dir, "q", JobStatus::Finished, None, None).unwrap();
+    assert_eq!(bad, vec!["bad".to_string()]);
+    assert_eq!(
+        ids(&mut src),
+        want(t0 + 59)
+            .into_iter()
+            .filter(|x| x.0 != "a")
+            .chain([("a".to_string(), t0 + 59)])
+            .collect::<Vec<_>>()
+    );
+}

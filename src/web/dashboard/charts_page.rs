@@ -1,0 +1,29 @@
+//! The charts page.
+
+use super::*;
+
+pub(super) async fn charts_page(app: &App, who: &Actor) -> Result<Response<Body>, WebError> {
+    // The most recent CHART_JOBS jobs: one page to learn the total, one from the end.
+    let mut q = HashMap::from([
+        ("limit".to_string(), "1".to_string()),
+        ("fields".into(), "summary".into()),
+    ]);
+    let (_, total, _) = list_jobs(app, who, &q).await?;
+    q.remove("fields");
+    q.insert(
+        "offset".into(),
+        total.saturating_sub(CHART_JOBS).to_string(),
+    );
+    q.insert("limit".into(), CHART_JOBS.to_string());
+    let (page_text, _, _) = list_jobs(app, who, &q).await?;
+    let jobs: Vec<Value> = serde_json::from_str(&page_text)
+        .map_err(|e| WebError::new(502, "org.agentstore.Error.Failed", e.to_string()))?;
+    let b = format!(
+        "<h1>Charts</h1><p>From the {} most recent of {total} jobs.</p>{}{}{}",
+        jobs.len(),
+        charts::jobs_per_hour(&jobs),
+        charts::durations_per_command(&jobs),
+        charts::cost_per_project(&jobs)
+    );
+    Ok(page("Charts", who, false, &b))
+}

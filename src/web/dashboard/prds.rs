@@ -1,0 +1,79 @@
+//! The PRDs page and one PRD's page.
+
+use super::*;
+
+pub(super) async fn prds_page(
+    app: &App,
+    who: &Actor,
+    project: Option<&str>,
+) -> Result<Response<Body>, WebError> {
+    let mut c = Map::new();
+    if let Some(p) = project {
+        c.insert("project".into(), json!(p));
+    }
+    let prds = direct(app, who, "list-prds", c).await?;
+    let mut b = String::from(
+        "<h1>PRDs</h1><table id=\"prds\"><thead><tr><th>id</th><th>title</th><th>project</th><th>status</th><th>owner</th><th>jobs</th><th>updated</th></tr></thead><tbody>",
+    );
+    for p in prds.as_array().into_iter().flatten() {
+        let id = s(p, "/id");
+        let _ = write!(
+            b,
+            r#"<tr data-prd="{i}"><td><a href="/prds/{u}">{i}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>"#,
+            esc(s(p, "/title")),
+            esc(s(p, "/project")),
+            esc(s(p, "/status")),
+            esc(s(p, "/owner")),
+            p.get("jobs")
+                .and_then(Value::as_array)
+                .map(Vec::len)
+                .unwrap_or(0),
+            esc(s(p, "/update_time")),
+            i = esc(id),
+            u = percent_encode(id),
+        );
+    }
+    b.push_str("</tbody></table>");
+    Ok(page("PRDs", who, false, &b))
+}
+
+pub(super) async fn prd_page(app: &App, who: &Actor, id: &str) -> Result<Response<Body>, WebError> {
+    let mut c = Map::new();
+    c.insert("prd".into(), json!(id));
+    let prd = direct(app, who, "view-prd", c).await?;
+    let mut b = format!(
+        r#"<h1>{}</h1><table id="prd"><tr><th>id</th><td>{}</td></tr><tr><th>project</th><td>{}</td></tr><tr><th>status</th><td>{}</td></tr><tr><th>version</th><td>{}</td></tr><tr><th>owner</th><td>{}</td></tr><tr><th>created</th><td>{}</td></tr><tr><th>updated</th><td>{}</td></tr></table>"#,
+        esc(s(&prd, "/title")),
+        esc(id),
+        esc(s(&prd, "/project")),
+        esc(s(&prd, "/status")),
+        esc(s(&prd, "/version")),
+        esc(s(&prd, "/owner")),
+        esc(s(&prd, "/created_time")),
+        esc(s(&prd, "/update_time")),
+    );
+    b.push_str("<h2>Provenance: the jobs that made it</h2><ul id=\"provenance\">");
+    for j in prd
+        .get("jobs")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let j = j.as_str().unwrap_or("");
+        let _ = write!(
+            b,
+            r#"<li><a href="/jobs/{}">{}</a></li>"#,
+            percent_encode(j),
+            esc(j)
+        );
+    }
+    b.push_str("</ul>");
+    let content = serde_json::to_string_pretty(prd.get("content").unwrap_or(&Value::Null))
+        .unwrap_or_default();
+    let _ = write!(
+        b,
+        r#"<h2>Content</h2><pre id="content">{}</pre>"#,
+        esc(&content)
+    );
+    Ok(page(&format!("PRD {id}"), who, false, &b))
+}
