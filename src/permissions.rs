@@ -178,6 +178,36 @@ pub fn may_not_answer(job_id: &str) -> String {
     )
 }
 
+/// A PRD §10 refusal, its words written here once for every front door (the CLI's direct
+/// reads, D-Bus, the web): the callers wrap its text in their own permission-denied error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Denied {
+    /// `list-users` by a non-admin.
+    #[error("only admins can list users")]
+    ListUsers,
+    /// `view-user` of someone else by a non-admin.
+    #[error("only admins can view other users ({0})")]
+    ViewUser(String),
+    /// Listing another user's messages by a non-admin.
+    #[error("only admins can list other users' messages ({0})")]
+    ListMessagesOf(String),
+    /// Viewing a message of another user.
+    #[error("message {0} belongs to another user")]
+    Message(String),
+    /// Cancelling a job of a project the caller may not change.
+    #[error("job {0} belongs to another user's project")]
+    CancelJob(String),
+    /// Pausing a queue by a non-admin.
+    #[error("only admins can pause a queue")]
+    PauseQueue,
+    /// Resuming a queue by a non-admin.
+    #[error("only admins can resume a queue")]
+    ResumeQueue,
+    /// `Sweep` by a non-admin.
+    #[error("only admins can sweep")]
+    Sweep,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -251,6 +251,7 @@ fn check(v: &Validator, kind: DocKind, bytes: &[u8]) -> bool {
         DocKind::Project => v.parse::<Project>(kind, bytes).is_ok(),
         DocKind::Prd => v.parse::<Prd>(kind, bytes).is_ok(),
         DocKind::Queue => v.parse::<Queue>(kind, bytes).is_ok(),
+        DocKind::Task => v.parse::<agentstore::model::Task>(kind, bytes).is_ok(),
         DocKind::Job => match v.parse::<Job>(kind, bytes) {
             Ok(job) => {
                 // The queue manager's checks answer every valid job without panicking.

@@ -325,7 +325,13 @@ fn completion_handlers_update_projects_and_prds_once() {
         read(&prd)["jobs"].as_array().unwrap().contains(&json!(t)),
         "provenance at creation"
     );
-    finish(&env, "poplar", &t, "1. do it");
+    // Issue 30: the tasks come back as a JSON block, one task document each.
+    finish(
+        &env,
+        "poplar",
+        &t,
+        "1. do it\n```json\n{\"tasks\": [{\"id\": \"do-it\", \"title\": \"Do it\"}]}\n```",
+    );
     let running = env
         .root
         .join(format!("projects/TestProject/running_prds/{prd_id}.json"));
@@ -333,7 +339,7 @@ fn completion_handlers_update_projects_and_prds_once() {
     assert_eq!(read(&running)["status"], "running");
     assert!(!prd.exists());
 
-    // implement-tasks → PRD complete with the report.
+    // implement-tasks → one job per task; the last task done → PRD complete with the report.
     let i = job_id(&cli_on(
         &env,
         &r.bus,
@@ -352,7 +358,9 @@ fn completion_handlers_update_projects_and_prds_once() {
     wait_until(LONG, "PRD complete", || done.exists());
     let d = read(&done);
     assert_eq!(d["status"], "complete");
-    assert_eq!(d["implementation_report"], "All done.");
+    assert_eq!(d["implementation_report"]["tasks"][0]["task"], "do-it");
+    assert_eq!(d["implementation_report"]["tasks"][0]["status"], "done");
+    assert_eq!(d["implementation_report"]["tasks"][0]["jobs"], json!([i]));
     assert_eq!(d["jobs"].as_array().unwrap().len(), 3);
     // Handled once: the handled flag is set on every finished job.
     let fin_dir = env.root.join("Queues/poplar/Jobs/finished_jobs");

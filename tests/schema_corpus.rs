@@ -47,6 +47,7 @@ fn valid_corpus_round_trips_through_model() {
                 DocKind::Prd => round_trip::<Prd>(&p),
                 DocKind::Queue => round_trip::<Queue>(&p),
                 DocKind::Job => round_trip::<Job>(&p),
+                DocKind::Task => round_trip::<agentstore::model::Task>(&p),
             }
             n += 1;
         }
@@ -156,7 +157,7 @@ fn ten_megabyte_documents_are_rejected_with_a_reason() {
             "{kind}: {out}"
         );
     }
-    assert_eq!(env.error_log().len(), 12);
+    assert_eq!(env.error_log().len(), 2 * DocKind::ALL.len());
 }
 
 #[test]

@@ -536,6 +536,7 @@ pub(super) fn add_queue(g: &GlobalArgs, out: &mut dyn Write, a: AddQueueArgs) ->
 #[derive(Debug, Args)]
 pub struct SetQueueArgs {
     /// Queue name.
+    #[arg(add = crate::cli::complete::queue())]
     pub id: String,
     /// The settings to change.
     #[command(flatten)]

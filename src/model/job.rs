@@ -179,10 +179,22 @@ pub struct JobRuntime {
     /// Approval decisions while the job ran: who, when, what (extension).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub approvals: Vec<super::approval::ApprovalRecord>,
+    /// The commit a task job made on its branch (extension, issue 30).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// Where a task job worked: its worktree and branch, or why the single tree (extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<String>,
     /// The kernel confinement the agent ran under, and what it allowed (extension, issue 28);
     /// absent: the queue does not sandbox its jobs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<String>,
+    /// What the sandbox refused the job, as its socket supervisor saw it: a UDP or other
+    /// socket, a connect to a port or Unix socket it may not reach (extension, issue 28).
+    /// Files Landlock refused are not listed (the kernel's audit log has them; `sandbox`
+    /// says where to look).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sandbox_refused: Vec<String>,
 }
 
 impl Job {
@@ -237,6 +249,9 @@ impl JobRuntime {
             handled: None,
             approvals: Vec::new(),
             sandbox: None,
+            commit: None,
+            worktree: None,
+            sandbox_refused: Vec::new(),
         }
     }
 }

@@ -1,4 +1,4 @@
-//! Typed serde structs for the six documents of PRD §4.
+//! Typed serde structs for the six documents of PRD §4 and the task document (issue 30).
 //!
 //! The JSON Schemas in `schemas/` are the source of truth; these types mirror them so the
 //! daemons can work with fields instead of `serde_json::Value`. Every struct denies unknown
@@ -12,6 +12,7 @@ mod prd;
 mod project;
 mod queue;
 pub mod strict;
+mod task;
 mod time;
 mod user;
 
@@ -26,6 +27,7 @@ pub use project::Project;
 pub use queue::{
     Launcher, Queue, QueueConfig, QueueRuntime, ResourceLimits, SandboxSetting, SlurmConfig,
 };
+pub use task::{Task, TaskRef, TaskStatus};
 pub use time::{MAX_CLOCK_SKEW_SECS, Timestamp};
 pub use user::{NotifyPrefs, Permission, QuietHours, User};
 
@@ -40,7 +42,7 @@ pub const MAX_WORKER_COUNT: u32 = 1024;
 /// Longest `rest_interval` (one day).
 pub const MAX_REST_INTERVAL: u64 = 86_400;
 
-/// The six document kinds; each has one schema named `<kind>.schema.json`.
+/// The seven document kinds; each has one schema named `<kind>.schema.json`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DocKind {
     /// `users/<id>.json`
@@ -55,17 +57,20 @@ pub enum DocKind {
     Queue,
     /// `Queues/<q>/Jobs/<state>_jobs/<id>.json`
     Job,
+    /// `projects/<p>/tasks/<prd>/<id>.json` (issue 30)
+    Task,
 }
 
 impl DocKind {
     /// All kinds, in PRD order.
-    pub const ALL: [DocKind; 6] = [
+    pub const ALL: [DocKind; 7] = [
         DocKind::User,
         DocKind::Message,
         DocKind::Project,
         DocKind::Prd,
         DocKind::Queue,
         DocKind::Job,
+        DocKind::Task,
     ];
 
     /// The schema's short name (`job`, `prd`, …).
@@ -77,6 +82,7 @@ impl DocKind {
             DocKind::Prd => "prd",
             DocKind::Queue => "queue",
             DocKind::Job => "job",
+            DocKind::Task => "task",
         }
     }
 

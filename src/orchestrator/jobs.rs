@@ -228,6 +228,12 @@ pub fn create_job(store: &Store, msg: &Message, who: &Caller) -> Result<CreatedJ
             .to_string(),
     };
 
+    // Issue 30: the tasks come back as a JSON block, one task document each.
+    let task_description = if msg.command == "create-tasks" {
+        format!("{task_description}\n\n{}", super::tasks::FORMAT_REQUEST)
+    } else {
+        task_description
+    };
     let mut supporting = Map::new();
     supporting.insert(
         "project_directory".into(),
@@ -346,6 +352,13 @@ pub fn create_job(store: &Store, msg: &Message, who: &Caller) -> Result<CreatedJ
         runtime: JobRuntime::queued(),
     };
     flow.apply(&mut job);
+    // Issue 30: a PRD with task documents is implemented one job per task.
+    if msg.command == "implement-tasks"
+        && let Some((_, prd_path, prd)) = &prd
+        && store.has_tasks(&prd.project, &prd.id)
+    {
+        return super::tasks::fanout::queued(store, &job, &queue, prd_path, prd, &project);
+    }
     let path = store.job_path(&queue, JobStatus::Queued, &id);
     store
         .write_doc(DocKind::Job, &path, &job)

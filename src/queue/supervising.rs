@@ -124,7 +124,12 @@ impl Manager {
             Ok(j) => j,
             Err(_) => return true,
         };
-        if job.runtime.host.as_deref().is_some_and(|h| h != self.host) {
+        if job
+            .runtime
+            .host
+            .as_deref()
+            .is_some_and(|h| !self.is_this_machine(h))
+        {
             return true; // another machine's job
         }
         if let Some(sid) = job.runtime.slurm_job_id.clone() {

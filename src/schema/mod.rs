@@ -16,8 +16,8 @@ use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-/// Embedded copies of the six schemas, the source of truth for new stores.
-pub const EMBEDDED: [(DocKind, &str); 6] = [
+/// Embedded copies of the seven schemas, the source of truth for new stores.
+pub const EMBEDDED: [(DocKind, &str); 7] = [
     (
         DocKind::User,
         include_str!("../../schemas/user.schema.json"),
@@ -36,6 +36,10 @@ pub const EMBEDDED: [(DocKind, &str); 6] = [
         include_str!("../../schemas/queue.schema.json"),
     ),
     (DocKind::Job, include_str!("../../schemas/job.schema.json")),
+    (
+        DocKind::Task,
+        include_str!("../../schemas/task.schema.json"),
+    ),
 ];
 
 /// Largest document the validator will parse; bigger files are rejected unread.

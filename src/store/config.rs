@@ -164,9 +164,12 @@ impl OrchestratorConfig {
         std::time::Duration::from_secs(self.takeover_settle_seconds.min(600))
     }
 
-    /// True when `host` is listed in `standby`.
+    /// True when `host` (a machine's key in the store) is listed in `standby`, or this
+    /// machine is and `host` is its key: a list may name machines by host name.
     pub fn is_standby_host(&self, host: &str) -> bool {
-        self.standby.iter().any(|h| h == host)
+        self.standby.iter().any(|h| {
+            h == host || (host == super::hostname() && *h == super::identity::display_hostname())
+        })
     }
 }
 

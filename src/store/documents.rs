@@ -306,7 +306,7 @@ impl Store {
         self.read_doc(DocKind::Message, path)
     }
 
-    fn read_all<T: DeserializeOwned>(
+    pub(super) fn read_all<T: DeserializeOwned>(
         &self,
         kind: DocKind,
         dir: &Path,

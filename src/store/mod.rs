@@ -16,12 +16,15 @@ mod error;
 mod error_log;
 mod events;
 mod fsio;
+pub mod grouped;
+pub mod identity;
 mod init;
 pub mod jobfile;
 mod layout;
 pub mod listing;
 mod listing_docs;
 pub mod machines;
+mod machines_legacy;
 pub mod migrate;
 pub mod notice_hooks;
 pub mod notices;
@@ -33,6 +36,7 @@ mod replacing;
 mod root;
 pub mod safe;
 mod scan;
+mod tasks;
 mod writes;
 
 pub use config::{

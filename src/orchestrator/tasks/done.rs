@@ -1,0 +1,88 @@
+//! A task's job ended (issue 30): the task follows it. A finished job makes the task `done`
+//! with the commit the job recorded; when every task of the PRD is done, the PRD moves on.
+
+use super::fanout::TASK_KEY;
+use crate::model::{DocKind, Job, JobStatus, Task, TaskRef, TaskStatus, Timestamp};
+use crate::store::{Store, StoreError};
+use serde_json::Value;
+
+/// The task a job works on, from its `supporting_data.task`.
+pub fn task_of(job: &Job) -> Option<TaskRef> {
+    let t = job.config.supporting_data.get(TASK_KEY)?;
+    Some(TaskRef {
+        prd: t.get("prd")?.as_str()?.to_string(),
+        task: t.get("id")?.as_str()?.to_string(),
+    })
+}
+
+/// The status a task's job gives it.
+pub fn status_for(job: &JobStatus) -> TaskStatus {
+    match job {
+        JobStatus::Queued => TaskStatus::Ready,
+        JobStatus::Running => TaskStatus::Running,
+        JobStatus::Finished => TaskStatus::Done,
+        _ => TaskStatus::Failed,
+    }
+}
+
+/// Records finished task job `job` (id `job_id`) on its task. Returns what was done.
+pub fn task_job_ended(store: &Store, job_id: &str, job: &Job) -> Result<String, StoreError> {
+    let Some(r) = task_of(job) else {
+        return Ok("task job names no task".into());
+    };
+    let (path, mut task) = store.task(&r)?;
+    if task.jobs.last().map(String::as_str) != Some(job_id) {
+        return Ok(format!("task {r} has moved on to another job; left alone"));
+    }
+    if task.status == TaskStatus::Cancelled {
+        return Ok(format!("task {r} was cancelled; left alone"));
+    }
+    task.status = status_for(&job.runtime.status);
+    task.commit = job.runtime.commit.clone();
+    if job.runtime.commit.is_none()
+        && let Some(note) = &job.runtime.worktree
+    {
+        // Not a git project: one tree, no branch.
+        task.branch = None;
+        task.error = Some(note.clone());
+    }
+    if task.status == TaskStatus::Failed {
+        task.error = job.runtime.error.clone();
+    }
+    task.update_time = Timestamp::now();
+    store.write_doc(DocKind::Task, &path, &task)?;
+    let mut what = format!("task {r} {}", task.status.name());
+    if task.status == TaskStatus::Done {
+        what.push_str(&prd_if_all_done(store, &task)?);
+    }
+    Ok(what)
+}
+
+/// When every task of `task`'s PRD is done: the PRD's implementation report lists them.
+fn prd_if_all_done(store: &Store, task: &Task) -> Result<String, StoreError> {
+    let tasks = store.tasks_of(&task.project, &task.prd, &mut |_| {})?;
+    if tasks.iter().any(|t| t.status != TaskStatus::Done) {
+        return Ok(String::new());
+    }
+    let report = report(&tasks);
+    let moved = super::super::completion::prd_finished(store, &task.prd, report)?;
+    Ok(format!("; every task done: {moved}"))
+}
+
+/// The implementation report of a PRD whose tasks are done: per task, its branch and commit.
+pub fn report(tasks: &[Task]) -> Value {
+    let items: Vec<Value> = tasks
+        .iter()
+        .map(|t| {
+            serde_json::json!({
+                "task": t.id,
+                "status": t.status.name(),
+                "branch": t.branch,
+                "commit": t.commit,
+                "jobs": t.jobs,
+                "note": t.error,
+            })
+        })
+        .collect();
+    serde_json::json!({ "tasks": items })
+}

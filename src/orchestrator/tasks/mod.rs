@@ -1,0 +1,12 @@
+//! Tasks as documents (issue 30): `create-tasks` writes one task document per task of the
+//! agent's structured answer ([`create`]), `implement-tasks` queues one job per task in
+//! dependency order ([`fanout`]), and a task follows its job ([`done`]).
+
+pub mod create;
+pub mod done;
+pub mod fanout;
+pub mod graph;
+pub mod parse;
+
+pub use fanout::{IMPLEMENT_TASK, TASK_KEY, fan_out, task_job_id};
+pub use parse::FORMAT_REQUEST;

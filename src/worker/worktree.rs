@@ -1,0 +1,304 @@
+//! A task job's own git worktree (issue 30), made and committed by the worker on the compute
+//! host as the job's user (the project's owner), with the real `git` binary: branch
+//! `agentstore/<prd>/<task>` from the project's current branch (or the branch of the task it
+//! depends on, the other dependencies' branches merged in), in
+//! `<git dir>/agentstore-worktrees/<prd>/<task>`, so it lives where the repository lives
+//! (the shared project path) and never shows in the project's own `git status`. Concurrent
+//! tasks never share a tree. A project that is not a git repository keeps the single tree,
+//! and the job says so.
+
+use super::process::{AgentCommand, run_agent};
+use super::runas::RunAs;
+use crate::model::Job;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// Where a task job works.
+#[derive(Debug, Clone)]
+pub struct Workspace {
+    /// The agent's working directory.
+    pub cwd: PathBuf,
+    /// The task's branch, when it has a worktree.
+    pub branch: Option<String>,
+    /// What was done, for `runtime.worktree`.
+    pub note: String,
+}
+
+/// Runs git as the job's user.
+pub struct Git {
+    program: String,
+    env: Vec<(String, String)>,
+    switch_to: Option<RunAs>,
+}
+
+/// The task a job names: (prd, task id, branch, bases), from `supporting_data.task`.
+fn task_fields(job: &Job) -> Option<(String, String, String, Vec<String>)> {
+    let t = job.config.supporting_data.get("task")?;
+    let s = |k: &str| t.get(k).and_then(Value::as_str).map(str::to_string);
+    let bases = t
+        .get("bases")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    Some((s("prd")?, s("id")?, s("branch")?, bases))
+}
+
+impl Git {
+    /// git from the job's `PATH`, run as `switch_to` (else this account).
+    pub fn new(
+        env: Vec<(String, String)>,
+        home: &Path,
+        switch_to: Option<RunAs>,
+    ) -> Result<Git, String> {
+        let path = env
+            .iter()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| v.clone());
+        let program = super::project_side::find_program("git", path.as_deref(), home)
+            .ok_or("git is not installed on this host (not on the job's PATH)")?;
+        Ok(Git {
+            program: program.display().to_string(),
+            env,
+            switch_to,
+        })
+    }
+
+    /// `git -C dir args…`: Ok(stdout) on success, Err(stderr's last lines) otherwise.
+    pub fn run(&self, dir: &Path, args: &[&str]) -> Result<String, String> {
+        let mut a = vec!["-C".to_string(), dir.display().to_string()];
+        a.extend(args.iter().map(|s| s.to_string()));
+        let cmd = AgentCommand {
+            program: self.program.clone(),
+            args: a,
+            prompt: String::new(),
+            cwd: PathBuf::from("/"),
+            env: self.env.clone(),
+            switch_to: self.switch_to.clone(),
+            sandbox: None,
+        };
+        let out = run_agent(&cmd, |_| {}, |_, _| {}).map_err(|e| e.to_string())?;
+        let stdout = String::from_utf8_lossy(out.stdout.end()).into_owned();
+        if out.status.success() {
+            Ok(stdout)
+        } else {
+            let err = String::from_utf8_lossy(out.stderr.end());
+            let err: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+            let tail = err[err.len().saturating_sub(6)..].join("; ");
+            Err(format!("git {}: {}", args.join(" "), tail.trim()))
+        }
+    }
+}
+
+/// The workspace of task job `job` in project folder `dir`; `None` for a job that is not a
+/// task's. Errors name what is wrong (a dirty base, a path in the way, a failed checkout)
+/// and leave nothing half-made behind.
+pub fn prepare(git: &Git, job: &Job, dir: &Path) -> Option<Result<Workspace, String>> {
+    let (prd, task, branch, bases) = task_fields(job)?;
+    Some(prepare_task(git, dir, &prd, &task, &branch, &bases))
+}
+
+fn prepare_task(
+    git: &Git,
+    dir: &Path,
+    prd: &str,
+    task: &str,
+    branch: &str,
+    bases: &[String],
+) -> Result<Workspace, String> {
+    let top = match git.run(dir, &["rev-parse", "--show-toplevel"]) {
+        Ok(t) => PathBuf::from(t.trim()),
+        Err(_) => {
+            return Ok(Workspace {
+                cwd: dir.to_path_buf(),
+                branch: None,
+                note: format!(
+                    "{} is not a git repository: the task worked in the project's single tree (no branch, no worktree)",
+                    dir.display()
+                ),
+            });
+        }
+    };
+    let common = git.run(
+        &top,
+        &["rev-parse", "--path-format=absolute", "--git-common-dir"],
+    )?;
+    let path = PathBuf::from(common.trim())
+        .join("agentstore-worktrees")
+        .join(prd)
+        .join(task);
+    // Worktrees whose folders are gone are forgotten first (a lost machine's, a removed one).
+    git.run(&top, &["worktree", "prune"])?;
+    let registered = git
+        .run(&top, &["worktree", "list", "--porcelain"])?
+        .lines()
+        .any(|l| l.strip_prefix("worktree ").map(Path::new) == Some(path.as_path()));
+    let branch_ref = format!("refs/heads/{branch}");
+    let branch_exists = git
+        .run(&top, &["rev-parse", "--verify", "--quiet", &branch_ref])
+        .is_ok();
+    if registered {
+        // An earlier attempt's tree (a retry, a restart): whatever it left uncommitted is
+        // half-written work; the branch's commits are kept, the rest reset.
+        let dirty = git.run(&path, &["status", "--porcelain"])?;
+        git.run(&path, &["reset", "--hard", "--quiet", &branch_ref])?;
+        git.run(&path, &["clean", "-fdq"])?;
+        let note = if dirty.trim().is_empty() {
+            format!("reused the task's worktree {} on {branch}", path.display())
+        } else {
+            format!(
+                "the task's worktree {} held half-written work from an earlier attempt ({} file(s)); reset to {branch}",
+                path.display(),
+                dirty.lines().count()
+            )
+        };
+        return Ok(Workspace {
+            cwd: path,
+            branch: Some(branch.to_string()),
+            note,
+        });
+    }
+    if std::fs::symlink_metadata(&path).is_ok() {
+        return Err(format!(
+            "the task's worktree path {} exists and is not a worktree of this repository; move it away and retry the task",
+            path.display()
+        ));
+    }
+    if !branch_exists {
+        // The base must be clean: work left uncommitted in the project would silently be
+        // missing from every task's branch.
+        let dirty = git.run(&top, &["status", "--porcelain", "--untracked-files=no"])?;
+        if !dirty.trim().is_empty() {
+            let files: Vec<&str> = dirty.lines().map(|l| l.get(3..).unwrap_or(l)).collect();
+            return Err(format!(
+                "the base branch in {} has uncommitted changes ({}); commit or stash them first",
+                top.display(),
+                files.join(", ")
+            ));
+        }
+    }
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| format!("cannot make {}: {e}", parent.display()))?;
+    }
+    let made = if branch_exists {
+        // Retried elsewhere: the branch keeps its commits.
+        git.run(
+            &top,
+            &[
+                "worktree",
+                "add",
+                "--quiet",
+                &path.display().to_string(),
+                branch,
+            ],
+        )
+    } else {
+        let base = bases.first().map(String::as_str).unwrap_or("HEAD");
+        git.run(
+            &top,
+            &[
+                "worktree",
+                "add",
+                "--quiet",
+                "-b",
+                branch,
+                &path.display().to_string(),
+                base,
+            ],
+        )
+    };
+    if let Err(e) = made {
+        // A checkout that failed half-way (a full disk) leaves nothing behind.
+        let _ = git.run(
+            &top,
+            &["worktree", "remove", "--force", &path.display().to_string()],
+        );
+        let _ = std::fs::remove_dir_all(&path);
+        let _ = git.run(&top, &["worktree", "prune"]);
+        if !branch_exists {
+            let _ = git.run(&top, &["branch", "-D", branch]);
+        }
+        return Err(format!(
+            "cannot make the task's worktree {}: {e}",
+            path.display()
+        ));
+    }
+    if !branch_exists {
+        for other in bases.iter().skip(1) {
+            let msg = format!("agentstore: merge {other}");
+            let mut args = identity(git, &path);
+            args.extend([
+                "merge",
+                "--no-edit",
+                "--quiet",
+                "-m",
+                msg.as_str(),
+                other.as_str(),
+            ]);
+            if let Err(e) = git.run(&path, &args) {
+                let conflicts = git
+                    .run(&path, &["diff", "--name-only", "--diff-filter=U"])
+                    .unwrap_or_default();
+                let _ = git.run(&path, &["merge", "--abort"]);
+                let files: Vec<&str> = conflicts.lines().collect();
+                return Err(if files.is_empty() {
+                    format!("the dependencies' branches do not merge: {other} into {branch}: {e}")
+                } else {
+                    format!(
+                        "the dependencies' branches do not merge: {other} into {branch} conflicts in {}",
+                        files.join(", ")
+                    )
+                });
+            }
+        }
+    }
+    Ok(Workspace {
+        cwd: path.clone(),
+        branch: Some(branch.to_string()),
+        note: format!("worktree {} on branch {branch}", path.display()),
+    })
+}
+
+/// Commits what the agent left in the task's worktree (nothing new: no commit) and returns
+/// the branch's head.
+pub fn commit(git: &Git, ws: &Workspace, job: &Job) -> Result<Option<String>, String> {
+    if ws.branch.is_none() {
+        return Ok(None);
+    }
+    git.run(&ws.cwd, &["add", "-A"])?;
+    let staged = git.run(&ws.cwd, &["diff", "--cached", "--name-only"])?;
+    if !staged.trim().is_empty() {
+        let (prd, task) = task_fields(job)
+            .map(|(p, t, _, _)| (p, t))
+            .unwrap_or_default();
+        let msg = format!(
+            "agentstore task {prd}/{task}\n\njob {}",
+            job.id.as_deref().unwrap_or("?")
+        );
+        let mut full = identity(git, &ws.cwd);
+        full.extend(["commit", "--quiet", "--no-verify", "-m", msg.as_str()]);
+        git.run(&ws.cwd, &full)?;
+    }
+    let head = git.run(&ws.cwd, &["rev-parse", "HEAD"])?;
+    Ok(Some(head.trim().to_string()))
+}
+
+/// `-c user.name=agentstore -c user.email=agentstore@localhost` when the account has no git
+/// identity in `dir` (a service account): its commits and merges still get made.
+fn identity<'a>(git: &Git, dir: &Path) -> Vec<&'a str> {
+    if git.run(dir, &["config", "user.email"]).is_ok() {
+        Vec::new()
+    } else {
+        vec![
+            "-c",
+            "user.name=agentstore",
+            "-c",
+            "user.email=agentstore@localhost",
+        ]
+    }
+}

@@ -1,0 +1,382 @@
+//! Issue 30 end to end: a real git repository, a PRD whose tasks form a diamond (A; B and C
+//! after A; D after B and C). create-tasks runs the stand-in agent, which answers with the
+//! task list; implement-tasks queues one job per task; each job works in its own git
+//! worktree on branch agentstore/<prd>/<task> (the real `git`), B and C run at the same time
+//! (each waits, boundedly, to see the other started: no overlap fails the test), each commits
+//! on its own branch, D starts from B's branch with C's merged, and the PRD ends complete
+//! with a report naming every task's commit. Bad input on the worker's side: a path in the
+//! way of a task's worktree, a dirty base.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use crate::common::bus::{KillOnDrop, PrivateBus, wait_for_name, wait_until};
+use crate::common::{Researcher, TestEnv};
+use serde_json::Value;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+const LONG: Duration = Duration::from_secs(240);
+
+/// The stand-in agent (speaks `claude -p --output-format json`): for create-tasks it answers
+/// with the diamond's task list; for a task it writes `<task>.txt` in its working directory
+/// and, for B and C, waits (bounded, 120 s) until the other one has started.
+const AGENT: &str = r#"#!/bin/bash
+prompt=$(cat)
+log="__LOG__"
+answer() { printf '{"type":"result","subtype":"success","is_error":false,"result":%s,"num_turns":1,"total_cost_usd":0,"session_id":"s"}\n' "$1"; }
+if [[ "$prompt" == *"Create implementation tasks"* ]]; then
+  answer '"Plan:\n```json\n{\"tasks\": [{\"id\": \"A\", \"title\": \"base\", \"description\": \"A\", \"depends_on\": []}, {\"id\": \"B\", \"title\": \"left\", \"depends_on\": [\"A\"]}, {\"id\": \"C\", \"title\": \"right\", \"depends_on\": [\"A\"]}, {\"id\": \"D\", \"title\": \"top\", \"depends_on\": [\"B\", \"C\"]}]}\n```"'
+  exit 0
+fi
+task=$(printf '%s' "$prompt" | sed -n 's/^Implement task \([A-Za-z0-9_.-]*\) of PRD.*/\1/p' | head -1)
+[ -n "$task" ] || { echo "no task in the prompt" >&2; exit 3; }
+touch "$log/start-$task"
+echo "$task was here" > "$task.txt"
+if [ "$task" = B ] || [ "$task" = C ]; then
+  other=$([ "$task" = B ] && echo C || echo B)
+  for _ in $(seq 1 1200); do [ -e "$log/start-$other" ] && break; read -t 0.1 < /dev/zero 2>/dev/null || true; done
+  [ -e "$log/start-$other" ] || { echo "task $other never ran beside $task (in $log: $(ls "$log" 2>&1 | tr "\n" " "))" >&2; exit 4; }
+  touch "$log/overlap-$task"
+fi
+answer "\"task $task done in $(pwd)\""
+"#;
+
+struct Rig {
+    r: Researcher,
+    bus: PrivateBus,
+    log: PathBuf,
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn read(p: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let o = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@x"])
+        .args(args)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "git {args:?}: {}", text(&o.stderr));
+    text(&o.stdout)
+}
+
+impl Rig {
+    fn new() -> Rig {
+        Rig::with_sandbox(false)
+    }
+
+    fn with_sandbox(sandbox: bool) -> Rig {
+        let r = Researcher::new();
+        let bin = r.env.dir.path().join("bin");
+        let log = r.env.dir.path().join("log");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::create_dir_all(&log).unwrap();
+        let agent = bin.join("claude");
+        std::fs::write(&agent, AGENT.replace("__LOG__", log.to_str().unwrap())).unwrap();
+        std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // The jobs may run as another account (the owner's unix_user): they mark the log.
+        std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o777)).unwrap();
+        r.env.allow_claude(&agent);
+        r.env.ok(&[
+            "set-queue",
+            "poplar",
+            "--worker-count",
+            "4",
+            "--claude-cli-path",
+            agent.to_str().unwrap(),
+        ]);
+        // The stand-ins of B and C meet in a folder outside their trees: the queue's kernel
+        // sandbox (on by default) would keep them apart, so it is off for this queue.
+        if !sandbox {
+            let qpath = r.env.root.join("Queues/poplar/queue.json");
+            let mut q = read(&qpath);
+            q["config"]["sandbox"] = serde_json::json!({"enabled": false});
+            std::fs::write(&qpath, q.to_string()).unwrap();
+        }
+        // The project: a real repository with one commit on main.
+        git(&r.project_dir, &["init", "-q", "-b", "main"]);
+        std::fs::write(r.project_dir.join("README"), "project\n").unwrap();
+        git(&r.project_dir, &["add", "README"]);
+        git(&r.project_dir, &["commit", "-q", "-m", "start"]);
+        Rig {
+            r,
+            bus: PrivateBus::start(),
+            log,
+        }
+    }
+
+    fn env(&self) -> &TestEnv {
+        &self.r.env
+    }
+
+    fn scope(&self, c: &mut Command) {
+        self.r.scope(c, Some(&self.bus.address));
+        c.env("AGENT_STORE_ROOT", &self.env().root)
+            .env(
+                "AGENTSTORE_COMMANDS_DIR",
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("share/commands"),
+            )
+            .env("GIT_CONFIG_NOSYSTEM", "1");
+    }
+
+    fn cli(&self, args: &[&str]) -> Output {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_orchestrator"));
+        self.scope(&mut c);
+        c.args(args).output().unwrap()
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let o = self.cli(args);
+        assert!(
+            o.status.success(),
+            "orchestrator {args:?}: {}{}",
+            text(&o.stdout),
+            text(&o.stderr)
+        );
+        text(&o.stdout)
+    }
+
+    fn daemon(&self, bin: &str, args: &[&str], name: &str) -> KillOnDrop {
+        let mut c = Command::new(bin);
+        self.scope(&mut c);
+        c.args(args).stdout(Stdio::null()).stderr(Stdio::inherit());
+        let d = KillOnDrop(c.spawn().unwrap());
+        wait_for_name(&self.bus, name);
+        d
+    }
+
+    fn prd(&self, id: &str) {
+        self.env().write(
+            &format!("projects/P/queued_prds/{id}.json"),
+            &serde_json::json!({
+                "id": id, "project": "P", "title": "Diamond", "version": "1.0",
+                "owner": "chenry", "status": "queued", "created_time": "2025-10-25T10:00:00Z",
+                "update_time": "2025-10-25T10:00:00Z", "content": {"goal": "four files"},
+                "jobs": []
+            })
+            .to_string(),
+        );
+    }
+
+    fn task(&self, prd: &str, t: &str) -> Value {
+        read(
+            &self
+                .env()
+                .root
+                .join(format!("projects/P/tasks/{prd}/{t}.json")),
+        )
+    }
+
+    fn job(&self, id: &str) -> Value {
+        for s in ["finished", "failed", "running", "queued"] {
+            let p = self
+                .env()
+                .root
+                .join(format!("Queues/poplar/Jobs/{s}_jobs/{id}.json"));
+            if let Ok(b) = std::fs::read(&p)
+                && let Ok(v) = serde_json::from_slice(&b)
+            {
+                return v;
+            }
+        }
+        Value::Null
+    }
+}
+
+fn job_id(out: &str) -> String {
+    out.lines()
+        .find_map(|l| l.strip_prefix("Job queued: "))
+        .unwrap_or_else(|| panic!("no job in {out}"))
+        .to_string()
+}
+
+#[test]
+fn a_diamond_runs_in_parallel_worktrees_and_each_task_commits_on_its_branch() {
+    let rig = Rig::new();
+    let _orch = rig.daemon(
+        env!("CARGO_BIN_EXE_orchestratord"),
+        &["--idle-exit", "0"],
+        "org.agentstore.Orchestrator1",
+    );
+    let _qm = rig.daemon(
+        env!("CARGO_BIN_EXE_queue-manager"),
+        &["--queue", "poplar", "--launcher", "direct"],
+        "org.agentstore.Queue.poplar",
+    );
+    rig.prd("prd-x");
+    let ct = job_id(&rig.ok(&["create-tasks", "--project", "P", "--prd", "prd-x"]));
+    let running = rig.env().root.join("projects/P/running_prds/prd-x.json");
+    wait_until(LONG, "create-tasks handled, the PRD running", || {
+        running.is_file()
+    });
+    assert_eq!(rig.job(&ct)["runtime"]["status"], "finished");
+    assert_eq!(
+        read(&running)["content"]["tasks"],
+        serde_json::json!(["A", "B", "C", "D"])
+    );
+
+    rig.ok(&["implement-tasks", "--project", "P", "--prd", "prd-x"]);
+    let done = rig.env().root.join("projects/P/finished_prds/prd-x.json");
+    wait_until(LONG, "every task done, the PRD complete", || {
+        if let Some(t) = ["A", "B", "C", "D"]
+            .iter()
+            .map(|t| rig.task("prd-x", t))
+            .find(|t| t["status"] == "failed")
+        {
+            panic!("a task failed: {t}");
+        }
+        for t in ["A", "B", "C", "D"] {
+            let j = rig.task("prd-x", t)["jobs"][0].as_str().map(|j| rig.job(j));
+            if let Some(j) = j.filter(|j| j["runtime"]["status"] == "failed") {
+                panic!("task {t}'s job failed: {}", j["runtime"]["error"]);
+            }
+        }
+        done.is_file()
+    });
+    // B and C ran at the same time.
+    assert!(rig.log.join("overlap-B").exists() && rig.log.join("overlap-C").exists());
+
+    let repo = &rig.r.project_dir;
+    let main = git(repo, &["rev-parse", "main"]).trim().to_string();
+    let mut commits = Vec::new();
+    for (t, files) in [
+        ("A", vec!["A.txt"]),
+        ("B", vec!["A.txt", "B.txt"]),
+        ("C", vec!["A.txt", "C.txt"]),
+        ("D", vec!["A.txt", "B.txt", "C.txt", "D.txt"]),
+    ] {
+        let doc = rig.task("prd-x", t);
+        assert_eq!(doc["status"], "done", "{doc}");
+        let branch = format!("agentstore/prd-x/{t}");
+        assert_eq!(doc["branch"], branch.as_str());
+        let head = git(repo, &["rev-parse", &branch]).trim().to_string();
+        assert_eq!(
+            doc["commit"],
+            head.as_str(),
+            "the task records its branch's commit"
+        );
+        assert_ne!(head, main);
+        let tree = git(repo, &["ls-tree", "--name-only", &branch]);
+        for f in &files {
+            assert!(tree.lines().any(|l| l == *f), "{branch} lacks {f}: {tree}");
+        }
+        assert!(
+            !tree
+                .lines()
+                .any(|l| l.ends_with(".txt") && !files.contains(&l)),
+            "{branch} holds another task's work: {tree}"
+        );
+        let job = rig.job(doc["jobs"][0].as_str().unwrap());
+        assert_eq!(job["runtime"]["commit"], head.as_str());
+        assert!(
+            job["runtime"]["worktree"]
+                .as_str()
+                .unwrap()
+                .contains(&branch),
+            "{job}"
+        );
+        commits.push(head);
+    }
+    // Every task had its own tree; the project's own tree was never touched.
+    assert_eq!(git(repo, &["status", "--porcelain"]), "");
+    assert_eq!(git(repo, &["rev-parse", "HEAD"]).trim(), main);
+    let report = read(&done)["implementation_report"].clone();
+    for (i, t) in ["A", "B", "C", "D"].iter().enumerate() {
+        let item = report["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["task"] == *t)
+            .unwrap_or_else(|| panic!("{t} not in {report}"));
+        assert_eq!(item["commit"], commits[i].as_str());
+    }
+}
+
+#[test]
+fn a_path_in_the_way_or_a_dirty_base_fails_the_task_naming_it() {
+    let rig = Rig::with_sandbox(true);
+    let _orch = rig.daemon(
+        env!("CARGO_BIN_EXE_orchestratord"),
+        &["--idle-exit", "0"],
+        "org.agentstore.Orchestrator1",
+    );
+    rig.prd("prd-y");
+    let ct = job_id(&rig.ok(&["create-tasks", "--project", "P", "--prd", "prd-y"]));
+    // No queue manager yet: finish create-tasks by running the queue's worker for it.
+    let _qm = rig.daemon(
+        env!("CARGO_BIN_EXE_queue-manager"),
+        &["--queue", "poplar", "--launcher", "direct"],
+        "org.agentstore.Queue.poplar",
+    );
+    let running = rig.env().root.join("projects/P/running_prds/prd-y.json");
+    wait_until(LONG, "the PRD running", || running.is_file());
+    assert_eq!(rig.job(&ct)["runtime"]["status"], "finished");
+    // A folder where A's worktree goes, and uncommitted work in the project.
+    let gitdir = rig.r.project_dir.join(".git/agentstore-worktrees/prd-y/A");
+    std::fs::create_dir_all(&gitdir).unwrap();
+    std::fs::write(gitdir.join("keep"), "mine").unwrap();
+    rig.ok(&["implement-tasks", "--project", "P", "--prd", "prd-y"]);
+    let a_job = rig.task("prd-y", "A")["jobs"][0]
+        .as_str()
+        .unwrap()
+        .to_string();
+    wait_until(LONG, "A's job failed", || {
+        rig.job(&a_job)["runtime"]["status"] == "failed"
+    });
+    let err = rig.job(&a_job)["runtime"]["error"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains(gitdir.to_str().unwrap()) && err.contains("exists"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(gitdir.join("keep")).unwrap(),
+        "mine",
+        "nothing of what was in the way is lost"
+    );
+    assert!(
+        git(&rig.r.project_dir, &["branch", "--list", "agentstore/*"]).is_empty(),
+        "no branch was made"
+    );
+    // The dirty base: B's worktree cannot be made from it (B waits for A, which failed, so
+    // the worker side is checked with a second PRD whose only task has no dependency).
+    std::fs::remove_dir_all(rig.r.project_dir.join(".git/agentstore-worktrees")).unwrap();
+    std::fs::write(rig.r.project_dir.join("README"), "changed, not committed\n").unwrap();
+    rig.prd("prd-z");
+    rig.ok(&["create-tasks", "--project", "P", "--prd", "prd-z"]);
+    let running = rig.env().root.join("projects/P/running_prds/prd-z.json");
+    wait_until(LONG, "the PRD running", || running.is_file());
+    rig.ok(&["implement-tasks", "--project", "P", "--prd", "prd-z"]);
+    let a_job = rig.task("prd-z", "A")["jobs"][0]
+        .as_str()
+        .unwrap()
+        .to_string();
+    wait_until(LONG, "A's job failed", || {
+        rig.job(&a_job)["runtime"]["status"] == "failed"
+    });
+    let err = rig.job(&a_job)["runtime"]["error"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("uncommitted changes") && err.contains("README"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(rig.r.project_dir.join("README")).unwrap(),
+        "changed, not committed\n",
+        "the uncommitted work is left as it was"
+    );
+}
