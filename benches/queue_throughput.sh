@@ -31,6 +31,20 @@ cleanup() {
 }
 trap cleanup EXIT
 now_ms() { date +%s%3N; }
+# Every wait has a deadline: the bench ends, with what it waited for, instead of hanging.
+wait_for() { # SECONDS WHAT COMMAND...
+    local limit=$1 what=$2 t0
+    shift 2
+    t0=$(date +%s)
+    until "$@"; do
+        if (($(date +%s) - t0 > limit)); then
+            echo "queue_throughput: gave up after ${limit} s waiting for $what" >&2
+            [ -s "$work/manager.err" ] && tail -20 "$work/manager.err" >&2
+            exit 1
+        fi
+        sleep 0.05
+    done
+}
 rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 
 root=$work/AgentStore
@@ -60,7 +74,10 @@ stop_manager() { kill "$mgr"; wait "$mgr" 2>/dev/null || true; mgr=""; }
 
 # --- 0. RSS of a freshly started manager on an empty queue -----------------------------------
 start_manager
-until grep -q '"last_update": "' "$root/Queues/tp/queue.json" 2>/dev/null; do sleep 0.05; done
+# The manager's first pass writes this machine's runtime (Queues/tp/runtime@<host>.json, its
+# last_update set); queue.json is the user's and keeps last_update null.
+first_pass() { grep -qs '"last_update": *"' "$root"/Queues/tp/runtime@*.json; }
+wait_for 60 "the manager's first pass (runtime@<host>.json)" first_pass
 fresh_rss=$(rss_kb "$mgr")
 stop_manager
 
@@ -68,17 +85,19 @@ stop_manager
 write_jobs "$N" tp 0
 t0=$(now_ms)
 start_manager
-while [ "$(count finished_jobs)" -lt "$N" ]; do
+all_finished() {
     [ "$(count failed_jobs)" -eq 0 ] || { echo "a job failed:" >&2; cat "$qdir"/failed_jobs/*.json | head -20 >&2; exit 1; }
-    sleep 0.05
-done
+    [ "$(count finished_jobs)" -ge "$N" ]
+}
+wait_for $((60 + N / 10)) "$N finished jobs" all_finished
 t1=$(now_ms)
 ours_ms=$((t1 - t0))
 idle_rss=$(rss_kb "$mgr")
 
 # --- 3. RSS with 10 running jobs ------------------------------------------------------------
 write_jobs 10 hold 30
-while [ "$(count running_jobs)" -lt 10 ]; do sleep 0.05; done
+ten_running() { [ "$(count running_jobs)" -ge 10 ]; }
+wait_for 60 "10 running jobs" ten_running
 busy_rss=$(rss_kb "$mgr")
 stop_manager
 for f in "$qdir"/running_jobs/*.json; do
@@ -100,14 +119,15 @@ EOT
 export PUEUE_CONFIG_PATH=$work/pueue.yml
 pueued >"$work/pueued.log" 2>&1 &
 pueued_pid=$!
-until pueue status >/dev/null 2>&1; do sleep 0.1; done
+pueue_up() { pueue status >/dev/null 2>&1; }
+wait_for 30 "pueued to answer" pueue_up
 pueue_idle_rss=$(rss_kb "$pueued_pid")
 pueue parallel 10 >/dev/null
 pueue pause >/dev/null
 for ((i = 0; i < N; i++)); do pueue add -- true >/dev/null; done
 t0=$(now_ms)
 pueue start >/dev/null
-pueue wait >/dev/null
+timeout $((60 + N / 10)) pueue wait >/dev/null
 t1=$(now_ms)
 pueue_ms=$((t1 - t0))
 done_ok=$(pueue status --json | grep -o '"result":"Success"' | wc -l || true)

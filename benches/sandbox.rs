@@ -5,7 +5,8 @@
 //!    environment, without and with the session's confinement (ruleset built per command,
 //!    mount namespace with the read-only binds, no_new_privs, Landlock), interleaved;
 //! 2. per job start: the worker's confinement of a Claude job (rules compiled from the job,
-//!    scratch directory made, then one confined spawn of `/bin/true`) against a plain spawn.
+//!    scratch directory made, then one confined spawn of `/bin/true` with its socket
+//!    supervisor started and stopped) against a plain spawn.
 //!
 //! Figures printed, not asserted (target: ≤ 2 ms wall per command over an unconfined spawn).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -162,15 +163,26 @@ fn per_job() {
             env: &env,
             programs: &[PathBuf::from("/bin/true")],
             switch_to: None,
-            approvals: true,
+            approvals: Some("agentstore-approvals-bench"),
         })
         .unwrap()
         .unwrap();
-        let p = job.compiled.prepare(false).unwrap();
+        let mut p = job.compiled.prepare(false).unwrap();
+        let channel = p.take_channel();
         let mut c = Command::new("/bin/true");
-        c.current_dir(&work);
+        c.current_dir(&work)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
         p.install_std(&mut c);
-        let d = t.elapsed() + run(c);
+        // As the worker does: the socket supervisor started once the child is spawned.
+        let mut child = c.spawn().unwrap();
+        let supervisor = channel.map(|ch| ch.supervise().unwrap());
+        assert!(child.wait().unwrap().success());
+        if let Some(s) = supervisor {
+            s.stop();
+        }
+        let d = t.elapsed();
         job.remove_scratch();
         confined.push(d);
     }

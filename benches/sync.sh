@@ -8,7 +8,7 @@
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 n=${1:-100}
-deb=${2:-$repo/target/debian/agentstore_0.1.0-1_amd64.deb}
+deb=${2:-$repo/target/debian/agentstore_0.2.0-1_amd64.deb}
 [ -f "$deb" ] || { echo "no package at $deb: nice -n 5 bash packaging/build-deb.sh" >&2; exit 2; }
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

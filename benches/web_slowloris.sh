@@ -7,6 +7,10 @@
 #   BIN=target/debug NO_BUILD=1 …                 (other binaries; BIN=/path/of/main/target/…
 #                                                  shows the server before the fix)
 #   CONNS=1100 SECS=30 WEB_ARGS="--max-connections-per-caller 64" …
+#   TRANSPORT=tcp …     the attack and the caller on the loopback TCP listener instead: the
+#                       attacker without the token, the caller with it (issue 27 round 2:
+#                       every TCP peer was one caller, so any local account starved the
+#                       token holder)
 # Needs root (the attacker runs as `nobody` through setpriv), python3, dbus-daemon, busctl.
 #
 # Real parts: `orchestrator init` makes the store, a private dbus-daemon, orchestratord and
@@ -33,11 +37,14 @@ if [ "$(id -u)" != 0 ]; then
     exit 1
 fi
 
-python3 - "$bin" "$work" "$conns" "$secs" "${WEB_ARGS:-}" <<'PY'
+python3 - "$bin" "$work" "$conns" "$secs" "${WEB_ARGS:-}" "${TRANSPORT:-unix}" <<'PY'
 import json, os, shlex, socket, statistics, subprocess, sys, time
 
 bin_dir, work, conns, secs, web_args = sys.argv[1], sys.argv[2], int(sys.argv[3]), \
     float(sys.argv[4]), shlex.split(sys.argv[5])
+transport = sys.argv[6]
+if transport not in ("unix", "tcp"):
+    raise SystemExit(f"TRANSPORT={transport}: unix or tcp")
 procs = []
 
 def pct(xs, p):
@@ -56,7 +63,11 @@ async def one(i):
     end = time.monotonic() + secs
     while time.monotonic() < end:
         try:
-            r, w = await asyncio.wait_for(asyncio.open_unix_connection(path), 5)
+            if path.startswith("tcp:"):
+                conn = asyncio.open_connection("127.0.0.1", int(path[4:]))
+            else:
+                conn = asyncio.open_unix_connection(path)
+            r, w = await asyncio.wait_for(conn, 5)
         except Exception:
             stats["connect_failed"] += 1
             await asyncio.sleep(0.5)
@@ -146,21 +157,40 @@ try:
     os.chmod(http_sock, 0o777)
     u.listen(4096)
     hi = os.dup2(u.fileno(), 100, inheritable=False)
+    t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    t.bind(("127.0.0.1", 0))
+    t.listen(4096)
+    port = t.getsockname()[1]
+    os.dup2(t.fileno(), 101, inheritable=False)
+
+    def listeners():
+        os.dup2(100, 3, inheritable=True)
+        os.dup2(101, 4, inheritable=True)
+
     web = subprocess.Popen(["sh", "-c", 'ulimit -n 1024; LISTEN_PID=$$ exec "$0" "$@"',
                             f"{bin_dir}/agentstore-web", "--bus", "session", "--root", root,
                             "--idle-exit", "0"] + web_args,
-                           env=dict(env, LISTEN_FDS="1", LISTEN_FDNAMES="http"),
-                           close_fds=False, preexec_fn=lambda: os.dup2(100, 3, inheritable=True),
+                           env=dict(env, LISTEN_FDS="2", LISTEN_FDNAMES="http:tcp"),
+                           close_fds=False, preexec_fn=listeners,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     procs.append(web)
+    token_file = os.path.join(home, ".config/agentstore/web-token")
+    token = None
 
     def request(path):
         t0 = time.monotonic()
         try:
-            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            c.settimeout(10)
-            c.connect(http_sock)
-            c.sendall(f"GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+            if transport == "tcp":
+                c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                c.settimeout(10)
+                c.connect(("127.0.0.1", port))
+                auth = f"Authorization: Bearer {token}\r\n"
+            else:
+                c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                c.settimeout(10)
+                c.connect(http_sock)
+                auth = ""
+            c.sendall(f"GET {path} HTTP/1.1\r\nHost: localhost\r\n{auth}Connection: close\r\n\r\n"
                       .encode())
             data = b""
             while True:
@@ -174,8 +204,18 @@ try:
             status = 0
         return (time.monotonic() - t0) * 1000, status
 
-    # The server is up when it answers.
+    # The server is up when it answers (and has made its TCP token).
     deadline = time.monotonic() + 30
+    while token is None:
+        try:
+            text = open(token_file).read()
+            if text.endswith("\n"):
+                token = text.strip()
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise SystemExit("agentstore-web made no token in 30 s")
+        time.sleep(0.05)
     while request("/api/v1/whoami")[1] != 200:
         if time.monotonic() > deadline:
             raise SystemExit("agentstore-web did not answer in 30 s")
@@ -189,7 +229,9 @@ try:
     # A python every account may run (not one under root's home).
     python = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
     attacker = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                                 "--", python, script, http_sock, str(conns), str(secs)],
+                                 "--", python, script,
+                                 f"tcp:{port}" if transport == "tcp" else http_sock,
+                                 str(conns), str(secs)],
                                 stdout=subprocess.PIPE, text=True)
     procs.append(attacker)
     # Measure from when the attacker holds what it can (its count stops rising, or 5 s).
@@ -223,9 +265,10 @@ try:
     attacker.wait()
     rss = [l.split()[1] for l in open(f"/proc/{web.pid}/status") if l.startswith("VmHWM")]
     print()
-    print(f"== agentstore-web under {conns} slow connections from uid 65534 for {secs:.0f} s "
-          f"(server args: {' '.join(web_args) or 'defaults'})")
-    print(f"other caller (root), {len(lat)} requests, each on a new connection: "
+    print(f"== agentstore-web under {conns} slow connections from uid 65534 over {transport} "
+          f"for {secs:.0f} s (server args: {' '.join(web_args) or 'defaults'})")
+    who = "the token holder over TCP" if transport == "tcp" else "root"
+    print(f"other caller ({who}), {len(lat)} requests, each on a new connection: "
           f"p50 {pct(lat, 50):.1f} ms  p99 {pct(lat, 99):.1f} ms  max {max(lat):.1f} ms  "
           f"not answered 200: {bad}")
     print(f"attacker: {final}")

@@ -27,11 +27,29 @@ fn write(out: &Path, mut cmd: clap::Command) -> std::io::Result<()> {
         let d = out.join("completions").join(dir);
         std::fs::create_dir_all(&d)?;
         let mut buf = Vec::new();
-        clap_complete::generate(shell, &mut cmd, &name, &mut buf);
+        if name == "orchestrator" {
+            // Completes project, queue, PRD, user and job ids from the store: the script
+            // calls the installed binary back (clap_complete's COMPLETE=<shell> protocol).
+            registration(shell, &name, &mut buf)?;
+        } else {
+            clap_complete::generate(shell, &mut cmd, &name, &mut buf);
+        }
         std::fs::write(d.join(file), buf)?;
     }
     println!("{name}: man page and bash/zsh/fish completions");
     Ok(())
+}
+
+/// What `COMPLETE=<shell> orchestrator` prints, pointing at the installed binary's name.
+fn registration(shell: Shell, name: &str, buf: &mut Vec<u8>) -> std::io::Result<()> {
+    use clap_complete::env::EnvCompleter;
+    let completer = match shell {
+        Shell::Bash => &clap_complete::env::Bash as &dyn EnvCompleter,
+        Shell::Zsh => &clap_complete::env::Zsh,
+        Shell::Fish => &clap_complete::env::Fish,
+        _ => return Err(std::io::Error::other("no registration for this shell")),
+    };
+    completer.write_registration("COMPLETE", name, name, name, buf)
 }
 
 fn main() -> std::io::Result<()> {
@@ -42,5 +60,6 @@ fn main() -> std::io::Result<()> {
     write(&out, agentstore::queue::args::Args::command())?;
     write(&out, agentstore::worker::args::Args::command())?;
     write(&out, agentstore::web::args::Args::command())?;
+    write(&out, agentstore::notify::args::Args::command())?;
     Ok(())
 }

@@ -11,6 +11,7 @@ pub mod agent;
 pub mod bus;
 pub mod cli;
 pub mod model;
+pub mod notify;
 pub mod orchestrator;
 pub mod permissions;
 pub mod queue;

@@ -42,6 +42,12 @@ impl Caller {
         self.is_admin() || self.user_id() == Some(id)
     }
 
+    /// Changing user `id`'s notification choices (`set-user --notify-…`), and seeing what was
+    /// sent to them (`notifications`): admins, and a user for themself.
+    pub fn can_manage_notices_of(&self, id: &str) -> bool {
+        self.is_admin() || self.user_id() == Some(id)
+    }
+
     /// Reading a project.
     pub fn can_see_project(&self, p: &Project) -> bool {
         match self.user_id() {
@@ -172,6 +178,36 @@ pub fn may_not_answer(job_id: &str) -> String {
     )
 }
 
+/// A PRD §10 refusal, its words written here once for every front door (the CLI's direct
+/// reads, D-Bus, the web): the callers wrap its text in their own permission-denied error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Denied {
+    /// `list-users` by a non-admin.
+    #[error("only admins can list users")]
+    ListUsers,
+    /// `view-user` of someone else by a non-admin.
+    #[error("only admins can view other users ({0})")]
+    ViewUser(String),
+    /// Listing another user's messages by a non-admin.
+    #[error("only admins can list other users' messages ({0})")]
+    ListMessagesOf(String),
+    /// Viewing a message of another user.
+    #[error("message {0} belongs to another user")]
+    Message(String),
+    /// Cancelling a job of a project the caller may not change.
+    #[error("job {0} belongs to another user's project")]
+    CancelJob(String),
+    /// Pausing a queue by a non-admin.
+    #[error("only admins can pause a queue")]
+    PauseQueue,
+    /// Resuming a queue by a non-admin.
+    #[error("only admins can resume a queue")]
+    ResumeQueue,
+    /// `Sweep` by a non-admin.
+    #[error("only admins can sweep")]
+    Sweep,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -185,6 +221,7 @@ mod tests {
             email: format!("{id}@x"),
             permissions: p,
             unix_user: None,
+            notify: None,
         })
     }
 

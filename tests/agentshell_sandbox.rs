@@ -530,3 +530,38 @@ fn a_command_judged_read_only_runs_with_a_read_only_project() {
     assert!(!f.root.join("PWN").exists(), "{result} {}", tools[0]);
     assert_eq!(tools[1]["exit_code"], 0, "{}", tools[1]);
 }
+
+/// Issue 28 (short secrets oracle): `grep -q GUESS .env` answered yes or no about a secret
+/// whatever the redaction did with the output. The project's credentials files (`.env`,
+/// `.env.*`, at any depth) are hidden from every command by the kernel: in the command's
+/// mount namespace each reads as empty, so no guess is ever confirmed, and no encoding of
+/// their content exists to leak. The files themselves are untouched.
+#[test]
+fn the_projects_credentials_files_are_unreadable_so_no_guess_is_confirmed() {
+    if !landlock_here("the_projects_credentials_files_are_unreadable") {
+        return;
+    }
+    let f = fixture();
+    std::fs::write(f.root.join(".env"), "DB_PASSWORD=pw7Qx9LongEnough\n").unwrap();
+    std::fs::create_dir_all(f.root.join("svc")).unwrap();
+    std::fs::write(f.root.join("svc/.env.local"), "API_PIN=4711\n").unwrap();
+    let calls = [
+        // prefix guesses, as the oracle went window by window
+        sh("if grep -q pw7Q .env; then echo yes; else echo no; fi"),
+        sh("if grep -q 47 svc/.env.local; then echo yes; else echo no; fi"),
+        sh("wc -c < .env; od -An -c svc/.env.local | wc -c"),
+        // a link to it is the same file: hidden too
+        sh("ln -s .env alias && if grep -q DB_ alias; then echo yes; else echo no; fi"),
+        // overwriting it from inside changes nothing outside
+        sh("echo DB_PASSWORD=changed > .env; cat a.txt"),
+    ];
+    let (result, tools, _, _) = run(&f, &calls, &[]);
+    assert_eq!(result["permission_denials"], json!([]), "{result}");
+    assert_eq!(tools[0]["stdout"], "no\n", "{}", tools[0]);
+    assert_eq!(tools[1]["stdout"], "no\n", "{}", tools[1]);
+    assert_eq!(tools[2]["stdout"], "0\n0\n", "{}", tools[2]);
+    assert_eq!(tools[3]["stdout"], "no\n", "{}", tools[3]);
+    assert_eq!(tools[4]["stdout"], "project file\n", "{}", tools[4]);
+    assert_eq!(read(&f.root.join(".env")), "DB_PASSWORD=pw7Qx9LongEnough\n");
+    assert_eq!(read(&f.root.join("svc/.env.local")), "API_PIN=4711\n");
+}

@@ -687,3 +687,54 @@ fn telegram_refuses_to_start_without_chats_or_token_and_ignores_an_untrusted_pro
     );
     assert!(bot.calls().is_empty() && model.requests().is_empty());
 }
+
+#[test]
+fn the_token_can_come_from_a_systemd_credential_alone() {
+    let (dir, root, home) = setup(json!({"telegram": {"allowed_chats": [42]}}));
+    // No token in the user's secrets: only in $CREDENTIALS_DIRECTORY, as LoadCredential= gives it.
+    std::fs::write(home.join(".agentshell/.env"), "OTHER=1\n").unwrap();
+    let creds = dir.path().join("credentials");
+    std::fs::create_dir(&creds).unwrap();
+    std::fs::write(creds.join("TELEGRAM_BOT_TOKEN"), format!("{TOKEN}\n")).unwrap();
+    let model = FakeServer::start(vec![oa_text(&["pong"], 3, 1)]);
+    let bot = FakeBot::start();
+    bot.push(message(42, "ping"));
+    let stderr = dir.path().join("stderr.txt");
+    let child = command(&root, &home, &model, &bot.url)
+        .env("CREDENTIALS_DIRECTORY", &creds)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn()
+        .unwrap();
+    let shell = Bot { child, stderr };
+    // The fake bot API answers only the right token: an answer sent is the credential's.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !bot
+        .calls()
+        .iter()
+        .any(|c| c.method == "sendMessage" && c.body["text"] == "pong")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no answer sent with the credential's token; calls {:?}; stderr: {}",
+            bot.calls()
+                .iter()
+                .map(|c| c.body.clone())
+                .collect::<Vec<_>>(),
+            std::fs::read_to_string(&shell.stderr).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // An empty credential is an error naming it.
+    std::fs::write(creds.join("TELEGRAM_BOT_TOKEN"), "").unwrap();
+    let out = command(&root, &home, &model, &bot.url)
+        .env("CREDENTIALS_DIRECTORY", &creds)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("credential TELEGRAM_BOT_TOKEN") && err.contains("is empty"),
+        "{err}"
+    );
+}

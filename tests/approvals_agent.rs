@@ -4,7 +4,7 @@
 //! goes to the worker's approval channel (`exec --approvals`), so it reaches
 //! `org.agentstore.Queue1` on a real (private) dbus-daemon like a Claude Code permission:
 //! `busctl call … Answer` as the project owner decides it (a stranger may not), `always`
-//! answers the same tool for the rest of the job, a deny's reason reaches the model, no answer
+//! answers the same command (not the tool) for the rest of the job, a deny's reason reaches the model, no answer
 //! is a deny at the deadline and the job still finishes, and a queue rule answers without a
 //! person. Every decision is on the job (`runtime.approvals`). Running as root, the job runs
 //! as the unprivileged test user, as in production.
@@ -109,7 +109,9 @@ async fn an_answer_on_dbus_runs_the_command_and_always_covers_the_next() {
     guarded(async {
         let s = Setup::new(
             Some(json!({"deadline_seconds": 120})),
-            &["touch first.txt", "touch second.txt"],
+            // "always" on the first covers the same command again, not the next one (issue
+            // 28: an "always" for one command let every use of the tool run unasked).
+            &["touch first.txt", "touch first.txt", "touch second.txt"],
         )
         .await;
         let mut changes = Changes::subscribe(&s.bus, &s.env.queue).await;
@@ -144,15 +146,23 @@ async fn an_answer_on_dbus_runs_the_command_and_always_covers_the_next() {
         let r = answered.recv().await.unwrap();
         assert_eq!(r, req);
 
+        // The same command again ran by the job rule `always` made; another command of the
+        // same tool is asked again, and denied.
+        let (_, req3, _, summary3, ..) = reqs.recv().await.unwrap();
+        assert_eq!(summary3, "run_command: touch second.txt");
+        let (ok, err) = s.answer_as(owner_uid(), &req3, false, false, "not that one");
+        assert!(ok, "{err}");
         let (state, doc) = s.ended(&mut changes, "agent-allow").await;
         let rt = &doc["runtime"];
         assert_eq!(state, "finished", "{rt}");
-        // Both commands ran: the second by the job rule `always` made, nobody asked again.
         assert!(s.env.work.join("first.txt").exists());
-        assert!(s.env.work.join("second.txt").exists());
-        assert!(reqs.try_recv().is_err(), "the second call was not asked");
+        assert!(
+            !s.env.work.join("second.txt").exists(),
+            "always for one command let another run"
+        );
+        assert!(reqs.try_recv().is_err(), "asked once more than needed");
         let a = rt["approvals"].as_array().unwrap();
-        assert_eq!(a.len(), 2, "{rt}");
+        assert_eq!(a.len(), 3, "{rt}");
         assert_eq!(
             (&a[0]["request_id"], &a[0]["tool"], &a[0]["allow"]),
             (&json!(req), &json!("run_command"), &json!(true))
@@ -166,12 +176,15 @@ async fn an_answer_on_dbus_runs_the_command_and_always_covers_the_next() {
             (
                 &json!("job rule"),
                 &json!(true),
-                &json!("run_command: touch second.txt")
+                &json!("run_command: touch first.txt")
             )
+        );
+        assert_eq!(
+            (&a[2]["by"], &a[2]["allow"], &a[2]["request_id"]),
+            (&json!("chenry"), &json!(false), &json!(req3))
         );
         let out = agent_result(rt);
         assert_eq!(out["result"], "Done.", "{out}");
-        assert_eq!(out["permission_denials"], json!([]), "{out}");
         assert!(changes.proxy.list_approvals().await.unwrap().is_empty());
         let dir = s.env.store().approvals_dir(&s.env.queue);
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);

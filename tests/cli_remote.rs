@@ -340,3 +340,36 @@ fn messages_of_an_unreadable_store_are_browsed_over_dbus() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("Permission denied"), "{}", stderr(&o));
 }
+
+/// Issue 33: `list-jobs` as a text table over D-Bus needs no temporary file: with a TMPDIR
+/// the caller cannot write (here one that does not exist) the table is still printed.
+#[test]
+fn list_jobs_text_over_dbus_needs_no_temporary_folder() {
+    if needs_root("running the CLI as user nobody") {
+        return;
+    }
+    let w = Unreadable::new();
+    ended(&w, "finished", "tmpless-1", "Mine", 0);
+    for tmpdir in ["/nonexistent/agentstore-tmp", "/root"] {
+        let o = Command::new("runuser")
+            .args([
+                "-u",
+                "nobody",
+                "--",
+                "env",
+                "HOME=/nonexistent",
+                "AGENTSTORE_BUS=session",
+            ])
+            .arg(format!("TMPDIR={tmpdir}"))
+            .arg(format!("DBUS_SESSION_BUS_ADDRESS={}", w.addr))
+            .arg(env!("CARGO_BIN_EXE_orchestrator"))
+            .arg("--root")
+            .arg(&w.env.root)
+            .arg("list-jobs")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success(), "TMPDIR={tmpdir}: {}", stderr(&o));
+        assert!(text.contains("tmpless-1"), "TMPDIR={tmpdir}: {text}");
+    }
+}

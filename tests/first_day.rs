@@ -112,14 +112,16 @@ fn list_jobs_keeps_the_queued_time_whole() {
         let text = at_width(&env, cols, &["list-jobs"]);
         assert!(text.contains("12-01 21:00"), "{cols}:\n{text}");
         assert!(text.contains(id), "{text}");
-        // At 80 columns a UUID, the status and the time (never cut) leave the other columns
-        // little room; at 160 everything fits whole.
+        // Every line fits the terminal. At 80 columns a UUID, the status and the time (never
+        // cut) leave no room for every column: PRIORITY is left out, not the line widened;
+        // at 160 everything fits whole.
+        for l in text.lines() {
+            assert!(l.chars().count() <= cols, "{cols}: {l:?}\n{text}");
+        }
+        assert!(text.contains("TestProject"), "{text}");
+        assert_eq!(text.contains("PRIORITY"), cols == 160, "{cols}:\n{text}");
         if cols == 160 {
             assert!(!text.contains('…'), "nothing cut at {cols}:\n{text}");
-            assert!(text.contains("TestProject"), "{text}");
-            for l in text.lines() {
-                assert!(l.chars().count() <= cols, "{cols}: {l:?}\n{text}");
-            }
         }
     }
 }
@@ -438,4 +440,70 @@ fn doctor_finds_each_planted_fault() {
         text.contains("FAIL  store:") && text.contains("1 failed"),
         "{text}"
     );
+}
+
+/// Completions come from the store: `COMPLETE=bash orchestrator` registers a function that
+/// calls the binary back, which offers the project, queue, user and job ids the store holds
+/// (the store named by `--root` on the line, else the environment's).
+#[test]
+fn completions_offer_the_stores_ids() {
+    let env = TestEnv::with_test_project();
+    long_job(&env, "20261201-done");
+    env.write("users/chenry.json", "{}");
+    // A second store named by --root on the line being completed.
+    let other = TestEnv::initialised();
+    other.write("projects/elsewhere/project.json", "{}");
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_orchestrator"));
+    let script = r#"
+source <(COMPLETE=bash orchestrator)
+comp() {
+    COMP_WORDS=("$@"); COMP_CWORD=$(( $# - 1 )); COMP_LINE="$*"; COMP_POINT=${#COMP_LINE}; COMP_TYPE=9
+    _clap_complete_orchestrator orchestrator "${COMP_WORDS[-1]}" "${COMP_WORDS[-2]}"
+    printf '%s\n' "${COMPREPLY[@]}" | sort | tr '\n' ' '; echo
+}
+comp orchestrator view-project ""
+comp orchestrator research-code --project Test
+comp orchestrator list-jobs --queue ""
+comp orchestrator view-job 2026
+comp orchestrator view-user ""
+comp orchestrator --root "$OTHER" view-project ""
+comp orchestrator view-project nothing-like-this
+"#;
+    let o = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(script)
+        .env(
+            "PATH",
+            format!("{}:/usr/bin:/bin", bin.parent().unwrap().display()),
+        )
+        .env("AGENT_STORE_ROOT", &env.root)
+        .env("HOME", &env.home)
+        .env("OTHER", &other.root)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        o.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 7, "{text}");
+    let has = |i: usize, word: &str| lines[i].split(' ').any(|w| w == word);
+    assert!(has(0, "TestProject"), "projects: {}", lines[0]);
+    assert_eq!(
+        lines[1].trim(),
+        "TestProject",
+        "--project Test: {}",
+        lines[1]
+    );
+    assert!(has(2, "poplar"), "queues: {}", lines[2]);
+    assert_eq!(lines[3].trim(), "20261201-done", "job ids: {}", lines[3]);
+    assert!(has(4, "chenry"), "users: {}", lines[4]);
+    assert!(
+        has(5, "elsewhere") && !has(5, "TestProject"),
+        "--root: {}",
+        lines[5]
+    );
+    assert_eq!(lines[6].trim(), "", "no match offers nothing: {}", lines[6]);
 }

@@ -72,11 +72,9 @@ fn m1_orchestrator_processes_messages() {
         &m1_message("test-001", "list-projects"),
     );
     let out = env.root.join("messaging/outbox/test-001.json");
-    assert_eq!(
-        signals.processed("test-001", LONG),
-        ("list-projects".to_string(), "done".to_string())
-    );
+    signals.processed("test-001", LONG);
     let resp = read(&out);
+    assert_eq!(resp["command"], "list-projects", "{resp}");
     assert_eq!(resp["status"], "done", "{resp}");
     assert_eq!(resp["source"], "orchestrator");
     assert_eq!(resp["content"]["result"][0]["id"], "ModelSEEDpy");
@@ -94,10 +92,7 @@ fn m1_orchestrator_processes_messages() {
         &m1_message("test-002", "invalid-command"),
     );
     let out2 = env.root.join("messaging/outbox/test-002.json");
-    assert_eq!(
-        signals.processed("test-002", LONG),
-        ("invalid-command".to_string(), "error".to_string())
-    );
+    signals.processed("test-002", LONG);
     let resp = read(&out2);
     assert_eq!(resp["status"], "error");
     assert_eq!(resp["error"], "Unknown command: invalid-command");
@@ -186,12 +181,10 @@ fn half_written_file_is_not_answered_as_empty() {
     );
     f.write_all(&text.as_bytes()[20..]).unwrap();
     drop(f);
-    assert_eq!(
-        signals.processed("slow", LONG),
-        ("help".to_string(), "done".to_string())
-    );
+    signals.processed("slow", LONG);
     assert!(processed.exists() && !path.exists());
     assert_eq!(read(&out)["status"], "done", "{}", read(&out));
+    assert_eq!(read(&out)["command"], "help", "{}", read(&out));
 }
 
 /// A message that the D-Bus method `Sweep` answers from the inbox is announced like one the
@@ -252,10 +245,7 @@ fn sweep_announces_what_it_answered() {
                 .expect("no MessageProcessed signal for the answered message")
                 .unwrap();
             let args = signal.args().unwrap();
-            assert_eq!(
-                (args.correlation_id(), args.command(), args.status()),
-                (&id.as_str(), &"list-projects", &"done")
-            );
+            assert_eq!(args.correlation_id(), &id.as_str());
             if n == 1 {
                 swept_by_call = true;
                 break;

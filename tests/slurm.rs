@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-struct FakeSlurm {
+pub(crate) struct FakeSlurm {
     bin: PathBuf,
     state: PathBuf,
 }
@@ -30,7 +30,7 @@ impl FakeSlurm {
         FakeSlurm { bin, state }
     }
 
-    fn calls(&self) -> String {
+    pub(crate) fn calls(&self) -> String {
         std::fs::read_to_string(self.state.join("calls")).unwrap_or_default()
     }
 
@@ -45,14 +45,14 @@ impl FakeSlurm {
 }
 
 /// The queue of `env` as a Slurm queue polled every second.
-fn slurm_queue(env: &QueueEnv, slurm: Value) {
+pub(crate) fn slurm_queue(env: &QueueEnv, slurm: Value) {
     env.edit_queue(|q| {
         q.config.launcher = Some(agentstore::model::Launcher::Slurm);
         q.config.slurm = Some(serde_json::from_value(slurm).unwrap());
     });
 }
 
-struct Manager {
+pub(crate) struct Manager {
     child: std::process::Child,
 }
 
@@ -99,7 +99,7 @@ fn manager(env: &QueueEnv, bus: &PrivateBus, fake: &FakeSlurm) -> Manager {
 }
 
 /// [`manager`] with more environment (e.g. `AGENTSTORE_TEST_FAULT`).
-fn manager_with(
+pub(crate) fn manager_with(
     env: &QueueEnv,
     bus: &PrivateBus,
     fake: &FakeSlurm,
@@ -141,7 +141,7 @@ fn wait_file(env: &QueueEnv, state: &str, id: &str, secs: u64) -> Value {
     env.job(state, id)
 }
 
-fn setup() -> (QueueEnv, PrivateBus, FakeSlurm) {
+pub(crate) fn setup() -> (QueueEnv, PrivateBus, FakeSlurm) {
     let env = QueueEnv::new(1);
     let bus = PrivateBus::start();
     let fake = FakeSlurm::new(&env);

@@ -2,8 +2,9 @@
 //! queues) runs confined. The "agent" here is a hostile stand-in for `claude` that tries to
 //! write outside its project (another user's `authorized_keys`-like file left writable by
 //! everyone), to read another project, to connect to a local listener that is not its model
-//! endpoint, and (as a control) to reach its endpoint's port, which it may. The job's record
-//! says the sandbox was on and what it allowed.
+//! endpoint, to send UDP, to reach a path-named and an abstract Unix socket of someone else,
+//! and (as a control) to reach its endpoint's port, which it may. The job's record says the
+//! sandbox was on, what it allowed, and what it refused (`runtime.sandbox_refused`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::{harness, queue_env};
@@ -22,6 +23,11 @@ try write-outside "echo attacker-key >> '$OUTSIDE_KEYS'"
 try read-other "cat '$OTHER_SECRET' > /dev/null"
 try connect-other "exec 3<>/dev/tcp/127.0.0.1/$OTHER_PORT"
 try connect-endpoint "exec 4<>/dev/tcp/127.0.0.1/$ENDPOINT_PORT"
+try udp "exec 5<>/dev/udp/127.0.0.1/$UDP_PORT && echo x >&5"
+try unix-path "/usr/bin/python3 -c 'import socket,sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])' '$OTHER_UNIX'"
+try unix-abstract "/usr/bin/python3 -c 'import socket,sys; socket.socket(socket.AF_UNIX).connect(chr(0)+sys.argv[1])' '$OTHER_ABSTRACT'"
+try unix-dgram "/usr/bin/python3 -c 'import socket; socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)'"
+try unix-pair "/usr/bin/python3 -c 'import socket; socket.socketpair()'"
 try write-project "echo made > made-by-job.txt"
 try write-git-hook "echo 'touch PWNED' > .git/hooks/pre-commit"
 try write-tmp "echo t > \$TMPDIR/t"
@@ -86,6 +92,18 @@ async fn a_sandboxed_job_cannot_write_outside_read_another_project_or_connect_el
         .unwrap();
         let other_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let endpoint = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let unix_path = base.join("other-service.sock");
+        let unix_listener = std::os::unix::net::UnixListener::bind(&unix_path).unwrap();
+        world_writable(&unix_path, 0o777);
+        let abstract_name = format!("agentstore-test-other-{}", std::process::id());
+        let abstract_listener = {
+            use std::os::linux::net::SocketAddrExt;
+            let a = std::os::unix::net::SocketAddr::from_abstract_name(abstract_name.as_bytes())
+                .unwrap();
+            std::os::unix::net::UnixListener::bind_addr(&a).unwrap()
+        };
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let udp_port = udp.local_addr().unwrap().port();
         let (other_port, endpoint_port) = (
             other_listener.local_addr().unwrap().port(),
             endpoint.local_addr().unwrap().port(),
@@ -108,8 +126,12 @@ async fn a_sandboxed_job_cannot_write_outside_read_another_project_or_connect_el
             ),
             (
                 "AGENTSTORE_PASS_ENV".into(),
-                "OUTSIDE_KEYS OTHER_SECRET OTHER_PORT ENDPOINT_PORT".into(),
+                "OUTSIDE_KEYS OTHER_SECRET OTHER_PORT ENDPOINT_PORT OTHER_UNIX OTHER_ABSTRACT UDP_PORT"
+                    .into(),
             ),
+            ("OTHER_UNIX".into(), unix_path.display().to_string()),
+            ("OTHER_ABSTRACT".into(), abstract_name.clone()),
+            ("UDP_PORT".into(), udp_port.to_string()),
             ("OUTSIDE_KEYS".into(), keys.display().to_string()),
             ("OTHER_SECRET".into(), secret.display().to_string()),
             ("OTHER_PORT".into(), other_port.to_string()),
@@ -130,7 +152,8 @@ async fn a_sandboxed_job_cannot_write_outside_read_another_project_or_connect_el
         assert_eq!(
             out["result"],
             "write-outside=denied read-other=denied connect-other=denied \
-             connect-endpoint=ok write-project=ok write-git-hook=denied write-tmp=ok",
+             connect-endpoint=ok udp=denied unix-path=denied unix-abstract=denied \
+             unix-dgram=denied unix-pair=ok write-project=ok write-git-hook=denied write-tmp=ok",
             "{rt}"
         );
         assert_eq!(
@@ -156,6 +179,38 @@ async fn a_sandboxed_job_cannot_write_outside_read_another_project_or_connect_el
             "{record}"
         );
         assert!(record.contains(env.work.to_str().unwrap()), "{record}");
+        // Nothing reached the other services, and the record says what was refused.
+        for l in [&unix_listener, &abstract_listener] {
+            l.set_nonblocking(true).unwrap();
+            assert!(l.accept().is_err(), "a Unix connection got through");
+        }
+        udp.set_nonblocking(true).unwrap();
+        assert!(udp.recv(&mut [0u8; 16]).is_err(), "a datagram got through");
+        let refused: Vec<String> = rt["sandbox_refused"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no sandbox_refused: {rt}"))
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect();
+        let has = |s: &str| refused.iter().any(|l| l.contains(s));
+        assert!(
+            has(&format!("connect to 127.0.0.1:{other_port} refused")),
+            "{refused:?}"
+        );
+        assert!(has("a UDP socket refused"), "{refused:?}");
+        assert!(
+            has(&format!("connect to Unix socket {} refused", unix_path.display())),
+            "{refused:?}"
+        );
+        assert!(
+            has(&format!("connect to abstract Unix socket @{abstract_name} refused")),
+            "{refused:?}"
+        );
+        assert!(has("socketpair: a AF_UNIX datagram socket refused"), "{refused:?}");
+        assert!(
+            !has(&format!(":{endpoint_port}")),
+            "the allowed connect is not a refusal: {refused:?}"
+        );
         m.stop().await;
     })
     .await

@@ -380,9 +380,19 @@ fn telegram(
         wiring::user_secrets(&project, &env),
         project.project_env.clone(),
     );
-    let Some(token) = broker.value(TELEGRAM_TOKEN_SECRET).map(str::to_string) else {
+    // A systemd credential of the service (LoadCredential=TELEGRAM_BOT_TOKEN:…) wins over
+    // the user's secret store.
+    use super::credentials::{CREDENTIALS_DIRECTORY, credential};
+    let credential = credential(
+        env.get(CREDENTIALS_DIRECTORY).map(String::as_str),
+        TELEGRAM_TOKEN_SECRET,
+    )
+    .map_err(|e| anyhow::anyhow!(e))?;
+    let Some(token) =
+        credential.or_else(|| broker.value(TELEGRAM_TOKEN_SECRET).map(str::to_string))
+    else {
         bail!(
-            "no secret {TELEGRAM_TOKEN_SECRET}: store the bot's token with `agentshell setup-keys`"
+            "no secret {TELEGRAM_TOKEN_SECRET}: store the bot's token with `agentshell setup-keys`, or give the service the credential {TELEGRAM_TOKEN_SECRET} (LoadCredential=)"
         );
     };
     let bot = Telegram::new(TelegramOptions {

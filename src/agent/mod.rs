@@ -121,6 +121,7 @@ pub mod app;
 pub mod bootstrap;
 pub mod cli;
 pub mod core;
+pub mod credentials;
 pub mod private_file;
 pub mod tools;
 pub mod transport;

@@ -31,14 +31,17 @@ impl OrchestratorObject {
     }
 
     /// The typed signals for the inbox messages one pass answered, in order: each message's
-    /// `MessageProcessed`, then its `JobCreated`. (D-Bus `Submit` emits its own.)
+    /// `MessageProcessed`, then its `JobCreated`. (D-Bus `Submit` emits its own.) Signals
+    /// reach every listener on the bus, so they carry ids only (PRD §10, DESIGN §9: every
+    /// reader is authorized): what was asked and answered is in the answer (the D-Bus reply,
+    /// the outbox file), the job is read with `view-job`.
     pub async fn emit_cycle_signals(emitter: &SignalEmitter<'_>, report: &CycleReport) {
-        for (cid, command, status, project, job) in &report.answered {
-            if let Err(e) = Self::message_processed(emitter, cid, command, status).await {
+        for (cid, _command, _status, _project, job) in &report.answered {
+            if let Err(e) = Self::message_processed(emitter, cid).await {
                 tracing::debug!("MessageProcessed: {e}");
             }
             if let Some(j) = job
-                && let Err(e) = Self::job_created(emitter, &j.id, &j.queue, project).await
+                && let Err(e) = Self::job_created(emitter, &j.id, &j.queue).await
             {
                 tracing::debug!("JobCreated: {e}");
             }
@@ -75,15 +78,9 @@ impl OrchestratorObject {
             .run_blocking(move || service::submit(&shared, &message, uid))
             .await??;
         let r = &outcome.response;
-        let status = if outcome.error.is_some() {
-            "error"
-        } else {
-            "done"
-        };
-        let _ = Self::message_processed(&emitter, &r.correlation_id, &r.command, status).await;
+        let _ = Self::message_processed(&emitter, &r.correlation_id).await;
         if let Some(job) = outcome.job.as_ref().filter(|j| j.new) {
-            let project = r.project.clone().unwrap_or_default();
-            let _ = Self::job_created(&emitter, &job.id, &job.queue, &project).await;
+            let _ = Self::job_created(&emitter, &job.id, &job.queue).await;
         }
         if let Some(e) = outcome.error {
             return Err(e.into());
@@ -229,22 +226,21 @@ impl OrchestratorObject {
         last_seen: &str,
     ) -> zbus::Result<()>;
 
-    /// A message was answered (D-Bus or inbox).
+    /// A message was answered (D-Bus or inbox). Its id only: the command and the outcome are
+    /// the sender's, in the answer (the D-Bus reply, `messaging/outbox/<id>.json`).
     #[zbus(signal)]
     pub async fn message_processed(
         emitter: &SignalEmitter<'_>,
         correlation_id: &str,
-        command: &str,
-        status: &str,
     ) -> zbus::Result<()>;
 
-    /// A job was created.
+    /// A job was created in `queue` (queues are public: their bus names are). The job's
+    /// project and everything else are read with `view-job`, which PRD §10 authorizes.
     #[zbus(signal)]
     pub async fn job_created(
         emitter: &SignalEmitter<'_>,
         job_id: &str,
         queue: &str,
-        project: &str,
     ) -> zbus::Result<()>;
 }
 
@@ -384,13 +380,8 @@ pub trait Orchestrator1 {
     fn machine_state_changed(&self, host: &str, stale: bool, last_seen: &str) -> zbus::Result<()>;
     /// See the server's `MessageProcessed`.
     #[zbus(signal)]
-    fn message_processed(
-        &self,
-        correlation_id: &str,
-        command: &str,
-        status: &str,
-    ) -> zbus::Result<()>;
+    fn message_processed(&self, correlation_id: &str) -> zbus::Result<()>;
     /// See the server's `JobCreated`.
     #[zbus(signal)]
-    fn job_created(&self, job_id: &str, queue: &str, project: &str) -> zbus::Result<()>;
+    fn job_created(&self, job_id: &str, queue: &str) -> zbus::Result<()>;
 }

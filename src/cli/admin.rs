@@ -247,6 +247,7 @@ pub(super) fn add_user(g: &GlobalArgs, out: &mut dyn Write, a: AddUserArgs) -> C
         email: a.email,
         permissions: a.permissions.into(),
         unix_user: a.unix_user,
+        notify: None,
     };
     let path = store.add_user(&user)?;
     created(g, out, &store, &path, &user)
@@ -535,6 +536,7 @@ pub(super) fn add_queue(g: &GlobalArgs, out: &mut dyn Write, a: AddQueueArgs) ->
 #[derive(Debug, Args)]
 pub struct SetQueueArgs {
     /// Queue name.
+    #[arg(add = crate::cli::complete::queue())]
     pub id: String,
     /// The settings to change.
     #[command(flatten)]

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Args, Clone)]
 pub struct AgentArgs {
     /// Project (default: the current project from `set-project`).
-    #[arg(long)]
+    #[arg(add = crate::cli::complete::project(), long)]
     pub project: Option<String>,
     /// What to do (the prompt); required by create-prd.
     #[arg(long)]
@@ -56,7 +56,7 @@ pub struct PrdArgs {
 #[derive(Debug, Args, Clone)]
 pub struct EnvArgs {
     /// Project (default: the current project).
-    #[arg(long)]
+    #[arg(add = crate::cli::complete::project(), long)]
     pub project: Option<String>,
     /// Python version for the venv.
     #[arg(long)]

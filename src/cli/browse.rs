@@ -119,7 +119,7 @@ pub(super) fn set_prd(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResul
 pub(super) fn list_users(g: &GlobalArgs, out: &mut dyn Write) -> CliResult {
     let store = open_store(g)?;
     if !caller(&store)?.can_list_users() {
-        return Err(denied("only admins can list users".into()));
+        return Err(denied(crate::permissions::Denied::ListUsers.to_string()));
     }
     let users = store.users(&mut warn)?;
     render_users(g, out, &users)
@@ -386,7 +386,7 @@ fn list_jobs_to(
         }
         Format::Text => {
             // Two passes over the same index files: widths first, then the lines.
-            let mut t = StreamTable::new(&JOB_HEADERS, &[0, 1, 5]);
+            let mut t = StreamTable::new(&JOB_HEADERS, &[0, 1, 5], &JOB_DROPPABLE);
             for l in listing.by_ref() {
                 if visible(&l) {
                     t.measure_widths(&[
@@ -480,7 +480,7 @@ fn list_archived_to(g: &GlobalArgs, out: &mut dyn Write, project: Option<&str>) 
             w.finish()?;
         }
         Format::Text => {
-            let mut t = StreamTable::new(&ARCHIVED_HEADERS, &[0, 1]);
+            let mut t = StreamTable::new(&ARCHIVED_HEADERS, &[0, 1], &[2, 4]);
             for l in listing.by_ref() {
                 if visible(&l) {
                     t.measure(&archived_cells(&l));
@@ -542,6 +542,9 @@ fn queued_cell(t: &Timestamp) -> String {
 }
 
 const JOB_HEADERS: [&str; 6] = ["ID", "STATUS", "PRIORITY", "QUEUE", "PROJECT", "QUEUED"];
+/// Left out first when a UUID, the status and the time leave no room (80 columns):
+/// PRIORITY, then QUEUE (`--queue` and `view-job` still say them).
+const JOB_DROPPABLE: [usize; 2] = [2, 3];
 
 /// A table written row by row: widths are measured in a first pass over the rows (cheap
 /// cells, not documents), then each line is written as it is made — the same layout as
@@ -550,15 +553,19 @@ struct StreamTable {
     headers: Vec<String>,
     widths: Vec<usize>,
     keep: Vec<usize>,
+    droppable: Vec<usize>,
     fitted: Option<Vec<usize>>,
 }
 
 impl StreamTable {
-    fn new(headers: &[&str], keep: &[usize]) -> StreamTable {
+    /// `keep`: columns never cut; `droppable`: columns left out, in this order, when the
+    /// terminal cannot hold every column at its narrowest.
+    fn new(headers: &[&str], keep: &[usize], droppable: &[usize]) -> StreamTable {
         StreamTable {
             headers: headers.iter().map(|h| h.to_string()).collect(),
             widths: headers.iter().map(|h| h.chars().count()).collect(),
             keep: keep.to_vec(),
+            droppable: droppable.to_vec(),
             fitted: None,
         }
     }
@@ -581,7 +588,7 @@ impl StreamTable {
             return f.clone();
         }
         let mut widths = self.widths.clone();
-        super::render::fit_widths(&mut widths, &self.keep);
+        super::render::fit_widths(&mut widths, &self.keep, &self.droppable);
         self.fitted = Some(widths.clone());
         widths
     }
@@ -596,16 +603,16 @@ impl StreamTable {
             self.fitted();
         }
         let widths = self.fitted.as_deref().unwrap_or(&[]);
-        let n = widths.len();
         let mut s = String::with_capacity(96);
         for (i, w) in widths.iter().enumerate() {
+            if *w == 0 {
+                continue;
+            }
             let cell = cells.get(i).map(String::as_str).unwrap_or("");
             let cut = super::render::fit(cell, *w);
             s.push_str(&cut);
-            if i + 1 < n {
-                let pad = w.saturating_sub(cut.chars().count()) + 2;
-                s.extend(std::iter::repeat_n(' ', pad));
-            }
+            let pad = w.saturating_sub(cut.chars().count()) + 2;
+            s.extend(std::iter::repeat_n(' ', pad));
         }
         s.truncate(s.trim_end().len());
         s.push('\n');
@@ -625,7 +632,12 @@ pub(super) struct JobRow {
 
 /// The text job listing: full ids (users copy them), 80 columns.
 pub(super) fn jobs_table(out: &mut dyn Write, rows: &[JobRow]) -> CliResult {
-    let mut t = Table::new(&JOB_HEADERS).keep(0).keep(1).keep(5);
+    let mut t = Table::new(&JOB_HEADERS)
+        .keep(0)
+        .keep(1)
+        .keep(5)
+        .droppable(JOB_DROPPABLE[0])
+        .droppable(JOB_DROPPABLE[1]);
     for r in rows {
         t.row(vec![
             r.id.clone(),
@@ -672,7 +684,9 @@ pub(super) fn show_job(g: &GlobalArgs, out: &mut dyn Write, id: &str, job: Job) 
 pub(super) fn view_user(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResult {
     let store = open_store(g)?;
     if !caller(&store)?.can_view_user(id) {
-        return Err(denied(format!("only admins can view other users ({id})")));
+        return Err(denied(
+            crate::permissions::Denied::ViewUser(id.to_string()).to_string(),
+        ));
     }
     show(g, out, &store.user(id)?)
 }
@@ -829,7 +843,7 @@ fn list_jobs_dbus_to(
         Format::Text => Some(Spool::new()?),
         Format::Json => None,
     };
-    let mut table = StreamTable::new(&JOB_HEADERS, &[0, 1, 5]);
+    let mut table = StreamTable::new(&JOB_HEADERS, &[0, 1, 5], &JOB_DROPPABLE);
     let mut offset = 0u32;
     loop {
         let (page, total, next) = rt
@@ -888,13 +902,21 @@ struct SummaryRow {
     priority: Option<i32>,
 }
 
-/// Table rows kept in an unlinked temporary file (tab-separated, one per line).
+/// Table rows kept in an anonymous memory file (tab-separated, one per line): no temporary
+/// folder is needed to print (one not writable by the caller used to fail the listing);
+/// only where `memfd_create` is missing, an unlinked file in the temporary folder.
 struct Spool {
     file: std::io::BufWriter<std::fs::File>,
 }
 
 impl Spool {
     fn new() -> Result<Spool, CliError> {
+        use nix::sys::memfd::{MFdFlags, memfd_create};
+        if let Ok(fd) = memfd_create("agentstore-list-jobs", MFdFlags::MFD_CLOEXEC) {
+            return Ok(Spool {
+                file: std::io::BufWriter::new(std::fs::File::from(fd)),
+            });
+        }
         let dir = std::env::temp_dir();
         for n in 0..100u32 {
             let path = dir.join(format!(

@@ -222,6 +222,7 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, a: DemoArgs) -> CliResult
         permissions: Permission::Admin,
         slack_username: None,
         unix_user: Some(me.clone()),
+        notify: None,
     })?;
     let queue = store.config().queues_default.clone();
     if !store.queue_exists(&queue) {

@@ -302,7 +302,7 @@ pub(super) fn migrate(g: &GlobalArgs, out: &mut dyn Write, a: MigrateArgs) -> Cl
 #[derive(Debug, Args, Clone)]
 pub struct PipelineArgs {
     /// Project (default: the current project from `set-project`).
-    #[arg(long)]
+    #[arg(add = crate::cli::complete::project(), long)]
     pub project: Option<String>,
     /// What the PRD is about (the research step gets it too).
     #[arg(long)]

@@ -109,6 +109,19 @@ pub fn write_job(out: &mut dyn Write, id: &str, job: &Job, width: usize) -> io::
             section(out, "Result", why, width)?;
         }
     }
+    if let Some(sb) = &r.sandbox {
+        writeln!(out)?;
+        writeln!(out, "Sandbox")?;
+        let refused = r.sandbox_refused.iter().map(|l| format!("refused: {l}"));
+        for line in std::iter::once(sb.clone()).chain(refused) {
+            for (i, l) in wrap(&line, width.saturating_sub(4).max(20))
+                .iter()
+                .enumerate()
+            {
+                writeln!(out, "{}{l}", if i == 0 { "  " } else { "    " })?;
+            }
+        }
+    }
     if !r.approvals.is_empty() {
         writeln!(out)?;
         writeln!(out, "Approvals")?;

@@ -29,10 +29,18 @@ pub(super) fn list(g: &GlobalArgs, out: &mut dyn Write) -> CliResult {
         }
         Format::Text => {
             warn_problems(&all.problems);
-            let mut t = Table::new(&["HOST", "STATE", "LAST SEEN", "DAEMONS", "VERSION"]);
+            let mut t = Table::new(&[
+                "MACHINE",
+                "HOSTNAME",
+                "STATE",
+                "LAST SEEN",
+                "DAEMONS",
+                "VERSION",
+            ]);
             for r in &rows {
                 t.row(vec![
                     r.host.clone(),
+                    r.hostname.clone().unwrap_or_else(|| r.host.clone()),
                     r.state.clone(),
                     r.last_seen.clone(),
                     r.daemons.join(", "),
@@ -48,6 +56,23 @@ pub(super) fn list(g: &GlobalArgs, out: &mut dyn Write) -> CliResult {
                 t.write(out)?;
             }
         }
+    }
+    Ok(())
+}
+
+pub(super) fn this(g: &GlobalArgs, out: &mut dyn Write) -> CliResult {
+    use crate::store::identity;
+    let key = crate::store::hostname();
+    match g.format {
+        Format::Json => write_json(
+            out,
+            &serde_json::json!({
+                "machine": key,
+                "hostname": identity::display_hostname(),
+                "machine_id": identity::machine_id(),
+            }),
+        )?,
+        Format::Text => writeln!(out, "{key}")?,
     }
     Ok(())
 }

@@ -14,7 +14,7 @@ use std::io::Write;
 #[derive(Debug, Clone, clap::Args)]
 pub struct ListMessagesArgs {
     /// Only messages about this project.
-    #[arg(long)]
+    #[arg(add = crate::cli::complete::project(), long)]
     pub project: Option<String>,
     /// Only messages of this user (admins; a user sees only their own anyway).
     #[arg(long)]

@@ -5,6 +5,7 @@ mod admin;
 mod agent;
 mod approvals;
 mod browse;
+pub mod complete;
 mod conflicts;
 mod daemon;
 mod demo;
@@ -15,6 +16,7 @@ mod job_view;
 mod jobs;
 mod machines;
 mod messages;
+pub mod notify;
 mod remote;
 pub mod render;
 mod session;
@@ -67,7 +69,7 @@ pub struct GlobalArgs {
     #[arg(long, global = true, value_enum, default_value_t = Format::Text)]
     pub format: Format,
     /// Queue to use instead of the project's default (agent commands); filter (list-jobs).
-    #[arg(long, global = true, value_name = "QUEUE")]
+    #[arg(add = crate::cli::complete::queue(), long, global = true, value_name = "QUEUE")]
     pub queue: Option<String>,
     /// Wait up to SECONDS for the result (agent commands: the outbox answer; view-job: the
     /// job to finish).
@@ -148,11 +150,13 @@ pub enum Command {
     /// Set the current project (used when --project is not given).
     SetProject {
         /// A project id.
+        #[arg(add = crate::cli::complete::project())]
         project_id: String,
     },
     /// Set the current PRD (used when --prd is not given).
     SetPrd {
         /// A PRD id.
+        #[arg(add = crate::cli::complete::prd())]
         prd_id: String,
     },
     /// List all users (admins only once logged in as a user).
@@ -163,7 +167,7 @@ pub enum Command {
         #[arg(long, value_enum)]
         status: Option<StatusArg>,
         /// Only jobs of this project.
-        #[arg(long)]
+        #[arg(add = crate::cli::complete::project(), long)]
         project: Option<String>,
         /// List the archived jobs (Queues/<q>/Jobs/archive/) instead.
         #[arg(long)]
@@ -174,7 +178,7 @@ pub enum Command {
     /// List PRDs of one project, or of all.
     ListPrds {
         /// Only PRDs of this project.
-        #[arg(long)]
+        #[arg(add = crate::cli::complete::project(), long)]
         project: Option<String>,
     },
     /// List tasks (issue 30), of one PRD, one project or all, optionally in one state.
@@ -199,21 +203,25 @@ pub enum Command {
     /// Show one user.
     ViewUser {
         /// User id.
+        #[arg(add = crate::cli::complete::user())]
         user_id: String,
     },
     /// Show one job, output included (--follow N waits for it to finish).
     ViewJob {
         /// Job id.
+        #[arg(add = crate::cli::complete::job())]
         job_id: String,
     },
     /// Show one project.
     ViewProject {
         /// Project id.
+        #[arg(add = crate::cli::complete::project())]
         project_id: String,
     },
     /// Show one PRD.
     ViewPrd {
         /// PRD id.
+        #[arg(add = crate::cli::complete::prd())]
         prd_id: String,
     },
     /// Show one queue.
@@ -233,6 +241,16 @@ pub enum Command {
     },
     /// Add a user document.
     AddUser(admin::AddUserArgs),
+    /// Change a user's notification settings (sinks, events, quiet hours, chat ids).
+    SetUser(notify::SetUserArgs),
+    /// Check notification sinks end to end (`notify test --sink slack`).
+    Notify {
+        /// What to do.
+        #[command(subcommand)]
+        action: notify::NotifyAction,
+    },
+    /// What notifications were sent, and which failed and why.
+    Notifications(notify::NotificationsArgs),
     /// Add a project document and its PRD folders.
     AddProject(admin::AddProjectArgs),
     /// Add a queue and its job folders.
@@ -271,6 +289,7 @@ pub enum Command {
     /// Cancel a queued or running job (asks its queue manager over D-Bus).
     CancelJob {
         /// Job id.
+        #[arg(add = crate::cli::complete::job())]
         job_id: String,
     },
     /// List the approval requests of running jobs waiting for an answer (every queue whose
@@ -279,6 +298,7 @@ pub enum Command {
     /// Allow a running job's approval request (REQ: its number, aN, or the full id).
     Approve {
         /// Job id.
+        #[arg(add = crate::cli::complete::job())]
         job_id: String,
         /// Request: `3`, `a3` or `JOB-a3`.
         request: String,
@@ -289,6 +309,7 @@ pub enum Command {
     /// Deny a running job's approval request; the agent sees the reason.
     Deny {
         /// Job id.
+        #[arg(add = crate::cli::complete::job())]
         job_id: String,
         /// Request: `3`, `a3` or `JOB-a3`.
         request: String,
@@ -303,6 +324,7 @@ pub enum Command {
     /// ends or N seconds pass. Without a journal, the output stored in the job file.
     Logs {
         /// Job id.
+        #[arg(add = crate::cli::complete::job())]
         job_id: String,
     },
     /// Try a failed job again as a new job (attempt + 1, retry_of the failed one), with the
@@ -310,6 +332,7 @@ pub enum Command {
     #[command(after_long_help = flow::RETRY_EXIT)]
     Retry {
         /// Id of the failed job.
+        #[arg(add = crate::cli::complete::job())]
         job_id: String,
     },
     /// Move finished and failed jobs older than --older-than into
@@ -326,9 +349,11 @@ pub enum Command {
     /// List the machines sharing the store (from their heartbeats under machines/), silent
     /// ones marked "stale for 3m12s".
     ListMachines,
+    /// This machine's key in the store (made from /etc/machine-id) and its host name.
+    ThisMachine,
     /// Show one machine: its state, daemons, queues and each daemon's heartbeat.
     ViewMachine {
-        /// Host name.
+        /// The machine's key (`this-machine`, `list-machines`), or a host name it had.
         host: String,
     },
     /// List the messages in messaging/ (requests in inbox/ and processed_inbox/, answers in
@@ -509,6 +534,9 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Validate { paths, kind } => admin::validate(g, &mut out, &paths, kind.as_deref()),
         Command::AddUser(a) => admin::add_user(g, &mut out, a),
         Command::AddProject(a) => admin::add_project(g, &mut out, a),
+        Command::SetUser(a) => notify::set_user(g, &mut out, a),
+        Command::Notify { action } => notify::run(g, &mut out, action),
+        Command::Notifications(a) => notify::list(g, &mut out, &a),
         Command::AddQueue(a) => admin::add_queue(g, &mut out, a),
         Command::SetQueue(a) => admin::set_queue(g, &mut out, a),
         Command::CreatePrd(a) => agent::simple(g, &mut out, "create-prd", a),
@@ -539,6 +567,7 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Migrate(a) => flow::migrate(g, &mut out, a),
         Command::Pipeline(a) => flow::pipeline(g, &mut out, a),
         Command::ListMachines => machines::list(g, &mut out),
+        Command::ThisMachine => machines::this(g, &mut out),
         Command::ViewMachine { host } => machines::view(g, &mut out, &host),
         Command::ListMessages(a) => messages::list(g, &mut out, &a),
         Command::ViewMessage { message_id } => messages::view(g, &mut out, &message_id),

@@ -83,6 +83,7 @@ pub struct Table {
     headers: Vec<&'static str>,
     rows: Vec<Vec<String>>,
     keep: Vec<usize>,
+    droppable: Vec<usize>,
 }
 
 impl Table {
@@ -92,7 +93,15 @@ impl Table {
             headers: headers.to_vec(),
             rows: Vec::new(),
             keep: Vec::new(),
+            droppable: Vec::new(),
         }
+    }
+
+    /// Leaves column `i` out when the terminal is too narrow for every column at its
+    /// narrowest (columns marked so go in the order they were marked).
+    pub fn droppable(mut self, i: usize) -> Table {
+        self.droppable.push(i);
+        self
     }
 
     /// Never cuts column `i` (ids that users copy).
@@ -125,17 +134,15 @@ impl Table {
                 widths[i] = widths[i].max(c.chars().count());
             }
         }
-        fit_widths(&mut widths, &self.keep);
+        fit_widths(&mut widths, &self.keep, &self.droppable);
         let line = |cells: &[String]| {
             let mut s = String::new();
-            for (i, w) in widths.iter().enumerate() {
-                let cell = cells.get(i).map(String::as_str).unwrap_or("");
-                let cut = fit(cell, *w);
-                if i + 1 == n {
-                    s.push_str(&cut);
-                } else {
-                    s.push_str(&format!("{cut:<w$}  ", w = w));
+            for (i, w) in widths.iter().enumerate().take(n) {
+                if *w == 0 {
+                    continue;
                 }
+                let cell = cells.get(i).map(String::as_str).unwrap_or("");
+                s.push_str(&format!("{:<w$}  ", fit(cell, *w), w = w));
             }
             s.trim_end().to_string()
         };
@@ -259,22 +266,38 @@ impl<'a> JsonArrayWriter<'a> {
 
 /// Shrinks the widest columns (never those in `keep`, never below 8) until a line of these
 /// widths, two spaces apart, fits in [`terminal_width`].
-pub fn fit_widths(widths: &mut [usize], keep: &[usize]) {
-    let n = widths.len();
-    let total = |w: &[usize]| w.iter().sum::<usize>() + 2 * (n.saturating_sub(1));
+pub fn fit_widths(widths: &mut [usize], keep: &[usize], droppable: &[usize]) {
+    let total = |w: &[usize]| {
+        let shown: Vec<usize> = w.iter().copied().filter(|w| *w > 0).collect();
+        shown.iter().sum::<usize>() + 2 * shown.len().saturating_sub(1)
+    };
     let room = terminal_width();
+    // First leave out columns (in the order given) while even every column at its
+    // narrowest (8, kept columns whole) would be wider than the terminal; 0 = not shown.
+    let narrowest = |w: &[usize]| -> Vec<usize> {
+        w.iter()
+            .enumerate()
+            .map(|(i, w)| if keep.contains(&i) { *w } else { (*w).min(8) })
+            .collect()
+    };
+    for &d in droppable {
+        if total(&narrowest(widths)) <= room {
+            break;
+        }
+        if let Some(w) = widths.get_mut(d) {
+            *w = 0;
+        }
+    }
+    // Then narrow the widest column that may be cut, one character at a time.
     while total(widths) > room {
         let Some((i, _)) = widths
             .iter()
             .enumerate()
-            .filter(|(i, _)| !keep.contains(i))
+            .filter(|(i, w)| !keep.contains(i) && **w > 8)
             .max_by_key(|(_, w)| **w)
         else {
             break;
         };
-        if widths[i] <= 8 {
-            break;
-        }
         widths[i] -= 1;
     }
 }

@@ -26,13 +26,13 @@ pub struct SetupArgs {
     #[arg(long)]
     pub email: Option<String>,
     /// A project to add (with --directory).
-    #[arg(long, requires = "directory")]
+    #[arg(add = crate::cli::complete::project(), long, requires = "directory")]
     pub project: Option<String>,
     /// The project's folder.
     #[arg(long)]
     pub directory: Option<PathBuf>,
     /// The queue this machine serves (default: the store's default queue).
-    #[arg(long = "serve-queue", value_name = "QUEUE")]
+    #[arg(add = crate::cli::complete::queue(), long = "serve-queue", value_name = "QUEUE")]
     pub serve_queue: Option<String>,
     /// Also route messages on this machine (enable the orchestrator's units); default yes.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
@@ -165,6 +165,7 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, a: SetupArgs) -> CliResul
                 },
                 slack_username: None,
                 unix_user: Some(me.clone()),
+                notify: None,
             })?;
             step(
                 out,

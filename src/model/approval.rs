@@ -207,6 +207,12 @@ pub struct ApprovalAnswer {
     pub proof: String,
 }
 
+/// Where a worker that has no gate finds its job's approval key: the environment Slurm
+/// gives the batch step (the queue manager hands it to `sbatch` in sbatch's own environment,
+/// never on a command line or in the store; the step runs as root, so only root can read it
+/// there). Never passed on to the agent ([`crate::worker`]'s `agent_env`).
+pub const APPROVAL_KEY_ENV: &str = "AGENTSTORE_APPROVAL_KEY";
+
 /// A job's approval key: random, made by the queue manager when it starts the job and
 /// handed to the worker on its gate; never written to the store.
 pub fn new_approval_key() -> String {

@@ -189,6 +189,12 @@ pub struct JobRuntime {
     /// absent: the queue does not sandbox its jobs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<String>,
+    /// What the sandbox refused the job, as its socket supervisor saw it: a UDP or other
+    /// socket, a connect to a port or Unix socket it may not reach (extension, issue 28).
+    /// Files Landlock refused are not listed (the kernel's audit log has them; `sandbox`
+    /// says where to look).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sandbox_refused: Vec<String>,
 }
 
 impl Job {
@@ -245,6 +251,7 @@ impl JobRuntime {
             sandbox: None,
             commit: None,
             worktree: None,
+            sandbox_refused: Vec::new(),
         }
     }
 }

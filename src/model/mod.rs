@@ -29,7 +29,7 @@ pub use queue::{
 };
 pub use task::{Task, TaskRef, TaskStatus};
 pub use time::{MAX_CLOCK_SKEW_SECS, Timestamp};
-pub use user::{Permission, User};
+pub use user::{NotifyPrefs, Permission, QuietHours, User};
 
 use std::fmt;
 

@@ -1,7 +1,7 @@
 //! The commands a message may carry (PRD §5, §6.2) and their Claude command mapping.
 
 /// Commands answered directly from the store.
-pub const DIRECT_COMMANDS: [&str; 15] = [
+pub const DIRECT_COMMANDS: [&str; 16] = [
     "help",
     "list-users",
     "list-projects",
@@ -12,6 +12,7 @@ pub const DIRECT_COMMANDS: [&str; 15] = [
     "view-project",
     "view-prd",
     "view-job",
+    "job-log",
     "view-queue",
     "list-machines",
     "view-machine",

@@ -7,6 +7,7 @@
 use super::DAEMON;
 use super::handled::Completions;
 use crate::model::{DocKind, Job, JobStatus, Prd, PrdState, Timestamp};
+use crate::store::grouped::GroupedWrite;
 use crate::store::{Event, JobLocation, Record, Store, StoreError, move_no_replace};
 use serde_json::{Map, Value};
 
@@ -25,83 +26,120 @@ pub fn result_text(job: &Job) -> String {
     job.result_text()
 }
 
-/// Appends the handled job's line to this machine's handled-log. A log that cannot be
-/// written (a full disk, a FIFO or folder planted under its name) costs a warning, never the
-/// pass: the job's flag is set, so it is not handled twice (after a restart it is read once
-/// more), and the jobs after it in this pass are still handled.
-fn record_handled(log: &mut super::handled::HandledLog, loc: &JobLocation) {
-    if let Err(e) = log.record(&loc.queue, &loc.id) {
-        tracing::warn!(
-            job_id = %loc.id,
-            queue = %loc.queue,
-            "handled-log not written: {e}; the job is handled (its runtime.handled is set)"
-        );
-    }
+/// Jobs handled in one batch: their flags are written with one grouped sync
+/// ([`crate::store::grouped`]), their handled-log lines with one append.
+pub const BATCH: usize = 512;
+
+/// What one batch did.
+#[derive(Debug, Default)]
+pub struct BatchOutcome {
+    /// Jobs handled now (their flag written and synced).
+    pub handled: Vec<Handled>,
+    /// Jobs to record in the handled-log: the handled ones and those whose flag was set
+    /// already.
+    pub done: Vec<(String, String)>,
+    /// Jobs whose flag could not be written: looked at again at the next sweep.
+    pub retry: Vec<(String, String)>,
+    /// Jobs that could not be read: looked at again once their file changes.
+    pub unreadable: Vec<(String, String, std::path::PathBuf)>,
+    /// The first write error, if any (the batch goes on without that job).
+    pub error: Option<StoreError>,
 }
 
-/// Handles the finished jobs `completions` names (reported by the watcher, or found by its
-/// backstop sweep) that the handled-log does not list yet. Each handled job gets its
-/// `runtime.handled` flag, then a line in this machine's handled-log; a job whose flag is
-/// already set (handled before a crash lost the log line, or by an older version) is only
-/// logged. Jobs the log names are never read again.
-pub fn handle_finished_jobs(
-    store: &Store,
-    completions: &mut Completions,
-) -> Result<Vec<Handled>, StoreError> {
-    let mut done = Vec::new();
-    for (queue, id) in completions.take_candidates(store) {
-        let path = store.job_path(&queue, JobStatus::Finished, &id);
+/// Handles the finished jobs `batch` names (from [`Completions::next_batch`]). Each handled
+/// job's effects are written (each durable on its own), then its `runtime.handled` flag:
+/// the flags of the whole batch are staged and made durable together (one file-system sync
+/// and one folder sync, instead of two syncs per job), and only the jobs whose flag is on
+/// disk are returned as done, for the handled-log. A crash anywhere leaves each job either
+/// with its new flag or with its old file (its effects, idempotent, are done again on the
+/// next pass); a log line never runs ahead of its flag. A job whose flag is already set
+/// (handled before a crash lost the log line, or by an older version) is only logged.
+pub fn process_batch(store: &Store, batch: &[(String, String)]) -> BatchOutcome {
+    let mut out = BatchOutcome::default();
+    let mut group = GroupedWrite::new();
+    let mut staged: Vec<(JobLocation, String)> = Vec::new();
+    for (queue, id) in batch {
+        let path = store.job_path(queue, JobStatus::Finished, id);
         if !std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
             continue; // moved on meanwhile (or not a regular file: never followed)
         }
         let loc = JobLocation {
-            queue,
+            queue: queue.clone(),
             status: JobStatus::Finished,
-            id,
+            id: id.clone(),
             path,
         };
         let mut job = match store.job(&loc) {
             Ok(j) => j,
             Err(e) => {
                 tracing::warn!("skipping finished job: {e}");
-                completions.retry_later(&loc.queue, &loc.id, &loc.path);
+                out.unreadable.push((loc.queue, loc.id, loc.path));
                 continue;
             }
         };
         if job.runtime.handled == Some(true) {
-            record_handled(completions.log(store), &loc);
+            out.done.push((loc.queue, loc.id));
             continue;
         }
-        let _span = tracing::info_span!("job", job_id = %loc.id, queue = %loc.queue).entered();
-        let action = match handle_one(store, &loc, &job) {
-            // The handler failed the job (a create-tasks answer refused): it is in
-            // failed_jobs/ now, marked handled.
-            Ok(a) if !crate::store::safe::exists(&loc.path) => {
-                record_handled(completions.log(store), &loc);
-                store.record(Record::warn(
-                    Event::new(DAEMON, "job_failed_on_completion")
-                        .job(&loc.id)
-                        .queue(&loc.queue)
-                        .detail(&a),
-                    format!("finished job failed by its handler: {a}"),
-                ));
-                continue;
-            }
-            Ok(a) => a,
-            Err(e) => {
-                store.record(Record::warn(
-                    Event::new(DAEMON, "completion_failed")
-                        .job(&loc.id)
-                        .detail(e.to_string()),
-                    format!("completion handler failed: {e}"),
-                ));
-                format!("failed: {e}")
+        let action = {
+            let _span = tracing::info_span!("job", job_id = %loc.id, queue = %loc.queue).entered();
+            match handle_one(store, &loc, &job) {
+                // The handler failed the job (a create-tasks answer refused): it is in
+                // failed_jobs/ now, marked handled.
+                Ok(a) if !crate::store::safe::exists(&loc.path) => {
+                    store.record(Record::warn(
+                        Event::new(DAEMON, "job_failed_on_completion")
+                            .job(&loc.id)
+                            .queue(&loc.queue)
+                            .detail(&a),
+                        format!("finished job failed by its handler: {a}"),
+                    ));
+                    out.done.push((loc.queue, loc.id));
+                    continue;
+                }
+                Ok(a) => a,
+                Err(e) => {
+                    store.record(Record::warn(
+                        Event::new(DAEMON, "completion_failed")
+                            .job(&loc.id)
+                            .detail(e.to_string()),
+                        format!("completion handler failed: {e}"),
+                    ));
+                    format!("failed: {e}")
+                }
             }
         };
         job.runtime.handled = Some(true);
         // The job is finished: its worker is gone, so the orchestrator may write it now.
-        store.write_doc(DocKind::Job, &loc.path, &job)?;
-        record_handled(completions.log(store), &loc);
+        let written = store
+            .doc_bytes(DocKind::Job, &loc.path, &job)
+            .and_then(|bytes| {
+                group
+                    .stage(&loc.path, &bytes)
+                    .map_err(|source| StoreError::Io {
+                        path: loc.path.clone(),
+                        source,
+                    })
+            });
+        match written {
+            Ok(()) => staged.push((loc, action)),
+            Err(e) => {
+                tracing::warn!(job_id = %loc.id, queue = %loc.queue, "cannot write the handled flag: {e}");
+                out.retry.push((loc.queue, loc.id));
+                out.error.get_or_insert(e);
+            }
+        }
+    }
+    for ((loc, action), result) in staged.into_iter().zip(group.commit()) {
+        if let Err(source) = result {
+            tracing::warn!(job_id = %loc.id, queue = %loc.queue, "cannot write the handled flag: {source}");
+            out.retry.push((loc.queue, loc.id));
+            out.error.get_or_insert(StoreError::Io {
+                path: loc.path,
+                source,
+            });
+            continue;
+        }
         store.record(Record::info(
             Event::new(DAEMON, "job_handled")
                 .job(&loc.id)
@@ -109,12 +147,58 @@ pub fn handle_finished_jobs(
                 .detail(&action),
             format!("finished job handled: {action}"),
         ));
-        done.push(Handled {
+        out.handled.push(Handled {
             job_id: loc.id.clone(),
             action,
         });
+        out.done.push((loc.queue, loc.id));
     }
-    Ok(done)
+    out
+}
+
+/// Records the end of a batch in `completions` (its handled-log lines, its retries). A log
+/// that cannot be written (a full disk, a FIFO or folder planted under its name) costs a
+/// warning, never the pass: the jobs' flags are set, so they are not handled twice (after a
+/// restart each is read once more).
+pub fn finish_batch(
+    store: &Store,
+    completions: &mut Completions,
+    batch: &[(String, String)],
+    out: &BatchOutcome,
+) {
+    if let Err(e) = completions.finish(store, batch, &out.done, &out.retry, &out.unreadable) {
+        tracing::warn!(
+            "handled-log not written: {e}; the jobs are handled (their runtime.handled is set)"
+        );
+    }
+}
+
+/// Handles every finished job `completions` names (reported by the watcher, or found by its
+/// backstop sweep) that the handled-log does not list yet, a batch at a time
+/// ([`process_batch`]). Jobs the log names are never read again. Fails with the first
+/// write error after handling every other job.
+pub fn handle_finished_jobs(
+    store: &Store,
+    completions: &mut Completions,
+) -> Result<Vec<Handled>, StoreError> {
+    let mut done = Vec::new();
+    let mut error = None;
+    loop {
+        let batch = completions.next_batch(store, BATCH);
+        if batch.is_empty() {
+            break;
+        }
+        let mut out = process_batch(store, &batch);
+        finish_batch(store, completions, &batch, &out);
+        done.append(&mut out.handled);
+        if error.is_none() {
+            error = out.error.take();
+        }
+    }
+    match error {
+        Some(e) => Err(e),
+        None => Ok(done),
+    }
 }
 
 fn handle_one(store: &Store, loc: &JobLocation, job: &Job) -> Result<String, StoreError> {

@@ -10,7 +10,7 @@
 
 use super::service::{Frontend, Shared};
 use super::standby::{Role, Seat};
-use super::{DAEMON, FileOutcome, LockTiming, handle_finished_jobs, process_inbox_while};
+use super::{DAEMON, FileOutcome, LockTiming, process_inbox_while};
 use crate::model::{JobStatus, Timestamp};
 use crate::store::{Event, Record, Store, StoreError};
 use crate::systemd::{notify_ready, notify_status, notify_stopping};
@@ -108,6 +108,16 @@ pub struct CycleReport {
 
 /// [`cycle`], also counting deferred files.
 pub fn cycle_report(shared: &Shared) -> Result<CycleReport, StoreError> {
+    pass(shared, true)
+}
+
+/// One pass over the inbox only: the daemon handles finished jobs on a task of its own
+/// ([`super::backlog::run_background`]), so no backlog ever delays an answer.
+pub fn inbox_pass(shared: &Shared) -> Result<CycleReport, StoreError> {
+    pass(shared, false)
+}
+
+fn pass(shared: &Shared, with_completions: bool) -> Result<CycleReport, StoreError> {
     let mut deferred = 0;
     let mut answered = Vec::new();
     let store = &shared.store;
@@ -161,14 +171,12 @@ pub fn cycle_report(shared: &Shared) -> Result<CycleReport, StoreError> {
             }
         }
         handled += n - deferred.min(n);
+        // A batch answered: a long backlog is progress for systemd's watchdog, not a wedge.
+        crate::systemd::watchdog::progress();
         // PRD §6.1: after each batch of at most max_messages_per_loop, finished jobs; a
         // flood of messages never starves completion handling.
-        if store.config().orchestrator.enable_job_completion_handler {
-            let mut completions = shared.completions.lock().map_err(|_| StoreError::Io {
-                path: store.root().to_path_buf(),
-                source: std::io::Error::other("completions lock poisoned"),
-            })?;
-            handled += handle_finished_jobs(store, &mut completions)?.len();
+        if with_completions && store.config().orchestrator.enable_job_completion_handler {
+            handled += super::backlog::run_all(shared)?.len();
         }
         if n < limit || deferred > 0 {
             break;
@@ -403,6 +411,7 @@ pub async fn run(
         .log(LOG_FILE),
     );
     notify_ready(&format!("Watching {root}"));
+    let mut watchdog = crate::systemd::Watchdog::from_env();
 
     let sweep_every = opts
         .sweep_interval
@@ -425,6 +434,10 @@ pub async fn run(
         .lock()
         .map(|r| r.clone())
         .unwrap_or(Role::Active);
+    // Finished jobs are handled on a thread of their own, a batch at a time; the loop
+    // answers the inbox meanwhile and asks the thread for a run after each pass.
+    let completer = super::backlog::Worker::start(shared.clone(), tx.clone())
+        .map_err(|e| DaemonError::Other(format!("cannot start the completion thread: {e}")))?;
     let result = loop {
         if let Some(e) = keeper.failed() {
             break Err(e);
@@ -455,7 +468,7 @@ pub async fn run(
         let report = if !answers {
             CycleReport::default()
         } else {
-            match shared.run_blocking(move || cycle_report(&s)).await {
+            match shared.run_blocking(move || inbox_pass(&s)).await {
                 Ok(Ok(r)) => r,
                 Ok(Err(e)) => {
                     tracing::error!("sweep failed: {e}");
@@ -465,6 +478,15 @@ pub async fn run(
             }
         };
         let (handled, deferred) = (report.handled, report.deferred);
+        if answers
+            && shared
+                .store
+                .config()
+                .orchestrator
+                .enable_job_completion_handler
+        {
+            completer.want();
+        }
         frontend.announce(&report).await;
         let (s, held) = (shared.clone(), answers);
         match shared
@@ -481,6 +503,8 @@ pub async fn run(
             last_activity = activity;
         }
         notify_status(&status_line(&shared, &root));
+        // A pass got this far (inbox, finished jobs, heartbeat): alive (systemd's watchdog).
+        watchdog.progressed();
         // New or removed queues: their finished_jobs/ watches follow.
         let queues = shared.store.queue_ids().unwrap_or_default();
         if queues != known_queues {
@@ -521,7 +545,8 @@ pub async fn run(
         let mut wait = sweep_every
             .min(heartbeat_every)
             .min(idle_left)
-            .min(beat_in.max(Duration::from_millis(100)));
+            .min(beat_in.max(Duration::from_millis(100)))
+            .min(watchdog.wake_within());
         if deferred > 0 {
             wait = wait.min(super::SETTLE);
         }
@@ -539,7 +564,9 @@ pub async fn run(
         }
     };
     notify_stopping("Stopping");
-    // Calls under way finish before the lock is let go; new ones are refused.
+    // The completion task ends after its batch; calls under way finish before the lock is
+    // let go; new ones are refused.
+    let _ = shared.run_blocking(move || completer.stop()).await;
     shared.drain().await;
     let seat = keeper.stop();
     shared

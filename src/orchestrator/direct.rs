@@ -35,7 +35,7 @@ pub fn answer(store: &Store, msg: &Message, who: &Caller) -> Result<Value, Route
         "help" => Ok(Value::String(help_text())),
         "list-users" => {
             if !who.can_list_users() {
-                return denied("only admins can list users".into());
+                return denied(crate::permissions::Denied::ListUsers.to_string());
             }
             Ok(to_value(&store.users(&mut ignore)?))
         }
@@ -44,7 +44,7 @@ pub fn answer(store: &Store, msg: &Message, who: &Caller) -> Result<Value, Route
                 RouteError::Invalid("view-user: content.user is required (a string)".into())
             })?;
             if !who.can_view_user(id) {
-                return denied(format!("only admins can view other users ({id})"));
+                return denied(crate::permissions::Denied::ViewUser(id.to_string()).to_string());
             }
             Ok(to_value(&store.user(id)?))
         }
@@ -108,6 +108,7 @@ pub fn answer(store: &Store, msg: &Message, who: &Caller) -> Result<Value, Route
             job.id.get_or_insert_with(|| id.to_string());
             Ok(to_value(&job))
         }
+        "job-log" => super::joblog::answer(store, msg, who),
         // Machines (issue 13): every caller may see which machines serve the store, as anyone
         // who can read the store's `machines/` can.
         "list-machines" => {

@@ -115,6 +115,24 @@ impl HandledLog {
         written
     }
 
+    /// Records many handled jobs with one append of all their lines (a backlog batch). The
+    /// jobs count as recorded for this process even when the lines cannot be written.
+    pub fn record_many(&mut self, jobs: &[(String, String)]) -> Result<(), StoreError> {
+        let mut lines = String::new();
+        for (q, id) in jobs {
+            let k = key(q, id);
+            if self.set.insert(k.clone()) {
+                lines.push_str(&k);
+                lines.push('\n');
+            }
+        }
+        if lines.is_empty() {
+            return Ok(());
+        }
+        // The lines without their last newline: append writes it.
+        self.append(&lines[..lines.len() - 1])
+    }
+
     fn append(&self, k: &str) -> Result<(), StoreError> {
         let io = |source| StoreError::Io {
             path: self.own.clone(),
@@ -226,6 +244,10 @@ pub struct Completions {
     retry: BTreeMap<(String, String), Option<SystemTime>>,
     dir_mtimes: HashMap<String, SystemTime>,
     sweep_due: bool,
+    /// Jobs found but not handled yet (a backlog is handled a batch at a time).
+    backlog: BTreeSet<(String, String)>,
+    /// Jobs of a batch being handled now: never handed out twice.
+    in_flight: HashSet<(String, String)>,
 }
 
 impl Completions {
@@ -246,6 +268,57 @@ impl Completions {
         {
             self.pending.insert((queue.to_string(), id.to_string()));
         }
+    }
+
+    /// At most `max` jobs to handle now (the reported ones and, when a sweep is due, what it
+    /// finds; the rest stay in the backlog for the next batch). They are in flight until
+    /// [`Self::finish`]: no other batch gets them meanwhile.
+    pub fn next_batch(&mut self, store: &Store, max: usize) -> Vec<(String, String)> {
+        if !self.pending.is_empty() || self.sweep_due {
+            let fresh = self.take_candidates(store);
+            self.backlog.extend(fresh);
+        }
+        let mut out = Vec::new();
+        while out.len() < max.max(1) {
+            let Some(k) = self.backlog.pop_first() else {
+                break;
+            };
+            if self.in_flight.contains(&k) || self.log(store).contains(&k.0, &k.1) {
+                continue;
+            }
+            self.in_flight.insert(k.clone());
+            out.push(k);
+        }
+        out
+    }
+
+    /// Jobs found and not handled yet (not counting a batch in flight).
+    pub fn backlog_len(&self) -> usize {
+        self.backlog.len() + self.pending.len()
+    }
+
+    /// The end of a batch from [`Self::next_batch`]: `done` are recorded in the handled-log
+    /// with one append, `retry` are looked at again at the next sweep, `unreadable` at a
+    /// sweep once their file changed, and every job of `batch` is out of flight.
+    pub fn finish(
+        &mut self,
+        store: &Store,
+        batch: &[(String, String)],
+        done: &[(String, String)],
+        retry: &[(String, String)],
+        unreadable: &[(String, String, PathBuf)],
+    ) -> Result<(), StoreError> {
+        for (q, id, path) in unreadable {
+            self.retry_later(q, id, path);
+        }
+        for k in batch {
+            self.in_flight.remove(k);
+        }
+        for (q, id) in retry {
+            // No time seen: the next sweep looks at it whatever its time says.
+            self.retry.insert((q.clone(), id.clone()), None);
+        }
+        self.log(store).record_many(done)
     }
 
     /// A reported job could not be read now (`path`): tried again at a sweep once the

@@ -37,7 +37,7 @@ impl MachineWatch {
     pub fn new(store: &Store) -> MachineWatch {
         let every = store.config().machines.heartbeat();
         MachineWatch {
-            beat: Heartbeat::new(super::DAEMON, None, every.as_secs()),
+            beat: store.new_heartbeat(super::DAEMON, None, every.as_secs()),
             every,
             next: Instant::now(),
             known: BTreeMap::new(),

@@ -187,9 +187,9 @@ pub fn list(store: &Store, who: &Caller, f: &MessageFilter) -> Result<Value, Rou
     if let Some(u) = &f.user
         && !who.can_view_user(u)
     {
-        return Err(RouteError::PermissionDenied(format!(
-            "only admins can list other users' messages ({u})"
-        )));
+        return Err(RouteError::PermissionDenied(
+            crate::permissions::Denied::ListMessagesOf(u.clone()).to_string(),
+        ));
     }
     let dirs = folders(store);
     // The keys of the first `offset + limit` messages in listing order (cut back to those
@@ -393,9 +393,9 @@ pub fn view(store: &Store, who: &Caller, id: &str) -> Result<Value, RouteError> 
         )));
     };
     if !may_see(who, &judged.msg) {
-        return Err(RouteError::PermissionDenied(format!(
-            "message {id} belongs to another user"
-        )));
+        return Err(RouteError::PermissionDenied(
+            crate::permissions::Denied::Message(id.to_string()).to_string(),
+        ));
     }
     Ok(json!({
         "id": id,

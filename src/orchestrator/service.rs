@@ -267,7 +267,9 @@ fn leave_in_outbox(store: &Store, msg: &Message, outcome: &Outcome) {
 pub fn sweep(shared: &Shared, uid: u32) -> Result<CycleReport, RouteError> {
     let who = caller_for_uid(&shared.store, uid, shared.own_uid, None)?;
     if !who.is_admin() {
-        return Err(RouteError::PermissionDenied("only admins can sweep".into()));
+        return Err(RouteError::PermissionDenied(
+            crate::permissions::Denied::Sweep.to_string(),
+        ));
     }
     if let Some(why) = shared.standby_reason() {
         return Err(RouteError::Failed(why));

@@ -134,6 +134,7 @@ impl Manager {
                 req.job_id, req.tool, req.summary, req.request_id
             ),
         ));
+        self.store.notice_approval_waiting(&self.cfg.queue, &req);
         self.pending().push(req.clone());
         if let Some(events) = &self.events {
             events.emit(&QueueEvent::ApprovalRequested(req)).await;
@@ -150,6 +151,8 @@ impl Manager {
             p.remove(i)
         };
         if let Some(a) = &answer {
+            self.store
+                .notice_approval_answered(&self.cfg.queue, &req, a);
             self.record(Record::info(
                 self.event("approval_answered")
                     .job(&req.job_id)

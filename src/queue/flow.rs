@@ -258,6 +258,8 @@ impl Manager {
             return;
         }
         let Some(next) = next_attempt(job, id, Some(policy)) else {
+            self.store
+                .notice_retry_exhausted(&self.cfg.queue, id, job, error);
             return;
         };
         let q = self.cfg.queue.clone();

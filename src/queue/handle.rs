@@ -201,7 +201,7 @@ impl QueueHandle {
     pub async fn pause(&self, caller: &Caller) -> Result<(), QueueError> {
         if !caller.is_admin() {
             return Err(QueueError::PermissionDenied(
-                "only admins can pause a queue".into(),
+                crate::permissions::Denied::PauseQueue.to_string(),
             ));
         }
         self.send(|reply| QueueRequest::Pause { reply }).await
@@ -211,7 +211,7 @@ impl QueueHandle {
     pub async fn resume(&self, caller: &Caller) -> Result<(), QueueError> {
         if !caller.is_admin() {
             return Err(QueueError::PermissionDenied(
-                "only admins can resume a queue".into(),
+                crate::permissions::Denied::ResumeQueue.to_string(),
             ));
         }
         self.send(|reply| QueueRequest::Resume { reply }).await

@@ -6,13 +6,23 @@
 use super::{EndCause, Manager};
 use crate::model::{DocKind, Job, JobStatus, Timestamp};
 use crate::store::Record;
-use crate::store::machines::{Heartbeat, is_machine_lost_error};
+use crate::store::machines::is_machine_lost_error;
 
 impl Manager {
+    /// True when `host` (a job's `runtime.host`) names this machine: its key, or one it had
+    /// before (its heartbeat's `formerly`: a store from before machine ids).
+    pub(super) fn is_this_machine(&self, host: &str) -> bool {
+        host == self.host
+            || self
+                .heartbeat
+                .as_ref()
+                .is_some_and(|hb| hb.formerly.iter().any(|f| f == host))
+    }
+
     /// Writes the heartbeat (`stopped`: the last one, at a clean stop).
     pub(super) fn write_heartbeat(&mut self, stopped: bool) {
         let hb = self.heartbeat.get_or_insert_with(|| {
-            Heartbeat::new(
+            self.store.new_heartbeat(
                 "queue-manager",
                 Some(&self.cfg.queue),
                 self.store.config().machines.heartbeat().as_secs(),
@@ -42,6 +52,7 @@ impl Manager {
         let machines = self.store.machines();
         for lost in self.store.fail_lost_jobs(&q, &self.host, &machines) {
             let path = self.store.job_path(&q, JobStatus::Failed, &lost.id);
+            self.store.notice_job_ended(&q, &lost.id);
             if let Ok(job) = self.store.read_doc::<Job>(DocKind::Job, &path) {
                 self.retry_if_due(&lost.id, &job, &lost.error);
             }

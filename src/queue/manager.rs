@@ -174,8 +174,13 @@ impl Manager {
         // Paused survives a restart: this machine's runtime says so, else queue.json (a store
         // from before the runtime had its own file, or a user who paused it by hand).
         let host = hostname();
+        // (The runtime under this machine's host name: a store from before machine ids.)
         let paused = store
             .queue_runtime(&cfg.queue, &host)
+            .or_else(|| {
+                crate::store::identity::legacy_key()
+                    .and_then(|l| store.queue_runtime(&cfg.queue, &l))
+            })
             .and_then(|r| r.paused)
             .or(queue.runtime.paused)
             .unwrap_or(false);
@@ -369,8 +374,14 @@ impl Manager {
         ));
         self.load_approvals().await;
         self.step().await;
+        let mut watchdog = crate::systemd::Watchdog::from_env();
         loop {
+            // Back at the top: the last pass ended (systemd's watchdog, WatchdogSec=).
+            watchdog.progressed();
             let next = self.next_deadline();
+            let next = Instant::now()
+                .checked_add(watchdog.wake_within())
+                .map_or(next, |w| next.min(w));
             let wake = tokio::select! {
                 _ = &mut shutdown => Wake::Shutdown,
                 ev = async {

@@ -98,9 +98,9 @@ impl Manager {
             )));
         }
         if !caller.can_cancel_job(job.as_ref(), project.as_ref()) {
-            return Err(QueueError::PermissionDenied(format!(
-                "job {id} belongs to another user's project"
-            )));
+            return Err(QueueError::PermissionDenied(
+                crate::permissions::Denied::CancelJob(id.to_string()).to_string(),
+            ));
         }
         tracing::info!(job_id = %id, queue = %q, "cancel requested by {by}");
         match from {

@@ -81,6 +81,7 @@ impl Manager {
             self.event(event).job(id).detail(error),
             format!("job {id} {}: {error}", to.name()),
         ));
+        self.store.notice_job_ended(&self.cfg.queue, id);
         self.drop_approvals_of(id).await;
         self.signal(id, from, to).await;
     }
@@ -123,7 +124,12 @@ impl Manager {
             Ok(j) => j,
             Err(_) => return true,
         };
-        if job.runtime.host.as_deref().is_some_and(|h| h != self.host) {
+        if job
+            .runtime
+            .host
+            .as_deref()
+            .is_some_and(|h| !self.is_this_machine(h))
+        {
             return true; // another machine's job
         }
         if let Some(sid) = job.runtime.slurm_job_id.clone() {

@@ -40,6 +40,10 @@ pub struct Config {
     /// issue 27). Like `run_as`, read only from the machine's own configuration.
     #[serde(default)]
     pub programs: ProgramsPolicy,
+    /// Notifications (extension, issue 31): sinks, their endpoints and secrets, defaults.
+    /// Like `run_as`, the notifier reads it only from the machine's own configuration.
+    #[serde(default)]
+    pub notify: super::notify_config::NotifyConfig,
 }
 
 /// `run_as:` section (machine configuration only): which accounts a root queue manager may
@@ -94,6 +98,7 @@ impl Default for Config {
             schema_version: None,
             run_as: RunAsPolicy::default(),
             programs: ProgramsPolicy::default(),
+            notify: super::notify_config::NotifyConfig::default(),
         }
     }
 }
@@ -159,9 +164,12 @@ impl OrchestratorConfig {
         std::time::Duration::from_secs(self.takeover_settle_seconds.min(600))
     }
 
-    /// True when `host` is listed in `standby`.
+    /// True when `host` (a machine's key in the store) is listed in `standby`, or this
+    /// machine is and `host` is its key: a list may name machines by host name.
     pub fn is_standby_host(&self, host: &str) -> bool {
-        self.standby.iter().any(|h| h == host)
+        self.standby.iter().any(|h| {
+            h == host || (host == super::hostname() && *h == super::identity::display_hostname())
+        })
     }
 }
 

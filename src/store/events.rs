@@ -43,22 +43,15 @@ pub struct Event {
     pub detail: Option<String>,
 }
 
-/// Overrides the host name a process reports (two "machines" on one computer in tests).
+/// Names this machine outright (two "machines" on one computer in tests).
 pub const HOSTNAME_ENV: &str = "AGENTSTORE_HOSTNAME";
 
-/// This machine's host name: `$AGENTSTORE_HOSTNAME` when set (to a safe file name), else
-/// the kernel's.
+/// This machine's name in the store, the key of its heartbeats, lock, claims and per-machine
+/// files: `$AGENTSTORE_HOSTNAME` when set (to a safe file name), else one made from its
+/// machine id ([`super::identity::machine_key`]: not its host name, which clones share and
+/// renames change).
 pub fn hostname() -> String {
-    if let Some(h) = std::env::var(HOSTNAME_ENV)
-        .ok()
-        .filter(|h| crate::model::is_safe_id(h))
-    {
-        return h;
-    }
-    nix::unistd::gethostname()
-        .ok()
-        .and_then(|h| h.into_string().ok())
-        .unwrap_or_else(|| "localhost".to_string())
+    super::identity::machine_key()
 }
 
 impl Event {

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// Name of a temporary sibling of `path`: dot-prefixed so scanners skip it.
-fn temp_sibling(path: &Path) -> io::Result<PathBuf> {
+pub(super) fn temp_sibling(path: &Path) -> io::Result<PathBuf> {
     let name = path
         .file_name()
         .and_then(|n| n.to_str())

@@ -41,8 +41,16 @@ pub fn is_machine_lost_error(error: &str) -> bool {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Heartbeat {
-    /// The machine (its host name, or `AGENTSTORE_HOSTNAME`).
+    /// The machine's key in the store ([`crate::store::hostname`]: made from its machine id,
+    /// or `AGENTSTORE_HOSTNAME`).
     pub host: String,
+    /// Its host name, for display.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    /// The keys this machine had before (its host name, from before machine ids): jobs whose
+    /// `runtime.host` names one of them are its jobs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub formerly: Vec<String>,
     /// `orchestratord` or `queue-manager`.
     pub daemon: String,
     /// The queue a queue manager serves.
@@ -82,6 +90,8 @@ impl Heartbeat {
         let now = Timestamp::now();
         Heartbeat {
             host: super::hostname(),
+            hostname: Some(super::identity::display_hostname()),
+            formerly: Vec::new(),
             daemon: daemon.to_string(),
             queue: queue.map(str::to_string),
             pid: std::process::id(),
@@ -98,7 +108,7 @@ impl Heartbeat {
     }
 
     /// The file name of this daemon's heartbeat.
-    fn file_name(&self) -> String {
+    pub(super) fn file_name(&self) -> String {
         match &self.queue {
             Some(q) => format!("{}.{q}.json", self.daemon),
             None => format!("{}.json", self.daemon),
@@ -117,8 +127,12 @@ pub fn boot_id() -> Option<String> {
 /// One machine, merged from its daemons' heartbeats.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Machine {
-    /// Host name.
+    /// Its key in the store.
     pub host: String,
+    /// Its host name (the latest heartbeat's), for display.
+    pub hostname: Option<String>,
+    /// Keys it had before (see [`Heartbeat::formerly`]).
+    pub formerly: Vec<String>,
     /// The latest heartbeat of any of its daemons.
     pub last_seen: Timestamp,
     /// Boot id of the latest heartbeat.
@@ -154,8 +168,11 @@ impl Machine {
 /// `Submit` and the web API give the same rows).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct MachineView {
-    /// Host name.
+    /// Its key in the store.
     pub host: String,
+    /// Its host name, for display (two machines may share one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
     /// `ok`, `stale for 3m12s` or `stopped 3m12s ago`.
     pub state: String,
     /// Silent past `machines.stale_after_seconds` without having stopped cleanly.
@@ -211,6 +228,7 @@ impl Machine {
             orchestrator_role: orchestrator.and_then(|d| d.role.clone()),
             lock_epoch: orchestrator.and_then(|d| d.epoch),
             host: self.host.clone(),
+            hostname: self.hostname.clone(),
             state,
             stale,
             silent_seconds: silent,
@@ -241,9 +259,14 @@ pub struct Machines {
 }
 
 impl Machines {
-    /// The machine `host`, if it ever reported.
+    /// The machine `host`, if it ever reported: the one keyed so, else the one that had that
+    /// key before ([`Heartbeat::formerly`]).
     pub fn get(&self, host: &str) -> Option<&Machine> {
-        self.machines.iter().find(|m| m.host == host)
+        self.machines.iter().find(|m| m.host == host).or_else(|| {
+            self.machines
+                .iter()
+                .find(|m| m.formerly.iter().any(|f| f == host))
+        })
     }
 
     /// Who serves `queue` at `now`, from the queue managers' heartbeats: a manager that
@@ -422,7 +445,13 @@ impl Store {
             let mut versions: Vec<String> = daemons.iter().map(|d| d.version.clone()).collect();
             versions.sort();
             versions.dedup();
+            let mut formerly: Vec<String> =
+                daemons.iter().flat_map(|d| d.formerly.clone()).collect();
+            formerly.sort();
+            formerly.dedup();
             out.machines.push(Machine {
+                hostname: latest.hostname.clone(),
+                formerly,
                 host,
                 last_seen: latest.last_seen,
                 boot_id: latest.boot_id.clone(),
@@ -624,7 +653,7 @@ impl Store {
 
 /// Reads one heartbeat file: a regular file (no link followed), at most
 /// [`MAX_HEARTBEAT_BYTES`], strict JSON of [`Heartbeat`].
-fn read_heartbeat(path: &Path) -> Result<Heartbeat, String> {
+pub(super) fn read_heartbeat(path: &Path) -> Result<Heartbeat, String> {
     let f = safe::open_read(path).map_err(|e| e.to_string())?;
     let len = f.metadata().map_err(|e| e.to_string())?.len();
     if len > MAX_HEARTBEAT_BYTES {

@@ -2,9 +2,11 @@
 //! journal with structured fields (or to stderr where there is no journal).
 
 pub mod bus_choice;
+pub mod watchdog;
 
 pub use bus_choice::{BusChoice, BusKind};
 use std::sync::OnceLock;
+pub use watchdog::Watchdog;
 
 /// Tells the service manager the daemon is ready (`Type=notify`). A no-op outside systemd.
 pub fn notify_ready(status: &str) {

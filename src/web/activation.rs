@@ -1,15 +1,21 @@
 //! Socket activation: the listeners systemd passes (`LISTEN_FDS`, `LISTEN_PID`,
-//! `LISTEN_FDNAMES`, sd_listen_fds(3)).
+//! `LISTEN_FDNAMES`, sd_listen_fds_with_names(3)), received with the `libsystemd` crate
+//! ([`libsystemd::activation::receive_descriptors_with_names`]), which checks `LISTEN_PID`,
+//! sets close-on-exec on each descriptor and unsets the variables so children do not see them.
 //!
-//! Parsed here rather than with the `libsystemd` crate: the protocol is three variables and
-//! a run of descriptors from 3, and the crate would still leave the one `unsafe` step (taking
-//! ownership of an inherited descriptor) to us; no dependency is added for it.
+//! What stays here: the crate hands out raw descriptor numbers, so taking ownership of one is
+//! the one `unsafe` step; and each must be a *listening stream* socket (the crate only tells a
+//! socket's family), which is checked before it is served.
 #![allow(unsafe_code)]
 
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use libsystemd::activation::{FileDescriptor, IsType};
+use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd, RawFd};
 
 /// The first passed descriptor (`SD_LISTEN_FDS_START`).
 pub const LISTEN_FDS_START: RawFd = 3;
+
+/// More passed descriptors than this is a configuration mistake, not a server's listeners.
+const MAX_LISTENERS: usize = 64;
 
 /// A listener passed by systemd.
 #[derive(Debug)]
@@ -23,7 +29,7 @@ pub enum Listener {
 /// Why the passed descriptors cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ActivationError {
-    /// A variable is malformed.
+    /// A variable is malformed, or a descriptor is not open.
     #[error("socket activation: {0}")]
     Invalid(String),
     /// A descriptor is not a listening stream socket.
@@ -38,88 +44,75 @@ pub enum ActivationError {
     },
 }
 
-/// What the three variables say: how many descriptors from 3 are ours, and their names.
-/// `None` when they are not for this process (unset, or `LISTEN_PID` another pid).
-pub fn parse(
+/// Checks what the crate does not: the count is sane and `LISTEN_FDNAMES` names exactly
+/// `LISTEN_FDS` descriptors. Only for variables meant for this process.
+fn check_variables(
     listen_pid: Option<&str>,
     listen_fds: Option<&str>,
     names: Option<&str>,
     own_pid: u32,
-) -> Result<Option<Vec<String>>, ActivationError> {
+) -> Result<(), ActivationError> {
     let (Some(pid), Some(fds)) = (listen_pid, listen_fds) else {
-        return Ok(None);
+        return Ok(());
     };
-    let pid: u32 = pid
-        .trim()
-        .parse()
-        .map_err(|_| ActivationError::Invalid(format!("LISTEN_PID={pid:?} is not a pid")))?;
-    if pid != own_pid {
-        return Ok(None);
+    if pid.trim().parse::<u32>().ok() != Some(own_pid) {
+        return Ok(()); // not ours (a malformed pid is the crate's error to name)
     }
     let n: usize = fds
         .trim()
         .parse()
         .map_err(|_| ActivationError::Invalid(format!("LISTEN_FDS={fds:?} is not a count")))?;
-    if n > 64 {
+    if n > MAX_LISTENERS {
         return Err(ActivationError::Invalid(format!(
-            "LISTEN_FDS={n}: more than 64 descriptors"
+            "LISTEN_FDS={n}: more than {MAX_LISTENERS} descriptors"
         )));
     }
-    let mut out: Vec<String> = names
-        .map(|s| s.split(':').map(str::to_string).collect())
-        .unwrap_or_default();
-    if !out.is_empty() && out.len() != n {
+    if let Some(names) = names
+        && names.split(':').count() != n
+    {
         return Err(ActivationError::Invalid(format!(
-            "LISTEN_FDNAMES names {} descriptors, LISTEN_FDS says {n}",
-            out.len()
+            "LISTEN_FDNAMES={names:?} names {} descriptors, LISTEN_FDS says {n}",
+            names.split(':').count()
         )));
     }
-    out.resize(n, "unknown".to_string());
-    Ok(Some(out))
+    Ok(())
 }
 
-/// Takes the listeners systemd passed to this process, and unsets the variables so children
-/// do not see them. Empty when the process was not socket-activated.
+/// Takes the listeners systemd passed to this process (the crate unsets the variables).
+/// Empty when the process was not socket-activated. Call before any thread starts.
 pub fn take_listeners() -> Result<Vec<(String, Listener)>, ActivationError> {
     let var = |k: &str| std::env::var(k).ok();
-    let parsed = parse(
+    let names = var("LISTEN_FDNAMES");
+    let checked = check_variables(
         var("LISTEN_PID").as_deref(),
         var("LISTEN_FDS").as_deref(),
-        var("LISTEN_FDNAMES").as_deref(),
+        names.as_deref(),
         std::process::id(),
-    )?;
-    // SAFETY: the process is single-threaded here (called from main before the runtime
-    // starts), so nothing reads the environment concurrently.
-    unsafe {
-        std::env::remove_var("LISTEN_PID");
-        std::env::remove_var("LISTEN_FDS");
-        std::env::remove_var("LISTEN_FDNAMES");
-    }
-    let Some(names) = parsed else {
-        return Ok(Vec::new());
+    );
+    let received: Result<Vec<(FileDescriptor, String)>, _> = if names.is_some() {
+        libsystemd::activation::receive_descriptors_with_names(true)
+    } else {
+        // Without names (a systemd before v227, or a hand-made activation) every descriptor
+        // is "unknown", as sd_listen_fds_with_names(3) says.
+        libsystemd::activation::receive_descriptors(true)
+            .map(|v| v.into_iter().map(|d| (d, "unknown".to_string())).collect())
     };
-    let mut out = Vec::with_capacity(names.len());
-    for (i, name) in names.into_iter().enumerate() {
+    checked?;
+    let received = received.map_err(|e| ActivationError::Invalid(e.to_string()))?;
+    let mut out = Vec::with_capacity(received.len());
+    for (i, (desc, name)) in received.into_iter().enumerate() {
         let fd = LISTEN_FDS_START + i as RawFd;
         let bad = |why: String| ActivationError::Descriptor {
             fd,
             name: name.clone(),
             why,
         };
-        // Check it is an open socket before owning it.
-        // SAFETY: F_GETFD only reads the descriptor's flags; any int is a valid argument.
-        if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
-            return Err(bad(format!(
-                "not open: {}",
-                std::io::Error::last_os_error()
-            )));
-        }
-        // SAFETY: systemd passed descriptors LISTEN_FDS_START.. to this process (LISTEN_PID
-        // is ours); F_GETFD just showed this one is open, and nothing else in the process owns
-        // it (the variables were read once and are now unset).
-        let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-        use nix::sys::socket::{AddressFamily, SockType, SockaddrLike, SockaddrStorage};
-        use nix::sys::socket::{getsockname, getsockopt, sockopt};
+        let (unix, inet) = (desc.is_unix(), desc.is_inet());
+        // SAFETY: systemd passed descriptors LISTEN_FDS_START.. to this process (the crate
+        // checked LISTEN_PID is ours and set FD_CLOEXEC on each, which fails for one that is
+        // not open); the variables are now unset, so nothing else in the process owns it.
+        let owned = unsafe { OwnedFd::from_raw_fd(desc.into_raw_fd()) };
+        use nix::sys::socket::{SockType, getsockopt, sockopt};
         let ty =
             getsockopt(&owned, sockopt::SockType).map_err(|e| bad(format!("not a socket: {e}")))?;
         if ty != SockType::Stream {
@@ -128,16 +121,12 @@ pub fn take_listeners() -> Result<Vec<(String, Listener)>, ActivationError> {
         if !getsockopt(&owned, sockopt::AcceptConn).unwrap_or(false) {
             return Err(bad("not listening (Accept=yes is not supported)".into()));
         }
-        let addr: SockaddrStorage =
-            getsockname(std::os::fd::AsRawFd::as_raw_fd(&owned)).map_err(|e| bad(e.to_string()))?;
-        let listener = match addr.family() {
-            Some(AddressFamily::Unix) => {
-                Listener::Unix(std::os::unix::net::UnixListener::from(owned))
-            }
-            Some(AddressFamily::Inet | AddressFamily::Inet6) => {
-                Listener::Tcp(std::net::TcpListener::from(owned))
-            }
-            other => return Err(bad(format!("unsupported address family {other:?}"))),
+        let listener = if unix {
+            Listener::Unix(std::os::unix::net::UnixListener::from(owned))
+        } else if inet {
+            Listener::Tcp(std::net::TcpListener::from(owned))
+        } else {
+            return Err(bad("neither a Unix nor an IP socket".into()));
         };
         out.push((name, listener));
     }
@@ -150,34 +139,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn variables_for_another_pid_or_unset_are_not_ours() {
-        assert!(parse(None, Some("1"), None, 5).unwrap().is_none());
-        assert!(parse(Some("4"), Some("1"), None, 5).unwrap().is_none());
+    fn variables_for_another_pid_or_unset_are_not_checked() {
+        check_variables(None, Some("1"), Some("a:b"), 5).unwrap();
+        check_variables(Some("4"), Some("1"), Some("a:b"), 5).unwrap();
     }
 
     #[test]
-    fn names_are_matched_to_descriptors() {
-        let n = parse(Some("5"), Some("2"), Some("http:tcp"), 5)
-            .unwrap()
-            .unwrap();
-        assert_eq!(n, ["http", "tcp"]);
-        let n = parse(Some("5"), Some("2"), None, 5).unwrap().unwrap();
-        assert_eq!(n, ["unknown", "unknown"]);
-    }
-
-    #[test]
-    fn malformed_variables_are_named() {
-        let e = parse(Some("x"), Some("1"), None, 5)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("LISTEN_PID"), "{e}");
-        let e = parse(Some("5"), Some("-1"), None, 5)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("LISTEN_FDS"), "{e}");
-        let e = parse(Some("5"), Some("2"), Some("a"), 5)
+    fn names_must_match_descriptors() {
+        check_variables(Some("5"), Some("2"), Some("http:tcp"), 5).unwrap();
+        check_variables(Some("5"), Some("2"), None, 5).unwrap();
+        let e = check_variables(Some("5"), Some("2"), Some("a"), 5)
             .unwrap_err()
             .to_string();
         assert!(e.contains("LISTEN_FDNAMES"), "{e}");
+    }
+
+    #[test]
+    fn malformed_or_huge_counts_are_named() {
+        let e = check_variables(Some("5"), Some("-1"), None, 5)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("LISTEN_FDS"), "{e}");
+        let e = check_variables(Some("5"), Some("65"), None, 5)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("more than 64"), "{e}");
     }
 }

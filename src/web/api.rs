@@ -198,9 +198,9 @@ pub async fn cancel(app: &App, actor: &Actor, id: &str) -> Result<Value, WebErro
         .as_ref()
         .and_then(|j| app.store.project(&j.config.project).ok());
     if !actor.caller.can_cancel_job(job.as_ref(), project.as_ref()) {
-        return Err(crate::bus::BusError::permission_denied(format!(
-            "job {id} belongs to another user's project"
-        ))
+        return Err(crate::bus::BusError::permission_denied(
+            crate::permissions::Denied::CancelJob(id.to_string()).to_string(),
+        )
         .into());
     }
     crate::bus::queue::queue_proxy(&app.conn, &loc.queue)
@@ -348,6 +348,7 @@ fn methods(rest: &[&str]) -> Option<&'static str> {
     Some(match rest {
         ["messages"] => GET_AND_POST,
         ["jobs", _, "cancel"] | ["approvals", _, _, "answer"] => POST_ONLY,
+        ["jobs", _, "log"] => GET_ONLY,
         [
             "whoami" | "users" | "projects" | "prds" | "queues" | "machines" | "jobs" | "approvals"
             | "events",
@@ -492,6 +493,18 @@ pub async fn route(
                 200,
                 format!(r#"{{"jobs":{page},"total":{total},"next_offset":{next}}}"#),
             ))
+        }
+        (["jobs", id, "log"], true) => {
+            let q = query(&req, &["as", "after", "limit"])?;
+            let actor = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
+            let mut c = one("job", id);
+            if let Some(a) = q.get("after") {
+                c.insert("after".into(), json!(a));
+            }
+            if q.get("limit").is_some_and(|v| !v.trim().is_empty()) {
+                c.insert("limit".into(), json!(number(&q, "limit")?));
+            }
+            Ok(ok(&direct(app, &actor, "job-log", c).await?))
         }
         (["jobs", id, "cancel"], false) if method == Method::POST => {
             let q = query(&req, &["as"])?;

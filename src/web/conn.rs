@@ -2,9 +2,13 @@
 //! others (issue 27: 1,100 half-sent requests from one account stopped the API for everyone).
 //!
 //! - **Who is a caller**: the peer's Unix uid on the Unix socket (`SO_PEERCRED`, from the
-//!   kernel); on loopback TCP, where an address names no account, every peer is one caller
-//!   ([`CallerKey::Loopback`]): a local account flooding TCP can slow TCP callers, never the
-//!   Unix socket's.
+//!   kernel). On loopback TCP an address names no account (and the service, in its own network
+//!   namespace, cannot ask the kernel whose socket the peer is): a connection is a token-less
+//!   caller ([`CallerKey::Loopback`]) until a request on it shows the token, then it counts
+//!   in that account's share ([`CallerKey::TcpAccount`], [`Admission::promote`]). The
+//!   token-less share is taken over oldest first when full ([`Gate::admit_evicting`]), so a
+//!   local account flooding TCP without the token can neither fill the token holder's share
+//!   nor keep a new connection from being read; it never touches the Unix socket's.
 //! - **How many**: at most [`Limits::per_caller`] open connections per caller and
 //!   [`Limits::total`] in all (a semaphore). A connection over either bound is answered `503`
 //!   with a canned, non-blocking write and closed at once, in the accept loop, which never waits
@@ -16,14 +20,14 @@
 //!   no byte either way for [`Limits::idle_timeout`] (a stalled body, an answer the client does
 //!   not read) is closed ([`IdleIo`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 
 /// The bounds on connections (all configurable on the command line, `agentstore-web --help`).
@@ -58,15 +62,20 @@ impl Default for Limits {
 pub enum CallerKey {
     /// A Unix-socket peer's uid.
     Uid(u32),
-    /// Any loopback TCP peer.
+    /// A loopback TCP peer that has not yet shown the token: anyone on the machine. These
+    /// places are taken over oldest first when full ([`Gate::admit_evicting`]).
     Loopback,
+    /// A loopback TCP connection that presented the token of this account (the service's
+    /// own: the token names no other), moved here by [`Admission::promote`].
+    TcpAccount(u32),
 }
 
 impl std::fmt::Display for CallerKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             CallerKey::Uid(u) => write!(f, "uid {u}"),
-            CallerKey::Loopback => f.write_str("loopback TCP"),
+            CallerKey::Loopback => f.write_str("loopback TCP without a token"),
+            CallerKey::TcpAccount(u) => write!(f, "loopback TCP with the token of uid {u}"),
         }
     }
 }
@@ -90,20 +99,58 @@ pub enum Refused {
     },
 }
 
+/// One admitted connection's place: whose share it counts in (`None` once it was taken over)
+/// and how its connection learns that it was.
+#[derive(Debug)]
+struct Place {
+    key: Mutex<Option<CallerKey>>,
+    evicted: Notify,
+}
+
+impl Place {
+    fn key(&self) -> std::sync::MutexGuard<'_, Option<CallerKey>> {
+        self.key.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The counts, and the places that may be taken over (oldest first), per caller.
+#[derive(Debug, Default)]
+struct Counts {
+    open: HashMap<CallerKey, usize>,
+    evictable: HashMap<CallerKey, VecDeque<Arc<Place>>>,
+}
+
+impl Counts {
+    fn release(&mut self, key: CallerKey, place: &Arc<Place>) {
+        if let Some(n) = self.open.get_mut(&key) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.open.remove(&key);
+            }
+        }
+        if let Some(q) = self.evictable.get_mut(&key) {
+            q.retain(|p| !Arc::ptr_eq(p, place));
+            if q.is_empty() {
+                self.evictable.remove(&key);
+            }
+        }
+    }
+}
+
 /// Admits connections within the per-caller and total bounds.
 #[derive(Debug)]
 pub struct Gate {
     total: Arc<Semaphore>,
     total_limit: usize,
     per_caller: usize,
-    open: Mutex<HashMap<CallerKey, usize>>,
+    counts: Mutex<Counts>,
 }
 
 /// An admitted connection's place; dropping it frees the place.
 #[derive(Debug)]
 pub struct Admission {
     gate: Arc<Gate>,
-    key: CallerKey,
+    place: Arc<Place>,
     _permit: OwnedSemaphorePermit,
 }
 
@@ -115,54 +162,118 @@ impl Gate {
             total: Arc::new(Semaphore::new(total)),
             total_limit: total,
             per_caller: limits.per_caller.max(1),
-            open: Mutex::new(HashMap::new()),
+            counts: Mutex::new(Counts::default()),
         })
     }
 
-    fn counts(&self) -> std::sync::MutexGuard<'_, HashMap<CallerKey, usize>> {
-        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    fn counts(&self) -> std::sync::MutexGuard<'_, Counts> {
+        self.counts.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// A place for a connection of `key`, or why not. Never waits.
     pub fn admit(self: &Arc<Self>, key: CallerKey) -> Result<Admission, Refused> {
-        let mut open = self.counts();
-        let n = open.entry(key).or_insert(0);
-        if *n >= self.per_caller {
-            return Err(Refused::Caller {
-                key,
-                limit: self.per_caller,
-            });
+        self.admit_as(key, false)
+    }
+
+    /// A place for a connection of `key` that nobody has authenticated yet (loopback TCP,
+    /// before a request shows the token). When `key` has its share open, the oldest such
+    /// place is taken over: that connection is told ([`Admission::evicted`]) and closes.
+    /// Whoever opens connections without a token then only shortens the others' wait for
+    /// their first request head; a client that sends its request at once is answered and,
+    /// with the token, counts in its account's share, which no token-less connection can
+    /// take.
+    pub fn admit_evicting(self: &Arc<Self>, key: CallerKey) -> Result<Admission, Refused> {
+        self.admit_as(key, true)
+    }
+
+    fn admit_as(self: &Arc<Self>, key: CallerKey, evicting: bool) -> Result<Admission, Refused> {
+        let mut c = self.counts();
+        if c.open.get(&key).copied().unwrap_or(0) >= self.per_caller {
+            let oldest = if evicting {
+                c.evictable.get_mut(&key).and_then(VecDeque::pop_front)
+            } else {
+                None
+            };
+            let Some(oldest) = oldest else {
+                return Err(Refused::Caller {
+                    key,
+                    limit: self.per_caller,
+                });
+            };
+            // Its count goes now; its permit of the total when its connection closes.
+            *oldest.key() = None;
+            c.release(key, &oldest);
+            oldest.evicted.notify_one();
         }
         let Ok(permit) = Arc::clone(&self.total).try_acquire_owned() else {
-            if *n == 0 {
-                open.remove(&key);
-            }
             return Err(Refused::Total {
                 limit: self.total_limit,
             });
         };
-        *n += 1;
+        *c.open.entry(key).or_insert(0) += 1;
+        let place = Arc::new(Place {
+            key: Mutex::new(Some(key)),
+            evicted: Notify::new(),
+        });
+        if evicting {
+            c.evictable
+                .entry(key)
+                .or_default()
+                .push_back(Arc::clone(&place));
+        }
         Ok(Admission {
             gate: Arc::clone(self),
-            key,
+            place,
             _permit: permit,
         })
     }
 
     /// Open connections of `key`.
     pub fn open_of(&self, key: CallerKey) -> usize {
-        self.counts().get(&key).copied().unwrap_or(0)
+        self.counts().open.get(&key).copied().unwrap_or(0)
+    }
+}
+
+impl Admission {
+    /// Moves this connection into `to`'s share (a TCP connection that showed the token):
+    /// true when it counts there now. False, and nothing changes, when `to` has its share
+    /// open or the place was taken over already.
+    pub fn promote(&self, to: CallerKey) -> bool {
+        let mut c = self.gate.counts();
+        let mut key = self.place.key();
+        let Some(from) = *key else {
+            return false;
+        };
+        if from == to {
+            return true;
+        }
+        if c.open.get(&to).copied().unwrap_or(0) >= self.gate.per_caller {
+            return false;
+        }
+        c.release(from, &self.place);
+        *c.open.entry(to).or_insert(0) += 1;
+        *key = Some(to);
+        true
+    }
+
+    /// Whose share this connection counts in (`None`: taken over).
+    pub fn key(&self) -> Option<CallerKey> {
+        *self.place.key()
+    }
+
+    /// Resolves when the place was taken over by a newer connection of the same caller
+    /// ([`Gate::admit_evicting`]); the connection should then close.
+    pub async fn evicted(&self) {
+        self.place.evicted.notified().await
     }
 }
 
 impl Drop for Admission {
     fn drop(&mut self) {
-        let mut open = self.gate.counts();
-        if let Some(n) = open.get_mut(&self.key) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                open.remove(&self.key);
-            }
+        let mut c = self.gate.counts();
+        let key = self.place.key().take();
+        if let Some(key) = key {
+            c.release(key, &self.place);
         }
     }
 }
@@ -341,6 +452,58 @@ mod tests {
         drop(a1);
         assert_eq!(gate.open_of(CallerKey::Uid(7)), 1);
         let _c = gate.admit(CallerKey::Loopback).unwrap();
+    }
+
+    /// Token-less TCP connections cannot hold out a new one, nor the token holder's.
+    #[tokio::test]
+    async fn token_less_places_are_taken_over_oldest_first_and_promoted_ones_kept() {
+        let gate = Gate::new(&limits(2, 10));
+        let account = CallerKey::TcpAccount(42);
+        let first = gate.admit_evicting(CallerKey::Loopback).unwrap();
+        let second = gate.admit_evicting(CallerKey::Loopback).unwrap();
+        // The token holder's connection shows the token: it leaves the token-less share.
+        let holder = gate.admit_evicting(CallerKey::Loopback).unwrap();
+        // `first` gave way (told at once, its count gone) to `holder`.
+        tokio::time::timeout(Duration::from_secs(5), first.evicted())
+            .await
+            .expect("the oldest token-less connection is told");
+        assert_eq!(first.key(), None);
+        assert!(holder.promote(account));
+        assert_eq!(holder.key(), Some(account));
+        assert_eq!(gate.open_of(CallerKey::Loopback), 1);
+        assert_eq!(gate.open_of(account), 1);
+        // A flood of token-less connections takes over only token-less places.
+        let mut flood = Vec::new();
+        for _ in 0..6 {
+            flood.push(gate.admit_evicting(CallerKey::Loopback).unwrap());
+        }
+        assert_eq!(gate.open_of(CallerKey::Loopback), 2);
+        assert_eq!(holder.key(), Some(account));
+        let second_told = tokio::time::timeout(Duration::from_millis(50), second.evicted()).await;
+        assert!(
+            second_told.is_ok(),
+            "the older token-less place was taken over"
+        );
+        // A promoted place is not given back twice: dropping counts it out of its share.
+        drop(first);
+        drop(holder);
+        assert_eq!(gate.open_of(account), 0);
+        assert_eq!(gate.open_of(CallerKey::Loopback), 2);
+        // Unix callers never take each other's places.
+        let _u1 = gate.admit(CallerKey::Uid(7)).unwrap();
+        let _u2 = gate.admit(CallerKey::Uid(7)).unwrap();
+        assert!(gate.admit(CallerKey::Uid(7)).is_err());
+        // The account's share is bounded like any other: a full one refuses promotion.
+        drop(flood);
+        assert_eq!(gate.open_of(CallerKey::Loopback), 0);
+        let a1 = gate.admit_evicting(CallerKey::Loopback).unwrap();
+        let a2 = gate.admit_evicting(CallerKey::Loopback).unwrap();
+        assert!(a2.promote(account));
+        let a3 = gate.admit_evicting(CallerKey::Loopback).unwrap();
+        assert!(a3.promote(account));
+        assert!(!a1.promote(account));
+        assert_eq!(a1.key(), Some(CallerKey::Loopback));
+        assert_eq!(gate.open_of(account), 2);
     }
 
     #[test]

@@ -81,16 +81,13 @@ fn describe(msg: &zbus::Message) -> Option<(String, String)> {
     data.insert("path".into(), json!(path));
     match member.as_str() {
         "MessageProcessed" => {
-            let (cid, command, status): (String, String, String) = body.deserialize().ok()?;
+            let (cid,): (String,) = body.deserialize().ok()?;
             data.insert("correlation_id".into(), json!(cid));
-            data.insert("command".into(), json!(command));
-            data.insert("status".into(), json!(status));
         }
         "JobCreated" => {
-            let (job, queue, project): (String, String, String) = body.deserialize().ok()?;
+            let (job, queue): (String, String) = body.deserialize().ok()?;
             data.insert("job_id".into(), json!(job));
             data.insert("queue".into(), json!(queue));
-            data.insert("project".into(), json!(project));
         }
         "JobStateChanged" => {
             let (id, old, new): (String, String, String) = body.deserialize().ok()?;

@@ -133,6 +133,15 @@ impl App {
         }
     }
 
+    /// True when `headers` carry this server's TCP token (a connection showing it counts in
+    /// the token's account's share, [`conn::Admission::promote`]).
+    fn shows_token(&self, headers: &hyper::HeaderMap) -> bool {
+        match (&self.token, auth::presented_token(headers)) {
+            (Some(want), Some(got)) => auth::constant_time_eq(got.as_bytes(), want.as_bytes()),
+            _ => false,
+        }
+    }
+
     fn touch(&self) {
         if let Ok(mut l) = self.last.lock() {
             *l = Instant::now();
@@ -190,12 +199,20 @@ impl Drop for OpenGuard {
 
 /// A place for a connection of `key`, or `None` after answering it 503 with `try_write` (one
 /// non-blocking write: the accept loop never waits on a client) — the caller then drops it.
+/// A token-less TCP peer (`evicting`) takes the place of the oldest token-less connection
+/// when their share is full ([`conn::Gate::admit_evicting`]).
 fn admit(
     app: &App,
     key: conn::CallerKey,
+    evicting: bool,
     try_write: impl FnOnce(&[u8]) -> std::io::Result<usize>,
 ) -> Option<conn::Admission> {
-    match app.gate.admit(key) {
+    let admitted = if evicting {
+        app.gate.admit_evicting(key)
+    } else {
+        app.gate.admit(key)
+    };
+    match admitted {
         Ok(a) => Some(a),
         Err(why) => {
             tracing::debug!("connection refused: {why}");
@@ -214,19 +231,28 @@ where
     tokio::spawn(async move {
         let guard = OpenGuard(app.clone());
         let limits = app.limits;
-        let svc = hyper::service::service_fn(move |req| {
+        let admission = Arc::new(admission);
+        let place = admission.clone();
+        let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
             let app = app.clone();
+            // A TCP connection showing the token leaves the token-less share for its
+            // account's, where no token-less connection can take its place.
+            if matches!(peer, Peer::Tcp) && app.shows_token(req.headers()) {
+                place.promote(conn::CallerKey::TcpAccount(app.own_uid));
+            }
             async move { Ok::<_, Infallible>(handle(app, peer, req).await) }
         });
         let io = hyper_util::rt::TokioIo::new(conn::IdleIo::new(stream, limits.idle_timeout));
-        if let Err(e) = hyper::server::conn::http1::Builder::new()
+        let served = hyper::server::conn::http1::Builder::new()
             .timer(hyper_util::rt::TokioTimer::new())
             .header_read_timeout(limits.header_timeout)
             .keep_alive(true)
-            .serve_connection(io, svc)
-            .await
-        {
-            tracing::debug!("connection: {e}");
+            .serve_connection(io, svc);
+        tokio::select! {
+            r = served => if let Err(e) = r {
+                tracing::debug!("connection: {e}");
+            },
+            _ = admission.evicted() => tracing::debug!("connection closed: its place was taken over (token-less TCP share full)"),
         }
         drop(guard);
         drop(admission);
@@ -295,7 +321,7 @@ pub async fn run(
                             Ok((s, _)) => match s.peer_cred() {
                                 Ok(c) => {
                                     let key = conn::CallerKey::Uid(c.uid());
-                                    if let Some(a) = admit(&app, key, |b| s.try_write(b)) {
+                                    if let Some(a) = admit(&app, key, false, |b| s.try_write(b)) {
                                         serve_connection(app.clone(), Peer::Unix(c.uid()), a, s)
                                     }
                                 }
@@ -328,8 +354,12 @@ pub async fn run(
                         match l.accept().await {
                             Ok((s, a)) if a.ip().is_loopback() => {
                                 let key = conn::CallerKey::Loopback;
-                                if let Some(a) = admit(&app, key, |b| s.try_write(b)) {
-                                    serve_connection(app.clone(), Peer::Tcp, a, s)
+                                if let Some(a) = admit(&app, key, true, |b| s.try_write(b)) {
+                                    serve_connection(app.clone(), Peer::Tcp, a, s);
+                                    // The new connection's task reads its request before
+                                    // the next accept can take its place (a flood of
+                                    // token-less connects is otherwise accepted in a burst).
+                                    tokio::task::yield_now().await;
                                 }
                             }
                             Ok((_, a)) => tracing::warn!("refused non-loopback peer {a}"),

@@ -23,8 +23,7 @@
 
 use crate::model::Timestamp;
 use crate::model::approval::{
-    ApprovalAnswer, ApprovalPolicy, ApprovalRecord, ApprovalRequest, ApprovalRule, Decision,
-    subject, summary,
+    ApprovalAnswer, ApprovalPolicy, ApprovalRecord, ApprovalRequest, Decision, subject, summary,
 };
 use crate::store::Store;
 use serde_json::Value;
@@ -56,7 +55,7 @@ struct Shared {
     peer_uid: u32,
     key: Option<String>,
     seq: AtomicU64,
-    job_rules: Mutex<Vec<ApprovalRule>>,
+    job_rules: Mutex<Vec<JobRule>>,
     records: Mutex<Vec<ApprovalRecord>>,
     issued: Mutex<Vec<String>>,
     stop: AtomicBool,
@@ -269,6 +268,7 @@ fn decide(shared: &Shared, tool: &str, input: Value) -> Verdict {
 }
 
 fn ask(shared: &Shared, request_id: &str, tool: &str, sum: &str, input: Value) -> Verdict {
+    let req_input = input.clone();
     let secs = shared.policy.deadline();
     let now = Timestamp::now();
     let req = ApprovalRequest {
@@ -342,9 +342,9 @@ fn ask(shared: &Shared, request_id: &str, tool: &str, sum: &str, input: Value) -
         std::thread::sleep(POLL);
     };
     if answer.always {
-        lock(&shared.job_rules).push(ApprovalRule {
+        lock(&shared.job_rules).push(JobRule {
             tool: tool.to_string(),
-            pattern: None,
+            subject: subject(&req_input),
             decision: if answer.allow {
                 Decision::Allow
             } else {
@@ -363,6 +363,24 @@ fn ask(shared: &Shared, request_id: &str, tool: &str, sum: &str, input: Value) -
     };
     record(shared, request_id, tool, sum, &v, &answer.by, answer.always);
     v
+}
+
+/// What a person's "always" answer covers for the rest of the job: this tool with this very
+/// subject (Bash's or agentshell's whole command line, a file tool's path, else the whole
+/// input), never the tool as a whole: "always" for `git status` must not let `rm -rf .` or
+/// `cp ../secret x` run unasked (issue 28). Compared exactly, not as a glob (a command may
+/// hold `*` and `?`), and only the subject as the person saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct JobRule {
+    tool: String,
+    subject: String,
+    decision: Decision,
+}
+
+impl JobRule {
+    fn matches(&self, tool: &str, subject: &str) -> bool {
+        self.tool == tool && self.subject == subject
+    }
 }
 
 /// A new request id of job `job_id`: `<job_id>-a<n>-<24 random hex digits>`. The number is
@@ -396,4 +414,30 @@ fn valid_answer(
         "approval: an answer not written by this job's queue manager (no valid proof) was removed and ignored");
     let _ = crate::store::safe::remove_file(&store.approval_answer_path(&shared.queue, request_id));
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn always_covers_the_same_subject_only() {
+        let r = JobRule {
+            tool: "Bash".into(),
+            subject: "git status".into(),
+            decision: Decision::Allow,
+        };
+        assert!(r.matches("Bash", "git status"));
+        for other in ["rm -rf .", "git status; rm -rf .", "git status ", "git"] {
+            assert!(!r.matches("Bash", other), "{other}");
+        }
+        assert!(!r.matches("run_command", "git status"));
+        // A subject that looks like a glob is only itself.
+        let g = JobRule {
+            subject: "ls *".into(),
+            ..r
+        };
+        assert!(g.matches("Bash", "ls *"));
+        assert!(!g.matches("Bash", "ls ../outside_secret.txt"));
+    }
 }

@@ -11,8 +11,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::agent::tools::sandbox::{
-    self, Compiled, Level, SandboxPolicy, Support, session::protected_paths,
+    self, Compiled, Level, SandboxPolicy, Support, session::protected_paths, supervise::SocketRules,
 };
+
+/// systemd-resolved's name lookup socket (what nss-resolve connects to).
+const RESOLVED_SOCKET: &str = "/run/systemd/resolve/io.systemd.Resolve";
 use crate::model::JobType;
 use crate::model::QueueConfig;
 
@@ -65,6 +68,18 @@ fn url_port(url: &str) -> Option<u16> {
     }
 }
 
+/// The host of an endpoint URL (`http://[::1]:8080/v1` → `::1`).
+fn url_host(url: &str) -> Option<&str> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let host_port = authority.rsplit('@').next()?;
+    match host_port.strip_prefix('[') {
+        Some(v6) => v6.split_once(']').map(|(h, _)| h),
+        None => Some(host_port.rsplit_once(':').map_or(host_port, |(h, _)| h)),
+    }
+    .filter(|h| !h.is_empty())
+}
+
 /// What a job's confinement is built from.
 #[derive(Debug, Clone, Copy)]
 pub struct JobContext<'a> {
@@ -83,8 +98,8 @@ pub struct JobContext<'a> {
     pub programs: &'a [PathBuf],
     /// The account it runs as, when the worker switches to it (owns the scratch directory).
     pub switch_to: Option<&'a RunAs>,
-    /// Whether it talks to the worker's approval socket.
-    pub approvals: bool,
+    /// The worker's approval socket (abstract name) it talks to, if any.
+    pub approvals: Option<&'a str>,
 }
 
 /// The confinement of one job, or `None` when its queue does not sandbox.
@@ -180,9 +195,21 @@ pub fn for_job(job: JobContext<'_>) -> Result<Option<JobSandbox>, String> {
         // The providers' public endpoints.
         ports.push(443);
     }
+    // A host name to resolve: UDP is refused (it would carry anything anywhere), so names are
+    // looked up through systemd-resolved's Unix socket (nss-resolve) or over TCP port 53
+    // (`RES_OPTIONS=use-vc`, set in the job's environment).
+    let needs_dns = ports.contains(&443)
+        || env
+            .iter()
+            .filter(|(k, v)| ENDPOINT_VARS.contains(&k.as_str()) && !v.is_empty())
+            .any(|(_, v)| url_host(v).is_some_and(|h| h.parse::<std::net::IpAddr>().is_err()));
+    if needs_dns {
+        ports.push(53);
+    }
     ports.extend(&setting.connect_ports);
     ports.sort_unstable();
     ports.dedup();
+    let supervised = sandbox::supervise::available();
     let mut read_only = protected_paths(&cwd);
     // agentshell writes its own log and notes in .agentshell/; its config and the project's
     // Claude settings (which can define hooks) stay read-only.
@@ -199,16 +226,29 @@ pub fn for_job(job: JobContext<'_>) -> Result<Option<JobSandbox>, String> {
         write,
         read_only,
         pinned: vec![cwd.join(".git")],
+        // The job is given its project as it is (its tests may need the .env); agentshell jobs
+        // hide it from their commands themselves.
+        hidden: Vec::new(),
         devices: sandbox::standard_devices(),
         connect_ports: Some(ports.clone()),
         scope_signals: true,
-        // The approvals channel is an abstract socket of the worker, outside the sandbox.
-        scope_abstract_sockets: !approvals,
-        // Jobs resolve their endpoint's name (UDP) and talk to the approval socket (Unix).
+        // The approvals channel is an abstract socket of the worker, outside the sandbox: the
+        // socket supervisor connects it for the job (a scope would refuse the job's own
+        // connect), where there is one for this architecture.
+        scope_abstract_sockets: approvals.is_none() || supervised,
         tcp_only: false,
+        supervise_sockets: supervised.then(|| SocketRules {
+            tcp_ports: ports.clone(),
+            abstract_names: approvals.map(str::to_string).into_iter().collect(),
+            paths: if needs_dns {
+                vec![PathBuf::from(RESOLVED_SOCKET)]
+            } else {
+                Vec::new()
+            },
+        }),
     };
     let compiled = policy.compile(support);
-    let summary = summary(support, &cwd, &scratch, &policy, &ports);
+    let summary = summary(support, &cwd, &scratch, &policy, &ports, supervised);
     Ok(Some(JobSandbox {
         compiled: Arc::new(compiled),
         scratch,
@@ -222,6 +262,7 @@ fn summary(
     scratch: &Path,
     policy: &SandboxPolicy,
     ports: &[u16],
+    supervised: bool,
 ) -> String {
     let writes: Vec<String> = policy
         .write
@@ -247,6 +288,19 @@ fn summary(
             ports.join(", ")
         },
     );
+    if supervised {
+        line.push_str(
+            "; sockets: TCP and Unix stream only, Unix connects only to the approval channel \
+             (and systemd-resolved), UDP and others refused, each refusal listed in \
+             runtime.sandbox_refused",
+        );
+    } else {
+        line.push_str("; sockets: not watched on this architecture (UDP and Unix not refused)");
+    }
+    line.push_str(
+        "; files outside are refused by Landlock (EACCES), each logged by the kernel's audit \
+         when it is on (journalctl _TRANSPORT=audit | grep landlock)",
+    );
     if support.level != Level::Enforced {
         line.push_str(" (not all of it enforced by this kernel)");
     }
@@ -263,5 +317,12 @@ mod tests {
         assert_eq!(url_port("https://api.anthropic.com"), Some(443));
         assert_eq!(url_port("http://example.com/x"), Some(80));
         assert_eq!(url_port("http://u:p@h:99"), Some(99));
+        assert_eq!(url_host("http://127.0.0.1:8080/v1"), Some("127.0.0.1"));
+        assert_eq!(
+            url_host("https://api.anthropic.com"),
+            Some("api.anthropic.com")
+        );
+        assert_eq!(url_host("http://[::1]:80"), Some("::1"));
+        assert_eq!(url_host("http://u:p@h:99/x"), Some("h"));
     }
 }

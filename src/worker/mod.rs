@@ -128,6 +128,12 @@ pub fn run(args: &WorkerArgs) -> Result<JobStatus, WorkerError> {
             key = approval::handed_key(&line3);
         }
     }
+    if key.is_none() {
+        // A Slurm batch step has no gate: its manager put the key in sbatch's environment.
+        key = std::env::var(crate::model::approval::APPROVAL_KEY_ENV)
+            .ok()
+            .and_then(|k| approval::handed_key(&k));
+    }
     let store = opened?;
     let (q, id) = (args.queue.as_str(), args.job_id.as_str());
     let path = store.job_path(q, JobStatus::Running, id);
@@ -242,6 +248,7 @@ fn finish(
             record(store, q, id, "job_finished", &detail);
         }
     }
+    store.notice_job_ended(q, id);
     Ok(status)
 }
 
@@ -290,7 +297,7 @@ fn execute(
                 &home,
                 switch.then(|| run_as.clone()),
             ) {
-                Ok(cmd) => run_and_judge(store, args, queue, job, &cmd, false, "venvman", false),
+                Ok(cmd) => run_and_judge(store, args, queue, job, &cmd, None, "venvman", false),
                 Err(e) => Outcome::fail(e),
             }
         }
@@ -346,8 +353,17 @@ fn execute(
                 switch_to: switch.then(|| run_as.clone()),
                 sandbox: None,
             };
-            let approvals = broker.is_some();
-            let outcome = run_and_judge(store, args, queue, job, &cmd, approvals, "Claude", json);
+            let approvals = broker.as_ref().map(|b| b.socket_name().to_string());
+            let outcome = run_and_judge(
+                store,
+                args,
+                queue,
+                job,
+                &cmd,
+                approvals.as_deref(),
+                "Claude",
+                json,
+            );
             if let Some(b) = broker {
                 job.runtime.approvals = b.finish();
             }
@@ -383,7 +399,16 @@ fn execute(
                 switch_to: switch.then(|| run_as.clone()),
                 sandbox: None,
             };
-            let outcome = run_and_judge(store, args, queue, job, &cmd, true, "Agent", true);
+            let outcome = run_and_judge(
+                store,
+                args,
+                queue,
+                job,
+                &cmd,
+                Some(broker.socket_name()),
+                "Agent",
+                true,
+            );
             job.runtime.approvals = broker.finish();
             outcome
         }
@@ -515,7 +540,7 @@ fn confine_job(
     queue: &QueueConfig,
     job: &mut Job,
     cmd: &AgentCommand,
-    approvals: bool,
+    approvals: Option<&str>,
 ) -> Result<AgentCommand, String> {
     let home = cmd
         .env
@@ -532,7 +557,7 @@ fn confine_job(
         project_side::find_program(&cmd.program, path_var.as_deref(), &home)
             .into_iter()
             .collect();
-    if approvals {
+    if approvals.is_some() {
         programs.push(approval_worker_path());
     }
     let Some(sandbox) = confine::for_job(confine::JobContext {
@@ -552,10 +577,12 @@ fn confine_job(
     let scratch = sandbox.scratch.display().to_string();
     confined
         .env
-        .retain(|(k, _)| !matches!(k.as_str(), "TMPDIR" | "TMP" | "TEMP"));
+        .retain(|(k, _)| !matches!(k.as_str(), "TMPDIR" | "TMP" | "TEMP" | "RES_OPTIONS"));
     for k in ["TMPDIR", "TMP", "TEMP"] {
         confined.env.push((k.into(), scratch.clone()));
     }
+    // UDP is refused in the sandbox: glibc's resolver asks over TCP.
+    confined.env.push(("RES_OPTIONS".into(), "use-vc".into()));
     job.runtime.sandbox = Some(sandbox.summary.clone());
     confined.sandbox = Some(sandbox);
     Ok(confined)
@@ -568,7 +595,7 @@ fn run_and_judge(
     queue: &QueueConfig,
     job: &mut Job,
     cmd: &AgentCommand,
-    approvals: bool,
+    approvals: Option<&str>,
     what: &str,
     expect_json: bool,
 ) -> Outcome {
@@ -578,6 +605,7 @@ fn run_and_judge(
     };
     let outcome = run_confined(store, args, job, &cmd, what, expect_json);
     if let Some(s) = &cmd.sandbox {
+        job.runtime.sandbox_refused = s.compiled.refusals();
         s.remove_scratch();
     }
     outcome
@@ -707,106 +735,4 @@ fn judge(out: AgentOutput, what: &str, expect_json: bool) -> Outcome {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::os::unix::process::ExitStatusExt;
-
-    fn output(code: i32, stdout: &str, total: Option<u64>) -> AgentOutput {
-        let mut c = capture::Captured {
-            head: stdout.as_bytes().to_vec(),
-            tail: Vec::new(),
-            total: stdout.len() as u64,
-        };
-        if let Some(t) = total {
-            c.total = t;
-            c.tail = stdout.as_bytes().to_vec();
-        }
-        AgentOutput {
-            pid: 1,
-            status: std::process::ExitStatus::from_raw(code << 8),
-            stdout: c,
-            stderr: capture::Captured::default(),
-        }
-    }
-
-    const OK: &str = r#"{"type":"result","subtype":"success","is_error":false,"result":"hi","num_turns":2,"total_cost_usd":0.25,"session_id":"s1"}"#;
-
-    #[test]
-    fn the_queue_settings_handed_through_the_gate_are_read_or_left() {
-        let config: QueueConfig = serde_json::from_str(
-            r#"{"id":"q","worker_count":3,"claude_cli_path":"claude","rest_interval":10,"claude_default_args":["--x"],"max_job_runtime_seconds":60}"#,
-        )
-        .unwrap();
-        let line = format!("{}\n", serde_json::to_string(&config).unwrap());
-        assert_eq!(handed_config(&line), Some(config));
-        // None handed (an older manager closed the gate after `go`), or settings this worker
-        // cannot read: queue.json is read instead.
-        assert_eq!(handed_config(""), None);
-        assert_eq!(handed_config("{\"worker_count\":\"many\"}\n"), None);
-    }
-
-    #[test]
-    fn success_records_fields() {
-        let o = judge(output(0, OK, None), "Claude", true);
-        assert!(!o.failed, "{o:?}");
-        assert_eq!(o.error, None);
-        assert_eq!(o.output.as_deref(), Some(OK));
-        assert_eq!((o.cost_usd, o.num_turns), (Some(0.25), Some(2)));
-        assert_eq!(o.session_id.as_deref(), Some("s1"));
-    }
-
-    #[test]
-    fn is_error_fails_even_with_subtype_success() {
-        let s = OK.replace("\"is_error\":false", "\"is_error\":true");
-        let o = judge(output(1, &s, None), "Claude", true);
-        assert!(o.failed);
-        assert_eq!(o.error.as_deref(), Some("Claude exited with code 1: hi"));
-        let o = judge(output(0, &s, None), "Claude", true);
-        assert_eq!(o.error.as_deref(), Some("Claude reported an error: hi"));
-    }
-
-    #[test]
-    fn truncation_is_noted_and_result_still_parsed() {
-        let o = judge(output(0, OK, Some(11 << 20)), "Claude", true);
-        assert!(!o.failed);
-        assert!(
-            o.error
-                .unwrap()
-                .starts_with("Output truncated to 10485760 bytes")
-        );
-        assert_eq!(o.num_turns, Some(2));
-    }
-
-    #[test]
-    fn bad_json_fails() {
-        let o = judge(output(0, "this is not JSON\n", None), "Claude", true);
-        assert!(o.failed);
-        assert!(
-            o.error
-                .unwrap()
-                .starts_with("Claude output is not a JSON result")
-        );
-    }
-
-    #[test]
-    fn output_keeps_stdout_and_a_bounded_stderr_within_10_mb() {
-        let cap = |b: Vec<u8>, limit: usize| capture::capture(&b[..], limit, |_| {});
-        let o = combined_output(
-            &cap(b"{\"result\":\"ok\"}\n".to_vec(), OUTPUT_LIMIT),
-            &cap(Vec::new(), 1 << 20),
-        );
-        assert_eq!(o, "{\"result\":\"ok\"}\n");
-        let o = combined_output(
-            &cap(b"out\n".to_vec(), OUTPUT_LIMIT),
-            &cap(b"warn: x\n".to_vec(), 1 << 20),
-        );
-        assert_eq!(o, format!("out\n{STDERR_MARKER}warn: x"));
-        let big_out = vec![b'a'; OUTPUT_LIMIT + 10];
-        let mut big_err = vec![b'e'; 200 * 1024];
-        big_err.extend_from_slice(b"the real error");
-        let o = combined_output(&cap(big_out, OUTPUT_LIMIT), &cap(big_err, 1 << 20));
-        assert!(o.len() <= OUTPUT_LIMIT, "{}", o.len());
-        assert!(o.ends_with("the real error"));
-        assert!(o.contains(STDERR_MARKER));
-    }
-}
+mod tests;

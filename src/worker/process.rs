@@ -67,6 +67,7 @@ pub fn agent_env(
         .unwrap_or_default();
     let mut env: Vec<(String, String)> = from
         .iter()
+        .filter(|(k, _)| k != crate::model::approval::APPROVAL_KEY_ENV)
         .filter(|(k, _)| {
             PASS_EXACT.contains(&k.as_str())
                 || PASS_PREFIX.iter().any(|p| k.starts_with(p))
@@ -166,13 +167,15 @@ pub fn run_agent(
         c.current_dir(&cmd.cwd);
     }
     // Built before the fork; the child only applies it with plain system calls.
-    let confinement = match &cmd.sandbox {
+    let mut confinement = match &cmd.sandbox {
         Some(s) => Some(s.compiled.prepare(false).map_err(|e| SpawnError::Spawn {
             program: cmd.program.clone(),
             source: std::io::Error::other(e),
         })?),
         None => None,
     };
+    // The socket supervisor's side, taken before the child is made (issue 28).
+    let channel = confinement.as_mut().and_then(|c| c.take_channel());
     if let Some(confinement) = confinement {
         // SAFETY: confine_child only makes system calls (unshare, mount, prctl,
         // landlock_restrict_self) on data prepared before the fork. It runs before the
@@ -223,6 +226,14 @@ pub fn run_agent(
         source,
     })?;
     let pid = child.id();
+    let supervisor = channel.and_then(|ch| match ch.supervise() {
+        Ok(s) => Some(s),
+        Err(e) => {
+            // Its socket calls then fail (ENOSYS): nothing is let through unwatched.
+            tracing::warn!("the job's socket supervisor did not start: {e}");
+            None
+        }
+    });
     on_start(pid);
     let stdin = child.stdin.take();
     let stdout = child.stdout.take();
@@ -253,6 +264,9 @@ pub fn run_agent(
             Err(_) => break ExitStatus::from_raw(255 << 8),
         }
     };
+    if let Some(s) = supervisor {
+        s.stop();
+    }
     Ok(AgentOutput {
         pid,
         status,

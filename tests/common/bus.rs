@@ -60,8 +60,8 @@ impl Announcements {
     }
 
     /// Waits (up to `limit`) for the `MessageProcessed` of correlation id `cid`, skipping
-    /// others; returns its (command, status).
-    pub fn processed(&mut self, cid: &str, limit: std::time::Duration) -> (String, String) {
+    /// others (the signal carries the id only: the answer is in the outbox).
+    pub fn processed(&mut self, cid: &str, limit: std::time::Duration) {
         use futures_util::StreamExt;
         let stream = &mut self.processed;
         self.rt.block_on(async {
@@ -70,7 +70,7 @@ impl Announcements {
                     let s = stream.next().await.expect("the signal stream ended");
                     let a = s.args().unwrap();
                     if *a.correlation_id() == cid {
-                        return (a.command().to_string(), a.status().to_string());
+                        return;
                     }
                 }
             })

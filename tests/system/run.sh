@@ -12,7 +12,8 @@
 # 4. each tests/system/t_*.sh (or the ones named) in its own fresh container booted from the
 #    cache, with the .deb installed and the run's shared folder bound at /mnt/share.
 #    A test prints PASS:/FAIL: lines and exits 0 (passed), 77 (skipped) or anything else
-#    (failed); it gets SYS_MACHINE (its container), SYS_DEB, SYS_SHARE and the lib.sh helpers.
+#    (failed); it gets SYS_MACHINE (its container), SYS_DEB, SYS_SHARE and the lib.sh helpers
+#    (and SYS_PREV_DEB, the previous release's package, when it says `# sys: prev-deb`).
 #    A test with a line `# sys: no-machine` gets no container: it boots its own.
 # Exits non-zero when any test failed. SYS_TEST_TIMEOUT (default 900 s) bounds each test.
 # shellcheck source-path=SCRIPTDIR
@@ -78,6 +79,18 @@ if [ -n "$deb" ]; then
 else
     unset SYS_DEB
     sys_log "no package: tests that need it will skip"
+fi
+
+# The previous release's package, for the tests that upgrade from it (`# sys: prev-deb`):
+# built once from its tag by prev-deb.sh and cached (SYS_PREV_DEB names one instead).
+if [ -z "${SYS_PREV_DEB:-}" ] && [ -n "$deb" ] && grep -lq '^# sys: prev-deb' "${tests[@]}"; then
+    sys_log "the previous release's package (tests/system/prev-deb.sh)"
+    if prev=$("$here/prev-deb.sh"); then
+        export SYS_PREV_DEB=$prev
+        sys_log "previous release: $prev"
+    else
+        sys_log "building the previous release's package failed: t_upgrade will fail"
+    fi
 fi
 
 # --- the rootfs ----------------------------------------------------------------------------

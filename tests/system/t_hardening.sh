@@ -44,7 +44,7 @@ before=$(x sh -c 'stat -c "%u %a %s %i" /root/canary.json /root/canary.log; sha2
 qdir=$AS/Queues/$Q/Jobs/queued_jobs
 x ln -s /root/canary.json "$qdir/evil-link.json"
 x ln /root/canary.json "$qdir/evil-hard.json"
-qlog=$AS/logs/queue-$Q@$(x hostname).log   # this machine's file of queue-$Q.log
+qlog=$AS/logs/queue-$Q@$(x orchestrator this-machine).log   # this machine's file of queue-$Q.log
 x sh -c "rm -f $AS/logs/queue-$Q.log $qlog && ln -s /root/canary.log $AS/logs/queue-$Q.log && ln -s /root/canary.log $qlog"
 
 # --- the manager ----------------------------------------------------------------------------------

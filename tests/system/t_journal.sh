@@ -35,6 +35,25 @@ sys_expect_match "PROJECT=TestProject is set on them" 'PROJECT=TestProject' "$(x
 out=$(x orchestrator logs jA 2>&1) || true
 sys_expect_match "orchestrator logs jA reads the journal" 'finished' "$out"
 
+# job-log (the dashboard's live log): the job's lines, and none that another account wrote
+# under its JOB_ID (JOB_ID= is the sender's word; _UID is journald's).
+x runuser -u mallory -- logger --journald <<'EOT'
+JOB_ID=jA
+MESSAGE=forged-by-mallory
+EOT
+has_forged() { j JOB_ID=jA | grep -q forged-by-mallory; }
+sys_check "mallory's line under JOB_ID=jA is in the journal" sys_wait_until 10 "forged line" has_forged
+message jl-1 job-log null '{"job": "jA"}' chenry | put "$AS/messaging/inbox/jl-1.json"
+sys_check "job-log is answered" sys_wait_until 30 "answer" x test -f "$AS/messaging/outbox/jl-1.json"
+out=$(x cat "$AS/messaging/outbox/jl-1.json")
+sys_log "job-log jA: $out"
+sys_expect_match "job-log jA holds the job's lines" 'finished' "$out"
+sys_expect_match "job-log jA says the job has ended" '"ended": *true' "$out"
+sys_expect_eq "job-log jA leaves out mallory's forged line" 0 "$(grep -c 'forged-by-mallory' <<<"$out" || true)"
+message jl-2 job-log null '{"job": "jA"}' alice | put "$AS/messaging/inbox/jl-2.json"
+sys_check "alice's job-log is answered" sys_wait_until 30 "answer" x test -f "$AS/messaging/outbox/jl-2.json"
+sys_expect_match "alice may not read chenry's job's log" '"status": *"error"' "$(x cat "$AS/messaging/outbox/jl-2.json")"
+
 # A message's lines carry CORRELATION_ID=.
 message corr-42 list-projects | put "$AS/messaging/inbox/corr-42.json"
 sys_check "the message is answered" sys_wait_until 30 "answer" x test -f "$AS/messaging/outbox/corr-42.json"

@@ -19,7 +19,7 @@ setup_queue poplar 2
 # resets it. queue.json is the user's config; the manager writes its runtime to this
 # machine's Queues/<q>/runtime@<host>.json, and view-queue shows both.
 cf=$AS/Queues/poplar/queue.json
-qf=$AS/Queues/poplar/runtime@$(x hostname).json
+qf=$AS/Queues/poplar/runtime@$(x orchestrator this-machine).json
 x sed -i 's/"active_jobs": 0/"active_jobs": 7/' "$cf"
 x sh -c "printf '{\"process_id\": 1, \"active_jobs\": 7, \"last_update\": null, \"queued_jobs\": 3}\n' >'$qf'"
 x chown agentstore: "$qf" 2>/dev/null || true

@@ -132,7 +132,7 @@ queue_job c3 "$(noop 'pending' 100 110)"
 state_of() { x squeue -h -t all -n "agentstore-$1" -o %T 2>/dev/null; }
 c3_pending() { [ "$(state_of c3)" = PENDING ] && [ "$(state_of c1)" = RUNNING ] && [ "$(state_of c2)" = RUNNING ]; }
 sys_check "two run, the third pends in Slurm" sys_wait_until 60 "c1 c2 running, c3 pending" c3_pending
-rtf=$AS/Queues/poplar/runtime@$(x hostname).json   # this machine's runtime of the queue
+rtf=$AS/Queues/poplar/runtime@$(x orchestrator this-machine).json   # this machine's runtime of the queue
 q_counts() { [ "$(jfield "$rtf" active_jobs)" = 2 ] && [ "$(jfield "$rtf" queued_jobs)" = 1 ]; }
 sys_check "queue.json counts 2 active, 1 queued (pending in Slurm)" sys_wait_until 10 "counts" q_counts
 sys_check "cancel-job of the pending job" x orchestrator --root "$AS" cancel-job c3

@@ -79,21 +79,35 @@ impl Manager {
         let env = self.cfg.worker_env.clone();
         let n = u64::try_from(subs.len()).unwrap_or(u64::MAX);
         self.slurm.calls = self.slurm.calls.saturating_add(n);
-        let jobs: Vec<(Submission, Vec<String>, std::path::PathBuf)> = subs
+        // Each job's approval key goes in sbatch's own environment, which Slurm gives the
+        // batch step (issue 27: without it every person-approval of a Slurm job was denied);
+        // never on a command line (any local user reads those) nor in the store.
+        type Sub = (
+            Submission,
+            Vec<String>,
+            std::path::PathBuf,
+            Vec<(String, String)>,
+        );
+        let jobs: Vec<Sub> = subs
             .into_iter()
             .map(|(s, line)| {
                 let marker = self.marker_path(MarkKind::Start, &s.id);
-                (s, line, marker)
+                let mut env = env.clone();
+                env.push((
+                    crate::model::approval::APPROVAL_KEY_ENV.to_string(),
+                    self.approval_key(&s.id),
+                ));
+                (s, line, marker, env)
             })
             .collect();
-        let env = &env;
-        let mut answers = futures_util::stream::iter(jobs.into_iter().map(|(s, line, marker)| {
-            handling(marker.clone(), async move {
-                let r = run("sbatch", &line, env).await;
-                (s, r, marker)
-            })
-        }))
-        .buffer_unordered(SBATCH_PARALLEL);
+        let mut answers =
+            futures_util::stream::iter(jobs.into_iter().map(|(s, line, marker, env)| {
+                handling(marker.clone(), async move {
+                    let r = run("sbatch", &line, &env).await;
+                    (s, r, marker)
+                })
+            }))
+            .buffer_unordered(SBATCH_PARALLEL);
         while let Some((s, answer, marker)) = answers.next().await {
             self.note_transient(&answer);
             handling(marker, self.submitted(s, answer)).await;

@@ -182,6 +182,20 @@ pub(super) async fn job_page(app: &App, who: &Actor, id: &str) -> Result<Respons
         }
         b.push_str("</tbody></table>");
     }
+    if let Some(j) = parsed.as_ref().filter(|j| j.runtime.sandbox.is_some()) {
+        let _ = write!(
+            b,
+            r#"<h2>Sandbox</h2><p id="sandbox">{}</p>"#,
+            esc(j.runtime.sandbox.as_deref().unwrap_or(""))
+        );
+        if !j.runtime.sandbox_refused.is_empty() {
+            b.push_str(r#"<ul id="sandbox-refused">"#);
+            for l in &j.runtime.sandbox_refused {
+                let _ = write!(b, "<li>refused: {}</li>", esc(l));
+            }
+            b.push_str("</ul>");
+        }
+    }
     let text = parsed.as_ref().map(|j| j.result_text()).unwrap_or_default();
     let empty = match st {
         "queued" => "(not started yet)",
@@ -190,15 +204,14 @@ pub(super) async fn job_page(app: &App, who: &Actor, id: &str) -> Result<Respons
     };
     let _ = write!(
         b,
-        r#"<h2>Output</h2><pre id="output">{}</pre><p>Its log: <code>orchestrator logs {} --follow 600</code> (the journal, <code>JOB_ID={}</code>)</p>"#,
+        r#"<h2>Output</h2><pre id="output">{}</pre>"#,
         if text.is_empty() {
             empty.to_string()
         } else {
             esc(&text)
         },
-        esc(id),
-        esc(id)
     );
+    super::joblog::section(app, who, id, &mut b).await;
     Ok(page(&format!("Job {id}"), who, true, &b))
 }
 

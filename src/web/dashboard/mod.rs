@@ -4,6 +4,7 @@
 
 mod approvals;
 mod charts_page;
+mod joblog;
 mod jobs;
 mod machines;
 mod messages;

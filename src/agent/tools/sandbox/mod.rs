@@ -27,11 +27,15 @@
 // The child side has no safe form: pre_exec, unshare, mount and the Landlock system call.
 #![allow(unsafe_code)]
 
+mod namespace;
+mod seccomp;
 pub mod session;
+pub mod supervise;
 
-use std::ffi::CString;
+use namespace::Namespace;
+
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use landlock::{
@@ -132,7 +136,7 @@ pub fn kernel_abi() -> i32 {
 fn mount_namespace_works() -> bool {
     static WORKS: OnceLock<bool> = OnceLock::new();
     *WORKS.get_or_init(|| {
-        let Ok(ns) = Namespace::prepare(&[(PathBuf::from("/"), true)]) else {
+        let Ok(ns) = Namespace::prepare(&[(PathBuf::from("/"), true)], &[]) else {
             return false;
         };
         let mut cmd = std::process::Command::new("/bin/true");
@@ -191,6 +195,10 @@ pub struct SandboxPolicy {
     /// (bind-mounted onto themselves: a mount point cannot be moved), e.g. `.git`, so that a
     /// fresh `.git` cannot replace the one whose hooks and config are read-only.
     pub pinned: Vec<PathBuf>,
+    /// Files inside readable trees that no confined process may read: `/dev/null` is bound
+    /// over each (credentials files of the project: a command that cannot read a secret
+    /// cannot answer yes/no guesses about it either). Needs the mount namespace.
+    pub hidden: Vec<PathBuf>,
     /// Character devices it may read, write and ioctl (`/dev/null`, `/dev/tty`…).
     pub devices: Vec<PathBuf>,
     /// TCP: `None` leaves TCP unrestricted; `Some(ports)` allows connecting to those ports
@@ -206,6 +214,10 @@ pub struct SandboxPolicy {
     /// data out, and a path-named Unix socket (`/var/run/docker.sock`) reached by `connect`
     /// is not a file access.
     pub tcp_only: bool,
+    /// Hand the socket calls Landlock does not govern to a supervisor in the parent, which
+    /// refuses all but these and records what it refused ([`supervise`]): for unattended
+    /// jobs, whose record says what the sandbox refused.
+    pub supervise_sockets: Option<supervise::SocketRules>,
 }
 
 impl SandboxPolicy {
@@ -226,6 +238,7 @@ impl SandboxPolicy {
             devices: open(&self.devices),
             policy: self.clone(),
             rulesets: Default::default(),
+            refusals: supervise::Refusals::default(),
         };
         // Both rulesets now, from the paths as they are at the start (what a later command
         // did to the tree never changes what a ruleset names); one that fails is tried
@@ -253,6 +266,8 @@ pub struct Compiled {
     /// The rulesets, built on first use and shared by every child (a ruleset fd can restrict
     /// any number of processes): without, with network.
     rulesets: [OnceLock<Arc<OwnedFd>>; 2],
+    /// What the socket supervisors of its children refused.
+    refusals: supervise::Refusals,
 }
 
 impl Compiled {
@@ -264,6 +279,11 @@ impl Compiled {
     /// What the kernel enforces of it.
     pub fn support(&self) -> Support {
         self.support
+    }
+
+    /// What the socket supervisors of its children refused so far.
+    pub fn refusals(&self) -> Vec<String> {
+        self.refusals.lines()
     }
 
     /// Build the ruleset and the namespace steps for one child. `network` lifts the TCP rules
@@ -299,18 +319,38 @@ impl Compiled {
                         .map(|p| (p, true)),
                 )
                 .collect();
-            (!present.is_empty())
-                .then(|| Namespace::prepare(&present))
+            let hide: Vec<PathBuf> = self
+                .policy
+                .hidden
+                .iter()
+                .filter_map(target)
+                .filter(|p| p.is_file())
+                .collect();
+            (!present.is_empty() || !hide.is_empty())
+                .then(|| Namespace::prepare(&present, &hide))
                 .transpose()?
         } else {
             None
         };
+        let (channel, supervise) = match (&self.policy.supervise_sockets, supervise::filter()) {
+            (Some(rules), Some(filter)) if !network => {
+                let (parent, child) = supervise::channel(rules.clone(), self.refusals.clone())
+                    .map_err(|source| SandboxError::Scratch {
+                        path: PathBuf::from("(socket pair)"),
+                        source,
+                    })?;
+                (Some(parent), Some((filter, child)))
+            }
+            _ => (None, None),
+        };
         Ok(Prepared {
             ruleset,
             namespace,
+            channel,
+            supervise,
             drop_capabilities: nix::unistd::geteuid().is_root(),
             socket_filter: (self.policy.tcp_only && !network)
-                .then(socket_filter)
+                .then(seccomp::socket_filter)
                 .flatten(),
         })
     }
@@ -384,6 +424,10 @@ pub struct Prepared {
     drop_capabilities: bool,
     /// The seccomp program of [`SandboxPolicy::tcp_only`].
     socket_filter: Option<Vec<libc::sock_filter>>,
+    /// The parent's side of [`SandboxPolicy::supervise_sockets`], until taken.
+    channel: Option<supervise::Channel>,
+    /// The child's side: the program and its end of the channel.
+    supervise: Option<(Vec<libc::sock_filter>, OwnedFd)>,
 }
 
 impl Prepared {
@@ -445,6 +489,9 @@ impl Prepared {
                 return Err(std::io::Error::last_os_error());
             }
         }
+        if let Some((filter, chan)) = &self.supervise {
+            supervise::install(filter, chan.as_raw_fd())?;
+        }
         if let Some(fd) = &self.ruleset {
             // SAFETY: landlock_restrict_self on a ruleset fd we own, no flags; it changes only
             // this process's credentials.
@@ -460,6 +507,12 @@ impl Prepared {
             }
         }
         Ok(())
+    }
+
+    /// The parent's side of the socket supervisor (when the policy has one): take it before
+    /// installing, and call [`supervise::Channel::supervise`] once the child is spawned.
+    pub fn take_channel(&mut self) -> Option<supervise::Channel> {
+        self.channel.take()
     }
 
     /// Install [`confine_child`](Prepared::confine_child) before exec of a std command.
@@ -479,190 +532,6 @@ impl Prepared {
             cmd.pre_exec(move || self.confine_child());
         }
     }
-}
-
-/// The seccomp program of [`SandboxPolicy::tcp_only`] for this architecture (None where it is
-/// not written for it): `socket()` only for `AF_INET`/`AF_INET6` `SOCK_STREAM`, no
-/// `io_uring_setup`, no system calls of another ABI (i386 `socketcall`, x32), else `EACCES`.
-fn socket_filter() -> Option<Vec<libc::sock_filter>> {
-    #[cfg(target_arch = "x86_64")]
-    const ARCH: u32 = 0xC000_003E; // AUDIT_ARCH_X86_64
-    #[cfg(target_arch = "aarch64")]
-    const ARCH: u32 = 0xC000_00B7; // AUDIT_ARCH_AARCH64
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    return None;
-    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-    {
-        const LD_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
-        const JEQ: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
-        const JGE: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
-        const AND: u16 = 0x54; // BPF_ALU | BPF_AND | BPF_K
-        const RET: u16 = 0x06; // BPF_RET | BPF_K
-        const ALLOW: u32 = 0x7fff_0000; // SECCOMP_RET_ALLOW
-        let deny: u32 = 0x0005_0000 | u32::try_from(libc::EACCES).unwrap_or(13); // RET_ERRNO
-        let op = |code: u16, jt: u8, jf: u8, k: u32| libc::sock_filter { code, jt, jf, k };
-        let nr = |n: libc::c_long| u32::try_from(n).unwrap_or(u32::MAX);
-        let af = |n: libc::c_int| u32::try_from(n).unwrap_or(u32::MAX);
-        // seccomp_data: nr at 0, arch at 4, args[i] at 16 + 8 i (low half first).
-        Some(vec![
-            /* 0 */ op(LD_ABS, 0, 0, 4),
-            /* 1 */ op(JEQ, 0, 11, ARCH),
-            /* 2 */ op(LD_ABS, 0, 0, 0),
-            /* 3 */ op(JGE, 9, 0, 0x4000_0000), // x32 system calls
-            /* 4 */ op(JEQ, 8, 0, nr(libc::SYS_io_uring_setup)),
-            /* 5 */ op(JEQ, 0, 6, nr(libc::SYS_socket)),
-            /* 6 */ op(LD_ABS, 0, 0, 16),
-            /* 7 */ op(JEQ, 1, 0, af(libc::AF_INET)),
-            /* 8 */ op(JEQ, 0, 4, af(libc::AF_INET6)),
-            /* 9 */ op(LD_ABS, 0, 0, 24),
-            /* 10 */ op(AND, 0, 0, 0xf),
-            /* 11 */ op(JEQ, 0, 1, af(libc::SOCK_STREAM)),
-            /* 12 */ op(RET, 0, 0, ALLOW),
-            /* 13 */ op(RET, 0, 0, deny),
-        ])
-    }
-}
-
-/// The mount-namespace step: made before fork, entered in the child.
-#[derive(Debug)]
-struct Namespace {
-    /// `Some((uid_map, gid_map))` when a user namespace is needed (not root).
-    user: Option<(CString, CString)>,
-    /// Paths to bind onto themselves, whether read-only, and the flags their mounts already
-    /// have (kept: a user namespace may not drop `nosuid`, `nodev`…).
-    binds: Vec<(CString, bool, libc::c_ulong)>,
-}
-
-impl Namespace {
-    fn prepare(paths: &[(PathBuf, bool)]) -> Result<Namespace, SandboxError> {
-        let uid = nix::unistd::geteuid();
-        let gid = nix::unistd::getegid();
-        let user = (!uid.is_root()).then(|| {
-            (
-                CString::new(format!("{uid} {uid} 1\n")).unwrap_or_default(),
-                CString::new(format!("{gid} {gid} 1\n")).unwrap_or_default(),
-            )
-        });
-        let mut binds = Vec::new();
-        for (p, read_only) in paths {
-            let c = c_path(p)?;
-            let st = nix::sys::statvfs::statvfs(p).map_err(|source| SandboxError::Statvfs {
-                path: p.clone(),
-                source,
-            })?;
-            let f = st.flags();
-            use nix::sys::statvfs::FsFlags;
-            let mut flags: libc::c_ulong = 0;
-            for (have, ms) in [
-                (FsFlags::ST_NOSUID, libc::MS_NOSUID),
-                (FsFlags::ST_NODEV, libc::MS_NODEV),
-                (FsFlags::ST_NOEXEC, libc::MS_NOEXEC),
-                (FsFlags::ST_NOATIME, libc::MS_NOATIME),
-                (FsFlags::ST_NODIRATIME, libc::MS_NODIRATIME),
-                (FsFlags::ST_RELATIME, libc::MS_RELATIME),
-            ] {
-                if f.contains(have) {
-                    flags |= ms;
-                }
-            }
-            binds.push((c, *read_only, flags));
-        }
-        Ok(Namespace { user, binds })
-    }
-
-    /// In the child: unshare, map the ids, make the binds read-only. System calls only.
-    fn enter(&self) -> std::io::Result<()> {
-        let flags = if self.user.is_some() {
-            libc::CLONE_NEWUSER | libc::CLONE_NEWNS
-        } else {
-            libc::CLONE_NEWNS
-        };
-        check(
-            // SAFETY: unshare of the calling (single-threaded, forked) process.
-            unsafe { libc::unshare(flags) },
-        )?;
-        if let Some((uid_map, gid_map)) = &self.user {
-            write_proc(c"/proc/self/setgroups", c"deny")?;
-            write_proc(c"/proc/self/uid_map", uid_map)?;
-            write_proc(c"/proc/self/gid_map", gid_map)?;
-        }
-        // No mount event of ours reaches the parent's namespace.
-        check(
-            // SAFETY: mount with static C strings; changes only our own mount namespace.
-            unsafe {
-                libc::mount(
-                    std::ptr::null(),
-                    c"/".as_ptr(),
-                    std::ptr::null(),
-                    libc::MS_REC | libc::MS_PRIVATE,
-                    std::ptr::null(),
-                )
-            },
-        )?;
-        for (path, read_only, flags) in &self.binds {
-            check(
-                // SAFETY: bind-mount a path onto itself in our own namespace; the C string
-                // was made before the fork.
-                unsafe {
-                    libc::mount(
-                        path.as_ptr(),
-                        path.as_ptr(),
-                        std::ptr::null(),
-                        libc::MS_BIND | libc::MS_REC,
-                        std::ptr::null(),
-                    )
-                },
-            )?;
-            if !read_only {
-                continue;
-            }
-            check(
-                // SAFETY: as above, remounting the new bind read-only.
-                unsafe {
-                    libc::mount(
-                        std::ptr::null(),
-                        path.as_ptr(),
-                        std::ptr::null(),
-                        libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | flags,
-                        std::ptr::null(),
-                    )
-                },
-            )?;
-        }
-        Ok(())
-    }
-}
-
-fn check(r: libc::c_int) -> std::io::Result<()> {
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
-}
-
-/// open + write + close, for `/proc/self/*_map` in the child.
-fn write_proc(path: &std::ffi::CStr, text: &std::ffi::CStr) -> std::io::Result<()> {
-    // SAFETY: open/write/close on C strings made before the fork; no allocation.
-    unsafe {
-        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let bytes = text.to_bytes();
-        let n = libc::write(fd, bytes.as_ptr().cast(), bytes.len());
-        let err = std::io::Error::last_os_error();
-        libc::close(fd);
-        if n < 0 || usize::try_from(n).ok() != Some(bytes.len()) {
-            return Err(err);
-        }
-    }
-    Ok(())
-}
-
-fn c_path(p: &Path) -> Result<CString, SandboxError> {
-    CString::new(p.as_os_str().as_encoded_bytes().to_vec())
-        .map_err(|_| SandboxError::Path(p.to_path_buf()))
 }
 
 /// The system trees every confined program needs to start and work: read and execute.

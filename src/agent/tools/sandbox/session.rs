@@ -146,17 +146,20 @@ impl CommandSandbox {
             write,
             read_only: protected_paths(&root),
             pinned: vec![root.join(".git")],
+            hidden: secret_files(&root),
             devices: super::standard_devices(),
             connect_ports: Some(Vec::new()),
             scope_signals: true,
             scope_abstract_sockets: true,
             tcp_only: true,
+            supervise_sockets: None,
         };
         let mut read_only = policy.clone();
         read_only.read.append(&mut read_only.write);
         read_only.write = vec![scratch.clone()];
         read_only.read_only.clear();
         read_only.pinned.clear();
+        // `hidden` stays: a read-only command may not read a secret either.
         Ok(CommandSandbox {
             compiled: policy.compile(support),
             read_only: read_only.compile(support),
@@ -195,6 +198,41 @@ impl Drop for CommandSandbox {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.scratch);
     }
+}
+
+/// Most entries looked at for [`secret_files`] (a larger project keeps the rest to the
+/// policy, which refuses `.env` operands and recursive reads of trees holding one).
+const SECRET_SCAN_ENTRIES: usize = 50_000;
+
+/// The credentials files of a project (`.env`, `.env.*`, at any depth; not under `.git`,
+/// `target` or `node_modules`): hidden from every command (issue 28: `grep -q GUESS .env`
+/// answered yes/no about a secret). Found when the session starts.
+pub fn secret_files(root: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    let mut seen = 0usize;
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            seen += 1;
+            if seen > SECRET_SCAN_ENTRIES {
+                return found;
+            }
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            let Ok(ft) = e.file_type() else { continue };
+            if ft.is_dir() {
+                if !matches!(&*name, ".git" | "target" | "node_modules") {
+                    stack.push(e.path());
+                }
+            } else if name == ".env" || name.starts_with(".env.") {
+                found.push(e.path());
+            }
+        }
+    }
+    found
 }
 
 /// The subpaths of a project that steer the agent, git or the user's later sessions: kept

@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""benches/soak-report.py — one sample of the system soak (benches/soak-system.sh), run INSIDE
+the soak container as root. Prints one JSON object:
+
+  messages: written (the writers' ledger), answered (one answer file per id, in either
+            copy's outbox/processed_outbox), lost (written more than --grace s ago and not
+            answered), doubled (ids with more than one message_answered event, or more than
+            one answer file), dbus_ok / dbus_failed (the D-Bus caller's ledger);
+  jobs:     finished, failed (by error, first words), run_twice (job ids with more than one
+            job_started event), stuck (queued/running longer than their timeout + --grace);
+  conflicts: Syncthing conflict copies anywhere in either copy, and files set aside in
+            conflicts/;
+  daemons:  per daemon (unit name): pid, rss_kb, fds, threads, inotify watches;
+  load:     /proc/loadavg (the container shares the host's).
+
+Usage: soak-report.py --copy /var/lib/agentstore --copy /srv/beta --ledger /var/tmp/soak
+                      --grace 600 --unit NAME...
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import subprocess
+import time
+from collections import Counter
+
+
+def read_json(path):
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def listdir(d):
+    try:
+        return os.listdir(d)
+    except OSError:
+        return []
+
+
+def events(copy):
+    out = []
+    for path in glob.glob(os.path.join(copy, "logs", "events-*.jsonl")):
+        if "sync-conflict" in path:
+            continue
+        try:
+            with open(path, errors="replace") as f:
+                for line in f:
+                    try:
+                        out.append(json.loads(line))
+                    except ValueError:
+                        pass
+        except OSError:
+            pass
+    return out
+
+
+def ledger(path):
+    """Lines 'ID EPOCH' (written) of the writers."""
+    seen = {}
+    for p in glob.glob(path):
+        with open(p) as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 2:
+                    seen[parts[0]] = float(parts[1])
+    return seen
+
+
+def proc_stats(pid):
+    s = {"pid": pid}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    s["rss_kb"] = int(line.split()[1])
+                elif line.startswith("Threads:"):
+                    s["threads"] = int(line.split()[1])
+        fds = os.listdir(f"/proc/{pid}/fd")
+        s["fds"] = len(fds)
+        watches = 0
+        for fd in fds:
+            try:
+                with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                    watches += sum(1 for l in f if l.startswith("inotify wd:"))
+            except OSError:
+                pass
+        s["inotify_watches"] = watches
+    except OSError:
+        pass
+    return s
+
+
+def main_pid(unit):
+    try:
+        out = subprocess.run(["systemctl", "show", "-p", "MainPID", "--value", unit],
+                             capture_output=True, text=True, timeout=20).stdout.strip()
+        return int(out or 0)
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return 0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--copy", action="append", required=True)
+    ap.add_argument("--ledger", required=True)
+    ap.add_argument("--grace", type=float, default=600)
+    ap.add_argument("--unit", action="append", default=[])
+    a = ap.parse_args()
+    now = time.time()
+
+    written = ledger(os.path.join(a.ledger, "written-*.log"))
+    answer_files = Counter()
+    for copy in a.copy[:1]:  # the first copy is the reference (the others converge to it)
+        for d in ("messaging/outbox", "messaging/processed_outbox"):
+            for n in listdir(os.path.join(copy, d)):
+                if n.endswith(".json") and not n.startswith(".") and "sync-conflict" not in n:
+                    answer_files[n[:-5]] += 1
+    ev = events(a.copy[0])
+    answered_events = Counter(e.get("correlation_id") for e in ev if e.get("event") == "message_answered")
+    started = Counter(e.get("job_id") for e in ev if e.get("event") == "job_started")
+    answered = [i for i in written if answer_files.get(i, 0) >= 1]
+    lost = [i for i, t in written.items() if answer_files.get(i, 0) == 0 and now - t > a.grace]
+    doubled = sorted({i for i in written if answer_files.get(i, 0) > 1 or answered_events.get(i, 0) > 1})
+    unrecorded = sorted(i for i in answered if answered_events.get(i, 0) == 0)
+    dbus = ledger(os.path.join(a.ledger, "dbus-ok-*.log"))
+    dbus_failed = ledger(os.path.join(a.ledger, "dbus-failed-*.log"))
+
+    jobs = {"finished": 0, "failed": Counter(), "stuck": [], "queued": 0, "running": 0}
+    copy = a.copy[0]
+    for qdir in glob.glob(os.path.join(copy, "Queues", "*", "Jobs")):
+        for state in ("queued", "running", "finished", "failed"):
+            for n in listdir(os.path.join(qdir, f"{state}_jobs")):
+                if not n.endswith(".json") or n.startswith(".") or "sync-conflict" in n:
+                    continue
+                if state == "finished":
+                    jobs["finished"] += 1
+                    continue
+                doc = read_json(os.path.join(qdir, f"{state}_jobs", n)) or {}
+                if state == "failed":
+                    err = str((doc.get("runtime") or {}).get("error") or "?")
+                    reason = re.sub(r"[0-9a-f-]{8,}|\d+", "N", " ".join(err.split()[:6]))
+                    jobs["failed"][reason] += 1
+                    continue
+                jobs[state] += 1
+                try:
+                    age = now - os.stat(os.path.join(qdir, f"{state}_jobs", n)).st_mtime
+                except OSError:
+                    continue
+                limit = float((doc.get("config") or {}).get("timeout_seconds") or 3600)
+                if age > limit + a.grace:
+                    jobs["stuck"].append(n[:-5])
+    run_twice = sorted(j for j, c in started.items() if c > 1)
+
+    conflicts = []
+    for c in a.copy:
+        for root, _dirs, files in os.walk(c):
+            if "/.stversions" in root or "/.stfolder" in root:
+                continue
+            for n in files:
+                if "sync-conflict" in n:
+                    conflicts.append(os.path.join(root, n))
+    set_aside = sum(len(files) for c in a.copy[:1] for _r, _d, files in os.walk(os.path.join(c, "conflicts")))
+
+    daemons = {u: proc_stats(main_pid(u)) for u in a.unit}
+    with open("/proc/loadavg") as f:
+        load = f.read().split()[:3]
+    print(json.dumps({
+        "time": int(now),
+        "messages": {"written": len(written), "answered": len(answered), "lost": len(lost),
+                     "lost_ids": lost[:10], "doubled": len(doubled), "doubled_ids": doubled[:10],
+                     "answered_without_event": len(unrecorded), "unrecorded_ids": unrecorded[:10],
+                     "dbus_ok": len(dbus), "dbus_failed": len(dbus_failed)},
+        "jobs": {"finished": jobs["finished"], "failed": dict(jobs["failed"]),
+                 "queued": jobs["queued"], "running": jobs["running"],
+                 "run_twice": len(run_twice), "run_twice_ids": run_twice[:10],
+                 "stuck": len(jobs["stuck"]), "stuck_ids": jobs["stuck"][:10]},
+        "conflicts": {"sync_conflict_copies": len(conflicts), "examples": conflicts[:5],
+                      "set_aside": set_aside},
+        "daemons": daemons,
+        "load": load,
+    }, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()
