@@ -28,6 +28,7 @@ pub fn job_caller(store: &Store, job: &Job) -> Caller {
             email: String::new(),
             permissions: crate::model::Permission::User,
             unix_user: None,
+            notify: None,
         })),
     }
 }
