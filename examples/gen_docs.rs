@@ -60,5 +60,6 @@ fn main() -> std::io::Result<()> {
     write(&out, agentstore::queue::args::Args::command())?;
     write(&out, agentstore::worker::args::Args::command())?;
     write(&out, agentstore::web::args::Args::command())?;
+    write(&out, agentstore::notify::args::Args::command())?;
     Ok(())
 }

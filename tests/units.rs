@@ -69,6 +69,10 @@ fn stage_units(dir: &Path, to: &Path) -> Vec<PathBuf> {
             .replace(
                 "/usr/bin/agentstore-web",
                 env!("CARGO_BIN_EXE_agentstore-web"),
+            )
+            .replace(
+                "/usr/bin/agentstore-notify",
+                env!("CARGO_BIN_EXE_agentstore-notify"),
             );
         let dst = to.join(&name);
         std::fs::write(&dst, t).unwrap();
@@ -127,9 +131,10 @@ fn units_pass_systemd_analyze_verify() {
     let user = stage_units(&repo("systemd/user"), &tmp.path().join("user"));
     assert_eq!(
         user.len(),
-        9,
+        10,
         "systemd/user/ should hold the service, path and timer units of the orchestrator and \
-         of queue-manager@, agentstore.target, and agentstore-web's socket and service"
+         of queue-manager@, agentstore.target, agentstore-web's socket and service, and \
+         agentstore-notify's service"
     );
     verify(&user, true);
 

@@ -229,6 +229,37 @@ fn extra(name: &str) -> String {
             ],
             "orchestrator(1), orchestratord(1)",
         ),
+        "agentstore-notify" => (
+            &[
+                (
+                    "systemctl enable --now agentstore-notify",
+                    "Delivers notices to Slack, Telegram, e-mail and webhooks (system store).",
+                ),
+                (
+                    "orchestrator notify test --sink slack",
+                    "Sends one test notice through a sink with this machine's settings.",
+                ),
+                (
+                    "orchestrator notifications --failed",
+                    "What could not be delivered, and why.",
+                ),
+            ],
+            &[
+                (
+                    "/etc/agentstore/config.yaml",
+                    "notify: sinks, endpoints, credential names, defaults, retries (root-owned).",
+                ),
+                (
+                    "STORE/notifications/pending/",
+                    "Notices not yet delivered everywhere.",
+                ),
+                (
+                    "STORE/logs/notify-ledger@HOST.jsonl",
+                    "What each machine sent, retried or gave up on.",
+                ),
+            ],
+            "orchestrator(1), orchestratord(1)",
+        ),
         "agentshell" => (
             &[
                 (

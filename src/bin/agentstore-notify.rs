@@ -2,27 +2,12 @@
 //! (issue 31), run by systemd (`agentstore-notify.service`).
 #![deny(unsafe_code)]
 
+use agentstore::notify::args::Args;
 use agentstore::notify::daemon::{NotifyOptions, run};
 use agentstore::store::resolve_daemon_root;
 use clap::Parser;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
-
-/// Deliver the store's notices to each user's chosen sinks, exactly once per sink.
-#[derive(Debug, Parser)]
-#[command(name = "agentstore-notify", version)]
-struct Args {
-    /// The store (default: as the other daemons resolve it).
-    #[arg(long)]
-    root: Option<PathBuf>,
-    /// Backstop interval in milliseconds (default: notify.poll_interval_ms, else 2000).
-    #[arg(long, value_name = "MS")]
-    poll_ms: Option<u64>,
-    /// One pass, then exit.
-    #[arg(long)]
-    once: bool,
-}
 
 fn main() -> ExitCode {
     let args = Args::parse();

@@ -15,6 +15,7 @@
 //! delivery id in the message's metadata); Telegram, e-mail and the desktop have no such
 //! handle, and a notice that was in flight there may come twice (never not at all).
 
+pub mod args;
 pub mod daemon;
 pub mod dispatch;
 pub mod ledger;

@@ -355,7 +355,11 @@ pub async fn run(
                             Ok((s, a)) if a.ip().is_loopback() => {
                                 let key = conn::CallerKey::Loopback;
                                 if let Some(a) = admit(&app, key, true, |b| s.try_write(b)) {
-                                    serve_connection(app.clone(), Peer::Tcp, a, s)
+                                    serve_connection(app.clone(), Peer::Tcp, a, s);
+                                    // The new connection's task reads its request before
+                                    // the next accept can take its place (a flood of
+                                    // token-less connects is otherwise accepted in a burst).
+                                    tokio::task::yield_now().await;
                                 }
                             }
                             Ok((_, a)) => tracing::warn!("refused non-loopback peer {a}"),

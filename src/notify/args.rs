@@ -1,0 +1,21 @@
+//! `agentstore-notify`'s command line.
+
+use clap::Parser;
+use std::path::PathBuf;
+
+/// Deliver the store's notices (job failed, approval waiting, …) to each user's chosen sinks
+/// — desktop, Slack, Telegram, e-mail, signed webhooks — exactly once per sink. Settings:
+/// `notify:` in /etc/agentstore/config.yaml (system) or ~/.config/agentstore/config.yaml.
+#[derive(Debug, Parser)]
+#[command(name = "agentstore-notify", version)]
+pub struct Args {
+    /// The store (default: as the other daemons resolve it).
+    #[arg(long)]
+    pub root: Option<PathBuf>,
+    /// Backstop interval in milliseconds (default: notify.poll_interval_ms, else 2000).
+    #[arg(long, value_name = "MS")]
+    pub poll_ms: Option<u64>,
+    /// One pass, then exit.
+    #[arg(long)]
+    pub once: bool,
+}
