@@ -1,0 +1,127 @@
+//! Running a confined job's program and judging what it wrote: the combined output kept on
+//! the job and the outcome read from it.
+
+use super::*;
+
+pub(super) fn run_confined(
+    store: &Store,
+    args: &WorkerArgs,
+    job: &mut Job,
+    cmd: &AgentCommand,
+    what: &str,
+    expect_json: bool,
+) -> Outcome {
+    let (q, id) = (args.queue.as_str(), args.job_id.as_str());
+    let lines = std::sync::atomic::AtomicUsize::new(0);
+    let result = run_agent(
+        cmd,
+        |pid| {
+            job.runtime.llm_process_id = Some(pid);
+            let path = store.job_path(q, JobStatus::Running, id);
+            if let Err(e) = store.write_doc(crate::model::DocKind::Job, &path, &*job) {
+                tracing::warn!(job_id = %id, queue = %q, "cannot record llm_process_id: {e}");
+            }
+            tracing::info!(job_id = %id, queue = %q, llm_pid = pid, "started {}", cmd.program);
+        },
+        |stream, line| {
+            if lines.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < JOURNAL_LINES {
+                let text = String::from_utf8_lossy(line);
+                tracing::info!(job_id = %id, queue = %q, stream, "{text}");
+            }
+        },
+    );
+    let out = match result {
+        Ok(o) => o,
+        Err(e) => return Outcome::fail(e.to_string()),
+    };
+    judge(out, what, expect_json)
+}
+
+/// Separates stdout from stderr in `runtime.output`.
+pub const STDERR_MARKER: &str = "\n--- stderr ---\n";
+
+/// The most of stderr kept in `runtime.output` (its end: where the error is).
+pub const STDERR_KEEP: usize = 64 * 1024;
+
+/// `runtime.output` (PRD §4.6: stdout and stderr, 10 MB in all): stdout, then — when the
+/// agent wrote to stderr — [`STDERR_MARKER`] and the last [`STDERR_KEEP`] bytes of stderr.
+/// stdout gives up the room stderr takes, so the total stays within [`OUTPUT_LIMIT`].
+/// Readers that want Claude's JSON parse the first JSON value (stdout comes first).
+pub(super) fn combined_output(stdout: &capture::Captured, stderr: &capture::Captured) -> String {
+    let err_bytes = stderr.end();
+    let err_bytes = &err_bytes[err_bytes.len().saturating_sub(STDERR_KEEP)..];
+    let err = String::from_utf8_lossy(err_bytes);
+    let err = err.trim_end_matches('\n');
+    if err.trim().is_empty() {
+        return stdout.head_text(OUTPUT_LIMIT);
+    }
+    let mut text = stdout.head_text(OUTPUT_LIMIT - STDERR_MARKER.len() - err.len());
+    text.push_str(STDERR_MARKER);
+    text.push_str(err);
+    text
+}
+
+pub(super) fn judge(out: AgentOutput, what: &str, expect_json: bool) -> Outcome {
+    let code = out.exit_code();
+    let mut o = Outcome {
+        exit_code: Some(code),
+        output: Some(combined_output(&out.stdout, &out.stderr)),
+        ..Outcome::default()
+    };
+    let mut notes: Vec<String> = Vec::new();
+    if out.stdout.truncated() {
+        notes.push(format!(
+            "Output truncated to {OUTPUT_LIMIT} bytes ({what} wrote {} bytes)",
+            out.stdout.total
+        ));
+    }
+    let parsed = if expect_json {
+        Some(claude::parse_result(capture::last_line(out.stdout.end())))
+    } else {
+        None
+    };
+    if let Some(Ok(r)) = &parsed {
+        o.cost_usd = r.total_cost_usd;
+        o.num_turns = r.num_turns;
+        o.session_id = r.session_id.clone();
+    }
+    let stderr_tail = String::from_utf8_lossy(capture::last_line(out.stderr.end())).into_owned();
+    let reason = |r: &Option<Result<claude::AgentResult, String>>| -> String {
+        match r {
+            Some(Ok(res)) => res.result.clone().unwrap_or_default(),
+            _ => stderr_tail.clone(),
+        }
+    };
+    if !out.status.success() {
+        o.failed = true;
+        let why = reason(&parsed);
+        let head = match out.status.code() {
+            Some(c) => format!("{what} exited with code {c}"),
+            None => format!("{what} was killed by signal {}", code - 128),
+        };
+        notes.insert(
+            0,
+            if why.is_empty() {
+                head
+            } else {
+                format!("{head}: {why}")
+            },
+        );
+    } else {
+        match &parsed {
+            Some(Ok(r)) if r.is_error => {
+                o.failed = true;
+                notes.insert(0, format!("{what} reported an error: {}", reason(&parsed)));
+            }
+            Some(Err(e)) if !out.stdout.truncated() => {
+                o.failed = true;
+                notes.insert(0, format!("{what} output is not a JSON result: {e}"));
+            }
+            _ => {}
+        }
+    }
+    if !notes.is_empty() {
+        o.error = Some(notes.join("; "));
+    }
+    o
+}
