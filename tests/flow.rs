@@ -62,7 +62,8 @@ impl Flow {
     fn cli(&self, args: &[&str]) -> Output {
         let mut c = Command::new(env!("CARGO_BIN_EXE_orchestrator"));
         self.scope(&mut c);
-        c.args(args).output().unwrap()
+        // Wide enough for every list-jobs column beside a UUID (at 80, PRIORITY is left out).
+        c.env("COLUMNS", "160").args(args).output().unwrap()
     }
 
     fn ok(&self, args: &[&str]) -> String {
@@ -841,7 +842,8 @@ fn the_pipeline_runs_the_real_claude_code_cli_at_every_step() {
     let answers = [
         "R1 research: the code keeps its data in sqlite",
         "P2 PRD: make the queries fast with an index",
-        "T3 tasks: 1. add the index 2. test it",
+        // create-tasks answers with its task list as one JSON block (issue 30).
+        "T3 tasks: 1. add the index 2. test it\n\n```json\n{\"tasks\": [{\"id\": \"add-index\", \"title\": \"Add the index\"}, {\"id\": \"test-it\", \"title\": \"Test it\", \"depends_on\": [\"add-index\"]}]}\n```",
         "I4 implemented: index added",
     ];
     let server = fake_model::FakeModel::start(
@@ -899,7 +901,14 @@ fn the_pipeline_runs_the_real_claude_code_cli_at_every_step() {
             "step {i} ({cmd}) did not get its command file: {prompt}"
         );
         assert!(prompt.contains("Make queries fast"), "step {i}: {prompt}");
-        if i > 0 {
+        if i == 3 {
+            // create-tasks' answer became task documents (issue 30): the implementer gets
+            // the PRD's task list, not the answer's text.
+            assert!(
+                prompt.contains("add-index") && prompt.contains("test-it"),
+                "step 3 ({cmd}) did not get the PRD's tasks: {prompt}"
+            );
+        } else if i > 0 {
             let before = answers[i - 1];
             assert!(
                 prompt.contains(before),

@@ -279,6 +279,11 @@ async fn list_jobs_pages_are_complete_filtered_and_bounded() {
         // Documents come from a cache: one rewritten in place (its folder's time unchanged)
         // is listed as it is now, and one moved to another project is judged by that.
         let f = |id: &str| env.root.join(format!("Queues/q1/Jobs/finished_jobs/{id}.json"));
+        // The completion handler (its own thread) writes each finished job's handled flag
+        // once; the rewrite comes after that, or the handler's write would replace it.
+        wait_until(LONG, "job-0001 handled", || {
+            read_json(&f("job-0001"))["runtime"]["handled"] == json!(true)
+        });
         let mut d = read_json(&f("job-0001"));
         d["config"]["task_description"] = json!("rewritten in place");
         std::fs::write(f("job-0001"), d.to_string()).unwrap();
