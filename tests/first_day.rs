@@ -124,6 +124,19 @@ fn list_jobs_keeps_the_queued_time_whole() {
             assert!(!text.contains('…'), "nothing cut at {cols}:\n{text}");
         }
     }
+    // Into a pipe (no COLUMNS, no terminal) no column goes missing: scripts that grep a
+    // column still find it.
+    let o = env
+        .cli()
+        .env_remove("COLUMNS")
+        .args(["list-jobs"])
+        .output()
+        .unwrap();
+    let piped = String::from_utf8(o.stdout).unwrap();
+    assert!(
+        piped.lines().next().unwrap().contains("PRIORITY"),
+        "{piped}"
+    );
 }
 
 #[test]

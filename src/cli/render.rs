@@ -16,6 +16,15 @@ pub enum Format {
 /// Width text output is fitted to when neither `COLUMNS` nor the terminal says otherwise.
 pub const WIDTH: usize = 80;
 
+/// True when the width is known (`COLUMNS`, or stdout is a terminal): only then may a table
+/// leave columns out; a pipe or a file gets every column (cut, never missing).
+pub fn width_known() -> bool {
+    std::env::var("COLUMNS")
+        .ok()
+        .is_some_and(|c| c.trim().parse::<usize>().is_ok())
+        || terminal_size::terminal_size().is_some()
+}
+
 /// The width to fit text to: `COLUMNS` when set to a number (at least 40), else the width of
 /// the terminal on stdout, else [`WIDTH`] (a pipe, a file).
 pub fn terminal_width() -> usize {
@@ -280,7 +289,7 @@ pub fn fit_widths(widths: &mut [usize], keep: &[usize], droppable: &[usize]) {
             .map(|(i, w)| if keep.contains(&i) { *w } else { (*w).min(8) })
             .collect()
     };
-    for &d in droppable {
+    for &d in droppable.iter().filter(|_| width_known()) {
         if total(&narrowest(widths)) <= room {
             break;
         }
