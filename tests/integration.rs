@@ -66,6 +66,7 @@ mod m0_cli;
 mod machine_identity;
 mod machines;
 mod notify;
+mod notify_email;
 mod notify_slack;
 mod orchestrator_badinput;
 mod orchestrator_m1;
