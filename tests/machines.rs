@@ -364,6 +364,11 @@ async fn orchestratord_signals_stale_machines_and_fails_their_jobs() {
                 .iter()
                 .any(|e| e["event"] == "machine_stale")
         );
+        // The admins hear of it: one machine_lost notice, for no one in particular.
+        let lost = crate::notify::notices(&env.root, "machine_lost");
+        assert_eq!(lost.len(), 1, "{lost:?}");
+        assert_eq!(lost[0]["title"], "Machine ghost stopped reporting");
+        assert!(lost[0].get("user").is_none(), "{}", lost[0]);
         // ghost reports again: the signal says so and the property empties.
         beat_now(&env.root, "ghost");
         let s = changes.next().await.unwrap();

@@ -613,3 +613,22 @@ fn a_failed_job_emits_one_notice_with_its_error_and_cost() {
     assert_eq!(n["cost_usd"], 1.5);
     assert_eq!(n["job_id"], "j1");
 }
+
+/// The notices of `kind` the store holds (pending or delivered): for the tests of the
+/// daemons that emit them (machines, task graphs).
+pub fn notices(root: &Path, kind: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    for d in ["pending", "delivered"] {
+        let Ok(rd) = std::fs::read_dir(root.join("notifications").join(d)) else {
+            continue;
+        };
+        for e in rd {
+            let v: Value =
+                serde_json::from_str(&std::fs::read_to_string(e.unwrap().path()).unwrap()).unwrap();
+            if v["kind"] == kind {
+                out.push(v);
+            }
+        }
+    }
+    out
+}

@@ -300,6 +300,13 @@ fn a_diamond_runs_in_parallel_worktrees_and_each_task_commits_on_its_branch() {
             .unwrap_or_else(|| panic!("{t} not in {report}"));
         assert_eq!(item["commit"], commits[i].as_str());
     }
+    // Notices (issue 31): the tasks written, then all of them done, once each.
+    let created = crate::notify::notices(&rig.env().root, "tasks_created");
+    assert_eq!(created.len(), 1, "{created:?}");
+    assert_eq!(created[0]["title"], "PRD prd-x: 4 task(s) created");
+    let done = crate::notify::notices(&rig.env().root, "graph_done");
+    assert_eq!(done.len(), 1, "{done:?}");
+    assert_eq!(done[0]["title"], "PRD prd-x: all 4 task(s) done");
 }
 
 #[test]

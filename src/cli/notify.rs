@@ -22,7 +22,8 @@ pub struct SetUserArgs {
     #[arg(long, value_name = "SINKS")]
     pub notify: Option<String>,
     /// Events, comma-separated (job_finished, job_failed, approval_waiting,
-    /// approval_answered, machine_lost, graph_done, graph_blocked, retry_exhausted);
+    /// approval_answered, machine_lost, tasks_created, graph_done, graph_blocked,
+    /// retry_exhausted);
     /// `default` for the machine's defaults.
     #[arg(long, value_name = "EVENTS")]
     pub notify_events: Option<String>,

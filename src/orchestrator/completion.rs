@@ -322,6 +322,7 @@ fn tasks_created(store: &Store, loc: &JobLocation, job: &Job) -> Result<String, 
     match super::tasks::create::created(store, loc, job, &prd_id)? {
         super::tasks::create::Created::Refused(why) => Ok(why),
         super::tasks::create::Created::Tasks(ids) => {
+            store.notice_tasks_created(&prd_id, &ids);
             let moved = prd_moved(store, loc, job, PrdState::Queued, PrdState::Running)?;
             Ok(format!(
                 "{} task(s) written ({}); {moved}",

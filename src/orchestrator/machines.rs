@@ -118,6 +118,9 @@ pub fn beat(shared: &Shared, holds_lock: bool) -> Vec<MachineChange> {
         } else {
             format!("machine {} reports again (last seen {last_seen})", m.host)
         };
+        if holds_lock && stale {
+            store.notice_machine_lost(&m.host, &last_seen, m.silent_for(&now));
+        }
         if holds_lock {
             store.record(Record::warn(
                 Event::new(

@@ -27,6 +27,7 @@ pub mod machines;
 mod machines_legacy;
 pub mod migrate;
 pub mod notice_hooks;
+pub mod notice_hooks_graph;
 pub mod notices;
 pub mod notify_config;
 pub mod owner;

@@ -32,6 +32,8 @@ pub enum NoticeKind {
     ApprovalAnswered,
     /// A machine stopped answering (its heartbeat went stale).
     MachineLost,
+    /// A PRD's tasks were written (its task graph exists).
+    TasksCreated,
     /// A PRD / task graph is done.
     GraphDone,
     /// A PRD / task graph is blocked.
@@ -44,12 +46,13 @@ pub enum NoticeKind {
 
 impl NoticeKind {
     /// Every kind, in the order they are documented.
-    pub const ALL: [NoticeKind; 9] = [
+    pub const ALL: [NoticeKind; 10] = [
         NoticeKind::JobFinished,
         NoticeKind::JobFailed,
         NoticeKind::ApprovalWaiting,
         NoticeKind::ApprovalAnswered,
         NoticeKind::MachineLost,
+        NoticeKind::TasksCreated,
         NoticeKind::GraphDone,
         NoticeKind::GraphBlocked,
         NoticeKind::RetryExhausted,
@@ -64,6 +67,7 @@ impl NoticeKind {
             NoticeKind::ApprovalWaiting => "approval_waiting",
             NoticeKind::ApprovalAnswered => "approval_answered",
             NoticeKind::MachineLost => "machine_lost",
+            NoticeKind::TasksCreated => "tasks_created",
             NoticeKind::GraphDone => "graph_done",
             NoticeKind::GraphBlocked => "graph_blocked",
             NoticeKind::RetryExhausted => "retry_exhausted",

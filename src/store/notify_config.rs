@@ -52,6 +52,7 @@ impl Default for NotifyDefaults {
                 "job_failed",
                 "approval_waiting",
                 "machine_lost",
+                "tasks_created",
                 "graph_done",
                 "graph_blocked",
                 "retry_exhausted",

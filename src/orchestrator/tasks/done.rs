@@ -66,6 +66,7 @@ fn prd_if_all_done(store: &Store, task: &Task) -> Result<String, StoreError> {
     }
     let report = report(&tasks);
     let moved = super::super::completion::prd_finished(store, &task.prd, report)?;
+    store.notice_graph_done(&task.prd, tasks.len());
     Ok(format!("; every task done: {moved}"))
 }
 
