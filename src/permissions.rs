@@ -32,6 +32,23 @@ impl Caller {
         }
     }
 
+    /// What only admins may do (`denied` names it): pausing and resuming a queue, a sweep,
+    /// archiving, migrating, listing users.
+    pub fn require_admin(&self, denied: Denied) -> Result<(), Denied> {
+        if self.is_admin() { Ok(()) } else { Err(denied) }
+    }
+
+    /// Reading a message (a request or its answer): admins, and the user it is from.
+    pub fn can_see_message(&self, from: Option<&str>) -> bool {
+        self.is_admin() || (self.user_id().is_some() && self.user_id() == from)
+    }
+
+    /// Seeing the store's problems found by a listing (unreadable files of other users):
+    /// admins only.
+    pub fn can_see_store_problems(&self) -> bool {
+        self.is_admin()
+    }
+
     /// `list-users`.
     pub fn can_list_users(&self) -> bool {
         self.is_admin()
@@ -98,6 +115,68 @@ impl Caller {
     }
 }
 
+/// Who may see a listed job by what the index holds of it (PRD §10: admins, the job's own
+/// user, whoever may see its project), each project read once per listing.
+pub struct Visibility<'a> {
+    store: &'a Store,
+    who: &'a Caller,
+    projects: std::collections::HashMap<String, Option<Project>>,
+}
+
+impl<'a> Visibility<'a> {
+    /// For `who` listing `store`.
+    pub fn new(store: &'a Store, who: &'a Caller) -> Visibility<'a> {
+        Visibility {
+            store,
+            who,
+            projects: Default::default(),
+        }
+    }
+
+    /// What this listing's answers depended on: whether the caller is an admin, and each
+    /// project looked at with whether the caller may see it.
+    pub fn rights(&self) -> Vec<(String, bool)> {
+        let mut out = vec![(String::new(), self.who.is_admin())];
+        for (name, p) in &self.projects {
+            out.push((
+                name.clone(),
+                p.as_ref().is_some_and(|p| self.who.can_see_project(p)),
+            ));
+        }
+        out.sort();
+        out
+    }
+
+    /// True when [`Visibility::rights`] would still answer `rights` (each project read again).
+    pub fn same_rights(&mut self, rights: &[(String, bool)]) -> bool {
+        self.projects.clear();
+        let admin = self.who.is_admin();
+        rights.iter().all(|(name, seen)| {
+            if name.is_empty() {
+                return *seen == admin;
+            }
+            let p = self.store.project(name).ok();
+            let now = p.as_ref().is_some_and(|p| self.who.can_see_project(p));
+            self.projects.insert(name.clone(), p);
+            now == *seen
+        })
+    }
+
+    /// True when the job of `project` (queued by `user`) may be listed.
+    pub fn admits(&mut self, project: &str, user: Option<&str>) -> bool {
+        let who = self.who;
+        if who.is_admin() || (who.user_id().is_some() && who.user_id() == user) {
+            return true;
+        }
+        let store = self.store;
+        self.projects
+            .entry(project.to_string())
+            .or_insert_with(|| store.project(project).ok())
+            .as_ref()
+            .is_some_and(|p| who.can_see_project(p))
+    }
+}
+
 /// Why a PRD §10 question was answered no, or could not be asked: each front door turns it
 /// into its own error (`RouteError`, `BusError`, `CliError`) and nothing else decides.
 #[derive(Debug, thiserror::Error)]
@@ -109,6 +188,12 @@ pub enum Refused {
     /// The caller may not: the words of the refusal.
     #[error("{0}")]
     Denied(String),
+}
+
+impl From<Denied> for Refused {
+    fn from(d: Denied) -> Refused {
+        Refused::Denied(d.to_string())
+    }
 }
 
 /// Why `who` may not see project `p` (`view-project`'s words).
@@ -171,9 +256,7 @@ pub fn visible_users(
     who: &Caller,
     on_error: &mut dyn FnMut(StoreError),
 ) -> Result<Vec<User>, Refused> {
-    if !who.can_list_users() {
-        return Err(Refused::Denied(Denied::ListUsers.to_string()));
-    }
+    who.require_admin(Denied::ListUsers)?;
     Ok(store.users(on_error)?)
 }
 
@@ -270,6 +353,12 @@ pub enum Denied {
     /// `Sweep` by a non-admin.
     #[error("only admins can sweep")]
     Sweep,
+    /// `archive` by a non-admin.
+    #[error("only an admin can archive jobs")]
+    Archive,
+    /// `migrate` by a non-admin.
+    #[error("only an admin can migrate the store")]
+    Migrate,
 }
 
 #[cfg(test)]

@@ -109,7 +109,7 @@ pub fn list_jobs_page(
         .job_index
         .lock()
         .map_err(|_| BusError::Failed("job index lock poisoned".into()))?;
-    let mut vis = crate::orchestrator::Visibility::new(store, &who);
+    let mut vis = crate::permissions::Visibility::new(store, &who);
     let key = format!(
         "{uid}\n{:?}\n{filter:?}\n{}",
         ask.user.as_deref(),

@@ -335,7 +335,7 @@ fn list_jobs_to(
             warn(e);
         }
     }
-    let mut vis = crate::orchestrator::Visibility::new(&store, &who);
+    let mut vis = permissions::Visibility::new(&store, &who);
     let mut visible = |l: &Listed| vis.admits(&l.head.project, l.head.user.as_deref());
     match g.format {
         Format::Json => {
@@ -429,7 +429,7 @@ fn list_archived_to(g: &GlobalArgs, out: &mut dyn Write, project: Option<&str>) 
             warn(e);
         }
     }
-    let mut vis = crate::orchestrator::Visibility::new(&store, &who);
+    let mut vis = permissions::Visibility::new(&store, &who);
     let mut visible = |l: &Listed| vis.admits(&l.head.project, l.head.user.as_deref());
     match g.format {
         Format::Json => {

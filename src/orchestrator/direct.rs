@@ -2,7 +2,7 @@
 
 use super::RouteError;
 use super::commands::help_text;
-use crate::model::{Message, Project};
+use crate::model::Message;
 use crate::permissions::{self, Caller};
 use crate::store::{Store, StoreError};
 use serde_json::Value;
@@ -125,68 +125,6 @@ pub fn answer(store: &Store, msg: &Message, who: &Caller) -> Result<Value, Route
     }
 }
 
-/// Who may see a listed job by what the index holds of it (PRD §10: admins, the job's own
-/// user, whoever may see its project), each project read once per listing.
-pub struct Visibility<'a> {
-    store: &'a Store,
-    who: &'a Caller,
-    projects: std::collections::HashMap<String, Option<Project>>,
-}
-
-impl<'a> Visibility<'a> {
-    /// For `who` listing `store`.
-    pub fn new(store: &'a Store, who: &'a Caller) -> Visibility<'a> {
-        Visibility {
-            store,
-            who,
-            projects: Default::default(),
-        }
-    }
-
-    /// What this listing's answers depended on: whether the caller is an admin, and each
-    /// project looked at with whether the caller may see it.
-    pub fn rights(&self) -> Vec<(String, bool)> {
-        let mut out = vec![(String::new(), self.who.is_admin())];
-        for (name, p) in &self.projects {
-            out.push((
-                name.clone(),
-                p.as_ref().is_some_and(|p| self.who.can_see_project(p)),
-            ));
-        }
-        out.sort();
-        out
-    }
-
-    /// True when [`Visibility::rights`] would still answer `rights` (each project read again).
-    pub fn same_rights(&mut self, rights: &[(String, bool)]) -> bool {
-        self.projects.clear();
-        let admin = self.who.is_admin();
-        rights.iter().all(|(name, seen)| {
-            if name.is_empty() {
-                return *seen == admin;
-            }
-            let p = self.store.project(name).ok();
-            let now = p.as_ref().is_some_and(|p| self.who.can_see_project(p));
-            self.projects.insert(name.clone(), p);
-            now == *seen
-        })
-    }
-
-    /// True when the job of `project` (queued by `user`) may be listed.
-    pub fn admits(&mut self, project: &str, user: Option<&str>) -> bool {
-        let who = self.who;
-        if who.is_admin() || (who.user_id().is_some() && who.user_id() == user) {
-            return true;
-        }
-        let store = self.store;
-        self.projects
-            .entry(project.to_string())
-            .or_insert_with(|| store.project(project).ok())
-            .as_ref()
-            .is_some_and(|p| who.can_see_project(p))
-    }
-}
-
 /// The most bytes of jobs (or messages) one `list-jobs` (`list-messages`) answer carries.
 /// Well under a D-Bus reply's bound: an answer is held as a JSON tree (about five times its
 /// text) and then as text twice (the answer, the D-Bus message), so 16 MiB answers took
@@ -259,7 +197,7 @@ fn list_jobs(store: &Store, msg: &Message, who: &Caller) -> Result<Value, RouteE
             "list-jobs: the answer would be over {MAX_LIST_BYTES} bytes ({fit}); ask for a slice with content.offset and content.limit, narrow it with content.status, content.project or content.queue, or page through ListJobs on D-Bus"
         ))
     };
-    let mut visible = Visibility::new(store, who);
+    let mut visible = permissions::Visibility::new(store, who);
     let mut index = JobIndex::default();
     let mut listing = index.listing(store, &filter);
     // From the index alone: the jobs of the slice at their shortest.
