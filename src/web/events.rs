@@ -146,7 +146,7 @@ async fn watch_every_queue(conn: &zbus::Connection) {
     if let Ok(names) = dbus.list_names().await {
         for n in names {
             if n.as_str().starts_with(&prefix) {
-                watch(conn, n.as_str()).await;
+                watch(conn, n.as_str(), false).await;
             }
         }
     }
@@ -155,21 +155,23 @@ async fn watch_every_queue(conn: &zbus::Connection) {
     tokio::spawn(async move {
         while let Some(sig) = owners.next().await {
             let Ok(a) = sig.args() else { continue };
+            // Everything a manager that starts now did is new to the stream: replayed, so the
+            // moves it makes before this call arrives are not lost.
             if a.name().as_str().starts_with(&prefix) && a.new_owner().is_some() {
-                watch(&conn, a.name().as_str()).await;
+                watch(&conn, a.name().as_str(), true).await;
             }
         }
     });
 }
 
-async fn watch(conn: &zbus::Connection, name: &str) {
+async fn watch(conn: &zbus::Connection, name: &str, replay: bool) {
     let r = conn
         .call_method(
             Some(name),
             crate::bus::queue_object_path(&name[crate::bus::queue_bus_name("").len()..]).as_str(),
             Some(crate::bus::QUEUE_INTERFACE),
             "WatchJobs",
-            &(false,),
+            &(replay,),
         )
         .await;
     if let Err(e) = r {
