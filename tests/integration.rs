@@ -83,6 +83,7 @@ mod systemd_units;
 mod tasks_docs;
 mod tasks_worktrees;
 mod trust;
+mod trust_job_signals;
 mod trust_readers;
 mod trust_signals;
 mod units;
