@@ -96,12 +96,7 @@ pub fn list_jobs_page(
     let filter = &ask.filter;
     let who = caller_for_uid(store, uid, shared.own_uid, ask.user.as_deref())?;
     if let Some(p) = &filter.project {
-        use crate::permissions::ProjectRefused;
-        match crate::permissions::check_listed_project(store, &who, p) {
-            Ok(_) => {}
-            Err(ProjectRefused::Store(e)) => return Err(e.into()),
-            Err(ProjectRefused::Denied(why)) => return Err(BusError::permission_denied(why)),
-        }
+        crate::permissions::visible_project(store, &who, p)?;
     }
     if let Some(q) = &filter.queue {
         store.queue(q)?;

@@ -3,7 +3,7 @@
 use super::RouteError;
 use super::commands::help_text;
 use crate::model::{Message, Project};
-use crate::permissions::Caller;
+use crate::permissions::{self, Caller};
 use crate::store::{Store, StoreError};
 use serde_json::Value;
 
@@ -30,23 +30,18 @@ fn ignore(e: StoreError) {
 
 /// Answers a direct command; the result goes into the response's `content.result`.
 pub fn answer(store: &Store, msg: &Message, who: &Caller) -> Result<Value, RouteError> {
-    let denied = |what: String| Err(RouteError::PermissionDenied(what));
     match msg.command.as_str() {
         "help" => Ok(Value::String(help_text())),
-        "list-users" => {
-            if !who.can_list_users() {
-                return denied(crate::permissions::Denied::ListUsers.to_string());
-            }
-            Ok(to_value(&store.users(&mut ignore)?))
-        }
+        "list-users" => Ok(to_value(&permissions::visible_users(
+            store,
+            who,
+            &mut ignore,
+        )?)),
         "view-user" => {
             let id = arg(msg, "user").or(arg(msg, "id")).ok_or_else(|| {
                 RouteError::Invalid("view-user: content.user is required (a string)".into())
             })?;
-            if !who.can_view_user(id) {
-                return denied(crate::permissions::Denied::ViewUser(id.to_string()).to_string());
-            }
-            Ok(to_value(&store.user(id)?))
+            Ok(to_value(&permissions::visible_user(store, who, id)?))
         }
         "list-projects" => {
             let all = store.projects(&mut ignore)?;
@@ -60,16 +55,12 @@ pub fn answer(store: &Store, msg: &Message, who: &Caller) -> Result<Value, Route
             let id = arg(msg, "project")
                 .or(msg.project.as_deref())
                 .ok_or_else(|| RouteError::Invalid("view-project: project is required".into()))?;
-            let p = store.project(id)?;
-            if !who.can_see_project(&p) {
-                return denied(format!("project {id} belongs to {}", p.owner));
-            }
-            Ok(to_value(&p))
+            Ok(to_value(&permissions::visible_project(store, who, id)?))
         }
         "list-prds" => {
             let project = arg(msg, "project").or(msg.project.as_deref());
             if let Some(id) = project {
-                listed_project(store, who, id)?;
+                permissions::visible_project(store, who, id)?;
             }
             let mut out = Vec::new();
             for (_, prd) in store.prds(project, &mut ignore)? {
@@ -82,12 +73,7 @@ pub fn answer(store: &Store, msg: &Message, who: &Caller) -> Result<Value, Route
         }
         "view-prd" => {
             let id = required(msg, "prd")?;
-            let (_, _, prd) = store.find_prd(id)?;
-            let p = store.project(&prd.project).ok();
-            if !who.can_see_prd(&prd, p.as_ref()) {
-                return denied(format!("PRD {id} belongs to {}", prd.owner));
-            }
-            Ok(to_value(&prd))
+            Ok(to_value(&permissions::visible_prd(store, who, id)?))
         }
         "list-queues" => Ok(to_value(&store.queues(&mut ignore)?)),
         "view-queue" => {
@@ -99,14 +85,7 @@ pub fn answer(store: &Store, msg: &Message, who: &Caller) -> Result<Value, Route
             let id = arg(msg, "job").or(arg(msg, "job_id")).ok_or_else(|| {
                 RouteError::Invalid("view-job: content.job is required (a string)".into())
             })?;
-            let loc = store.find_job(id)?;
-            let mut job = store.job(&loc)?;
-            let p = store.project(&job.config.project).ok();
-            if !who.can_see_job(&job, p.as_ref()) {
-                return Err(crate::permissions::job_hidden(id).into());
-            }
-            job.id.get_or_insert_with(|| id.to_string());
-            Ok(to_value(&job))
+            Ok(to_value(&permissions::visible_job(store, who, id)?.1))
         }
         "job-log" => super::joblog::answer(store, msg, who),
         // Machines (issue 13): every caller may see which machines serve the store, as anyone
@@ -262,7 +241,7 @@ fn list_jobs(store: &Store, msg: &Message, who: &Caller) -> Result<Value, RouteE
     };
     let project = arg(msg, "project");
     if let Some(p) = project {
-        listed_project(store, who, p)?;
+        permissions::visible_project(store, who, p)?;
     }
     let queue = arg(msg, "queue");
     if let Some(q) = queue {
@@ -428,16 +407,6 @@ fn shortest(v: &Value) -> usize {
         }
         Value::Array(_) | Value::String(_) => 2,
         _ => 1,
-    }
-}
-
-/// [`crate::permissions::check_listed_project`] as a route error.
-fn listed_project(store: &Store, who: &Caller, id: &str) -> Result<(), RouteError> {
-    use crate::permissions::ProjectRefused;
-    match crate::permissions::check_listed_project(store, who, id) {
-        Ok(_) => Ok(()),
-        Err(ProjectRefused::Store(e)) => Err(e.into()),
-        Err(ProjectRefused::Denied(why)) => Err(RouteError::PermissionDenied(why)),
     }
 }
 
