@@ -81,6 +81,7 @@ mod slurm;
 mod slurm_approvals;
 mod systemd_units;
 mod tasks_docs;
+mod tasks_integrate;
 mod tasks_worktrees;
 mod trust;
 mod trust_job_signals;
