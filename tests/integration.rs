@@ -23,6 +23,8 @@ pub mod common;
 pub mod fake_chat;
 #[path = "support/fake_model.rs"]
 pub mod fake_model;
+#[path = "support/fake_slack_socket.rs"]
+pub mod fake_slack_socket;
 #[path = "support/introspection.rs"]
 pub mod introspection;
 #[path = "support/procs.rs"]
@@ -64,6 +66,8 @@ mod m0_cli;
 mod machine_identity;
 mod machines;
 mod notify;
+mod notify_email;
+mod notify_slack;
 mod orchestrator_badinput;
 mod orchestrator_m1;
 mod orchestrator_m2;
