@@ -568,7 +568,13 @@ fn documents_link_only_to_files_in_the_repository() {
 /// The words of a PRD §10 refusal, written once in `src/permissions.rs` (`Denied` and its
 /// helpers): no other source file spells them outside its tests, so each front door (CLI,
 /// D-Bus, web) refuses in the same words and a rule cannot drift in one copy.
-const DENIAL_PHRASES: &[&str] = &["only admins can", "belongs to another user"];
+const DENIAL_PHRASES: &[&str] = &[
+    "only admins can",
+    "only an admin can",
+    "belongs to another user",
+    "} belongs to {",
+    "or an admin can create jobs",
+];
 
 /// The part of a source file that is not its tests (`#[cfg(test)] mod tests`), without
 /// `//` comments.

@@ -96,12 +96,7 @@ pub fn list_jobs_page(
     let filter = &ask.filter;
     let who = caller_for_uid(store, uid, shared.own_uid, ask.user.as_deref())?;
     if let Some(p) = &filter.project {
-        use crate::permissions::ProjectRefused;
-        match crate::permissions::check_listed_project(store, &who, p) {
-            Ok(_) => {}
-            Err(ProjectRefused::Store(e)) => return Err(e.into()),
-            Err(ProjectRefused::Denied(why)) => return Err(BusError::permission_denied(why)),
-        }
+        crate::permissions::visible_project(store, &who, p)?;
     }
     if let Some(q) = &filter.queue {
         store.queue(q)?;
@@ -114,7 +109,7 @@ pub fn list_jobs_page(
         .job_index
         .lock()
         .map_err(|_| BusError::Failed("job index lock poisoned".into()))?;
-    let mut vis = crate::orchestrator::Visibility::new(store, &who);
+    let mut vis = crate::permissions::Visibility::new(store, &who);
     let key = format!(
         "{uid}\n{:?}\n{filter:?}\n{}",
         ask.user.as_deref(),

@@ -380,22 +380,12 @@ fn precheck(store: &Store, msg: &Message) -> Result<Option<String>, CliError> {
     let Some(project_id) = msg.project.as_deref() else {
         return Ok(None);
     };
-    let project = store
-        .project(project_id)
-        .map_err(|e| fail(RouteError::from(e)))?;
-    if !who.can_see_project(&project) {
-        return Err(fail(RouteError::PermissionDenied(format!(
-            "project {} belongs to {}",
-            project.id, project.owner
-        ))));
-    }
-    if crate::orchestrator::commands::creates_job(&msg.command) && !who.can_modify_project(&project)
-    {
-        return Err(fail(RouteError::PermissionDenied(format!(
-            "only the owner of project {} or an admin can create jobs for it (collaborators can only see it)",
-            project.id
-        ))));
-    }
+    let asked = if crate::orchestrator::commands::creates_job(&msg.command) {
+        crate::permissions::project_for_new_job(store, &who, project_id)
+    } else {
+        crate::permissions::visible_project(store, &who, project_id)
+    };
+    let project = asked.map_err(|e| fail(RouteError::from(e)))?;
     if msg.command == crate::orchestrator::commands::CREATE_ENVIRONMENT {
         crate::orchestrator::venvman_options(msg).map_err(fail)?;
     }

@@ -2,8 +2,8 @@
 
 use super::RouteError;
 use super::commands::help_text;
-use crate::model::{Message, Project};
-use crate::permissions::Caller;
+use crate::model::Message;
+use crate::permissions::{self, Caller};
 use crate::store::{Store, StoreError};
 use serde_json::Value;
 
@@ -30,23 +30,18 @@ fn ignore(e: StoreError) {
 
 /// Answers a direct command; the result goes into the response's `content.result`.
 pub fn answer(store: &Store, msg: &Message, who: &Caller) -> Result<Value, RouteError> {
-    let denied = |what: String| Err(RouteError::PermissionDenied(what));
     match msg.command.as_str() {
         "help" => Ok(Value::String(help_text())),
-        "list-users" => {
-            if !who.can_list_users() {
-                return denied(crate::permissions::Denied::ListUsers.to_string());
-            }
-            Ok(to_value(&store.users(&mut ignore)?))
-        }
+        "list-users" => Ok(to_value(&permissions::visible_users(
+            store,
+            who,
+            &mut ignore,
+        )?)),
         "view-user" => {
             let id = arg(msg, "user").or(arg(msg, "id")).ok_or_else(|| {
                 RouteError::Invalid("view-user: content.user is required (a string)".into())
             })?;
-            if !who.can_view_user(id) {
-                return denied(crate::permissions::Denied::ViewUser(id.to_string()).to_string());
-            }
-            Ok(to_value(&store.user(id)?))
+            Ok(to_value(&permissions::visible_user(store, who, id)?))
         }
         "list-projects" => {
             let all = store.projects(&mut ignore)?;
@@ -60,16 +55,12 @@ pub fn answer(store: &Store, msg: &Message, who: &Caller) -> Result<Value, Route
             let id = arg(msg, "project")
                 .or(msg.project.as_deref())
                 .ok_or_else(|| RouteError::Invalid("view-project: project is required".into()))?;
-            let p = store.project(id)?;
-            if !who.can_see_project(&p) {
-                return denied(format!("project {id} belongs to {}", p.owner));
-            }
-            Ok(to_value(&p))
+            Ok(to_value(&permissions::visible_project(store, who, id)?))
         }
         "list-prds" => {
             let project = arg(msg, "project").or(msg.project.as_deref());
             if let Some(id) = project {
-                listed_project(store, who, id)?;
+                permissions::visible_project(store, who, id)?;
             }
             let mut out = Vec::new();
             for (_, prd) in store.prds(project, &mut ignore)? {
@@ -82,12 +73,7 @@ pub fn answer(store: &Store, msg: &Message, who: &Caller) -> Result<Value, Route
         }
         "view-prd" => {
             let id = required(msg, "prd")?;
-            let (_, _, prd) = store.find_prd(id)?;
-            let p = store.project(&prd.project).ok();
-            if !who.can_see_prd(&prd, p.as_ref()) {
-                return denied(format!("PRD {id} belongs to {}", prd.owner));
-            }
-            Ok(to_value(&prd))
+            Ok(to_value(&permissions::visible_prd(store, who, id)?))
         }
         "list-queues" => Ok(to_value(&store.queues(&mut ignore)?)),
         "view-queue" => {
@@ -99,14 +85,7 @@ pub fn answer(store: &Store, msg: &Message, who: &Caller) -> Result<Value, Route
             let id = arg(msg, "job").or(arg(msg, "job_id")).ok_or_else(|| {
                 RouteError::Invalid("view-job: content.job is required (a string)".into())
             })?;
-            let loc = store.find_job(id)?;
-            let mut job = store.job(&loc)?;
-            let p = store.project(&job.config.project).ok();
-            if !who.can_see_job(&job, p.as_ref()) {
-                return Err(crate::permissions::job_hidden(id).into());
-            }
-            job.id.get_or_insert_with(|| id.to_string());
-            Ok(to_value(&job))
+            Ok(to_value(&permissions::visible_job(store, who, id)?.1))
         }
         "job-log" => super::joblog::answer(store, msg, who),
         // Machines (issue 13): every caller may see which machines serve the store, as anyone
@@ -143,68 +122,6 @@ pub fn answer(store: &Store, msg: &Message, who: &Caller) -> Result<Value, Route
             super::messages::view(store, who, id)
         }
         other => Err(RouteError::Invalid(format!("Unknown command: {other}"))),
-    }
-}
-
-/// Who may see a listed job by what the index holds of it (PRD §10: admins, the job's own
-/// user, whoever may see its project), each project read once per listing.
-pub struct Visibility<'a> {
-    store: &'a Store,
-    who: &'a Caller,
-    projects: std::collections::HashMap<String, Option<Project>>,
-}
-
-impl<'a> Visibility<'a> {
-    /// For `who` listing `store`.
-    pub fn new(store: &'a Store, who: &'a Caller) -> Visibility<'a> {
-        Visibility {
-            store,
-            who,
-            projects: Default::default(),
-        }
-    }
-
-    /// What this listing's answers depended on: whether the caller is an admin, and each
-    /// project looked at with whether the caller may see it.
-    pub fn rights(&self) -> Vec<(String, bool)> {
-        let mut out = vec![(String::new(), self.who.is_admin())];
-        for (name, p) in &self.projects {
-            out.push((
-                name.clone(),
-                p.as_ref().is_some_and(|p| self.who.can_see_project(p)),
-            ));
-        }
-        out.sort();
-        out
-    }
-
-    /// True when [`Visibility::rights`] would still answer `rights` (each project read again).
-    pub fn same_rights(&mut self, rights: &[(String, bool)]) -> bool {
-        self.projects.clear();
-        let admin = self.who.is_admin();
-        rights.iter().all(|(name, seen)| {
-            if name.is_empty() {
-                return *seen == admin;
-            }
-            let p = self.store.project(name).ok();
-            let now = p.as_ref().is_some_and(|p| self.who.can_see_project(p));
-            self.projects.insert(name.clone(), p);
-            now == *seen
-        })
-    }
-
-    /// True when the job of `project` (queued by `user`) may be listed.
-    pub fn admits(&mut self, project: &str, user: Option<&str>) -> bool {
-        let who = self.who;
-        if who.is_admin() || (who.user_id().is_some() && who.user_id() == user) {
-            return true;
-        }
-        let store = self.store;
-        self.projects
-            .entry(project.to_string())
-            .or_insert_with(|| store.project(project).ok())
-            .as_ref()
-            .is_some_and(|p| who.can_see_project(p))
     }
 }
 
@@ -262,7 +179,7 @@ fn list_jobs(store: &Store, msg: &Message, who: &Caller) -> Result<Value, RouteE
     };
     let project = arg(msg, "project");
     if let Some(p) = project {
-        listed_project(store, who, p)?;
+        permissions::visible_project(store, who, p)?;
     }
     let queue = arg(msg, "queue");
     if let Some(q) = queue {
@@ -280,7 +197,7 @@ fn list_jobs(store: &Store, msg: &Message, who: &Caller) -> Result<Value, RouteE
             "list-jobs: the answer would be over {MAX_LIST_BYTES} bytes ({fit}); ask for a slice with content.offset and content.limit, narrow it with content.status, content.project or content.queue, or page through ListJobs on D-Bus"
         ))
     };
-    let mut visible = Visibility::new(store, who);
+    let mut visible = permissions::Visibility::new(store, who);
     let mut index = JobIndex::default();
     let mut listing = index.listing(store, &filter);
     // From the index alone: the jobs of the slice at their shortest.
@@ -428,16 +345,6 @@ fn shortest(v: &Value) -> usize {
         }
         Value::Array(_) | Value::String(_) => 2,
         _ => 1,
-    }
-}
-
-/// [`crate::permissions::check_listed_project`] as a route error.
-fn listed_project(store: &Store, who: &Caller, id: &str) -> Result<(), RouteError> {
-    use crate::permissions::ProjectRefused;
-    match crate::permissions::check_listed_project(store, who, id) {
-        Ok(_) => Ok(()),
-        Err(ProjectRefused::Store(e)) => Err(e.into()),
-        Err(ProjectRefused::Denied(why)) => Err(RouteError::PermissionDenied(why)),
     }
 }
 

@@ -134,20 +134,8 @@ pub fn create_job(store: &Store, msg: &Message, who: &Caller) -> Result<CreatedJ
                 msg.command
             ))
         })?;
-    let project = store.project(project_id)?;
-    if !who.can_see_project(&project) {
-        return Err(RouteError::PermissionDenied(format!(
-            "project {} belongs to {}",
-            project.id, project.owner
-        )));
-    }
     // PRD §10: collaborators may see a project, only its owner (or an admin) creates jobs.
-    if !who.can_modify_project(&project) {
-        return Err(RouteError::PermissionDenied(format!(
-            "only the owner of project {} or an admin can create jobs for it (collaborators can only see it)",
-            project.id
-        )));
-    }
+    let project = crate::permissions::project_for_new_job(store, who, project_id)?;
     let queue = select_queue(store, msg, &project)?;
     let id = job_id_for(&msg.correlation_id);
     let asked_by = msg

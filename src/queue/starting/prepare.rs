@@ -391,16 +391,12 @@ impl Manager {
                 .store
                 .user(u)
                 .map_err(|e| format!("Job refused: its user {u}: {e}"))?;
-            let project = self
-                .store
-                .project(&job.config.project)
-                .map_err(|e| format!("Job refused: project {}: {e}", job.config.project))?;
-            if !crate::permissions::Caller::User(user).can_modify_project(&project) {
-                return Err(format!(
-                    "Job refused: only the owner of project {} or an admin can create jobs for it; {u} is neither",
-                    project.id
-                ));
-            }
+            crate::permissions::project_for_new_job(
+                &self.store,
+                &crate::permissions::Caller::User(user),
+                &job.config.project,
+            )
+            .map_err(|e| format!("Job refused: {e} (its user is {u})"))?;
         }
         Ok(())
     }
