@@ -573,6 +573,7 @@ fn documents_link_only_to_files_in_the_repository() {
 /// D-Bus, web) refuses in the same words and a rule cannot drift in one copy.
 const DENIAL_PHRASES: &[&str] = &[
     "only admins can",
+    "only an admin can",
     "belongs to another user",
     "} belongs to {",
     "or an admin can create jobs",

@@ -53,7 +53,7 @@ impl Store {
         self.notify(n);
     }
 
-    /// Every task of PRD `prd_id` is done (`count` of them): its work is ready to integrate.
+    /// Every task of PRD `prd_id` is done (`count` of them): its integration is queued.
     pub fn notice_graph_done(&self, prd_id: &str, count: usize) {
         let Ok((_, _, prd)) = self.find_prd(prd_id) else {
             return;
@@ -66,7 +66,7 @@ impl Store {
             &format!("PRD {prd_id}: all {count} task(s) done"),
         )
         .body(&format!(
-            "{}\n\nEvery task's branch is committed; the PRD is complete and ready to integrate.\n\nSee: orchestrator view-prd {prd_id}",
+            "{}\n\nEvery task's branch is committed; their integration (one branch, merged in dependency order, checked) is queued.\n\nSee: orchestrator view-prd {prd_id}",
             clip(&prd.title, 200)
         ));
         n.project = Some(prd.project.clone());
