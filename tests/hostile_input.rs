@@ -807,7 +807,7 @@ mod qm {
             changes.until("wide", "failed").await;
             changes.until("owner", "finished").await;
             let e = env.job("failed", "as-alice")["runtime"]["error"].to_string();
-            assert!(e.contains("owner"), "{e}");
+            assert!(e.contains("project TestProject belongs to chenry"), "{e}");
             let e = env.job("failed", "wide")["runtime"]["error"].to_string();
             assert!(e.contains("permissions"), "{e}");
             m.stop().await;

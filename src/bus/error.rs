@@ -63,6 +63,15 @@ impl From<StoreError> for BusError {
     }
 }
 
+impl From<crate::permissions::Refused> for BusError {
+    fn from(e: crate::permissions::Refused) -> BusError {
+        match e {
+            crate::permissions::Refused::Store(e) => e.into(),
+            crate::permissions::Refused::Denied(why) => BusError::permission_denied(why),
+        }
+    }
+}
+
 impl From<RouteError> for BusError {
     fn from(e: RouteError) -> BusError {
         match e {

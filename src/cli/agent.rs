@@ -27,10 +27,10 @@ pub struct AgentArgs {
     /// Job timeout in seconds (default 1800).
     #[arg(long, value_name = "SECONDS")]
     pub timeout: Option<u64>,
-    /// Job type: claude (default), agent (the built-in agent) or noop.
-    #[arg(long, value_parser = ["claude", "agent", "noop"])]
+    /// Job type: claude (default), agent (the built-in agent), codex (the Codex CLI) or noop.
+    #[arg(long, value_parser = ["claude", "agent", "codex", "noop"])]
     pub jobtype: Option<String>,
-    /// Model for `--jobtype agent` (e.g. deepseek/deepseek-chat).
+    /// Model for `--jobtype agent` (e.g. deepseek/deepseek-chat) or `--jobtype codex` (gpt-5).
     #[arg(long)]
     pub model: Option<String>,
     /// Extra argument for the Claude CLI (repeatable).
@@ -380,22 +380,12 @@ fn precheck(store: &Store, msg: &Message) -> Result<Option<String>, CliError> {
     let Some(project_id) = msg.project.as_deref() else {
         return Ok(None);
     };
-    let project = store
-        .project(project_id)
-        .map_err(|e| fail(RouteError::from(e)))?;
-    if !who.can_see_project(&project) {
-        return Err(fail(RouteError::PermissionDenied(format!(
-            "project {} belongs to {}",
-            project.id, project.owner
-        ))));
-    }
-    if crate::orchestrator::commands::creates_job(&msg.command) && !who.can_modify_project(&project)
-    {
-        return Err(fail(RouteError::PermissionDenied(format!(
-            "only the owner of project {} or an admin can create jobs for it (collaborators can only see it)",
-            project.id
-        ))));
-    }
+    let asked = if crate::orchestrator::commands::creates_job(&msg.command) {
+        crate::permissions::project_for_new_job(store, &who, project_id)
+    } else {
+        crate::permissions::visible_project(store, &who, project_id)
+    };
+    let project = asked.map_err(|e| fail(RouteError::from(e)))?;
     if msg.command == crate::orchestrator::commands::CREATE_ENVIRONMENT {
         crate::orchestrator::venvman_options(msg).map_err(fail)?;
     }

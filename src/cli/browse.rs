@@ -4,8 +4,8 @@ use super::render::{Format, JsonArrayWriter, Table, write_fields, write_json};
 use super::{CliError, CliResult, GlobalArgs, Session, open_store};
 use crate::model::flow::priority_name;
 use crate::model::{Job, JobStatus, Prd, PrdState, Project, Queue, Timestamp, User};
-use crate::permissions::Caller;
-use crate::store::listing::{JobFilter, JobIndex, Listed, read_listed};
+use crate::permissions::{self, Caller};
+use crate::store::listing::{JobFilter, JobIndex, Listed};
 use crate::store::{JobLocation, Store, StoreError};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -30,24 +30,6 @@ pub(super) fn caller(store: &Store) -> Result<Caller, CliError> {
             ))),
             Err(e) => Err(e.into()),
         },
-    }
-}
-
-fn denied(what: String) -> CliError {
-    CliError::new(format!("permission denied: {what}"))
-}
-
-/// [`crate::permissions::check_listed_project`] as a CLI error.
-fn listed_project(
-    store: &crate::store::Store,
-    who: &crate::permissions::Caller,
-    id: &str,
-) -> Result<(), CliError> {
-    use crate::permissions::ProjectRefused;
-    match crate::permissions::check_listed_project(store, who, id) {
-        Ok(_) => Ok(()),
-        Err(ProjectRefused::Store(e)) => Err(e.into()),
-        Err(ProjectRefused::Denied(why)) => Err(denied(why)),
     }
 }
 
@@ -83,10 +65,7 @@ pub(super) fn login(g: &GlobalArgs, out: &mut dyn Write, username: &str) -> CliR
 
 pub(super) fn set_project(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResult {
     let store = open_store(g)?;
-    let project = store.project(id)?;
-    if !caller(&store)?.can_see_project(&project) {
-        return Err(denied(format!("project {id} belongs to {}", project.owner)));
-    }
+    let project = permissions::visible_project(&store, &caller(&store)?, id)?;
     let mut s = Session::load().map_err(CliError::new)?;
     s.project = Some(project.id.clone());
     s.prd = None;
@@ -118,10 +97,7 @@ pub(super) fn set_prd(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResul
 
 pub(super) fn list_users(g: &GlobalArgs, out: &mut dyn Write) -> CliResult {
     let store = open_store(g)?;
-    if !caller(&store)?.can_list_users() {
-        return Err(denied(crate::permissions::Denied::ListUsers.to_string()));
-    }
-    let users = store.users(&mut warn)?;
+    let users = permissions::visible_users(&store, &caller(&store)?, &mut warn)?;
     render_users(g, out, &users)
 }
 
@@ -185,7 +161,7 @@ pub(super) fn list_prds(g: &GlobalArgs, out: &mut dyn Write, project: Option<&st
     let store = open_store(g)?;
     let who = caller(&store)?;
     if let Some(id) = project {
-        listed_project(&store, &who, id)?;
+        permissions::visible_project(&store, &who, id)?;
     }
     let mut projects: HashMap<String, Option<Project>> = HashMap::new();
     let mut prds = Vec::new();
@@ -329,17 +305,12 @@ fn list_jobs_to(
 ) -> CliResult {
     let store = open_store(g)?;
     let who = caller(&store)?;
-    if let Some(p) = project {
-        listed_project(&store, &who, p)?;
-    }
-    if let Some(q) = &g.queue {
-        store.queue(q)?;
-    }
     let filter = JobFilter {
         status,
         project: project.map(str::to_string),
         queue: g.queue.clone(),
     };
+    permissions::check_job_filter(&store, &who, &filter)?;
     // The index gives the order from each job's head (queue time, project, user); whole
     // documents are read one at a time while writing, so memory stays at one job.
     let mut index = JobIndex::default();
@@ -359,27 +330,23 @@ fn list_jobs_to(
             warn(e);
         }
     }
-    let mut vis = crate::orchestrator::Visibility::new(&store, &who);
-    let mut visible = |l: &Listed| vis.admits(&l.head.project, l.head.user.as_deref());
+    let mut vis = permissions::Visibility::new(&store, &who);
     match g.format {
         Format::Json => {
             let mut w = JsonArrayWriter::start(out)?;
             for l in listing.by_ref() {
-                if !visible(&l) {
+                if !vis.admits(&l.head.project, l.head.user.as_deref()) {
                     continue;
                 }
-                if let Some(doc) = &l.doc {
-                    w.raw_element(doc)?;
-                    continue;
-                }
-                match read_listed(&store, &l) {
-                    Err(e) => warn(e),
-                    Ok(None) => {}
-                    Ok(Some((loc, job))) => {
-                        if document_admits(&store, &who, &l, &job) {
-                            w.element(&with_id(job, &loc.id))?;
-                        }
-                    }
+                match &l.doc {
+                    // Cached whole, and only while its project and user were the index's (so
+                    // `admits` judged the document): printed as it is.
+                    Some(doc) => w.raw_element(doc)?,
+                    None => match vis.document(&l) {
+                        Err(e) => warn(e),
+                        Ok(None) => {}
+                        Ok(Some(job)) => w.element(&job)?,
+                    },
                 }
             }
             w.finish()?;
@@ -387,6 +354,7 @@ fn list_jobs_to(
         Format::Text => {
             // Two passes over the same index files: widths first, then the lines.
             let mut t = StreamTable::new(&JOB_HEADERS, &[0, 1, 5], &JOB_DROPPABLE);
+            let mut visible = |l: &Listed| vis.admits(&l.head.project, l.head.user.as_deref());
             for l in listing.by_ref() {
                 if visible(&l) {
                     t.measure_widths(&[
@@ -411,15 +379,6 @@ fn list_jobs_to(
     Ok(())
 }
 
-/// Whether `who` may see `job`, listed as `l`. The index is a cache: when the document says
-/// otherwise (another project or user), the document decides.
-fn document_admits(store: &Store, who: &Caller, l: &Listed, job: &Job) -> bool {
-    (job.config.project == l.head.project && job.config.user == l.head.user) || {
-        let p = store.project(&job.config.project).ok();
-        who.can_see_job(job, p.as_ref())
-    }
-}
-
 /// `list-jobs --archived`: the archive folders through the same index as the live ones,
 /// streamed (text from the index alone; JSON reads one document at a time).
 pub(super) fn list_archived(
@@ -433,6 +392,15 @@ pub(super) fn list_archived(
 fn list_archived_to(g: &GlobalArgs, out: &mut dyn Write, project: Option<&str>) -> CliResult {
     let store = open_store(g)?;
     let who = caller(&store)?;
+    // Narrowed to a project the caller may not see: refused, as the live listing is. (One
+    // that no longer exists may still have archived jobs: listed as far as the caller may
+    // see them.)
+    if let Some(p) = project {
+        match permissions::visible_project(&store, &who, p) {
+            Ok(_) | Err(permissions::Refused::Store(StoreError::NotFound { .. })) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
     if let Some(q) = &g.queue {
         store.queue(q)?;
     }
@@ -453,13 +421,12 @@ fn list_archived_to(g: &GlobalArgs, out: &mut dyn Write, project: Option<&str>) 
             warn(e);
         }
     }
-    let mut vis = crate::orchestrator::Visibility::new(&store, &who);
-    let mut visible = |l: &Listed| vis.admits(&l.head.project, l.head.user.as_deref());
+    let mut vis = permissions::Visibility::new(&store, &who);
     match g.format {
         Format::Json => {
             let mut w = JsonArrayWriter::start(out)?;
             for l in listing.by_ref() {
-                if !visible(&l) {
+                if !vis.admits(&l.head.project, l.head.user.as_deref()) {
                     continue;
                 }
                 if let Some(doc) = &l.doc {
@@ -471,7 +438,7 @@ fn list_archived_to(g: &GlobalArgs, out: &mut dyn Write, project: Option<&str>) 
                         if source.kind() == std::io::ErrorKind::NotFound => {}
                     Err(e) => warn(e),
                     Ok(job) => {
-                        if document_admits(&store, &who, &l, &job) {
+                        if vis.admits_document(&l, &job) {
                             w.element(&with_id(job, &l.id))?;
                         }
                     }
@@ -480,6 +447,7 @@ fn list_archived_to(g: &GlobalArgs, out: &mut dyn Write, project: Option<&str>) 
             w.finish()?;
         }
         Format::Text => {
+            let mut visible = |l: &Listed| vis.admits(&l.head.project, l.head.user.as_deref());
             let mut t = StreamTable::new(&ARCHIVED_HEADERS, &[0, 1], &[2, 4]);
             for l in listing.by_ref() {
                 if visible(&l) {
@@ -683,30 +651,25 @@ pub(super) fn show_job(g: &GlobalArgs, out: &mut dyn Write, id: &str, job: Job) 
 
 pub(super) fn view_user(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResult {
     let store = open_store(g)?;
-    if !caller(&store)?.can_view_user(id) {
-        return Err(denied(
-            crate::permissions::Denied::ViewUser(id.to_string()).to_string(),
-        ));
-    }
-    show(g, out, &store.user(id)?)
+    show(
+        g,
+        out,
+        &permissions::visible_user(&store, &caller(&store)?, id)?,
+    )
 }
 
 pub(super) fn view_project(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResult {
     let store = open_store(g)?;
-    let p = store.project(id)?;
-    if !caller(&store)?.can_see_project(&p) {
-        return Err(denied(format!("project {id} belongs to {}", p.owner)));
-    }
-    show(g, out, &p)
+    show(
+        g,
+        out,
+        &permissions::visible_project(&store, &caller(&store)?, id)?,
+    )
 }
 
 pub(super) fn view_prd(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResult {
     let store = open_store(g)?;
-    let (_, _, prd) = store.find_prd(id)?;
-    let project = store.project(&prd.project).ok();
-    if !caller(&store)?.can_see_prd(&prd, project.as_ref()) {
-        return Err(denied(format!("PRD {id} belongs to {}", prd.owner)));
-    }
+    let prd = permissions::visible_prd(&store, &caller(&store)?, id)?;
     show(g, out, &prd)?;
     if g.format == Format::Text {
         super::flow::show_chain(&store, out, &prd)?;
@@ -739,18 +702,15 @@ pub(super) fn view_job(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResu
     let deadline = g.follow.map(|s| Instant::now() + Duration::from_secs(s));
     loop {
         // The file moves between state folders; a read can race a rename, so look again.
-        let loc = store.find_job(id)?;
-        let job = match store.job(&loc) {
-            Ok(j) => j,
-            Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+        let (loc, job) = match permissions::visible_job(&store, &who, id) {
+            Ok(found) => found,
+            Err(permissions::Refused::Store(StoreError::Io { source, .. }))
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
                 continue;
             }
             Err(e) => return Err(e.into()),
         };
-        let project = store.project(&job.config.project).ok();
-        if !who.can_see_job(&job, project.as_ref()) {
-            return Err(crate::permissions::job_hidden(id).into());
-        }
         let done = matches!(job.runtime.status, JobStatus::Finished | JobStatus::Failed);
         match deadline {
             Some(d) if !done => {

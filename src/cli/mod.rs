@@ -460,6 +460,17 @@ impl From<StoreError> for CliError {
     }
 }
 
+impl From<crate::permissions::Refused> for CliError {
+    fn from(e: crate::permissions::Refused) -> CliError {
+        match e {
+            crate::permissions::Refused::Store(e) => e.into(),
+            crate::permissions::Refused::Denied(why) => {
+                CliError::new(format!("permission denied: {why}"))
+            }
+        }
+    }
+}
+
 impl From<std::io::Error> for CliError {
     fn from(e: std::io::Error) -> CliError {
         // A closed pipe (`orchestrator list-jobs | head`) is not an error worth a message.

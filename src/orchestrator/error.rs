@@ -20,6 +20,21 @@ pub enum RouteError {
     Failed(String),
 }
 
+impl From<crate::permissions::Refused> for RouteError {
+    fn from(e: crate::permissions::Refused) -> RouteError {
+        match e {
+            crate::permissions::Refused::Store(e) => e.into(),
+            crate::permissions::Refused::Denied(why) => RouteError::PermissionDenied(why),
+        }
+    }
+}
+
+impl From<crate::permissions::Denied> for RouteError {
+    fn from(d: crate::permissions::Denied) -> RouteError {
+        RouteError::PermissionDenied(d.to_string())
+    }
+}
+
 impl From<StoreError> for RouteError {
     fn from(e: StoreError) -> RouteError {
         match &e {

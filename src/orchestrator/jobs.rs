@@ -4,7 +4,7 @@ use super::RouteError;
 use super::commands::{CREATE_ENVIRONMENT, claude_command_for};
 use crate::model::{
     DocKind, Job, JobConfig, JobRuntime, JobStatus, JobType, MAX_TIMEOUT_SECONDS, Message, Prd,
-    Project, RESEARCH_DOCUMENT_KEY, Timestamp, VENVMAN_KEY, permission_widening_arg,
+    Project, RESEARCH_DOCUMENT_KEY, Timestamp, VENVMAN_KEY, permission_widening_arg_for,
 };
 use crate::permissions::Caller;
 use crate::store::Store;
@@ -134,20 +134,8 @@ pub fn create_job(store: &Store, msg: &Message, who: &Caller) -> Result<CreatedJ
                 msg.command
             ))
         })?;
-    let project = store.project(project_id)?;
-    if !who.can_see_project(&project) {
-        return Err(RouteError::PermissionDenied(format!(
-            "project {} belongs to {}",
-            project.id, project.owner
-        )));
-    }
     // PRD §10: collaborators may see a project, only its owner (or an admin) creates jobs.
-    if !who.can_modify_project(&project) {
-        return Err(RouteError::PermissionDenied(format!(
-            "only the owner of project {} or an admin can create jobs for it (collaborators can only see it)",
-            project.id
-        )));
-    }
+    let project = crate::permissions::project_for_new_job(store, who, project_id)?;
     let queue = select_queue(store, msg, &project)?;
     let id = job_id_for(&msg.correlation_id);
     let asked_by = msg
@@ -299,7 +287,24 @@ pub fn create_job(store: &Store, msg: &Message, who: &Caller) -> Result<CreatedJ
                 ))
             })?,
     };
-    if let Some(arg) = permission_widening_arg(&extra_args) {
+    let jobtype = match content_str(msg, "jobtype")? {
+        None | Some("venvman") if environment => JobType::Venvman,
+        Some(other) if environment => {
+            return Err(RouteError::Invalid(format!(
+                "create-environment: content.jobtype {other:?} cannot be set (its job always runs venvman)"
+            )));
+        }
+        None | Some("claude") => JobType::Claude,
+        Some("agent") => JobType::Agent,
+        Some("codex") => JobType::Codex,
+        Some("noop") => JobType::Noop,
+        Some(other) => {
+            return Err(RouteError::Invalid(format!(
+                "content.jobtype {other:?} is not one of claude, agent, codex, noop"
+            )));
+        }
+    };
+    if let Some(arg) = permission_widening_arg_for(jobtype, &extra_args) {
         let allowed = store
             .queue(&queue)
             .map(|q| q.config.allow_permission_args == Some(true))
@@ -310,22 +315,6 @@ pub fn create_job(store: &Store, msg: &Message, who: &Caller) -> Result<CreatedJ
             )));
         }
     }
-    let jobtype = match content_str(msg, "jobtype")? {
-        None | Some("venvman") if environment => JobType::Venvman,
-        Some(other) if environment => {
-            return Err(RouteError::Invalid(format!(
-                "create-environment: content.jobtype {other:?} cannot be set (its job always runs venvman)"
-            )));
-        }
-        None | Some("claude") => JobType::Claude,
-        Some("agent") => JobType::Agent,
-        Some("noop") => JobType::Noop,
-        Some(other) => {
-            return Err(RouteError::Invalid(format!(
-                "content.jobtype {other:?} is not one of claude, agent, noop"
-            )));
-        }
-    };
 
     let flow = super::flow::job_flow(store, msg, &id, who)?;
     let mut job = Job {

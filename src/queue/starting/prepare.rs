@@ -376,8 +376,10 @@ impl Manager {
     }
 
     pub(in crate::queue) fn may_run(&self, job: &Job) -> Result<(), String> {
-        if let Some(arg) = crate::model::permission_widening_arg(&job.config.claude_extra_args)
-            && self.config.allow_permission_args != Some(true)
+        if let Some(arg) = crate::model::permission_widening_arg_for(
+            job.config.jobtype,
+            &job.config.claude_extra_args,
+        ) && self.config.allow_permission_args != Some(true)
         {
             return Err(format!(
                 "Invalid job: claude_extra_args {arg:?} would change the agent's permissions, which queue {} does not allow (its allow_permission_args is not true)",
@@ -389,16 +391,12 @@ impl Manager {
                 .store
                 .user(u)
                 .map_err(|e| format!("Job refused: its user {u}: {e}"))?;
-            let project = self
-                .store
-                .project(&job.config.project)
-                .map_err(|e| format!("Job refused: project {}: {e}", job.config.project))?;
-            if !crate::permissions::Caller::User(user).can_modify_project(&project) {
-                return Err(format!(
-                    "Job refused: only the owner of project {} or an admin can create jobs for it; {u} is neither",
-                    project.id
-                ));
-            }
+            crate::permissions::project_for_new_job(
+                &self.store,
+                &crate::permissions::Caller::User(user),
+                &job.config.project,
+            )
+            .map_err(|e| format!("Job refused: {e} (its user is {u})"))?;
         }
         Ok(())
     }
