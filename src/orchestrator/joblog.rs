@@ -24,7 +24,7 @@ const MAX_LINE_BYTES: usize = 4096;
 /// The accounts whose lines count for a job run as `unix_user`.
 fn trusted_uids(store: &Store, project_owner: Option<&str>) -> Vec<u32> {
     let mut uids = vec![0, nix::unistd::geteuid().as_raw()];
-    let names = ["agentstore".to_string()]
+    let names = [crate::trust::account::SERVICE_ACCOUNT.to_string()]
         .into_iter()
         .chain(project_owner.and_then(|o| store.user(o).ok().map(|u| u.unix_name().to_string())));
     for name in names {

@@ -10,6 +10,16 @@
 use super::Policy;
 use std::path::PathBuf;
 
+/// The packaged services' own account (sysusers.d): orchestratord, agentstore-web and
+/// agentstore-notify run as it; the root queue managers take it as a trusted front end that
+/// answers approvals on a named user's behalf (`Queue1.AnswerFor`).
+pub const SERVICE_ACCOUNT: &str = "agentstore";
+
+/// The uid of [`SERVICE_ACCOUNT`] on this machine, if it exists.
+pub fn service_uid() -> Option<u32> {
+    Account::lookup(SERVICE_ACCOUNT).ok().map(|a| a.uid)
+}
+
 /// A resolved Unix account.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Account {
