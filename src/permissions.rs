@@ -162,6 +162,42 @@ impl<'a> Visibility<'a> {
         })
     }
 
+    /// The document of listed job `l` if the caller may see it (`Ok(None)`: deleted since
+    /// it was indexed, or not the caller's to see), its id filled in: from the
+    /// documents cache beside the index when it holds the job, else read from the store. The
+    /// index is a cache: when the document names another project or user than the index
+    /// did, the document decides. `l` must be one [`Visibility::admits`] let through.
+    pub fn document(
+        &mut self,
+        l: &crate::store::listing::Listed,
+    ) -> Result<Option<Job>, StoreError> {
+        let cached = l
+            .doc
+            .as_deref()
+            .and_then(|d| serde_json::from_slice::<Job>(d).ok());
+        let mut job = match cached {
+            Some(job) => job,
+            None => match crate::store::listing::read_listed(self.store, l)? {
+                Some((_, job)) => job,
+                None => return Ok(None),
+            },
+        };
+        if !self.admits_document(l, &job) {
+            return Ok(None);
+        }
+        job.id.get_or_insert_with(|| l.id.to_string());
+        Ok(Some(job))
+    }
+
+    /// True when `job`, listed as `l` (and let through by [`Visibility::admits`]), may be
+    /// shown: the index is a cache, so when the document names another project or user than
+    /// the index did, the document decides.
+    pub fn admits_document(&mut self, l: &crate::store::listing::Listed, job: &Job) -> bool {
+        (job.config.project == l.head.project
+            && job.config.user.as_deref() == l.head.user.as_deref())
+            || self.admits(&job.config.project, job.config.user.as_deref())
+    }
+
     /// True when the job of `project` (queued by `user`) may be listed.
     pub fn admits(&mut self, project: &str, user: Option<&str>) -> bool {
         let who = self.who;
@@ -212,6 +248,22 @@ pub fn visible_project(store: &Store, who: &Caller, id: &str) -> Result<Project,
         return Err(Refused::Denied(project_denied(&p)));
     }
     Ok(p)
+}
+
+/// A job listing's filter, checked before anything is listed: a project named must be one
+/// `who` may see ([`visible_project`]), a queue named must exist.
+pub fn check_job_filter(
+    store: &Store,
+    who: &Caller,
+    filter: &crate::store::listing::JobFilter,
+) -> Result<(), Refused> {
+    if let Some(p) = &filter.project {
+        visible_project(store, who, p)?;
+    }
+    if let Some(q) = &filter.queue {
+        store.queue(q)?;
+    }
+    Ok(())
 }
 
 /// Project `id` for a new job of `who` (PRD §10: collaborators may see a project, only its

@@ -25,6 +25,8 @@ pub mod common;
 pub mod fake_chat;
 #[path = "support/fake_model.rs"]
 pub mod fake_model;
+#[path = "support/fake_slack_socket.rs"]
+pub mod fake_slack_socket;
 #[path = "support/introspection.rs"]
 pub mod introspection;
 #[path = "support/procs.rs"]
@@ -67,6 +69,8 @@ mod m0_cli;
 mod machine_identity;
 mod machines;
 mod notify;
+mod notify_email;
+mod notify_slack;
 mod orchestrator_badinput;
 mod orchestrator_m1;
 mod orchestrator_m2;
@@ -84,8 +88,10 @@ mod slurm;
 mod slurm_approvals;
 mod systemd_units;
 mod tasks_docs;
+mod tasks_integrate;
 mod tasks_worktrees;
 mod trust;
+mod trust_job_signals;
 mod trust_readers;
 mod trust_signals;
 mod units;

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-const LONG: Duration = Duration::from_secs(240);
+pub(crate) const LONG: Duration = Duration::from_secs(240);
 
 /// The stand-in agent (speaks `claude -p --output-format json`): for create-tasks it answers
 /// with the diamond's task list; for a task it writes `<task>.txt` in its working directory
@@ -26,6 +26,7 @@ prompt=$(cat)
 log="__LOG__"
 answer() { printf '{"type":"result","subtype":"success","is_error":false,"result":%s,"num_turns":1,"total_cost_usd":0,"session_id":"s"}\n' "$1"; }
 if [[ "$prompt" == *"Create implementation tasks"* ]]; then
+  [ -f "$log/tasks.txt" ] && { answer "$(cat "$log/tasks.txt")"; exit 0; }
   answer '"Plan:\n```json\n{\"tasks\": [{\"id\": \"A\", \"title\": \"base\", \"description\": \"A\", \"depends_on\": []}, {\"id\": \"B\", \"title\": \"left\", \"depends_on\": [\"A\"]}, {\"id\": \"C\", \"title\": \"right\", \"depends_on\": [\"A\"]}, {\"id\": \"D\", \"title\": \"top\", \"depends_on\": [\"B\", \"C\"]}]}\n```"'
   exit 0
 fi
@@ -33,6 +34,7 @@ task=$(printf '%s' "$prompt" | sed -n 's/^Implement task \([A-Za-z0-9_.-]*\) of 
 [ -n "$task" ] || { echo "no task in the prompt" >&2; exit 3; }
 touch "$log/start-$task"
 echo "$task was here" > "$task.txt"
+[ -f "$log/edit-README" ] && echo "$task rewrote this line" > README
 if [ "$task" = B ] || [ "$task" = C ]; then
   other=$([ "$task" = B ] && echo C || echo B)
   for _ in $(seq 1 1200); do [ -e "$log/start-$other" ] && break; read -t 0.1 < /dev/zero 2>/dev/null || true; done
@@ -42,21 +44,21 @@ fi
 answer "\"task $task done in $(pwd)\""
 "#;
 
-struct Rig {
-    r: Researcher,
+pub(crate) struct Rig {
+    pub(crate) r: Researcher,
     bus: PrivateBus,
-    log: PathBuf,
+    pub(crate) log: PathBuf,
 }
 
-fn text(b: &[u8]) -> String {
+pub(crate) fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-fn read(p: &Path) -> Value {
+pub(crate) fn read(p: &Path) -> Value {
     serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
 }
 
-fn git(dir: &Path, args: &[&str]) -> String {
+pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
     let o = Command::new("git")
         .arg("-C")
         .arg(dir)
@@ -70,11 +72,11 @@ fn git(dir: &Path, args: &[&str]) -> String {
 }
 
 impl Rig {
-    fn new() -> Rig {
+    pub(crate) fn new() -> Rig {
         Rig::with_sandbox(false)
     }
 
-    fn with_sandbox(sandbox: bool) -> Rig {
+    pub(crate) fn with_sandbox(sandbox: bool) -> Rig {
         let r = Researcher::new();
         let bin = r.env.dir.path().join("bin");
         let log = r.env.dir.path().join("log");
@@ -115,7 +117,7 @@ impl Rig {
         }
     }
 
-    fn env(&self) -> &TestEnv {
+    pub(crate) fn env(&self) -> &TestEnv {
         &self.r.env
     }
 
@@ -129,13 +131,13 @@ impl Rig {
             .env("GIT_CONFIG_NOSYSTEM", "1");
     }
 
-    fn cli(&self, args: &[&str]) -> Output {
+    pub(crate) fn cli(&self, args: &[&str]) -> Output {
         let mut c = Command::new(env!("CARGO_BIN_EXE_orchestrator"));
         self.scope(&mut c);
         c.args(args).output().unwrap()
     }
 
-    fn ok(&self, args: &[&str]) -> String {
+    pub(crate) fn ok(&self, args: &[&str]) -> String {
         let o = self.cli(args);
         assert!(
             o.status.success(),
@@ -146,7 +148,7 @@ impl Rig {
         text(&o.stdout)
     }
 
-    fn daemon(&self, bin: &str, args: &[&str], name: &str) -> KillOnDrop {
+    pub(crate) fn daemon(&self, bin: &str, args: &[&str], name: &str) -> KillOnDrop {
         let mut c = Command::new(bin);
         self.scope(&mut c);
         c.args(args).stdout(Stdio::null()).stderr(Stdio::inherit());
@@ -155,7 +157,7 @@ impl Rig {
         d
     }
 
-    fn prd(&self, id: &str) {
+    pub(crate) fn prd(&self, id: &str) {
         self.env().write(
             &format!("projects/P/queued_prds/{id}.json"),
             &serde_json::json!({
@@ -168,7 +170,15 @@ impl Rig {
         );
     }
 
-    fn task(&self, prd: &str, t: &str) -> Value {
+    /// Sets the project's check command.
+    pub(crate) fn check_command(&self, argv: &[&str]) {
+        let p = self.env().root.join("projects/P/project.json");
+        let mut doc = read(&p);
+        doc["check_command"] = serde_json::json!(argv);
+        std::fs::write(&p, doc.to_string()).unwrap();
+    }
+
+    pub(crate) fn task(&self, prd: &str, t: &str) -> Value {
         read(
             &self
                 .env()
@@ -177,7 +187,7 @@ impl Rig {
         )
     }
 
-    fn job(&self, id: &str) -> Value {
+    pub(crate) fn job(&self, id: &str) -> Value {
         for s in ["finished", "failed", "running", "queued"] {
             let p = self
                 .env()
@@ -193,7 +203,7 @@ impl Rig {
     }
 }
 
-fn job_id(out: &str) -> String {
+pub(crate) fn job_id(out: &str) -> String {
     out.lines()
         .find_map(|l| l.strip_prefix("Job queued: "))
         .unwrap_or_else(|| panic!("no job in {out}"))
@@ -225,6 +235,25 @@ fn a_diamond_runs_in_parallel_worktrees_and_each_task_commits_on_its_branch() {
         serde_json::json!(["A", "B", "C", "D"])
     );
 
+    // The project's check runs on the integration branch, as the job's user; a remote is
+    // configured, and nothing may be pushed to it.
+    rig.check_command(&[
+        "sh",
+        "-c",
+        &format!(
+            "cat A.txt B.txt C.txt D.txt > {}/check-ran",
+            rig.log.display()
+        ),
+    ]);
+    let remote = rig.env().dir.path().join("remote.git");
+    git(
+        rig.env().dir.path(),
+        &["init", "-q", "--bare", remote.to_str().unwrap()],
+    );
+    git(
+        &rig.r.project_dir,
+        &["remote", "add", "origin", remote.to_str().unwrap()],
+    );
     rig.ok(&["implement-tasks", "--project", "P", "--prd", "prd-x"]);
     let done = rig.env().root.join("projects/P/finished_prds/prd-x.json");
     wait_until(LONG, "every task done, the PRD complete", || {
@@ -300,6 +329,50 @@ fn a_diamond_runs_in_parallel_worktrees_and_each_task_commits_on_its_branch() {
             .unwrap_or_else(|| panic!("{t} not in {report}"));
         assert_eq!(item["commit"], commits[i].as_str());
     }
+    // The integration: every branch merged in dependency order into one branch, the check
+    // green on it, the tasks' branches left where they were, nothing pushed.
+    let integ = &report["integration"];
+    assert_eq!(integ["status"], "merged", "{report}");
+    let order: Vec<&str> = integ["merged"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(order.len(), 4, "{integ}");
+    assert_eq!(
+        (order[0], order[3]),
+        ("A", "D"),
+        "dependency order: {order:?}"
+    );
+    let ib = "agentstore/prd-x/integration";
+    assert_eq!(integ["branch"], ib);
+    let head = git(repo, &["rev-parse", ib]).trim().to_string();
+    assert_eq!(integ["commit"], head.as_str());
+    let tree = git(repo, &["ls-tree", "--name-only", ib]);
+    for f in ["A.txt", "B.txt", "C.txt", "D.txt", "README"] {
+        assert!(tree.lines().any(|l| l == f), "{ib} lacks {f}: {tree}");
+    }
+    for (i, t) in ["A", "B", "C", "D"].iter().enumerate() {
+        let b = format!("agentstore/prd-x/{t}");
+        assert_eq!(
+            git(repo, &["rev-parse", &b]).trim(),
+            commits[i],
+            "{b} moved"
+        );
+        git(repo, &["merge-base", "--is-ancestor", &commits[i], &head]);
+    }
+    assert_eq!(integ["check"]["exit_code"], 0, "{integ}");
+    let ran = std::fs::read_to_string(rig.log.join("check-ran")).unwrap();
+    for t in ["A", "B", "C", "D"] {
+        assert!(ran.contains(&format!("{t} was here")), "{ran}");
+    }
+    assert!(!repo.join(".git/agentstore-integration/prd-x").exists());
+    assert_eq!(git(repo, &["rev-parse", "HEAD"]).trim(), main);
+    assert_eq!(git(repo, &["ls-remote", "origin"]), "", "nothing pushed");
+    let ij = rig.job(report["integration_job"].as_str().unwrap());
+    assert_eq!(ij["config"]["command"], "integrate");
+    assert_eq!(ij["runtime"]["status"], "finished");
 }
 
 #[test]

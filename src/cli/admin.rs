@@ -321,6 +321,7 @@ pub(super) fn add_project(g: &GlobalArgs, out: &mut dyn Write, a: AddProjectArgs
         owner,
         collaborators: a.collaborators,
         default_queue: queue,
+        check_command: None,
     };
     let path = store.add_project(&project)?;
     warn_missing_directory(&project.id, &directory);

@@ -242,6 +242,7 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, a: DemoArgs) -> CliResult
         collaborators: Vec::new(),
         code_research_document: Some(project_dir.join("CODE_RESEARCH.md").display().to_string()),
         default_queue: queue.clone(),
+        check_command: None,
     })?;
     clock.step(
         out,

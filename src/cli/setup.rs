@@ -217,6 +217,7 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, a: SetupArgs) -> CliResul
                         dir.join("CODE_RESEARCH.md").display().to_string(),
                     ),
                     default_queue: queue.clone(),
+                    check_command: None,
                 })?;
                 step(out, "project", format!("{id} added ({})", dir.display()))?;
                 super::admin::warn_missing_directory(id, &dir);

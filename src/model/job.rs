@@ -339,6 +339,12 @@ impl JobStatus {
     pub fn from_name(s: &str) -> Option<JobStatus> {
         JobStatus::ALL.into_iter().find(|k| k.name() == s)
     }
+
+    /// A listing's `status` filter (`what` names it in the error: "list-jobs: content.status").
+    pub fn from_filter(what: &str, s: &str) -> Result<JobStatus, String> {
+        JobStatus::from_name(s)
+            .ok_or_else(|| format!("{what} {s:?} is not one of queued, running, finished, failed"))
+    }
 }
 
 /// Normalised names (lower case, no `-`/`_`) of agent CLI options that change what the agent

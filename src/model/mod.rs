@@ -6,6 +6,7 @@
 
 pub mod approval;
 pub mod flow;
+pub mod integration;
 mod job;
 mod message;
 mod prd;

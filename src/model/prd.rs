@@ -64,11 +64,19 @@ pub enum PrdState {
     Running,
     /// `finished_prds/`
     Complete,
+    /// `review_prds/`: its tasks are done but their integration needs a person (a merge
+    /// conflict, a red check; issue 30).
+    Review,
 }
 
 impl PrdState {
     /// All states.
-    pub const ALL: [PrdState; 3] = [PrdState::Queued, PrdState::Running, PrdState::Complete];
+    pub const ALL: [PrdState; 4] = [
+        PrdState::Queued,
+        PrdState::Running,
+        PrdState::Review,
+        PrdState::Complete,
+    ];
 
     /// The folder name of this state.
     pub fn dir(self) -> &'static str {
@@ -76,6 +84,7 @@ impl PrdState {
             PrdState::Queued => "queued_prds",
             PrdState::Running => "running_prds",
             PrdState::Complete => "finished_prds",
+            PrdState::Review => "review_prds",
         }
     }
 
@@ -85,6 +94,7 @@ impl PrdState {
             PrdState::Queued => "queued",
             PrdState::Running => "running",
             PrdState::Complete => "complete",
+            PrdState::Review => "review",
         }
     }
 }

@@ -29,4 +29,8 @@ pub struct Project {
     pub code_research_document: Option<String>,
     /// Queue for this project's jobs.
     pub default_queue: String,
+    /// The project's check (argv, e.g. its tests), run on the integration branch of a PRD's
+    /// tasks (issue 30).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check_command: Option<Vec<String>>,
 }

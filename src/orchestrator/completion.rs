@@ -234,7 +234,8 @@ fn handle_one(store: &Store, loc: &JobLocation, job: &Job) -> Result<String, Sto
         ),
         "create-prd" => prd_created(store, loc, job),
         "create-tasks" => tasks_created(store, loc, job),
-        super::tasks::IMPLEMENT_TASK => super::tasks::done::task_job_ended(store, &loc.id, job),
+        super::tasks::IMPLEMENT_TASK => super::tasks::done::task_job_ended(store, loc, job),
+        super::tasks::INTEGRATE => super::tasks::integrate::ended(store, loc, job),
         "implement-tasks" => prd_moved(store, loc, job, PrdState::Running, PrdState::Complete),
         _ => Ok("nothing to do".into()),
     }
@@ -351,15 +352,29 @@ pub(super) fn prd_finished(
     prd_id: &str,
     report: Value,
 ) -> Result<String, StoreError> {
+    prd_ended(store, prd_id, PrdState::Complete, report)
+}
+
+/// Moves PRD `prd_id` to `to` (complete, or review) with `report` as its implementation
+/// report; a PRD already complete is left alone.
+pub(super) fn prd_ended(
+    store: &Store,
+    prd_id: &str,
+    to: PrdState,
+    report: Value,
+) -> Result<String, StoreError> {
     let (state, path, mut prd) = store.find_prd(prd_id)?;
     if state == PrdState::Complete {
         return Ok(format!("PRD {prd_id} already complete"));
     }
-    prd.status = PrdState::Complete;
+    prd.status = to;
     prd.update_time = Timestamp::now();
     prd.implementation_report = Some(report);
     store.write_doc(DocKind::Prd, &path, &prd)?;
-    let dest_dir = store.prd_dir(&prd.project, PrdState::Complete);
+    if state == to {
+        return Ok(format!("PRD {prd_id} stays {}", to.name()));
+    }
+    let dest_dir = store.prd_dir(&prd.project, to);
     crate::store::safe::create_dir_all(&dest_dir).map_err(|source| StoreError::Io {
         path: dest_dir.clone(),
         source,
@@ -370,7 +385,7 @@ pub(super) fn prd_finished(
             source,
         }
     })?;
-    Ok(format!("PRD {prd_id} → {}", PrdState::Complete.dir()))
+    Ok(format!("PRD {prd_id} → {}", to.dir()))
 }
 
 fn prd_moved(

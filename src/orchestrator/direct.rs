@@ -164,34 +164,23 @@ pub(super) fn whole_number(
 /// least [`least_job_bytes`]), and otherwise as soon as the documents read pass the bound;
 /// either way what was read is given back to the system before the refusal.
 fn list_jobs(store: &Store, msg: &Message, who: &Caller) -> Result<Value, RouteError> {
-    use crate::store::listing::{JobFilter, JobIndex, read_listed, release_memory};
+    use crate::store::listing::{JobFilter, JobIndex, release_memory};
     known_keys(msg, &["status", "project", "queue", "offset", "limit"])?;
     for k in ["status", "project", "queue"] {
         text_or_null(msg, k)?;
     }
-    let status = match arg(msg, "status") {
-        None => None,
-        Some(s) => Some(crate::model::JobStatus::from_name(s).ok_or_else(|| {
-            RouteError::Invalid(format!(
-                "list-jobs: content.status {s:?} is not one of queued, running, finished, failed"
-            ))
-        })?),
-    };
-    let project = arg(msg, "project");
-    if let Some(p) = project {
-        permissions::visible_project(store, who, p)?;
-    }
-    let queue = arg(msg, "queue");
-    if let Some(q) = queue {
-        store.queue(q)?;
-    }
+    let status = arg(msg, "status")
+        .map(|s| crate::model::JobStatus::from_filter("list-jobs: content.status", s))
+        .transpose()
+        .map_err(RouteError::Invalid)?;
     let offset = number(msg, "offset")?.unwrap_or(0);
     let limit = number(msg, "limit")?.unwrap_or(usize::MAX);
     let filter = JobFilter {
         status,
-        project: project.map(str::to_string),
-        queue: queue.map(str::to_string),
+        project: arg(msg, "project").map(str::to_string),
+        queue: arg(msg, "queue").map(str::to_string),
     };
+    permissions::check_job_filter(store, who, &filter)?;
     let too_big = |fit: String| {
         RouteError::Invalid(format!(
             "list-jobs: the answer would be over {MAX_LIST_BYTES} bytes ({fit}); ask for a slice with content.offset and content.limit, narrow it with content.status, content.project or content.queue, or page through ListJobs on D-Bus"
@@ -239,17 +228,10 @@ fn list_jobs(store: &Store, msg: &Message, who: &Caller) -> Result<Value, RouteE
         if seen <= offset {
             continue;
         }
-        let Ok(Some((loc, mut job))) = read_listed(store, &l) else {
+        let Ok(Some(mut job)) = visible.document(&l) else {
             continue;
         };
-        // The index is a cache: when the document says otherwise, the document decides.
-        if (job.config.project != l.head.project || job.config.user != l.head.user)
-            && !who.can_see_job(&job, store.project(&job.config.project).ok().as_ref())
-        {
-            continue;
-        }
         job.runtime.output = None;
-        job.id.get_or_insert_with(|| loc.id.clone());
         bytes += json_len(&job) + 1;
         if bytes > MAX_LIST_BYTES {
             let fit = jobs.len();

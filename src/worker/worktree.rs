@@ -290,7 +290,7 @@ pub fn commit(git: &Git, ws: &Workspace, job: &Job) -> Result<Option<String>, St
 
 /// `-c user.name=agentstore -c user.email=agentstore@localhost` when the account has no git
 /// identity in `dir` (a service account): its commits and merges still get made.
-fn identity<'a>(git: &Git, dir: &Path) -> Vec<&'a str> {
+pub(super) fn identity<'a>(git: &Git, dir: &Path) -> Vec<&'a str> {
     if git.run(dir, &["config", "user.email"]).is_ok() {
         Vec::new()
     } else {

@@ -3,7 +3,7 @@
 
 use super::fanout::TASK_KEY;
 use crate::model::{DocKind, Job, JobStatus, Task, TaskRef, TaskStatus, Timestamp};
-use crate::store::{Store, StoreError};
+use crate::store::{JobLocation, Store, StoreError};
 use serde_json::Value;
 
 /// The task a job works on, from its `supporting_data.task`.
@@ -25,8 +25,9 @@ pub fn status_for(job: &JobStatus) -> TaskStatus {
     }
 }
 
-/// Records finished task job `job` (id `job_id`) on its task. Returns what was done.
-pub fn task_job_ended(store: &Store, job_id: &str, job: &Job) -> Result<String, StoreError> {
+/// Records finished task job `job` (at `loc`) on its task. Returns what was done.
+pub fn task_job_ended(store: &Store, loc: &JobLocation, job: &Job) -> Result<String, StoreError> {
+    let job_id = loc.id.as_str();
     let Some(r) = task_of(job) else {
         return Ok("task job names no task".into());
     };
@@ -53,20 +54,28 @@ pub fn task_job_ended(store: &Store, job_id: &str, job: &Job) -> Result<String, 
     store.write_doc(DocKind::Task, &path, &task)?;
     let mut what = format!("task {r} {}", task.status.name());
     if task.status == TaskStatus::Done {
-        what.push_str(&prd_if_all_done(store, &task)?);
+        what.push_str(&prd_if_all_done(store, &loc.queue, job, &task)?);
     }
     Ok(what)
 }
 
-/// When every task of `task`'s PRD is done: the PRD's implementation report lists them.
-fn prd_if_all_done(store: &Store, task: &Task) -> Result<String, StoreError> {
+/// When every task of `task`'s PRD has ended done (or was cancelled): the integration of
+/// their branches is queued (from `job`, on `queue`).
+fn prd_if_all_done(
+    store: &Store,
+    queue: &str,
+    job: &Job,
+    task: &Task,
+) -> Result<String, StoreError> {
     let tasks = store.tasks_of(&task.project, &task.prd, &mut |_| {})?;
-    if tasks.iter().any(|t| t.status != TaskStatus::Done) {
+    if tasks
+        .iter()
+        .any(|t| !matches!(t.status, TaskStatus::Done | TaskStatus::Cancelled))
+    {
         return Ok(String::new());
     }
-    let report = report(&tasks);
-    let moved = super::super::completion::prd_finished(store, &task.prd, report)?;
-    Ok(format!("; every task done: {moved}"))
+    let next = super::integrate::all_done(store, queue, job, &tasks, &task.prd)?;
+    Ok(format!("; every task done: {next}"))
 }
 
 /// The implementation report of a PRD whose tasks are done: per task, its branch and commit.

@@ -6,8 +6,10 @@ pub mod create;
 pub mod done;
 pub mod fanout;
 pub mod graph;
+pub mod integrate;
 pub mod listing;
 pub mod parse;
 
 pub use fanout::{IMPLEMENT_TASK, TASK_KEY, fan_out, task_job_id};
+pub use integrate::INTEGRATE;
 pub use parse::FORMAT_REQUEST;
