@@ -72,6 +72,9 @@ ip -n "$netns" link set lo up
 for n in alpha beta; do
     mkdir -p "$state/store-$n"
     mount -t tmpfs -o "size=${STORE_MB}m,mode=0750" "soak-$n" "$state/store-$n" || sys_die "cannot mount a tmpfs for $n's store"
+    # Unmounted (lazily: the containers still hold it) also when the run fails and its
+    # state folder is kept.
+    sys_on_exit "umount -l $state/store-$n"
 done
 boot_opts() { # NAME — the options a machine is booted (and rebooted) with
     opts=(--bind "$state/store-$1:/var/lib/agentstore" --bind "$state/ledger:/var/tmp/soak"

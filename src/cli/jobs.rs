@@ -8,7 +8,6 @@ use crate::bus::queue::{QueueState, live_state, queue_proxy};
 use crate::model::JobStatus;
 use std::collections::HashMap;
 use std::io::Write;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// Upper bound for talking to the bus from the CLI (a wedged bus must not hang a listing).
@@ -113,15 +112,6 @@ pub(super) fn cancel_job(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliRe
     Ok(())
 }
 
-fn journal_available() -> bool {
-    Path::new("/run/systemd/journal/socket").exists()
-        && std::process::Command::new("journalctl")
-            .arg("--version")
-            .stdout(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-}
-
 fn job_done(store: &crate::store::Store, id: &str) -> bool {
     store
         .find_job(id)
@@ -134,7 +124,7 @@ pub(super) fn logs(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResult {
     let store = open_store(g)?;
     store.find_job(id)?;
     let deadline = g.follow.map(|s| Instant::now() + Duration::from_secs(s));
-    if journal_available() {
+    if crate::systemd::journal_readable() {
         let mut cmd = std::process::Command::new("journalctl");
         cmd.args(["--no-pager", "-o", "cat"]);
         if deadline.is_some() {

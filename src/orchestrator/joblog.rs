@@ -21,10 +21,6 @@ pub const MAX_LINES: usize = 500;
 /// Bytes of one line kept (the rest is cut, said with `…`).
 const MAX_LINE_BYTES: usize = 4096;
 
-fn journal_here() -> bool {
-    std::path::Path::new("/run/systemd/journal/socket").exists()
-}
-
 /// The accounts whose lines count for a job run as `unix_user`.
 fn trusted_uids(store: &Store, project_owner: Option<&str>) -> Vec<u32> {
     let mut uids = vec![0, nix::unistd::geteuid().as_raw()];
@@ -32,8 +28,8 @@ fn trusted_uids(store: &Store, project_owner: Option<&str>) -> Vec<u32> {
         .into_iter()
         .chain(project_owner.and_then(|o| store.user(o).ok().map(|u| u.unix_name().to_string())));
     for name in names {
-        if let Ok(Some(u)) = nix::unistd::User::from_name(&name) {
-            uids.push(u.uid.as_raw());
+        if let Ok(a) = crate::trust::account::Account::lookup(&name) {
+            uids.push(a.uid);
         }
     }
     uids.sort_unstable();
@@ -91,7 +87,7 @@ pub fn answer(store: &Store, msg: &Message, who: &Caller) -> Result<Value, Route
         return Err(crate::permissions::job_hidden(id).into());
     }
     let ended = matches!(loc.status, JobStatus::Finished | JobStatus::Failed);
-    if !journal_here() {
+    if !crate::systemd::journal_readable() {
         return Err(RouteError::Failed(
             "no systemd journal on this machine: the job's stored output is all there is (view-job)"
                 .into(),

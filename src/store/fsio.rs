@@ -141,8 +141,11 @@ pub fn move_no_replace_into(from: &Path, to: &Path) -> io::Result<()> {
 
 /// Appends one line to `path` (created if missing) with a single `write` on an
 /// `O_APPEND | O_NOFOLLOW` descriptor under an exclusive `flock`, so concurrent writers never
-/// interleave lines. The file is capped and rotated by its store's [`safe::LogLimits`]
-/// (`<name>.1` … `<name>.<keep>`).
+/// interleave lines. A write that fails part-way (the disk full: ENOSPC after some bytes) is
+/// cut back to where the file ended, so no torn line is left for the next one to be glued
+/// to (the soak saw a full disk cost two events: the torn one and the complete one after it).
+/// The file is capped and rotated by its store's [`safe::LogLimits`] (`<name>.1` …
+/// `<name>.<keep>`).
 pub fn append_line_locked(path: &Path, line: &[u8]) -> io::Result<()> {
     use nix::fcntl::{Flock, FlockArg};
     use std::os::unix::fs::MetadataExt;
@@ -168,13 +171,24 @@ pub fn append_line_locked(path: &Path, line: &[u8]) -> io::Result<()> {
             drop(locked);
             continue;
         }
-        return locked.write_all(&buf);
+        return write_whole_line(&mut locked, meta.len(), &buf);
     }
     // Still racing: write to whatever file is there now rather than lose the line.
     let file = safe::open_append(path)?;
     let mut locked =
         Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| io::Error::from(e))?;
-    locked.write_all(&buf)
+    let len = locked.metadata()?.len();
+    write_whole_line(&mut locked, len, &buf)
+}
+
+/// Writes `buf` at the end of `file` (which ends at `len`, under our lock), or nothing: on
+/// an error after a partial write the file is truncated back to `len`.
+fn write_whole_line(file: &mut std::fs::File, len: u64, buf: &[u8]) -> io::Result<()> {
+    let written = file.write_all(buf);
+    if written.is_err() {
+        let _ = file.set_len(len);
+    }
+    written
 }
 
 /// Shifts `<path>.<n>` to `<path>.<n+1>` (dropping `<path>.<keep>`) and `<path>` to
@@ -280,6 +294,50 @@ mod tests {
         }
         assert_eq!(our_temp_writer(".a.b.12.3.tmp"), Some(12));
         assert_eq!(our_temp_writer(".soak-000352.tmp"), None);
+    }
+
+    /// Run by `a_failed_append_leaves_no_torn_line` in a child process (RLIMIT_FSIZE is the
+    /// whole process's): appends a 100-byte line under a file-size limit that cuts it short.
+    #[test]
+    #[ignore = "a child of a_failed_append_leaves_no_torn_line"]
+    fn append_cut_short_by_a_file_size_limit() {
+        let (Some(path), Some(limit)) = (
+            std::env::var_os("AGENTSTORE_TEST_TORN_PATH"),
+            std::env::var("AGENTSTORE_TEST_TORN_LIMIT").ok(),
+        ) else {
+            return;
+        };
+        let limit: u64 = limit.parse().unwrap();
+        // SIGXFSZ blocked: the write past the limit fails with EFBIG instead of killing us.
+        let mut xfsz = nix::sys::signal::SigSet::empty();
+        xfsz.add(nix::sys::signal::Signal::SIGXFSZ);
+        xfsz.thread_block().unwrap();
+        nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_FSIZE, limit, limit)
+            .unwrap();
+        let r = append_line_locked(Path::new(&path), &[b'x'; 100]);
+        assert!(r.is_err(), "the append went through under the limit");
+    }
+
+    #[test]
+    fn a_failed_append_leaves_no_torn_line() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("events.jsonl");
+        append_line_locked(&p, b"first").unwrap();
+        let status = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--ignored",
+                "--exact",
+                "store::fsio::tests::append_cut_short_by_a_file_size_limit",
+            ])
+            .env("AGENTSTORE_TEST_TORN_PATH", &p)
+            .env("AGENTSTORE_TEST_TORN_LIMIT", "50")
+            .status()
+            .unwrap();
+        assert!(status.success(), "the child failed: {status}");
+        // The child's write got 44 bytes in before EFBIG; they were cut back off.
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "first\n");
+        append_line_locked(&p, b"second").unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "first\nsecond\n");
     }
 
     #[test]

@@ -30,6 +30,18 @@ pub fn notify_stopping(status: &str) {
     ]);
 }
 
+/// True when this machine's journal can be read here: journald listens and `journalctl`
+/// answers (the CLI's `logs` and `job-log` read jobs' lines through it).
+pub fn journal_readable() -> bool {
+    std::path::Path::new("/run/systemd/journal/socket").exists()
+        && std::process::Command::new("journalctl")
+            .arg("--version")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+}
+
 /// True when stderr is connected to the journal (systemd sets `JOURNAL_STREAM`).
 pub fn stderr_is_journal() -> bool {
     std::env::var_os("JOURNAL_STREAM").is_some()

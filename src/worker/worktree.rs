@@ -302,3 +302,25 @@ pub(super) fn identity<'a>(git: &Git, dir: &Path) -> Vec<&'a str> {
         ]
     }
 }
+
+/// The git worktree of a task's job (`supporting_data.task`), made as the job's user;
+/// `None` for other jobs.
+pub(super) fn for_task(
+    job: &Job,
+    env: &[(String, String)],
+    home: &std::path::Path,
+    switch_to: Option<super::runas::RunAs>,
+) -> Result<Option<(Git, Workspace)>, String> {
+    if job.config.jobtype == crate::model::JobType::Venvman
+        || !job.config.supporting_data.contains_key("task")
+    {
+        return Ok(None);
+    }
+    let git = Git::new(env.to_vec(), home, switch_to)?;
+    let dir = PathBuf::from(&job.config.working_directory);
+    match prepare(&git, job, &dir) {
+        None => Ok(None),
+        Some(Ok(ws)) => Ok(Some((git, ws))),
+        Some(Err(e)) => Err(e),
+    }
+}

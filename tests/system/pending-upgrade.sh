@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# t_upgrade: `apt install` of the new package over the previous release while jobs run and
+# pending-upgrade (to become t_upgrade once it has run green): `apt install` of the new package over the previous release while jobs run and
 # messages arrive (issue 34), then a downgrade attempt.
 #   - the previous release (SYS_PREV_DEB: the tag's package, tests/system/prev-deb.sh) is
 #     installed, its orchestrator and queue-manager@poplar run, four jobs are running (20 s
@@ -113,6 +113,14 @@ else
     sys_fail "queue manager not restarted (pid $q_pid → $q_new)"
 fi
 sys_expect_eq "the new unit is loaded (WatchdogSec=2min)" 2min "$(x systemctl show -p WatchdogUSec --value $qm)"
+# The store migrated: 0.1.0 keyed this machine by its host name (machines/t-upgrade/); the new
+# daemons key it by machine id and carry the old key in their heartbeats' `formerly`, so the
+# jobs whose runtime.host says t-upgrade stay theirs.
+key=$(x orchestrator this-machine 2>/dev/null || true)
+sys_expect_match "this machine's key is made from its machine id" '^m-[0-9a-f]{16}$' "$key"
+migrated() { x sh -c "grep -rqs '\"t-upgrade\"' '$AS/machines/$key/'"; }
+sys_check "the new heartbeats are under machines/$key/, formerly t-upgrade (store migrated)" \
+    sys_wait_until 60 "migrated heartbeats" migrated
 
 # --- everything finishes once ------------------------------------------------------------------
 sys_check "the writer finished" sys_wait_until 120 "writer done" inactive writer.service
