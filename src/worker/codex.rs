@@ -231,6 +231,50 @@ pub fn parse_events(out: &Captured, model: Option<&str>) -> Result<AgentRun, Str
     Ok(run)
 }
 
+/// Runs a Codex job: the program the machine allows, the prompt, the arguments, then the
+/// worker's common run and judgement (its JSONL read by [`parse_events`]).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn run(
+    store: &crate::store::Store,
+    queue: &QueueConfig,
+    job: &mut Job,
+    args: &super::WorkerArgs,
+    env: Vec<(String, String)>,
+    home: &Path,
+    cwd: std::path::PathBuf,
+    run_as: &super::runas::RunAs,
+    switch: bool,
+) -> super::Outcome {
+    use super::{AgentCommand, Outcome, ResultFormat, run_and_judge, runas};
+    let program = match runas::program_for(
+        crate::trust::Program::Codex,
+        queue.codex_cli_path.as_deref().unwrap_or("codex"),
+        &env,
+        run_as,
+    ) {
+        Ok(p) => p,
+        Err(e) => return Outcome::fail(e),
+    };
+    let prompt = match self::prompt(job, home, &cwd) {
+        Ok(p) => p,
+        Err(e) => return Outcome::fail(e),
+    };
+    let args_v = codex_args(queue, job);
+    let format = ResultFormat::CodexEvents {
+        model: model_of(&args_v),
+    };
+    let cmd = AgentCommand {
+        program,
+        args: args_v,
+        prompt,
+        cwd,
+        env,
+        switch_to: switch.then(|| run_as.clone()),
+        sandbox: None,
+    };
+    run_and_judge(store, args, queue, job, &cmd, None, "Codex", &format)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -407,35 +407,17 @@ fn execute(
             }
             outcome
         }
-        JobType::Codex => {
-            let program = match runas::program_for(
-                crate::trust::Program::Codex,
-                queue.codex_cli_path.as_deref().unwrap_or("codex"),
-                &env,
-                &run_as,
-            ) {
-                Ok(p) => p,
-                Err(e) => return Outcome::fail(e),
-            };
-            let prompt = match codex::prompt(job, &home, &cwd) {
-                Ok(p) => p,
-                Err(e) => return Outcome::fail(e),
-            };
-            let args_v = codex::codex_args(queue, job);
-            let format = ResultFormat::CodexEvents {
-                model: codex::model_of(&args_v),
-            };
-            let cmd = AgentCommand {
-                program,
-                args: args_v,
-                prompt,
-                cwd,
-                env: env.clone(),
-                switch_to: switch.then(|| run_as.clone()),
-                sandbox: None,
-            };
-            run_and_judge(store, args, queue, job, &cmd, None, "Codex", &format)
-        }
+        JobType::Codex => codex::run(
+            store,
+            queue,
+            job,
+            args,
+            env.clone(),
+            &home,
+            cwd,
+            &run_as,
+            switch,
+        ),
         JobType::Agent => {
             let mut env = env.clone();
             if let Some(m) = &job.config.model {
