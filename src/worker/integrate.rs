@@ -123,8 +123,9 @@ pub fn run(git: &Git, plan: &Plan, dir: &Path, check: &CheckRunner) -> Result<Re
         let _ = std::fs::remove_dir_all(&path);
         let _ = git.run(&top, &["worktree", "prune"]);
         return Err(format!(
-            "cannot make the integration worktree {}: {e}",
-            path.display()
+            "cannot make the integration worktree {}: {e}{}",
+            path.display(),
+            super::worktree::disk_note(path.parent().unwrap_or(&path))
         ));
     }
     let result = merge_and_check(git, plan, &path, check, &mut report);
