@@ -15,6 +15,14 @@ the soak container as root. Prints one JSON object:
 
 Usage: soak-report.py --copy /var/lib/agentstore --copy /srv/beta --ledger /var/tmp/soak
                       --grace 600 --unit NAME...
+       soak-report.py --daemons-only --unit NAME...   (only the daemons' figures)
+       soak-report.py --summarize samples.jsonl       (on the host, after the run: per daemon
+                      the first, highest and last RSS/fds/threads/inotify; the RESULT line,
+                      exit 0 only with 0 lost, doubled, unrecorded, run twice and stuck)
+
+Messages are the writers' (written-<side>.log) and the D-Bus Submits that succeeded
+(written-dbus-<side>.log); dbus_failed counts the Submits that did not. A Submit's answer is
+its D-Bus reply: it counts as answered by its message_answered event (no outbox file).
 """
 import argparse
 import glob
@@ -22,6 +30,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import time
 from collections import Counter
 
@@ -105,11 +114,20 @@ def main_pid(unit):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--copy", action="append", required=True)
-    ap.add_argument("--ledger", required=True)
+    ap.add_argument("--copy", action="append", default=[])
+    ap.add_argument("--ledger")
     ap.add_argument("--grace", type=float, default=600)
     ap.add_argument("--unit", action="append", default=[])
+    ap.add_argument("--daemons-only", action="store_true")
+    ap.add_argument("--summarize")
     a = ap.parse_args()
+    if a.summarize:
+        return summarize(a.summarize)
+    if a.daemons_only:
+        print(json.dumps({"daemons": {u: proc_stats(main_pid(u)) for u in a.unit}}, sort_keys=True))
+        return 0
+    if not a.copy or not a.ledger:
+        ap.error("--copy and --ledger are needed (or --daemons-only, --summarize)")
     now = time.time()
 
     written = ledger(os.path.join(a.ledger, "written-*.log"))
@@ -122,11 +140,18 @@ def main():
     ev = events(a.copy[0])
     answered_events = Counter(e.get("correlation_id") for e in ev if e.get("event") == "message_answered")
     started = Counter(e.get("job_id") for e in ev if e.get("event") == "job_started")
-    answered = [i for i in written if answer_files.get(i, 0) >= 1]
-    lost = [i for i, t in written.items() if answer_files.get(i, 0) == 0 and now - t > a.grace]
+    # A D-Bus Submit is answered in its reply, not in the outbox: its record is the
+    # message_answered event (the Submit itself succeeded, or it would not be in the ledger).
+    def is_answered(i):
+        if i.startswith("soak-dbus-"):
+            return answered_events.get(i, 0) >= 1
+        return answer_files.get(i, 0) >= 1
+
+    answered = [i for i in written if is_answered(i)]
+    lost = [i for i, t in written.items() if not is_answered(i) and now - t > a.grace]
     doubled = sorted({i for i in written if answer_files.get(i, 0) > 1 or answered_events.get(i, 0) > 1})
     unrecorded = sorted(i for i in answered if answered_events.get(i, 0) == 0)
-    dbus = ledger(os.path.join(a.ledger, "dbus-ok-*.log"))
+    dbus = ledger(os.path.join(a.ledger, "written-dbus-*.log"))
     dbus_failed = ledger(os.path.join(a.ledger, "dbus-failed-*.log"))
 
     jobs = {"finished": 0, "failed": Counter(), "stuck": [], "queued": 0, "running": 0}
@@ -185,5 +210,51 @@ def main():
     }, sort_keys=True))
 
 
+def summarize(path):
+    samples = []
+    with open(path) as f:
+        for line in f:
+            try:
+                samples.append(json.loads(line))
+            except ValueError:
+                pass
+    if not samples:
+        print("RESULT: FAIL (no samples)")
+        return 1
+    first, last = samples[0], samples[-1]
+    hours = (last["time"] - first["time"]) / 3600
+    print(f"{len(samples)} samples over {hours:.2f} h; load first {' '.join(first['load'])}, "
+          f"highest 1-min {max(float(s['load'][0]) for s in samples):.2f}, last {' '.join(last['load'])}")
+    print("resources per daemon (first / highest / last sample; pid changes after each kill -9 or reboot):")
+    names = sorted({u for s in samples for u in s.get("daemons", {})})
+    for u in names:
+        row = []
+        for key in ("rss_kb", "fds", "threads", "inotify_watches"):
+            vals = [s["daemons"][u].get(key) for s in samples if u in s.get("daemons", {}) and s["daemons"][u].get(key) is not None]
+            if vals:
+                row.append(f"{key} {vals[0]}/{max(vals)}/{vals[-1]}")
+        pids = {s["daemons"][u].get("pid") for s in samples if u in s.get("daemons", {})}
+        print(f"  {u}: {', '.join(row) or 'no figures'} ({len(pids)} pids)")
+    m, jb, c = last["messages"], last["jobs"], last["conflicts"]
+    print(f"messages: written {m['written']} answered {m['answered']} lost {m['lost']} doubled {m['doubled']} "
+          f"unrecorded {m['answered_without_event']}; D-Bus Submits ok {m['dbus_ok']} failed {m['dbus_failed']}")
+    print(f"jobs: finished {jb['finished']} failed {sum(jb['failed'].values())} running {jb['running']} "
+          f"queued {jb['queued']} run twice {jb['run_twice']} stuck {jb['stuck']}")
+    for reason, n in sorted(jb["failed"].items(), key=lambda kv: -kv[1]):
+        print(f"  failed {n}: {reason}")
+    print(f"conflict copies {c['sync_conflict_copies']} {c['examples']}, set aside {c['set_aside']}")
+    for key in ("lost_ids", "doubled_ids", "unrecorded_ids"):
+        if m.get(key):
+            print(f"{key}: {m[key]}")
+    for key in ("run_twice_ids", "stuck_ids"):
+        if jb.get(key):
+            print(f"{key}: {jb[key]}")
+    bad = m["lost"] + m["doubled"] + m["answered_without_event"] + jb["run_twice"] + jb["stuck"]
+    print("RESULT:", "PASS" if bad == 0 else "FAIL", json.dumps({
+        "lost": m["lost"], "doubled": m["doubled"], "unrecorded": m["answered_without_event"],
+        "run_twice": jb["run_twice"], "stuck": jb["stuck"]}))
+    return 0 if bad == 0 else 1
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

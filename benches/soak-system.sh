@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# benches/soak-system.sh — the long soak under real systemd, from the .deb, two machines'
-# copies of the store joined by REAL Syncthing, with faults on a schedule (issue 34). See
-# benches/soak-system.md for what it does, what it reports and how to read it.
+# benches/soak-system.sh — the long soak under real systemd, from the .deb: two machines (two
+# booted nspawn containers, each its own systemd, D-Bus and journal) whose copies of the store
+# are joined by REAL Syncthing, faults on a schedule (issue 34). See benches/soak-system.md for
+# what it does, what it reports and how to read it.
 #
 #   sudo benches/soak-system.sh [--minutes N] [--deb FILE] [--prev-deb FILE] [--out DIR]
 #
-# Environment: SOAK_REPORT_MINUTES (5), SOAK_FAULT_MINUTES (6: one fault every N minutes,
-# cycling through the list), SOAK_PAUSE_SECONDS (180: Syncthing partition), SOAK_WORKERS (10
-# per queue), SOAK_MSG_INTERVAL (0.5 s per writer), SOAK_STORE_MB (768: alpha's store is a
-# tmpfs of this size, so "disk full" fills it and nothing else), SOAK_GRACE (600 s: an
+# Environment: SOAK_REPORT_MINUTES (5), SOAK_FAULT_MINUTES (5: one fault every N minutes,
+# cycling through the list), SOAK_PAUSE_SECONDS (180: Syncthing paused), SOAK_WORKERS (10 per
+# queue), SOAK_MSG_INTERVAL (0.5 s per writer), SOAK_STORE_MB (512: each machine's store is a
+# tmpfs of this size, so "disk full" fills that and nothing else), SOAK_GRACE (600 s: an
 # unanswered message older than this counts as lost, a job older than its timeout + this as
-# stuck). Exit status 0 only when the final report has 0 lost, 0 doubled, 0 run twice,
-# 0 stuck and 0 answers without their event.
+# stuck), SOAK_FAULTS (the cycle, default "kill9 pause kill9 disk sigstop reboot upgrade").
+# Exit status 0 only when the final report has 0 lost, 0 doubled, 0 run twice, 0 stuck and 0
+# answers without their event.
 # shellcheck source-path=SCRIPTDIR/../tests/system
 # shellcheck disable=SC2016
 set -euo pipefail
@@ -26,16 +28,17 @@ while [ $# -gt 0 ]; do
     --deb) deb=$(realpath -e "$2"); shift 2 ;;
     --prev-deb) prev_deb=$(realpath -e "$2"); shift 2 ;;
     --out) out=$2; shift 2 ;;
-    *) sed -n '5,6p' "${BASH_SOURCE[0]}" | sed 's/^# *//' >&2; exit 2 ;;
+    *) sed -n '7p' "${BASH_SOURCE[0]}" | sed 's/^# *//' >&2; exit 2 ;;
     esac
 done
 REPORT_MIN=${SOAK_REPORT_MINUTES:-5}
-FAULT_MIN=${SOAK_FAULT_MINUTES:-6}
+FAULT_MIN=${SOAK_FAULT_MINUTES:-5}
 PAUSE_S=${SOAK_PAUSE_SECONDS:-180}
 WORKERS=${SOAK_WORKERS:-10}
 MSG_INTERVAL=${SOAK_MSG_INTERVAL:-0.5}
-STORE_MB=${SOAK_STORE_MB:-768}
+STORE_MB=${SOAK_STORE_MB:-512}
 GRACE=${SOAK_GRACE:-600}
+read -r -a schedule <<<"${SOAK_FAULTS:-kill9 pause kill9 disk sigstop reboot upgrade}"
 out=${out:-$repo/target/soak-system/$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$out"
 out=$(realpath "$out")
@@ -49,65 +52,178 @@ if [ -z "$deb" ]; then
 fi
 [ -f "$deb" ] || sys_die "no package: $deb"
 export SYS_TEST=soak
-m=soak-system
 sys_rootfs >/dev/null || sys_die "no rootfs"
-sys_boot "$m" || sys_die "the soak container did not boot"
-root=$(sys_root "$m")
+log() { printf '[soak %(%H:%M:%S)T] %s\n' -1 "$*" | tee -a "$out/soak.log" >&2; }
+for f in "${schedule[@]}"; do
+    case "$f" in kill9 | pause | disk | sigstop | reboot | upgrade) ;; *) sys_die "unknown fault '$f' in SOAK_FAULTS" ;; esac
+done
+
+# --- two machines on one private network namespace, each store on a tmpfs of the host ----------
+# The namespace has only a loopback: the two Syncthing instances meet there, nothing else is
+# reachable. The stores are the host's tmpfs folders bound in, so they survive a reboot of the
+# container and "disk full" fills them and not the host.
+state=$SYS_STATE_DIR/soak
+mkdir -p "$state/ledger"
+chmod 1777 "$state/ledger"
+netns=agentstore-soak-$(basename "$SYS_STATE_DIR" | tr -dc '[:alnum:]' | tr '[:upper:]' '[:lower:]')
+ip netns add "$netns" || sys_die "ip netns add $netns failed"
+sys_on_exit "ip netns del $netns"
+ip -n "$netns" link set lo up
+for n in alpha beta; do
+    mkdir -p "$state/store-$n"
+    mount -t tmpfs -o "size=${STORE_MB}m,mode=0750" "soak-$n" "$state/store-$n" || sys_die "cannot mount a tmpfs for $n's store"
+done
+boot_opts() { # NAME — the options a machine is booted (and rebooted) with
+    opts=(--bind "$state/store-$1:/var/lib/agentstore" --bind "$state/ledger:/var/tmp/soak"
+        --network "netns:/run/netns/$netns")
+    # alpha reads beta's copy too (read-only), for the report's conflict count.
+    [ "$1" = alpha ] && opts+=(--bind-ro "$state/store-beta:/srv/beta")
+    return 0
+}
+for n in alpha beta; do
+    sys_prepare "soak-$n" || sys_die "cannot prepare $n"
+    r=$(sys_root "soak-$n")
+    # A machine id of its own that survives a reboot (the store knows a machine by it).
+    od -An -tx1 -N16 /dev/urandom | tr -d ' \n' >"$r/etc/machine-id"
+    echo >>"$r/etc/machine-id"
+    # 24 h unattended: the container's journal is capped.
+    mkdir -p "$r/etc/systemd/journald.conf.d"
+    printf '[Journal]\nSystemMaxUse=300M\n' >"$r/etc/systemd/journald.conf.d/soak.conf"
+    boot_opts "$n"
+    sys_boot "soak-$n" "${opts[@]}" || sys_die "machine $n did not boot"
+done
+on() { # MACHINE CMD...
+    local n=$1
+    shift
+    sys_exec "soak-$n" "$@"
+}
 # shellcheck source=../tests/system/store.sh
 . "$repo/tests/system/store.sh"
-A=$AS
-B=/srv/beta
-export Q=beech
-log() { printf '[soak %(%H:%M:%S)T] %s\n' -1 "$*" | tee -a "$out/soak.log" >&2; }
-
-# --- install (the previous release first, when given: the upgrade fault then upgrades) -------
-first=$deb
-[ -n "$prev_deb" ] && first=$prev_deb
-sys_install_deb "$m" "$first" >"$out/install.log" 2>&1 || sys_die "installing $first failed (see $out/install.log)"
-sys_copy_in "$m" "$deb" /var/tmp/new.deb
-log "installed $(x dpkg-query -W -f='${Version}' agentstore); the upgrade fault installs $(dpkg-deb -f "$deb" Version)"
-
-# Alpha's store on a tmpfs of its own: the disk-full fault fills it, not the host.
-uid=$(x id -u agentstore)
-gid=$(x id -g agentstore)
-if x mount -t tmpfs -o "size=${STORE_MB}m,mode=0750,uid=$uid,gid=$gid" soak-store "$A"; then
-    adm init >/dev/null
-    disk_fault=1
-else
-    log "cannot mount a tmpfs for the store: the disk-full fault is left out"
-    disk_fault=0
-fi
-
-# --- two copies, real Syncthing; alpha: systemd units; beta: transient units ------------------
 # shellcheck source=../tests/system/syncthing.sh
 . "$repo/tests/system/syncthing.sh"
-st_two_copies 60
+
+# --- install (the previous release first, when given: the first upgrade fault upgrades) -------
+first=$deb
+[ -n "$prev_deb" ] && first=$prev_deb
+for n in alpha beta; do
+    sys_install_deb "soak-$n" "$first" >>"$out/install.log" 2>&1 || sys_die "installing $first on $n failed (see $out/install.log)"
+    sys_copy_in "soak-$n" "$deb" /var/tmp/new.deb
+done
+[ "$(on alpha id -u agentstore)" = "$(on beta id -u agentstore)" ] ||
+    sys_die "the agentstore account has different uids on the two machines: the synced files would not match"
+log "installed $(on alpha dpkg-query -W -f='${Version}' agentstore) on alpha and beta; the upgrade fault installs $(dpkg-deb -f "$deb" Version)"
+
+# --- the store on alpha; beta's copy comes from Syncthing ----------------------------------------
+m=soak-alpha
+setup_users
+setup_project TestProject /srv/testproject beech
 setup_queue beech "$WORKERS"
 setup_queue oak "$WORKERS"
-sys_wait_until 120 "queues on beta" x test -f "$B/Queues/oak/queue.json" || sys_die "beta did not receive the queues"
-x mkdir -p /etc/systemd/system/queue-manager@oak.service.d
-x systemctl start agentstore-orchestrator.service queue-manager@oak.service
-x systemd-run --unit ob-beta --uid=agentstore --gid=agentstore -p Restart=on-failure -p RestartSec=2 \
-    -p Environment=HOME=/var/tmp -p Environment=AGENTSTORE_HOSTNAME=beta \
-    /usr/bin/orchestratord --standby --bus none --idle-exit 0 --root "$B" >/dev/null
-# KillMode=process: a kill of beta's queue manager leaves its (direct) workers running, as the
-# systemd launcher's scopes do on alpha; the restarted one re-adopts them.
-x systemd-run --unit qm-beta -p Restart=on-failure -p RestartSec=2 -p KillMode=process \
-    -p Environment=AGENTSTORE_HOSTNAME=beta \
-    /usr/bin/queue-manager --queue beech --bus none --launcher direct --idle-exit 0 --root "$B" >/dev/null
-units=(agentstore-orchestrator.service queue-manager@oak.service ob-beta.service qm-beta.service st-alpha.service st-beta.service)
+# Both machines may hold the orchestrator's lock: whichever has it, the other stands by and
+# takes over when it goes silent (a kill -9, the reboot, the partition).
+as_svc sed -i -e 's/^\( *idle_exit_seconds:\).*/\1 0/' -e 's/^\( *polling_interval_seconds:\).*/\1 2/' \
+    -e 's/^orchestrator:$/orchestrator:\n  standby: [soak-alpha, soak-beta]\n  lock_heartbeat_seconds: 2\n  lock_stale_after_seconds: 20/' \
+    "$AS/config.yaml"
+as_svc sh -c 'printf "machines:\n  heartbeat_seconds: 2\n  stale_after_seconds: 20\n  lost_job_grace_seconds: 60\n" >>"$1"' sh "$AS/config.yaml"
+x grep -q '^  standby: \[soak-alpha, soak-beta\]' "$AS/config.yaml" || sys_die "config.yaml has no orchestrator: section to edit"
+m=soak-beta
+x sh -c 'for u in jobuser alice mallory; do id $u >/dev/null 2>&1 || useradd --create-home --shell /bin/bash $u; done
+    usermod -aG agentstore jobuser; mkdir -p /srv/testproject; chown jobuser: /srv/testproject'
+[ "$(on alpha id -u jobuser)" = "$(on beta id -u jobuser)" ] || sys_die "jobuser has different uids on the two machines"
+for n in alpha beta; do
+    on "$n" systemctl disable --now agentstore-orchestrator.path agentstore-orchestrator.timer >/dev/null 2>&1 || true
+    on "$n" systemctl stop agentstore-orchestrator.service >/dev/null 2>&1 || true
+done
+# Beta's own `orchestrator init` made a store of its own: emptied, it receives alpha's.
+on beta find /var/lib/agentstore -mindepth 1 -delete
 
-# --- load: two inbox writers, a D-Bus caller, a canceller --------------------------------------
-x mkdir -p /var/tmp/soak
-x chown agentstore:agentstore /var/tmp/soak
-cat >"$root/usr/local/bin/soak-writer" <<'EOF'
+for n in alpha beta; do
+    m=soak-$n
+    # Syncthing leaves the disk-fault's filler alone (.stignore is not synced itself).
+    as_svc sh -c 'mkdir -p /var/lib/agentstore/.stfolder && printf "/.soak-fill\n" >/var/lib/agentstore/.stignore'
+    x sh -c 'mkdir -p /var/tmp/st && chown agentstore:agentstore /var/tmp/st'
+    x setpriv --reuid=agentstore --regid=agentstore --init-groups env HOME=/var/tmp/st \
+        syncthing generate --home=/var/tmp/st --no-default-folder --skip-port-probing >/dev/null 2>&1 ||
+        sys_die "syncthing generate failed on $n"
+    declare "id_$n=$(x setpriv --reuid=agentstore --regid=agentstore --init-groups env HOME=/var/tmp/st \
+        syncthing serve --home=/var/tmp/st --device-id)"
+done
+# shellcheck disable=SC2154 # id_alpha, id_beta: declared above
+{
+    m=soak-alpha
+    st_config x alpha 22001 8384 key-alpha "$id_alpha" beta "$id_beta" 22002 "$AS" | x sh -c 'cat >/var/tmp/st/config.xml'
+    m=soak-beta
+    st_config x beta 22002 8385 key-beta "$id_beta" alpha "$id_alpha" 22001 "$AS" | x sh -c 'cat >/var/tmp/st/config.xml'
+}
+for n in alpha beta; do
+    r=$(sys_root "soak-$n")
+    cat >"$r/etc/systemd/system/soak-syncthing.service" <<'EOF'
+[Unit]
+Description=Syncthing keeping this machine's copy of the store (soak)
+[Service]
+User=agentstore
+Group=agentstore
+Environment=HOME=/var/tmp/st STNOUPGRADE=1
+ExecStart=/usr/bin/syncthing serve --home=/var/tmp/st --no-browser --no-restart --logflags=3
+Restart=on-failure
+RestartSec=2
+[Install]
+WantedBy=multi-user.target
+EOF
+    on "$n" chown -R agentstore:agentstore /var/tmp/st
+    on "$n" systemctl daemon-reload
+    on "$n" systemctl enable --now soak-syncthing.service >/dev/null 2>&1 || sys_die "syncthing did not start on $n"
+done
+st_api_on() { # MACHINE PORT KEY METHOD PATH
+    local n=$1
+    shift
+    on "$n" python3 -c 'import sys, urllib.request as u
+r = u.Request("http://127.0.0.1:%s%s" % (sys.argv[1], sys.argv[4]), method=sys.argv[3], headers={"X-API-Key": sys.argv[2]})
+print(u.urlopen(r, timeout=10).read().decode())' "$@"
+}
+connected() {
+    local j
+    j=$(st_api_on alpha 8384 key-alpha GET /rest/system/connections 2>/dev/null) || return 1
+    python3 -c 'import json, sys; sys.exit(0 if json.loads(sys.argv[1])["connections"][sys.argv[2]]["connected"] else 1)' "$j" "$id_beta"
+}
+sys_wait_until 120 "the two Syncthing instances connected" connected || sys_die "Syncthing of alpha and beta never connected"
+synced() {
+    on beta test -f /var/lib/agentstore/Queues/oak/queue.json && on beta test -f /var/lib/agentstore/Queues/beech/queue.json &&
+        on beta test -f /var/lib/agentstore/projects/TestProject/project.json &&
+        [ "$(on alpha md5sum /var/lib/agentstore/config.yaml | cut -c1-32)" = "$(on beta md5sum /var/lib/agentstore/config.yaml | cut -c1-32)" ]
+}
+sys_wait_until 180 "beta's copy of the store" synced || sys_die "beta did not receive the store"
+log "Syncthing joined the two copies (alpha $id_alpha, beta $id_beta)"
+
+# --- the daemons, as packaged, started at boot (so they also come back after a reboot) --------
+# The orchestrator's unit is static (the package starts it on demand): wanted by
+# multi-user.target here. Beta's starts once alpha's store lock has reached it, so the two
+# do not both take a free lock in the same second (that leaves a conflict copy of the lock).
+on alpha systemctl add-wants multi-user.target agentstore-orchestrator.service >/dev/null 2>&1 || true
+on beta systemctl add-wants multi-user.target agentstore-orchestrator.service >/dev/null 2>&1 || true
+on alpha systemctl enable queue-manager@oak.service >/dev/null 2>&1 || true
+on beta systemctl enable queue-manager@beech.service >/dev/null 2>&1 || true
+on alpha systemctl start agentstore-orchestrator.service queue-manager@oak.service || sys_die "alpha's daemons did not start"
+sys_wait_until 120 "alpha's store lock on beta" on beta test -s /var/lib/agentstore/.orchestrator.lock ||
+    sys_die "alpha's store lock never reached beta"
+on beta systemctl start agentstore-orchestrator.service queue-manager@beech.service || sys_die "beta's daemons did not start"
+units_alpha=(agentstore-orchestrator.service queue-manager@oak.service soak-syncthing.service)
+units_beta=(agentstore-orchestrator.service queue-manager@beech.service soak-syncthing.service)
+
+# --- load: a writer per machine, a D-Bus caller and a canceller on alpha -------------------------
+for n in alpha beta; do
+    r=$(sys_root "soak-$n")
+    cat >"$r/usr/local/bin/soak-writer" <<'EOF'
 #!/bin/bash
-# soak-writer SIDE STORE INTERVAL — messages into STORE's inbox forever; ledger of what was written.
-side=$1 store=$2 interval=$3 i=0
+# soak-writer SIDE INTERVAL — messages into this machine's inbox forever; a ledger line per
+# message written (after it is in the inbox). Ids carry the boot, so a reboot repeats none.
+side=$1 interval=$2 i=0
+store=/var/lib/agentstore
+boot=$(cut -c1-8 /proc/sys/kernel/random/boot_id)
 ledger=/var/tmp/soak/written-$side.log
 while :; do
     i=$((i + 1))
-    id="soak-$side-$(printf '%07d' $i)"
+    id="soak-$side-$boot-$(printf '%07d' $i)"
     r=$((RANDOM % 10))
     q=oak; [ $((i % 2)) = 0 ] && q=beech
     case $r in
@@ -119,103 +235,140 @@ while :; do
         "$id" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$cmd" "$content" >"$store/messaging/inbox/.$id.tmp" &&
         mv "$store/messaging/inbox/.$id.tmp" "$store/messaging/inbox/$id.json" &&
         echo "$id $(date +%s)" >>"$ledger"
+    rm -f "$store/messaging/inbox/.$id.tmp"
     sleep "$interval"
 done
 EOF
-cat >"$root/usr/local/bin/soak-dbus" <<'EOF'
+    cat >"$r/usr/local/bin/soak-dbus" <<'EOF'
 #!/bin/bash
-# soak-dbus — Submit list-projects over the system bus every second; ledger of results.
-i=0
+# soak-dbus SIDE — Submit a list-projects over this machine's system bus every second. A
+# Submit that succeeded is a message like the writers' (its answer is checked); failures are
+# counted (the orchestrator of this machine may be the standby then).
+side=$1 i=0
+boot=$(cut -c1-8 /proc/sys/kernel/random/boot_id)
 while :; do
     i=$((i + 1))
-    id="soak-dbus-$(printf '%07d' $i)"
+    id="soak-dbus-$side-$boot-$(printf '%07d' $i)"
     msg="{\"correlation_id\": \"$id\", \"source\": \"user\", \"project\": null, \"queue_time\": \"$(date -u +%Y-%m-%dT%H:%M:%SZ)\", \"processed_time\": null, \"command\": \"list-projects\", \"content\": {}, \"status\": \"queued\", \"error\": null}"
     if timeout 60 busctl --system call org.agentstore.Orchestrator1 /org/agentstore/Orchestrator1 \
         org.agentstore.Orchestrator1 Submit s "$msg" >/dev/null 2>&1; then
-        echo "$id $(date +%s)" >>/var/tmp/soak/dbus-ok-0.log
+        echo "$id $(date +%s)" >>/var/tmp/soak/written-dbus-$side.log
     else
-        echo "$id $(date +%s)" >>/var/tmp/soak/dbus-failed-0.log
+        echo "$id $(date +%s)" >>/var/tmp/soak/dbus-failed-$side.log
     fi
     sleep 1
 done
 EOF
-cat >"$root/usr/local/bin/soak-cancel" <<'EOF'
+    cat >"$r/usr/local/bin/soak-cancel" <<'EOF'
 #!/bin/bash
-# soak-cancel — every 30 s, cancel one queued or running job of queue oak (alpha's) over D-Bus.
+# soak-cancel — every 30 s, cancel one queued or running job (either queue) over D-Bus.
 while :; do
     sleep 30
-    f=$(ls /var/lib/agentstore/Queues/oak/Jobs/running_jobs/ /var/lib/agentstore/Queues/oak/Jobs/queued_jobs/ 2>/dev/null | grep '\.json$' | shuf -n1)
+    f=$(ls /var/lib/agentstore/Queues/*/Jobs/running_jobs/ /var/lib/agentstore/Queues/*/Jobs/queued_jobs/ 2>/dev/null | grep '^soak\|\.json$' | grep '\.json$' | shuf -n1)
     [ -n "$f" ] || continue
     orchestrator cancel-job "${f%.json}" >/dev/null 2>&1 && echo "${f%.json} $(date +%s)" >>/var/tmp/soak/cancelled.log
 done
 EOF
-chmod 0755 "$root/usr/local/bin/soak-writer" "$root/usr/local/bin/soak-dbus" "$root/usr/local/bin/soak-cancel"
-cp "$repo/benches/soak-report.py" "$root/usr/local/bin/soak-report"
-chmod 0755 "$root/usr/local/bin/soak-report"
-x systemd-run --unit soak-writer-alpha --uid=agentstore --gid=agentstore soak-writer alpha "$A" "$MSG_INTERVAL" >/dev/null
-x systemd-run --unit soak-writer-beta --uid=agentstore --gid=agentstore soak-writer beta "$B" "$MSG_INTERVAL" >/dev/null
-x systemd-run --unit soak-dbus soak-dbus >/dev/null
-x systemd-run --unit soak-cancel soak-cancel >/dev/null
-log "load running: 2 writers (every ${MSG_INTERVAL}s), D-Bus Submit every 1 s, a cancel every 30 s; $WORKERS workers per queue"
+    cp "$repo/benches/soak-report.py" "$r/usr/local/bin/soak-report"
+    chmod 0755 "$r/usr/local/bin/soak-writer" "$r/usr/local/bin/soak-dbus" "$r/usr/local/bin/soak-cancel" "$r/usr/local/bin/soak-report"
+    svc() { # NAME USER EXEC
+        printf '[Unit]\nDescription=soak load: %s\nAfter=agentstore-orchestrator.service\n[Service]\nUser=%s\nExecStart=%s\nRestart=always\nRestartSec=2\n[Install]\nWantedBy=multi-user.target\n' \
+            "$1" "$2" "$3" >"$r/etc/systemd/system/$1.service"
+    }
+    svc soak-writer agentstore "/usr/local/bin/soak-writer $n $MSG_INTERVAL"
+    svc soak-dbus root "/usr/local/bin/soak-dbus $n"
+    svc soak-cancel root /usr/local/bin/soak-cancel
+    on "$n" systemctl daemon-reload
+done
+on alpha systemctl enable --now soak-writer.service soak-dbus.service soak-cancel.service >/dev/null 2>&1
+on beta systemctl enable --now soak-writer.service >/dev/null 2>&1
+load_units_alpha=(soak-writer.service soak-dbus.service soak-cancel.service)
+load_units_beta=(soak-writer.service)
+log "load running: a writer per machine (every ${MSG_INTERVAL}s), D-Bus Submit every 1 s and a cancel every 30 s on alpha; $WORKERS workers per queue (oak on alpha, beech on beta)"
 
 # --- faults ---------------------------------------------------------------------------------------
 declare -A faults_done
 fault_kill9() {
-    for u in agentstore-orchestrator.service queue-manager@oak.service ob-beta.service qm-beta.service; do
-        x systemctl kill -s KILL --kill-whom=main "$u" >/dev/null 2>&1 || true
+    local n u
+    for n in alpha beta; do
+        for u in agentstore-orchestrator.service queue-manager@oak.service queue-manager@beech.service; do
+            on "$n" systemctl kill -s KILL --kill-whom=main "$u" >/dev/null 2>&1 || true
+        done
     done
-    log "fault: kill -9 of every daemon"
+    log "fault: kill -9 of every daemon on both machines"
 }
-fault_partition() {
-    x systemctl kill -s STOP st-beta.service
-    log "fault: Syncthing of beta stopped (partition) for ${PAUSE_S}s"
+fault_pause() {
+    st_api_on beta 8385 key-beta POST /rest/system/pause >/dev/null || log "pausing beta's Syncthing failed"
+    log "fault: beta's Syncthing paused (a partition) for ${PAUSE_S}s"
     sleep "$PAUSE_S"
-    x systemctl kill -s CONT st-beta.service
-    log "fault: partition over"
+    st_api_on beta 8385 key-beta POST /rest/system/resume >/dev/null || log "resuming beta's Syncthing failed"
+    log "fault: Syncthing resumed"
 }
 fault_disk() {
-    if [ "$disk_fault" != 1 ]; then return 0; fi
-    x sh -c "dd if=/dev/zero of=$A/.soak-fill bs=1M status=none 2>/dev/null; true"
-    log "fault: alpha's store full ($(x df -h --output=avail "$A" | tail -1 | tr -d ' ') left) for 60 s"
+    dd if=/dev/zero of="$state/store-alpha/.soak-fill" bs=1M status=none 2>/dev/null || true
+    log "fault: alpha's store full ($(df -h --output=avail "$state/store-alpha" | tail -1 | tr -d ' ') left) for 60 s"
     sleep 60
-    x rm -f "$A/.soak-fill"
+    rm -f "$state/store-alpha/.soak-fill"
     log "fault: disk freed"
 }
 fault_sigstop() {
-    x systemctl kill -s STOP --kill-whom=main qm-beta.service
-    log "fault: beta's queue manager SIGSTOPped for 90 s (heartbeat stale after 3 s, lost-job grace 60 s)"
+    on beta systemctl kill -s STOP --kill-whom=main queue-manager@beech.service
+    log "fault: beta's queue manager SIGSTOPped for 90 s (heartbeat stale after 20 s, lost-job grace 60 s)"
     sleep 90
-    x systemctl kill -s CONT --kill-whom=main qm-beta.service
+    on beta systemctl kill -s CONT --kill-whom=main queue-manager@beech.service
     log "fault: beta's queue manager continued"
 }
-fault_upgrade() {
-    local before after
-    before=$(x dpkg-query -W -f='${Version}' agentstore)
-    if x env DEBIAN_FRONTEND=noninteractive apt-get install -y --reinstall /var/tmp/new.deb >>"$out/upgrade.log" 2>&1; then
-        after=$(x dpkg-query -W -f='${Version}' agentstore)
-        log "fault: package $before → $after installed with everything running"
+fault_reboot() {
+    local t0
+    t0=$(date +%s)
+    boot_opts beta
+    if sys_reboot soak-beta "${opts[@]}" >>"$out/reboot.log" 2>&1; then
+        if sys_wait_until 120 "beta's daemons after the reboot" on beta systemctl is-active --quiet \
+            agentstore-orchestrator.service queue-manager@beech.service soak-syncthing.service; then
+            log "fault: beta rebooted (systemctl reboot); its daemons back after $(($(date +%s) - t0)) s"
+        else
+            log "fault: beta rebooted but its daemons are not all active after $(($(date +%s) - t0)) s"
+            faults_done[reboot_not_back]=$((${faults_done[reboot_not_back]:-0} + 1))
+        fi
     else
-        log "fault: the package install FAILED (see $out/upgrade.log)"
-        faults_done[upgrade_failed]=$((${faults_done[upgrade_failed]:-0} + 1))
+        log "fault: the reboot of beta FAILED (see $out/reboot.log)"
+        faults_done[reboot_failed]=$((${faults_done[reboot_failed]:-0} + 1))
     fi
 }
-schedule=(kill9 partition kill9 disk sigstop upgrade)
+fault_upgrade() {
+    local n before after
+    for n in alpha beta; do
+        before=$(on "$n" dpkg-query -W -f='${Version}' agentstore)
+        if on "$n" env DEBIAN_FRONTEND=noninteractive apt-get install -y --reinstall /var/tmp/new.deb >>"$out/upgrade.log" 2>&1; then
+            after=$(on "$n" dpkg-query -W -f='${Version}' agentstore)
+            log "fault: $n: package $before → $after installed with everything running"
+        else
+            log "fault: $n: the package install FAILED (see $out/upgrade.log)"
+            faults_done[upgrade_failed]=$((${faults_done[upgrade_failed]:-0} + 1))
+        fi
+    done
+}
 
 report() { # LABEL
-    local j
-    local args=() u
-    for u in "${units[@]}"; do args+=(--unit "$u"); done
-    j=$(x soak-report --copy "$A" --copy "$B" --ledger /var/tmp/soak --grace "$GRACE" "${args[@]}") || return 0
-    echo "$j" >>"$out/samples.jsonl"
-    python3 - "$1" "$j" <<'PY' | tee -a "$out/soak.log" >&2
+    local ja jb
+    local args_a=() args_b=() u
+    for u in "${units_alpha[@]}"; do args_a+=(--unit "$u"); done
+    for u in "${units_beta[@]}"; do args_b+=(--unit "$u"); done
+    ja=$(on alpha soak-report --copy /var/lib/agentstore --copy /srv/beta --ledger /var/tmp/soak --grace "$GRACE" "${args_a[@]}") || return 0
+    jb=$(on beta soak-report --daemons-only "${args_b[@]}" 2>/dev/null) || jb='{"daemons": {}}'
+    python3 - "$1" "$ja" "$jb" "$out/samples.jsonl" <<'PY' | tee -a "$out/soak.log" >&2
 import json, sys
-label, j = sys.argv[1], json.loads(sys.argv[2])
-m, jb, c = j["messages"], j["jobs"], j["conflicts"]
+label, j, jb, samples = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4]
+j["daemons"] = {**{f"alpha {u}": d for u, d in j["daemons"].items()}, **{f"beta {u}": d for u, d in jb["daemons"].items()}}
+j["label"] = label
+with open(samples, "a") as f:
+    f.write(json.dumps(j, sort_keys=True) + "\n")
+m, jobs, c = j["messages"], j["jobs"], j["conflicts"]
 print(f"[{label}] load {' '.join(j['load'])} | messages written {m['written']} answered {m['answered']} "
       f"lost {m['lost']} doubled {m['doubled']} unrecorded {m['answered_without_event']} "
-      f"dbus ok {m['dbus_ok']} failed {m['dbus_failed']} | jobs finished {jb['finished']} "
-      f"failed {sum(jb['failed'].values())} running {jb['running']} queued {jb['queued']} "
-      f"twice {jb['run_twice']} stuck {jb['stuck']} | conflict copies {c['sync_conflict_copies']} set aside {c['set_aside']}")
+      f"(dbus ok {m['dbus_ok']} failed {m['dbus_failed']}) | jobs finished {jobs['finished']} "
+      f"failed {sum(jobs['failed'].values())} running {jobs['running']} queued {jobs['queued']} "
+      f"twice {jobs['run_twice']} stuck {jobs['stuck']} | conflict copies {c['sync_conflict_copies']} set aside {c['set_aside']}")
 for u, d in j["daemons"].items():
     print(f"    {u}: pid {d.get('pid')} rss {d.get('rss_kb')} kB fds {d.get('fds')} threads {d.get('threads')} inotify {d.get('inotify_watches')}")
 PY
@@ -245,10 +398,11 @@ while [ "$(date +%s)" -lt "$t_end" ]; do
 done
 
 # --- drain and the final report -------------------------------------------------------------------
-x systemctl stop soak-writer-alpha soak-writer-beta soak-dbus soak-cancel
-log "load stopped; draining (up to $GRACE s) before the final report"
+on alpha systemctl stop "${load_units_alpha[@]}"
+on beta systemctl stop "${load_units_beta[@]}"
+log "load stopped after $((($(date +%s) - t_start) / 60)) min; draining (up to $GRACE s) before the final report"
 drained() {
-    x soak-report --copy "$A" --copy "$B" --ledger /var/tmp/soak --grace 0 | python3 -c '
+    on alpha soak-report --copy /var/lib/agentstore --ledger /var/tmp/soak --grace 0 | python3 -c '
 import json, sys
 j = json.load(sys.stdin)
 sys.exit(0 if j["messages"]["lost"] == 0 and j["jobs"]["running"] == 0 and j["jobs"]["queued"] == 0 else 1)'
@@ -258,12 +412,7 @@ report final
 faults=""
 for f in "${!faults_done[@]}"; do faults+="$f=${faults_done[$f]} "; done
 log "faults injected: ${faults:-none}"
-x journalctl --no-pager -o short-iso >"$out/journal.txt" 2>&1 || true
-tail -n1 "$out/samples.jsonl" | python3 -c '
-import json, sys
-j = json.load(sys.stdin)
-m, jb = j["messages"], j["jobs"]
-bad = m["lost"] + m["doubled"] + m["answered_without_event"] + jb["run_twice"] + jb["stuck"]
-print("RESULT:", "PASS" if bad == 0 else "FAIL", json.dumps({"lost": m["lost"], "doubled": m["doubled"],
-      "unrecorded": m["answered_without_event"], "run_twice": jb["run_twice"], "stuck": jb["stuck"]}))
-sys.exit(0 if bad == 0 else 1)' | tee -a "$out/soak.log"
+for n in alpha beta; do
+    on "$n" journalctl --no-pager -o short-iso >"$out/journal-$n.txt" 2>&1 || true
+done
+python3 "$repo/benches/soak-report.py" --summarize "$out/samples.jsonl" | tee -a "$out/soak.log"

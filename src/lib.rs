@@ -16,6 +16,7 @@ pub mod orchestrator;
 pub mod permissions;
 pub mod queue;
 pub mod schema;
+pub mod slackapp;
 pub mod store;
 pub mod systemd;
 pub mod trust;

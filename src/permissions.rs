@@ -32,6 +32,23 @@ impl Caller {
         }
     }
 
+    /// What only admins may do (`denied` names it): pausing and resuming a queue, a sweep,
+    /// archiving, migrating, listing users.
+    pub fn require_admin(&self, denied: Denied) -> Result<(), Denied> {
+        if self.is_admin() { Ok(()) } else { Err(denied) }
+    }
+
+    /// Reading a message (a request or its answer): admins, and the user it is from.
+    pub fn can_see_message(&self, from: Option<&str>) -> bool {
+        self.is_admin() || (self.user_id().is_some() && self.user_id() == from)
+    }
+
+    /// Seeing the store's problems found by a listing (unreadable files of other users):
+    /// admins only.
+    pub fn can_see_store_problems(&self) -> bool {
+        self.is_admin()
+    }
+
     /// `list-users`.
     pub fn can_list_users(&self) -> bool {
         self.is_admin()
@@ -104,6 +121,104 @@ impl Caller {
     }
 }
 
+/// Who may see a listed job by what the index holds of it (PRD §10: admins, the job's own
+/// user, whoever may see its project), each project read once per listing.
+pub struct Visibility<'a> {
+    store: &'a Store,
+    who: &'a Caller,
+    projects: std::collections::HashMap<String, Option<Project>>,
+}
+
+impl<'a> Visibility<'a> {
+    /// For `who` listing `store`.
+    pub fn new(store: &'a Store, who: &'a Caller) -> Visibility<'a> {
+        Visibility {
+            store,
+            who,
+            projects: Default::default(),
+        }
+    }
+
+    /// What this listing's answers depended on: whether the caller is an admin, and each
+    /// project looked at with whether the caller may see it.
+    pub fn rights(&self) -> Vec<(String, bool)> {
+        let mut out = vec![(String::new(), self.who.is_admin())];
+        for (name, p) in &self.projects {
+            out.push((
+                name.clone(),
+                p.as_ref().is_some_and(|p| self.who.can_see_project(p)),
+            ));
+        }
+        out.sort();
+        out
+    }
+
+    /// True when [`Visibility::rights`] would still answer `rights` (each project read again).
+    pub fn same_rights(&mut self, rights: &[(String, bool)]) -> bool {
+        self.projects.clear();
+        let admin = self.who.is_admin();
+        rights.iter().all(|(name, seen)| {
+            if name.is_empty() {
+                return *seen == admin;
+            }
+            let p = self.store.project(name).ok();
+            let now = p.as_ref().is_some_and(|p| self.who.can_see_project(p));
+            self.projects.insert(name.clone(), p);
+            now == *seen
+        })
+    }
+
+    /// The document of listed job `l` if the caller may see it (`Ok(None)`: deleted since
+    /// it was indexed, or not the caller's to see), its id filled in: from the
+    /// documents cache beside the index when it holds the job, else read from the store. The
+    /// index is a cache: when the document names another project or user than the index
+    /// did, the document decides. `l` must be one [`Visibility::admits`] let through.
+    pub fn document(
+        &mut self,
+        l: &crate::store::listing::Listed,
+    ) -> Result<Option<Job>, StoreError> {
+        let cached = l
+            .doc
+            .as_deref()
+            .and_then(|d| serde_json::from_slice::<Job>(d).ok());
+        let mut job = match cached {
+            Some(job) => job,
+            None => match crate::store::listing::read_listed(self.store, l)? {
+                Some((_, job)) => job,
+                None => return Ok(None),
+            },
+        };
+        if !self.admits_document(l, &job) {
+            return Ok(None);
+        }
+        job.id.get_or_insert_with(|| l.id.to_string());
+        Ok(Some(job))
+    }
+
+    /// True when `job`, listed as `l` (and let through by [`Visibility::admits`]), may be
+    /// shown: the index is a cache, so when the document names another project or user than
+    /// the index did, the document decides.
+    pub fn admits_document(&mut self, l: &crate::store::listing::Listed, job: &Job) -> bool {
+        (job.config.project == l.head.project
+            && job.config.user.as_deref() == l.head.user.as_deref())
+            || self.admits(&job.config.project, job.config.user.as_deref())
+    }
+
+    /// True when the job of `project` (queued by `user`) may be listed.
+    pub fn admits(&mut self, project: &str, user: Option<&str>) -> bool {
+        let who = self.who;
+        if who.is_admin() || (who.user_id().is_some() && who.user_id() == user) {
+            return true;
+        }
+        let store = self.store;
+        self.projects
+            .entry(project.to_string())
+            .or_insert_with(|| store.project(project).ok())
+            .as_ref()
+            .is_some_and(|p| who.can_see_project(p))
+    }
+}
+
 /// Why a PRD §10 question was answered no, or could not be asked: each front door turns it
 /// into its own error (`RouteError`, `BusError`, `CliError`) and nothing else decides.
 #[derive(Debug, thiserror::Error)]
@@ -115,6 +230,12 @@ pub enum Refused {
     /// The caller may not: the words of the refusal.
     #[error("{0}")]
     Denied(String),
+}
+
+impl From<Denied> for Refused {
+    fn from(d: Denied) -> Refused {
+        Refused::Denied(d.to_string())
+    }
 }
 
 /// Why `who` may not see project `p` (`view-project`'s words).
@@ -133,6 +254,22 @@ pub fn visible_project(store: &Store, who: &Caller, id: &str) -> Result<Project,
         return Err(Refused::Denied(project_denied(&p)));
     }
     Ok(p)
+}
+
+/// A job listing's filter, checked before anything is listed: a project named must be one
+/// `who` may see ([`visible_project`]), a queue named must exist.
+pub fn check_job_filter(
+    store: &Store,
+    who: &Caller,
+    filter: &crate::store::listing::JobFilter,
+) -> Result<(), Refused> {
+    if let Some(p) = &filter.project {
+        visible_project(store, who, p)?;
+    }
+    if let Some(q) = &filter.queue {
+        store.queue(q)?;
+    }
+    Ok(())
 }
 
 /// Project `id` for a new job of `who` (PRD §10: collaborators may see a project, only its
@@ -177,9 +314,7 @@ pub fn visible_users(
     who: &Caller,
     on_error: &mut dyn FnMut(StoreError),
 ) -> Result<Vec<User>, Refused> {
-    if !who.can_list_users() {
-        return Err(Refused::Denied(Denied::ListUsers.to_string()));
-    }
+    who.require_admin(Denied::ListUsers)?;
     Ok(store.users(on_error)?)
 }
 
@@ -279,6 +414,12 @@ pub enum Denied {
     /// `Sweep` by a non-admin.
     #[error("only admins can sweep")]
     Sweep,
+    /// `archive` by a non-admin.
+    #[error("only an admin can archive jobs")]
+    Archive,
+    /// `migrate` by a non-admin.
+    #[error("only an admin can migrate the store")]
+    Migrate,
 }
 
 #[cfg(test)]

@@ -18,11 +18,15 @@ pub mod agentshell_common;
 pub mod approvals_env;
 #[path = "support/claude_env.rs"]
 pub mod claude_env;
+#[path = "support/codex_env.rs"]
+pub mod codex_env;
 pub mod common;
 #[path = "support/fake_chat.rs"]
 pub mod fake_chat;
 #[path = "support/fake_model.rs"]
 pub mod fake_model;
+#[path = "support/fake_slack_socket.rs"]
+pub mod fake_slack_socket;
 #[path = "support/introspection.rs"]
 pub mod introspection;
 #[path = "support/procs.rs"]
@@ -50,6 +54,7 @@ mod approvals_claude;
 mod backlog;
 mod claude_real;
 mod cli_remote;
+mod codex_real;
 mod conflicts;
 mod crash_audit;
 mod dbus_introspection;
@@ -64,6 +69,8 @@ mod m0_cli;
 mod machine_identity;
 mod machines;
 mod notify;
+mod notify_email;
+mod notify_slack;
 mod orchestrator_badinput;
 mod orchestrator_m1;
 mod orchestrator_m2;
@@ -86,6 +93,7 @@ mod tasks_edit;
 mod tasks_integrate;
 mod tasks_worktrees;
 mod trust;
+mod trust_job_signals;
 mod trust_readers;
 mod trust_signals;
 mod units;

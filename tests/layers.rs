@@ -26,6 +26,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("cli", 4),
     ("bus", 4),
     ("web", 4),
+    ("slackapp", 4),
     ("orchestrator", 3),
     ("queue", 3),
     ("worker", 3),
@@ -57,6 +58,8 @@ const SIDEWAYS: &[(&str, &str)] = &[
     ("trust", "store"),
     // The notifier is one machine at a time, by the orchestrator's store-lock machinery.
     ("notify", "orchestrator"),
+    // The Slack app answers approvals through the queue managers' D-Bus API (AnswerFor).
+    ("slackapp", "bus"),
 ];
 
 /// Who may use `agent/` (it is a library for the worker's `agent` jobs, the CLI and the
@@ -570,6 +573,7 @@ fn documents_link_only_to_files_in_the_repository() {
 /// D-Bus, web) refuses in the same words and a rule cannot drift in one copy.
 const DENIAL_PHRASES: &[&str] = &[
     "only admins can",
+    "only an admin can",
     "belongs to another user",
     "} belongs to {",
     "or an admin can create jobs",

@@ -175,7 +175,7 @@ fn bus_policy_file_loads() {
     );
 }
 
-/// The signals of one queue, in the order they left the manager: `JobStateChanged` as
+/// The signals of one (running) queue manager, in the order they left it: `JobStateChanged` as
 /// `id:old>new`, `PropertiesChanged` of `ActiveJobs` as `ActiveJobs=n`.
 async fn ordered_signals(
     bus: &PrivateBus,
@@ -190,6 +190,14 @@ async fn ordered_signals(
         .build()
         .unwrap();
     let mut stream = zbus::MessageStream::for_match_rule(rule, &conn, None)
+        .await
+        .unwrap();
+    // JobStateChanged comes only to a connection that asked (issue 27); asked of the running
+    // manager before anything is queued, so nothing is replayed out of order.
+    agentstore::bus::queue::queue_proxy(&conn, queue)
+        .await
+        .unwrap()
+        .watch_jobs(false)
         .await
         .unwrap();
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -231,8 +239,8 @@ async fn property_changes_arrive_before_the_job_moves_they_count() {
     guarded(async {
         let bus = PrivateBus::start();
         let env = QueueEnv::new(1);
-        let mut rx = ordered_signals(&bus, &env.queue).await;
         let m = RunningManager::start(env.manager_config(&bus)).await;
+        let mut rx = ordered_signals(&bus, &env.queue).await;
         env.queue_job("a", &noop(0.2));
         let mut seen = Vec::new();
         while !seen.iter().any(|s| s == "a:running>finished") {

@@ -423,6 +423,32 @@ fn listings_narrowed_to_a_private_project_are_refused() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Logged in as alice, the CLI's own reads of the store refuse the same way: the live
+    // listing and the archive's (which used to answer an empty list).
+    let cli = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+            .args(args)
+            .args(["--bus", "none", "--root"])
+            .arg(&env.root)
+            .env("HOME", env.dir.path())
+            .env("XDG_CONFIG_HOME", env.dir.path().join(".config"))
+            .output()
+            .unwrap()
+    };
+    let o = cli(&["login", "alice"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for args in [
+        &["list-jobs", "--project", "bob-project"][..],
+        &["list-jobs", "--archived", "--project", "bob-project"][..],
+        &["list-prds", "--project", "bob-project"][..],
+    ] {
+        let o = cli(args);
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && e.contains("belongs to bob"),
+            "{args:?}: {e}"
+        );
+    }
 }
 
 /// Item 5: a job file named with 235 characters (no job id: ids have at most 200 bytes) was

@@ -1562,3 +1562,107 @@ fn a_job_page_shows_its_timeline_decisions_and_outcome() {
         "{html}"
     );
 }
+
+/// `JobStateChanged` is not broadcast (issue 27 round 3): the web server asks each queue
+/// manager for it (`WatchJobs`), also one that starts after the server, and passes each move
+/// on only to a caller who may see the job. Two queued jobs of a paused queue are cancelled by
+/// root, chenry's first: root's stream carries both moves, nob's only nob's own.
+#[test]
+fn events_carry_job_moves_of_a_manager_started_later_to_who_may_see_them() {
+    let Some(w) = start() else { return };
+    let root = w.env.root.clone();
+    let q = w.queue.clone();
+    let qp = root.join(format!("Queues/{q}/queue.json"));
+    let mut qdoc: Value = serde_json::from_str(&std::fs::read_to_string(&qp).unwrap()).unwrap();
+    qdoc["runtime"]["paused"] = json!(true);
+    std::fs::write(&qp, qdoc.to_string()).unwrap();
+    for (id, project, user) in [("q-theirs", "Theirs", "chenry"), ("q-mine", "Mine", "nob")] {
+        let mut job: Value =
+            serde_json::from_str(&common::noop_job("2026-01-01T00:01:00Z")).unwrap();
+        job["config"]["project"] = json!(project);
+        job["config"]["user"] = json!(user);
+        w.env.write(
+            &format!("Queues/{q}/Jobs/queued_jobs/{id}.json"),
+            &job.to_string(),
+        );
+    }
+    let stream = |uid: Option<u32>| {
+        use std::os::unix::process::CommandExt;
+        let mut c = Command::new("curl");
+        c.args(["-sSN", "--max-time", "60", "--unix-socket"])
+            .arg(&w.sock)
+            .arg("http://localhost/api/v1/events")
+            .stdout(Stdio::piped());
+        if let Some(u) = uid {
+            c.uid(u).gid(u);
+        }
+        let mut child = KillOnDrop(c.spawn().unwrap());
+        let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
+        while !lines.next().unwrap().unwrap().starts_with(": subscribed") {}
+        (child, lines)
+    };
+    let nobody = nix::unistd::User::from_name("nobody")
+        .unwrap()
+        .unwrap()
+        .uid
+        .as_raw();
+    let (_root_curl, mut root_lines) = stream(None);
+    let (_nob_curl, mut nob_lines) = stream(Some(nobody));
+    let _manager = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_queue-manager"))
+            .args([
+                "--queue",
+                &q,
+                "--bus",
+                "session",
+                "--launcher",
+                "direct",
+                "--root",
+            ])
+            .arg(&root)
+            .env("DBUS_SESSION_BUS_ADDRESS", &w.bus.address)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let name = agentstore::bus::queue_bus_name(&q);
+    common::bus::wait_for_name(&w.bus, &name);
+    let path = agentstore::bus::queue_object_path(&q);
+    // The server asks the new manager on its own, with replay: a move made before its call
+    // arrives still reaches the stream.
+    for id in ["q-theirs", "q-mine"] {
+        let o = Command::new("busctl")
+            .args(["--address", &w.bus.address, "call", &name, &path])
+            .args(["org.agentstore.Queue1", "CancelJob", "s", id])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    // Up to q-mine's move, in each stream.
+    let until_mine = |lines: &mut std::io::Lines<BufReader<std::process::ChildStdout>>| {
+        let mut seen = String::new();
+        let mut event = String::new();
+        for l in lines.by_ref() {
+            let l = l.unwrap();
+            seen.push_str(&l);
+            seen.push('\n');
+            if let Some(e) = l.strip_prefix("event: ") {
+                event = e.to_string();
+            } else if event == "JobStateChanged" && l.contains("\"q-mine\"") {
+                return seen;
+            }
+        }
+        panic!("the stream ended before q-mine's move: {seen}");
+    };
+    let all = until_mine(&mut root_lines);
+    assert!(
+        all.contains("\"q-theirs\"") && all.contains("\"failed\""),
+        "root's stream lacks chenry's job's move: {all}"
+    );
+    let nob = until_mine(&mut nob_lines);
+    assert!(
+        !nob.contains("q-theirs"),
+        "nob's stream carried chenry's job's move: {nob}"
+    );
+}

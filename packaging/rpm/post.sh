@@ -4,11 +4,11 @@ SVC_USER=agentstore
 ENABLE_UNITS="agentstore-orchestrator.path agentstore-orchestrator.timer agentstore-web.socket"
 UNIT_DIR=/usr/lib/systemd/system
 
-getent group "$SVC_USER" >/dev/null || groupadd --system "$SVC_USER"
-getent passwd "$SVC_USER" >/dev/null ||
-    useradd --system --gid "$SVC_USER" --home-dir "$STORE" --no-create-home \
-        --shell /sbin/nologin --comment "agentstore daemons" "$SVC_USER"
-install -d -m 0755 -o "$SVC_USER" -g "$SVC_USER" "$STORE"
+# The account and the store folder from the package's sysusers.d and tmpfiles.d files (what
+# %sysusers_create and %tmpfiles_create do; the same files as the .deb's).
+systemd-sysusers /usr/lib/sysusers.d/agentstore.conf
+systemd-tmpfiles --create /usr/lib/tmpfiles.d/agentstore.conf >/dev/null 2>&1 ||
+    install -d -m 0750 -o "$SVC_USER" -g "$SVC_USER" "$STORE"
 if [ -x /usr/bin/orchestrator ]; then
     setpriv --reuid="$SVC_USER" --regid="$SVC_USER" --init-groups \
         env HOME="$STORE" /usr/bin/orchestrator --root "$STORE" init >/dev/null || exit 1

@@ -3,7 +3,7 @@
 #![deny(unsafe_code)]
 
 use agentstore::notify::args::Args;
-use agentstore::notify::daemon::{NotifyOptions, run};
+use agentstore::notify::daemon::{LeadTask, NotifyOptions, run_leading};
 use agentstore::store::resolve_daemon_root;
 use clap::Parser;
 use std::process::ExitCode;
@@ -29,9 +29,43 @@ fn main() -> ExitCode {
         once: args.once,
         config: None,
     };
-    let result = rt.block_on(run(opts, async {
-        agentstore::systemd::shutdown_signal().await;
-    }));
+    // The Slack app (Socket Mode) runs beside the deliveries on the machine that sends.
+    let lead: LeadTask = Box::new(|store, cfg| {
+        let slack = cfg.slack.clone()?;
+        if !slack.socket_mode() {
+            return None;
+        }
+        let root = store.root().to_path_buf();
+        let timeout = Duration::from_secs(cfg.retry.timeout_secs.clamp(1, 600));
+        Some(Box::pin(async move {
+            let conn = match agentstore::slackapp::connect_bus().await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::error!("slack socket mode: no bus to answer approvals on: {e}");
+                    return;
+                }
+            };
+            let store = match agentstore::store::Store::open(&root) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::error!("slack socket mode: {e}");
+                    return;
+                }
+            };
+            match agentstore::slackapp::SlackApp::new(&slack, store, conn, timeout) {
+                Ok(Some(app)) => agentstore::slackapp::socket::run(app).await,
+                Ok(None) => {}
+                Err(why) => tracing::error!("slack socket mode cannot work: {why}"),
+            }
+        }))
+    });
+    let result = rt.block_on(run_leading(
+        opts,
+        async {
+            agentstore::systemd::shutdown_signal().await;
+        },
+        Some(lead),
+    ));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -4,7 +4,7 @@ use super::BusError;
 use super::caller::caller_for_uid;
 use super::orchestrator::Shared;
 use crate::model::JobStatus;
-use crate::store::listing::{Cursor, JobFilter, read_listed};
+use crate::store::listing::{Cursor, JobFilter};
 use std::collections::HashMap;
 use std::time::Instant;
 
@@ -36,11 +36,12 @@ fn filter_from(args: &HashMap<String, String>) -> Result<Ask, BusError> {
             continue;
         }
         match k.as_str() {
-            "status" => f.status = Some(JobStatus::from_name(v).ok_or_else(|| {
-                BusError::InvalidMessage(format!(
-                    "ListJobs: filter status {v:?} is not one of queued, running, finished, failed"
-                ))
-            })?),
+            "status" => {
+                f.status = Some(
+                    JobStatus::from_filter("ListJobs: filter status", v)
+                        .map_err(BusError::InvalidMessage)?,
+                )
+            }
             "project" => f.project = Some(v.to_string()),
             "queue" => f.queue = Some(v.to_string()),
             "user" => user = Some(v.to_string()),
@@ -95,12 +96,7 @@ pub fn list_jobs_page(
     let ask = filter_from(args)?;
     let filter = &ask.filter;
     let who = caller_for_uid(store, uid, shared.own_uid, ask.user.as_deref())?;
-    if let Some(p) = &filter.project {
-        crate::permissions::visible_project(store, &who, p)?;
-    }
-    if let Some(q) = &filter.queue {
-        store.queue(q)?;
-    }
+    crate::permissions::check_job_filter(store, &who, filter)?;
     let limit = match limit {
         0 => DEFAULT_PAGE,
         n => n.min(MAX_PAGE),
@@ -109,7 +105,7 @@ pub fn list_jobs_page(
         .job_index
         .lock()
         .map_err(|_| BusError::Failed("job index lock poisoned".into()))?;
-    let mut vis = crate::orchestrator::Visibility::new(store, &who);
+    let mut vis = crate::permissions::Visibility::new(store, &who);
     let key = format!(
         "{uid}\n{:?}\n{filter:?}\n{}",
         ask.user.as_deref(),
@@ -165,12 +161,11 @@ pub fn list_jobs_page(
             }
         }
     };
-    let mut visible = |project: &str, user: Option<&str>| vis.admits(project, user);
     let mut page = Vec::with_capacity(64 * 1024);
     page.push(b'[');
     let mut count = 0;
     while let Some(l) = cursor.listing.next() {
-        if !visible(&l.head.project, l.head.user.as_deref()) {
+        if !vis.admits(&l.head.project, l.head.user.as_deref()) {
             continue;
         }
         if count >= limit {
@@ -189,32 +184,13 @@ pub fn list_jobs_page(
             })
             .map_err(|e| BusError::Failed(e.to_string()))?
         } else {
-            // A cached document was read and checked whole when it was cached, and only
-            // while its project and user were the index's (so `visible` above judged it).
-            let cached = l
-                .doc
-                .as_deref()
-                .and_then(|d| serde_json::from_slice::<crate::model::Job>(d).ok());
-            let read = match cached {
-                Some(job) => Some(job),
-                None => read_listed(store, &l).ok().flatten().map(|(_, job)| job),
-            };
-            let Some(mut job) = read else {
-                // Deleted since it was indexed, or invalid (reported in errors.out): left
-                // out of this page.
+            let Some(mut job) = vis.document(&l).ok().flatten() else {
+                // Deleted since it was indexed, invalid (reported in errors.out), or not the
+                // caller's to see after all: left out of this page.
                 cursor.next += 1;
                 continue;
             };
-            // The index is a cache: the document itself decides who may see it.
-            if (job.config.project != l.head.project
-                || job.config.user.as_deref() != l.head.user.as_deref())
-                && !visible(&job.config.project, job.config.user.as_deref())
-            {
-                cursor.next += 1;
-                continue;
-            }
             job.runtime.output = None;
-            job.id.get_or_insert_with(|| l.id.to_string());
             job.config.queue.get_or_insert_with(|| l.queue.to_string());
             serde_json::to_vec(&job).map_err(|e| BusError::Failed(e.to_string()))?
         };

@@ -7,6 +7,7 @@ pub mod listing;
 pub mod notify;
 pub mod orchestrator;
 pub mod queue;
+pub mod watchers;
 
 pub use error::BusError;
 

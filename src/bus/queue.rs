@@ -7,6 +7,7 @@
 //! manager's events become signals ([`start_manager`] wires it up).
 
 use super::BusError;
+use super::watchers::{Change, Watchers};
 use crate::model::approval::ApprovalRequest;
 use crate::permissions::Caller;
 use crate::queue::{
@@ -25,12 +26,18 @@ pub use crate::queue::{QueueRequest, QueueState};
 pub struct QueueObject {
     handle: QueueHandle,
     store: Arc<Store>,
+    watchers: Arc<Watchers>,
 }
 
 impl QueueObject {
     /// An object showing and driving the manager behind `handle`.
     pub fn new(handle: QueueHandle, store: Arc<Store>) -> QueueObject {
-        QueueObject { handle, store }
+        let watchers = Arc::new(Watchers::new(store.clone()));
+        QueueObject {
+            handle,
+            store,
+            watchers,
+        }
     }
 
     fn snapshot(&self) -> QueueState {
@@ -210,7 +217,37 @@ impl QueueObject {
         Ok(self.handle.resume(&caller).await?)
     }
 
-    /// A job moved: `old` and `new` are `queued`, `running`, `finished` or `failed`.
+    /// From now on, sends this connection `JobStateChanged` of each job its caller may see
+    /// (PRD §10: what `view-job` shows them); with `replay`, first the changes since the
+    /// manager started (the last 1,024). The signal is never broadcast (issue 27).
+    async fn watch_jobs(
+        &self,
+        replay: bool,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &zbus::Connection,
+        #[zbus(signal_emitter)] emitter: SignalEmitter<'_>,
+    ) -> Result<(), BusError> {
+        let sender = hdr
+            .sender()
+            .ok_or_else(|| BusError::permission_denied("no sender"))?
+            .to_owned()
+            .into();
+        let uid = super::caller::caller_uid(conn, &hdr).await?;
+        let caller = if store_owner_uid(&self.store) == Some(uid) {
+            // The store's owner (the service account the web API runs as) reads every job
+            // file anyway; it passes each event on only to a caller who may see it.
+            Caller::Trusted
+        } else {
+            caller_for_uid(&self.store, uid)?.0
+        };
+        self.watchers
+            .watch(&emitter, sender, uid, caller, replay)
+            .await
+            .map_err(BusError::Failed)
+    }
+
+    /// A job moved: `old` and `new` are `queued`, `running`, `finished` or `failed`. Sent only
+    /// to the connections that called `WatchJobs`, each only for the jobs it may see.
     #[zbus(signal)]
     pub async fn job_state_changed(
         emitter: &SignalEmitter<'_>,
@@ -218,6 +255,12 @@ impl QueueObject {
         old: &str,
         new: &str,
     ) -> zbus::Result<()>;
+}
+
+/// The Unix account owning the store root (after links), when it can be read.
+fn store_owner_uid(store: &Store) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(store.root()).ok().map(|m| m.uid())
 }
 
 /// One row of `ListApprovals`: (job_id, request_id, tool, summary, input_json, deadline).
@@ -239,6 +282,9 @@ fn pending_row(r: &ApprovalRequest) -> PendingApproval {
 /// keeps the connection (and with it the bus name) for the manager's life.
 struct QueueSignals {
     iface: InterfaceRef<QueueObject>,
+    watchers: Arc<Watchers>,
+    /// Forgets watchers that leave the bus; it holds the connection, so it ends with this.
+    forget: tokio::task::JoinHandle<()>,
     conn: zbus::Connection,
     /// Desktop notifications go to this bus (a session bus), never the system bus.
     notify: bool,
@@ -301,13 +347,20 @@ impl QueueSignals {
                 }
             }
             QueueEvent::JobStateChanged { id, old, new } => {
-                if let Err(err) =
-                    QueueObject::job_state_changed(e, id, old.name(), new.name()).await
-                {
-                    tracing::debug!("JobStateChanged: {err}");
-                }
+                let change = Change {
+                    id: id.clone(),
+                    old: old.name().to_string(),
+                    new: new.name().to_string(),
+                };
+                self.watchers.changed(e, change).await;
             }
         }
+    }
+}
+
+impl Drop for QueueSignals {
+    fn drop(&mut self) {
+        self.forget.abort();
     }
 }
 
@@ -332,8 +385,10 @@ async fn serve(
         BusTarget::Address(a) => zbus::connection::Builder::address(a.as_str()),
     };
     let path = super::queue_object_path(queue);
+    let object = QueueObject::new(handle, store);
+    let watchers = object.watchers.clone();
     let conn = builder
-        .serve_at(path.as_str(), QueueObject::new(handle, store))
+        .serve_at(path.as_str(), object)
         .name(super::queue_bus_name(queue))
         .replace_existing_names(false)
         .build()
@@ -346,8 +401,11 @@ async fn serve(
         .object_server()
         .interface::<_, QueueObject>(path.as_str())
         .await?;
+    let forget = super::watchers::forget_when_gone(&conn, watchers.clone());
     Ok(Some(QueueSignals {
         iface,
+        watchers,
+        forget,
         conn,
         notify: !matches!(bus, BusTarget::System),
     }))
@@ -415,6 +473,9 @@ pub trait Queue1 {
     /// Paused.
     #[zbus(property)]
     fn paused(&self) -> zbus::Result<bool>;
+    /// WatchJobs: JobStateChanged for this connection from now on (with `replay`, first the
+    /// changes since the manager started).
+    fn watch_jobs(&self, replay: bool) -> zbus::Result<()>;
     /// LastUpdate.
     #[zbus(property)]
     fn last_update(&self) -> zbus::Result<String>;

@@ -27,10 +27,10 @@ pub struct AgentArgs {
     /// Job timeout in seconds (default 1800).
     #[arg(long, value_name = "SECONDS")]
     pub timeout: Option<u64>,
-    /// Job type: claude (default), agent (the built-in agent) or noop.
-    #[arg(long, value_parser = ["claude", "agent", "noop"])]
+    /// Job type: claude (default), agent (the built-in agent), codex (the Codex CLI) or noop.
+    #[arg(long, value_parser = ["claude", "agent", "codex", "noop"])]
     pub jobtype: Option<String>,
-    /// Model for `--jobtype agent` (e.g. deepseek/deepseek-chat).
+    /// Model for `--jobtype agent` (e.g. deepseek/deepseek-chat) or `--jobtype codex` (gpt-5).
     #[arg(long)]
     pub model: Option<String>,
     /// Extra argument for the Claude CLI (repeatable).

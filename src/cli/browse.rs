@@ -5,7 +5,7 @@ use super::{CliError, CliResult, GlobalArgs, Session, open_store};
 use crate::model::flow::priority_name;
 use crate::model::{Job, JobStatus, Prd, PrdState, Project, Queue, Timestamp, User};
 use crate::permissions::{self, Caller};
-use crate::store::listing::{JobFilter, JobIndex, Listed, read_listed};
+use crate::store::listing::{JobFilter, JobIndex, Listed};
 use crate::store::{JobLocation, Store, StoreError};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -305,17 +305,12 @@ fn list_jobs_to(
 ) -> CliResult {
     let store = open_store(g)?;
     let who = caller(&store)?;
-    if let Some(p) = project {
-        permissions::visible_project(&store, &who, p)?;
-    }
-    if let Some(q) = &g.queue {
-        store.queue(q)?;
-    }
     let filter = JobFilter {
         status,
         project: project.map(str::to_string),
         queue: g.queue.clone(),
     };
+    permissions::check_job_filter(&store, &who, &filter)?;
     // The index gives the order from each job's head (queue time, project, user); whole
     // documents are read one at a time while writing, so memory stays at one job.
     let mut index = JobIndex::default();
@@ -335,27 +330,23 @@ fn list_jobs_to(
             warn(e);
         }
     }
-    let mut vis = crate::orchestrator::Visibility::new(&store, &who);
-    let mut visible = |l: &Listed| vis.admits(&l.head.project, l.head.user.as_deref());
+    let mut vis = permissions::Visibility::new(&store, &who);
     match g.format {
         Format::Json => {
             let mut w = JsonArrayWriter::start(out)?;
             for l in listing.by_ref() {
-                if !visible(&l) {
+                if !vis.admits(&l.head.project, l.head.user.as_deref()) {
                     continue;
                 }
-                if let Some(doc) = &l.doc {
-                    w.raw_element(doc)?;
-                    continue;
-                }
-                match read_listed(&store, &l) {
-                    Err(e) => warn(e),
-                    Ok(None) => {}
-                    Ok(Some((loc, job))) => {
-                        if document_admits(&store, &who, &l, &job) {
-                            w.element(&with_id(job, &loc.id))?;
-                        }
-                    }
+                match &l.doc {
+                    // Cached whole, and only while its project and user were the index's (so
+                    // `admits` judged the document): printed as it is.
+                    Some(doc) => w.raw_element(doc)?,
+                    None => match vis.document(&l) {
+                        Err(e) => warn(e),
+                        Ok(None) => {}
+                        Ok(Some(job)) => w.element(&job)?,
+                    },
                 }
             }
             w.finish()?;
@@ -363,6 +354,7 @@ fn list_jobs_to(
         Format::Text => {
             // Two passes over the same index files: widths first, then the lines.
             let mut t = StreamTable::new(&JOB_HEADERS, &[0, 1, 5], &JOB_DROPPABLE);
+            let mut visible = |l: &Listed| vis.admits(&l.head.project, l.head.user.as_deref());
             for l in listing.by_ref() {
                 if visible(&l) {
                     t.measure_widths(&[
@@ -387,15 +379,6 @@ fn list_jobs_to(
     Ok(())
 }
 
-/// Whether `who` may see `job`, listed as `l`. The index is a cache: when the document says
-/// otherwise (another project or user), the document decides.
-fn document_admits(store: &Store, who: &Caller, l: &Listed, job: &Job) -> bool {
-    (job.config.project == l.head.project && job.config.user == l.head.user) || {
-        let p = store.project(&job.config.project).ok();
-        who.can_see_job(job, p.as_ref())
-    }
-}
-
 /// `list-jobs --archived`: the archive folders through the same index as the live ones,
 /// streamed (text from the index alone; JSON reads one document at a time).
 pub(super) fn list_archived(
@@ -409,6 +392,15 @@ pub(super) fn list_archived(
 fn list_archived_to(g: &GlobalArgs, out: &mut dyn Write, project: Option<&str>) -> CliResult {
     let store = open_store(g)?;
     let who = caller(&store)?;
+    // Narrowed to a project the caller may not see: refused, as the live listing is. (One
+    // that no longer exists may still have archived jobs: listed as far as the caller may
+    // see them.)
+    if let Some(p) = project {
+        match permissions::visible_project(&store, &who, p) {
+            Ok(_) | Err(permissions::Refused::Store(StoreError::NotFound { .. })) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
     if let Some(q) = &g.queue {
         store.queue(q)?;
     }
@@ -429,13 +421,12 @@ fn list_archived_to(g: &GlobalArgs, out: &mut dyn Write, project: Option<&str>) 
             warn(e);
         }
     }
-    let mut vis = crate::orchestrator::Visibility::new(&store, &who);
-    let mut visible = |l: &Listed| vis.admits(&l.head.project, l.head.user.as_deref());
+    let mut vis = permissions::Visibility::new(&store, &who);
     match g.format {
         Format::Json => {
             let mut w = JsonArrayWriter::start(out)?;
             for l in listing.by_ref() {
-                if !visible(&l) {
+                if !vis.admits(&l.head.project, l.head.user.as_deref()) {
                     continue;
                 }
                 if let Some(doc) = &l.doc {
@@ -447,7 +438,7 @@ fn list_archived_to(g: &GlobalArgs, out: &mut dyn Write, project: Option<&str>) 
                         if source.kind() == std::io::ErrorKind::NotFound => {}
                     Err(e) => warn(e),
                     Ok(job) => {
-                        if document_admits(&store, &who, &l, &job) {
+                        if vis.admits_document(&l, &job) {
                             w.element(&with_id(job, &l.id))?;
                         }
                     }
@@ -456,6 +447,7 @@ fn list_archived_to(g: &GlobalArgs, out: &mut dyn Write, project: Option<&str>) 
             w.finish()?;
         }
         Format::Text => {
+            let mut visible = |l: &Listed| vis.admits(&l.head.project, l.head.user.as_deref());
             let mut t = StreamTable::new(&ARCHIVED_HEADERS, &[0, 1], &[2, 4]);
             for l in listing.by_ref() {
                 if visible(&l) {

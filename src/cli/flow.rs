@@ -315,7 +315,7 @@ pub struct PipelineArgs {
     #[arg(long, value_name = "SECONDS")]
     pub timeout: Option<u64>,
     /// Job type of every step: claude (default), agent or noop.
-    #[arg(long, value_parser = ["claude", "agent", "noop"])]
+    #[arg(long, value_parser = ["claude", "agent", "codex", "noop"])]
     pub jobtype: Option<String>,
     /// Model for `--jobtype agent`.
     #[arg(long)]

@@ -13,6 +13,9 @@ pub fn write_job(out: &mut dyn Write, id: &str, job: &Job, width: usize) -> io::
     let r = &job.runtime;
     let what = match c.jobtype {
         crate::model::JobType::Claude => format!("claude /{}", c.claude_command),
+        crate::model::JobType::Codex if !c.claude_command.is_empty() => {
+            format!("codex {}", c.claude_command)
+        }
         other => serde_json::to_value(other)
             .ok()
             .and_then(|v| v.as_str().map(str::to_string))
@@ -66,6 +69,12 @@ pub fn write_job(out: &mut dyn Write, id: &str, job: &Job, width: usize) -> io::
     let mut run = Vec::new();
     if let Some(cost) = r.cost_usd {
         run.push(format!("${cost:.4}"));
+    }
+    if let Some(u) = &r.usage {
+        run.push(format!(
+            "{} tokens in, {} out",
+            u.input_tokens, u.output_tokens
+        ));
     }
     if let Some(n) = r.num_turns {
         run.push(format!("{n} turn{}", if n == 1 { "" } else { "s" }));

@@ -129,6 +129,8 @@ pub enum JobType {
     Noop,
     /// The built-in agent (`agentshell exec`).
     Agent,
+    /// The Codex CLI (`codex exec --json`, extension, issue 35).
+    Codex,
     /// `venvman create` for the project (`create-environment`), run by the job on the
     /// compute host as the job's user; its options are `supporting_data.venvman`.
     Venvman,
@@ -158,6 +160,9 @@ pub struct JobRuntime {
     /// Cost reported by the agent (extension).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_usd: Option<f64>,
+    /// Tokens the agent used, one shape for every agent (extension, issue 35).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<super::TokenUsage>,
     /// Turns reported by the agent (extension).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub num_turns: Option<u64>,
@@ -214,17 +219,9 @@ impl Job {
                 .all(|(k, v)| k == "pipeline" || b.supporting_data.get(k) == Some(v))
     }
 
-    /// The useful text of the job's output: Claude's `result` when the output is its JSON,
-    /// else the output itself.
+    /// The useful text of the job's output: see [`result_text`].
     pub fn result_text(&self) -> String {
-        let raw = self.runtime.output.as_deref().unwrap_or("");
-        // The first JSON value: stdout comes first, stderr may follow it.
-        serde_json::Deserializer::from_str(raw)
-            .into_iter::<Value>()
-            .next()
-            .and_then(Result::ok)
-            .and_then(|v| v.get("result").and_then(Value::as_str).map(str::to_string))
-            .unwrap_or_else(|| raw.to_string())
+        result_text(self.runtime.output.as_deref().unwrap_or(""))
     }
 }
 
@@ -241,6 +238,7 @@ impl JobRuntime {
             output: None,
             exit_code: None,
             cost_usd: None,
+            usage: None,
             num_turns: None,
             session_id: None,
             host: None,
@@ -264,16 +262,34 @@ pub const RESEARCH_DOCUMENT_KEY: &str = "code_research_document";
 /// `force`).
 pub const VENVMAN_KEY: &str = "venvman";
 
-/// The useful text of a job's output: Claude's `result` when the output is its JSON, else
-/// the output itself.
+/// The useful text of a job's output: the `result` of Claude Code's (or agentshell's) JSON,
+/// the last `agent_message` of Codex's JSONL events, else the output itself.
 pub fn result_text(output: &str) -> String {
-    // The first JSON value: stdout comes first, stderr may follow it (worker::STDERR_MARKER).
-    serde_json::Deserializer::from_str(output)
+    // The JSON values from the start: stdout comes first, stderr may follow it
+    // (worker::STDERR_MARKER), where the stream of values ends.
+    let mut values = serde_json::Deserializer::from_str(output)
         .into_iter::<Value>()
-        .next()
-        .and_then(Result::ok)
-        .and_then(|v| v.get("result").and_then(Value::as_str).map(str::to_string))
-        .unwrap_or_else(|| output.to_string())
+        .map_while(Result::ok);
+    let Some(first) = values.next() else {
+        return output.to_string();
+    };
+    if let Some(r) = first.get("result").and_then(Value::as_str) {
+        return r.to_string();
+    }
+    if first.get("type").and_then(Value::as_str) == Some("thread.started") {
+        let last = values
+            .filter(|v| v.get("type").and_then(Value::as_str) == Some("item.completed"))
+            .filter_map(|v| {
+                let item = v.get("item")?;
+                (item.get("type").and_then(Value::as_str) == Some("agent_message"))
+                    .then(|| item.get("text").and_then(Value::as_str).map(str::to_string))?
+            })
+            .last();
+        if let Some(text) = last {
+            return text;
+        }
+    }
+    output.to_string()
 }
 
 /// Job state, one folder each.
@@ -323,6 +339,12 @@ impl JobStatus {
     pub fn from_name(s: &str) -> Option<JobStatus> {
         JobStatus::ALL.into_iter().find(|k| k.name() == s)
     }
+
+    /// A listing's `status` filter (`what` names it in the error: "list-jobs: content.status").
+    pub fn from_filter(what: &str, s: &str) -> Result<JobStatus, String> {
+        JobStatus::from_name(s)
+            .ok_or_else(|| format!("{what} {s:?} is not one of queued, running, finished, failed"))
+    }
 }
 
 /// Normalised names (lower case, no `-`/`_`) of agent CLI options that change what the agent
@@ -360,9 +382,87 @@ pub fn permission_widening_arg(args: &[String]) -> Option<&str> {
     })
 }
 
+/// Codex options a job may add to its queue's `codex_default_args`: the model, and how the
+/// JSONL looks. Everything else (`-c` sets any configuration: sandbox, approvals, the model
+/// provider, the shell's environment; `-s`, `--add-dir`, `--profile`, `--cd`, `--oss`, the
+/// dangerous bypasses …) could widen what the agent may do or where it sends the code.
+const CODEX_JOB_OPTIONS: [&str; 4] = ["-m", "--model", "--color", "--ephemeral"];
+
+/// [`permission_widening_arg`] for a job of `jobtype`: for Codex, any option but the few of
+/// `CODEX_JOB_OPTIONS` (an allow-list: its `-c key=value` reaches every setting).
+pub fn permission_widening_arg_for(jobtype: JobType, args: &[String]) -> Option<&str> {
+    if jobtype != JobType::Codex {
+        return permission_widening_arg(args);
+    }
+    let mut it = args.iter().map(String::as_str);
+    while let Some(a) = it.next() {
+        if !a.starts_with('-') {
+            continue;
+        }
+        let name = a.split('=').next().unwrap_or_default();
+        if !CODEX_JOB_OPTIONS.contains(&name) {
+            return Some(a);
+        }
+        if !a.contains('=') && matches!(name, "-m" | "--model" | "--color") {
+            it.next();
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::permission_widening_arg;
+
+    #[test]
+    fn the_result_of_codex_events_is_the_last_agent_message() {
+        let out = concat!(
+            r#"{"type":"thread.started","thread_id":"t1"}"#,
+            "\n",
+            r#"{"type":"item.completed","item":{"id":"i0","type":"agent_message","text":"first"}}"#,
+            "\n",
+            r#"{"type":"item.completed","item":{"id":"i1","type":"command_execution","command":"ls"}}"#,
+            "\n",
+            r#"{"type":"item.completed","item":{"id":"i2","type":"agent_message","text":"Findings: none"}}"#,
+            "\n",
+            r#"{"type":"turn.completed","usage":{"input_tokens":9,"output_tokens":2}}"#,
+            "\n",
+            "\n--- stderr ---\nReading additional input from stdin...",
+        );
+        assert_eq!(super::result_text(out), "Findings: none");
+        let claude = r#"{"type":"result","result":"hi"}"#;
+        assert_eq!(super::result_text(claude), "hi");
+        assert_eq!(super::result_text("plain"), "plain");
+        let silent = r#"{"type":"thread.started","thread_id":"t1"}"#;
+        assert_eq!(super::result_text(silent), silent);
+    }
+
+    #[test]
+    fn codex_jobs_may_only_choose_the_model() {
+        use super::{JobType, permission_widening_arg_for as w};
+        let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        for bad in [
+            &["-c", "sandbox_mode=\"danger-full-access\""][..],
+            &["--config=model_provider=\"x\""],
+            &["-m", "gpt-5", "-s", "danger-full-access"],
+            &["--dangerously-bypass-approvals-and-sandbox"],
+            &["--add-dir", "/"],
+            &["-p", "work"],
+            &["-C", "/"],
+            &["--oss"],
+        ] {
+            assert!(w(JobType::Codex, &v(bad)).is_some(), "{bad:?}");
+        }
+        for ok in [
+            &["-m", "-c"][..],
+            &["--model=gpt-5", "--ephemeral"],
+            &["--color", "never"],
+            &[],
+        ] {
+            assert_eq!(w(JobType::Codex, &v(ok)), None, "{ok:?}");
+        }
+        assert_eq!(w(JobType::Claude, &v(&["-c", "x"])), None);
+    }
 
     #[test]
     fn widening_args_are_found_in_any_spelling() {

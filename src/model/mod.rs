@@ -15,12 +15,13 @@ mod queue;
 pub mod strict;
 mod task;
 mod time;
+mod usage;
 mod user;
 
 pub use flow::{RetryOn, RetryPolicy};
 pub use job::{
     Job, JobConfig, JobRuntime, JobStatus, JobType, RESEARCH_DOCUMENT_KEY, VENVMAN_KEY,
-    permission_widening_arg, result_text,
+    permission_widening_arg, permission_widening_arg_for, result_text,
 };
 pub use message::{Message, MessageSource, MessageStatus};
 pub use prd::{Prd, PrdState};
@@ -30,6 +31,7 @@ pub use queue::{
 };
 pub use task::{Task, TaskRef, TaskStatus};
 pub use time::{MAX_CLOCK_SKEW_SECS, Timestamp};
+pub use usage::TokenUsage;
 pub use user::{NotifyPrefs, Permission, QuietHours, User};
 
 use std::fmt;

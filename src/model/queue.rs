@@ -36,6 +36,15 @@ pub struct QueueConfig {
     /// Command that runs the built-in agent (extension; default `agentshell`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agentshell_path: Option<String>,
+    /// Command that runs the Codex CLI for `jobtype: codex` (extension, issue 35; default
+    /// `codex`). Like the others, only a program the machine's configuration allows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub codex_cli_path: Option<String>,
+    /// Arguments given to every Codex job before the job's own (extension, issue 35), e.g.
+    /// `["-m", "gpt-5"]`; the worker adds `exec --json` and the sandbox and approval
+    /// settings the queue's approvals map to, unless these name them already.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub codex_default_args: Vec<String>,
     /// Whether a job's extra args may change permissions (extension; default false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allow_permission_args: Option<bool>,

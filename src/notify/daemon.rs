@@ -68,10 +68,27 @@ pub struct NotifyOptions {
     pub config: Option<NotifyConfig>,
 }
 
+/// What runs beside the deliveries while this notifier holds the lock (the Slack app's
+/// Socket Mode connection: one machine holds it), given the store and the settings; dropped
+/// (aborted) when the notifier stops or loses the lock.
+pub type LeadTask = Box<
+    dyn FnOnce(&Store, &NotifyConfig) -> Option<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>>
+        + Send,
+>;
+
 /// Runs the notifier until `shutdown` resolves.
 pub async fn run(
     opts: NotifyOptions,
     shutdown: impl Future<Output = ()>,
+) -> Result<(), NotifyDaemonError> {
+    run_leading(opts, shutdown, None).await
+}
+
+/// [`run`], with `lead` started once the lock is held.
+pub async fn run_leading(
+    opts: NotifyOptions,
+    shutdown: impl Future<Output = ()>,
+    lead: Option<LeadTask>,
 ) -> Result<(), NotifyDaemonError> {
     let store = Store::open(&opts.root)?;
     let (cfg, source) = match opts.config.clone() {
@@ -99,6 +116,9 @@ pub async fn run(
             Err(e) => return Err(NotifyDaemonError::Config(e.to_string())),
         }
     };
+    let _lead = lead
+        .and_then(|f| f(&store, &cfg))
+        .map(|task| AbortOnDrop(tokio::spawn(task)));
     crate::systemd::notify_ready("delivering notices");
     let mut dispatcher = Dispatcher::new(store, cfg);
     let (wake_tx, mut wake_rx) = tokio::sync::mpsc::channel::<()>(1);
@@ -125,6 +145,15 @@ pub async fn run(
             _ = wake_rx.recv() => {}
             _ = tokio::time::sleep(wait) => {}
         }
+    }
+}
+
+/// Aborts its task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

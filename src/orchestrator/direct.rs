@@ -2,7 +2,7 @@
 
 use super::RouteError;
 use super::commands::help_text;
-use crate::model::{Message, Project};
+use crate::model::Message;
 use crate::permissions::{self, Caller};
 use crate::store::{Store, StoreError};
 use serde_json::Value;
@@ -130,68 +130,6 @@ pub fn answer(store: &Store, msg: &Message, who: &Caller) -> Result<Value, Route
     }
 }
 
-/// Who may see a listed job by what the index holds of it (PRD §10: admins, the job's own
-/// user, whoever may see its project), each project read once per listing.
-pub struct Visibility<'a> {
-    store: &'a Store,
-    who: &'a Caller,
-    projects: std::collections::HashMap<String, Option<Project>>,
-}
-
-impl<'a> Visibility<'a> {
-    /// For `who` listing `store`.
-    pub fn new(store: &'a Store, who: &'a Caller) -> Visibility<'a> {
-        Visibility {
-            store,
-            who,
-            projects: Default::default(),
-        }
-    }
-
-    /// What this listing's answers depended on: whether the caller is an admin, and each
-    /// project looked at with whether the caller may see it.
-    pub fn rights(&self) -> Vec<(String, bool)> {
-        let mut out = vec![(String::new(), self.who.is_admin())];
-        for (name, p) in &self.projects {
-            out.push((
-                name.clone(),
-                p.as_ref().is_some_and(|p| self.who.can_see_project(p)),
-            ));
-        }
-        out.sort();
-        out
-    }
-
-    /// True when [`Visibility::rights`] would still answer `rights` (each project read again).
-    pub fn same_rights(&mut self, rights: &[(String, bool)]) -> bool {
-        self.projects.clear();
-        let admin = self.who.is_admin();
-        rights.iter().all(|(name, seen)| {
-            if name.is_empty() {
-                return *seen == admin;
-            }
-            let p = self.store.project(name).ok();
-            let now = p.as_ref().is_some_and(|p| self.who.can_see_project(p));
-            self.projects.insert(name.clone(), p);
-            now == *seen
-        })
-    }
-
-    /// True when the job of `project` (queued by `user`) may be listed.
-    pub fn admits(&mut self, project: &str, user: Option<&str>) -> bool {
-        let who = self.who;
-        if who.is_admin() || (who.user_id().is_some() && who.user_id() == user) {
-            return true;
-        }
-        let store = self.store;
-        self.projects
-            .entry(project.to_string())
-            .or_insert_with(|| store.project(project).ok())
-            .as_ref()
-            .is_some_and(|p| who.can_see_project(p))
-    }
-}
-
 /// The most bytes of jobs (or messages) one `list-jobs` (`list-messages`) answer carries.
 /// Well under a D-Bus reply's bound: an answer is held as a JSON tree (about five times its
 /// text) and then as text twice (the answer, the D-Bus message), so 16 MiB answers took
@@ -231,40 +169,29 @@ pub(super) fn whole_number(
 /// least [`least_job_bytes`]), and otherwise as soon as the documents read pass the bound;
 /// either way what was read is given back to the system before the refusal.
 fn list_jobs(store: &Store, msg: &Message, who: &Caller) -> Result<Value, RouteError> {
-    use crate::store::listing::{JobFilter, JobIndex, read_listed, release_memory};
+    use crate::store::listing::{JobFilter, JobIndex, release_memory};
     known_keys(msg, &["status", "project", "queue", "offset", "limit"])?;
     for k in ["status", "project", "queue"] {
         text_or_null(msg, k)?;
     }
-    let status = match arg(msg, "status") {
-        None => None,
-        Some(s) => Some(crate::model::JobStatus::from_name(s).ok_or_else(|| {
-            RouteError::Invalid(format!(
-                "list-jobs: content.status {s:?} is not one of queued, running, finished, failed"
-            ))
-        })?),
-    };
-    let project = arg(msg, "project");
-    if let Some(p) = project {
-        permissions::visible_project(store, who, p)?;
-    }
-    let queue = arg(msg, "queue");
-    if let Some(q) = queue {
-        store.queue(q)?;
-    }
+    let status = arg(msg, "status")
+        .map(|s| crate::model::JobStatus::from_filter("list-jobs: content.status", s))
+        .transpose()
+        .map_err(RouteError::Invalid)?;
     let offset = number(msg, "offset")?.unwrap_or(0);
     let limit = number(msg, "limit")?.unwrap_or(usize::MAX);
     let filter = JobFilter {
         status,
-        project: project.map(str::to_string),
-        queue: queue.map(str::to_string),
+        project: arg(msg, "project").map(str::to_string),
+        queue: arg(msg, "queue").map(str::to_string),
     };
+    permissions::check_job_filter(store, who, &filter)?;
     let too_big = |fit: String| {
         RouteError::Invalid(format!(
             "list-jobs: the answer would be over {MAX_LIST_BYTES} bytes ({fit}); ask for a slice with content.offset and content.limit, narrow it with content.status, content.project or content.queue, or page through ListJobs on D-Bus"
         ))
     };
-    let mut visible = Visibility::new(store, who);
+    let mut visible = permissions::Visibility::new(store, who);
     let mut index = JobIndex::default();
     let mut listing = index.listing(store, &filter);
     // From the index alone: the jobs of the slice at their shortest.
@@ -306,17 +233,10 @@ fn list_jobs(store: &Store, msg: &Message, who: &Caller) -> Result<Value, RouteE
         if seen <= offset {
             continue;
         }
-        let Ok(Some((loc, mut job))) = read_listed(store, &l) else {
+        let Ok(Some(mut job)) = visible.document(&l) else {
             continue;
         };
-        // The index is a cache: when the document says otherwise, the document decides.
-        if (job.config.project != l.head.project || job.config.user != l.head.user)
-            && !who.can_see_job(&job, store.project(&job.config.project).ok().as_ref())
-        {
-            continue;
-        }
         job.runtime.output = None;
-        job.id.get_or_insert_with(|| loc.id.clone());
         bytes += json_len(&job) + 1;
         if bytes > MAX_LIST_BYTES {
             let fit = jobs.len();

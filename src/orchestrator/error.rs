@@ -29,6 +29,12 @@ impl From<crate::permissions::Refused> for RouteError {
     }
 }
 
+impl From<crate::permissions::Denied> for RouteError {
+    fn from(d: crate::permissions::Denied) -> RouteError {
+        RouteError::PermissionDenied(d.to_string())
+    }
+}
+
 impl From<StoreError> for RouteError {
     fn from(e: StoreError) -> RouteError {
         match &e {

@@ -4,7 +4,7 @@ use super::RouteError;
 use super::commands::{CREATE_ENVIRONMENT, claude_command_for};
 use crate::model::{
     DocKind, Job, JobConfig, JobRuntime, JobStatus, JobType, MAX_TIMEOUT_SECONDS, Message, Prd,
-    Project, RESEARCH_DOCUMENT_KEY, Timestamp, VENVMAN_KEY, permission_widening_arg,
+    Project, RESEARCH_DOCUMENT_KEY, Timestamp, VENVMAN_KEY, permission_widening_arg_for,
 };
 use crate::permissions::Caller;
 use crate::store::Store;
@@ -287,7 +287,24 @@ pub fn create_job(store: &Store, msg: &Message, who: &Caller) -> Result<CreatedJ
                 ))
             })?,
     };
-    if let Some(arg) = permission_widening_arg(&extra_args) {
+    let jobtype = match content_str(msg, "jobtype")? {
+        None | Some("venvman") if environment => JobType::Venvman,
+        Some(other) if environment => {
+            return Err(RouteError::Invalid(format!(
+                "create-environment: content.jobtype {other:?} cannot be set (its job always runs venvman)"
+            )));
+        }
+        None | Some("claude") => JobType::Claude,
+        Some("agent") => JobType::Agent,
+        Some("codex") => JobType::Codex,
+        Some("noop") => JobType::Noop,
+        Some(other) => {
+            return Err(RouteError::Invalid(format!(
+                "content.jobtype {other:?} is not one of claude, agent, codex, noop"
+            )));
+        }
+    };
+    if let Some(arg) = permission_widening_arg_for(jobtype, &extra_args) {
         let allowed = store
             .queue(&queue)
             .map(|q| q.config.allow_permission_args == Some(true))
@@ -298,22 +315,6 @@ pub fn create_job(store: &Store, msg: &Message, who: &Caller) -> Result<CreatedJ
             )));
         }
     }
-    let jobtype = match content_str(msg, "jobtype")? {
-        None | Some("venvman") if environment => JobType::Venvman,
-        Some(other) if environment => {
-            return Err(RouteError::Invalid(format!(
-                "create-environment: content.jobtype {other:?} cannot be set (its job always runs venvman)"
-            )));
-        }
-        None | Some("claude") => JobType::Claude,
-        Some("agent") => JobType::Agent,
-        Some("noop") => JobType::Noop,
-        Some(other) => {
-            return Err(RouteError::Invalid(format!(
-                "content.jobtype {other:?} is not one of claude, agent, noop"
-            )));
-        }
-    };
 
     let flow = super::flow::job_flow(store, msg, &id, who)?;
     let mut job = Job {

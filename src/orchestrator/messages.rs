@@ -113,7 +113,7 @@ fn row(f: &Found, full: bool) -> Value {
 
 /// True when `who` may see `msg` (PRD §10, see the module's text).
 fn may_see(who: &Caller, msg: &Message) -> bool {
-    who.is_admin() || (who.user_id().is_some() && who.user_id() == msg.user.as_deref())
+    who.can_see_message(msg.user.as_deref())
 }
 
 /// The most `problems` one `list-messages` answer names; past it, one line says how many more
@@ -334,7 +334,7 @@ pub fn list(store: &Store, who: &Caller, f: &MessageFilter) -> Result<Value, Rou
     }
     drop((keys, ids));
     let next = f.offset.saturating_add(consumed).min(total.max(f.offset));
-    if !who.is_admin() {
+    if !who.can_see_store_problems() {
         problems.clear();
     }
     Ok(json!({

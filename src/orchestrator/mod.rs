@@ -16,7 +16,6 @@ pub mod commands;
 mod completion;
 pub mod daemon;
 mod direct;
-pub use direct::Visibility;
 
 mod inbox;
 

@@ -266,11 +266,7 @@ fn leave_in_outbox(store: &Store, msg: &Message, outcome: &Outcome) {
 /// the completion backstop included. Returns what the pass did.
 pub fn sweep(shared: &Shared, uid: u32) -> Result<CycleReport, RouteError> {
     let who = caller_for_uid(&shared.store, uid, shared.own_uid, None)?;
-    if !who.is_admin() {
-        return Err(RouteError::PermissionDenied(
-            crate::permissions::Denied::Sweep.to_string(),
-        ));
-    }
+    who.require_admin(crate::permissions::Denied::Sweep)?;
     if let Some(why) = shared.standby_reason() {
         return Err(RouteError::Failed(why));
     }

@@ -76,11 +76,7 @@ pub fn archive(
     dry_run: bool,
 ) -> Result<Value, RouteError> {
     let age = crate::store::archive::parse_age(older_than).map_err(RouteError::Invalid)?;
-    if !who.is_admin() {
-        return Err(RouteError::PermissionDenied(
-            "only an admin can archive jobs".into(),
-        ));
-    }
+    who.require_admin(crate::permissions::Denied::Archive)?;
     let now = Timestamp::now();
     let cutoff = Timestamp(
         now.0
@@ -107,11 +103,7 @@ pub fn archive(
 /// `in_use`. Daemons that opened the store before keep the schemas they loaded until they
 /// restart (`restart_daemons` in the answer says so when anything changed).
 pub fn migrate(store: &Store, who: &Caller, dry_run: bool) -> Result<Value, RouteError> {
-    if !who.is_admin() {
-        return Err(RouteError::PermissionDenied(
-            "only an admin can migrate the store".into(),
-        ));
-    }
+    who.require_admin(crate::permissions::Denied::Migrate)?;
     let r = crate::store::migrate::migrate(store, dry_run)?;
     let rel = |p: &std::path::Path| store.relative(p).display().to_string();
     let changed = !dry_run && (r.config || !r.schemas.is_empty());

@@ -199,21 +199,17 @@ impl QueueHandle {
 
     /// Stops starting new jobs (running ones continue). Admins only.
     pub async fn pause(&self, caller: &Caller) -> Result<(), QueueError> {
-        if !caller.is_admin() {
-            return Err(QueueError::PermissionDenied(
-                crate::permissions::Denied::PauseQueue.to_string(),
-            ));
-        }
+        caller
+            .require_admin(crate::permissions::Denied::PauseQueue)
+            .map_err(|d| QueueError::PermissionDenied(d.to_string()))?;
         self.send(|reply| QueueRequest::Pause { reply }).await
     }
 
     /// Starts new jobs again. Admins only.
     pub async fn resume(&self, caller: &Caller) -> Result<(), QueueError> {
-        if !caller.is_admin() {
-            return Err(QueueError::PermissionDenied(
-                crate::permissions::Denied::ResumeQueue.to_string(),
-            ));
-        }
+        caller
+            .require_admin(crate::permissions::Denied::ResumeQueue)
+            .map_err(|d| QueueError::PermissionDenied(d.to_string()))?;
         self.send(|reply| QueueRequest::Resume { reply }).await
     }
 

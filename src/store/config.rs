@@ -80,6 +80,9 @@ pub struct ProgramsPolicy {
     /// Paths (or names looked up on PATH) `agentshell_path` may name.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub agentshell: Vec<String>,
+    /// Paths (or names looked up on PATH) `codex_cli_path` may name (issue 35).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub codex: Vec<String>,
 }
 
 fn default_queue() -> String {

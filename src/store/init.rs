@@ -76,6 +76,8 @@ impl QueueConfig {
             launcher: None,
             resource_limits: None,
             agentshell_path: None,
+            codex_cli_path: None,
+            codex_default_args: Vec::new(),
             allow_permission_args: None,
             approvals: None,
             retry: None,

@@ -69,6 +69,7 @@ impl Store {
         ));
         n.project = job.map(|j| j.config.project);
         n.deadline = Some(req.deadline);
+        n.request_id = Some(req.request_id.clone());
         self.notify(n);
     }
 
@@ -87,6 +88,7 @@ impl Store {
         .body(&clip(&req.summary, 1000));
         n.project = job.map(|j| j.config.project);
         n.answered_by = Some(clip(&a.by, 100));
+        n.request_id = Some(req.request_id.clone());
         self.notify(n);
     }
 

@@ -116,6 +116,9 @@ pub struct Notice {
     /// Who answered an approval.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answered_by: Option<String>,
+    /// The approval request concerned (its Slack message carries Allow / Deny buttons).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
     /// The machine that emitted it.
     #[serde(default)]
     pub host: String,
@@ -149,6 +152,7 @@ impl Notice {
             cost_usd: None,
             deadline: None,
             answered_by: None,
+            request_id: None,
             host: super::hostname(),
         }
     }
@@ -181,6 +185,7 @@ impl Notice {
             ("job_id", self.job_id.as_ref()),
             ("queue", self.queue.as_ref()),
             ("project", self.project.as_ref()),
+            ("request_id", self.request_id.as_ref()),
         ];
         for (field, v) in ids {
             if let Some(v) = v

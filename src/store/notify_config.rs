@@ -118,6 +118,21 @@ pub struct SlackSink {
     /// the user's `slack_username` (a member id: a direct message from the bot).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub channel: Option<String>,
+    /// App-level token (`xapp-…`, scope `connections:write`), inline: with it (or
+    /// [`SlackSink::app_token_credential`]) the notifier also holds a Socket Mode connection
+    /// and answers approval buttons and `/agentstore` commands (`crate::slackapp`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_token: Option<String>,
+    /// Name of the systemd credential holding the app-level token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_token_credential: Option<String>,
+}
+
+impl SlackSink {
+    /// Whether Socket Mode is configured (an app-level token is named).
+    pub fn socket_mode(&self) -> bool {
+        self.app_token.is_some() || self.app_token_credential.is_some()
+    }
 }
 
 fn slack_api() -> String {

@@ -2,6 +2,7 @@
 //! journal with structured fields (or to stderr where there is no journal).
 
 pub mod bus_choice;
+pub mod credentials;
 pub mod watchdog;
 
 pub use bus_choice::{BusChoice, BusKind};

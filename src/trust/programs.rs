@@ -17,6 +17,8 @@ pub enum Program {
     Claude,
     /// `agentshell_path`.
     Agentshell,
+    /// `codex_cli_path` (issue 35).
+    Codex,
 }
 
 impl Program {
@@ -24,6 +26,7 @@ impl Program {
         match self {
             Program::Claude => "claude_cli_path",
             Program::Agentshell => "agentshell_path",
+            Program::Codex => "codex_cli_path",
         }
     }
 
@@ -31,6 +34,7 @@ impl Program {
         match self {
             Program::Claude => "claude",
             Program::Agentshell => "agentshell",
+            Program::Codex => "codex",
         }
     }
 
@@ -38,6 +42,7 @@ impl Program {
     fn defaults(self) -> Vec<String> {
         match self {
             Program::Claude => vec!["claude".into()],
+            Program::Codex => vec!["codex".into()],
             Program::Agentshell => {
                 let mut v = vec!["agentshell".to_string()];
                 // The agentshell of this installation (beside agent-worker).
@@ -102,6 +107,7 @@ pub fn resolve_program(
     let listed = match which {
         Program::Claude => &policy.programs.claude,
         Program::Agentshell => &policy.programs.agentshell,
+        Program::Codex => &policy.programs.codex,
     };
     let allowed: Vec<String> = which
         .defaults()

@@ -50,6 +50,7 @@ impl Hub {
                 }
             });
         }
+        watch_every_queue(conn).await;
         Ok(Hub { tx })
     }
 
@@ -130,4 +131,50 @@ fn describe(msg: &zbus::Message) -> Option<(String, String)> {
         _ => return None,
     }
     Some((member, Value::Object(data).to_string()))
+}
+
+/// Asks every queue manager on the bus, now and each one that takes its name later, to send
+/// this connection its `JobStateChanged` (never broadcast: issue 27). Each event is then
+/// passed on only to a caller `view-job` shows the job.
+async fn watch_every_queue(conn: &zbus::Connection) {
+    let prefix = crate::bus::queue_bus_name("");
+    let Ok(dbus) = zbus::fdo::DBusProxy::new(conn).await else {
+        return;
+    };
+    // Subscribed before listing, so a manager starting in between is not missed.
+    let owners = dbus.receive_name_owner_changed().await;
+    if let Ok(names) = dbus.list_names().await {
+        for n in names {
+            if n.as_str().starts_with(&prefix) {
+                watch(conn, n.as_str(), false).await;
+            }
+        }
+    }
+    let Ok(mut owners) = owners else { return };
+    let conn = conn.clone();
+    tokio::spawn(async move {
+        while let Some(sig) = owners.next().await {
+            let Ok(a) = sig.args() else { continue };
+            // Everything a manager that starts now did is new to the stream: replayed, so the
+            // moves it makes before this call arrives are not lost.
+            if a.name().as_str().starts_with(&prefix) && a.new_owner().is_some() {
+                watch(&conn, a.name().as_str(), true).await;
+            }
+        }
+    });
+}
+
+async fn watch(conn: &zbus::Connection, name: &str, replay: bool) {
+    let r = conn
+        .call_method(
+            Some(name),
+            crate::bus::queue_object_path(&name[crate::bus::queue_bus_name("").len()..]).as_str(),
+            Some(crate::bus::QUEUE_INTERFACE),
+            "WatchJobs",
+            &(replay,),
+        )
+        .await;
+    if let Err(e) = r {
+        tracing::warn!("{name}: WatchJobs: {e} (its jobs' moves are not in the event stream)");
+    }
 }

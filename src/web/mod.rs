@@ -9,6 +9,7 @@
 //! ([`activation`]); the server exits after an idle spell and the socket starts it again.
 
 pub mod activation;
+pub mod agent_costs;
 pub mod api;
 pub mod args;
 pub mod auth;

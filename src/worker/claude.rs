@@ -1,8 +1,7 @@
-//! `jobtype: claude` and `jobtype: agent`: the command line, the prompt, and the one JSON
-//! result both `claude -p --output-format json` and `agentshell exec --json` print.
+//! `jobtype: claude` and `jobtype: agent`: the command line and the prompt (the JSON result
+//! both print is read by `accounting`, with Codex's events).
 
 use crate::model::{Job, QueueConfig};
-use serde::Deserialize;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -261,38 +260,6 @@ pub fn agent_prompt(job: &Job) -> String {
     format!("{}{}", job.config.task_description, supporting_lines(job))
 }
 
-/// The fields of the JSON result the worker records.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
-pub struct AgentResult {
-    /// `true` when the run failed (API error, max turns…), whatever `subtype` says.
-    #[serde(default)]
-    pub is_error: bool,
-    /// `success`, `error_max_turns`, …
-    #[serde(default)]
-    pub subtype: Option<String>,
-    /// The final answer text.
-    #[serde(default)]
-    pub result: Option<String>,
-    /// Total cost in USD.
-    #[serde(default)]
-    pub total_cost_usd: Option<f64>,
-    /// Model turns.
-    #[serde(default)]
-    pub num_turns: Option<u64>,
-    /// Session id (`claude --resume`).
-    #[serde(default)]
-    pub session_id: Option<String>,
-}
-
-/// Parses the result line (the last non-empty line of stdout).
-pub fn parse_result(line: &[u8]) -> Result<AgentResult, String> {
-    let v: Value = serde_json::from_slice(line).map_err(|e| e.to_string())?;
-    if !v.is_object() {
-        return Err("not a JSON object".into());
-    }
-    serde_json::from_value(v).map_err(|e| e.to_string())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -397,14 +364,6 @@ mod tests {
         assert!(command_file("missing", &home, &proj).is_none());
         assert!(command_file("../greet", &home, &proj).is_none());
         assert!(command_file("", &home, &proj).is_none());
-    }
-
-    #[test]
-    fn result_fields() {
-        let r = parse_result(br#"{"type":"result","subtype":"success","is_error":true,"result":"API Error","num_turns":1,"total_cost_usd":0.5,"session_id":"s"}"#).unwrap();
-        assert!(r.is_error);
-        assert_eq!(r.total_cost_usd, Some(0.5));
-        assert!(parse_result(b"not json").is_err());
     }
 
     #[test]

@@ -181,6 +181,14 @@ pub fn for_job(job: JobContext<'_>) -> Result<Option<JobSandbox>, String> {
                 .map_or_else(|| home.join(".agentshell"), |(_, v)| PathBuf::from(v));
             read.push(agent_home);
         }
+        JobType::Codex => {
+            // Its sessions, logs and config ($CODEX_HOME, default ~/.codex).
+            let codex_home = env
+                .iter()
+                .find(|(k, v)| k == "CODEX_HOME" && !v.is_empty())
+                .map_or_else(|| home.join(".codex"), |(_, v)| PathBuf::from(v));
+            write.push(codex_home);
+        }
         JobType::Venvman | JobType::Noop => {}
     }
     let mut ports: Vec<u16> = env

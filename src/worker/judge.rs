@@ -2,6 +2,7 @@
 //! the job and the outcome read from it.
 
 use super::*;
+use accounting::ResultFormat;
 
 pub(super) fn run_confined(
     store: &Store,
@@ -9,7 +10,7 @@ pub(super) fn run_confined(
     job: &mut Job,
     cmd: &AgentCommand,
     what: &str,
-    expect_json: bool,
+    format: &ResultFormat,
 ) -> Outcome {
     let (q, id) = (args.queue.as_str(), args.job_id.as_str());
     let lines = std::sync::atomic::AtomicUsize::new(0);
@@ -34,7 +35,7 @@ pub(super) fn run_confined(
         Ok(o) => o,
         Err(e) => return Outcome::fail(e.to_string()),
     };
-    judge(out, what, expect_json)
+    judge(out, what, format)
 }
 
 /// Separates stdout from stderr in `runtime.output`.
@@ -61,7 +62,7 @@ pub(super) fn combined_output(stdout: &capture::Captured, stderr: &capture::Capt
     text
 }
 
-pub(super) fn judge(out: AgentOutput, what: &str, expect_json: bool) -> Outcome {
+pub(super) fn judge(out: AgentOutput, what: &str, format: &ResultFormat) -> Outcome {
     let code = out.exit_code();
     let mut o = Outcome {
         exit_code: Some(code),
@@ -75,18 +76,23 @@ pub(super) fn judge(out: AgentOutput, what: &str, expect_json: bool) -> Outcome 
             out.stdout.total
         ));
     }
-    let parsed = if expect_json {
-        Some(claude::parse_result(capture::last_line(out.stdout.end())))
-    } else {
-        None
+    let parsed = match format {
+        ResultFormat::Text => None,
+        ResultFormat::ResultJson => Some(accounting::from_result_json(capture::last_line(
+            out.stdout.end(),
+        ))),
+        ResultFormat::CodexEvents { model } => {
+            Some(codex::parse_events(&out.stdout, model.as_deref()))
+        }
     };
     if let Some(Ok(r)) = &parsed {
-        o.cost_usd = r.total_cost_usd;
+        o.cost_usd = r.cost_usd;
         o.num_turns = r.num_turns;
         o.session_id = r.session_id.clone();
+        o.usage = r.usage;
     }
     let stderr_tail = String::from_utf8_lossy(capture::last_line(out.stderr.end())).into_owned();
-    let reason = |r: &Option<Result<claude::AgentResult, String>>| -> String {
+    let reason = |r: &Option<Result<accounting::AgentRun, String>>| -> String {
         match r {
             Some(Ok(res)) => res.result.clone().unwrap_or_default(),
             _ => stderr_tail.clone(),

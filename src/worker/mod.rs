@@ -2,10 +2,12 @@
 //! runs it (`noop`, `claude`, `agent`), records what happened and moves the file to
 //! `finished_jobs/` or `failed_jobs/`. While it runs, only this process writes the job file.
 
+pub mod accounting;
 pub mod approval;
 pub mod args;
 pub mod capture;
 pub mod claude;
+pub mod codex;
 pub mod confine;
 pub mod integrate;
 pub mod mcp;
@@ -17,6 +19,7 @@ pub mod worktree;
 use crate::model::{Job, JobStatus, JobType, QueueConfig};
 use crate::store::jobfile::{fail_raw, write_and_move};
 use crate::store::{Store, StoreError, read_limited};
+use accounting::ResultFormat;
 use capture::OUTPUT_LIMIT;
 use process::{AgentCommand, AgentOutput, agent_env, run_agent};
 use std::io::{BufRead, Read};
@@ -67,6 +70,7 @@ struct Outcome {
     output: Option<String>,
     exit_code: Option<i32>,
     cost_usd: Option<f64>,
+    usage: Option<crate::model::TokenUsage>,
     num_turns: Option<u64>,
     session_id: Option<String>,
     failed: bool,
@@ -238,6 +242,7 @@ fn finish(
     r.output = o.output;
     r.exit_code = o.exit_code.or(r.exit_code);
     r.cost_usd = o.cost_usd;
+    r.usage = o.usage;
     r.num_turns = o.num_turns;
     r.session_id = o.session_id;
     let status = r.status;
@@ -269,7 +274,16 @@ fn execute(
         Err(e) => return Outcome::fail(e),
     };
     let switch = run_as.uid != nix::unistd::geteuid().as_raw();
-    let env = agent_env(std::env::vars(), &run_as, !switch);
+    let mut env = agent_env(std::env::vars(), &run_as, !switch);
+    // The keys the queue manager's unit holds for its jobs (systemd credentials `job-env.*`).
+    match crate::systemd::credentials::job_environment() {
+        Ok(vars) => {
+            env.retain(|(k, _)| !vars.iter().any(|(n, _)| n == k));
+            env.extend(vars);
+            env.sort();
+        }
+        Err(e) => return Outcome::fail(format!("The queue's credentials: {e}")),
+    }
     let home = env
         .iter()
         .find(|(k, _)| k == "HOME")
@@ -308,7 +322,16 @@ fn execute(
                 &home,
                 switch.then(|| run_as.clone()),
             ) {
-                Ok(cmd) => run_and_judge(store, args, queue, job, &cmd, None, "venvman", false),
+                Ok(cmd) => run_and_judge(
+                    store,
+                    args,
+                    queue,
+                    job,
+                    &cmd,
+                    None,
+                    "venvman",
+                    &ResultFormat::Text,
+                ),
                 Err(e) => Outcome::fail(e),
             }
         }
@@ -338,7 +361,11 @@ fn execute(
                 Err(e) => return Outcome::fail(e),
             };
             let mut args_v = claude::claude_args(queue, job);
-            let json = claude::wants_json(&args_v);
+            let format = if claude::wants_json(&args_v) {
+                ResultFormat::ResultJson
+            } else {
+                ResultFormat::Text
+            };
             let broker = if claude::asks_permissions(&args_v) {
                 match start_broker(queue, args, run_as.uid, key) {
                     Ok(b) => {
@@ -373,12 +400,41 @@ fn execute(
                 &cmd,
                 approvals.as_deref(),
                 "Claude",
-                json,
+                &format,
             );
             if let Some(b) = broker {
                 job.runtime.approvals = b.finish();
             }
             outcome
+        }
+        JobType::Codex => {
+            let program = match runas::program_for(
+                crate::trust::Program::Codex,
+                queue.codex_cli_path.as_deref().unwrap_or("codex"),
+                &env,
+                &run_as,
+            ) {
+                Ok(p) => p,
+                Err(e) => return Outcome::fail(e),
+            };
+            let prompt = match codex::prompt(job, &home, &cwd) {
+                Ok(p) => p,
+                Err(e) => return Outcome::fail(e),
+            };
+            let args_v = codex::codex_args(queue, job);
+            let format = ResultFormat::CodexEvents {
+                model: codex::model_of(&args_v),
+            };
+            let cmd = AgentCommand {
+                program,
+                args: args_v,
+                prompt,
+                cwd,
+                env: env.clone(),
+                switch_to: switch.then(|| run_as.clone()),
+                sandbox: None,
+            };
+            run_and_judge(store, args, queue, job, &cmd, None, "Codex", &format)
         }
         JobType::Agent => {
             let mut env = env.clone();
@@ -418,7 +474,7 @@ fn execute(
                 &cmd,
                 Some(broker.socket_name()),
                 "Agent",
-                true,
+                &ResultFormat::ResultJson,
             );
             job.runtime.approvals = broker.finish();
             outcome
@@ -639,13 +695,13 @@ fn run_and_judge(
     cmd: &AgentCommand,
     approvals: Option<&str>,
     what: &str,
-    expect_json: bool,
+    format: &ResultFormat,
 ) -> Outcome {
     let cmd = match confine_job(queue, job, cmd, approvals) {
         Ok(c) => c,
         Err(e) => return Outcome::fail(e),
     };
-    let outcome = run_confined(store, args, job, &cmd, what, expect_json);
+    let outcome = run_confined(store, args, job, &cmd, what, format);
     if let Some(s) = &cmd.sandbox {
         job.runtime.sandbox_refused = s.compiled.refusals();
         s.remove_scratch();

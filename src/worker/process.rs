@@ -37,6 +37,7 @@ const PASS_PREFIX: &[&str] = &[
     "DISABLE_",
     "AGENTSHELL_",
     "OPENAI_",
+    "CODEX_",
     "DEEPSEEK_",
     "XAI_",
     "GEMINI_",

@@ -37,7 +37,11 @@ fn the_queue_settings_handed_through_the_gate_are_read_or_left() {
 
 #[test]
 fn success_records_fields() {
-    let o = judge(output(0, OK, None), "Claude", true);
+    let o = judge(
+        output(0, OK, None),
+        "Claude",
+        &accounting::ResultFormat::ResultJson,
+    );
     assert!(!o.failed, "{o:?}");
     assert_eq!(o.error, None);
     assert_eq!(o.output.as_deref(), Some(OK));
@@ -48,16 +52,28 @@ fn success_records_fields() {
 #[test]
 fn is_error_fails_even_with_subtype_success() {
     let s = OK.replace("\"is_error\":false", "\"is_error\":true");
-    let o = judge(output(1, &s, None), "Claude", true);
+    let o = judge(
+        output(1, &s, None),
+        "Claude",
+        &accounting::ResultFormat::ResultJson,
+    );
     assert!(o.failed);
     assert_eq!(o.error.as_deref(), Some("Claude exited with code 1: hi"));
-    let o = judge(output(0, &s, None), "Claude", true);
+    let o = judge(
+        output(0, &s, None),
+        "Claude",
+        &accounting::ResultFormat::ResultJson,
+    );
     assert_eq!(o.error.as_deref(), Some("Claude reported an error: hi"));
 }
 
 #[test]
 fn truncation_is_noted_and_result_still_parsed() {
-    let o = judge(output(0, OK, Some(11 << 20)), "Claude", true);
+    let o = judge(
+        output(0, OK, Some(11 << 20)),
+        "Claude",
+        &accounting::ResultFormat::ResultJson,
+    );
     assert!(!o.failed);
     assert!(
         o.error
@@ -69,7 +85,11 @@ fn truncation_is_noted_and_result_still_parsed() {
 
 #[test]
 fn bad_json_fails() {
-    let o = judge(output(0, "this is not JSON\n", None), "Claude", true);
+    let o = judge(
+        output(0, "this is not JSON\n", None),
+        "Claude",
+        &accounting::ResultFormat::ResultJson,
+    );
     assert!(o.failed);
     assert!(
         o.error

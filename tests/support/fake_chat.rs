@@ -3,7 +3,9 @@
 //! `chat.postMessage` with message metadata, `conversations.history` as a read method with
 //! its arguments in the query, bearer tokens, `{"ok": false, "error": …}` answers), the
 //! Telegram Bot API's `sendMessage`, and a webhook receiver that checks the HMAC signature.
-//! Tests read what arrived from [`FakeChat::state`].
+//! Tests read what arrived from [`FakeChat::state`]. Slack's Socket Mode (`apps.connections.open`
+//! with an app-level token, a real WebSocket with `hello`, envelopes, acks, `disconnect`) is
+//! in `fake_slack_socket.rs`, with `chat.update` and `chat.postEphemeral`.
 
 use axum::Router;
 use axum::body::Bytes;
@@ -21,6 +23,10 @@ pub struct SlackMessage {
     pub channel: String,
     pub text: String,
     pub metadata: Value,
+    pub ts: String,
+    pub blocks: Value,
+    /// The `chat.update`s it had, in order (their texts).
+    pub updates: Vec<String>,
 }
 
 /// A webhook request as the fake received it.
@@ -48,6 +54,8 @@ pub struct ChatState {
     /// Requests whose signature was wrong.
     pub bad_signatures: usize,
     pub telegram: Vec<(String, String)>,
+    /// Socket Mode: see `fake_slack_socket.rs`.
+    pub socket: crate::fake_slack_socket::SocketState,
 }
 
 type Shared = Arc<Mutex<ChatState>>;
@@ -73,6 +81,18 @@ impl FakeChat {
             .route("/api/conversations.open", post(slack_open))
             .route("/api/chat.postMessage", post(slack_post))
             .route("/api/conversations.history", get(slack_history))
+            .route(
+                "/api/chat.update",
+                post(crate::fake_slack_socket::chat_update),
+            )
+            .route(
+                "/api/chat.postEphemeral",
+                post(crate::fake_slack_socket::chat_ephemeral),
+            )
+            .route(
+                "/api/apps.connections.open",
+                post(crate::fake_slack_socket::connections_open),
+            )
             .route("/hook", post(hook))
             .route("/tg/{bot}/sendMessage", post(telegram))
             .with_state(Arc::clone(&state));
@@ -113,7 +133,7 @@ impl FakeChat {
     }
 }
 
-fn slack_auth(s: &ChatState, h: &HeaderMap) -> Result<(), Value> {
+pub fn slack_auth(s: &ChatState, h: &HeaderMap) -> Result<(), Value> {
     if s.slack_revoked {
         return Err(json!({"ok": false, "error": "token_revoked"}));
     }
@@ -125,7 +145,7 @@ fn slack_auth(s: &ChatState, h: &HeaderMap) -> Result<(), Value> {
     }
 }
 
-fn json_body(h: &HeaderMap, body: &[u8]) -> Result<Value, Value> {
+pub fn json_body(h: &HeaderMap, body: &[u8]) -> Result<Value, Value> {
     let ct = h
         .get("content-type")
         .and_then(|v| v.to_str().ok())
@@ -174,12 +194,15 @@ async fn slack_post(State(st): State<Shared>, h: HeaderMap, body: Bytes) -> Resp
     if text.chars().count() > 40_000 {
         return axum::Json(json!({"ok": false, "error": "msg_too_long"})).into_response();
     }
+    let ts = format!("1700000000.{:06}", s.slack.len() + 1);
     s.slack.push(SlackMessage {
         channel: channel.into(),
         text: text.into(),
         metadata: v["metadata"].clone(),
+        ts: ts.clone(),
+        blocks: v["blocks"].clone(),
+        updates: Vec::new(),
     });
-    let ts = format!("1700000000.{:06}", s.slack.len());
     axum::Json(json!({"ok": true, "channel": channel, "ts": ts})).into_response()
 }
 
@@ -198,15 +221,24 @@ async fn slack_history(State(st): State<Shared>, h: HeaderMap, uri: Uri) -> Resp
     };
     let limit: usize = q.get("limit").and_then(|l| l.parse().ok()).unwrap_or(100);
     let meta = q.get("include_all_metadata").is_some_and(|v| v == "true");
+    // `latest` (with `inclusive`): only messages up to that ts. Slack's ts compare as numbers;
+    // the fake's have one width, so as strings.
+    let latest = q.get("latest").cloned();
+    let inclusive = q.get("inclusive").is_some_and(|v| v == "true" || v == "1");
     // Newest first, as Slack answers.
     let msgs: Vec<Value> = s
         .slack
         .iter()
         .rev()
         .filter(|m| &m.channel == channel)
+        .filter(|m| match &latest {
+            Some(l) if inclusive => m.ts.as_str() <= l.as_str(),
+            Some(l) => m.ts.as_str() < l.as_str(),
+            None => true,
+        })
         .take(limit)
         .map(|m| {
-            let mut v = json!({"type": "message", "text": m.text});
+            let mut v = json!({"type": "message", "text": m.text, "ts": m.ts});
             if meta && !m.metadata.is_null() {
                 v["metadata"] = m.metadata.clone();
             }

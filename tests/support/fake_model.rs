@@ -195,6 +195,8 @@ pub enum Dialect {
     Anthropic,
     /// `POST …/chat/completions`.
     OpenAi,
+    /// `POST …/responses`: OpenAI's Responses API, what the Codex CLI speaks.
+    Responses,
 }
 
 /// A request the server saw.
@@ -228,6 +230,8 @@ impl RecordedRequest {
             Some(Dialect::Anthropic)
         } else if path.ends_with("/chat/completions") {
             Some(Dialect::OpenAi)
+        } else if path.ends_with("/responses") {
+            Some(Dialect::Responses)
         } else {
             None
         }
@@ -634,7 +638,7 @@ async fn handle(
                 Dialect::Anthropic => {
                     json!({ "type": "error", "error": { "type": error_type, "message": message } })
                 }
-                Dialect::OpenAi => {
+                Dialect::OpenAi | Dialect::Responses => {
                     json!({ "error": { "type": error_type, "message": message, "code": null } })
                 }
             };
@@ -721,7 +725,78 @@ impl Message {
         match self.dialect {
             Dialect::Anthropic => self.anthropic(content, stop_reason),
             Dialect::OpenAi => self.openai(content, stop_reason),
+            Dialect::Responses => self.responses(content),
         }
+    }
+
+    /// The Responses API (`POST /v1/responses`): a `response` object, or as SSE the
+    /// `response.created`, `response.output_item.added`/`.done` (text deltas between) and
+    /// `response.completed` events with the usage. A text block becomes a `message` item, a
+    /// tool_use block a `function_call` item whose `call_id` is the tool-use id.
+    fn responses(&self, content: Vec<Value>) -> Response {
+        let output_tokens = 5 * content.len();
+        let items: Vec<Value> = content
+            .iter()
+            .enumerate()
+            .map(|(i, b)| match b.get("type").and_then(Value::as_str) {
+                Some("tool_use") => {
+                    let args = b.get("input").cloned().unwrap_or_else(|| json!({}));
+                    json!({ "type": "function_call", "id": format!("fc_{}_{i}", self.id),
+                        "status": "completed", "call_id": b.get("id"), "name": b.get("name"),
+                        "arguments": args.to_string() })
+                }
+                _ => json!({ "type": "message", "id": format!("msg_{}_{i}", self.id),
+                    "status": "completed", "role": "assistant",
+                    "content": [{ "type": "output_text", "text": b.get("text"),
+                        "annotations": [] }] }),
+            })
+            .collect();
+        let usage = json!({ "input_tokens": self.input_tokens,
+            "input_tokens_details": { "cached_tokens": 0 },
+            "output_tokens": output_tokens,
+            "output_tokens_details": { "reasoning_tokens": 0 },
+            "total_tokens": self.input_tokens + output_tokens });
+        let response = |status: &str, output: &[Value], usage: Value| {
+            json!({ "id": self.id, "object": "response", "created_at": 0, "status": status,
+                "model": self.model, "output": output, "usage": usage })
+        };
+        if !self.stream {
+            return json_response(StatusCode::OK, &response("completed", &items, usage));
+        }
+        let mut sse = String::new();
+        let mut event = |name: &str, data: Value| sse.push_str(&an_event(name, data));
+        event(
+            "response.created",
+            json!({ "type": "response.created", "response": response("in_progress", &[], Value::Null) }),
+        );
+        for (index, item) in items.iter().enumerate() {
+            let mut added = item.clone();
+            if item["type"] == "message" {
+                added["content"] = json!([]);
+                added["status"] = json!("in_progress");
+            }
+            event(
+                "response.output_item.added",
+                json!({ "type": "response.output_item.added", "output_index": index, "item": added }),
+            );
+            if item["type"] == "message" {
+                event(
+                    "response.output_text.delta",
+                    json!({ "type": "response.output_text.delta", "item_id": item["id"],
+                        "output_index": index, "content_index": 0,
+                        "delta": item["content"][0]["text"] }),
+                );
+            }
+            event(
+                "response.output_item.done",
+                json!({ "type": "response.output_item.done", "output_index": index, "item": item }),
+            );
+        }
+        event(
+            "response.completed",
+            json!({ "type": "response.completed", "response": response("completed", &items, usage) }),
+        );
+        sse_response(Body::from(sse))
     }
 
     fn anthropic(&self, content: Vec<Value>, stop_reason: &str) -> Response {

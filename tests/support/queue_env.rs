@@ -238,6 +238,9 @@ impl Changes {
         let conn = bus.connect().await;
         let proxy = queue_proxy(&conn, queue).await.unwrap();
         let mut stream = proxy.receive_job_state_changed().await.unwrap();
+        // The signal goes only to connections that asked (issue 27): asked of each manager
+        // that takes the queue's name, with the changes it made before the ask.
+        watch_each_owner(&conn, queue).await;
         let (tx, rx) = mpsc::unbounded_channel();
         let task = tokio::spawn(async move {
             let _conn = conn;
@@ -287,6 +290,28 @@ impl Changes {
             }
         }
     }
+}
+
+/// Calls `WatchJobs(replay)` of each manager that owns `queue`'s bus name on `conn`, now and
+/// whenever the name gets a new owner (a restarted manager).
+pub async fn watch_each_owner(conn: &zbus::Connection, queue: &str) {
+    let name = agentstore::bus::queue_bus_name(queue);
+    let dbus = zbus::fdo::DBusProxy::new(conn).await.unwrap();
+    let mut owners = dbus.receive_name_owner_changed().await.unwrap();
+    let proxy = queue_proxy(conn, queue).await.unwrap();
+    let bus_name = zbus::names::BusName::try_from(name.clone()).unwrap();
+    if dbus.name_has_owner(bus_name).await.unwrap_or(false) {
+        proxy.watch_jobs(true).await.unwrap();
+    }
+    tokio::spawn(async move {
+        while let Some(sig) = owners.next().await {
+            let Ok(a) = sig.args() else { continue };
+            if a.name().as_str() == name && a.new_owner().is_some() {
+                // A manager that is gone again before the call: the next owner is asked.
+                let _ = proxy.watch_jobs(true).await;
+            }
+        }
+    });
 }
 
 /// Runs `f` under the hang guard.

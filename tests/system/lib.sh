@@ -17,8 +17,9 @@
 #   sys_preflight                          root? host packages? namespaces? else SKIP (exit 0;
 #                                          under CI: FAIL, exit 1)
 #   sys_rootfs                             print the cached rootfs path, building it if needed
-#   sys_boot NAME [--bind SRC:DST] [--bind-ro SRC:DST] [--network host|private]
+#   sys_boot NAME [--bind SRC:DST] [--bind-ro SRC:DST] [--network host|private|netns:PATH]
 #   sys_prepare NAME / sys_root NAME        make (and print) a container's root without booting
+#   sys_reboot NAME [OPTIONS]              systemctl reboot inside, then boot the same root again
 #   sys_exec NAME CMD...                   run CMD as root inside (stdin/stdout/stderr passed)
 #   sys_exec_as NAME USER CMD...           same, as USER (runuser)
 #   sys_sh NAME 'SCRIPT'                   bash -c SCRIPT inside
@@ -314,7 +315,14 @@ sys_boot() {
         *) sys_die "sys_boot: unknown option $1" ;;
         esac
     done
-    [ "$network" = private ] && extra+=(--private-network)
+    case "$network" in
+    private) extra+=(--private-network) ;;
+    host) ;;
+    # A network namespace shared by several containers (made by `ip netns add`): they talk over
+    # its loopback, nothing else is reachable (benches/soak-system.sh).
+    netns:*) extra+=("--network-namespace-path=${network#netns:}") ;;
+    *) sys_die "sys_boot: unknown network '$network' (private, host or netns:PATH)" ;;
+    esac
     sys__state_dir >/dev/null
     dir=$(sys__dir "$name")
     [ ! -e "$dir/nspawn.pid" ] || sys_die "container $name is already booted ($dir)"
@@ -368,6 +376,25 @@ sys_boot() {
         return 1
         ;;
     esac
+}
+
+# sys_reboot NAME [sys_boot OPTIONS...] — `systemctl reboot` inside NAME, wait until its
+# systemd-nspawn has gone (nspawn ends on a reboot of its container), then boot it again on the
+# same root, files kept (give the options it was first booted with).
+sys_reboot() {
+    local name=$1 dir np deadline
+    shift
+    dir=$(sys__dir "$name")
+    np=$(cat "$dir/nspawn.pid" 2>/dev/null) || sys_die "container $name is not running"
+    sys_exec "$name" systemctl reboot >/dev/null 2>&1 || true
+    deadline=$((SECONDS + 120))
+    while sys__alive "$np"; do
+        [ $SECONDS -lt "$deadline" ] || { sys_log "container $name did not go down in 120 s"; return 1; }
+        sleep 0.2
+    done
+    wait "$np" 2>/dev/null || true
+    rm -f "$dir/nspawn.pid" "$dir/pid"
+    sys_boot "$name" "$@"
 }
 
 sys_exec() {

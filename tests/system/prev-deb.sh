@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/system/prev-deb.sh [TAG] — print the path of the .deb of a previous release (default:
-# the newest tag v* older than HEAD's Cargo.toml version; v0.1.0 is the first), building it
-# once from the tag's sources and caching it outside the repo:
+# the one tests/system/prev-release names, "TAG COMMIT"), building it once from its sources and
+# caching it outside the repo:
 #   $SYS_CACHE_DIR/prev-deb/agentstore-<tag>-<commit>.deb
 # The build is the tag's own packaging/build-deb.sh in a cached checkout
 # ($SYS_CACHE_DIR/prev-deb/src-<tag>, with its own target/), so a second run costs nothing.
@@ -12,11 +12,26 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 cache=${SYS_CACHE_DIR:-/var/cache/agentstore-test}/prev-deb
 tag=${1:-}
+pinned=""
 if [ -z "$tag" ]; then
-    tag=$(git -C "$repo" tag --list 'v*' --sort=-version:refname --merged HEAD | head -n1)
+    read -r tag pinned < <(grep -v '^#' "$here/prev-release" | head -n1)
 fi
-[ -n "$tag" ] || { echo "prev-deb: no release tag v* in $repo (git fetch --tags?)" >&2; exit 1; }
-commit=$(git -C "$repo" rev-parse "$tag^{commit}")
+[ -n "$tag" ] || { echo "prev-deb: no previous release named (tests/system/prev-release)" >&2; exit 1; }
+# The tag when this clone has it (it must be the pinned commit), else the pinned commit itself:
+# a CI clone carries the history but not always the tags.
+if commit=$(git -C "$repo" rev-parse -q --verify "refs/tags/$tag^{commit}" 2>/dev/null); then
+    if [ -n "$pinned" ] && [ "$commit" != "$pinned" ]; then
+        echo "prev-deb: tag $tag is $commit here but tests/system/prev-release pins $pinned" >&2
+        exit 1
+    fi
+elif [ -n "$pinned" ] && git -C "$repo" cat-file -e "$pinned^{commit}" 2>/dev/null; then
+    commit=$pinned
+else
+    shallow=""
+    [ "$(git -C "$repo" rev-parse --is-shallow-repository 2>/dev/null)" = true ] && shallow=" (this clone is shallow: git fetch --unshallow)"
+    echo "prev-deb: the previous release $tag${pinned:+ (commit $pinned)} is not in $repo$shallow; fetch it (git fetch origin tag $tag) or give its package as SYS_PREV_DEB=FILE" >&2
+    exit 1
+fi
 out=$cache/agentstore-$tag-${commit:0:12}.deb
 if [ -s "$out" ]; then
     echo "$out"

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# t_package: what the .deb's maintainer scripts do (packaging/debian/): postinst makes the
-# agentstore system user and the system store, enables and starts the path and timer units;
-# the configuration is a conffile kept across reinstall; remove stops the units and keeps the
-# data; purge removes everything postinst made.
+# t_package: what the .deb's maintainer scripts do (packaging/debian/): the agentstore system
+# user comes from sysusers.d and the system store from tmpfiles.d (no useradd/adduser/mkdir in
+# the scripts), the path, timer and socket units are enabled by the packaging tool's systemd
+# handling (deb-systemd-helper state) and started; the configuration is a conffile kept across
+# reinstall; remove stops the units, masks them as dh_installsystemd does and keeps the data;
+# purge removes everything installing made and leaves no deb-systemd-helper state.
 # shellcheck source-path=SCRIPTDIR
 # shellcheck disable=SC2016 # dpkg-query formats and scripts run inside the container
 set -euo pipefail
@@ -37,6 +39,21 @@ sys_expect_eq "the system store belongs to agentstore" "agentstore:agentstore" \
 sys_check "orchestrator init made the store's config.yaml" x test -f /var/lib/agentstore/config.yaml
 sys_expect_eq "the store was initialised as agentstore" agentstore \
     "$(x stat -c %U /var/lib/agentstore/config.yaml 2>&1)"
+# By the conventions (issue 35): sysusers.d and tmpfiles.d, no hand-made account or folder.
+sys_check "sysusers.d/agentstore.conf is shipped" x test -f /usr/lib/sysusers.d/agentstore.conf
+sys_check "tmpfiles.d/agentstore.conf is shipped" x test -f /usr/lib/tmpfiles.d/agentstore.conf
+sys_expect_eq "the account is the sysusers.d one (systemd-sysusers --cat-config)" \
+    'u agentstore - "AgentStore daemons" /var/lib/agentstore /usr/sbin/nologin' \
+    "$(x sh -c 'systemd-sysusers --cat-config | grep "^u agentstore "')"
+sys_expect_eq "the store's mode is tmpfiles.d's" 750 "$(x stat -c %a /var/lib/agentstore 2>&1)"
+hand_made=$(x sh -c 'grep -nE "\b(useradd|adduser|groupadd|addgroup|mkdir)\b" /var/lib/dpkg/info/agentstore.preinst /var/lib/dpkg/info/agentstore.postinst 2>/dev/null' || true)
+sys_expect_eq "no useradd/adduser/groupadd/mkdir in the maintainer scripts" "" "$hand_made"
+sys_check "postinst runs systemd-sysusers and systemd-tmpfiles" \
+    x sh -c 'grep -q "systemd-sysusers.*agentstore.conf" /var/lib/dpkg/info/agentstore.postinst && grep -q "systemd-tmpfiles --create agentstore.conf" /var/lib/dpkg/info/agentstore.postinst'
+# sysusers is idempotent: run again it changes nothing.
+before=$(x getent passwd agentstore)
+x systemd-sysusers agentstore.conf
+sys_expect_eq "systemd-sysusers again leaves the account as it was" "$before" "$(x getent passwd agentstore)"
 conffile_listed() { grep -q '^ /etc/agentstore/config.yaml ' <<<"$(x dpkg-query -W -f='${Conffiles}' agentstore)"; }
 sys_check "/etc/agentstore/config.yaml is a conffile" conffile_listed
 
@@ -55,7 +72,12 @@ for u in agentstore-orchestrator.path agentstore-orchestrator.timer; do
     fi
     sys_expect_eq "postinst enabled $u" enabled "$(x systemctl is-enabled "$u" 2>&1)"
     sys_expect_eq "postinst started $u" active "$(x systemctl is-active "$u" 2>&1)"
+    sys_check "deb-systemd-helper recorded $u's enablement" x test -f "/var/lib/systemd/deb-systemd-helper-enabled/$u.dsh-also"
 done
+sys_expect_eq "agentstore-web.socket enabled" enabled "$(x systemctl is-enabled agentstore-web.socket 2>&1)"
+# The orchestrator itself is started on demand (path, timer, D-Bus), not at boot.
+sys_expect_eq "agentstore-orchestrator.service is static (not enabled at boot)" static \
+    "$(x systemctl is-enabled agentstore-orchestrator.service 2>&1 || true)"
 
 # Conffile kept across reinstall.
 x sh -c 'echo "# local edit" >>/etc/agentstore/config.yaml'
@@ -67,6 +89,10 @@ sys_check "apt-get remove agentstore" x env DEBIAN_FRONTEND=noninteractive apt-g
 for u in agentstore-orchestrator.path agentstore-orchestrator.timer; do
     state=$(x systemctl is-active "$u" 2>/dev/null) || true
     sys_expect_match "remove stopped $u" '^(inactive|failed|unknown)?$' "$state"
+done
+for u in agentstore-orchestrator.path agentstore-orchestrator.timer; do
+    sys_check "remove masks $u with deb-systemd-helper (as dh_installsystemd does)" \
+        x test -e "/var/lib/systemd/deb-systemd-helper-masked/$u"
 done
 sys_check "remove keeps the store" x test -f /var/lib/agentstore/config.yaml
 sys_check "remove keeps the user" x getent passwd agentstore

@@ -8,6 +8,15 @@ use lettre::transport::smtp::SmtpTransport;
 use lettre::transport::smtp::authentication::Credentials;
 use std::time::Duration;
 
+/// The `Message-ID` of delivery `key`: the same for every attempt of one delivery (a
+/// receiver that sees a message twice after a kill can tell it is one), at the sender's
+/// domain (RFC 5322 §3.6.4).
+pub fn message_id(key: &str, from: &Mailbox) -> String {
+    const NS: uuid::Uuid = uuid::Uuid::from_u128(0x3d5e_81a2_46c7_4f0b_9e13_7a2c_5b90_e031);
+    let id = uuid::Uuid::new_v5(&NS, key.as_bytes());
+    format!("<{id}@{}>", from.email.domain())
+}
+
 /// The e-mail sink.
 pub struct Email {
     from: Mailbox,
@@ -65,6 +74,7 @@ impl Sink for Email {
                 ))
             })?;
             let msg = lettre::Message::builder()
+                .message_id(Some(message_id(&d.key, &self.from)))
                 .from(self.from.clone())
                 .to(to)
                 .subject(format!("[agentstore] {}", d.notice.title))

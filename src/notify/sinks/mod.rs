@@ -3,6 +3,7 @@
 pub mod desktop;
 pub mod email;
 pub mod slack;
+pub mod slack_api;
 pub mod telegram;
 pub mod webhook;
 

@@ -9,6 +9,8 @@
 //! administrator fixes it or they are given up on; the error never holds the token.
 
 use super::super::{Delivery, Sink, SinkError, SinkFuture};
+use super::slack_api::SlackApi;
+use crate::store::notices::NoticeKind;
 use crate::store::notify_config::SlackSink;
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -19,26 +21,10 @@ pub const MAX_TEXT: usize = 3000;
 /// The metadata event type agentstore's messages carry.
 pub const EVENT_TYPE: &str = "agentstore_notice";
 
-/// Slack errors that an administrator fixes (the delivery waits, it is not given up at once).
-const TRANSIENT: &[&str] = &[
-    "invalid_auth",
-    "not_authed",
-    "token_revoked",
-    "token_expired",
-    "account_inactive",
-    "ratelimited",
-    "service_unavailable",
-    "fatal_error",
-    "internal_error",
-    "request_timeout",
-];
-
 /// The Slack sink.
 pub struct Slack {
-    base: String,
-    token: String,
+    api: SlackApi,
     channel: Option<String>,
-    http: reqwest::Client,
     dms: tokio::sync::Mutex<HashMap<String, String>>,
 }
 
@@ -75,50 +61,16 @@ impl Slack {
             cfg.bot_token.as_deref(),
             cfg.bot_token_credential.as_deref(),
         )?;
-        if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err("slack: the bot token holds white space".into());
-        }
-        reqwest::Url::parse(&cfg.api_url)
-            .map_err(|e| format!("slack: api_url {:?}: {e}", cfg.api_url))?;
         Ok(Slack {
-            base: cfg.api_url.trim_end_matches('/').to_string(),
-            token,
+            api: SlackApi::new("slack", &cfg.api_url, token, http)?,
             channel: cfg.channel.clone(),
-            http,
             dms: tokio::sync::Mutex::new(HashMap::new()),
         })
     }
 
-    /// Calls Web API `method` with `body`; the answer when `ok` is true.
-    async fn call(&self, method: &str, body: Value) -> Result<Value, SinkError> {
-        let r = self
-            .http
-            .post(format!("{}/{method}", self.base))
-            .bearer_auth(&self.token)
-            .json(&body)
-            .send()
-            .await
-            .map_err(super::http_error)?;
-        self.answer(method, r).await
-    }
-
-    /// The answer of Web API `method`: its body when `ok` is true, else the error it names.
-    async fn answer(&self, method: &str, r: reqwest::Response) -> Result<Value, SinkError> {
-        let status = r.status();
-        if status.as_u16() == 429 || status.is_server_error() {
-            return Err(SinkError::Transient(format!("slack {method}: {status}")));
-        }
-        let v: Value = r.json().await.map_err(super::http_error)?;
-        if v["ok"] == Value::Bool(true) {
-            return Ok(v);
-        }
-        let err = v["error"].as_str().unwrap_or("no error named").to_string();
-        let msg = format!("slack {method}: {err}");
-        Err(if TRANSIENT.contains(&err.as_str()) {
-            SinkError::Transient(msg)
-        } else {
-            SinkError::Permanent(msg)
-        })
+    /// The Web API client (the bot token).
+    pub fn api(&self) -> &SlackApi {
+        &self.api
     }
 
     /// The channel a delivery goes to: the user's direct-message channel, or the configured
@@ -146,6 +98,7 @@ impl Slack {
             return Ok(c.clone());
         }
         let v = self
+            .api
             .call("conversations.open", json!({ "users": member }))
             .await?;
         let c = v["channel"]["id"]
@@ -159,20 +112,17 @@ impl Slack {
     /// Whether a message carrying `key` is among the channel's recent messages (a read
     /// method: its arguments go in the query string).
     async fn already_posted(&self, channel: &str, key: &str) -> Result<bool, SinkError> {
-        let mut url = reqwest::Url::parse(&format!("{}/conversations.history", self.base))
-            .map_err(|e| SinkError::Permanent(format!("slack: {e}")))?;
-        url.query_pairs_mut()
-            .append_pair("channel", channel)
-            .append_pair("limit", "200")
-            .append_pair("include_all_metadata", "true");
-        let r = self
-            .http
-            .get(url)
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .map_err(super::http_error)?;
-        let v = self.answer("conversations.history", r).await?;
+        let v = self
+            .api
+            .get(
+                "conversations.history",
+                &[
+                    ("channel", channel),
+                    ("limit", "200"),
+                    ("include_all_metadata", "true"),
+                ],
+            )
+            .await?;
         Ok(v["messages"].as_array().is_some_and(|ms| {
             ms.iter().any(|m| {
                 m["metadata"]["event_type"] == EVENT_TYPE
@@ -180,6 +130,59 @@ impl Slack {
             })
         }))
     }
+}
+
+/// The action ids of an approval message's buttons: allow, allow always, deny.
+pub const ACTION_ALLOW: &str = "agentstore_allow";
+/// See [`ACTION_ALLOW`].
+pub const ACTION_ALWAYS: &str = "agentstore_always";
+/// See [`ACTION_ALLOW`].
+pub const ACTION_DENY: &str = "agentstore_deny";
+
+/// The message's metadata: the delivery key, and for an approval the queue, request and job
+/// the buttons answer (the Socket Mode app takes them from Slack's copy of the message,
+/// never from the click alone).
+fn metadata(d: &Delivery) -> Value {
+    let n = &d.notice;
+    let mut p = json!({ "delivery": d.key, "kind": n.kind.name() });
+    for (k, v) in [
+        ("queue", &n.queue),
+        ("request", &n.request_id),
+        ("job", &n.job_id),
+    ] {
+        if let Some(v) = v {
+            p[k] = json!(v);
+        }
+    }
+    json!({ "event_type": EVENT_TYPE, "event_payload": p })
+}
+
+/// Block Kit for `d`: its text, and under an approval that waits the Allow / Always allow /
+/// Deny buttons (value `<queue>/<request>`).
+fn blocks(d: &Delivery, text: &str) -> Option<Value> {
+    let n = &d.notice;
+    let (NoticeKind::ApprovalWaiting, Some(q), Some(r)) = (n.kind, &n.queue, &n.request_id) else {
+        return None;
+    };
+    let value = format!("{q}/{r}");
+    let button = |id: &str, label: &str, style: Option<&str>| {
+        let mut b = json!({
+            "type": "button", "action_id": id, "value": value,
+            "text": { "type": "plain_text", "text": label },
+        });
+        if let Some(s) = style {
+            b["style"] = json!(s);
+        }
+        b
+    };
+    Some(json!([
+        { "type": "section", "text": { "type": "plain_text", "text": text, "emoji": false } },
+        { "type": "actions", "block_id": "agentstore_approval", "elements": [
+            button(ACTION_ALLOW, "Allow", Some("primary")),
+            button(ACTION_ALWAYS, "Always allow", None),
+            button(ACTION_DENY, "Deny", Some("danger")),
+        ]},
+    ]))
 }
 
 impl Sink for Slack {
@@ -193,19 +196,17 @@ impl Sink for Slack {
             if d.uncertain && self.already_posted(&channel, &d.key).await? {
                 return Ok(());
             }
-            self.call(
-                "chat.postMessage",
-                json!({
-                    "channel": channel,
-                    "text": text_for(d),
-                    "unfurl_links": false,
-                    "metadata": {
-                        "event_type": EVENT_TYPE,
-                        "event_payload": { "delivery": d.key, "kind": d.notice.kind.name() },
-                    },
-                }),
-            )
-            .await?;
+            let text = text_for(d);
+            let mut body = json!({
+                "channel": channel,
+                "text": text,
+                "unfurl_links": false,
+                "metadata": metadata(d),
+            });
+            if let Some(b) = blocks(d, &text) {
+                body["blocks"] = b;
+            }
+            self.api.call("chat.postMessage", body).await?;
             Ok(())
         })
     }

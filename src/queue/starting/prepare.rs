@@ -376,8 +376,10 @@ impl Manager {
     }
 
     pub(in crate::queue) fn may_run(&self, job: &Job) -> Result<(), String> {
-        if let Some(arg) = crate::model::permission_widening_arg(&job.config.claude_extra_args)
-            && self.config.allow_permission_args != Some(true)
+        if let Some(arg) = crate::model::permission_widening_arg_for(
+            job.config.jobtype,
+            &job.config.claude_extra_args,
+        ) && self.config.allow_permission_args != Some(true)
         {
             return Err(format!(
                 "Invalid job: claude_extra_args {arg:?} would change the agent's permissions, which queue {} does not allow (its allow_permission_args is not true)",

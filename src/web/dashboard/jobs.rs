@@ -115,6 +115,16 @@ pub(super) async fn job_page(app: &App, who: &Actor, id: &str) -> Result<Respons
             r#"<tr><th>cost</th><td id="f-cost">${cost:.4}</td></tr>"#
         );
     }
+    let tokens = |k: &str| {
+        job.pointer(&format!("/runtime/usage/{k}"))
+            .and_then(Value::as_u64)
+    };
+    if let (Some(i), Some(o)) = (tokens("input_tokens"), tokens("output_tokens")) {
+        let _ = write!(
+            b,
+            r#"<tr><th>tokens</th><td id="f-tokens">{i} in, {o} out</td></tr>"#
+        );
+    }
     if let Some(turns) = job.pointer("/runtime/num_turns").and_then(Value::as_u64) {
         let _ = write!(b, r#"<tr><th>turns</th><td id="f-turns">{turns}</td></tr>"#);
     }

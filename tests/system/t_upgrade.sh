@@ -12,7 +12,10 @@
 #     pids, the new unit's WatchdogSec), every job finished exactly once (one file, one
 #     job_started event, the running ones with the worker pid they had before), every message
 #     has exactly one answer and one message_answered event, nothing stuck in the inbox;
-#   - `apt-get install` of the previous package is refused (version and services unchanged).
+#   - `apt-get install` of the previous package is refused (version and services unchanged);
+#     and `dpkg -i` of an older package whose scripts are this version's (0.1.0's own prerm
+#     cannot refuse anything: it predates the check) is refused by the prerms, before anything
+#     is unpacked.
 # sys: no-machine
 # sys: prev-deb
 # shellcheck source-path=SCRIPTDIR
@@ -44,7 +47,7 @@ setup_project TestProject /tmp/testproject
 setup_queue poplar 4
 orch=agentstore-orchestrator.service
 qm=queue-manager@poplar.service
-x sed -i 's/idle_exit_seconds: .*/idle_exit_seconds: 0/' "$AS/config.yaml"
+as_svc sed -i 's/idle_exit_seconds: .*/idle_exit_seconds: 0/' "$AS/config.yaml"
 sys_check "orchestrator ($old_version) runs" x systemctl start $orch
 sys_check "queue manager ($old_version) runs" x systemctl start $qm
 for i in 1 2 3 4 5 6 7 8; do
@@ -140,6 +143,22 @@ else
 fi
 sys_log "$(grep -iE 'downgrad|^E:' <<<"$out" | head -3)"
 sys_expect_eq "still installed: $new_version" "$new_version" "$(version)"
+# dpkg -i of an older package: this version's prerm (upgrade OLD) and the incoming one's
+# (failed-upgrade NEW) both refuse. The incoming package is this one repacked as 0.1.9-1, its
+# scripts' THIS_VERSION with it: what a downgrade from the next release to this one meets.
+x sh -c 'set -e; rm -rf /var/tmp/older && dpkg-deb -R /var/tmp/new.deb /var/tmp/older &&
+    sed -i "s/^Version: .*/Version: 0.1.9-1/" /var/tmp/older/DEBIAN/control &&
+    sed -i "s/^THIS_VERSION=.*/THIS_VERSION=0.1.9-1/" /var/tmp/older/DEBIAN/prerm &&
+    dpkg-deb -b /var/tmp/older /var/tmp/older.deb >/dev/null'
+rc=0
+out=$(x env DEBIAN_FRONTEND=noninteractive dpkg -i /var/tmp/older.deb 2>&1) || rc=$?
+if [ "$rc" != 0 ] && grep -q "refusing to downgrade" <<<"$out"; then
+    sys_pass "dpkg -i of 0.1.9-1 over $new_version is refused by prerm, saying why"
+else
+    sys_fail "dpkg -i of an older package was not refused (exit $rc): $out"
+fi
+sys_expect_eq "still installed after dpkg -i: $new_version" "$new_version" "$(version)"
+sys_expect_eq "dpkg's state is clean (install ok installed)" "install ok installed" "$(x dpkg-query -W -f='${Status}' agentstore)"
 sys_check "the orchestrator still runs" active $orch
 sys_check "the queue manager still runs" active $qm
 message up-after list-projects | put "$AS/messaging/inbox/up-after.json"

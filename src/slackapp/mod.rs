@@ -1,0 +1,171 @@
+//! The Slack app over Socket Mode (issue 31): no public URL is needed. The notifier that
+//! holds the store's notifier lock (one machine) also holds this connection: it asks
+//! `apps.connections.open` for a WebSocket URL with the app-level token, connects, waits for
+//! `hello`, acknowledges every envelope by its `envelope_id`, reconnects when Slack says
+//! `disconnect` (refresh, link disabled) or the socket drops, and handles:
+//!
+//! - `interactive` `block_actions` from the Allow / Always allow / Deny buttons that approval
+//!   notices carry ([`crate::notify::sinks::slack`]): answered through `Queue1.AnswerFor`, the
+//!   path the web uses, for the agentstore user the clicking Slack member maps to, then the
+//!   message is updated with who answered ([`actions`]);
+//! - `slash_commands`: `/agentstore status|approve|deny …` ([`commands`]).
+//!
+//! Who answers: the Slack member id of the click (Slack's word, over our authenticated socket)
+//! must be the `slack_username` of exactly one user document — a mapping the user sets, never
+//! taken from a payload alone — and the queue manager applies PRD §10 to that user (one home
+//! for the rule). What is answered: the queue and request are read from Slack's own copy of
+//! the message the button is on (its metadata, written by our bot), and the button's value
+//! must name the same. Refused, with a reply only the clicker sees and never an answer: an
+//! unmapped or ambiguous member, a member whose user may not answer, a replayed envelope, an
+//! action on a request already answered, a button that does not belong to its message.
+
+pub mod actions;
+pub mod commands;
+pub mod socket;
+
+use crate::model::User;
+use crate::notify::sinks::slack_api::SlackApi;
+use crate::store::Store;
+use crate::store::notify_config::SlackSink;
+use std::collections::{HashSet, VecDeque};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// How many envelope ids are remembered to refuse a replay.
+const SEEN_ENVELOPES: usize = 10_000;
+
+/// The app: its two tokens, the store, the bus it answers on.
+pub struct SlackApp {
+    /// Web API with the bot token (messages, updates, replies).
+    pub bot: SlackApi,
+    /// Web API with the app-level token (`apps.connections.open` only).
+    pub app: SlackApi,
+    /// The store (user documents, approval requests).
+    pub store: Store,
+    /// The bus the queue managers are on.
+    pub conn: zbus::Connection,
+    seen: Mutex<(HashSet<String>, VecDeque<String>)>,
+    answered: Mutex<HashSet<(String, String)>>,
+}
+
+impl SlackApp {
+    /// The app as `cfg` configures it (`None`: Socket Mode is not configured); the error
+    /// names what is missing, never a token.
+    pub fn new(
+        cfg: &SlackSink,
+        store: Store,
+        conn: zbus::Connection,
+        timeout: Duration,
+    ) -> Result<Option<SlackApp>, String> {
+        if !cfg.socket_mode() {
+            return Ok(None);
+        }
+        let http = crate::notify::sinks::http_client(timeout);
+        let bot_token = crate::notify::secrets::secret(
+            "slack",
+            cfg.bot_token.as_deref(),
+            cfg.bot_token_credential.as_deref(),
+        )?;
+        let app_token = crate::notify::secrets::secret(
+            "slack app",
+            cfg.app_token.as_deref(),
+            cfg.app_token_credential.as_deref(),
+        )?;
+        if !app_token.starts_with("xapp-") {
+            return Err("slack app: the app-level token does not start with xapp-".into());
+        }
+        Ok(Some(SlackApp {
+            bot: SlackApi::new("slack", &cfg.api_url, bot_token, http.clone())?,
+            app: SlackApi::new("slack app", &cfg.api_url, app_token, http)?,
+            store,
+            conn,
+            seen: Mutex::new((HashSet::new(), VecDeque::new())),
+            answered: Mutex::new(HashSet::new()),
+        }))
+    }
+
+    /// Records envelope `id`; false when it was seen before (a replay).
+    pub fn first_sight(&self, id: &str) -> bool {
+        let mut g = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let (set, order) = &mut *g;
+        if !set.insert(id.to_string()) {
+            return false;
+        }
+        order.push_back(id.to_string());
+        while order.len() > SEEN_ENVELOPES {
+            if let Some(old) = order.pop_front() {
+                set.remove(&old);
+            }
+        }
+        true
+    }
+
+    /// Whether the message (`channel`, `ts`) was answered through this app.
+    fn was_answered(&self, channel: &str, ts: &str) -> bool {
+        self.answered
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&(channel.to_string(), ts.to_string()))
+    }
+
+    fn mark_answered(&self, channel: &str, ts: &str) {
+        self.answered
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((channel.to_string(), ts.to_string()));
+    }
+
+    /// The agentstore user Slack member `member` maps to: the one user document whose
+    /// `slack_username` is that member id. The error is the reply to the member.
+    pub fn user_for(&self, member: &str) -> Result<User, String> {
+        let users = self
+            .store
+            .users(&mut |e| tracing::warn!("user document skipped for Slack: {e}"))
+            .map_err(|e| format!("agentstore cannot read its users: {e}"))?;
+        let mut found: Vec<User> = users
+            .into_iter()
+            .filter(|u| u.slack_username.as_deref() == Some(member))
+            .collect();
+        match found.len() {
+            1 => Ok(found.remove(0)),
+            0 => Err(format!(
+                "Refused: your Slack account ({member}) is not linked to an agentstore user. Ask for `orchestrator set-user <you> --slack-username {member}`."
+            )),
+            n => Err(format!(
+                "Refused: {n} agentstore users name your Slack account ({member}) as theirs; an administrator must settle which one is you."
+            )),
+        }
+    }
+}
+
+/// A D-Bus error as the words a person reads (the queue manager's own message).
+pub fn bus_error_text(queue: &str, e: &zbus::Error) -> String {
+    match e {
+        zbus::Error::MethodError(name, msg, _) => {
+            let name = name.as_str();
+            if name == "org.freedesktop.DBus.Error.ServiceUnknown"
+                || name == "org.freedesktop.DBus.Error.NameHasNoOwner"
+            {
+                return format!("no queue manager serves queue {queue:?}");
+            }
+            msg.clone().unwrap_or_else(|| name.to_string())
+        }
+        zbus::Error::FDO(f) => match &**f {
+            zbus::fdo::Error::ServiceUnknown(_) | zbus::fdo::Error::NameHasNoOwner(_) => {
+                format!("no queue manager serves queue {queue:?}")
+            }
+            other => other.to_string(),
+        },
+        other => other.to_string(),
+    }
+}
+
+/// The bus the queue managers are on: the system bus for the system services, else the
+/// user's session bus.
+pub async fn connect_bus() -> zbus::Result<zbus::Connection> {
+    if crate::store::system_mode() {
+        zbus::Connection::system().await
+    } else {
+        zbus::Connection::session().await
+    }
+}

@@ -1,0 +1,156 @@
+//! systemd credentials (`LoadCredential=`, `LoadCredentialEncrypted=`, `SetCredential=`,
+//! `SetCredentialEncrypted=`; `systemd-creds encrypt` makes the encrypted ones): the one
+//! reader of `$CREDENTIALS_DIRECTORY`, for the notifier's tokens and the jobs' keys.
+//!
+//! A job's secrets (issue 35): every credential of the queue manager's unit named
+//! `job-env.<NAME>` becomes the variable `NAME` in the environment of the agent each job
+//! runs (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`, …), read by the worker before it drops to
+//! the job's account. The key is in no unit file (the unit names the credential; systemd
+//! keeps it, encrypted at rest when `LoadCredentialEncrypted=`/`SetCredentialEncrypted=`
+//! is used), in no `Environment=` that `systemctl show` lists, in no store document and in
+//! no journal line: nothing here logs a value, and errors name the credential only.
+
+use std::path::{Path, PathBuf};
+
+/// The longest credential read (bytes).
+pub const MAX_CREDENTIAL: u64 = 64 * 1024;
+
+/// Prefix of the credentials given to jobs as environment variables.
+pub const JOB_ENV_PREFIX: &str = "job-env.";
+
+/// The most job variables taken from credentials.
+const MAX_JOB_VARS: usize = 64;
+
+/// `$CREDENTIALS_DIRECTORY`, when the unit has credentials.
+pub fn directory() -> Option<PathBuf> {
+    std::env::var_os("CREDENTIALS_DIRECTORY")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+}
+
+/// The credential `name` of `dir`, without the trailing newline `systemd-creds` and editors
+/// leave. The error names the credential, never its contents.
+pub fn read_from(dir: &Path, name: &str) -> Result<String, String> {
+    if name.is_empty() || name.contains('/') || name.starts_with('.') {
+        return Err(format!("credential name {name:?} is not a file name"));
+    }
+    let path = dir.join(name);
+    let f =
+        std::fs::File::open(&path).map_err(|e| format!("credential {}: {e}", path.display()))?;
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::Read::take(f, MAX_CREDENTIAL + 1), &mut bytes)
+        .map_err(|e| format!("credential {}: {e}", path.display()))?;
+    if bytes.len() as u64 > MAX_CREDENTIAL {
+        return Err(format!(
+            "credential {}: more than {MAX_CREDENTIAL} bytes",
+            path.display()
+        ));
+    }
+    let text = String::from_utf8(bytes)
+        .map_err(|_| format!("credential {}: not UTF-8 text", path.display()))?;
+    Ok(text.trim_end_matches(['\n', '\r']).to_string())
+}
+
+/// Whether `name` may be a job variable: a shell name in capitals, and none that changes how
+/// programs are loaded or found (`LD_*`, `PATH`, the account's identity).
+fn job_var_allowed(name: &str) -> bool {
+    let shape = name.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
+    shape
+        && !name.starts_with("LD_")
+        && !matches!(
+            name,
+            "PATH" | "HOME" | "USER" | "LOGNAME" | "SHELL" | "CREDENTIALS_DIRECTORY"
+        )
+}
+
+/// The job variables of the credentials in `dir` (see the module's doc), sorted by name.
+/// A credential named `job-env.` with a name that may not be a variable, or that cannot be
+/// read, is an error naming it: a job started without the key it was meant to have would
+/// only fail later, less clearly.
+pub fn job_environment_from(dir: &Path) -> Result<Vec<(String, String)>, String> {
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| format!("credentials {}: {e}", dir.display()))?;
+    let mut vars = Vec::new();
+    for e in entries {
+        let e = e.map_err(|e| format!("credentials {}: {e}", dir.display()))?;
+        let file = e.file_name();
+        let Some(name) = file.to_str().and_then(|f| f.strip_prefix(JOB_ENV_PREFIX)) else {
+            continue;
+        };
+        if !job_var_allowed(name) {
+            return Err(format!(
+                "credential {JOB_ENV_PREFIX}{name}: {name:?} cannot be a job's variable (capitals, digits and _; not LD_*, PATH, HOME, USER, LOGNAME, SHELL)"
+            ));
+        }
+        let value = read_from(dir, &format!("{JOB_ENV_PREFIX}{name}"))?;
+        vars.push((name.to_string(), value));
+        if vars.len() > MAX_JOB_VARS {
+            return Err(format!(
+                "credentials {}: more than {MAX_JOB_VARS} named {JOB_ENV_PREFIX}*",
+                dir.display()
+            ));
+        }
+    }
+    vars.sort();
+    Ok(vars)
+}
+
+/// [`job_environment_from`] this process's `$CREDENTIALS_DIRECTORY`; none without one.
+pub fn job_environment() -> Result<Vec<(String, String)>, String> {
+    match directory() {
+        Some(dir) => job_environment_from(&dir),
+        None => Ok(Vec::new()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_variables_come_from_job_env_credentials_only() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("job-env.OPENAI_API_KEY"), "sk-one\n").unwrap();
+        std::fs::write(d.path().join("job-env.ANTHROPIC_API_KEY"), "sk-two").unwrap();
+        std::fs::write(d.path().join("slack-token"), "xoxb").unwrap();
+        assert_eq!(
+            job_environment_from(d.path()).unwrap(),
+            [
+                ("ANTHROPIC_API_KEY".to_string(), "sk-two".to_string()),
+                ("OPENAI_API_KEY".to_string(), "sk-one".to_string()),
+            ]
+        );
+        for bad in [
+            "job-env.LD_PRELOAD",
+            "job-env.PATH",
+            "job-env.lower",
+            "job-env.",
+        ] {
+            let d = tempfile::tempdir().unwrap();
+            std::fs::write(d.path().join(bad), "x").unwrap();
+            let e = job_environment_from(d.path()).unwrap_err();
+            assert!(e.contains(bad) && !e.contains("\"x\""), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn errors_name_the_credential_never_the_value() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(
+            d.path().join("big"),
+            vec![b'k'; MAX_CREDENTIAL as usize + 1],
+        )
+        .unwrap();
+        let e = read_from(d.path(), "big").unwrap_err();
+        assert!(e.contains("big") && !e.contains("kkk"), "{e}");
+        assert!(read_from(d.path(), "../x").is_err());
+        assert!(
+            read_from(d.path(), "missing")
+                .unwrap_err()
+                .contains("missing")
+        );
+    }
+}
