@@ -278,3 +278,34 @@ pub fn check_as(
         Ok((out.status.code(), text[cut..].to_string()))
     }
 }
+
+/// Runs a PRD's integration job as the job's user: its report is the job's output.
+pub(super) fn outcome(
+    job: &Job,
+    plan: Result<crate::model::integration::Plan, String>,
+    env: &[(String, String)],
+    home: &std::path::Path,
+    switch_to: Option<RunAs>,
+) -> super::Outcome {
+    let plan = match plan {
+        Ok(p) => p,
+        Err(e) => return super::Outcome::fail(e),
+    };
+    let git = match super::worktree::Git::new(env.to_vec(), home, switch_to.clone()) {
+        Ok(g) => g,
+        Err(e) => return super::Outcome::fail(e),
+    };
+    let check = check_as(env.to_vec(), home.to_path_buf(), switch_to);
+    let dir = PathBuf::from(&job.config.working_directory);
+    match run(&git, &plan, &dir, &check) {
+        Ok(report) => {
+            println!("{}", report.summary);
+            super::Outcome {
+                output: Some(serde_json::to_string(&report).unwrap_or_default()),
+                exit_code: Some(0),
+                ..super::Outcome::default()
+            }
+        }
+        Err(e) => super::Outcome::fail(format!("integration of PRD {}: {e}", plan.prd)),
+    }
+}

@@ -300,7 +300,7 @@ fn execute(
     if job.config.jobtype != JobType::Venvman
         && let Some(plan) = integrate::plan_of(job)
     {
-        return integration(job, plan, &env, &home, switch.then(|| run_as.clone()));
+        return integrate::outcome(job, plan, &env, &home, switch.then(|| run_as.clone()));
     }
     // Issue 30: a task's job works in its own git worktree and branch.
     let task_space = task_workspace(job, &env, &home, switch.then(|| run_as.clone()));
@@ -516,37 +516,6 @@ fn execute(
         }
     }
     outcome
-}
-
-/// Runs a PRD's integration job as the job's user: its report is the job's output.
-fn integration(
-    job: &Job,
-    plan: Result<crate::model::integration::Plan, String>,
-    env: &[(String, String)],
-    home: &std::path::Path,
-    switch_to: Option<runas::RunAs>,
-) -> Outcome {
-    let plan = match plan {
-        Ok(p) => p,
-        Err(e) => return Outcome::fail(e),
-    };
-    let git = match worktree::Git::new(env.to_vec(), home, switch_to.clone()) {
-        Ok(g) => g,
-        Err(e) => return Outcome::fail(e),
-    };
-    let check = integrate::check_as(env.to_vec(), home.to_path_buf(), switch_to);
-    let dir = PathBuf::from(&job.config.working_directory);
-    match integrate::run(&git, &plan, &dir, &check) {
-        Ok(report) => {
-            println!("{}", report.summary);
-            Outcome {
-                output: Some(serde_json::to_string(&report).unwrap_or_default()),
-                exit_code: Some(0),
-                ..Outcome::default()
-            }
-        }
-        Err(e) => Outcome::fail(format!("integration of PRD {}: {e}", plan.prd)),
-    }
 }
 
 /// The git worktree of a task's job (`supporting_data.task`), made as the job's user;
