@@ -104,6 +104,12 @@ impl Caller {
         self.can_cancel_job(job, project)
     }
 
+    /// Changing a task of `p` (retry-task, cancel-task, set-task; issue 30): whoever may
+    /// change its project (its owner), or admins. Whoever may only see it may not.
+    pub fn can_change_task(&self, p: &Project) -> bool {
+        self.can_modify_project(p)
+    }
+
     /// Cancelling a job: admins, whoever asked for it, or whoever may change its project
     /// (`job` is `None` when its document cannot be read: admins only).
     pub fn can_cancel_job(&self, job: Option<&Job>, project: Option<&Project>) -> bool {
@@ -396,6 +402,9 @@ pub enum Denied {
     /// Cancelling a job of a project the caller may not change.
     #[error("job {0} belongs to another user's project")]
     CancelJob(String),
+    /// Retrying, cancelling or editing a task of a project the caller may not change.
+    #[error("task {0} belongs to {1}'s project {2}; only its owner or an admin may change it")]
+    ChangeTask(String, String, String),
     /// Pausing a queue by a non-admin.
     #[error("only admins can pause a queue")]
     PauseQueue,

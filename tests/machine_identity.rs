@@ -120,8 +120,12 @@ fn two_machines_with_one_host_name_are_two_machines() {
 
     // Machine a goes silent: b (same host name, another machine) fails a's job for it.
     a.signal(nix::sys::signal::Signal::SIGSTOP);
+    // The claim moves the file into failed_jobs/ first and writes the error into it next:
+    // wait for both.
     wait(Duration::from_secs(40), "j1 failed by b", || {
         env.job_file("failed", "j1").exists()
+            && std::fs::read_to_string(env.job_file("failed", "j1"))
+                .is_ok_and(|t| t.contains("stopped reporting at"))
     });
     let error = env.job("failed", "j1")["runtime"]["error"]
         .as_str()

@@ -32,6 +32,11 @@ if [[ "$prompt" == *"Create implementation tasks"* ]]; then
 fi
 task=$(printf '%s' "$prompt" | sed -n 's/^Implement task \([A-Za-z0-9_.-]*\) of PRD.*/\1/p' | head -1)
 [ -n "$task" ] || { echo "no task in the prompt" >&2; exit 3; }
+[ -f "$log/fail-$task" ] && { echo "told to fail" >&2; exit 5; }
+if [ -f "$log/hold-$task" ]; then
+  touch "$log/held-$task"
+  for _ in $(seq 1 1200); do [ -f "$log/hold-$task" ] || break; read -t 0.1 < /dev/zero 2>/dev/null || true; done
+fi
 touch "$log/start-$task"
 echo "$task was here" > "$task.txt"
 [ -f "$log/edit-README" ] && echo "$task rewrote this line" > README
@@ -146,6 +151,30 @@ impl Rig {
             text(&o.stderr)
         );
         text(&o.stdout)
+    }
+
+    /// [`Rig::daemon`] started through `wrapper` (its program and arguments, then `bin`).
+    pub(crate) fn daemon_in(
+        &self,
+        wrapper: &[&str],
+        envs: &[(&str, &str)],
+        bin: &str,
+        args: &[&str],
+        name: &str,
+    ) -> KillOnDrop {
+        let mut c = Command::new(wrapper[0]);
+        self.scope(&mut c);
+        c.args(&wrapper[1..])
+            .arg(bin)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        for (k, v) in envs {
+            c.env(k, v);
+        }
+        let d = KillOnDrop(c.spawn().unwrap());
+        wait_for_name(&self.bus, name);
+        d
     }
 
     pub(crate) fn daemon(&self, bin: &str, args: &[&str], name: &str) -> KillOnDrop {

@@ -20,8 +20,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 use web_env::spawn_web;
 
-struct Web {
-    env: TestEnv,
+pub(crate) struct Web {
+    pub(crate) env: TestEnv,
     bus: PrivateBus,
     _orchestratord: KillOnDrop,
     web: KillOnDrop,
@@ -31,7 +31,7 @@ struct Web {
     queue: String,
 }
 
-fn start() -> Option<Web> {
+pub(crate) fn start() -> Option<Web> {
     if !nix::unistd::getuid().is_root() {
         skip("the web API", "needs root to call as user nobody (runuser)");
         return None;
@@ -107,7 +107,7 @@ fn start() -> Option<Web> {
 
 impl Web {
     /// `curl` over the Unix socket, as `user` (None: root); (status, body).
-    fn unix(
+    pub(crate) fn unix(
         &self,
         user: Option<&str>,
         method: &str,
@@ -174,7 +174,7 @@ impl Web {
 
     /// `Submit` of a direct command over D-Bus, acting for `user` as a trusted caller does
     /// (None: as root): the answer's `content.result`, or the D-Bus error (name, text).
-    fn dbus_direct(
+    pub(crate) fn dbus_direct(
         &self,
         user: Option<&str>,
         command: &str,
@@ -244,7 +244,7 @@ fn parse_curl(o: std::process::Output) -> (u16, String) {
     (code.trim().parse().unwrap(), body.to_string())
 }
 
-fn parsed(r: (u16, String)) -> Value {
+pub(crate) fn parsed(r: (u16, String)) -> Value {
     assert_eq!(r.0, 200, "{}", r.1);
     serde_json::from_str(&r.1).unwrap()
 }

@@ -139,7 +139,11 @@ pub struct MigrateArgs {
 /// Runs upkeep command `command` (retry, archive, migrate): through orchestratord when one
 /// serves this store (over D-Bus; it alone may write the packaged system store), else here,
 /// on a store this user may write, with the same rules and the same report.
-fn upkeep(g: &GlobalArgs, command: &str, content: Map<String, Value>) -> Result<Value, CliError> {
+pub(super) fn upkeep(
+    g: &GlobalArgs,
+    command: &str,
+    content: Map<String, Value>,
+) -> Result<Value, CliError> {
     if super::remote::store_unreadable(g) {
         return super::remote::ask(g, command, content);
     }

@@ -198,6 +198,32 @@ pub enum Command {
         /// The PRD id and the task id, as PRD/TASK.
         task: String,
     },
+    /// Start a failed, cancelled or review task again (a new job from its last one), with
+    /// the tasks of its PRD that failed after it.
+    RetryTask {
+        /// The PRD id and the task id, as PRD/TASK.
+        task: String,
+    },
+    /// Cancel a task (and ask its queue manager to cancel its queued or running job).
+    CancelTask {
+        /// The PRD id and the task id, as PRD/TASK.
+        task: String,
+    },
+    /// Change a task before its job starts (or after it failed or was cancelled).
+    SetTask {
+        /// The PRD id and the task id, as PRD/TASK.
+        task: String,
+        /// New title.
+        #[arg(long)]
+        title: Option<String>,
+        /// New description.
+        #[arg(long)]
+        description: Option<String>,
+        /// The tasks it depends on, comma-separated (TASK of its PRD, or PRD/TASK); an empty
+        /// value removes every dependency.
+        #[arg(long)]
+        depends_on: Option<String>,
+    },
     /// List all queues with their runtime counters.
     ListQueues,
     /// Show one user.
@@ -540,6 +566,14 @@ pub fn run(cli: Cli) -> CliResult {
             status,
         } => tasks::list_tasks(g, &mut out, prd, project, status),
         Command::ViewTask { task } => tasks::view_task(g, &mut out, &task),
+        Command::RetryTask { task } => tasks::retry_task(g, &mut out, &task),
+        Command::CancelTask { task } => tasks::cancel_task(g, &mut out, &task),
+        Command::SetTask {
+            task,
+            title,
+            description,
+            depends_on,
+        } => tasks::set_task(g, &mut out, &task, title, description, depends_on),
         Command::ViewQueue { queue_name } => browse::view_queue(g, &mut out, &queue_name),
         Command::Init => admin::init(g, &mut out),
         Command::Validate { paths, kind } => admin::validate(g, &mut out, &paths, kind.as_deref()),

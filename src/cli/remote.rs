@@ -75,6 +75,22 @@ fn request(command: &Command, g: &GlobalArgs) -> Option<(&'static str, Map<Strin
             c.insert("message".into(), json!(message_id));
             "view-message"
         }
+        Command::ListTasks {
+            prd,
+            project,
+            status,
+        } => {
+            for (k, v) in [("prd", prd), ("project", project), ("status", status)] {
+                if let Some(v) = v {
+                    c.insert(k.into(), json!(v));
+                }
+            }
+            "list-tasks"
+        }
+        Command::ViewTask { task } => {
+            c.insert("task".into(), json!(task));
+            "view-task"
+        }
         _ => return None,
     };
     Some((name, c))
@@ -182,6 +198,9 @@ fn call(
             jobs_table(out, &rows)
         }
         Command::ListMessages(_) => super::messages::render_list(g, out, &result),
+        Command::ListTasks { .. } => {
+            super::tasks::render_tasks(g, out, &decode::<Vec<crate::model::Task>>(result)?)
+        }
         Command::ViewJob { job_id } if g.format == Format::Text => {
             let job: Job = decode(result)?;
             super::browse::show_job(g, out, job_id, job)

@@ -1,7 +1,7 @@
 //! The commands a message may carry (PRD §5, §6.2) and their Claude command mapping.
 
 /// Commands answered directly from the store.
-pub const DIRECT_COMMANDS: [&str; 16] = [
+pub const DIRECT_COMMANDS: [&str; 18] = [
     "help",
     "list-users",
     "list-projects",
@@ -18,6 +18,8 @@ pub const DIRECT_COMMANDS: [&str; 16] = [
     "view-machine",
     "list-messages",
     "view-message",
+    "list-tasks",
+    "view-task",
 ];
 
 /// Agent commands and the Claude command each job runs (PRD §6.4 `AGENT_COMMAND_MAPPING`).
@@ -67,5 +69,8 @@ pub fn help_text() -> String {
     s.push_str("  retry            content: job (a failed job; owner or admin)\n");
     s.push_str("  archive          content: older_than (e.g. 30d), dry_run (admins)\n");
     s.push_str("  migrate          content: dry_run (admins)\n");
+    s.push_str("  retry-task       content: task (PRD/TASK, failed, cancelled or in review; the project's owner or an admin)\n");
+    s.push_str("  cancel-task      content: task (PRD/TASK; owner or admin)\n");
+    s.push_str("  set-task         content: task (PRD/TASK), title, description, depends_on (before its job starts; owner or admin)\n");
     s
 }

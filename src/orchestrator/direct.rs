@@ -121,6 +121,11 @@ pub fn answer(store: &Store, msg: &Message, who: &Caller) -> Result<Value, Route
             })?;
             super::messages::view(store, who, id)
         }
+        "list-tasks" => super::tasks::listing::answer_list(store, msg, who),
+        "view-task" => {
+            let name = required(msg, "task")?;
+            Ok(to_value(&super::tasks::listing::view(store, who, name)?))
+        }
         other => Err(RouteError::Invalid(format!("Unknown command: {other}"))),
     }
 }

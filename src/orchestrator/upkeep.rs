@@ -23,11 +23,14 @@ pub const MAX_LISTED: usize = 10_000;
 
 /// True for `retry`, `archive` and `migrate`.
 pub fn is_upkeep(command: &str) -> bool {
-    UPKEEP_COMMANDS.contains(&command)
+    UPKEEP_COMMANDS.contains(&command) || super::tasks::edit::is_task_command(command)
 }
 
 /// Answers an upkeep message: its report.
 pub fn answer(store: &Store, msg: &Message, who: &Caller) -> Result<Value, RouteError> {
+    if super::tasks::edit::is_task_command(&msg.command) {
+        return super::tasks::edit::answer(store, msg, who);
+    }
     let c = &msg.content;
     let dry_run = match c.get("dry_run") {
         None | Some(Value::Null) => false,

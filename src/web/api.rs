@@ -348,7 +348,7 @@ fn methods(rest: &[&str]) -> Option<&'static str> {
     Some(match rest {
         ["messages"] => GET_AND_POST,
         ["jobs", _, "cancel"] | ["approvals", _, _, "answer"] => POST_ONLY,
-        ["jobs", _, "log"] => GET_ONLY,
+        ["jobs", _, "log"] | ["tasks"] | ["tasks", _, _] => GET_ONLY,
         [
             "whoami" | "users" | "projects" | "prds" | "queues" | "machines" | "jobs" | "approvals"
             | "events",
@@ -443,6 +443,25 @@ pub async fn route(
                 _ => ("view-job", "job"),
             };
             Ok(ok(&direct(app, &actor, command, one(key, id)).await?))
+        }
+        (["tasks"], true) => {
+            let q = query(&req, &["as", "prd", "project", "status"])?;
+            let actor = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
+            let mut c = Map::new();
+            for k in ["prd", "project", "status"] {
+                if let Some(v) = q.get(k) {
+                    c.insert(k.into(), json!(v));
+                }
+            }
+            Ok(ok(&direct(app, &actor, "list-tasks", c).await?))
+        }
+        (["tasks", prd, task], true) => {
+            let q = query(&req, &["as"])?;
+            let actor = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
+            let name = format!("{prd}/{task}");
+            Ok(ok(
+                &direct(app, &actor, "view-task", one("task", &name)).await?
+            ))
         }
         (["machines"], true) => {
             let q = query(&req, &["as"])?;

@@ -123,8 +123,9 @@ pub fn run(git: &Git, plan: &Plan, dir: &Path, check: &CheckRunner) -> Result<Re
         let _ = std::fs::remove_dir_all(&path);
         let _ = git.run(&top, &["worktree", "prune"]);
         return Err(format!(
-            "cannot make the integration worktree {}: {e}",
-            path.display()
+            "cannot make the integration worktree {}: {e}{}",
+            path.display(),
+            super::worktree::disk_note(path.parent().unwrap_or(&path))
         ));
     }
     let result = merge_and_check(git, plan, &path, check, &mut report);
@@ -279,7 +280,11 @@ pub fn check_as(
 }
 
 /// Runs a PRD's integration job as the job's user: its report is the job's output.
+<<<<<<< HEAD
 pub(super) fn job_outcome(
+=======
+pub(super) fn outcome(
+>>>>>>> tasks2
     job: &Job,
     plan: Result<crate::model::integration::Plan, String>,
     env: &[(String, String)],
@@ -290,7 +295,11 @@ pub(super) fn job_outcome(
         Ok(p) => p,
         Err(e) => return super::Outcome::fail(e),
     };
+<<<<<<< HEAD
     let git = match Git::new(env.to_vec(), home, switch_to.clone()) {
+=======
+    let git = match super::worktree::Git::new(env.to_vec(), home, switch_to.clone()) {
+>>>>>>> tasks2
         Ok(g) => g,
         Err(e) => return super::Outcome::fail(e),
     };

@@ -224,8 +224,9 @@ fn prepare_task(
             let _ = git.run(&top, &["branch", "-D", branch]);
         }
         return Err(format!(
-            "cannot make the task's worktree {}: {e}",
-            path.display()
+            "cannot make the task's worktree {}: {e}{}",
+            path.display(),
+            disk_note(path.parent().unwrap_or(&path))
         ));
     }
     if !branch_exists {
@@ -303,6 +304,7 @@ pub(super) fn identity<'a>(git: &Git, dir: &Path) -> Vec<&'a str> {
     }
 }
 
+<<<<<<< HEAD
 /// The git worktree of a task's job (`supporting_data.task`), made as the job's user;
 /// `None` for other jobs.
 pub(super) fn for_task(
@@ -322,5 +324,27 @@ pub(super) fn for_task(
         None => Ok(None),
         Some(Ok(ws)) => Ok(Some((git, ws))),
         Some(Err(e)) => Err(e),
+=======
+/// Below this many free bytes a failed checkout is put down to a full disk.
+const NEARLY_FULL: u64 = 1 << 20;
+
+/// "; the disk holding DIR is full (N KiB free)" when it nearly is, else nothing: git's own
+/// words for a failed write do not always say why.
+pub(super) fn disk_note(dir: &Path) -> String {
+    match nix::sys::statvfs::statvfs(dir) {
+        Ok(s) => {
+            let free = s.blocks_available().saturating_mul(s.fragment_size());
+            if free < NEARLY_FULL {
+                format!(
+                    "; the disk holding {} is full ({} KiB free): free space there and retry the task",
+                    dir.display(),
+                    free / 1024
+                )
+            } else {
+                String::new()
+            }
+        }
+        Err(_) => String::new(),
+>>>>>>> tasks2
     }
 }

@@ -18,12 +18,12 @@ pub const IMPLEMENT_TASK: &str = "implement-task";
 pub const TASK_KEY: &str = "task";
 
 /// One task's job, planned.
-struct Planned {
-    task: Task,
-    job_id: String,
-    after: Vec<String>,
-    bases: Vec<String>,
-    exists: bool,
+pub(super) struct Planned {
+    pub(super) task: Task,
+    pub(super) job_id: String,
+    pub(super) after: Vec<String>,
+    pub(super) bases: Vec<String>,
+    pub(super) exists: bool,
 }
 
 /// [`fan_out`] for a message: the jobs written, the PRD's `jobs` naming them (provenance).
@@ -183,7 +183,7 @@ pub fn fan_out(
     Ok(out)
 }
 
-fn write_task_job(
+pub(super) fn write_task_job(
     store: &Store,
     template: &Job,
     queue: &str,

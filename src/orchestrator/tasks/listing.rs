@@ -100,3 +100,57 @@ pub fn view(store: &Store, who: &Caller, name: &str) -> Result<Task, StoreError>
     let (_, t) = store.task(&r)?;
     Ok(effective(store, t))
 }
+
+/// `list-tasks` as a direct command (D-Bus `Submit`, the web API): `content.prd`,
+/// `content.project`, `content.status` (each optional; empty means not given). A project
+/// named must be one the caller may see, refused as `list-prds --project` refuses it.
+pub fn answer_list(
+    store: &Store,
+    msg: &crate::model::Message,
+    who: &Caller,
+) -> Result<serde_json::Value, crate::orchestrator::RouteError> {
+    use crate::orchestrator::RouteError;
+    let arg = |k: &str| -> Result<Option<String>, RouteError> {
+        match msg.content.get(k) {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(serde_json::Value::String(s)) if s.is_empty() => Ok(None),
+            Some(serde_json::Value::String(s)) => Ok(Some(s.clone())),
+            Some(other) => Err(RouteError::Invalid(format!(
+                "list-tasks: content.{k} must be a string, not {other}"
+            ))),
+        }
+    };
+    let status = match arg("status")? {
+        None => None,
+        Some(s) => Some(TaskStatus::from_name(&s).ok_or_else(|| {
+            RouteError::Invalid(format!(
+                "list-tasks: status {s:?} is not a task state (pending, ready, running, review, done, failed, cancelled)"
+            ))
+        })?),
+    };
+    let project = arg("project")?;
+    if let Some(p) = &project {
+        crate::permissions::visible_project(store, who, p)?;
+    }
+    let prd = arg("prd")?;
+    if let Some(p) = &prd {
+        crate::store::check_id("prd", p)?;
+        if !super::graph::prd_visible(store, who, p) {
+            return Err(StoreError::NotFound {
+                kind: "PRD",
+                id: p.clone(),
+            }
+            .into());
+        }
+    }
+    let tasks = list(
+        store,
+        who,
+        &TaskFilter {
+            prd,
+            project,
+            status,
+        },
+    )?;
+    Ok(serde_json::to_value(&tasks).unwrap_or(serde_json::Value::Null))
+}

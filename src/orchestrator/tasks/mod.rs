@@ -4,6 +4,7 @@
 
 pub mod create;
 pub mod done;
+pub mod edit;
 pub mod fanout;
 pub mod graph;
 pub mod integrate;

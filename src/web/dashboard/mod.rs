@@ -11,6 +11,7 @@ mod messages;
 mod prds;
 mod projects;
 mod queues;
+mod taskgraph;
 #[cfg(test)]
 mod tests;
 

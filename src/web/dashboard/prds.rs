@@ -68,6 +68,7 @@ pub(super) async fn prd_page(app: &App, who: &Actor, id: &str) -> Result<Respons
         );
     }
     b.push_str("</ul>");
+    task_section(app, who, id, &mut b).await?;
     let content = serde_json::to_string_pretty(prd.get("content").unwrap_or(&Value::Null))
         .unwrap_or_default();
     let _ = write!(
@@ -76,4 +77,56 @@ pub(super) async fn prd_page(app: &App, who: &Actor, id: &str) -> Result<Respons
         esc(&content)
     );
     Ok(page(&format!("PRD {id}"), who, false, &b))
+}
+
+/// The PRD's tasks (issue 30): their graph as SVG and a table, when it has any.
+async fn task_section(app: &App, who: &Actor, id: &str, b: &mut String) -> Result<(), WebError> {
+    let mut c = Map::new();
+    c.insert("prd".into(), json!(id));
+    let tasks = direct(app, who, "list-tasks", c).await?;
+    let tasks: Vec<Value> = tasks.as_array().cloned().unwrap_or_default();
+    if tasks.is_empty() {
+        return Ok(());
+    }
+    b.push_str("<h2>Tasks</h2>");
+    b.push_str(&super::taskgraph::svg(id, &tasks));
+    b.push_str("<table id=\"tasks\"><thead><tr><th>task</th><th>status</th><th>after</th><th>job</th><th>branch</th><th>commit</th><th>title</th></tr></thead><tbody>");
+    for t in &tasks {
+        let job = t
+            .get("jobs")
+            .and_then(Value::as_array)
+            .and_then(|j| j.last())
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let deps: Vec<&str> = t
+            .get("depends_on")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let _ = write!(
+            b,
+            r#"<tr data-task="{}"><td>{}</td><td style="background:{}">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>"#,
+            esc(s(t, "/id")),
+            esc(s(t, "/id")),
+            super::taskgraph::colour(s(t, "/status")),
+            esc(s(t, "/status")),
+            esc(&deps.join(", ")),
+            if job.is_empty() {
+                "-".to_string()
+            } else {
+                format!(
+                    r#"<a href="/jobs/{}">{}</a>"#,
+                    percent_encode(job),
+                    esc(job)
+                )
+            },
+            esc(s(t, "/branch")),
+            esc(s(t, "/commit")),
+            esc(s(t, "/title")),
+        );
+    }
+    b.push_str("</tbody></table>");
+    Ok(())
 }
