@@ -280,11 +280,7 @@ pub fn check_as(
 }
 
 /// Runs a PRD's integration job as the job's user: its report is the job's output.
-<<<<<<< HEAD
-pub(super) fn job_outcome(
-=======
 pub(super) fn outcome(
->>>>>>> tasks2
     job: &Job,
     plan: Result<crate::model::integration::Plan, String>,
     env: &[(String, String)],
@@ -295,11 +291,7 @@ pub(super) fn outcome(
         Ok(p) => p,
         Err(e) => return super::Outcome::fail(e),
     };
-<<<<<<< HEAD
     let git = match Git::new(env.to_vec(), home, switch_to.clone()) {
-=======
-    let git = match super::worktree::Git::new(env.to_vec(), home, switch_to.clone()) {
->>>>>>> tasks2
         Ok(g) => g,
         Err(e) => return super::Outcome::fail(e),
     };

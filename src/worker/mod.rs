@@ -300,11 +300,7 @@ fn execute(
     if job.config.jobtype != JobType::Venvman
         && let Some(plan) = integrate::plan_of(job)
     {
-<<<<<<< HEAD
-        return integrate::job_outcome(job, plan, &env, &home, switch.then(|| run_as.clone()));
-=======
         return integrate::outcome(job, plan, &env, &home, switch.then(|| run_as.clone()));
->>>>>>> tasks2
     }
     // Issue 30: a task's job works in its own git worktree and branch.
     let task_space = worktree::for_task(job, &env, &home, switch.then(|| run_as.clone()));
@@ -504,29 +500,6 @@ fn execute(
     outcome
 }
 
-<<<<<<< HEAD
-=======
-/// The git worktree of a task's job (`supporting_data.task`), made as the job's user;
-/// `None` for other jobs.
-fn task_workspace(
-    job: &Job,
-    env: &[(String, String)],
-    home: &std::path::Path,
-    switch_to: Option<runas::RunAs>,
-) -> Result<Option<(worktree::Git, worktree::Workspace)>, String> {
-    if job.config.jobtype == JobType::Venvman || !job.config.supporting_data.contains_key("task") {
-        return Ok(None);
-    }
-    let git = worktree::Git::new(env.to_vec(), home, switch_to)?;
-    let dir = PathBuf::from(&job.config.working_directory);
-    match worktree::prepare(&git, job, &dir) {
-        None => Ok(None),
-        Some(Ok(ws)) => Ok(Some((git, ws))),
-        Some(Err(e)) => Err(e),
-    }
-}
-
->>>>>>> tasks2
 /// `agentshell exec --json` with the job's approval channel; the prompt comes on stdin.
 fn agentshell_args(socket: &str, deadline: u64) -> Vec<String> {
     vec![

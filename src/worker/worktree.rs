@@ -304,7 +304,6 @@ pub(super) fn identity<'a>(git: &Git, dir: &Path) -> Vec<&'a str> {
     }
 }
 
-<<<<<<< HEAD
 /// The git worktree of a task's job (`supporting_data.task`), made as the job's user;
 /// `None` for other jobs.
 pub(super) fn for_task(
@@ -324,7 +323,9 @@ pub(super) fn for_task(
         None => Ok(None),
         Some(Ok(ws)) => Ok(Some((git, ws))),
         Some(Err(e)) => Err(e),
-=======
+    }
+}
+
 /// Below this many free bytes a failed checkout is put down to a full disk.
 const NEARLY_FULL: u64 = 1 << 20;
 
@@ -345,6 +346,5 @@ pub(super) fn disk_note(dir: &Path) -> String {
             }
         }
         Err(_) => String::new(),
->>>>>>> tasks2
     }
 }
