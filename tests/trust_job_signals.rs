@@ -157,8 +157,10 @@ async fn job_moves_reach_only_watchers_who_may_see_the_job() {
             .unwrap();
         }
 
-        let mut changes = Changes::subscribe(&bus, &env.queue).await;
+        // The manager first, then the test's own watcher (WatchJobs with replay: nothing
+        // is lost), so the watch is one awaited call, not a race with the name's arrival.
         let m = RunningManager::start(env.manager_config(&bus)).await;
+        let mut changes = Changes::subscribe(&bus, &env.queue).await;
         let name = agentstore::bus::queue_bus_name(&env.queue);
         let (_monitor, monitor) = monitor_as_nobody(&bus.address, &name);
         lines_until(&monitor, "the monitor's subscription", |l| {

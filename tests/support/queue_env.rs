@@ -307,8 +307,18 @@ pub async fn watch_each_owner(conn: &zbus::Connection, queue: &str) {
         while let Some(sig) = owners.next().await {
             let Ok(a) = sig.args() else { continue };
             if a.name().as_str() == name && a.new_owner().is_some() {
-                // A manager that is gone again before the call: the next owner is asked.
-                let _ = proxy.watch_jobs(true).await;
+                // The new owner may not answer at once (a loaded machine): asked again until
+                // it does; a manager that is gone again before the call: the next owner is
+                // asked.
+                for _ in 0..100 {
+                    match proxy.watch_jobs(true).await {
+                        Ok(()) => break,
+                        Err(e) => {
+                            eprintln!("WatchJobs of the new owner of {name}: {e}; asking again");
+                            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                        }
+                    }
+                }
             }
         }
     });
