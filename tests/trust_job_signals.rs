@@ -6,68 +6,20 @@
 //! watch at all.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use crate::trust_signals::{lines_until, monitor_as_nobody};
 use crate::{approvals_env, queue_env};
 
 use approvals_env::nobody;
 use futures_util::StreamExt;
 use queue_env::*;
 use serde_json::json;
-use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::mpsc;
 use std::time::Duration;
 
+/// Longest wait for one thing a listener should hear.
 const LONG: Duration = Duration::from_secs(120);
-
-/// `gdbus monitor` of `name` as `nobody` (plain match rules, as any local program can):
-/// its output lines, on a channel.
-fn monitor_as_nobody(address: &str, name: &str) -> (KillOnDrop, mpsc::Receiver<String>) {
-    let uid = nobody();
-    let mut child = Command::new("gdbus")
-        .args(["monitor", "--address", address, "--dest", name])
-        .env("HOME", "/")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .uid(uid)
-        .gid(uid)
-        .spawn()
-        .expect("gdbus (libglib2.0-bin) runs the listener as another user");
-    let out = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(out).lines() {
-            let Ok(l) = l else { break };
-            if tx.send(l).is_err() {
-                break;
-            }
-        }
-    });
-    (KillOnDrop(child), rx)
-}
-
-/// Lines from `rx` until one satisfies `done` (within [`LONG`]); all of them.
-fn lines_until(
-    rx: &mpsc::Receiver<String>,
-    what: &str,
-    done: impl Fn(&str) -> bool,
-) -> Vec<String> {
-    let deadline = std::time::Instant::now() + LONG;
-    let mut seen = Vec::new();
-    loop {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(l) => {
-                let stop = done(&l);
-                seen.push(l);
-                if stop {
-                    return seen;
-                }
-            }
-            Err(_) => panic!("no {what} within {LONG:?}; the listener saw: {seen:#?}"),
-        }
-    }
-}
 
 /// A watcher as Unix account `uid`: a thread of its own switches its own credentials (the
 /// kernel's are per thread; glibc's setuid would switch every thread of the test), connects

@@ -26,12 +26,12 @@ fn nobody() -> (u32, u32) {
     (u.uid.as_raw(), u.gid.as_raw())
 }
 
-/// `gdbus monitor` of the orchestrator's name as `nobody`: its output lines, on a channel.
-fn monitor_as_nobody(bus: &PrivateBus) -> (KillOnDrop, mpsc::Receiver<String>) {
+/// `gdbus monitor` of bus name `name` on the bus at `address` as `nobody` (plain match
+/// rules, as any local program can): its output lines, on a channel.
+pub(crate) fn monitor_as_nobody(address: &str, name: &str) -> (KillOnDrop, mpsc::Receiver<String>) {
     let (uid, gid) = nobody();
     let mut child = Command::new("gdbus")
-        .args(["monitor", "--address", &bus.address, "--dest"])
-        .arg(agentstore::bus::ORCHESTRATOR_NAME)
+        .args(["monitor", "--address", address, "--dest", name])
         .env("HOME", "/")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -53,7 +53,7 @@ fn monitor_as_nobody(bus: &PrivateBus) -> (KillOnDrop, mpsc::Receiver<String>) {
 }
 
 /// Lines from `rx` until one satisfies `done` (within [`LONG`]); all of them.
-fn lines_until(
+pub(crate) fn lines_until(
     rx: &mpsc::Receiver<String>,
     what: &str,
     done: impl Fn(&str) -> bool,
@@ -90,7 +90,7 @@ fn signals_carry_ids_only_to_another_user_on_the_bus() {
     let _daemon = KillOnDrop(spawn_orchestratord(&bus, &env.root, &["--idle-exit", "0"]));
     wait_for_name(&bus, agentstore::bus::ORCHESTRATOR_NAME);
 
-    let (_listener, rx) = monitor_as_nobody(&bus);
+    let (_listener, rx) = monitor_as_nobody(&bus.address, agentstore::bus::ORCHESTRATOR_NAME);
     // Subscribed once gdbus has found the name's owner.
     lines_until(&rx, "the listener's subscription", |l| {
         l.contains("is owned by")
