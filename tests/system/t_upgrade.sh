@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pending-upgrade (to become t_upgrade once it has run green): `apt install` of the new package over the previous release while jobs run and
+# t_upgrade: `apt install` of the new package over the previous release while jobs run and
 # messages arrive (issue 34), then a downgrade attempt.
 #   - the previous release (SYS_PREV_DEB: the tag's package, tests/system/prev-deb.sh) is
 #     installed, its orchestrator and queue-manager@poplar run, four jobs are running (20 s
