@@ -35,16 +35,7 @@ fn job_status(rig: &Rig, task: &str) -> String {
 #[test]
 fn tasks_are_changed_retried_and_cancelled_by_their_owner_only() {
     let rig = Rig::new();
-    let _orch = rig.daemon(
-        env!("CARGO_BIN_EXE_orchestratord"),
-        &["--idle-exit", "0"],
-        "org.agentstore.Orchestrator1",
-    );
-    let _qm = rig.daemon(
-        env!("CARGO_BIN_EXE_queue-manager"),
-        &["--queue", "poplar", "--launcher", "direct"],
-        "org.agentstore.Queue.poplar",
-    );
+    let _daemons = rig.serve_poplar();
     rig.prd("prd-e");
     let ct = job_id(&rig.ok(&["create-tasks", "--project", "P", "--prd", "prd-e"]));
     let running = rig.env().root.join("projects/P/running_prds/prd-e.json");

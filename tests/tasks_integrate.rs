@@ -24,16 +24,7 @@ fn one_task() -> String {
 #[test]
 fn a_conflict_or_a_red_check_puts_the_prd_in_review_naming_what_failed() {
     let rig = Rig::new();
-    let _orch = rig.daemon(
-        env!("CARGO_BIN_EXE_orchestratord"),
-        &["--idle-exit", "0"],
-        "org.agentstore.Orchestrator1",
-    );
-    let _qm = rig.daemon(
-        env!("CARGO_BIN_EXE_queue-manager"),
-        &["--queue", "poplar", "--launcher", "direct"],
-        "org.agentstore.Queue.poplar",
-    );
+    let _daemons = rig.serve_poplar();
     let repo = rig.r.project_dir.clone();
     let main = git(&repo, &["rev-parse", "main"]).trim().to_string();
     std::fs::write(rig.log.join("tasks.txt"), fork()).unwrap();

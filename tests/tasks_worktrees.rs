@@ -186,6 +186,23 @@ impl Rig {
         d
     }
 
+    /// orchestratord and queue poplar's manager (direct launcher), each once its bus name
+    /// is held; both stop when the guards drop.
+    pub(crate) fn serve_poplar(&self) -> [KillOnDrop; 2] {
+        [
+            self.daemon(
+                env!("CARGO_BIN_EXE_orchestratord"),
+                &["--idle-exit", "0"],
+                "org.agentstore.Orchestrator1",
+            ),
+            self.daemon(
+                env!("CARGO_BIN_EXE_queue-manager"),
+                &["--queue", "poplar", "--launcher", "direct"],
+                "org.agentstore.Queue.poplar",
+            ),
+        ]
+    }
+
     pub(crate) fn prd(&self, id: &str) {
         self.env().write(
             &format!("projects/P/queued_prds/{id}.json"),
@@ -242,16 +259,7 @@ pub(crate) fn job_id(out: &str) -> String {
 #[test]
 fn a_diamond_runs_in_parallel_worktrees_and_each_task_commits_on_its_branch() {
     let rig = Rig::new();
-    let _orch = rig.daemon(
-        env!("CARGO_BIN_EXE_orchestratord"),
-        &["--idle-exit", "0"],
-        "org.agentstore.Orchestrator1",
-    );
-    let _qm = rig.daemon(
-        env!("CARGO_BIN_EXE_queue-manager"),
-        &["--queue", "poplar", "--launcher", "direct"],
-        "org.agentstore.Queue.poplar",
-    );
+    let _daemons = rig.serve_poplar();
     rig.prd("prd-x");
     let ct = job_id(&rig.ok(&["create-tasks", "--project", "P", "--prd", "prd-x"]));
     let running = rig.env().root.join("projects/P/running_prds/prd-x.json");
