@@ -579,25 +579,7 @@ fn approvals_are_listed_and_answered_through_the_queue_manager() {
         );
         workers.push(worker);
     }
-    let _manager = KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_queue-manager"))
-            .args([
-                "--queue",
-                &q,
-                "--bus",
-                "session",
-                "--launcher",
-                "direct",
-                "--root",
-            ])
-            .arg(&root)
-            .env("DBUS_SESSION_BUS_ADDRESS", &w.bus.address)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    common::bus::wait_for_name(&w.bus, &agentstore::bus::queue_bus_name(&q));
+    let _manager = direct_manager(&w, &root, &q);
     // nob's event stream, open before anything is asked: it must carry the events of nob's
     // job and none of chenry's (PRD §10 for every reader, issue 27 item 4).
     let mut nob_stream = KillOnDrop({
@@ -1608,26 +1590,8 @@ fn events_carry_job_moves_of_a_manager_started_later_to_who_may_see_them() {
         .as_raw();
     let (_root_curl, mut root_lines) = stream(None);
     let (_nob_curl, mut nob_lines) = stream(Some(nobody));
-    let _manager = KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_queue-manager"))
-            .args([
-                "--queue",
-                &q,
-                "--bus",
-                "session",
-                "--launcher",
-                "direct",
-                "--root",
-            ])
-            .arg(&root)
-            .env("DBUS_SESSION_BUS_ADDRESS", &w.bus.address)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let _manager = direct_manager(&w, &root, &q);
     let name = agentstore::bus::queue_bus_name(&q);
-    common::bus::wait_for_name(&w.bus, &name);
     let path = agentstore::bus::queue_object_path(&q);
     // The server asks the new manager on its own, with replay: a move made before its call
     // arrives still reaches the stream.
@@ -1665,4 +1629,29 @@ fn events_carry_job_moves_of_a_manager_started_later_to_who_may_see_them() {
         !nob.contains("q-theirs"),
         "nob's stream carried chenry's job's move: {nob}"
     );
+}
+
+/// Queue `q`'s manager of the store at `root` on the test's session bus (direct launcher),
+/// once it holds its bus name.
+fn direct_manager(w: &Web, root: &std::path::Path, q: &str) -> KillOnDrop {
+    let manager = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_queue-manager"))
+            .args([
+                "--queue",
+                q,
+                "--bus",
+                "session",
+                "--launcher",
+                "direct",
+                "--root",
+            ])
+            .arg(root)
+            .env("DBUS_SESSION_BUS_ADDRESS", &w.bus.address)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    common::bus::wait_for_name(&w.bus, &agentstore::bus::queue_bus_name(q));
+    manager
 }
