@@ -397,8 +397,54 @@ fn doctor_finds_each_planted_fault() {
     let (code, checks) = doctor(&env);
     assert_eq!(code, 0, "{checks:#?}");
     assert_eq!(verdict(&checks, "store"), "ok");
+    // Where the store came from, in words (it said "(chosen by Env)").
+    assert!(
+        checks[0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("(chosen by AGENT_STORE_ROOT)"),
+        "{checks:#?}"
+    );
+    // Lingering as /var/lib/systemd/linger says, with the command that needs root.
+    let me = nix::unistd::User::from_uid(nix::unistd::getuid())
+        .unwrap()
+        .unwrap()
+        .name;
+    let lingering = std::path::Path::new("/var/lib/systemd/linger")
+        .join(&me)
+        .exists();
+    // Per-user mode (the session bus named): lingering is checked.
+    let o = env
+        .cli()
+        .env("AGENTSTORE_BUS", "session")
+        .args(["--format", "json", "doctor"])
+        .output()
+        .unwrap();
+    let user_checks: Vec<serde_json::Value> = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        verdict(&user_checks, "linger"),
+        if lingering { "ok" } else { "warn" }
+    );
+    if !lingering {
+        let l = user_checks.iter().find(|c| c["check"] == "linger").unwrap();
+        assert_eq!(l["fix"], format!("sudo loginctl enable-linger {me}"), "{l}");
+    }
     assert_eq!(verdict(&checks, "clock"), "ok");
     assert_eq!(verdict(&checks, "disk"), "ok");
+    // Nothing serves poplar yet: its jobs would wait; said, with the unit to enable.
+    assert_eq!(verdict(&checks, "queues"), "warn", "{checks:#?}");
+    let q = checks.iter().find(|c| c["check"] == "queues").unwrap();
+    assert!(
+        q["detail"]
+            .as_str()
+            .unwrap()
+            .contains("no machine serves poplar")
+            && q["fix"]
+                .as_str()
+                .unwrap()
+                .contains("enable --now queue-manager@poplar.path"),
+        "{q}"
+    );
 
     // This machine serves poplar, whose claude is not installed: fail, naming the fix.
     let store = agentstore::store::Store::open(&env.root).unwrap();
@@ -427,6 +473,7 @@ fn doctor_finds_each_planted_fault() {
         "{c}"
     );
     assert_eq!(verdict(&checks, "clock"), "warn");
+    assert_eq!(verdict(&checks, "queues"), "ok", "{checks:#?}");
     assert!(
         checks
             .iter()
@@ -519,4 +566,102 @@ comp orchestrator view-project nothing-like-this
         lines[5]
     );
     assert_eq!(lines[6].trim(), "", "no match offers nothing: {}", lines[6]);
+}
+
+/// A job waiting in a queue no machine serves can be cancelled (there is no manager to ask:
+/// it could not be, and waited forever): the CLI takes it from `queued_jobs/` and fails it
+/// "Job cancelled by <user>". A queue that is served is left to its manager: the CLI then
+/// says the manager is not on the bus, and the job stays queued.
+#[test]
+fn a_job_waiting_in_a_queue_nobody_serves_can_be_cancelled() {
+    // No bus with a manager on it (a bus address that leads nowhere).
+    let cancel = |env: &TestEnv, id: &str| {
+        env.cli()
+            .env(
+                "DBUS_SESSION_BUS_ADDRESS",
+                "unix:path=/nonexistent/agentstore-test-bus",
+            )
+            .env(
+                "DBUS_SYSTEM_BUS_ADDRESS",
+                "unix:path=/nonexistent/agentstore-test-bus",
+            )
+            .args(["cancel-job", id])
+            .output()
+            .unwrap()
+    };
+    let env = TestEnv::with_test_project();
+    env.ok(&["login", "chenry"]);
+    env.write(
+        "Queues/poplar/Jobs/queued_jobs/stuck-1.json",
+        &common::noop_job("2026-12-01T21:00:00Z"),
+    );
+    let o = cancel(&env, "stuck-1");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("Cancelled job stuck-1 (queue poplar; no machine serves queue poplar"),
+        "{out}"
+    );
+    assert!(
+        !env.root
+            .join("Queues/poplar/Jobs/queued_jobs/stuck-1.json")
+            .exists()
+    );
+    let failed: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(env.root.join("Queues/poplar/Jobs/failed_jobs/stuck-1.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(failed["runtime"]["status"], "failed");
+    assert_eq!(failed["runtime"]["error"], "Job cancelled by chenry");
+    assert!(failed["runtime"]["finish_time"].is_string(), "{failed}");
+    // Ended jobs are not cancelled again.
+    let o = cancel(&env, "stuck-1");
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("has already failed"));
+
+    // A served queue (a manager's fresh heartbeat): its manager decides, the job stays.
+    let store = agentstore::store::Store::open(&env.root).unwrap();
+    let hb = agentstore::store::machines::Heartbeat::new("queue-manager", Some("poplar"), 30);
+    store.write_heartbeat(&hb).unwrap();
+    env.write(
+        "Queues/poplar/Jobs/queued_jobs/stuck-2.json",
+        &common::noop_job("2026-12-01T21:00:00Z"),
+    );
+    let o = cancel(&env, "stuck-2");
+    assert!(!o.status.success());
+    assert!(
+        env.root
+            .join("Queues/poplar/Jobs/queued_jobs/stuck-2.json")
+            .exists()
+    );
+
+    // A user who may not change the job's project cannot cancel it this way either.
+    let env = TestEnv::with_test_project();
+    env.ok(&[
+        "add-user",
+        "nob",
+        "--name",
+        "N",
+        "--email",
+        "n@x",
+        "--permissions",
+        "user",
+    ]);
+    env.ok(&["login", "nob"]);
+    env.write(
+        "Queues/poplar/Jobs/queued_jobs/theirs-1.json",
+        &common::noop_job("2026-12-01T21:00:00Z"),
+    );
+    let o = cancel(&env, "theirs-1");
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("job theirs-1 belongs to another user's project"),
+        "{err}"
+    );
+    assert!(
+        env.root
+            .join("Queues/poplar/Jobs/queued_jobs/theirs-1.json")
+            .exists()
+    );
 }

@@ -338,7 +338,7 @@ pub(super) fn warn_missing_directory(project: &str, dir: &Path) {
              \"Working directory does not exist\" on any machine without it: create it \
              (mkdir -p {}) or change it (edit projects/{project}/project.json)",
             dir.display(),
-            crate::store::hostname(),
+            crate::store::identity::display_hostname(),
             dir.display()
         );
     }

@@ -56,19 +56,9 @@ pub(super) fn list(g: &GlobalArgs, out: &mut dyn Write) -> CliResult {
                 writeln!(out, "No approval requests waiting.")?
             }
             Format::Text => {
+                let width = super::render::terminal_width();
                 for (q, r) in &rows {
-                    writeln!(
-                        out,
-                        "{} {} (queue {q}): {} — denied at {} if nobody answers",
-                        r.0, r.1, r.3, r.5
-                    )?;
-                    writeln!(
-                        out,
-                        "  answer: orchestrator approve {job} {req} [--always]  |  \
-                         orchestrator deny {job} {req} [--reason TEXT]",
-                        job = r.0,
-                        req = r.1
-                    )?;
+                    write_pending(out, q, r, width)?;
                 }
             }
         }
@@ -78,6 +68,64 @@ pub(super) fn list(g: &GlobalArgs, out: &mut dyn Write) -> CliResult {
         }
         Ok(())
     })
+}
+
+/// A waiting request as a person reads it, wrapped to `width`: which job asks what, until
+/// when, and the two commands that answer it, with the request's short number (`a1`).
+fn write_pending(
+    out: &mut dyn Write,
+    queue: &str,
+    r: &PendingApproval,
+    width: usize,
+) -> std::io::Result<()> {
+    let (job, req) = (&r.0, &r.1);
+    let short = short_request_id(job, req);
+    let summary = super::job_view::tool_and_summary(&r.2, &r.3);
+    let lines = [
+        (
+            format!("Job {job} (queue {queue}) asks {short}: {summary}"),
+            "",
+        ),
+        (format!("denied at {} if nobody answers", r.5), "  "),
+        (
+            format!("orchestrator approve {job} {short} [--always]"),
+            "  ",
+        ),
+        (
+            format!("orchestrator deny {job} {short} [--reason TEXT]"),
+            "  ",
+        ),
+    ];
+    for (text, indent) in lines {
+        let w = width.saturating_sub(indent.len() + 2).max(20);
+        for (i, l) in super::render::wrap(&text, w).iter().enumerate() {
+            let pad = if i == 0 {
+                indent.to_string()
+            } else {
+                format!("{indent}  ")
+            };
+            writeln!(out, "{pad}{l}")?;
+        }
+    }
+    Ok(())
+}
+
+/// What `approve` takes for a request: `aN` when the id is `JOB-aN-<hex>` (the form workers
+/// give), else the whole id.
+pub fn short_request_id(job: &str, req: &str) -> String {
+    let numbered = req
+        .strip_prefix(job)
+        .and_then(|r| r.strip_prefix("-a"))
+        .and_then(|r| r.split_once('-'))
+        .filter(|(n, hex)| {
+            !n.is_empty()
+                && n.bytes().all(|b| b.is_ascii_digit())
+                && hex.bytes().all(|b| b.is_ascii_hexdigit())
+        });
+    match numbered {
+        Some((n, _)) => format!("a{n}"),
+        None => req.to_string(),
+    }
 }
 
 /// Prints ApprovalRequested/ApprovalAnswered of every queue until `limit` passes.
@@ -135,8 +183,12 @@ async fn follow(
                         v.to_string()
                     }
                     Format::Text => format!(
-                        "requested: {} {}: {} — denied at {} if nobody answers",
-                        r.0, r.1, r.3, r.5
+                        "requested: {job} {short}: {} — denied at {} if nobody answers \
+                         (orchestrator approve|deny {job} {short})",
+                        super::job_view::tool_and_summary(&r.2, &r.3),
+                        r.5,
+                        job = r.0,
+                        short = short_request_id(&r.0, &r.1),
                     ),
                 }
             }
@@ -243,12 +295,53 @@ pub(super) fn answer(
 mod tests {
     use super::request_id;
 
+    /// Issue 32: the listing says how to answer, with the short number `approve` takes, and
+    /// fits the terminal at 80 and 160 columns without cutting the job id or the command.
+    #[test]
+    fn a_waiting_request_shows_the_commands_that_answer_it() {
+        let job = "6616efa1-757c-5a65-a357-ea5021de16c4";
+        let r = (
+            job.to_string(),
+            format!("{job}-a1-09c7f8e5e00c43ebbeaa2f89"),
+            "Bash".to_string(),
+            "Bash: curl -s https://example.org/data.csv -o /home/rita/data.csv".to_string(),
+            "{}".to_string(),
+            "2026-12-02T07:34:21Z".to_string(),
+        );
+        for width in [80, 160] {
+            let mut buf = Vec::new();
+            super::write_pending(&mut buf, "poplar", &r, width).unwrap();
+            let text = String::from_utf8(buf).unwrap();
+            for l in text.lines() {
+                assert!(l.chars().count() <= width, "{width}: {l:?}\n{text}");
+            }
+            let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+            for want in [
+                format!("orchestrator approve {job} a1 [--always]"),
+                format!("orchestrator deny {job} a1 [--reason TEXT]"),
+                "asks a1: Bash: curl -s https://example.org/data.csv".to_string(),
+                "denied at 2026-12-02T07:34:21Z if nobody answers".to_string(),
+            ] {
+                assert!(flat.contains(&want), "{width}: {want:?} missing:\n{text}");
+            }
+            assert!(!flat.contains("Bash Bash"), "{text}");
+        }
+    }
+
     #[test]
     fn request_ids_may_be_typed_short() {
         assert_eq!(request_id("j1", "3"), "j1-a3");
         assert_eq!(request_id("j1", "a3"), "j1-a3");
         assert_eq!(request_id("j1", "j1-a3"), "j1-a3");
         assert_eq!(request_id("j1", "other"), "other");
+        assert_eq!(super::short_request_id("j1", "j1-a3-00ff"), "a3");
+        assert_eq!(super::short_request_id("j1", "j1-a31-abcd"), "a31");
+        assert_eq!(super::short_request_id("j1", "j1-a3"), "j1-a3");
+        assert_eq!(
+            super::short_request_id("j1", "other-a3-00ff"),
+            "other-a3-00ff"
+        );
+        assert_eq!(super::short_request_id("j1", "j1-ax-00ff"), "j1-ax-00ff");
         let waiting = ["j1-a3-00ff", "j1-a31-abcd"];
         assert_eq!(
             super::full_request_id("j1-a3", waiting.iter().copied()),

@@ -218,8 +218,11 @@ pub(super) fn list_queues(g: &GlobalArgs, out: &mut dyn Write) -> CliResult {
     }
     render_queues(g, out, &queues)?;
     if g.format == Format::Text {
+        let width = super::render::terminal_width();
         for why in unserved {
-            writeln!(out, "{why}")?;
+            for l in super::render::wrap(&why, width) {
+                writeln!(out, "{l}")?;
+            }
         }
     }
     Ok(())
@@ -644,7 +647,20 @@ pub(super) fn show(g: &GlobalArgs, out: &mut dyn Write, doc: &impl serde::Serial
 pub(super) fn show_job(g: &GlobalArgs, out: &mut dyn Write, id: &str, job: Job) -> CliResult {
     match g.format {
         Format::Json => write_json(out, &with_id(job, id))?,
-        Format::Text => super::job_view::write_job_here(out, id, &job)?,
+        Format::Text => {
+            // The machine's host name for people (`runtime.host` is its key, m-…), when its
+            // heartbeats can be read.
+            let hostname = job.runtime.host.as_deref().and_then(|h| {
+                open_store(g)
+                    .ok()?
+                    .machines()
+                    .get(h)?
+                    .hostname
+                    .clone()
+                    .filter(|n| n != h)
+            });
+            super::job_view::write_job_here(out, id, &job, hostname.as_deref())?
+        }
     }
     Ok(())
 }

@@ -430,7 +430,8 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, a: DemoArgs) -> CliResult
                 (JobStatus::Running, Some(j)) => format!(
                     " (worker pid {}, host {})",
                     j.runtime.process_id.unwrap_or(0),
-                    j.runtime.host.as_deref().unwrap_or("?")
+                    // The demo's manager runs here: this machine, by its name.
+                    crate::store::identity::display_hostname()
                 ),
                 _ => String::new(),
             };

@@ -110,10 +110,18 @@ pub fn checks(g: &GlobalArgs) -> Vec<Check> {
     out.push(bus_check(g.store_bus()));
     let host = crate::store::hostname();
     let machines = store.machines();
-    let served: Vec<String> = machines
+    // The queues this machine serves: its managers' heartbeats, and the queues whose
+    // `.path` unit is active here (right after `setup`, before any job, no manager has
+    // reported yet).
+    let mut served: Vec<String> = machines
         .get(&host)
         .map(|m| m.queues.clone())
         .unwrap_or_default();
+    for q in watched_queues(system) {
+        if !served.contains(&q) {
+            served.push(q);
+        }
+    }
     out.push(units_check(system, &served));
     if !system {
         out.push(linger_check());
@@ -121,6 +129,7 @@ pub fn checks(g: &GlobalArgs) -> Vec<Check> {
     for q in &served {
         out.extend(agent_checks(&store, q, system));
     }
+    out.push(queues_check(g, &store, system));
     out.push(clock_check(&machines, &host));
     out.push(disk_check(&root));
     out
@@ -220,6 +229,70 @@ fn systemctl(system: bool, args: &[&str]) -> Option<String> {
     };
     let o = super::daemon::systemctl(bus, args).ok()?;
     Some(String::from_utf8_lossy(&o.stdout).trim().to_string())
+}
+
+/// Every queue of the store has a machine that serves it (its jobs wait forever otherwise:
+/// a fresh install serves none until `queue-manager@<queue>.path` is enabled somewhere).
+fn queues_check(g: &GlobalArgs, store: &Store, system: bool) -> Check {
+    let ids = store.queue_ids().unwrap_or_default();
+    let unserved: Vec<&String> = ids
+        .iter()
+        .filter(|q| super::machines::unserved(g, store, q).is_some())
+        .collect();
+    if unserved.is_empty() {
+        return check(
+            "queues",
+            Verdict::Ok,
+            format!("served: {}", ids.join(", ")),
+            None,
+        );
+    }
+    let names: Vec<&str> = unserved.iter().map(|q| q.as_str()).collect();
+    check(
+        "queues",
+        Verdict::Warn,
+        format!(
+            "no machine serves {}: jobs sent there wait until one does",
+            names.join(", ")
+        ),
+        Some(format!(
+            "on each machine that should run them: systemctl{} enable --now {}",
+            if system { "" } else { " --user" },
+            names
+                .iter()
+                .map(|q| format!("queue-manager@{q}.path"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        )),
+    )
+}
+
+/// The queues whose `queue-manager@<queue>.path` is active on this machine's systemd.
+fn watched_queues(system: bool) -> Vec<String> {
+    let listed = systemctl(
+        system,
+        &[
+            "list-units",
+            "--all",
+            "--plain",
+            "--no-legend",
+            "--state=active",
+            "queue-manager@*.path",
+        ],
+    )
+    .unwrap_or_default();
+    parse_watched(&listed)
+}
+
+/// The queue names in `systemctl list-units --plain --no-legend` lines of path units.
+fn parse_watched(listed: &str) -> Vec<String> {
+    listed
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter_map(|u| u.strip_prefix("queue-manager@")?.strip_suffix(".path"))
+        .filter(|q| crate::model::is_safe_id(q))
+        .map(str::to_string)
+        .collect()
 }
 
 fn units_check(system: bool, served: &[String]) -> Check {
@@ -416,5 +489,18 @@ fn disk_check(root: &Path) -> Check {
             format!("cannot tell free space: {e}"),
             None,
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn watched_queues_are_read_from_systemctls_lines() {
+        let listed = "queue-manager@poplar.path loaded active waiting Watch poplar\n\
+                      queue-manager@oak-2.path loaded active waiting Watch oak-2\n\
+                      queue-manager@..path loaded active waiting x\n\
+                      agentstore-orchestrator.path loaded active waiting x\n";
+        assert_eq!(super::parse_watched(listed), ["poplar", "oak-2"]);
+        assert!(super::parse_watched("").is_empty());
     }
 }

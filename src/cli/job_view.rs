@@ -7,8 +7,15 @@ use crate::model::flow::priority_name;
 use crate::model::{Job, JobStatus, Timestamp};
 use std::io::{self, Write};
 
-/// Writes `job` (whose id is `id`) for reading at `width` columns.
-pub fn write_job(out: &mut dyn Write, id: &str, job: &Job, width: usize) -> io::Result<()> {
+/// Writes `job` (whose id is `id`) for reading at `width` columns; `hostname` is the name of
+/// the machine `runtime.host` keys (m-…), when known.
+pub fn write_job(
+    out: &mut dyn Write,
+    id: &str,
+    job: &Job,
+    width: usize,
+    hostname: Option<&str>,
+) -> io::Result<()> {
     let c = &job.config;
     let r = &job.runtime;
     let what = match c.jobtype {
@@ -54,8 +61,10 @@ pub fn write_job(out: &mut dyn Write, id: &str, job: &Job, width: usize) -> io::
         )?;
     }
     let mut facts = Vec::new();
-    if let Some(h) = &r.host {
-        facts.push(format!("host {h}"));
+    match (&r.host, hostname) {
+        (Some(h), Some(name)) => facts.push(format!("host {name} ({h})")),
+        (Some(h), None) => facts.push(format!("host {h}")),
+        _ => {}
     }
     if let Some(u) = &r.unit {
         facts.push(format!("unit {u}"));
@@ -111,11 +120,13 @@ pub fn write_job(out: &mut dyn Write, id: &str, job: &Job, width: usize) -> io::
         Some(_) => section(out, "Result", &job.result_text(), width)?,
         None => {
             let why = match r.status {
-                JobStatus::Queued => "(not started yet)",
-                JobStatus::Running => "(still running: `orchestrator logs ID` shows its log)",
-                JobStatus::Finished | JobStatus::Failed => "(the job left no output)",
+                JobStatus::Queued => "(not started yet)".to_string(),
+                JobStatus::Running => {
+                    format!("(still running: `orchestrator logs {id} --follow 600` follows it)")
+                }
+                JobStatus::Finished | JobStatus::Failed => "(the job left no output)".to_string(),
             };
-            section(out, "Result", why, width)?;
+            section(out, "Result", &why, width)?;
         }
     }
     if let Some(sb) = &r.sandbox {
@@ -138,12 +149,11 @@ pub fn write_job(out: &mut dyn Write, id: &str, job: &Job, width: usize) -> io::
             let verdict = if a.allow { "allowed" } else { "denied" };
             let always = if a.always { " (always)" } else { "" };
             let mut line = format!(
-                "{} {verdict}{always} by {} at {}: {} {}",
+                "{} {verdict}{always} by {} at {}: {}",
                 a.request_id,
                 a.by,
                 when(&a.at),
-                a.tool,
-                a.summary
+                tool_and_summary(&a.tool, &a.summary)
             );
             if let Some(m) = &a.message {
                 line.push_str(&format!(" — {m}"));
@@ -198,9 +208,26 @@ fn span(a: &Timestamp, b: &Timestamp) -> String {
     }
 }
 
+/// `Bash: rm -rf build` once: a request's summary often starts with its tool's name already.
+pub fn tool_and_summary(tool: &str, summary: &str) -> String {
+    let named = summary
+        .strip_prefix(tool)
+        .is_some_and(|rest| rest.starts_with(':') || rest.is_empty());
+    if named {
+        summary.to_string()
+    } else {
+        format!("{tool}: {summary}")
+    }
+}
+
 /// Writes the job view at the terminal's width.
-pub fn write_job_here(out: &mut dyn Write, id: &str, job: &Job) -> io::Result<()> {
-    write_job(out, id, job, terminal_width())
+pub fn write_job_here(
+    out: &mut dyn Write,
+    id: &str,
+    job: &Job,
+    hostname: Option<&str>,
+) -> io::Result<()> {
+    write_job(out, id, job, terminal_width(), hostname)
 }
 
 #[cfg(test)]
@@ -235,7 +262,7 @@ mod tests {
 
     fn render(j: &Job, width: usize) -> String {
         let mut buf = Vec::new();
-        write_job(&mut buf, "20261201-x", j, width).unwrap();
+        write_job(&mut buf, "20261201-x", j, width, None).unwrap();
         String::from_utf8(buf).unwrap()
     }
 

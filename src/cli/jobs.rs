@@ -68,9 +68,14 @@ pub(super) async fn queue_call<T>(
 pub(super) fn bus_error(e: zbus::Error, queue: &str, bus: BusKind) -> CliError {
     let text = e.to_string();
     if text.contains("ServiceUnknown") || text.contains("NameHasNoOwner") {
+        let user = if bus == BusKind::Session {
+            " --user"
+        } else {
+            ""
+        };
         return CliError::new(format!(
             "the queue manager for {queue} is not running on the {bus} bus \
-             (start it with `systemctl start queue-manager@{queue}`)"
+             (start it with `systemctl{user} start queue-manager@{queue}`)"
         ));
     }
     match e {
@@ -95,19 +100,40 @@ pub(super) fn cancel_job(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliRe
     }
     let bus = BusKind::from_env();
     let rt = runtime()?;
-    rt.block_on(async {
+    let asked = rt.block_on(async {
         let call = async {
             let conn = connect(bus).await?;
             queue_proxy(&conn, &loc.queue).await?.cancel_job(id).await
         };
         queue_call(&loc.queue, bus, call).await
-    })?;
+    });
+    // No manager to ask: a job waiting in a queue nobody serves is cancelled here.
+    let unserved = match asked {
+        Ok(()) => None,
+        Err(e) => match super::cancel_unserved::cancel_if_unserved(g, &store, &loc, id) {
+            Ok(Some(why)) => Some(why),
+            Ok(None) => return Err(e),
+            Err(here) => {
+                return Err(CliError::new(format!(
+                    "{}; cancelling it here failed too: {}",
+                    e.message, here.message
+                )));
+            }
+        },
+    };
     match g.format {
         Format::Json => write_json(
             out,
             &serde_json::json!({"job_id": id, "queue": loc.queue, "cancelled": true}),
         )?,
-        Format::Text => writeln!(out, "Cancelled job {id} (queue {})", loc.queue)?,
+        Format::Text => match unserved {
+            None => writeln!(out, "Cancelled job {id} (queue {})", loc.queue)?,
+            Some(why) => writeln!(
+                out,
+                "Cancelled job {id} (queue {}; {why}, so the CLI took it from the queue)",
+                loc.queue
+            )?,
+        },
     }
     Ok(())
 }

@@ -5,6 +5,7 @@ mod admin;
 mod agent;
 mod approvals;
 mod browse;
+mod cancel_unserved;
 pub mod complete;
 mod conflicts;
 mod daemon;

@@ -76,7 +76,11 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, a: SetupArgs) -> CliResul
     let mut steps: Vec<(String, String)> = Vec::new();
     let mut step = |out: &mut dyn Write, what: &str, how: String| -> CliResult {
         if g.format == Format::Text {
-            writeln!(out, "{what:<10} {how}")?;
+            let width = super::render::terminal_width().saturating_sub(11).max(20);
+            for (i, l) in super::render::wrap(&how, width).iter().enumerate() {
+                let what = if i == 0 { what } else { "" };
+                writeln!(out, "{what:<10} {l}")?;
+            }
         }
         steps.push((what.to_string(), how));
         Ok(())

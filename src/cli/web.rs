@@ -53,6 +53,25 @@ fn tcp_listeners(system: bool) -> Vec<String> {
         .collect()
 }
 
+/// The commands that add a loopback TCP listener to agentstore-web (a socket drop-in; the
+/// system service also needs to be let onto IP), as a person pastes them.
+pub fn tcp_steps(system: bool) -> Vec<String> {
+    if system {
+        vec![
+            "sudo mkdir -p /etc/systemd/system/agentstore-web.socket.d /etc/systemd/system/agentstore-web.service.d".into(),
+            r"printf '[Socket]\nListenStream=127.0.0.1:8717\nFileDescriptorName=tcp\n' | sudo tee /etc/systemd/system/agentstore-web.socket.d/tcp.conf".into(),
+            r"printf '[Service]\nIPAddressAllow=localhost\nRestrictAddressFamilies=AF_UNIX AF_INET AF_INET6\n' | sudo tee /etc/systemd/system/agentstore-web.service.d/tcp.conf".into(),
+            "sudo systemctl daemon-reload && sudo systemctl restart agentstore-web.socket".into(),
+        ]
+    } else {
+        vec![
+            "mkdir -p ~/.config/systemd/user/agentstore-web.socket.d".into(),
+            r"printf '[Socket]\nListenStream=127.0.0.1:8717\nFileDescriptorName=tcp\n' > ~/.config/systemd/user/agentstore-web.socket.d/tcp.conf".into(),
+            "systemctl --user daemon-reload && systemctl --user restart agentstore-web.socket".into(),
+        ]
+    }
+}
+
 /// Prints the URLs (and opens the dashboard when a desktop session is there).
 pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, args: &WebArgs) -> CliResult {
     let system = crate::store::system_mode();
@@ -106,11 +125,15 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, args: &WebArgs) -> CliRes
             )?;
             match &browser_url {
                 Some(u) => writeln!(out, "Dashboard: {u}")?,
-                None => writeln!(
-                    out,
-                    "For a browser, add a loopback TCP listener (docs/api.md, \"TCP\"): systemctl {}edit agentstore-web.socket",
-                    if system { "" } else { "--user " }
-                )?,
+                None => {
+                    writeln!(
+                        out,
+                        "For a browser, add a loopback TCP listener once, then run `orchestrator web` again:"
+                    )?;
+                    for l in tcp_steps(system) {
+                        writeln!(out, "  {l}")?;
+                    }
+                }
             }
             if opened {
                 writeln!(out, "Opened in the browser (xdg-open).")?;

@@ -35,7 +35,18 @@ pub(super) fn run_confined(
         Ok(o) => o,
         Err(e) => return Outcome::fail(e.to_string()),
     };
-    judge(out, what, format)
+    let mut o = judge(out, what, format);
+    let account = cmd.switch_to.as_ref().map(|a| a.name.clone());
+    if o.failed
+        && let Some(hint) = credential_hint(what, o.output.as_deref().unwrap_or(""), account)
+    {
+        let e = o.error.get_or_insert_default();
+        if !e.is_empty() {
+            e.push_str("; ");
+        }
+        e.push_str(&hint);
+    }
+    o
 }
 
 /// Separates stdout from stderr in `runtime.output`.
@@ -130,4 +141,34 @@ pub(super) fn judge(out: AgentOutput, what: &str, format: &ResultFormat) -> Outc
         o.error = Some(notes.join("; "));
     }
     o
+}
+
+/// What Claude Code prints when it has no credentials (`claude -p` without a login or key:
+/// "Not logged in · Please run /login"; a key it was given and the API refused: "Invalid API
+/// key"): where an unattended job finds them and how to give them (issue 32).
+pub(super) fn credential_hint(what: &str, output: &str, account: Option<String>) -> Option<String> {
+    if what != "Claude" {
+        return None;
+    }
+    let no_login = ["Not logged in", "Please run /login", "Invalid API key"];
+    if !no_login.iter().any(|m| output.contains(m)) {
+        return None;
+    }
+    let user = account
+        .or_else(|| {
+            nix::unistd::User::from_uid(nix::unistd::geteuid())
+                .ok()
+                .flatten()
+                .map(|u| u.name)
+        })
+        .unwrap_or_else(|| "the job's account".into());
+    Some(format!(
+        "Claude Code found no usable credentials as {user} on {host}: an unattended job uses \
+         {user}'s login in ~/.claude/ (run `claude` once as {user} and /login) or \
+         ANTHROPIC_API_KEY from the queue manager's environment (per user: `systemctl --user \
+         set-environment ANTHROPIC_API_KEY=…`, then `systemctl --user restart \
+         'queue-manager@*.service'`; system-wide: a job-env.ANTHROPIC_API_KEY credential of \
+         queue-manager@.service); `orchestrator doctor` on that machine checks it",
+        host = crate::store::identity::display_hostname(),
+    ))
 }

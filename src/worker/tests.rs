@@ -119,3 +119,27 @@ fn output_keeps_stdout_and_a_bounded_stderr_within_10_mb() {
     assert!(o.ends_with("the real error"));
     assert!(o.contains(STDERR_MARKER));
 }
+
+/// Issue 32: Claude Code without a login or key fails the job saying where an unattended job
+/// finds credentials and how to give them, for that account.
+#[test]
+fn a_claude_without_credentials_is_explained() {
+    for said in [
+        "Not logged in · Please run /login",
+        "Invalid API key · Fix external API key",
+    ] {
+        let hint = super::judge::credential_hint("Claude", said, Some("rita".into())).unwrap();
+        for part in [
+            "as rita",
+            "rita's login in ~/.claude/",
+            "systemctl --user set-environment ANTHROPIC_API_KEY",
+            "restart 'queue-manager@*.service'",
+            "job-env.ANTHROPIC_API_KEY",
+            "orchestrator doctor",
+        ] {
+            assert!(hint.contains(part), "{part:?} missing: {hint}");
+        }
+    }
+    assert!(super::judge::credential_hint("Claude", "rate limited", None).is_none());
+    assert!(super::judge::credential_hint("Codex", "Not logged in", None).is_none());
+}
