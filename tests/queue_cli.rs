@@ -34,7 +34,11 @@ async fn cli_live_state_cancel_and_logs() {
         let bus = PrivateBus::start();
         let env = QueueEnv::new(2);
         env.queue_job("q-1", &noop(300.0));
-        // No manager yet: cancel-job says so.
+        // No manager on this bus yet, though one reports (another machine, say): cancel-job
+        // says so and leaves the job to it. (A queue nobody serves at all: first_day.)
+        let store = agentstore::store::Store::open(&env.root).unwrap();
+        let hb = agentstore::store::machines::Heartbeat::new("queue-manager", Some("q1"), 30);
+        store.write_heartbeat(&hb).unwrap();
         let o = cli(&env, &bus, &["cancel-job", "q-1"]);
         assert_eq!(o.status.code(), Some(1));
         let err = String::from_utf8_lossy(&o.stderr);
