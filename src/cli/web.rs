@@ -27,6 +27,27 @@ fn socket_path(system: bool) -> PathBuf {
     rt.join("agentstore/http.sock")
 }
 
+/// True when agentstore-web.socket is active (or systemd cannot be asked: then the socket may
+/// be there all the same, and the paths are printed).
+fn socket_active(system: bool) -> bool {
+    let mut c = Command::new("systemctl");
+    if !system {
+        c.arg("--user");
+    }
+    match c
+        .args(["is-active", "agentstore-web.socket"])
+        .stderr(Stdio::null())
+        .output()
+    {
+        Ok(o) => {
+            let state = String::from_utf8_lossy(&o.stdout).trim().to_string();
+            // No manager to ask: say where it would be.
+            state == "active" || state.is_empty()
+        }
+        Err(_) => true,
+    }
+}
+
 /// The loopback TCP listeners of agentstore-web.socket (a drop-in adds them), as systemd
 /// reports them (`Listen=`); empty when systemd cannot be asked.
 fn tcp_listeners(system: bool) -> Vec<String> {
@@ -77,6 +98,7 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, args: &WebArgs) -> CliRes
     let system = crate::store::system_mode();
     let sock = socket_path(system);
     let tcp = tcp_listeners(system);
+    let listening = socket_active(system);
     // The user's own token (system mode: the service's, which only an admin can read).
     let token = match (system, crate::store::home_dir()) {
         (false, Some(home)) if !tcp.is_empty() => Some(
@@ -110,9 +132,30 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, args: &WebArgs) -> CliRes
                 "tcp": tcp,
                 "browser_url": browser_url,
                 "opened": opened,
+                "listening": listening,
             }),
         )?,
         Format::Text => {
+            if !listening {
+                let (sudo, user) = if system {
+                    ("sudo ", "")
+                } else {
+                    ("", "--user ")
+                };
+                let text = format!(
+                    "agentstore-web.socket is not active: nothing listens on {} yet. Start it \
+                     (and at every boot):",
+                    sock.display()
+                );
+                for l in super::render::wrap(&text, super::render::terminal_width()) {
+                    writeln!(out, "{l}")?;
+                }
+                writeln!(
+                    out,
+                    "  {sudo}systemctl {user}enable --now agentstore-web.socket"
+                )?;
+                return Ok(());
+            }
             writeln!(
                 out,
                 "API and dashboard on the Unix socket {}",
@@ -128,7 +171,7 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, args: &WebArgs) -> CliRes
                 None => {
                     writeln!(
                         out,
-                        "For a browser, add a loopback TCP listener once, then run `orchestrator web` again:"
+                        "For a browser, add a loopback TCP listener (once), then run this again:"
                     )?;
                     for l in tcp_steps(system) {
                         writeln!(out, "  {l}")?;

@@ -14,8 +14,9 @@
 #    its waiting job can be cancelled (it could not: no manager to ask);
 #  - an approval waits: `approvals` prints the command that answers it (short number), the
 #    dashboard's job page shows it with Allow; the printed command answers it;
-#  - `orchestrator web` prints the exact steps for a browser listener; run verbatim, the
-#    dashboard answers on loopback TCP with the user's token.
+#  - `orchestrator web` says when the dashboard's socket is not started and how to start it,
+#    and prints the exact steps for a browser listener; run verbatim, the dashboard answers
+#    on loopback TCP with the user's token.
 # shellcheck source-path=SCRIPTDIR
 # shellcheck disable=SC2016
 set -euo pipefail
@@ -181,6 +182,15 @@ sys_expect_match "... and says so" "Cancelled job $j4 \\(queue oak; no machine s
 sys_check "the job is in oak's failed_jobs/" uin "$j4" failed oak
 sys_expect_eq "... cancelled by $U" "Job cancelled by $U" "$(jfield "$(ujob "$j4" failed oak)" error)"
 sys_check "... and no longer queued" x test ! -e "$(ujob "$j4" queued oak)"
+
+# The dashboard: `orchestrator web` says the socket is not started yet, and how; run as printed.
+out=$(u orchestrator web --no-open 2>&1) || true
+sys_log "web: $out"
+sys_expect_match "web says agentstore-web.socket is not active" 'agentstore-web.socket is not active' "$out"
+check_fits "orchestrator web" "$out"
+cmd=$(sed -n 's/^  \(systemctl --user enable --now agentstore-web.socket\)$/\1/p' <<<"$out")
+sys_expect_eq "... and prints the command that starts it" "systemctl --user enable --now agentstore-web.socket" "$cmd"
+sys_check "the printed command runs" us "$cmd"
 
 # An approval waits while the user reads the dashboard.
 fake_model '{"replies": [{"tool_use": {"name": "Bash", "input": {"command": "curl -s https://example.org/growth.csv -o /home/rita/growth.csv"}}}, {"text": "Fetched the data."}], "fallback_text": "Fallback."}'
