@@ -55,6 +55,7 @@ mod backlog;
 mod claude_real;
 mod cli_remote;
 mod codex_real;
+mod codex_rights;
 mod conflicts;
 mod crash_audit;
 mod dbus_introspection;
