@@ -386,7 +386,8 @@ fn precheck(store: &Store, msg: &Message) -> Result<Option<String>, CliError> {
         crate::permissions::visible_project(store, &who, project_id)
     };
     let project = asked.map_err(|e| fail(RouteError::from(e)))?;
-    if msg.command == crate::orchestrator::commands::CREATE_ENVIRONMENT {
+    if crate::model::Command::parse(&msg.command) == Some(crate::model::Command::CreateEnvironment)
+    {
         crate::orchestrator::venvman_options(msg).map_err(fail)?;
     }
     let queue = crate::orchestrator::select_queue(store, msg, &project).map_err(fail)?;

@@ -80,6 +80,7 @@ impl FlowArgs {
 
 use super::render::{Format, write_json};
 use super::{CliError, CliResult, GlobalArgs, open_store};
+use crate::model::Command as Op;
 use crate::model::{DocKind, Job};
 use crate::store::archive::parse_age;
 use std::io::Write;
@@ -141,7 +142,7 @@ pub struct MigrateArgs {
 /// on a store this user may write, with the same rules and the same report.
 pub(super) fn upkeep(
     g: &GlobalArgs,
-    command: &str,
+    command: Op,
     content: Map<String, Value>,
 ) -> Result<Value, CliError> {
     if super::remote::store_unreadable(g) {
@@ -149,12 +150,12 @@ pub(super) fn upkeep(
     }
     let store = open_store(g)?;
     let user = super::Session::load().ok().and_then(|s| s.username);
-    let msg = super::agent::message(command, None, content, user);
+    let msg = super::agent::message(command.name(), None, content, user);
     if let Some(answer) = super::agent::submit_if_served(g, &store, &msg)? {
         return Ok(answer.content.get("result").cloned().unwrap_or(Value::Null));
     }
     let who = super::browse::caller(&store)?;
-    crate::orchestrator::upkeep::answer(&store, &msg, &who)
+    crate::orchestrator::upkeep::answer(&store, command, &msg, &who)
         .map_err(|e| CliError::new(e.to_string()))
 }
 
@@ -181,7 +182,7 @@ fn field<'a>(v: &'a Value, key: &str) -> &'a str {
 pub(super) fn retry(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResult {
     let mut c = Map::new();
     c.insert("job".into(), json!(id));
-    let r = upkeep(g, "retry", c)?;
+    let r = upkeep(g, Op::Retry, c)?;
     let done = r
         .get("retried")
         .and_then(Value::as_array)
@@ -210,7 +211,7 @@ pub(super) fn archive(g: &GlobalArgs, out: &mut dyn Write, a: ArchiveArgs) -> Cl
     let mut c = Map::new();
     c.insert("older_than".into(), json!(a.older_than));
     c.insert("dry_run".into(), json!(a.dry_run));
-    let r = upkeep(g, "archive", c)?;
+    let r = upkeep(g, Op::Archive, c)?;
     let errors = strs(&r, "errors");
     let verb = if a.dry_run { "would move" } else { "moved" };
     match g.format {
@@ -264,7 +265,7 @@ fn report_errors(out: &mut dyn Write, g: &GlobalArgs, errors: &[String], what: &
 pub(super) fn migrate(g: &GlobalArgs, out: &mut dyn Write, a: MigrateArgs) -> CliResult {
     let mut c = Map::new();
     c.insert("dry_run".into(), json!(a.dry_run));
-    let r = upkeep(g, "migrate", c)?;
+    let r = upkeep(g, Op::Migrate, c)?;
     let errors = strs(&r, "errors");
     match g.format {
         Format::Json => write_json(out, &r)?,

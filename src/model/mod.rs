@@ -5,6 +5,7 @@
 //! fields except the free-form `content` and `supporting_data` maps.
 
 pub mod approval;
+mod command;
 pub mod flow;
 pub mod integration;
 mod job;
@@ -18,6 +19,7 @@ mod time;
 mod usage;
 mod user;
 
+pub use command::{Command, CommandKind, UnknownCommand};
 pub use flow::{RetryOn, RetryPolicy};
 pub use job::{
     Job, JobConfig, JobRuntime, JobStatus, JobType, RESEARCH_DOCUMENT_KEY, VENVMAN_KEY,
