@@ -71,6 +71,7 @@ mod machines;
 mod notify;
 mod notify_email;
 mod notify_slack;
+mod one_home;
 mod orchestrator_badinput;
 mod orchestrator_m1;
 mod orchestrator_m2;

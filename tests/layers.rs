@@ -311,7 +311,7 @@ fn referenced(src: &str, module: &[String]) -> BTreeSet<String> {
     out.into_iter().collect()
 }
 
-fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+pub(crate) fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         if path.is_dir() {
@@ -581,7 +581,7 @@ const DENIAL_PHRASES: &[&str] = &[
 
 /// The part of a source file that is not its tests (`#[cfg(test)] mod tests`), without
 /// `//` comments.
-fn code_outside_tests(src: &str) -> Vec<(usize, &str)> {
+pub(crate) fn code_outside_tests(src: &str) -> Vec<(usize, &str)> {
     let mut out = Vec::new();
     let mut lines = src.lines().enumerate().peekable();
     while let Some((i, line)) = lines.next() {

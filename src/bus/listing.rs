@@ -101,7 +101,6 @@ pub fn list_jobs_page(
         .job_index
         .lock()
         .map_err(|_| BusError::Failed("job index lock poisoned".into()))?;
-    let vis = crate::permissions::Visibility::new(store, &who);
     let key = format!(
         "{uid}\n{:?}\n{filter:?}\n{}",
         ask.user.as_deref(),
@@ -109,9 +108,14 @@ pub fn list_jobs_page(
     );
     let offset = offset as usize;
     let (mut jobs, key, mut next, total) = match index.take_cursor(&key, offset) {
-        Some(c) => (VisibleJobs::over(c.listing, vis), c.key, c.next, c.total),
+        Some(c) => (
+            VisibleJobs::over(c.listing, store, &who),
+            c.key,
+            c.next,
+            c.total,
+        ),
         None => {
-            let mut jobs = VisibleJobs::over(index.listing(store, filter), vis);
+            let mut jobs = VisibleJobs::over(index.listing(store, filter), store, &who);
             // The total: counted once, then kept while the folders and the caller's rights
             // are unchanged (a first page of 100,000 jobs then costs one page, not a count).
             let kept = index.cached_total(&key, jobs.listing()).cloned();
@@ -130,8 +134,7 @@ pub fn list_jobs_page(
                 // Whole documents come from the documents cache beside the index (one fstatat
                 // per job while its file is unchanged), not from reading and checking every
                 // file again: the same folders, opened once more after the count.
-                let (_, vis) = jobs.into_parts();
-                jobs = VisibleJobs::over(index.listing_with_documents(store, filter), vis);
+                jobs.replace_listing(index.listing_with_documents(store, filter));
             }
             let next = jobs.skip_visible(offset);
             // Bringing a changed folder's index up to date freed a few megabytes: give them
@@ -189,7 +192,7 @@ pub fn list_jobs_page(
     }
     page.push(b']');
     let next = next.min(total);
-    let (listing, _) = jobs.into_parts();
+    let listing = jobs.into_listing();
     if next < total {
         index.keep_cursor(Cursor {
             key,

@@ -364,24 +364,10 @@ pub(super) fn list_archived(
 fn list_archived_to(g: &GlobalArgs, out: &mut dyn Write, project: Option<&str>) -> CliResult {
     let store = open_store(g)?;
     let who = caller(&store)?;
-    // Narrowed to a project the caller may not see: refused, as the live listing is. (One
-    // that no longer exists may still have archived jobs: listed as far as the caller may
-    // see them.)
-    if let Some(p) = project {
-        match permissions::visible_project(&store, &who, p) {
-            Ok(_) | Err(permissions::Refused::Store(StoreError::NotFound { .. })) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    if let Some(q) = &g.queue {
-        store.queue(q)?;
-    }
     let mut index = JobIndex::default();
     let json = matches!(g.format, Format::Json);
-    let mut listing = VisibleJobs::over(
-        index.archived_listing(&store, g.queue.as_deref(), project, json),
-        permissions::Visibility::new(&store, &who),
-    );
+    let mut listing =
+        VisibleJobs::archived(&store, &who, &mut index, g.queue.as_deref(), project, json)?;
     let path = |l: &Listed| {
         crate::store::archive::archive_root(&store, &l.queue)
             .join(l.month.as_deref().unwrap_or_default())

@@ -150,7 +150,7 @@ pub(super) fn upkeep(
     }
     let store = open_store(g)?;
     let user = super::Session::load().ok().and_then(|s| s.username);
-    let msg = super::agent::message(command.name(), None, content, user);
+    let msg = super::agent::message(command, None, content, user);
     if let Some(answer) = super::agent::submit_if_served(g, &store, &msg)? {
         return Ok(answer.content.get("result").cloned().unwrap_or(Value::Null));
     }
@@ -348,8 +348,8 @@ pub(super) fn pipeline(g: &GlobalArgs, out: &mut dyn Write, a: PipelineArgs) -> 
     g1.follow = None;
     for (i, step) in PIPELINE_STEPS.iter().enumerate() {
         let task = match *step {
-            "research-code" | "create-prd" => a.task.clone(),
-            "create-tasks" => format!("Create implementation tasks for the PRD of: {}", a.task),
+            Op::ResearchCode | Op::CreatePrd => a.task.clone(),
+            Op::CreateTasks => format!("Create implementation tasks for the PRD of: {}", a.task),
             _ => format!("Implement the tasks of the PRD of: {}", a.task),
         };
         let step_args = super::agent::AgentArgs {
@@ -373,9 +373,9 @@ pub(super) fn pipeline(g: &GlobalArgs, out: &mut dyn Write, a: PipelineArgs) -> 
         }
         c.insert(
             "pipeline".into(),
-            json!({"step": step, "steps": ids, "prd": prd, "task": a.task}),
+            json!({"step": step.name(), "steps": ids, "prd": prd, "task": a.task}),
         );
-        let mut msg = super::agent::message(step, Some(project.clone()), c, s.username.clone());
+        let mut msg = super::agent::message(*step, Some(project.clone()), c, s.username.clone());
         msg.correlation_id = cids[i].clone();
         super::agent::send(&g1, out, msg)?;
     }

@@ -27,6 +27,7 @@ mod web;
 pub use render::Format;
 pub use session::{Session, session_path};
 
+use crate::model::Command as Op;
 use crate::model::{JobStatus, Permission};
 use crate::store::{Store, StoreError, resolve_root};
 use clap::{Args, Parser, Subcommand};
@@ -584,10 +585,10 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Notifications(a) => notify::list(g, &mut out, &a),
         Command::AddQueue(a) => admin::add_queue(g, &mut out, a),
         Command::SetQueue(a) => admin::set_queue(g, &mut out, a),
-        Command::CreatePrd(a) => agent::simple(g, &mut out, "create-prd", a),
-        Command::ResearchCode(a) => agent::simple(g, &mut out, "research-code", a),
-        Command::CreateTasks(a) => agent::with_prd(g, &mut out, "create-tasks", a),
-        Command::ImplementTasks(a) => agent::with_prd(g, &mut out, "implement-tasks", a),
+        Command::CreatePrd(a) => agent::simple(g, &mut out, Op::CreatePrd, a),
+        Command::ResearchCode(a) => agent::simple(g, &mut out, Op::ResearchCode, a),
+        Command::CreateTasks(a) => agent::with_prd(g, &mut out, Op::CreateTasks, a),
+        Command::ImplementTasks(a) => agent::with_prd(g, &mut out, Op::ImplementTasks, a),
         Command::CreateEnvironment(a) => agent::create_environment(g, &mut out, a),
         Command::Daemon { action } => daemon::run(g, &mut out, action),
         Command::Demo(a) => demo::run(g, &mut out, a),

@@ -10,7 +10,7 @@
 //! admins in `problems` and left as it is.
 
 use super::RouteError;
-use crate::model::{DocKind, Message, MessageStatus};
+use crate::model::{Command, DocKind, Message, MessageStatus};
 use crate::permissions::Caller;
 use crate::store::{Scanned, Store, read_limited, scan_each};
 use serde_json::{Map, Value, json};
@@ -408,7 +408,7 @@ pub fn view(store: &Store, who: &Caller, id: &str) -> Result<Value, RouteError> 
 pub fn filter_from(content: &Map<String, Value>) -> Result<MessageFilter, RouteError> {
     super::commands::content::known_content_keys(
         content,
-        "list-messages",
+        Command::ListMessages.name(),
         &["project", "user", "status", "direction", "offset", "limit"],
     )?;
     let text = |k: &str| -> Result<Option<String>, RouteError> {
@@ -421,7 +421,8 @@ pub fn filter_from(content: &Map<String, Value>) -> Result<MessageFilter, RouteE
             ))),
         }
     };
-    let number = |k: &str| super::commands::content::whole_number(content, "list-messages", k);
+    let number =
+        |k: &str| super::commands::content::whole_number(content, Command::ListMessages.name(), k);
     let status = match text("status")? {
         None => None,
         Some(s) => Some(status_from_name(&s).ok_or_else(|| {

@@ -54,17 +54,52 @@ impl<'a> VisibleJobs<'a> {
         } else {
             index.listing(store, filter)
         };
-        Ok(VisibleJobs::over(listing, Visibility::new(store, who)))
+        Ok(VisibleJobs::over(listing, store, who))
     }
 
-    /// An open listing (a kept cursor's, an archive's) walked as `vis` lets its caller see it.
-    pub fn over(listing: Listing, vis: Visibility<'a>) -> VisibleJobs<'a> {
-        VisibleJobs { listing, vis }
+    /// The archived jobs of `queue` (all queues when `None`) and `project`, for `who`; with
+    /// `documents` as in [`VisibleJobs::open`]. Narrowed to a project the caller may not
+    /// see, refused as the live listing is; one that no longer exists may still have
+    /// archived jobs: listed as far as the caller may see them.
+    pub fn archived(
+        store: &'a Store,
+        who: &'a Caller,
+        index: &mut JobIndex,
+        queue: Option<&str>,
+        project: Option<&str>,
+        documents: bool,
+    ) -> Result<VisibleJobs<'a>, Refused> {
+        if let Some(p) = project {
+            match permissions::visible_project(store, who, p) {
+                Ok(_) | Err(Refused::Store(StoreError::NotFound { .. })) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if let Some(q) = queue {
+            store.queue(q)?;
+        }
+        let listing = index.archived_listing(store, queue, project, documents);
+        Ok(VisibleJobs::over(listing, store, who))
     }
 
-    /// The listing and the visibility back (to keep the listing as a cursor).
-    pub fn into_parts(self) -> (Listing, Visibility<'a>) {
-        (self.listing, self.vis)
+    /// An open listing (a kept cursor's) walked as `who` may see it. The caller has checked
+    /// the listing's filter ([`permissions::check_job_filter`]) when it opened it.
+    pub fn over(listing: Listing, store: &'a Store, who: &'a Caller) -> VisibleJobs<'a> {
+        VisibleJobs {
+            listing,
+            vis: Visibility::new(store, who),
+        }
+    }
+
+    /// Walks `listing` from here on, with what was learnt of the caller's rights; returns
+    /// the one walked so far.
+    pub fn replace_listing(&mut self, listing: Listing) -> Listing {
+        std::mem::replace(&mut self.listing, listing)
+    }
+
+    /// The listing back (to keep it as a cursor).
+    pub fn into_listing(self) -> Listing {
+        self.listing
     }
 
     /// The listing beneath (its unreadable files).

@@ -4,7 +4,7 @@
 
 use super::content::{arg, known_content_keys, required_or, text_or_null, to_value, whole_number};
 use super::job_listing::{VisibleJobs, job_filter};
-use crate::model::{Job, Message};
+use crate::model::{Command, Job, Message};
 use crate::orchestrator::RouteError;
 use crate::permissions::{self, Caller, Refused};
 use crate::store::{JobLocation, Store};
@@ -51,7 +51,7 @@ pub(super) fn answer_list(store: &Store, msg: &Message, who: &Caller) -> Result<
         "list-jobs: content.status",
     )
     .map_err(RouteError::Invalid)?;
-    let number = |key: &str| whole_number(&msg.content, "list-jobs", key);
+    let number = |key: &str| whole_number(&msg.content, Command::ListJobs.name(), key);
     let offset = number("offset")?.unwrap_or(0);
     let limit = number("limit")?.unwrap_or(usize::MAX);
     let too_big = |fit: String| {
