@@ -52,6 +52,7 @@ mod agentshell_web;
 mod approvals_agent;
 mod approvals_claude;
 mod backlog;
+mod bus_flags;
 mod claude_real;
 mod cli_remote;
 mod codex_real;

@@ -50,9 +50,6 @@ const SIDEWAYS: &[(&str, &str)] = &[
     // PRD §10 decisions read users and projects; the store validates with the schema.
     ("permissions", "store"),
     ("store", "schema"),
-    // The deployment mode (system service or the user's own) is the store's to say; the
-    // bus choice follows it.
-    ("systemd", "store"),
     // The machine's own rules (run-as accounts, programs) are read with the store's
     // configuration reader, from the machine's files, never the store's.
     ("trust", "store"),

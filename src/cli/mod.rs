@@ -87,17 +87,14 @@ pub struct GlobalArgs {
     /// agent commands into the inbox). Only a daemon serving this store is used.
     #[arg(long, global = true, value_enum, default_value_t = crate::bus::BusChoice::Auto)]
     pub bus: crate::bus::BusChoice,
-    /// Deprecated spelling of `--bus none`.
-    #[arg(long, global = true, hide = true)]
-    pub no_dbus: bool,
+    /// Removed (was `--bus none`): recognised only to say so.
+    #[arg(long = "no-dbus", global = true, hide = true)]
+    pub removed_no_dbus: bool,
 }
 
 impl GlobalArgs {
     /// The buses to look for orchestratord on, in order (empty: inbox only).
     pub fn client_buses(&self) -> Vec<crate::bus::BusKind> {
-        if self.no_dbus {
-            return Vec::new();
-        }
         self.bus.client_buses()
     }
 
@@ -535,6 +532,11 @@ pub fn run(cli: Cli) -> CliResult {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let g = &cli.global;
+    if g.removed_no_dbus {
+        return Err(CliError::new(crate::systemd::bus_choice::removed_flag(
+            "--no-dbus",
+        )));
+    }
     // A store this user may not read (the packaged system store): browse through the daemon.
     if remote::store_unreadable(g)
         && let Some(result) = remote::run(g, &mut out, &cli.command)

@@ -10,6 +10,7 @@ pub mod flow;
 pub mod integration;
 mod job;
 mod message;
+mod mode;
 mod prd;
 mod project;
 mod queue;
@@ -26,6 +27,7 @@ pub use job::{
     permission_widening_arg, permission_widening_arg_for, result_text,
 };
 pub use message::{Message, MessageSource, MessageStatus};
+pub use mode::{MODE_ENV, system_mode};
 pub use prd::{Prd, PrdState};
 pub use project::Project;
 pub use queue::{
