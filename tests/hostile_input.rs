@@ -981,11 +981,19 @@ fn queue_manager_backs_off_and_records_the_disk_error() {
         jobs("finished", "j1").exists()
     });
 
-    // The disk fills up while a job runs.
-    // The job ends 6 s after it starts; the disk is full from when dd returns (seconds on
-    // a loaded machine) until 9 s after the start, so the end falls inside.
+    // The disk fills up while a job runs, and stays full until its worker has ended (so the
+    // end falls inside, however slow the machine): the job is 6 s of work, the disk full
+    // well before that.
     agentstore::store::write_json_atomic(&jobs("queued", "j2"), &queue_env::noop(6.0)).unwrap();
-    wait_until(LONG, "j2 running", || jobs("running", "j2").exists());
+    let mut worker = 0;
+    wait_until(LONG, "j2 running with its worker", || {
+        worker = std::fs::read(jobs("running", "j2"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .and_then(|j| j["runtime"]["process_id"].as_i64())
+            .unwrap_or(0);
+        worker > 0
+    });
     let running_since = std::time::Instant::now();
     let _ = std::process::Command::new("dd")
         .args(["if=/dev/zero", "bs=4096"])
@@ -997,7 +1005,17 @@ fn queue_manager_backs_off_and_records_the_disk_error() {
         "filling the disk took {:?}: the job may have ended before it was full",
         running_since.elapsed()
     );
-    std::thread::sleep(Duration::from_secs(9).saturating_sub(running_since.elapsed()));
+    assert!(
+        jobs("running", "j2").exists(),
+        "j2 ended before the disk was full"
+    );
+    wait_until(LONG, "j2's worker ended on the full disk", || {
+        // Gone, or a zombie its manager has not reaped yet.
+        std::fs::read_to_string(format!("/proc/{worker}/stat")).map_or(true, |st| {
+            st.rsplit_once(')')
+                .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+        })
+    });
     std::fs::remove_file(&fill).unwrap();
     wait_until(LONG, "j2 ended", || {
         jobs("failed", "j2").exists() || jobs("finished", "j2").exists()

@@ -91,6 +91,20 @@ fn a_conflict_or_a_red_check_puts_the_prd_in_review_naming_what_failed() {
     // view-prd shows it in review to its owner.
     let shown = rig.ok(&["view-prd", "prd-c"]);
     assert!(shown.contains("review"), "{shown}");
+    // The owner is told the graph is blocked (issue 31), once, saying what failed.
+    let blocked = crate::notify::notices(&rig.env().root, "graph_blocked");
+    assert_eq!(blocked.len(), 1, "{blocked:?}");
+    assert!(
+        blocked[0]["title"]
+            .as_str()
+            .unwrap()
+            .starts_with("PRD prd-c: blocked at integration/"),
+        "{blocked:?}"
+    );
+    assert!(
+        blocked[0]["body"].as_str().unwrap().contains("README"),
+        "{blocked:?}"
+    );
 
     // A clean merge with a red check: review, with the check's status and output.
     std::fs::remove_file(rig.log.join("edit-README")).unwrap();

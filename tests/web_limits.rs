@@ -251,12 +251,17 @@ fn slow_requests_are_cut_off_by_their_timeouts() {
     assert!(got.starts_with("HTTP/1.1 408 "), "{got:?}");
     // The bound per caller: four held, the fifth refused at once, another account served.
     let held: Vec<UnixStream> = (0..4).map(|_| w.raw(b"GET /")).collect();
+    let held_since = Instant::now();
     let mut fifth = w.raw(b"GET /api/v1/whoami HTTP/1.1\r\nHost: x\r\n\r\n");
     let (got, took) = until_closed(&mut fifth, bound);
     assert!(got.starts_with("HTTP/1.1 503 "), "{got:?}");
     assert!(took < Duration::from_millis(900), "{took:?}");
     assert_eq!(w.curl(Some("nobody"), &[], "/api/v1/whoami").0, 200);
-    assert!(held.iter().all(still_held));
+    // The four are cut at their own header deadline (1 s), never by the others: still held
+    // when this is reached before it (a loaded machine may take longer to get here).
+    if held_since.elapsed() < Duration::from_millis(900) {
+        assert!(held.iter().all(still_held));
+    }
 }
 
 #[test]

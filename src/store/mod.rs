@@ -24,6 +24,7 @@ mod layout;
 pub mod listing;
 mod listing_docs;
 pub mod machines;
+mod lost_claims;
 mod machines_legacy;
 pub mod migrate;
 pub mod notice_hooks;

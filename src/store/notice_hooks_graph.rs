@@ -1,6 +1,7 @@
 //! Notices about machines and PRD task graphs (issue 31), one call per hook as in
 //! [`super::notice_hooks`]: a machine lost (for the admins), a PRD's tasks written, all of
-//! them done. Ids are derived from what they are
+//! them done, the graph blocked (a task's job failed, or the integration needs a person).
+//! Ids are derived from what they are
 //! about, so a hook that runs again — on this machine after a restart or on another that
 //! took over — emits nothing new.
 
@@ -68,6 +69,29 @@ impl Store {
         .body(&format!(
             "{}\n\nEvery task's branch is committed; their integration (one branch, merged in dependency order, checked) is queued.\n\nSee: orchestrator view-prd {prd_id}",
             clip(&prd.title, 200)
+        ));
+        n.project = Some(prd.project.clone());
+        self.notify(n);
+    }
+
+    /// PRD `prd_id`'s task graph cannot go on by itself: `what` names the step it is stuck
+    /// at (one notice per step: `task A/job-1`, `integration/job-9`), `why` says what a
+    /// person has to look at.
+    pub fn notice_graph_blocked(&self, prd_id: &str, what: &str, why: &str) {
+        let Ok((_, _, prd)) = self.find_prd(prd_id) else {
+            return;
+        };
+        let user = self.notice_user_of_prd(&prd);
+        let mut n = Notice::new(
+            NoticeKind::GraphBlocked,
+            &format!("{prd_id}/{what}"),
+            user.as_deref(),
+            &format!("PRD {prd_id}: blocked at {}", clip(what, 120)),
+        )
+        .body(&format!(
+            "{}\n\n{}\n\nSee: orchestrator view-prd {prd_id} and orchestrator list-tasks --prd {prd_id}",
+            clip(&prd.title, 200),
+            clip(why, 2000)
         ));
         n.project = Some(prd.project.clone());
         self.notify(n);

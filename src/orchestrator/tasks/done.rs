@@ -53,6 +53,20 @@ pub fn task_job_ended(store: &Store, loc: &JobLocation, job: &Job) -> Result<Str
     task.update_time = Timestamp::now();
     store.write_doc(DocKind::Task, &path, &task)?;
     let mut what = format!("task {r} {}", task.status.name());
+    if task.status == TaskStatus::Failed {
+        // The tasks after it wait on it: a person decides (retry-task, set-task, cancel-task).
+        store.notice_graph_blocked(
+            &r.prd,
+            &format!("task {}/{job_id}", r.task),
+            &format!(
+                "Task {} failed: {}\nThe tasks that depend on it wait. Retry it with: orchestrator retry-task {}/{}",
+                r.task,
+                task.error.as_deref().unwrap_or("no error recorded"),
+                r.prd,
+                r.task
+            ),
+        );
+    }
     if task.status == TaskStatus::Done {
         what.push_str(&prd_if_all_done(store, &loc.queue, job, &task)?);
     }

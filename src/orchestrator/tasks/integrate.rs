@@ -168,6 +168,16 @@ pub fn ended(store: &Store, loc: &JobLocation, job: &Job) -> Result<String, Stor
         m.insert("summary".into(), Value::String(result.summary.clone()));
     }
     let moved = super::super::completion::prd_ended(store, &plan.prd, to, rep)?;
+    if to == PrdState::Review {
+        store.notice_graph_blocked(
+            &plan.prd,
+            &format!("integration/{}", loc.id),
+            &format!(
+                "The integration needs a person ({}): {}",
+                result.status, result.summary
+            ),
+        );
+    }
     Ok(format!(
         "integration {}: {}; {moved}",
         result.status, result.summary
