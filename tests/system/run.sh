@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # tests/system/run.sh — the real-systemd suite (DESIGN §7, issue 5).
 #
-#   tests/system/run.sh [--deb FILE | --no-deb] [t_NAME ...]
+#   tests/system/run.sh [--deb FILE [--rpm FILE] | --no-deb] [t_NAME ...]
 #
 # 1. preflight: root, systemd-nspawn, debootstrap, namespaces — else "SKIP: <reason>", exit 0
 #    (with CI set: "FAIL: …", exit 1);
 # 2. the .deb: built by packaging/build-deb.sh (release binaries, man pages, completions,
 #    cargo-deb), unless --deb FILE (or SYS_DEB) names one; --no-deb runs without a package
-#    (tests that need it skip themselves);
+#    (tests that need it skip themselves). --rpm FILE (or SYS_RPM) names the .rpm that
+#    `packaging/build-deb.sh --rpm` built beside it (pending-rpm.sh, not yet in the suite);
 # 3. the cached Debian rootfs (built once by debootstrap, see lib.sh);
 # 4. each tests/system/t_*.sh (or the ones named) in its own fresh container booted from the
 #    cache, with the .deb installed and the run's shared folder bound at /mnt/share.
@@ -30,12 +31,14 @@ usage() {
 }
 
 deb=${SYS_DEB:-}
+rpm=${SYS_RPM:-}
 build_deb=1
 [ -n "$deb" ] && build_deb=0
 selected=()
 while [ $# -gt 0 ]; do
     case "$1" in
     --deb) deb=$(realpath -e "$2"); build_deb=0; shift 2 ;;
+    --rpm) rpm=$(realpath -e "$2"); shift 2 ;;
     --no-deb) deb=""; build_deb=0; shift ;;
     -h | --help) usage ;;
     -*) usage ;;
@@ -79,6 +82,12 @@ if [ -n "$deb" ]; then
 else
     unset SYS_DEB
     sys_log "no package: tests that need it will skip"
+fi
+if [ -n "$rpm" ]; then
+    [ -f "$rpm" ] || sys_die "no such package: $rpm"
+    export SYS_RPM=$rpm
+else
+    unset SYS_RPM
 fi
 
 # The previous release's package, for the tests that upgrade from it (`# sys: prev-deb`):

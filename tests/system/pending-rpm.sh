@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# pending-rpm (issue 35; t_rpm once it has run green — WRITTEN, NOT YET RUN): the RPM that packaging/build-deb.sh --rpm builds beside the .deb, from the
+# same files. rpmlint finds no error in it (its accepted warnings and why are in
+# packaging/rpm/agentstore.rpmlintrc); it holds the .deb's files path for path, with the same
+# modes and the same bytes, but for what the two conventions want differently (listed here);
+# its scripts set up the account and the store with systemd-sysusers/systemd-tmpfiles on the
+# same sysusers.d/tmpfiles.d files as the .deb's postinst; the configuration is
+# %config(noreplace) as the .deb's is a conffile. No container: both packages are only read.
+# sys: no-machine
+# shellcheck source-path=SCRIPTDIR
+set -euo pipefail
+# shellcheck source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+sys_test_begin_no_machine
+REPO=$(cd "$SYS_LIB_DIR/../.." && pwd)
+[ -n "${SYS_DEB:-}" ] || sys_test_skip "needs the .deb (run.sh builds it, or --deb FILE)"
+[ -n "${SYS_RPM:-}" ] || sys_test_skip "needs the .rpm (run.sh builds it with the .deb, or --rpm FILE)"
+for tool in rpm rpm2cpio cpio rpmlint dpkg-deb; do
+    command -v "$tool" >/dev/null 2>&1 || sys_test_skip "needs $tool (apt-get install rpm rpmlint cpio); and packaging/rpm/agentstore.rpmlintrc"
+done
+work=$(mktemp -d "$SYS_STATE_DIR/rpm.XXXXXX")
+
+# rpmlint: no error (warnings it prints are shown, the accepted ones filtered by the file).
+lint=$(rpmlint -r "$REPO/packaging/rpm/agentstore.rpmlintrc" "$SYS_RPM" 2>&1) && lrc=0 || lrc=$?
+sys_log "rpmlint: $(tail -n1 <<<"$lint")"
+if [ "$lrc" = 0 ] && ! grep -q ': E: ' <<<"$lint"; then
+    sys_pass "rpmlint finds no error"
+else
+    sys_fail "rpmlint finds errors (exit $lrc):"
+    printf '    | %s\n' "${lint//$'\n'/$'\n'    | }"
+fi
+
+# The two file lists: "MODE PATH" for every file and symlink (directories left out: the
+# .deb lists its folders, the .rpm only what it owns), each package's own way.
+dpkg-deb -c "$SYS_DEB" | awk '$1 !~ /^d/ {sub(/^\./, "", $6); print $1, $6}' | sort -k2 >"$work/deb"
+rpm -qp --qf '[%{FILEMODES:perms} %{FILENAMES}\n]' "$SYS_RPM" | awk '$1 !~ /^d/' | sort -k2 >"$work/rpm"
+sys_log "files: $(wc -l <"$work/deb") in the .deb, $(wc -l <"$work/rpm") in the .rpm"
+sys_check "the .deb has files" test "$(wc -l <"$work/deb")" -gt 50
+# What the conventions want differently: Debian's documentation and lintian overrides are
+# the .deb's alone; zsh completions go to vendor-completions on Debian, site-functions on
+# RPM systems.
+sed -e '\|^[^ ]* /usr/share/doc/agentstore/|d' -e '\|^[^ ]* /usr/share/lintian/overrides/|d' \
+    -e 's|/usr/share/zsh/vendor-completions/|/usr/share/zsh/site-functions/|' "$work/deb" | sort -k2 >"$work/deb.mapped"
+if diff -u "$work/deb.mapped" "$work/rpm" >"$work/diff"; then
+    sys_pass "the .rpm holds the .deb's files with the same modes ($(wc -l <"$work/rpm") files)"
+else
+    sys_fail "the .rpm's files differ from the .deb's (- only in the .deb, + only in the .rpm):"
+    sed 's/^/    | /' "$work/diff"
+fi
+
+# The same bytes: both unpacked, every file of the .rpm compared with the .deb's.
+mkdir -p "$work/d" "$work/r"
+dpkg-deb -x "$SYS_DEB" "$work/d"
+(cd "$work/r" && rpm2cpio "$SYS_RPM" | cpio -idm --quiet)
+differ=()
+while read -r _ path; do
+    dpath=${path/\/usr\/share\/zsh\/site-functions\//\/usr\/share\/zsh\/vendor-completions\/}
+    cmp -s "$work/d$dpath" "$work/r$path" || differ+=("$path")
+done <"$work/rpm"
+sys_expect_eq "every file of the .rpm has the .deb's bytes" "" "${differ[*]}"
+
+# Scripts: the same sysusers.d/tmpfiles.d files, no useradd/mkdir.
+scripts=$(rpm -qp --scripts "$SYS_RPM")
+sys_check "%post runs systemd-sysusers on agentstore.conf" grep -Eq 'systemd-sysusers.*agentstore\.conf' <<<"$scripts"
+sys_check "%post runs systemd-tmpfiles on agentstore.conf" grep -Eq 'systemd-tmpfiles.*agentstore\.conf' <<<"$scripts"
+if grep -Eq '(^|[;&| ])(useradd|adduser|mkdir)[[:space:]]' <<<"$scripts"; then
+    sys_fail "the scripts create users or folders by hand"
+else
+    sys_pass "the scripts create no user or folder by hand"
+fi
+sys_expect_eq "the configuration is %config(noreplace)" /etc/agentstore/config.yaml "$(rpm -qp --configfiles "$SYS_RPM")"
+sys_expect_match "it requires systemd" '^systemd' "$(rpm -qpR "$SYS_RPM")"
+sys_expect_eq "the .rpm's version is the .deb's" "$(dpkg-deb -f "$SYS_DEB" Version)" "$(rpm -qp --qf '%{VERSION}' "$SYS_RPM")"
+rm -rf "$work"
+sys_test_end
