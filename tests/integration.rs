@@ -56,6 +56,7 @@ mod bus_flags;
 mod claude_real;
 mod cli_remote;
 mod codex_real;
+mod codex_rights;
 mod conflicts;
 mod crash_audit;
 mod dbus_introspection;

@@ -60,8 +60,9 @@ const SIDEWAYS: &[(&str, &str)] = &[
 ];
 
 /// Who may use `agent/` (it is a library for the worker's `agent` jobs, the CLI and the
-/// `agentshell` binary).
-const AGENT_USERS: &[&str] = &["bin", "cli", "worker", "notify"];
+/// `agentshell` binary; `systemd` reads credentials with its one credential-file reader,
+/// `agent/credentials.rs`, which stands there because `agent/` may use nothing else).
+const AGENT_USERS: &[&str] = &["bin", "cli", "worker", "notify", "systemd"];
 
 /// Known upward arrows, each (file, module it uses, why it is still there). Remove the row
 /// with the arrow.

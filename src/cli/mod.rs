@@ -10,6 +10,7 @@ mod conflicts;
 mod daemon;
 mod demo;
 mod doctor;
+mod doctor_codex;
 mod flow;
 mod history;
 mod job_view;
