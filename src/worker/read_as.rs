@@ -47,9 +47,7 @@ pub fn read_to_string_as(path: &Path, account: Option<&RunAs>, max: u64) -> Resu
         Some(a) => read_with_account(path, a, max)?,
     };
     if bytes.len() as u64 > max {
-        return Err(format!(
-            "{shown}: more than {max} bytes"
-        ));
+        return Err(format!("{shown}: more than {max} bytes"));
     }
     String::from_utf8(bytes).map_err(|_| format!("{shown}: not UTF-8 text"))
 }
