@@ -2,9 +2,8 @@
 //! logging, signals (readiness is told by the manager's own loop).
 #![deny(unsafe_code)]
 
-use agentstore::bus::BusKind;
 use agentstore::queue::args::Args;
-use agentstore::queue::{BusTarget, ManagerConfig, QueueError, default_worker_path};
+use agentstore::queue::{ManagerConfig, QueueError, default_worker_path};
 use anyhow::Context;
 use clap::Parser;
 use std::process::ExitCode;
@@ -60,11 +59,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             .unwrap_or(0),
     };
     let mut cfg = ManagerConfig::new(root.clone(), &args.queue);
-    cfg.bus = match args.bus.for_daemon() {
-        Some(BusKind::System) => BusTarget::System,
-        Some(BusKind::Session) => BusTarget::Session,
-        None => BusTarget::None,
-    };
+    cfg.bus = args.bus.for_daemon().into();
     cfg.launcher = args.launcher;
     cfg.worker = args.worker.unwrap_or_else(default_worker_path);
     let manager = agentstore::bus::queue::start_manager(cfg)

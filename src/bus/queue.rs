@@ -383,11 +383,8 @@ async fn serve(
     handle: QueueHandle,
     store: Arc<Store>,
 ) -> Result<Option<QueueSignals>, QueueError> {
-    let builder = match bus {
-        BusTarget::None => return Ok(None),
-        BusTarget::System => zbus::connection::Builder::system(),
-        BusTarget::Session => zbus::connection::Builder::session(),
-        BusTarget::Address(a) => zbus::connection::Builder::address(a.as_str()),
+    let Some(builder) = bus.builder() else {
+        return Ok(None);
     };
     let path = super::queue_object_path(queue);
     let object = QueueObject::new(handle, store);
@@ -412,7 +409,10 @@ async fn serve(
         watchers,
         forget,
         conn,
-        notify: !matches!(bus, BusTarget::System),
+        notify: !matches!(
+            bus,
+            BusTarget::Bus(crate::systemd::bus_choice::BusKind::System)
+        ),
     }))
 }
 

@@ -23,12 +23,29 @@ use tracing::Instrument;
 pub enum BusTarget {
     /// No D-Bus (a store-only run).
     None,
-    /// The system bus.
-    System,
-    /// The session bus.
-    Session,
+    /// The system or the session bus (what `--bus` resolved to).
+    Bus(crate::systemd::bus_choice::BusKind),
     /// A bus at this address (tests' private `dbus-daemon`).
     Address(String),
+}
+
+impl From<Option<crate::systemd::bus_choice::BusKind>> for BusTarget {
+    /// What [`BusChoice::for_daemon`](crate::systemd::bus_choice::BusChoice::for_daemon)
+    /// resolved: a bus, or none.
+    fn from(kind: Option<crate::systemd::bus_choice::BusKind>) -> BusTarget {
+        kind.map_or(BusTarget::None, BusTarget::Bus)
+    }
+}
+
+impl BusTarget {
+    /// A connection builder for this bus; `None` for no bus.
+    pub fn builder<'a>(&'a self) -> Option<zbus::connection::Builder<'a>> {
+        match self {
+            BusTarget::None => None,
+            BusTarget::Bus(kind) => Some(kind.builder()),
+            BusTarget::Address(a) => Some(zbus::connection::Builder::address(a.as_str())),
+        }
+    }
 }
 
 /// How to run one queue manager.
@@ -54,7 +71,7 @@ impl ManagerConfig {
         ManagerConfig {
             root: root.into(),
             queue: queue.to_string(),
-            bus: BusTarget::Session,
+            bus: BusTarget::Bus(crate::systemd::bus_choice::BusKind::Session),
             launcher: None,
             worker: default_worker_path(),
             worker_env: Vec::new(),
