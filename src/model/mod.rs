@@ -12,6 +12,7 @@ mod message;
 mod prd;
 mod project;
 mod queue;
+pub mod relay;
 pub mod strict;
 mod task;
 mod time;

@@ -17,13 +17,17 @@
 //! it is taken from Slurm's state (TIMEOUT, CANCELLED, NODE_FAIL, OUT_OF_MEMORY, …) and, for a
 //! worker that died, Slurm's exit record (`scontrol show job`, only for such jobs).
 
+mod relay;
 mod settings;
 mod submit;
 mod supervise;
 #[cfg(test)]
 mod tests;
 
+pub use relay::OUTPUT_DIR_ENV;
 pub use settings::*;
+
+use relay::Relay;
 
 use super::Manager;
 use super::poison::{MarkKind, handling, handling_sync};
@@ -73,6 +77,8 @@ pub(super) struct Tracked {
     end: Option<EndCause>,
     /// When it was first seen ended (or gone from Slurm) with its file still running.
     ended_at: Option<Instant>,
+    /// Run as its own account: where its end is read from (root manager only).
+    relay: Option<Relay>,
 }
 
 /// The Slurm side of a manager.
@@ -120,4 +126,6 @@ struct Submission {
     job: Job,
     args: Vec<String>,
     limit: u64,
+    /// Run as its own account (root manager only).
+    relay: Option<Relay>,
 }
