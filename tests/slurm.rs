@@ -107,7 +107,7 @@ fn system_path_without_slurm(env: &QueueEnv) -> PathBuf {
     dir
 }
 
-fn manager(env: &QueueEnv, bus: &PrivateBus, fake: &FakeSlurm) -> Manager {
+pub(crate) fn manager(env: &QueueEnv, bus: &PrivateBus, fake: &FakeSlurm) -> Manager {
     manager_with(env, bus, fake, &[])
 }
 
@@ -149,7 +149,7 @@ pub(crate) fn manager_with(
     Manager { child }
 }
 
-fn wait_file(env: &QueueEnv, state: &str, id: &str, secs: u64) -> Value {
+pub(crate) fn wait_file(env: &QueueEnv, state: &str, id: &str, secs: u64) -> Value {
     wait_until(
         Duration::from_secs(secs),
         &format!("job {id} in {state}_jobs"),

@@ -11,6 +11,11 @@
 //! `squeue` for all such jobs of a pass; a batch step whose job is never recorded gives up
 //! after [`GATE_SECONDS`] without running the worker.
 //!
+//! A root (system) manager submits differently ([`relay`], issue 27): `sbatch` runs as the
+//! job's own account, held (`--hold`) until the submission is recorded and then released,
+//! the batch step (`agent-worker --relay`) never opens the store, and the job's end is read
+//! back from its output file in the account's own folder, with the account's rights.
+//!
 //! Supervision is one `squeue` per pass for all of the queue's Slurm jobs (every
 //! `slurm.poll_seconds`; at once after a submission or a cancel, and within a second after a
 //! pass that saw a job change state). A job's end is the worker's own when it wrote one; else

@@ -80,6 +80,18 @@ impl Relay {
             .arg(sbatch)
             .args(args)
             .envs(env.iter().map(|(k, v)| (k, v)));
+        // sbatch hands its environment to the step: nothing of the manager's own unit (its
+        // credentials folder is root's; a Slurm job gets no credentials).
+        for k in [
+            "CREDENTIALS_DIRECTORY",
+            "STATE_DIRECTORY",
+            "INVOCATION_ID",
+            "JOURNAL_STREAM",
+            "WATCHDOG_USEC",
+            "WATCHDOG_PID",
+        ] {
+            cmd.env_remove(k);
+        }
         run_command("sbatch", cmd, Some(script.into_bytes())).await
     }
 
