@@ -91,7 +91,8 @@ fn events(root: &Path) -> (BTreeMap<String, usize>, BTreeMap<String, usize>) {
     let logs = root.join("logs");
     for e in std::fs::read_dir(&logs).unwrap().filter_map(Result::ok) {
         let n = e.file_name().to_string_lossy().into_owned();
-        if !(n.starts_with("events-") && n.ends_with(".jsonl")) {
+        let events_file = n.starts_with("events-") && n.ends_with(".jsonl") && e.path().is_file();
+        if !events_file {
             continue;
         }
         for line in std::fs::read_to_string(logs.join(&n)).unwrap().lines() {
@@ -213,6 +214,51 @@ fn killed_between_the_answer_and_its_record_the_record_is_completed_on_restart()
     }
     let job = a["crash-0002"].1.clone().unwrap();
     assert_eq!(created.get(&job), Some(&1), "{job}: {created:?}");
+}
+
+/// An events file that cannot take the record (a full disk in the soak of issue 34; here a
+/// folder in its place, which fails the same append without root or a mount): the answer is
+/// written, but the message stays in the inbox until its record is, so no answer is ever
+/// left without its `message_answered`. Once the file takes lines again, the next pass
+/// records each answer once and moves the messages; nothing is answered twice.
+#[test]
+fn an_answer_whose_record_cannot_be_written_keeps_its_message_until_it_is() {
+    let env = TestEnv::with_test_project();
+    let bus = PrivateBus::start();
+    let _orchestrator = start(&env, &bus);
+    drop_message(&env.root, 0);
+    drop_message(&env.root, 1);
+    wait(LONG, "crash-0000 and 0001 answered", || {
+        documents(&env.root.join("messaging/processed_inbox")).len() == 2
+    });
+    let file = events_file(&env.root);
+    let aside = file.with_extension("aside");
+    std::fs::rename(&file, &aside).unwrap();
+    std::fs::create_dir(&file).unwrap();
+    // A job (2) and a listing (3): both answers are written, neither can be recorded.
+    drop_message(&env.root, 2);
+    drop_message(&env.root, 3);
+    wait(LONG, "crash-0002 and 0003 answered", || {
+        let a = answers(&env.root);
+        a.contains_key("crash-0002") && a.contains_key("crash-0003")
+    });
+    // Each pass that meets them again (the loop's own wake) fails the same way: still here.
+    let inbox = env.root.join("messaging/inbox");
+    let stays = || {
+        documents(&inbox) == ["crash-0002.json", "crash-0003.json"]
+            && documents(&env.root.join("messaging/processed_inbox")).len() == 2
+    };
+    assert!(stays(), "inbox {:?}", documents(&inbox));
+    let (answered, _) = events(&env.root);
+    assert_eq!(answered.get("crash-0002"), None);
+    // Room again: the folder goes, the file comes back.
+    std::fs::remove_dir(&file).unwrap();
+    std::fs::rename(&aside, &file).unwrap();
+    drop_message(&env.root, 4);
+    wait(LONG, "every message moved", || {
+        documents(&env.root.join("messaging/processed_inbox")).len() == 5
+    });
+    assert_complete(&env.root, 5);
 }
 
 #[test]

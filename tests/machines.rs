@@ -847,6 +847,49 @@ fn a_running_copy_brought_back_beside_the_jobs_end_is_removed_never_failed_again
     assert!(store.fail_lost_jobs("q1", "alpha", &machines).is_empty());
 }
 
+/// A lost job is claimed, written failed with its error, and only then moved into
+/// `failed_jobs/` (a reader between the steps used to see a failed job with no error). A
+/// claim a crash left half-done (`running_jobs/.<id>.lost`, invisible to every scan) is
+/// completed by the next sweep: failed, with the machine's error, claimed once.
+#[test]
+fn a_lost_jobs_claim_left_by_a_crash_is_completed_by_the_next_sweep() {
+    let env = QueueEnv::new(1);
+    fast_machines(&env.root);
+    beat_at(&env.root, "beta", "2026-01-01T00:00:00Z");
+    let store = env.store();
+    let running = job_in(&noop(1.0), "running", "beta", None);
+    let claim = env.job_file("running", "d").with_file_name(".d.lost");
+    agentstore::store::write_json_atomic(&claim, &running).unwrap();
+    agentstore::store::write_json_atomic(&env.job_file("running", "e"), &running).unwrap();
+    // Nothing lists the half-done claim as a job.
+    let running_dir = store.jobs_dir("q1", agentstore::model::JobStatus::Running);
+    let listed = agentstore::store::scan_dir(&running_dir).unwrap().documents;
+    assert_eq!(listed, vec![env.job_file("running", "e")], "{listed:?}");
+    let machines = store.machines();
+    let lost = store.fail_lost_jobs("q1", "alpha", &machines);
+    assert_eq!(
+        lost.iter().map(|l| l.id.as_str()).collect::<Vec<_>>(),
+        ["e"]
+    );
+    for id in ["d", "e"] {
+        let failed: Value =
+            serde_json::from_slice(&std::fs::read(env.job_file("failed", id)).unwrap()).unwrap();
+        assert_eq!(failed["runtime"]["status"], "failed", "{id}");
+        let error = failed["runtime"]["error"].as_str().unwrap_or_default();
+        assert!(
+            error.starts_with("Machine beta stopped reporting at 2026-01-01"),
+            "{id}: {error}"
+        );
+    }
+    assert!(!claim.exists());
+    let left: Vec<_> = std::fs::read_dir(env.job_file("running", "e").parent().unwrap())
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
 /// The machine judged lost comes back (a partition, a laptop waking) with its worker alive,
 /// and its sync engine brought the running copy back: the failure stands. Its own manager
 /// removes the copy, stops the worker, and the late worker writes nothing.

@@ -16,13 +16,14 @@
 
 use super::DAEMON;
 use crate::model::{Message, Timestamp};
-use crate::store::{Event, Record, Store, read_limited};
+use crate::store::{Event, Record, Store, StoreError, read_limited};
 use std::path::Path;
 
 /// Makes sure the answer at `answer` has its `message_answered` event (and `job_created`
-/// when it made a job), appending what is missing. Failures are logged, never fatal: the
-/// move of the message goes on either way.
-pub(super) fn complete_record(store: &Store, answer: &Path) {
+/// when it made a job), appending what is missing. An answer that cannot be read is logged
+/// and let go (there is nothing to record from); a record that cannot be written (a full
+/// disk) is an error, and the caller leaves the message in the inbox for a later pass.
+pub(super) fn complete_record(store: &Store, answer: &Path) -> Result<(), StoreError> {
     let Some(msg) = read_limited(answer)
         .ok()
         .and_then(|b| crate::model::strict::parse_value(&b).ok())
@@ -32,7 +33,7 @@ pub(super) fn complete_record(store: &Store, answer: &Path) {
             "cannot read the answer {} to check its record",
             answer.display()
         );
-        return;
+        return Ok(());
     };
     let cid = msg.correlation_id.as_str();
     let job = msg
@@ -57,23 +58,35 @@ pub(super) fn complete_record(store: &Store, answer: &Path) {
         if let Some(p) = &msg.project {
             ev = ev.project(p);
         }
-        store.record(Record::info(
-            ev,
-            format!(
-                "answered {} from inbox: {result} (record completed after a crash)",
-                msg.command
-            ),
-        ));
+        store
+            .try_record(Record::info(
+                ev,
+                format!(
+                    "answered {} from inbox: {result} (record completed after a crash)",
+                    msg.command
+                ),
+            ))
+            .map_err(|e| unwritten(store, e))?;
     }
     if let (Some(job), false) = (job, created) {
         let mut ev = Event::new(DAEMON, "job_created").job(&job).correlation(cid);
         if let Some(q) = &queue {
             ev = ev.queue(q);
         }
-        store.record(Record::info(
-            ev,
-            "job created (record completed after a crash)",
-        ));
+        store
+            .try_record(Record::info(
+                ev,
+                "job created (record completed after a crash)",
+            ))
+            .map_err(|e| unwritten(store, e))?;
+    }
+    Ok(())
+}
+
+fn unwritten(store: &Store, source: std::io::Error) -> StoreError {
+    StoreError::Io {
+        path: store.events_path(&Timestamp::now()),
+        source,
     }
 }
 

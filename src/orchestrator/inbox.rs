@@ -95,7 +95,7 @@ pub(super) fn process_claimed(store: &Store, m: &Inboxed) -> Result<FileOutcome,
             ) {
                 Earlier::None => {}
                 Earlier::Same(answer) => {
-                    audit::complete_record(store, &answer);
+                    audit::complete_record(store, &answer)?;
                     move_to_processed(store, m)?;
                     return Ok(FileOutcome::AlreadyAnswered(msg.correlation_id));
                 }
@@ -151,7 +151,7 @@ pub(super) fn process_claimed(store: &Store, m: &Inboxed) -> Result<FileOutcome,
             match earlier_answer(store, &id, &response.command, &qt, response.user.as_deref()) {
                 Earlier::None => {}
                 Earlier::Same(answer) => {
-                    audit::complete_record(store, &answer);
+                    audit::complete_record(store, &answer)?;
                     move_to_processed(store, m)?;
                     return Ok(FileOutcome::AlreadyAnswered(id));
                 }
@@ -213,7 +213,7 @@ pub(super) fn finish_as(
         tracing::info!("{id}: answered by another orchestrator meanwhile; not answering again");
         // That orchestrator may have died before recording it (the message is still here).
         let done = store.processed_outbox().join(name);
-        audit::complete_record(store, if safe::exists(&out) { &out } else { &done });
+        audit::complete_record(store, if safe::exists(&out) { &out } else { &done })?;
         move_to_processed(store, m)?;
         Ok(Some(FileOutcome::AlreadyAnswered(id.clone())))
     };
@@ -256,16 +256,41 @@ pub(super) fn finish_as(
     // Recorded as soon as the answer is durable, before the message leaves the inbox: a
     // crash after the move would lose the record for good (the message, processed, is never
     // looked at again), while a crash before it brings the message back to an answer that
-    // exists, which is not answered or recorded twice.
-    record_answer(store, &id, &outcome, None);
+    // exists, which is not answered or recorded twice. The same holds when the record
+    // cannot be written (a full disk): the message stays in the inbox, and a later pass
+    // completes the record (audit::complete_record) before it moves the message.
+    record_answer(store, &id, &outcome, None).map_err(|source| StoreError::Io {
+        path: store.events_path(&crate::model::Timestamp::now()),
+        source,
+    })?;
     move_to_processed(store, m)?;
     Ok(FileOutcome::Answered(Box::new(outcome)))
 }
 
 /// Records an answered message once (journal and events): `message_answered`, then
 /// `job_created` when it made a job. `via` says how a message that did not come through the
-/// inbox arrived (`D-Bus uid 1000`).
-pub(crate) fn record_answer(store: &Store, cid: &str, outcome: &Outcome, via: Option<&str>) {
+/// inbox arrived (`D-Bus uid 1000`). An error says a line could not be written now; nothing
+/// is kept for later, so the caller decides (the inbox leaves the message where it is).
+pub(crate) fn record_answer(
+    store: &Store,
+    cid: &str,
+    outcome: &Outcome,
+    via: Option<&str>,
+) -> std::io::Result<()> {
+    answer_records(store, cid, outcome, via)
+        .into_iter()
+        .try_for_each(|r| store.try_record(r))
+}
+
+/// [`record_answer`] for an answer already given (over D-Bus): a line a full disk refuses is
+/// kept and written when there is room ([`Store::record`]).
+pub(crate) fn record_given_answer(store: &Store, cid: &str, outcome: &Outcome, via: &str) {
+    for r in answer_records(store, cid, outcome, Some(via)) {
+        store.record(r);
+    }
+}
+
+fn answer_records(store: &Store, cid: &str, outcome: &Outcome, via: Option<&str>) -> Vec<Record> {
     let r = &outcome.response;
     let result = r.error.as_deref().unwrap_or("done");
     let mut ev = Event::new(DAEMON, "message_answered").correlation(cid);
@@ -282,7 +307,7 @@ pub(crate) fn record_answer(store: &Store, cid: &str, outcome: &Outcome, via: Op
             format!("answered {} over {v}: {result}", r.command),
         ),
     };
-    store.record(Record::info(ev.detail(detail), text));
+    let mut records = vec![Record::info(ev.detail(detail), text)];
     // A job that existed already was made before a crash that came before its answer: its
     // record may be missing too.
     if let Some(job) = outcome
@@ -290,7 +315,7 @@ pub(crate) fn record_answer(store: &Store, cid: &str, outcome: &Outcome, via: Op
         .as_ref()
         .filter(|j| audit::job_needs_record(store, cid, &j.id, j.new))
     {
-        store.record(Record::info(
+        records.push(Record::info(
             Event::new(DAEMON, "job_created")
                 .job(&job.id)
                 .queue(&job.queue)
@@ -298,6 +323,7 @@ pub(crate) fn record_answer(store: &Store, cid: &str, outcome: &Outcome, via: Op
             "job created",
         ));
     }
+    records
 }
 
 /// Whether a message's correlation id was answered before.

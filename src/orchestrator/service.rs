@@ -234,11 +234,11 @@ pub fn submit(shared: &Shared, text: &str, uid: u32) -> Result<Outcome, RouteErr
     if outcome.job.as_ref().is_some_and(|j| j.new) {
         shared.jobs_created.fetch_add(1, Ordering::Relaxed);
     }
-    super::record_answer(
+    super::record_given_answer(
         store,
         &msg.correlation_id,
         &outcome,
-        Some(&format!("D-Bus uid {uid}")),
+        &format!("D-Bus uid {uid}"),
     );
     Ok(outcome)
 }

@@ -518,6 +518,8 @@ impl Manager {
 
     /// One pass: reload the queue config, start what fits, write the runtime.
     pub(super) async fn step(&mut self) {
+        // Event lines a full disk held back land as soon as there is room.
+        self.store.retry_unwritten_events();
         match self.store.queue_file(&self.cfg.queue) {
             Ok(q) => {
                 if q.config != self.config && !self.backoff.is_empty() {

@@ -162,8 +162,36 @@ impl Record {
 
 impl Store {
     /// Records one action everywhere it is read: the journal (tracing), the events file
-    /// and, when named, the daemon log. Failures to write are logged, never fatal.
+    /// and, when named, the daemon log. Failures to write are logged, never fatal; an event
+    /// line that does not fit on a full disk is kept in memory and written first by the next
+    /// event, or by [`Store::retry_unwritten_events`] (so a full disk delays the audit trail
+    /// of a running daemon instead of cutting holes in it).
     pub fn record(&self, r: Record) {
+        self.journal(&r);
+        if r.line {
+            self.record_event(&r.event);
+        }
+        if let Some(file) = &r.log {
+            self.append_daemon_log(file, &r.text);
+        }
+    }
+
+    /// [`Store::record`] for a record that something else waits on: the event line is
+    /// written now or the error is returned (and nothing kept for later), so the caller can
+    /// hold back what the record vouches for — an inbox message is not moved on before its
+    /// `message_answered` is on disk, whatever comes between (a full disk, a crash).
+    pub fn try_record(&self, r: Record) -> std::io::Result<()> {
+        self.journal(&r);
+        if r.line {
+            self.try_record_event(&r.event)?;
+        }
+        if let Some(file) = &r.log {
+            self.append_daemon_log(file, &r.text);
+        }
+        Ok(())
+    }
+
+    fn journal(&self, r: &Record) {
         let e = &r.event;
         let (job_id, queue, correlation_id, project) = (
             e.job_id.as_deref(),
@@ -183,12 +211,6 @@ impl Store {
                 tracing::error!(event, job_id, queue, correlation_id, project, "{}", r.text)
             }
         }
-        if r.line {
-            self.record_event(e);
-        }
-        if let Some(file) = &r.log {
-            self.append_daemon_log(file, &r.text);
-        }
     }
 
     /// The event log of the month of `at` as the PRD names it (`logs/events-YYYY-MM.jsonl`);
@@ -200,19 +222,29 @@ impl Store {
             .join(self.config.logging.events_file.replace("{YYYY-MM}", &month))
     }
 
-    /// Appends an event; failures are logged, never fatal (the journal has it too).
+    /// Appends an event; failures are logged, never fatal (the journal has it too). A line
+    /// refused for want of space is kept (in order, bounded) and written before the next one.
     pub fn record_event(&self, event: &Event) {
-        let path = host_path(&self.events_path(&event.timestamp), &hostname());
-        let mut event = event.clone();
-        if let Some(d) = event.detail.as_mut() {
-            *d = crate::schema::quote_limited(d, crate::schema::MAX_QUOTE_BYTES);
-        }
-        let result = serde_json::to_vec(&event)
-            .map_err(std::io::Error::other)
-            .and_then(|line| append_line_locked(&path, &line));
-        if let Err(e) = result {
+        if let Err(e) = self.try_record_event(event) {
+            let path = host_path(&self.events_path(&event.timestamp), &hostname());
             tracing::warn!("cannot append to {}: {e}", path.display());
+            if unwritten::is_out_of_space(&e) {
+                unwritten::keep(path, event_line(event));
+            }
         }
+    }
+
+    /// Appends an event now, after any kept earlier, or says why it could not.
+    pub fn try_record_event(&self, event: &Event) -> std::io::Result<()> {
+        unwritten::write_kept();
+        let path = host_path(&self.events_path(&event.timestamp), &hostname());
+        append_line_locked(&path, &event_line(event))
+    }
+
+    /// Writes the event lines a full disk held back (see [`Store::record`]); daemons call it
+    /// on each pass, so the lines land as soon as there is room again.
+    pub fn retry_unwritten_events(&self) {
+        unwritten::write_kept();
     }
 
     /// Appends a human-readable line to a per-daemon log under `logs/` (e.g.
@@ -341,9 +373,88 @@ impl Store {
     }
 }
 
+/// An event as its line: the detail quoted to a bounded length.
+fn event_line(event: &Event) -> Vec<u8> {
+    let mut event = event.clone();
+    if let Some(d) = event.detail.as_mut() {
+        *d = crate::schema::quote_limited(d, crate::schema::MAX_QUOTE_BYTES);
+    }
+    // An Event is plain strings and timestamps: serializing it cannot fail.
+    serde_json::to_vec(&event).unwrap_or_default()
+}
+
+/// Event lines a full disk refused, kept for the life of the process (DESIGN §9: the audit
+/// trail is delayed, not cut). Only a full disk (ENOSPC, EDQUOT) keeps a line: any other
+/// failure (a store folder gone, a refused link) is logged and dropped as before.
+mod unwritten {
+    use super::append_line_locked;
+    use std::collections::VecDeque;
+    use std::path::PathBuf;
+    use std::sync::Mutex;
+
+    /// At most this many lines are kept; past it the oldest is dropped, and said so.
+    const MAX: usize = 50_000;
+
+    static KEPT: Mutex<VecDeque<(PathBuf, Vec<u8>)>> = Mutex::new(VecDeque::new());
+
+    pub(super) fn is_out_of_space(e: &std::io::Error) -> bool {
+        matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
+    }
+
+    pub(super) fn keep(path: PathBuf, line: Vec<u8>) {
+        let mut kept = KEPT.lock().unwrap_or_else(|p| p.into_inner());
+        if kept.len() >= MAX
+            && let Some((p, _)) = kept.pop_front()
+        {
+            tracing::error!(
+                "{MAX} event lines wait for room on a full disk; dropping the oldest for {}",
+                p.display()
+            );
+        }
+        kept.push_back((path, line));
+    }
+
+    /// Writes the kept lines in order; stops at the first that still does not fit.
+    pub(super) fn write_kept() {
+        let mut kept = KEPT.lock().unwrap_or_else(|p| p.into_inner());
+        while let Some((path, line)) = kept.front() {
+            match append_line_locked(path, line) {
+                Ok(()) => {
+                    kept.pop_front();
+                }
+                Err(e) if is_out_of_space(&e) => return,
+                Err(e) => {
+                    tracing::warn!("dropping a kept event line for {}: {e}", path.display());
+                    kept.pop_front();
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Lines a full disk refused are written, in order, before the next line, and only a
+    /// full disk keeps one (ENOSPC/EDQUOT, not a missing folder).
+    #[test]
+    fn kept_lines_land_first_when_there_is_room() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("events-kept.jsonl");
+        unwritten::keep(p.clone(), b"{\"n\":1}".to_vec());
+        unwritten::keep(p.clone(), b"{\"n\":2}".to_vec());
+        unwritten::write_kept();
+        append_line_locked(&p, b"{\"n\":3}").unwrap();
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert_eq!(text, "{\"n\":1}\n{\"n\":2}\n{\"n\":3}\n");
+        assert!(unwritten::is_out_of_space(
+            &std::io::Error::from_raw_os_error(libc::ENOSPC)
+        ));
+        assert!(!unwritten::is_out_of_space(
+            &std::io::Error::from_raw_os_error(libc::ENOENT)
+        ));
+    }
 
     fn lines_of(dir: &std::path::Path, starts: &str) -> Vec<String> {
         let mut out = Vec::new();

@@ -473,6 +473,7 @@ impl Store {
     pub fn fail_lost_jobs(&self, queue: &str, me: &str, machines: &Machines) -> Vec<LostJob> {
         let grace = self.config.machines.lost_job_grace_seconds;
         let now = Timestamp::now();
+        self.finish_lost_claims(queue, machines);
         let dir = self.jobs_dir(queue, JobStatus::Running);
         let Ok(scan) = scan_dir(&dir) else {
             return Vec::new();
@@ -620,35 +621,106 @@ impl Store {
         true
     }
 
-    /// Moves running `id` into `failed_jobs/` (false if another process did first), then
-    /// writes the failure into it.
+    /// Claims running `id` (false if another process did first), writes the failure into
+    /// it, and only then moves it into `failed_jobs/`: a reader never sees a failed job
+    /// without its error. The claim is one rename to `running_jobs/.<id>.lost` (a dot-file
+    /// every scan passes over); a crash between the claim and the move leaves that file,
+    /// which [`Store::finish_lost_claims`] completes on the next sweep.
     fn claim_lost(&self, queue: &str, id: &str, error: &str) -> super::Result<bool> {
         let src = self.job_path(queue, JobStatus::Running, id);
-        let dst = self.job_path(queue, JobStatus::Failed, id);
-        match super::move_no_replace(&src, &dst) {
+        let claim = lost_claim_path(&src, id);
+        match super::move_no_replace(&src, &claim) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-            Err(source) => return Err(StoreError::Io { path: dst, source }),
+            Err(source) => {
+                return Err(StoreError::Io {
+                    path: claim,
+                    source,
+                });
+            }
         }
-        let bytes = super::read_limited(&dst)?;
-        match self.parse_doc::<Job>(DocKind::Job, &dst, &bytes) {
+        self.finish_lost_claim(queue, id, &claim, error)?;
+        Ok(true)
+    }
+
+    /// Writes the failure into a claimed lost job and moves it into `failed_jobs/`.
+    fn finish_lost_claim(
+        &self,
+        queue: &str,
+        id: &str,
+        claim: &Path,
+        error: &str,
+    ) -> super::Result<()> {
+        let dst = self.job_path(queue, JobStatus::Failed, id);
+        let bytes = super::read_limited(claim)?;
+        match self.parse_doc::<Job>(DocKind::Job, claim, &bytes) {
             Ok(mut job) => {
-                super::jobfile::set_failed(&mut job, error);
-                match self.write_doc(DocKind::Job, &dst, &job) {
+                if job.runtime.status != JobStatus::Failed || job.runtime.error.is_none() {
+                    super::jobfile::set_failed(&mut job, error);
+                }
+                match self.write_doc(DocKind::Job, claim, &job) {
                     Ok(()) => {}
                     Err(StoreError::Invalid { .. }) => {
-                        write_json_atomic(&dst, &job).map_err(|source| StoreError::Io {
-                            path: dst.clone(),
+                        write_json_atomic(claim, &job).map_err(|source| StoreError::Io {
+                            path: claim.to_path_buf(),
                             source,
                         })?
                     }
                     Err(e) => return Err(e),
                 }
             }
-            Err(_) => super::jobfile::rewrite_failed_raw(&dst, &bytes, error)?,
+            Err(_) => super::jobfile::rewrite_failed_raw(claim, &bytes, error)?,
         }
-        Ok(true)
+        super::move_no_replace(claim, &dst).map_err(|source| StoreError::Io { path: dst, source })
     }
+
+    /// Completes the lost-job claims a crash left in `running_jobs/` (`.<id>.lost`): the
+    /// failure written (if it was not yet) and the job moved into `failed_jobs/`.
+    fn finish_lost_claims(&self, queue: &str, machines: &Machines) {
+        let dir = self.jobs_dir(queue, JobStatus::Running);
+        let Ok(entries) = safe::list_dir(&dir) else {
+            return;
+        };
+        for e in entries {
+            let name = e.name.to_string_lossy();
+            let Some(id) = name
+                .strip_prefix('.')
+                .and_then(|n| n.strip_suffix(".lost"))
+                .filter(|id| crate::model::is_safe_id(id))
+            else {
+                continue;
+            };
+            let claim = dir.join(&e.name);
+            let host = self
+                .read_doc::<Job>(DocKind::Job, &claim)
+                .ok()
+                .and_then(|j| j.runtime.host);
+            let last_seen = host
+                .as_deref()
+                .and_then(|h| machines.get(h))
+                .map(|m| m.last_seen)
+                .unwrap_or_else(Timestamp::now);
+            let error = machine_lost_error(host.as_deref().unwrap_or("unknown"), &last_seen);
+            match self.finish_lost_claim(queue, id, &claim, &error) {
+                Ok(()) => tracing::info!(
+                    job_id = id,
+                    queue,
+                    "completed a lost-job claim left by a crash"
+                ),
+                Err(e) => tracing::warn!(
+                    job_id = id,
+                    queue,
+                    "cannot complete the lost-job claim {}: {e}",
+                    claim.display()
+                ),
+            }
+        }
+    }
+}
+
+/// Where a lost job is claimed: `running_jobs/.<id>.lost`, beside its running file.
+fn lost_claim_path(running: &Path, id: &str) -> std::path::PathBuf {
+    running.with_file_name(format!(".{id}.lost"))
 }
 
 /// Reads one heartbeat file: a regular file (no link followed), at most

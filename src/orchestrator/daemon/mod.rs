@@ -127,6 +127,8 @@ fn pass(shared: &Shared, with_completions: bool) -> Result<CycleReport, StoreErr
     let store = &shared.store;
     let limit = store.config().orchestrator.max_messages_per_loop.max(1);
     let mut handled = 0;
+    // Event lines a full disk held back land as soon as there is room.
+    store.retry_unwritten_events();
     loop {
         let _guard = shared.routing.lock().map_err(|_| StoreError::Io {
             path: store.root().to_path_buf(),
