@@ -107,7 +107,7 @@ def run(label, daemon_bin):
     root, env = build(label)
     sock, path = notify_socket()
     t0 = time.monotonic()
-    d = subprocess.Popen([f"{daemon_bin}/orchestratord", "--no-bus", "--idle-exit", "0",
+    d = subprocess.Popen([f"{daemon_bin}/orchestratord", "--bus", "none", "--idle-exit", "0",
                           "--root", root], env=dict(env, NOTIFY_SOCKET=path, RUST_LOG="error"),
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     started.append(d)

@@ -240,7 +240,7 @@ for n in sizes:
     # orchestratord: start → READY → first pass (STATUS after the first cycle).
     sock, path = notify_socket()
     t0 = time.monotonic()
-    d = subprocess.Popen([f"{bin_dir}/orchestratord", "--no-bus", "--idle-exit", "0",
+    d = subprocess.Popen([f"{bin_dir}/orchestratord", "--bus", "none", "--idle-exit", "0",
                           "--root", root], env=dict(env, NOTIFY_SOCKET=path, RUST_LOG="warn"),
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ready = wait_notify(sock, "READY=1")

@@ -20,7 +20,7 @@ const LONG: Duration = Duration::from_secs(300);
 
 fn orchestratord(root: &Path, home: &Path) -> KillOnDrop {
     let child = Command::new(env!("CARGO_BIN_EXE_orchestratord"))
-        .args(["--no-bus", "--idle-exit", "0", "--root"])
+        .args(["--bus", "none", "--idle-exit", "0", "--root"])
         .arg(root)
         .env("HOME", home)
         .env("RUST_LOG", "warn")

@@ -434,6 +434,34 @@ fn doctor_finds_each_planted_fault() {
         "{checks:#?}"
     );
 
+    // Its queue names a Codex CLI that is not there (issue 35): fail, naming the field; one
+    // that is there: ok.
+    let set_codex = |path: &str| {
+        let file = env.root.join("Queues/poplar/queue.json");
+        let mut q: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        q["config"]["codex_cli_path"] = serde_json::json!(path);
+        std::fs::write(&file, serde_json::to_string_pretty(&q).unwrap()).unwrap();
+    };
+    set_codex("/nonexistent/bin/codex");
+    let (_, checks) = doctor(&env);
+    assert_eq!(verdict(&checks, "codex:poplar"), "fail", "{checks:#?}");
+    let c = checks
+        .iter()
+        .find(|c| c["check"] == "codex:poplar")
+        .unwrap();
+    assert!(
+        c["detail"]
+            .as_str()
+            .unwrap()
+            .contains("/nonexistent/bin/codex")
+            && c["fix"].as_str().unwrap().contains("codex_cli_path"),
+        "{c}"
+    );
+    set_codex("/bin/sh");
+    let (_, checks) = doctor(&env);
+    assert_eq!(verdict(&checks, "codex:poplar"), "ok", "{checks:#?}");
+
     // A config.yaml that does not parse: the store check fails and names it.
     env.write("config.yaml", "queues_default: [unclosed\n");
     let (code, checks) = doctor(&env);

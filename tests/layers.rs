@@ -50,9 +50,6 @@ const SIDEWAYS: &[(&str, &str)] = &[
     // PRD §10 decisions read users and projects; the store validates with the schema.
     ("permissions", "store"),
     ("store", "schema"),
-    // The deployment mode (system service or the user's own) is the store's to say; the
-    // bus choice follows it.
-    ("systemd", "store"),
     // The machine's own rules (run-as accounts, programs) are read with the store's
     // configuration reader, from the machine's files, never the store's.
     ("trust", "store"),
@@ -63,8 +60,9 @@ const SIDEWAYS: &[(&str, &str)] = &[
 ];
 
 /// Who may use `agent/` (it is a library for the worker's `agent` jobs, the CLI and the
-/// `agentshell` binary).
-const AGENT_USERS: &[&str] = &["bin", "cli", "worker", "notify"];
+/// `agentshell` binary; `systemd` reads credentials with its one credential-file reader,
+/// `agent/credentials.rs`, which stands there because `agent/` may use nothing else).
+const AGENT_USERS: &[&str] = &["bin", "cli", "worker", "notify", "systemd"];
 
 /// Known upward arrows, each (file, module it uses, why it is still there). Remove the row
 /// with the arrow.
@@ -311,7 +309,7 @@ fn referenced(src: &str, module: &[String]) -> BTreeSet<String> {
     out.into_iter().collect()
 }
 
-fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+pub(crate) fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         if path.is_dir() {
@@ -581,7 +579,7 @@ const DENIAL_PHRASES: &[&str] = &[
 
 /// The part of a source file that is not its tests (`#[cfg(test)] mod tests`), without
 /// `//` comments.
-fn code_outside_tests(src: &str) -> Vec<(usize, &str)> {
+pub(crate) fn code_outside_tests(src: &str) -> Vec<(usize, &str)> {
     let mut out = Vec::new();
     let mut lines = src.lines().enumerate().peekable();
     while let Some((i, line)) = lines.next() {

@@ -110,13 +110,32 @@ fn two_machines_with_one_host_name_are_two_machines() {
     let keys: Vec<&str> = list.iter().map(|m| m["host"].as_str().unwrap()).collect();
     assert_ne!(keys[0], keys[1]);
     assert!(keys.contains(&a_key.as_str()), "{keys:?}");
-    // The text listing shows both, each with the shared host name.
+    // The text listing shows both, each with the shared host name and its whole key (the
+    // one view-machine takes), also on a narrow terminal where every other column is cut.
     let text = String::from_utf8(cli(&env, &["list-machines"]).stdout).unwrap();
     assert_eq!(
         text.lines().filter(|l| l.contains(&host)).count(),
         2,
         "{text}"
     );
+    let narrow = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+        .args(["list-machines", "--bus", "none", "--root"])
+        .arg(&env.root)
+        .env("HOME", env.dir.path())
+        .env("COLUMNS", "60")
+        .output()
+        .unwrap();
+    let narrow = String::from_utf8(narrow.stdout).unwrap();
+    for k in &keys {
+        assert_eq!(
+            narrow
+                .lines()
+                .filter(|l| l.split_whitespace().next() == Some(k))
+                .count(),
+            1,
+            "{k} whole in:\n{narrow}"
+        );
+    }
 
     // Machine a goes silent: b (same host name, another machine) fails a's job for it.
     a.signal(nix::sys::signal::Signal::SIGSTOP);

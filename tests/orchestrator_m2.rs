@@ -137,7 +137,8 @@ fn m2_job_creation() {
         &env,
         &r.bus,
         &[
-            "--no-dbus",
+            "--bus",
+            "none",
             "--follow",
             "60",
             "--format",

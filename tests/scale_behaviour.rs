@@ -20,13 +20,13 @@ fn orchestratord(root: &Path, home: &Path) -> KillOnDrop {
     KillOnDrop(c.spawn().unwrap())
 }
 
-/// orchestratord on the private bus `bus` (none: `--no-bus`), never idling out.
+/// orchestratord on the private bus `bus` (none: `--bus none`), never idling out.
 fn orchestratord_command_on(bus: Option<&PrivateBus>, root: &Path, home: &Path) -> Command {
     let mut c = match bus {
         Some(b) => orchestratord_command(b, root, &["--idle-exit", "0"]),
         None => {
             let mut c = Command::new(env!("CARGO_BIN_EXE_orchestratord"));
-            c.args(["--no-bus", "--idle-exit", "0", "--root"])
+            c.args(["--bus", "none", "--idle-exit", "0", "--root"])
                 .arg(root)
                 .env("RUST_LOG", "warn")
                 .stdout(Stdio::null())

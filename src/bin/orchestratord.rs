@@ -11,11 +11,14 @@ fn main() -> ExitCode {
     let args = Args::parse();
     agentstore::systemd::init_logging("orchestratord", "info");
     let (root, _) = resolve_daemon_root(args.root.as_deref());
-    let bus = if args.no_bus {
-        None
-    } else {
-        args.bus.for_daemon()
-    };
+    if args.removed_no_bus {
+        eprintln!(
+            "orchestratord: {}",
+            agentstore::systemd::bus_choice::removed_flag("--no-bus")
+        );
+        return ExitCode::from(2);
+    }
+    let bus = args.bus.for_daemon();
     let opts = DaemonOptions {
         root,
         idle_exit: args.idle_exit.map(Duration::from_secs),

@@ -3,7 +3,7 @@
 use super::BusError;
 use super::caller::caller_for_uid;
 use super::orchestrator::Shared;
-use crate::model::JobStatus;
+use crate::orchestrator::commands::job_listing::{VisibleJobs, job_filter};
 use crate::store::listing::{Cursor, JobFilter};
 use std::collections::HashMap;
 use std::time::Instant;
@@ -27,7 +27,7 @@ struct Ask {
 }
 
 fn filter_from(args: &HashMap<String, String>) -> Result<Ask, BusError> {
-    let mut f = JobFilter::default();
+    let (mut status, mut project, mut queue) = (None, None, None);
     let mut user = None;
     let mut summary = false;
     for (k, v) in args {
@@ -36,14 +36,9 @@ fn filter_from(args: &HashMap<String, String>) -> Result<Ask, BusError> {
             continue;
         }
         match k.as_str() {
-            "status" => {
-                f.status = Some(
-                    JobStatus::from_filter("ListJobs: filter status", v)
-                        .map_err(BusError::InvalidMessage)?,
-                )
-            }
-            "project" => f.project = Some(v.to_string()),
-            "queue" => f.queue = Some(v.to_string()),
+            "status" => status = Some(v),
+            "project" => project = Some(v),
+            "queue" => queue = Some(v),
             "user" => user = Some(v.to_string()),
             "fields" => {
                 summary = match v {
@@ -64,7 +59,8 @@ fn filter_from(args: &HashMap<String, String>) -> Result<Ask, BusError> {
         }
     }
     Ok(Ask {
-        filter: f,
+        filter: job_filter(status, project, queue, "ListJobs: filter status")
+            .map_err(BusError::InvalidMessage)?,
         user,
         summary,
     })
@@ -105,32 +101,32 @@ pub fn list_jobs_page(
         .job_index
         .lock()
         .map_err(|_| BusError::Failed("job index lock poisoned".into()))?;
-    let mut vis = crate::permissions::Visibility::new(store, &who);
     let key = format!(
         "{uid}\n{:?}\n{filter:?}\n{}",
         ask.user.as_deref(),
         ask.summary
     );
     let offset = offset as usize;
-    let mut cursor = match index.take_cursor(&key, offset) {
-        Some(c) => c,
+    let (mut jobs, key, mut next, total) = match index.take_cursor(&key, offset) {
+        Some(c) => (
+            VisibleJobs::over(c.listing, store, &who),
+            c.key,
+            c.next,
+            c.total,
+        ),
         None => {
-            let mut listing = index.listing(store, filter);
+            let mut jobs = VisibleJobs::over(index.listing(store, filter), store, &who);
             // The total: counted once, then kept while the folders and the caller's rights
             // are unchanged (a first page of 100,000 jobs then costs one page, not a count).
-            let kept = index.cached_total(&key, &listing).cloned();
+            let kept = index.cached_total(&key, jobs.listing()).cloned();
             let total = match kept {
-                Some(k) if vis.same_rights(&k.rights) => k.total,
+                Some(k) if jobs.visibility().same_rights(&k.rights) => k.total,
                 _ => {
-                    let mut visible = |project: &str, user: Option<&str>| vis.admits(project, user);
-                    let total = listing
-                        .by_ref()
-                        .filter(|l| visible(&l.head.project, l.head.user.as_deref()))
-                        .count();
-                    listing
-                        .rewind()
+                    let total = jobs.by_ref().count();
+                    jobs.rewind()
                         .map_err(|e| BusError::Failed(format!("job index: {e}")))?;
-                    index.keep_total(&key, &listing, vis.rights(), total);
+                    let rights = jobs.visibility().rights();
+                    index.keep_total(&key, jobs.listing(), rights, total);
                     total
                 }
             };
@@ -138,38 +134,21 @@ pub fn list_jobs_page(
                 // Whole documents come from the documents cache beside the index (one fstatat
                 // per job while its file is unchanged), not from reading and checking every
                 // file again: the same folders, opened once more after the count.
-                listing = index.listing_with_documents(store, filter);
+                jobs.replace_listing(index.listing_with_documents(store, filter));
             }
-            let mut visible = |project: &str, user: Option<&str>| vis.admits(project, user);
-            let mut next = 0;
-            while next < offset {
-                match listing.next() {
-                    None => break,
-                    Some(l) if visible(&l.head.project, l.head.user.as_deref()) => next += 1,
-                    Some(_) => {}
-                }
-            }
+            let next = jobs.skip_visible(offset);
             // Bringing a changed folder's index up to date freed a few megabytes: give them
             // back now rather than keep them while the caller pages.
             crate::store::listing::release_memory();
-            Cursor {
-                key,
-                listing,
-                next,
-                total,
-                at: Instant::now(),
-            }
+            (jobs, key, next, total)
         }
     };
     let mut page = Vec::with_capacity(64 * 1024);
     page.push(b'[');
     let mut count = 0;
-    while let Some(l) = cursor.listing.next() {
-        if !vis.admits(&l.head.project, l.head.user.as_deref()) {
-            continue;
-        }
+    while let Some(l) = jobs.next() {
         if count >= limit {
-            cursor.listing.put_back(l);
+            jobs.put_back(l);
             break;
         }
         let bytes = if ask.summary {
@@ -184,10 +163,10 @@ pub fn list_jobs_page(
             })
             .map_err(|e| BusError::Failed(e.to_string()))?
         } else {
-            let Some(mut job) = vis.document(&l).ok().flatten() else {
+            let Some(mut job) = jobs.document(&l).ok().flatten() else {
                 // Deleted since it was indexed, invalid (reported in errors.out), or not the
                 // caller's to see after all: left out of this page.
-                cursor.next += 1;
+                next += 1;
                 continue;
             };
             job.runtime.output = None;
@@ -195,13 +174,13 @@ pub fn list_jobs_page(
             serde_json::to_vec(&job).map_err(|e| BusError::Failed(e.to_string()))?
         };
         if count > 0 && page.len() + bytes.len() + 2 > PAGE_BYTES {
-            cursor.listing.put_back(l);
+            jobs.put_back(l);
             break;
         }
         if bytes.len() + 2 > MAX_REPLY_BYTES {
             // One job too big for any answer (a huge supporting_data): listed without it.
             tracing::warn!(job_id = %l.id, "job document too large for a listing page");
-            cursor.next += 1;
+            next += 1;
             continue;
         }
         if count > 0 {
@@ -209,16 +188,22 @@ pub fn list_jobs_page(
         }
         page.extend_from_slice(&bytes);
         count += 1;
-        cursor.next += 1;
+        next += 1;
     }
     page.push(b']');
-    let (total, next) = (cursor.total, cursor.next.min(cursor.total));
+    let next = next.min(total);
+    let listing = jobs.into_listing();
     if next < total {
-        cursor.at = Instant::now();
-        index.keep_cursor(cursor);
+        index.keep_cursor(Cursor {
+            key,
+            listing,
+            next,
+            total,
+            at: Instant::now(),
+        });
     } else {
         index.drop_cursor();
-        drop(cursor);
+        drop(listing);
         crate::store::listing::release_memory();
     }
     let text = String::from_utf8(page).map_err(|e| BusError::Failed(e.to_string()))?;

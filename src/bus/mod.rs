@@ -31,7 +31,7 @@ pub fn queue_object_path(queue: &str) -> String {
     format!("/org/agentstore/Queue/{}", queue.replace(['-', '.'], "_"))
 }
 
-pub use crate::store::{MODE_ENV, system_mode};
+pub use crate::model::{MODE_ENV, system_mode};
 pub use crate::systemd::bus_choice::{
     BusChoice, BusKind, session_bus_available, system_bus_available,
 };

@@ -71,7 +71,7 @@ pub struct EnvArgs {
 
 /// Builds the message for `command`.
 pub(super) fn message(
-    command: &str,
+    command: crate::model::Command,
     project: Option<String>,
     content: Map<String, Value>,
     user: Option<String>,
@@ -82,7 +82,7 @@ pub(super) fn message(
         project,
         queue_time: Timestamp::now(),
         processed_time: None,
-        command: command.to_string(),
+        command: command.name().to_string(),
         content,
         status: MessageStatus::Queued,
         error: None,
@@ -124,12 +124,12 @@ pub(super) fn common_content(a: &AgentArgs, queue: &Option<String>) -> Map<Strin
 pub(super) fn simple(
     g: &GlobalArgs,
     out: &mut dyn Write,
-    command: &str,
+    command: crate::model::Command,
     a: AgentArgs,
 ) -> CliResult {
     let s = Session::load().map_err(CliError::new)?;
     let project = project_or_current(a.project.clone(), &s)?;
-    if command == "create-prd" && a.task.is_none() {
+    if command == crate::model::Command::CreatePrd && a.task.is_none() {
         return Err(CliError::new(
             "create-prd needs --task \"what the PRD is about\"",
         ));
@@ -147,7 +147,7 @@ pub(super) fn simple(
 pub(super) fn with_prd(
     g: &GlobalArgs,
     out: &mut dyn Write,
-    command: &str,
+    command: crate::model::Command,
     a: PrdArgs,
 ) -> CliResult {
     let s = Session::load().map_err(CliError::new)?;
@@ -198,7 +198,7 @@ pub(super) fn create_environment(g: &GlobalArgs, out: &mut dyn Write, a: EnvArgs
         g,
         out,
         message(
-            "create-environment",
+            crate::model::Command::CreateEnvironment,
             Some(project),
             content,
             s.username.clone(),
@@ -386,7 +386,8 @@ fn precheck(store: &Store, msg: &Message) -> Result<Option<String>, CliError> {
         crate::permissions::visible_project(store, &who, project_id)
     };
     let project = asked.map_err(|e| fail(RouteError::from(e)))?;
-    if msg.command == crate::orchestrator::commands::CREATE_ENVIRONMENT {
+    if crate::model::Command::parse(&msg.command) == Some(crate::model::Command::CreateEnvironment)
+    {
         crate::orchestrator::venvman_options(msg).map_err(fail)?;
     }
     let queue = crate::orchestrator::select_queue(store, msg, &project).map_err(fail)?;

@@ -4,6 +4,8 @@ use super::render::{Format, JsonArrayWriter, Table, write_fields, write_json};
 use super::{CliError, CliResult, GlobalArgs, Session, open_store};
 use crate::model::flow::priority_name;
 use crate::model::{Job, JobStatus, Prd, PrdState, Project, Queue, Timestamp, User};
+use crate::orchestrator::commands as cmd;
+use crate::orchestrator::commands::job_listing::VisibleJobs;
 use crate::permissions::{self, Caller};
 use crate::store::listing::{JobFilter, JobIndex, Listed};
 use crate::store::{JobLocation, Store, StoreError};
@@ -39,7 +41,7 @@ pub(super) fn login(g: &GlobalArgs, out: &mut dyn Write, username: &str) -> CliR
     let id = if super::remote::store_unreadable(g) {
         let mut c = serde_json::Map::new();
         c.insert("user".into(), Value::String(username.to_string()));
-        let v = super::remote::ask(g, "view-user", c)?;
+        let v = super::remote::ask(g, crate::model::Command::ViewUser, c)?;
         v.get("id")
             .and_then(Value::as_str)
             .unwrap_or(username)
@@ -97,7 +99,7 @@ pub(super) fn set_prd(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResul
 
 pub(super) fn list_users(g: &GlobalArgs, out: &mut dyn Write) -> CliResult {
     let store = open_store(g)?;
-    let users = permissions::visible_users(&store, &caller(&store)?, &mut warn)?;
+    let users = cmd::users::list(&store, &caller(&store)?, &mut warn)?;
     render_users(g, out, &users)
 }
 
@@ -123,12 +125,7 @@ pub(super) fn render_users(g: &GlobalArgs, out: &mut dyn Write, users: &[User]) 
 
 pub(super) fn list_projects(g: &GlobalArgs, out: &mut dyn Write) -> CliResult {
     let store = open_store(g)?;
-    let who = caller(&store)?;
-    let projects: Vec<Project> = store
-        .projects(&mut warn)?
-        .into_iter()
-        .filter(|p| who.can_see_project(p))
-        .collect();
+    let projects = cmd::projects::list(&store, &caller(&store)?, &mut warn)?;
     render_projects(g, out, &projects)
 }
 
@@ -159,20 +156,7 @@ pub(super) fn render_projects(
 
 pub(super) fn list_prds(g: &GlobalArgs, out: &mut dyn Write, project: Option<&str>) -> CliResult {
     let store = open_store(g)?;
-    let who = caller(&store)?;
-    if let Some(id) = project {
-        permissions::visible_project(&store, &who, id)?;
-    }
-    let mut projects: HashMap<String, Option<Project>> = HashMap::new();
-    let mut prds = Vec::new();
-    for (state, prd) in store.prds(project, &mut warn)? {
-        let p = projects
-            .entry(prd.project.clone())
-            .or_insert_with(|| store.project(&prd.project).ok());
-        if who.can_see_prd(&prd, p.as_ref()) {
-            prds.push((state, prd));
-        }
-    }
+    let prds = cmd::prds::list(&store, &caller(&store)?, project, &mut warn)?;
     render_prds(g, out, &prds)
 }
 
@@ -203,7 +187,7 @@ pub(super) fn render_prds(
 
 pub(super) fn list_queues(g: &GlobalArgs, out: &mut dyn Write) -> CliResult {
     let store = open_store(g)?;
-    let mut queues = store.queues(&mut warn)?;
+    let mut queues = cmd::queues::list(&store, &mut warn)?;
     let live = overlay_live(&mut queues);
     let mut unserved = Vec::new();
     for q in &mut queues {
@@ -310,16 +294,13 @@ fn list_jobs_to(
         project: project.map(str::to_string),
         queue: g.queue.clone(),
     };
-    permissions::check_job_filter(&store, &who, &filter)?;
     // The index gives the order from each job's head (queue time, project, user); whole
-    // documents are read one at a time while writing, so memory stays at one job.
+    // documents are read one at a time while writing, so memory stays at one job. JSON:
+    // whole documents, printed from a cache beside the index where it is current.
     let mut index = JobIndex::default();
-    let mut listing = match g.format {
-        // Whole documents, printed from a cache beside the index where it is current.
-        Format::Json => index.listing_with_documents(&store, &filter),
-        Format::Text => index.listing(&store, &filter),
-    };
-    for (q, s, id) in listing.unreadable() {
+    let json = g.format == Format::Json;
+    let mut listing = VisibleJobs::open(&store, &who, &filter, &mut index, json)?;
+    for (q, s, id) in listing.listing().unreadable() {
         // Read through the validator so the reason is reported and logged in errors.out.
         if let Err(e) = store.job(&JobLocation {
             queue: q.clone(),
@@ -330,19 +311,15 @@ fn list_jobs_to(
             warn(e);
         }
     }
-    let mut vis = permissions::Visibility::new(&store, &who);
     match g.format {
         Format::Json => {
             let mut w = JsonArrayWriter::start(out)?;
-            for l in listing.by_ref() {
-                if !vis.admits(&l.head.project, l.head.user.as_deref()) {
-                    continue;
-                }
+            while let Some(l) = listing.next() {
                 match &l.doc {
                     // Cached whole, and only while its project and user were the index's (so
-                    // `admits` judged the document): printed as it is.
+                    // the walk judged the document): printed as it is.
                     Some(doc) => w.raw_element(doc)?,
-                    None => match vis.document(&l) {
+                    None => match listing.document(&l) {
                         Err(e) => warn(e),
                         Ok(None) => {}
                         Ok(Some(job)) => w.element(&job)?,
@@ -354,25 +331,20 @@ fn list_jobs_to(
         Format::Text => {
             // Two passes over the same index files: widths first, then the lines.
             let mut t = StreamTable::new(&JOB_HEADERS, &[0, 1, 5], &JOB_DROPPABLE);
-            let mut visible = |l: &Listed| vis.admits(&l.head.project, l.head.user.as_deref());
             for l in listing.by_ref() {
-                if visible(&l) {
-                    t.measure_widths(&[
-                        l.id.chars().count(),
-                        l.status.name().len(),
-                        priority_name(l.head.priority).len(),
-                        l.queue.chars().count(),
-                        l.head.project.chars().count(),
-                        QUEUED_WIDTH,
-                    ]);
-                }
+                t.measure_widths(&[
+                    l.id.chars().count(),
+                    l.status.name().len(),
+                    priority_name(l.head.priority).len(),
+                    l.queue.chars().count(),
+                    l.head.project.chars().count(),
+                    QUEUED_WIDTH,
+                ]);
             }
             listing.rewind()?;
             t.header(out)?;
             for l in listing {
-                if visible(&l) {
-                    t.line(out, &job_cells(&l))?;
-                }
+                t.line(out, &job_cells(&l))?;
             }
         }
     }
@@ -392,21 +364,10 @@ pub(super) fn list_archived(
 fn list_archived_to(g: &GlobalArgs, out: &mut dyn Write, project: Option<&str>) -> CliResult {
     let store = open_store(g)?;
     let who = caller(&store)?;
-    // Narrowed to a project the caller may not see: refused, as the live listing is. (One
-    // that no longer exists may still have archived jobs: listed as far as the caller may
-    // see them.)
-    if let Some(p) = project {
-        match permissions::visible_project(&store, &who, p) {
-            Ok(_) | Err(permissions::Refused::Store(StoreError::NotFound { .. })) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    if let Some(q) = &g.queue {
-        store.queue(q)?;
-    }
     let mut index = JobIndex::default();
     let json = matches!(g.format, Format::Json);
-    let mut listing = index.archived_listing(&store, g.queue.as_deref(), project, json);
+    let mut listing =
+        VisibleJobs::archived(&store, &who, &mut index, g.queue.as_deref(), project, json)?;
     let path = |l: &Listed| {
         crate::store::archive::archive_root(&store, &l.queue)
             .join(l.month.as_deref().unwrap_or_default())
@@ -414,21 +375,17 @@ fn list_archived_to(g: &GlobalArgs, out: &mut dyn Write, project: Option<&str>) 
             .join(format!("{}.json", l.id))
     };
     // Files that are not readable jobs: read through the validator so the reason is told.
-    for (dir, id) in listing.unreadable_paths() {
+    for (dir, id) in listing.listing().unreadable_paths() {
         if let Err(e) =
             store.read_doc::<Job>(crate::model::DocKind::Job, &dir.join(format!("{id}.json")))
         {
             warn(e);
         }
     }
-    let mut vis = permissions::Visibility::new(&store, &who);
     match g.format {
         Format::Json => {
             let mut w = JsonArrayWriter::start(out)?;
-            for l in listing.by_ref() {
-                if !vis.admits(&l.head.project, l.head.user.as_deref()) {
-                    continue;
-                }
+            while let Some(l) = listing.next() {
                 if let Some(doc) = &l.doc {
                     w.raw_element(doc)?;
                     continue;
@@ -438,7 +395,7 @@ fn list_archived_to(g: &GlobalArgs, out: &mut dyn Write, project: Option<&str>) 
                         if source.kind() == std::io::ErrorKind::NotFound => {}
                     Err(e) => warn(e),
                     Ok(job) => {
-                        if vis.admits_document(&l, &job) {
+                        if listing.admits_document(&l, &job) {
                             w.element(&with_id(job, &l.id))?;
                         }
                     }
@@ -447,19 +404,14 @@ fn list_archived_to(g: &GlobalArgs, out: &mut dyn Write, project: Option<&str>) 
             w.finish()?;
         }
         Format::Text => {
-            let mut visible = |l: &Listed| vis.admits(&l.head.project, l.head.user.as_deref());
             let mut t = StreamTable::new(&ARCHIVED_HEADERS, &[0, 1], &[2, 4]);
             for l in listing.by_ref() {
-                if visible(&l) {
-                    t.measure(&archived_cells(&l));
-                }
+                t.measure(&archived_cells(&l));
             }
             listing.rewind()?;
             t.header(out)?;
             for l in listing {
-                if visible(&l) {
-                    t.line(out, &archived_cells(&l))?;
-                }
+                t.line(out, &archived_cells(&l))?;
             }
         }
     }
@@ -651,25 +603,17 @@ pub(super) fn show_job(g: &GlobalArgs, out: &mut dyn Write, id: &str, job: Job) 
 
 pub(super) fn view_user(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResult {
     let store = open_store(g)?;
-    show(
-        g,
-        out,
-        &permissions::visible_user(&store, &caller(&store)?, id)?,
-    )
+    show(g, out, &cmd::users::view(&store, &caller(&store)?, id)?)
 }
 
 pub(super) fn view_project(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResult {
     let store = open_store(g)?;
-    show(
-        g,
-        out,
-        &permissions::visible_project(&store, &caller(&store)?, id)?,
-    )
+    show(g, out, &cmd::projects::view(&store, &caller(&store)?, id)?)
 }
 
 pub(super) fn view_prd(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResult {
     let store = open_store(g)?;
-    let prd = permissions::visible_prd(&store, &caller(&store)?, id)?;
+    let prd = cmd::prds::view(&store, &caller(&store)?, id)?;
     show(g, out, &prd)?;
     if g.format == Format::Text {
         super::flow::show_chain(&store, out, &prd)?;
@@ -679,7 +623,7 @@ pub(super) fn view_prd(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResu
 
 pub(super) fn view_queue(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResult {
     let store = open_store(g)?;
-    let mut queue = store.queue(id)?;
+    let mut queue = cmd::queues::view(&store, id)?;
     if let Some(s) = super::jobs::live_states(&[id.to_string()]).get(id) {
         with_live(&mut queue, s);
     }
@@ -702,7 +646,7 @@ pub(super) fn view_job(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResu
     let deadline = g.follow.map(|s| Instant::now() + Duration::from_secs(s));
     loop {
         // The file moves between state folders; a read can race a rename, so look again.
-        let (loc, job) = match permissions::visible_job(&store, &who, id) {
+        let (loc, job) = match cmd::jobs::view(&store, &who, id) {
             Ok(found) => found,
             Err(permissions::Refused::Store(StoreError::Io { source, .. }))
                 if source.kind() == std::io::ErrorKind::NotFound =>

@@ -371,7 +371,7 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, a: DemoArgs) -> CliResult
         project: Some("hello".into()),
         queue_time: Timestamp::now(),
         processed_time: None,
-        command: "research-code".into(),
+        command: crate::model::Command::ResearchCode.name().into(),
         content,
         status: MessageStatus::Queued,
         error: None,

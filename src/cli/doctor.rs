@@ -40,7 +40,12 @@ pub struct Check {
     pub fix: Option<String>,
 }
 
-fn check(name: &str, verdict: Verdict, detail: impl Into<String>, fix: Option<String>) -> Check {
+pub(super) fn check(
+    name: &str,
+    verdict: Verdict,
+    detail: impl Into<String>,
+    fix: Option<String>,
+) -> Check {
     Check {
         check: name.to_string(),
         verdict,
@@ -315,6 +320,7 @@ fn agent_checks(store: &Store, queue: &str, system: bool) -> Vec<Check> {
             )),
         )),
     }
+    out.push(super::doctor_codex::codex_check(queue, &q));
     if !system {
         let home = crate::store::home_dir().unwrap_or_default();
         let login = home.join(".claude/.credentials.json").is_file();
@@ -342,7 +348,7 @@ fn agent_checks(store: &Store, queue: &str, system: bool) -> Vec<Check> {
 }
 
 /// `program` as exec would find it (a path as it is, a name on PATH), if it is a file.
-fn find_program(program: &str) -> Option<PathBuf> {
+pub(super) fn find_program(program: &str) -> Option<PathBuf> {
     let path = std::env::var("PATH").ok();
     crate::trust::programs::locate(program, path.as_deref()).filter(|p| p.is_file())
 }

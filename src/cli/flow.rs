@@ -80,6 +80,7 @@ impl FlowArgs {
 
 use super::render::{Format, write_json};
 use super::{CliError, CliResult, GlobalArgs, open_store};
+use crate::model::Command as Op;
 use crate::model::{DocKind, Job};
 use crate::store::archive::parse_age;
 use std::io::Write;
@@ -141,7 +142,7 @@ pub struct MigrateArgs {
 /// on a store this user may write, with the same rules and the same report.
 pub(super) fn upkeep(
     g: &GlobalArgs,
-    command: &str,
+    command: Op,
     content: Map<String, Value>,
 ) -> Result<Value, CliError> {
     if super::remote::store_unreadable(g) {
@@ -154,7 +155,7 @@ pub(super) fn upkeep(
         return Ok(answer.content.get("result").cloned().unwrap_or(Value::Null));
     }
     let who = super::browse::caller(&store)?;
-    crate::orchestrator::upkeep::answer(&store, &msg, &who)
+    crate::orchestrator::upkeep::answer(&store, command, &msg, &who)
         .map_err(|e| CliError::new(e.to_string()))
 }
 
@@ -181,7 +182,7 @@ fn field<'a>(v: &'a Value, key: &str) -> &'a str {
 pub(super) fn retry(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResult {
     let mut c = Map::new();
     c.insert("job".into(), json!(id));
-    let r = upkeep(g, "retry", c)?;
+    let r = upkeep(g, Op::Retry, c)?;
     let done = r
         .get("retried")
         .and_then(Value::as_array)
@@ -210,7 +211,7 @@ pub(super) fn archive(g: &GlobalArgs, out: &mut dyn Write, a: ArchiveArgs) -> Cl
     let mut c = Map::new();
     c.insert("older_than".into(), json!(a.older_than));
     c.insert("dry_run".into(), json!(a.dry_run));
-    let r = upkeep(g, "archive", c)?;
+    let r = upkeep(g, Op::Archive, c)?;
     let errors = strs(&r, "errors");
     let verb = if a.dry_run { "would move" } else { "moved" };
     match g.format {
@@ -264,7 +265,7 @@ fn report_errors(out: &mut dyn Write, g: &GlobalArgs, errors: &[String], what: &
 pub(super) fn migrate(g: &GlobalArgs, out: &mut dyn Write, a: MigrateArgs) -> CliResult {
     let mut c = Map::new();
     c.insert("dry_run".into(), json!(a.dry_run));
-    let r = upkeep(g, "migrate", c)?;
+    let r = upkeep(g, Op::Migrate, c)?;
     let errors = strs(&r, "errors");
     match g.format {
         Format::Json => write_json(out, &r)?,
@@ -347,8 +348,8 @@ pub(super) fn pipeline(g: &GlobalArgs, out: &mut dyn Write, a: PipelineArgs) -> 
     g1.follow = None;
     for (i, step) in PIPELINE_STEPS.iter().enumerate() {
         let task = match *step {
-            "research-code" | "create-prd" => a.task.clone(),
-            "create-tasks" => format!("Create implementation tasks for the PRD of: {}", a.task),
+            Op::ResearchCode | Op::CreatePrd => a.task.clone(),
+            Op::CreateTasks => format!("Create implementation tasks for the PRD of: {}", a.task),
             _ => format!("Implement the tasks of the PRD of: {}", a.task),
         };
         let step_args = super::agent::AgentArgs {
@@ -372,9 +373,9 @@ pub(super) fn pipeline(g: &GlobalArgs, out: &mut dyn Write, a: PipelineArgs) -> 
         }
         c.insert(
             "pipeline".into(),
-            json!({"step": step, "steps": ids, "prd": prd, "task": a.task}),
+            json!({"step": step.name(), "steps": ids, "prd": prd, "task": a.task}),
         );
-        let mut msg = super::agent::message(step, Some(project.clone()), c, s.username.clone());
+        let mut msg = super::agent::message(*step, Some(project.clone()), c, s.username.clone());
         msg.correlation_id = cids[i].clone();
         super::agent::send(&g1, out, msg)?;
     }

@@ -36,7 +36,9 @@ pub(super) fn list(g: &GlobalArgs, out: &mut dyn Write) -> CliResult {
                 "LAST SEEN",
                 "DAEMONS",
                 "VERSION",
-            ]);
+            ])
+            // The key is what view-machine takes: never cut.
+            .keep(0);
             for r in &rows {
                 t.row(vec![
                     r.host.clone(),

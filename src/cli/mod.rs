@@ -10,6 +10,7 @@ mod conflicts;
 mod daemon;
 mod demo;
 mod doctor;
+mod doctor_codex;
 mod flow;
 mod history;
 mod job_view;
@@ -27,6 +28,7 @@ mod web;
 pub use render::Format;
 pub use session::{Session, session_path};
 
+use crate::model::Command as Op;
 use crate::model::{JobStatus, Permission};
 use crate::store::{Store, StoreError, resolve_root};
 use clap::{Args, Parser, Subcommand};
@@ -86,17 +88,14 @@ pub struct GlobalArgs {
     /// agent commands into the inbox). Only a daemon serving this store is used.
     #[arg(long, global = true, value_enum, default_value_t = crate::bus::BusChoice::Auto)]
     pub bus: crate::bus::BusChoice,
-    /// Deprecated spelling of `--bus none`.
-    #[arg(long, global = true, hide = true)]
-    pub no_dbus: bool,
+    /// Removed (was `--bus none`): recognised only to say so.
+    #[arg(long = "no-dbus", global = true, hide = true)]
+    pub removed_no_dbus: bool,
 }
 
 impl GlobalArgs {
     /// The buses to look for orchestratord on, in order (empty: inbox only).
     pub fn client_buses(&self) -> Vec<crate::bus::BusKind> {
-        if self.no_dbus {
-            return Vec::new();
-        }
         self.bus.client_buses()
     }
 
@@ -534,6 +533,11 @@ pub fn run(cli: Cli) -> CliResult {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let g = &cli.global;
+    if g.removed_no_dbus {
+        return Err(CliError::new(crate::systemd::bus_choice::removed_flag(
+            "--no-dbus",
+        )));
+    }
     // A store this user may not read (the packaged system store): browse through the daemon.
     if remote::store_unreadable(g)
         && let Some(result) = remote::run(g, &mut out, &cli.command)
@@ -584,10 +588,10 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Notifications(a) => notify::list(g, &mut out, &a),
         Command::AddQueue(a) => admin::add_queue(g, &mut out, a),
         Command::SetQueue(a) => admin::set_queue(g, &mut out, a),
-        Command::CreatePrd(a) => agent::simple(g, &mut out, "create-prd", a),
-        Command::ResearchCode(a) => agent::simple(g, &mut out, "research-code", a),
-        Command::CreateTasks(a) => agent::with_prd(g, &mut out, "create-tasks", a),
-        Command::ImplementTasks(a) => agent::with_prd(g, &mut out, "implement-tasks", a),
+        Command::CreatePrd(a) => agent::simple(g, &mut out, Op::CreatePrd, a),
+        Command::ResearchCode(a) => agent::simple(g, &mut out, Op::ResearchCode, a),
+        Command::CreateTasks(a) => agent::with_prd(g, &mut out, Op::CreateTasks, a),
+        Command::ImplementTasks(a) => agent::with_prd(g, &mut out, Op::ImplementTasks, a),
         Command::CreateEnvironment(a) => agent::create_environment(g, &mut out, a),
         Command::Daemon { action } => daemon::run(g, &mut out, action),
         Command::Demo(a) => demo::run(g, &mut out, a),

@@ -8,6 +8,7 @@ use super::browse::{
 };
 use super::render::{Format, write_json};
 use super::{CliError, CliResult, Command, GlobalArgs, Session};
+use crate::model::Command as Op;
 use crate::model::{Job, JobStatus, Prd, PrdState, Project, Queue, User};
 use crate::store::resolve_root;
 use serde::de::DeserializeOwned;
@@ -21,17 +22,17 @@ pub(super) fn store_unreadable(g: &GlobalArgs) -> bool {
 }
 
 /// The direct command and its content for a browsing command; `None` for other commands.
-fn request(command: &Command, g: &GlobalArgs) -> Option<(&'static str, Map<String, Value>)> {
+fn request(command: &Command, g: &GlobalArgs) -> Option<(Op, Map<String, Value>)> {
     let mut c = Map::new();
     let name = match command {
-        Command::ListUsers => "list-users",
-        Command::ListProjects => "list-projects",
-        Command::ListQueues => "list-queues",
+        Command::ListUsers => Op::ListUsers,
+        Command::ListProjects => Op::ListProjects,
+        Command::ListQueues => Op::ListQueues,
         Command::ListPrds { project } => {
             if let Some(p) = project {
                 c.insert("project".into(), json!(p));
             }
-            "list-prds"
+            Op::ListPrds
         }
         Command::ListJobs {
             status, project, ..
@@ -45,35 +46,35 @@ fn request(command: &Command, g: &GlobalArgs) -> Option<(&'static str, Map<Strin
             if let Some(q) = &g.queue {
                 c.insert("queue".into(), json!(q));
             }
-            "list-jobs"
+            Op::ListJobs
         }
         Command::ViewUser { user_id } => {
             c.insert("user".into(), json!(user_id));
-            "view-user"
+            Op::ViewUser
         }
         Command::ViewProject { project_id } => {
             c.insert("project".into(), json!(project_id));
-            "view-project"
+            Op::ViewProject
         }
         Command::ViewPrd { prd_id } => {
             c.insert("prd".into(), json!(prd_id));
-            "view-prd"
+            Op::ViewPrd
         }
         Command::ViewQueue { queue_name } => {
             c.insert("queue".into(), json!(queue_name));
-            "view-queue"
+            Op::ViewQueue
         }
         Command::ViewJob { job_id } => {
             c.insert("job".into(), json!(job_id));
-            "view-job"
+            Op::ViewJob
         }
         Command::ListMessages(a) => {
             c = a.content();
-            "list-messages"
+            Op::ListMessages
         }
         Command::ViewMessage { message_id } => {
             c.insert("message".into(), json!(message_id));
-            "view-message"
+            Op::ViewMessage
         }
         Command::ListTasks {
             prd,
@@ -85,11 +86,11 @@ fn request(command: &Command, g: &GlobalArgs) -> Option<(&'static str, Map<Strin
                     c.insert(k.into(), json!(v));
                 }
             }
-            "list-tasks"
+            Op::ListTasks
         }
         Command::ViewTask { task } => {
             c.insert("task".into(), json!(task));
-            "view-task"
+            Op::ViewTask
         }
         _ => return None,
     };
@@ -121,14 +122,10 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, command: &Command) -> Opt
 }
 
 /// Asks orchestratord over D-Bus (the bus of a store this user cannot read) to answer
-/// command `name`, as the session's user; returns the answer's `content.result`.
-pub(super) fn ask(
-    g: &GlobalArgs,
-    name: &str,
-    content: Map<String, Value>,
-) -> Result<Value, CliError> {
+/// command `op`, as the session's user; returns the answer's `content.result`.
+pub(super) fn ask(g: &GlobalArgs, op: Op, content: Map<String, Value>) -> Result<Value, CliError> {
     let user = Session::load().ok().and_then(|s| s.username);
-    let msg = json!({"command": name, "content": content, "user": user});
+    let msg = json!({"command": op.name(), "content": content, "user": user});
     let bus = g.unreadable_store_bus();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -155,10 +152,10 @@ fn call(
     g: &GlobalArgs,
     out: &mut dyn Write,
     command: &Command,
-    name: &str,
+    op: Op,
     content: Map<String, Value>,
 ) -> CliResult {
-    let result = ask(g, name, content)?;
+    let result = ask(g, op, content)?;
     match command {
         Command::ListUsers => render_users(g, out, &decode::<Vec<User>>(result)?),
         Command::ListProjects => render_projects(g, out, &decode::<Vec<Project>>(result)?),

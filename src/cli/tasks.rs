@@ -80,7 +80,7 @@ fn content(task: &str) -> serde_json::Map<String, serde_json::Value> {
 
 /// `retry-task PRD/TASK` (answered by orchestratord: it writes the store).
 pub(super) fn retry_task(g: &GlobalArgs, out: &mut dyn Write, task: &str) -> CliResult {
-    let r = super::flow::upkeep(g, "retry-task", content(task))?;
+    let r = super::flow::upkeep(g, crate::model::Command::RetryTask, content(task))?;
     match g.format {
         Format::Json => write_json(out, &r)?,
         Format::Text => {
@@ -101,7 +101,7 @@ pub(super) fn retry_task(g: &GlobalArgs, out: &mut dyn Write, task: &str) -> Cli
 /// `cancel-task PRD/TASK`: the task cancelled by orchestratord, then its live job by its
 /// queue manager (as `cancel-job` does it).
 pub(super) fn cancel_task(g: &GlobalArgs, out: &mut dyn Write, task: &str) -> CliResult {
-    let r = super::flow::upkeep(g, "cancel-task", content(task))?;
+    let r = super::flow::upkeep(g, crate::model::Command::CancelTask, content(task))?;
     let mut job_note = String::new();
     if let Some(job) = r["job"].as_str() {
         let mut sink = Vec::new();
@@ -151,7 +151,7 @@ pub(super) fn set_task(
             .collect();
         c.insert("depends_on".into(), serde_json::Value::Array(deps));
     }
-    let r = super::flow::upkeep(g, "set-task", c)?;
+    let r = super::flow::upkeep(g, crate::model::Command::SetTask, c)?;
     match g.format {
         Format::Json => write_json(out, &r)?,
         Format::Text => {

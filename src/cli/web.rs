@@ -55,7 +55,7 @@ fn tcp_listeners(system: bool) -> Vec<String> {
 
 /// Prints the URLs (and opens the dashboard when a desktop session is there).
 pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, args: &WebArgs) -> CliResult {
-    let system = crate::store::system_mode();
+    let system = crate::model::system_mode();
     let sock = socket_path(system);
     let tcp = tcp_listeners(system);
     // The user's own token (system mode: the service's, which only an admin can read).

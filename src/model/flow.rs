@@ -163,11 +163,11 @@ pub fn retry_id(failed_id: &str) -> String {
 }
 
 /// The four steps of a pipeline (`orchestrator pipeline`), in order.
-pub const PIPELINE_STEPS: [&str; 4] = [
-    "research-code",
-    "create-prd",
-    "create-tasks",
-    "implement-tasks",
+pub const PIPELINE_STEPS: [super::Command; 4] = [
+    super::Command::ResearchCode,
+    super::Command::CreatePrd,
+    super::Command::CreateTasks,
+    super::Command::ImplementTasks,
 ];
 
 #[cfg(test)]

@@ -5,10 +5,12 @@
 //! fields except the free-form `content` and `supporting_data` maps.
 
 pub mod approval;
+mod command;
 pub mod flow;
 pub mod integration;
 mod job;
 mod message;
+mod mode;
 mod prd;
 mod project;
 mod queue;
@@ -19,12 +21,14 @@ mod time;
 mod usage;
 mod user;
 
+pub use command::{Command, CommandKind, UnknownCommand};
 pub use flow::{RetryOn, RetryPolicy};
 pub use job::{
     Job, JobConfig, JobRuntime, JobStatus, JobType, RESEARCH_DOCUMENT_KEY, VENVMAN_KEY,
     permission_widening_arg, permission_widening_arg_for, result_text,
 };
 pub use message::{Message, MessageSource, MessageStatus};
+pub use mode::{MODE_ENV, system_mode};
 pub use prd::{Prd, PrdState};
 pub use project::Project;
 pub use queue::{

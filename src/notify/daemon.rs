@@ -6,9 +6,10 @@
 //! event).
 
 use super::dispatch::{Dispatcher, PassReport};
+use crate::model::system_mode;
 use crate::orchestrator::{LockError, LockTiming, StoreLock};
 use crate::store::notify_config::NotifyConfig;
-use crate::store::{Config, Store, StoreError, system_mode};
+use crate::store::{Config, Store, StoreError};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -6,7 +6,7 @@
 
 use super::DAEMON;
 use super::handled::Completions;
-use crate::model::{DocKind, Job, JobStatus, Prd, PrdState, Timestamp};
+use crate::model::{Command, DocKind, Job, JobStatus, Prd, PrdState, Timestamp};
 use crate::store::grouped::GroupedWrite;
 use crate::store::{Event, JobLocation, Record, Store, StoreError, move_no_replace};
 use serde_json::{Map, Value};
@@ -202,16 +202,14 @@ pub fn handle_finished_jobs(
 }
 
 fn handle_one(store: &Store, loc: &JobLocation, job: &Job) -> Result<String, StoreError> {
-    let command = job.config.command.clone().unwrap_or_else(|| {
-        // Jobs written by hand carry no command; infer it from the Claude command.
-        super::commands::AGENT_COMMANDS
-            .iter()
-            .find(|(_, cc)| *cc == job.config.claude_command)
-            .map(|(c, _)| c.to_string())
-            .unwrap_or_default()
-    });
-    match command.as_str() {
-        "research-code" => {
+    // Jobs written by hand carry no command; it is inferred from the Claude command.
+    let named = job.config.command.as_deref();
+    let command = match named {
+        Some(c) => Command::parse(c),
+        None => Command::for_claude_command(&job.config.claude_command),
+    };
+    match (command, named.unwrap_or_default()) {
+        (Some(Command::ResearchCode), _) => {
             let what = match job
                 .config
                 .supporting_data
@@ -227,16 +225,19 @@ fn handle_one(store: &Store, loc: &JobLocation, job: &Job) -> Result<String, Sto
             };
             project_work_recorded(store, job, &what)
         }
-        super::commands::CREATE_ENVIRONMENT => project_work_recorded(
+        (Some(Command::CreateEnvironment), _) => project_work_recorded(
             store,
             job,
             &format!("environment in {}", job.config.working_directory),
         ),
-        "create-prd" => prd_created(store, loc, job),
-        "create-tasks" => tasks_created(store, loc, job),
-        super::tasks::IMPLEMENT_TASK => super::tasks::done::task_job_ended(store, loc, job),
-        super::tasks::INTEGRATE => super::tasks::integrate::ended(store, loc, job),
-        "implement-tasks" => prd_moved(store, loc, job, PrdState::Running, PrdState::Complete),
+        (Some(Command::CreatePrd), _) => prd_created(store, loc, job),
+        (Some(Command::CreateTasks), _) => tasks_created(store, loc, job),
+        // A task's and an integration's jobs: ours, not a message's command.
+        (None, super::tasks::IMPLEMENT_TASK) => super::tasks::done::task_job_ended(store, loc, job),
+        (None, super::tasks::INTEGRATE) => super::tasks::integrate::ended(store, loc, job),
+        (Some(Command::ImplementTasks), _) => {
+            prd_moved(store, loc, job, PrdState::Running, PrdState::Complete)
+        }
         _ => Ok("nothing to do".into()),
     }
 }

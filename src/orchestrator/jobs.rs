@@ -1,10 +1,9 @@
 //! Agent commands become job files (PRD §6.3, §6.4).
 
 use super::RouteError;
-use super::commands::{CREATE_ENVIRONMENT, claude_command_for};
 use crate::model::{
-    DocKind, Job, JobConfig, JobRuntime, JobStatus, JobType, MAX_TIMEOUT_SECONDS, Message, Prd,
-    Project, RESEARCH_DOCUMENT_KEY, Timestamp, VENVMAN_KEY, permission_widening_arg_for,
+    Command, DocKind, Job, JobConfig, JobRuntime, JobStatus, JobType, MAX_TIMEOUT_SECONDS, Message,
+    Prd, Project, RESEARCH_DOCUMENT_KEY, Timestamp, VENVMAN_KEY, permission_widening_arg_for,
 };
 use crate::permissions::Caller;
 use crate::store::Store;
@@ -116,13 +115,19 @@ pub fn venvman_options(msg: &Message) -> Result<Value, RouteError> {
 
 /// Builds, validates and writes the job for an agent command; appends it to the PRD's
 /// `jobs` at once (provenance). Idempotent per correlation id.
-pub fn create_job(store: &Store, msg: &Message, who: &Caller) -> Result<CreatedJob, RouteError> {
-    let environment = msg.command == CREATE_ENVIRONMENT;
+pub fn create_job(
+    store: &Store,
+    command: Command,
+    msg: &Message,
+    who: &Caller,
+) -> Result<CreatedJob, RouteError> {
+    let environment = command == Command::CreateEnvironment;
     let claude_command = if environment {
         "venvman"
     } else {
-        claude_command_for(&msg.command)
-            .ok_or_else(|| RouteError::Invalid(format!("Unknown command: {}", msg.command)))?
+        command.claude_command().ok_or_else(|| {
+            RouteError::Invalid(format!("{command}: not a command that creates a job"))
+        })?
     };
     let project_id = msg
         .project
@@ -168,7 +173,7 @@ pub fn create_job(store: &Store, msg: &Message, who: &Caller) -> Result<CreatedJ
     let prd = match prd_id {
         Some(p) if super::flow::prd_pending(msg, p) => None,
         Some(p) => Some(store.find_prd(p)?),
-        None if matches!(msg.command.as_str(), "create-tasks" | "implement-tasks") => {
+        None if matches!(command, Command::CreateTasks | Command::ImplementTasks) => {
             return Err(RouteError::Invalid(format!(
                 "{}: content.prd is required (a PRD id)",
                 msg.command
@@ -177,8 +182,8 @@ pub fn create_job(store: &Store, msg: &Message, who: &Caller) -> Result<CreatedJ
         None => None,
     };
     let task = content_str(msg, "task")?;
-    let task_description = match (msg.command.as_str(), &prd) {
-        ("research-code", _) => {
+    let task_description = match (command, &prd) {
+        (Command::ResearchCode, _) => {
             let mut t = format!(
                 "Review the {} codebase and document key components, architecture, and APIs.",
                 project.id
@@ -188,21 +193,21 @@ pub fn create_job(store: &Store, msg: &Message, who: &Caller) -> Result<CreatedJ
             }
             t
         }
-        ("create-tasks", Some((_, _, prd))) => {
+        (Command::CreateTasks, Some((_, _, prd))) => {
             format!(
                 "Create implementation tasks for PRD: {}\n\n{}",
                 prd.title,
                 format_prd(prd)
             )
         }
-        ("implement-tasks", Some((_, _, prd))) => {
+        (Command::ImplementTasks, Some((_, _, prd))) => {
             format!(
                 "Implement the tasks for PRD: {}\n\n{}",
                 prd.title,
                 format_prd(prd)
             )
         }
-        (CREATE_ENVIRONMENT, _) => format!(
+        (Command::CreateEnvironment, _) => format!(
             "Create the virtual environment of project {} in {} with venvman.",
             project.id, project.directory
         ),
@@ -217,7 +222,7 @@ pub fn create_job(store: &Store, msg: &Message, who: &Caller) -> Result<CreatedJ
     };
 
     // Issue 30: the tasks come back as a JSON block, one task document each.
-    let task_description = if msg.command == "create-tasks" {
+    let task_description = if command == Command::CreateTasks {
         format!("{task_description}\n\n{}", super::tasks::FORMAT_REQUEST)
     } else {
         task_description
@@ -253,7 +258,7 @@ pub fn create_job(store: &Store, msg: &Message, who: &Caller) -> Result<CreatedJ
     // Set after the message's own supporting data, so the project's settings win: the job
     // writes the research document where the project says (as the job's user, on the
     // compute host), and runs venvman with these options only.
-    if msg.command == "research-code"
+    if command == Command::ResearchCode
         && let Some(doc) = &project.code_research_document
     {
         supporting.insert(RESEARCH_DOCUMENT_KEY.into(), Value::String(doc.clone()));
@@ -342,7 +347,7 @@ pub fn create_job(store: &Store, msg: &Message, who: &Caller) -> Result<CreatedJ
     };
     flow.apply(&mut job);
     // Issue 30: a PRD with task documents is implemented one job per task.
-    if msg.command == "implement-tasks"
+    if command == Command::ImplementTasks
         && let Some((_, prd_path, prd)) = &prd
         && store.has_tasks(&prd.project, &prd.id)
     {

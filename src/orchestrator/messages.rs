@@ -10,7 +10,7 @@
 //! admins in `problems` and left as it is.
 
 use super::RouteError;
-use crate::model::{DocKind, Message, MessageStatus};
+use crate::model::{Command, DocKind, Message, MessageStatus};
 use crate::permissions::Caller;
 use crate::store::{Scanned, Store, read_limited, scan_each};
 use serde_json::{Map, Value, json};
@@ -323,10 +323,10 @@ pub fn list(store: &Store, who: &Caller, f: &MessageFilter) -> Result<Value, Rou
             r["answer"] = json!(answer_of(&name));
         }
         bytes += r.to_string().len() + 1;
-        if bytes > super::direct::MAX_LIST_BYTES {
+        if bytes > super::commands::MAX_LIST_BYTES {
             return Err(RouteError::Invalid(format!(
                 "list-messages: the answer would be over {} bytes ({} messages fit); ask for a slice with content.offset and content.limit, or narrow it with content.project, content.user, content.status or content.direction",
-                super::direct::MAX_LIST_BYTES,
+                super::commands::MAX_LIST_BYTES,
                 rows.len()
             )));
         }
@@ -406,9 +406,9 @@ pub fn view(store: &Store, who: &Caller, id: &str) -> Result<Value, RouteError> 
 
 /// The filter a `list-messages` message carries in its content.
 pub fn filter_from(content: &Map<String, Value>) -> Result<MessageFilter, RouteError> {
-    super::direct::known_content_keys(
+    super::commands::content::known_content_keys(
         content,
-        "list-messages",
+        Command::ListMessages.name(),
         &["project", "user", "status", "direction", "offset", "limit"],
     )?;
     let text = |k: &str| -> Result<Option<String>, RouteError> {
@@ -421,7 +421,8 @@ pub fn filter_from(content: &Map<String, Value>) -> Result<MessageFilter, RouteE
             ))),
         }
     };
-    let number = |k: &str| super::direct::whole_number(content, "list-messages", k);
+    let number =
+        |k: &str| super::commands::content::whole_number(content, Command::ListMessages.name(), k);
     let status = match text("status")? {
         None => None,
         Some(s) => Some(status_from_name(&s).ok_or_else(|| {
@@ -453,4 +454,18 @@ pub fn filter_from(content: &Map<String, Value>) -> Result<MessageFilter, RouteE
         offset: number("offset")?.unwrap_or(0),
         limit: number("limit")?,
     })
+}
+
+/// `list-messages` as a message asks it (its filter in `content`).
+pub(super) fn answer_list(store: &Store, msg: &Message, who: &Caller) -> Result<Value, RouteError> {
+    list(store, who, &filter_from(&msg.content)?)
+}
+
+/// `view-message` as a message asks it (`content.message`, or `content.id`).
+pub(super) fn answer_view(store: &Store, msg: &Message, who: &Caller) -> Result<Value, RouteError> {
+    view(
+        store,
+        who,
+        super::commands::content::required_or(msg, "message", "id")?,
+    )
 }

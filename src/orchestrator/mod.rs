@@ -15,7 +15,6 @@ pub mod claims;
 pub mod commands;
 mod completion;
 pub mod daemon;
-mod direct;
 
 mod inbox;
 
@@ -39,7 +38,9 @@ pub use error::RouteError;
 pub use jobs::{CreatedJob, DEFAULT_TIMEOUT_SECONDS, job_id_for, select_queue, venvman_options};
 pub use lock::{LockError, LockInfo, LockTiming, StoreLock};
 
-use crate::model::{DocKind, Message, MessageSource, MessageStatus, Timestamp, is_safe_id};
+use crate::model::{
+    Command, CommandKind, DocKind, Message, MessageSource, MessageStatus, Timestamp, is_safe_id,
+};
 use crate::permissions::Caller;
 use crate::store::{
     Event, Level, Record, Store, StoreError, move_no_replace, read_limited, safe, scan_dir,
@@ -93,31 +94,30 @@ fn route(
     who: &Caller,
 ) -> Result<(Map<String, Value>, Option<CreatedJob>), RouteError> {
     let mut content = Map::new();
-    if commands::is_direct(&msg.command) {
-        content.insert("result".into(), direct::answer(store, msg, who)?);
-        return Ok((content, None));
-    }
-    if commands::creates_job(&msg.command) {
-        let job = jobs::create_job(store, msg, who)?;
-        content.insert("job_id".into(), json!(job.id));
-        content.insert("queue".into(), json!(job.queue));
-        content.insert("job_path".into(), json!(job.path));
-        if msg.command == "implement-tasks"
-            && let Some(Value::String(prd)) = msg.content.get("prd")
-            && let Some(t) = tasks::fanout::answer(store, &msg.correlation_id, prd)
-        {
-            content.insert("tasks".into(), t);
+    let command = commands::parse(msg)?;
+    match command.kind() {
+        CommandKind::Direct => {
+            content.insert("result".into(), commands::answer(store, command, msg, who)?);
+            Ok((content, None))
         }
-        return Ok((content, Some(job)));
+        CommandKind::Job => {
+            let job = jobs::create_job(store, command, msg, who)?;
+            content.insert("job_id".into(), json!(job.id));
+            content.insert("queue".into(), json!(job.queue));
+            content.insert("job_path".into(), json!(job.path));
+            if command == Command::ImplementTasks
+                && let Some(Value::String(prd)) = msg.content.get("prd")
+                && let Some(t) = tasks::fanout::answer(store, &msg.correlation_id, prd)
+            {
+                content.insert("tasks".into(), t);
+            }
+            Ok((content, Some(job)))
+        }
+        CommandKind::Upkeep => {
+            content.insert("result".into(), upkeep::answer(store, command, msg, who)?);
+            Ok((content, None))
+        }
     }
-    if upkeep::is_upkeep(&msg.command) {
-        content.insert("result".into(), upkeep::answer(store, msg, who)?);
-        return Ok((content, None));
-    }
-    Err(RouteError::Invalid(format!(
-        "Unknown command: {}",
-        msg.command
-    )))
 }
 
 /// The caller a file message acts for: its `user` (which must exist), else trusted — whoever

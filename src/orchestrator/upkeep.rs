@@ -9,27 +9,27 @@
 //! path it came by.
 
 use super::RouteError;
-use crate::model::{Message, Timestamp};
+use crate::model::{Command, Message, Timestamp};
 use crate::permissions::Caller;
 use crate::store::Store;
 use serde_json::{Value, json};
-
-/// The upkeep commands.
-pub const UPKEEP_COMMANDS: [&str; 3] = ["retry", "archive", "migrate"];
 
 /// An archive answer lists at most this many moved jobs (`moved_count` has them all), so
 /// the answer stays small at 100,000 jobs.
 pub const MAX_LISTED: usize = 10_000;
 
-/// True for `retry`, `archive` and `migrate`.
-pub fn is_upkeep(command: &str) -> bool {
-    UPKEEP_COMMANDS.contains(&command) || super::tasks::edit::is_task_command(command)
-}
-
 /// Answers an upkeep message: its report.
-pub fn answer(store: &Store, msg: &Message, who: &Caller) -> Result<Value, RouteError> {
-    if super::tasks::edit::is_task_command(&msg.command) {
-        return super::tasks::edit::answer(store, msg, who);
+pub fn answer(
+    store: &Store,
+    command: Command,
+    msg: &Message,
+    who: &Caller,
+) -> Result<Value, RouteError> {
+    if matches!(
+        command,
+        Command::RetryTask | Command::CancelTask | Command::SetTask
+    ) {
+        return super::tasks::edit::answer(store, command, msg, who);
     }
     let c = &msg.content;
     let dry_run = match c.get("dry_run") {
@@ -49,11 +49,13 @@ pub fn answer(store: &Store, msg: &Message, who: &Caller) -> Result<Value, Route
                 RouteError::Invalid(format!("{} needs content.{field} (a string)", msg.command))
             })
     };
-    match msg.command.as_str() {
-        "retry" => retry(store, who, text("job")?),
-        "archive" => archive(store, who, text("older_than")?, dry_run),
-        "migrate" => migrate(store, who, dry_run),
-        other => Err(RouteError::Invalid(format!("Unknown command: {other}"))),
+    match command {
+        Command::Retry => retry(store, who, text("job")?),
+        Command::Archive => archive(store, who, text("older_than")?, dry_run),
+        Command::Migrate => migrate(store, who, dry_run),
+        other => Err(RouteError::Invalid(format!(
+            "{other}: not an upkeep command"
+        ))),
     }
 }
 

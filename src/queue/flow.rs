@@ -7,7 +7,7 @@
 
 use super::Manager;
 use crate::model::flow::{MAX_ATTEMPTS, next_attempt, retry_id};
-use crate::model::{DocKind, Job, JobStatus, RetryOn, Timestamp};
+use crate::model::{Command, DocKind, Job, JobStatus, RetryOn, Timestamp};
 use crate::store::{Event, Store};
 use serde_json::Value;
 use std::time::Duration;
@@ -311,8 +311,8 @@ impl Manager {
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string();
-        match step.as_str() {
-            "create-prd" => {
+        match Command::parse(&step) {
+            Some(Command::CreatePrd) => {
                 let queues = self.store.queue_ids().unwrap_or_default();
                 let dep = job.config.after.as_ref().and_then(|a| a.first()).cloned();
                 if let Some(dep) = dep
@@ -328,7 +328,7 @@ impl Manager {
                     }
                 }
             }
-            "create-tasks" | "implement-tasks" => {
+            Some(Command::CreateTasks | Command::ImplementTasks) => {
                 let prd_id = job
                     .config
                     .prd

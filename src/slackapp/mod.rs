@@ -163,7 +163,7 @@ pub fn bus_error_text(queue: &str, e: &zbus::Error) -> String {
 /// The bus the queue managers are on: the system bus for the system services, else the
 /// user's session bus.
 pub async fn connect_bus() -> zbus::Result<zbus::Connection> {
-    if crate::store::system_mode() {
+    if crate::model::system_mode() {
         zbus::Connection::system().await
     } else {
         zbus::Connection::session().await

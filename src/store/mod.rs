@@ -55,8 +55,8 @@ pub use fsio::{
 };
 pub use queue_runtime::merge_runtimes;
 pub use root::{
-    MODE_ENV, RootSource, RootUser, SYSTEM_CONFIG, expand_tilde, home_dir, resolve_daemon_root,
-    resolve_root, resolve_root_for, system_mode, user_config_path,
+    RootSource, RootUser, SYSTEM_CONFIG, expand_tilde, home_dir, resolve_daemon_root, resolve_root,
+    resolve_root_for, user_config_path,
 };
 pub use scan::{
     Scan, Scanned, file_id, is_conflict_copy, is_ignored, scan_dir, scan_each, scan_subdirs,

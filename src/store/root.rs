@@ -5,6 +5,7 @@
 //! to the CLI of a user who has no store of their own (a lab server's users).
 
 use super::Config;
+use crate::model::system_mode;
 use std::path::{Path, PathBuf};
 
 /// The system-wide configuration the package installs.
@@ -49,14 +50,6 @@ pub fn expand_tilde(p: &str) -> PathBuf {
         (Some(rest), Some(home)) => home.join(rest),
         _ => PathBuf::from(p),
     }
-}
-
-/// The environment variable the packaged *system* units set (`AGENTSTORE_MODE=system`).
-pub const MODE_ENV: &str = "AGENTSTORE_MODE";
-
-/// True when running as the packaged system service (`AGENTSTORE_MODE=system`).
-pub fn system_mode() -> bool {
-    std::env::var(MODE_ENV).is_ok_and(|v| v.trim().eq_ignore_ascii_case("system"))
 }
 
 /// Who resolves the root: the CLI or a daemon.

@@ -2,7 +2,7 @@
 //! for `auto`: the system bus when running as the system service, else the session bus
 //! when there is one, else none (inbox files only). DESIGN §8, deployment modes.
 
-use crate::store::system_mode;
+use crate::model::system_mode;
 use std::fmt;
 
 /// Which bus a daemon or client uses.
@@ -67,6 +67,14 @@ pub fn system_bus_available() -> bool {
     ]
     .iter()
     .any(|p| std::path::Path::new(p).exists())
+}
+
+/// The refusal of a removed "no bus" flag (`--no-bus`, `--no-dbus`): it names the one flag
+/// that says which bus now. The old flags are still recognised only to say this.
+pub fn removed_flag(flag: &str) -> String {
+    format!(
+        "{flag} was removed: use --bus none (one flag says which bus: --bus auto|system|session|none)"
+    )
 }
 
 /// "Which bus", as every binary spells it: `--bus auto|system|session|none`.

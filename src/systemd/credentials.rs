@@ -1,6 +1,8 @@
 //! systemd credentials (`LoadCredential=`, `LoadCredentialEncrypted=`, `SetCredential=`,
 //! `SetCredentialEncrypted=`; `systemd-creds encrypt` makes the encrypted ones): the one
-//! reader of `$CREDENTIALS_DIRECTORY`, for the notifier's tokens and the jobs' keys.
+//! reader of `$CREDENTIALS_DIRECTORY` for the daemons (the notifier's and the Slack app's
+//! tokens, the jobs' keys), on the crate's one credential-file reader in `agent/credentials.rs`
+//! (which agentshell's Telegram token uses directly: `agent/` uses nothing else of the crate).
 //!
 //! A job's secrets (issue 35): every credential of the queue manager's unit named
 //! `job-env.<NAME>` becomes the variable `NAME` in the environment of the agent each job
@@ -13,7 +15,7 @@
 use std::path::{Path, PathBuf};
 
 /// The longest credential read (bytes).
-pub const MAX_CREDENTIAL: u64 = 64 * 1024;
+pub const MAX_CREDENTIAL: u64 = crate::agent::credentials::MAX_BYTES;
 
 /// Prefix of the credentials given to jobs as environment variables.
 pub const JOB_ENV_PREFIX: &str = "job-env.";
@@ -23,32 +25,21 @@ const MAX_JOB_VARS: usize = 64;
 
 /// `$CREDENTIALS_DIRECTORY`, when the unit has credentials.
 pub fn directory() -> Option<PathBuf> {
-    std::env::var_os("CREDENTIALS_DIRECTORY")
+    std::env::var_os(crate::agent::credentials::CREDENTIALS_DIRECTORY)
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
 }
 
 /// The credential `name` of `dir`, without the trailing newline `systemd-creds` and editors
-/// leave. The error names the credential, never its contents.
+/// leave; a missing one is an error. Read by the crate's one credential reader
+/// ([`crate::agent::credentials::read`]); the error names the credential, never its contents.
 pub fn read_from(dir: &Path, name: &str) -> Result<String, String> {
-    if name.is_empty() || name.contains('/') || name.starts_with('.') {
-        return Err(format!("credential name {name:?} is not a file name"));
-    }
-    let path = dir.join(name);
-    let f =
-        std::fs::File::open(&path).map_err(|e| format!("credential {}: {e}", path.display()))?;
-    let mut bytes = Vec::new();
-    std::io::Read::read_to_end(&mut std::io::Read::take(f, MAX_CREDENTIAL + 1), &mut bytes)
-        .map_err(|e| format!("credential {}: {e}", path.display()))?;
-    if bytes.len() as u64 > MAX_CREDENTIAL {
-        return Err(format!(
-            "credential {}: more than {MAX_CREDENTIAL} bytes",
-            path.display()
-        ));
-    }
-    let text = String::from_utf8(bytes)
-        .map_err(|_| format!("credential {}: not UTF-8 text", path.display()))?;
-    Ok(text.trim_end_matches(['\n', '\r']).to_string())
+    crate::agent::credentials::read(dir, name)?.ok_or_else(|| {
+        format!(
+            "credential {name} ({}): no such credential (LoadCredential= in the unit)",
+            dir.join(name).display()
+        )
+    })
 }
 
 /// Whether `name` may be a job variable: a shell name in capitals, and none that changes how

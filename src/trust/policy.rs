@@ -5,9 +5,8 @@
 //! root's and writable by nobody else ([`super::secure`]); otherwise it keeps the built-in
 //! defaults (the strictest rules) and says why in every refusal.
 
-use crate::store::{
-    Config, ProgramsPolicy, RunAsPolicy, SYSTEM_CONFIG, system_mode, user_config_path,
-};
+use crate::model::system_mode;
+use crate::store::{Config, ProgramsPolicy, RunAsPolicy, SYSTEM_CONFIG, user_config_path};
 use std::path::{Path, PathBuf};
 
 /// The rules in force and where they came from.

@@ -5,6 +5,7 @@
 use super::auth::{Actor, Peer};
 use super::error::WebError;
 use super::{App, Body, json};
+use crate::model::Command;
 use crate::model::Job;
 use http_body_util::BodyExt;
 use hyper::body::{Bytes, Frame, Incoming};
@@ -105,10 +106,10 @@ fn number(q: &HashMap<String, String>, key: &str) -> Result<u32, WebError> {
 pub async fn direct(
     app: &App,
     actor: &Actor,
-    command: &str,
+    command: Command,
     content: Map<String, Value>,
 ) -> Result<Value, WebError> {
-    let msg = json!({"command": command, "content": content, "user": actor.user});
+    let msg = json!({"command": command.name(), "content": content, "user": actor.user});
     let answer = app.orchestrator.submit(&msg.to_string()).await?;
     let mut v: Value = serde_json::from_str(&answer)
         .map_err(|e| WebError::new(502, "org.agentstore.Error.Failed", e.to_string()))?;
@@ -188,7 +189,7 @@ pub async fn queue_state(app: &App, queue: &str) -> Value {
 pub async fn cancel(app: &App, actor: &Actor, id: &str) -> Result<Value, WebError> {
     let mut c = Map::new();
     c.insert("job".into(), json!(id));
-    let doc = direct(app, actor, "view-job", c).await?;
+    let doc = direct(app, actor, Command::ViewJob, c).await?;
     let loc = app
         .store
         .find_job(id)
@@ -224,7 +225,7 @@ async fn manager_runs(app: &App, queue: &str) -> bool {
 /// Every running queue manager's `ListApprovals` that `actor` may see (the jobs
 /// `view-job` shows them), oldest first within each queue.
 pub async fn approvals(app: &App, actor: &Actor) -> Result<Value, WebError> {
-    let queues = direct(app, actor, "list-queues", Map::new()).await?;
+    let queues = direct(app, actor, Command::ListQueues, Map::new()).await?;
     let mut out = Vec::new();
     for q in queues.as_array().into_iter().flatten() {
         let Some(queue) = q.pointer("/config/id").and_then(Value::as_str) else {
@@ -241,7 +242,7 @@ pub async fn approvals(app: &App, actor: &Actor) -> Result<Value, WebError> {
             let mut c = Map::new();
             c.insert("job".into(), json!(job_id));
             // The orchestrator's §10 rule decides; a job the caller may not see is left out.
-            if direct(app, actor, "view-job", c).await.is_err() {
+            if direct(app, actor, Command::ViewJob, c).await.is_err() {
                 continue;
             }
             let input: Value = serde_json::from_str(&input_json).unwrap_or(json!(input_json));
@@ -414,8 +415,12 @@ pub async fn route(
         (["users"], true) | (["projects"], true) | (["queues"], true) => {
             let q = query(&req, &["as"])?;
             let actor = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
-            let command = format!("list-{}", rest[0]);
-            Ok(ok(&direct(app, &actor, &command, Map::new()).await?))
+            let command = match rest[0] {
+                "users" => Command::ListUsers,
+                "projects" => Command::ListProjects,
+                _ => Command::ListQueues,
+            };
+            Ok(ok(&direct(app, &actor, command, Map::new()).await?))
         }
         (["prds"], true) => {
             let q = query(&req, &["as", "project"])?;
@@ -424,7 +429,7 @@ pub async fn route(
                 .get("project")
                 .map(|p| one("project", p))
                 .unwrap_or_default();
-            Ok(ok(&direct(app, &actor, "list-prds", c).await?))
+            Ok(ok(&direct(app, &actor, Command::ListPrds, c).await?))
         }
         (
             [
@@ -436,11 +441,11 @@ pub async fn route(
             let q = query(&req, &["as"])?;
             let actor = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
             let (command, key) = match *kind {
-                "users" => ("view-user", "user"),
-                "projects" => ("view-project", "project"),
-                "prds" => ("view-prd", "prd"),
-                "queues" => ("view-queue", "queue"),
-                _ => ("view-job", "job"),
+                "users" => (Command::ViewUser, "user"),
+                "projects" => (Command::ViewProject, "project"),
+                "prds" => (Command::ViewPrd, "prd"),
+                "queues" => (Command::ViewQueue, "queue"),
+                _ => (Command::ViewJob, "job"),
             };
             Ok(ok(&direct(app, &actor, command, one(key, id)).await?))
         }
@@ -453,27 +458,37 @@ pub async fn route(
                     c.insert(k.into(), json!(v));
                 }
             }
-            Ok(ok(&direct(app, &actor, "list-tasks", c).await?))
+            Ok(ok(&direct(app, &actor, Command::ListTasks, c).await?))
         }
         (["tasks", prd, task], true) => {
             let q = query(&req, &["as"])?;
             let actor = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
             let name = format!("{prd}/{task}");
-            Ok(ok(
-                &direct(app, &actor, "view-task", one("task", &name)).await?
-            ))
+            Ok(ok(&direct(
+                app,
+                &actor,
+                Command::ViewTask,
+                one("task", &name),
+            )
+            .await?))
         }
         (["machines"], true) => {
             let q = query(&req, &["as"])?;
             let actor = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
-            Ok(ok(&direct(app, &actor, "list-machines", Map::new()).await?))
+            Ok(ok(
+                &direct(app, &actor, Command::ListMachines, Map::new()).await?
+            ))
         }
         (["machines", host], true) => {
             let q = query(&req, &["as"])?;
             let actor = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
-            Ok(ok(
-                &direct(app, &actor, "view-machine", one("host", host)).await?
-            ))
+            Ok(ok(&direct(
+                app,
+                &actor,
+                Command::ViewMachine,
+                one("host", host),
+            )
+            .await?))
         }
         (["messages"], true) => {
             let q = query(&req, &MESSAGE_QUERY)?;
@@ -481,7 +496,7 @@ pub async fn route(
             Ok(ok(&direct(
                 app,
                 &actor,
-                "list-messages",
+                Command::ListMessages,
                 message_filter(&q)?,
             )
             .await?))
@@ -489,14 +504,18 @@ pub async fn route(
         (["messages", id], true) => {
             let q = query(&req, &["as"])?;
             let actor = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
-            Ok(ok(
-                &direct(app, &actor, "view-message", one("message", id)).await?
-            ))
+            Ok(ok(&direct(
+                app,
+                &actor,
+                Command::ViewMessage,
+                one("message", id),
+            )
+            .await?))
         }
         (["queues", name, "state"], true) => {
             let q = query(&req, &["as"])?;
             let actor = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
-            direct(app, &actor, "view-queue", one("queue", name)).await?;
+            direct(app, &actor, Command::ViewQueue, one("queue", name)).await?;
             Ok(ok(&queue_state(app, name).await))
         }
         (["jobs"], true) => {
@@ -523,7 +542,7 @@ pub async fn route(
             if q.get("limit").is_some_and(|v| !v.trim().is_empty()) {
                 c.insert("limit".into(), json!(number(&q, "limit")?));
             }
-            Ok(ok(&direct(app, &actor, "job-log", c).await?))
+            Ok(ok(&direct(app, &actor, Command::JobLog, c).await?))
         }
         (["jobs", id, "cancel"], false) if method == Method::POST => {
             let q = query(&req, &["as"])?;
@@ -658,7 +677,7 @@ impl EventReader {
         if let Some(ok) = self.seen.get(job) {
             return *ok;
         }
-        let msg = json!({"command": "view-job", "content": {"job": job}, "user": self.actor.user});
+        let msg = json!({"command": Command::ViewJob.name(), "content": {"job": job}, "user": self.actor.user});
         // A refusal and an unknown job are both errors: neither is shown.
         // Asked on a task of its own: the proxy's future is not `Sync`, a body must be.
         let orchestrator = self.orchestrator.clone();

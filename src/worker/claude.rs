@@ -109,7 +109,7 @@ pub fn find_command(
 }
 
 /// Largest shipped command file read into a prompt.
-const MAX_COMMAND_FILE: u64 = 256 * 1024;
+pub const MAX_COMMAND_FILE: u64 = 256 * 1024;
 
 /// The prompt for `claude` with this command file: `/<command> <task>` and the supporting
 /// data for a file Claude Code finds itself; for a shipped file, its text (front matter
@@ -135,7 +135,7 @@ pub fn prompt_for(job: &Job, file: &CommandFile) -> Result<String, String> {
 
 /// A shipped command's text (front matter removed) with `$ARGUMENTS` replaced by the task
 /// and the supporting data (appended when the text has no `$ARGUMENTS`).
-fn fill_arguments(job: &Job, text: &str) -> String {
+pub fn fill_arguments(job: &Job, text: &str) -> String {
     let body = strip_front_matter(text);
     let arguments = format!("{}{}", job.config.task_description, supporting_lines(job));
     if body.contains("$ARGUMENTS") {

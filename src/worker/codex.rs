@@ -23,20 +23,29 @@ use std::path::Path;
 
 /// The prompt for Codex: an agent command (the four shipped ones, or the user's or the
 /// project's own `.claude/commands/` file, which Codex does not read itself) filled in
-/// with the task and the supporting data; without a command, the task and the data.
-pub fn prompt(job: &Job, home: &Path, cwd: &Path) -> Result<String, String> {
+/// with the task and the supporting data; without a command, the task and the data. The
+/// user's or project's file is read with the rights of `account` (the job's account when the
+/// worker switches to it; `None` when it already runs as it): never the worker's own.
+pub fn prompt(
+    job: &Job,
+    home: &Path,
+    cwd: &Path,
+    account: Option<&super::runas::RunAs>,
+) -> Result<String, String> {
     let command = &job.config.claude_command;
     if command.is_empty() {
         return Ok(claude::agent_prompt(job));
     }
     let file = claude::find_command(command, home, cwd, &claude::shipped_commands_dir())
         .ok_or_else(|| format!("Unknown agent command: {command}"))?;
-    let file = match file {
+    match file {
         // Codex does not know Claude's slash commands: the file's text goes in the prompt.
-        claude::CommandFile::Claude(p) => claude::CommandFile::Shipped(p),
-        other => other,
-    };
-    claude::prompt_for(job, &file)
+        claude::CommandFile::Claude(p) => {
+            let text = super::read_as::read_to_string_as(&p, account, claude::MAX_COMMAND_FILE)?;
+            Ok(claude::fill_arguments(job, &text))
+        }
+        other => claude::prompt_for(job, &other),
+    }
 }
 
 /// True when `args` has one of these options (`--x`, `--x=…`).
@@ -255,7 +264,7 @@ pub(super) fn run(
         Ok(p) => p,
         Err(e) => return Outcome::fail(e),
     };
-    let prompt = match self::prompt(job, home, &cwd) {
+    let prompt = match self::prompt(job, home, &cwd, switch.then_some(run_as)) {
         Ok(p) => p,
         Err(e) => return Outcome::fail(e),
     };

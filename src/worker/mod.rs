@@ -13,6 +13,7 @@ pub mod integrate;
 pub mod mcp;
 pub mod process;
 pub mod project_side;
+pub mod read_as;
 pub mod relay;
 pub mod runas;
 pub mod worktree;

@@ -138,10 +138,12 @@ pub fn venvman_command(
 /// orchestrator). A relative path is taken from the job's working directory. `None` for a
 /// document inside the store: that one the orchestrator writes.
 pub fn research_document(store: &Store, job: &Job) -> Option<PathBuf> {
-    let research = match job.config.command.as_deref() {
-        Some(c) => c == "research-code",
-        None => job.config.claude_command == "code-researcher",
+    use crate::model::Command;
+    let command = match job.config.command.as_deref() {
+        Some(c) => Command::parse(c),
+        None => Command::for_claude_command(&job.config.claude_command),
     };
+    let research = command == Some(Command::ResearchCode);
     if !research {
         return None;
     }

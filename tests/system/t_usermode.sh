@@ -179,4 +179,46 @@ sys_check "agentstore-orchestrator.path starts orchestratord and the job is queu
     sys_wait_until 60 "job made" x sh -c "ls $S/Queues/poplar/Jobs/*_jobs/$id2.json"
 sys_check "queue-manager@poplar.path starts the manager and the job finishes" \
     sys_wait_until 90 "finished" in_state "$id2" finished
+# Issue 35, per-user mode: a key given to the user's own queue manager as a systemd
+# credential (LoadCredential= in the user's drop-in, from a 0600 file of the user's) reaches
+# the job's agent as ANTHROPIC_API_KEY, the same way the system mode's does
+# (src/systemd/credentials.rs), and is in no unit file, no `systemctl --user show` or
+# show-environment, no manager environment, no store document and no journal line.
+ukey="sk-user-credential-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')"
+printf '%s' "$ukey" | u sh -c 'umask 077; mkdir -p ~/.config/agentstore/keys && cat >~/.config/agentstore/keys/anthropic'
+sys_expect_eq "the key file is the user's alone" 600 "$(x stat -c %a "$H/.config/agentstore/keys/anthropic")"
+u sh -c 'mkdir -p ~/.config/systemd/user/queue-manager@.service.d && printf "[Service]\nLoadCredential=job-env.ANTHROPIC_API_KEY:%%h/.config/agentstore/keys/anthropic\nEnvironment=AGENTSTORE_PASS_ENV=FAKE_CLAUDE_ENVFILE FAKE_CLAUDE_ENVFILE=%%h/src/demo/job-env.txt\n" >~/.config/systemd/user/queue-manager@.service.d/credentials.conf'
+sys_check "systemctl --user daemon-reload" usys daemon-reload
+# The manager that ran the last job has no credential yet: let it exit (idle), so the job
+# below starts a fresh one with the drop-in.
+sys_check "the manager is idle before the credential job" sys_wait_until 60 "qm idle exit" uinactive queue-manager@poplar.service
+out=$(u orchestrator research-code --project demo --task 'SLEEP=8' 2>&1) || true
+id3=$(sed -n 's/^Job queued: \([0-9a-f-]*\)$/\1/p' <<<"$out" | head -1)
+sys_expect_match "a job for the credential test is queued ($out)" '^[0-9a-f]{8}-' "$id3"
+sys_check "the job runs" sys_wait_until 90 "running" in_state "$id3" running
+qm_pid=$(usys show -p MainPID --value queue-manager@poplar.service)
+cred_dir=$(x sh -c "tr '\\0' '\\n' </proc/$qm_pid/environ | sed -n 's/^CREDENTIALS_DIRECTORY=//p'")
+sys_expect_match "the user's manager has a credentials directory" "^$RUN/" "$cred_dir"
+qm_env=$(x sh -c "tr '\\0' '\\n' </proc/$qm_pid/environ" 2>&1 || true)
+sys_check "the job with the user's credential finishes" sys_wait_until 90 "finished" in_state "$id3" finished
+got_key() { x grep -qxF "ANTHROPIC_API_KEY=$ukey" "$H/src/demo/job-env.txt"; }
+sys_check "the job's agent had the key from the credential" got_key
+sys_expect_eq "... and ran as $U" "$U" "$(x sed -n 's/^USER=//p' "$H/src/demo/job-env.txt")"
+uabsent() { # WHAT then a command whose output must not hold the key
+    local what=$1 out
+    shift
+    out=$("$@" 2>&1) || true
+    if grep -qF "$ukey" <<<"$out"; then
+        sys_fail "the user's key appears in $what"
+    else
+        sys_pass "the user's key is not in $what ($(wc -c <<<"$out") bytes looked at)"
+    fi
+}
+uabsent "the unit files and drop-ins" x grep -rF -- "$ukey" "$H/.config/systemd" /etc/systemd /usr/lib/systemd
+uabsent "systemctl --user show queue-manager@poplar.service" usys show queue-manager@poplar.service
+uabsent "systemctl --user show-environment" usys show-environment
+uabsent "the queue manager's process environment" printf '%s' "$qm_env"
+uabsent "the user manager's process environment" x sh -c "cat /proc/\$(systemctl show -p MainPID --value user@$uid.service)/environ"
+uabsent "the user's store" x grep -rF -- "$ukey" "$S"
+uabsent "the journal (every field of every entry)" x journalctl -o export --no-pager
 sys_test_end

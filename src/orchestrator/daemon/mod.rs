@@ -42,9 +42,9 @@ pub struct Args {
     /// (inbox files only).
     #[arg(long, value_enum, default_value_t = crate::systemd::bus_choice::BusChoice::Auto)]
     pub bus: crate::systemd::bus_choice::BusChoice,
-    /// Deprecated spelling of `--bus none`.
-    #[arg(long, hide = true)]
-    pub no_bus: bool,
+    /// Removed (was `--bus none`): recognised only to say so.
+    #[arg(long = "no-bus", hide = true)]
+    pub removed_no_bus: bool,
     /// Exit after this many idle seconds (0 = never); default from config.yaml.
     #[arg(long, value_name = "SECONDS")]
     pub idle_exit: Option<u64>,

@@ -15,24 +15,17 @@
 
 use super::fanout::{Planned, write_task_job};
 use super::listing::effective;
-use crate::model::{DocKind, Job, Task, TaskRef, TaskStatus, Timestamp};
+use crate::model::{Command, DocKind, Job, Task, TaskRef, TaskStatus, Timestamp};
 use crate::orchestrator::RouteError;
 use crate::permissions::{Caller, Denied};
 use crate::store::Store;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
-/// The task commands.
-pub const TASK_COMMANDS: [&str; 3] = ["retry-task", "cancel-task", "set-task"];
-
-/// True for the task commands.
-pub fn is_task_command(command: &str) -> bool {
-    TASK_COMMANDS.contains(&command)
-}
-
 /// Answers a task command message (`content.task` = `PRD/TASK`).
 pub fn answer(
     store: &Store,
+    command: Command,
     msg: &crate::model::Message,
     who: &Caller,
 ) -> Result<Value, RouteError> {
@@ -44,11 +37,11 @@ pub fn answer(
         .ok_or_else(|| {
             RouteError::Invalid(format!("{} needs content.task (PRD/TASK)", msg.command))
         })?;
-    match msg.command.as_str() {
-        "retry-task" => retry(store, who, name),
-        "cancel-task" => cancel(store, who, name),
-        "set-task" => set(store, who, name, c),
-        other => Err(RouteError::Invalid(format!("Unknown command: {other}"))),
+    match command {
+        Command::RetryTask => retry(store, who, name),
+        Command::CancelTask => cancel(store, who, name),
+        Command::SetTask => set(store, who, name, c),
+        other => Err(RouteError::Invalid(format!("{other}: not a task command"))),
     }
 }
 

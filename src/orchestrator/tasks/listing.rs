@@ -154,3 +154,13 @@ pub fn answer_list(
     )?;
     Ok(serde_json::to_value(&tasks).unwrap_or(serde_json::Value::Null))
 }
+
+/// `view-task` as a message asks it (`content.task` = `PRD/TASK`).
+pub fn answer_view(
+    store: &Store,
+    msg: &crate::model::Message,
+    who: &Caller,
+) -> Result<serde_json::Value, crate::orchestrator::RouteError> {
+    use crate::orchestrator::commands::content::{required, to_value};
+    Ok(to_value(&view(store, who, required(msg, "task")?)?))
+}

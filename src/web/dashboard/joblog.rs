@@ -3,6 +3,7 @@
 //! then followed by `/static/live.js` through `GET /api/v1/jobs/{id}/log?after=CURSOR`
 //! until the job has ended.
 
+use crate::model::Command;
 use crate::web::App;
 use crate::web::api::direct;
 use crate::web::auth::Actor;
@@ -15,7 +16,7 @@ pub async fn section(app: &App, who: &Actor, id: &str, b: &mut String) {
     let mut c = Map::new();
     c.insert("job".into(), json!(id));
     let _ = write!(b, "<h2>Log</h2>");
-    match direct(app, who, "job-log", c).await {
+    match direct(app, who, Command::JobLog, c).await {
         Ok(v) => {
             let lines: Vec<&str> = v["lines"]
                 .as_array()

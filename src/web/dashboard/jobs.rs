@@ -1,6 +1,7 @@
 //! The jobs page and one job's page (with its timeline).
 
 use super::*;
+use crate::model::Command;
 
 pub(super) async fn jobs_page(
     app: &App,
@@ -78,7 +79,7 @@ pub(super) async fn jobs_page(
 pub(super) async fn job_page(app: &App, who: &Actor, id: &str) -> Result<Response<Body>, WebError> {
     let mut c = Map::new();
     c.insert("job".into(), json!(id));
-    let job = direct(app, who, "view-job", c).await?;
+    let job = direct(app, who, Command::ViewJob, c).await?;
     let st = s(&job, "/runtime/status");
     let mut b = format!(r#"<h1>Job {}</h1><table id="job">"#, esc(id));
     for (label, ptr) in [

@@ -1,9 +1,10 @@
 //! The machines page and one machine's page.
 
 use super::*;
+use crate::model::Command;
 
 pub(super) async fn machines_page(app: &App, who: &Actor) -> Result<Response<Body>, WebError> {
-    let all = direct(app, who, "list-machines", Map::new()).await?;
+    let all = direct(app, who, Command::ListMachines, Map::new()).await?;
     let rows = all["machines"].as_array().cloned().unwrap_or_default();
     let stale = rows.iter().filter(|m| m["stale"] == json!(true)).count();
     let mut b = format!(
@@ -43,7 +44,7 @@ pub(super) async fn machine_page(
     who: &Actor,
     host: &str,
 ) -> Result<Response<Body>, WebError> {
-    let m = direct(app, who, "view-machine", one("host", host)).await?;
+    let m = direct(app, who, Command::ViewMachine, one("host", host)).await?;
     let stale = m["stale"] == json!(true);
     let mut b = format!(
         r#"<h1>Machine {h}</h1><p><a href="/machines">← all machines</a></p><table id="machine">"#,

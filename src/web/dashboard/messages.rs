@@ -1,6 +1,7 @@
 //! The messages page and one message's page.
 
 use super::*;
+use crate::model::Command;
 
 /// The messages (`list-messages`), newest first, with filters and paging.
 pub(super) async fn messages_page(
@@ -11,7 +12,7 @@ pub(super) async fn messages_page(
     if q.get("limit").is_none_or(|l| l.is_empty()) {
         q.insert("limit".into(), "100".into());
     }
-    let all = direct(app, who, "list-messages", message_filter(&q)?).await?;
+    let all = direct(app, who, Command::ListMessages, message_filter(&q)?).await?;
     let get = |k: &str| q.get(k).map(String::as_str).unwrap_or("");
     let mut b = String::from(
         "<h1>Messages</h1><form class=\"filters\" method=\"get\" action=\"/messages\">",
@@ -98,7 +99,7 @@ pub(super) async fn message_page(
     who: &Actor,
     id: &str,
 ) -> Result<Response<Body>, WebError> {
-    let v = direct(app, who, "view-message", one("message", id)).await?;
+    let v = direct(app, who, Command::ViewMessage, one("message", id)).await?;
     let mut b = format!(
         r#"<h1>Message {}</h1><p><a href="/messages">← all messages</a></p>"#,
         esc(id)

@@ -1,6 +1,7 @@
 //! The PRDs page and one PRD's page.
 
 use super::*;
+use crate::model::Command;
 
 pub(super) async fn prds_page(
     app: &App,
@@ -11,7 +12,7 @@ pub(super) async fn prds_page(
     if let Some(p) = project {
         c.insert("project".into(), json!(p));
     }
-    let prds = direct(app, who, "list-prds", c).await?;
+    let prds = direct(app, who, Command::ListPrds, c).await?;
     let mut b = String::from(
         "<h1>PRDs</h1><table id=\"prds\"><thead><tr><th>id</th><th>title</th><th>project</th><th>status</th><th>owner</th><th>jobs</th><th>updated</th></tr></thead><tbody>",
     );
@@ -40,7 +41,7 @@ pub(super) async fn prds_page(
 pub(super) async fn prd_page(app: &App, who: &Actor, id: &str) -> Result<Response<Body>, WebError> {
     let mut c = Map::new();
     c.insert("prd".into(), json!(id));
-    let prd = direct(app, who, "view-prd", c).await?;
+    let prd = direct(app, who, Command::ViewPrd, c).await?;
     let mut b = format!(
         r#"<h1>{}</h1><table id="prd"><tr><th>id</th><td>{}</td></tr><tr><th>project</th><td>{}</td></tr><tr><th>status</th><td>{}</td></tr><tr><th>version</th><td>{}</td></tr><tr><th>owner</th><td>{}</td></tr><tr><th>created</th><td>{}</td></tr><tr><th>updated</th><td>{}</td></tr></table>"#,
         esc(s(&prd, "/title")),
@@ -83,7 +84,7 @@ pub(super) async fn prd_page(app: &App, who: &Actor, id: &str) -> Result<Respons
 async fn task_section(app: &App, who: &Actor, id: &str, b: &mut String) -> Result<(), WebError> {
     let mut c = Map::new();
     c.insert("prd".into(), json!(id));
-    let tasks = direct(app, who, "list-tasks", c).await?;
+    let tasks = direct(app, who, Command::ListTasks, c).await?;
     let tasks: Vec<Value> = tasks.as_array().cloned().unwrap_or_default();
     if tasks.is_empty() {
         return Ok(());

@@ -1,11 +1,12 @@
 //! The projects and users pages.
 
 use super::*;
+use crate::model::Command;
 
 /// The projects the caller may see (`list-projects`), each linked to its jobs, PRDs and
 /// messages.
 pub(super) async fn projects_page(app: &App, who: &Actor) -> Result<Response<Body>, WebError> {
-    let all = direct(app, who, "list-projects", Map::new()).await?;
+    let all = direct(app, who, Command::ListProjects, Map::new()).await?;
     let rows = all.as_array().cloned().unwrap_or_default();
     let mut b = String::from(
         "<h1>Projects</h1><table id=\"projects\"><thead><tr><th>project</th><th>owner</th><th>collaborators</th><th>default queue</th><th>directory</th><th>description</th><th>see</th></tr></thead><tbody>",
@@ -33,7 +34,7 @@ pub(super) async fn projects_page(app: &App, who: &Actor) -> Result<Response<Bod
 
 /// The users (`list-users`: admins only; anyone else gets the daemon's refusal).
 pub(super) async fn users_page(app: &App, who: &Actor) -> Result<Response<Body>, WebError> {
-    let all = direct(app, who, "list-users", Map::new()).await?;
+    let all = direct(app, who, Command::ListUsers, Map::new()).await?;
     let mut b = String::from(
         "<h1>Users</h1><table id=\"users\"><thead><tr><th>user</th><th>name</th><th>email</th><th>permissions</th><th>Unix user</th></tr></thead><tbody>",
     );

@@ -1,9 +1,10 @@
 //! The queues page.
 
 use super::*;
+use crate::model::Command;
 
 pub(super) async fn queues_page(app: &App, who: &Actor) -> Result<Response<Body>, WebError> {
-    let queues = direct(app, who, "list-queues", Map::new()).await?;
+    let queues = direct(app, who, Command::ListQueues, Map::new()).await?;
     let mut b = String::from(
         "<h1>Queues</h1><table id=\"queues\"><thead><tr><th>queue</th><th>manager</th><th>running</th><th>queued</th><th>workers</th><th>paused</th><th>last update</th></tr></thead><tbody>",
     );

@@ -1,0 +1,149 @@
+//! One home per query (issue 29, DESIGN §9): a command is named in code only by the typed
+//! `model::Command` (its name as text lives in `src/model/command.rs` alone, so no door
+//! dispatches on strings of its own), and a job listing decides who sees which job only in
+//! `orchestrator/commands/job_listing.rs` (over `permissions::Visibility`), whichever door
+//! lists. Like `layers.rs`, these read the sources; each rule also checks that its home
+//! holds what it looks for, so a renamed file cannot make the scan blind.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use super::layers::{code_outside_tests, sources};
+use std::path::Path;
+
+const COMMAND_HOME: &str = "src/model/command.rs";
+
+/// Literals that spell a command's name but mean something else, each (file, literal,
+/// why). A row that no longer occurs fails the test, so the list only shrinks.
+const OTHER_MEANINGS: &[(&str, &str, &str)] = &[
+    (
+        "src/slackapp/commands.rs",
+        "help",
+        "`/agentstore help`, the Slack command's own subcommand",
+    ),
+    (
+        "src/orchestrator/flow.rs",
+        "retry",
+        "content.retry, a job's retry policy",
+    ),
+    (
+        "src/cli/flow.rs",
+        "retry",
+        "content.retry, a job's retry policy",
+    ),
+    (
+        "src/store/listing/merge.rs",
+        "archive",
+        "the Jobs/archive folder",
+    ),
+    ("src/store/archive.rs", "archive", "the Jobs/archive folder"),
+];
+
+/// The command names of the `commands!` table: `Variant = "name", Kind, …;`.
+fn command_names(home: &str) -> Vec<String> {
+    home.lines()
+        .filter_map(|l| {
+            let (_, rest) = l.trim().split_once(" = \"")?;
+            let (name, tail) = rest.split_once('"')?;
+            tail.starts_with(", ").then(|| name.to_string())
+        })
+        .collect()
+}
+
+fn rel(root: &Path, path: &Path) -> String {
+    path.strip_prefix(root).unwrap().display().to_string()
+}
+
+#[test]
+fn commands_are_named_only_by_the_typed_enum() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let names = command_names(&std::fs::read_to_string(root.join(COMMAND_HOME)).unwrap());
+    // Not blind: the table was read (the PRD's commands, ours, the agent commands).
+    for must in [
+        "help",
+        "list-jobs",
+        "view-job",
+        "create-prd",
+        "retry",
+        "set-task",
+    ] {
+        assert!(names.iter().any(|n| n == must), "{must} not in {names:?}");
+    }
+    let mut files = Vec::new();
+    sources(&root.join("src"), &mut files);
+    let (mut found, mut used) = (Vec::new(), Vec::new());
+    for path in &files {
+        let r = rel(root, path);
+        if r == COMMAND_HOME || r.starts_with("src/agent/") || r.ends_with("/tests.rs") {
+            continue;
+        }
+        let src = std::fs::read_to_string(path).unwrap();
+        for (n, code) in code_outside_tests(&src) {
+            for name in &names {
+                if !code.contains(&format!("\"{name}\"")) {
+                    continue;
+                }
+                match OTHER_MEANINGS
+                    .iter()
+                    .find(|(f, l, _)| *f == r && *l == name.as_str())
+                {
+                    Some(row) => used.push(*row),
+                    None => found.push(format!("{r}:{n}: \"{name}\" ({})", code.trim())),
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "command names spelled as text outside {COMMAND_HOME} (use model::Command):\n{}",
+        found.join("\n")
+    );
+    let stale: Vec<_> = OTHER_MEANINGS
+        .iter()
+        .filter(|row| !used.contains(row))
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "rows of OTHER_MEANINGS no longer seen: {stale:?}"
+    );
+}
+
+/// The calls that decide which listed job a caller may see, and their homes.
+const VISIBILITY_CALLS: &[&str] = &["Visibility::new(", ".admits("];
+const VISIBILITY_HOMES: &[&str] = &[
+    "src/permissions.rs",
+    "src/orchestrator/commands/job_listing.rs",
+];
+
+#[test]
+fn job_listings_decide_visibility_in_one_module() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    sources(&root.join("src"), &mut files);
+    let mut found = Vec::new();
+    for path in &files {
+        let r = rel(root, path);
+        if VISIBILITY_HOMES.contains(&r.as_str()) || r.starts_with("src/agent/") {
+            continue;
+        }
+        let src = std::fs::read_to_string(path).unwrap();
+        for (n, code) in code_outside_tests(&src) {
+            for call in VISIBILITY_CALLS {
+                if code.contains(call) {
+                    found.push(format!("{r}:{n}: {call} ({})", code.trim()));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "a job listing decides who sees what outside job_listing.rs (walk a VisibleJobs):\n{}",
+        found.join("\n")
+    );
+    let walker = std::fs::read_to_string(root.join(VISIBILITY_HOMES[1])).unwrap();
+    for call in VISIBILITY_CALLS {
+        assert!(
+            walker.contains(call),
+            "{call} not in {}",
+            VISIBILITY_HOMES[1]
+        );
+    }
+}
