@@ -89,6 +89,7 @@ mod scale_messages;
 mod schema_corpus;
 mod slurm;
 mod slurm_approvals;
+mod slurm_relay;
 mod systemd_units;
 mod tasks_diskfull;
 mod tasks_docs;

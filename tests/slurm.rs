@@ -23,6 +23,11 @@ impl FakeSlurm {
         let state = env.dir.path().join("slurm-state");
         std::fs::create_dir_all(&bin).unwrap();
         std::fs::create_dir_all(&state).unwrap();
+        // A root manager runs sbatch as the job's account (the relay), everything else as root.
+        for d in [&bin, &state] {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o777)).unwrap();
+        }
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/fake_slurm.sh");
         for c in ["sbatch", "squeue", "scancel", "scontrol", "sinfo"] {
             std::os::unix::fs::symlink(&script, bin.join(c)).unwrap();
@@ -42,6 +47,14 @@ impl FakeSlurm {
             let _ = std::fs::remove_file(p);
         }
     }
+}
+
+/// Whether the manager under test runs its Slurm jobs through the relay (issue 27): a root
+/// manager runs each as the job's own account (sbatch as that account, held until recorded,
+/// the script on stdin, `--output=` a file of that account's, no store probe); a manager that
+/// is not root runs them as itself (the batch step writes the store, gated on its job file).
+pub(crate) fn relayed() -> bool {
+    nix::unistd::geteuid().is_root()
 }
 
 /// The queue of `env` as a Slurm queue polled every second.
@@ -94,7 +107,7 @@ fn system_path_without_slurm(env: &QueueEnv) -> PathBuf {
     dir
 }
 
-fn manager(env: &QueueEnv, bus: &PrivateBus, fake: &FakeSlurm) -> Manager {
+pub(crate) fn manager(env: &QueueEnv, bus: &PrivateBus, fake: &FakeSlurm) -> Manager {
     manager_with(env, bus, fake, &[])
 }
 
@@ -126,13 +139,17 @@ pub(crate) fn manager_with(
         .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
         .env("PATH", path)
         .env("FAKE_SLURM_DIR", &fake.state)
+        .env(
+            agentstore::queue::slurm::OUTPUT_DIR_ENV,
+            env.dir.path().join("slurm-output"),
+        )
         .envs(extra.iter().copied())
         .spawn()
         .unwrap();
     Manager { child }
 }
 
-fn wait_file(env: &QueueEnv, state: &str, id: &str, secs: u64) -> Value {
+pub(crate) fn wait_file(env: &QueueEnv, state: &str, id: &str, secs: u64) -> Value {
     wait_until(
         Duration::from_secs(secs),
         &format!("job {id} in {state}_jobs"),
@@ -188,14 +205,60 @@ fn noop_job_runs_through_slurm_with_its_id_recorded() {
         "--account=lab",
         "--mem=1G",
         "--cpus-per-task=2",
-        "agent-worker' '--root=",
     ] {
         assert!(sbatch[0].contains(want), "{want} not in {}", sbatch[0]);
     }
-    // No hold: the batch step's gate is the job file naming its Slurm job; nothing to
-    // release, and no look-up by name for a job no earlier attempt can have submitted.
-    assert!(!sbatch[0].contains("--hold"), "{}", sbatch[0]);
-    assert!(!calls.contains("scontrol release"), "{calls}");
+    let jobs = fake.state.join("jobs");
+    let slurm_job = |what: &str| std::fs::read_to_string(jobs.join(format!("{sid}.{what}")));
+    if relayed() {
+        // Run as the job's own account: submitted by it, held until the manager recorded
+        // it (then released), the batch script on stdin (nothing of the job on a command
+        // line), the output in the account's own file, which holds the job's end.
+        assert_eq!(slurm_job("user").unwrap().trim(), job_login(), "{calls}");
+        assert!(sbatch[0].ends_with(" --hold"), "{}", sbatch[0]);
+        assert!(!sbatch[0].contains("--wrap"), "{}", sbatch[0]);
+        assert!(
+            calls.contains(&format!("scontrol release {sid}")),
+            "{calls}"
+        );
+        let script = slurm_job("wrap").unwrap();
+        assert!(script.contains("agent-worker' '--relay'"), "{script}");
+        assert!(
+            !script.contains("--run-as") && !script.contains("--gate"),
+            "{script}"
+        );
+        let out = env
+            .dir
+            .path()
+            .join(format!("slurm-output/{}-s1.out", env.queue));
+        assert!(
+            sbatch[0].contains(&format!("--output={}", out.display())),
+            "{}",
+            sbatch[0]
+        );
+        use std::os::unix::fs::MetadataExt;
+        let owner = std::fs::metadata(&out).unwrap().uid();
+        assert_eq!(owner, crate::claude_env::unprivileged_user().unwrap().uid);
+        let text = std::fs::read_to_string(&out).unwrap();
+        assert!(
+            text.contains(agentstore::model::relay::END_MARKER),
+            "{text}"
+        );
+        assert!(!calls.contains("agentstore-probe"), "{calls}");
+    } else {
+        assert!(
+            sbatch[0].contains("agent-worker' '--root="),
+            "{}",
+            sbatch[0]
+        );
+        // No hold: the batch step's gate is the job file naming its Slurm job; nothing to
+        // release, and no look-up by name for a job no earlier attempt can have submitted.
+        assert!(!sbatch[0].contains("--hold"), "{}", sbatch[0]);
+        assert!(!calls.contains("scontrol release"), "{calls}");
+        // Nothing the batch step (root, when the manager is) opens for its output lies in
+        // the store, where a planted link would send it (issue 27).
+        assert!(sbatch[0].contains("--output=/dev/null"), "{}", sbatch[0]);
+    }
     let before_sbatch = calls.split(sbatch[0]).next().unwrap();
     assert!(
         !before_sbatch
@@ -204,9 +267,6 @@ fn noop_job_runs_through_slurm_with_its_id_recorded() {
         "{calls}"
     );
     assert!(sid.chars().all(|c| c.is_ascii_digit()), "{sid}");
-    // Nothing the batch step (root, when the manager is) opens for its output lies in the
-    // store, where a planted link would send it (issue 27).
-    assert!(sbatch[0].contains("--output=/dev/null"), "{}", sbatch[0]);
     assert!(
         !env.root
             .join(format!("logs/slurm-{}-s1.out", env.queue))
@@ -587,6 +647,10 @@ fn a_job_held_by_an_earlier_manager_is_taken_over_not_submitted_again() {
     let worker = env!("CARGO_BIN_EXE_agent-worker");
     let out = std::process::Command::new(fake.bin.join("sbatch"))
         .env("FAKE_SLURM_DIR", &fake.state)
+        .env(
+            agentstore::queue::slurm::OUTPUT_DIR_ENV,
+            env.dir.path().join("slurm-output"),
+        )
         .args([
             "--parsable",
             "--hold",
@@ -774,6 +838,19 @@ fn a_store_the_nodes_cannot_see_holds_the_jobs_and_says_why() {
     std::fs::write(fake.state.join("crash-agentstore-probe-q1"), "").unwrap();
     let _m = manager(&env, &bus, &fake);
     env.queue_job("u1", &noop(0.1));
+    if relayed() {
+        // A batch step run as the job's account reads nothing of the store: no probe, and
+        // the jobs run whether the nodes see the store or not.
+        env.queue_job("u2", &noop(0.1));
+        wait_file(&env, "finished", "u1", 30);
+        wait_file(&env, "finished", "u2", 30);
+        assert!(
+            !fake.calls().contains("agentstore-probe"),
+            "{}",
+            fake.calls()
+        );
+        return;
+    }
     // The first job went out with the probe; once the probe's verdict is in, nothing more.
     wait_until(Duration::from_secs(30), "slurm_status", || {
         env.queue_json()["runtime"]["slurm_status"]
@@ -860,7 +937,10 @@ fn a_job_beyond_the_partition_fails_at_once_instead_of_pending_forever() {
 fn a_workers_end_is_seen_at_once_not_at_the_next_poll() {
     let (env, bus, fake) = setup();
     // A quiet queue is polled once a minute: the end must come from running_jobs/ itself.
-    slurm_queue(&env, json!({"poll_seconds": 60}));
+    // A relayed job's end is in its account's file, read when Slurm says it ended: the next
+    // poll (poll_seconds 3 here) and the settling grace.
+    let poll = if relayed() { 3 } else { 60 };
+    slurm_queue(&env, json!({ "poll_seconds": poll }));
     let _m = manager(&env, &bus, &fake);
     env.queue_job("e1", &noop(3.0));
     wait_until(Duration::from_secs(30), "e1 counted active", || {
@@ -944,6 +1024,10 @@ async fn a_slurm_job_id_naming_another_slurm_job_never_touches_it() {
         let out = std::process::Command::new(fake.bin.join("sbatch"))
             .args(["--parsable", "--job-name=victim", "--wrap=sleep 120"])
             .env("FAKE_SLURM_DIR", &fake.state)
+            .env(
+                agentstore::queue::slurm::OUTPUT_DIR_ENV,
+                env.dir.path().join("slurm-output"),
+            )
             .output()
             .unwrap();
         let victim = String::from_utf8(out.stdout).unwrap().trim().to_string();
@@ -992,6 +1076,10 @@ async fn a_slurm_job_id_naming_another_slurm_job_never_touches_it() {
         let _ = std::process::Command::new(fake.bin.join("scancel"))
             .arg(&victim)
             .env("FAKE_SLURM_DIR", &fake.state)
+            .env(
+                agentstore::queue::slurm::OUTPUT_DIR_ENV,
+                env.dir.path().join("slurm-output"),
+            )
             .status();
     })
     .await

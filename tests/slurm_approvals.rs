@@ -57,6 +57,34 @@ async fn a_slurm_job_asks_a_person_and_only_its_managers_answer_counts() {
         j["config"]["model"] = json!("anthropic/claude-test");
         j["config"]["user"] = json!("chenry");
         env.queue_job("slurm-ask", &j);
+        if crate::slurm::relayed() {
+            // A root manager runs the Slurm job as its own account (the relay), which must
+            // never hold the key that signs answers (it could answer its own requests): every
+            // person-approval is denied at once, saying why, and none is published.
+            let c = changes.ended("slurm-ask").await;
+            let doc = env.job(&c.new, "slurm-ask");
+            let rt = &doc["runtime"];
+            assert!(rt["slurm_job_id"].is_string(), "ran through Slurm: {rt}");
+            let a = rt["approvals"].as_array().unwrap();
+            assert!(!a.is_empty(), "{rt}");
+            for r in a {
+                assert_eq!(r["allow"], json!(false), "{rt}");
+                assert!(
+                    r["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains("runs as its own account")),
+                    "{rt}"
+                );
+            }
+            assert!(!env.work.join("forged.txt").exists(), "{rt}");
+            assert!(!env.work.join("allowed.txt").exists(), "{rt}");
+            assert!(reqs.try_recv().is_err(), "a request was published");
+            let calls = fake.calls();
+            let key_file = std::fs::read_to_string(state.join("approval-key")).unwrap();
+            assert!(!calls.contains(key_file.trim()), "{calls}");
+            assert!(!calls.contains("AGENTSTORE_APPROVAL_KEY"), "{calls}");
+            return;
+        }
 
         // The first call is asked of a person (before: denied at once, never published).
         let (job_id, req, tool, ..) = tokio::time::timeout(Duration::from_secs(90), reqs.recv())

@@ -35,6 +35,10 @@ fn main() -> ExitCode {
 
 fn run() -> anyhow::Result<agentstore::model::JobStatus> {
     let a = Args::parse();
+    if a.relay {
+        return agentstore::worker::relay::run(&a.queue, &a.job_id, a.root.as_deref())
+            .with_context(|| format!("job {}", a.job_id));
+    }
     let (root, _) = agentstore::store::resolve_daemon_root(a.root.as_deref());
     let args = agentstore::worker::WorkerArgs {
         root,

@@ -14,6 +14,7 @@ mod mode;
 mod prd;
 mod project;
 mod queue;
+pub mod relay;
 pub mod strict;
 mod task;
 mod time;

@@ -13,6 +13,7 @@ pub mod account;
 pub mod policy;
 pub mod programs;
 pub mod secure;
+pub mod switch;
 
 pub use account::{Account, AccountError, RunAsRefused, check_run_as};
 pub use policy::Policy;

@@ -286,7 +286,7 @@ fn ask(shared: &Shared, request_id: &str, tool: &str, sum: &str, input: Value) -
     };
     let Some(key) = shared.key.as_deref() else {
         let v = deny(format!(
-            "{tool} needs a person's approval, and this job's worker was started without the key that tells its queue manager's answers from forged ones: denied"
+            "{tool} needs a person's approval, and this job's worker was started without the key that tells its queue manager's answers from forged ones (a Slurm job a root queue manager runs as its own account never gets it: that account could sign answers to its own requests): denied"
         ));
         record(shared, request_id, tool, sum, &v, "worker", false);
         return v;

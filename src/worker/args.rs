@@ -25,6 +25,11 @@ pub struct Args {
     /// Wait for `go` on stdin before starting (set by the queue manager).
     #[arg(long)]
     pub gate: bool,
+    /// A Slurm batch step as the job's own account (set by a root queue manager): the job
+    /// and the queue's settings come on stdin, the job's end goes to stdout; the store
+    /// (`--root`) is never opened.
+    #[arg(long, conflicts_with_all = ["gate", "run_as"])]
+    pub relay: bool,
     /// Job id (file stem in Queues/<queue>/Jobs/running_jobs/).
     pub job_id: String,
 }

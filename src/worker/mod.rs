@@ -14,6 +14,7 @@ pub mod mcp;
 pub mod process;
 pub mod project_side;
 pub mod read_as;
+pub mod relay;
 pub mod runas;
 pub mod worktree;
 
@@ -62,6 +63,9 @@ pub enum WorkerError {
     /// The store cannot be opened or the job file read.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A Slurm relay step could not take its input or give its end (`relay`).
+    #[error("Slurm relay: {0}")]
+    Relay(String),
 }
 
 /// How a job ended, before it is written.
@@ -144,7 +148,18 @@ pub fn run(args: &WorkerArgs) -> Result<JobStatus, WorkerError> {
             .ok()
             .and_then(|k| approval::handed_key(&k));
     }
-    let store = opened?;
+    let (status, _) = run_job(args, opened?, handed, key.as_deref())?;
+    Ok(status)
+}
+
+/// Runs the job in `running_jobs/` of `store` to its end (after the gate, if any): the state
+/// it ended in and where its file is now.
+fn run_job(
+    args: &WorkerArgs,
+    store: Store,
+    handed: Option<QueueConfig>,
+    key: Option<&str>,
+) -> Result<(JobStatus, PathBuf), WorkerError> {
     let (q, id) = (args.queue.as_str(), args.job_id.as_str());
     let path = store.job_path(q, JobStatus::Running, id);
     let bytes = read_limited(&path)?;
@@ -153,25 +168,25 @@ pub fn run(args: &WorkerArgs) -> Result<JobStatus, WorkerError> {
         Err(StoreError::Invalid { rejection, .. }) => {
             let error = format!("Invalid job file: {rejection}");
             tracing::error!(job_id = %id, queue = %q, "{error}");
-            fail_raw(&store, q, id, JobStatus::Running, &bytes, &error)?;
+            let at = fail_raw(&store, q, id, JobStatus::Running, &bytes, &error)?;
             record(&store, q, id, "job_failed", &error);
-            return Ok(JobStatus::Failed);
+            return Ok((JobStatus::Failed, at));
         }
         Err(e) => return Err(e.into()),
     };
     tracing::info!(job_id = %id, queue = %q, project = %job.config.project,
         "running {:?} job", job.config.jobtype);
     let outcome = match handed.map_or_else(|| store.queue(q).map(|q| q.config), Ok) {
-        Ok(config) => execute(&store, &config, &mut job, args, key.as_deref()),
+        Ok(config) => execute(&store, &config, &mut job, args, key),
         Err(e) => Outcome::fail(format!("Cannot read queue {q}: {e}")),
     };
-    let status = finish(&store, q, id, job, outcome)?;
+    let ended = finish(&store, q, id, job, outcome)?;
     if args.gate {
         // A process of its own (started by a manager) that exits right after: its compiled
         // schemas are not worth freeing one allocation at a time.
         std::mem::forget(store);
     }
-    Ok(status)
+    Ok(ended)
 }
 
 /// The gate closed without `go`: the manager died (or gave up) after it placed the job in
@@ -231,7 +246,7 @@ fn finish(
     id: &str,
     mut job: Job,
     o: Outcome,
-) -> Result<JobStatus, StoreError> {
+) -> Result<(JobStatus, PathBuf), StoreError> {
     let r = &mut job.runtime;
     r.status = if o.failed {
         JobStatus::Failed
@@ -248,7 +263,7 @@ fn finish(
     r.session_id = o.session_id;
     let status = r.status;
     let detail = r.error.clone().unwrap_or_default();
-    write_and_move(store, q, id, JobStatus::Running, &job)?;
+    let at = write_and_move(store, q, id, JobStatus::Running, &job)?;
     match status {
         JobStatus::Failed => {
             tracing::warn!(job_id = %id, queue = %q, "job failed: {detail}");
@@ -260,7 +275,7 @@ fn finish(
         }
     }
     store.notice_job_ended(q, id);
-    Ok(status)
+    Ok((status, at))
 }
 
 fn execute(

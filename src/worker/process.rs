@@ -196,27 +196,13 @@ pub fn run_agent(
                 source: std::io::Error::other(e),
             },
         )?;
-        let uid = nix::unistd::Uid::from_raw(user.uid);
-        let gid = nix::unistd::Gid::from_raw(user.gid);
-        // The account's own groups only (as initgroups sets them), looked up with the
-        // account before fork: getgrouplist is not async-signal-safe, setgroups/setgid/setuid
-        // are plain system calls. Nothing of the daemon's groups is kept.
-        let groups: Vec<nix::unistd::Gid> = if user.groups.is_empty() {
-            vec![gid]
-        } else {
-            user.groups
-                .iter()
-                .map(|g| nix::unistd::Gid::from_raw(*g))
-                .collect()
-        };
+        // The account's own groups only (as initgroups sets them), nothing of the daemon's:
+        // the one switch of trust::switch, then the working directory.
+        crate::trust::switch::run_as(&mut c, user);
         // SAFETY: the closure runs in the forked child before exec and only makes the
-        // async-signal-safe system calls setgroups, setgid, setuid and chdir on data prepared
-        // before the fork; it allocates nothing and takes no locks.
+        // async-signal-safe system call chdir on data prepared before the fork.
         unsafe {
             c.pre_exec(move || {
-                nix::unistd::setgroups(&groups)?;
-                nix::unistd::setgid(gid)?;
-                nix::unistd::setuid(uid)?;
                 nix::unistd::chdir(cwd.as_c_str())?;
                 Ok(())
             });

@@ -10,6 +10,9 @@
 #   $FAKE_SLURM_DIR/sinfo        what sinfo prints (partition|time limit|CPUs|memory MB)
 #   $FAKE_SLURM_DIR/sbatch-delay  seconds sbatch takes to answer after the job is accepted
 set -u
+# A root queue manager runs sbatch as the job's account and everything else as root (as Slurm's
+# own daemons let both at the controller): its state is everyone's here.
+umask 000
 D=${FAKE_SLURM_DIR:?}
 J=$D/jobs
 mkdir -p "$J"
@@ -27,7 +30,15 @@ start() { # ID: runs the batch step in the background
     put "$1" reason None
     put "$1" start "$(date +%s)"
     (
-        SLURM_JOB_ID=$1 SLURM_JOB_NAME=$(get "$1" name) setsid sh -c "$(get "$1" wrap)" >>"$(get "$1" out)" 2>&1 &
+        # As slurmd does: the step runs as the account that submitted it, with the
+        # environment sbatch had, its output opened by that account.
+        as=()
+        if [ "$(id -u)" != "$(get "$1" uid)" ]; then
+            as=(setpriv --reuid="$(get "$1" uid)" --regid="$(get "$1" gid)" --init-groups)
+        fi
+        # shellcheck disable=SC1090
+        . "$J/$1.env"
+        SLURM_JOB_ID=$1 SLURM_JOB_NAME=$(get "$1" name) setsid "${as[@]}" sh -c 'exec >>"$1" 2>&1; exec sh -c "$2"' sh "$(get "$1" out)" "$(get "$1" wrap)" &
         pid=$!
         put "$1" pid "$pid"
         wait "$pid"
@@ -59,6 +70,8 @@ sbatch)
             ;;
         esac
     done
+    # No --wrap: the batch script comes on stdin (as sbatch reads it without a script file).
+    [ -z "$wrap" ] && wrap=$(cat)
     # A name with a crash-NAME file: the batch step dies before the worker can run.
     [ -e "$D/crash-$name" ] && wrap="exit 7"
     # One id per job, also when the manager runs several sbatch at once.
@@ -69,6 +82,10 @@ sbatch)
     flock -u 9
     exec 9>&-
     put "$n" name "$name"
+    put "$n" user "$(id -un)"
+    put "$n" uid "$(id -u)"
+    put "$n" gid "$(id -g)"
+    export -p >"$J/$n.env"
     put "$n" wrap "$wrap"
     put "$n" out "$out"
     put "$n" state PENDING

@@ -32,6 +32,8 @@ setup_queue "$Q" 2 /usr/local/bin/fake-claude
 qm=$(score "queue-manager@$Q.service")
 orch=$(score agentstore-orchestrator.service)
 echo "EXPOSURE: queue-manager@$Q.service ${qm:-?} agentstore-orchestrator.service ${orch:-?}"
+# What is left of it, each with the reason it stays in the unit's notes.
+x systemd-analyze security --no-pager "queue-manager@$Q.service" 2>&1 | grep '✗' || true
 sys_check "queue-manager@ exposure ${qm:-?} < $THRESHOLD" below "${qm:-99}" "$THRESHOLD"
 sys_check "orchestratord exposure ${orch:-?} <= 2.0" below "${orch:-99}" 2.01
 

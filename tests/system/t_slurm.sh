@@ -81,7 +81,14 @@ f=$(jobf s1 finished)
 sys_expect_eq "its output is the worker's" "No-op job completed successfully" "$(jfield "$f" output)"
 sid=$(jfield "$f" slurm_job_id)
 sys_expect_match "runtime.slurm_job_id is recorded ($sid)" '^[0-9]+$' "$sid"
-sys_expect_eq "Slurm ran it under the job's name" "agentstore-s1 COMPLETED" "$(x squeue -h -t all -j "$sid" -o '%j %T' 2>&1)"
+sys_expect_eq "Slurm ran it under the job's name, as the job's account" "agentstore-s1 COMPLETED jobuser" "$(x squeue -h -t all -j "$sid" -o '%j %T %u' 2>&1)"
+# The batch step's output: a file of the job's account in its own folder, written by Slurm as
+# that account, holding the job's end the manager read back (issue 27: the relay).
+relay=/home/jobuser/.local/state/agentstore/slurm/poplar-s1.out
+sys_expect_eq "the output file is the account's own (0600)" "jobuser 600" "$(x stat -c '%U %a' "$relay" 2>&1)"
+sys_expect_eq "in a folder of its own (0700)" "jobuser 700" "$(x stat -c '%U %a' "${relay%/*}" 2>&1)"
+sys_check "it holds the job's end" x grep -q '^@@agentstore-relay-end@@ ' "$relay"
+sys_expect_eq "Slurm was told that file, nothing in the store" "$relay" "$(x scontrol show job "$sid" 2>/dev/null | sed -n 's/^ *StdOut=//p')"
 sys_check "the finished job validates" adm validate --kind job "$f"
 journal_id() { x journalctl -q -o cat "SLURM_JOB_ID=$sid" | grep -q 'handed to Slurm'; }
 sys_check "journalctl SLURM_JOB_ID=$sid finds the submission" sys_wait_until 10 "journal" journal_id
@@ -119,6 +126,7 @@ sys_expect_eq "it never reached Slurm" "" "$(x squeue -h -t all -n agentstore-p1
 queue_job cc1 "$(job_json TestProject claude code-researcher 'through Slurm' 110 '{}' /tmp/testproject)"
 sys_check "M5 through Slurm: the Claude job finishes" sys_wait_until 110 "cc1 finished" in_state cc1 finished
 f=$(jobf cc1 finished)
+sys_expect_eq "Claude ran as the job's account in Slurm" "jobuser" "$(x squeue -h -t all -n agentstore-cc1 -o %u 2>&1)"
 sys_expect_match "its output is Claude's answer" '"output": *".*Researched through Slurm' "$(x cat "$f" 2>&1)"
 sys_expect_eq "exit code 0" 0 "$(jfield "$f" exit_code)"
 sys_expect_match "run as Slurm job $(jfield "$f" slurm_job_id)" '^[0-9]+$' "$(jfield "$f" slurm_job_id)"
@@ -172,4 +180,48 @@ sys_check "all 12 finish" sys_wait_until 120 "12 finished" allk
 dups=$(x squeue -h -t all -o %j 2>/dev/null | grep '^agentstore-' | grep -v '^agentstore-probe-' | sort | uniq -d | tr '\n' ' ')
 sys_expect_eq "no job was submitted twice" "" "$dups"
 sys_expect_eq "each burst job has exactly one Slurm job" 12 "$(x squeue -h -t all -o %j | grep -c '^agentstore-k')"
+# --- links planted in the store or the account's folder reach nothing of root (issue 27) ---------
+# Before: `sbatch --output=<store>/logs/slurm-poplar-<job>.out` as root appended to whatever a
+# link there named, and the probe's `echo ok > <store>/logs/.slurm-probe-…` wrote through a
+# logs/ replaced by a link. Now sbatch runs as the job's account with its output in that
+# account's folder, and a root manager submits no store probe at all.
+x systemctl stop queue-manager@poplar.service
+x sh -c 'umask 077; printf "CANARY-SLURM\n" >/root/slurm-canary; mkdir -p /root/slurm-canary-dir'
+canary() { x sh -c 'stat -c "%u %a %s %i %Y" /root/slurm-canary; sha256sum /root/slurm-canary; ls -A /root/slurm-canary-dir'; }
+before=$(canary)
+x ln -sfn /root/slurm-canary "$AS/logs/slurm-poplar-l1.out"
+queue_job l1 "$(noop 'output through a planted link' 1)"
+sys_check "queue-manager@poplar starts again" x systemctl start queue-manager@poplar.service
+sys_check "the job beside the planted output link finishes" sys_wait_until 60 "l1 finished" in_state l1 finished
+x rm -f "$AS/logs/slurm-poplar-l1.out"
+# logs/ itself a link to a root-only folder.
+x systemctl stop queue-manager@poplar.service
+x mv "$AS/logs" "$AS/logs.real"
+x ln -s /root/slurm-canary-dir "$AS/logs"
+queue_job l2 "$(noop 'logs/ is a link' 1)"
+earlier=$(x squeue -h -t all -n agentstore-probe-poplar -o %i 2>/dev/null | tr '\n' ' ')
+x systemctl start queue-manager@poplar.service
+sys_check "the job beside a linked logs/ finishes" sys_wait_until 60 "l2 finished" in_state l2 finished
+sys_expect_eq "no store probe was submitted" "$earlier" "$(x squeue -h -t all -n agentstore-probe-poplar -o %i 2>/dev/null | tr '\n' ' ')"
+sys_check "the manager is still serving" x systemctl is-active -q queue-manager@poplar.service
+x rm "$AS/logs"
+x mv "$AS/logs.real" "$AS/logs"
+# The account links its own output file to a root-only file: Slurm opens it as the account
+# (refused) and the manager reads it as the account (refused): the job fails from Slurm's
+# record, and nothing of the file reaches the store.
+x su -s /bin/sh jobuser -c 'ln -sfn /root/slurm-canary ~/.local/state/agentstore/slurm/poplar-l3.out'
+queue_job l3 "$(noop 'its own output linked to a root-only file' 1)"
+sys_check "the job whose output file is linked away fails" sys_wait_until 60 "l3 failed" in_state l3 failed
+sys_expect_match "from Slurm's record (no end was read)" 'Slurm job [0-9]+|Slurm ended job' "$(jfield "$(jobf l3 failed)" error)"
+sys_check "no canary content in the store" x sh -c "! grep -rqs CANARY-SLURM $AS"
+# The account writes a forged end into its output while its job runs: only what the job says
+# of its own run is taken (its id, owner, settings and Slurm job stay the manager's).
+queue_job l4 "$(noop 'forges its end' 20)"
+l4_running() { [ "$(x squeue -h -t all -n agentstore-l4 -o %T 2>/dev/null)" = RUNNING ]; }
+sys_check "l4 runs in Slurm" sys_wait_until 60 "l4 running" l4_running
+x su -s /bin/sh jobuser -c 'printf "%s\n" "@@agentstore-relay-end@@ {\"id\": \"other\", \"config\": {\"project\": \"Elsewhere\"}}" >> ~/.local/state/agentstore/slurm/poplar-l4.out'
+sys_check "l4 still finishes with its real end" sys_wait_until 60 "l4 finished" in_state l4 finished
+sys_expect_eq "its project is the manager's record" TestProject "$(jfield "$(jobf l4 finished)" project)"
+sys_expect_eq "its output is the worker's" "No-op job completed successfully" "$(jfield "$(jobf l4 finished)" output)"
+sys_expect_eq "root wrote nothing through the planted links (file and folder untouched)" "$before" "$(canary)"
 sys_test_end

@@ -11,19 +11,28 @@
 //! `squeue` for all such jobs of a pass; a batch step whose job is never recorded gives up
 //! after [`GATE_SECONDS`] without running the worker.
 //!
+//! A root (system) manager submits differently ([`relay`], issue 27): `sbatch` runs as the
+//! job's own account, held (`--hold`) until the submission is recorded and then released,
+//! the batch step (`agent-worker --relay`) never opens the store, and the job's end is read
+//! back from its output file in the account's own folder, with the account's rights.
+//!
 //! Supervision is one `squeue` per pass for all of the queue's Slurm jobs (every
 //! `slurm.poll_seconds`; at once after a submission or a cancel, and within a second after a
 //! pass that saw a job change state). A job's end is the worker's own when it wrote one; else
 //! it is taken from Slurm's state (TIMEOUT, CANCELLED, NODE_FAIL, OUT_OF_MEMORY, …) and, for a
 //! worker that died, Slurm's exit record (`scontrol show job`, only for such jobs).
 
+mod relay;
 mod settings;
 mod submit;
 mod supervise;
 #[cfg(test)]
 mod tests;
 
+pub use relay::OUTPUT_DIR_ENV;
 pub use settings::*;
+
+use relay::Relay;
 
 use super::Manager;
 use super::poison::{MarkKind, handling, handling_sync};
@@ -73,6 +82,8 @@ pub(super) struct Tracked {
     end: Option<EndCause>,
     /// When it was first seen ended (or gone from Slurm) with its file still running.
     ended_at: Option<Instant>,
+    /// Run as its own account: where its end is read from (root manager only).
+    relay: Option<Relay>,
 }
 
 /// The Slurm side of a manager.
@@ -120,4 +131,6 @@ struct Submission {
     job: Job,
     args: Vec<String>,
     limit: u64,
+    /// Run as its own account (root manager only).
+    relay: Option<Relay>,
 }

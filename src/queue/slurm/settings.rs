@@ -248,14 +248,38 @@ pub(super) async fn run(
     env: &[(String, String)],
 ) -> Result<String, SlurmError> {
     let mut cmd = tokio::process::Command::new(prog);
-    cmd.args(args)
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdin(std::process::Stdio::null())
-        .env_remove("NOTIFY_SOCKET")
-        .env_remove("LISTEN_FDS")
-        .env_remove("LISTEN_PID")
-        .kill_on_drop(true);
-    let out = match tokio::time::timeout(COMMAND_TIMEOUT, cmd.output()).await {
+    cmd.args(args).envs(env.iter().map(|(k, v)| (k, v)));
+    run_command(prog, cmd, None).await
+}
+
+/// Runs a Slurm command made by the caller (`input`: its standard input), with the same
+/// timeout and the same reading of its answer as [`run`].
+pub(super) async fn run_command(
+    prog: &str,
+    mut cmd: tokio::process::Command,
+    input: Option<Vec<u8>>,
+) -> Result<String, SlurmError> {
+    cmd.stdin(if input.is_some() {
+        std::process::Stdio::piped()
+    } else {
+        std::process::Stdio::null()
+    })
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .env_remove("NOTIFY_SOCKET")
+    .env_remove("LISTEN_FDS")
+    .env_remove("LISTEN_PID")
+    .kill_on_drop(true);
+    let output = async {
+        let mut child = cmd.spawn()?;
+        if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
+            use tokio::io::AsyncWriteExt;
+            // A command that exits without reading it all answers for itself below.
+            let _ = stdin.write_all(&input).await;
+        }
+        child.wait_with_output().await
+    };
+    let out = match tokio::time::timeout(COMMAND_TIMEOUT, output).await {
         Err(_) => {
             return Err(SlurmError::Unreachable(format!(
                 "{prog} did not answer within {} s",

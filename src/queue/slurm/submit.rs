@@ -93,17 +93,32 @@ impl Manager {
             .map(|(s, line)| {
                 let marker = self.marker_path(MarkKind::Start, &s.id);
                 let mut env = env.clone();
-                env.push((
-                    crate::model::approval::APPROVAL_KEY_ENV.to_string(),
-                    self.approval_key(&s.id),
-                ));
+                // Never to a batch step run as the job's account: it could sign answers to
+                // its own requests with it.
+                if s.relay.is_none() {
+                    env.push((
+                        crate::model::approval::APPROVAL_KEY_ENV.to_string(),
+                        self.approval_key(&s.id),
+                    ));
+                }
                 (s, line, marker, env)
             })
             .collect();
+        let worker = self.cfg.worker.display().to_string();
+        let config = self.config.clone();
         let mut answers =
             futures_util::stream::iter(jobs.into_iter().map(|(s, line, marker, env)| {
+                let (worker, config) = (worker.clone(), config.clone());
                 handling(marker.clone(), async move {
-                    let r = run("sbatch", &line, &env).await;
+                    let r = match &s.relay {
+                        Some(relay) => {
+                            let mut command = vec![worker, "--relay".to_string()];
+                            command.extend(s.args.iter().cloned());
+                            let script = relay::script(&command, &s.job, &config);
+                            relay.sbatch(&line, &env, script).await
+                        }
+                        None => run("sbatch", &line, &env).await,
+                    };
                     (s, r, marker)
                 })
             }))
@@ -271,7 +286,9 @@ impl Manager {
             )));
             return;
         }
-        if !self.slurm.probed {
+        // A root manager's batch steps run as the jobs' accounts and never read the store:
+        // nothing to probe (and nothing in the store handed to a root Slurm job).
+        if !self.slurm.probed && !self.root_mode {
             self.slurm_probe().await;
         }
         let mut marked = Vec::new();
@@ -286,18 +303,29 @@ impl Manager {
                 unsure = true;
             }
             if let Some(p) = prepared {
+                let relay = match self.relay_of(&p.id, &p.job) {
+                    Some(Err(e)) => {
+                        let marker = self.marker_path(MarkKind::Start, &p.id);
+                        let id = p.id.clone();
+                        handling(marker, self.fail_owned(&id, JobStatus::Queued, p.job, e)).await;
+                        continue;
+                    }
+                    r => r.and_then(Result::ok),
+                };
                 ready.push(Submission {
                     unsure,
+                    // The relay's batch step is the account already: no gate, no switch.
                     args: p
                         .args
                         .iter()
-                        .filter(|a| a.as_str() != "--gate")
+                        .filter(|a| a.as_str() != "--gate" && !a.starts_with("--run-as="))
                         .cloned()
                         .collect(),
                     id: p.id,
                     path: p.path,
                     job: p.job,
                     limit: p.limit,
+                    relay,
                 });
             }
         }
@@ -442,9 +470,12 @@ impl Manager {
         // The batch step runs as root on the node when the manager is root: its output goes
         // nowhere in the store, where a planted link would send it (issue 27). What the job
         // did is in its job file (the worker records its end, output and error there).
-        let output = Path::new("/dev/null");
+        let output = s
+            .relay
+            .as_ref()
+            .map_or(Path::new("/dev/null"), |r| r.file.as_path());
         let running = self.store.job_path(q, JobStatus::Running, &s.id);
-        sbatch_args(
+        let mut line = sbatch_args(
             &self.slurm_cfg(),
             &s.id,
             s.limit,
@@ -452,7 +483,14 @@ impl Manager {
             output,
             &running,
             &command,
-        )
+        );
+        if s.relay.is_some() {
+            // Run as the job's account: the script comes on sbatch's stdin (relay::script),
+            // held until its submission is recorded (the gate a store-reading step had).
+            line.retain(|a| !a.starts_with("--wrap="));
+            line.push("--hold".to_string());
+        }
+        line
     }
 
     /// Records Slurm job `sid` on a submitted job as it moves into `running_jobs/` (which
@@ -464,6 +502,7 @@ impl Manager {
             path,
             mut job,
             limit,
+            relay,
             ..
         } = s;
         let now = Timestamp::now();
@@ -493,13 +532,18 @@ impl Manager {
         self.slurm.jobs.insert(
             id.clone(),
             Tracked {
-                slurm_id: sid,
+                slurm_id: sid.clone(),
                 limit,
                 state: "PENDING".to_string(),
                 end: None,
                 ended_at: None,
+                relay: relay.clone(),
             },
         );
+        if relay.is_some() {
+            // Recorded: its hold is the gate, opened now.
+            self.slurm_release(std::slice::from_ref(&sid)).await;
+        }
         self.signal(&id, JobStatus::Queued, JobStatus::Running)
             .await;
     }

@@ -7,6 +7,13 @@ impl Manager {
     /// Takes over a running job that has a Slurm job id (after a restart).
     pub(in crate::queue) fn slurm_adopt(&mut self, id: &str, job: &Job, sid: &str) {
         let limit = job_limit(job, &self.config).unwrap_or(crate::model::MAX_TIMEOUT_SECONDS);
+        let relay = match self.relay_of(id, job) {
+            Some(Err(e)) => {
+                tracing::warn!(job_id = %id, queue = %self.cfg.queue, "{e}: its end is taken from Slurm's record");
+                None
+            }
+            r => r.and_then(Result::ok),
+        };
         self.record(
             Record::info(
                 self.event("job_adopted").job(id),
@@ -22,6 +29,7 @@ impl Manager {
                 state: String::new(),
                 end: None,
                 ended_at: None,
+                relay,
             },
         );
         self.slurm.poll_at = Some(Instant::now());
@@ -223,6 +231,13 @@ impl Manager {
     pub(super) async fn slurm_settle(&mut self, id: &str, t: Tracked, j: SlurmJob) {
         let q = self.cfg.queue.clone();
         let path = self.store.job_path(&q, JobStatus::Running, id);
+        // A batch step run as the job's account wrote its end into its own file.
+        if let Some(relay) = &t.relay
+            && let Some(end) = relay.read_end().await
+            && self.finish_relayed(id, relay, &end).await
+        {
+            return self.settle(id, None).await;
+        }
         let exit = if t.end.is_none() && matches!(j.state.as_str(), "COMPLETED" | "FAILED") {
             self.slurm_exit_code(&j.id).await
         } else {

@@ -1,0 +1,32 @@
+//! The Slurm relay's one record (issue 27, docs/trust-model.md): a batch step run as the job's
+//! own account ends by printing the job's final document on one line of its output file after
+//! [`END_MARKER`]; the root queue manager reads that file with the account's rights and takes
+//! the last such line as what the job says about its own run (untrusted input).
+
+/// Starts the line of the relay file that carries the job's final document.
+pub const END_MARKER: &str = "@@agentstore-relay-end@@ ";
+
+/// The most of a relay file's end the manager reads (the job's output is bounded at 10 MiB;
+/// its document on one line, escaped, stays well below this).
+pub const READ_LIMIT: u64 = 32 << 20;
+
+/// The job's final document in a relay file's text (its last [`END_MARKER`] line), if any.
+pub fn end_of(text: &[u8]) -> Option<&[u8]> {
+    let marker = END_MARKER.as_bytes();
+    text.split(|b| *b == b'\n')
+        .filter_map(|l| l.strip_prefix(marker))
+        .next_back()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_end_line_counts() {
+        let text = format!("noise\n{END_MARKER}{{\"a\":1}}\nmore\n{END_MARKER}{{\"a\":2}}\n");
+        assert_eq!(end_of(text.as_bytes()), Some(&b"{\"a\":2}"[..]));
+        assert_eq!(end_of(b"no end here\n"), None);
+        assert_eq!(end_of(format!("x{END_MARKER}{{}}").as_bytes()), None);
+    }
+}

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# t_approvals: a person's approval answered from the web API in the packaged SYSTEM mode
+# (issue 27). The system queue manager runs as root and the web service as the `agentstore`
+# service account, which Queue1.AnswerFor trusts as a front end acting for a named user (and
+# no other account). An agent job of chenry (Unix user jobuser) asks before running a command
+# (agentshell against a fake model endpoint speaking the Anthropic protocol); the request is
+# listed through the web to its owner and to nobody else; alice's answer through the web is
+# refused; mallory calling AnswerFor directly over the system bus (busctl, naming chenry) is
+# refused; chenry's answer through the web reaches the job, which runs the command and records
+# who allowed it.
+# shellcheck source-path=SCRIPTDIR
+# shellcheck disable=SC2016
+set -euo pipefail
+# shellcheck source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# python3 (in the second image) speaks HTTP over the Unix socket; minbase has no curl.
+sys_use_wide_rootfs
+sys_test_begin
+[ -n "${SYS_DEB:-}" ] || sys_test_skip "needs the package"
+m=$SYS_MACHINE
+# shellcheck source=store.sh
+. "$SYS_LIB_DIR/store.sh"
+setup_users
+setup_project TestProject /tmp/testproject
+
+# The fake model: the agent asks to run a command, then says it is done.
+root=$(sys_root "$m")
+f=$(fake_anthropic_binary)
+[ -x "$f" ] || sys_die "$f is missing: cargo build --release --example fake_anthropic (run.sh builds it)"
+cp "$f" "$root/usr/local/bin/fake_anthropic"
+cat >"$root/var/tmp/script.json" <<'EOF'
+{"replies": [
+  {"tool_use": {"name": "run_command", "input": {"command": "touch /tmp/testproject/allowed.txt"}}},
+  {"text": "Done."}
+ ], "fallback_text": "Done."}
+EOF
+x systemd-run --unit fake-anthropic --property=Type=exec /usr/local/bin/fake_anthropic \
+    --listen 127.0.0.1:18555 --script /var/tmp/script.json --log /var/tmp/anthropic.jsonl >/dev/null 2>&1
+sys_check "the fake model endpoint listens" sys_wait_until 20 "fake endpoint" x bash -c 'exec 3<>/dev/tcp/127.0.0.1/18555'
+x mkdir -p /etc/systemd/system/queue-manager@.service.d
+printf '[Service]\nEnvironment=AGENTSHELL_BASE_URL=http://127.0.0.1:18555 AGENTSHELL_API_KEY=fake\n' \
+    >"$root/etc/systemd/system/queue-manager@.service.d/agentshell.conf"
+x systemctl daemon-reload
+setup_queue "$Q" 1
+as_svc sh -c "sed -i 's/\"launcher\": \"systemd\",/\"launcher\": \"systemd\", \"approvals\": {\"deadline_seconds\": 300},/' $AS/Queues/$Q/queue.json"
+sys_check "queue-manager@$Q starts" x systemctl start "queue-manager@$Q.service"
+
+# hreq METHOD PATH [BODY] — prints the status code, then the body (run as the caller).
+cat >"$root/usr/local/bin/hreq" <<'EOF'
+#!/usr/bin/python3
+import socket, sys
+method, path = sys.argv[1], sys.argv[2]
+body = (sys.argv[3] if len(sys.argv) > 3 else "").encode()
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(30)
+s.connect("/run/agentstore/http.sock")
+head = f"{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+s.sendall(head.encode() + body)
+data = b""
+while True:
+    b = s.recv(65536)
+    if not b:
+        break
+    data += b
+head, _, body = data.partition(b"\r\n\r\n")
+parts = head.split(b" ")
+print(parts[1].decode() if len(parts) > 1 else "none")
+sys.stdout.write(body.decode(errors="replace"))
+EOF
+x chmod 755 /usr/local/bin/hreq
+hreq() { x runuser -u "$1" -- hreq "${@:2}"; } # USER METHOD PATH [BODY]
+svc_user=$(x systemctl show -p User --value agentstore-web.service)
+sys_expect_eq "agentstore-web runs as the service account" agentstore "$svc_user"
+
+job='{"config": {"project": "TestProject", "working_directory": "/tmp/testproject", "queue_time": "'$(now)'",
+  "jobtype": "agent", "claude_command": "code-researcher", "claude_extra_args": [], "user": "chenry",
+  "model": "anthropic/claude-test", "task_description": "Make the file.", "supporting_data": {},
+  "timeout_seconds": 600},
+ "runtime": {"status": "queued", "start_time": null, "finish_time": null, "process_id": null,
+  "llm_process_id": null, "error": null, "output": null}}'
+queue_job ask1 "$job"
+
+# The request, as the web lists it to the job's owner.
+pending() { hreq jobuser GET /api/v1/approvals | grep -q '"request_id"'; }
+sys_check "the job's request is listed through the web to its owner" sys_wait_until 120 "request listed" pending
+list=$(hreq jobuser GET /api/v1/approvals)
+req=$(grep -o '"request_id": *"[^"]*"' <<<"$list" | head -1 | sed 's/.*: *"//; s/"$//')
+sys_expect_match "request id ($req) is the job's, unguessable" '^ask1-a1-[A-Za-z0-9]{16,}$' "$req"
+sys_expect_match "with the command it would run" 'touch /tmp/testproject/allowed.txt' "$list"
+out=$(hreq alice GET /api/v1/approvals)
+sys_expect_match "alice (not the job's) is shown nothing" '^200' "$out"
+if grep -q "$req" <<<"$out"; then sys_fail "alice sees the request: $out"; else sys_pass "alice does not see the request"; fi
+
+# alice answers through the web: refused, the request still waits.
+out=$(hreq alice POST "/api/v1/approvals/$Q/$req/answer" '{"allow": true}')
+sys_expect_match "alice's answer through the web is refused" '^40[34]' "$(tr '\n' ' ' <<<"$out")"
+# mallory (no user document) calls AnswerFor herself, naming chenry: only the service account
+# is a trusted front end.
+QN=("org.agentstore.Queue.$Q" "/org/agentstore/Queue/$Q" org.agentstore.Queue1)
+out=$(x runuser -u mallory -- busctl --system call "${QN[@]}" AnswerFor sbbss "$req" true false "" chenry 2>&1) && rc=0 || rc=$?
+sys_expect_eq "mallory's direct AnswerFor is refused" 1 "$rc"
+sys_expect_match "as access denied (${out:0:160})" 'ccess|enied|not allowed|Permission' "$out"
+# alice too, over the bus, naming chenry.
+out=$(x runuser -u alice -- busctl --system call "${QN[@]}" AnswerFor sbbss "$req" true false "" chenry 2>&1) && rc=0 || rc=$?
+sys_expect_eq "alice's direct AnswerFor naming chenry is refused" 1 "$rc"
+sys_check "the file was not made by any refused answer" x test ! -e /tmp/testproject/allowed.txt
+sys_check "the request still waits" pending
+
+# chenry (Unix user jobuser) allows it through the web: the job runs the command and ends.
+out=$(hreq jobuser POST "/api/v1/approvals/$Q/$req/answer" '{"allow": true, "message": "go ahead"}')
+sys_expect_match "the owner's answer through the web is taken" '^200' "$out"
+sys_check "the job finishes" sys_wait_until 120 "ask1 finished" in_state ask1 finished
+sys_check "the allowed command ran" x test -e /tmp/testproject/allowed.txt
+sys_expect_eq "as the job's account" jobuser "$(x stat -c %U /tmp/testproject/allowed.txt 2>&1)"
+f=$(jobf ask1 finished)
+rec=$(x cat "$f" | tr -d '\n' | grep -o '"approvals": *\[[^]]*\]' || true)
+sys_expect_match "the job records chenry's allow of its request" "\"request_id\": *\"$req\".*\"allow\": *true.*\"by\": *\"chenry\"" "$rec"
+sys_test_end
