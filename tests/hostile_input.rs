@@ -1020,7 +1020,16 @@ fn queue_manager_backs_off_and_records_the_disk_error() {
     wait_until(LONG, "j2 ended", || {
         jobs("failed", "j2").exists() || jobs("finished", "j2").exists()
     });
-    let j2: Value = read(&jobs("failed", "j2"));
+    // (Seen once in a loaded run and not explained: failed_jobs/j2.json present, then not
+    // found when read at once after, then present again. Read it once it reads.)
+    let mut j2 = Value::Null;
+    wait_until(LONG, "j2's failed document readable", || {
+        j2 = std::fs::read(jobs("failed", "j2"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or(Value::Null);
+        !j2.is_null()
+    });
     let e = j2["runtime"]["error"].to_string();
     assert!(e.contains("No space left on device"), "{e}");
 }

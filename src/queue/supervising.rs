@@ -65,7 +65,24 @@ impl Manager {
         set_failed(&mut job, error.clone());
         match write_and_move(&self.store, &q, id, from, &job) {
             Ok(_) => self.ended(id, from, JobStatus::Failed, &error).await,
-            Err(e) => tracing::error!(job_id = %id, queue = %q, "cannot fail job: {e}"),
+            Err(e) => {
+                tracing::error!(job_id = %id, queue = %q, "cannot fail job: {e}");
+                self.remember_full_disk(id, &e);
+            }
+        }
+    }
+
+    /// A running job that could not be failed because the store is full: its worker most
+    /// likely died of the same full disk, so the next try (once there is room) records that,
+    /// not "worker died" (the probe at the worker's death can pass when a block was freed).
+    fn remember_full_disk(&mut self, id: &str, e: &crate::store::StoreError) {
+        let crate::store::StoreError::Io { source, .. } = e else {
+            return;
+        };
+        if matches!(source.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)) {
+            self.store_errors
+                .entry(id.to_string())
+                .or_insert_with(|| super::starting::unsaved_result(source));
         }
     }
 
@@ -309,7 +326,10 @@ impl Manager {
                     self.ended(id, JobStatus::Running, JobStatus::Failed, &error)
                         .await
                 }
-                Err(e) => tracing::error!(job_id = %id, queue = %q, "cannot fail job: {e}"),
+                Err(e) => {
+                    tracing::error!(job_id = %id, queue = %q, "cannot fail job: {e}");
+                    self.remember_full_disk(id, &e);
+                }
             },
         }
     }

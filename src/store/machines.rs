@@ -622,7 +622,6 @@ impl Store {
     }
 }
 
-
 /// Reads one heartbeat file: a regular file (no link followed), at most
 /// [`MAX_HEARTBEAT_BYTES`], strict JSON of [`Heartbeat`].
 pub(super) fn read_heartbeat(path: &Path) -> Result<Heartbeat, String> {

@@ -15,6 +15,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 mod prepare;
+pub(in crate::queue) use prepare::unsaved_result;
 
 /// How long a job waits for a project or user document it names that is not (yet) in this
 /// copy of the store (`Manager::awaited_document`).

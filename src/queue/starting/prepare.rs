@@ -320,11 +320,7 @@ impl Manager {
         let res = std::fs::write(&probe, [0u8; 4096])
             .and_then(|_| std::fs::File::open(&probe)?.sync_all());
         let _ = std::fs::remove_file(&probe);
-        res.err().map(|e| {
-            format!(
-                "The job's result could not be saved: the store cannot be written ({e}); the worker stopped when it could not write the job file"
-            )
-        })
+        res.err().map(|e| unsaved_result(&e))
     }
 
     /// Whether the copy of job `id` in `state`/ is the queued `job` itself, moved on, or one
@@ -400,4 +396,11 @@ impl Manager {
         }
         Ok(())
     }
+}
+
+/// The error of a job whose worker stopped because the store could not be written.
+pub(in crate::queue) fn unsaved_result(e: &std::io::Error) -> String {
+    format!(
+        "The job's result could not be saved: the store cannot be written ({e}); the worker stopped when it could not write the job file"
+    )
 }
