@@ -79,7 +79,10 @@ impl Manager {
         let crate::store::StoreError::Io { source, .. } = e else {
             return;
         };
-        if matches!(source.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)) {
+        if matches!(
+            source.raw_os_error(),
+            Some(libc::ENOSPC) | Some(libc::EDQUOT)
+        ) {
             self.store_errors
                 .entry(id.to_string())
                 .or_insert_with(|| super::starting::unsaved_result(source));
