@@ -5,9 +5,7 @@
 //! (DESIGN §9: every reader authorized). With an account to switch to, the file is read by
 //! `cat` started as that account (its groups, group and user set as for the agent itself);
 //! without one (the worker already runs as the job's account) it is read directly.
-//!
-//! `unsafe` for the account switch in the child (as in `process.rs`, with the same calls).
-#![allow(unsafe_code)]
+//! The switch itself is trust::switch's, the one the agent gets.
 
 use std::io::Read;
 use std::os::unix::fs::FileTypeExt;
@@ -54,16 +52,6 @@ pub fn read_to_string_as(path: &Path, account: Option<&RunAs>, max: u64) -> Resu
 
 fn read_with_account(path: &Path, a: &RunAs, max: u64) -> Result<Vec<u8>, String> {
     let shown = path.display();
-    let uid = nix::unistd::Uid::from_raw(a.uid);
-    let gid = nix::unistd::Gid::from_raw(a.gid);
-    let groups: Vec<nix::unistd::Gid> = if a.groups.is_empty() {
-        vec![gid]
-    } else {
-        a.groups
-            .iter()
-            .map(|g| nix::unistd::Gid::from_raw(*g))
-            .collect()
-    };
     let mut c = Command::new(cat());
     c.arg("--")
         .arg(path)
@@ -72,17 +60,8 @@ fn read_with_account(path: &Path, a: &RunAs, max: u64) -> Result<Vec<u8>, String
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    // SAFETY: the closure runs in the forked child before exec and only makes the
-    // async-signal-safe system calls setgroups, setgid and setuid on data prepared before
-    // the fork; it allocates nothing and takes no locks.
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut c, move || {
-            nix::unistd::setgroups(&groups)?;
-            nix::unistd::setgid(gid)?;
-            nix::unistd::setuid(uid)?;
-            Ok(())
-        });
-    }
+    // The account's own groups, then its group and user: the one switch (trust::switch).
+    crate::trust::switch::run_as(&mut c, a);
     let mut child = c
         .spawn()
         .map_err(|e| format!("{shown}: cannot read it as {}: {e}", a.name))?;
