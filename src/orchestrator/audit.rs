@@ -83,7 +83,8 @@ pub(super) fn complete_record(store: &Store, answer: &Path) -> Result<(), StoreE
     Ok(())
 }
 
-fn unwritten(store: &Store, source: std::io::Error) -> StoreError {
+/// A record that could not be written, as the error that keeps its message in the inbox.
+pub(super) fn unwritten(store: &Store, source: std::io::Error) -> StoreError {
     StoreError::Io {
         path: store.events_path(&Timestamp::now()),
         source,

@@ -259,10 +259,7 @@ pub(super) fn finish_as(
     // exists, which is not answered or recorded twice. The same holds when the record
     // cannot be written (a full disk): the message stays in the inbox, and a later pass
     // completes the record (audit::complete_record) before it moves the message.
-    record_answer(store, &id, &outcome, None).map_err(|source| StoreError::Io {
-        path: store.events_path(&crate::model::Timestamp::now()),
-        source,
-    })?;
+    record_answer(store, &id, &outcome, None).map_err(|e| audit::unwritten(store, e))?;
     move_to_processed(store, m)?;
     Ok(FileOutcome::Answered(Box::new(outcome)))
 }

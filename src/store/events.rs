@@ -225,11 +225,12 @@ impl Store {
     /// Appends an event; failures are logged, never fatal (the journal has it too). A line
     /// refused for want of space is kept (in order, bounded) and written before the next one.
     pub fn record_event(&self, event: &Event) {
-        if let Err(e) = self.try_record_event(event) {
-            let path = host_path(&self.events_path(&event.timestamp), &hostname());
+        unwritten::write_kept();
+        let (path, line) = self.event_target(event);
+        if let Err(e) = append_line_locked(&path, &line) {
             tracing::warn!("cannot append to {}: {e}", path.display());
             if unwritten::is_out_of_space(&e) {
-                unwritten::keep(path, event_line(event));
+                unwritten::keep(path, line);
             }
         }
     }
@@ -237,8 +238,14 @@ impl Store {
     /// Appends an event now, after any kept earlier, or says why it could not.
     pub fn try_record_event(&self, event: &Event) -> std::io::Result<()> {
         unwritten::write_kept();
+        let (path, line) = self.event_target(event);
+        append_line_locked(&path, &line)
+    }
+
+    /// This machine's events file for `event`, and the event as its line.
+    fn event_target(&self, event: &Event) -> (PathBuf, Vec<u8>) {
         let path = host_path(&self.events_path(&event.timestamp), &hostname());
-        append_line_locked(&path, &event_line(event))
+        (path, event_line(event))
     }
 
     /// Writes the event lines a full disk held back (see [`Store::record`]); daemons call it
