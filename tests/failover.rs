@@ -23,6 +23,11 @@ const LONG: Duration = Duration::from_secs(60);
 /// A store with TestProject on the default queue, fast lock and machine heartbeats, and
 /// `standby` hosts.
 fn store(standby: &[&str]) -> TestEnv {
+    store_with_hold(standby, 2)
+}
+
+/// [`store`] with `takeover_hold_seconds: hold`.
+fn store_with_hold(standby: &[&str], hold: u64) -> TestEnv {
     let env = TestEnv::with_test_project();
     let cfg = env.root.join("config.yaml");
     let text = std::fs::read_to_string(&cfg).unwrap();
@@ -30,7 +35,7 @@ fn store(standby: &[&str]) -> TestEnv {
     let text = text.replacen(
         "orchestrator:\n",
         &format!(
-            "orchestrator:\n  standby: [{hosts}]\n  lock_heartbeat_seconds: 1\n  lock_stale_after_seconds: 3\n  takeover_settle_seconds: 1\n"
+            "orchestrator:\n  standby: [{hosts}]\n  lock_heartbeat_seconds: 1\n  lock_stale_after_seconds: 3\n  takeover_settle_seconds: 1\n  takeover_hold_seconds: {hold}\n"
         ),
         1,
     );
@@ -471,4 +476,85 @@ fn a_message_claimed_by_a_holder_that_went_silent_is_answered_once_by_the_next()
     );
     let by_host = all_answered_once(&env, 2);
     assert_eq!(by_host.get("beta"), Some(&2), "{by_host:?}");
+}
+
+/// Writes `inbox/<id>.json` (temp file, then rename): a list-projects message.
+fn put_message(root: &Path, id: &str) {
+    let inbox = root.join("messaging/inbox");
+    let body = format!(
+        r#"{{"correlation_id":"{id}","source":"user","project":"TestProject","queue_time":"2025-10-25T10:00:00Z","processed_time":null,"command":"list-projects","content":{{}},"status":"queued","error":null}}"#
+    );
+    let tmp = inbox.join(format!(".{id}.json.writing"));
+    std::fs::write(&tmp, body).unwrap();
+    std::fs::rename(&tmp, inbox.join(format!("{id}.json"))).unwrap();
+}
+
+/// A partition, as the new holder sees it: the old holder went silent (stopped here), so
+/// the standby takes over; the messages that were in the inbox then may have been answered
+/// beyond the partition. They wait for the hold (the old holder's answer arriving through the
+/// sync engine ends the wait for one of them); a message that arrives after the take-over is
+/// answered at once.
+#[test]
+fn after_a_take_over_the_messages_the_old_holder_may_have_answered_wait_for_the_hold() {
+    use nix::sys::signal::Signal;
+    const HOLD: u64 = 40;
+    let env = store_with_hold(&["alpha", "beta"], HOLD);
+    let alpha = Machine::start(&env, "alpha", &[]);
+    alpha.wait_role("active");
+    let beta = Machine::start(&env, "beta", &[]);
+    beta.wait_role("standby");
+    let (inbox, outbox) = (
+        env.root.join("messaging/inbox"),
+        env.root.join("messaging/outbox"),
+    );
+    let processed = env.root.join("messaging/processed_inbox");
+    // Alpha stops (beyond a partition, as far as beta can tell) with two messages unanswered.
+    // Beta takes over 2 s after this at the earliest (alpha's last heartbeat is at most 1 s
+    // old, the stale time is 3 s), so the hold ends HOLD + 2 s after it at the earliest.
+    let stopped = std::time::Instant::now();
+    alpha.signal(Signal::SIGSTOP);
+    put_message(&env.root, "held-1");
+    put_message(&env.root, "held-2");
+    beta.wait_role("active");
+    // Alpha's answer to held-1 arrives (as the sync engine would bring it): answered, moved.
+    let answer = r#"{"correlation_id":"held-1","source":"orchestrator","project":"TestProject","queue_time":"2025-10-25T10:00:00Z","processed_time":"2025-10-25T10:00:01Z","command":"list-projects","content":{},"status":"done","error":null}"#;
+    std::fs::write(outbox.join("held-1.json"), answer).unwrap();
+    std::fs::rename(inbox.join("held-1.json"), processed.join("held-1.json")).unwrap();
+    // A message written after the take-over is answered at once, while held-2 waits.
+    put_message(&env.root, "fresh-1");
+    wait(
+        LONG,
+        "beta answering the message written after the take-over",
+        || outbox.join("fresh-1.json").exists(),
+    );
+    let early = stopped.elapsed();
+    if early < Duration::from_secs(HOLD - 5) {
+        assert!(
+            inbox.join("held-2.json").exists() && !outbox.join("held-2.json").exists(),
+            "held-2 was there at the take-over: it waits for the hold ({HOLD} s); fresh-1 answered {:?} after alpha stopped; inbox {:?}",
+            early,
+            names(&inbox)
+        );
+    }
+    // When the hold ends, beta answers held-2 itself (alpha never did).
+    wait(
+        Duration::from_secs(HOLD) + LONG,
+        "held-2 answered when the hold ended",
+        || outbox.join("held-2.json").exists(),
+    );
+    assert!(
+        stopped.elapsed() >= Duration::from_secs(HOLD),
+        "held-2 was answered {:?} after alpha stopped, before the hold of {HOLD} s could end",
+        stopped.elapsed()
+    );
+    let (by_id, _) = answered_events(&env.root);
+    assert_eq!(
+        by_id.get("held-1"),
+        None,
+        "held-1 was answered by alpha: {by_id:?}"
+    );
+    assert_eq!(by_id.get("held-2"), Some(&1), "{by_id:?}");
+    assert_eq!(by_id.get("fresh-1"), Some(&1), "{by_id:?}");
+    alpha.signal(Signal::SIGCONT);
+    alpha.wait_role("standby");
 }

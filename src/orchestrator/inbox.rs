@@ -475,6 +475,18 @@ pub fn process_inbox_while(
     limit: usize,
     keep_going: &dyn Fn() -> bool,
 ) -> Result<Vec<FileOutcome>, StoreError> {
+    process_inbox_held(store, limit, keep_going, &|_| false)
+}
+
+/// [`process_inbox_while`], leaving the messages `held` names by their modification time
+/// (after a take-over: those the previous holder may have answered, see
+/// [`crate::orchestrator::standby::Lease`]) in the inbox, reported as deferred.
+pub fn process_inbox_held(
+    store: &Store,
+    limit: usize,
+    keep_going: &dyn Fn() -> bool,
+    held: &dyn Fn(std::time::SystemTime) -> bool,
+) -> Result<Vec<FileOutcome>, StoreError> {
     let inbox = store.inbox();
     let scan = scan_dir(&inbox).map_err(|source| StoreError::Io {
         path: inbox.clone(),
@@ -512,12 +524,28 @@ pub fn process_inbox_while(
     let now = std::time::Instant::now();
     let mut failed = FAILED_AT.lock().unwrap_or_else(|p| p.into_inner());
     failed.retain(|p, at| now.duration_since(*at) < RETRY_FAILED_AFTER && safe::exists(p));
+    let mut waiting = Vec::new();
     let ready: Vec<PathBuf> = keyed
         .into_iter()
         .map(|(_, p)| p)
         .filter(|p| !failed.contains_key(p))
+        .filter(|p| {
+            let modified = safe::symlink_metadata(p).and_then(|m| m.modified());
+            let wait = modified.is_ok_and(held);
+            if wait {
+                waiting.push(p.clone());
+            }
+            !wait
+        })
         .take(limit)
         .collect();
+    if !waiting.is_empty() {
+        tracing::debug!(
+            "{} inbox messages wait for the previous holder's answers",
+            waiting.len()
+        );
+        out.extend(waiting.into_iter().map(FileOutcome::Deferred));
+    }
     for p in ready {
         if !keep_going() {
             break;

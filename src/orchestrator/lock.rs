@@ -141,6 +141,11 @@ pub struct StoreLock {
     path: PathBuf,
     info: LockInfo,
     timing: LockTiming,
+    /// The lock this one replaced when it was taken over (a stale holder's).
+    replaced: Option<LockInfo>,
+    /// A live holder of lower rank whose lock [`StoreLock::check`] found and wrote over
+    /// since [`StoreLock::take_contested`] was last asked.
+    contested: Option<LockInfo>,
     /// The same-host `flock`, held until drop.
     _local: nix::fcntl::Flock<std::fs::File>,
 }
@@ -291,6 +296,7 @@ impl StoreLock {
                 Err((_, e)) => return Err(io(std::io::Error::from(e))),
             };
         let now = Timestamp::now();
+        let mut replaced = None;
         let mut info = LockInfo {
             host: hostname(),
             pid: std::process::id(),
@@ -312,6 +318,8 @@ impl StoreLock {
                         path: path.to_path_buf(),
                         info,
                         timing,
+                        replaced,
+                        contested: None,
                         _local: local,
                     });
                 }
@@ -376,7 +384,8 @@ impl StoreLock {
             // The next lock counts on from the one it replaced.
             info.epoch = info
                 .epoch
-                .max(parsed.map_or(0, |p| p.epoch).saturating_add(1));
+                .max(parsed.as_ref().map_or(0, |p| p.epoch).saturating_add(1));
+            replaced = parsed;
         }
         Err(io(std::io::Error::other(
             "the lock file kept changing while it was being taken over",
@@ -419,6 +428,7 @@ impl StoreLock {
                     current.epoch,
                     self.info.epoch
                 );
+                self.contested = Some(current);
                 self.write()
             }
             None if safe::exists(&self.path) => {
@@ -433,6 +443,17 @@ impl StoreLock {
                 self.write()
             }
         }
+    }
+
+    /// The stale lock this one replaced, when it was taken over.
+    pub fn replaced(&self) -> Option<&LockInfo> {
+        self.replaced.as_ref()
+    }
+
+    /// A holder of lower rank that was still writing its lock (found by [`StoreLock::check`]
+    /// since the last call): it may have answered messages meanwhile.
+    pub fn take_contested(&mut self) -> Option<LockInfo> {
+        self.contested.take()
     }
 
     /// What the lock says.

@@ -37,6 +37,9 @@ pub struct Shared {
     pub read_only: Mutex<Option<String>>,
     /// Active, standby or read-only ([`crate::orchestrator::standby`]).
     pub role: Mutex<crate::orchestrator::standby::Role>,
+    /// The holder's lease and the messages held back after a take-over (a copy of the
+    /// seat's, published by the lock thread).
+    pub lease: Mutex<crate::orchestrator::standby::Lease>,
     /// Event-driven completion handling: the handled-log and the jobs reported finished.
     pub completions: Mutex<crate::orchestrator::handled::Completions>,
     /// Job heads for `ListJobs`, kept between calls (folders re-listed only when changed).
@@ -65,6 +68,7 @@ impl Shared {
             role: Mutex::new(crate::orchestrator::standby::Role::Standby(
                 crate::orchestrator::standby::STARTING.into(),
             )),
+            lease: Mutex::new(Default::default()),
             completions: Mutex::new(crate::orchestrator::handled::Completions::new()),
             job_index: Mutex::new(Default::default()),
             machines,
@@ -134,8 +138,21 @@ impl Shared {
             Role::Settling => {
                 Some("this orchestratord has just taken the store lock over and is settling".into())
             }
-            Role::Active | Role::ReadOnly(_) => None,
+            Role::Active => self.lapsed_reason(),
+            Role::ReadOnly(_) => None,
         }
+    }
+
+    /// Why an active holder answers nothing right now: its lock was last written longer ago
+    /// than its lease (it was stopped or suspended, or its disk is full), so another machine
+    /// may have taken over.
+    pub fn lapsed_reason(&self) -> Option<String> {
+        let lease = self.lease.lock().unwrap_or_else(|e| e.into_inner());
+        lease.lapsed_for().map(|s| {
+            format!(
+                "this orchestratord last wrote the store lock {s} s ago, longer than its lease; it answers again once it has written the lock and settled"
+            )
+        })
     }
 }
 

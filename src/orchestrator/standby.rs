@@ -18,7 +18,97 @@ use super::daemon::DaemonError;
 use super::{LockError, LockInfo, LockTiming, StoreLock};
 use crate::store::Store;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
+
+/// A moment on both clocks: the monotonic one runs while the process is stopped, the wall
+/// clock while the machine is suspended.
+#[derive(Debug, Clone, Copy)]
+struct Moment {
+    at: Instant,
+    wall: SystemTime,
+}
+
+impl Moment {
+    fn now() -> Moment {
+        Moment {
+            at: Instant::now(),
+            wall: SystemTime::now(),
+        }
+    }
+
+    /// Time since, by whichever clock says more.
+    fn age(&self) -> Duration {
+        self.at
+            .elapsed()
+            .max(self.wall.elapsed().unwrap_or_default())
+    }
+}
+
+/// Messages held back after a take-over: those last changed at or before `before`, until
+/// `until`.
+#[derive(Debug, Clone, Copy)]
+struct Hold {
+    before: SystemTime,
+    until: Moment,
+    length: Duration,
+}
+
+/// Whether this holder may answer now, and which inbox messages it must leave for now (see
+/// the module documentation). The seat keeps it; the daemon reads a copy.
+#[derive(Debug, Clone, Default)]
+pub struct Lease {
+    renewed: Option<Moment>,
+    valid_for: Duration,
+    hold: Option<Hold>,
+}
+
+impl Lease {
+    /// True while the last lock write is younger than the lease (half the stale time).
+    pub fn valid(&self) -> bool {
+        self.renewed.is_some_and(|r| r.age() < self.valid_for)
+    }
+
+    /// Seconds since the lock was last written, when the lease ran out.
+    pub fn lapsed_for(&self) -> Option<u64> {
+        self.renewed
+            .filter(|_| !self.valid())
+            .map(|r| r.age().as_secs())
+    }
+
+    /// True when an inbox message last changed at `modified` must wait: it was there when
+    /// another holder may still have been answering, and the hold has not ended.
+    pub fn holds(&self, modified: SystemTime) -> bool {
+        self.hold
+            .is_some_and(|h| modified <= h.before && h.until.age().is_zero() && !h.length.is_zero())
+    }
+
+    fn renew(&mut self) {
+        self.renewed = Some(Moment::now());
+    }
+
+    /// Holds the messages there now for `length` (from now; an earlier hold is extended).
+    fn hold_now(&mut self, length: Duration) {
+        if length.is_zero() {
+            return;
+        }
+        let now = Moment::now();
+        let until = Moment {
+            at: now.at + length,
+            wall: now.wall + length,
+        };
+        self.hold = Some(match self.hold {
+            Some(h) if h.until.at > until.at => Hold {
+                before: now.wall,
+                ..h
+            },
+            _ => Hold {
+                before: now.wall,
+                until,
+                length,
+            },
+        });
+    }
+}
 
 /// The standby reason before the first look at the lock.
 pub const STARTING: &str = "starting";
@@ -65,6 +155,8 @@ pub struct Seat {
     role: Role,
     last_heartbeat: Instant,
     last_recovery: Instant,
+    lease: Lease,
+    hold_for: Duration,
 }
 
 /// Text for a lock someone else holds.
@@ -90,7 +182,24 @@ impl Seat {
             role: Role::Standby(STARTING.into()),
             last_heartbeat: Instant::now(),
             last_recovery: Instant::now(),
+            lease: Lease {
+                valid_for: timing.stale_after / 2,
+                ..Lease::default()
+            },
+            hold_for: Duration::ZERO,
         }
+    }
+
+    /// How long messages another holder may have answered wait after a take-over
+    /// (config.yaml `orchestrator.takeover_hold_seconds`).
+    pub fn with_hold(mut self, hold_for: Duration) -> Seat {
+        self.hold_for = hold_for;
+        self
+    }
+
+    /// Whether this holder may answer now, and which messages wait.
+    pub fn lease(&self) -> &Lease {
+        &self.lease
     }
 
     /// The role now.
@@ -144,18 +253,53 @@ impl Seat {
                 return Ok(());
             }
             self.settle_until = None;
-            return match lock.check() {
+            // Read the lock again and write it (the lease starts over from this write).
+            let beat = lock.heartbeat();
+            if let Some(other) = lock.take_contested() {
+                self.contested(&other);
+            }
+            self.last_heartbeat = Instant::now();
+            return match beat {
                 Ok(()) => {
+                    self.lease.renew();
                     self.become_active(store);
+                    Ok(())
+                }
+                Err(e @ LockError::Io { .. }) => {
+                    // The next look writes the heartbeat again and settles once more.
+                    self.role = Role::ReadOnly(format!(
+                        "cannot renew the store lock ({e}); answering nothing until it is written again, since another machine may take over"
+                    ));
                     Ok(())
                 }
                 Err(e) => self.stand_down(e),
             };
         }
-        if self.last_heartbeat.elapsed() >= self.timing.heartbeat {
+        if self.last_heartbeat.elapsed() >= self.timing.heartbeat || !self.lease.valid() {
             self.last_heartbeat = Instant::now();
-            return match lock.heartbeat() {
+            let lapsed = self.lease.lapsed_for();
+            let beat = lock.heartbeat();
+            if let Some(other) = lock.take_contested() {
+                self.contested(&other);
+            }
+            return match beat {
+                Ok(()) if lapsed.is_some() || self.role != Role::Active => {
+                    // Stopped, suspended or unable to write for longer than the lease:
+                    // another machine may have taken over meanwhile, and its lock may still
+                    // be on its way. Settle as after a take-over, then look again.
+                    self.lease.renew();
+                    tracing::warn!(
+                        "the store lock was last written {} s ago (longer than the lease of {} s); settling before answering again",
+                        lapsed.unwrap_or_default(),
+                        self.lease.valid_for.as_secs()
+                    );
+                    self.lease.hold_now(self.hold_for);
+                    self.settle_until = Some(Instant::now() + self.settle);
+                    self.role = Role::Settling;
+                    Ok(())
+                }
                 Ok(()) => {
+                    self.lease.renew();
                     if self.last_recovery.elapsed() >= self.timing.heartbeat {
                         self.last_recovery = Instant::now();
                         let grace = self.timing.heartbeat.max(Duration::from_secs(10));
@@ -163,19 +307,42 @@ impl Seat {
                     }
                     Ok(())
                 }
-                // A full disk: keep the lock (the file is still ours) and try again.
+                // A full disk: keep the lock (the file is still ours) and try again; past
+                // the lease, answer nothing (another machine may take over).
                 Err(e @ LockError::Io { .. }) => {
                     tracing::warn!("heartbeat: {e}");
+                    if !self.lease.valid() && self.role == Role::Active {
+                        self.role = Role::ReadOnly(format!(
+                            "cannot renew the store lock ({e}); answering nothing until it is written again, since another machine may take over"
+                        ));
+                    }
                     Ok(())
                 }
                 Err(e) => self.stand_down(e),
             };
         }
         // Between heartbeats, a cheap look: a newer holder is obeyed at once.
-        match lock.check() {
+        let looked = lock.check();
+        if let Some(other) = lock.take_contested() {
+            self.contested(&other);
+        }
+        match looked {
             Ok(()) | Err(LockError::Io { .. }) => Ok(()),
             Err(e) => self.stand_down(e),
         }
+    }
+
+    /// A holder of lower rank was still writing its lock (a partition healed, a holder
+    /// resumed): it may have answered what is in the inbox now.
+    fn contested(&mut self, other: &LockInfo) {
+        tracing::warn!(
+            "PID {} on {} (epoch {}) was still writing the store lock; the inbox messages there now wait up to {} s for its answers",
+            other.pid,
+            other.host,
+            other.epoch,
+            self.hold_for.as_secs()
+        );
+        self.lease.hold_now(self.hold_for);
     }
 
     fn try_take(&mut self, store: &Store) -> Result<(), DaemonError> {
@@ -195,7 +362,19 @@ impl Seat {
                         ""
                     }
                 );
+                // The old holder was another machine's, silent for the stale time: it may be
+                // alive beyond a partition and have answered what is in the inbox now.
+                if let Some(old) = l.replaced().filter(|o| o.host != crate::store::hostname()) {
+                    tracing::warn!(
+                        "took the store lock over from PID {} on {}; the inbox messages there now wait up to {} s for its answers",
+                        old.pid,
+                        old.host,
+                        self.hold_for.as_secs()
+                    );
+                    self.lease.hold_now(self.hold_for);
+                }
                 self.lock = Some(l);
+                self.lease.renew();
                 self.last_heartbeat = Instant::now();
                 if took_over && !self.settle.is_zero() {
                     self.settle_until = Some(Instant::now() + self.settle);
@@ -246,5 +425,38 @@ impl Seat {
                 "stood down: {text}, which took the store lock over (this host is no standby: config.yaml orchestrator.standby, --standby)"
             )))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_lapses_after_its_time_and_a_hold_covers_only_older_messages() {
+        let mut lease = Lease {
+            valid_for: Duration::from_millis(200),
+            ..Lease::default()
+        };
+        assert!(!lease.valid(), "never written: no lease");
+        lease.renew();
+        assert!(lease.valid() && lease.lapsed_for().is_none());
+        let before = SystemTime::now() - Duration::from_secs(1);
+        assert!(!lease.holds(before), "no hold yet");
+        lease.hold_now(Duration::from_secs(60));
+        assert!(
+            lease.holds(before),
+            "a message there at the take-over waits"
+        );
+        let later = SystemTime::now() + Duration::from_secs(1);
+        assert!(!lease.holds(later), "a message that arrives later does not");
+        lease.hold_now(Duration::ZERO);
+        assert!(lease.holds(before), "a zero hold changes nothing");
+        std::thread::sleep(Duration::from_millis(250));
+        assert!(!lease.valid() && lease.lapsed_for().is_some(), "lapsed");
+        let mut short = Lease::default();
+        short.hold_now(Duration::from_millis(1));
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(!short.holds(before), "an ended hold holds nothing");
     }
 }

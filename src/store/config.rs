@@ -132,6 +132,12 @@ pub struct OrchestratorConfig {
     /// reads the lock again and stands down if a holder of a higher epoch appeared: a sync
     /// engine may let two machines believe they won.
     pub takeover_settle_seconds: u64,
+    /// After taking a lock over from another machine (or finding that machine still writing
+    /// its lock, a partition healing), how long inbox messages that machine may have seen
+    /// (those already there) wait for its answer to arrive through the sync engine before
+    /// this holder answers them itself. A partition shorter than this answers no message
+    /// twice; 0 answers them at once (a partition may then answer some twice).
+    pub takeover_hold_seconds: u64,
 }
 
 impl Default for OrchestratorConfig {
@@ -146,6 +152,7 @@ impl Default for OrchestratorConfig {
             lock_heartbeat_seconds: 30,
             lock_stale_after_seconds: 120,
             takeover_settle_seconds: 5,
+            takeover_hold_seconds: 300,
         }
     }
 }
@@ -165,6 +172,12 @@ impl OrchestratorConfig {
     /// The settle delay after a take-over, at most 10 minutes.
     pub fn takeover_settle(&self) -> std::time::Duration {
         std::time::Duration::from_secs(self.takeover_settle_seconds.min(600))
+    }
+
+    /// How long messages the previous holder may have answered wait after a take-over, at
+    /// most a day.
+    pub fn takeover_hold(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.takeover_hold_seconds.min(86_400))
     }
 
     /// True when `host` (a machine's key in the store) is listed in `standby`, or this

@@ -28,7 +28,9 @@ impl LockKeeper {
                 while !sp.load(Ordering::SeqCst) {
                     let mut guard = st.lock().unwrap_or_else(|e| e.into_inner());
                     let Some(seat) = guard.as_mut() else { return };
-                    let wait = match seat.poll(&shared.store) {
+                    let polled = seat.poll(&shared.store);
+                    publish_lease(&shared, seat);
+                    let wait = match polled {
                         Ok(Some(role)) => {
                             take_role(&shared, seat, &role);
                             let _ = wake.try_send(());
@@ -70,7 +72,9 @@ impl LockKeeper {
         let Some(seat) = guard.as_mut() else {
             return Ok(false);
         };
-        match seat.poll(&shared.store) {
+        let polled = seat.poll(&shared.store);
+        publish_lease(shared, seat);
+        match polled {
             Ok(Some(role)) => {
                 take_role(shared, seat, &role);
                 Ok(true)
@@ -95,6 +99,13 @@ impl LockKeeper {
             let _ = t.join();
         }
         self.seat.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+/// Copies the seat's lease (may it answer now, which messages wait) where the loop reads it.
+fn publish_lease(shared: &Shared, seat: &Seat) {
+    if let Ok(mut l) = shared.lease.lock() {
+        *l = seat.lease().clone();
     }
 }
 

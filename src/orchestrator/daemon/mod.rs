@@ -10,7 +10,7 @@
 
 use super::service::{Frontend, Shared};
 use super::standby::{Role, Seat};
-use super::{DAEMON, FileOutcome, LockTiming, process_inbox_while};
+use super::{DAEMON, FileOutcome, LockTiming, process_inbox_held};
 use crate::model::{JobStatus, Timestamp};
 use crate::store::{Event, Record, Store, StoreError};
 use crate::systemd::{notify_ready, notify_status, notify_stopping};
@@ -136,6 +136,12 @@ fn pass(shared: &Shared, with_completions: bool) -> Result<CycleReport, StoreErr
         })?;
         let lock_path = store.lock_path();
         let ours = || match super::lock::holder_elsewhere(&lock_path) {
+            // A holder whose lease ran out (stopped, suspended, a full disk) answers nothing
+            // until its lock thread has written the lock again and settled.
+            None if shared.lapsed_reason().is_some() => {
+                tracing::warn!("the store lock's lease ran out; not answering until it is renewed");
+                false
+            }
             None => true,
             Some(h) => {
                 tracing::warn!(
@@ -149,7 +155,12 @@ fn pass(shared: &Shared, with_completions: bool) -> Result<CycleReport, StoreErr
         if !ours() {
             break;
         }
-        let outcomes = process_inbox_while(store, limit, &ours)?;
+        let lease = shared
+            .lease
+            .lock()
+            .map(|l| l.clone())
+            .unwrap_or_else(|e| e.into_inner().clone());
+        let outcomes = process_inbox_held(store, limit, &ours, &|m| lease.holds(m))?;
         drop(_guard);
         let n = outcomes.len();
         for o in &outcomes {
@@ -355,7 +366,13 @@ pub async fn run(
         LockTiming::from_config(&cfg),
         cfg.takeover_settle(),
         eligible,
-    );
+    )
+    // Only where standbys are configured may another machine hold the lock after us.
+    .with_hold(if eligible || !cfg.standby.is_empty() {
+        cfg.takeover_hold()
+    } else {
+        Duration::ZERO
+    });
     let first = shared.run_blocking({
         let s = shared.clone();
         move || {
