@@ -120,8 +120,11 @@ log "installed $(on alpha dpkg-query -W -f='${Version}' agentstore) on alpha and
 m=soak-alpha
 setup_users
 setup_project TestProject /srv/testproject beech
-setup_queue beech "$WORKERS"
-setup_queue oak "$WORKERS"
+# Agent jobs run the REAL Claude Code CLI (as jobuser, in the job's scope) against a fake
+# model endpoint on each machine's loopback (soak-model.service, DESIGN §7); the queues name
+# it by absolute path (allowed in root's /etc/agentstore/config.yaml on both machines).
+setup_queue beech "$WORKERS" /usr/local/bin/claude '["-p", "--dangerously-skip-permissions"]'
+setup_queue oak "$WORKERS" /usr/local/bin/claude '["-p", "--dangerously-skip-permissions"]'
 # Both machines may hold the orchestrator's lock: whichever has it, the other stands by and
 # takes over when it goes silent (a kill -9, the reboot, the partition).
 as_svc sed -i -e 's/^\( *idle_exit_seconds:\).*/\1 0/' -e 's/^\( *polling_interval_seconds:\).*/\1 2/' \
@@ -133,6 +136,34 @@ m=soak-beta
 x sh -c 'for u in jobuser alice mallory; do id $u >/dev/null 2>&1 || useradd --create-home --shell /bin/bash $u; done
     usermod -aG agentstore jobuser; mkdir -p /srv/testproject; chown jobuser: /srv/testproject'
 [ "$(on alpha id -u jobuser)" = "$(on beta id -u jobuser)" ] || sys_die "jobuser has different uids on the two machines"
+allow_claude /usr/local/bin/claude
+claude_bin=$(claude_host_binary) || true
+if [ -z "$claude_bin" ] || [ ! -x "$claude_bin" ]; then sys_die "the real Claude Code CLI is not installed on the host (bash .ci/install-claude.sh)"; fi
+fake_model=$(fake_anthropic_binary)
+[ -x "$fake_model" ] || (cd "$repo" && cargo build --release --locked --example fake_anthropic >>"$out/install.log" 2>&1) || true
+[ -x "$fake_model" ] || sys_die "$fake_model is missing: cargo build --release --example fake_anthropic"
+for n in alpha beta; do
+    r=$(sys_root "soak-$n")
+    cp "$claude_bin" "$r/usr/local/bin/claude"
+    cp "$fake_model" "$r/usr/local/bin/fake_anthropic"
+    printf '%s' '{"replies": [], "fallback_text": "# Research\n\nSoak answer."}' >"$r/var/tmp/soak-model.json"
+    cat >"$r/etc/systemd/system/soak-model.service" <<'EOF2'
+[Unit]
+Description=the fake model endpoint the soak's Claude Code jobs talk to
+[Service]
+ExecStart=/usr/local/bin/fake_anthropic --listen 127.0.0.1:18555 --script /var/tmp/soak-model.json
+Restart=always
+RestartSec=1
+[Install]
+WantedBy=multi-user.target
+EOF2
+    mkdir -p "$r/etc/systemd/system/queue-manager@.service.d"
+    printf '[Service]\nEnvironment=ANTHROPIC_BASE_URL=http://127.0.0.1:18555 ANTHROPIC_API_KEY=fake CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_AUTOUPDATER=1\n' \
+        >"$r/etc/systemd/system/queue-manager@.service.d/claude.conf"
+    on "$n" systemctl daemon-reload
+    on "$n" systemctl enable --now soak-model.service >/dev/null 2>&1 || sys_die "the fake model did not start on $n"
+    on "$n" runuser -u jobuser -- sh -c 'mkdir -p ~/.claude/commands && printf "%s\n" "Research the code of this project: \$ARGUMENTS" >~/.claude/commands/code-researcher.md'
+done
 for n in alpha beta; do
     on "$n" systemctl disable --now agentstore-orchestrator.path agentstore-orchestrator.timer >/dev/null 2>&1 || true
     on "$n" systemctl stop agentstore-orchestrator.service >/dev/null 2>&1 || true
@@ -230,7 +261,8 @@ while :; do
     r=$((RANDOM % 10))
     q=oak; [ $((i % 2)) = 0 ] && q=beech
     case $r in
-    0 | 1 | 2 | 3) cmd=list-projects content='{}' ;;
+    0 | 1 | 2) cmd=list-projects content='{}' ;;
+    3) cmd=research-code content="{\"task\": \"soak\", \"queue\": \"$q\", \"jobtype\": \"claude\"}" ;;
     4) cmd=research-code content="{\"task\": \"soak\", \"queue\": \"$q\", \"jobtype\": \"noop\", \"timeout\": 5, \"supporting_data\": {\"sleep_seconds\": 30}}" ;;
     *) cmd=research-code content="{\"task\": \"soak\", \"queue\": \"$q\", \"jobtype\": \"noop\", \"supporting_data\": {\"sleep_seconds\": $((RANDOM % 20 + 1))}}" ;;
     esac
