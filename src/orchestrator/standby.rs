@@ -68,6 +68,12 @@ impl Lease {
         self.renewed.is_some_and(|r| r.age() < self.valid_for)
     }
 
+    /// True when half the lease has gone by since the lock was last written (or it never
+    /// was): time to write it again.
+    fn half_gone(&self) -> bool {
+        self.renewed.is_none_or(|r| r.age() >= self.valid_for / 2)
+    }
+
     /// Seconds since the lock was last written, when the lease ran out.
     pub fn lapsed_for(&self) -> Option<u64> {
         self.renewed
@@ -275,7 +281,9 @@ impl Seat {
                 Err(e) => self.stand_down(e),
             };
         }
-        if self.last_heartbeat.elapsed() >= self.timing.heartbeat || !self.lease.valid() {
+        // The heartbeat is due every heartbeat interval, and at half the lease at the latest
+        // (a stale time of two heartbeats leaves a lease of one).
+        if self.last_heartbeat.elapsed() >= self.timing.heartbeat || self.lease.half_gone() {
             self.last_heartbeat = Instant::now();
             let lapsed = self.lease.lapsed_for();
             let beat = lock.heartbeat();
