@@ -225,8 +225,13 @@ impl Store {
     /// Appends an event; failures are logged, never fatal (the journal has it too). A line
     /// refused for want of space is kept (in order, bounded) and written before the next one.
     pub fn record_event(&self, event: &Event) {
-        unwritten::write_kept();
         let (path, line) = self.event_target(event);
+        // Behind lines that still do not fit, this one waits its turn (the file keeps the
+        // order the events happened in, even if this shorter line would fit now).
+        if !unwritten::write_kept() {
+            unwritten::keep(path, line);
+            return;
+        }
         if let Err(e) = append_line_locked(&path, &line) {
             tracing::warn!("cannot append to {}: {e}", path.display());
             if unwritten::is_out_of_space(&e) {
@@ -237,7 +242,9 @@ impl Store {
 
     /// Appends an event now, after any kept earlier, or says why it could not.
     pub fn try_record_event(&self, event: &Event) -> std::io::Result<()> {
-        unwritten::write_kept();
+        if !unwritten::write_kept() {
+            return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
+        }
         let (path, line) = self.event_target(event);
         append_line_locked(&path, &line)
     }
@@ -251,7 +258,7 @@ impl Store {
     /// Writes the event lines a full disk held back (see [`Store::record`]); daemons call it
     /// on each pass, so the lines land as soon as there is room again.
     pub fn retry_unwritten_events(&self) {
-        unwritten::write_kept();
+        let _ = unwritten::write_kept();
     }
 
     /// Appends a human-readable line to a per-daemon log under `logs/` (e.g.
@@ -421,21 +428,23 @@ mod unwritten {
         kept.push_back((path, line));
     }
 
-    /// Writes the kept lines in order; stops at the first that still does not fit.
-    pub(super) fn write_kept() {
+    /// Writes the kept lines in order; stops at the first that still does not fit. True
+    /// when none is left waiting.
+    pub(super) fn write_kept() -> bool {
         let mut kept = KEPT.lock().unwrap_or_else(|p| p.into_inner());
         while let Some((path, line)) = kept.front() {
             match append_line_locked(path, line) {
                 Ok(()) => {
                     kept.pop_front();
                 }
-                Err(e) if is_out_of_space(&e) => return,
+                Err(e) if is_out_of_space(&e) => return false,
                 Err(e) => {
                     tracing::warn!("dropping a kept event line for {}: {e}", path.display());
                     kept.pop_front();
                 }
             }
         }
+        true
     }
 }
 
