@@ -497,3 +497,129 @@ fn a_path_in_the_way_or_a_dirty_base_fails_the_task_naming_it() {
         "the uncommitted work is left as it was"
     );
 }
+
+/// Cross-project dependencies (issue 30): task E of project Q's PRD depends on task D of
+/// project P's diamond. E's job waits for D's (its `after`), runs once D is done, works in
+/// its own worktree of Q's repository (Q's base branch: a branch of another repository is no
+/// base), and both PRDs end complete.
+#[test]
+fn a_task_of_another_project_waits_for_the_task_it_depends_on() {
+    let rig = Rig::new();
+    let _daemons = rig.serve_poplar();
+    rig.prd("prd-x");
+    rig.ok(&["create-tasks", "--project", "P", "--prd", "prd-x"]);
+    let running = rig.env().root.join("projects/P/running_prds/prd-x.json");
+    wait_until(LONG, "P's tasks written", || running.is_file());
+    // D holds (its stand-in waits for the file to go) until E has been queued behind it.
+    std::fs::write(rig.log.join("hold-D"), "").unwrap();
+    rig.ok(&["implement-tasks", "--project", "P", "--prd", "prd-x"]);
+    wait_until(LONG, "D started and holding", || {
+        rig.log.join("held-D").exists()
+    });
+
+    // Project Q: a second real repository, a PRD whose one task depends on P's D.
+    let qdir = rig.env().dir.path().join("project-q");
+    std::fs::create_dir_all(&qdir).unwrap();
+    git(&qdir, &["init", "-q", "-b", "main"]);
+    std::fs::write(qdir.join("README"), "project q\n").unwrap();
+    git(&qdir, &["add", "README"]);
+    git(&qdir, &["commit", "-q", "-m", "start"]);
+    rig.ok(&[
+        "add-project",
+        "Q",
+        "--directory",
+        qdir.to_str().unwrap(),
+        "--owner",
+        "chenry",
+        "--default-queue",
+        "poplar",
+    ]);
+    rig.env().write(
+        "projects/Q/queued_prds/prd-y.json",
+        &serde_json::json!({
+            "id": "prd-y", "project": "Q", "title": "After the diamond", "version": "1.0",
+            "owner": "chenry", "status": "queued", "created_time": "2025-10-25T10:00:00Z",
+            "update_time": "2025-10-25T10:00:00Z", "content": {"goal": "one file"}, "jobs": []
+        })
+        .to_string(),
+    );
+    let plan = "Plan:\n```json\n{\"tasks\": [{\"id\": \"E\", \"title\": \"after D\", \"description\": \"E\", \"depends_on\": [\"prd-x/D\"]}]}\n```";
+    std::fs::write(
+        rig.log.join("tasks.txt"),
+        serde_json::to_string(plan).unwrap(),
+    )
+    .unwrap();
+    rig.ok(&["create-tasks", "--project", "Q", "--prd", "prd-y"]);
+    let q_running = rig.env().root.join("projects/Q/running_prds/prd-y.json");
+    wait_until(LONG, "Q's task written", || q_running.is_file());
+    std::fs::remove_file(rig.log.join("tasks.txt")).unwrap();
+    let e_doc = || read(&rig.env().root.join("projects/Q/tasks/prd-y/E.json"));
+    assert_eq!(e_doc()["depends_on"], serde_json::json!(["prd-x/D"]));
+
+    rig.ok(&["implement-tasks", "--project", "Q", "--prd", "prd-y"]);
+    wait_until(LONG, "E's job queued", || e_doc()["jobs"][0].is_string());
+    let e_job = e_doc()["jobs"][0].as_str().unwrap().to_string();
+    let d_job = rig.task("prd-x", "D")["jobs"][0]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        rig.job(&e_job)["config"]["after"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|j| j == d_job.as_str())),
+        "E's job waits for D's ({d_job}): {}",
+        rig.job(&e_job)
+    );
+    assert!(
+        !rig.log.join("start-E").exists(),
+        "E started while D was still running"
+    );
+
+    // D goes on; then E runs, and both PRDs end complete.
+    std::fs::remove_file(rig.log.join("hold-D")).unwrap();
+    let p_done = rig.env().root.join("projects/P/finished_prds/prd-x.json");
+    let q_done = rig.env().root.join("projects/Q/finished_prds/prd-y.json");
+    wait_until(LONG, "both PRDs complete", || {
+        for (prd, t) in [("prd-x", "D"), ("prd-y", "E")] {
+            let doc = if prd == "prd-y" {
+                e_doc()
+            } else {
+                rig.task(prd, t)
+            };
+            if doc["status"] == "failed" {
+                panic!("task {t} failed: {doc}");
+            }
+        }
+        if let Some(j) = Some(rig.job(&e_job)).filter(|j| j["runtime"]["status"] == "failed") {
+            panic!("E's job failed: {}", j["runtime"]["error"]);
+        }
+        p_done.is_file() && q_done.is_file()
+    });
+    let (d, e) = (rig.job(&d_job), rig.job(&e_job));
+    let d_end: chrono::DateTime<chrono::Utc> = d["runtime"]["finish_time"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let e_start: chrono::DateTime<chrono::Utc> = e["runtime"]["start_time"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        e_start >= d_end,
+        "E started {e_start}, before D ended {d_end}"
+    );
+    let doc = e_doc();
+    assert_eq!(doc["status"], "done", "{doc}");
+    assert_eq!(doc["branch"], "agentstore/prd-y/E");
+    let head = git(&qdir, &["rev-parse", "agentstore/prd-y/E"]);
+    assert_eq!(doc["commit"], head.trim());
+    let tree = git(&qdir, &["ls-tree", "--name-only", "agentstore/prd-y/E"]);
+    assert!(tree.lines().any(|l| l == "E.txt"), "{tree}");
+    assert!(
+        !tree.lines().any(|l| l == "D.txt"),
+        "Q's branch holds P's work: {tree}"
+    );
+    assert_eq!(git(&qdir, &["status", "--porcelain"]), "");
+}
