@@ -7,7 +7,7 @@ the soak container as root. Prints one JSON object:
             answered), doubled (ids with more than one message_answered event, or more than
             one answer file), dbus_ok / dbus_failed (the D-Bus caller's ledger);
   jobs:     finished, failed (by error, first words), run_twice (job ids with more than one
-            job_started event), stuck (queued/running longer than their timeout + --grace);
+            job_started event), stuck (running longer than their timeout + --grace, queued longer than an hour + --grace);
   conflicts: Syncthing conflict copies anywhere in either copy, and files set aside in
             conflicts/;
   daemons:  per daemon (unit name): pid, rss_kb, fds, threads, inotify watches;
@@ -181,7 +181,11 @@ def main():
                     age = now - os.stat(os.path.join(qdir, f"{state}_jobs", n)).st_mtime
                 except OSError:
                     continue
-                limit = float((doc.get("config") or {}).get("timeout_seconds") or 3600)
+                # timeout_seconds bounds the run, not the wait in the queue: a queued job is
+                # stuck after an hour (+ grace) in the queue, a running one after its timeout.
+                limit = 3600.0
+                if state == "running":
+                    limit = float((doc.get("config") or {}).get("timeout_seconds") or 3600)
                 if age > limit + a.grace:
                     jobs["stuck"].append(n[:-5])
     run_twice = sorted(j for j, c in started.items() if c > 1)
