@@ -28,7 +28,11 @@ fn main() -> ExitCode {
         Ok(_) => ExitCode::from(1),
         Err(e) => {
             tracing::error!("{e:#}");
-            ExitCode::from(2)
+            if agentstore::worker::is_store_full(&e) {
+                ExitCode::from(agentstore::worker::EXIT_STORE_FULL)
+            } else {
+                ExitCode::from(2)
+            }
         }
     }
 }

@@ -92,7 +92,7 @@ enum Wake {
     Shutdown,
     File(Option<String>, bool),
     WatchEnded,
-    Exit(String),
+    Exit(super::WorkerExit),
     Launched(Box<super::starting::LaunchDone>),
     Request(QueueRequest),
     Approval(Option<String>),
@@ -134,11 +134,11 @@ pub struct Manager {
     /// Where the events of each step go (the D-Bus front end), once one is attached.
     pub(super) events: Option<Box<dyn QueueEvents>>,
     requests_tx: mpsc::Sender<QueueRequest>,
-    pub(super) exits_tx: mpsc::UnboundedSender<String>,
+    pub(super) exits_tx: mpsc::UnboundedSender<super::WorkerExit>,
     /// The tasks the manager spawned (one per worker, waiting for its exit): reaped as they
     /// end, and stopped and drained at shutdown (the jobs themselves keep running).
     pub(super) tasks: tokio::task::JoinSet<()>,
-    pub(super) exits_rx: mpsc::UnboundedReceiver<String>,
+    pub(super) exits_rx: mpsc::UnboundedReceiver<super::WorkerExit>,
     pub(super) requests_rx: mpsc::Receiver<QueueRequest>,
     pub(super) inotify: Option<inotify::Inotify>,
     pub(super) log_file: String,
@@ -414,7 +414,7 @@ impl Manager {
                     Some(Err(e)) => { tracing::warn!("inotify: {e}"); Wake::File(None, false) }
                     None => Wake::WatchEnded,
                 },
-                Some(id) = self.exits_rx.recv() => Wake::Exit(id),
+                Some(exit) = self.exits_rx.recv() => Wake::Exit(exit),
                 done = self.launching.next() => Wake::Launched(Box::new(done)),
                 Some(req) = self.requests_rx.recv() => Wake::Request(req),
                 ev = async {
@@ -466,7 +466,7 @@ impl Manager {
                     tracing::warn!("inotify stream ended; relying on the rest_interval sweep");
                     events = None;
                 }
-                Wake::Exit(id) => self.on_exit(&id).await,
+                Wake::Exit(exit) => self.on_exit(exit).await,
                 Wake::Launched(done) => self.on_launched(*done).await,
                 Wake::Request(r) => self.on_request(r).await,
                 Wake::Approval(name) => {
@@ -489,8 +489,8 @@ impl Manager {
             while let Some(done) = self.launching.ready() {
                 self.on_launched(done).await;
             }
-            while let Ok(id) = self.exits_rx.try_recv() {
-                self.on_exit(&id).await;
+            while let Ok(exit) = self.exits_rx.try_recv() {
+                self.on_exit(exit).await;
             }
             self.step().await;
             if std::mem::take(&mut self.beat_due) {

@@ -47,6 +47,24 @@ const KILL_GRACE: Duration = Duration::from_secs(5);
 /// Error text of a job whose worker died without reporting (PRD §7).
 pub const WORKER_DIED: &str = "Worker harness process died";
 
+/// A worker that ended, as its exit watcher reports it: the job, and whether the worker
+/// said (by its exit status, [`crate::worker::EXIT_STORE_FULL`]) that the store was full.
+#[derive(Debug)]
+pub(crate) struct WorkerExit {
+    id: String,
+    store_full: bool,
+}
+
+impl WorkerExit {
+    /// The end of `id`'s worker with exit `code` (`None`: unknown, a re-adopted worker).
+    fn of(id: String, code: Option<i32>) -> WorkerExit {
+        WorkerExit {
+            id,
+            store_full: code == Some(i32::from(crate::worker::EXIT_STORE_FULL)),
+        }
+    }
+}
+
 /// Interrupted attempts at handling one job (a start or a re-adoption during which the queue
 /// manager died with no crash recorded: an operator's or a soak's `kill -9`, the OOM killer,
 /// a reboot, a crash the panic hook cannot see such as a stack overflow) after which the job

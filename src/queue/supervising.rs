@@ -192,7 +192,7 @@ impl Manager {
         let job_id = id.to_string();
         self.tasks.spawn(async move {
             pidwatch::wait_exit(fd).await;
-            let _ = tx.send(job_id);
+            let _ = tx.send(super::WorkerExit::of(job_id, None));
         });
         self.record(
             Record::info(
@@ -216,10 +216,18 @@ impl Manager {
         true
     }
 
-    pub(super) async fn on_exit(&mut self, id: &str) {
+    pub(super) async fn on_exit(&mut self, exit: super::WorkerExit) {
+        let id = exit.id.as_str();
         let Some(r) = self.running.remove(id) else {
             return;
         };
+        // The worker said the store was full when it died: that is the job's error, even if
+        // there is room again by now (the probe in `settle` would pass).
+        if exit.store_full {
+            self.store_errors.entry(id.to_string()).or_insert_with(|| {
+                super::starting::unsaved_result(&std::io::Error::from_raw_os_error(libc::ENOSPC))
+            });
+        }
         // A worker that reported its own end (its file has left running_jobs/): nothing of
         // the job is written after its clean-up, so the scope's stop (a round trip to
         // systemd per job) goes on beside the loop. Any other end is written only after it.
@@ -386,14 +394,14 @@ impl Manager {
             .map(|(id, _)| id.clone())
             .collect();
         for id in gone {
-            self.on_exit(&id).await;
+            self.on_exit(super::WorkerExit::of(id, None)).await;
         }
         // Running files nobody watches (a restart race, a synced-in file from this host).
         for id in self.adopt_running() {
             self.settle(&id, None).await;
         }
-        while let Ok(id) = self.exits_rx.try_recv() {
-            self.on_exit(&id).await;
+        while let Ok(exit) = self.exits_rx.try_recv() {
+            self.on_exit(exit).await;
         }
         self.index = QueuedIndex::default();
         let status = format!(

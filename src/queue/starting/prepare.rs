@@ -187,8 +187,8 @@ impl Manager {
         let job_id = id.to_string();
         let mut child = launched.child;
         self.tasks.spawn(async move {
-            let _ = child.wait().await;
-            let _ = tx.send(job_id);
+            let code = child.wait().await.ok().and_then(|s| s.code());
+            let _ = tx.send(crate::queue::WorkerExit::of(job_id, code));
         });
         self.beat_due = true;
         self.running.insert(
