@@ -14,6 +14,7 @@ mod doctor;
 mod doctor_codex;
 mod flow;
 mod history;
+mod job_keys;
 mod job_view;
 mod jobs;
 mod machines;
@@ -308,6 +309,11 @@ pub enum Command {
     /// login, a project (--project/--directory), the queue this machine serves, the config and
     /// unit drop-ins that point the user units at the store, and `agentstore.target` enabled.
     Setup(setup::SetupArgs),
+    /// Give the jobs of your own (per-user) queue managers a key, read from standard input
+    /// (`printf %s "$KEY" | orchestrator set-job-key ANTHROPIC_API_KEY`): kept in a 0600
+    /// file, named as the systemd credential job-env.NAME of queue-manager@.service, and the
+    /// running queue managers restarted (their jobs go on), so the next job has it.
+    SetJobKey(job_keys::SetJobKeyArgs),
     /// Print where the HTTP API and web dashboard listen (agentstore-web.socket), and open
     /// the dashboard with xdg-open when a desktop session exists and a loopback TCP listener
     /// is configured.
@@ -598,6 +604,7 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Demo(a) => demo::run(g, &mut out, a),
         Command::Setup(a) => setup::run(g, &mut out, a),
         Command::Web(a) => web::run(g, &mut out, &a),
+        Command::SetJobKey(a) => job_keys::run(g, &mut out, a),
         Command::CancelJob { job_id } => jobs::cancel_job(g, &mut out, &job_id),
         Command::Logs { job_id } => jobs::logs(g, &mut out, &job_id),
         Command::Approvals => approvals::list(g, &mut out),

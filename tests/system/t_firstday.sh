@@ -7,7 +7,8 @@
 #  - `doctor` right after `setup` (no manager has reported yet) checks the queue this machine
 #    watches and warns that Claude has no credentials;
 #  - a job without credentials fails saying where unattended jobs find them and how to give
-#    them; set as the README says, `retry` finishes it;
+#    them; the key given as the README says (`set-job-key`, no restart by hand), `retry`
+#    finishes it;
 #  - view-job names the machine by its host name, not only its key;
 #  - a project folder that is not there is warned about by host name; its job fails naming it;
 #  - a queue no machine serves: warned at submission, explained (wrapped) by list-queues, and
@@ -117,7 +118,7 @@ sys_log "doctor: $out"
 sys_expect_eq "doctor exits 0 (warnings only)" 0 "$rc"
 sys_expect_match "doctor checks poplar's claude before any manager reported" 'ok +claude:poplar: claude is /usr/local/bin/claude' "$out"
 sys_expect_match "doctor warns: no credentials for poplar's jobs" 'WARN +credentials:poplar' "$out"
-sys_expect_match "... and says how to fix it" 'set-environment ANTHROPIC_API_KEY' "$(tr '\n' ' ' <<<"$out" | tr -s ' ')"
+sys_expect_match "... and says how to fix it" 'orchestrator set-job-key ANTHROPIC_API_KEY' "$(tr '\n' ' ' <<<"$out" | tr -s ' ')"
 check_fits "doctor" "$out"
 
 # A first job without credentials: it fails saying how unattended jobs get them.
@@ -130,11 +131,18 @@ sys_log "view-job: $view"
 flat=$(tr '\n' ' ' <<<"$view" | tr -s ' ')
 sys_expect_match "its error is Claude's own" 'Not logged in' "$flat"
 sys_expect_match "... and says where jobs find credentials, for $U" "Claude Code found no usable credentials as $U on $host" "$flat"
-sys_expect_match "... and how to give them" "systemctl --user set-environment ANTHROPIC_API_KEY=" "$flat"
+sys_expect_match "... and how to give them" "orchestrator set-job-key ANTHROPIC_API_KEY" "$flat"
 check_fits "view-job" "$view"
 
-# README: the key in the user manager's environment, the managers restarted; retry.
-us "systemctl --user set-environment ANTHROPIC_API_KEY=sk-fake ANTHROPIC_BASE_URL=http://127.0.0.1:18555 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_AUTOUPDATER=1 && systemctl --user restart 'queue-manager@*.service'"
+# The test's model endpoint (not a credential) in the user manager's environment, for the
+# queue managers started from now on.
+us "systemctl --user set-environment ANTHROPIC_BASE_URL=http://127.0.0.1:18555 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_AUTOUPDATER=1"
+# README: the key given with set-job-key, nothing restarted by hand; retry.
+out=$(printf 'sk-fake\n' | u orchestrator set-job-key ANTHROPIC_API_KEY 2>&1) && rc=0 || rc=$?
+sys_log "set-job-key: $out"
+sys_expect_eq "printf KEY | orchestrator set-job-key ANTHROPIC_API_KEY (README) exits 0" 0 "$rc"
+sys_expect_match "... and says the next job has it" 'the next job has ANTHROPIC_API_KEY' "$(tr '\n' ' ' <<<"$out" | tr -s ' ')"
+check_fits "set-job-key" "$out"
 out=$(u orchestrator doctor 2>&1) || true
 sys_expect_match "doctor now finds the key" 'ok +credentials:poplar: jobs find ANTHROPIC_API_KEY' "$out"
 out=$(u orchestrator retry "$j1" 2>&1) || true
