@@ -693,3 +693,59 @@ fn a_job_waiting_in_a_queue_nobody_serves_can_be_cancelled() {
             .exists()
     );
 }
+
+/// view-job of a running job names the real commands that show its log (they said `logs ID`
+/// once): `orchestrator logs <id> --follow 600` in the Result section, `orchestrator logs <id>`
+/// and `journalctl JOB_ID=<id>` at the end, each whole on a line of its own to paste (at 80
+/// columns a job id made them wrap mid-command), at 80 and 160 columns.
+#[test]
+fn view_job_of_a_running_job_names_the_commands_for_its_log() {
+    let env = TestEnv::with_test_project();
+    let id = "2f0c6a3e-5b1d-4c8e-9a7f-0d3e1b2c4a5f";
+    let job = json!({
+        "config": {
+            "project": "TestProject", "working_directory": "/tmp",
+            "queue_time": "2026-12-01T21:00:00Z", "jobtype": "claude",
+            "claude_command": "research-code", "claude_extra_args": [],
+            "task_description": "Read the code", "supporting_data": {},
+            "timeout_seconds": 600, "queue": "poplar"
+        },
+        "runtime": {
+            "status": "running", "start_time": "2026-12-01T21:00:03Z", "finish_time": null,
+            "process_id": 4242, "llm_process_id": null, "error": null, "output": null
+        }
+    });
+    env.write(
+        &format!("Queues/poplar/Jobs/running_jobs/{id}.json"),
+        &serde_json::to_string_pretty(&job).unwrap(),
+    );
+    for cols in [80, 160] {
+        let text = at_width(&env, cols, &["view-job", id]);
+        for l in text.lines() {
+            assert!(l.chars().count() <= cols, "{cols} columns: {l:?}\n{text}");
+        }
+        let result: Vec<&str> = text
+            .lines()
+            .skip_while(|l| *l != "Result")
+            .skip(1)
+            .take_while(|l| !l.is_empty())
+            .collect();
+        // Each command alone on its line, as it is pasted.
+        let follow = format!("orchestrator logs {id} --follow 600");
+        assert!(
+            result.iter().any(|l| l.trim() == follow),
+            "{cols} columns: {follow:?} on a line of its own:\n{text}"
+        );
+        let last: Vec<&str> = text.lines().rev().take_while(|l| !l.is_empty()).collect();
+        for cmd in [
+            format!("orchestrator logs {id}"),
+            format!("journalctl JOB_ID={id}"),
+        ] {
+            assert!(
+                last.iter().any(|l| l.trim() == cmd),
+                "{cols} columns: {cmd:?} on a line of its own:\n{text}"
+            );
+        }
+        assert!(!text.contains("logs ID"), "{cols} columns:\n{text}");
+    }
+}
