@@ -556,6 +556,7 @@ comp orchestrator view-job 2026
 comp orchestrator view-user ""
 comp orchestrator --root "$OTHER" view-project ""
 comp orchestrator view-project nothing-like-this
+comp orchestrator edit-project Te
 "#;
     let o = std::process::Command::new("bash")
         .arg("-c")
@@ -576,7 +577,7 @@ comp orchestrator view-project nothing-like-this
         String::from_utf8_lossy(&o.stderr)
     );
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 7, "{text}");
+    assert_eq!(lines.len(), 8, "{text}");
     let has = |i: usize, word: &str| lines[i].split(' ').any(|w| w == word);
     assert!(has(0, "TestProject"), "projects: {}", lines[0]);
     assert_eq!(
@@ -594,6 +595,7 @@ comp orchestrator view-project nothing-like-this
         lines[5]
     );
     assert_eq!(lines[6].trim(), "", "no match offers nothing: {}", lines[6]);
+    assert_eq!(lines[7].trim(), "TestProject", "edit-project: {}", lines[7]);
 }
 
 /// A job waiting in a queue no machine serves can be cancelled (there is no manager to ask:
@@ -748,4 +750,187 @@ fn view_job_of_a_running_job_names_the_commands_for_its_log() {
         }
         assert!(!text.contains("logs ID"), "{cols} columns:\n{text}");
     }
+}
+
+/// A mistyped project folder is changed with `edit-project --directory`, as add-project's
+/// warning says (it said "edit projects/X/project.json" before): the default research
+/// document moves with it, the text fits 80 and 160 columns, --format json is the document,
+/// a retry of the job that failed in the old folder runs in the new one; nothing to change is
+/// a usage error (2), an unknown project 1, and PRD §10 holds: a collaborator may not, the
+/// owner may.
+#[test]
+fn a_projects_folder_is_changed_with_edit_project() {
+    let env = TestEnv::initialised();
+    for (id, name) in [("ann", "Ann"), ("bob", "Bob")] {
+        env.ok(&[
+            "add-user",
+            id,
+            "--name",
+            name,
+            "--email",
+            &format!("{id}@x"),
+        ]);
+    }
+    let typo = env.dir.path().join("proejcts/ecoli");
+    let real = env.dir.path().join("projects/ecoli");
+    std::fs::create_dir_all(&real).unwrap();
+    let o = env.run(&[
+        "add-project",
+        "ecoli",
+        "--directory",
+        typo.to_str().unwrap(),
+        "--owner",
+        "ann",
+        "--collaborator",
+        "bob",
+    ]);
+    assert!(o.status.success());
+    let warned = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        warned.contains("orchestrator edit-project ecoli --directory DIR"),
+        "add-project's warning names the command: {warned}"
+    );
+    // A job that failed in the mistyped folder.
+    let failed = json!({
+        "config": {"project": "ecoli", "working_directory": typo.to_str().unwrap(),
+                   "queue_time": "2026-12-01T21:00:00Z", "jobtype": "noop",
+                   "claude_command": "research-code", "claude_extra_args": [],
+                   "task_description": "Read it", "supporting_data": {},
+                   "timeout_seconds": 60, "user": "ann"},
+        "runtime": {"status": "failed", "start_time": "2026-12-01T21:00:01Z",
+                    "finish_time": "2026-12-01T21:00:01Z", "process_id": null,
+                    "llm_process_id": null, "output": null,
+                    "error": format!("Working directory does not exist: {}", typo.display())}
+    });
+    env.write(
+        "Queues/poplar/Jobs/failed_jobs/typo-1.json",
+        &failed.to_string(),
+    );
+
+    // Nothing to change: a usage error, naming the options.
+    let o = env.run(&["edit-project", "ecoli"]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--directory"), "{err}");
+    // An unknown project.
+    let err = env.fails(&["edit-project", "nope", "--directory", "/tmp"]);
+    assert!(err.contains("nope"), "{err}");
+
+    // PRD §10: bob, a collaborator, may see the project but not change it.
+    env.ok(&["login", "bob"]);
+    let err = env.fails(&[
+        "edit-project",
+        "ecoli",
+        "--directory",
+        real.to_str().unwrap(),
+    ]);
+    assert!(
+        err.contains("permission denied: only the owner of project ecoli (ann) or an admin"),
+        "{err}"
+    );
+    let doc: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(env.root.join("projects/ecoli/project.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(doc["directory"], json!(typo.to_str().unwrap()), "unchanged");
+
+    // ann, its owner, may: text at 80 and 160 columns (the same change twice: the second
+    // says there is nothing to change).
+    env.ok(&["login", "ann"]);
+    for (i, cols) in [80, 160].into_iter().enumerate() {
+        let o = env
+            .cli()
+            .env("COLUMNS", cols.to_string())
+            .args(["edit-project", "ecoli", "--directory"])
+            .arg(&real)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{o:?}");
+        let text = String::from_utf8(o.stdout).unwrap();
+        for l in text.lines() {
+            assert!(l.chars().count() <= cols, "{cols} columns: {l:?}\n{text}");
+        }
+        assert!(
+            String::from_utf8_lossy(&o.stderr).is_empty(),
+            "the folder is there: no warning"
+        );
+        if i == 0 {
+            assert!(
+                text.starts_with("Updated projects/ecoli/project.json\n"),
+                "{text}"
+            );
+            assert!(
+                text.contains(&format!("  directory: {}\n", real.display())),
+                "{text}"
+            );
+            assert!(
+                text.contains(&format!("(was {})", typo.display())),
+                "{text}"
+            );
+            assert!(
+                text.contains(&format!(
+                    "  code_research_document: {}/CODE_RESEARCH.md\n",
+                    real.display()
+                )),
+                "the default document moves with the folder: {text}"
+            );
+        } else {
+            assert!(text.contains("already has that"), "{text}");
+        }
+    }
+    let doc: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(env.root.join("projects/ecoli/project.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(doc["directory"], json!(real.to_str().unwrap()));
+    assert_eq!(
+        doc["code_research_document"],
+        json!(format!("{}/CODE_RESEARCH.md", real.display()))
+    );
+    let project_json = env.root.join("projects/ecoli/project.json");
+    env.ok(&["validate", project_json.to_str().unwrap()]);
+
+    // --format json: the document; a folder that is not there is warned about.
+    let gone = env.dir.path().join("elsewhere");
+    let o = env
+        .cli()
+        .args(["--format", "json", "edit-project", "ecoli", "--directory"])
+        .arg(&gone)
+        .args(["--code-research-document"])
+        .arg(real.join("NOTES.md"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["directory"], json!(gone.to_str().unwrap()));
+    assert_eq!(
+        v["code_research_document"],
+        json!(real.join("NOTES.md").to_str().unwrap()),
+        "a document given is kept, not moved"
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("does not exist on this machine"), "{err}");
+    env.ok(&[
+        "edit-project",
+        "ecoli",
+        "--directory",
+        real.to_str().unwrap(),
+    ]);
+
+    // The failed job, retried, runs in the folder the project has now.
+    let out = env.ok(&["--format", "json", "retry", "typo-1"]);
+    let retried: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    let new_id = retried[0]["job_id"].as_str().unwrap();
+    let job: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            env.root
+                .join(format!("Queues/poplar/Jobs/queued_jobs/{new_id}.json")),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        job["config"]["working_directory"],
+        json!(real.to_str().unwrap())
+    );
 }

@@ -20,6 +20,7 @@ mod jobs;
 mod machines;
 mod messages;
 pub mod notify;
+mod projects;
 mod remote;
 pub mod render;
 mod session;
@@ -280,6 +281,10 @@ pub enum Command {
     Notifications(notify::NotificationsArgs),
     /// Add a project document and its PRD folders.
     AddProject(admin::AddProjectArgs),
+    /// Change a project's folder (--directory; a default research document moves with it)
+    /// or its research document (--code-research-document): its owner or an admin. New
+    /// jobs and retries of failed ones run in the new folder; queued jobs keep theirs.
+    EditProject(projects::EditProjectArgs),
     /// Add a queue and its job folders.
     AddQueue(admin::AddQueueArgs),
     /// Change settings of an existing queue (any config field; the runtime is kept).
@@ -590,6 +595,7 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Validate { paths, kind } => admin::validate(g, &mut out, &paths, kind.as_deref()),
         Command::AddUser(a) => admin::add_user(g, &mut out, a),
         Command::AddProject(a) => admin::add_project(g, &mut out, a),
+        Command::EditProject(a) => projects::edit_project(g, &mut out, a),
         Command::SetUser(a) => notify::set_user(g, &mut out, a),
         Command::Notify { action } => notify::run(g, &mut out, action),
         Command::Notifications(a) => notify::list(g, &mut out, &a),
