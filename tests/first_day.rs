@@ -934,3 +934,75 @@ fn a_projects_folder_is_changed_with_edit_project() {
         json!(real.to_str().unwrap())
     );
 }
+
+/// `Job queued: <id>` from the inbox path, then `view-job <id>` before any orchestrator has
+/// routed the request: it said "job not found". It now says the request waits in
+/// messaging/inbox/ and what routes it; `--follow` waits for the job to be made and to end;
+/// a user who may not see the request still gets "not found".
+#[test]
+fn a_job_asked_for_but_not_made_yet_is_explained_and_followed() {
+    let env = TestEnv::with_test_project();
+    env.ok(&["add-user", "eve", "--name", "Eve", "--email", "eve@x"]);
+    env.ok(&["login", "chenry"]);
+    let out = env.ok(&["--bus", "none", "research-code", "--project", "TestProject"]);
+    let id = out
+        .lines()
+        .find_map(|l| l.strip_prefix("Job queued: "))
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    let err = env.fails(&["view-job", &id]);
+    assert!(
+        err.contains(&format!("job {id} is not made yet"))
+            && err.contains("research-code, project TestProject")
+            && err.contains("waits in messaging/inbox/")
+            && err.contains("agentstore-orchestrator.path")
+            && err.contains(&format!("view-job {id} --follow 60")),
+        "{err}"
+    );
+    // Someone who may not see chenry's request: as before.
+    env.ok(&["login", "eve"]);
+    let err = env.fails(&["view-job", &id]);
+    assert!(err.contains(&format!("job not found: {id}")), "{err}");
+    assert!(!err.contains("inbox"), "{err}");
+    env.ok(&["login", "chenry"]);
+
+    // --follow waits while the request is not routed, then for the job to end.
+    let mut child = env
+        .cli()
+        .args(["--verbose", "view-job", &id, "--follow", "120"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = std::io::BufRead::read_line(&mut stderr, &mut line).unwrap();
+        assert!(n > 0, "view-job --follow ended before waiting");
+        if line.contains("requested, not made yet") {
+            break;
+        }
+    }
+    // As the orchestrator would make it (and the job then run): the finished job.
+    let mut job: serde_json::Value =
+        serde_json::from_str(&common::noop_job("2026-12-01T21:00:00Z")).unwrap();
+    job["config"]["project"] = json!("TestProject");
+    job["config"]["user"] = json!("chenry");
+    job["runtime"] = json!({"status": "finished", "start_time": "2026-12-01T21:00:01Z",
+        "finish_time": "2026-12-01T21:00:02Z", "process_id": null, "llm_process_id": null,
+        "error": null, "output": "{\"type\":\"result\",\"result\":\"Routed and done.\"}"});
+    env.write(
+        &format!("Queues/poplar/Jobs/finished_jobs/{id}.json"),
+        &job.to_string(),
+    );
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+    let o = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{text}{rest}");
+    assert!(text.contains("Routed and done."), "{text}");
+}

@@ -20,6 +20,7 @@ mod jobs;
 mod machines;
 mod messages;
 pub mod notify;
+mod pending_job;
 mod projects;
 mod remote;
 pub mod render;
