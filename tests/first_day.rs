@@ -1006,3 +1006,41 @@ fn a_job_asked_for_but_not_made_yet_is_explained_and_followed() {
     assert!(o.status.success(), "{text}{rest}");
     assert!(text.contains("Routed and done."), "{text}");
 }
+
+/// `orchestrator --help` is what a new user reads first: at 80 columns each command is one
+/// short summary (at most two lines; a few took up to seven, and the list ran to 183 lines),
+/// the details stay in `<command> --help` (and the man pages).
+#[test]
+fn help_lists_each_command_in_at_most_two_lines() {
+    let env = TestEnv::empty();
+    let text = at_width(&env, 80, &["--help"]);
+    let commands: Vec<&str> = text
+        .lines()
+        .skip_while(|l| *l != "Commands:")
+        .skip(1)
+        .take_while(|l| !l.is_empty() && *l != "Options:")
+        .collect();
+    assert!(commands.len() > 40, "the Commands section:\n{text}");
+    let mut lines_of: Vec<(String, usize)> = Vec::new();
+    for l in &commands {
+        if let Some(name) = l.strip_prefix("  ").filter(|r| !r.starts_with(' ')) {
+            lines_of.push((name.split_whitespace().next().unwrap().to_string(), 1));
+        } else if let Some(last) = lines_of.last_mut() {
+            last.1 += 1;
+        }
+    }
+    let long: Vec<&(String, usize)> = lines_of.iter().filter(|(_, n)| *n > 2).collect();
+    assert!(long.is_empty(), "more than two lines: {long:?}\n{text}");
+    for (cmd, detail) in [
+        ("doctor", "Exit status 1 when a check failed"),
+        ("set-job-key", "queue-manager@.service"),
+        ("demo", "--keep leaves the store to explore"),
+    ] {
+        let help = at_width(&env, 80, &[cmd, "--help"]);
+        let flat = help.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            flat.contains(detail),
+            "{cmd} --help keeps its details:\n{help}"
+        );
+    }
+}
