@@ -2,9 +2,9 @@
 //! jobs' agents, as a systemd credential, in one command that takes effect for the next job
 //! (issue 32). The key is read from standard input (never the command line: no `ps`, no shell
 //! history), kept in a file only you can read (`~/.config/agentstore/keys/job-env.NAME`, mode
-//! 0600) and named in a drop-in of `queue-manager@.service`
-//! (`LoadCredential=job-env.NAME:<that file>`); every `job-env.NAME` credential becomes `NAME`
-//! in each job's environment (`src/systemd/credentials.rs`).
+//! 0600) and named in the drop-in `queue-manager@.service.d/agentstore-keys.conf` (one
+//! `LoadCredential=job-env.NAME:<file>` line per key of that folder); every `job-env.NAME`
+//! credential becomes `NAME` in each job's environment (`src/systemd/credentials.rs`).
 //!
 //! systemd loads a unit's credentials when the unit starts and keeps them unchanged while it
 //! runs (systemd.exec(5), "Credentials"): a running manager cannot see a new key, and a
@@ -53,21 +53,29 @@ fn shown(path: &Path) -> String {
     }
 }
 
-/// The key file and drop-in of `set-job-key NAME`.
-fn paths(name: &str) -> Result<(PathBuf, PathBuf), CliError> {
-    let credential = credential_name(name);
+/// The drop-in's file name: one drop-in names every key of the keys folder.
+const DROP_IN: &str = "agentstore-keys.conf";
+
+/// The keys folder and the drop-in.
+fn paths() -> Result<(PathBuf, PathBuf), CliError> {
     let config = config_home()?;
     Ok((
-        config.join("agentstore/keys").join(&credential),
+        config.join("agentstore/keys"),
         config
             .join("systemd/user/queue-manager@.service.d")
-            .join(format!("{credential}.conf")),
+            .join(DROP_IN),
     ))
 }
 
-/// Whether `set-job-key NAME` gave the queue managers a key (its file and drop-in are there).
+/// Whether `set-job-key NAME` gave the queue managers a key (its file is there and the
+/// drop-in names it).
 pub(super) fn is_set(name: &str) -> bool {
-    paths(name).is_ok_and(|(key, drop_in)| key.is_file() && drop_in.is_file())
+    let credential = credential_name(name);
+    paths().is_ok_and(|(keys, drop_in)| {
+        keys.join(&credential).is_file()
+            && std::fs::read_to_string(drop_in)
+                .is_ok_and(|t| t.contains(&format!("LoadCredential={credential}:")))
+    })
 }
 
 /// The credential's name for variable `name`.
@@ -75,22 +83,75 @@ fn credential_name(name: &str) -> String {
     format!("{}{name}", crate::systemd::credentials::JOB_ENV_PREFIX)
 }
 
-/// The drop-in naming the key file as the credential (`%` escaped for systemd's specifiers).
-fn drop_in_text(credential: &str, key_file: &Path) -> Result<String, CliError> {
-    let path = key_file
-        .to_str()
-        .filter(|p| !p.chars().any(char::is_control));
+/// The credentials of the keys folder: `job-env.NAME` files whose NAME may be a job's
+/// variable, sorted.
+fn credentials_in(keys: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(keys)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|n| {
+                    n.strip_prefix(crate::systemd::credentials::JOB_ENV_PREFIX)
+                        .is_some_and(crate::systemd::credentials::job_var_allowed)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// The drop-in naming each key file of `keys` as its credential (`%` escaped for systemd's
+/// specifiers).
+fn drop_in_text(keys: &Path, credentials: &[String]) -> Result<String, CliError> {
+    let path = keys.to_str().filter(|p| !p.chars().any(char::is_control));
     let Some(path) = path else {
         return Err(CliError::new(format!(
-            "{}: a key file path with control characters or not UTF-8 cannot go into a unit file",
-            key_file.display()
+            "{}: a folder path with control characters or not UTF-8 cannot go into a unit file",
+            keys.display()
         )));
     };
+    let mut text = String::from(
+        "# Written by `orchestrator set-job-key` from the files of its keys folder: each job of\n\
+         # your queue managers gets each key as a variable (job-env.NAME -> NAME).\n[Service]\n",
+    );
+    for c in credentials {
+        text.push_str(&format!(
+            "LoadCredential={c}:{}/{c}\n",
+            path.replace('%', "%%")
+        ));
+    }
+    Ok(text)
+}
+
+/// Writes the drop-in for the keys now in `keys` (removes it when there is none); what
+/// happened, for the report.
+fn write_drop_in(keys: &Path, drop_in: &Path) -> Result<String, CliError> {
+    let credentials = credentials_in(keys);
+    if credentials.is_empty() {
+        return match std::fs::remove_file(drop_in) {
+            Ok(()) => Ok(format!("{} removed (no key left)", shown(drop_in))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Ok(format!("{} not there (no key)", shown(drop_in)))
+            }
+            Err(e) => Err(CliError::new(format!("{}: {e}", drop_in.display()))),
+        };
+    }
+    let text = drop_in_text(keys, &credentials)?;
+    if let Some(d) = drop_in.parent() {
+        std::fs::create_dir_all(d).map_err(|e| CliError::new(format!("{}: {e}", d.display())))?;
+    }
+    crate::store::write_atomic(drop_in, text.as_bytes())
+        .map_err(|e| CliError::new(format!("{}: {e}", drop_in.display())))?;
+    let names: Vec<&str> = credentials
+        .iter()
+        .filter_map(|c| c.strip_prefix(crate::systemd::credentials::JOB_ENV_PREFIX))
+        .collect();
     Ok(format!(
-        "# Written by `orchestrator set-job-key`: each job of your queue managers gets this key\n\
-         # as a variable (job-env.NAME -> NAME). Remove with `orchestrator set-job-key --remove`.\n\
-         [Service]\nLoadCredential={credential}:{}\n",
-        path.replace('%', "%%")
+        "{} (LoadCredential= for {})",
+        shown(drop_in),
+        names.join(", ")
     ))
 }
 
@@ -175,40 +236,32 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, a: SetJobKeyArgs) -> CliR
         ));
     }
     let credential = credential_name(name);
-    let (key_file, drop_in) = paths(name)?;
+    let (keys, drop_in) = paths()?;
+    let key_file = keys.join(&credential);
     let mut steps: Vec<(&str, String)> = Vec::new();
     if a.remove {
-        for (what, path) in [("key", &key_file), ("drop-in", &drop_in)] {
-            match std::fs::remove_file(path) {
-                Ok(()) => steps.push((what, format!("{} removed", shown(path)))),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    steps.push((what, format!("{} was not there", shown(path))))
-                }
-                Err(e) => return Err(CliError::new(format!("{}: {e}", path.display()))),
+        match std::fs::remove_file(&key_file) {
+            Ok(()) => steps.push(("key", format!("{} removed", shown(&key_file)))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                steps.push(("key", format!("{} was not there", shown(&key_file))))
             }
+            Err(e) => return Err(CliError::new(format!("{}: {e}", key_file.display()))),
         }
     } else {
         let key = read_key(name)?;
-        let keys_dir = key_file.parent().unwrap_or(Path::new("."));
-        crate::agent::private_file::private_dir(keys_dir)
-            .map_err(|e| CliError::new(format!("{}: {e}", keys_dir.display())))?;
+        crate::agent::private_file::private_dir(&keys)
+            .map_err(|e| CliError::new(format!("{}: {e}", keys.display())))?;
         crate::agent::private_file::write_private(&key_file, &key)
             .map_err(|e| CliError::new(e.to_string()))?;
         steps.push(("key", format!("{} (mode 0600)", shown(&key_file))));
-        let text = drop_in_text(&credential, &key_file)?;
-        if let Some(d) = drop_in.parent() {
-            std::fs::create_dir_all(d)
-                .map_err(|e| CliError::new(format!("{}: {e}", d.display())))?;
-        }
-        crate::store::write_atomic(&drop_in, text.as_bytes())
-            .map_err(|e| CliError::new(format!("{}: {e}", drop_in.display())))?;
-        steps.push((
-            "drop-in",
-            format!("{} (LoadCredential={credential})", shown(&drop_in)),
-        ));
     }
-    let manual =
-        "systemctl --user daemon-reload && systemctl --user try-restart 'queue-manager@*.service'";
+    steps.push(("drop-in", write_drop_in(&keys, &drop_in)?));
+    // To run by hand when this command did not: printed whole, one a line (never wrapped).
+    let manual = [
+        "systemctl --user daemon-reload",
+        "systemctl --user try-restart 'queue-manager@*.service'",
+    ];
+    let mut by_hand: Vec<&str> = Vec::new();
     let systemd_user = std::env::var_os("XDG_RUNTIME_DIR")
         .is_some_and(|d| Path::new(&d).join("systemd/private").exists());
     let mut restarted: Vec<String> = Vec::new();
@@ -220,15 +273,15 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, a: SetJobKeyArgs) -> CliR
     if a.no_restart {
         steps.push((
             "units",
-            format!("not reloaded (--no-restart); for running queue managers: {manual}"),
+            "not reloaded (--no-restart); for the queue managers running now:".to_string(),
         ));
+        by_hand.extend(manual);
     } else if !systemd_user {
         steps.push((
             "units",
-            format!(
-                "no systemd user manager here; the queue managers it starts take the change ({manual} if one runs)"
-            ),
+            "no systemd user manager here; the queue managers it starts take the change (if one runs now, then:)".to_string(),
         ));
+        by_hand.extend(manual);
     } else {
         systemctl_user(&["daemon-reload"])?;
         let listed = systemctl_user(&[
@@ -269,6 +322,7 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, a: SetJobKeyArgs) -> CliR
                 "key_file": key_file,
                 "drop_in": drop_in,
                 "restarted": restarted,
+                "to_run": by_hand,
                 "steps": steps.iter().map(|(k, v)| json!({"step": k, "result": v})).collect::<Vec<_>>(),
             }),
         )?,
@@ -280,6 +334,9 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, a: SetJobKeyArgs) -> CliR
                     writeln!(out, "{what:<10} {l}")?;
                 }
             }
+            for c in &by_hand {
+                writeln!(out, "{:<10} {c}", "")?;
+            }
         }
     }
     Ok(())
@@ -290,13 +347,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_drop_in_names_the_file_with_specifiers_escaped() {
-        let t = drop_in_text(
+    fn the_drop_in_names_each_key_file_with_specifiers_escaped() {
+        let d = tempfile::tempdir().unwrap();
+        let keys = d.path().join("r%n/keys");
+        std::fs::create_dir_all(&keys).unwrap();
+        for f in [
+            "job-env.OPENAI_API_KEY",
             "job-env.ANTHROPIC_API_KEY",
-            Path::new("/home/r%n/.config/agentstore/keys/job-env.ANTHROPIC_API_KEY"),
-        )
-        .unwrap();
-        assert!(t.contains("\n[Service]\nLoadCredential=job-env.ANTHROPIC_API_KEY:/home/r%%n/.config/agentstore/keys/job-env.ANTHROPIC_API_KEY\n"), "{t}");
-        assert!(drop_in_text("job-env.X", Path::new("/a\nb")).is_err());
+            "job-env.PATH",
+            "notes.txt",
+            "job-env.ANTHROPIC_API_KEY.partial",
+        ] {
+            std::fs::write(keys.join(f), "k").unwrap();
+        }
+        let found = credentials_in(&keys);
+        assert_eq!(
+            found,
+            ["job-env.ANTHROPIC_API_KEY", "job-env.OPENAI_API_KEY"]
+        );
+        let t = drop_in_text(&keys, &found).unwrap();
+        let k = keys.display().to_string().replace('%', "%%");
+        assert!(
+            t.contains(&format!(
+                "\n[Service]\nLoadCredential=job-env.ANTHROPIC_API_KEY:{k}/job-env.ANTHROPIC_API_KEY\nLoadCredential=job-env.OPENAI_API_KEY:{k}/job-env.OPENAI_API_KEY\n"
+            )),
+            "{t}"
+        );
+        assert!(drop_in_text(Path::new("/a\nb"), &found).is_err());
     }
 }

@@ -246,5 +246,5 @@ uabsent "the output of set-job-key" printf '%s' "$setkey"
 out=$(u orchestrator set-job-key ANTHROPIC_API_KEY --remove 2>&1) && rc=0 || rc=$?
 sys_expect_eq "set-job-key --remove exits 0 ($out)" 0 "$rc"
 sys_check "... and removes the key file" x test ! -e "$kf"
-sys_check "... and its drop-in" x test ! -e "$H/.config/systemd/user/queue-manager@.service.d/job-env.ANTHROPIC_API_KEY.conf"
+sys_check "... and its drop-in (no key left)" x test ! -e "$H/.config/systemd/user/queue-manager@.service.d/agentstore-keys.conf"
 sys_test_end
