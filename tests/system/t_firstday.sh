@@ -11,6 +11,7 @@
 #    finishes it;
 #  - view-job names the machine by its host name, not only its key;
 #  - a project folder that is not there is warned about by host name; its job fails naming it;
+#    `edit-project --directory` fixes it and `retry` then runs the job in the new folder;
 #  - a queue no machine serves: warned at submission, explained (wrapped) by list-queues, and
 #    its waiting job can be cancelled (it could not: no manager to ask);
 #  - an approval waits: `approvals` prints the command that answers it (short number), the
@@ -170,6 +171,18 @@ j3=$(queued_id "$out")
 sys_check "its job fails" sys_wait_until 60 "failed" uin "$j3" failed
 sys_expect_match "... naming the folder" "Working directory does not exist: $H/proejcts/notes" \
     "$(u orchestrator view-job "$j3" 2>&1 || true)"
+# The folder fixed with the CLI (add-project's warning names the command), then retried.
+u mkdir -p "$H/projects/notes"
+out=$(u orchestrator edit-project notes --directory "$H/projects/notes" 2>&1) && rc=0 || rc=$?
+sys_log "edit-project: $out"
+sys_expect_eq "edit-project notes --directory (the folder fixed) exits 0" 0 "$rc"
+sys_expect_match "... and says what changed" "directory: $H/projects/notes" "$out"
+check_fits "edit-project" "$out"
+out=$(u orchestrator retry "$j3" 2>&1) || true
+j3b=$(queued_id "$out")
+sys_expect_match "retry queues it again ($out)" '^[0-9a-f]{8}-' "$j3b"
+sys_check "the retried job finishes" sys_wait_until 90 "finished" uin "$j3b" finished
+sys_expect_eq "... in the new folder" "$H/projects/notes" "$(jfield "$(ujob "$j3b" finished)" working_directory)"
 
 # A queue no machine serves.
 sys_check "add-queue oak" u orchestrator add-queue oak
