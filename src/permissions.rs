@@ -285,6 +285,19 @@ pub fn project_for_new_job(store: &Store, who: &Caller, id: &str) -> Result<Proj
     Ok(p)
 }
 
+/// Project `id` for `who` to change (`edit-project`; PRD §10: its owner or an admin; a
+/// collaborator may only see it, a stranger is refused as `view-project` refuses them).
+pub fn project_to_change(store: &Store, who: &Caller, id: &str) -> Result<Project, Refused> {
+    let p = visible_project(store, who, id)?;
+    if !who.can_modify_project(&p) {
+        return Err(Refused::Denied(format!(
+            "only the owner of project {} ({}) or an admin can change it (collaborators can only see it)",
+            p.id, p.owner
+        )));
+    }
+    Ok(p)
+}
+
 /// PRD `id` (found in any project), for a caller who may see it (`view-prd`).
 pub fn visible_prd(store: &Store, who: &Caller, id: &str) -> Result<Prd, Refused> {
     let (_, _, prd) = store.find_prd(id)?;

@@ -556,6 +556,7 @@ comp orchestrator view-job 2026
 comp orchestrator view-user ""
 comp orchestrator --root "$OTHER" view-project ""
 comp orchestrator view-project nothing-like-this
+comp orchestrator edit-project Te
 "#;
     let o = std::process::Command::new("bash")
         .arg("-c")
@@ -576,7 +577,7 @@ comp orchestrator view-project nothing-like-this
         String::from_utf8_lossy(&o.stderr)
     );
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 7, "{text}");
+    assert_eq!(lines.len(), 8, "{text}");
     let has = |i: usize, word: &str| lines[i].split(' ').any(|w| w == word);
     assert!(has(0, "TestProject"), "projects: {}", lines[0]);
     assert_eq!(
@@ -594,6 +595,7 @@ comp orchestrator view-project nothing-like-this
         lines[5]
     );
     assert_eq!(lines[6].trim(), "", "no match offers nothing: {}", lines[6]);
+    assert_eq!(lines[7].trim(), "TestProject", "edit-project: {}", lines[7]);
 }
 
 /// A job waiting in a queue no machine serves can be cancelled (there is no manager to ask:
@@ -692,4 +694,353 @@ fn a_job_waiting_in_a_queue_nobody_serves_can_be_cancelled() {
             .join("Queues/poplar/Jobs/queued_jobs/theirs-1.json")
             .exists()
     );
+}
+
+/// view-job of a running job names the real commands that show its log (they said `logs ID`
+/// once): `orchestrator logs <id> --follow 600` in the Result section, `orchestrator logs <id>`
+/// and `journalctl JOB_ID=<id>` at the end, each whole on a line of its own to paste (at 80
+/// columns a job id made them wrap mid-command), at 80 and 160 columns.
+#[test]
+fn view_job_of_a_running_job_names_the_commands_for_its_log() {
+    let env = TestEnv::with_test_project();
+    let id = "2f0c6a3e-5b1d-4c8e-9a7f-0d3e1b2c4a5f";
+    let job = json!({
+        "config": {
+            "project": "TestProject", "working_directory": "/tmp",
+            "queue_time": "2026-12-01T21:00:00Z", "jobtype": "claude",
+            "claude_command": "research-code", "claude_extra_args": [],
+            "task_description": "Read the code", "supporting_data": {},
+            "timeout_seconds": 600, "queue": "poplar"
+        },
+        "runtime": {
+            "status": "running", "start_time": "2026-12-01T21:00:03Z", "finish_time": null,
+            "process_id": 4242, "llm_process_id": null, "error": null, "output": null
+        }
+    });
+    env.write(
+        &format!("Queues/poplar/Jobs/running_jobs/{id}.json"),
+        &serde_json::to_string_pretty(&job).unwrap(),
+    );
+    for cols in [80, 160] {
+        let text = at_width(&env, cols, &["view-job", id]);
+        for l in text.lines() {
+            assert!(l.chars().count() <= cols, "{cols} columns: {l:?}\n{text}");
+        }
+        let result: Vec<&str> = text
+            .lines()
+            .skip_while(|l| *l != "Result")
+            .skip(1)
+            .take_while(|l| !l.is_empty())
+            .collect();
+        // Each command alone on its line, as it is pasted.
+        let follow = format!("orchestrator logs {id} --follow 600");
+        assert!(
+            result.iter().any(|l| l.trim() == follow),
+            "{cols} columns: {follow:?} on a line of its own:\n{text}"
+        );
+        let last: Vec<&str> = text.lines().rev().take_while(|l| !l.is_empty()).collect();
+        for cmd in [
+            format!("orchestrator logs {id}"),
+            format!("journalctl JOB_ID={id}"),
+        ] {
+            assert!(
+                last.iter().any(|l| l.trim() == cmd),
+                "{cols} columns: {cmd:?} on a line of its own:\n{text}"
+            );
+        }
+        assert!(!text.contains("logs ID"), "{cols} columns:\n{text}");
+    }
+}
+
+/// A mistyped project folder is changed with `edit-project --directory`, as add-project's
+/// warning says (it said "edit projects/X/project.json" before): the default research
+/// document moves with it, the text fits 80 and 160 columns, --format json is the document,
+/// a retry of the job that failed in the old folder runs in the new one; nothing to change is
+/// a usage error (2), an unknown project 1, and PRD §10 holds: a collaborator may not, the
+/// owner may.
+#[test]
+fn a_projects_folder_is_changed_with_edit_project() {
+    let env = TestEnv::initialised();
+    for (id, name) in [("ann", "Ann"), ("bob", "Bob")] {
+        env.ok(&[
+            "add-user",
+            id,
+            "--name",
+            name,
+            "--email",
+            &format!("{id}@x"),
+        ]);
+    }
+    let typo = env.dir.path().join("proejcts/ecoli");
+    let real = env.dir.path().join("projects/ecoli");
+    std::fs::create_dir_all(&real).unwrap();
+    let o = env.run(&[
+        "add-project",
+        "ecoli",
+        "--directory",
+        typo.to_str().unwrap(),
+        "--owner",
+        "ann",
+        "--collaborator",
+        "bob",
+    ]);
+    assert!(o.status.success());
+    let warned = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        warned.contains("orchestrator edit-project ecoli --directory DIR"),
+        "add-project's warning names the command: {warned}"
+    );
+    // A job that failed in the mistyped folder.
+    let failed = json!({
+        "config": {"project": "ecoli", "working_directory": typo.to_str().unwrap(),
+                   "queue_time": "2026-12-01T21:00:00Z", "jobtype": "noop",
+                   "claude_command": "research-code", "claude_extra_args": [],
+                   "task_description": "Read it", "supporting_data": {},
+                   "timeout_seconds": 60, "user": "ann"},
+        "runtime": {"status": "failed", "start_time": "2026-12-01T21:00:01Z",
+                    "finish_time": "2026-12-01T21:00:01Z", "process_id": null,
+                    "llm_process_id": null, "output": null,
+                    "error": format!("Working directory does not exist: {}", typo.display())}
+    });
+    env.write(
+        "Queues/poplar/Jobs/failed_jobs/typo-1.json",
+        &failed.to_string(),
+    );
+
+    // Nothing to change: a usage error, naming the options.
+    let o = env.run(&["edit-project", "ecoli"]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--directory"), "{err}");
+    // An unknown project.
+    let err = env.fails(&["edit-project", "nope", "--directory", "/tmp"]);
+    assert!(err.contains("nope"), "{err}");
+
+    // PRD §10: bob, a collaborator, may see the project but not change it.
+    env.ok(&["login", "bob"]);
+    let err = env.fails(&[
+        "edit-project",
+        "ecoli",
+        "--directory",
+        real.to_str().unwrap(),
+    ]);
+    assert!(
+        err.contains("permission denied: only the owner of project ecoli (ann) or an admin"),
+        "{err}"
+    );
+    let doc: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(env.root.join("projects/ecoli/project.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(doc["directory"], json!(typo.to_str().unwrap()), "unchanged");
+
+    // ann, its owner, may: text at 80 and 160 columns (the same change twice: the second
+    // says there is nothing to change).
+    env.ok(&["login", "ann"]);
+    for (i, cols) in [80, 160].into_iter().enumerate() {
+        let o = env
+            .cli()
+            .env("COLUMNS", cols.to_string())
+            .args(["edit-project", "ecoli", "--directory"])
+            .arg(&real)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{o:?}");
+        let text = String::from_utf8(o.stdout).unwrap();
+        for l in text.lines() {
+            assert!(l.chars().count() <= cols, "{cols} columns: {l:?}\n{text}");
+        }
+        assert!(
+            String::from_utf8_lossy(&o.stderr).is_empty(),
+            "the folder is there: no warning"
+        );
+        if i == 0 {
+            assert!(
+                text.starts_with("Updated projects/ecoli/project.json\n"),
+                "{text}"
+            );
+            assert!(
+                text.contains(&format!("  directory: {}\n", real.display())),
+                "{text}"
+            );
+            assert!(
+                text.contains(&format!("(was {})", typo.display())),
+                "{text}"
+            );
+            assert!(
+                text.contains(&format!(
+                    "  code_research_document: {}/CODE_RESEARCH.md\n",
+                    real.display()
+                )),
+                "the default document moves with the folder: {text}"
+            );
+        } else {
+            assert!(text.contains("already has that"), "{text}");
+        }
+    }
+    let doc: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(env.root.join("projects/ecoli/project.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(doc["directory"], json!(real.to_str().unwrap()));
+    assert_eq!(
+        doc["code_research_document"],
+        json!(format!("{}/CODE_RESEARCH.md", real.display()))
+    );
+    let project_json = env.root.join("projects/ecoli/project.json");
+    env.ok(&["validate", project_json.to_str().unwrap()]);
+
+    // --format json: the document; a folder that is not there is warned about.
+    let gone = env.dir.path().join("elsewhere");
+    let o = env
+        .cli()
+        .args(["--format", "json", "edit-project", "ecoli", "--directory"])
+        .arg(&gone)
+        .args(["--code-research-document"])
+        .arg(real.join("NOTES.md"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["directory"], json!(gone.to_str().unwrap()));
+    assert_eq!(
+        v["code_research_document"],
+        json!(real.join("NOTES.md").to_str().unwrap()),
+        "a document given is kept, not moved"
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("does not exist on this machine"), "{err}");
+    env.ok(&[
+        "edit-project",
+        "ecoli",
+        "--directory",
+        real.to_str().unwrap(),
+    ]);
+
+    // The failed job, retried, runs in the folder the project has now.
+    let out = env.ok(&["--format", "json", "retry", "typo-1"]);
+    let retried: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    let new_id = retried[0]["job_id"].as_str().unwrap();
+    let job: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            env.root
+                .join(format!("Queues/poplar/Jobs/queued_jobs/{new_id}.json")),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        job["config"]["working_directory"],
+        json!(real.to_str().unwrap())
+    );
+}
+
+/// `Job queued: <id>` from the inbox path, then `view-job <id>` before any orchestrator has
+/// routed the request: it said "job not found". It now says the request waits in
+/// messaging/inbox/ and what routes it; `--follow` waits for the job to be made and to end;
+/// a user who may not see the request still gets "not found".
+#[test]
+fn a_job_asked_for_but_not_made_yet_is_explained_and_followed() {
+    let env = TestEnv::with_test_project();
+    env.ok(&["add-user", "eve", "--name", "Eve", "--email", "eve@x"]);
+    env.ok(&["login", "chenry"]);
+    let out = env.ok(&["--bus", "none", "research-code", "--project", "TestProject"]);
+    let id = out
+        .lines()
+        .find_map(|l| l.strip_prefix("Job queued: "))
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    let err = env.fails(&["view-job", &id]);
+    assert!(
+        err.contains(&format!("job {id} is not made yet"))
+            && err.contains("research-code, project TestProject")
+            && err.contains("waits in messaging/inbox/")
+            && err.contains("agentstore-orchestrator.path")
+            && err.contains(&format!("view-job {id} --follow 60")),
+        "{err}"
+    );
+    // Someone who may not see chenry's request: as before.
+    env.ok(&["login", "eve"]);
+    let err = env.fails(&["view-job", &id]);
+    assert!(err.contains(&format!("job not found: {id}")), "{err}");
+    assert!(!err.contains("inbox"), "{err}");
+    env.ok(&["login", "chenry"]);
+
+    // --follow waits while the request is not routed, then for the job to end.
+    let mut child = env
+        .cli()
+        .args(["--verbose", "view-job", &id, "--follow", "120"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = std::io::BufRead::read_line(&mut stderr, &mut line).unwrap();
+        assert!(n > 0, "view-job --follow ended before waiting");
+        if line.contains("requested, not made yet") {
+            break;
+        }
+    }
+    // As the orchestrator would make it (and the job then run): the finished job.
+    let mut job: serde_json::Value =
+        serde_json::from_str(&common::noop_job("2026-12-01T21:00:00Z")).unwrap();
+    job["config"]["project"] = json!("TestProject");
+    job["config"]["user"] = json!("chenry");
+    job["runtime"] = json!({"status": "finished", "start_time": "2026-12-01T21:00:01Z",
+        "finish_time": "2026-12-01T21:00:02Z", "process_id": null, "llm_process_id": null,
+        "error": null, "output": "{\"type\":\"result\",\"result\":\"Routed and done.\"}"});
+    env.write(
+        &format!("Queues/poplar/Jobs/finished_jobs/{id}.json"),
+        &job.to_string(),
+    );
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+    let o = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{text}{rest}");
+    assert!(text.contains("Routed and done."), "{text}");
+}
+
+/// `orchestrator --help` is what a new user reads first: at 80 columns each command is one
+/// short summary (at most two lines; a few took up to seven, and the list ran to 183 lines),
+/// the details stay in `<command> --help` (and the man pages).
+#[test]
+fn help_lists_each_command_in_at_most_two_lines() {
+    let env = TestEnv::empty();
+    let text = at_width(&env, 80, &["--help"]);
+    let commands: Vec<&str> = text
+        .lines()
+        .skip_while(|l| *l != "Commands:")
+        .skip(1)
+        .take_while(|l| !l.is_empty() && *l != "Options:")
+        .collect();
+    assert!(commands.len() > 40, "the Commands section:\n{text}");
+    let mut lines_of: Vec<(String, usize)> = Vec::new();
+    for l in &commands {
+        if let Some(name) = l.strip_prefix("  ").filter(|r| !r.starts_with(' ')) {
+            lines_of.push((name.split_whitespace().next().unwrap().to_string(), 1));
+        } else if let Some(last) = lines_of.last_mut() {
+            last.1 += 1;
+        }
+    }
+    let long: Vec<&(String, usize)> = lines_of.iter().filter(|(_, n)| *n > 2).collect();
+    assert!(long.is_empty(), "more than two lines: {long:?}\n{text}");
+    for (cmd, detail) in [
+        ("doctor", "Exit status 1 when a check failed"),
+        ("set-job-key", "queue-manager@.service"),
+        ("demo", "--keep leaves the store to explore"),
+    ] {
+        let help = at_width(&env, 80, &[cmd, "--help"]);
+        let flat = help.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            flat.contains(detail),
+            "{cmd} --help keeps its details:\n{help}"
+        );
+    }
 }

@@ -629,3 +629,164 @@ fn live_view_follows_a_real_queue_manager() {
     );
     b.screenshot("machine");
 }
+
+/// A request waiting for a person on the job page, in Chromium (issue 32): a REAL queue
+/// manager re-adopts a running job (a live stand-in worker whose command line names it) and
+/// publishes the request its worker wrote; the job page shows it under "Waiting for an
+/// answer" with its tool, what it asks, the deadline and visible Allow and Deny buttons
+/// (screenshot web-job-approval.png); clicking Allow in the browser writes the answer, as the
+/// dashboard's user, and the page then no longer asks.
+#[test]
+fn a_waiting_approval_is_answered_on_the_job_page_in_chromium() {
+    let Some((env, queue)) = store_for_chromium(&["Alpha"]) else {
+        return;
+    };
+    // Paused: the manager adopts and publishes, it starts nothing.
+    let qp = env.root.join(format!("Queues/{queue}/queue.json"));
+    let mut qdoc: Value = serde_json::from_str(&std::fs::read_to_string(&qp).unwrap()).unwrap();
+    qdoc["runtime"]["paused"] = json!(true);
+    std::fs::write(&qp, qdoc.to_string()).unwrap();
+    let id = "ask-1";
+    // Its own process group, all of it killed at the end (the shell and its sleep).
+    let worker = {
+        use std::os::unix::process::CommandExt;
+        KillOnDrop(
+            Command::new("sh")
+                .args(["-c", "sleep 600; :", id])
+                .process_group(0)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let worker_group = nix::unistd::Pid::from_raw(worker.0.id() as i32);
+    let mut job: Value = serde_json::from_str(&common::noop_job("2026-11-30T00:00:00Z")).unwrap();
+    job["config"]["project"] = json!("Alpha");
+    job["config"]["user"] = json!("chenry");
+    job["config"]["timeout_seconds"] = json!(3600);
+    job["config"]["task_description"] = json!("Fetch the growth data");
+    job["runtime"]["status"] = json!("running");
+    job["runtime"]["start_time"] = json!(agentstore::model::Timestamp::now().to_string());
+    job["runtime"]["process_id"] = json!(worker.0.id());
+    env.write(
+        &format!("Queues/{queue}/Jobs/running_jobs/{id}.json"),
+        &job.to_string(),
+    );
+    let served = web_env::serve(&env.root, &env.home, env.dir.path());
+    let _manager = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_queue-manager"))
+            .args([
+                "--queue",
+                &queue,
+                "--bus",
+                "session",
+                "--launcher",
+                "direct",
+            ])
+            .args(["--idle-exit", "0", "--root"])
+            .arg(&env.root)
+            .env("DBUS_SESSION_BUS_ADDRESS", &served.bus.address)
+            .env("HOME", &env.home)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    common::bus::wait_for_name(&served.bus, &agentstore::bus::queue_bus_name(&queue));
+    let store = agentstore::store::Store::open(&env.root).unwrap();
+    let request = format!("{id}-a1");
+    store
+        .write_approval_request(
+            &queue,
+            &agentstore::model::approval::ApprovalRequest {
+                request_id: request.clone(),
+                job_id: id.into(),
+                tool: "Bash".into(),
+                summary: "curl -s https://example.org/growth.csv -o growth.csv".into(),
+                input: json!({"command": "curl -s https://example.org/growth.csv -o growth.csv"}),
+                requested_at: agentstore::model::Timestamp::now(),
+                deadline: serde_json::from_value(json!("2099-01-01T00:00:00Z")).unwrap(),
+            },
+        )
+        .unwrap();
+    let base = format!("http://127.0.0.1:{}", served.port);
+    let mut b = Browser::start();
+    b.open(&format!(
+        "{base}/login?token={}&next=/jobs/{id}",
+        served.token
+    ));
+    // The page is drawn by the server: load it again until the manager has published it.
+    let row = format!("#pending tr[data-request=\"{request}\"]");
+    wait_until(
+        Duration::from_secs(30),
+        "the request on the job page",
+        || {
+            let there = b.eval(&format!("!!document.querySelector('{row}')")) == json!(true);
+            if !there {
+                b.open(&format!("{base}/jobs/{id}"));
+            }
+            there
+        },
+    );
+    let cells = b.eval(&format!(
+        "Array.from(document.querySelectorAll('{row} td')).slice(0, 3).map(td => td.innerText)"
+    ));
+    assert_eq!(
+        cells,
+        json!([
+            "Bash",
+            "curl -s https://example.org/growth.csv -o growth.csv",
+            "denied at 2099-01-01T00:00:00Z"
+        ]),
+        "the row as shown"
+    );
+    // The heading and both buttons are on screen, not only in the HTML.
+    let heading = b.eval(
+        "Array.from(document.querySelectorAll('h2')).map(h => h.innerText).includes('Waiting for an answer')",
+    );
+    assert_eq!(heading, json!(true));
+    for (button, label) in [("allow", "Allow"), ("deny", "Deny")] {
+        let shown = b.eval(&format!(
+            "(() => {{ const e = document.querySelector('{row} button[value=\"{button}\"]'); \
+             if (!e) return null; const r = e.getBoundingClientRect(); \
+             const s = getComputedStyle(e); \
+             return [e.innerText, r.width > 10 && r.height > 10 && s.visibility === 'visible' && s.display !== 'none', \
+                     r.top >= 0 && r.bottom <= window.innerHeight + window.scrollY]; }})()"
+        ));
+        assert_eq!(shown, json!([label, true, true]), "the {label} button");
+    }
+    b.eval(&format!(
+        "document.querySelector('{row}').scrollIntoView({{block: 'center'}})"
+    ));
+    b.screenshot("job-approval");
+    // Allow, clicked in the browser: the answer is written through the manager.
+    b.eval(&format!(
+        "document.querySelector('{row} button[value=\"allow\"]').click()"
+    ));
+    let answer = store.approval_answer_path(&queue, &request);
+    wait_until(Duration::from_secs(30), "the answer file", || {
+        answer.exists()
+    });
+    let a: Value = serde_json::from_str(&std::fs::read_to_string(&answer).unwrap()).unwrap();
+    assert_eq!(a["allow"], json!(true), "{a}");
+    let by = a["by"].as_str().unwrap_or_default();
+    assert!(
+        !by.is_empty() && by != "deadline",
+        "answered by a person: {a}"
+    );
+    // The stand-in worker does not act on the answer; once the request is gone (a real
+    // worker removes both files), the page stops asking.
+    store.remove_approval(&queue, &request);
+    wait_until(
+        Duration::from_secs(30),
+        "the request off the job page",
+        || {
+            b.open(&format!("{base}/jobs/{id}"));
+            b.eval("!!document.querySelector('#pending')") == json!(false)
+        },
+    );
+    let _ = nix::sys::signal::killpg(worker_group, nix::sys::signal::Signal::SIGKILL);
+    drop(worker);
+}

@@ -336,7 +336,7 @@ pub(super) fn warn_missing_directory(project: &str, dir: &Path) {
         eprintln!(
             "warning: {} does not exist on this machine ({}); jobs of project {project} fail \
              \"Working directory does not exist\" on any machine without it: create it \
-             (mkdir -p {}) or change it (edit projects/{project}/project.json)",
+             (mkdir -p {}) or change it (orchestrator edit-project {project} --directory DIR)",
             dir.display(),
             crate::store::identity::display_hostname(),
             dir.display()

@@ -669,6 +669,22 @@ pub(super) fn view_job(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResu
             {
                 continue;
             }
+            // Asked for, not made yet: say where the request waits; --follow waits for it.
+            Err(e @ permissions::Refused::Store(StoreError::NotFound { .. })) => {
+                let Some(why) = super::pending_job::waiting_request(&store, &who, id) else {
+                    return Err(e.into());
+                };
+                match deadline {
+                    Some(d) if Instant::now() < d => {
+                        if g.verbose {
+                            eprintln!("job {id}: requested, not made yet");
+                        }
+                        std::thread::sleep(Duration::from_millis(200));
+                        continue;
+                    }
+                    _ => return Err(CliError::new(why)),
+                }
+            }
             Err(e) => return Err(e.into()),
         };
         let done = matches!(job.runtime.status, JobStatus::Finished | JobStatus::Failed);

@@ -397,13 +397,17 @@ fn agent_checks(store: &Store, queue: &str, system: bool) -> Vec<Check> {
     if !system {
         let home = crate::store::home_dir().unwrap_or_default();
         let login = home.join(".claude/.credentials.json").is_file();
-        let key = std::env::var_os("ANTHROPIC_API_KEY").is_some()
+        let job_key = super::job_keys::is_set("ANTHROPIC_API_KEY");
+        let key = job_key
+            || std::env::var_os("ANTHROPIC_API_KEY").is_some()
             || systemctl(false, &["show-environment"])
                 .is_some_and(|e| e.lines().any(|l| l.starts_with("ANTHROPIC_API_KEY=")));
         let name = format!("credentials:{queue}");
         if login || key {
             let how = if login {
                 "a Claude Code login (~/.claude/.credentials.json)"
+            } else if job_key {
+                "ANTHROPIC_API_KEY (orchestrator set-job-key)"
             } else {
                 "ANTHROPIC_API_KEY"
             };
@@ -413,7 +417,7 @@ fn agent_checks(store: &Store, queue: &str, system: bool) -> Vec<Check> {
                 &name,
                 Verdict::Warn,
                 "no Claude Code login (~/.claude/.credentials.json) and no ANTHROPIC_API_KEY in the user manager's environment: claude jobs cannot reach the model",
-                Some("run `claude` once and log in, or systemctl --user set-environment ANTHROPIC_API_KEY=… then systemctl --user restart 'queue-manager@*.service'".into()),
+                Some("run `claude` once and log in, or give the queue managers a key: printf %s \"$KEY\" | orchestrator set-job-key ANTHROPIC_API_KEY".into()),
             ));
         }
     }

@@ -121,12 +121,14 @@ pub fn write_job(
         None => {
             let why = match r.status {
                 JobStatus::Queued => "(not started yet)".to_string(),
-                JobStatus::Running => {
-                    format!("(still running: `orchestrator logs {id} --follow 600` follows it)")
-                }
+                JobStatus::Running => "(still running; its log, as it goes:)".to_string(),
                 JobStatus::Finished | JobStatus::Failed => "(the job left no output)".to_string(),
             };
             section(out, "Result", &why, width)?;
+            if r.status == JobStatus::Running {
+                // A command is printed whole on its own line, to paste (never wrapped).
+                writeln!(out, "    orchestrator logs {id} --follow 600")?;
+            }
         }
     }
     if let Some(sb) = &r.sandbox {
@@ -167,14 +169,10 @@ pub fn write_job(
         }
     }
     writeln!(out)?;
-    for l in wrap(
-        &format!(
-            "--format json shows every field; `orchestrator logs {id}` (journalctl JOB_ID={id}) shows the log."
-        ),
-        width,
-    ) {
-        writeln!(out, "{l}")?;
-    }
+    // The commands whole, each on its own line to paste (never wrapped).
+    writeln!(out, "--format json shows every field. The job's log:")?;
+    writeln!(out, "  orchestrator logs {id}")?;
+    writeln!(out, "  journalctl JOB_ID={id}")?;
     Ok(())
 }
 

@@ -14,11 +14,14 @@ mod doctor;
 mod doctor_codex;
 mod flow;
 mod history;
+mod job_keys;
 mod job_view;
 mod jobs;
 mod machines;
 mod messages;
 pub mod notify;
+mod pending_job;
+mod projects;
 mod remote;
 pub mod render;
 mod session;
@@ -198,6 +201,8 @@ pub enum Command {
         /// The PRD id and the task id, as PRD/TASK.
         task: String,
     },
+    /// Start a failed, cancelled or review task again, with those that failed after it.
+    ///
     /// Start a failed, cancelled or review task again (a new job from its last one), with
     /// the tasks of its PRD that failed after it.
     RetryTask {
@@ -279,6 +284,12 @@ pub enum Command {
     Notifications(notify::NotificationsArgs),
     /// Add a project document and its PRD folders.
     AddProject(admin::AddProjectArgs),
+    /// Change a project's folder or research document (its owner or an admin).
+    ///
+    /// Change a project's folder (--directory; a default research document moves with it)
+    /// or its research document (--code-research-document): its owner or an admin. New
+    /// jobs and retries of failed ones run in the new folder; queued jobs keep theirs.
+    EditProject(projects::EditProjectArgs),
     /// Add a queue and its job folders.
     AddQueue(admin::AddQueueArgs),
     /// Change settings of an existing queue (any config field; the runtime is kept).
@@ -299,15 +310,28 @@ pub enum Command {
         #[command(subcommand)]
         action: daemon::DaemonAction,
     },
+    /// Run one job end to end in a throwaway store, each step timed (no root, no network).
+    ///
     /// Run the whole job path once, no root, no network: a throwaway store, orchestratord and
     /// a queue manager as children (session bus if present, else none), one research-code
     /// job (the built-in no-op, or the real Claude Code when `claude` and a key are present),
     /// each step with its time, then the result. --keep leaves the store to explore.
     Demo(demo::DemoArgs),
+    /// Set up per-user mode on this machine (store, user, project, queue, units); re-runnable.
+    ///
     /// Set up per-user mode on this machine, re-runnable: the store, your user document and
     /// login, a project (--project/--directory), the queue this machine serves, the config and
     /// unit drop-ins that point the user units at the store, and `agentstore.target` enabled.
     Setup(setup::SetupArgs),
+    /// Give your own queue managers' jobs a key (e.g. ANTHROPIC_API_KEY), read from stdin.
+    ///
+    /// Give the jobs of your own (per-user) queue managers a key, read from standard input
+    /// (`printf %s "$KEY" | orchestrator set-job-key ANTHROPIC_API_KEY`): kept in a 0600
+    /// file, named as the systemd credential job-env.NAME of queue-manager@.service, and the
+    /// running queue managers restarted (their jobs go on), so the next job has it.
+    SetJobKey(job_keys::SetJobKeyArgs),
+    /// Print where the web dashboard and HTTP API listen, and open the dashboard.
+    ///
     /// Print where the HTTP API and web dashboard listen (agentstore-web.socket), and open
     /// the dashboard with xdg-open when a desktop session exists and a loopback TCP listener
     /// is configured.
@@ -318,6 +342,8 @@ pub enum Command {
         #[arg(add = crate::cli::complete::job())]
         job_id: String,
     },
+    /// List the approval requests waiting for an answer, with the commands that answer.
+    ///
     /// List the approval requests of running jobs waiting for an answer (every queue whose
     /// manager is up); --follow N then prints each request and answer for N seconds.
     Approvals,
@@ -346,6 +372,8 @@ pub enum Command {
         #[arg(long)]
         always: bool,
     },
+    /// Show a job's log from the journal (--follow N streams it).
+    ///
     /// Show a job's output from the journal (JOB_ID=); --follow N streams it until the job
     /// ends or N seconds pass. Without a journal, the output stored in the job file.
     Logs {
@@ -353,6 +381,8 @@ pub enum Command {
         #[arg(add = crate::cli::complete::job())]
         job_id: String,
     },
+    /// Try a failed job again as a new job, with the jobs that failed because of it.
+    ///
     /// Try a failed job again as a new job (attempt + 1, retry_of the failed one), with the
     /// jobs that failed because they depended on it.
     #[command(after_long_help = flow::RETRY_EXIT)]
@@ -361,6 +391,8 @@ pub enum Command {
         #[arg(add = crate::cli::complete::job())]
         job_id: String,
     },
+    /// Move finished and failed jobs older than --older-than into Jobs/archive/.
+    ///
     /// Move finished and failed jobs older than --older-than into
     /// Queues/<q>/Jobs/archive/YYYY-MM/ (list them with `list-jobs --archived`).
     #[command(after_long_help = flow::ARCHIVE_EXIT)]
@@ -382,6 +414,8 @@ pub enum Command {
         /// The machine's key (`this-machine`, `list-machines`), or a host name it had.
         host: String,
     },
+    /// List the requests and answers in messaging/, newest first.
+    ///
     /// List the messages in messaging/ (requests in inbox/ and processed_inbox/, answers in
     /// outbox/ and processed_outbox/), newest first; your own, or every one for admins.
     ListMessages(messages::ListMessagesArgs),
@@ -390,6 +424,8 @@ pub enum Command {
         /// Message id (as list-messages shows it).
         message_id: String,
     },
+    /// List the sync engines' conflict copies in the store, or keep one side of one.
+    ///
     /// List the sync engines' conflict copies in the store (in place, or set aside under
     /// conflicts/ by the daemons): path, engine (syncthing, dropbox, nextcloud, owncloud),
     /// device if the name says, modification time, size, original and whether it exists.
@@ -399,13 +435,19 @@ pub enum Command {
         #[command(subcommand)]
         action: Option<conflicts::ConflictsAction>,
     },
+    /// List the validator's rejections of every machine, oldest first.
+    ///
     /// List the validator's rejections (JSONValidation/errors.out) of every machine, oldest
     /// first: each machine writes errors@<host>.out beside the PRD's errors.out.
     ListErrors,
+    /// Check this machine's set-up end to end and say what to fix.
+    ///
     /// Check this machine's set-up end to end (store, bus, units, lingering, agent programs
     /// and credentials of the queues served here, clock, disk) and say what to fix. Exit
     /// status 1 when a check failed (warnings alone: 0); --format json for scripts.
     Doctor,
+    /// List the store's events of every machine in time order (default: this month).
+    ///
     /// List the store's events (logs/events-YYYY-MM.jsonl) of every machine in time order:
     /// each machine writes events-YYYY-MM@<host>.jsonl. Default: this month.
     ListEvents {
@@ -584,6 +626,7 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Validate { paths, kind } => admin::validate(g, &mut out, &paths, kind.as_deref()),
         Command::AddUser(a) => admin::add_user(g, &mut out, a),
         Command::AddProject(a) => admin::add_project(g, &mut out, a),
+        Command::EditProject(a) => projects::edit_project(g, &mut out, a),
         Command::SetUser(a) => notify::set_user(g, &mut out, a),
         Command::Notify { action } => notify::run(g, &mut out, action),
         Command::Notifications(a) => notify::list(g, &mut out, &a),
@@ -598,6 +641,7 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Demo(a) => demo::run(g, &mut out, a),
         Command::Setup(a) => setup::run(g, &mut out, a),
         Command::Web(a) => web::run(g, &mut out, &a),
+        Command::SetJobKey(a) => job_keys::run(g, &mut out, a),
         Command::CancelJob { job_id } => jobs::cancel_job(g, &mut out, &job_id),
         Command::Logs { job_id } => jobs::logs(g, &mut out, &job_id),
         Command::Approvals => approvals::list(g, &mut out),

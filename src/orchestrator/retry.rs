@@ -54,13 +54,17 @@ pub fn retry_by_hand(store: &Store, who: &Caller, id: &str) -> Result<Vec<Retrie
         if store.find_job(&new_id).is_ok() {
             continue;
         }
-        let Some(attempt) = next_attempt(&job, &loc.id, None) else {
+        let Some(mut attempt) = next_attempt(&job, &loc.id, None) else {
             return Err(RouteError::Invalid(format!(
                 "job {} is attempt {}; no more attempts are allowed",
                 loc.id,
                 job.config.attempt.unwrap_or(1)
             )));
         };
+        // A job runs in its project's folder as it was when the job was queued; a retry runs
+        // in the folder the project has now (`edit-project --directory` after a job failed
+        // "Working directory does not exist").
+        attempt.config.working_directory = project.directory.clone();
         let path = store.job_path(&loc.queue, JobStatus::Queued, &new_id);
         store.write_doc(DocKind::Job, &path, &attempt)?;
         out.push(Retried {

@@ -42,9 +42,10 @@ pub fn read_from(dir: &Path, name: &str) -> Result<String, String> {
     })
 }
 
-/// Whether `name` may be a job variable: a shell name in capitals, and none that changes how
-/// programs are loaded or found (`LD_*`, `PATH`, the account's identity).
-fn job_var_allowed(name: &str) -> bool {
+/// Whether `name` may be a job variable (also what `orchestrator set-job-key` accepts): a
+/// shell name in capitals, and none that changes how programs are loaded or found (`LD_*`,
+/// `PATH`, the account's identity).
+pub fn job_var_allowed(name: &str) -> bool {
     let shape = name.chars().next().is_some_and(|c| c.is_ascii_uppercase())
         && name
             .chars()

@@ -132,8 +132,7 @@ fn a_claude_without_credentials_is_explained() {
         for part in [
             "as rita",
             "rita's login in ~/.claude/",
-            "systemctl --user set-environment ANTHROPIC_API_KEY",
-            "restart 'queue-manager@*.service'",
+            "orchestrator set-job-key ANTHROPIC_API_KEY",
             "job-env.ANTHROPIC_API_KEY",
             "orchestrator doctor",
         ] {

@@ -7,9 +7,11 @@
 #  - `doctor` right after `setup` (no manager has reported yet) checks the queue this machine
 #    watches and warns that Claude has no credentials;
 #  - a job without credentials fails saying where unattended jobs find them and how to give
-#    them; set as the README says, `retry` finishes it;
+#    them; the key given as the README says (`set-job-key`, no restart by hand), `retry`
+#    finishes it;
 #  - view-job names the machine by its host name, not only its key;
 #  - a project folder that is not there is warned about by host name; its job fails naming it;
+#    `edit-project --directory` fixes it and `retry` then runs the job in the new folder;
 #  - a queue no machine serves: warned at submission, explained (wrapped) by list-queues, and
 #    its waiting job can be cancelled (it could not: no manager to ask);
 #  - an approval waits: `approvals` prints the command that answers it (short number), the
@@ -117,7 +119,7 @@ sys_log "doctor: $out"
 sys_expect_eq "doctor exits 0 (warnings only)" 0 "$rc"
 sys_expect_match "doctor checks poplar's claude before any manager reported" 'ok +claude:poplar: claude is /usr/local/bin/claude' "$out"
 sys_expect_match "doctor warns: no credentials for poplar's jobs" 'WARN +credentials:poplar' "$out"
-sys_expect_match "... and says how to fix it" 'set-environment ANTHROPIC_API_KEY' "$(tr '\n' ' ' <<<"$out" | tr -s ' ')"
+sys_expect_match "... and says how to fix it" 'orchestrator set-job-key ANTHROPIC_API_KEY' "$(tr '\n' ' ' <<<"$out" | tr -s ' ')"
 check_fits "doctor" "$out"
 
 # A first job without credentials: it fails saying how unattended jobs get them.
@@ -130,11 +132,18 @@ sys_log "view-job: $view"
 flat=$(tr '\n' ' ' <<<"$view" | tr -s ' ')
 sys_expect_match "its error is Claude's own" 'Not logged in' "$flat"
 sys_expect_match "... and says where jobs find credentials, for $U" "Claude Code found no usable credentials as $U on $host" "$flat"
-sys_expect_match "... and how to give them" "systemctl --user set-environment ANTHROPIC_API_KEY=" "$flat"
+sys_expect_match "... and how to give them" "orchestrator set-job-key ANTHROPIC_API_KEY" "$flat"
 check_fits "view-job" "$view"
 
-# README: the key in the user manager's environment, the managers restarted; retry.
-us "systemctl --user set-environment ANTHROPIC_API_KEY=sk-fake ANTHROPIC_BASE_URL=http://127.0.0.1:18555 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_AUTOUPDATER=1 && systemctl --user restart 'queue-manager@*.service'"
+# The test's model endpoint (not a credential) in the user manager's environment, for the
+# queue managers started from now on.
+us "systemctl --user set-environment ANTHROPIC_BASE_URL=http://127.0.0.1:18555 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_AUTOUPDATER=1"
+# README: the key given with set-job-key, nothing restarted by hand; retry.
+out=$(printf 'sk-fake\n' | u orchestrator set-job-key ANTHROPIC_API_KEY 2>&1) && rc=0 || rc=$?
+sys_log "set-job-key: $out"
+sys_expect_eq "printf KEY | orchestrator set-job-key ANTHROPIC_API_KEY (README) exits 0" 0 "$rc"
+sys_expect_match "... and says the next job has it" 'the next job has ANTHROPIC_API_KEY' "$(tr '\n' ' ' <<<"$out" | tr -s ' ')"
+check_fits "set-job-key" "$out"
 out=$(u orchestrator doctor 2>&1) || true
 sys_expect_match "doctor now finds the key" 'ok +credentials:poplar: jobs find ANTHROPIC_API_KEY' "$out"
 out=$(u orchestrator retry "$j1" 2>&1) || true
@@ -162,6 +171,18 @@ j3=$(queued_id "$out")
 sys_check "its job fails" sys_wait_until 60 "failed" uin "$j3" failed
 sys_expect_match "... naming the folder" "Working directory does not exist: $H/proejcts/notes" \
     "$(u orchestrator view-job "$j3" 2>&1 || true)"
+# The folder fixed with the CLI (add-project's warning names the command), then retried.
+u mkdir -p "$H/projects/notes"
+out=$(u orchestrator edit-project notes --directory "$H/projects/notes" 2>&1) && rc=0 || rc=$?
+sys_log "edit-project: $out"
+sys_expect_eq "edit-project notes --directory (the folder fixed) exits 0" 0 "$rc"
+sys_expect_match "... and says what changed" "directory: $H/projects/notes" "$out"
+check_fits "edit-project" "$out"
+out=$(u orchestrator retry "$j3" 2>&1) || true
+j3b=$(queued_id "$out")
+sys_expect_match "retry queues it again ($out)" '^[0-9a-f]{8}-' "$j3b"
+sys_check "the retried job finishes" sys_wait_until 90 "finished" uin "$j3b" finished
+sys_expect_eq "... in the new folder" "$H/projects/notes" "$(jfield "$(ujob "$j3b" finished)" working_directory)"
 
 # A queue no machine serves.
 sys_check "add-queue oak" u orchestrator add-queue oak

@@ -179,31 +179,51 @@ sys_check "agentstore-orchestrator.path starts orchestratord and the job is queu
     sys_wait_until 60 "job made" x sh -c "ls $S/Queues/poplar/Jobs/*_jobs/$id2.json"
 sys_check "queue-manager@poplar.path starts the manager and the job finishes" \
     sys_wait_until 90 "finished" in_state "$id2" finished
-# Issue 35, per-user mode: a key given to the user's own queue manager as a systemd
-# credential (LoadCredential= in the user's drop-in, from a 0600 file of the user's) reaches
-# the job's agent as ANTHROPIC_API_KEY, the same way the system mode's does
-# (src/systemd/credentials.rs), and is in no unit file, no `systemctl --user show` or
-# show-environment, no manager environment, no store document and no journal line.
+# Issue 35 and 32, per-user mode: a key given with the documented command, `orchestrator
+# set-job-key` (from standard input; a 0600 file of the user's named by a LoadCredential=
+# drop-in), reaches the next job's agent as ANTHROPIC_API_KEY without the user restarting
+# anything: the command restarts the running manager itself (systemd loads credentials only
+# when a unit starts), and the job that manager was running goes on to finish. The key is in
+# no unit file, no `systemctl --user show` or show-environment, no manager environment, no
+# store document, no journal line and not in the command's output.
 ukey="sk-user-credential-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')"
-printf '%s' "$ukey" | u sh -c 'umask 077; mkdir -p ~/.config/agentstore/keys && cat >~/.config/agentstore/keys/anthropic'
-sys_expect_eq "the key file is the user's alone" 600 "$(x stat -c %a "$H/.config/agentstore/keys/anthropic")"
-u sh -c 'mkdir -p ~/.config/systemd/user/queue-manager@.service.d && printf "[Service]\nLoadCredential=job-env.ANTHROPIC_API_KEY:%%h/.config/agentstore/keys/anthropic\nEnvironment=AGENTSTORE_PASS_ENV=FAKE_CLAUDE_ENVFILE FAKE_CLAUDE_ENVFILE=%%h/src/demo/job-env.txt\n" >~/.config/systemd/user/queue-manager@.service.d/credentials.conf'
+# Test instrumentation only (not the product's way): the fake claude writes its environment
+# to a file the test reads.
+u sh -c 'mkdir -p ~/.config/systemd/user/queue-manager@.service.d && printf "[Service]\nEnvironment=AGENTSTORE_PASS_ENV=FAKE_CLAUDE_ENVFILE FAKE_CLAUDE_ENVFILE=%%h/src/demo/job-env.txt\n" >~/.config/systemd/user/queue-manager@.service.d/test-env.conf'
 sys_check "systemctl --user daemon-reload" usys daemon-reload
-# The manager that ran the last job has no credential yet: let it exit (idle), so the job
-# below starts a fresh one with the drop-in.
-sys_check "the manager is idle before the credential job" sys_wait_until 60 "qm idle exit" uinactive queue-manager@poplar.service
+sys_check "the manager is idle before the credential jobs" sys_wait_until 60 "qm idle exit" uinactive queue-manager@poplar.service
+# A long job keeps a manager running (without the key) while the key is set.
+out=$(u orchestrator research-code --project demo --task 'SLEEP=25' 2>&1) || true
+idA=$(sed -n 's/^Job queued: \([0-9a-f-]*\)$/\1/p' <<<"$out" | head -1)
+sys_expect_match "a long job is queued ($out)" '^[0-9a-f]{8}-' "$idA"
+sys_check "the long job runs" sys_wait_until 90 "running" in_state "$idA" running
+qm_pid0=$(usys show -p MainPID --value queue-manager@poplar.service)
+sys_expect_match "a queue manager runs it (pid $qm_pid0)" '^[1-9][0-9]*$' "$qm_pid0"
+setkey=$(printf '%s\n' "$ukey" | u orchestrator set-job-key ANTHROPIC_API_KEY 2>&1) && rc=0 || rc=$?
+sys_log "set-job-key: $setkey"
+sys_expect_eq "printf KEY | orchestrator set-job-key ANTHROPIC_API_KEY exits 0" 0 "$rc"
+sys_expect_match "... and says it restarted the running manager" 'restarted +queue-manager@poplar\.service' "$setkey"
+kf=$H/.config/agentstore/keys/job-env.ANTHROPIC_API_KEY
+sys_expect_eq "the key file is the user's alone" "600 $U" "$(x stat -c '%a %U' "$kf" 2>&1)"
+new_manager() {
+    local p
+    p=$(usys show -p MainPID --value queue-manager@poplar.service)
+    [ -n "$p" ] && [ "$p" != 0 ] && [ "$p" != "$qm_pid0" ] && uactive queue-manager@poplar.service
+}
+sys_check "a new manager runs (the command restarted it, nobody by hand)" sys_wait_until 30 "new qm" new_manager
 out=$(u orchestrator research-code --project demo --task 'SLEEP=8' 2>&1) || true
 id3=$(sed -n 's/^Job queued: \([0-9a-f-]*\)$/\1/p' <<<"$out" | head -1)
-sys_expect_match "a job for the credential test is queued ($out)" '^[0-9a-f]{8}-' "$id3"
-sys_check "the job runs" sys_wait_until 90 "running" in_state "$id3" running
+sys_expect_match "the next job is queued ($out)" '^[0-9a-f]{8}-' "$id3"
+sys_check "the next job runs" sys_wait_until 90 "running" in_state "$id3" running
 qm_pid=$(usys show -p MainPID --value queue-manager@poplar.service)
 cred_dir=$(x sh -c "tr '\\0' '\\n' </proc/$qm_pid/environ | sed -n 's/^CREDENTIALS_DIRECTORY=//p'")
 sys_expect_match "the user's manager has a credentials directory" "^$RUN/" "$cred_dir"
 qm_env=$(x sh -c "tr '\\0' '\\n' </proc/$qm_pid/environ" 2>&1 || true)
-sys_check "the job with the user's credential finishes" sys_wait_until 90 "finished" in_state "$id3" finished
+sys_check "the next job finishes" sys_wait_until 90 "finished" in_state "$id3" finished
 got_key() { x grep -qxF "ANTHROPIC_API_KEY=$ukey" "$H/src/demo/job-env.txt"; }
-sys_check "the job's agent had the key from the credential" got_key
+sys_check "the next job's agent had the key from the credential" got_key
 sys_expect_eq "... and ran as $U" "$U" "$(x sed -n 's/^USER=//p' "$H/src/demo/job-env.txt")"
+sys_check "the long job, running across the restart, finishes too" sys_wait_until 90 "finished" in_state "$idA" finished
 uabsent() { # WHAT then a command whose output must not hold the key
     local what=$1 out
     shift
@@ -221,4 +241,10 @@ uabsent "the queue manager's process environment" printf '%s' "$qm_env"
 uabsent "the user manager's process environment" x sh -c "cat /proc/\$(systemctl show -p MainPID --value user@$uid.service)/environ"
 uabsent "the user's store" x grep -rF -- "$ukey" "$S"
 uabsent "the journal (every field of every entry)" x journalctl -o export --no-pager
+uabsent "the output of set-job-key" printf '%s' "$setkey"
+# --remove takes it away again, for the next job, the same way.
+out=$(u orchestrator set-job-key ANTHROPIC_API_KEY --remove 2>&1) && rc=0 || rc=$?
+sys_expect_eq "set-job-key --remove exits 0 ($out)" 0 "$rc"
+sys_check "... and removes the key file" x test ! -e "$kf"
+sys_check "... and its drop-in (no key left)" x test ! -e "$H/.config/systemd/user/queue-manager@.service.d/agentstore-keys.conf"
 sys_test_end
