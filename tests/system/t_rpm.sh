@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# pending-rpm (issue 35; t_rpm once it has run green — WRITTEN, NOT YET RUN): the RPM that packaging/build-deb.sh --rpm builds beside the .deb, from the
+# t_rpm (issue 35): the RPM that packaging/build-deb.sh --rpm builds beside the .deb, from the
 # same files. rpmlint finds no error in it (its accepted warnings and why are in
 # packaging/rpm/agentstore.rpmlintrc); it holds the .deb's files path for path, with the same
 # modes and the same bytes, but for what the two conventions want differently (listed here);
+# (the man pages are gzipped by each tool its own way: their text is compared);
 # its scripts set up the account and the store with systemd-sysusers/systemd-tmpfiles on the
 # same sysusers.d/tmpfiles.d files as the .deb's postinst; the configuration is
 # %config(noreplace) as the .deb's is a conffile. No container: both packages are only read.
@@ -55,7 +56,10 @@ dpkg-deb -x "$SYS_DEB" "$work/d"
 differ=()
 while read -r _ path; do
     dpath=${path/\/usr\/share\/zsh\/site-functions\//\/usr\/share\/zsh\/vendor-completions\/}
-    cmp -s "$work/d$dpath" "$work/r$path" || differ+=("$path")
+    case "$path" in
+    *.gz) cmp -s <(zcat -- "$work/d$dpath") <(zcat -- "$work/r$path") || differ+=("$path") ;;
+    *) cmp -s "$work/d$dpath" "$work/r$path" || differ+=("$path") ;;
+    esac
 done <"$work/rpm"
 sys_expect_eq "every file of the .rpm has the .deb's bytes" "" "${differ[*]}"
 
