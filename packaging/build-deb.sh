@@ -69,8 +69,14 @@ if [ "$rpm" = 1 ]; then
         cargo install --locked cargo-generate-rpm >&2
     fi
     out=$repo/target/generate-rpm
-    rm -rf "$out" target/man-rpm
-    mkdir -p "$out" target/man-rpm
+    rm -rf "$out" target/man-rpm target/rpm-bin
+    mkdir -p "$out" target/man-rpm target/rpm-bin
+    # The binaries stripped as cargo-deb strips them for the .deb (and rpmbuild's
+    # brp-strip for an RPM): the same bytes in both packages.
+    for b in "${bins[@]}"; do
+        strip --strip-unneeded --remove-section=.comment --remove-section=.note \
+            -o "target/rpm-bin/$b" "target/release/$b"
+    done
     # Man pages go gzipped into an RPM (what rpmbuild's brp-compress does), as cargo-deb
     # gzips them into the .deb.
     for page in target/man/*.1; do

@@ -558,7 +558,7 @@ mod tests {
         let system = ConfigModel::parse("model = \"gpt-4.1\"\nprofile = \"deep\"\n").unwrap();
         // The account's model over the machine's; none at all: Codex's default.
         assert_eq!(
-            model_from_config(&[user.clone()], None).unwrap(),
+            model_from_config(std::slice::from_ref(&user), None).unwrap(),
             "gpt-5-mini"
         );
         assert_eq!(
@@ -569,7 +569,7 @@ mod tests {
         // A profile: chosen by the command line, else by a layer's `profile`; one without
         // a model falls back to the top-level model; one nowhere is Codex's error.
         assert_eq!(
-            model_from_config(&[user.clone()], Some("deep")).unwrap(),
+            model_from_config(std::slice::from_ref(&user), Some("deep")).unwrap(),
             "o3"
         );
         assert_eq!(
@@ -577,10 +577,10 @@ mod tests {
             "o3"
         );
         assert_eq!(
-            model_from_config(&[user.clone()], Some("plain")).unwrap(),
+            model_from_config(std::slice::from_ref(&user), Some("plain")).unwrap(),
             "gpt-5-mini"
         );
-        assert!(model_from_config(&[user.clone()], Some("nope")).is_err());
+        assert!(model_from_config(std::slice::from_ref(&user), Some("nope")).is_err());
         assert_eq!(
             profile_of(&strings(&["-p", "a", "--profile=b", "-c", "profile=\"c\""])).as_deref(),
             Some("c")

@@ -73,7 +73,9 @@ else
     sys_pass "the scripts create no user or folder by hand"
 fi
 sys_expect_eq "the configuration is %config(noreplace)" /etc/agentstore/config.yaml "$(rpm -qp --configfiles "$SYS_RPM")"
-sys_expect_match "it requires systemd" '^systemd' "$(rpm -qpR "$SYS_RPM")"
+requires=$(rpm -qpR "$SYS_RPM")
+sys_check "it requires systemd" grep -qx 'systemd' <<<"$requires"
+sys_check "it requires dbus" grep -qx 'dbus' <<<"$requires"
 sys_expect_eq "the .rpm's version is the .deb's" "$(dpkg-deb -f "$SYS_DEB" Version)" "$(rpm -qp --qf '%{VERSION}' "$SYS_RPM")"
 rm -rf "$work"
 sys_test_end
