@@ -16,7 +16,7 @@ sys_test_begin_no_machine
 REPO=$(cd "$SYS_LIB_DIR/../.." && pwd)
 [ -n "${SYS_DEB:-}" ] || sys_test_skip "needs the .deb (run.sh builds it, or --deb FILE)"
 [ -n "${SYS_RPM:-}" ] || sys_test_skip "needs the .rpm (run.sh builds it with the .deb, or --rpm FILE)"
-for tool in rpm rpm2cpio cpio rpmlint dpkg-deb; do
+for tool in rpm rpm2archive rpm2cpio cpio rpmlint dpkg-deb; do
     command -v "$tool" >/dev/null 2>&1 || sys_test_skip "needs $tool (apt-get install rpm rpm2cpio rpmlint cpio; .ci/run does)"
 done
 work=$(mktemp -d "$SYS_STATE_DIR/rpm.XXXXXX")
@@ -49,10 +49,16 @@ else
     sed 's/^/    | /' "$work/diff"
 fi
 
-# The same bytes: both unpacked, every file of the .rpm compared with the .deb's.
+# The package's digests (header and payload) are sound: what rpm checks before installing.
+sys_check "rpm -K: the digests are OK" rpm -K --nosignature "$SYS_RPM"
+
+# The same bytes: both unpacked, every file of the .rpm compared with the .deb's (a file
+# missing from either fails the comparison). rpm2archive, not rpm2cpio: rpm2cpio exits 1 on
+# cargo-generate-rpm's packages after extracting them whole (it compares the payload with a
+# size header that only rpmbuild fills in so; rpm -K above checks the payload's digest).
 mkdir -p "$work/d" "$work/r"
 dpkg-deb -x "$SYS_DEB" "$work/d"
-(cd "$work/r" && rpm2cpio "$SYS_RPM" | cpio -idm --quiet)
+rpm2archive -n - <"$SYS_RPM" | tar -x -C "$work/r"
 differ=()
 while read -r _ path; do
     dpath=${path/\/usr\/share\/zsh\/site-functions\//\/usr\/share\/zsh\/vendor-completions\/}
@@ -76,6 +82,6 @@ sys_expect_eq "the configuration is %config(noreplace)" /etc/agentstore/config.y
 requires=$(rpm -qpR "$SYS_RPM")
 sys_check "it requires systemd" grep -qx 'systemd' <<<"$requires"
 sys_check "it requires dbus" grep -qx 'dbus' <<<"$requires"
-sys_expect_eq "the .rpm's version is the .deb's" "$(dpkg-deb -f "$SYS_DEB" Version)" "$(rpm -qp --qf '%{VERSION}' "$SYS_RPM")"
+sys_expect_eq "the .rpm's version and release are the .deb's" "$(dpkg-deb -f "$SYS_DEB" Version)" "$(rpm -qp --qf '%{VERSION}-%{RELEASE}' "$SYS_RPM")"
 rm -rf "$work"
 sys_test_end
