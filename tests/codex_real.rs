@@ -185,19 +185,29 @@ async fn codex_research_and_free_task_through_the_queue() {
         claude["runtime"]["finish_time"] = json!(agentstore::model::Timestamp::now().to_string());
         std::fs::write(&claude_path, claude.to_string()).unwrap();
 
-        // view-job shows the cost and the tokens of the Codex job.
-        let o = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
-            .env("AGENT_STORE_ROOT", &env.root)
-            .env("COLUMNS", "200")
-            .args(["--bus", "none", "view-job", "codex-research"])
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&o.stdout);
+        // view-job shows the cost and the tokens of the Codex jobs.
+        let view_job = |id: &str| -> String {
+            let o = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+                .env("AGENT_STORE_ROOT", &env.root)
+                .env("COLUMNS", "200")
+                .args(["--bus", "none", "view-job", id])
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&o.stdout).into_owned();
+            assert!(
+                o.status.success(),
+                "{text}{}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            text
+        };
+        let free = view_job("codex-free");
+        let mini_cost = mini.unwrap();
         assert!(
-            o.status.success(),
-            "{text}{}",
-            String::from_utf8_lossy(&o.stderr)
+            free.contains(&format!("${mini_cost:.4}")),
+            "the config's model's price: {free}"
         );
+        let text = view_job("codex-research");
         let research = env.job("finished", "codex-research");
         let cost = research["runtime"]["cost_usd"].as_f64().unwrap();
         assert!(text.contains(&format!("${cost:.4}")), "{text}");
@@ -228,6 +238,11 @@ async fn codex_research_and_free_task_through_the_queue() {
             "{page}"
         );
         assert!(page.contains(r#"id="f-tokens""#), "{page}");
+        let page = get("/jobs/codex-free");
+        assert!(
+            page.contains(&format!(r#"<td id="f-cost">${mini_cost:.4}</td>"#)),
+            "{page}"
+        );
         let charts = get("/charts");
         assert!(
             charts.contains(r#"<tr id="agent-claude"><td>claude</td><td>1</td><td>$0.5000</td>"#),
