@@ -26,6 +26,7 @@ async fn codex_research_and_free_task_through_the_queue() {
                     text: None,
                 },
                 Reply::text("Wrote free.txt."),
+                Reply::text("Hello from the default model."),
             ],
             answer_toolless_with_fallback: false,
             fail_when_exhausted: true,
@@ -108,6 +109,11 @@ async fn codex_research_and_free_task_through_the_queue() {
         );
 
         // A free task: no agent command, the task is the prompt; its command really runs.
+        // It names no model: the account's Codex config.toml does, and prices it.
+        let config = home.join("config.toml");
+        let provider_only = std::fs::read_to_string(&config).unwrap();
+        std::fs::write(&config, format!("model = \"gpt-5-mini\"\n{provider_only}")).unwrap();
+        let asked = server.requests().len();
         let j = job(
             "codex",
             json!({"claude_command": "", "task_description": "Write free.txt",
@@ -132,12 +138,37 @@ async fn codex_research_and_free_task_through_the_queue() {
             "{outputs:#?}\n{rt:#}"
         );
         assert!(rt["usage"]["input_tokens"].as_u64().unwrap() > 0, "{rt:#}");
-        assert_eq!(
-            rt["cost_usd"],
-            Value::Null,
-            "no model named: unknown, never 0"
-        );
+        assert_eq!(server.requests()[asked].body["model"], "gpt-5-mini");
+        let usage: agentstore::model::TokenUsage =
+            serde_json::from_value(rt["usage"].clone()).unwrap();
+        let mini = agentstore::worker::accounting::priced(Some("gpt-5-mini"), usage);
+        assert!(mini.is_some_and(|c| c > 0.0), "{mini:?}");
+        assert_eq!(rt["cost_usd"], json!(mini), "priced as the config's model: {rt:#}");
         assert!(rt["sandbox"].is_string(), "{rt:#}");
+
+        // Neither the job nor the config names a model: Codex's default, priced as such
+        // (unknown, never 0, while the price table has no entry for it).
+        std::fs::write(&config, &provider_only).unwrap();
+        let asked = server.requests().len();
+        let j = job(
+            "codex",
+            json!({"claude_command": "", "task_description": "Say hello",
+                   "working_directory": env.work, "timeout_seconds": 170}),
+        );
+        env.queue_job("codex-default", &j);
+        let c = changes.ended("codex-default").await;
+        let rt = env.job(&c.new, "codex-default")["runtime"].clone();
+        assert_eq!(c.new, "finished", "{rt:#}");
+        assert_eq!(
+            server.requests()[asked].body["model"],
+            agentstore::worker::codex::DEFAULT_MODEL,
+            "the real CLI's default model is worker::codex::DEFAULT_MODEL (change it with the pinned version)"
+        );
+        let usage: agentstore::model::TokenUsage =
+            serde_json::from_value(rt["usage"].clone()).unwrap();
+        let default_cost =
+            agentstore::worker::accounting::priced(Some(agentstore::worker::codex::DEFAULT_MODEL), usage);
+        assert_eq!(rt["cost_usd"], json!(default_cost), "{rt:#}");
         m.stop().await;
 
         // A Claude job's figures beside it, as the worker records them.
@@ -154,19 +185,29 @@ async fn codex_research_and_free_task_through_the_queue() {
         claude["runtime"]["finish_time"] = json!(agentstore::model::Timestamp::now().to_string());
         std::fs::write(&claude_path, claude.to_string()).unwrap();
 
-        // view-job shows the cost and the tokens of the Codex job.
-        let o = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
-            .env("AGENT_STORE_ROOT", &env.root)
-            .env("COLUMNS", "200")
-            .args(["--bus", "none", "view-job", "codex-research"])
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&o.stdout);
+        // view-job shows the cost and the tokens of the Codex jobs.
+        let view_job = |id: &str| -> String {
+            let o = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+                .env("AGENT_STORE_ROOT", &env.root)
+                .env("COLUMNS", "200")
+                .args(["--bus", "none", "view-job", id])
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&o.stdout).into_owned();
+            assert!(
+                o.status.success(),
+                "{text}{}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            text
+        };
+        let free = view_job("codex-free");
+        let mini_cost = mini.unwrap();
         assert!(
-            o.status.success(),
-            "{text}{}",
-            String::from_utf8_lossy(&o.stderr)
+            free.contains(&format!("${mini_cost:.4}")),
+            "the config's model's price: {free}"
         );
+        let text = view_job("codex-research");
         let research = env.job("finished", "codex-research");
         let cost = research["runtime"]["cost_usd"].as_f64().unwrap();
         assert!(text.contains(&format!("${cost:.4}")), "{text}");
@@ -197,15 +238,22 @@ async fn codex_research_and_free_task_through_the_queue() {
             "{page}"
         );
         assert!(page.contains(r#"id="f-tokens""#), "{page}");
+        let page = get("/jobs/codex-free");
+        assert!(
+            page.contains(&format!(r#"<td id="f-cost">${mini_cost:.4}</td>"#)),
+            "{page}"
+        );
         let charts = get("/charts");
         assert!(
             charts.contains(r#"<tr id="agent-claude"><td>claude</td><td>1</td><td>$0.5000</td>"#),
             "{charts}"
         );
-        assert!(
-            charts.contains(r#"<tr id="agent-codex"><td>codex</td><td>2</td>"#),
-            "{charts}"
+        let codex_row = format!(
+            r#"<tr id="agent-codex"><td>codex</td><td>3</td><td>${:.4}{}</td>"#,
+            cost + mini.unwrap_or(0.0) + default_cost.unwrap_or(0.0),
+            if default_cost.is_none() { " (1 without a price)" } else { "" }
         );
+        assert!(charts.contains(&codex_row), "{codex_row}\n{charts}");
     })
     .await
 }

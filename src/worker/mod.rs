@@ -291,6 +291,19 @@ fn finish(
     Ok((status, at))
 }
 
+/// Why a job could not have its queue's credentials (`slurm`: it is a Slurm batch step, on a
+/// node where the manager's credentials folder need not be: docs/codex-and-credentials.md).
+fn credentials_failure(e: &str, slurm: bool) -> String {
+    if slurm {
+        format!(
+            "The queue's credentials: {e} (a Slurm job: the queue manager's credentials are on \
+             its own machine only, and job-env keys do not reach Slurm jobs on other nodes)"
+        )
+    } else {
+        format!("The queue's credentials: {e}")
+    }
+}
+
 fn execute(
     store: &Store,
     queue: &QueueConfig,
@@ -311,7 +324,10 @@ fn execute(
             env.extend(vars);
             env.sort();
         }
-        Err(e) => return Outcome::fail(format!("The queue's credentials: {e}")),
+        Err(e) => {
+            let slurm = std::env::var_os("SLURM_JOB_ID").is_some();
+            return Outcome::fail(credentials_failure(&e, slurm));
+        }
     }
     let home = env
         .iter()

@@ -142,3 +142,18 @@ fn a_claude_without_credentials_is_explained() {
     assert!(super::judge::credential_hint("Claude", "rate limited", None).is_none());
     assert!(super::judge::credential_hint("Codex", "Not logged in", None).is_none());
 }
+
+#[test]
+fn a_slurm_step_without_the_managers_credentials_says_why() {
+    let e = "credentials /run/credentials/queue-manager@q.service: No such file or directory";
+    assert_eq!(
+        credentials_failure(e, false),
+        format!("The queue's credentials: {e}")
+    );
+    let slurm = credentials_failure(e, true);
+    assert!(
+        slurm.starts_with(&format!("The queue's credentials: {e} (a Slurm job:"))
+            && slurm.contains("do not reach Slurm jobs on other nodes"),
+        "{slurm}"
+    );
+}

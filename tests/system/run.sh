@@ -5,10 +5,11 @@
 #
 # 1. preflight: root, systemd-nspawn, debootstrap, namespaces — else "SKIP: <reason>", exit 0
 #    (with CI set: "FAIL: …", exit 1);
-# 2. the .deb: built by packaging/build-deb.sh (release binaries, man pages, completions,
-#    cargo-deb), unless --deb FILE (or SYS_DEB) names one; --no-deb runs without a package
-#    (tests that need it skip themselves). --rpm FILE (or SYS_RPM) names the .rpm that
-#    `packaging/build-deb.sh --rpm` built beside it (pending-rpm.sh, not yet in the suite);
+# 2. the .deb and the .rpm: built by `packaging/build-deb.sh --rpm` (release binaries, man
+#    pages, completions, cargo-deb, cargo-generate-rpm on the same files), unless --deb FILE
+#    (or SYS_DEB) names one; --no-deb runs without a package (tests that need it skip
+#    themselves). With --deb, --rpm FILE (or SYS_RPM) names the .rpm built beside it
+#    (t_rpm.sh compares the two; without one it skips, or fails under CI);
 # 3. the cached Debian rootfs (built once by debootstrap, see lib.sh);
 # 4. each tests/system/t_*.sh (or the ones named) in its own fresh container booted from the
 #    cache, with the .deb installed and the run's shared folder bound at /mnt/share.
@@ -64,11 +65,13 @@ fi
 # --- the package -------------------------------------------------------------------------
 build_ms=0
 if [ "$build_deb" = 1 ]; then
-    sys_log "building the release binaries and the .deb (packaging/build-deb.sh)"
+    sys_log "building the release binaries, the .deb and the .rpm (packaging/build-deb.sh --rpm)"
     t0=$(sys_now_ms)
-    deb=$("$repo/packaging/build-deb.sh" | tail -n1) || sys_die "building the .deb failed"
+    built=$("$repo/packaging/build-deb.sh" --rpm) || sys_die "building the packages failed"
+    deb=$(grep '\.deb$' <<<"$built" | tail -n1) || sys_die "packaging/build-deb.sh printed no .deb"
+    rpm=$(grep '\.rpm$' <<<"$built" | tail -n1) || sys_die "packaging/build-deb.sh printed no .rpm"
     build_ms=$(($(sys_now_ms) - t0))
-    sys_log "built $deb in $(sys_fmt_ms "$build_ms")"
+    sys_log "built $deb and $rpm in $(sys_fmt_ms "$build_ms")"
 fi
 # t_m5/t_m6 run the real Claude Code CLI against this fake Anthropic endpoint (DESIGN §7).
 if [ -n "$deb" ] && [ ! -x "$repo/target/release/examples/fake_anthropic" ] || [ "$build_deb" = 1 ]; then
