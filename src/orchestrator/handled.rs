@@ -139,7 +139,7 @@ impl HandledLog {
             source,
         };
         if let Some(dir) = self.own.parent() {
-            std::fs::create_dir_all(dir).map_err(io)?;
+            crate::store::safe::create_dir_all(dir).map_err(io)?;
         }
         let mut f = std::fs::OpenOptions::new()
             .create(true)

@@ -246,7 +246,10 @@ impl Store {
             path: path.clone(),
             source,
         };
-        std::fs::create_dir_all(&dir).map_err(io)?;
+        // The store's own folder maker: a root daemon (the worker harness, the system queue
+        // manager) leaves the folder to the store's owner, never root's (a root-owned
+        // notifications/pending/ stopped the service account and Syncthing writing there).
+        super::safe::create_dir_all(&dir).map_err(io)?;
         let mut bytes = serde_json::to_vec_pretty(notice).map_err(|e| io(e.into()))?;
         bytes.push(b'\n');
         match write_new_atomic(&path, &bytes) {
@@ -271,6 +274,55 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// As root in a store another account owns (the packaged store is `agentstore`'s), the
+    /// notice's folders and file belong to that account, not to root.
+    #[test]
+    fn a_notice_written_by_root_belongs_to_the_stores_owner() {
+        use std::os::unix::fs::MetadataExt;
+        if !nix::unistd::geteuid().is_root() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "this test needs root (CI runs as root)"
+            );
+            return;
+        }
+        let d = tempfile::tempdir().unwrap();
+        let (store, _) = Store::init(&d.path().join("s")).unwrap();
+        let owner = nix::unistd::Uid::from_raw(65534);
+        let group = nix::unistd::Gid::from_raw(65534);
+        for e in walk(store.root()) {
+            nix::unistd::chown(&e, Some(owner), Some(group)).unwrap();
+        }
+        let n = Notice::new(
+            NoticeKind::JobFailed,
+            "q/j1",
+            Some("alice"),
+            "Job j1 failed",
+        );
+        assert!(store.emit_notice(&n).unwrap());
+        let dir = store.notices_pending_dir();
+        for p in [
+            dir.parent().unwrap().to_path_buf(),
+            dir.clone(),
+            dir.join(format!("{}.json", n.id)),
+        ] {
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            assert_eq!((m.uid(), m.gid()), (65534, 65534), "{}", p.display());
+        }
+    }
+
+    fn walk(root: &std::path::Path) -> Vec<std::path::PathBuf> {
+        let mut out = vec![root.to_path_buf()];
+        let mut i = 0;
+        while i < out.len() {
+            if let Ok(rd) = std::fs::read_dir(&out[i]) {
+                out.extend(rd.flatten().map(|e| e.path()));
+            }
+            i += 1;
+        }
+        out
+    }
 
     #[test]
     fn ids_are_stable_and_distinct() {
