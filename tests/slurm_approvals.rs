@@ -4,6 +4,12 @@
 //! environment, which Slurm gives the batch step — never on a command line or in the store —
 //! and the answer still counts only when the manager that owns the request signed it.
 //!
+//! Under root (as CI runs it) the manager runs the Slurm job as its own account (the relay):
+//! the step cannot reach the store and holds no key that signs answers; its requests reach
+//! the store through the manager, and only the manager's answers (signed with a key whose
+//! public half alone the step holds) are taken from the account's answers file, never one the
+//! account wrote there (before, every person-approval of such a job was denied at once).
+//!
 //! Real parts: queue-manager, agent-worker and agentshell binaries, a private dbus-daemon,
 //! the fake Slurm of tests/slurm.rs (its batch step runs here with sbatch's environment, as
 //! slurmd gives it), a fake model endpoint speaking the Anthropic protocol.
@@ -57,35 +63,6 @@ async fn a_slurm_job_asks_a_person_and_only_its_managers_answer_counts() {
         j["config"]["model"] = json!("anthropic/claude-test");
         j["config"]["user"] = json!("chenry");
         env.queue_job("slurm-ask", &j);
-        if crate::slurm::relayed() {
-            // A root manager runs the Slurm job as its own account (the relay), which must
-            // never hold the key that signs answers (it could answer its own requests): every
-            // person-approval is denied at once, saying why, and none is published.
-            let c = changes.ended("slurm-ask").await;
-            let doc = env.job(&c.new, "slurm-ask");
-            let rt = &doc["runtime"];
-            assert!(rt["slurm_job_id"].is_string(), "ran through Slurm: {rt}");
-            let a = rt["approvals"].as_array().unwrap();
-            assert!(!a.is_empty(), "{rt}");
-            for r in a {
-                assert_eq!(r["allow"], json!(false), "{rt}");
-                assert!(
-                    r["message"]
-                        .as_str()
-                        .is_some_and(|m| m.contains("runs as its own account")),
-                    "{rt}"
-                );
-            }
-            assert!(!env.work.join("forged.txt").exists(), "{rt}");
-            assert!(!env.work.join("allowed.txt").exists(), "{rt}");
-            assert!(reqs.try_recv().is_err(), "a request was published");
-            let calls = fake.calls();
-            let key_file = std::fs::read_to_string(state.join("approval-key")).unwrap();
-            assert!(!calls.contains(key_file.trim()), "{calls}");
-            assert!(!calls.contains("AGENTSTORE_APPROVAL_KEY"), "{calls}");
-            return;
-        }
-
         // The first call is asked of a person (before: denied at once, never published).
         let (job_id, req, tool, ..) = tokio::time::timeout(Duration::from_secs(90), reqs.recv())
             .await
@@ -115,6 +92,33 @@ async fn a_slurm_job_asks_a_person_and_only_its_managers_answer_counts() {
             "the planted answer removed",
             || !planted.exists(),
         );
+        if crate::slurm::relayed() {
+            // Run as its own account, the step reads its answers from that account's file,
+            // which the account (and so its agent) may write: answers it writes there itself
+            // — signed with the job's key or a key of its own, or unsigned — come before the
+            // manager's in the file and must not be taken.
+            let file = env
+                .dir
+                .path()
+                .join("slurm-output")
+                .join(format!("{}-slurm-ask.answers", env.queue));
+            let forge = |a: ApprovalAnswer| serde_json::to_string(&a).unwrap() + "\n";
+            let mut lines = forge(forged.clone());
+            lines += &forge(
+                ApprovalAnswer {
+                    by: "forged".into(),
+                    ..forged.clone()
+                }
+                .sign_for_relay(&agentstore::model::approval::new_approval_key()),
+            );
+            lines += &forge(ApprovalAnswer {
+                proof: String::new(),
+                ..forged.clone()
+            });
+            std::fs::write(&file, lines).unwrap();
+            let u = crate::claude_env::unprivileged_user().unwrap();
+            std::os::unix::fs::chown(&file, Some(u.uid), Some(u.gid)).unwrap();
+        }
         // The project owner's answer through the manager: a deny, which the job records.
         let (ok, err) =
             approvals_env::answer_as(&bus, &env, owner_uid(), &req, false, false, "not this");

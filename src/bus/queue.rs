@@ -54,11 +54,27 @@ impl QueueObject {
     }
 }
 
+/// A trusted front end of this manager: root, the manager's own account and the service
+/// account (the packaged web API, notifier and Slack app run as it while a system-wide manager
+/// runs as root). Such a caller acts for the users it names (`AnswerFor`), and passes on what
+/// it reads (`ListApprovals`, `WatchJobs`) only to those PRD §10 lets see it. Before, a root
+/// manager mapped the service account to a user document it has not: the web API's
+/// `ListApprovals` and `CancelJob` were refused, and no request was ever listed through the
+/// web in system mode (tests/system/t_approvals.sh).
+fn is_front_end(uid: u32) -> bool {
+    uid == 0
+        || uid == nix::unistd::geteuid().as_raw()
+        || crate::trust::account::service_uid() == Some(uid)
+}
+
 /// Maps a caller's Unix uid to a PRD §10 caller (the rule of [`super::caller`]) and the name
 /// to record it by (its user id, or its login for trusted callers).
 pub fn caller_for_uid(store: &Store, uid: u32) -> Result<(Caller, String), BusError> {
-    let own = nix::unistd::geteuid().as_raw();
-    let caller = super::caller::caller_for_uid(store, uid, own, None)?;
+    let caller = if is_front_end(uid) {
+        Caller::Trusted
+    } else {
+        super::caller::caller_for_uid(store, uid, nix::unistd::geteuid().as_raw(), None)?
+    };
     let name = match &caller {
         Caller::User(u) => u.id.clone(),
         Caller::Trusted => super::caller::login_name(uid).unwrap_or_else(|| format!("uid {uid}")),
@@ -152,10 +168,7 @@ impl QueueObject {
     ) -> Result<(), BusError> {
         let uid = super::caller::caller_uid(conn, &hdr).await?;
         let own = nix::unistd::geteuid().as_raw();
-        // The front ends of the packaged services (web, notify) run as the service account
-        // while a system-wide manager runs as root: that account is trusted here too.
-        let front_end = uid == 0 || uid == own || crate::trust::account::service_uid() == Some(uid);
-        if !front_end {
+        if !is_front_end(uid) {
             return Err(BusError::permission_denied(format!(
                 "AnswerFor is for trusted front ends (root, the queue manager's own account or {}); uid {uid} answers with Answer",
                 crate::trust::account::SERVICE_ACCOUNT
@@ -238,9 +251,9 @@ impl QueueObject {
             .to_owned()
             .into();
         let uid = super::caller::caller_uid(conn, &hdr).await?;
-        let caller = if store_owner_uid(&self.store) == Some(uid) {
-            // The store's owner (the service account the web API runs as) reads every job
-            // file anyway; it passes each event on only to a caller who may see it.
+        let caller = if is_front_end(uid) || store_owner_uid(&self.store) == Some(uid) {
+            // A front end, or the store's owner (who reads every job file anyway), passes
+            // each event on only to a caller who may see it.
             Caller::Trusted
         } else {
             caller_for_uid(&self.store, uid)?.0

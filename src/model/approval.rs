@@ -265,6 +265,95 @@ impl ApprovalAnswer {
     }
 }
 
+/// True when `request_id` has the form of a request of job `job_id`:
+/// `<job_id>-a<n>-<24 hex digits>` (as the worker makes them).
+pub fn is_request_id_of(job_id: &str, request_id: &str) -> bool {
+    let Some(rest) = request_id
+        .strip_prefix(job_id)
+        .and_then(|r| r.strip_prefix("-a"))
+    else {
+        return false;
+    };
+    let Some((n, random)) = rest.split_once('-') else {
+        return false;
+    };
+    (1..=9).contains(&n.len())
+        && n.bytes().all(|b| b.is_ascii_digit())
+        && random.len() == 24
+        && random.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// Answers relayed to a Slurm batch step run as the job's own account (issue 27,
+/// docs/trust-model.md): that account (and so the agent) can write the file the step reads
+/// its answers from, and must hold nothing that could sign one — a key it can read signs
+/// answers to its own requests. So the manager signs these with Ed25519, under a private key
+/// derived from the job's approval key (which never leaves the manager), and the step holds
+/// only the public half ([`relay_public_key`]).
+impl ApprovalAnswer {
+    /// Signs this answer for a relay step of the job whose approval key is `job_key`.
+    pub fn sign_for_relay(mut self, job_key: &str) -> ApprovalAnswer {
+        self.proof = relay_private_key(job_key)
+            .and_then(|k| {
+                let mut s = openssl::sign::Signer::new_without_digest(&k).ok()?;
+                s.sign_oneshot_to_vec(self.signed_text().as_bytes()).ok()
+            })
+            .map(|sig| to_hex(&sig))
+            .unwrap_or_default();
+        self
+    }
+
+    /// True when the answer was signed (and not changed since) by the holder of the private
+    /// half of `public_key` (hex, as [`relay_public_key`] gives it).
+    pub fn verify_relayed(&self, public_key: &str) -> bool {
+        let (Some(pk), Some(sig)) = (from_hex(public_key), from_hex(&self.proof)) else {
+            return false;
+        };
+        let Ok(pk) =
+            openssl::pkey::PKey::public_key_from_raw_bytes(&pk, openssl::pkey::Id::ED25519)
+        else {
+            return false;
+        };
+        openssl::sign::Verifier::new_without_digest(&pk)
+            .and_then(|mut v| v.verify_oneshot(&sig, self.signed_text().as_bytes()))
+            .unwrap_or(false)
+    }
+}
+
+/// The Ed25519 key the manager signs a relay job's answers with: its seed is a digest of the
+/// job's approval key, so a manager that restarts (and re-adopts the job) signs as before.
+fn relay_private_key(job_key: &str) -> Option<openssl::pkey::PKey<openssl::pkey::Private>> {
+    use sha2::Digest;
+    uuid::Uuid::parse_str(job_key).ok()?;
+    let seed = sha2::Sha256::new()
+        .chain_update(b"agentstore-relay-answer-key-1\0")
+        .chain_update(job_key.as_bytes())
+        .finalize();
+    openssl::pkey::PKey::private_key_from_raw_bytes(&seed, openssl::pkey::Id::ED25519).ok()
+}
+
+/// The public half of the key [`ApprovalAnswer::sign_for_relay`] signs with (hex; `None`
+/// for a key that is not one). Handed to the relay step in its batch script: public.
+pub fn relay_public_key(job_key: &str) -> Option<String> {
+    relay_private_key(job_key)?
+        .raw_public_key()
+        .ok()
+        .map(|k| to_hex(&k))
+}
+
+fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn from_hex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) || text.len() > 1024 {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
 /// What a job records about one decision (`runtime.approvals[]`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -294,6 +383,42 @@ pub struct ApprovalRecord {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn relay_answers_verify_only_with_the_managers_public_key() {
+        let key = new_approval_key();
+        let public = relay_public_key(&key).unwrap();
+        let answer = ApprovalAnswer {
+            request_id: "j-a1-0123456789abcdef01234567".into(),
+            allow: true,
+            always: false,
+            message: "go".into(),
+            by: "chenry".into(),
+            at: Timestamp::now(),
+            proof: String::new(),
+        };
+        let signed = answer.clone().sign_for_relay(&key);
+        assert!(signed.verify_relayed(&public));
+        assert_eq!(
+            relay_public_key(&key).unwrap(),
+            public,
+            "the same key again"
+        );
+        // Another job's key, a changed answer, the job's symmetric proof: none verifies.
+        assert!(
+            !answer
+                .clone()
+                .sign_for_relay(&new_approval_key())
+                .verify_relayed(&public)
+        );
+        let mut changed = signed.clone();
+        changed.allow = false;
+        assert!(!changed.verify_relayed(&public));
+        assert!(!answer.clone().sign(&key).verify_relayed(&public));
+        assert!(!answer.verify_relayed(&public), "unsigned");
+        assert!(!signed.verify_relayed("zz"), "not a key");
+        assert!(relay_public_key("not a key").is_none());
+    }
 
     #[test]
     fn globs() {

@@ -6,6 +6,29 @@
 /// Starts the line of the relay file that carries the job's final document.
 pub const END_MARKER: &str = "@@agentstore-relay-end@@ ";
 
+/// Starts a line of the relay file that carries one approval request of the job (an
+/// [`ApprovalRequest`](crate::model::approval::ApprovalRequest) on one line): the manager puts
+/// it in the store, where its owner lists and answers it (untrusted input, checked there).
+pub const ASK_MARKER: &str = "@@agentstore-relay-ask@@ ";
+
+/// What the manager hands a relay step besides the job and the queue's settings: the third
+/// line of its batch script's input.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Handover {
+    /// The file (the account's own) the manager appends its answers to, one per line.
+    pub answers: std::path::PathBuf,
+    /// The public half of the key the manager signs this job's answers with (hex).
+    pub public_key: String,
+}
+
+/// The approval requests in a relay file's text (the lines after [`ASK_MARKER`]).
+pub fn asks_in(text: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let marker = ASK_MARKER.as_bytes();
+    text.split(|b| *b == b'\n')
+        .filter_map(move |l| l.strip_prefix(marker))
+}
+
 /// The most of a relay file's end the manager reads (the job's output is bounded at 10 MiB;
 /// its document on one line, escaped, stays well below this).
 pub const READ_LIMIT: u64 = 32 << 20;

@@ -231,7 +231,16 @@ impl Manager {
             ));
         }
         let message: String = message.chars().take(MAX_MESSAGE).collect();
-        let answer = ApprovalAnswer {
+        // A job run in Slurm as its own account denied the request itself at its deadline.
+        let relay = self.relay_job(&req.job_id);
+        if relay.is_some() && req.deadline <= Timestamp::now() {
+            self.expire_requests_of(std::slice::from_ref(&req.job_id))
+                .await;
+            return Err(QueueError::Failed(format!(
+                "approval request {request_id} passed its deadline: the job was answered no"
+            )));
+        }
+        let plain = ApprovalAnswer {
             request_id: request_id.to_string(),
             allow,
             always,
@@ -241,7 +250,8 @@ impl Manager {
             proof: String::new(),
         };
         // Only this manager's answers count: its worker checks the proof.
-        let answer = answer.sign(&self.approval_key(&req.job_id));
+        let key = self.approval_key(&req.job_id);
+        let answer = plain.clone().sign(&key);
         let write = || {
             self.store.write_approval_answer(&q, &answer).map_err(|e| {
                 QueueError::Failed(format!(
@@ -262,7 +272,47 @@ impl Manager {
             )));
         }
         self.settle_request(request_id, Some(answer)).await;
+        // A relay step reads it from its account's file, signed so that only this manager
+        // could have written it.
+        if let Some(relay) = relay
+            && let Err(e) = relay.deliver(&plain.sign_for_relay(&key)).await
+        {
+            tracing::warn!(queue = %q, job_id = %req.job_id, request_id, "cannot hand the answer to the Slurm job: {e}");
+            return Err(QueueError::Failed(format!(
+                "the answer to {request_id} is recorded but could not be handed to the job, which will be answered no at the deadline: {e}"
+            )));
+        }
         Ok(())
+    }
+
+    /// Settles the waiting requests of jobs `job_ids` whose deadline passed, with a denial by
+    /// `deadline` written here (for jobs whose step writes none to the store: the relay's).
+    pub(super) async fn expire_requests_of(&mut self, job_ids: &[String]) {
+        let now = Timestamp::now();
+        let due: Vec<ApprovalRequest> = self
+            .pending()
+            .iter()
+            .filter(|r| r.deadline <= now && job_ids.contains(&r.job_id))
+            .cloned()
+            .collect();
+        let secs = self.config.approvals.clone().unwrap_or_default().deadline();
+        for req in due {
+            let answer = ApprovalAnswer {
+                request_id: req.request_id.clone(),
+                allow: false,
+                always: false,
+                message: format!("no answer within {secs} s: denied"),
+                by: "deadline".into(),
+                at: now,
+                proof: String::new(),
+            }
+            .sign(&self.approval_key(&req.job_id));
+            let answer = match self.store.write_approval_answer(&self.cfg.queue, &answer) {
+                Ok(true) => Some(answer),
+                _ => self.checked_answer(&req.job_id, &req.request_id),
+            };
+            self.settle_request(&req.request_id, answer).await;
+        }
     }
 }
 

@@ -235,7 +235,11 @@ pub async fn approvals(app: &App, actor: &Actor) -> Result<Value, WebError> {
             continue;
         }
         let rows = match crate::bus::queue::queue_proxy(&app.conn, queue).await {
-            Ok(p) => p.list_approvals().await.unwrap_or_default(),
+            Ok(p) => p
+                .list_approvals()
+                .await
+                .inspect_err(|e| tracing::warn!(queue, "ListApprovals: {e}"))
+                .unwrap_or_default(),
             Err(_) => continue,
         };
         for (job_id, request_id, tool, summary, input_json, deadline) in rows {

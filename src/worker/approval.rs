@@ -15,6 +15,13 @@
 //! answered before it is asked. A worker that was handed no key asks no one: what would be
 //! asked is denied.
 //!
+//! A Slurm batch step a root manager runs as the job's own account (the relay, issue 27)
+//! cannot reach the store and must hold nothing that signs answers (the agent is that same
+//! account): it prints each request on its standard output (the relay file the manager reads
+//! with the account's rights, which puts it in the store), and takes an answer from the file
+//! the manager appends to only when it carries the manager's Ed25519 signature; the step
+//! holds the public key only ([`Answers::Relay`]).
+//!
 //! Why a socket and files: the agent runs as the job's user and may not write the store
 //! (system mode), nor own the queue's bus name; the worker can write the store in both
 //! modes, and a file survives a queue-manager restart. The socket is abstract (no file whose
@@ -53,12 +60,31 @@ struct Shared {
     job_id: String,
     policy: ApprovalPolicy,
     peer_uid: u32,
-    key: Option<String>,
+    answers: Answers,
     seq: AtomicU64,
     job_rules: Mutex<Vec<JobRule>>,
     records: Mutex<Vec<ApprovalRecord>>,
     issued: Mutex<Vec<String>>,
     stop: AtomicBool,
+}
+
+/// How the worker tells its queue manager's answers from forged ones.
+#[derive(Debug, Clone)]
+pub enum Answers {
+    /// Handed nothing: what would be asked of a person is denied.
+    Unkeyed,
+    /// Through the store: answers signed with the job's approval key (handed on the gate).
+    Store(String),
+    /// A relay step's: requests printed on standard output after
+    /// [`ASK_MARKER`](crate::model::relay::ASK_MARKER), answers read from `file` (the
+    /// account's own, appended to by the manager), taken only when signed by the holder of
+    /// `public_key`'s private half (the manager).
+    Relay {
+        /// The file the manager appends its answers to.
+        file: PathBuf,
+        /// The public half of the manager's signing key for this job (hex).
+        public_key: String,
+    },
 }
 
 /// The listening side, for the life of one agent run.
@@ -77,7 +103,7 @@ impl Broker {
         job_id: &str,
         policy: ApprovalPolicy,
         peer_uid: u32,
-        key: Option<String>,
+        answers: Answers,
     ) -> std::io::Result<Broker> {
         let name = format!("agentstore-approvals-{}", uuid::Uuid::new_v4().simple());
         let addr = SocketAddr::from_abstract_name(name.as_bytes())?;
@@ -88,7 +114,7 @@ impl Broker {
             job_id: job_id.to_string(),
             policy,
             peer_uid,
-            key,
+            answers,
             seq: AtomicU64::new(0),
             job_rules: Mutex::new(Vec::new()),
             records: Mutex::new(Vec::new()),
@@ -284,62 +310,20 @@ fn ask(shared: &Shared, request_id: &str, tool: &str, sum: &str, input: Value) -
         allow: false,
         message,
     };
-    let Some(key) = shared.key.as_deref() else {
-        let v = deny(format!(
-            "{tool} needs a person's approval, and this job's worker was started without the key that tells its queue manager's answers from forged ones (a Slurm job a root queue manager runs as its own account never gets it: that account could sign answers to its own requests): denied"
-        ));
-        record(shared, request_id, tool, sum, &v, "worker", false);
-        return v;
+    let asked = match &shared.answers {
+        Answers::Unkeyed => Err(format!(
+            "{tool} needs a person's approval, and this job's worker was started without the key that tells its queue manager's answers from forged ones: denied"
+        )),
+        Answers::Store(key) => ask_in_store(shared, &req, key),
+        Answers::Relay { file, public_key } => ask_through_relay(shared, &req, file, public_key),
     };
-    let store = match Store::open(&shared.root) {
-        Ok(s) => s,
-        Err(e) => {
-            let v = deny(format!("the approval could not be asked: {e}"));
+    let answer = match asked {
+        Ok(a) => a,
+        Err(message) => {
+            let v = deny(message);
             record(shared, request_id, tool, sum, &v, "worker", false);
             return v;
         }
-    };
-    lock(&shared.issued).push(request_id.to_string());
-    if let Err(e) = store.write_approval_request(&shared.queue, &req) {
-        let v = deny(format!(
-            "the approval could not be asked ({}: {e})",
-            store
-                .approval_request_path(&shared.queue, request_id)
-                .display()
-        ));
-        record(shared, request_id, tool, sum, &v, "worker", false);
-        return v;
-    }
-    let end = Instant::now() + Duration::from_secs(secs);
-    let answer = loop {
-        if let Some(a) = valid_answer(&store, shared, request_id, key) {
-            break a;
-        }
-        if Instant::now() >= end || shared.stop.load(Ordering::SeqCst) {
-            let mine = ApprovalAnswer {
-                request_id: request_id.to_string(),
-                allow: false,
-                always: false,
-                message: format!("no answer within {secs} s: denied"),
-                by: "deadline".into(),
-                at: Timestamp::now(),
-                proof: String::new(),
-            }
-            .sign(key);
-            match store.write_approval_answer(&shared.queue, &mine) {
-                Ok(true) => break mine,
-                // Someone answered in the meantime: theirs stands if it is the manager's.
-                Ok(false) => match valid_answer(&store, shared, request_id, key) {
-                    Some(a) => break a,
-                    None => break mine,
-                },
-                Err(e) => {
-                    tracing::warn!(job_id = %shared.job_id, "cannot write the deadline answer: {e}");
-                    break mine;
-                }
-            }
-        }
-        std::thread::sleep(POLL);
     };
     if answer.always {
         lock(&shared.job_rules).push(JobRule {
@@ -363,6 +347,129 @@ fn ask(shared: &Shared, request_id: &str, tool: &str, sum: &str, input: Value) -
     };
     record(shared, request_id, tool, sum, &v, &answer.by, answer.always);
     v
+}
+
+/// The denial at a request's deadline (`key`: signed for the store).
+fn deadline_answer(request_id: &str, secs: u64) -> ApprovalAnswer {
+    ApprovalAnswer {
+        request_id: request_id.to_string(),
+        allow: false,
+        always: false,
+        message: format!("no answer within {secs} s: denied"),
+        by: "deadline".into(),
+        at: Timestamp::now(),
+        proof: String::new(),
+    }
+}
+
+/// Asks through the store: writes the request, waits for the manager's signed answer (or
+/// writes the deadline's). `Err`: why it could not be asked.
+fn ask_in_store(
+    shared: &Shared,
+    req: &ApprovalRequest,
+    key: &str,
+) -> Result<ApprovalAnswer, String> {
+    let request_id = req.request_id.as_str();
+    let secs = shared.policy.deadline();
+    let store =
+        Store::open(&shared.root).map_err(|e| format!("the approval could not be asked: {e}"))?;
+    lock(&shared.issued).push(request_id.to_string());
+    store
+        .write_approval_request(&shared.queue, req)
+        .map_err(|e| {
+            format!(
+                "the approval could not be asked ({}: {e})",
+                store
+                    .approval_request_path(&shared.queue, request_id)
+                    .display()
+            )
+        })?;
+    let end = Instant::now() + Duration::from_secs(secs);
+    Ok(loop {
+        if let Some(a) = valid_answer(&store, shared, request_id, key) {
+            break a;
+        }
+        if Instant::now() >= end || shared.stop.load(Ordering::SeqCst) {
+            let mine = deadline_answer(request_id, secs).sign(key);
+            match store.write_approval_answer(&shared.queue, &mine) {
+                Ok(true) => break mine,
+                // Someone answered in the meantime: theirs stands if it is the manager's.
+                Ok(false) => match valid_answer(&store, shared, request_id, key) {
+                    Some(a) => break a,
+                    None => break mine,
+                },
+                Err(e) => {
+                    tracing::warn!(job_id = %shared.job_id, "cannot write the deadline answer: {e}");
+                    break mine;
+                }
+            }
+        }
+        std::thread::sleep(POLL);
+    })
+}
+
+/// How often a relay step reads its answers file (the account's home, often on a network
+/// filesystem shared with the compute nodes).
+const RELAY_POLL: Duration = Duration::from_millis(250);
+
+/// The most of a relay answers file read (each answer is a few KiB; a job asks at most
+/// `MAX_RELAYED_REQUESTS` of the manager).
+const RELAY_ANSWERS_LIMIT: u64 = 8 << 20;
+
+/// Asks through the relay: prints the request for the manager, waits for an answer in
+/// `file` signed by the holder of `public_key`'s private half; denied at the deadline.
+fn ask_through_relay(
+    shared: &Shared,
+    req: &ApprovalRequest,
+    file: &std::path::Path,
+    public_key: &str,
+) -> Result<ApprovalAnswer, String> {
+    let secs = shared.policy.deadline();
+    let line =
+        serde_json::to_string(req).map_err(|e| format!("the approval could not be asked: {e}"))?;
+    // One write of a whole line, starting on a line of its own.
+    let text = format!("\n{}{line}\n", crate::model::relay::ASK_MARKER);
+    {
+        let mut out = std::io::stdout().lock();
+        out.write_all(text.as_bytes())
+            .and_then(|_| out.flush())
+            .map_err(|e| format!("the approval could not be asked (standard output: {e})"))?;
+    }
+    let end = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(a) = relayed_answer(file, &req.request_id, public_key) {
+            return Ok(a);
+        }
+        if Instant::now() >= end || shared.stop.load(Ordering::SeqCst) {
+            return Ok(deadline_answer(&req.request_id, secs));
+        }
+        std::thread::sleep(RELAY_POLL);
+    }
+}
+
+/// The manager's answer to `request_id` in a relay answers file: the first line that is an
+/// answer to it signed by the holder of `public_key`'s private half. Any other line (written
+/// by the account, or the agent) is no answer.
+fn relayed_answer(
+    file: &std::path::Path,
+    request_id: &str,
+    public_key: &str,
+) -> Option<ApprovalAnswer> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(file)
+        .ok()?;
+    if !f.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut text = Vec::new();
+    f.take(RELAY_ANSWERS_LIMIT).read_to_end(&mut text).ok()?;
+    text.split(|b| *b == b'\n')
+        .filter_map(|l| serde_json::from_slice::<ApprovalAnswer>(l).ok())
+        .find(|a| a.request_id == request_id && a.verify_relayed(public_key))
 }
 
 /// What a person's "always" answer covers for the rest of the job: this tool with this very

@@ -161,7 +161,8 @@ pub fn run(args: &WorkerArgs) -> Result<JobStatus, WorkerError> {
             .ok()
             .and_then(|k| approval::handed_key(&k));
     }
-    let (status, _) = run_job(args, opened?, handed, key.as_deref())?;
+    let answers = key.map_or(approval::Answers::Unkeyed, approval::Answers::Store);
+    let (status, _) = run_job(args, opened?, handed, &answers)?;
     Ok(status)
 }
 
@@ -171,7 +172,7 @@ fn run_job(
     args: &WorkerArgs,
     store: Store,
     handed: Option<QueueConfig>,
-    key: Option<&str>,
+    answers: &approval::Answers,
 ) -> Result<(JobStatus, PathBuf), WorkerError> {
     let (q, id) = (args.queue.as_str(), args.job_id.as_str());
     let path = store.job_path(q, JobStatus::Running, id);
@@ -190,7 +191,7 @@ fn run_job(
     tracing::info!(job_id = %id, queue = %q, project = %job.config.project,
         "running {:?} job", job.config.jobtype);
     let outcome = match handed.map_or_else(|| store.queue(q).map(|q| q.config), Ok) {
-        Ok(config) => execute(&store, &config, &mut job, args, key),
+        Ok(config) => execute(&store, &config, &mut job, args, answers),
         Err(e) => Outcome::fail(format!("Cannot read queue {q}: {e}")),
     };
     let ended = finish(&store, q, id, job, outcome)?;
@@ -309,7 +310,7 @@ fn execute(
     queue: &QueueConfig,
     job: &mut Job,
     args: &WorkerArgs,
-    key: Option<&str>,
+    answers: &approval::Answers,
 ) -> Outcome {
     let run_as = match runas::for_job(args.run_as.as_deref()) {
         Ok(r) => r,
@@ -412,7 +413,7 @@ fn execute(
                 ResultFormat::Text
             };
             let broker = if claude::asks_permissions(&args_v) {
-                match start_broker(queue, args, run_as.uid, key) {
+                match start_broker(queue, args, run_as.uid, answers) {
                     Ok(b) => {
                         claude::add_approval_args(
                             &mut args_v,
@@ -480,7 +481,7 @@ fn execute(
                 Ok(p) => p,
                 Err(e) => return Outcome::fail(e),
             };
-            let broker = match start_broker(queue, args, run_as.uid, key) {
+            let broker = match start_broker(queue, args, run_as.uid, answers) {
                 Ok(b) => b,
                 Err(e) => return Outcome::fail(e),
             };
@@ -564,7 +565,7 @@ fn start_broker(
     queue: &QueueConfig,
     args: &WorkerArgs,
     uid: u32,
-    key: Option<&str>,
+    answers: &approval::Answers,
 ) -> Result<approval::Broker, String> {
     approval::Broker::start(
         args.root.clone(),
@@ -572,7 +573,7 @@ fn start_broker(
         &args.job_id,
         queue.approvals.clone().unwrap_or_default(),
         uid,
-        key.map(str::to_string),
+        answers.clone(),
     )
     .map_err(|e| format!("Cannot open the approval channel: {e}"))
 }

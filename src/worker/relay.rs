@@ -8,12 +8,16 @@
 //! takes from it only what the job says about its own run (docs/trust-model.md).
 //!
 //! The step holds no approval key (the account could read it and sign answers to its own
-//! requests): a person-approval it asks for is denied, saying so.
+//! requests). A person-approval it asks for goes out on the same output (the manager puts it
+//! in the store, where its owner lists and answers it); the answer comes back in a file of the
+//! account's own (the third input line names it), signed by the manager with a key whose
+//! public half alone the step holds ([`crate::worker::approval::Answers::Relay`]).
 
 use super::{WorkerArgs, WorkerError, run_job};
-use crate::model::relay::END_MARKER;
+use crate::model::relay::{END_MARKER, Handover};
 use crate::model::{DocKind, Job, JobStatus, QueueConfig};
 use crate::store::Store;
+use crate::worker::approval::Answers;
 use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
 
@@ -25,12 +29,22 @@ const MAX_INPUT: u64 = 16 << 20;
 /// the orchestrator's to write).
 pub fn run(queue: &str, job_id: &str, store_root: Option<&Path>) -> Result<JobStatus, WorkerError> {
     let mut input = std::io::stdin().lock().take(MAX_INPUT);
-    let (mut job_line, mut config_line) = (String::new(), String::new());
+    let (mut job_line, mut config_line, mut handover_line) =
+        (String::new(), String::new(), String::new());
     let failed = |what: &str, e: &dyn std::fmt::Display| WorkerError::Relay(format!("{what}: {e}"));
     input
         .read_line(&mut job_line)
         .and_then(|_| input.read_line(&mut config_line))
+        .and_then(|_| input.read_line(&mut handover_line))
         .map_err(|e| failed("reading the job on stdin", &e))?;
+    // Without it (a manager of an earlier version) nothing is asked of a person.
+    let answers = match serde_json::from_str::<Handover>(handover_line.trim_end()) {
+        Ok(h) => Answers::Relay {
+            file: h.answers,
+            public_key: h.public_key,
+        },
+        Err(_) => Answers::Unkeyed,
+    };
     let config: QueueConfig = serde_json::from_str(config_line.trim_end())
         .map_err(|e| failed("the queue's settings handed on stdin", &e))?;
     let mut job: serde_json::Value = serde_json::from_str(job_line.trim_end())
@@ -64,7 +78,7 @@ pub fn run(queue: &str, job_id: &str, store_root: Option<&Path>) -> Result<JobSt
         run_as: None,
         gate: false,
     };
-    let (status, at) = run_job(&args, store, Some(config), None)?;
+    let (status, at) = run_job(&args, store, Some(config), &answers)?;
     let end = Store::open(&scratch.0)?;
     let done: Job = end.read_doc(DocKind::Job, &at)?;
     let line = serde_json::to_string(&done).map_err(|e| failed("the job's end", &e))?;

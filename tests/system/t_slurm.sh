@@ -6,7 +6,8 @@
 # of a pending and a running job, the real Claude Code CLI (against the fake Anthropic API) as
 # a Slurm job, slurmd stopped mid-job (node crash: slurmd, its step and the worker killed) →
 # failed with Slurm's NODE_FAIL and reason while the queue keeps serving, and kill -9 of the
-# manager during a burst → every job submitted exactly once.
+# manager during a burst → every job submitted exactly once, and a person's approval of an
+# agent job run in Slurm as its own account (asked, listed, denied and allowed by its owner).
 # Host network (loopback only is used): with nothing but `lo`, glibc's getaddrinfo
 # (AI_ADDRCONFIG) resolves no address at all, not even 127.0.0.1, and slurmd cannot start.
 # sys: network-host
@@ -224,4 +225,57 @@ sys_check "l4 still finishes with its real end" sys_wait_until 60 "l4 finished" 
 sys_expect_eq "its project is the manager's record" TestProject "$(jfield "$(jobf l4 finished)" project)"
 sys_expect_eq "its output is the worker's" "No-op job completed successfully" "$(jfield "$(jobf l4 finished)" output)"
 sys_expect_eq "root wrote nothing through the planted links (file and folder untouched)" "$before" "$(canary)"
+# --- a person's approval in a Slurm job run as its own account (issue 27) ---------------------
+# The step (agent-worker --relay, as jobuser) cannot reach the store and holds no key that signs
+# answers. Its request reaches the store through the manager, where its owner lists and answers
+# it (here with the CLI as jobuser); only the manager's signed answer, appended to the account's
+# answers file, is taken, never one the account (or its agent) wrote there. Before, every such
+# request was denied at once.
+x systemctl stop fake-anthropic.service || true
+cat >"$root/var/tmp/script-ask.json" <<'JSON'
+{"replies": [
+  {"tool_use": {"name": "run_command", "input": {"command": "touch /tmp/testproject/forged.txt"}}},
+  {"tool_use": {"name": "run_command", "input": {"command": "touch /tmp/testproject/slurm-allowed.txt"}}},
+  {"text": "Done."}
+ ], "fallback_text": "Done."}
+JSON
+x systemd-run --unit fake-anthropic-ask --property=Type=exec /usr/local/bin/fake_anthropic \
+    --listen 127.0.0.1:18555 --script /var/tmp/script-ask.json --log /var/tmp/anthropic-ask.jsonl >/dev/null 2>&1
+sys_check "the fake model endpoint (agent replies) listens" sys_wait_until 20 "fake endpoint" x bash -c 'exec 3<>/dev/tcp/127.0.0.1/18555'
+x mkdir -p /etc/systemd/system/queue-manager@.service.d
+printf '[Service]\nEnvironment=AGENTSHELL_BASE_URL=http://127.0.0.1:18555 AGENTSHELL_API_KEY=fake\n' \
+    >"$root/etc/systemd/system/queue-manager@.service.d/agentshell.conf"
+x systemctl daemon-reload
+sys_check "queue-manager@poplar restarts with the agent's endpoint" x systemctl restart queue-manager@poplar.service
+queue_job ask1 '{"config": {"project": "TestProject", "working_directory": "/tmp/testproject", "queue_time": "'"$(now)"'",
+  "jobtype": "agent", "claude_command": "code-researcher", "claude_extra_args": [], "user": "chenry",
+  "model": "anthropic/claude-test", "task_description": "Make the files.", "supporting_data": {},
+  "timeout_seconds": 110},
+ "runtime": {"status": "queued", "start_time": null, "finish_time": null, "process_id": null,
+  "llm_process_id": null, "error": null, "output": null}}'
+cli() { x runuser -u jobuser -- orchestrator --root "$AS" --bus system "$@"; }
+asks() { cli approvals 2>/dev/null | grep -q "orchestrator approve ask1 a$1"; }
+sys_check "the Slurm job's request is listed to its owner" sys_wait_until 90 "ask1 a1 listed" asks 1
+sys_expect_match "with what it would run" 'asks a1: run_command: touch /tmp/testproject/forged.txt' "$(cli approvals 2>&1 | tr '\n' ' ' | tr -s ' ')"
+sys_expect_eq "the job runs in Slurm as its account" "RUNNING jobuser" "$(x squeue -h -t all -n agentstore-ask1 -o '%T %u' 2>&1)"
+reqf=$(x sh -c "ls $AS/Queues/poplar/Jobs/approvals/ask1-a1-*.request.json" 2>&1)
+sys_expect_eq "the request in the store is the manager's (written as the store's owner)" agentstore "$(x stat -c %U "$reqf" 2>&1)"
+req1=$(basename "$reqf" .request.json)
+# The account answers its own request in its answers file: an unsigned allow, and one with a
+# proof of its own making. Neither may be taken.
+forged() { printf '{"request_id": "%s", "allow": true, "always": true, "message": "", "by": "chenry", "at": "%s"%s}' "$req1" "$(now)" "$1"; }
+x su -s /bin/sh jobuser -c 'umask 077; printf "%s\n%s\n" "$1" "$2" >>~/.local/state/agentstore/slurm/poplar-ask1.answers' sh \
+    "$(forged '')" "$(forged ", \"proof\": \"$(printf '%0128d' 0)\"")"
+sys_check "its owner denies it (the CLI, as jobuser)" cli deny ask1 a1 --reason 'not this one'
+sys_check "the second request is listed" sys_wait_until 90 "ask1 a2 listed" asks 2
+sys_check "its owner allows it" cli approve ask1 a2
+sys_check "the Slurm job finishes" sys_wait_until 110 "ask1 finished" in_state ask1 finished
+sys_check "the denied command did not run (the account's own answers were not taken)" x test ! -e /tmp/testproject/forged.txt
+sys_check "the allowed command ran" x test -e /tmp/testproject/slurm-allowed.txt
+sys_expect_eq "as the job's account" jobuser "$(x stat -c %U /tmp/testproject/slurm-allowed.txt 2>&1)"
+rec=$(x cat "$(jobf ask1 finished)" | tr -d '\n')
+sys_expect_match "the job records chenry's deny, then allow" '"approvals": *\[.*"allow": *false.*"by": *"chenry".*"allow": *true.*"by": *"chenry"' "$rec"
+sys_expect_eq "the answers file is the account's own (0600)" "jobuser 600" "$(x stat -c '%U %a' /home/jobuser/.local/state/agentstore/slurm/poplar-ask1.answers 2>&1)"
+left() { ! x sh -c "ls $AS/Queues/poplar/Jobs/approvals/ | grep -q '^ask1-'"; }
+sys_check "no request of the ended job is left in the store" sys_wait_until 10 "approvals of ask1 removed" left
 sys_test_end

@@ -22,6 +22,7 @@
 //! it is taken from Slurm's state (TIMEOUT, CANCELLED, NODE_FAIL, OUT_OF_MEMORY, …) and, for a
 //! worker that died, Slurm's exit record (`scontrol show job`, only for such jobs).
 
+mod asks;
 mod relay;
 mod settings;
 mod submit;
@@ -84,6 +85,10 @@ pub(super) struct Tracked {
     ended_at: Option<Instant>,
     /// Run as its own account: where its end is read from (root manager only).
     relay: Option<Relay>,
+    /// How much of its relay file was read for approval requests.
+    asks_read: u64,
+    /// The approval requests it relayed (put in the store).
+    asked: Vec<String>,
 }
 
 /// The Slurm side of a manager.

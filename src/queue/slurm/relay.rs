@@ -8,6 +8,14 @@
 //! store; the manager reads the job's end back from that file with the account's rights (a
 //! `tail` run as the account) and takes from it only what the job says about its own run.
 //! Nothing root opens or hands to `sbatch` lies in the store.
+//!
+//! Approvals go the same way: the step prints each request on that output; the manager, at
+//! each poll, reads what was added since the last with the account's rights, checks each
+//! request and writes it into the store itself (`Jobs/approvals/`, as its own requests), where
+//! the job's owner lists and answers it as any other. A person's answer is appended (as the
+//! account) to the account's `<queue>-<job>.answers` beside the output, signed with the
+//! manager's Ed25519 key for the job; the step holds the public key only, so an answer the
+//! account (or its agent) writes there itself is never taken.
 
 use super::*;
 use crate::trust::Account;
@@ -25,7 +33,12 @@ const INPUT_END: &str = "AGENTSTORE_RELAY_INPUT";
 pub(in crate::queue) struct Relay {
     pub(super) account: Account,
     pub(super) file: PathBuf,
+    /// Where the manager appends its answers to the job's approval requests.
+    pub(super) answers: PathBuf,
 }
+
+/// The most of a relay file read at one poll for new approval requests.
+pub(super) const ASKS_CHUNK: u64 = 4 << 20;
 
 impl Relay {
     /// The relay of job `id` of `queue` run as the account `login`.
@@ -38,6 +51,7 @@ impl Relay {
         };
         Ok(Relay {
             file: dir.join(format!("{queue}-{id}.out")),
+            answers: dir.join(format!("{queue}-{id}.answers")),
             account,
         })
     }
@@ -118,16 +132,89 @@ impl Relay {
         }
         crate::model::relay::end_of(&out.stdout).map(<[u8]>::to_vec)
     }
+
+    /// What the step wrote from byte `offset` of its file on (at most [`ASKS_CHUNK`]), read
+    /// as the account (`None`: not readable, or not yet there).
+    pub(super) async fn read_from(&self, offset: u64) -> Option<Vec<u8>> {
+        use tokio::io::AsyncReadExt;
+        let mut cmd = self.command("tail");
+        cmd.arg("-c")
+            .arg(format!("+{}", offset.saturating_add(1)))
+            .arg("--")
+            .arg(&self.file)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().ok()?;
+        let mut out = Vec::new();
+        let mut stdout = child.stdout.take()?.take(ASKS_CHUNK);
+        let read = stdout.read_to_end(&mut out);
+        tokio::time::timeout(COMMAND_TIMEOUT, read)
+            .await
+            .ok()?
+            .ok()?;
+        // Whatever is left unread is for the next poll.
+        let _ = child.start_kill();
+        let _ = child.wait().await;
+        Some(out)
+    }
+
+    /// Appends `answer` (signed for the relay) to the job's answers file, as the account.
+    pub(in crate::queue) async fn deliver(
+        &self,
+        answer: &crate::model::approval::ApprovalAnswer,
+    ) -> Result<(), String> {
+        let mut line = serde_json::to_vec(answer).map_err(|e| e.to_string())?;
+        line.push(b'\n');
+        let mut cmd = self.command("sh");
+        cmd.arg("-c")
+            .arg("umask 077 && cat >>\"$0\"")
+            .arg(&self.answers)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        let run = async {
+            use tokio::io::AsyncWriteExt;
+            let mut child = cmd.spawn()?;
+            if let Some(mut stdin) = child.stdin.take() {
+                stdin.write_all(&line).await?;
+            }
+            child.wait_with_output().await
+        };
+        let out = tokio::time::timeout(COMMAND_TIMEOUT, run)
+            .await
+            .map_err(|_| "timed out".to_string())?
+            .map_err(|e| e.to_string())?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "appending to {} as {}: {}",
+                self.answers.display(),
+                self.account.name,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    }
 }
 
-/// The batch script of a relay job: `agent-worker --relay` with the job and the queue's
-/// settings on its standard input.
-pub(super) fn script(command: &[String], job: &Job, config: &crate::model::QueueConfig) -> String {
+/// The batch script of a relay job: `agent-worker --relay` with the job, the queue's
+/// settings and the approvals' [`Handover`](crate::model::relay::Handover) on its standard
+/// input.
+pub(super) fn script(
+    command: &[String],
+    job: &Job,
+    config: &crate::model::QueueConfig,
+    handover: &crate::model::relay::Handover,
+) -> String {
     let cmd: Vec<String> = command.iter().map(|s| shell_quote(s)).collect();
     let job = serde_json::to_string(job).unwrap_or_default();
     let config = serde_json::to_string(config).unwrap_or_default();
+    let handover = serde_json::to_string(handover).unwrap_or_default();
     format!(
-        "#!/bin/sh\nexec {} <<'{INPUT_END}'\n{job}\n{config}\n{INPUT_END}\n",
+        "#!/bin/sh\nexec {} <<'{INPUT_END}'\n{job}\n{config}\n{handover}\n{INPUT_END}\n",
         cmd.join(" ")
     )
 }

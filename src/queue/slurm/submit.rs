@@ -87,6 +87,7 @@ impl Manager {
             Vec<String>,
             std::path::PathBuf,
             Vec<(String, String)>,
+            Option<String>,
         );
         let jobs: Vec<Sub> = subs
             .into_iter()
@@ -101,28 +102,37 @@ impl Manager {
                         self.approval_key(&s.id),
                     ));
                 }
-                (s, line, marker, env)
+                // A relay step gets the public half of the key its answers are signed with.
+                let public_key = s.relay.as_ref().and_then(|_| {
+                    crate::model::approval::relay_public_key(&self.approval_key(&s.id))
+                });
+                (s, line, marker, env, public_key)
             })
             .collect();
         let worker = self.cfg.worker.display().to_string();
         let config = self.config.clone();
-        let mut answers =
-            futures_util::stream::iter(jobs.into_iter().map(|(s, line, marker, env)| {
+        let mut answers = futures_util::stream::iter(jobs.into_iter().map(
+            |(s, line, marker, env, public_key)| {
                 let (worker, config) = (worker.clone(), config.clone());
                 handling(marker.clone(), async move {
                     let r = match &s.relay {
                         Some(relay) => {
                             let mut command = vec![worker, "--relay".to_string()];
                             command.extend(s.args.iter().cloned());
-                            let script = relay::script(&command, &s.job, &config);
+                            let handover = crate::model::relay::Handover {
+                                answers: relay.answers.clone(),
+                                public_key: public_key.unwrap_or_default(),
+                            };
+                            let script = relay::script(&command, &s.job, &config, &handover);
                             relay.sbatch(&line, &env, script).await
                         }
                         None => run("sbatch", &line, &env).await,
                     };
                     (s, r, marker)
                 })
-            }))
-            .buffer_unordered(SBATCH_PARALLEL);
+            },
+        ))
+        .buffer_unordered(SBATCH_PARALLEL);
         while let Some((s, answer, marker)) = answers.next().await {
             self.note_transient(&answer);
             handling(marker, self.submitted(s, answer)).await;
@@ -538,6 +548,8 @@ impl Manager {
                 end: None,
                 ended_at: None,
                 relay: relay.clone(),
+                asks_read: 0,
+                asked: Vec::new(),
             },
         );
         if relay.is_some() {

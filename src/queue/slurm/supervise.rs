@@ -30,6 +30,8 @@ impl Manager {
                 end: None,
                 ended_at: None,
                 relay,
+                asks_read: 0,
+                asked: Vec::new(),
             },
         );
         self.slurm.poll_at = Some(Instant::now());
@@ -71,7 +73,8 @@ impl Manager {
             if self.store.job_path(&q, JobStatus::Running, &id).is_file() {
                 continue;
             }
-            if self.slurm.jobs.remove(&id).is_some() {
+            if let Some(t) = self.slurm.jobs.remove(&id) {
+                self.forget_asks(&t);
                 self.settle(&id, None).await;
             }
         }
@@ -210,6 +213,7 @@ impl Manager {
             self.slurm.poll_at = self.slurm.poll_at.map(|at| at.min(soon));
         }
         self.slurm_release(&release).await;
+        self.relay_asks().await;
         for id in over {
             tracing::warn!(job_id = %id, queue = %q, "job timed out; scancel");
             if let Err(e) = self.slurm_cancel(&id, EndCause::Timeout).await {
@@ -220,6 +224,7 @@ impl Manager {
             let Some(t) = self.slurm.jobs.remove(&id) else {
                 continue;
             };
+            self.forget_asks(&t);
             match slurm_job {
                 None => self.settle(&id, None).await,
                 Some(j) => self.slurm_settle(&id, t, j).await,
