@@ -385,6 +385,22 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn request_ids_are_the_jobs_own() {
+        let ok = "j1-a2-0123456789abcdef01234567";
+        assert!(is_request_id_of("j1", ok));
+        for bad in [
+            "j2-a2-0123456789abcdef01234567",
+            "j1-a-0123456789abcdef01234567",
+            "j1-a2-0123456789abcdef0123456",
+            "j1-a2-0123456789abcdef0123456z",
+            "j1-a2-0123456789abcdef01234567/../x",
+            "j1-ax-0123456789abcdef01234567",
+        ] {
+            assert!(!is_request_id_of("j1", bad), "{bad}");
+        }
+    }
+
+    #[test]
     fn relay_answers_verify_only_with_the_managers_public_key() {
         let key = new_approval_key();
         let public = relay_public_key(&key).unwrap();
