@@ -25,7 +25,7 @@ pub use command::{Command, CommandKind, UnknownCommand};
 pub use flow::{RetryOn, RetryPolicy};
 pub use job::{
     Job, JobConfig, JobRuntime, JobStatus, JobType, RESEARCH_DOCUMENT_KEY, VENVMAN_KEY,
-    permission_widening_arg, permission_widening_arg_for, result_text,
+    WORKER_EXIT_STORE_FULL, permission_widening_arg, permission_widening_arg_for, result_text,
 };
 pub use message::{Message, MessageSource, MessageStatus};
 pub use mode::{MODE_ENV, system_mode};

@@ -48,7 +48,7 @@ const KILL_GRACE: Duration = Duration::from_secs(5);
 pub const WORKER_DIED: &str = "Worker harness process died";
 
 /// A worker that ended, as its exit watcher reports it: the job, and whether the worker
-/// said (by its exit status, [`crate::worker::EXIT_STORE_FULL`]) that the store was full.
+/// said (by its exit status, [`crate::model::WORKER_EXIT_STORE_FULL`]) that the store was full.
 #[derive(Debug)]
 pub(crate) struct WorkerExit {
     id: String,
@@ -60,7 +60,7 @@ impl WorkerExit {
     fn of(id: String, code: Option<i32>) -> WorkerExit {
         WorkerExit {
             id,
-            store_full: code == Some(i32::from(crate::worker::EXIT_STORE_FULL)),
+            store_full: code == Some(i32::from(crate::model::WORKER_EXIT_STORE_FULL)),
         }
     }
 }

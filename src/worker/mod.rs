@@ -2,10 +2,8 @@
 //! runs it (`noop`, `claude`, `agent`), records what happened and moves the file to
 //! `finished_jobs/` or `failed_jobs/`. While it runs, only this process writes the job file.
 
-/// `agent-worker`'s exit status when it failed because the store was full (ENOSPC,
-/// EDQUOT): the queue manager then records the disk error as the job's, even if there is
-/// room again by the time it looks (any other failure exits 2).
-pub const EXIT_STORE_FULL: u8 = 3;
+/// `agent-worker`'s exit status when it failed because the store was full.
+pub use crate::model::WORKER_EXIT_STORE_FULL as EXIT_STORE_FULL;
 
 /// True when `e`'s chain holds an I/O error of a full disk (ENOSPC, EDQUOT).
 pub fn is_store_full(e: &anyhow::Error) -> bool {
