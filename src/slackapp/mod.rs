@@ -8,7 +8,10 @@
 //!   notices carry ([`crate::notify::sinks::slack`]): answered through `Queue1.AnswerFor`, the
 //!   path the web uses, for the agentstore user the clicking Slack member maps to, then the
 //!   message is updated with who answered ([`actions`]);
-//! - `slash_commands`: `/agentstore status|approve|deny …` ([`commands`]).
+//! - `slash_commands`: `/agentstore status|approve|deny …` ([`commands`]), and the job
+//!   commands `research-code`, `create-prd`, `list-jobs`, `view-job` asked of orchestratord
+//!   for the mapped user ([`jobs`]): a job asked for is answered in a thread of the member's
+//!   direct messages with the app, its result posted there when it ends.
 //!
 //! Who answers: the Slack member id of the click (Slack's word, over our authenticated socket)
 //! must be the `slack_username` of exactly one user document — a mapping the user sets, never
@@ -21,6 +24,7 @@
 
 pub mod actions;
 pub mod commands;
+pub mod jobs;
 pub mod socket;
 
 use crate::model::User;
@@ -140,19 +144,25 @@ impl SlackApp {
 
 /// A D-Bus error as the words a person reads (the queue manager's own message).
 pub fn bus_error_text(queue: &str, e: &zbus::Error) -> String {
+    bus_error_words(e, &format!("no queue manager serves queue {queue:?}"))
+}
+
+/// A D-Bus error as the words a person reads: the daemon's own message, or `absent` when
+/// nothing owns the name called.
+pub fn bus_error_words(e: &zbus::Error, absent: &str) -> String {
     match e {
         zbus::Error::MethodError(name, msg, _) => {
             let name = name.as_str();
             if name == "org.freedesktop.DBus.Error.ServiceUnknown"
                 || name == "org.freedesktop.DBus.Error.NameHasNoOwner"
             {
-                return format!("no queue manager serves queue {queue:?}");
+                return absent.to_string();
             }
             msg.clone().unwrap_or_else(|| name.to_string())
         }
         zbus::Error::FDO(f) => match &**f {
             zbus::fdo::Error::ServiceUnknown(_) | zbus::fdo::Error::NameHasNoOwner(_) => {
-                format!("no queue manager serves queue {queue:?}")
+                absent.to_string()
             }
             other => other.to_string(),
         },
