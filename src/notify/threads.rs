@@ -101,8 +101,14 @@ pub fn recorded(store: &Store) -> HashSet<String> {
     entries
         .into_iter()
         .filter(|e| e.kind == safe::EntryKind::File)
-        .filter_map(|e| e.name.to_str()?.strip_suffix(".json").map(str::to_string))
-        .filter(|id| is_safe_id(id) && !crate::store::is_ignored(id))
+        .filter_map(|e| {
+            let name = e.name.to_str()?;
+            if crate::store::is_ignored(name) {
+                return None;
+            }
+            name.strip_suffix(".json").map(str::to_string)
+        })
+        .filter(|id| is_safe_id(id))
         .collect()
 }
 
@@ -145,7 +151,10 @@ pub fn thread_of_job(
         .into_iter()
         .find_map(|s| {
             store
-                .read_doc::<Job>(crate::model::DocKind::Job, &store.job_path(queue, s, job_id))
+                .read_doc::<Job>(
+                    crate::model::DocKind::Job,
+                    &store.job_path(queue, s, job_id),
+                )
                 .ok()
         })?;
     let cid = job.config.correlation_id.as_deref()?;
@@ -181,6 +190,27 @@ pub fn reply_for(job_id: &str, job: &Job, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn recorded_threads_are_found_by_their_file_names() {
+        let d = tempfile::tempdir().unwrap();
+        let (store, _) = Store::init(&d.path().join("S")).unwrap();
+        let t = SlackThread {
+            correlation_id: "c-1".into(),
+            user: "alice".into(),
+            member: "UALICE".into(),
+            channel: "DALICE".into(),
+            ts: "1700000000.000001".into(),
+            created: Timestamp::now(),
+        };
+        save(&store, &t).unwrap();
+        assert!(save(&store, &t).is_err(), "a record is written once");
+        std::fs::write(dir(&store).join(".c-2.json"), "{}").unwrap();
+        assert_eq!(recorded(&store), HashSet::from(["c-1".to_string()]));
+        assert_eq!(load(&store, "c-1"), Some(t));
+        forget(&store, "c-1");
+        assert!(recorded(&store).is_empty());
+    }
 
     #[test]
     fn ids_and_timestamps_are_checked() {

@@ -135,8 +135,5 @@ fn escape(s: &str) -> String {
         Some(i) => s.split_at(i),
         None => (s, ""),
     };
-    format!(
-        "{}{mention}",
-        crate::notify::sinks::slack::escape(body)
-    )
+    format!("{}{mention}", crate::notify::sinks::slack::escape(body))
 }

@@ -76,12 +76,13 @@ pub async fn handle(app: &SlackApp, p: &Value) -> Reply {
         [] | ["help"] => usage().into(),
         ["status"] => status(app, &user).into(),
         ["list-jobs"] => list_later(member, user.id, None),
-        ["list-jobs", s @ ("queued" | "running" | "finished" | "failed")] => {
-            list_later(member, user.id, Some(s.to_string()))
+        [
+            "list-jobs",
+            s @ ("queued" | "running" | "finished" | "failed"),
+        ] => list_later(member, user.id, Some(s.to_string())),
+        ["list-jobs", ..] => {
+            Reply::Now("Refused: `/agentstore list-jobs [queued|running|finished|failed]`.".into())
         }
-        ["list-jobs", ..] => Reply::Now(
-            "Refused: `/agentstore list-jobs [queued|running|finished|failed]`.".into(),
-        ),
         ["view-job", job] => Reply::Later(
             format!(
                 "Looking up job {}; the answer comes in your direct messages with the agentstore app.",

@@ -356,7 +356,9 @@ async fn list(app: &SlackApp, user: &str, status: Option<&str>) -> String {
         async move {
             tokio::time::timeout(ANSWER_WITHIN, proxy.list_jobs(filter, offset, LIST_ROWS))
                 .await
-                .unwrap_or_else(|_| Err(zbus::Error::Failure("orchestratord did not answer".into())))
+                .unwrap_or_else(|_| {
+                    Err(zbus::Error::Failure("orchestratord did not answer".into()))
+                })
         }
     };
     let mut got = page(0).await;
@@ -451,7 +453,10 @@ async fn view(app: &SlackApp, user: &str, job: &str) -> String {
         out.push_str(&format!("\nError: {}", clip(e, 800)));
     }
     if r.output.is_some() {
-        out.push_str(&format!("\nResult: {}", clip(doc.result_text().trim(), 1500)));
+        out.push_str(&format!(
+            "\nResult: {}",
+            clip(doc.result_text().trim(), 1500)
+        ));
     }
     out
 }
