@@ -490,7 +490,7 @@ fn a_path_in_the_way_or_a_dirty_base_fails_the_task_naming_it() {
         .map(|n| n["title"].as_str().unwrap().to_string())
         .filter(|t| t.starts_with("PRD prd-y:"))
         .collect();
-    assert_eq!(all, [at_a.clone()], "one notice, at A");
+    assert_eq!(all, [at_a], "one notice, at A");
     assert_eq!(
         std::fs::read_to_string(gitdir.join("keep")).unwrap(),
         "mine",

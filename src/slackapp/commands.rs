@@ -53,13 +53,16 @@ pub async fn handle(app: &SlackApp, p: &Value) -> Reply {
         ));
     }
     let words: Vec<&str> = text.split_whitespace().collect();
+    // The commands of agentstore's own set, by the typed name (one home for the names).
+    let (first, rest) = words.split_first().map_or(("", &[][..]), |(f, r)| (*f, r));
+    let command = Command::parse(first);
     // A job asked for: who asks (the mapping, PRD §10) is answered in its thread.
-    if let [name @ ("research-code" | "create-prd"), rest @ ..] = words.as_slice() {
-        let command = Command::parse(name).unwrap_or(Command::ResearchCode);
-        return match jobs::parse_ask(member, command, rest) {
+    if let Some(c @ (Command::ResearchCode | Command::CreatePrd)) = command {
+        return match jobs::parse_ask(member, c, rest) {
             Ok(ask) => Reply::Later(
                 format!(
-                    "Asked: {name} in project {}. The answer comes in a thread of your direct messages with the agentstore app.",
+                    "Asked: {} in project {}. The answer comes in a thread of your direct messages with the agentstore app.",
+                    c.name(),
                     ask.project
                 ),
                 Deferred::Job(ask),
@@ -72,31 +75,43 @@ pub async fn handle(app: &SlackApp, p: &Value) -> Reply {
         Err(why) => return Reply::Now(why),
     };
     let member = member.to_string();
+    match command {
+        Some(Command::ListJobs) => {
+            return match rest {
+                [] => list_later(member, user.id, None),
+                [s] if JobStatus::from_name(s).is_some() => {
+                    list_later(member, user.id, Some(s.to_string()))
+                }
+                _ => Reply::Now(format!(
+                    "Refused: `/agentstore {} [queued|running|finished|failed]`.",
+                    Command::ListJobs.name()
+                )),
+            };
+        }
+        Some(Command::ViewJob) => {
+            return match rest {
+                [job] => Reply::Later(
+                    format!(
+                        "Looking up job {}; the answer comes in your direct messages with the agentstore app.",
+                        crate::store::notices::clip(job, 80)
+                    ),
+                    Deferred::View {
+                        member,
+                        user: user.id,
+                        job: job.to_string(),
+                    },
+                ),
+                _ => Reply::Now(format!(
+                    "Refused: name one job: `/agentstore {} <job>`.",
+                    Command::ViewJob.name()
+                )),
+            };
+        }
+        _ => {}
+    }
     match words.as_slice() {
         [] | ["help"] => usage().into(),
         ["status"] => status(app, &user).into(),
-        ["list-jobs"] => list_later(member, user.id, None),
-        [
-            "list-jobs",
-            s @ ("queued" | "running" | "finished" | "failed"),
-        ] => list_later(member, user.id, Some(s.to_string())),
-        ["list-jobs", ..] => {
-            Reply::Now("Refused: `/agentstore list-jobs [queued|running|finished|failed]`.".into())
-        }
-        ["view-job", job] => Reply::Later(
-            format!(
-                "Looking up job {}; the answer comes in your direct messages with the agentstore app.",
-                crate::store::notices::clip(job, 80)
-            ),
-            Deferred::View {
-                member,
-                user: user.id,
-                job: job.to_string(),
-            },
-        ),
-        ["view-job", ..] => {
-            Reply::Now("Refused: name one job: `/agentstore view-job <job>`.".into())
-        }
         [verb @ ("approve" | "deny"), queue, request, reason @ ..] => {
             let allow = *verb == "approve";
             if allow && !reason.is_empty() {
