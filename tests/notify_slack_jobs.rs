@@ -393,3 +393,75 @@ fn a_slash_command_queues_a_job_as_the_mapped_user_and_its_thread_gets_the_resul
         "a token in the log"
     );
 }
+
+#[test]
+fn a_replayed_envelope_is_refused_after_the_notifier_restarts() {
+    if !crate::common::bus::have("dbus-daemon") {
+        skip("Slack replay memory", "dbus-daemon is not installed");
+        return;
+    }
+    let env = TestEnv::initialised();
+    env.ok(&["set-user", "chenry", "--slack-username", "UCHENRY"]);
+    let chat = FakeChat::start(BOT, "unused");
+    chat.enable_socket_mode(APP);
+    let xdg = env.dir.path().join("xdg");
+    std::fs::create_dir_all(xdg.join("agentstore")).unwrap();
+    std::fs::write(
+        xdg.join("agentstore/config.yaml"),
+        format!(
+            "notify:\n  poll_interval_ms: 200\n  slack:\n    api_url: {}/api\n    bot_token: {BOT}\n    app_token: {APP}\n",
+            chat.base
+        ),
+    )
+    .unwrap();
+    let bus = PrivateBus::start();
+    let notifier = || {
+        KillOnDrop(
+            Command::new(env!("CARGO_BIN_EXE_agentstore-notify"))
+                .arg("--root")
+                .arg(&env.root)
+                .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
+                .env("HOME", &env.home)
+                .env("XDG_CONFIG_HOME", &xdg)
+                .env("RUST_LOG", "warn")
+                .env_remove("AGENTSTORE_MODE")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let ack = |id: &str, n: usize| -> String {
+        wait_until(LIMIT, &format!("ack #{n} of {id}"), || {
+            chat.acks_of(id) >= n
+        });
+        chat.wait_ack(id)["payload"]["text"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    };
+    let first = notifier();
+    chat.wait_connections(1);
+    chat.socket_send(&slash("r-1", "UCHENRY", "DCHENRY", "status"));
+    let t = ack("r-1", 1);
+    assert!(t.contains("no approval waits"), "{t}");
+    // Slack sends it again while the same process runs: refused.
+    chat.socket_send(&slash("r-1", "UCHENRY", "DCHENRY", "status"));
+    assert!(ack("r-1", 2).contains("already handled"));
+    // kill -9, and a new notifier: the replay is still refused, a new envelope answered.
+    drop(first);
+    let _second = notifier();
+    chat.wait_connections(2);
+    chat.socket_send(&slash("r-1", "UCHENRY", "DCHENRY", "status"));
+    let t = ack("r-1", 3);
+    assert!(t.contains("already handled"), "after a restart: {t}");
+    chat.socket_send(&slash("r-2", "UCHENRY", "DCHENRY", "status"));
+    let t = ack("r-2", 1);
+    assert!(t.contains("no approval waits"), "{t}");
+    let kept = std::fs::read_dir(env.root.join("logs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with("slack-envelopes@"))
+        .count();
+    assert_eq!(kept, 1, "one file, this machine's");
+}

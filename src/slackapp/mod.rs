@@ -19,24 +19,23 @@
 //! for the rule). What is answered: the queue and request are read from Slack's own copy of
 //! the message the button is on (its metadata, written by our bot), and the button's value
 //! must name the same. Refused, with a reply only the clicker sees and never an answer: an
-//! unmapped or ambiguous member, a member whose user may not answer, a replayed envelope, an
+//! unmapped or ambiguous member, a member whose user may not answer, a replayed envelope (also
+//! after a restart: [`replay`]), an
 //! action on a request already answered, a button that does not belong to its message.
 
 pub mod actions;
 pub mod commands;
 pub mod jobs;
+pub mod replay;
 pub mod socket;
 
 use crate::model::User;
 use crate::notify::sinks::slack_api::SlackApi;
 use crate::store::Store;
 use crate::store::notify_config::SlackSink;
-use std::collections::{HashSet, VecDeque};
+use std::collections::HashSet;
 use std::sync::Mutex;
 use std::time::Duration;
-
-/// How many envelope ids are remembered to refuse a replay.
-const SEEN_ENVELOPES: usize = 10_000;
 
 /// The app: its two tokens, the store, the bus it answers on.
 pub struct SlackApp {
@@ -48,7 +47,7 @@ pub struct SlackApp {
     pub store: Store,
     /// The bus the queue managers are on.
     pub conn: zbus::Connection,
-    seen: Mutex<(HashSet<String>, VecDeque<String>)>,
+    seen: Mutex<replay::Seen>,
     answered: Mutex<HashSet<(String, String)>>,
 }
 
@@ -81,27 +80,20 @@ impl SlackApp {
         Ok(Some(SlackApp {
             bot: SlackApi::new("slack", &cfg.api_url, bot_token, http.clone())?,
             app: SlackApi::new("slack app", &cfg.api_url, app_token, http)?,
+            seen: Mutex::new(replay::Seen::load(&store)),
             store,
             conn,
-            seen: Mutex::new((HashSet::new(), VecDeque::new())),
             answered: Mutex::new(HashSet::new()),
         }))
     }
 
-    /// Records envelope `id`; false when it was seen before (a replay).
+    /// Records envelope `id`; false when it was seen before (a replay), also before a
+    /// restart ([`replay`]).
     pub fn first_sight(&self, id: &str) -> bool {
-        let mut g = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        let (set, order) = &mut *g;
-        if !set.insert(id.to_string()) {
-            return false;
-        }
-        order.push_back(id.to_string());
-        while order.len() > SEEN_ENVELOPES {
-            if let Some(old) = order.pop_front() {
-                set.remove(&old);
-            }
-        }
-        true
+        self.seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .first_sight(id)
     }
 
     /// Whether the message (`channel`, `ts`) was answered through this app.
