@@ -311,6 +311,27 @@ fn a_slash_command_queues_a_job_as_the_mapped_user_and_its_thread_gets_the_resul
             .is_file()
     );
 
+    // A job that fails: its error, in its own thread.
+    command(
+        "UALICE",
+        "research-code Mine --jobtype claude why is it slow",
+    );
+    let (root_f, _) = wait_top(
+        &chat,
+        "DALICE",
+        "research-code in project Mine asked by <@UALICE>: why",
+    );
+    let f_job = queued_id(&wait_reply(&chat, "DALICE", &root_f, "Queued as job"));
+    let failed = wait_reply(&chat, "DALICE", &root_f, &format!("Job {f_job} failed"));
+    let err = job_doc(&env, &q, &f_job).unwrap()["runtime"]["error"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        failed.contains(&format!("Error: {}", &err[..err.len().min(60)])),
+        "{failed} / {err}"
+    );
+
     // An unmapped member, whose user_name claims alice's: refused in the thread, no job.
     let mut forged = slash(
         "c-forged",
@@ -329,7 +350,7 @@ fn a_slash_command_queues_a_job_as_the_mapped_user_and_its_thread_gets_the_resul
     let (bob_root, _) = wait_top(&chat, "DBOB", "research-code in project Mine");
     let r = wait_reply(&chat, "DBOB", &bob_root, "Refused for bob");
     assert!(r.contains("project Mine belongs to alice"), "{r}");
-    assert_eq!(job_files(&env).len(), jobs_before + 1, "only alice's job");
+    assert_eq!(job_files(&env).len(), jobs_before + 2, "only alice's jobs");
     // bob's own project: his job, in his thread.
     command("UBOB", "research-code Theirs --jobtype noop his question");
     let (bob_root2, _) = wait_top(&chat, "DBOB", "research-code in project Theirs");

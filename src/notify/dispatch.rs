@@ -143,10 +143,11 @@ impl Dispatcher {
         self.paused.retain(|_, until| *until > now);
         let mut blocked: HashSet<String> = self.paused.keys().cloned().collect();
         let give_up = self.cfg.retry.give_up_after_secs;
-        let threads = super::threads::recorded(&self.store);
+        // Read once per pass, and only when a job's end is pending.
+        let mut threads: Option<HashSet<String>> = None;
         for notice in self.pending() {
             let mut targets = route::targets(&notice, &users, &self.cfg);
-            self.thread_target(&notice, &users, &threads, &mut targets);
+            self.thread_target(&notice, &users, &mut threads, &mut targets);
             let mut complete = true;
             for t in targets {
                 let part = if t.thread.is_some() {
@@ -241,7 +242,7 @@ impl Dispatcher {
         &self,
         notice: &Notice,
         users: &[User],
-        threads: &HashSet<String>,
+        threads: &mut Option<HashSet<String>>,
         targets: &mut Vec<route::Target>,
     ) {
         if !matches!(notice.kind, NoticeKind::JobFinished | NoticeKind::JobFailed) {
@@ -250,6 +251,7 @@ impl Dispatcher {
         let (Some(q), Some(j), Some(u)) = (&notice.queue, &notice.job_id, &notice.user) else {
             return;
         };
+        let threads = threads.get_or_insert_with(|| super::threads::recorded(&self.store));
         let Some((t, job)) = super::threads::thread_of_job(&self.store, threads, q, j, u) else {
             return;
         };

@@ -19,9 +19,9 @@
 //! for the rule). What is answered: the queue and request are read from Slack's own copy of
 //! the message the button is on (its metadata, written by our bot), and the button's value
 //! must name the same. Refused, with a reply only the clicker sees and never an answer: an
-//! unmapped or ambiguous member, a member whose user may not answer, a replayed envelope (also
-//! after a restart: [`replay`]), an
-//! action on a request already answered, a button that does not belong to its message.
+//! unmapped or ambiguous member, a member whose user may not answer, a replayed envelope
+//! (also after a restart: [`replay`]), an action on a request already answered, a button
+//! that does not belong to its message.
 
 pub mod actions;
 pub mod commands;
