@@ -72,7 +72,7 @@ impl Seen {
         if bad > 0 {
             tracing::warn!("{}: {bad} lines are not envelopes; skipped", path.display());
         }
-        read.sort_by(|a, b| a.at.cmp(&b.at));
+        read.sort_by_key(|a| a.at);
         let mut seen = Seen::in_memory();
         for l in read.into_iter().rev().take(REMEMBERED).rev() {
             seen.remember(l.envelope);
