@@ -15,6 +15,7 @@ use crate::common::TestEnv;
 use crate::common::bus::{KillOnDrop, PrivateBus, skip, wait_for_name, wait_until};
 use crate::fake_chat::FakeChat;
 use crate::fake_slack_socket::slash;
+use agentstore::store::Store;
 use serde_json::{Value, json};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -485,4 +486,134 @@ fn a_replayed_envelope_is_refused_after_the_notifier_restarts() {
         .filter(|n| n.starts_with("slack-envelopes@"))
         .count();
     assert_eq!(kept, 1, "one file, this machine's");
+}
+
+/// A thread reply an attempt may have posted before a kill (`begin` without an end in the
+/// ledger) is looked for among the thread's replies: posted again only when it is not there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncertain_thread_reply_is_looked_up_before_it_is_posted_again() {
+    use agentstore::notify::ledger::{Entry, Ledger, Step};
+    use agentstore::notify::threads::{SlackThread, save};
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("AgentStore");
+    let (store, _) = agentstore::store::Store::init(&root).unwrap();
+    std::fs::write(
+        store.user_path("alice"),
+        json!({"id": "alice", "name": "alice", "email": "a@x", "permissions": "user",
+               "slack_username": "UALICE",
+               "notify": {"sinks": ["slack"], "events": ["job_finished"]}})
+        .to_string(),
+    )
+    .unwrap();
+    let chat = FakeChat::start(BOT, "unused");
+    let cfg = agentstore::store::Config::parse(
+        &format!(
+            "notify:\n  slack:\n    api_url: {}/api\n    bot_token: {BOT}\n",
+            chat.base
+        ),
+        "test",
+    )
+    .unwrap()
+    .notify;
+    let mut ledger = Ledger::load(&store);
+    let mut notices = Vec::new();
+    for (i, already) in [(1, true), (2, false)] {
+        let (job, cid, ts) = (
+            format!("j{i}"),
+            format!("c{i}"),
+            format!("1700000000.00000{i}"),
+        );
+        // The thread's first message, and the job that ended.
+        chat.with(|s| {
+            s.slack.push(crate::fake_chat::SlackMessage {
+                channel: "DALICE".into(),
+                text: "research-code in project P asked by <@UALICE>".into(),
+                metadata: Value::Null,
+                ts: ts.clone(),
+                blocks: Value::Null,
+                updates: Vec::new(),
+                thread_ts: None,
+            })
+        });
+        let mut doc: Value =
+            serde_json::from_str(&crate::common::noop_job("2026-01-01T00:00:00Z")).unwrap();
+        doc["config"]["user"] = json!("alice");
+        doc["config"]["correlation_id"] = json!(cid);
+        doc["runtime"]["status"] = json!("finished");
+        doc["runtime"]["output"] = json!(format!("answer {i}"));
+        let path = store.job_path("q1", agentstore::model::JobStatus::Finished, &job);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, doc.to_string()).unwrap();
+        save(
+            &store,
+            &SlackThread {
+                correlation_id: cid,
+                user: "alice".into(),
+                member: "UALICE".into(),
+                channel: "DALICE".into(),
+                ts: ts.clone(),
+                created: agentstore::model::Timestamp::now(),
+            },
+        )
+        .unwrap();
+        store.notice_job_ended("q1", &job);
+        let notice = agentstore::store::notices::Notice::id_for(
+            agentstore::store::notices::NoticeKind::JobFinished,
+            &format!("q1/{job}"),
+            Some("alice"),
+        );
+        let key = agentstore::notify::Delivery::key_for(
+            &notice,
+            Some("alice"),
+            agentstore::notify::SLACK_THREAD,
+        );
+        // An attempt began and was cut short; for j1 its reply reached Slack.
+        ledger
+            .record(Entry {
+                at: agentstore::model::Timestamp::now(),
+                key: key.clone(),
+                step: Step::Begin,
+                kind: "job_finished".into(),
+                title: String::new(),
+                error: None,
+                host: String::new(),
+            })
+            .unwrap();
+        if already {
+            chat.with(|s| {
+                s.slack.push(crate::fake_chat::SlackMessage {
+                    channel: "DALICE".into(),
+                    text: format!("Job {job} finished"),
+                    metadata: json!({"event_type": "agentstore_notice",
+                                     "event_payload": {"delivery": key, "kind": "job_finished"}}),
+                    ts: "1700000001.000001".into(),
+                    blocks: Value::Null,
+                    updates: Vec::new(),
+                    thread_ts: Some(ts.clone()),
+                })
+            });
+        }
+        notices.push((job, ts));
+    }
+    let mut d = agentstore::notify::dispatch::Dispatcher::new(Store::open(&root).unwrap(), cfg);
+    let r = d.pass().await;
+    assert_eq!((r.sent, r.dead, r.failed), (2, 0, 0), "{r:?}");
+    assert_eq!(chat.with(|s| s.replies_calls), 2, "both looked up");
+    for (job, ts) in &notices {
+        let ends: Vec<String> = replies(&chat, "DALICE", ts)
+            .into_iter()
+            .filter(|t| t.contains(&format!("Job {job} finished")))
+            .collect();
+        assert_eq!(ends.len(), 1, "{job}: once in its thread: {ends:?}");
+    }
+    assert!(
+        replies(&chat, "DALICE", &notices[1].1)[0].contains("answer 2"),
+        "the result"
+    );
+    assert_eq!(
+        top_level(&chat, "DALICE").len(),
+        2,
+        "no direct message of its own"
+    );
+    assert_eq!(d.pass().await.sent, 0, "nothing twice");
 }
