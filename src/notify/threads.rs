@@ -93,6 +93,26 @@ pub fn forget(store: &Store, correlation_id: &str) {
     }
 }
 
+/// How long a thread record is kept: a job asked for from Slack that has not ended by then
+/// ends without a reply in its thread (its notices go where its user chose).
+pub const KEEP_SECS: u64 = 30 * 24 * 3600;
+
+/// Removes the records opened more than `keep_secs` ago (by the store's clock claims: one
+/// from beyond the clock skew counts as old), and those that cannot be read. Returns how
+/// many went.
+pub fn prune(store: &Store, keep_secs: u64) -> usize {
+    let now = Timestamp::now();
+    let mut gone = 0;
+    for cid in recorded(store) {
+        let keep =
+            load(store, &cid).is_some_and(|t| t.created.claimed_age(&now) <= keep_secs as f64);
+        if !keep && safe::remove_file(&dir(store).join(format!("{cid}.json"))).is_ok() {
+            gone += 1;
+        }
+    }
+    gone
+}
+
 /// The correlation ids that have a thread (read once per delivery pass).
 pub fn recorded(store: &Store) -> HashSet<String> {
     let Ok(entries) = safe::list_dir(&dir(store)) else {
@@ -207,7 +227,18 @@ mod tests {
         assert!(save(&store, &t).is_err(), "a record is written once");
         std::fs::write(dir(&store).join(".c-2.json"), "{}").unwrap();
         assert_eq!(recorded(&store), HashSet::from(["c-1".to_string()]));
-        assert_eq!(load(&store, "c-1"), Some(t));
+        assert_eq!(load(&store, "c-1"), Some(t.clone()));
+        let mut old = t.clone();
+        old.correlation_id = "c-old".into();
+        old.created = serde_json::from_value(serde_json::json!("2020-01-01T00:00:00Z")).unwrap();
+        save(&store, &old).unwrap();
+        std::fs::write(dir(&store).join("c-bad.json"), "{").unwrap();
+        assert_eq!(
+            prune(&store, KEEP_SECS),
+            2,
+            "the old one and the unreadable one"
+        );
+        assert_eq!(recorded(&store), HashSet::from(["c-1".to_string()]));
         forget(&store, "c-1");
         assert!(recorded(&store).is_empty());
     }

@@ -47,6 +47,11 @@ pub async fn run(app: SlackApp) {
 }
 
 async fn connect_once(app: &Arc<SlackApp>, work: &mut JoinSet<()>) -> Ended {
+    // Each (re)connection, every few hours at most: old thread records go.
+    let gone = crate::notify::threads::prune(&app.store, crate::notify::threads::KEEP_SECS);
+    if gone > 0 {
+        tracing::info!("slack: {gone} old thread record(s) removed");
+    }
     let url = match app.app.call("apps.connections.open", json!({})).await {
         Ok(v) => match v["url"].as_str() {
             Some(u) => u.to_string(),
