@@ -73,6 +73,7 @@ mod machines;
 mod notify;
 mod notify_email;
 mod notify_slack;
+mod notify_slack_jobs;
 mod one_home;
 mod orchestrator_badinput;
 mod orchestrator_m1;

@@ -615,7 +615,9 @@ fn a_failed_job_emits_one_notice_with_its_error_and_cost() {
 }
 
 /// The notices of `kind` the store holds (pending or delivered): for the tests of the
-/// daemons that emit them (machines, task graphs).
+/// daemons that emit them (machines, task graphs). Read as the notifier reads them: a
+/// dot-file is a write in progress (a second emission's temporary copy, linked into place
+/// or removed), not a notice.
 pub fn notices(root: &Path, kind: &str) -> Vec<Value> {
     let mut out = Vec::new();
     for d in ["pending", "delivered"] {
@@ -623,8 +625,16 @@ pub fn notices(root: &Path, kind: &str) -> Vec<Value> {
             continue;
         };
         for e in rd {
-            let v: Value =
-                serde_json::from_str(&std::fs::read_to_string(e.unwrap().path()).unwrap()).unwrap();
+            let e = e.unwrap();
+            let name = e.file_name().into_string().unwrap();
+            if agentstore::store::is_ignored(&name) {
+                continue;
+            }
+            // Gone meanwhile (a temporary copy, or moved to delivered/ by a notifier).
+            let Ok(text) = std::fs::read_to_string(e.path()) else {
+                continue;
+            };
+            let v: Value = serde_json::from_str(&text).unwrap();
             if v["kind"] == kind {
                 out.push(v);
             }

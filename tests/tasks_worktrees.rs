@@ -458,6 +458,39 @@ fn a_path_in_the_way_or_a_dirty_base_fails_the_task_naming_it() {
         err.contains(gitdir.to_str().unwrap()) && err.contains("exists"),
         "{err}"
     );
+    // The owner is told the graph is blocked at A (issue 31), with how to go on.
+    let at_a = format!("PRD prd-y: blocked at task A/{a_job}");
+    let blocked_at_a = || -> Vec<serde_json::Value> {
+        crate::notify::notices(&rig.env().root, "graph_blocked")
+            .into_iter()
+            .filter(|n| n["title"] == at_a.as_str())
+            .collect()
+    };
+    wait_until(LONG, "the graph_blocked notice", || {
+        !blocked_at_a().is_empty()
+    });
+    let blocked = blocked_at_a();
+    assert_eq!(blocked.len(), 1, "{blocked:?}");
+    let body = blocked[0]["body"].as_str().unwrap();
+    assert!(
+        body.contains("retry-task prd-y/A") && body.contains("exists"),
+        "{body}"
+    );
+    // B waited on A and is failed with it: the notice at A is the one that says where the
+    // graph stopped, none is added for B.
+    let b_job = rig.task("prd-y", "B")["jobs"][0]
+        .as_str()
+        .unwrap()
+        .to_string();
+    wait_until(LONG, "B's job failed with A", || {
+        rig.job(&b_job)["runtime"]["status"] == "failed"
+    });
+    let all: Vec<String> = crate::notify::notices(&rig.env().root, "graph_blocked")
+        .iter()
+        .map(|n| n["title"].as_str().unwrap().to_string())
+        .filter(|t| t.starts_with("PRD prd-y:"))
+        .collect();
+    assert_eq!(all, [at_a], "one notice, at A");
     assert_eq!(
         std::fs::read_to_string(gitdir.join("keep")).unwrap(),
         "mine",

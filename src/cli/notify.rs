@@ -227,6 +227,7 @@ fn test(g: &GlobalArgs, out: &mut dyn Write, sink: &str, user: Option<String>) -
         user: Some(user),
         sink: sink.to_string(),
         uncertain: false,
+        thread: None,
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -155,6 +155,25 @@ pub fn next_attempt(
 const RETRY_NAMESPACE: uuid::Uuid =
     uuid::Uuid::from_u128(0x5d2e_91a4_7c3b_4f60_8e1d_2b3c_4d5e_6f70);
 
+/// The error of a job failed because its dependency `dep` failed (the queue manager writes
+/// it; `retry` and the notices recognise a job stopped by another by it).
+pub fn dependency_failed(dep: &str) -> String {
+    format!("dependency {dep} failed")
+}
+
+/// Whether `job` failed only because one of its `after` jobs failed (the notice of the one
+/// that failed first is the one a person needs).
+pub fn stopped_by_dependency(job: &super::Job) -> bool {
+    let Some(error) = job.runtime.error.as_deref() else {
+        return false;
+    };
+    job.config
+        .after
+        .iter()
+        .flatten()
+        .any(|d| error == dependency_failed(d))
+}
+
 /// The id of the job that retries failed job `failed_id`. Derived, so a retry is made at most
 /// once per failed attempt (a restart finds the one it already wrote), and a dependent job can
 /// follow a chain of attempts by id alone.

@@ -34,7 +34,7 @@ pub use project::Project;
 pub use queue::{
     Launcher, Queue, QueueConfig, QueueRuntime, ResourceLimits, SandboxSetting, SlurmConfig,
 };
-pub use task::{Task, TaskRef, TaskStatus};
+pub use task::{TASK_KEY, Task, TaskRef, TaskStatus};
 pub use time::{MAX_CLOCK_SKEW_SECS, Timestamp};
 pub use usage::TokenUsage;
 pub use user::{NotifyPrefs, Permission, QuietHours, User};

@@ -65,7 +65,21 @@ pub struct TaskRef {
     pub task: String,
 }
 
+/// `supporting_data` key of a task job: which task, its branch and the branches it starts
+/// from.
+pub const TASK_KEY: &str = "task";
+
 impl TaskRef {
+    /// The task job `job` works on, from its `supporting_data.task` (`None`: not a task's
+    /// job).
+    pub fn of_job(job: &super::Job) -> Option<TaskRef> {
+        let t = job.config.supporting_data.get(TASK_KEY)?;
+        Some(TaskRef {
+            prd: t.get("prd")?.as_str()?.to_string(),
+            task: t.get("id")?.as_str()?.to_string(),
+        })
+    }
+
     /// `task` (of `own_prd`) or `prd/task`.
     pub fn parse(text: &str, own_prd: &str) -> TaskRef {
         match text.split_once('/') {

@@ -11,7 +11,7 @@
 use super::ledger::{Entry, Ledger, Step};
 use super::{Delivery, Sink, SinkError, route};
 use crate::model::{Timestamp, User};
-use crate::store::notices::Notice;
+use crate::store::notices::{Notice, NoticeKind};
 use crate::store::notify_config::NotifyConfig;
 use crate::store::{Store, move_no_replace, read_limited, safe};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -143,11 +143,19 @@ impl Dispatcher {
         self.paused.retain(|_, until| *until > now);
         let mut blocked: HashSet<String> = self.paused.keys().cloned().collect();
         let give_up = self.cfg.retry.give_up_after_secs;
+        // Read once per pass, and only when a job's end is pending.
+        let mut threads: Option<HashSet<String>> = None;
         for notice in self.pending() {
-            let targets = route::targets(&notice, &users, &self.cfg);
+            let mut targets = route::targets(&notice, &users, &self.cfg);
+            self.thread_target(&notice, &users, &mut threads, &mut targets);
             let mut complete = true;
             for t in targets {
-                let key = Delivery::key_for(&notice.id, Some(&t.user.id), &t.sink);
+                let part = if t.thread.is_some() {
+                    super::SLACK_THREAD
+                } else {
+                    t.sink.as_str()
+                };
+                let key = Delivery::key_for(&notice.id, Some(&t.user.id), part);
                 let state = self.ledger.state(&key);
                 if state.done {
                     continue;
@@ -158,6 +166,7 @@ impl Dispatcher {
                     user: Some(t.user.clone()),
                     sink: t.sink.clone(),
                     uncertain: state.open,
+                    thread: t.thread.clone(),
                 };
                 if !self.sinks.contains_key(&t.sink) {
                     let why = format!(
@@ -223,6 +232,42 @@ impl Dispatcher {
             .map(|u| u.saturating_duration_since(now))
             .min();
         report
+    }
+
+    /// A job asked for with a Slack command ends: its notice is answered in the command's
+    /// thread ([`super::threads`]), for the job's own user, whatever sinks and events they
+    /// chose (it is the answer to what they asked, not a notification), and it replaces
+    /// their direct message at Slack for this notice (one message in Slack, in the thread).
+    fn thread_target(
+        &self,
+        notice: &Notice,
+        users: &[User],
+        threads: &mut Option<HashSet<String>>,
+        targets: &mut Vec<route::Target>,
+    ) {
+        if !matches!(notice.kind, NoticeKind::JobFinished | NoticeKind::JobFailed) {
+            return;
+        }
+        let (Some(q), Some(j), Some(u)) = (&notice.queue, &notice.job_id, &notice.user) else {
+            return;
+        };
+        let threads = threads.get_or_insert_with(|| super::threads::recorded(&self.store));
+        let Some((t, job)) = super::threads::thread_of_job(&self.store, threads, q, j, u) else {
+            return;
+        };
+        let Some(user) = users.iter().find(|x| &x.id == u) else {
+            return;
+        };
+        targets.retain(|x| !(x.user.id == *u && x.sink == "slack"));
+        targets.push(route::Target {
+            user: user.clone(),
+            sink: "slack".into(),
+            quiet_for: None,
+            thread: Some(super::ThreadReply {
+                ts: t.ts,
+                text: super::threads::reply_for(j, &job, super::sinks::slack::MAX_TEXT),
+            }),
+        });
     }
 
     /// Moves a notice whose deliveries are all done to `delivered/`.

@@ -22,6 +22,7 @@ pub mod ledger;
 pub mod route;
 pub mod secrets;
 pub mod sinks;
+pub mod threads;
 
 use crate::model::User;
 use crate::store::notices::Notice;
@@ -42,7 +43,22 @@ pub struct Delivery {
     /// True when an earlier attempt may have reached the sink (a `begin` without an end in
     /// the ledger): the sink checks before sending again, where it can.
     pub uncertain: bool,
+    /// A reply in the Slack thread the job was asked for in ([`threads`]), instead of a
+    /// message of its own.
+    pub thread: Option<ThreadReply>,
 }
+
+/// A delivery as a reply in a Slack thread.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadReply {
+    /// The thread's first message.
+    pub ts: String,
+    /// The reply.
+    pub text: String,
+}
+
+/// The sink-name part of a thread reply's delivery key (the sink itself is `slack`).
+pub const SLACK_THREAD: &str = "slack-thread";
 
 impl Delivery {
     /// The key of `notice` for `user` at `sink`.

@@ -15,6 +15,8 @@ pub struct Target {
     pub sink: String,
     /// Seconds until the user's quiet hours end, when they are on now.
     pub quiet_for: Option<i64>,
+    /// A reply in the Slack thread the job was asked for in (sink `slack`).
+    pub thread: Option<super::ThreadReply>,
 }
 
 /// The sinks `user` chose (or the defaults).
@@ -61,6 +63,7 @@ pub fn targets(notice: &Notice, users: &[User], cfg: &NotifyConfig) -> Vec<Targe
                 user: u.clone(),
                 sink,
                 quiet_for,
+                thread: None,
             });
         }
     }

@@ -80,7 +80,7 @@ pub fn retry_by_hand(store: &Store, who: &Caller, id: &str) -> Result<Vec<Retrie
 /// Failed jobs (any queue) whose error is "dependency `id` failed". Reads the failed
 /// folders' documents: a command run by hand, not a daemon pass.
 fn stopped_by(store: &Store, id: &str) -> Vec<JobLocation> {
-    let want = format!("dependency {id} failed");
+    let want = crate::model::flow::dependency_failed(id);
     let Ok(locs) = store.job_locations(&[JobStatus::Failed]) else {
         return Vec::new();
     };

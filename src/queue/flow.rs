@@ -105,7 +105,7 @@ pub fn dependency_state(
             }
             Some((JobStatus::Failed, _)) if after_any => {}
             Some((JobStatus::Failed, _)) => {
-                return DepState::Failed(format!("dependency {dep} failed"));
+                return DepState::Failed(crate::model::flow::dependency_failed(dep));
             }
             Some((JobStatus::Queued | JobStatus::Running, _)) => waiting = true,
             None if arriving => waiting = true,

@@ -135,9 +135,5 @@ fn escape(s: &str) -> String {
         Some(i) => s.split_at(i),
         None => (s, ""),
     };
-    let esc = body
-        .replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;");
-    format!("{esc}{mention}")
+    format!("{}{mention}", crate::notify::sinks::slack::escape(body))
 }

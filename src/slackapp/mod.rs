@@ -8,7 +8,10 @@
 //!   notices carry ([`crate::notify::sinks::slack`]): answered through `Queue1.AnswerFor`, the
 //!   path the web uses, for the agentstore user the clicking Slack member maps to, then the
 //!   message is updated with who answered ([`actions`]);
-//! - `slash_commands`: `/agentstore status|approve|deny …` ([`commands`]).
+//! - `slash_commands`: `/agentstore status|approve|deny …` ([`commands`]), and the job
+//!   commands `research-code`, `create-prd`, `list-jobs`, `view-job` asked of orchestratord
+//!   for the mapped user ([`jobs`]): a job asked for is answered in a thread of the member's
+//!   direct messages with the app, its result posted there when it ends.
 //!
 //! Who answers: the Slack member id of the click (Slack's word, over our authenticated socket)
 //! must be the `slack_username` of exactly one user document — a mapping the user sets, never
@@ -16,23 +19,23 @@
 //! for the rule). What is answered: the queue and request are read from Slack's own copy of
 //! the message the button is on (its metadata, written by our bot), and the button's value
 //! must name the same. Refused, with a reply only the clicker sees and never an answer: an
-//! unmapped or ambiguous member, a member whose user may not answer, a replayed envelope, an
-//! action on a request already answered, a button that does not belong to its message.
+//! unmapped or ambiguous member, a member whose user may not answer, a replayed envelope
+//! (also after a restart: [`replay`]), an action on a request already answered, a button
+//! that does not belong to its message.
 
 pub mod actions;
 pub mod commands;
+pub mod jobs;
+pub mod replay;
 pub mod socket;
 
 use crate::model::User;
 use crate::notify::sinks::slack_api::SlackApi;
 use crate::store::Store;
 use crate::store::notify_config::SlackSink;
-use std::collections::{HashSet, VecDeque};
+use std::collections::HashSet;
 use std::sync::Mutex;
 use std::time::Duration;
-
-/// How many envelope ids are remembered to refuse a replay.
-const SEEN_ENVELOPES: usize = 10_000;
 
 /// The app: its two tokens, the store, the bus it answers on.
 pub struct SlackApp {
@@ -44,7 +47,7 @@ pub struct SlackApp {
     pub store: Store,
     /// The bus the queue managers are on.
     pub conn: zbus::Connection,
-    seen: Mutex<(HashSet<String>, VecDeque<String>)>,
+    seen: Mutex<replay::Seen>,
     answered: Mutex<HashSet<(String, String)>>,
 }
 
@@ -77,27 +80,20 @@ impl SlackApp {
         Ok(Some(SlackApp {
             bot: SlackApi::new("slack", &cfg.api_url, bot_token, http.clone())?,
             app: SlackApi::new("slack app", &cfg.api_url, app_token, http)?,
+            seen: Mutex::new(replay::Seen::load(&store)),
             store,
             conn,
-            seen: Mutex::new((HashSet::new(), VecDeque::new())),
             answered: Mutex::new(HashSet::new()),
         }))
     }
 
-    /// Records envelope `id`; false when it was seen before (a replay).
+    /// Records envelope `id`; false when it was seen before (a replay), also before a
+    /// restart ([`replay`]).
     pub fn first_sight(&self, id: &str) -> bool {
-        let mut g = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        let (set, order) = &mut *g;
-        if !set.insert(id.to_string()) {
-            return false;
-        }
-        order.push_back(id.to_string());
-        while order.len() > SEEN_ENVELOPES {
-            if let Some(old) = order.pop_front() {
-                set.remove(&old);
-            }
-        }
-        true
+        self.seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .first_sight(id)
     }
 
     /// Whether the message (`channel`, `ts`) was answered through this app.
@@ -140,19 +136,25 @@ impl SlackApp {
 
 /// A D-Bus error as the words a person reads (the queue manager's own message).
 pub fn bus_error_text(queue: &str, e: &zbus::Error) -> String {
+    bus_error_words(e, &format!("no queue manager serves queue {queue:?}"))
+}
+
+/// A D-Bus error as the words a person reads: the daemon's own message, or `absent` when
+/// nothing owns the name called.
+pub fn bus_error_words(e: &zbus::Error, absent: &str) -> String {
     match e {
         zbus::Error::MethodError(name, msg, _) => {
             let name = name.as_str();
             if name == "org.freedesktop.DBus.Error.ServiceUnknown"
                 || name == "org.freedesktop.DBus.Error.NameHasNoOwner"
             {
-                return format!("no queue manager serves queue {queue:?}");
+                return absent.to_string();
             }
             msg.clone().unwrap_or_else(|| name.to_string())
         }
         zbus::Error::FDO(f) => match &**f {
             zbus::fdo::Error::ServiceUnknown(_) | zbus::fdo::Error::NameHasNoOwner(_) => {
-                format!("no queue manager serves queue {queue:?}")
+                absent.to_string()
             }
             other => other.to_string(),
         },

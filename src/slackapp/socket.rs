@@ -5,9 +5,12 @@
 //! with a doubling backoff up to a minute, and logged without the token.
 
 use super::SlackApp;
+use super::commands::Reply;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
+use std::sync::Arc;
 use std::time::Duration;
+use tokio::task::JoinSet;
 use tokio_tungstenite::tungstenite::Message;
 
 /// Longest frame taken from the socket (Slack's envelopes are far smaller).
@@ -22,11 +25,14 @@ enum Ended {
     Failed(String),
 }
 
-/// Runs the app until the task is dropped: connects, handles, reconnects.
+/// Runs the app until the task is dropped: connects, handles, reconnects. The work a
+/// command leaves after its acknowledgement runs beside the socket (dropped with it).
 pub async fn run(app: SlackApp) {
+    let app = Arc::new(app);
+    let mut work = JoinSet::new();
     let mut backoff = Duration::from_secs(1);
     loop {
-        match connect_once(&app).await {
+        match connect_once(&app, &mut work).await {
             Ended::Reconnect(why) => {
                 tracing::info!("slack socket mode: reconnecting ({why})");
                 backoff = Duration::from_secs(1);
@@ -40,7 +46,12 @@ pub async fn run(app: SlackApp) {
     }
 }
 
-async fn connect_once(app: &SlackApp) -> Ended {
+async fn connect_once(app: &Arc<SlackApp>, work: &mut JoinSet<()>) -> Ended {
+    // Each (re)connection, every few hours at most: old thread records go.
+    let gone = crate::notify::threads::prune(&app.store, crate::notify::threads::KEEP_SECS);
+    if gone > 0 {
+        tracing::info!("slack: {gone} old thread record(s) removed");
+    }
     let url = match app.app.call("apps.connections.open", json!({})).await {
         Ok(v) => match v["url"].as_str() {
             Some(u) => u.to_string(),
@@ -115,12 +126,22 @@ async fn connect_once(app: &SlackApp) -> Ended {
         let payload = &v["payload"];
         let mut ack = json!({ "envelope_id": envelope });
         let mut after: Option<Value> = None;
+        let mut deferred = None;
         match kind.as_str() {
             "slash_commands" => {
-                let text = if fresh {
+                let reply = if fresh {
                     super::commands::handle(app, payload).await
                 } else {
-                    "Refused: this command was already handled (a repeated envelope).".into()
+                    Reply::Now(
+                        "Refused: this command was already handled (a repeated envelope).".into(),
+                    )
+                };
+                let text = match reply {
+                    Reply::Now(t) => t,
+                    Reply::Later(t, d) => {
+                        deferred = Some(d);
+                        t
+                    }
                 };
                 ack["payload"] = json!({ "response_type": "ephemeral", "text": text });
             }
@@ -132,6 +153,11 @@ async fn connect_once(app: &SlackApp) -> Ended {
         }
         if let Some(p) = after {
             super::actions::handle(app, &p, fresh).await;
+        }
+        while work.try_join_next().is_some() {}
+        if let Some(d) = deferred {
+            let app = Arc::clone(app);
+            work.spawn(async move { super::jobs::run(&app, d).await });
         }
     }
     Ended::Reconnect("the socket ended".into())

@@ -53,6 +53,7 @@ pub use events::{Event, FromHost, HOSTNAME_ENV, Level, Merged, Record, hostname}
 pub use fsio::{
     append_line_locked, move_no_replace, move_no_replace_into, remove_stale_temp_files,
     sync_parent, write_atomic, write_atomic_moved_on, write_atomic_volatile, write_json_atomic,
+    write_new_atomic,
 };
 pub use queue_runtime::merge_runtimes;
 pub use root::{

@@ -18,7 +18,8 @@ impl Store {
     }
 
     /// A job ended (`finished_jobs/` or `failed_jobs/`): `job_finished` or `job_failed`,
-    /// with its error and cost.
+    /// with its error and cost; a task's failed job also blocks its PRD's graph
+    /// ([`Store::notice_task_failed`]).
     pub fn notice_job_ended(&self, queue: &str, id: &str) {
         for status in [JobStatus::Failed, JobStatus::Finished] {
             let loc = JobLocation {
@@ -46,6 +47,9 @@ impl Store {
             n.error = job.runtime.error.as_deref().map(|e| clip(e, 2000));
             n.cost_usd = job.runtime.cost_usd;
             self.notify(n);
+            if status == JobStatus::Failed {
+                self.notice_task_failed(queue, id, &job);
+            }
             return;
         }
     }

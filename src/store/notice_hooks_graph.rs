@@ -7,7 +7,7 @@
 
 use super::Store;
 use super::notices::{Notice, NoticeKind, clip};
-use crate::model::Prd;
+use crate::model::{Job, JobStatus, Prd, TaskRef};
 
 impl Store {
     /// Who a PRD's notices are for: its owner, else its project's owner.
@@ -95,5 +95,38 @@ impl Store {
         ));
         n.project = Some(prd.project.clone());
         self.notify(n);
+    }
+
+    /// Task job `job_id` of `queue` failed (`job`, its document): the graph is blocked at
+    /// that task, unless the job's retry policy already queued its next attempt (that
+    /// attempt's own end decides) or it failed only because a task it waited on failed (that
+    /// task's notice says where the graph stopped). Called wherever a job's end is noticed
+    /// ([`Store::notice_job_ended`]), so every way a task's job fails (the worker, a timeout,
+    /// a lost machine, a cancel) tells the PRD's owner once.
+    pub fn notice_task_failed(&self, queue: &str, job_id: &str, job: &Job) {
+        let Some(r) = TaskRef::of_job(job) else {
+            return;
+        };
+        if crate::model::flow::stopped_by_dependency(job) {
+            return;
+        }
+        let next = crate::model::flow::retry_id(job_id);
+        if JobStatus::ALL
+            .iter()
+            .any(|s| super::safe::is_file(&self.job_path(queue, *s, &next)))
+        {
+            return;
+        }
+        self.notice_graph_blocked(
+            &r.prd,
+            &format!("task {}/{job_id}", r.task),
+            &format!(
+                "Task {} failed: {}\nThe tasks that depend on it wait. Retry it with: orchestrator retry-task {}/{}",
+                r.task,
+                job.runtime.error.as_deref().unwrap_or("no error recorded"),
+                r.prd,
+                r.task
+            ),
+        );
     }
 }

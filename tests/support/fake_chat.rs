@@ -27,6 +27,8 @@ pub struct SlackMessage {
     pub blocks: Value,
     /// The `chat.update`s it had, in order (their texts).
     pub updates: Vec<String>,
+    /// The thread it replies in (`None`: a message of its own).
+    pub thread_ts: Option<String>,
 }
 
 /// A webhook request as the fake received it.
@@ -44,6 +46,8 @@ pub struct ChatState {
     pub slack_revoked: bool,
     pub slack: Vec<SlackMessage>,
     pub history_calls: usize,
+    /// `conversations.replies` calls.
+    pub replies_calls: usize,
     pub webhook_secret: String,
     /// The webhook answers 503 (down).
     pub webhook_down: bool,
@@ -81,6 +85,7 @@ impl FakeChat {
             .route("/api/conversations.open", post(slack_open))
             .route("/api/chat.postMessage", post(slack_post))
             .route("/api/conversations.history", get(slack_history))
+            .route("/api/conversations.replies", get(slack_replies))
             .route(
                 "/api/chat.update",
                 post(crate::fake_slack_socket::chat_update),
@@ -194,6 +199,16 @@ async fn slack_post(State(st): State<Shared>, h: HeaderMap, body: Bytes) -> Resp
     if text.chars().count() > 40_000 {
         return axum::Json(json!({"ok": false, "error": "msg_too_long"})).into_response();
     }
+    // A reply names a message of its own in the same channel, as Slack checks.
+    let thread_ts = v["thread_ts"].as_str().map(str::to_string);
+    if let Some(t) = &thread_ts
+        && !s
+            .slack
+            .iter()
+            .any(|m| m.channel == channel && &m.ts == t && m.thread_ts.is_none())
+    {
+        return axum::Json(json!({"ok": false, "error": "thread_not_found"})).into_response();
+    }
     let ts = format!("1700000000.{:06}", s.slack.len() + 1);
     s.slack.push(SlackMessage {
         channel: channel.into(),
@@ -202,6 +217,7 @@ async fn slack_post(State(st): State<Shared>, h: HeaderMap, body: Bytes) -> Resp
         ts: ts.clone(),
         blocks: v["blocks"].clone(),
         updates: Vec::new(),
+        thread_ts,
     });
     axum::Json(json!({"ok": true, "channel": channel, "ts": ts})).into_response()
 }
@@ -231,6 +247,8 @@ async fn slack_history(State(st): State<Shared>, h: HeaderMap, uri: Uri) -> Resp
         .iter()
         .rev()
         .filter(|m| &m.channel == channel)
+        // A thread's replies are not in the channel's history (conversations.replies).
+        .filter(|m| m.thread_ts.is_none())
         .filter(|m| match &latest {
             Some(l) if inclusive => m.ts.as_str() <= l.as_str(),
             Some(l) => m.ts.as_str() < l.as_str(),
@@ -301,4 +319,38 @@ async fn telegram(
     s.telegram
         .push((bot, format!("{chat}:{}", v["text"].as_str().unwrap_or(""))));
     axum::Json(json!({"ok": true, "result": {"message_id": s.telegram.len()}})).into_response()
+}
+
+/// `conversations.replies`: the thread `ts` of `channel`, its first message first.
+async fn slack_replies(State(st): State<Shared>, h: HeaderMap, uri: Uri) -> Response {
+    let q: HashMap<String, String> =
+        url::form_urlencoded::parse(uri.query().unwrap_or("").as_bytes())
+            .into_owned()
+            .collect();
+    let mut s = st.lock().unwrap();
+    if let Err(e) = slack_auth(&s, &h) {
+        return axum::Json(e).into_response();
+    }
+    s.replies_calls += 1;
+    let (Some(channel), Some(ts)) = (q.get("channel"), q.get("ts")) else {
+        return axum::Json(json!({"ok": false, "error": "thread_not_found"})).into_response();
+    };
+    let meta = q.get("include_all_metadata").is_some_and(|v| v == "true");
+    let msgs: Vec<Value> = s
+        .slack
+        .iter()
+        .filter(|m| &m.channel == channel)
+        .filter(|m| &m.ts == ts || m.thread_ts.as_ref() == Some(ts))
+        .map(|m| {
+            let mut v = json!({"type": "message", "text": m.text, "ts": m.ts, "thread_ts": ts});
+            if meta && !m.metadata.is_null() {
+                v["metadata"] = m.metadata.clone();
+            }
+            v
+        })
+        .collect();
+    if msgs.is_empty() {
+        return axum::Json(json!({"ok": false, "error": "thread_not_found"})).into_response();
+    }
+    axum::Json(json!({"ok": true, "messages": msgs, "has_more": false})).into_response()
 }

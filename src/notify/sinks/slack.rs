@@ -132,6 +132,64 @@ impl Slack {
     }
 }
 
+impl Slack {
+    /// `d` as a reply in thread `t` of the user's direct messages with the app (the channel
+    /// is always theirs: a thread record chooses none). A reply an earlier attempt may have
+    /// posted is looked for among the thread's replies first.
+    async fn reply(
+        &self,
+        d: &Delivery,
+        channel: &str,
+        t: &crate::notify::ThreadReply,
+    ) -> Result<(), SinkError> {
+        if d.uncertain {
+            let v = self
+                .api
+                .get(
+                    "conversations.replies",
+                    &[
+                        ("channel", channel),
+                        ("ts", &t.ts),
+                        ("limit", "200"),
+                        ("include_all_metadata", "true"),
+                    ],
+                )
+                .await?;
+            let there = v["messages"].as_array().is_some_and(|ms| {
+                ms.iter().any(|m| {
+                    m["metadata"]["event_type"] == EVENT_TYPE
+                        && m["metadata"]["event_payload"]["delivery"] == d.key.as_str()
+                })
+            });
+            if there {
+                return Ok(());
+            }
+        }
+        let text = escape(&crate::store::notices::clip(&t.text, MAX_TEXT));
+        self.api
+            .call(
+                "chat.postMessage",
+                json!({
+                    "channel": channel,
+                    "thread_ts": t.ts,
+                    "text": text,
+                    "unfurl_links": false,
+                    "metadata": metadata(d),
+                }),
+            )
+            .await?;
+        Ok(())
+    }
+}
+
+/// `s` with Slack's three control characters (`&`, `<`, `>`) escaped: text from a job, a
+/// user or a document shows as written and mentions nobody.
+pub fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
 /// The action ids of an approval message's buttons: allow, allow always, deny.
 pub const ACTION_ALLOW: &str = "agentstore_allow";
 /// See [`ACTION_ALLOW`].
@@ -193,6 +251,9 @@ impl Sink for Slack {
     fn deliver<'a>(&'a self, d: &'a Delivery) -> SinkFuture<'a> {
         Box::pin(async move {
             let channel = self.channel_for(d).await?;
+            if let Some(t) = &d.thread {
+                return self.reply(d, &channel, t).await;
+            }
             if d.uncertain && self.already_posted(&channel, &d.key).await? {
                 return Ok(());
             }

@@ -1,19 +1,9 @@
 //! A task's job ended (issue 30): the task follows it. A finished job makes the task `done`
 //! with the commit the job recorded; when every task of the PRD is done, the PRD moves on.
 
-use super::fanout::TASK_KEY;
 use crate::model::{DocKind, Job, JobStatus, Task, TaskRef, TaskStatus, Timestamp};
 use crate::store::{JobLocation, Store, StoreError};
 use serde_json::Value;
-
-/// The task a job works on, from its `supporting_data.task`.
-pub fn task_of(job: &Job) -> Option<TaskRef> {
-    let t = job.config.supporting_data.get(TASK_KEY)?;
-    Some(TaskRef {
-        prd: t.get("prd")?.as_str()?.to_string(),
-        task: t.get("id")?.as_str()?.to_string(),
-    })
-}
 
 /// The status a task's job gives it.
 pub fn status_for(job: &JobStatus) -> TaskStatus {
@@ -28,7 +18,7 @@ pub fn status_for(job: &JobStatus) -> TaskStatus {
 /// Records finished task job `job` (at `loc`) on its task. Returns what was done.
 pub fn task_job_ended(store: &Store, loc: &JobLocation, job: &Job) -> Result<String, StoreError> {
     let job_id = loc.id.as_str();
-    let Some(r) = task_of(job) else {
+    let Some(r) = TaskRef::of_job(job) else {
         return Ok("task job names no task".into());
     };
     let (path, mut task) = store.task(&r)?;
@@ -55,17 +45,7 @@ pub fn task_job_ended(store: &Store, loc: &JobLocation, job: &Job) -> Result<Str
     let mut what = format!("task {r} {}", task.status.name());
     if task.status == TaskStatus::Failed {
         // The tasks after it wait on it: a person decides (retry-task, set-task, cancel-task).
-        store.notice_graph_blocked(
-            &r.prd,
-            &format!("task {}/{job_id}", r.task),
-            &format!(
-                "Task {} failed: {}\nThe tasks that depend on it wait. Retry it with: orchestrator retry-task {}/{}",
-                r.task,
-                task.error.as_deref().unwrap_or("no error recorded"),
-                r.prd,
-                r.task
-            ),
-        );
+        store.notice_task_failed(&loc.queue, job_id, job);
     }
     if task.status == TaskStatus::Done {
         what.push_str(&prd_if_all_done(store, &loc.queue, job, &task)?);

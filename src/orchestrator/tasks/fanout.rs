@@ -13,9 +13,7 @@ use std::collections::BTreeMap;
 /// The command of a task's job (its Claude command is `task-implementer`).
 pub const IMPLEMENT_TASK: &str = "implement-task";
 
-/// `supporting_data` key of a task job: which task, its branch and the branches it starts
-/// from.
-pub const TASK_KEY: &str = "task";
+pub use crate::model::TASK_KEY;
 
 /// One task's job, planned.
 pub(super) struct Planned {
