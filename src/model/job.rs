@@ -410,6 +410,11 @@ pub fn permission_widening_arg_for(jobtype: JobType, args: &[String]) -> Option<
     None
 }
 
+/// `agent-worker`'s exit status when it failed because the store was full (ENOSPC,
+/// EDQUOT): the queue manager then records the disk error as the job's, even if there is
+/// room again by the time it looks (any other failure exits 2).
+pub const WORKER_EXIT_STORE_FULL: u8 = 3;
+
 #[cfg(test)]
 mod tests {
     use super::permission_widening_arg;
@@ -491,8 +496,3 @@ mod tests {
         }
     }
 }
-
-/// `agent-worker`'s exit status when it failed because the store was full (ENOSPC,
-/// EDQUOT): the queue manager then records the disk error as the job's, even if there is
-/// room again by the time it looks (any other failure exits 2).
-pub const WORKER_EXIT_STORE_FULL: u8 = 3;
