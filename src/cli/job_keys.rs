@@ -205,7 +205,7 @@ fn read_key(name: &str) -> Result<String, CliError> {
 }
 
 /// `systemctl --user ARGS`, its standard output; an error saying what failed.
-fn systemctl_user(args: &[&str]) -> Result<String, CliError> {
+pub(super) fn systemctl_user(args: &[&str]) -> Result<String, CliError> {
     let o = Command::new("systemctl")
         .arg("--user")
         .args(args)

@@ -11,7 +11,6 @@ use clap::Args;
 use serde_json::json;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// `setup` options.
 #[derive(Debug, Args, Clone)]
@@ -295,22 +294,7 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, a: SetupArgs) -> CliResul
             format!("no systemd user manager here; once there is one: {manual}"),
         )?;
     } else {
-        let run = |args: &[&str]| -> Result<(), CliError> {
-            let o = Command::new("systemctl")
-                .arg("--user")
-                .args(args)
-                .output()
-                .map_err(|e| CliError::new(format!("cannot run systemctl: {e}")))?;
-            if o.status.success() {
-                Ok(())
-            } else {
-                Err(CliError::new(format!(
-                    "systemctl --user {} failed: {}",
-                    args.join(" "),
-                    String::from_utf8_lossy(&o.stderr).trim()
-                )))
-            }
-        };
+        let run = |args: &[&str]| super::job_keys::systemctl_user(args).map(drop);
         run(&["daemon-reload"])?;
         let mut enable = vec!["enable"];
         enable.extend(units.iter().map(String::as_str));
