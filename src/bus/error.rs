@@ -28,7 +28,13 @@ pub enum BusError {
     InvalidMessage(String),
     /// Anything else that went wrong on the daemon's side.
     Failed(String),
+    /// The daemon is stopping and did nothing with the call: call again (bus activation
+    /// starts the next instance once this one has gone).
+    Unavailable(String),
 }
+
+/// The D-Bus name of [`BusError::Unavailable`], for callers that retry on it.
+pub const UNAVAILABLE: &str = "org.agentstore.Error.Unavailable";
 
 impl BusError {
     /// `PermissionDenied` with `why` behind the one prefix (added once, never twice).
@@ -79,6 +85,7 @@ impl From<RouteError> for BusError {
             RouteError::PermissionDenied(m) => BusError::permission_denied(m),
             RouteError::Invalid(m) => BusError::InvalidMessage(m),
             RouteError::Failed(m) => BusError::Failed(m),
+            RouteError::Unavailable(m) => BusError::Unavailable(m),
         }
     }
 }

@@ -61,7 +61,8 @@ impl OrchestratorObject {
     /// as the daemon and return their report in `content.result` (retry: the project's owner
     /// or an admin; archive, migrate: admins). `correlation_id`, `queue_time`, `source` and
     /// `status` may be omitted. Errors: org.agentstore.Error.InvalidMessage, .NotFound,
-    /// .PermissionDenied, .Failed.
+    /// .PermissionDenied, .Failed; .Unavailable while the daemon stops (nothing was done: call
+    /// again and activation starts the next instance).
     #[zbus(out_args("response"))]
     async fn submit(
         &self,
@@ -333,6 +334,31 @@ impl Frontend for DbusFrontend {
     }
 }
 
+/// Makes `call` again while orchestratord answers `org.agentstore.Error.Unavailable` (it is
+/// stopping after its idle time, or being restarted, and took nothing of the call), for up to
+/// a minute: once the old process has gone, the next call starts a new one through bus
+/// activation. Any other answer is returned as it is.
+pub async fn again_while_stopping<T, F, Fut>(mut call: F) -> zbus::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = zbus::Result<T>>,
+{
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut pause = std::time::Duration::from_millis(50);
+    loop {
+        match call().await {
+            Err(zbus::Error::MethodError(name, _, _))
+                if name.as_str() == super::error::UNAVAILABLE
+                    && std::time::Instant::now() < end =>
+            {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(std::time::Duration::from_millis(500));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Client side of `org.agentstore.Orchestrator1`.
 #[zbus::proxy(
     interface = "org.agentstore.Orchestrator1",
@@ -384,4 +410,68 @@ pub trait Orchestrator1 {
     /// See the server's `JobCreated`.
     #[zbus(signal)]
     fn job_created(&self, job_id: &str, queue: &str) -> zbus::Result<()>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU32;
+
+    fn named(name: &str) -> zbus::Error {
+        zbus::Error::MethodError(
+            zbus::names::OwnedErrorName::try_from(name).unwrap(),
+            Some("why".into()),
+            zbus::message::Message::method_call("/", "Ping")
+                .build(&())
+                .unwrap(),
+        )
+    }
+
+    fn unavailable() -> zbus::Error {
+        named(super::super::error::UNAVAILABLE)
+    }
+
+    /// A call refused by a stopping daemon is made again; the next instance's answer is the
+    /// caller's.
+    #[tokio::test]
+    async fn a_call_refused_while_stopping_is_made_again() {
+        let calls = AtomicU32::new(0);
+        let got = again_while_stopping(|| async {
+            if calls.fetch_add(1, Ordering::SeqCst) < 2 {
+                Err(unavailable())
+            } else {
+                Ok("answered")
+            }
+        })
+        .await
+        .unwrap();
+        assert_eq!(got, "answered");
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+    }
+
+    /// Any other error is the caller's at once (a refusal is never retried).
+    #[tokio::test]
+    async fn other_errors_are_not_retried() {
+        let calls = AtomicU32::new(0);
+        let got: zbus::Result<()> = again_while_stopping(|| async {
+            calls.fetch_add(1, Ordering::SeqCst);
+            Err(named("org.agentstore.Error.PermissionDenied"))
+        })
+        .await;
+        assert!(got.is_err());
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    /// A daemon that has begun to stop refuses new work with the error callers retry on,
+    /// never with a plain failure (what a CLI racing an idle exit used to print).
+    #[tokio::test]
+    async fn a_stopping_daemon_answers_unavailable() {
+        let d = tempfile::tempdir().unwrap();
+        let (store, _) = crate::store::Store::init(&d.path().join("S")).unwrap();
+        let shared = crate::orchestrator::service::Shared::new(store);
+        shared.drain().await;
+        let refused = shared.run_blocking(|| ()).await.unwrap_err();
+        let e = BusError::from(refused);
+        assert_eq!(zbus::DBusError::name(&e).as_str(), super::super::error::UNAVAILABLE);
+    }
 }

@@ -5,7 +5,7 @@
 use super::render::{Format, write_json};
 use super::{CliError, CliResult, GlobalArgs, Session, open_store};
 use crate::bus::BusKind;
-use crate::bus::orchestrator::Orchestrator1Proxy;
+use crate::bus::orchestrator::{Orchestrator1Proxy, again_while_stopping};
 use crate::model::{DocKind, JobStatus, Message, MessageSource, MessageStatus, Timestamp};
 use crate::orchestrator::RouteError;
 use crate::store::{Store, move_no_replace};
@@ -257,7 +257,7 @@ pub(super) async fn submit_dbus(bus: BusKind, text: &str) -> zbus::Result<String
         .build()
         .await?;
     let proxy = orchestrator_proxy(&conn).await?;
-    proxy.submit(text).await
+    again_while_stopping(|| proxy.submit(text)).await
 }
 
 /// The same folder, as far as this machine can tell (both canonicalised when they exist).
@@ -327,7 +327,11 @@ fn try_dbus(g: &GlobalArgs, store: &Store, text: &str) -> Result<Option<Message>
         let Some((bus, conn)) = daemon_for_root(&buses, store.root(), g.verbose).await else {
             return Ok(None);
         };
-        let result = async { orchestrator_proxy(&conn).await?.submit(text).await }.await;
+        let result = async {
+            let proxy = orchestrator_proxy(&conn).await?;
+            again_while_stopping(|| proxy.submit(text)).await
+        }
+        .await;
         match result {
             Ok(resp) => serde_json::from_str(&resp)
                 .map(Some)

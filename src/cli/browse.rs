@@ -783,7 +783,9 @@ fn list_jobs_dbus_to(
     let mut offset = 0u32;
     loop {
         let (page, total, next) = rt
-            .block_on(proxy.list_jobs(filter.clone(), offset, crate::bus::listing::MAX_PAGE))
+            .block_on(crate::bus::orchestrator::again_while_stopping(|| {
+                proxy.list_jobs(filter.clone(), offset, crate::bus::listing::MAX_PAGE)
+            }))
             .map_err(unreachable)?;
         let bad = |e: serde_json::Error| {
             CliError::new(format!("unexpected answer from orchestratord: {e}"))

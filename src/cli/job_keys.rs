@@ -284,9 +284,11 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, a: SetJobKeyArgs) -> CliR
         by_hand.extend(manual);
     } else {
         systemctl_user(&["daemon-reload"])?;
+        // A manager still starting (its timer or path fired a moment ago) began with the
+        // units as they were before the reload: it is restarted as a running one is.
         let listed = systemctl_user(&[
             "list-units",
-            "--state=active",
+            "--state=active,activating,reloading",
             "--no-legend",
             "--plain",
             "queue-manager@*.service",

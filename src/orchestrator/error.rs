@@ -18,6 +18,10 @@ pub enum RouteError {
     /// Anything else (I/O, a missing tool).
     #[error("{0}")]
     Failed(String),
+    /// The daemon is stopping (an idle exit, a restart) and takes no new work: nothing was
+    /// done, and the same call to the next instance is safe.
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 impl From<crate::permissions::Refused> for RouteError {

@@ -87,7 +87,9 @@ impl Shared {
         {
             let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
             let Some(set) = tasks.as_mut() else {
-                return Err(RouteError::Failed("orchestratord is stopping".into()));
+                return Err(RouteError::Unavailable(
+                    "orchestratord is stopping and took nothing of this call; call again (activation starts it anew)".into(),
+                ));
             };
             while set.try_join_next().is_some() {}
             set.spawn_blocking(move || {

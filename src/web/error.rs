@@ -92,6 +92,7 @@ impl From<BusError> for WebError {
             BusError::PermissionDenied(m) => ("PermissionDenied", m),
             BusError::InvalidMessage(m) => ("InvalidMessage", m),
             BusError::Failed(m) => ("Failed", m),
+            BusError::Unavailable(m) => ("Unavailable", m),
             BusError::ZBus(z) => return WebError::from(z),
         };
         let name = format!("org.agentstore.Error.{name}");
