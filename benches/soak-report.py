@@ -8,6 +8,9 @@ the soak container as root. Prints one JSON object:
             one answer file), dbus_ok / dbus_failed (the D-Bus caller's ledger);
   jobs:     finished, failed (by error, first words), run_twice (job ids with more than one
             job_started event), stuck (running longer than their timeout + --grace, queued longer than an hour + --grace);
+  approvals: requested, allowed, denied (approval_requested / approval_answered events),
+            answered_twice (requests with more than one answer event: must be 0), and the
+            approver script's answers (approvals-<side>.log);
   conflicts: Syncthing conflict copies anywhere in either copy, and files set aside in
             conflicts/;
   daemons:  per daemon (unit name): pid, rss_kb, fds, threads, inotify watches;
@@ -189,6 +192,24 @@ def main():
                 if age > limit + a.grace:
                     jobs["stuck"].append(n[:-5])
     run_twice = sorted(j for j, c in started.items() if c > 1)
+    # Approvals: asked (approval_requested), settled allowed / denied (approval_answered: a
+    # person's answer, a rule or the deadline), answered twice (must stay 0), and the
+    # approver script's answers (approvals-<side>.log: JOB REQUEST approve|deny EPOCH).
+    asked = {e.get("job_id") for e in ev if e.get("event") == "approval_requested"}
+    settled = Counter()
+    verdicts = Counter()
+    for e in ev:
+        if e.get("event") == "approval_answered":
+            verdict, _, req = str(e.get("detail") or "").partition(" ")
+            settled[req] += 1
+            verdicts[verdict] += 1
+    by_script = Counter()
+    for p in glob.glob(os.path.join(a.ledger, "approvals-*.log")):
+        with open(p) as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 3:
+                    by_script[parts[2]] += 1
 
     conflicts = []
     for c in a.copy:
@@ -214,6 +235,11 @@ def main():
                  "queued": jobs["queued"], "running": jobs["running"],
                  "run_twice": len(run_twice), "run_twice_ids": run_twice[:10],
                  "stuck": len(jobs["stuck"]), "stuck_ids": jobs["stuck"][:10]},
+        "approvals": {"requested": sum(1 for e in ev if e.get("event") == "approval_requested"),
+                      "jobs_asking": len(asked), "allowed": verdicts["allowed"],
+                      "denied": verdicts["denied"],
+                      "answered_twice": sum(1 for c in settled.values() if c > 1),
+                      "script_approved": by_script["approve"], "script_denied": by_script["deny"]},
         "conflicts": {"sync_conflict_copies": len(conflicts), "examples": conflicts[:5],
                       "set_aside": set_aside},
         "daemons": daemons,
@@ -251,6 +277,11 @@ def summarize(path):
           f"unrecorded {m['answered_without_event']}; D-Bus Submits ok {m['dbus_ok']} failed {m['dbus_failed']}")
     print(f"jobs: finished {jb['finished']} failed {sum(jb['failed'].values())} running {jb['running']} "
           f"queued {jb['queued']} run twice {jb['run_twice']} stuck {jb['stuck']}")
+    ap = last.get("approvals") or {}
+    if ap:
+        print(f"approvals: requested {ap['requested']} (by {ap['jobs_asking']} jobs), allowed {ap['allowed']} "
+              f"denied {ap['denied']} (the deadline's denials included), answered twice {ap['answered_twice']}; "
+              f"the approver script approved {ap['script_approved']} and denied {ap['script_denied']}")
     for reason, n in sorted(jb["failed"].items(), key=lambda kv: -kv[1]):
         print(f"  failed {n}: {reason}")
     print(f"conflict copies {c['sync_conflict_copies']} {c['examples']}, set aside {c['set_aside']}")
@@ -260,10 +291,11 @@ def summarize(path):
     for key in ("run_twice_ids", "stuck_ids"):
         if jb.get(key):
             print(f"{key}: {jb[key]}")
-    bad = m["lost"] + m["doubled"] + m["answered_without_event"] + jb["run_twice"] + jb["stuck"]
+    twice = ap.get("answered_twice", 0)
+    bad = m["lost"] + m["doubled"] + m["answered_without_event"] + jb["run_twice"] + jb["stuck"] + twice
     print("RESULT:", "PASS" if bad == 0 else "FAIL", json.dumps({
         "lost": m["lost"], "doubled": m["doubled"], "unrecorded": m["answered_without_event"],
-        "run_twice": jb["run_twice"], "stuck": jb["stuck"]}))
+        "run_twice": jb["run_twice"], "stuck": jb["stuck"], "approvals_answered_twice": twice}))
     return 0 if bad == 0 else 1
 
 

@@ -11,9 +11,10 @@
 # queue), SOAK_MSG_INTERVAL (0.5 s per writer), SOAK_STORE_MB (512: each machine's store is a
 # tmpfs of this size, so "disk full" fills that and nothing else), SOAK_GRACE (600 s: an
 # unanswered message older than this counts as lost, a job older than its timeout + this as
-# stuck), SOAK_FAULTS (the cycle, default "kill9 pause kill9 disk sigstop reboot upgrade").
-# Exit status 0 only when the final report has 0 lost, 0 doubled, 0 run twice, 0 stuck and 0
-# answers without their event.
+# stuck), SOAK_FAULTS (the cycle, default "kill9 pause kill9 disk sigstop reboot upgrade"),
+# SOAK_APPROVAL_DEADLINE (60 s: an agent job's approval request unanswered this long is denied).
+# Exit status 0 only when the final report has 0 lost, 0 doubled, 0 run twice, 0 stuck, 0
+# answers without their event and 0 approval requests answered twice.
 # shellcheck source-path=SCRIPTDIR/../tests/system
 # shellcheck disable=SC2016
 set -euo pipefail
@@ -38,6 +39,7 @@ WORKERS=${SOAK_WORKERS:-10}
 MSG_INTERVAL=${SOAK_MSG_INTERVAL:-0.5}
 STORE_MB=${SOAK_STORE_MB:-512}
 GRACE=${SOAK_GRACE:-600}
+APPROVAL_DEADLINE=${SOAK_APPROVAL_DEADLINE:-60}
 read -r -a schedule <<<"${SOAK_FAULTS:-kill9 pause kill9 disk sigstop reboot upgrade}"
 out=${out:-$repo/target/soak-system/$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$out"
@@ -125,6 +127,12 @@ setup_project TestProject /srv/testproject beech
 # it by absolute path (allowed in root's /etc/agentstore/config.yaml on both machines).
 setup_queue beech "$WORKERS" /usr/local/bin/claude '["-p", "--dangerously-skip-permissions"]'
 setup_queue oak "$WORKERS" /usr/local/bin/claude '["-p", "--dangerously-skip-permissions"]'
+# Agent jobs (agentshell) ask before their command: a person (the soak-approver script) has
+# APPROVAL_DEADLINE seconds to answer, else the deadline denies it.
+for q in beech oak; do
+    as_svc sh -c "sed -i 's/\"launcher\": \"systemd\",/\"launcher\": \"systemd\", \"approvals\": {\"deadline_seconds\": $APPROVAL_DEADLINE},/' $AS/Queues/$q/queue.json"
+    x grep -q '"approvals"' "$AS/Queues/$q/queue.json" || sys_die "queue $q has no approvals setting"
+done
 # Both machines may hold the orchestrator's lock: whichever has it, the other stands by and
 # takes over when it goes silent (a kill -9, the reboot, the partition).
 as_svc sed -i -e 's/^\( *idle_exit_seconds:\).*/\1 0/' -e 's/^\( *polling_interval_seconds:\).*/\1 2/' \
@@ -146,7 +154,9 @@ for n in alpha beta; do
     r=$(sys_root "soak-$n")
     cp "$claude_bin" "$r/usr/local/bin/claude"
     cp "$fake_model" "$r/usr/local/bin/fake_anthropic"
-    printf '%s' '{"replies": [], "fallback_text": "# Research\n\nSoak answer."}' >"$r/var/tmp/soak-model.json"
+    # Claude Code's jobs get the text; each agentshell job first asks to run a command (its
+    # approval), then gets the text.
+    printf '%s' '{"replies": [], "fallback_text": "# Research\n\nSoak answer.", "opening_tool_use": {"name": "run_command", "input": {"command": "touch /srv/testproject/soak-approved.txt"}}}' >"$r/var/tmp/soak-model.json"
     cat >"$r/etc/systemd/system/soak-model.service" <<'EOF2'
 [Unit]
 Description=the fake model endpoint the soak's Claude Code jobs talk to
@@ -158,7 +168,7 @@ RestartSec=1
 WantedBy=multi-user.target
 EOF2
     mkdir -p "$r/etc/systemd/system/queue-manager@.service.d"
-    printf '[Service]\nEnvironment=ANTHROPIC_BASE_URL=http://127.0.0.1:18555 ANTHROPIC_API_KEY=fake CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_AUTOUPDATER=1\n' \
+    printf '[Service]\nEnvironment=ANTHROPIC_BASE_URL=http://127.0.0.1:18555 ANTHROPIC_API_KEY=fake CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_AUTOUPDATER=1 AGENTSHELL_BASE_URL=http://127.0.0.1:18555 AGENTSHELL_API_KEY=fake\n' \
         >"$r/etc/systemd/system/queue-manager@.service.d/claude.conf"
     on "$n" systemctl daemon-reload
     on "$n" systemctl enable --now soak-model.service >/dev/null 2>&1 || sys_die "the fake model did not start on $n"
@@ -263,6 +273,7 @@ while :; do
     case $r in
     0 | 1 | 2) cmd=list-projects content='{}' ;;
     3) cmd=research-code content="{\"task\": \"soak\", \"queue\": \"$q\", \"jobtype\": \"claude\"}" ;;
+    5) cmd=research-code content="{\"task\": \"soak approval\", \"queue\": \"$q\", \"jobtype\": \"agent\", \"model\": \"anthropic/claude-soak\"}" ;;
     4) cmd=research-code content="{\"task\": \"soak\", \"queue\": \"$q\", \"jobtype\": \"noop\", \"timeout\": 5, \"supporting_data\": {\"sleep_seconds\": 30}}" ;;
     *) cmd=research-code content="{\"task\": \"soak\", \"queue\": \"$q\", \"jobtype\": \"noop\", \"supporting_data\": {\"sleep_seconds\": $((RANDOM % 20 + 1))}}" ;;
     esac
@@ -304,8 +315,34 @@ while :; do
     orchestrator cancel-job "${f%.json}" >/dev/null 2>&1 && echo "${f%.json} $(date +%s)" >>/var/tmp/soak/cancelled.log
 done
 EOF
+    cat >"$r/usr/local/bin/soak-approver" <<'EOF'
+#!/bin/bash
+# soak-approver SIDE — every 5 s, answers the approval requests waiting on this machine's
+# queue managers as a person would (`orchestrator approve|deny`): by the request id's hash,
+# 3 of 5 allowed, 1 of 5 denied, 1 of 5 left to the deadline. A line per answer given.
+side=$1
+log=/var/tmp/soak/approvals-$side.log
+touch "$log"
+while :; do
+    sleep 5
+    orchestrator approvals --format json 2>/dev/null | python3 -c '
+import hashlib, json, sys
+try:
+    rows = json.load(sys.stdin)
+except ValueError:
+    rows = []
+for r in rows:
+    h = int(hashlib.sha1(r["request_id"].encode()).hexdigest(), 16) % 5
+    print(r["job_id"], r["request_id"], ["approve", "approve", "approve", "deny", "none"][h])' |
+        while read -r job req what; do
+            [ "$what" = none ] && continue
+            grep -qF " $req " "$log" && continue
+            orchestrator "$what" "$job" "$req" >/dev/null 2>&1 && echo "$job $req $what $(date +%s)" >>"$log"
+        done
+done
+EOF
     cp "$repo/benches/soak-report.py" "$r/usr/local/bin/soak-report"
-    chmod 0755 "$r/usr/local/bin/soak-writer" "$r/usr/local/bin/soak-dbus" "$r/usr/local/bin/soak-cancel" "$r/usr/local/bin/soak-report"
+    chmod 0755 "$r/usr/local/bin/soak-writer" "$r/usr/local/bin/soak-dbus" "$r/usr/local/bin/soak-cancel" "$r/usr/local/bin/soak-report" "$r/usr/local/bin/soak-approver"
     svc() { # NAME USER EXEC
         printf '[Unit]\nDescription=soak load: %s\nAfter=agentstore-orchestrator.service\n[Service]\nUser=%s\nExecStart=%s\nRestart=always\nRestartSec=2\n[Install]\nWantedBy=multi-user.target\n' \
             "$1" "$2" "$3" >"$r/etc/systemd/system/$1.service"
@@ -313,13 +350,14 @@ EOF
     svc soak-writer agentstore "/usr/local/bin/soak-writer $n $MSG_INTERVAL"
     svc soak-dbus root "/usr/local/bin/soak-dbus $n"
     svc soak-cancel root /usr/local/bin/soak-cancel
+    svc soak-approver root "/usr/local/bin/soak-approver $n"
     on "$n" systemctl daemon-reload
 done
-on alpha systemctl enable --now soak-writer.service soak-dbus.service soak-cancel.service >/dev/null 2>&1
-on beta systemctl enable --now soak-writer.service >/dev/null 2>&1
-load_units_alpha=(soak-writer.service soak-dbus.service soak-cancel.service)
-load_units_beta=(soak-writer.service)
-log "load running: a writer per machine (every ${MSG_INTERVAL}s), D-Bus Submit every 1 s and a cancel every 30 s on alpha; $WORKERS workers per queue (oak on alpha, beech on beta)"
+on alpha systemctl enable --now soak-writer.service soak-dbus.service soak-cancel.service soak-approver.service >/dev/null 2>&1
+on beta systemctl enable --now soak-writer.service soak-approver.service >/dev/null 2>&1
+load_units_alpha=(soak-writer.service soak-dbus.service soak-cancel.service soak-approver.service)
+load_units_beta=(soak-writer.service soak-approver.service)
+log "load running: a writer per machine (every ${MSG_INTERVAL}s), D-Bus Submit every 1 s and a cancel every 30 s on alpha, an approver on each; $WORKERS workers per queue (oak on alpha, beech on beta)"
 
 # --- faults ---------------------------------------------------------------------------------------
 declare -A faults_done

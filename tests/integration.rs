@@ -61,6 +61,7 @@ mod conflicts;
 mod crash_audit;
 mod dbus_introspection;
 mod failover;
+mod fake_model_script;
 mod first_day;
 mod flow;
 mod fuzz_documents;

@@ -108,6 +108,17 @@ pub struct Script {
     pub answer_toolless_with_fallback: bool,
     /// Once the script ran out, answer `500 script exhausted` instead of `fallback_text`.
     pub fail_when_exhausted: bool,
+    /// A tool call every conversation gets first, without consuming `replies`: a request
+    /// that offers a tool of this name and carries no tool result yet is answered with this
+    /// call (a long soak's many concurrent agents each make it once, then get the script).
+    pub opening_tool_use: Option<OpeningToolUse>,
+}
+
+/// See [`Script::opening_tool_use`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OpeningToolUse {
+    pub name: String,
+    pub input: Value,
 }
 
 impl Default for Script {
@@ -117,6 +128,7 @@ impl Default for Script {
             fallback_text: "OK".to_owned(),
             answer_toolless_with_fallback: true,
             fail_when_exhausted: false,
+            opening_tool_use: None,
         }
     }
 }
@@ -185,6 +197,8 @@ pub enum Answer {
     CountTokens,
     /// Any other endpoint: `200 {}`.
     Other,
+    /// The script's `opening_tool_use` (a conversation's first model request).
+    Opening,
 }
 
 /// The API a model request speaks, told by its path.
@@ -246,6 +260,30 @@ impl RecordedRequest {
             .iter()
             .find(|(k, _)| k.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.as_str())
+    }
+
+    /// True when the request offers a tool named `name` (either dialect).
+    pub fn offers_tool(&self, name: &str) -> bool {
+        self.body
+            .get("tools")
+            .and_then(Value::as_array)
+            .is_some_and(|tools| {
+                tools.iter().any(|t| {
+                    t.get("name")
+                        .or_else(|| t.get("function").and_then(|f| f.get("name")))
+                        .and_then(Value::as_str)
+                        == Some(name)
+                })
+            })
+    }
+
+    /// True when the conversation already carries a tool's result (either dialect).
+    pub fn has_tool_result(&self) -> bool {
+        !self.tool_results().is_empty()
+            || self
+                .messages()
+                .iter()
+                .any(|m| m.get("role").and_then(Value::as_str) == Some("tool"))
     }
 
     pub fn has_tools(&self) -> bool {
@@ -339,6 +377,7 @@ struct Shared {
     fallback_text: String,
     answer_toolless_with_fallback: bool,
     fail_when_exhausted: bool,
+    opening_tool_use: Option<OpeningToolUse>,
     observer: Option<Observer>,
 }
 
@@ -383,6 +422,7 @@ impl FakeModel {
             fallback_text: script.fallback_text,
             answer_toolless_with_fallback: script.answer_toolless_with_fallback,
             fail_when_exhausted: script.fail_when_exhausted,
+            opening_tool_use: script.opening_tool_use,
             observer,
         });
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -496,6 +536,9 @@ impl Drop for FakeModel {
 }
 
 /// What the handler decided under the lock.
+/// The reply number of the script's opening tool call (not one of `replies`).
+const OPENING: usize = usize::MAX;
+
 enum Plan {
     /// Reply number, reply, and the tool-use id when the reply is a tool call.
     Scripted(usize, Reply, String),
@@ -539,7 +582,18 @@ async fn handle(
     let plan = {
         let mut inner = shared.lock();
         let mut plan = if dialect.is_some() {
-            if shared.answer_toolless_with_fallback && !record.has_tools() {
+            let opening = shared
+                .opening_tool_use
+                .as_ref()
+                .filter(|o| record.offers_tool(&o.name) && !record.has_tool_result());
+            if let Some(o) = opening {
+                let call = Reply::ToolUse {
+                    name: o.name.clone(),
+                    input: o.input.clone(),
+                    text: None,
+                };
+                Plan::Scripted(OPENING, call, String::new())
+            } else if shared.answer_toolless_with_fallback && !record.has_tools() {
                 Plan::Fallback(Answer::Side)
             } else {
                 match inner.replies.pop_front() {
@@ -562,6 +616,7 @@ async fn handle(
         }
         record.seq = inner.requests.len();
         record.answer = match &plan {
+            Plan::Scripted(OPENING, _, _) => Answer::Opening,
             Plan::Scripted(n, _, _) => Answer::Script(*n),
             Plan::Fallback(a) => a.clone(),
             Plan::CountTokens => Answer::CountTokens,
