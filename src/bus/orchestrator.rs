@@ -472,6 +472,9 @@ mod tests {
         shared.drain().await;
         let refused = shared.run_blocking(|| ()).await.unwrap_err();
         let e = BusError::from(refused);
-        assert_eq!(zbus::DBusError::name(&e).as_str(), super::super::error::UNAVAILABLE);
+        assert_eq!(
+            zbus::DBusError::name(&e).as_str(),
+            super::super::error::UNAVAILABLE
+        );
     }
 }

@@ -31,6 +31,22 @@ fn default_document(dir: &Path) -> String {
     dir.join("CODE_RESEARCH.md").display().to_string()
 }
 
+/// Sets the project's research document to `doc`, noting the change when there is one.
+fn set_document(
+    project: &mut crate::model::Project,
+    doc: String,
+    changed: &mut Vec<(&'static str, String, String)>,
+) {
+    if project.code_research_document.as_deref() != Some(doc.as_str()) {
+        changed.push((
+            "code_research_document",
+            project.code_research_document.clone().unwrap_or_default(),
+            doc.clone(),
+        ));
+        project.code_research_document = Some(doc);
+    }
+}
+
 /// `orchestrator edit-project`.
 pub(super) fn edit_project(g: &GlobalArgs, out: &mut dyn Write, a: EditProjectArgs) -> CliResult {
     let store = open_store(g)?;
@@ -49,15 +65,7 @@ pub(super) fn edit_project(g: &GlobalArgs, out: &mut dyn Write, a: EditProjectAr
             changed.push(("directory", old.clone(), project.directory.clone()));
         }
         if was_default && a.code_research_document.is_none() {
-            let doc = default_document(&dir);
-            if project.code_research_document.as_deref() != Some(doc.as_str()) {
-                changed.push((
-                    "code_research_document",
-                    project.code_research_document.clone().unwrap_or_default(),
-                    doc.clone(),
-                ));
-                project.code_research_document = Some(doc);
-            }
+            set_document(&mut project, default_document(&dir), &mut changed);
         }
         new_dir = Some(dir);
     }
@@ -66,14 +74,7 @@ pub(super) fn edit_project(g: &GlobalArgs, out: &mut dyn Write, a: EditProjectAr
             .map_err(|e| CliError::new(format!("--code-research-document {}: {e}", p.display())))?
             .display()
             .to_string();
-        if project.code_research_document.as_deref() != Some(doc.as_str()) {
-            changed.push((
-                "code_research_document",
-                project.code_research_document.clone().unwrap_or_default(),
-                doc.clone(),
-            ));
-            project.code_research_document = Some(doc);
-        }
+        set_document(&mut project, doc, &mut changed);
     }
     let path = store.project_path(&project.id);
     if !changed.is_empty() {

@@ -14,7 +14,7 @@
 //! than Slack's three seconds (bus activation, a loaded machine).
 
 use super::SlackApp;
-use crate::bus::orchestrator::Orchestrator1Proxy;
+use crate::bus::orchestrator::{Orchestrator1Proxy, again_while_stopping};
 use crate::model::{Command, User, is_safe_id};
 use crate::notify::sinks::slack::{MAX_TEXT, escape};
 use crate::notify::threads::{self, SlackThread, is_slack_id};
@@ -297,14 +297,17 @@ async fn queue(app: &SlackApp, a: &JobAsk, user: &User, channel: &str, ts: &str)
         "user": user.id,
     });
     let answer = match orchestrator(app).await {
-        Ok(p) => tokio::time::timeout(ANSWER_WITHIN, p.submit(&msg.to_string()))
-            .await
-            .unwrap_or_else(|_| {
-                Err(zbus::Error::Failure(format!(
-                    "orchestratord did not answer within {} s",
-                    ANSWER_WITHIN.as_secs()
-                )))
-            }),
+        Ok(p) => tokio::time::timeout(ANSWER_WITHIN, {
+            let text = msg.to_string();
+            async move { again_while_stopping(|| p.submit(&text)).await }
+        })
+        .await
+        .unwrap_or_else(|_| {
+            Err(zbus::Error::Failure(format!(
+                "orchestratord did not answer within {} s",
+                ANSWER_WITHIN.as_secs()
+            )))
+        }),
         Err(e) => Err(e),
     };
     match answer {
@@ -354,11 +357,12 @@ async fn list(app: &SlackApp, user: &str, status: Option<&str>) -> String {
         }
         let proxy = proxy.clone();
         async move {
-            tokio::time::timeout(ANSWER_WITHIN, proxy.list_jobs(filter, offset, LIST_ROWS))
-                .await
-                .unwrap_or_else(|_| {
-                    Err(zbus::Error::Failure("orchestratord did not answer".into()))
-                })
+            tokio::time::timeout(
+                ANSWER_WITHIN,
+                again_while_stopping(|| proxy.list_jobs(filter.clone(), offset, LIST_ROWS)),
+            )
+            .await
+            .unwrap_or_else(|_| Err(zbus::Error::Failure("orchestratord did not answer".into())))
         }
     };
     let mut got = page(0).await;
@@ -409,9 +413,12 @@ async fn view(app: &SlackApp, user: &str, job: &str) -> String {
     }
     let msg = json!({"command": Command::ViewJob.name(), "content": {"job": job}, "user": user});
     let answer = match orchestrator(app).await {
-        Ok(p) => tokio::time::timeout(ANSWER_WITHIN, p.submit(&msg.to_string()))
-            .await
-            .unwrap_or_else(|_| Err(zbus::Error::Failure("orchestratord did not answer".into()))),
+        Ok(p) => tokio::time::timeout(ANSWER_WITHIN, {
+            let text = msg.to_string();
+            async move { again_while_stopping(|| p.submit(&text)).await }
+        })
+        .await
+        .unwrap_or_else(|_| Err(zbus::Error::Failure("orchestratord did not answer".into()))),
         Err(e) => Err(e),
     };
     let text = match answer {

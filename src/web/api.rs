@@ -110,7 +110,9 @@ pub async fn direct(
     content: Map<String, Value>,
 ) -> Result<Value, WebError> {
     let msg = json!({"command": command.name(), "content": content, "user": actor.user});
-    let answer = app.orchestrator.submit(&msg.to_string()).await?;
+    let text = msg.to_string();
+    let answer =
+        crate::bus::orchestrator::again_while_stopping(|| app.orchestrator.submit(&text)).await?;
     let mut v: Value = serde_json::from_str(&answer)
         .map_err(|e| WebError::new(502, "org.agentstore.Error.Failed", e.to_string()))?;
     Ok(v.get_mut("content")
@@ -134,10 +136,11 @@ pub async fn list_jobs(
     if let Some(u) = &actor.user {
         filter.insert("user", u);
     }
-    Ok(app
-        .orchestrator
-        .list_jobs(filter, number(q, "offset")?, number(q, "limit")?)
-        .await?)
+    let (offset, limit) = (number(q, "offset")?, number(q, "limit")?);
+    Ok(crate::bus::orchestrator::again_while_stopping(|| {
+        app.orchestrator.list_jobs(filter.clone(), offset, limit)
+    })
+    .await?)
 }
 
 /// The query parameters of a messages listing (API and page).
@@ -570,7 +573,10 @@ pub async fn route(
             };
             let actor = app.actor(peer, &headers, claimed.as_deref())?;
             obj.insert("user".into(), json!(actor.user));
-            let answer = app.orchestrator.submit(&msg.to_string()).await?;
+            let text = msg.to_string();
+            let answer =
+                crate::bus::orchestrator::again_while_stopping(|| app.orchestrator.submit(&text))
+                    .await?;
             Ok(json(200, answer))
         }
         (["approvals"], true) => {
@@ -685,9 +691,14 @@ impl EventReader {
         // A refusal and an unknown job are both errors: neither is shown.
         // Asked on a task of its own: the proxy's future is not `Sync`, a body must be.
         let orchestrator = self.orchestrator.clone();
-        let ok = tokio::spawn(async move { orchestrator.submit(&msg.to_string()).await.is_ok() })
-            .await
-            .unwrap_or(false);
+        let ok = tokio::spawn(async move {
+            let text = msg.to_string();
+            crate::bus::orchestrator::again_while_stopping(|| orchestrator.submit(&text))
+                .await
+                .is_ok()
+        })
+        .await
+        .unwrap_or(false);
         if self.seen.len() >= Self::MAX_SEEN {
             self.seen.clear();
         }
