@@ -596,6 +596,116 @@ fn session_activation_file_starts_orchestratord() {
     );
 }
 
+/// A call that meets orchestratord exiting after its idle time (the race t_usermode lost in
+/// CI: `error: orchestratord is stopping`) is refused with `org.agentstore.Error.Unavailable`,
+/// and the CLI's way of calling (`again_while_stopping`) gets its answer from the next
+/// instance, which bus activation starts once the old one has gone. The old instance is held
+/// in its stopping state (debug-build fault hook) so the race is met every time.
+#[test]
+fn a_call_during_the_idle_exit_is_answered_by_the_next_instance() {
+    if !have("dbus-daemon") {
+        return skip("session bus activation", "dbus-daemon not installed");
+    }
+    let services = tempfile::tempdir().unwrap();
+    let t =
+        std::fs::read_to_string(repo("dbus/session/org.agentstore.Orchestrator1.service")).unwrap();
+    std::fs::write(
+        services.path().join("org.agentstore.Orchestrator1.service"),
+        t.replace(
+            "/usr/bin/orchestratord --bus session",
+            &format!(
+                "{} --bus session --idle-exit 1",
+                env!("CARGO_BIN_EXE_orchestratord")
+            ),
+        ),
+    )
+    .unwrap();
+    let env = TestEnv::initialised();
+    let hold = env.home.join("held-while-stopping");
+    let fault = format!("hold-idle-exit:{}", hold.display());
+    let bus = PrivateBus::with_config(
+        &format!(
+            r#"  <type>session</type>
+  <servicedir>{}</servicedir>
+  <policy context="default">
+    <allow send_destination="*" eavesdrop="true"/>
+    <allow eavesdrop="true"/>
+    <allow own="*"/>
+  </policy>"#,
+            services.path().display()
+        ),
+        &[
+            ("AGENT_STORE_ROOT", &env.root),
+            ("HOME", &env.home),
+            ("RUST_LOG", Path::new("warn")),
+            ("AGENTSTORE_TEST_FAULT", Path::new(&fault)),
+        ],
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let kill = |pid: u32| {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    };
+    rt.block_on(async {
+        let conn = zbus::connection::Builder::address(bus.address.as_str())
+            .build()
+            .await
+            .unwrap();
+        let p = agentstore::bus::orchestrator::Orchestrator1Proxy::new(&conn)
+            .await
+            .unwrap();
+        let dbus = zbus::fdo::DBusProxy::new(&conn).await.unwrap();
+        let name = zbus::names::BusName::try_from(NAME).unwrap();
+        // The first call activates the first instance; a second later it exits idle, and
+        // the hook holds it there (refusing calls, still owning the name).
+        p.submit(r#"{"command":"help"}"#).await.unwrap();
+        let first = dbus
+            .get_connection_unix_process_id(name.clone())
+            .await
+            .unwrap();
+        wait_until(
+            Duration::from_secs(60),
+            "the first instance stopping",
+            || hold.exists(),
+        );
+        let refused = p.submit(r#"{"command":"help"}"#).await;
+        let name_of = |r: &zbus::Result<String>| match r {
+            Err(zbus::Error::MethodError(n, _, _)) => n.to_string(),
+            other => format!("{other:?}"),
+        };
+        assert_eq!(
+            name_of(&refused),
+            agentstore::bus::error::UNAVAILABLE,
+            "a stopping daemon's refusal"
+        );
+        // The CLI's call, made now, is answered once the old instance lets go.
+        std::fs::write(format!("{}.released", hold.display()), "").unwrap();
+        let call = agentstore::bus::orchestrator::again_while_stopping(|| {
+            p.submit(r#"{"command":"help"}"#)
+        });
+        let release = async {
+            tokio::task::yield_now().await;
+            std::fs::remove_file(&hold).unwrap();
+        };
+        let (answer, ()) = tokio::join!(call, release);
+        let answer = answer.unwrap_or_else(|e| {
+            kill(first);
+            panic!("the call made during the idle exit failed: {e}")
+        });
+        let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
+        assert_eq!(answer["status"], "done", "{answer}");
+        let second = dbus.get_connection_unix_process_id(name).await.unwrap();
+        kill(second);
+        kill(first);
+        assert_ne!(first, second, "the answer came from a new instance");
+    });
+}
+
 /// Stands for any check that cannot run where it is run; only run by the next test.
 #[test]
 #[ignore = "run by a_skipped_check_fails_under_ci"]

@@ -461,6 +461,7 @@ pub async fn run(
     // answers the inbox meanwhile and asks the thread for a run after each pass.
     let completer = super::backlog::Worker::start(shared.clone(), tx.clone())
         .map_err(|e| DaemonError::Other(format!("cannot start the completion thread: {e}")))?;
+    let mut idled = false;
     let result = loop {
         if let Some(e) = keeper.failed() {
             break Err(e);
@@ -558,6 +559,7 @@ pub async fn run(
                 "idle for {} s; exiting (activation starts it again)",
                 idle_exit.as_secs()
             );
+            idled = true;
             break Ok(());
         }
         let beat_in = shared
@@ -591,6 +593,10 @@ pub async fn run(
     // let go; new ones are refused.
     let _ = shared.run_blocking(move || completer.stop()).await;
     shared.drain().await;
+    #[cfg(debug_assertions)]
+    if idled {
+        held_after_idle_exit().await;
+    }
     let seat = keeper.stop();
     shared
         .machines
@@ -606,6 +612,30 @@ pub async fn run(
     );
     drop(seat);
     result
+}
+
+/// Tests only (debug builds): `AGENTSTORE_TEST_FAULT=hold-idle-exit:<file>` keeps a daemon
+/// that is exiting after its idle time in that state (new calls refused, the bus name still
+/// its own) while `<file>` exists: it writes its pid there and waits until the test removes
+/// it. A later instance (the one activation starts) holds nothing once `<file>.released`
+/// exists.
+#[cfg(debug_assertions)]
+async fn held_after_idle_exit() {
+    let Ok(f) = std::env::var("AGENTSTORE_TEST_FAULT") else {
+        return;
+    };
+    let Some(path) = f.strip_prefix("hold-idle-exit:") else {
+        return;
+    };
+    if std::path::Path::new(&format!("{path}.released")).exists() {
+        return;
+    }
+    if std::fs::write(path, std::process::id().to_string()).is_err() {
+        return;
+    }
+    while std::path::Path::new(path).exists() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// The STATUS= line `systemctl status` shows: what this orchestratord is doing now.
