@@ -25,6 +25,8 @@ pub mod common;
 pub mod fake_chat;
 #[path = "support/fake_model.rs"]
 pub mod fake_model;
+#[path = "support/fake_notifications.rs"]
+pub mod fake_notifications;
 #[path = "support/fake_slack_socket.rs"]
 pub mod fake_slack_socket;
 #[path = "support/introspection.rs"]

@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::fake_chat::FakeChat;
+use crate::fake_notifications::Notifications;
 use crate::harness::PrivateBus;
 use crate::procs::{Proc, wait};
 use agentstore::notify::dispatch::Dispatcher;
@@ -409,39 +410,6 @@ async fn bad_notices_fail_alone_and_an_oversized_one_is_cut_with_where_to_read_i
     );
 }
 
-/// A minimal `org.freedesktop.Notifications` server: records each notification.
-struct Notifications {
-    seen: std::sync::Arc<std::sync::Mutex<Vec<(String, String, String)>>>,
-}
-
-#[zbus::interface(name = "org.freedesktop.Notifications")]
-impl Notifications {
-    #[allow(clippy::too_many_arguments)]
-    fn notify(
-        &self,
-        app_name: String,
-        _replaces_id: u32,
-        _app_icon: String,
-        summary: String,
-        body: String,
-        _actions: Vec<String>,
-        _hints: std::collections::HashMap<String, zbus::OwnedVariant>,
-        _expire_timeout: i32,
-    ) -> u32 {
-        let mut s = self.seen.lock().unwrap();
-        s.push((app_name, summary, body));
-        s.len() as u32
-    }
-
-    fn get_capabilities(&self) -> Vec<String> {
-        vec!["body".into()]
-    }
-
-    fn get_server_information(&self) -> (String, String, String, String) {
-        ("test".into(), "agentstore".into(), "1".into(), "1.2".into())
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_desktop_sink_reaches_a_notification_server_on_the_session_bus() {
     let env = Env::new("{}");
@@ -450,7 +418,10 @@ async fn the_desktop_sink_reaches_a_notification_server_on_the_session_bus() {
     let _server = zbus::connection::Builder::address(bus.address.as_str())
         .serve_at(
             "/org/freedesktop/Notifications",
-            Notifications { seen: seen.clone() },
+            Notifications {
+                seen: seen.clone(),
+                log: None,
+            },
         )
         .name("org.freedesktop.Notifications")
         .build()

@@ -73,10 +73,12 @@ if [ "$build_deb" = 1 ]; then
     build_ms=$(($(sys_now_ms) - t0))
     sys_log "built $deb and $rpm in $(sys_fmt_ms "$build_ms")"
 fi
-# t_m5/t_m6 run the real Claude Code CLI against this fake Anthropic endpoint (DESIGN §7).
-if [ -n "$deb" ] && [ ! -x "$repo/target/release/examples/fake_anthropic" ] || [ "$build_deb" = 1 ]; then
-    (cd "$repo" && cargo build --release --locked --example fake_anthropic >&2) ||
-        sys_log "building examples/fake_anthropic failed: t_m5/t_m6 will fail"
+# t_m5/t_m6 run the real Claude Code CLI against this fake Anthropic endpoint (DESIGN §7);
+# t_usermode's desktop notifications go to the minimal notification server.
+if [ -n "$deb" ] && { [ ! -x "$repo/target/release/examples/fake_anthropic" ] ||
+    [ ! -x "$repo/target/release/examples/fake_notifications" ]; } || [ "$build_deb" = 1 ]; then
+    (cd "$repo" && cargo build --release --locked --example fake_anthropic --example fake_notifications >&2) ||
+        sys_log "building examples/fake_anthropic and fake_notifications failed: t_m5/t_m6/t_usermode will fail"
 fi
 if [ -n "$deb" ]; then
     [ -f "$deb" ] || sys_die "no such package: $deb"

@@ -247,4 +247,29 @@ out=$(u orchestrator set-job-key ANTHROPIC_API_KEY --remove 2>&1) && rc=0 || rc=
 sys_expect_eq "set-job-key --remove exits 0 ($out)" 0 "$rc"
 sys_check "... and removes the key file" x test ! -e "$kf"
 sys_check "... and its drop-in (no key left)" x test ! -e "$H/.config/systemd/user/queue-manager@.service.d/agentstore-keys.conf"
+
+# Issue 31, per-user mode: the user's notifier (the packaged agentstore-notify user unit)
+# tells the desktop that a job failed: org.freedesktop.Notifications on the user's session
+# bus, served here by a minimal server that logs what it is shown (a desktop's notification
+# daemon needs a display).
+fn_bin=$REPO/target/release/examples/fake_notifications
+[ -x "$fn_bin" ] || sys_die "$fn_bin is missing: cargo build --release --example fake_notifications (run.sh builds it)"
+sys_copy_in "$m" "$fn_bin" /usr/local/bin/fake_notifications
+x chmod 755 /usr/local/bin/fake_notifications
+nlog=$H/notifications.jsonl
+sys_check "a notification server runs on $U's session bus (systemd-run --user)" \
+    u systemd-run --user --unit fake-notifications --property=Type=exec /usr/local/bin/fake_notifications --log "$nlog"
+served() { u busctl --user list --no-legend 2>/dev/null | grep -q '^org\.freedesktop\.Notifications '; }
+sys_check "... and owns org.freedesktop.Notifications" sys_wait_until 30 "notification server" served
+out=$(u orchestrator set-user --notify desktop --notify-events job_failed 2>&1) && rc=0 || rc=$?
+sys_expect_eq "set-user --notify desktop --notify-events job_failed exits 0 ($out)" 0 "$rc"
+sys_check "systemctl --user start agentstore-notify.service" usys start agentstore-notify.service
+out=$(u orchestrator research-code --project demo --task 'EXIT=3' 2>&1) || true
+idF=$(sed -n 's/^Job queued: \([0-9a-f-]*\)$/\1/p' <<<"$out" | head -1)
+sys_expect_match "a job that will fail is queued ($out)" '^[0-9a-f]{8}-' "$idF"
+sys_check "the job fails" sys_wait_until 90 "failed" in_state "$idF" failed
+shown() { x grep -q "Job $idF failed" "$nlog" 2>/dev/null; }
+sys_check "the desktop is told the job failed (agentstore-notify --user, session bus)" sys_wait_until 60 "desktop notification" shown
+sys_expect_match "... by agentstore" '"app_name": *"agentstore"' "$(x grep "Job $idF failed" "$nlog" 2>&1)"
+sys_expect_eq "... once" 1 "$(x grep -c "Job $idF failed" "$nlog" 2>&1)"
 sys_test_end

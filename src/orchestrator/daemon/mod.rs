@@ -593,8 +593,11 @@ pub async fn run(
     // let go; new ones are refused.
     let _ = shared.run_blocking(move || completer.stop()).await;
     shared.drain().await;
-    #[cfg(debug_assertions)]
     if idled {
+        tracing::debug!(
+            "idle exit: the calls under way are answered; new ones are refused as Unavailable until the bus name goes"
+        );
+        #[cfg(debug_assertions)]
         held_after_idle_exit().await;
     }
     let seat = keeper.stop();
