@@ -467,6 +467,101 @@ async fn the_desktop_sink_reaches_a_notification_server_on_the_session_bus() {
     );
 }
 
+/// Quiet hours hold a user's deliveries (the notice waits, nothing is lost) while another
+/// user's go out; once the quiet hours are over, the held one is delivered, once. A notice for
+/// a user whose document cannot be read waits for it to be fixed (it used to be completed
+/// unsent).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quiet_hours_hold_a_users_notices_until_they_end() {
+    let env = Env::new("{}");
+    let bus = PrivateBus::start();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let _server = zbus::connection::Builder::address(bus.address.as_str())
+        .serve_at(
+            "/org/freedesktop/Notifications",
+            Notifications {
+                seen: seen.clone(),
+                log: None,
+            },
+        )
+        .name("org.freedesktop.Notifications")
+        .build()
+        .await
+        .unwrap();
+    let me = nix::unistd::User::from_uid(nix::unistd::geteuid())
+        .unwrap()
+        .unwrap()
+        .name;
+    let store = env.store();
+    let now = chrono::Utc::now();
+    let hm = |t: chrono::DateTime<chrono::Utc>| t.format("%H:%M").to_string();
+    // dana's quiet hours are now (an hour either side, UTC); fred has none.
+    let user = |id: &str, quiet: Value| {
+        let mut notify = json!({"sinks": ["desktop"]});
+        if !quiet.is_null() {
+            notify["quiet_hours"] = quiet;
+        }
+        std::fs::write(
+            store.user_path(id),
+            json!({"id": id, "name": id, "email": "d@x", "permissions": "user",
+                   "unix_user": me, "notify": notify})
+            .to_string(),
+        )
+        .unwrap();
+    };
+    let quiet_now = json!({"start": hm(now - chrono::Duration::hours(1)),
+                           "end": hm(now + chrono::Duration::hours(1)), "utc_offset": "+00:00"});
+    user("dana", quiet_now);
+    // fred's document is broken at first (quiet_hours must be an object): his notice waits
+    // for it to be fixed rather than being dropped unsent.
+    std::fs::write(
+        store.user_path("fred"),
+        json!({"id": "fred", "name": "fred", "email": "f@x", "permissions": "user",
+               "unix_user": me, "notify": {"sinks": ["desktop"], "quiet_hours": 7}})
+        .to_string(),
+    )
+    .unwrap();
+    emit(&store, 1, "dana");
+    emit(&store, 2, "fred");
+    let sinks = || {
+        let mut s: std::collections::BTreeMap<String, Box<dyn agentstore::notify::Sink>> =
+            Default::default();
+        s.insert("desktop".into(), Box::new(Desktop::at(&bus.address)));
+        s
+    };
+    let mut d = Dispatcher::with_sinks(env.store(), env.config("{}"), sinks());
+    let r = d.pass().await;
+    assert_eq!((r.sent, r.waiting, r.dead), (0, 2, 0), "{r:?}");
+    assert_eq!(env.pending(), 2, "both notices kept");
+    user("fred", Value::Null);
+    let r = d.pass().await;
+    assert_eq!((r.sent, r.waiting, r.dead), (1, 1, 0), "{r:?}");
+    let titles = |seen: &std::sync::Arc<std::sync::Mutex<Vec<(String, String, String)>>>| {
+        seen.lock()
+            .unwrap()
+            .iter()
+            .map(|s| s.1.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(titles(&seen), ["Job job-002 failed"], "fred's goes out");
+    assert_eq!(env.pending(), 1, "dana's notice waits, kept");
+    // Quiet hours over (dana's now end an hour ago): the held notice goes out, once.
+    user(
+        "dana",
+        json!({"start": hm(now - chrono::Duration::hours(3)),
+               "end": hm(now - chrono::Duration::hours(1)), "utc_offset": "+00:00"}),
+    );
+    let r = d.pass().await;
+    assert_eq!((r.sent, r.waiting, r.dead), (1, 0, 0), "{r:?}");
+    let r = d.pass().await;
+    assert_eq!((r.sent, r.waiting), (0, 0), "{r:?}");
+    assert_eq!(
+        titles(&seen),
+        ["Job job-002 failed", "Job job-001 failed"],
+        "dana's after her quiet hours, once"
+    );
+}
+
 #[test]
 fn set_user_notify_test_and_telegram_through_the_cli() {
     let env = Env::new("{}");

@@ -146,6 +146,20 @@ impl Dispatcher {
         // Read once per pass, and only when a job's end is pending.
         let mut threads: Option<HashSet<String>> = None;
         for notice in self.pending() {
+            // A notice for a user whose document exists but cannot be read now (a hand edit
+            // that broke it) waits for it to be fixed: completing it would drop it unsent.
+            if let Some(id) = notice.user.as_deref()
+                && !users.iter().any(|u| u.id == id)
+                && crate::model::is_safe_id(id)
+                && self.store.user_path(id).exists()
+            {
+                tracing::warn!(
+                    notice = %notice.id,
+                    "notice for {id} waits: users/{id}.json cannot be read (see the line above); it is sent once the document is fixed"
+                );
+                report.waiting += 1;
+                continue;
+            }
             let mut targets = route::targets(&notice, &users, &self.cfg);
             self.thread_target(&notice, &users, &mut threads, &mut targets);
             let mut complete = true;
