@@ -536,7 +536,7 @@ async fn quiet_hours_hold_a_users_notices_until_they_end() {
     user("fred", Value::Null);
     let r = d.pass().await;
     assert_eq!((r.sent, r.waiting, r.dead), (1, 1, 0), "{r:?}");
-    let titles = |seen: &std::sync::Arc<std::sync::Mutex<Vec<(String, String, String)>>>| {
+    let titles = |seen: &crate::fake_notifications::Seen| {
         seen.lock()
             .unwrap()
             .iter()
