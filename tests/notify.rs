@@ -226,6 +226,56 @@ fn a_burst_of_200_with_kill_9_is_delivered_once_per_sink_in_order() {
     assert!(rows.iter().all(|r| r["state"] == "sent"), "{rows:?}");
 }
 
+/// One machine sends: of two notifiers on one store, one takes the store's notifier lock and
+/// delivers, the other stands by; when the sender is killed (-9), the other takes over and
+/// delivers the rest. Every notice reaches Slack exactly once.
+#[test]
+fn of_two_notifiers_one_sends_and_the_other_takes_over_after_a_kill_9() {
+    let env = Env::new("{first_backoff_ms: 20, max_backoff_ms: 200}");
+    let (log_a, log_b) = (
+        env.dir.path().join("notifier-a.log"),
+        env.dir.path().join("notifier-b.log"),
+    );
+    let said = |log: &Path, what: &str| {
+        std::fs::read_to_string(log)
+            .map(|t| t.contains(what))
+            .unwrap_or(false)
+    };
+    let a = env.notifier(&log_a);
+    wait(LIMIT, "the first notifier holding the lock", || {
+        env.root.join(".notify.lock").exists()
+    });
+    let b = env.notifier(&log_b);
+    wait(LIMIT, "the second notifier standing by", || {
+        said(&log_b, "notifier standing by")
+    });
+    let store = env.store();
+    for i in 0..40 {
+        emit(&store, i, "alice");
+    }
+    wait(LIMIT, "40 Slack messages", || {
+        env.chat.with(|s| s.slack.len()) >= 40 && env.pending() == 0
+    });
+    assert!(
+        said(&log_b, "notifier standing by"),
+        "the second notifier still stands by"
+    );
+    a.signal(nix::sys::signal::Signal::SIGKILL);
+    drop(a);
+    for i in 40..80 {
+        emit(&store, i, "alice");
+    }
+    wait(LIMIT, "80 Slack messages and nothing pending", || {
+        env.chat.with(|s| s.slack.len()) >= 80 && env.pending() == 0
+    });
+    drop(b);
+    let expected: Vec<String> = (0..80).map(|i| format!("job-{i:03}")).collect();
+    env.chat.with(|s| {
+        assert_eq!(s.slack.len(), 80, "each notice once at Slack");
+        assert_eq!(job_order(s.slack.iter().map(|m| m.text.clone())), expected);
+    });
+}
+
 #[test]
 fn a_sink_down_gets_its_backlog_in_order_when_back() {
     // give_up_after_secs stands for "five minutes down": longer than the outage.
