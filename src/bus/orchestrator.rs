@@ -359,6 +359,11 @@ where
     }
 }
 
+/// `Submit` through [`again_while_stopping`]: what every front end calls.
+pub async fn submit_when_up(proxy: &Orchestrator1Proxy<'_>, message: &str) -> zbus::Result<String> {
+    again_while_stopping(|| proxy.submit(message)).await
+}
+
 /// Client side of `org.agentstore.Orchestrator1`.
 #[zbus::proxy(
     interface = "org.agentstore.Orchestrator1",

@@ -5,7 +5,7 @@
 use super::render::{Format, write_json};
 use super::{CliError, CliResult, GlobalArgs, Session, open_store};
 use crate::bus::BusKind;
-use crate::bus::orchestrator::{Orchestrator1Proxy, again_while_stopping};
+use crate::bus::orchestrator::{Orchestrator1Proxy, submit_when_up};
 use crate::model::{DocKind, JobStatus, Message, MessageSource, MessageStatus, Timestamp};
 use crate::orchestrator::RouteError;
 use crate::store::{Store, move_no_replace};
@@ -256,8 +256,7 @@ pub(super) async fn submit_dbus(bus: BusKind, text: &str) -> zbus::Result<String
         .method_timeout(Duration::from_secs(120))
         .build()
         .await?;
-    let proxy = orchestrator_proxy(&conn).await?;
-    again_while_stopping(|| proxy.submit(text)).await
+    submit_when_up(&orchestrator_proxy(&conn).await?, text).await
 }
 
 /// The same folder, as far as this machine can tell (both canonicalised when they exist).
@@ -327,11 +326,7 @@ fn try_dbus(g: &GlobalArgs, store: &Store, text: &str) -> Result<Option<Message>
         let Some((bus, conn)) = daemon_for_root(&buses, store.root(), g.verbose).await else {
             return Ok(None);
         };
-        let result = async {
-            let proxy = orchestrator_proxy(&conn).await?;
-            again_while_stopping(|| proxy.submit(text)).await
-        }
-        .await;
+        let result = async { submit_when_up(&orchestrator_proxy(&conn).await?, text).await }.await;
         match result {
             Ok(resp) => serde_json::from_str(&resp)
                 .map(Some)

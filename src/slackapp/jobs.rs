@@ -14,7 +14,7 @@
 //! than Slack's three seconds (bus activation, a loaded machine).
 
 use super::SlackApp;
-use crate::bus::orchestrator::{Orchestrator1Proxy, again_while_stopping};
+use crate::bus::orchestrator::{Orchestrator1Proxy, again_while_stopping, submit_when_up};
 use crate::model::{Command, User, is_safe_id};
 use crate::notify::sinks::slack::{MAX_TEXT, escape};
 use crate::notify::threads::{self, SlackThread, is_slack_id};
@@ -297,17 +297,14 @@ async fn queue(app: &SlackApp, a: &JobAsk, user: &User, channel: &str, ts: &str)
         "user": user.id,
     });
     let answer = match orchestrator(app).await {
-        Ok(p) => tokio::time::timeout(ANSWER_WITHIN, {
-            let text = msg.to_string();
-            async move { again_while_stopping(|| p.submit(&text)).await }
-        })
-        .await
-        .unwrap_or_else(|_| {
-            Err(zbus::Error::Failure(format!(
-                "orchestratord did not answer within {} s",
-                ANSWER_WITHIN.as_secs()
-            )))
-        }),
+        Ok(p) => tokio::time::timeout(ANSWER_WITHIN, submit_when_up(&p, &msg.to_string()))
+            .await
+            .unwrap_or_else(|_| {
+                Err(zbus::Error::Failure(format!(
+                    "orchestratord did not answer within {} s",
+                    ANSWER_WITHIN.as_secs()
+                )))
+            }),
         Err(e) => Err(e),
     };
     match answer {
@@ -413,12 +410,9 @@ async fn view(app: &SlackApp, user: &str, job: &str) -> String {
     }
     let msg = json!({"command": Command::ViewJob.name(), "content": {"job": job}, "user": user});
     let answer = match orchestrator(app).await {
-        Ok(p) => tokio::time::timeout(ANSWER_WITHIN, {
-            let text = msg.to_string();
-            async move { again_while_stopping(|| p.submit(&text)).await }
-        })
-        .await
-        .unwrap_or_else(|_| Err(zbus::Error::Failure("orchestratord did not answer".into()))),
+        Ok(p) => tokio::time::timeout(ANSWER_WITHIN, submit_when_up(&p, &msg.to_string()))
+            .await
+            .unwrap_or_else(|_| Err(zbus::Error::Failure("orchestratord did not answer".into()))),
         Err(e) => Err(e),
     };
     let text = match answer {

@@ -5,6 +5,7 @@
 use super::auth::{Actor, Peer};
 use super::error::WebError;
 use super::{App, Body, json};
+use crate::bus::orchestrator::{again_while_stopping, submit_when_up};
 use crate::model::Command;
 use crate::model::Job;
 use http_body_util::BodyExt;
@@ -110,9 +111,7 @@ pub async fn direct(
     content: Map<String, Value>,
 ) -> Result<Value, WebError> {
     let msg = json!({"command": command.name(), "content": content, "user": actor.user});
-    let text = msg.to_string();
-    let answer =
-        crate::bus::orchestrator::again_while_stopping(|| app.orchestrator.submit(&text)).await?;
+    let answer = submit_when_up(&app.orchestrator, &msg.to_string()).await?;
     let mut v: Value = serde_json::from_str(&answer)
         .map_err(|e| WebError::new(502, "org.agentstore.Error.Failed", e.to_string()))?;
     Ok(v.get_mut("content")
@@ -137,10 +136,7 @@ pub async fn list_jobs(
         filter.insert("user", u);
     }
     let (offset, limit) = (number(q, "offset")?, number(q, "limit")?);
-    Ok(crate::bus::orchestrator::again_while_stopping(|| {
-        app.orchestrator.list_jobs(filter.clone(), offset, limit)
-    })
-    .await?)
+    Ok(again_while_stopping(|| app.orchestrator.list_jobs(filter.clone(), offset, limit)).await?)
 }
 
 /// The query parameters of a messages listing (API and page).
@@ -573,10 +569,7 @@ pub async fn route(
             };
             let actor = app.actor(peer, &headers, claimed.as_deref())?;
             obj.insert("user".into(), json!(actor.user));
-            let text = msg.to_string();
-            let answer =
-                crate::bus::orchestrator::again_while_stopping(|| app.orchestrator.submit(&text))
-                    .await?;
+            let answer = submit_when_up(&app.orchestrator, &msg.to_string()).await?;
             Ok(json(200, answer))
         }
         (["approvals"], true) => {
@@ -692,8 +685,7 @@ impl EventReader {
         // Asked on a task of its own: the proxy's future is not `Sync`, a body must be.
         let orchestrator = self.orchestrator.clone();
         let ok = tokio::spawn(async move {
-            let text = msg.to_string();
-            crate::bus::orchestrator::again_while_stopping(|| orchestrator.submit(&text))
+            submit_when_up(&orchestrator, &msg.to_string())
                 .await
                 .is_ok()
         })
