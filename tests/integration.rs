@@ -57,6 +57,7 @@ mod backlog;
 mod bus_flags;
 mod claude_real;
 mod cli_remote;
+mod codex_model;
 mod codex_real;
 mod codex_rights;
 mod conflicts;

@@ -87,3 +87,83 @@ fn a_link_at_the_accounts_output_file_reaches_nothing_of_root() {
     );
     assert_eq!(done["config"]["project"], "TestProject", "{done}");
 }
+
+/// Issue 35: a root manager's Slurm job gets none of the manager's job keys (`job-env.*`
+/// credentials: no way to hand them to the batch step keeps them out of Slurm's files). It is
+/// never silent: the job's record carries a warning naming the key and what to do, view-job
+/// and the dashboard's job page show it, and the key's value is in no store file, no Slurm
+/// file and no batch step's environment.
+#[test]
+fn a_slurm_job_is_told_the_job_keys_were_not_delivered() {
+    if !root_or_skip() {
+        return;
+    }
+    let (env, bus, fake) = setup();
+    slurm_queue(&env, json!({"poll_seconds": 1}));
+    let creds = env.dir.path().join("credentials");
+    std::fs::create_dir(&creds).unwrap();
+    let key = "sk-SLURM-KEY-CANARY-5f1c";
+    std::fs::write(creds.join("job-env.OPENAI_API_KEY"), key).unwrap();
+    std::fs::set_permissions(&creds, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let _m = crate::slurm::manager_with(
+        &env,
+        &bus,
+        &fake,
+        &[("CREDENTIALS_DIRECTORY", creds.to_str().unwrap())],
+    );
+    env.queue_job("k1", &noop(0.1));
+    let done = wait_file(&env, "finished", "k1", 60);
+    let warnings = done["runtime"]["warnings"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(warnings.len(), 1, "{done:#}");
+    let w = warnings[0].as_str().unwrap();
+    assert!(
+        w.starts_with("Not delivered: the queue manager's job key OPENAI_API_KEY")
+            && w.contains("codex login")
+            && w.contains("docs/codex-and-credentials.md"),
+        "{w}"
+    );
+    let view = std::process::Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+        .env("AGENT_STORE_ROOT", &env.root)
+        .env("COLUMNS", "100")
+        .args(["--bus", "none", "view-job", "k1"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&view.stdout);
+    assert!(view.status.success(), "{text}");
+    assert!(
+        text.contains("\nWarning\n  Not delivered: the queue manager's job key OPENAI_API_KEY"),
+        "{text}"
+    );
+    // The dashboard's job page says it too.
+    let web_home = tempfile::tempdir().unwrap();
+    let served = crate::web_env::serve(&env.root, web_home.path(), env.dir.path());
+    let page = std::process::Command::new("curl")
+        .args(["-sS", "--max-time", "20", "-H"])
+        .arg(format!("Authorization: Bearer {}", served.token))
+        .arg(format!("http://127.0.0.1:{}/jobs/k1", served.port))
+        .output()
+        .unwrap();
+    let page = String::from_utf8_lossy(&page.stdout);
+    assert!(
+        page.contains(
+            r#"<ul id="warnings"><li>Not delivered: the queue manager&#39;s job key OPENAI_API_KEY"#
+        ),
+        "{page}"
+    );
+    // The value: in nothing the store, Slurm (its scripts, its environments: the fake's state)
+    // or the account's output folder holds, all under the test's folder.
+    let found = std::process::Command::new("grep")
+        .args(["-rlF", "--exclude-dir=credentials", key])
+        .arg(env.dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        found.status.code(),
+        Some(1),
+        "the key is in {}",
+        String::from_utf8_lossy(&found.stdout)
+    );
+}

@@ -112,6 +112,10 @@ pub fn write_job(
     }
     label(out, "Settings", &settings.join(", "))?;
     label(out, "Directory", &c.working_directory)?;
+    // Said before the task and the result: what the job was meant to have and did not get.
+    for w in &r.warnings {
+        section(out, "Warning", w, width)?;
+    }
     section(out, "Task", &c.task_description, width)?;
     if let Some(e) = &r.error {
         section(out, "Error", e, width)?;

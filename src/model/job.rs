@@ -200,6 +200,11 @@ pub struct JobRuntime {
     /// says where to look).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sandbox_refused: Vec<String>,
+    /// What the job was meant to have and did not get, said where the user looks (view-job,
+    /// the dashboard): a Slurm job the queue manager could not hand its job keys to
+    /// (extension, issue 35). Never a secret's value.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 impl Job {
@@ -250,6 +255,7 @@ impl JobRuntime {
             commit: None,
             worktree: None,
             sandbox_refused: Vec::new(),
+            warnings: Vec::new(),
         }
     }
 }

@@ -98,9 +98,74 @@ pub fn job_environment() -> Result<Vec<(String, String)>, String> {
     }
 }
 
+/// The names of the job keys in `dir` (`job-env.NAME` gives NAME), sorted; no value is read.
+pub fn job_key_names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let f = e.file_name();
+            f.to_str()?.strip_prefix(JOB_ENV_PREFIX).map(str::to_string)
+        })
+        .filter(|n| !n.is_empty())
+        .collect();
+    names.sort();
+    names
+}
+
+/// [`job_key_names_in`] this process's `$CREDENTIALS_DIRECTORY`; none without one.
+pub fn job_key_names() -> Vec<String> {
+    directory().map_or_else(Vec::new, |d| job_key_names_in(&d))
+}
+
+/// What a Slurm job is told when its batch step runs as `account` without the queue
+/// manager's job keys `names` (a root manager's relay cannot hand them on without writing
+/// them where Slurm keeps its jobs: docs/codex-and-credentials.md); `None` when the manager
+/// holds none. Names only, never a value.
+pub fn slurm_keys_warning(names: &[String], account: &str) -> Option<String> {
+    if names.is_empty() {
+        return None;
+    }
+    let (these, them) = if names.len() == 1 {
+        ("key", "it")
+    } else {
+        ("keys", "them")
+    };
+    Some(format!(
+        "Not delivered: the queue manager's job {these} {} (job-env credentials). A Slurm job \
+         does not get {them}: every way to hand {them} to its batch step writes {them} where \
+         Slurm keeps its jobs. This job runs with {account}'s own logins and keys on the home \
+         the compute nodes share (`codex login`, Claude Code's /login, or the variable in \
+         {account}'s environment); or run the job in a queue without Slurm. See \
+         docs/codex-and-credentials.md, \"Slurm jobs get no job-env keys\".",
+        names.join(", ")
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_slurm_job_is_told_which_keys_it_lacks_never_their_values() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("job-env.OPENAI_API_KEY"), "sk-SECRET-1").unwrap();
+        std::fs::write(d.path().join("job-env.ANTHROPIC_API_KEY"), "sk-SECRET-2").unwrap();
+        std::fs::write(d.path().join("slack-token"), "xoxb").unwrap();
+        let names = job_key_names_in(d.path());
+        assert_eq!(names, ["ANTHROPIC_API_KEY", "OPENAI_API_KEY"]);
+        let w = slurm_keys_warning(&names, "alice").unwrap();
+        assert!(
+            w.starts_with(
+                "Not delivered: the queue manager's job keys ANTHROPIC_API_KEY, OPENAI_API_KEY"
+            ),
+            "{w}"
+        );
+        assert!(w.contains("alice's own") && !w.contains("SECRET"), "{w}");
+        assert_eq!(slurm_keys_warning(&[], "alice"), None);
+        assert!(job_key_names_in(&d.path().join("none")).is_empty());
+    }
 
     #[test]
     fn job_variables_come_from_job_env_credentials_only() {

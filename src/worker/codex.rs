@@ -16,6 +16,7 @@
 use super::accounting::AgentRun;
 use super::capture::Captured;
 use super::claude;
+use super::codex_model;
 use crate::model::approval::Decision;
 use crate::model::{Job, QueueConfig, TokenUsage};
 use serde_json::Value;
@@ -139,185 +140,13 @@ pub fn codex_args(queue: &QueueConfig, job: &Job) -> Vec<String> {
     args
 }
 
-/// The model `args` name (`-m X`, `--model X`, `--model=X`, `-c model="X"`); the last wins,
-/// as for Codex. `None`: the one its configuration chooses ([`run_model`]).
+/// The model `args` name (`-m X`, `--model X`, `--model=X`, `-c model="X"`; the last wins, as
+/// for Codex). `None`: the one its configuration chooses ([`codex_model::run_model`]).
 pub fn model_of(args: &[String]) -> Option<String> {
-    let mut found = None;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        if a == "-m" || a == "--model" {
-            found = it.next().cloned();
-        } else if let Some(m) = a.strip_prefix("--model=") {
-            found = Some(m.to_string());
-        } else if (a == "-c" || a == "--config")
-            && let Some(kv) = it.next()
-            && let Some((k, v)) = kv.split_once('=')
-            && k.trim() == "model"
-        {
-            found = Some(v.trim().trim_matches('"').to_string());
-        }
-    }
-    found
+    codex_model::CommandLine::parse(args).names_model()
 }
 
-/// The model Codex runs on when neither its command line nor a config.toml names one: the
-/// default of the Codex CLI that `.ci/install-codex.sh` pins (0.169.0). tests/codex_real.rs
-/// checks that the real CLI still asks the model endpoint for it: change both together.
-pub const DEFAULT_MODEL: &str = "gpt-6.1-sol";
-
-/// The largest config.toml read for the model (Codex's own are a few kilobytes).
-const MAX_CONFIG: u64 = 1 << 20;
-
-/// The machine's Codex configuration, below the account's own (Codex reads it too).
-const SYSTEM_CONFIG: &str = "/etc/codex/config.toml";
-
-/// The profile `args` choose (`-p X`, `--profile X`, `--profile=X`, `-c profile="X"`); the
-/// last wins.
-fn profile_of(args: &[String]) -> Option<String> {
-    let mut found = None;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        if a == "-p" || a == "--profile" {
-            found = it.next().cloned();
-        } else if let Some(p) = a.strip_prefix("--profile=") {
-            found = Some(p.to_string());
-        } else if (a == "-c" || a == "--config")
-            && let Some(kv) = it.next()
-            && let Some((k, v)) = kv.split_once('=')
-            && k.trim() == "profile"
-        {
-            found = Some(v.trim().trim_matches('"').to_string());
-        }
-    }
-    found
-}
-
-/// What one config.toml says of the model: its `model`, its `profile`, and the `model` of
-/// each of its `[profiles.NAME]`.
-#[derive(Debug, Default, Clone, PartialEq)]
-pub struct ConfigModel {
-    /// The top-level `model`.
-    pub model: Option<String>,
-    /// The top-level `profile`.
-    pub profile: Option<String>,
-    /// `profiles.NAME.model`, by NAME.
-    pub profiles: std::collections::BTreeMap<String, Option<String>>,
-}
-
-impl ConfigModel {
-    /// Reads the keys above from config.toml's `text`; Err when it is not TOML (Codex then
-    /// refuses to start) or a key has the wrong type. The error names a line, never quotes
-    /// one: the file may hold a token.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
-            let at = e.span().map_or(0, |s| s.start).min(text.len());
-            let line = text.as_bytes()[..at]
-                .iter()
-                .filter(|b| **b == b'\n')
-                .count()
-                + 1;
-            format!("not valid TOML (line {line})")
-        })?;
-        let string = |t: &toml::Table, key: &str| -> Result<Option<String>, String> {
-            match t.get(key) {
-                None => Ok(None),
-                Some(toml::Value::String(s)) => Ok(Some(s.clone())),
-                Some(_) => Err(format!("`{key}` is not a string")),
-            }
-        };
-        let mut profiles = std::collections::BTreeMap::new();
-        if let Some(p) = table.get("profiles") {
-            let p = p.as_table().ok_or("`profiles` is not a table")?;
-            for (name, v) in p {
-                let t = v
-                    .as_table()
-                    .ok_or_else(|| format!("`profiles.{name}` is not a table"))?;
-                profiles.insert(name.clone(), string(t, "model")?);
-            }
-        }
-        Ok(ConfigModel {
-            model: string(&table, "model")?,
-            profile: string(&table, "profile")?,
-            profiles,
-        })
-    }
-}
-
-/// The model Codex chooses from its configuration layers, the account's over the machine's
-/// (`layers` lowest first), when the command line names none: the chosen profile's `model`
-/// (the profile from `profile` on the command line, else the last layer that names one),
-/// else the last layer's top-level `model`, else [`DEFAULT_MODEL`]. Err when the chosen
-/// profile is in no layer (Codex refuses to start then).
-pub fn model_from_config(layers: &[ConfigModel], profile: Option<&str>) -> Result<String, String> {
-    let profile = profile
-        .map(str::to_string)
-        .or_else(|| layers.iter().rev().find_map(|l| l.profile.clone()));
-    if let Some(p) = &profile {
-        let mut defined = false;
-        for l in layers.iter().rev() {
-            match l.profiles.get(p) {
-                Some(Some(m)) => return Ok(m.clone()),
-                Some(None) => defined = true,
-                None => {}
-            }
-        }
-        if !defined {
-            return Err(format!("the Codex profile `{p}` is not in its config.toml"));
-        }
-    }
-    Ok(layers
-        .iter()
-        .rev()
-        .find_map(|l| l.model.clone())
-        .unwrap_or_else(|| DEFAULT_MODEL.to_string()))
-}
-
-/// The account's config.toml: `$CODEX_HOME/config.toml` when the job's environment sets
-/// `CODEX_HOME`, else `~/.codex/config.toml` (`home`: the job's HOME).
-pub fn config_path(env: &[(String, String)], home: &Path) -> std::path::PathBuf {
-    match env.iter().find(|(k, _)| k == "CODEX_HOME") {
-        Some((_, dir)) if !dir.is_empty() => Path::new(dir).join("config.toml"),
-        _ => home.join(".codex").join("config.toml"),
-    }
-}
-
-/// The model a Codex run with `args` uses, for its price: the one `args` name; else the one
-/// its configuration chooses ([`model_from_config`]: the machine's `/etc/codex/config.toml`
-/// and the account's config.toml, read with the account's rights — `account`: the job's
-/// account when the worker switches to it); else Codex's default. Err (the cost is then
-/// unknown, never guessed) when a config.toml that is there cannot be read or parsed.
-pub fn run_model(
-    args: &[String],
-    env: &[(String, String)],
-    home: &Path,
-    account: Option<&super::runas::RunAs>,
-) -> Result<String, String> {
-    run_model_with(args, env, home, account, Path::new(SYSTEM_CONFIG))
-}
-
-/// [`run_model`] with the machine's config.toml at `system`.
-fn run_model_with(
-    args: &[String],
-    env: &[(String, String)],
-    home: &Path,
-    account: Option<&super::runas::RunAs>,
-    system: &Path,
-) -> Result<String, String> {
-    if let Some(m) = model_of(args) {
-        return Ok(m);
-    }
-    let mut layers = Vec::new();
-    if system.exists() {
-        let text = super::read_as::read_to_string_as(system, None, MAX_CONFIG)?;
-        layers.push(ConfigModel::parse(&text).map_err(|e| format!("{}: {e}", system.display()))?);
-    }
-    let user = config_path(env, home);
-    if user.exists() {
-        let text = super::read_as::read_to_string_as(&user, account, MAX_CONFIG)?;
-        layers.push(ConfigModel::parse(&text).map_err(|e| format!("{}: {e}", user.display()))?);
-    }
-    model_from_config(&layers, profile_of(args).as_deref())
-}
+pub use super::codex_model::DEFAULT_MODEL;
 
 /// The lines of what Codex wrote to stdout: all of it when it fit, else the head and the
 /// tail (from its first whole line; the bytes between are gone, and so are their events).
@@ -430,7 +259,7 @@ pub(super) fn run(
     let args_v = codex_args(queue, job);
     // The model named here, else the one Codex's configuration chooses: its price is the
     // job's cost. A config that cannot be read leaves the cost unknown (and says why).
-    let model = match run_model(&args_v, &env, home, switch.then_some(run_as)) {
+    let model = match codex_model::run_model(&args_v, &env, home, &cwd, switch.then_some(run_as)) {
         Ok(m) => Some(m),
         Err(e) => {
             tracing::warn!(
@@ -540,86 +369,6 @@ mod tests {
             model_of(&["-c".into(), "model=\"o4\"".into()]).as_deref(),
             Some("o4")
         );
-    }
-
-    fn strings(v: &[&str]) -> Vec<String> {
-        v.iter().map(|s| s.to_string()).collect()
-    }
-
-    #[test]
-    fn the_model_comes_from_the_config_when_the_command_line_names_none() {
-        let user = ConfigModel::parse(
-            "# mine\nmodel = \"gpt-5-mini\"\nmodel_provider = \"fake\"\n\n\
-             [profiles.deep]\nmodel = 'o3'\n[profiles.plain]\napproval_policy = \"never\"\n\
-             [model_providers.fake]\nname = \"fake\"\nmodel = \"not-this-one\"\n",
-        )
-        .unwrap();
-        assert_eq!(user.model.as_deref(), Some("gpt-5-mini"));
-        let system = ConfigModel::parse("model = \"gpt-4.1\"\nprofile = \"deep\"\n").unwrap();
-        // The account's model over the machine's; none at all: Codex's default.
-        assert_eq!(
-            model_from_config(std::slice::from_ref(&user), None).unwrap(),
-            "gpt-5-mini"
-        );
-        assert_eq!(
-            model_from_config(&[ConfigModel::default()], None).unwrap(),
-            DEFAULT_MODEL
-        );
-        assert_eq!(model_from_config(&[], None).unwrap(), DEFAULT_MODEL);
-        // A profile: chosen by the command line, else by a layer's `profile`; one without
-        // a model falls back to the top-level model; one nowhere is Codex's error.
-        assert_eq!(
-            model_from_config(std::slice::from_ref(&user), Some("deep")).unwrap(),
-            "o3"
-        );
-        assert_eq!(
-            model_from_config(&[system.clone(), user.clone()], None).unwrap(),
-            "o3"
-        );
-        assert_eq!(
-            model_from_config(std::slice::from_ref(&user), Some("plain")).unwrap(),
-            "gpt-5-mini"
-        );
-        assert!(model_from_config(std::slice::from_ref(&user), Some("nope")).is_err());
-        assert_eq!(
-            profile_of(&strings(&["-p", "a", "--profile=b", "-c", "profile=\"c\""])).as_deref(),
-            Some("c")
-        );
-        // Not TOML, or a model that is not a string: an error that names the line only.
-        let e = ConfigModel::parse("model = \"x\"\nexperimental_bearer_token = sk-SECRET\n")
-            .unwrap_err();
-        assert_eq!(e, "not valid TOML (line 2)");
-        assert!(ConfigModel::parse("model = 5\n").is_err());
-        assert!(ConfigModel::parse("profiles = 1\n").is_err());
-    }
-
-    #[test]
-    fn run_model_reads_the_accounts_codex_home() {
-        let dir = tempfile::tempdir().unwrap();
-        let home = dir.path().join("home");
-        let codex_home = dir.path().join("codex-home");
-        std::fs::create_dir_all(home.join(".codex")).unwrap();
-        std::fs::create_dir_all(&codex_home).unwrap();
-        std::fs::write(home.join(".codex/config.toml"), "model = \"gpt-5-nano\"\n").unwrap();
-        std::fs::write(codex_home.join("config.toml"), "model = \"o4-mini\"\n").unwrap();
-        let set = vec![("CODEX_HOME".to_string(), codex_home.display().to_string())];
-        let system = dir.path().join("etc-codex.toml");
-        let model = |args: &[&str], env: &[(String, String)], home: &Path| {
-            run_model_with(&strings(args), env, home, None, &system)
-        };
-        assert_eq!(config_path(&[], &home), home.join(".codex/config.toml"));
-        assert_eq!(model(&[], &[], &home).unwrap(), "gpt-5-nano");
-        assert_eq!(model(&[], &set, &home).unwrap(), "o4-mini");
-        assert_eq!(model(&["--model", "gpt-5"], &set, &home).unwrap(), "gpt-5");
-        let nobody = dir.path().join("nobody");
-        assert_eq!(model(&[], &[], &nobody).unwrap(), DEFAULT_MODEL);
-        // The machine's config is below the account's.
-        std::fs::write(&system, "model = \"gpt-4.1\"\n").unwrap();
-        assert_eq!(model(&[], &[], &nobody).unwrap(), "gpt-4.1");
-        assert_eq!(model(&[], &set, &home).unwrap(), "o4-mini");
-        std::fs::write(codex_home.join("config.toml"), "model = [\n").unwrap();
-        let e = model(&[], &set, &home).unwrap_err();
-        assert!(e.contains("config.toml: not valid TOML"), "{e}");
     }
 
     #[test]

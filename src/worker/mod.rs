@@ -19,6 +19,7 @@ pub mod args;
 pub mod capture;
 pub mod claude;
 pub mod codex;
+pub mod codex_model;
 pub mod confine;
 pub mod integrate;
 pub mod mcp;

@@ -36,6 +36,11 @@ start() { # ID: runs the batch step in the background
         if [ "$(id -u)" != "$(get "$1" uid)" ]; then
             as=(setpriv --reuid="$(get "$1" uid)" --regid="$(get "$1" gid)" --init-groups)
         fi
+        # Only sbatch's environment: none of the process that released the step (a root
+        # manager's scontrol/squeue carry its unit's CREDENTIALS_DIRECTORY; slurmd's step never
+        # sees that).
+        # shellcheck disable=SC2046
+        unset $(compgen -e) 2>/dev/null
         # shellcheck disable=SC1090
         . "$J/$1.env"
         SLURM_JOB_ID=$1 SLURM_JOB_NAME=$(get "$1" name) setsid "${as[@]}" sh -c 'exec >>"$1" 2>&1; exec sh -c "$2"' sh "$(get "$1" out)" "$(get "$1" wrap)" &

@@ -516,7 +516,20 @@ impl Manager {
             ..
         } = s;
         let now = Timestamp::now();
+        // A relayed step (root manager) gets none of the manager's job keys: said in the job's
+        // record and the journal, never silently (issue 35).
+        let keys_warning = relay.as_ref().and_then(|rl| {
+            crate::systemd::credentials::slurm_keys_warning(
+                &crate::systemd::credentials::job_key_names(),
+                &rl.account.name,
+            )
+        });
         let r = &mut job.runtime;
+        if let Some(w) = &keys_warning
+            && !r.warnings.contains(w)
+        {
+            r.warnings.push(w.clone());
+        }
         r.start_time = Some(now);
         r.process_id = None;
         r.unit = None;
@@ -532,6 +545,12 @@ impl Manager {
             self.set_slurm_status(None);
         }
         tracing::info!(job_id = %id, queue = %q, slurm_job_id = %sid, "job handed to Slurm");
+        if let Some(w) = keys_warning {
+            self.record(Record::warn(
+                self.event("job_keys_not_delivered").job(&id).detail(&w),
+                format!("job {id} (Slurm job {sid}): {w}"),
+            ));
+        }
         self.record(Record::info(
             self.event("job_started")
                 .job(&id)

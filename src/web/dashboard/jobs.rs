@@ -193,6 +193,13 @@ pub(super) async fn job_page(app: &App, who: &Actor, id: &str) -> Result<Respons
         }
         b.push_str("</tbody></table>");
     }
+    if let Some(j) = parsed.as_ref().filter(|j| !j.runtime.warnings.is_empty()) {
+        b.push_str(r#"<h2>Warnings</h2><ul id="warnings">"#);
+        for w in &j.runtime.warnings {
+            let _ = write!(b, "<li>{}</li>", esc(w));
+        }
+        b.push_str("</ul>");
+    }
     if let Some(j) = parsed.as_ref().filter(|j| j.runtime.sandbox.is_some()) {
         let _ = write!(
             b,
