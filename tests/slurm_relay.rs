@@ -78,6 +78,19 @@ fn a_link_at_the_accounts_output_file_reaches_nothing_of_root() {
         before,
         "the canary was written"
     );
+    // Once the failure is recorded the account's link is removed (by the account: the link,
+    // never what it names).
+    let link = out_dir.join(format!("{}-r1.out", env.queue));
+    wait_until(
+        std::time::Duration::from_secs(30),
+        "the linked relay file removed",
+        || std::fs::symlink_metadata(&link).is_err(),
+    );
+    assert_eq!(
+        std::fs::read(&canary).unwrap(),
+        before,
+        "the canary changed"
+    );
     // The next job, with an output file of its own, runs and ends from its own record.
     env.queue_job("r2", &noop(0.1));
     let done = wait_file(&env, "finished", "r2", 60);
@@ -86,4 +99,63 @@ fn a_link_at_the_accounts_output_file_reaches_nothing_of_root() {
         "{done}"
     );
     assert_eq!(done["config"]["project"], "TestProject", "{done}");
+}
+
+/// Issue 27 (round 5): the relay's files (`<queue>-<job>.out`, `.answers`) stayed in the
+/// account's folder for ever. They go once the job's end is recorded, removed by the account:
+/// a link the account put at one of them goes, never the root-only file it names; the files
+/// of another job and the folder stay.
+#[test]
+fn the_relay_files_go_once_the_jobs_end_is_recorded_and_only_they() {
+    if !root_or_skip() {
+        return;
+    }
+    let (env, bus, fake) = setup();
+    slurm_queue(&env, json!({"poll_seconds": 1}));
+    let secret = env.dir.path().join("root-only");
+    std::fs::create_dir(&secret).unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let canary = secret.join("answers");
+    std::fs::write(&canary, "ROOT-ONLY\n").unwrap();
+    let u = unprivileged_user().unwrap();
+    let out_dir = env.dir.path().join("slurm-output");
+    std::fs::create_dir(&out_dir).unwrap();
+    let q = &env.queue;
+    let answers = out_dir.join(format!("{q}-g1.answers"));
+    std::os::unix::fs::symlink(&canary, &answers).unwrap();
+    std::os::unix::fs::lchown(&answers, Some(u.uid), Some(u.gid)).unwrap();
+    // Another job's files (of this queue and of another), the account's own.
+    let others = [
+        out_dir.join(format!("{q}-other.out")),
+        out_dir.join(format!("{q}-other.answers")),
+        out_dir.join("elsewhere-g1.out"),
+    ];
+    for f in &others {
+        std::fs::write(f, "kept\n").unwrap();
+        std::os::unix::fs::chown(f, Some(u.uid), Some(u.gid)).unwrap();
+    }
+    std::os::unix::fs::chown(&out_dir, Some(u.uid), Some(u.gid)).unwrap();
+    let _m = manager(&env, &bus, &fake);
+    env.queue_job("g1", &noop(0.1));
+    let done = wait_file(&env, "finished", "g1", 60);
+    assert_eq!(
+        done["runtime"]["output"], "No-op job completed successfully",
+        "{done}"
+    );
+    let out = out_dir.join(format!("{q}-g1.out"));
+    wait_until(
+        std::time::Duration::from_secs(30),
+        "g1's relay files removed",
+        || std::fs::symlink_metadata(&out).is_err() && std::fs::symlink_metadata(&answers).is_err(),
+    );
+    assert_eq!(std::fs::read_to_string(&canary).unwrap(), "ROOT-ONLY\n");
+    for f in &others {
+        assert_eq!(
+            std::fs::read_to_string(f).unwrap(),
+            "kept\n",
+            "{}",
+            f.display()
+        );
+    }
+    assert!(out_dir.is_dir());
 }
