@@ -45,30 +45,7 @@ setup_queue "$Q" 1
 as_svc sh -c "sed -i 's/\"launcher\": \"systemd\",/\"launcher\": \"systemd\", \"approvals\": {\"deadline_seconds\": 300},/' $AS/Queues/$Q/queue.json"
 sys_check "queue-manager@$Q starts" x systemctl start "queue-manager@$Q.service"
 
-# hreq METHOD PATH [BODY] — prints the status code, then the body (run as the caller).
-cat >"$root/usr/local/bin/hreq" <<'EOF'
-#!/usr/bin/python3
-import socket, sys
-method, path = sys.argv[1], sys.argv[2]
-body = (sys.argv[3] if len(sys.argv) > 3 else "").encode()
-s = socket.socket(socket.AF_UNIX)
-s.settimeout(30)
-s.connect("/run/agentstore/http.sock")
-head = f"{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-s.sendall(head.encode() + body)
-data = b""
-while True:
-    b = s.recv(65536)
-    if not b:
-        break
-    data += b
-head, _, body = data.partition(b"\r\n\r\n")
-parts = head.split(b" ")
-print(parts[1].decode() if len(parts) > 1 else "none")
-sys.stdout.write(body.decode(errors="replace"))
-EOF
-x chmod 755 /usr/local/bin/hreq
-hreq() { x runuser -u "$1" -- hreq "${@:2}"; } # USER METHOD PATH [BODY]
+install_hreq
 svc_user=$(x systemctl show -p User --value agentstore-web.service)
 sys_expect_eq "agentstore-web runs as the service account" agentstore "$svc_user"
 
