@@ -111,6 +111,7 @@ claude_host_binary() {
     [ -n "$c" ] && readlink -f "$c"
 }
 fake_anthropic_binary() { echo "$REPO/target/release/examples/fake_anthropic"; }
+fake_slack_binary() { echo "$REPO/target/release/examples/fake_slack"; }
 # install_claude_env SCRIPT_JSON — copies claude + fake_anthropic in, starts the fake as
 # fake-anthropic.service on 127.0.0.1:18555 (loopback of the container), and gives
 # queue-manager@.service the environment claude needs (DESIGN §7).
