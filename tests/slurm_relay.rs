@@ -159,3 +159,51 @@ fn the_relay_files_go_once_the_jobs_end_is_recorded_and_only_they() {
     }
     assert!(out_dir.is_dir());
 }
+
+/// The class around the removal: the account replaced its whole relay folder by a link to a
+/// root-only folder holding files of the names the manager would remove. Slurm (as the
+/// account) cannot open the output there, so the job fails from Slurm's record, and the
+/// removal, run as the account, reaches nothing: the root-only files stay as they were.
+#[test]
+fn a_relay_folder_linked_to_a_root_only_folder_loses_nothing_there() {
+    if !root_or_skip() {
+        return;
+    }
+    let (env, bus, fake) = setup();
+    slurm_queue(&env, json!({"poll_seconds": 1}));
+    let q = &env.queue;
+    let secret = env.dir.path().join("root-only");
+    std::fs::create_dir(&secret).unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let kept: Vec<_> = ["h1.out", "h1.answers", "h2.out", "h2.answers"]
+        .iter()
+        .map(|n| secret.join(format!("{q}-{n}")))
+        .collect();
+    for f in &kept {
+        std::fs::write(f, "ROOT-ONLY\n").unwrap();
+    }
+    let u = unprivileged_user().unwrap();
+    let out_dir = env.dir.path().join("slurm-output");
+    std::os::unix::fs::symlink(&secret, &out_dir).unwrap();
+    std::os::unix::fs::lchown(&out_dir, Some(u.uid), Some(u.gid)).unwrap();
+    let _m = manager(&env, &bus, &fake);
+    env.queue_job("h1", &noop(0.1));
+    let failed = wait_file(&env, "failed", "h1", 60);
+    let err = failed["runtime"]["error"].as_str().unwrap();
+    assert!(
+        err.contains("Slurm job"),
+        "failed from Slurm's record: {err}"
+    );
+    // A second job's end is settled after the first one's removal ran (one manager task).
+    env.queue_job("h2", &noop(0.1));
+    wait_file(&env, "failed", "h2", 60);
+    for f in &kept {
+        assert_eq!(
+            std::fs::read_to_string(f).unwrap(),
+            "ROOT-ONLY\n",
+            "{}",
+            f.display()
+        );
+    }
+    assert!(!failed.to_string().contains("ROOT-ONLY"), "{failed}");
+}
