@@ -154,6 +154,20 @@ async fn a_slurm_job_asks_a_person_and_only_its_managers_answer_counts() {
             (&json!(req2), &json!(true), &json!("chenry")),
             "{rt}"
         );
+        if crate::slurm::relayed() {
+            // The relay's files (the step's output, the answers, forged ones among them) go
+            // once the job's end is recorded (before, they stayed for ever).
+            let dir = env.dir.path().join("slurm-output");
+            let gone = |ext: &str| {
+                let f = dir.join(format!("{}-slurm-ask.{ext}", env.queue));
+                std::fs::symlink_metadata(f).is_err()
+            };
+            wait_until(
+                Duration::from_secs(30),
+                "the relay's .out and .answers removed",
+                || gone("out") && gone("answers"),
+            );
+        }
         // No key went on sbatch's command line (any local user reads those): neither the
         // variable nor the manager's master key.
         let calls = fake.calls();

@@ -78,6 +78,19 @@ fn a_link_at_the_accounts_output_file_reaches_nothing_of_root() {
         before,
         "the canary was written"
     );
+    // Once the failure is recorded the account's link is removed (by the account: the link,
+    // never what it names).
+    let link = out_dir.join(format!("{}-r1.out", env.queue));
+    wait_until(
+        std::time::Duration::from_secs(30),
+        "the linked relay file removed",
+        || std::fs::symlink_metadata(&link).is_err(),
+    );
+    assert_eq!(
+        std::fs::read(&canary).unwrap(),
+        before,
+        "the canary changed"
+    );
     // The next job, with an output file of its own, runs and ends from its own record.
     env.queue_job("r2", &noop(0.1));
     let done = wait_file(&env, "finished", "r2", 60);
@@ -166,4 +179,111 @@ fn a_slurm_job_is_told_the_job_keys_were_not_delivered() {
         "the key is in {}",
         String::from_utf8_lossy(&found.stdout)
     );
+}
+
+/// Issue 27 (round 5): the relay's files (`<queue>-<job>.out`, `.answers`) stayed in the
+/// account's folder for ever. They go once the job's end is recorded, removed by the account:
+/// a link the account put at one of them goes, never the root-only file it names; the files
+/// of another job and the folder stay.
+#[test]
+fn the_relay_files_go_once_the_jobs_end_is_recorded_and_only_they() {
+    if !root_or_skip() {
+        return;
+    }
+    let (env, bus, fake) = setup();
+    slurm_queue(&env, json!({"poll_seconds": 1}));
+    let secret = env.dir.path().join("root-only");
+    std::fs::create_dir(&secret).unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let canary = secret.join("answers");
+    std::fs::write(&canary, "ROOT-ONLY\n").unwrap();
+    let u = unprivileged_user().unwrap();
+    let out_dir = env.dir.path().join("slurm-output");
+    std::fs::create_dir(&out_dir).unwrap();
+    let q = &env.queue;
+    let answers = out_dir.join(format!("{q}-g1.answers"));
+    std::os::unix::fs::symlink(&canary, &answers).unwrap();
+    std::os::unix::fs::lchown(&answers, Some(u.uid), Some(u.gid)).unwrap();
+    // Another job's files (of this queue and of another), the account's own.
+    let others = [
+        out_dir.join(format!("{q}-other.out")),
+        out_dir.join(format!("{q}-other.answers")),
+        out_dir.join("elsewhere-g1.out"),
+    ];
+    for f in &others {
+        std::fs::write(f, "kept\n").unwrap();
+        std::os::unix::fs::chown(f, Some(u.uid), Some(u.gid)).unwrap();
+    }
+    std::os::unix::fs::chown(&out_dir, Some(u.uid), Some(u.gid)).unwrap();
+    let _m = manager(&env, &bus, &fake);
+    env.queue_job("g1", &noop(0.1));
+    let done = wait_file(&env, "finished", "g1", 60);
+    assert_eq!(
+        done["runtime"]["output"], "No-op job completed successfully",
+        "{done}"
+    );
+    let out = out_dir.join(format!("{q}-g1.out"));
+    wait_until(
+        std::time::Duration::from_secs(30),
+        "g1's relay files removed",
+        || std::fs::symlink_metadata(&out).is_err() && std::fs::symlink_metadata(&answers).is_err(),
+    );
+    assert_eq!(std::fs::read_to_string(&canary).unwrap(), "ROOT-ONLY\n");
+    for f in &others {
+        assert_eq!(
+            std::fs::read_to_string(f).unwrap(),
+            "kept\n",
+            "{}",
+            f.display()
+        );
+    }
+    assert!(out_dir.is_dir());
+}
+
+/// The class around the removal: the account replaced its whole relay folder by a link to a
+/// root-only folder holding files of the names the manager would remove. Slurm (as the
+/// account) cannot open the output there, so the job fails from Slurm's record, and the
+/// removal, run as the account, reaches nothing: the root-only files stay as they were.
+#[test]
+fn a_relay_folder_linked_to_a_root_only_folder_loses_nothing_there() {
+    if !root_or_skip() {
+        return;
+    }
+    let (env, bus, fake) = setup();
+    slurm_queue(&env, json!({"poll_seconds": 1}));
+    let q = &env.queue;
+    let secret = env.dir.path().join("root-only");
+    std::fs::create_dir(&secret).unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let kept: Vec<_> = ["h1.out", "h1.answers", "h2.out", "h2.answers"]
+        .iter()
+        .map(|n| secret.join(format!("{q}-{n}")))
+        .collect();
+    for f in &kept {
+        std::fs::write(f, "ROOT-ONLY\n").unwrap();
+    }
+    let u = unprivileged_user().unwrap();
+    let out_dir = env.dir.path().join("slurm-output");
+    std::os::unix::fs::symlink(&secret, &out_dir).unwrap();
+    std::os::unix::fs::lchown(&out_dir, Some(u.uid), Some(u.gid)).unwrap();
+    let _m = manager(&env, &bus, &fake);
+    env.queue_job("h1", &noop(0.1));
+    let failed = wait_file(&env, "failed", "h1", 60);
+    let err = failed["runtime"]["error"].as_str().unwrap();
+    assert!(
+        err.contains("Slurm job"),
+        "failed from Slurm's record: {err}"
+    );
+    // A second job's end is settled after the first one's removal ran (one manager task).
+    env.queue_job("h2", &noop(0.1));
+    wait_file(&env, "failed", "h2", 60);
+    for f in &kept {
+        assert_eq!(
+            std::fs::read_to_string(f).unwrap(),
+            "ROOT-ONLY\n",
+            "{}",
+            f.display()
+        );
+    }
+    assert!(!failed.to_string().contains("ROOT-ONLY"), "{failed}");
 }

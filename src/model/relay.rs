@@ -41,6 +41,29 @@ pub fn end_of(text: &[u8]) -> Option<&[u8]> {
         .next_back()
 }
 
+/// The most lines of a relay file's end [`last_words`] keeps.
+const LAST_LINES: usize = 10;
+
+/// What a batch step said last, for the manager's journal when it wrote no end: its last
+/// [`LAST_LINES`] lines that are not relay records, each cut at 300 characters, control
+/// characters shown as `?` (the account wrote them). `None`: nothing.
+pub fn last_words(text: &[u8]) -> Option<String> {
+    let lines: Vec<String> = text
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.starts_with(b"@@agentstore-relay-"))
+        .map(|l| {
+            String::from_utf8_lossy(l)
+                .chars()
+                .take(300)
+                .map(|c| if c.is_control() { '?' } else { c })
+                .collect::<String>()
+        })
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    let keep = &lines[lines.len().saturating_sub(LAST_LINES)..];
+    (!keep.is_empty()).then(|| keep.join("\n"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -51,5 +74,28 @@ mod tests {
         assert_eq!(end_of(text.as_bytes()), Some(&b"{\"a\":2}"[..]));
         assert_eq!(end_of(b"no end here\n"), None);
         assert_eq!(end_of(format!("x{END_MARKER}{{}}").as_bytes()), None);
+    }
+
+    #[test]
+    fn the_last_words_are_the_steps_own_lines_cleaned() {
+        let mut text = format!("{ASK_MARKER}{{}}\n");
+        for i in 0..12 {
+            text.push_str(&format!("line {i}\n\n"));
+        }
+        text.push_str("bell\u{7}\u{1b}[31m\n");
+        text.push_str(&format!("{END_MARKER}{{}}\n"));
+        let w = last_words(text.as_bytes()).unwrap();
+        assert_eq!(w.lines().count(), LAST_LINES, "{w}");
+        assert!(w.starts_with("line 3\n"), "{w}");
+        assert!(w.ends_with("bell??[31m"), "{w}");
+        assert!(!w.contains("@@agentstore"), "{w}");
+        assert_eq!(
+            last_words(format!("\n  \n{END_MARKER}{{}}").as_bytes()),
+            None
+        );
+        assert_eq!(
+            last_words(&"x".repeat(1000).into_bytes()).unwrap().len(),
+            300
+        );
     }
 }

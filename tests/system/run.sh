@@ -74,11 +74,13 @@ if [ "$build_deb" = 1 ]; then
     sys_log "built $deb and $rpm in $(sys_fmt_ms "$build_ms")"
 fi
 # t_m5/t_m6 run the real Claude Code CLI against this fake Anthropic endpoint (DESIGN §7);
-# t_usermode's desktop notifications go to the minimal notification server.
+# t_usermode's desktop notifications go to the minimal notification server; t_approvals
+# answers through a fake Slack.
 if [ -n "$deb" ] && { [ ! -x "$repo/target/release/examples/fake_anthropic" ] ||
-    [ ! -x "$repo/target/release/examples/fake_notifications" ]; } || [ "$build_deb" = 1 ]; then
-    (cd "$repo" && cargo build --release --locked --example fake_anthropic --example fake_notifications >&2) ||
-        sys_log "building examples/fake_anthropic and fake_notifications failed: t_m5/t_m6/t_usermode will fail"
+    [ ! -x "$repo/target/release/examples/fake_notifications" ] ||
+    [ ! -x "$repo/target/release/examples/fake_slack" ]; } || [ "$build_deb" = 1 ]; then
+    (cd "$repo" && cargo build --release --locked --example fake_anthropic --example fake_notifications --example fake_slack >&2) ||
+        sys_log "building examples/fake_anthropic, fake_notifications and fake_slack failed: t_m5/t_m6/t_usermode/t_approvals will fail"
 fi
 if [ -n "$deb" ]; then
     [ -f "$deb" ] || sys_die "no such package: $deb"

@@ -111,6 +111,7 @@ claude_host_binary() {
     [ -n "$c" ] && readlink -f "$c"
 }
 fake_anthropic_binary() { echo "$REPO/target/release/examples/fake_anthropic"; }
+fake_slack_binary() { echo "$REPO/target/release/examples/fake_slack"; }
 # install_claude_env SCRIPT_JSON — copies claude + fake_anthropic in, starts the fake as
 # fake-anthropic.service on 127.0.0.1:18555 (loopback of the container), and gives
 # queue-manager@.service the environment claude needs (DESIGN §7).
@@ -137,3 +138,35 @@ install_claude_env() {
 command_file() {
     x runuser -u "$1" -- sh -c 'mkdir -p ~/.claude/commands && printf "%s\n" "$2" >~/.claude/commands/$1.md' sh "$2" "$3"
 }
+
+# install_hreq — /usr/local/bin/hreq in machine $m (python3: the second image), then
+# hreq USER METHOD PATH [BODY [CONTENT_TYPE]] calls the web service on
+# /run/agentstore/http.sock as USER (SO_PEERCRED says who) and prints the status code, then
+# the body. CONTENT_TYPE defaults to application/json (a dashboard form posts
+# application/x-www-form-urlencoded).
+install_hreq() {
+    cat >"$(sys_root "$m")/usr/local/bin/hreq" <<'EOF_HREQ'
+#!/usr/bin/python3
+import socket, sys
+method, path = sys.argv[1], sys.argv[2]
+body = (sys.argv[3] if len(sys.argv) > 3 else "").encode()
+ctype = sys.argv[4] if len(sys.argv) > 4 else "application/json"
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(30)
+s.connect("/run/agentstore/http.sock")
+head = f"{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n\r\n"
+s.sendall(head.encode() + body)
+data = b""
+while True:
+    b = s.recv(65536)
+    if not b:
+        break
+    data += b
+head, _, body = data.partition(b"\r\n\r\n")
+parts = head.split(b" ")
+print(parts[1].decode() if len(parts) > 1 else "none")
+sys.stdout.write(body.decode(errors="replace"))
+EOF_HREQ
+    x chmod 755 /usr/local/bin/hreq
+}
+hreq() { x runuser -u "$1" -- hreq "${@:2}"; } # USER METHOD PATH [BODY [CONTENT_TYPE]]

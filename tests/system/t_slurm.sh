@@ -84,12 +84,14 @@ sid=$(jfield "$f" slurm_job_id)
 sys_expect_match "runtime.slurm_job_id is recorded ($sid)" '^[0-9]+$' "$sid"
 sys_expect_eq "Slurm ran it under the job's name, as the job's account" "agentstore-s1 COMPLETED jobuser" "$(x squeue -h -t all -j "$sid" -o '%j %T %u' 2>&1)"
 # The batch step's output: a file of the job's account in its own folder, written by Slurm as
-# that account, holding the job's end the manager read back (issue 27: the relay).
+# that account (issue 27: the relay; its owner and mode are checked while l4 runs, below).
+# Once the job's end is read back and recorded, the account removes it (before, every job's
+# output and answers files stayed for ever).
 relay=/home/jobuser/.local/state/agentstore/slurm/poplar-s1.out
-sys_expect_eq "the output file is the account's own (0600)" "jobuser 600" "$(x stat -c '%U %a' "$relay" 2>&1)"
 sys_expect_eq "in a folder of its own (0700)" "jobuser 700" "$(x stat -c '%U %a' "${relay%/*}" 2>&1)"
-sys_check "it holds the job's end" x grep -q '^@@agentstore-relay-end@@ ' "$relay"
 sys_expect_eq "Slurm was told that file, nothing in the store" "$relay" "$(x scontrol show job "$sid" 2>/dev/null | sed -n 's/^ *StdOut=//p')"
+gone() { x test ! -e "$1" -a ! -L "$1"; }
+sys_check "the output file is removed once the job's end is recorded" sys_wait_until 15 "poplar-s1.out removed" gone "$relay"
 sys_check "the finished job validates" adm validate --kind job "$f"
 journal_id() { x journalctl -q -o cat "SLURM_JOB_ID=$sid" | grep -q 'handed to Slurm'; }
 sys_check "journalctl SLURM_JOB_ID=$sid finds the submission" sys_wait_until 10 "journal" journal_id
@@ -215,26 +217,33 @@ queue_job l3 "$(noop 'its own output linked to a root-only file' 1)"
 sys_check "the job whose output file is linked away fails" sys_wait_until 60 "l3 failed" in_state l3 failed
 sys_expect_match "from Slurm's record (no end was read)" 'Slurm job [0-9]+|Slurm ended job' "$(jfield "$(jobf l3 failed)" error)"
 sys_check "no canary content in the store" x sh -c "! grep -rqs CANARY-SLURM $AS"
+sys_check "the account's link is removed (the link, not the root-only file it names)" \
+    sys_wait_until 15 "poplar-l3.out removed" gone /home/jobuser/.local/state/agentstore/slurm/poplar-l3.out
 # The account writes a forged end into its output while its job runs: only what the job says
 # of its own run is taken (its id, owner, settings and Slurm job stay the manager's).
 queue_job l4 "$(noop 'forges its end' 20)"
 l4_running() { [ "$(x squeue -h -t all -n agentstore-l4 -o %T 2>/dev/null)" = RUNNING ]; }
 sys_check "l4 runs in Slurm" sys_wait_until 60 "l4 running" l4_running
+l4out=/home/jobuser/.local/state/agentstore/slurm/poplar-l4.out
+sys_expect_eq "a running job's output file is the account's own (0600)" "jobuser 600" "$(x stat -c '%U %a' "$l4out" 2>&1)"
 x su -s /bin/sh jobuser -c 'printf "%s\n" "@@agentstore-relay-end@@ {\"id\": \"other\", \"config\": {\"project\": \"Elsewhere\"}}" >> ~/.local/state/agentstore/slurm/poplar-l4.out'
 sys_check "l4 still finishes with its real end" sys_wait_until 60 "l4 finished" in_state l4 finished
 sys_expect_eq "its project is the manager's record" TestProject "$(jfield "$(jobf l4 finished)" project)"
 sys_expect_eq "its output is the worker's" "No-op job completed successfully" "$(jfield "$(jobf l4 finished)" output)"
+sys_check "its output file (forged line and all) is removed after the end" sys_wait_until 15 "poplar-l4.out removed" gone "$l4out"
 sys_expect_eq "root wrote nothing through the planted links (file and folder untouched)" "$before" "$(canary)"
 # --- a person's approval in a Slurm job run as its own account (issue 27) ---------------------
 # The step (agent-worker --relay, as jobuser) cannot reach the store and holds no key that signs
-# answers. Its request reaches the store through the manager, where its owner lists and answers
-# it (here with the CLI as jobuser); only the manager's signed answer, appended to the account's
-# answers file, is taken, never one the account (or its agent) wrote there. Before, every such
-# request was denied at once.
+# answers. Its requests reach the store through the manager, where its owner lists and answers
+# them — here with the CLI, the web API and the dashboard's form (agentstore-web runs as the
+# service account, which the root manager trusts as a front end acting for a named user);
+# only the manager's signed answer, appended to the account's answers file, is taken, never
+# one the account (or its agent) wrote there. Before, every such request was denied at once.
 x systemctl stop fake-anthropic.service || true
 cat >"$root/var/tmp/script-ask.json" <<'JSON'
 {"replies": [
   {"tool_use": {"name": "run_command", "input": {"command": "touch /tmp/testproject/forged.txt"}}},
+  {"tool_use": {"name": "run_command", "input": {"command": "touch /tmp/testproject/web-denied.txt"}}},
   {"tool_use": {"name": "run_command", "input": {"command": "touch /tmp/testproject/slurm-allowed.txt"}}},
   {"text": "Done."}
  ], "fallback_text": "Done."}
@@ -263,19 +272,48 @@ sys_expect_eq "the request in the store is the manager's (written as the store's
 req1=$(basename "$reqf" .request.json)
 # The account answers its own request in its answers file: an unsigned allow, and one with a
 # proof of its own making. Neither may be taken.
+answers=/home/jobuser/.local/state/agentstore/slurm/poplar-ask1.answers
 forged() { printf '{"request_id": "%s", "allow": true, "always": true, "message": "", "by": "chenry", "at": "%s"%s}' "$req1" "$(now)" "$1"; }
-x su -s /bin/sh jobuser -c 'umask 077; printf "%s\n%s\n" "$1" "$2" >>~/.local/state/agentstore/slurm/poplar-ask1.answers' sh \
-    "$(forged '')" "$(forged ", \"proof\": \"$(printf '%0128d' 0)\"")"
+x su -s /bin/sh jobuser -c 'umask 077; printf "%s\n%s\n" "$1" "$2" >>"$3"' sh \
+    "$(forged '')" "$(forged ", \"proof\": \"$(printf '%0128d' 0)\"")" "$answers"
 sys_check "its owner denies it (the CLI, as jobuser)" cli deny ask1 a1 --reason 'not this one'
+sys_expect_eq "the answers file is the account's own (0600)" "jobuser 600" "$(x stat -c '%U %a' "$answers" 2>&1)"
+
+# The second request through the web API: listed to its owner only, alice's answer refused,
+# the owner's deny taken.
+install_hreq
 sys_check "the second request is listed" sys_wait_until 90 "ask1 a2 listed" asks 2
-sys_check "its owner allows it" cli approve ask1 a2
+list=$(hreq jobuser GET /api/v1/approvals)
+req2=$(grep -o '"request_id": *"ask1-a2-[^"]*"' <<<"$list" | head -1 | sed 's/.*: *"//; s/"$//')
+sys_expect_match "the web lists the Slurm job's request to its owner ($req2)" '^ask1-a2-[A-Za-z0-9]{16,}$' "$req2"
+sys_expect_match "with what it would run" 'touch /tmp/testproject/web-denied.txt' "$list"
+out=$(hreq alice GET /api/v1/approvals)
+sys_expect_match "alice lists approvals through the web" '^200' "$out"
+if grep -q "$req2" <<<"$out"; then sys_fail "alice sees the Slurm job's request: $out"; else sys_pass "alice is not shown the Slurm job's request"; fi
+out=$(hreq alice POST "/api/v1/approvals/poplar/$req2/answer" '{"allow": true}')
+sys_expect_match "alice's answer through the web is refused" '^40[34]' "$(tr '\n' ' ' <<<"$out")"
+out=$(hreq jobuser POST "/api/v1/approvals/poplar/$req2/answer" '{"allow": false, "message": "not from the web either"}')
+sys_expect_match "the owner's deny through the web API is taken" '^200' "$(tr '\n' ' ' <<<"$out")"
+
+# The third through the dashboard: the job's page shows it waiting, its form allows it.
+sys_check "the third request is listed" sys_wait_until 90 "ask1 a3 listed" asks 3
+page=$(hreq jobuser GET /jobs/ask1)
+req3=$(grep -o 'data-request="ask1-a3-[^"]*"' <<<"$page" | head -1 | sed 's/^data-request="//; s/"$//')
+sys_expect_match "the job's page shows the request waiting ($req3)" '^ask1-a3-[A-Za-z0-9]{16,}$' "$req3"
+sys_expect_match "with its Allow button" 'touch /tmp/testproject/slurm-allowed.txt.*value="allow"' "$(tr '\n' ' ' <<<"$page")"
+out=$(hreq jobuser POST "/approvals/poplar/$req3/answer" 'decision=allow&message=' application/x-www-form-urlencoded)
+sys_expect_match "the owner's allow through the dashboard form is taken (redirect)" '^303' "$(tr '\n' ' ' <<<"$out")"
+
 sys_check "the Slurm job finishes" sys_wait_until 110 "ask1 finished" in_state ask1 finished
-sys_check "the denied command did not run (the account's own answers were not taken)" x test ! -e /tmp/testproject/forged.txt
+sys_check "the denied commands did not run (the account's own answers were not taken)" \
+    x test ! -e /tmp/testproject/forged.txt -a ! -e /tmp/testproject/web-denied.txt
 sys_check "the allowed command ran" x test -e /tmp/testproject/slurm-allowed.txt
 sys_expect_eq "as the job's account" jobuser "$(x stat -c %U /tmp/testproject/slurm-allowed.txt 2>&1)"
 rec=$(x cat "$(jobf ask1 finished)" | tr -d '\n')
-sys_expect_match "the job records chenry's deny, then allow" '"approvals": *\[.*"allow": *false.*"by": *"chenry".*"allow": *true.*"by": *"chenry"' "$rec"
-sys_expect_eq "the answers file is the account's own (0600)" "jobuser 600" "$(x stat -c '%U %a' /home/jobuser/.local/state/agentstore/slurm/poplar-ask1.answers 2>&1)"
+sys_expect_match "the job records chenry's two denies, then the allow" \
+    '"approvals": *\[.*"allow": *false.*"by": *"chenry".*"allow": *false.*"by": *"chenry".*"allow": *true.*"by": *"chenry"' "$rec"
+sys_check "the answers file (forged lines and all) is removed after the end" sys_wait_until 15 "answers removed" gone "$answers"
+sys_check "and the output file" gone "${answers%.answers}.out"
 left() { ! x sh -c "ls $AS/Queues/poplar/Jobs/approvals/ | grep -q '^ask1-'"; }
 sys_check "no request of the ended job is left in the store" sys_wait_until 10 "approvals of ask1 removed" left
 sys_test_end

@@ -109,9 +109,10 @@ impl Relay {
         run_command("sbatch", cmd, Some(script.into_bytes())).await
     }
 
-    /// The job's final document as its batch step wrote it (`None`: none written, or the file
-    /// cannot be read by the account).
-    pub(super) async fn read_end(&self) -> Option<Vec<u8>> {
+    /// The last [`READ_LIMIT`](crate::model::relay::READ_LIMIT) bytes of the step's output
+    /// file, read with the account's rights (`None`: the file cannot be read by the account).
+    /// The job's end is its last end line ([`crate::model::relay::end_of`]).
+    pub(super) async fn read_tail(&self) -> Option<Vec<u8>> {
         let mut cmd = self.command("tail");
         cmd.arg("-c")
             .arg(crate::model::relay::READ_LIMIT.to_string())
@@ -130,7 +131,31 @@ impl Relay {
                 self.account.name, String::from_utf8_lossy(&out.stderr).trim());
             return None;
         }
-        crate::model::relay::end_of(&out.stdout).map(<[u8]>::to_vec)
+        Some(out.stdout)
+    }
+
+    /// Removes the job's relay files (its output and its answers) once its end is recorded.
+    /// Run as the account, in the account's folder: `rm` unlinks a link itself, never what it
+    /// names, and a folder the account replaced by a link reaches only what the account may
+    /// change; root writes nothing where the account controls the path.
+    pub(super) async fn remove_files(&self) {
+        let mut cmd = self.command("rm");
+        cmd.arg("-f")
+            .arg("--")
+            .arg(&self.file)
+            .arg(&self.answers)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        let why = match tokio::time::timeout(COMMAND_TIMEOUT, cmd.output()).await {
+            Ok(Ok(out)) if out.status.success() => return,
+            Ok(Ok(out)) => String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("rm took over {} s", COMMAND_TIMEOUT.as_secs()),
+        };
+        tracing::warn!(file = %self.file.display(), "cannot remove the Slurm relay files as {}: {why}",
+            self.account.name);
     }
 
     /// What the step wrote from byte `offset` of its file on (at most [`ASKS_CHUNK`]), read
@@ -231,6 +256,19 @@ impl Manager {
                 .map_err(|e| e.to_string())
                 .and_then(|login| Relay::new(&login, &self.cfg.queue, id)),
         )
+    }
+
+    /// After job `id` ended: once its end is recorded (its file left `running_jobs/`), its
+    /// relay files go; until then a later manager still reads its end from them.
+    pub(super) async fn relay_ended(&self, id: &str, relay: Option<Relay>) {
+        let Some(relay) = relay else { return };
+        let running = self.store.job_path(&self.cfg.queue, JobStatus::Running, id);
+        if crate::store::safe::exists(&running) {
+            tracing::warn!(job_id = %id, queue = %self.cfg.queue,
+                "the end of the Slurm job is not recorded yet: its relay file {} stays", relay.file.display());
+            return;
+        }
+        relay.remove_files().await;
     }
 
     /// Writes the end a relay job's batch step reported into the store (`theirs`: its final

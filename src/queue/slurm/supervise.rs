@@ -75,7 +75,9 @@ impl Manager {
             }
             if let Some(t) = self.slurm.jobs.remove(&id) {
                 self.forget_asks(&t);
+                let relay = t.relay.clone();
                 self.settle(&id, None).await;
+                self.relay_ended(&id, relay).await;
             }
         }
     }
@@ -225,10 +227,12 @@ impl Manager {
                 continue;
             };
             self.forget_asks(&t);
+            let relay = t.relay.clone();
             match slurm_job {
                 None => self.settle(&id, None).await,
                 Some(j) => self.slurm_settle(&id, t, j).await,
             }
+            self.relay_ended(&id, relay).await;
         }
     }
 
@@ -237,11 +241,20 @@ impl Manager {
         let q = self.cfg.queue.clone();
         let path = self.store.job_path(&q, JobStatus::Running, id);
         // A batch step run as the job's account wrote its end into its own file.
+        let tail = match &t.relay {
+            Some(relay) => relay.read_tail().await,
+            None => None,
+        };
         if let Some(relay) = &t.relay
-            && let Some(end) = relay.read_end().await
-            && self.finish_relayed(id, relay, &end).await
+            && let Some(end) = tail.as_deref().and_then(crate::model::relay::end_of)
+            && self.finish_relayed(id, relay, end).await
         {
             return self.settle(id, None).await;
+        }
+        // No end: what the step said last is all that is left of its output (its file goes
+        // once this end is recorded), so it goes to the manager's journal with the job's id.
+        if let Some(words) = tail.as_deref().and_then(crate::model::relay::last_words) {
+            tracing::warn!(job_id = %id, queue = %q, "Slurm job {} ended without reporting its end; its batch step's last output:\n{words}", j.id);
         }
         let exit = if t.end.is_none() && matches!(j.state.as_str(), "COMPLETED" | "FAILED") {
             self.slurm_exit_code(&j.id).await
