@@ -1101,9 +1101,9 @@ fn warnings_errors_and_list_messages_fit_80_and_160_columns() {
             "continuation lines are indented:\n{err}"
         );
         assert!(
-            err.lines().any(|l| l
-                .trim()
-                .contains(&format!("`orchestrator edit-project {project} --directory DIR`"))),
+            err.lines().any(|l| l.trim().contains(&format!(
+                "`orchestrator edit-project {project} --directory DIR`"
+            ))),
             "the command whole on one line:\n{err}"
         );
         assert!(
@@ -1150,7 +1150,10 @@ fn warnings_errors_and_list_messages_fit_80_and_160_columns() {
         assert_eq!(rows.len(), 2, "{text}");
         for r in &rows {
             assert_eq!(r[0].len(), 36, "the whole id: {text}");
-            assert!(r.contains(&"waiting") && r.contains(&"create-prd"), "{text}");
+            assert!(
+                r.contains(&"waiting") && r.contains(&"create-prd"),
+                "{text}"
+            );
             assert!(
                 r.last().unwrap().len() == 5 && r[r.len() - 2].len() == 5,
                 "QUEUED as MM-DD HH:MM: {text}"

@@ -36,8 +36,8 @@ pub struct SetJobKeyArgs {
     pub no_restart: bool,
     /// For the system-wide queue managers (`queue-manager@.service` of the package; run as
     /// root): the key encrypted with `systemd-creds` into /etc/credstore.encrypted/ (a
-    /// root-only file in /etc/credstore/ where it cannot encrypt), named in the drop-in
-    /// /etc/systemd/system/queue-manager@.service.d/agentstore-keys.conf.
+    /// root-only file in /etc/credstore/ where it cannot encrypt), named in a drop-in of
+    /// queue-manager@.service (agentstore-keys.conf, in /etc/systemd/system/).
     #[arg(long)]
     pub system: bool,
 }
@@ -288,8 +288,7 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, a: SetJobKeyArgs) -> CliR
     }
     let done = if a.system {
         run_system(&a)?
-    } else if crate::model::system_mode() || (nix::unistd::geteuid().is_root() && !user_manager())
-    {
+    } else if crate::model::system_mode() || (nix::unistd::geteuid().is_root() && !user_manager()) {
         return Err(CliError::new(format!(
             "set-job-key without --system sets a key for your own (per-user) queue managers; for the system-wide ones (queue-manager@.service): `sudo orchestrator set-job-key --system {name}`"
         )));
@@ -372,7 +371,10 @@ fn restarted_step(done: &mut Done) {
     } else {
         done.steps.push((
             "restarted",
-            format!("{} (running jobs go on): {effect}", done.restarted.join(", ")),
+            format!(
+                "{} (running jobs go on): {effect}",
+                done.restarted.join(", ")
+            ),
         ));
     }
 }
@@ -511,7 +513,10 @@ fn run_system(a: &SetJobKeyArgs) -> Result<Done<'_>, CliError> {
                     .map_err(|e| CliError::new(e.to_string()))?;
                 steps.push((
                     "key",
-                    format!("{} (root only, mode 0600; not encrypted: {why})", f.display()),
+                    format!(
+                        "{} (root only, mode 0600; not encrypted: {why})",
+                        f.display()
+                    ),
                 ));
                 let stale = encrypted.join(&credential);
                 if stale.exists() {
@@ -575,8 +580,7 @@ fn run_system(a: &SetJobKeyArgs) -> Result<Done<'_>, CliError> {
     } else if !Path::new("/run/systemd/system").is_dir() {
         done.steps.push((
             "units",
-            "systemd is not running here; the queue managers it starts take the change"
-                .to_string(),
+            "systemd is not running here; the queue managers it starts take the change".to_string(),
         ));
     } else {
         done.restarted = reload_and_restart(false)?;

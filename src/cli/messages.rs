@@ -106,14 +106,16 @@ pub(super) fn render_list(g: &GlobalArgs, out: &mut dyn Write, v: &Value) -> Cli
     // At 80 columns the request's id (copied whole), its state, command and time fit; USER,
     // then PROJECT, then DIR are left out when they would not (`--user`, `--project` and
     // `--direction` still select by them). Nothing is cut at 160.
-    let mut t = Table::new(&["ID", "DIR", "STATUS", "COMMAND", "PROJECT", "USER", "QUEUED"])
-        .keep(0)
-        .keep(2)
-        .keep(3)
-        .keep(6)
-        .droppable(5)
-        .droppable(4)
-        .droppable(1);
+    let mut t = Table::new(&[
+        "ID", "DIR", "STATUS", "COMMAND", "PROJECT", "USER", "QUEUED",
+    ])
+    .keep(0)
+    .keep(2)
+    .keep(3)
+    .keep(6)
+    .droppable(5)
+    .droppable(4)
+    .droppable(1);
     let rows = v["messages"].as_array().cloned().unwrap_or_default();
     for m in &rows {
         t.row(vec![
