@@ -1167,3 +1167,45 @@ fn warnings_errors_and_list_messages_fit_80_and_160_columns() {
         assert!(text.lines().next().unwrap().contains("DIR"), "{text}");
     }
 }
+
+/// A failed agent whose result is its error message (Claude Code's "Prompt is too long", "Not
+/// logged in"): view-job says it once, under Error, whole at 80 and 160 columns.
+#[test]
+fn view_job_says_a_failed_agents_message_once() {
+    let env = TestEnv::with_test_project();
+    let said = "Prompt is too long · the request is ~212345 tokens (limit 200000) but this conversation is only ~1978 tokens — the rest is system prompt, tool definitions, and attachment content.";
+    let job = json!({
+        "config": {
+            "project": "TestProject", "working_directory": "/tmp",
+            "queue_time": "2026-12-01T21:00:00Z", "jobtype": "claude",
+            "claude_command": "code-researcher", "claude_extra_args": [],
+            "task_description": "Research", "supporting_data": {},
+            "timeout_seconds": 600, "queue": "poplar"
+        },
+        "runtime": {
+            "status": "failed", "start_time": "2026-12-01T21:00:03Z",
+            "finish_time": "2026-12-01T21:00:06Z", "process_id": 4242,
+            "llm_process_id": null,
+            "error": format!("Claude exited with code 1: {said}"),
+            "output": json!({"type": "result", "subtype": "success", "is_error": true, "result": said}).to_string(),
+            "exit_code": 1
+        }
+    });
+    env.write(
+        "Queues/poplar/Jobs/failed_jobs/20261201-big.json",
+        &serde_json::to_string_pretty(&job).unwrap(),
+    );
+    for cols in [80, 160] {
+        let text = at_width(&env, cols, &["view-job", "20261201-big"]);
+        for l in text.lines() {
+            assert!(l.chars().count() <= cols, "{cols}: {l:?}\n{text}");
+        }
+        let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert_eq!(flat.matches("Prompt is too long").count(), 1, "{text}");
+        assert!(
+            flat.contains(&format!("Error Claude exited with code 1: {said}")),
+            "{text}"
+        );
+        assert!(flat.contains("Result (the error above)"), "{text}");
+    }
+}

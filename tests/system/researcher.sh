@@ -66,8 +66,8 @@ us() { u bash -c "$1"; }
 ujob() { echo "$S/Queues/${3:-poplar}/Jobs/$2_jobs/$1.json"; } # ID STATE [QUEUE]
 uin() { x test -f "$(ujob "$@")"; }
 queued_id() { sed -n 's/^Job queued: \([0-9a-f-]*\).*/\1/p' <<<"$1" | head -1; }
-# Every line of $2 fits 80 columns.
-fits80() { ! awk 'length($0) > 80 { bad = 1 } END { exit !bad }' <<<"$2"; }
+# Every line of $2 fits 80 columns (characters, whatever the locale: not awk's bytes).
+fits80() { perl -CS -ne 'chomp; $bad = 1 if length($_) > 80; END { exit($bad ? 1 : 0) }' <<<"$2"; }
 check_fits() { sys_check "$1 fits 80 columns" fits80 "$1" "$2"; }
 flat() { tr '\n' ' ' <<<"$1" | tr -s ' '; }
 fake_model() { # SCRIPT_JSON — (re)start the endpoint with these replies
