@@ -1044,3 +1044,168 @@ fn help_lists_each_command_in_at_most_two_lines() {
         );
     }
 }
+
+/// Each line of `text` fits `cols` columns, or is a command in backticks alone on its line
+/// (a command is printed whole, to copy).
+fn fits_or_is_a_command(text: &str, cols: usize) {
+    for l in text.lines() {
+        let t = l.trim();
+        let command = t.trim_start_matches('(').starts_with('`') && t.matches('`').count() == 2;
+        assert!(
+            l.chars().count() <= cols || command,
+            "{cols} columns: {l:?}\n{text}"
+        );
+    }
+}
+
+/// What goes to stderr (warnings, errors) is wrapped to the terminal, commands in backticks
+/// whole on one line; `list-messages` keeps each column it shows whole (issue 32).
+#[test]
+fn warnings_errors_and_list_messages_fit_80_and_160_columns() {
+    let env = TestEnv::with_test_project();
+    env.ok(&["login", "chenry"]);
+    let missing = env
+        .dir
+        .path()
+        .join("a-folder-whose-name-is-long-enough/to-need/wrapping");
+    let flat = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    for cols in [80, 160] {
+        let run = |args: &[&str]| {
+            let o = env
+                .cli()
+                .env("COLUMNS", cols.to_string())
+                .args(args)
+                .output()
+                .unwrap();
+            (
+                o.status.code(),
+                String::from_utf8(o.stdout).unwrap(),
+                String::from_utf8(o.stderr).unwrap(),
+            )
+        };
+        let project = format!("Ghost{cols}");
+        let (rc, _, err) = run(&[
+            "add-project",
+            &project,
+            "--directory",
+            missing.to_str().unwrap(),
+            "--owner",
+            "chenry",
+        ]);
+        assert_eq!(rc, Some(0), "{err}");
+        fits_or_is_a_command(&err, cols);
+        assert!(err.starts_with("warning: "), "{err}");
+        assert_eq!(err.matches("warning:").count(), 1, "{err}");
+        assert!(
+            err.lines().skip(1).all(|l| l.starts_with("  ")),
+            "continuation lines are indented:\n{err}"
+        );
+        assert!(
+            err.lines().any(|l| l.trim().contains(&format!(
+                "`orchestrator edit-project {project} --directory DIR`"
+            ))),
+            "the command whole on one line:\n{err}"
+        );
+        assert!(
+            flat(&err).contains(&format!(
+                "{} does not exist on this machine",
+                missing.display()
+            )),
+            "{err}"
+        );
+        if cols == 80 {
+            assert!(err.lines().count() > 2, "wrapped at 80:\n{err}");
+        }
+        // A job for a queue nobody serves: the warning after `Job queued`.
+        let (rc, out, err) = run(&["create-prd", "--project", "TestProject", "--task", "x"]);
+        assert_eq!(rc, Some(0), "{err}");
+        assert!(out.contains("queued"), "{out}");
+        fits_or_is_a_command(&err, cols);
+        assert!(
+            err.lines()
+                .any(|l| l.contains("enable --now queue-manager@poplar.path`")
+                    && l.contains("`systemctl")),
+            "the command whole on one line:\n{err}"
+        );
+        // An error (exit 1) is wrapped the same way.
+        let (rc, _, err) = run(&["set-job-key", "lower_case"]);
+        assert_eq!(rc, Some(1), "{err}");
+        fits_or_is_a_command(&err, cols);
+        assert!(err.starts_with("error: \"lower_case\" cannot be"), "{err}");
+        assert!(flat(&err).contains("LOGNAME, SHELL"), "{err}");
+        assert_eq!(err.lines().count() > 1, cols == 80, "{cols}:\n{err}");
+    }
+    // Two requests waiting in the inbox (no orchestratord): listed whole at both widths.
+    for cols in [80, 160] {
+        let text = at_width(&env, cols, &["list-messages"]);
+        for l in text.lines() {
+            assert!(l.chars().count() <= cols, "{cols}: {l:?}\n{text}");
+        }
+        assert!(!text.contains('…'), "nothing cut at {cols}:\n{text}");
+        let rows: Vec<Vec<&str>> = text
+            .lines()
+            .skip(1)
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(rows.len(), 2, "{text}");
+        for r in &rows {
+            assert_eq!(r[0].len(), 36, "the whole id: {text}");
+            assert!(
+                r.contains(&"waiting") && r.contains(&"create-prd"),
+                "{text}"
+            );
+            assert!(
+                r.last().unwrap().len() == 5 && r[r.len() - 2].len() == 5,
+                "QUEUED as MM-DD HH:MM: {text}"
+            );
+        }
+        assert_eq!(
+            text.contains("TestProject") && text.contains("chenry"),
+            cols == 160,
+            "{cols}:\n{text}"
+        );
+        assert!(text.lines().next().unwrap().contains("DIR"), "{text}");
+    }
+}
+
+/// A failed agent whose result is its error message (Claude Code's "Prompt is too long", "Not
+/// logged in"): view-job says it once, under Error, whole at 80 and 160 columns.
+#[test]
+fn view_job_says_a_failed_agents_message_once() {
+    let env = TestEnv::with_test_project();
+    let said = "Prompt is too long · the request is ~212345 tokens (limit 200000) but this conversation is only ~1978 tokens — the rest is system prompt, tool definitions, and attachment content.";
+    let job = json!({
+        "config": {
+            "project": "TestProject", "working_directory": "/tmp",
+            "queue_time": "2026-12-01T21:00:00Z", "jobtype": "claude",
+            "claude_command": "code-researcher", "claude_extra_args": [],
+            "task_description": "Research", "supporting_data": {},
+            "timeout_seconds": 600, "queue": "poplar"
+        },
+        "runtime": {
+            "status": "failed", "start_time": "2026-12-01T21:00:03Z",
+            "finish_time": "2026-12-01T21:00:06Z", "process_id": 4242,
+            "llm_process_id": null,
+            "error": format!("Claude exited with code 1: {said}"),
+            "output": json!({"type": "result", "subtype": "success", "is_error": true, "result": said}).to_string(),
+            "exit_code": 1
+        }
+    });
+    env.write(
+        "Queues/poplar/Jobs/failed_jobs/20261201-big.json",
+        &serde_json::to_string_pretty(&job).unwrap(),
+    );
+    for cols in [80, 160] {
+        let text = at_width(&env, cols, &["view-job", "20261201-big"]);
+        for l in text.lines() {
+            assert!(l.chars().count() <= cols, "{cols}: {l:?}\n{text}");
+        }
+        let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert_eq!(flat.matches("Prompt is too long").count(), 1, "{text}");
+        assert!(
+            flat.contains(&format!("Error Claude exited with code 1: {said}")),
+            "{text}"
+        );
+        assert!(flat.contains("Result (the error above)"), "{text}");
+    }
+}

@@ -877,6 +877,22 @@ fn setup_is_complete_and_rerunnable() {
     let p: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(p["default_queue"], "oak");
     assert_eq!(p["directory"], project.to_str().unwrap());
+    // The new store's default queue is the one this machine serves: a project added later
+    // without --default-queue goes to oak, not to a `poplar` nobody serves (issue 32).
+    assert!(!store.join("Queues/poplar").exists());
+    let o = cli(
+        None,
+        &[
+            "add-project",
+            "second",
+            "--directory",
+            project.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let o = cli(None, &["--format", "json", "view-project", "second"]);
+    let p: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(p["default_queue"], "oak");
     let session: Value =
         serde_json::from_slice(&std::fs::read(home.join(".orchestrator_config.json")).unwrap())
             .unwrap();

@@ -13,7 +13,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             if !e.message.is_empty() {
-                eprintln!("error: {}", e.message);
+                agentstore::cli::render::eprint_message("error: ", &e.message);
             }
             ExitCode::from(u8::try_from(e.code).unwrap_or(1))
         }

@@ -333,14 +333,14 @@ pub(super) fn add_project(g: &GlobalArgs, out: &mut dyn Write, a: AddProjectArgs
 /// refusal: the folder may live only on the machines that run the jobs.
 pub(super) fn warn_missing_directory(project: &str, dir: &Path) {
     if !dir.is_dir() {
-        eprintln!(
-            "warning: {} does not exist on this machine ({}); jobs of project {project} fail \
+        super::render::warning(&format!(
+            "{} does not exist on this machine ({}); jobs of project {project} fail \
              \"Working directory does not exist\" on any machine without it: create it \
-             (mkdir -p {}) or change it (orchestrator edit-project {project} --directory DIR)",
+             (`mkdir -p {}`) or change it (`orchestrator edit-project {project} --directory DIR`)",
             dir.display(),
             crate::store::identity::display_hostname(),
             dir.display()
-        );
+        ));
     }
 }
 

@@ -491,7 +491,7 @@ pub(super) fn send(g: &GlobalArgs, out: &mut dyn Write, msg: Message) -> CliResu
 /// Says on stderr, once the job is queued, when no machine will start it.
 fn warn_unserved(g: &GlobalArgs, store: &Store, queue: &str) {
     if let Some(why) = super::machines::unserved(g, store, queue) {
-        eprintln!("warning: {why}");
+        super::render::warning(&why);
     }
 }
 

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 /// Reports a document that could not be read, without stopping the listing.
 fn warn(e: StoreError) {
-    eprintln!("warning: {e}");
+    super::render::warning(&e.to_string());
 }
 
 /// The caller for permission checks: the logged-in user, or trusted when nobody is.
@@ -204,7 +204,7 @@ pub(super) fn list_queues(g: &GlobalArgs, out: &mut dyn Write) -> CliResult {
     if g.format == Format::Text {
         let width = super::render::terminal_width();
         for why in unserved {
-            for l in super::render::wrap(&why, width) {
+            for l in super::render::wrap_message(&why, width) {
                 writeln!(out, "{l}")?;
             }
         }
@@ -452,7 +452,7 @@ fn job_cells(l: &Listed) -> [String; 6] {
 const QUEUED_WIDTH: usize = 11;
 
 /// The QUEUED cell, `%m-%d %H:%M` without a format parser per row.
-fn queued_cell(t: &Timestamp) -> String {
+pub(super) fn queued_cell(t: &Timestamp) -> String {
     use chrono::{Datelike, Timelike};
     let t = t.0;
     format!(

@@ -54,7 +54,7 @@ fn list(g: &GlobalArgs, out: &mut dyn Write) -> CliResult {
         )?,
         Format::Text => {
             for p in &problems {
-                eprintln!("warning: {p}");
+                super::render::warning(p);
             }
             if rows.is_empty() {
                 writeln!(out, "No conflict copies in the store.")?;

@@ -420,6 +420,23 @@ fn agent_checks(store: &Store, queue: &str, system: bool) -> Vec<Check> {
                 Some("run `claude` once and log in, or give the queue managers a key: printf %s \"$KEY\" | orchestrator set-job-key ANTHROPIC_API_KEY".into()),
             ));
         }
+    } else {
+        let name = format!("credentials:{queue}");
+        if super::job_keys::is_set_system("ANTHROPIC_API_KEY") {
+            out.push(check(
+                &name,
+                Verdict::Ok,
+                "jobs get ANTHROPIC_API_KEY (a credential of queue-manager@.service)",
+                None,
+            ));
+        } else {
+            out.push(check(
+                &name,
+                Verdict::Warn,
+                "queue-manager@.service has no job-env.ANTHROPIC_API_KEY credential: claude jobs reach the model only where the account each runs as has logged in to Claude Code",
+                Some("printf %s \"$KEY\" | sudo orchestrator set-job-key --system ANTHROPIC_API_KEY (or log each job account in once: sudo -u ACCOUNT claude)".into()),
+            ));
+        }
     }
     out
 }

@@ -11,7 +11,7 @@ use std::io::Write;
 /// Tells on stderr about lines that could not be read (never silently dropped).
 fn warn_unreadable(unreadable: &[String]) {
     for l in unreadable {
-        eprintln!("warning: unreadable line: {l}");
+        super::render::warning(&format!("unreadable line: {l}"));
     }
 }
 

@@ -31,9 +31,15 @@ pub struct SetJobKeyArgs {
     /// Remove the key (its file and drop-in) instead of setting it.
     #[arg(long)]
     pub remove: bool,
-    /// Only write the files; do not run `systemctl --user` (no reload, no restart).
+    /// Only write the files; do not run `systemctl` (no reload, no restart).
     #[arg(long)]
     pub no_restart: bool,
+    /// For the system-wide queue managers (`queue-manager@.service` of the package; run as
+    /// root): the key encrypted with `systemd-creds` into /etc/credstore.encrypted/ (a
+    /// root-only file in /etc/credstore/ where it cannot encrypt), named in a drop-in of
+    /// queue-manager@.service (agentstore-keys.conf, in /etc/systemd/system/).
+    #[arg(long)]
+    pub system: bool,
 }
 
 /// The user units' configuration folder (`$XDG_CONFIG_HOME`, else `~/.config`).
@@ -206,8 +212,16 @@ fn read_key(name: &str) -> Result<String, CliError> {
 
 /// `systemctl --user ARGS`, its standard output; an error saying what failed.
 pub(super) fn systemctl_user(args: &[&str]) -> Result<String, CliError> {
-    let o = Command::new("systemctl")
-        .arg("--user")
+    systemctl_of(true, args)
+}
+
+/// `systemctl [--user] ARGS`, its standard output; an error saying what failed.
+fn systemctl_of(user: bool, args: &[&str]) -> Result<String, CliError> {
+    let mut c = Command::new("systemctl");
+    if user {
+        c.arg("--user");
+    }
+    let o = c
         .args(args)
         .output()
         .map_err(|e| CliError::new(format!("cannot run systemctl: {e}")))?;
@@ -215,11 +229,53 @@ pub(super) fn systemctl_user(args: &[&str]) -> Result<String, CliError> {
         Ok(String::from_utf8_lossy(&o.stdout).into_owned())
     } else {
         Err(CliError::new(format!(
-            "systemctl --user {} failed: {}",
+            "systemctl{} {} failed: {}",
+            if user { " --user" } else { "" },
             args.join(" "),
             String::from_utf8_lossy(&o.stderr).trim()
         )))
     }
+}
+
+/// Reloads the unit files and restarts the queue managers that run now or are starting (one
+/// still starting began with the units as they were before the reload); the units restarted.
+fn reload_and_restart(user: bool) -> Result<Vec<String>, CliError> {
+    systemctl_of(user, &["daemon-reload"])?;
+    let listed = systemctl_of(
+        user,
+        &[
+            "list-units",
+            "--state=active,activating,reloading",
+            "--no-legend",
+            "--plain",
+            "queue-manager@*.service",
+        ],
+    )?;
+    let units: Vec<String> = listed
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|u| u.starts_with("queue-manager@") && u.ends_with(".service"))
+        .map(str::to_string)
+        .collect();
+    if !units.is_empty() {
+        let mut args = vec!["try-restart"];
+        args.extend(units.iter().map(String::as_str));
+        systemctl_of(user, &args)?;
+    }
+    Ok(units)
+}
+
+/// What `set-job-key` did, for the report.
+struct Done<'a> {
+    name: &'a str,
+    credential: String,
+    removed: bool,
+    key_file: PathBuf,
+    drop_in: PathBuf,
+    restarted: Vec<String>,
+    /// Commands to run by hand (when this command did not): printed whole, one a line.
+    by_hand: Vec<&'static str>,
+    steps: Vec<(&'static str, String)>,
 }
 
 /// `orchestrator set-job-key`.
@@ -230,23 +286,27 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, a: SetJobKeyArgs) -> CliR
             "{name:?} cannot be a job's variable: capitals, digits and _ (e.g. ANTHROPIC_API_KEY), not LD_*, PATH, HOME, USER, LOGNAME, SHELL"
         )));
     }
-    if crate::model::system_mode() {
-        return Err(CliError::new(
-            "set-job-key sets a key for your own (per-user) queue managers; for the system-wide ones give queue-manager@.service a job-env.NAME credential (README, \"Claude's credentials for system-wide queues\")",
-        ));
-    }
+    let done = if a.system {
+        run_system(&a)?
+    } else if crate::model::system_mode() || (nix::unistd::geteuid().is_root() && !user_manager()) {
+        return Err(CliError::new(format!(
+            "set-job-key without --system sets a key for your own (per-user) queue managers; for the system-wide ones (queue-manager@.service): `sudo orchestrator set-job-key --system {name}`"
+        )));
+    } else {
+        run_user(&a)?
+    };
+    report(g, out, &done)
+}
+
+/// The key for your own queue managers (see the module's doc).
+fn run_user(a: &SetJobKeyArgs) -> Result<Done<'_>, CliError> {
+    let name = a.name.as_str();
     let credential = credential_name(name);
     let (keys, drop_in) = paths()?;
     let key_file = keys.join(&credential);
     let mut steps: Vec<(&str, String)> = Vec::new();
     if a.remove {
-        match std::fs::remove_file(&key_file) {
-            Ok(()) => steps.push(("key", format!("{} removed", shown(&key_file)))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                steps.push(("key", format!("{} was not there", shown(&key_file))))
-            }
-            Err(e) => return Err(CliError::new(format!("{}: {e}", key_file.display()))),
-        }
+        steps.push(("key", remove_file(&key_file)?));
     } else {
         let key = read_key(name)?;
         crate::agent::private_file::private_dir(&keys)
@@ -256,87 +316,322 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, a: SetJobKeyArgs) -> CliR
         steps.push(("key", format!("{} (mode 0600)", shown(&key_file))));
     }
     steps.push(("drop-in", write_drop_in(&keys, &drop_in)?));
-    // To run by hand when this command did not: printed whole, one a line (never wrapped).
+    let systemd_user = user_manager();
+    let mut done = Done {
+        name,
+        credential,
+        removed: a.remove,
+        key_file,
+        drop_in,
+        restarted: Vec::new(),
+        by_hand: Vec::new(),
+        steps,
+    };
     let manual = [
         "systemctl --user daemon-reload",
         "systemctl --user try-restart 'queue-manager@*.service'",
     ];
-    let mut by_hand: Vec<&str> = Vec::new();
-    let systemd_user = std::env::var_os("XDG_RUNTIME_DIR")
-        .is_some_and(|d| Path::new(&d).join("systemd/private").exists());
-    let mut restarted: Vec<String> = Vec::new();
-    let effect = if a.remove {
-        format!("the next job has no {name}")
-    } else {
-        format!("the next job has {name}")
-    };
     if a.no_restart {
-        steps.push((
+        done.steps.push((
             "units",
             "not reloaded (--no-restart); for the queue managers running now:".to_string(),
         ));
-        by_hand.extend(manual);
+        done.by_hand.extend(manual);
     } else if !systemd_user {
-        steps.push((
+        done.steps.push((
             "units",
             "no systemd user manager here; the queue managers it starts take the change (if one runs now, then:)".to_string(),
         ));
-        by_hand.extend(manual);
+        done.by_hand.extend(manual);
     } else {
-        systemctl_user(&["daemon-reload"])?;
-        // A manager still starting (its timer or path fired a moment ago) began with the
-        // units as they were before the reload: it is restarted as a running one is.
-        let listed = systemctl_user(&[
-            "list-units",
-            "--state=active,activating,reloading",
-            "--no-legend",
-            "--plain",
-            "queue-manager@*.service",
-        ])?;
-        restarted = listed
-            .lines()
-            .filter_map(|l| l.split_whitespace().next())
-            .filter(|u| u.starts_with("queue-manager@") && u.ends_with(".service"))
-            .map(str::to_string)
-            .collect();
-        if restarted.is_empty() {
+        done.restarted = reload_and_restart(true)?;
+        restarted_step(&mut done);
+    }
+    Ok(done)
+}
+
+/// Whether this process's user has a systemd user manager (`$XDG_RUNTIME_DIR/systemd/private`).
+fn user_manager() -> bool {
+    std::env::var_os("XDG_RUNTIME_DIR")
+        .is_some_and(|d| Path::new(&d).join("systemd/private").exists())
+}
+
+/// The step saying which managers were restarted and what the next job has.
+fn restarted_step(done: &mut Done) {
+    let effect = if done.removed {
+        format!("the next job has no {}", done.name)
+    } else {
+        format!("the next job has {}", done.name)
+    };
+    if done.restarted.is_empty() {
+        done.steps.push((
+            "units",
+            format!("reloaded; no queue manager runs now: {effect}"),
+        ));
+    } else {
+        done.steps.push((
+            "restarted",
+            format!(
+                "{} (running jobs go on): {effect}",
+                done.restarted.join(", ")
+            ),
+        ));
+    }
+}
+
+/// Removes a key file; what happened.
+fn remove_file(path: &Path) -> Result<String, CliError> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(format!("{} removed", shown(path))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Ok(format!("{} was not there", shown(path)))
+        }
+        Err(e) => Err(CliError::new(format!("{}: {e}", path.display()))),
+    }
+}
+
+/// Encrypted credentials of the system-wide managers (`LoadCredentialEncrypted=`).
+const SYSTEM_ENCRYPTED: &str = "/etc/credstore.encrypted";
+/// Root-only plain credentials, where `systemd-creds` cannot encrypt (`LoadCredential=`).
+const SYSTEM_PLAIN: &str = "/etc/credstore";
+/// The system queue managers' drop-ins; the one `set-job-key --system` writes is [`DROP_IN`].
+const SYSTEM_DROP_INS: &str = "/etc/systemd/system/queue-manager@.service.d";
+
+/// The drop-in of the system-wide managers naming each key of the two credential stores,
+/// an encrypted one before a plain one of the same name.
+fn system_drop_in_text(encrypted: &[String], plain: &[String]) -> String {
+    let mut text = String::from(
+        "# Written by `orchestrator set-job-key --system` from the job-env.* files of\n\
+         # /etc/credstore.encrypted/ and /etc/credstore/: each job of the system-wide queue\n\
+         # managers gets each key as a variable (job-env.NAME -> NAME).\n[Service]\n",
+    );
+    for c in encrypted {
+        text.push_str(&format!(
+            "LoadCredentialEncrypted={c}:{SYSTEM_ENCRYPTED}/{c}\n"
+        ));
+    }
+    for c in plain.iter().filter(|c| !encrypted.contains(c)) {
+        text.push_str(&format!("LoadCredential={c}:{SYSTEM_PLAIN}/{c}\n"));
+    }
+    text
+}
+
+/// `key` encrypted by `systemd-creds` (the host's key, and the TPM's when there is one) as
+/// credential `credential` into `dir`, mode 0600; the key goes through a pipe, never an
+/// argument. An error says why it could not.
+fn encrypt_into(dir: &Path, credential: &str, key: &str) -> Result<PathBuf, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let target = dir.join(credential);
+    let partial = dir.join(format!(".{credential}.partial"));
+    let _ = std::fs::remove_file(&partial);
+    let mut child = Command::new("systemd-creds")
+        .args(["encrypt", &format!("--name={credential}"), "-"])
+        .arg(&partial)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run systemd-creds: {e}"))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(key.as_bytes())
+            .map_err(|e| format!("systemd-creds: {e}"))?;
+    }
+    let o = child
+        .wait_with_output()
+        .map_err(|e| format!("systemd-creds: {e}"))?;
+    let finish = || -> std::io::Result<()> {
+        std::fs::set_permissions(&partial, std::fs::Permissions::from_mode(0o600))?;
+        std::fs::rename(&partial, &target)
+    };
+    if !o.status.success() {
+        let _ = std::fs::remove_file(&partial);
+        return Err(format!(
+            "systemd-creds encrypt failed: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        ));
+    }
+    finish().map_err(|e| {
+        let _ = std::fs::remove_file(&partial);
+        format!("{}: {e}", target.display())
+    })?;
+    Ok(target)
+}
+
+/// The key for the system-wide queue managers (root): encrypted into /etc/credstore.encrypted/
+/// (a root-only plain file in /etc/credstore/ where `systemd-creds` cannot encrypt), the
+/// drop-in naming every key there, the unit files reloaded and the managers running or
+/// starting restarted.
+fn run_system(a: &SetJobKeyArgs) -> Result<Done<'_>, CliError> {
+    let name = a.name.as_str();
+    if !nix::unistd::geteuid().is_root() {
+        return Err(CliError::new(format!(
+            "set-job-key --system writes root's credential store and the system units: `sudo orchestrator set-job-key --system {name}`"
+        )));
+    }
+    let credential = credential_name(name);
+    let encrypted = Path::new(SYSTEM_ENCRYPTED);
+    let plain = Path::new(SYSTEM_PLAIN);
+    let drop_in = Path::new(SYSTEM_DROP_INS).join(DROP_IN);
+    let mut steps: Vec<(&str, String)> = Vec::new();
+    let key_file = if a.remove {
+        for dir in [encrypted, plain] {
+            let f = dir.join(&credential);
+            if f.exists() {
+                steps.push(("key", remove_file(&f)?));
+            }
+        }
+        if steps.is_empty() {
             steps.push((
-                "units",
-                format!("reloaded; no queue manager runs now: {effect}"),
-            ));
-        } else {
-            let mut args = vec!["try-restart"];
-            args.extend(restarted.iter().map(String::as_str));
-            systemctl_user(&args)?;
-            steps.push((
-                "restarted",
-                format!("{} (running jobs go on): {effect}", restarted.join(", ")),
+                "key",
+                format!("{credential} was in neither {SYSTEM_ENCRYPTED}/ nor {SYSTEM_PLAIN}/"),
             ));
         }
+        encrypted.join(&credential)
+    } else {
+        let key = read_key(name)?;
+        // The folders systemd's own tmpfiles make 0000; made 0700 when missing.
+        crate::agent::private_file::private_dir(encrypted)
+            .map_err(|e| CliError::new(format!("{SYSTEM_ENCRYPTED}: {e}")))?;
+        match encrypt_into(encrypted, &credential, &key) {
+            Ok(f) => {
+                steps.push((
+                    "key",
+                    format!("{} (encrypted by systemd-creds, mode 0600)", f.display()),
+                ));
+                let stale = plain.join(&credential);
+                if stale.exists() {
+                    steps.push(("key", remove_file(&stale)?));
+                }
+                f
+            }
+            Err(why) => {
+                crate::agent::private_file::private_dir(plain)
+                    .map_err(|e| CliError::new(format!("{SYSTEM_PLAIN}: {e}")))?;
+                let f = plain.join(&credential);
+                crate::agent::private_file::write_private(&f, &key)
+                    .map_err(|e| CliError::new(e.to_string()))?;
+                steps.push((
+                    "key",
+                    format!(
+                        "{} (root only, mode 0600; not encrypted: {why})",
+                        f.display()
+                    ),
+                ));
+                let stale = encrypted.join(&credential);
+                if stale.exists() {
+                    steps.push(("key", remove_file(&stale)?));
+                }
+                f
+            }
+        }
+    };
+    // The drop-in names every job key of both stores.
+    let enc = credentials_in(encrypted);
+    let pla = credentials_in(plain);
+    if enc.is_empty() && pla.is_empty() {
+        steps.push((
+            "drop-in",
+            match std::fs::remove_file(&drop_in) {
+                Ok(()) => format!("{} removed (no key left)", drop_in.display()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    format!("{} not there (no key)", drop_in.display())
+                }
+                Err(e) => return Err(CliError::new(format!("{}: {e}", drop_in.display()))),
+            },
+        ));
+    } else {
+        std::fs::create_dir_all(SYSTEM_DROP_INS)
+            .map_err(|e| CliError::new(format!("{SYSTEM_DROP_INS}: {e}")))?;
+        crate::store::write_atomic(&drop_in, system_drop_in_text(&enc, &pla).as_bytes())
+            .map_err(|e| CliError::new(format!("{}: {e}", drop_in.display())))?;
+        let mut names: Vec<&str> = enc
+            .iter()
+            .chain(pla.iter())
+            .filter_map(|c| c.strip_prefix(crate::systemd::credentials::JOB_ENV_PREFIX))
+            .collect();
+        names.sort();
+        names.dedup();
+        steps.push((
+            "drop-in",
+            format!("{} (credentials: {})", drop_in.display(), names.join(", ")),
+        ));
     }
+    let mut done = Done {
+        name,
+        credential,
+        removed: a.remove,
+        key_file,
+        drop_in,
+        restarted: Vec::new(),
+        by_hand: Vec::new(),
+        steps,
+    };
+    let manual = [
+        "systemctl daemon-reload",
+        "systemctl try-restart 'queue-manager@*.service'",
+    ];
+    if a.no_restart {
+        done.steps.push((
+            "units",
+            "not reloaded (--no-restart); for the queue managers running now:".to_string(),
+        ));
+        done.by_hand.extend(manual);
+    } else if !Path::new("/run/systemd/system").is_dir() {
+        done.steps.push((
+            "units",
+            "systemd is not running here; the queue managers it starts take the change".to_string(),
+        ));
+    } else {
+        done.restarted = reload_and_restart(false)?;
+        restarted_step(&mut done);
+    }
+    Ok(done)
+}
+
+/// Whether a drop-in of the system-wide queue managers names credential `job-env.NAME`
+/// (written by `set-job-key --system` or by hand, `systemctl edit queue-manager@.service`).
+pub(super) fn is_set_system(name: &str) -> bool {
+    let wanted = format!("{}:", credential_name(name));
+    std::fs::read_dir(SYSTEM_DROP_INS).is_ok_and(|d| {
+        d.filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".conf"))
+            .any(|e| {
+                std::fs::read_to_string(e.path()).is_ok_and(|t| {
+                    t.lines().any(|l| {
+                        let l = l.trim();
+                        l.starts_with("LoadCredential") && l.contains(&wanted)
+                    })
+                })
+            })
+    })
+}
+
+/// Prints what `set-job-key` did.
+fn report(g: &GlobalArgs, out: &mut dyn Write, d: &Done) -> CliResult {
     match g.format {
         Format::Json => write_json(
             out,
             &json!({
-                "name": name,
-                "credential": credential,
-                "removed": a.remove,
-                "key_file": key_file,
-                "drop_in": drop_in,
-                "restarted": restarted,
-                "to_run": by_hand,
-                "steps": steps.iter().map(|(k, v)| json!({"step": k, "result": v})).collect::<Vec<_>>(),
+                "name": d.name,
+                "credential": d.credential,
+                "removed": d.removed,
+                "key_file": d.key_file,
+                "drop_in": d.drop_in,
+                "restarted": d.restarted,
+                "to_run": d.by_hand,
+                "steps": d.steps.iter().map(|(k, v)| json!({"step": k, "result": v})).collect::<Vec<_>>(),
             }),
         )?,
         Format::Text => {
             let width = terminal_width().saturating_sub(11).max(20);
-            for (what, how) in &steps {
+            for (what, how) in &d.steps {
                 for (i, l) in wrap(how, width).iter().enumerate() {
                     let what = if i == 0 { *what } else { "" };
                     writeln!(out, "{what:<10} {l}")?;
                 }
             }
-            for c in &by_hand {
+            for c in &d.by_hand {
                 writeln!(out, "{:<10} {c}", "")?;
             }
         }
@@ -376,5 +671,21 @@ mod tests {
             "{t}"
         );
         assert!(drop_in_text(Path::new("/a\nb"), &found).is_err());
+    }
+
+    #[test]
+    fn the_system_drop_in_prefers_the_encrypted_key() {
+        let enc = ["job-env.ANTHROPIC_API_KEY".to_string()];
+        let plain = [
+            "job-env.ANTHROPIC_API_KEY".to_string(),
+            "job-env.OPENAI_API_KEY".to_string(),
+        ];
+        let t = system_drop_in_text(&enc, &plain);
+        assert!(
+            t.ends_with(
+                "[Service]\nLoadCredentialEncrypted=job-env.ANTHROPIC_API_KEY:/etc/credstore.encrypted/job-env.ANTHROPIC_API_KEY\nLoadCredential=job-env.OPENAI_API_KEY:/etc/credstore/job-env.OPENAI_API_KEY\n"
+            ),
+            "{t}"
+        );
     }
 }

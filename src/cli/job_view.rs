@@ -121,6 +121,16 @@ pub fn write_job(
         section(out, "Error", e, width)?;
     }
     match &r.output {
+        // A failed agent's result is often its error message, which Error already shows
+        // whole ("Claude exited with code 1: <the result>"): said once.
+        Some(_)
+            if r.error.as_deref().is_some_and(|e| {
+                let result = job.result_text();
+                !result.trim().is_empty() && e.contains(result.trim())
+            }) =>
+        {
+            section(out, "Result", "(the error above)", width)?
+        }
         Some(_) => section(out, "Result", &job.result_text(), width)?,
         None => {
             let why = match r.status {
@@ -156,7 +166,8 @@ pub fn write_job(
             let always = if a.always { " (always)" } else { "" };
             let mut line = format!(
                 "{} {verdict}{always} by {} at {}: {}",
-                a.request_id,
+                // `a1`, as `approvals` names it (the whole id is in --format json).
+                super::approvals::short_request_id(id, &a.request_id),
                 a.by,
                 when(&a.at),
                 tool_and_summary(&a.tool, &a.summary)

@@ -184,7 +184,10 @@ pub(super) fn logs(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResult {
     let loc = store.find_job(id)?;
     let job = store.job(&loc)?;
     if g.verbose {
-        eprintln!("no systemd journal here; showing the output stored in the job file");
+        super::render::eprint_message(
+            "",
+            "no systemd journal here; showing the output stored in the job file",
+        );
     }
     match g.format {
         Format::Json => write_json(

@@ -10,7 +10,7 @@ use std::io::Write;
 
 fn warn_problems(problems: &[String]) {
     for p in problems {
-        eprintln!("warning: {p}");
+        super::render::warning(p);
     }
 }
 
@@ -127,7 +127,7 @@ pub(super) fn unserved(g: &GlobalArgs, store: &crate::store::Store, queue: &str)
     };
     Some(format!(
         "{why}; its jobs wait until one does: on a compute host, \
-         systemctl{user} enable --now queue-manager@{queue}.path (or run queue-manager --queue {queue})"
+         `systemctl{user} enable --now queue-manager@{queue}.path` (or run `queue-manager --queue {queue}`)"
     ))
 }
 

@@ -77,6 +77,22 @@ pub(super) fn view(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResult {
     show(g, out, &v)
 }
 
+/// A message's STATUS as listed: an answer's own status; for a request (DIR `in`), its
+/// answer's, or `waiting` while none has come (a request's own status stays `queued`;
+/// `--format json` has both).
+fn status_cell(m: &Value) -> String {
+    if m["direction"] != json!(Direction::In.name()) {
+        return m["status"].as_str().unwrap_or("-").to_string();
+    }
+    match m["answer"].as_str() {
+        Some(a) => a.to_string(),
+        None => match m["status"].as_str() {
+            Some("queued") | None => "waiting".to_string(),
+            Some(other) => other.to_string(),
+        },
+    }
+}
+
 /// Prints a `list-messages` answer (read here or by orchestratord).
 pub(super) fn render_list(g: &GlobalArgs, out: &mut dyn Write, v: &Value) -> CliResult {
     if g.format == Format::Json {
@@ -84,29 +100,35 @@ pub(super) fn render_list(g: &GlobalArgs, out: &mut dyn Write, v: &Value) -> Cli
         return Ok(());
     }
     for p in v["problems"].as_array().into_iter().flatten() {
-        eprintln!("warning: {}", p.as_str().unwrap_or_default());
+        super::render::warning(p.as_str().unwrap_or_default());
     }
     let s = |m: &Value, k: &str| m[k].as_str().unwrap_or("-").to_string();
+    // At 80 columns the request's id (copied whole), its state, command and time fit; USER,
+    // then PROJECT, then DIR are left out when they would not (`--user`, `--project` and
+    // `--direction` still select by them). Nothing is cut at 160.
     let mut t = Table::new(&[
-        "ID", "DIR", "STATUS", "ANSWER", "COMMAND", "PROJECT", "USER", "QUEUED",
+        "ID", "DIR", "STATUS", "COMMAND", "PROJECT", "USER", "QUEUED",
     ])
-    .keep(0);
+    .keep(0)
+    .keep(2)
+    .keep(3)
+    .keep(6)
+    .droppable(5)
+    .droppable(4)
+    .droppable(1);
     let rows = v["messages"].as_array().cloned().unwrap_or_default();
     for m in &rows {
-        let answer = if m["direction"] == json!(Direction::In.name()) {
-            m["answer"].as_str().unwrap_or("none yet").to_string()
-        } else {
-            "-".into()
-        };
         t.row(vec![
             s(m, "id"),
             s(m, "direction"),
-            s(m, "status"),
-            answer,
+            status_cell(m),
             s(m, "command"),
             s(m, "project"),
             s(m, "user"),
-            s(m, "queue_time"),
+            m["queue_time"]
+                .as_str()
+                .and_then(|q| q.parse::<crate::model::Timestamp>().ok())
+                .map_or_else(|| s(m, "queue_time"), |q| super::browse::queued_cell(&q)),
         ]);
     }
     if t.is_empty() {

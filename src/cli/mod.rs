@@ -417,7 +417,9 @@ pub enum Command {
     /// List the requests and answers in messaging/, newest first.
     ///
     /// List the messages in messaging/ (requests in inbox/ and processed_inbox/, answers in
-    /// outbox/ and processed_outbox/), newest first; your own, or every one for admins.
+    /// outbox/ and processed_outbox/), newest first; your own, or every one for admins. As
+    /// text, a request's STATUS is its answer's (`waiting` until one comes); at 80 columns
+    /// USER, PROJECT and DIR are left out when they do not fit.
     ListMessages(messages::ListMessagesArgs),
     /// Show one message (ID: its file name without .json) with its answer or request.
     ViewMessage {

@@ -251,7 +251,7 @@ fn test(g: &GlobalArgs, out: &mut dyn Write, sink: &str, user: Option<String>) -
         host: String::new(),
     };
     if let Err(e) = ledger.record(entry) {
-        eprintln!("warning: the notify ledger was not written: {e}");
+        super::render::warning(&format!("the notify ledger was not written: {e}"));
     }
     match g.format {
         Format::Json => write_json(

@@ -85,6 +85,112 @@ pub fn wrap(text: &str, width: usize) -> Vec<String> {
     lines
 }
 
+/// The width to fit what goes to standard error to: `COLUMNS` when set to a number (at least
+/// 40), else the width of the terminal on stderr; none when neither says (a pipe, a file, the
+/// journal: a message stays one line there, for grep).
+pub fn stderr_width() -> Option<usize> {
+    if let Some(n) = std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.trim().parse::<usize>().ok())
+    {
+        return Some(n.clamp(40, 1000));
+    }
+    terminal_size::terminal_size_of(io::stderr())
+        .map(|(terminal_size::Width(w), _)| usize::from(w).clamp(40, 1000))
+}
+
+/// Splits a message (a warning, an error) into lines of at most `width` characters at spaces,
+/// the lines after the first indented two spaces. A command quoted in backticks is one word
+/// (never split: it goes whole onto the next line, longer than `width` when it alone is, as a
+/// path that long is: both are copied, not read); the text's own line breaks are kept.
+pub fn wrap_message(text: &str, width: usize) -> Vec<String> {
+    const INDENT: &str = "  ";
+    let mut lines: Vec<String> = Vec::new();
+    let mut line = String::new();
+    let mut len = 0;
+    for para in text.split('\n') {
+        if !lines.is_empty() || len > 0 {
+            lines.push(std::mem::take(&mut line));
+            line.push_str(INDENT);
+            len = INDENT.len();
+        }
+        let fresh = len;
+        for word in message_words(para) {
+            let wl = word.chars().count();
+            if len > fresh && len + 1 + wl > width {
+                lines.push(std::mem::take(&mut line));
+                line.push_str(INDENT);
+                len = INDENT.len();
+            } else if len > fresh {
+                line.push(' ');
+                len += 1;
+            }
+            line.push_str(&word);
+            len += wl;
+        }
+    }
+    lines.push(line);
+    lines
+}
+
+/// The words of one line of a message: split at spaces, except inside a pair of backticks;
+/// control characters become spaces. An unpaired backtick is an ordinary character.
+fn message_words(para: &str) -> Vec<String> {
+    let para: String = para
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let plain = || {
+        para.split(' ')
+            .filter(|w| !w.is_empty())
+            .map(str::to_string)
+            .collect()
+    };
+    if para.matches('`').count() % 2 == 1 {
+        return plain();
+    }
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut quoted = false;
+    for c in para.chars() {
+        match c {
+            '`' => {
+                quoted = !quoted;
+                word.push(c);
+            }
+            ' ' if !quoted => {
+                if !word.is_empty() {
+                    words.push(std::mem::take(&mut word));
+                }
+            }
+            _ => word.push(c),
+        }
+    }
+    if !word.is_empty() {
+        words.push(word);
+    }
+    words
+}
+
+/// Writes `prefix` and `text` to standard error, wrapped to its width ([`wrap_message`])
+/// when that is known.
+pub fn eprint_message(prefix: &str, text: &str) {
+    let mut err = io::stderr().lock();
+    let text = format!("{prefix}{text}");
+    let Some(width) = stderr_width() else {
+        let _ = writeln!(err, "{text}");
+        return;
+    };
+    for l in wrap_message(&text, width) {
+        let _ = writeln!(err, "{l}");
+    }
+}
+
+/// A warning on standard error (`warning: …`), wrapped to its width.
+pub fn warning(text: &str) {
+    eprint_message("warning: ", text);
+}
+
 /// An aligned table. The last column absorbs what is left of the width and is cut with `…`;
 /// other columns are cut only when they alone would not fit.
 #[derive(Debug, Default)]
@@ -327,6 +433,31 @@ mod tests {
             assert!(l.chars().count() <= WIDTH, "{l:?}");
         }
         assert!(s.contains("line break"));
+    }
+
+    #[test]
+    fn messages_wrap_at_spaces_but_never_inside_a_command() {
+        let cmd = "`orchestrator edit-project notes --directory DIR`";
+        let text = format!(
+            "warning: /home/rita/proejcts/notes does not exist on this machine (lab-7); jobs fail: create it or change it ({cmd}).\nsecond   line"
+        );
+        for width in [40, 80, 160] {
+            let lines = wrap_message(&text, width);
+            for (i, l) in lines.iter().enumerate() {
+                assert!(
+                    l.chars().count() <= width || l.trim() == format!("({cmd})."),
+                    "{width}: {l:?}"
+                );
+                assert_eq!(i > 0, l.starts_with("  "), "{width}: {l:?}");
+            }
+            let joined = lines.join(" ");
+            assert!(joined.contains(&format!("({cmd}).")), "{width}: {lines:?}");
+            let words: Vec<&str> = joined.split_whitespace().collect();
+            let want: Vec<&str> = text.split_whitespace().collect();
+            assert_eq!(words, want, "{width}: nothing lost or added");
+        }
+        assert_eq!(wrap_message("a `b c", 3), ["a", "  `b", "  c"]);
+        assert_eq!(wrap_message("", 80), [""]);
     }
 
     #[test]

@@ -90,7 +90,9 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, a: SetupArgs) -> CliResul
     // package's /etc/agentstore/config.yaml names the system store: it is for the system
     // services, and must not turn a new user's setup into one of /var/lib/agentstore.
     let (root, source) = resolve_daemon_root(g.root.as_deref());
-    let (store, created) = Store::init(&root)?;
+    // A new store's default queue is the one this machine serves (projects added later go
+    // there, not to a `poplar` nobody serves); an existing store keeps its own.
+    let (store, created) = Store::init_for_queue(&root, a.serve_queue.as_deref())?;
     let root = std::fs::canonicalize(store.root()).unwrap_or_else(|_| store.root().to_path_buf());
     step(
         out,
@@ -192,7 +194,13 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, a: SetupArgs) -> CliResul
         .serve_queue
         .clone()
         .unwrap_or_else(|| store.config().queues_default.clone());
-    if store.queue_exists(&queue) {
+    if created.contains(&store.queue_path(&queue)) {
+        step(
+            out,
+            "queue",
+            format!("{queue} added (the store's default queue)"),
+        )?;
+    } else if store.queue_exists(&queue) {
         step(out, "queue", format!("{queue} exists"))?;
     } else {
         store.add_queue(QueueConfig::defaults(&queue))?;

@@ -343,10 +343,16 @@ impl Config {
 
     /// The YAML a new store starts with.
     pub fn default_yaml(root: &Path) -> String {
+        Config::default_yaml_for_queue(root, &default_queue())
+    }
+
+    /// The YAML a new store starts with, `queue` its default queue (a valid id: letters,
+    /// digits, `-`, `_`, `.`; quoted as YAML reads it).
+    pub fn default_yaml_for_queue(root: &Path, queue: &str) -> String {
         format!(
             "# agentstore global configuration (PRD §2.2, §13.1)\n\
              agent_store_root: {root:?}\n\
-             queues_default: \"poplar\"\n\
+             queues_default: {queue:?}\n\
              \n\
              orchestrator:\n  \
                polling_interval_seconds: 10\n  \

@@ -8,6 +8,17 @@ impl Store {
     /// Creates the PRD §3 skeleton at `root` (idempotent: nothing existing is replaced) and
     /// opens it. Returns the paths it created.
     pub fn init(root: &Path) -> Result<(Store, Vec<PathBuf>)> {
+        Store::init_for_queue(root, None)
+    }
+
+    /// [`Store::init`]; a store made here with `queue` given has that queue as its default
+    /// (`queues_default` of its config.yaml, the queue new projects use) instead of
+    /// `poplar`, so that `setup --serve-queue birch` on a new store does not leave projects
+    /// added later on a queue nobody serves. An existing config.yaml is never changed.
+    pub fn init_for_queue(root: &Path, queue: Option<&str>) -> Result<(Store, Vec<PathBuf>)> {
+        if let Some(q) = queue {
+            super::error::check_id("queue", q)?;
+        }
         let mut created = Vec::new();
         if !root.is_dir() {
             std::fs::create_dir_all(root).map_err(io_err(root))?;
@@ -34,7 +45,11 @@ impl Store {
         }
         let cfg = root.join("config.yaml");
         if !safe::exists(&cfg) {
-            write_atomic(&cfg, Config::default_yaml(root).as_bytes()).map_err(io_err(&cfg))?;
+            let text = match queue {
+                Some(q) => Config::default_yaml_for_queue(root, q),
+                None => Config::default_yaml(root),
+            };
+            write_atomic(&cfg, text.as_bytes()).map_err(io_err(&cfg))?;
             created.push(cfg);
         }
         for (kind, text) in crate::schema::EMBEDDED {

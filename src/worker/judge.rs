@@ -166,8 +166,8 @@ pub(super) fn credential_hint(what: &str, output: &str, account: Option<String>)
         "Claude Code found no usable credentials as {user} on {host}: an unattended job uses \
          {user}'s login in ~/.claude/ (run `claude` once as {user} and /login) or \
          ANTHROPIC_API_KEY from the queue manager (per user: `printf %s \"$KEY\" | \
-         orchestrator set-job-key ANTHROPIC_API_KEY`; system-wide: a job-env.ANTHROPIC_API_KEY \
-         credential of queue-manager@.service); `orchestrator doctor` on that machine checks it",
+         orchestrator set-job-key ANTHROPIC_API_KEY`; system-wide: `printf %s \"$KEY\" | sudo \
+         orchestrator set-job-key --system ANTHROPIC_API_KEY`); `orchestrator doctor` on that machine checks it",
         host = crate::store::identity::display_hostname(),
     ))
 }

@@ -133,7 +133,7 @@ fn a_claude_without_credentials_is_explained() {
             "as rita",
             "rita's login in ~/.claude/",
             "orchestrator set-job-key ANTHROPIC_API_KEY",
-            "job-env.ANTHROPIC_API_KEY",
+            "sudo orchestrator set-job-key --system ANTHROPIC_API_KEY",
             "orchestrator doctor",
         ] {
             assert!(hint.contains(part), "{part:?} missing: {hint}");
