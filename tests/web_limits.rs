@@ -250,8 +250,10 @@ fn slow_requests_are_cut_off_by_their_timeouts() {
     let (got, _) = until_closed(&mut s, bound);
     assert!(got.starts_with("HTTP/1.1 408 "), "{got:?}");
     // The bound per caller: four held, the fifth refused at once, another account served.
-    let held: Vec<UnixStream> = (0..4).map(|_| w.raw(b"GET /")).collect();
+    // Timed from before the first is opened: each one's 1 s deadline runs from its accept,
+    // and opening four may itself take a while on a loaded machine.
     let held_since = Instant::now();
+    let held: Vec<UnixStream> = (0..4).map(|_| w.raw(b"GET /")).collect();
     let mut fifth = w.raw(b"GET /api/v1/whoami HTTP/1.1\r\nHost: x\r\n\r\n");
     let (got, took) = until_closed(&mut fifth, bound);
     assert!(got.starts_with("HTTP/1.1 503 "), "{got:?}");

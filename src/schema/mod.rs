@@ -4,7 +4,7 @@
 //! its own copy in `JSONValidation/Schemas/<kind>.schema.json`, that copy is used instead, as
 //! the PRD says. A copy that differs from the embedded schema is compiled when the store is
 //! opened (a broken one stops the opening); the embedded schema (and a copy identical to it,
-//! what `init` writes) is compiled at its kind's first use, so a short-lived process (a job's
+//! what `init` writes, or to what an earlier release's `init` wrote: [`RELEASED`]) is compiled at its kind's first use, so a short-lived process (a job's
 //! worker) compiles only the kinds it reads or writes. A rejection names every failing field by JSON pointer and can be logged as one
 //! JSON line in `JSONValidation/errors.out` (`store::ErrorLog` writes it; this layer does no I/O
 //! on the store).
@@ -41,6 +41,43 @@ pub const EMBEDDED: [(DocKind, &str); 7] = [
         include_str!("../../schemas/task.schema.json"),
     ),
 ];
+
+/// The schemas earlier releases embedded, as their `init` wrote them into stores
+/// (`schemas/released/<tag>/`; the message schema has not changed since). A store copy that is
+/// one of these to the byte was never edited by anyone: it stands for "the schema of the
+/// release that made this store", so this build's embedded schema is used in its place.
+/// Otherwise a package upgrade would judge the new release's documents by the old copies (a
+/// v0.1.0 store refused every job with `runtime.usage`, and its finished jobs were never
+/// handled). A copy someone edited is still the store's own. `orchestrator migrate` rewrites
+/// the copies themselves.
+pub const RELEASED: [(DocKind, &str); 5] = [
+    (
+        DocKind::Job,
+        include_str!("../../schemas/released/v0.1.0/job.schema.json"),
+    ),
+    (
+        DocKind::Prd,
+        include_str!("../../schemas/released/v0.1.0/prd.schema.json"),
+    ),
+    (
+        DocKind::Project,
+        include_str!("../../schemas/released/v0.1.0/project.schema.json"),
+    ),
+    (
+        DocKind::Queue,
+        include_str!("../../schemas/released/v0.1.0/queue.schema.json"),
+    ),
+    (
+        DocKind::User,
+        include_str!("../../schemas/released/v0.1.0/user.schema.json"),
+    ),
+];
+
+/// True when `text` is `kind`'s schema as this build or an earlier release embedded it.
+pub fn is_shipped_copy(kind: DocKind, text: &str) -> bool {
+    EMBEDDED.iter().any(|(k, t)| *k == kind && *t == text)
+        || RELEASED.iter().any(|(k, t)| *k == kind && *t == text)
+}
 
 /// Largest document the validator will parse; bigger files are rejected unread.
 /// A job with 10 MB of output plus its config fits well within this.
@@ -347,7 +384,7 @@ impl Validator {
                 None => None,
             };
             let schema = match override_text {
-                Some((path, t)) if t != text => {
+                Some((path, t)) if !is_shipped_copy(kind, &t) => {
                     Schema::Own(compile(&path.display().to_string(), &t)?)
                 }
                 _ => Schema::Embedded(text, std::sync::OnceLock::new()),
@@ -571,5 +608,40 @@ mod lazy_tests {
         };
         let err = Validator::with_overrides(Some(Path::new("/s")), &broken).unwrap_err();
         assert!(err.to_string().contains("job.schema.json"), "{err}");
+    }
+
+    /// A store made by an earlier release keeps that release's copies; unedited, they stand
+    /// for "this release's schema", so the new release's documents are accepted (a v0.1.0
+    /// copy refused `runtime.usage`, seen in the system soak after the package upgrade). An
+    /// edited copy is the store's own and is used as it is.
+    #[test]
+    fn an_earlier_releases_unedited_copy_is_this_builds_schema() {
+        let (_, old_job) = RELEASED.iter().find(|(k, _)| *k == DocKind::Job).unwrap();
+        let job: Value = serde_json::from_str(
+            r#"{"config": {"project": "p", "working_directory": "/tmp", "queue_time": "2026-12-02T00:00:00Z",
+                "jobtype": "noop", "claude_command": "", "claude_extra_args": [], "task_description": "",
+                "supporting_data": {}, "timeout_seconds": 60},
+              "runtime": {"status": "finished", "start_time": null, "finish_time": null, "process_id": null,
+                "llm_process_id": null, "error": null, "output": "ok",
+                "usage": {"input_tokens": 1, "output_tokens": 2}}}"#,
+        )
+        .unwrap();
+        let copy = |text: &'static str| {
+            move |p: &Path| -> std::io::Result<Option<String>> {
+                Ok(p.ends_with("job.schema.json").then(|| text.to_string()))
+            }
+        };
+        let old = Validator::with_overrides(Some(Path::new("/s")), &copy(old_job)).unwrap();
+        old.validate(DocKind::Job, &job).unwrap();
+        // The same copy with one byte changed is someone's edit: it is used, and refuses.
+        let edited: &'static str = Box::leak(
+            old_job
+                .replacen("\"title\": \"Job\"", "\"title\": \"Job.\"", 1)
+                .into_boxed_str(),
+        );
+        assert_ne!(edited, *old_job);
+        let own = Validator::with_overrides(Some(Path::new("/s")), &copy(edited)).unwrap();
+        let refused = own.validate(DocKind::Job, &job).unwrap_err();
+        assert!(refused.to_string().contains("usage"), "{refused}");
     }
 }
