@@ -278,6 +278,28 @@ struct Done<'a> {
     steps: Vec<(&'static str, String)>,
 }
 
+impl<'a> Done<'a> {
+    fn new(
+        name: &'a str,
+        credential: String,
+        removed: bool,
+        key_file: PathBuf,
+        drop_in: PathBuf,
+        steps: Vec<(&'static str, String)>,
+    ) -> Done<'a> {
+        Done {
+            name,
+            credential,
+            removed,
+            key_file,
+            drop_in,
+            restarted: Vec::new(),
+            by_hand: Vec::new(),
+            steps,
+        }
+    }
+}
+
 /// `orchestrator set-job-key`.
 pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, a: SetJobKeyArgs) -> CliResult {
     let name = a.name.as_str();
@@ -316,35 +338,41 @@ fn run_user(a: &SetJobKeyArgs) -> Result<Done<'_>, CliError> {
         steps.push(("key", format!("{} (mode 0600)", shown(&key_file))));
     }
     steps.push(("drop-in", write_drop_in(&keys, &drop_in)?));
-    let systemd_user = user_manager();
-    let mut done = Done {
-        name,
-        credential,
-        removed: a.remove,
-        key_file,
-        drop_in,
-        restarted: Vec::new(),
-        by_hand: Vec::new(),
-        steps,
-    };
+    let done = Done::new(name, credential, a.remove, key_file, drop_in, steps);
     let manual = [
         "systemctl --user daemon-reload",
         "systemctl --user try-restart 'queue-manager@*.service'",
     ];
-    if a.no_restart {
+    let absent = (!user_manager()).then_some((
+        "no systemd user manager here; the queue managers it starts take the change (if one runs now, then:)",
+        true,
+    ));
+    reload_or_tell(done, a.no_restart, manual, absent, true)
+}
+
+/// The last step of both modes: reload the units and restart the queue managers, or say
+/// what to run by hand. `absent`: why no service manager can be asked here, and whether the
+/// commands are still worth running by hand.
+fn reload_or_tell<'a>(
+    mut done: Done<'a>,
+    no_restart: bool,
+    manual: [&'static str; 2],
+    absent: Option<(&str, bool)>,
+    user: bool,
+) -> Result<Done<'a>, CliError> {
+    if no_restart {
         done.steps.push((
             "units",
             "not reloaded (--no-restart); for the queue managers running now:".to_string(),
         ));
         done.by_hand.extend(manual);
-    } else if !systemd_user {
-        done.steps.push((
-            "units",
-            "no systemd user manager here; the queue managers it starts take the change (if one runs now, then:)".to_string(),
-        ));
-        done.by_hand.extend(manual);
+    } else if let Some((why, by_hand)) = absent {
+        done.steps.push(("units", why.to_string()));
+        if by_hand {
+            done.by_hand.extend(manual);
+        }
     } else {
-        done.restarted = reload_and_restart(true)?;
+        done.restarted = reload_and_restart(user)?;
         restarted_step(&mut done);
     }
     Ok(done)
@@ -557,36 +585,16 @@ fn run_system(a: &SetJobKeyArgs) -> Result<Done<'_>, CliError> {
             format!("{} (credentials: {})", drop_in.display(), names.join(", ")),
         ));
     }
-    let mut done = Done {
-        name,
-        credential,
-        removed: a.remove,
-        key_file,
-        drop_in,
-        restarted: Vec::new(),
-        by_hand: Vec::new(),
-        steps,
-    };
+    let done = Done::new(name, credential, a.remove, key_file, drop_in, steps);
     let manual = [
         "systemctl daemon-reload",
         "systemctl try-restart 'queue-manager@*.service'",
     ];
-    if a.no_restart {
-        done.steps.push((
-            "units",
-            "not reloaded (--no-restart); for the queue managers running now:".to_string(),
-        ));
-        done.by_hand.extend(manual);
-    } else if !Path::new("/run/systemd/system").is_dir() {
-        done.steps.push((
-            "units",
-            "systemd is not running here; the queue managers it starts take the change".to_string(),
-        ));
-    } else {
-        done.restarted = reload_and_restart(false)?;
-        restarted_step(&mut done);
-    }
-    Ok(done)
+    let absent = (!Path::new("/run/systemd/system").is_dir()).then_some((
+        "systemd is not running here; the queue managers it starts take the change",
+        false,
+    ));
+    reload_or_tell(done, a.no_restart, manual, absent, false)
 }
 
 /// Whether a drop-in of the system-wide queue managers names credential `job-env.NAME`
