@@ -493,7 +493,8 @@ fn put_message(root: &Path, id: &str) {
 /// the standby takes over; the messages that were in the inbox then may have been answered
 /// beyond the partition. They wait for the hold (the old holder's answer arriving through the
 /// sync engine ends the wait for one of them); a message that arrives after the take-over is
-/// answered at once.
+/// answered once the fence ends (the old holder, stopped here, is never seen standing down, so
+/// after the stale time and a heartbeat), long before the hold.
 #[test]
 fn after_a_take_over_the_messages_the_old_holder_may_have_answered_wait_for_the_hold() {
     use nix::sys::signal::Signal;

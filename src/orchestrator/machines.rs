@@ -58,11 +58,13 @@ impl MachineWatch {
             .collect()
     }
 
-    /// Records the orchestrator's role (and the lock's epoch when active) and makes the next
-    /// beat due now, so other machines learn of it at once.
+    /// Records the orchestrator's role and the epoch of the lock it holds (settling or
+    /// read-only too: a `standby` with no epoch holds no lock, which a machine that took the
+    /// lock over waits to see) and makes the next beat due now, so other machines learn of it
+    /// at once.
     pub fn set_role(&mut self, role: &str, epoch: Option<u64>) {
         self.beat.role = Some(role.to_string());
-        self.beat.epoch = epoch.filter(|_| role == "active");
+        self.beat.epoch = epoch;
         self.next = Instant::now();
     }
 

@@ -12,6 +12,11 @@
 //! sync engine let two machines win). A holder that finds a newer lock (it was paused, its
 //! machine slept) stands down: a standby host becomes a standby again; any other exits with
 //! status 2 ("already running"), which systemd does not restart.
+//!
+//! A sync engine carries the lock as late as any other file, so a standby judges another
+//! machine's lock stale only once it has watched it unchanged for the stale time itself, and
+//! after a take-over a fence holds every message until the old holder is seen standing down
+//! (its heartbeat) or the stale time and a heartbeat have passed ([`Fence`]).
 
 use super::claims::{self, Recover};
 use super::daemon::DaemonError;
@@ -53,6 +58,19 @@ struct Hold {
     length: Duration,
 }
 
+/// Every inbox message waits, new ones too, until `until` or until the holder on `host`
+/// (none: nobody can say) is seen standing down in a heartbeat written after `after`.
+///
+/// A sync engine carries a lock as late as it carries anything else: an old holder that is
+/// alive but whose lock arrived late (or not at all, for a moment) answers every message it
+/// sees until our lock reaches it. Whatever we answered meanwhile, it may answer too.
+#[derive(Debug, Clone)]
+struct Fence {
+    until: Moment,
+    host: Option<String>,
+    after: crate::model::Timestamp,
+}
+
 /// Whether this holder may answer now, and which inbox messages it must leave for now (see
 /// the module documentation). The seat keeps it; the daemon reads a copy.
 #[derive(Debug, Clone, Default)]
@@ -60,6 +78,7 @@ pub struct Lease {
     renewed: Option<Moment>,
     valid_for: Duration,
     hold: Option<Hold>,
+    fence: Option<Fence>,
 }
 
 impl Lease {
@@ -83,9 +102,18 @@ impl Lease {
 
     /// True when an inbox message last changed at `modified` must wait: it was there when
     /// another holder may still have been answering, and the hold has not ended.
+    /// While a fence stands (after a take-over, until the old holder is seen standing
+    /// down), every message waits.
     pub fn holds(&self, modified: SystemTime) -> bool {
-        self.hold
-            .is_some_and(|h| modified <= h.before && h.until.age().is_zero() && !h.length.is_zero())
+        self.fenced()
+            || self.hold.is_some_and(|h| {
+                modified <= h.before && h.until.age().is_zero() && !h.length.is_zero()
+            })
+    }
+
+    /// True while every message waits (see [`Fence`]).
+    pub fn fenced(&self) -> bool {
+        self.fence.as_ref().is_some_and(|f| f.until.age().is_zero())
     }
 
     fn renew(&mut self) {
@@ -163,6 +191,11 @@ pub struct Seat {
     last_recovery: Instant,
     lease: Lease,
     hold_for: Duration,
+    /// The other host's lock this standby watches, and since when (this process's clock) it
+    /// has not changed.
+    watched: Option<(LockInfo, Instant)>,
+    /// Set when a fence ended: the loop is woken to answer what waited.
+    released: bool,
 }
 
 /// Text for a lock someone else holds.
@@ -193,6 +226,8 @@ impl Seat {
                 ..Lease::default()
             },
             hold_for: Duration::ZERO,
+            watched: None,
+            released: false,
         }
     }
 
@@ -201,6 +236,99 @@ impl Seat {
     pub fn with_hold(mut self, hold_for: Duration) -> Seat {
         self.hold_for = hold_for;
         self
+    }
+
+    /// The longest a fence stands: the stale time (how late a sync engine may bring a lock)
+    /// and one heartbeat to read it, never longer than the hold (0: no fence).
+    fn fence_length(&self) -> Duration {
+        (self.timing.stale_after + self.timing.heartbeat).min(self.hold_for)
+    }
+
+    /// Every message waits (see [`Fence`]) until the holder on `host` is seen standing down
+    /// in a heartbeat written after `after` (its clock), or the fence's time is up.
+    fn fence(&mut self, host: Option<&str>, after: crate::model::Timestamp) {
+        let length = self.fence_length();
+        if length.is_zero() {
+            return;
+        }
+        let now = Moment::now();
+        tracing::warn!(
+            "answering no message until {} (at most {} s), since it may still be answering what it sees",
+            host.map_or(
+                "our lock has had time to reach every machine".to_string(),
+                |h| { format!("{h} is seen standing down") }
+            ),
+            length.as_secs()
+        );
+        self.lease.fence = Some(Fence {
+            until: Moment {
+                at: now.at + length,
+                wall: now.wall + length,
+            },
+            host: host.map(str::to_string),
+            after,
+        });
+    }
+
+    /// Ends the fence when its time is up, or when its old holder's heartbeat says it stood
+    /// down; then the messages it may have answered before it did wait a while longer for
+    /// its answers (sync is working: its heartbeat just arrived).
+    fn check_fence(&mut self, store: &Store) {
+        let Some(f) = &self.lease.fence else {
+            return;
+        };
+        if !f.until.age().is_zero() {
+            tracing::info!("the fence's time is up: answering every message again");
+            self.lease.fence = None;
+            self.released = true;
+            return;
+        }
+        let Some(host) = f.host.as_deref() else {
+            return;
+        };
+        let Some(hb) = store.heartbeat_of(host, super::DAEMON) else {
+            return;
+        };
+        let stood_down = hb.last_seen > f.after
+            && (hb.stopped || (hb.role.as_deref() == Some("standby") && hb.epoch.is_none()));
+        if stood_down {
+            tracing::info!(
+                "PID {} on {host} stood down (its heartbeat of {}); answering again",
+                hb.pid,
+                hb.last_seen
+            );
+            self.lease.fence = None;
+            self.released = true;
+            let length = self.fence_length();
+            self.lease.hold_now(length);
+        }
+    }
+
+    /// True once after a fence ended: the loop should look at the inbox now.
+    pub fn take_released(&mut self) -> bool {
+        std::mem::take(&mut self.released)
+    }
+
+    /// A standby takes another machine's lock over only after watching it stay the same for
+    /// the stale time itself: a sync engine may bring a live holder's lock late, so the
+    /// heartbeat written inside says how old this copy is, not how long the holder has been
+    /// silent. False while the lock (another host's) changed within the stale time.
+    fn watched_long_enough(&mut self) -> bool {
+        let Some(held) =
+            super::lock::read_lock(&self.path).filter(|l| l.host != crate::store::hostname())
+        else {
+            self.watched = None;
+            return true;
+        };
+        let since = match &self.watched {
+            Some((seen, since)) if *seen == held => *since,
+            _ => {
+                let now = Instant::now();
+                self.watched = Some((held, now));
+                now
+            }
+        };
+        since.elapsed() >= self.timing.stale_after
     }
 
     /// Whether this holder may answer now, and which messages wait.
@@ -247,6 +375,7 @@ impl Seat {
     pub fn poll(&mut self, store: &Store) -> Result<Option<Role>, DaemonError> {
         let before = self.role.clone();
         self.step(store)?;
+        self.check_fence(store);
         Ok((self.role != before).then(|| self.role.clone()))
     }
 
@@ -302,6 +431,8 @@ impl Seat {
                         self.lease.valid_for.as_secs()
                     );
                     self.lease.hold_now(self.hold_for);
+                    // Another machine may have taken over meanwhile, its lock still on its way.
+                    self.fence(None, crate::model::Timestamp::now());
                     self.settle_until = Some(Instant::now() + self.settle);
                     self.role = Role::Settling;
                     Ok(())
@@ -351,9 +482,19 @@ impl Seat {
             self.hold_for.as_secs()
         );
         self.lease.hold_now(self.hold_for);
+        self.fence(Some(&other.host), other.heartbeat);
     }
 
     fn try_take(&mut self, store: &Store) -> Result<(), DaemonError> {
+        if self.eligible && !self.watched_long_enough() {
+            if let Some((held, _)) = &self.watched {
+                self.role = Role::Standby(format!(
+                    "the store lock is held by PID {} on {}",
+                    held.pid, held.host
+                ));
+            }
+            return Ok(());
+        }
         match StoreLock::acquire_with(&self.path, self.timing) {
             Ok(l) => {
                 // Only where standbys are configured can two machines take a lock over at
@@ -380,6 +521,8 @@ impl Seat {
                         self.hold_for.as_secs()
                     );
                     self.lease.hold_now(self.hold_for);
+                    let (host, after) = (old.host.clone(), old.heartbeat);
+                    self.fence(Some(&host), after);
                 }
                 self.lock = Some(l);
                 self.lease.renew();
@@ -466,5 +609,150 @@ mod tests {
         short.hold_now(Duration::from_millis(1));
         std::thread::sleep(Duration::from_millis(5));
         assert!(!short.holds(before), "an ended hold holds nothing");
+    }
+
+    fn other_lock(store: &Store, host: &str, epoch: u64, heartbeat: crate::model::Timestamp) {
+        let info = LockInfo {
+            host: host.into(),
+            pid: 4242,
+            started: heartbeat,
+            heartbeat,
+            boot_id: None,
+            pid_start: None,
+            epoch,
+        };
+        std::fs::write(store.lock_path(), serde_json::to_vec(&info).unwrap()).unwrap();
+    }
+
+    fn timing() -> LockTiming {
+        LockTiming {
+            heartbeat: Duration::from_millis(100),
+            stale_after: Duration::from_millis(600),
+        }
+    }
+
+    /// A lock that arrives late through a sync engine looks stale by the time written in it;
+    /// a standby takes it over only after watching it unchanged for the stale time itself,
+    /// and a newer copy arriving meanwhile starts the watch again.
+    #[test]
+    fn a_standby_takes_over_only_a_lock_it_watched_unchanged_for_the_stale_time() {
+        let d = tempfile::tempdir().unwrap();
+        let (store, _) = Store::init(&d.path().join("s")).unwrap();
+        let old = crate::model::Timestamp::now();
+        let long_ago = crate::model::Timestamp(old.0 - chrono::Duration::seconds(3600));
+        other_lock(&store, "elsewhere", 7, long_ago);
+        let mut seat = Seat::new(store.lock_path(), timing(), Duration::ZERO, true)
+            .with_hold(Duration::from_secs(60));
+        let started = Instant::now();
+        seat.poll(&store).unwrap();
+        assert!(
+            matches!(seat.role(), Role::Standby(w) if w.contains("elsewhere")),
+            "{:?}",
+            seat.role()
+        );
+        // The holder's next write arrives (still old by its own clock): the watch starts over.
+        std::thread::sleep(Duration::from_millis(400));
+        other_lock(
+            &store,
+            "elsewhere",
+            7,
+            crate::model::Timestamp(long_ago.0 + chrono::Duration::seconds(2)),
+        );
+        let rewritten = Instant::now();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !seat.role().answers() {
+            assert!(
+                Instant::now() < deadline,
+                "never took over: {:?}",
+                seat.role()
+            );
+            seat.poll(&store).unwrap();
+            if !seat.role().answers() {
+                assert!(
+                    rewritten.elapsed() < Duration::from_secs(30),
+                    "still waiting"
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(
+            rewritten.elapsed() >= timing().stale_after,
+            "took over {:?} after the lock last changed, before watching it for the stale time ({:?} since the first look)",
+            rewritten.elapsed(),
+            started.elapsed()
+        );
+        assert_eq!(seat.lock_info().unwrap().epoch, 8);
+    }
+
+    /// After a take-over every message waits, new ones too, until the old holder's heartbeat
+    /// says it stood down; then only the messages already there wait (for its answers).
+    #[test]
+    fn after_a_take_over_every_message_waits_until_the_old_holder_is_seen_standing_down() {
+        let d = tempfile::tempdir().unwrap();
+        let (store, _) = Store::init(&d.path().join("s")).unwrap();
+        let beat = crate::model::Timestamp(
+            crate::model::Timestamp::now().0 - chrono::Duration::seconds(3600),
+        );
+        other_lock(&store, "elsewhere", 3, beat);
+        let mut seat = Seat::new(store.lock_path(), timing(), Duration::ZERO, true)
+            .with_hold(Duration::from_secs(60));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !seat.role().answers() {
+            assert!(
+                Instant::now() < deadline,
+                "never took over: {:?}",
+                seat.role()
+            );
+            seat.poll(&store).unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let later = SystemTime::now() + Duration::from_secs(5);
+        assert!(
+            seat.lease().holds(later),
+            "a message newer than the take-over waits"
+        );
+        // Its heartbeat while it still held the lock (before it saw ours) changes nothing.
+        let mut hb = crate::store::machines::Heartbeat::new(super::super::DAEMON, None, 1);
+        hb.host = "elsewhere".into();
+        hb.role = Some("active".into());
+        hb.epoch = Some(3);
+        hb.last_seen = crate::model::Timestamp::now();
+        store.write_heartbeat(&hb).unwrap();
+        seat.poll(&store).unwrap();
+        assert!(seat.lease().holds(later) && !seat.take_released());
+        // A heartbeat from before its last lock write changes nothing either.
+        hb.role = Some("standby".into());
+        hb.epoch = None;
+        hb.last_seen = beat;
+        store.write_heartbeat(&hb).unwrap();
+        seat.poll(&store).unwrap();
+        assert!(seat.lease().holds(later) && !seat.take_released());
+        // It stood down: new messages are answered, those there now wait for its answers.
+        hb.last_seen = crate::model::Timestamp::now();
+        store.write_heartbeat(&hb).unwrap();
+        let before = SystemTime::now() - Duration::from_secs(1);
+        seat.poll(&store).unwrap();
+        assert!(seat.take_released(), "the loop is woken");
+        assert!(!seat.lease().holds(later), "a new message is answered");
+        assert!(seat.lease().holds(before), "a message there before waits");
+    }
+
+    /// A fence nobody lifts ends after the stale time and a heartbeat (never past the hold);
+    /// with no hold there is no fence at all.
+    #[test]
+    fn a_fence_ends_after_the_stale_time_when_nobody_is_seen_and_never_with_no_hold() {
+        let d = tempfile::tempdir().unwrap();
+        let (store, _) = Store::init(&d.path().join("s")).unwrap();
+        let mut seat = Seat::new(store.lock_path(), timing(), Duration::ZERO, true)
+            .with_hold(Duration::from_secs(60));
+        seat.fence(Some("elsewhere"), crate::model::Timestamp::now());
+        let later = SystemTime::now() + Duration::from_secs(5);
+        assert!(seat.lease().holds(later));
+        std::thread::sleep(timing().stale_after + timing().heartbeat);
+        seat.check_fence(&store);
+        assert!(seat.take_released() && !seat.lease().holds(later));
+        let mut none = Seat::new(store.lock_path(), timing(), Duration::ZERO, true);
+        none.fence(Some("elsewhere"), crate::model::Timestamp::now());
+        assert!(!none.lease().holds(later), "no hold configured: no fence");
     }
 }

@@ -357,6 +357,18 @@ impl Store {
         Ok(path)
     }
 
+    /// The heartbeat `daemon` (no queue) last wrote on `host`, if it can be read.
+    pub fn heartbeat_of(&self, host: &str, daemon: &str) -> Option<Heartbeat> {
+        check_id("host", host).ok()?;
+        let path = self
+            .machines_dir()
+            .join(host)
+            .join(format!("{daemon}.json"));
+        read_heartbeat(&path)
+            .ok()
+            .filter(|hb| hb.host == host && hb.daemon == daemon)
+    }
+
     /// Reads every machine's heartbeats. Never fails: what cannot be read is reported.
     pub fn machines(&self) -> Machines {
         let mut out = Machines::default();

@@ -30,6 +30,9 @@ impl LockKeeper {
                     let Some(seat) = guard.as_mut() else { return };
                     let polled = seat.poll(&shared.store);
                     publish_lease(&shared, seat);
+                    if seat.take_released() {
+                        let _ = wake.try_send(());
+                    }
                     let wait = match polled {
                         Ok(Some(role)) => {
                             take_role(&shared, seat, &role);
