@@ -7,8 +7,8 @@
 #   sudo benches/soak-system.sh [--minutes N] [--deb FILE] [--prev-deb FILE] [--out DIR]
 #
 # Environment: SOAK_REPORT_MINUTES (5), SOAK_FAULT_MINUTES (5: one fault every N minutes,
-# cycling through the list), SOAK_PAUSE_SECONDS (180: Syncthing paused), SOAK_WORKERS (10 per
-# queue), SOAK_MSG_INTERVAL (0.5 s per writer), SOAK_STORE_MB (512: each machine's store is a
+# cycling through the list), SOAK_PAUSE_SECONDS (180: Syncthing paused), SOAK_WORKERS (12 per
+# queue), SOAK_MSG_INTERVAL (0.7 s per writer), SOAK_STORE_MB (512: each machine's store is a
 # tmpfs of this size, so "disk full" fills that and nothing else), SOAK_GRACE (600 s: an
 # unanswered message older than this counts as lost, a job older than its timeout + this as
 # stuck), SOAK_FAULTS (the cycle, default "kill9 pause kill9 disk sigstop reboot upgrade"),
@@ -35,8 +35,8 @@ done
 REPORT_MIN=${SOAK_REPORT_MINUTES:-5}
 FAULT_MIN=${SOAK_FAULT_MINUTES:-5}
 PAUSE_S=${SOAK_PAUSE_SECONDS:-180}
-WORKERS=${SOAK_WORKERS:-10}
-MSG_INTERVAL=${SOAK_MSG_INTERVAL:-0.5}
+WORKERS=${SOAK_WORKERS:-12}
+MSG_INTERVAL=${SOAK_MSG_INTERVAL:-0.7}
 STORE_MB=${SOAK_STORE_MB:-512}
 GRACE=${SOAK_GRACE:-600}
 APPROVAL_DEADLINE=${SOAK_APPROVAL_DEADLINE:-60}
