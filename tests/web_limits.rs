@@ -251,19 +251,46 @@ fn slow_requests_are_cut_off_by_their_timeouts() {
     assert!(got.starts_with("HTTP/1.1 408 "), "{got:?}");
     // The bound per caller: four held, the fifth refused at once, another account served.
     // Timed from before the first is opened: each one's 1 s deadline runs from its accept,
-    // and opening four may itself take a while on a loaded machine.
-    let held_since = Instant::now();
-    let held: Vec<UnixStream> = (0..4).map(|_| w.raw(b"GET /")).collect();
-    let mut fifth = w.raw(b"GET /api/v1/whoami HTTP/1.1\r\nHost: x\r\n\r\n");
-    let (got, took) = until_closed(&mut fifth, bound);
-    assert!(got.starts_with("HTTP/1.1 503 "), "{got:?}");
-    assert!(took < Duration::from_millis(900), "{took:?}");
-    assert_eq!(w.curl(Some("nobody"), &[], "/api/v1/whoami").0, 200);
-    // The four are cut at their own header deadline (1 s), never by the others: still held
-    // when this is reached before it (a loaded machine may take longer to get here).
-    if held_since.elapsed() < Duration::from_millis(900) {
-        assert!(held.iter().all(still_held));
+    // and opening four may itself take a while on a loaded machine. A connection the client
+    // has seen closed (the 408 above) still counts until its task ends, a moment after its
+    // socket closed: on a loaded machine one of the four may then be refused as the fifth.
+    // That one is seen (it got the 503, not a close) and the four are opened again.
+    for attempt in 1.. {
+        let held_since = Instant::now();
+        let held: Vec<UnixStream> = (0..4).map(|_| w.raw(b"GET /")).collect();
+        let mut fifth = w.raw(b"GET /api/v1/whoami HTTP/1.1\r\nHost: x\r\n\r\n");
+        let (got, took) = until_closed(&mut fifth, bound);
+        assert!(got.starts_with("HTTP/1.1 503 "), "{got:?}");
+        assert!(took < Duration::from_millis(900), "{took:?}");
+        assert_eq!(w.curl(Some("nobody"), &[], "/api/v1/whoami").0, 200);
+        // The four are cut at their own header deadline (1 s), never by the others: still
+        // held when this is reached before it (a loaded machine may take longer to get here).
+        if held_since.elapsed() >= Duration::from_millis(900) {
+            break;
+        }
+        let refused = held.iter().filter(|h| refused_at_once(h)).count();
+        if refused > 0 && attempt < 5 {
+            eprintln!("attempt {attempt}: {refused} of the four refused at once; again");
+            continue;
+        }
+        assert!(
+            held.iter().all(still_held),
+            "a held connection was closed before its deadline ({refused} refused, attempt {attempt})"
+        );
+        break;
     }
+}
+
+/// True when the server answered `s` with 503 (a refusal, written at once) without waiting
+/// for its request.
+fn refused_at_once(s: &UnixStream) -> bool {
+    use nix::sys::socket::{MsgFlags, recv};
+    use std::os::fd::AsRawFd;
+    let mut b = [0u8; 12];
+    matches!(
+        recv(s.as_raw_fd(), &mut b, MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT),
+        Ok(12) if &b == b"HTTP/1.1 503"
+    )
 }
 
 #[test]
