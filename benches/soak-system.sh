@@ -474,7 +474,16 @@ done
 on alpha systemctl stop "${load_units_alpha[@]}"
 on beta systemctl stop "${load_units_beta[@]}"
 log "load stopped after $((($(date +%s) - t_start) / 60)) min; draining (up to $GRACE s) before the final report"
+# Both copies the same: each Syncthing needs nothing more of the other (the report judges
+# alpha's copy; beta's events arrive through the engine like everything else).
+in_sync() {
+    local ja jb
+    ja=$(st_api_on alpha 8384 key-alpha GET "/rest/db/completion?folder=store&device=$id_beta") || return 1
+    jb=$(st_api_on beta 8385 key-beta GET "/rest/db/completion?folder=store&device=$id_alpha") || return 1
+    python3 -c 'import json, sys; sys.exit(0 if all(json.loads(x)["needItems"] == 0 and json.loads(x)["completion"] >= 100 for x in sys.argv[1:]) else 1)' "$ja" "$jb"
+}
 drained() {
+    in_sync || return 1
     on alpha soak-report --copy /var/lib/agentstore --ledger /var/tmp/soak --grace 0 | python3 -c '
 import json, sys
 j = json.load(sys.stdin)
