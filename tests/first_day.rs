@@ -481,6 +481,30 @@ fn doctor_finds_each_planted_fault() {
         "{checks:#?}"
     );
 
+    // No Codex CLI on PATH and none named: no warning on a Claude-only machine, a word on
+    // how to add it.
+    {
+        let empty = tempfile::tempdir().unwrap();
+        let o = env
+            .cli()
+            .env("PATH", empty.path())
+            .args(["--format", "json", "doctor"])
+            .output()
+            .unwrap();
+        let checks: Vec<serde_json::Value> = serde_json::from_slice(&o.stdout).unwrap();
+        let c = checks
+            .iter()
+            .find(|c| c["check"] == "codex:poplar")
+            .unwrap();
+        assert_eq!(c["verdict"], "ok", "{c}");
+        assert!(
+            c["detail"]
+                .as_str()
+                .unwrap()
+                .contains("needed only for codex jobs"),
+            "{c}"
+        );
+    }
     // Its queue names a Codex CLI that is not there (issue 35): fail, naming the field; one
     // that is there: ok.
     let set_codex = |path: &str| {

@@ -19,22 +19,23 @@ pub(super) fn codex_check(queue: &str, q: &Queue) -> Check {
             None,
         );
     }
-    let verdict = if named.is_some() {
-        Verdict::Fail
-    } else {
-        Verdict::Warn
-    };
-    let whose = if named.is_some() {
-        "Queues/{queue}/queue.json's codex_cli_path"
-    } else {
-        "the default codex_cli_path"
+    // Nobody asked for Codex on this queue: its absence is no fault (a Claude-only machine),
+    // only worth a word on how to add it.
+    if named.is_none() {
+        return check(
+            &name,
+            Verdict::Ok,
+            format!(
+                "codex is not installed (needed only for codex jobs of {queue}; npm install -g @openai/codex to run them)"
+            ),
+            None,
+        );
     }
-    .replace("{queue}", queue);
     check(
         &name,
-        verdict,
+        Verdict::Fail,
         format!(
-            "{program} ({whose}) not found (PATH={}): codex jobs of {queue} fail",
+            "{program} (Queues/{queue}/queue.json's codex_cli_path) not found (PATH={}): codex jobs of {queue} fail",
             std::env::var("PATH").unwrap_or_default()
         ),
         Some(format!(
