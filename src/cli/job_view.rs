@@ -148,8 +148,21 @@ pub fn write_job(
     if let Some(sb) = &r.sandbox {
         writeln!(out)?;
         writeln!(out, "Sandbox")?;
-        let refused = r.sandbox_refused.iter().map(|l| format!("refused: {l}"));
-        for line in std::iter::once(sb.clone()).chain(refused) {
+        // What this job's sandbox allowed, and what it refused; the explanation of how
+        // refusals are recorded (the same for every job) is left to --format json.
+        let allowed: Vec<&str> = sb
+            .split("; ")
+            .filter(|c| !c.starts_with("sockets:") && !c.starts_with("files outside"))
+            .collect();
+        let refused: Vec<String> = if r.sandbox_refused.is_empty() {
+            vec!["nothing refused".to_string()]
+        } else {
+            r.sandbox_refused
+                .iter()
+                .map(|l| format!("refused: {l}"))
+                .collect()
+        };
+        for line in std::iter::once(allowed.join("; ")).chain(refused) {
             for (i, l) in wrap(&line, width.saturating_sub(4).max(20))
                 .iter()
                 .enumerate()
@@ -304,5 +317,32 @@ mod tests {
         for l in s.lines() {
             assert!(l.chars().count() <= 80, "{l:?}");
         }
+    }
+
+    /// The sandbox block says what this job was allowed and what it refused, in a few lines;
+    /// the explanation that is the same for every job stays in --format json.
+    #[test]
+    fn the_sandbox_block_is_what_this_job_was_allowed_and_refused() {
+        let mut j = job("done");
+        j.runtime.sandbox = Some(
+            "sandbox Landlock ABI 7 (enforced): writes /home/alice/demo, /tmp/s; read-only .git/hooks, .git/config; TCP connect to port 443; no_new_privs; environment allow-list; sockets: TCP and Unix stream only, each refusal listed in runtime.sandbox_refused; files outside are refused by Landlock (EACCES), each logged by the kernel's audit when it is on".into(),
+        );
+        let s = render(&j, 80);
+        let block: Vec<&str> = s
+            .lines()
+            .skip_while(|l| *l != "Sandbox")
+            .take_while(|l| !l.is_empty())
+            .collect();
+        assert!(block.len() <= 5, "{block:#?}");
+        let text = block.join(" ");
+        assert!(
+            text.contains("TCP connect to port 443") && text.contains("nothing refused"),
+            "{text}"
+        );
+        assert!(!text.contains("kernel's audit"), "{text}");
+        j.runtime.sandbox_refused = vec!["connect to 10.0.0.1:22 (TCP port 22 not allowed)".into()];
+        let s = render(&j, 80);
+        assert!(s.contains("refused: connect to 10.0.0.1:22"), "{s}");
+        assert!(!s.contains("nothing refused"), "{s}");
     }
 }
