@@ -732,6 +732,7 @@ fn demo_runs_the_whole_path_with_or_without_a_bus() {
         c.env_remove("AGENT_STORE_ROOT")
             .env_remove("ANTHROPIC_API_KEY")
             .env("TMPDIR", u.env.dir.path())
+            .env("COLUMNS", "80")
             .arg("demo")
             .args(args);
         c.output().unwrap()
@@ -761,6 +762,13 @@ fn demo_runs_the_whole_path_with_or_without_a_bus() {
                 .filter(|l| l.starts_with('['))
                 .all(|l| l.contains("s] ")),
             "every step has its time:\n{out}"
+        );
+        // Within 80 columns, but for a command printed whole to paste and the store's path.
+        assert!(
+            out.lines()
+                .filter(|l| !l.starts_with("  /") && !l.starts_with("The store is kept: "))
+                .all(|l| l.chars().count() <= 80),
+            "a line over 80 columns:\n{out}"
         );
         out
     };

@@ -112,7 +112,19 @@ impl Clock {
         if self.json {
             self.steps.push(json!({"t": t, "step": what}));
         } else {
-            writeln!(out, "[{t:7.2}s] {what}")?;
+            // Wrapped to the terminal, continuation lines under the text (paths and ids,
+            // which have no spaces, are split only when longer than a line).
+            let lines = super::render::wrap(
+                what,
+                super::render::terminal_width().saturating_sub(12).max(20),
+            );
+            for (i, l) in lines.iter().enumerate() {
+                if i == 0 {
+                    writeln!(out, "[{t:7.2}s] {l}")?;
+                } else {
+                    writeln!(out, "            {l}")?;
+                }
+            }
             out.flush()?;
         }
         Ok(())
@@ -499,12 +511,9 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, a: DemoArgs) -> CliResult
             let me = std::env::current_exe()
                 .map(|p| p.display().to_string())
                 .unwrap_or_else(|_| "orchestrator".into());
-            writeln!(
-                out,
-                "\nThe store is kept: {} (try: {me} --root {} list-jobs)",
-                root.display(),
-                root.display()
-            )?;
+            // The command whole on its own line, to paste (never wrapped).
+            writeln!(out, "\nThe store is kept: {}. Try:", root.display())?;
+            writeln!(out, "  {me} --root {} list-jobs", root.display())?;
         }
     }
     if job.runtime.status == JobStatus::Failed {
