@@ -418,11 +418,13 @@ fn machines_config(root: &Path, extra: &str) {
 /// The same queue served from two machines of a store NOT declared one filesystem (a sync
 /// engine, where a claim's rename is not atomic across machines): the manager that started
 /// second stands down — says why once, starts nothing — while the first serves the queue, and
-/// takes over (says so) when the first stops reporting; each job still runs once.
+/// takes over (says so) when the first has been silent for the lost-job grace; each job still
+/// runs once.
 #[test]
 fn over_a_sync_engine_the_second_machine_stands_down_until_the_first_is_gone() {
     let env = QueueEnv::new(2);
-    machines_config(&env.root, "");
+    // Gone after the lost-job grace (not merely the stale time of 2 s): 6 s here.
+    machines_config(&env.root, "  lost_job_grace_seconds: 6\n");
     let alpha = manager(&env, "q1", "alpha");
     wait(Duration::from_secs(30), "alpha beating", || {
         env.root
@@ -473,9 +475,18 @@ fn over_a_sync_engine_the_second_machine_stands_down_until_the_first_is_gone() {
     );
     // alpha goes away: beta takes the queue over.
     drop(alpha);
+    let gone_at = std::time::Instant::now();
     wait(Duration::from_secs(30), "beta taking over", || {
         said("queue_served_here", "beta")
     });
+    // Not at the stale time: alpha may only be late, or beyond a partition and still starting
+    // jobs. The grace runs from alpha's last heartbeat: up to a heartbeat (1 s) and a second
+    // of whole-second rounding before the kill.
+    assert!(
+        gone_at.elapsed() >= Duration::from_secs(4),
+        "beta took the queue over {:?} after alpha went silent, before the lost-job grace (6 s)",
+        gone_at.elapsed()
+    );
     for i in 0..4 {
         env.queue_job(&format!("b-{i:02}"), &noop(0.0));
     }

@@ -63,59 +63,65 @@ impl Manager {
         self.check_served_elsewhere();
     }
 
-    /// One queue served from two machines through a sync engine: a start's claim (one rename
-    /// of the queued file) is atomic on one filesystem only, so across a sync engine both
-    /// could claim one job. Unless `machines.shared_filesystem` says the store is one
-    /// filesystem, the manager stands down (starts nothing; its running jobs go on) while
-    /// another live machine's manager of this queue, started before it (ties by host name),
-    /// serves it, and takes over when that one stops or goes silent.
+    /// One queue served from several machines through a sync engine: whether this manager
+    /// serves it or stands down, and when it fences itself (see `handover.rs`). On one
+    /// filesystem (`machines.shared_filesystem`) every manager serves.
     pub(super) fn check_served_elsewhere(&mut self) {
         let machines_cfg = self.store.config().machines.clone();
-        let other = if machines_cfg.shared_filesystem {
-            None
-        } else {
-            let Some(mine) = self.heartbeat.as_ref().map(|h| h.started) else {
-                return;
-            };
-            let now = Timestamp::now();
-            let q = &self.cfg.queue;
-            self.store
-                .machines()
-                .machines
-                .iter()
-                .filter(|m| {
-                    m.host != self.host && !m.is_stale(&now, machines_cfg.stale_after_seconds)
-                })
-                .flat_map(|m| m.daemons.iter())
-                .filter(|d| {
-                    d.daemon == "queue-manager"
-                        && d.queue.as_deref() == Some(q.as_str())
-                        && !d.stopped
-                })
-                .filter(|d| (d.started, d.host.as_str()) < (mine, self.host.as_str()))
-                .min_by(|a, b| (a.started, a.host.as_str()).cmp(&(b.started, b.host.as_str())))
-                .map(|d| d.host.clone())
-        };
-        if other == self.standing_down {
+        if machines_cfg.shared_filesystem {
             return;
         }
-        let q = self.cfg.queue.clone();
-        let record = match &other {
-            Some(h) => {
-                let text = format!(
-                    "queue {q} is also served by machine {h}, whose manager started first; the store is not declared one filesystem (machines.shared_filesystem), and through a sync engine a start cannot be claimed atomically across machines, so this manager starts no job while {h} serves the queue"
-                );
-                Record::warn(self.event("queue_served_elsewhere").detail(&text), text)
-            }
-            None => {
-                let text = format!(
-                    "queue {q}: no other machine serves it now; this manager starts jobs again"
-                );
-                Record::info(self.event("queue_served_here").detail(&text), text)
-            }
+        let Some(mine) = self.heartbeat.as_ref().map(|h| h.started) else {
+            return;
         };
-        self.record(record);
-        self.standing_down = other;
+        let now = Timestamp::now();
+        let q = self.cfg.queue.clone();
+        let machines = self.store.machines();
+        let others: Vec<&crate::store::machines::Heartbeat> = machines
+            .machines
+            .iter()
+            .filter(|m| m.host != self.host)
+            .flat_map(|m| m.daemons.iter())
+            .filter(|d| d.daemon == "queue-manager" && d.queue.as_deref() == Some(q.as_str()))
+            .collect();
+        let timing = super::handover::Timing::from_config(&machines_cfg);
+        let host = self.host.clone();
+        for change in self.handover.look((&mine, &host), &others, &now, &timing) {
+            let record = match change {
+                super::handover::Change::StandDown(h) => {
+                    let text = format!(
+                        "queue {q} is also served by machine {h}, whose manager started first; the store is not declared one filesystem (machines.shared_filesystem), and through a sync engine a start cannot be claimed atomically across machines, so this manager starts no job while {h} serves the queue"
+                    );
+                    Record::warn(self.event("queue_served_elsewhere").detail(&text), text)
+                }
+                super::handover::Change::Serve => {
+                    let text = format!(
+                        "queue {q}: no other machine serves it now; this manager starts jobs again"
+                    );
+                    Record::info(self.event("queue_served_here").detail(&text), text)
+                }
+                super::handover::Change::Fenced {
+                    hosts,
+                    lapsed,
+                    secs,
+                } => {
+                    let why = if lapsed {
+                        "this manager was stopped or suspended for longer than the stale time"
+                            .to_string()
+                    } else {
+                        format!(
+                            "the manager of {q} on {} is in sight again",
+                            hosts.join(", ")
+                        )
+                    };
+                    let text = format!(
+                        "queue {q}: {why}; it may have served the queue meanwhile, so this manager starts no job for {secs} s, until it has learnt that this one serves"
+                    );
+                    Record::warn(self.event("queue_fenced").detail(&text), text)
+                }
+            };
+            self.record(record);
+        }
     }
 
     /// Our workers whose job is no longer in `running_jobs/` but in `failed_jobs/` with the

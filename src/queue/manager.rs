@@ -155,9 +155,9 @@ pub struct Manager {
     pub(super) flow_wake: Option<Instant>,
     /// This manager's heartbeat, rewritten every `machines.heartbeat_seconds`.
     pub(super) heartbeat: Option<crate::store::machines::Heartbeat>,
-    /// The machine this manager stands down for: another live machine serves the queue and
-    /// the store is not one filesystem (`machines.shared_filesystem`), see `machines.rs`.
-    pub(super) standing_down: Option<String>,
+    /// Whether this manager serves its queue or stands down for another machine's (the
+    /// store not being one filesystem, `machines.shared_filesystem`), see `handover.rs`.
+    pub(super) handover: super::handover::Handover,
 
     /// The jobs whose start an earlier manager left interrupted (their start marker found at
     /// start-up, `recover_poisoned`): only these are looked up on disk by
@@ -236,7 +236,7 @@ impl Manager {
             pending: Vec::new(),
             flow_wake: None,
             heartbeat: None,
-            standing_down: None,
+            handover: Default::default(),
             interrupted: Default::default(),
 
             slurm: super::slurm::SlurmState::default(),

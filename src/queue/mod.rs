@@ -19,6 +19,7 @@ pub mod args;
 mod error;
 pub mod flow;
 pub mod handle;
+mod handover;
 pub mod idle;
 pub mod launcher;
 mod machines;

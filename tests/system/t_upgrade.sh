@@ -136,6 +136,12 @@ all_done() { [ "$(done_jobs)" -ge $jobs_total ]; }
 sys_check "all $jobs_total jobs finished" sys_wait_until 240 "$jobs_total finished" all_done
 sys_expect_eq "no job in another state" "0 0 0" "$(x sh -c "for s in queued running failed; do ls $AS/Queues/poplar/Jobs/\${s}_jobs | grep -c '\.json$'; done | tr '\n' ' ' | sed 's/ \$//'")"
 sys_expect_eq "one job_started event per job ($jobs_total jobs started once)" " $jobs_total 1;" "$(x sh -c "cat $AS/logs/events-*.jsonl | grep '\"job_started\"' | grep -o '\"job_id\":\"[^\"]*\"' | sort | uniq -c | awk '{print \$1}' | sort | uniq -c | tr -s ' ' | tr '\n' ';'")"
+# Every finished job handled by an orchestrator (the old one before, the new one after): the
+# store keeps $old_version's copies of the schemas, and the new daemons must still judge the
+# new fields of jobs that finish after the upgrade (a soak saw every completion refused).
+handled() { x sh -c "cat $AS/logs/events-*.jsonl | grep '\"job_handled\"' | grep -o '\"job_id\":\"[^\"]*\"' | sort -u | wc -l"; }
+all_handled() { [ "$(handled)" -ge $jobs_total ]; }
+sys_check "the orchestrator handled all $jobs_total finished jobs (one job_handled each)" sys_wait_until 180 "$jobs_total handled" all_handled
 for id in "${!pid_before[@]}"; do
     sys_expect_eq "$id, running across the upgrade, finished on its own worker (pid ${pid_before[$id]})" \
         "${pid_before[$id]}" "$(jfield "$(jobf "$id" finished)" process_id)"

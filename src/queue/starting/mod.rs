@@ -314,7 +314,7 @@ impl Manager {
             self.fail_invalid(id, JobStatus::Queued).await;
         }
         let mut waiting = scan.ordered.len() + scan.pending;
-        if !self.paused && self.standing_down.is_none() {
+        if !self.paused && self.handover.may_start() {
             let workers = self.config.worker_count.min(MAX_WORKER_COUNT);
             let slurm = matches!(self.launcher, super::launcher::JobLauncher::Slurm);
             let free = if slurm {
