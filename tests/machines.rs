@@ -732,6 +732,60 @@ fn a_stale_queued_copy_of_a_job_that_moved_on_is_never_run() {
     );
 }
 
+/// One inbox message answered by two machines (the sync engine kept their store locks apart
+/// for longer than the stale time): each made the job, with the same id and correlation id
+/// but its own queue time. The first copy ran and finished; the second, arriving queued
+/// afterwards, is the same job and never runs again.
+#[test]
+fn a_second_machines_copy_of_one_messages_job_never_runs_again() {
+    let env = QueueEnv::new(2);
+    env.queue_job("dup", &noop(0.0));
+    let mut first = env.job("queued", "dup");
+    first["config"]["correlation_id"] = json!("soak-alpha-0003697");
+    first["config"]["queue_time"] = json!("2026-12-02T21:19:39Z");
+    let mut second = first.clone();
+    second["config"]["queue_time"] = json!("2026-12-02T21:19:36Z");
+    let mut done = first.clone();
+    done["runtime"]["status"] = json!("finished");
+    done["runtime"]["start_time"] = json!("2026-12-02T21:19:39Z");
+    done["runtime"]["finish_time"] = json!("2026-12-02T21:19:52Z");
+    std::fs::write(env.job_file("finished", "dup"), done.to_string()).unwrap();
+    std::fs::write(env.job_file("queued", "dup"), second.to_string()).unwrap();
+    env.queue_job("fresh", &noop(0.0));
+    let _alpha = manager(&env, "alpha");
+    wait(Duration::from_secs(60), "the fresh job finished", || {
+        env.job_file("finished", "fresh").exists()
+    });
+    let logs = || {
+        std::fs::read_dir(env.root.join("logs"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("queue-"))
+            .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+            .collect::<String>()
+    };
+    wait(
+        Duration::from_secs(20),
+        "the manager removing the copy",
+        || {
+            logs().contains(
+                "job dup: removed its stale queued copy (the job ended, in finished_jobs/)",
+            )
+        },
+    );
+    assert!(!env.job_file("queued", "dup").exists());
+    assert_eq!(
+        env.job("finished", "dup"),
+        done,
+        "the job that ran is kept as it was"
+    );
+    assert!(
+        !env.job_file("running", "dup").exists() && !env.job_file("failed", "dup").exists(),
+        "the second copy ran"
+    );
+}
+
 /// A heartbeat of `host` last seen `last_seen` (an old time: a machine silent for long).
 fn beat_at(root: &Path, host: &str, last_seen: &str) {
     let dir = root.join("machines").join(host);

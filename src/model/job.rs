@@ -211,10 +211,14 @@ impl Job {
     /// Whether `later` (a copy of this job's id in a later state) is this job, moved on: it
     /// was queued at the same time for the same project and command, with what starting adds
     /// (a pipeline step's filled-in prompt: more text, `prd`/`pipeline` data) and nothing
-    /// else changed. A DIFFERENT job that happens to carry the same id is not.
+    /// else changed. A DIFFERENT job that happens to carry the same id is not. Two copies
+    /// made from one inbox message (its correlation id; two machines that both answered it
+    /// while the sync engine kept their locks apart) are the same job though each has its
+    /// maker's queue time.
     pub fn is_same_job_as(&self, later: &Job) -> bool {
         let (a, b) = (&self.config, &later.config);
-        a.queue_time == b.queue_time
+        let one_message = a.correlation_id.is_some() && a.correlation_id == b.correlation_id;
+        (a.queue_time == b.queue_time || one_message)
             && a.project == b.project
             && a.jobtype == b.jobtype
             && a.claude_command == b.claude_command
@@ -500,5 +504,32 @@ mod tests {
         ] {
             assert_eq!(permission_widening_arg(&v(ok)), None, "{ok:?}");
         }
+    }
+
+    /// Two copies of one inbox message's job, made by two machines a few seconds apart (a
+    /// sync engine kept their locks apart): the same job; a job that merely reuses the id
+    /// is not, nor one from another message.
+    #[test]
+    fn copies_made_from_one_message_are_one_job() {
+        let job = |at: &str, corr: Option<&str>, task: &str| -> super::Job {
+            serde_json::from_value(serde_json::json!({
+                "config": {
+                    "project": "p", "working_directory": "/w", "queue_time": at,
+                    "jobtype": "noop", "claude_command": "c", "claude_extra_args": [],
+                    "task_description": task, "supporting_data": {}, "queue": "oak",
+                    "correlation_id": corr
+                },
+                "runtime": {"status": "queued"}
+            }))
+            .unwrap()
+        };
+        let a = job("2026-12-02T21:19:36Z", Some("m-1"), "soak");
+        assert!(a.is_same_job_as(&job("2026-12-02T21:19:39Z", Some("m-1"), "soak")));
+        assert!(!a.is_same_job_as(&job("2026-12-02T21:19:39Z", Some("m-2"), "soak")));
+        assert!(!a.is_same_job_as(&job("2026-12-02T21:19:39Z", None, "soak")));
+        assert!(!a.is_same_job_as(&job("2026-12-02T21:19:39Z", Some("m-1"), "other")));
+        let anon = job("2026-12-02T21:19:36Z", None, "soak");
+        assert!(anon.is_same_job_as(&job("2026-12-02T21:19:36Z", None, "soak")));
+        assert!(!anon.is_same_job_as(&job("2026-12-02T21:19:39Z", None, "soak")));
     }
 }
