@@ -565,3 +565,84 @@ fn the_projects_credentials_files_are_unreadable_so_no_guess_is_confirmed() {
     assert_eq!(read(&f.root.join(".env")), "DB_PASSWORD=pw7Qx9LongEnough\n");
     assert_eq!(read(&f.root.join("svc/.env.local")), "API_PIN=4711\n");
 }
+
+/// Issue 28, sandbox3: TCP that does not go through `connect` reaches any port past the
+/// Landlock TCP rules: a Multipath TCP socket (`IPPROTO_MPTCP`, which Landlock's TCP rules do
+/// not govern) and TCP Fast Open (`sendto` with `MSG_FASTOPEN` connects without the connect
+/// call). Both got to a local listener from a command with no network; now neither is made.
+#[test]
+fn multipath_tcp_and_fast_open_reach_no_port() {
+    if !landlock_here("multipath_tcp_and_fast_open_reach_no_port") {
+        return;
+    }
+    let f = fixture();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    listener.set_nonblocking(true).unwrap();
+    std::fs::write(
+        f.root.join(".agentshell/config.json"),
+        r#"{"auto_allow": ["sh", "perl"], "secret_programs": ["sh"]}"#,
+    )
+    .unwrap();
+    Command::new(env!("CARGO_BIN_EXE_agentshell"))
+        .arg("trust")
+        .current_dir(&f.root)
+        .env_clear()
+        .env("HOME", &f.home)
+        .output()
+        .unwrap();
+    let perl = |body: &str| {
+        json!({"command": format!(
+            "perl -MSocket -e '{body} print \"reached\\n\"'"
+        )})
+    };
+    let calls = [
+        // IPPROTO_MPTCP is 262
+        perl(&format!(
+            "socket(S, PF_INET, SOCK_STREAM, 262) or die \"socket: $!\\n\"; connect(S, sockaddr_in({port}, inet_aton(\"127.0.0.1\"))) or die \"connect: $!\\n\"; send(S, \"mptcp\", 0) or die;"
+        )),
+        // MSG_FASTOPEN is 0x20000000
+        perl(&format!(
+            "socket(S, PF_INET, SOCK_STREAM, 0) or die \"socket: $!\\n\"; send(S, \"fastopen\", 0x20000000, sockaddr_in({port}, inet_aton(\"127.0.0.1\"))) or die \"send: $!\\n\";"
+        )),
+        // the same with sendmsg is what a program calling it would do; perl has no sendmsg,
+        // so the control: a plain TCP connect, which Landlock refuses
+        perl(&format!(
+            "socket(S, PF_INET, SOCK_STREAM, 6) or die \"socket: $!\\n\"; connect(S, sockaddr_in({port}, inet_aton(\"127.0.0.1\"))) or die \"connect: $!\\n\";"
+        )),
+    ];
+    // Control: outside the sandbox the same MPTCP client reaches the listener (the kernel
+    // has MPTCP; without it the test proves nothing about it).
+    let control = Command::new("perl")
+        .args([
+            "-MSocket",
+            "-e",
+            &format!(
+                "socket(S, PF_INET, SOCK_STREAM, 262) or die \"socket: $!\\n\"; connect(S, sockaddr_in({port}, inet_aton(\"127.0.0.1\"))) or die \"connect: $!\\n\"; print \"reached\\n\""
+            ),
+        ])
+        .output()
+        .unwrap();
+    let mptcp_here = String::from_utf8_lossy(&control.stdout) == "reached\n";
+    if mptcp_here {
+        listener.accept().unwrap();
+    }
+    let (result, tools, _, _) = run(&f, &calls, &[]);
+    assert_eq!(result["permission_denials"], json!([]), "{result}");
+    for (i, t) in tools.iter().enumerate() {
+        assert_ne!(t["exit_code"], 0, "call {i} got out: {t}");
+        assert!(!text(t).contains("reached"), "call {i}: {t}");
+        assert!(text(t).contains("Permission denied"), "call {i}: {t}");
+    }
+    let mut arrived = Vec::new();
+    while let Ok((mut s, _)) = listener.accept() {
+        use std::io::Read;
+        s.set_nonblocking(false).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let mut buf = String::new();
+        let _ = s.read_to_string(&mut buf);
+        arrived.push(buf);
+    }
+    assert_eq!(arrived, Vec::<String>::new(), "connections got through");
+}

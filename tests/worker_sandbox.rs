@@ -3,6 +3,7 @@
 //! write outside its project (another user's `authorized_keys`-like file left writable by
 //! everyone), to read another project, to connect to a local listener that is not its model
 //! endpoint, to send UDP, to reach a path-named and an abstract Unix socket of someone else,
+//! to open a Multipath TCP socket (which Landlock's TCP rules do not govern),
 //! and (as a control) to reach its endpoint's port, which it may. The job's record says the
 //! sandbox was on, what it allowed, and what it refused (`runtime.sandbox_refused`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -28,6 +29,7 @@ try unix-path "/usr/bin/python3 -c 'import socket,sys; socket.socket(socket.AF_U
 try unix-abstract "/usr/bin/python3 -c 'import socket,sys; socket.socket(socket.AF_UNIX).connect(chr(0)+sys.argv[1])' '$OTHER_ABSTRACT'"
 try unix-dgram "/usr/bin/python3 -c 'import socket; socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)'"
 try unix-pair "/usr/bin/python3 -c 'import socket; socket.socketpair()'"
+try mptcp "/usr/bin/python3 -c 'import socket,sys; socket.socket(socket.AF_INET, socket.SOCK_STREAM, 262).connect((\"127.0.0.1\", int(sys.argv[1])))' $ENDPOINT_PORT"
 try write-project "echo made > made-by-job.txt"
 try write-git-hook "echo 'touch PWNED' > .git/hooks/pre-commit"
 try write-tmp "echo t > \$TMPDIR/t"
@@ -153,7 +155,7 @@ async fn a_sandboxed_job_cannot_write_outside_read_another_project_or_connect_el
             out["result"],
             "write-outside=denied read-other=denied connect-other=denied \
              connect-endpoint=ok udp=denied unix-path=denied unix-abstract=denied \
-             unix-dgram=denied unix-pair=ok write-project=ok write-git-hook=denied write-tmp=ok",
+             unix-dgram=denied unix-pair=ok mptcp=denied write-project=ok write-git-hook=denied write-tmp=ok",
             "{rt}"
         );
         assert_eq!(
@@ -207,6 +209,11 @@ async fn a_sandboxed_job_cannot_write_outside_read_another_project_or_connect_el
             "{refused:?}"
         );
         assert!(has("socketpair: a AF_UNIX datagram socket refused"), "{refused:?}");
+        // Multipath TCP is not governed by Landlock's TCP rules: not even to the endpoint.
+        assert!(
+            has("socket: a AF_INET stream socket of protocol 262 refused"),
+            "{refused:?}"
+        );
         assert!(
             !has(&format!(":{endpoint_port}")),
             "the allowed connect is not a refusal: {refused:?}"
