@@ -646,3 +646,59 @@ fn multipath_tcp_and_fast_open_reach_no_port() {
     }
     assert_eq!(arrived, Vec::<String>::new(), "connections got through");
 }
+
+/// Issue 28, sandbox3: cargo's download cache in the home directory was writable from every
+/// command, so a command without network rewrote the source of a crate cargo had already
+/// unpacked (`~/.cargo/registry/src/…/build.rs`, `~/.cargo/git/checkouts/…`): the user's
+/// next build of any project using that crate, unconfined, would run it. Without network
+/// nothing can be downloaded, so the cache is read-only then; cargo's lock file stays
+/// writable and what is unpacked stays readable.
+#[test]
+fn cargos_crate_cache_is_not_writable_without_network() {
+    if !landlock_here("cargos_crate_cache_is_not_writable_without_network") {
+        return;
+    }
+    let f = fixture();
+    let unpacked = f
+        .home
+        .join(".cargo/registry/src/index.crates.io-0000000000000000/serde-1.0.0");
+    let checkout = f.home.join(".cargo/git/checkouts/dep-0000/abcdef");
+    let index = f
+        .home
+        .join(".cargo/registry/index/index.crates.io-0000000000000000");
+    for d in [&unpacked, &checkout, &index] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    std::fs::write(unpacked.join("build.rs"), "fn main() {}\n").unwrap();
+    std::fs::write(checkout.join("build.rs"), "fn main() {}\n").unwrap();
+    std::fs::write(f.home.join(".cargo/.package-cache"), "").unwrap();
+    let evil = "fn main() { std::process::Command::new(\"touch\").arg(\"/tmp/PWNED\"); }";
+    let calls = [
+        sh(&format!(
+            "echo \"{evil}\" > {}/build.rs",
+            unpacked.display()
+        )),
+        sh(&format!(
+            "echo \"{evil}\" > {}/build.rs",
+            checkout.display()
+        )),
+        sh(&format!(
+            "mkdir {}/ev && echo x > {}/ev/il",
+            index.display(),
+            index.display()
+        )),
+        sh(&format!("cat {}/build.rs", unpacked.display())),
+        sh("echo lock >> $HOME/.cargo/.package-cache && echo locked"),
+    ];
+    let (result, tools, _, _) = run(&f, &calls, &[]);
+    assert_eq!(result["permission_denials"], json!([]), "{result}");
+    for (i, t) in tools.iter().enumerate().take(3) {
+        assert_ne!(t["exit_code"], 0, "call {i} wrote the cache: {t}");
+        assert!(text(t).contains("Permission denied"), "call {i}: {t}");
+    }
+    assert_eq!(read(&unpacked.join("build.rs")), "fn main() {}\n");
+    assert_eq!(read(&checkout.join("build.rs")), "fn main() {}\n");
+    assert!(!index.join("ev").exists());
+    assert_eq!(tools[3]["stdout"], "fn main() {}\n", "{}", tools[3]);
+    assert_eq!(tools[4]["stdout"], "locked\n", "{}", tools[4]);
+}

@@ -232,6 +232,7 @@ pub fn for_job(job: JobContext<'_>) -> Result<Option<JobSandbox>, String> {
     let policy = SandboxPolicy {
         read,
         write,
+        write_with_network: Vec::new(),
         read_only,
         pinned: vec![cwd.join(".git")],
         // The job is given its project as it is (its tests may need the .env); agentshell jobs

@@ -5,10 +5,11 @@
 //! credentials, `~/.rustup`, `~/.local/bin`, `~/.local/lib`, git's configuration) — not the
 //! home directory as a whole, so `~/.agentshell`, `~/.ssh`, `~/.aws`, `~/.gnupg`,
 //! `~/.config/gh`, `~/.netrc`, `~/.docker`… are out. It may write the project and the scratch
-//! directory, except `.git/hooks`, `.git/config` (a `.git` file, when the project is a
-//! worktree) and `.agentshell/`, which stay read-only. No TCP unless the user allowed
-//! network for that command; no signals or abstract sockets outside the sandbox; no ptrace of
-//! the agent; `no_new_privs`; the environment is an allow-list ([`command_env`]).
+//! directory (and cargo's download cache when the user allowed network), except
+//! `.git/hooks`, `.git/config` (a `.git` file, when the project is a worktree) and
+//! `.agentshell/`, which stay read-only. No TCP unless the user allowed network for that
+//! command; no signals or abstract sockets outside the sandbox; no ptrace of the agent;
+//! `no_new_privs`; the environment is an allow-list ([`command_env`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -135,15 +136,20 @@ impl CommandSandbox {
         }
         read.push(root.clone());
         let mut write = vec![root.clone(), scratch.clone()];
+        let mut write_with_network = Vec::new();
         if let Some(home) = home {
-            // cargo's download cache and lock (network stays off unless allowed).
-            for p in [".cargo/registry", ".cargo/git", ".cargo/.package-cache"] {
-                write.push(home.join(p));
+            // cargo's lock file; its download cache only for a command allowed network: the
+            // sources unpacked there are built (build.rs, proc macros) by the user's later
+            // builds of every project, outside any sandbox.
+            write.push(home.join(".cargo/.package-cache"));
+            for p in [".cargo/registry", ".cargo/git"] {
+                write_with_network.push(home.join(p));
             }
         }
         let policy = SandboxPolicy {
             read,
             write,
+            write_with_network,
             read_only: protected_paths(&root),
             pinned: vec![root.join(".git")],
             hidden: secret_files(&root),
@@ -157,6 +163,7 @@ impl CommandSandbox {
         let mut read_only = policy.clone();
         read_only.read.append(&mut read_only.write);
         read_only.write = vec![scratch.clone()];
+        read_only.write_with_network.clear();
         read_only.read_only.clear();
         read_only.pinned.clear();
         // `hidden` stays: a read-only command may not read a secret either.
