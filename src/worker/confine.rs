@@ -33,6 +33,22 @@ const ENDPOINT_VARS: &[&str] = &[
     "http_proxy",
 ];
 
+/// What in `~/.claude` steers the user's own Claude Code sessions (hooks, permission rules,
+/// instructions, commands, subagents, skills, plugins): read-only for a Claude job.
+const CLAUDE_STEERING: &[&str] = &[
+    "settings.json",
+    "settings.local.json",
+    "CLAUDE.md",
+    "commands",
+    "agents",
+    "skills",
+    "plugins",
+    "hooks",
+];
+
+/// What in `$CODEX_HOME` steers the user's own Codex sessions: read-only for a Codex job.
+const CODEX_STEERING: &[&str] = &["config.toml", "AGENTS.md", "AGENTS.override.md", "prompts"];
+
 /// A job's confinement: the compiled rules, its scratch directory, and the line recorded in
 /// `runtime.sandbox`.
 #[derive(Debug, Clone)]
@@ -167,11 +183,18 @@ pub fn for_job(job: JobContext<'_>) -> Result<Option<JobSandbox>, String> {
         read.push(home.join(p));
     }
     let mut write = vec![cwd.clone(), scratch.clone()];
+    // Files in the agent's writable state that the user's own later sessions of that agent
+    // run or obey, outside any sandbox: kept read-only where they exist.
+    let mut agent_steering: Vec<PathBuf> = Vec::new();
     match jobtype {
         JobType::Claude => {
             write.push(home.join(".claude"));
             write.push(home.join(".claude.json"));
             write.push(home.join(".claude.json.backup"));
+            // settings hold hooks (shell commands) and permission rules.
+            for p in CLAUDE_STEERING {
+                agent_steering.push(home.join(".claude").join(p));
+            }
         }
         JobType::Agent => {
             // Its keys and configuration (its commands are confined further, without them).
@@ -187,6 +210,10 @@ pub fn for_job(job: JobContext<'_>) -> Result<Option<JobSandbox>, String> {
                 .iter()
                 .find(|(k, v)| k == "CODEX_HOME" && !v.is_empty())
                 .map_or_else(|| home.join(".codex"), |(_, v)| PathBuf::from(v));
+            // config.toml names programs (`notify`, MCP servers).
+            for p in CODEX_STEERING {
+                agent_steering.push(codex_home.join(p));
+            }
             write.push(codex_home);
         }
         JobType::Venvman | JobType::Noop => {}
@@ -229,6 +256,7 @@ pub fn for_job(job: JobContext<'_>) -> Result<Option<JobSandbox>, String> {
     ] {
         read_only.push(cwd.join(p));
     }
+    read_only.extend(agent_steering);
     let policy = SandboxPolicy {
         read,
         write,
@@ -288,7 +316,8 @@ fn summary(
             ".git/hooks",
             ".git/config",
             ".agentshell/config.json",
-            ".claude/settings*.json"
+            ".claude/settings*.json",
+            "the agent's own settings, instructions and commands in its state directory"
         ]
         .join(", "),
         if ports.is_empty() {
@@ -333,5 +362,100 @@ mod tests {
         );
         assert_eq!(url_host("http://[::1]:80"), Some("::1"));
         assert_eq!(url_host("http://u:p@h:99/x"), Some("h"));
+    }
+
+    /// Run `script` with `sh -c` under the job's confinement; its exit status.
+    fn confined_sh(job: &JobSandbox, cwd: &Path, script: &str) -> bool {
+        let mut p = job.compiled.prepare(false).unwrap();
+        // The supervisor's end: kept open while the child hands it the listener.
+        let channel = p.take_channel();
+        let mut c = std::process::Command::new("sh");
+        c.args(["-c", script])
+            .current_dir(cwd)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        p.install_std(&mut c);
+        let ok = c.status().unwrap().success();
+        drop(channel);
+        ok
+    }
+
+    /// Issue 28, sandbox3: a job may write its agent's state directory, but not the files in
+    /// it that the user's own later, unconfined sessions of that agent run or obey: Claude
+    /// Code's user settings (hooks run shell commands), its CLAUDE.md, commands, agents and
+    /// skills; Codex's config.toml (`notify`, MCP servers run programs) and AGENTS.md.
+    #[test]
+    fn a_job_cannot_rewrite_what_the_users_own_agent_sessions_run() {
+        if crate::agent::tools::sandbox::kernel_abi() < 1
+            || !crate::agent::tools::sandbox::Support::detect(None).mount_namespace
+        {
+            // Neither Landlock nor the mount namespace here: nothing to try.
+            assert!(std::env::var_os("CI").is_none(), "CI needs the sandbox");
+            return;
+        }
+        let t = tempfile::tempdir().unwrap();
+        let (work, home) = (t.path().join("work"), t.path().join("home"));
+        for d in [
+            work.join(".git/hooks"),
+            home.join(".claude/commands"),
+            home.join(".claude/projects"),
+            home.join(".codex/sessions"),
+        ] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let steering = [
+            ".claude/settings.json",
+            ".claude/CLAUDE.md",
+            ".claude/commands/greet.md",
+            ".codex/config.toml",
+            ".codex/AGENTS.md",
+        ];
+        for f in steering {
+            std::fs::write(home.join(f), "original\n").unwrap();
+        }
+        let mut queue = QueueConfig::defaults("q");
+        queue.sandbox = Some(crate::model::SandboxSetting {
+            enabled: true,
+            connect_ports: vec![],
+        });
+        let env = vec![(
+            "ANTHROPIC_BASE_URL".to_string(),
+            "http://127.0.0.1:9".to_string(),
+        )];
+        for (jobtype, state) in [
+            (JobType::Claude, ".claude/projects/p.jsonl"),
+            (JobType::Codex, ".codex/sessions/s.jsonl"),
+        ] {
+            let job = for_job(JobContext {
+                queue: &queue,
+                jobtype: &jobtype,
+                cwd: &work,
+                home: &home,
+                env: &env,
+                programs: &[PathBuf::from("/bin/sh")],
+                switch_to: None,
+                approvals: None,
+            })
+            .unwrap()
+            .unwrap();
+            for f in steering {
+                let p = home.join(f);
+                assert!(
+                    !confined_sh(&job, &work, &format!("echo hook >> '{}'", p.display())),
+                    "{jobtype:?} wrote {f}"
+                );
+                assert_eq!(std::fs::read_to_string(&p).unwrap(), "original\n", "{f}");
+            }
+            assert!(
+                confined_sh(
+                    &job,
+                    &work,
+                    &format!("echo s >> '{}'", home.join(state).display())
+                ),
+                "{jobtype:?}: its own state stays writable"
+            );
+            job.remove_scratch();
+        }
     }
 }
