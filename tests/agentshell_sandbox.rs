@@ -702,3 +702,48 @@ fn cargos_crate_cache_is_not_writable_without_network() {
     assert_eq!(tools[3]["stdout"], "fn main() {}\n", "{}", tools[3]);
     assert_eq!(tools[4]["stdout"], "locked\n", "{}", tools[4]);
 }
+
+/// Issue 28, sandbox3: the project's own settings of other coding agents steer the user's
+/// later sessions of them, outside any sandbox: Claude Code's `.claude/settings.json` and
+/// `settings.local.json` (hooks run shell commands) and Codex's `.codex/config.toml` (`notify`,
+/// MCP servers). A command rewrote them; they stay read-only like `.agentshell/`.
+#[test]
+fn other_agents_project_settings_stay_read_only() {
+    if !landlock_here("other_agents_project_settings_stay_read_only") {
+        return;
+    }
+    let f = fixture();
+    let files = [
+        ".claude/settings.json",
+        ".claude/settings.local.json",
+        ".codex/config.toml",
+    ];
+    for p in files {
+        let p = f.root.join(p);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, "original\n").unwrap();
+    }
+    // The names spelled through variables: the gate lets it through, the kernel is tried.
+    let calls: Vec<Value> = files
+        .iter()
+        .map(|p| {
+            let (dir, name) = p.split_once('/').unwrap();
+            let dir = dir.replacen('.', ".\"\"", 1);
+            let name = name.replacen('.', "\"\".", 1);
+            json!({"command": format!(
+                "sh -c 'd={dir}; n={name}; echo {{\\\"hooks\\\":1}} > $d/$n'"
+            )})
+        })
+        .chain([sh(
+            "mkdir -p .claude/commands && echo x > .claude/commands/new.md && cat a.txt",
+        )])
+        .collect();
+    let (result, tools, _, _) = run(&f, &calls, &[]);
+    assert_eq!(result["permission_denials"], json!([]), "{result}");
+    for (i, p) in files.iter().enumerate() {
+        assert_ne!(tools[i]["exit_code"], 0, "{p}: {}", tools[i]);
+        assert_eq!(read(&f.root.join(p)), "original\n", "{p}");
+    }
+    // The rest of the project, other agents' folders included, stays writable.
+    assert_eq!(tools[3]["stdout"], "project file\n", "{}", tools[3]);
+}

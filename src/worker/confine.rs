@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::agent::tools::sandbox::{
-    self, Compiled, Level, SandboxPolicy, Support, session::protected_paths, supervise::SocketRules,
+    self, Compiled, Level, SandboxPolicy, Support,
+    session::{AGENT_SETTINGS, protected_paths},
+    supervise::SocketRules,
 };
 
 /// systemd-resolved's name lookup socket (what nss-resolve connects to).
@@ -249,11 +251,7 @@ pub fn for_job(job: JobContext<'_>) -> Result<Option<JobSandbox>, String> {
     // agentshell writes its own log and notes in .agentshell/; its config and the project's
     // Claude settings (which can define hooks) stay read-only.
     read_only.retain(|p| !p.ends_with(".agentshell"));
-    for p in [
-        ".agentshell/config.json",
-        ".claude/settings.json",
-        ".claude/settings.local.json",
-    ] {
+    for p in std::iter::once(&".agentshell/config.json").chain(AGENT_SETTINGS) {
         read_only.push(cwd.join(p));
     }
     read_only.extend(agent_steering);
@@ -317,6 +315,7 @@ fn summary(
             ".git/config",
             ".agentshell/config.json",
             ".claude/settings*.json",
+            ".codex/config.toml",
             "the agent's own settings, instructions and commands in its state directory"
         ]
         .join(", "),

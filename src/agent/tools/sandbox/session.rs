@@ -6,10 +6,11 @@
 //! home directory as a whole, so `~/.agentshell`, `~/.ssh`, `~/.aws`, `~/.gnupg`,
 //! `~/.config/gh`, `~/.netrc`, `~/.docker`… are out. It may write the project and the scratch
 //! directory (and cargo's download cache when the user allowed network), except
-//! `.git/hooks`, `.git/config` (a `.git` file, when the project is a worktree) and
-//! `.agentshell/`, which stay read-only. No TCP unless the user allowed network for that
-//! command; no signals or abstract sockets outside the sandbox; no ptrace of the agent;
-//! `no_new_privs`; the environment is an allow-list ([`command_env`]).
+//! `.git/hooks`, `.git/config` (a `.git` file, when the project is a worktree),
+//! `.agentshell/` and other agents' settings ([`AGENT_SETTINGS`]), which stay read-only. No
+//! TCP unless the user allowed network for that command; no signals or abstract sockets
+//! outside the sandbox; no ptrace of the agent; `no_new_privs`; the environment is an
+//! allow-list ([`command_env`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -150,7 +151,10 @@ impl CommandSandbox {
             read,
             write,
             write_with_network,
-            read_only: protected_paths(&root),
+            read_only: protected_paths(&root)
+                .into_iter()
+                .chain(AGENT_SETTINGS.iter().map(|p| root.join(p)))
+                .collect(),
             pinned: vec![root.join(".git")],
             hidden: secret_files(&root),
             devices: super::standard_devices(),
@@ -241,6 +245,15 @@ pub fn secret_files(root: &Path) -> Vec<PathBuf> {
     }
     found
 }
+
+/// The project's settings of other coding agents, which their later sessions obey outside
+/// any sandbox (Claude Code's hooks, Codex's `notify` and MCP servers): read-only where they
+/// exist, for agentshell's commands and for jobs.
+pub const AGENT_SETTINGS: &[&str] = &[
+    ".claude/settings.json",
+    ".claude/settings.local.json",
+    ".codex/config.toml",
+];
 
 /// The subpaths of a project that steer the agent, git or the user's later sessions: kept
 /// read-only inside the writable project.
