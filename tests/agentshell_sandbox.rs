@@ -747,3 +747,60 @@ fn other_agents_project_settings_stay_read_only() {
     // The rest of the project, other agents' folders included, stays writable.
     assert_eq!(tools[3]["stdout"], "project file\n", "{}", tools[3]);
 }
+
+/// Issue 28, sandbox3: a bind mount keeps a file read-only only if it exists. A command
+/// created `.git/commondir` (absent in an ordinary repository) pointing at a repository of
+/// its own inside the project whose config names a `core.fsmonitor`: the user's next plain
+/// `git status`, outside any sandbox, ran it (the issue's commondir case, now from inside the
+/// sandbox). Files that would steer git or another agent and were absent when the session
+/// began are removed after each command, which is told so.
+#[test]
+fn new_files_that_would_steer_git_or_another_agent_are_removed() {
+    if !landlock_here("new_files_that_would_steer_git_or_another_agent_are_removed") {
+        return;
+    }
+    let f = fixture();
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(&f.root)
+            .env("HOME", &f.home)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+    };
+    git(&["init", "-q"]);
+    let marker = f.dir.path().join("FSMONITOR-RAN");
+    let plant = format!(
+        "mkdir -p evil && cp -r .git/objects .git/refs .git/HEAD evil/ && printf '[core]\\n\\trepositoryformatversion = 0\\n\\tfsmonitor = \"touch {}; false\"\\n' > evil/config && echo ../evil > .git/commondir && ls .git/commondir",
+        marker.display()
+    );
+    let calls = [
+        sh(&plant),
+        sh(
+            "mkdir -p .claude .codex && echo {} > .claude/settings.json && echo x > .codex/config.toml && cat a.txt",
+        ),
+    ];
+    let (result, tools, _, _) = run(&f, &calls, &[]);
+    assert_eq!(result["permission_denials"], json!([]), "{result}");
+    // The command ran (the kernel cannot refuse a file that is not there yet)…
+    assert_eq!(tools[0]["stdout"], ".git/commondir\n", "{}", tools[0]);
+    assert_eq!(tools[1]["stdout"], "project file\n", "{}", tools[1]);
+    // …and what it made is gone, and said so.
+    for (i, p) in [
+        (0, ".git/commondir"),
+        (1, ".claude/settings.json"),
+        (1, ".codex/config.toml"),
+    ] {
+        assert!(!f.root.join(p).exists(), "{p} left in place");
+        assert!(
+            tools[i]["stderr"].as_str().unwrap().contains(p),
+            "call {i} is told about {p}: {}",
+            tools[i]
+        );
+    }
+    // The user's own git, unconfined, runs nothing of it.
+    git(&["status", "--short"]);
+    assert!(!marker.exists(), "the planted fsmonitor ran");
+}

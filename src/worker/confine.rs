@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use crate::agent::tools::sandbox::{
     self, Compiled, Level, SandboxPolicy, Support,
-    session::{AGENT_SETTINGS, protected_paths},
+    session::{self, AGENT_SETTINGS, protected_paths},
     supervise::SocketRules,
 };
 
@@ -61,12 +61,24 @@ pub struct JobSandbox {
     pub scratch: PathBuf,
     /// What it allows, for the job's record.
     pub summary: String,
+    /// Steering files absent when the job began (see [`session::absent_steering`]), removed
+    /// when it made them.
+    pub absent: Vec<PathBuf>,
 }
 
 impl JobSandbox {
     /// Remove the scratch directory (the job is over).
     pub fn remove_scratch(&self) {
         let _ = std::fs::remove_dir_all(&self.scratch);
+    }
+
+    /// The job is over: remove its scratch directory and the steering files it made; what
+    /// the sandbox refused or removed, for `runtime.sandbox_refused`.
+    pub fn finish(&self) -> Vec<String> {
+        self.remove_scratch();
+        let mut lines = self.compiled.refusals();
+        lines.extend(session::sweep(&self.absent));
+        lines
     }
 }
 
@@ -254,6 +266,14 @@ pub fn for_job(job: JobContext<'_>) -> Result<Option<JobSandbox>, String> {
     for p in std::iter::once(&".agentshell/config.json").chain(AGENT_SETTINGS) {
         read_only.push(cwd.join(p));
     }
+    // What the bind mounts cannot keep read-only: the ones not there yet.
+    let mut absent = session::absent_steering(&cwd);
+    absent.extend(
+        agent_steering
+            .iter()
+            .filter(|p| std::fs::symlink_metadata(p).is_err())
+            .cloned(),
+    );
     read_only.extend(agent_steering);
     let policy = SandboxPolicy {
         read,
@@ -288,6 +308,7 @@ pub fn for_job(job: JobContext<'_>) -> Result<Option<JobSandbox>, String> {
         compiled: Arc::new(compiled),
         scratch,
         summary,
+        absent,
     }))
 }
 
@@ -456,5 +477,80 @@ mod tests {
             );
             job.remove_scratch();
         }
+    }
+
+    /// Issue 28, sandbox3: steering files that were not there when the job began cannot be
+    /// bound read-only; made by the job (a `.git/commondir` pointing at a repository whose
+    /// config runs a program, Claude Code's user settings with hooks), they are removed when
+    /// it ends and the record says so.
+    #[test]
+    fn steering_files_a_job_made_are_removed_and_recorded() {
+        if crate::agent::tools::sandbox::kernel_abi() < 1
+            || !crate::agent::tools::sandbox::Support::detect(None).mount_namespace
+        {
+            assert!(std::env::var_os("CI").is_none(), "CI needs the sandbox");
+            return;
+        }
+        let t = tempfile::tempdir().unwrap();
+        let (work, home) = (t.path().join("work"), t.path().join("home"));
+        for d in [work.join(".git/hooks"), home.join(".claude/projects")] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let mut queue = QueueConfig::defaults("q");
+        queue.sandbox = Some(crate::model::SandboxSetting {
+            enabled: true,
+            connect_ports: vec![],
+        });
+        let env = vec![(
+            "ANTHROPIC_BASE_URL".to_string(),
+            "http://127.0.0.1:9".to_string(),
+        )];
+        let job = for_job(JobContext {
+            queue: &queue,
+            jobtype: &JobType::Claude,
+            cwd: &work,
+            home: &home,
+            env: &env,
+            programs: &[PathBuf::from("/bin/sh")],
+            switch_to: None,
+            approvals: None,
+        })
+        .unwrap()
+        .unwrap();
+        let made = [
+            work.join(".git/commondir"),
+            work.join(".claude/settings.json"),
+            home.join(".claude/settings.json"),
+        ];
+        let script: Vec<String> = made
+            .iter()
+            .map(|p| {
+                format!(
+                    "mkdir -p '{}' && echo x > '{}'",
+                    p.parent().unwrap().display(),
+                    p.display()
+                )
+            })
+            .collect();
+        assert!(confined_sh(&job, &work, &script.join(" && ")));
+        assert!(
+            made.iter().all(|p| p.exists()),
+            "the kernel cannot refuse these"
+        );
+        let record = job.finish();
+        for p in &made {
+            assert!(!p.exists(), "{} left in place", p.display());
+            let p = p.display().to_string();
+            assert!(
+                record
+                    .iter()
+                    .any(|l| l.starts_with(&p) && l.contains("removed")),
+                "{record:?}"
+            );
+        }
+        assert!(
+            home.join(".claude/projects").exists(),
+            "its own state stays"
+        );
     }
 }

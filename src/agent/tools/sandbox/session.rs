@@ -108,6 +108,8 @@ pub struct CommandSandbox {
     /// (cheaper), and a parser mistake cannot turn a "read-only" command into a writer.
     read_only: Compiled,
     scratch: PathBuf,
+    /// Steering files absent when the session began, removed when a command makes them.
+    absent: Vec<PathBuf>,
 }
 
 impl CommandSandbox {
@@ -175,6 +177,7 @@ impl CommandSandbox {
             compiled: policy.compile(support),
             read_only: read_only.compile(support),
             scratch,
+            absent: absent_steering(&root),
         })
     }
 
@@ -205,10 +208,65 @@ impl CommandSandbox {
     }
 }
 
+impl CommandSandbox {
+    /// Remove the steering files a command made (see [`absent_steering`]); what was removed,
+    /// one line each, for the command's result.
+    pub fn sweep(&self) -> Vec<String> {
+        sweep(&self.absent)
+    }
+}
+
 impl Drop for CommandSandbox {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.scratch);
+        // A process that left the command's group may have made one since.
+        let _ = self.sweep();
     }
+}
+
+/// The files of a project that would steer git or another agent outside any sandbox and are
+/// absent now: a bind mount keeps only an existing file read-only, so one of these made by a
+/// confined process is removed after it (issue 28: a new `.git/commondir` pointing at a
+/// repository with a `core.fsmonitor` of the model's made the user's next `git status` run
+/// it). `.git/commondir` and `config.worktree` only where `.git` is a directory with hooks (a
+/// `.git` without is read-only whole; no `.git` yet: a `git init` of the command's own).
+pub fn absent_steering(root: &Path) -> Vec<PathBuf> {
+    let git = root.join(".git");
+    let mut candidates: Vec<PathBuf> = AGENT_SETTINGS.iter().map(|p| root.join(p)).collect();
+    if git.is_dir() && git.join("hooks").exists() {
+        candidates.push(git.join("commondir"));
+        candidates.push(git.join("config.worktree"));
+    }
+    candidates
+        .into_iter()
+        .filter(|p| std::fs::symlink_metadata(p).is_err())
+        .collect()
+}
+
+/// Remove those of `absent` that exist now (never following a link); what was removed.
+pub fn sweep(absent: &[PathBuf]) -> Vec<String> {
+    let mut removed = Vec::new();
+    for p in absent {
+        let Ok(meta) = std::fs::symlink_metadata(p) else {
+            continue;
+        };
+        let gone = if meta.is_dir() {
+            std::fs::remove_dir_all(p)
+        } else {
+            std::fs::remove_file(p)
+        };
+        removed.push(match gone {
+            Ok(()) => format!(
+                "{} was made here and removed: it would steer git or another agent outside the sandbox",
+                p.display()
+            ),
+            Err(e) => format!(
+                "{} was made here and could not be removed ({e}): it would steer git or another agent outside the sandbox",
+                p.display()
+            ),
+        });
+    }
+    removed
 }
 
 /// Most entries looked at for [`secret_files`] (a larger project keeps the rest to the
