@@ -335,9 +335,7 @@ fn summary(
             ".git/hooks",
             ".git/config",
             ".agentshell/config.json",
-            ".claude/settings*.json",
-            ".codex/config.toml",
-            "the agent's own settings, instructions and commands in its state directory"
+            "agents' settings (the project's and the agent's own)"
         ]
         .join(", "),
         if ports.is_empty() {
