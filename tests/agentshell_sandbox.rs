@@ -753,7 +753,7 @@ fn other_agents_project_settings_stay_read_only() {
 /// its own inside the project whose config names a `core.fsmonitor`: the user's next plain
 /// `git status`, outside any sandbox, ran it (the commondir case, now from inside the
 /// sandbox). Files that would steer git or another agent and were absent when the session
-/// began are removed after each command, which is told so.
+/// began are moved aside after each command, which is told so.
 #[test]
 fn new_files_that_would_steer_git_or_another_agent_are_removed() {
     if !landlock_here("new_files_that_would_steer_git_or_another_agent_are_removed") {
@@ -787,13 +787,17 @@ fn new_files_that_would_steer_git_or_another_agent_are_removed() {
     // The command ran (the kernel cannot refuse a file that is not there yet)…
     assert_eq!(tools[0]["stdout"], ".git/commondir\n", "{}", tools[0]);
     assert_eq!(tools[1]["stdout"], "project file\n", "{}", tools[1]);
-    // …and what it made is gone, and said so.
+    // …and what it made is moved aside (nothing is lost), and said so.
     for (i, p) in [
         (0, ".git/commondir"),
         (1, ".claude/settings.json"),
         (1, ".codex/config.toml"),
     ] {
         assert!(!f.root.join(p).exists(), "{p} left in place");
+        assert!(
+            f.root.join(format!("{p}.refused-by-sandbox")).exists(),
+            "{p} kept aside"
+        );
         assert!(
             tools[i]["stderr"].as_str().unwrap().contains(p),
             "call {i} is told about {p}: {}",

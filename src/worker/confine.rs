@@ -61,8 +61,8 @@ pub struct JobSandbox {
     pub scratch: PathBuf,
     /// What it allows, for the job's record.
     pub summary: String,
-    /// Steering files absent when the job began (see [`session::absent_steering`]), removed
-    /// when it made them.
+    /// Steering files absent when the job began (see [`session::absent_steering`]), moved
+    /// aside when it made them.
     pub absent: Vec<PathBuf>,
 }
 
@@ -72,8 +72,8 @@ impl JobSandbox {
         let _ = std::fs::remove_dir_all(&self.scratch);
     }
 
-    /// The job is over: remove its scratch directory and the steering files it made; what
-    /// the sandbox refused or removed, for `runtime.sandbox_refused`.
+    /// The job is over: remove its scratch directory, move aside the steering files it made;
+    /// what the sandbox refused or moved, for `runtime.sandbox_refused`.
     pub fn finish(&self) -> Vec<String> {
         self.remove_scratch();
         let mut lines = self.compiled.refusals();
@@ -479,8 +479,8 @@ mod tests {
 
     /// Issue 28, sandbox3: steering files that were not there when the job began cannot be
     /// bound read-only; made by the job (a `.git/commondir` pointing at a repository whose
-    /// config runs a program, Claude Code's user settings with hooks), they are removed when
-    /// it ends and the record says so.
+    /// config runs a program, Claude Code's user settings with hooks), they are moved aside
+    /// when it ends and the record says so.
     #[test]
     fn steering_files_a_job_made_are_removed_and_recorded() {
         if crate::agent::tools::sandbox::kernel_abi() < 1
@@ -538,11 +538,14 @@ mod tests {
         let record = job.finish();
         for p in &made {
             assert!(!p.exists(), "{} left in place", p.display());
+            let mut aside = p.as_os_str().to_owned();
+            aside.push(".refused-by-sandbox");
+            assert!(PathBuf::from(aside).exists(), "kept aside");
             let p = p.display().to_string();
             assert!(
                 record
                     .iter()
-                    .any(|l| l.starts_with(&p) && l.contains("removed")),
+                    .any(|l| l.starts_with(&p) && l.contains("moved aside")),
                 "{record:?}"
             );
         }

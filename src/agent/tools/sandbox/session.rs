@@ -209,8 +209,8 @@ impl CommandSandbox {
 }
 
 impl CommandSandbox {
-    /// Remove the steering files a command made (see [`absent_steering`]); what was removed,
-    /// one line each, for the command's result.
+    /// Move aside the steering files a command made (see [`absent_steering`]); what was
+    /// moved, one line each, for the command's result.
     pub fn sweep(&self) -> Vec<String> {
         sweep(&self.absent)
     }
@@ -226,7 +226,7 @@ impl Drop for CommandSandbox {
 
 /// The files of a project that would steer git or another agent outside any sandbox and are
 /// absent now: a bind mount keeps only an existing file read-only, so one of these made by a
-/// confined process is removed after it (issue 28: a new `.git/commondir` pointing at a
+/// confined process is moved aside after it (issue 28: a new `.git/commondir` pointing at a
 /// repository with a `core.fsmonitor` of the model's made the user's next `git status` run
 /// it). `.git/commondir` and `config.worktree` only where `.git` is a directory with hooks (a
 /// `.git` without is read-only whole; no `.git` yet: a `git init` of the command's own).
@@ -243,30 +243,36 @@ pub fn absent_steering(root: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-/// Remove those of `absent` that exist now (never following a link); what was removed.
+/// Move those of `absent` that exist now aside (never following a link): renamed to
+/// `NAME.refused-by-sandbox` (`.1`, `.2`… when taken), so nothing of anyone's is lost and
+/// git and the agents no longer read them; what was moved, one line each.
 pub fn sweep(absent: &[PathBuf]) -> Vec<String> {
-    let mut removed = Vec::new();
+    let mut moved = Vec::new();
     for p in absent {
-        let Ok(meta) = std::fs::symlink_metadata(p) else {
+        if std::fs::symlink_metadata(p).is_err() {
             continue;
-        };
-        let gone = if meta.is_dir() {
-            std::fs::remove_dir_all(p)
-        } else {
-            std::fs::remove_file(p)
-        };
-        removed.push(match gone {
+        }
+        let mut aside = p.as_os_str().to_owned();
+        aside.push(".refused-by-sandbox");
+        let mut target = PathBuf::from(&aside);
+        let mut n = 0;
+        while std::fs::symlink_metadata(&target).is_ok() && n < 100 {
+            n += 1;
+            target = PathBuf::from(format!("{}.{n}", aside.to_string_lossy()));
+        }
+        moved.push(match std::fs::rename(p, &target) {
             Ok(()) => format!(
-                "{} was made here and removed: it would steer git or another agent outside the sandbox",
-                p.display()
+                "{} was made here and moved aside to {}: it would steer git or another agent outside the sandbox",
+                p.display(),
+                target.display()
             ),
             Err(e) => format!(
-                "{} was made here and could not be removed ({e}): it would steer git or another agent outside the sandbox",
+                "{} was made here and could not be moved aside ({e}): it would steer git or another agent outside the sandbox",
                 p.display()
             ),
         });
     }
-    removed
+    moved
 }
 
 /// Most entries looked at for [`secret_files`] (a larger project keeps the rest to the
