@@ -565,3 +565,246 @@ fn the_projects_credentials_files_are_unreadable_so_no_guess_is_confirmed() {
     assert_eq!(read(&f.root.join(".env")), "DB_PASSWORD=pw7Qx9LongEnough\n");
     assert_eq!(read(&f.root.join("svc/.env.local")), "API_PIN=4711\n");
 }
+
+/// Issue 28, sandbox3: TCP that does not go through `connect` reaches any port past the
+/// Landlock TCP rules: a Multipath TCP socket (`IPPROTO_MPTCP`, which Landlock's TCP rules do
+/// not govern) and TCP Fast Open (`sendto` with `MSG_FASTOPEN` connects without the connect
+/// call). Both got to a local listener from a command with no network; now neither is made.
+#[test]
+fn multipath_tcp_and_fast_open_reach_no_port() {
+    if !landlock_here("multipath_tcp_and_fast_open_reach_no_port") {
+        return;
+    }
+    let f = fixture();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    listener.set_nonblocking(true).unwrap();
+    std::fs::write(
+        f.root.join(".agentshell/config.json"),
+        r#"{"auto_allow": ["sh", "perl"], "secret_programs": ["sh"]}"#,
+    )
+    .unwrap();
+    Command::new(env!("CARGO_BIN_EXE_agentshell"))
+        .arg("trust")
+        .current_dir(&f.root)
+        .env_clear()
+        .env("HOME", &f.home)
+        .output()
+        .unwrap();
+    let perl = |body: &str| {
+        json!({"command": format!(
+            "perl -MSocket -e '{body} print \"reached\\n\"'"
+        )})
+    };
+    let calls = [
+        // IPPROTO_MPTCP is 262
+        perl(&format!(
+            "socket(S, PF_INET, SOCK_STREAM, 262) or die \"socket: $!\\n\"; connect(S, sockaddr_in({port}, inet_aton(\"127.0.0.1\"))) or die \"connect: $!\\n\"; send(S, \"mptcp\", 0) or die;"
+        )),
+        // MSG_FASTOPEN is 0x20000000
+        perl(&format!(
+            "socket(S, PF_INET, SOCK_STREAM, 0) or die \"socket: $!\\n\"; send(S, \"fastopen\", 0x20000000, sockaddr_in({port}, inet_aton(\"127.0.0.1\"))) or die \"send: $!\\n\";"
+        )),
+        // the same with sendmsg is what a program calling it would do; perl has no sendmsg,
+        // so the control: a plain TCP connect, which Landlock refuses
+        perl(&format!(
+            "socket(S, PF_INET, SOCK_STREAM, 6) or die \"socket: $!\\n\"; connect(S, sockaddr_in({port}, inet_aton(\"127.0.0.1\"))) or die \"connect: $!\\n\";"
+        )),
+    ];
+    // Control: outside the sandbox the same MPTCP client reaches the listener (the kernel
+    // has MPTCP; without it the test proves nothing about it).
+    let control = Command::new("perl")
+        .args([
+            "-MSocket",
+            "-e",
+            &format!(
+                "socket(S, PF_INET, SOCK_STREAM, 262) or die \"socket: $!\\n\"; connect(S, sockaddr_in({port}, inet_aton(\"127.0.0.1\"))) or die \"connect: $!\\n\"; print \"reached\\n\""
+            ),
+        ])
+        .output()
+        .unwrap();
+    let mptcp_here = String::from_utf8_lossy(&control.stdout) == "reached\n";
+    if mptcp_here {
+        listener.accept().unwrap();
+    }
+    let (result, tools, _, _) = run(&f, &calls, &[]);
+    assert_eq!(result["permission_denials"], json!([]), "{result}");
+    for (i, t) in tools.iter().enumerate() {
+        assert_ne!(t["exit_code"], 0, "call {i} got out: {t}");
+        assert!(!text(t).contains("reached"), "call {i}: {t}");
+        assert!(text(t).contains("Permission denied"), "call {i}: {t}");
+    }
+    let mut arrived = Vec::new();
+    while let Ok((mut s, _)) = listener.accept() {
+        use std::io::Read;
+        s.set_nonblocking(false).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let mut buf = String::new();
+        let _ = s.read_to_string(&mut buf);
+        arrived.push(buf);
+    }
+    assert_eq!(arrived, Vec::<String>::new(), "connections got through");
+}
+
+/// Issue 28, sandbox3: cargo's download cache in the home directory was writable from every
+/// command, so a command without network rewrote the source of a crate cargo had already
+/// unpacked (`~/.cargo/registry/src/…/build.rs`, `~/.cargo/git/checkouts/…`): the user's
+/// next build of any project using that crate, unconfined, would run it. Without network
+/// nothing can be downloaded, so the cache is read-only then; cargo's lock file stays
+/// writable and what is unpacked stays readable.
+#[test]
+fn cargos_crate_cache_is_not_writable_without_network() {
+    if !landlock_here("cargos_crate_cache_is_not_writable_without_network") {
+        return;
+    }
+    let f = fixture();
+    let unpacked = f
+        .home
+        .join(".cargo/registry/src/index.crates.io-0000000000000000/serde-1.0.0");
+    let checkout = f.home.join(".cargo/git/checkouts/dep-0000/abcdef");
+    let index = f
+        .home
+        .join(".cargo/registry/index/index.crates.io-0000000000000000");
+    for d in [&unpacked, &checkout, &index] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    std::fs::write(unpacked.join("build.rs"), "fn main() {}\n").unwrap();
+    std::fs::write(checkout.join("build.rs"), "fn main() {}\n").unwrap();
+    std::fs::write(f.home.join(".cargo/.package-cache"), "").unwrap();
+    let evil = "fn main() { std::process::Command::new(\"touch\").arg(\"/tmp/PWNED\"); }";
+    let calls = [
+        sh(&format!(
+            "echo \"{evil}\" > {}/build.rs",
+            unpacked.display()
+        )),
+        sh(&format!(
+            "echo \"{evil}\" > {}/build.rs",
+            checkout.display()
+        )),
+        sh(&format!(
+            "mkdir {}/ev && echo x > {}/ev/il",
+            index.display(),
+            index.display()
+        )),
+        sh(&format!("cat {}/build.rs", unpacked.display())),
+        sh("echo lock >> $HOME/.cargo/.package-cache && echo locked"),
+    ];
+    let (result, tools, _, _) = run(&f, &calls, &[]);
+    assert_eq!(result["permission_denials"], json!([]), "{result}");
+    for (i, t) in tools.iter().enumerate().take(3) {
+        assert_ne!(t["exit_code"], 0, "call {i} wrote the cache: {t}");
+        assert!(text(t).contains("Permission denied"), "call {i}: {t}");
+    }
+    assert_eq!(read(&unpacked.join("build.rs")), "fn main() {}\n");
+    assert_eq!(read(&checkout.join("build.rs")), "fn main() {}\n");
+    assert!(!index.join("ev").exists());
+    assert_eq!(tools[3]["stdout"], "fn main() {}\n", "{}", tools[3]);
+    assert_eq!(tools[4]["stdout"], "locked\n", "{}", tools[4]);
+}
+
+/// Issue 28, sandbox3: the project's own settings of other coding agents steer the user's
+/// later sessions of them, outside any sandbox: Claude Code's `.claude/settings.json` and
+/// `settings.local.json` (hooks run shell commands) and Codex's `.codex/config.toml` (`notify`,
+/// MCP servers). A command rewrote them; they stay read-only like `.agentshell/`.
+#[test]
+fn other_agents_project_settings_stay_read_only() {
+    if !landlock_here("other_agents_project_settings_stay_read_only") {
+        return;
+    }
+    let f = fixture();
+    let files = [
+        ".claude/settings.json",
+        ".claude/settings.local.json",
+        ".codex/config.toml",
+    ];
+    for p in files {
+        let p = f.root.join(p);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, "original\n").unwrap();
+    }
+    // The names spelled through variables: the gate lets it through, the kernel is tried.
+    let calls: Vec<Value> = files
+        .iter()
+        .map(|p| {
+            let (dir, name) = p.split_once('/').unwrap();
+            let dir = dir.replacen('.', ".\"\"", 1);
+            let name = name.replacen('.', "\"\".", 1);
+            json!({"command": format!(
+                "sh -c 'd={dir}; n={name}; echo {{\\\"hooks\\\":1}} > $d/$n'"
+            )})
+        })
+        .chain([sh(
+            "mkdir -p .claude/commands && echo x > .claude/commands/new.md && cat a.txt",
+        )])
+        .collect();
+    let (result, tools, _, _) = run(&f, &calls, &[]);
+    assert_eq!(result["permission_denials"], json!([]), "{result}");
+    for (i, p) in files.iter().enumerate() {
+        assert_ne!(tools[i]["exit_code"], 0, "{p}: {}", tools[i]);
+        assert_eq!(read(&f.root.join(p)), "original\n", "{p}");
+    }
+    // The rest of the project, other agents' folders included, stays writable.
+    assert_eq!(tools[3]["stdout"], "project file\n", "{}", tools[3]);
+}
+
+/// Issue 28, sandbox3: a bind mount keeps a file read-only only if it exists. A command
+/// created `.git/commondir` (absent in an ordinary repository) pointing at a repository of
+/// its own inside the project whose config names a `core.fsmonitor`: the user's next plain
+/// `git status`, outside any sandbox, ran it (the issue's commondir case, now from inside the
+/// sandbox). Files that would steer git or another agent and were absent when the session
+/// began are moved aside after each command, which is told so.
+#[test]
+fn new_files_that_would_steer_git_or_another_agent_are_removed() {
+    if !landlock_here("new_files_that_would_steer_git_or_another_agent_are_removed") {
+        return;
+    }
+    let f = fixture();
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(&f.root)
+            .env("HOME", &f.home)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+    };
+    git(&["init", "-q"]);
+    let marker = f.dir.path().join("FSMONITOR-RAN");
+    let plant = format!(
+        "mkdir -p evil && cp -r .git/objects .git/refs .git/HEAD evil/ && printf '[core]\\n\\trepositoryformatversion = 0\\n\\tfsmonitor = \"touch {}; false\"\\n' > evil/config && echo ../evil > .git/commondir && ls .git/commondir",
+        marker.display()
+    );
+    let calls = [
+        sh(&plant),
+        sh(
+            "mkdir -p .claude .codex && echo {} > .claude/settings.json && echo x > .codex/config.toml && cat a.txt",
+        ),
+    ];
+    let (result, tools, _, _) = run(&f, &calls, &[]);
+    assert_eq!(result["permission_denials"], json!([]), "{result}");
+    // The command ran (the kernel cannot refuse a file that is not there yet)…
+    assert_eq!(tools[0]["stdout"], ".git/commondir\n", "{}", tools[0]);
+    assert_eq!(tools[1]["stdout"], "project file\n", "{}", tools[1]);
+    // …and what it made is moved aside (nothing is lost), and said so.
+    for (i, p) in [
+        (0, ".git/commondir"),
+        (1, ".claude/settings.json"),
+        (1, ".codex/config.toml"),
+    ] {
+        assert!(!f.root.join(p).exists(), "{p} left in place");
+        assert!(
+            f.root.join(format!("{p}.refused-by-sandbox")).exists(),
+            "{p} kept aside"
+        );
+        assert!(
+            tools[i]["stderr"].as_str().unwrap().contains(p),
+            "call {i} is told about {p}: {}",
+            tools[i]
+        );
+    }
+    // The user's own git, unconfined, runs nothing of it.
+    git(&["status", "--short"]);
+    assert!(!marker.exists(), "the planted fsmonitor ran");
+}

@@ -3,6 +3,8 @@
 //! write outside its project (another user's `authorized_keys`-like file left writable by
 //! everyone), to read another project, to connect to a local listener that is not its model
 //! endpoint, to send UDP, to reach a path-named and an abstract Unix socket of someone else,
+//! to open a Multipath TCP socket (which Landlock's TCP rules do not govern), to gain root
+//! through a setuid-root program (which outside the sandbox makes the job's account root),
 //! and (as a control) to reach its endpoint's port, which it may. The job's record says the
 //! sandbox was on, what it allowed, and what it refused (`runtime.sandbox_refused`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -28,9 +30,11 @@ try unix-path "/usr/bin/python3 -c 'import socket,sys; socket.socket(socket.AF_U
 try unix-abstract "/usr/bin/python3 -c 'import socket,sys; socket.socket(socket.AF_UNIX).connect(chr(0)+sys.argv[1])' '$OTHER_ABSTRACT'"
 try unix-dgram "/usr/bin/python3 -c 'import socket; socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)'"
 try unix-pair "/usr/bin/python3 -c 'import socket; socket.socketpair()'"
+try mptcp "/usr/bin/python3 -c 'import socket,sys; socket.socket(socket.AF_INET, socket.SOCK_STREAM, 262).connect((\"127.0.0.1\", int(sys.argv[1])))' $ENDPOINT_PORT"
 try write-project "echo made > made-by-job.txt"
 try write-git-hook "echo 'touch PWNED' > .git/hooks/pre-commit"
 try write-tmp "echo t > \$TMPDIR/t"
+try setuid "[ \"\$('$SUID_ID' -u)\" = 0 ]"
 printf '{"type":"result","subtype":"success","is_error":false,"result":"%s","num_turns":1,"total_cost_usd":0,"session_id":"00000000-0000-4000-8000-000000000000"}\n' "${r# }"
 "#;
 
@@ -59,6 +63,10 @@ async fn a_sandboxed_job_cannot_write_outside_read_another_project_or_connect_el
         let bin = programs.path().join("bin");
         std::fs::create_dir_all(&bin).unwrap();
         world_writable(&bin, 0o755);
+        // A setuid-root copy of `id` the job may run: without no_new_privs it would say 0.
+        let suid_id = bin.join("suid-id");
+        std::fs::copy("/usr/bin/id", &suid_id).unwrap();
+        world_writable(&suid_id, 0o4755);
         let agent = bin.join("hostile-claude");
         std::fs::write(&agent, HOSTILE_AGENT).unwrap();
         world_writable(&agent, 0o755);
@@ -126,12 +134,13 @@ async fn a_sandboxed_job_cannot_write_outside_read_another_project_or_connect_el
             ),
             (
                 "AGENTSTORE_PASS_ENV".into(),
-                "OUTSIDE_KEYS OTHER_SECRET OTHER_PORT ENDPOINT_PORT OTHER_UNIX OTHER_ABSTRACT UDP_PORT"
+                "OUTSIDE_KEYS OTHER_SECRET OTHER_PORT ENDPOINT_PORT OTHER_UNIX OTHER_ABSTRACT UDP_PORT SUID_ID"
                     .into(),
             ),
             ("OTHER_UNIX".into(), unix_path.display().to_string()),
             ("OTHER_ABSTRACT".into(), abstract_name.clone()),
             ("UDP_PORT".into(), udp_port.to_string()),
+            ("SUID_ID".into(), suid_id.display().to_string()),
             ("OUTSIDE_KEYS".into(), keys.display().to_string()),
             ("OTHER_SECRET".into(), secret.display().to_string()),
             ("OTHER_PORT".into(), other_port.to_string()),
@@ -153,7 +162,7 @@ async fn a_sandboxed_job_cannot_write_outside_read_another_project_or_connect_el
             out["result"],
             "write-outside=denied read-other=denied connect-other=denied \
              connect-endpoint=ok udp=denied unix-path=denied unix-abstract=denied \
-             unix-dgram=denied unix-pair=ok write-project=ok write-git-hook=denied write-tmp=ok",
+             unix-dgram=denied unix-pair=ok mptcp=denied write-project=ok write-git-hook=denied write-tmp=ok setuid=denied",
             "{rt}"
         );
         assert_eq!(
@@ -207,6 +216,11 @@ async fn a_sandboxed_job_cannot_write_outside_read_another_project_or_connect_el
             "{refused:?}"
         );
         assert!(has("socketpair: a AF_UNIX datagram socket refused"), "{refused:?}");
+        // Multipath TCP is not governed by Landlock's TCP rules: not even to the endpoint.
+        assert!(
+            has("socket: a AF_INET stream socket of protocol 262 refused"),
+            "{refused:?}"
+        );
         assert!(
             !has(&format!(":{endpoint_port}")),
             "the allowed connect is not a refusal: {refused:?}"

@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::agent::tools::sandbox::{
-    self, Compiled, Level, SandboxPolicy, Support, session::protected_paths, supervise::SocketRules,
+    self, Compiled, Level, SandboxPolicy, Support,
+    session::{self, AGENT_SETTINGS, protected_paths},
+    supervise::SocketRules,
 };
 
 /// systemd-resolved's name lookup socket (what nss-resolve connects to).
@@ -33,6 +35,22 @@ const ENDPOINT_VARS: &[&str] = &[
     "http_proxy",
 ];
 
+/// What in `~/.claude` steers the user's own Claude Code sessions (hooks, permission rules,
+/// instructions, commands, subagents, skills, plugins): read-only for a Claude job.
+const CLAUDE_STEERING: &[&str] = &[
+    "settings.json",
+    "settings.local.json",
+    "CLAUDE.md",
+    "commands",
+    "agents",
+    "skills",
+    "plugins",
+    "hooks",
+];
+
+/// What in `$CODEX_HOME` steers the user's own Codex sessions: read-only for a Codex job.
+const CODEX_STEERING: &[&str] = &["config.toml", "AGENTS.md", "AGENTS.override.md", "prompts"];
+
 /// A job's confinement: the compiled rules, its scratch directory, and the line recorded in
 /// `runtime.sandbox`.
 #[derive(Debug, Clone)]
@@ -43,12 +61,24 @@ pub struct JobSandbox {
     pub scratch: PathBuf,
     /// What it allows, for the job's record.
     pub summary: String,
+    /// Steering files absent when the job began (see [`session::absent_steering`]), moved
+    /// aside when it made them.
+    pub absent: Vec<PathBuf>,
 }
 
 impl JobSandbox {
     /// Remove the scratch directory (the job is over).
     pub fn remove_scratch(&self) {
         let _ = std::fs::remove_dir_all(&self.scratch);
+    }
+
+    /// The job is over: remove its scratch directory, move aside the steering files it made;
+    /// what the sandbox refused or moved, for `runtime.sandbox_refused`.
+    pub fn finish(&self) -> Vec<String> {
+        self.remove_scratch();
+        let mut lines = self.compiled.refusals();
+        lines.extend(session::sweep(&self.absent));
+        lines
     }
 }
 
@@ -167,11 +197,18 @@ pub fn for_job(job: JobContext<'_>) -> Result<Option<JobSandbox>, String> {
         read.push(home.join(p));
     }
     let mut write = vec![cwd.clone(), scratch.clone()];
+    // Files in the agent's writable state that the user's own later sessions of that agent
+    // run or obey, outside any sandbox: kept read-only where they exist.
+    let mut agent_steering: Vec<PathBuf> = Vec::new();
     match jobtype {
         JobType::Claude => {
             write.push(home.join(".claude"));
             write.push(home.join(".claude.json"));
             write.push(home.join(".claude.json.backup"));
+            // settings hold hooks (shell commands) and permission rules.
+            for p in CLAUDE_STEERING {
+                agent_steering.push(home.join(".claude").join(p));
+            }
         }
         JobType::Agent => {
             // Its keys and configuration (its commands are confined further, without them).
@@ -187,6 +224,10 @@ pub fn for_job(job: JobContext<'_>) -> Result<Option<JobSandbox>, String> {
                 .iter()
                 .find(|(k, v)| k == "CODEX_HOME" && !v.is_empty())
                 .map_or_else(|| home.join(".codex"), |(_, v)| PathBuf::from(v));
+            // config.toml names programs (`notify`, MCP servers).
+            for p in CODEX_STEERING {
+                agent_steering.push(codex_home.join(p));
+            }
             write.push(codex_home);
         }
         JobType::Venvman | JobType::Noop => {}
@@ -222,16 +263,22 @@ pub fn for_job(job: JobContext<'_>) -> Result<Option<JobSandbox>, String> {
     // agentshell writes its own log and notes in .agentshell/; its config and the project's
     // Claude settings (which can define hooks) stay read-only.
     read_only.retain(|p| !p.ends_with(".agentshell"));
-    for p in [
-        ".agentshell/config.json",
-        ".claude/settings.json",
-        ".claude/settings.local.json",
-    ] {
+    for p in std::iter::once(&".agentshell/config.json").chain(AGENT_SETTINGS) {
         read_only.push(cwd.join(p));
     }
+    // What the bind mounts cannot keep read-only: the ones not there yet.
+    let mut absent = session::absent_steering(&cwd);
+    absent.extend(
+        agent_steering
+            .iter()
+            .filter(|p| std::fs::symlink_metadata(p).is_err())
+            .cloned(),
+    );
+    read_only.extend(agent_steering);
     let policy = SandboxPolicy {
         read,
         write,
+        write_with_network: Vec::new(),
         read_only,
         pinned: vec![cwd.join(".git")],
         // The job is given its project as it is (its tests may need the .env); agentshell jobs
@@ -261,6 +308,7 @@ pub fn for_job(job: JobContext<'_>) -> Result<Option<JobSandbox>, String> {
         compiled: Arc::new(compiled),
         scratch,
         summary,
+        absent,
     }))
 }
 
@@ -287,7 +335,7 @@ fn summary(
             ".git/hooks",
             ".git/config",
             ".agentshell/config.json",
-            ".claude/settings*.json"
+            "agents' settings (the project's and the agent's own)"
         ]
         .join(", "),
         if ports.is_empty() {
@@ -332,5 +380,178 @@ mod tests {
         );
         assert_eq!(url_host("http://[::1]:80"), Some("::1"));
         assert_eq!(url_host("http://u:p@h:99/x"), Some("h"));
+    }
+
+    /// Run `script` with `sh -c` under the job's confinement; its exit status.
+    fn confined_sh(job: &JobSandbox, cwd: &Path, script: &str) -> bool {
+        let mut p = job.compiled.prepare(false).unwrap();
+        // The supervisor's end: kept open while the child hands it the listener.
+        let channel = p.take_channel();
+        let mut c = std::process::Command::new("sh");
+        c.args(["-c", script])
+            .current_dir(cwd)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        p.install_std(&mut c);
+        let ok = c.status().unwrap().success();
+        drop(channel);
+        ok
+    }
+
+    /// Issue 28, sandbox3: a job may write its agent's state directory, but not the files in
+    /// it that the user's own later, unconfined sessions of that agent run or obey: Claude
+    /// Code's user settings (hooks run shell commands), its CLAUDE.md, commands, agents and
+    /// skills; Codex's config.toml (`notify`, MCP servers run programs) and AGENTS.md.
+    #[test]
+    fn a_job_cannot_rewrite_what_the_users_own_agent_sessions_run() {
+        if crate::agent::tools::sandbox::kernel_abi() < 1
+            || !crate::agent::tools::sandbox::Support::detect(None).mount_namespace
+        {
+            // Neither Landlock nor the mount namespace here: nothing to try.
+            assert!(std::env::var_os("CI").is_none(), "CI needs the sandbox");
+            return;
+        }
+        let t = tempfile::tempdir().unwrap();
+        let (work, home) = (t.path().join("work"), t.path().join("home"));
+        for d in [
+            work.join(".git/hooks"),
+            home.join(".claude/commands"),
+            home.join(".claude/projects"),
+            home.join(".codex/sessions"),
+        ] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let steering = [
+            ".claude/settings.json",
+            ".claude/CLAUDE.md",
+            ".claude/commands/greet.md",
+            ".codex/config.toml",
+            ".codex/AGENTS.md",
+        ];
+        for f in steering {
+            std::fs::write(home.join(f), "original\n").unwrap();
+        }
+        let mut queue = QueueConfig::defaults("q");
+        queue.sandbox = Some(crate::model::SandboxSetting {
+            enabled: true,
+            connect_ports: vec![],
+        });
+        let env = vec![(
+            "ANTHROPIC_BASE_URL".to_string(),
+            "http://127.0.0.1:9".to_string(),
+        )];
+        for (jobtype, state) in [
+            (JobType::Claude, ".claude/projects/p.jsonl"),
+            (JobType::Codex, ".codex/sessions/s.jsonl"),
+        ] {
+            let job = for_job(JobContext {
+                queue: &queue,
+                jobtype: &jobtype,
+                cwd: &work,
+                home: &home,
+                env: &env,
+                programs: &[PathBuf::from("/bin/sh")],
+                switch_to: None,
+                approvals: None,
+            })
+            .unwrap()
+            .unwrap();
+            for f in steering {
+                let p = home.join(f);
+                assert!(
+                    !confined_sh(&job, &work, &format!("echo hook >> '{}'", p.display())),
+                    "{jobtype:?} wrote {f}"
+                );
+                assert_eq!(std::fs::read_to_string(&p).unwrap(), "original\n", "{f}");
+            }
+            assert!(
+                confined_sh(
+                    &job,
+                    &work,
+                    &format!("echo s >> '{}'", home.join(state).display())
+                ),
+                "{jobtype:?}: its own state stays writable"
+            );
+            job.remove_scratch();
+        }
+    }
+
+    /// Issue 28, sandbox3: steering files that were not there when the job began cannot be
+    /// bound read-only; made by the job (a `.git/commondir` pointing at a repository whose
+    /// config runs a program, Claude Code's user settings with hooks), they are moved aside
+    /// when it ends and the record says so.
+    #[test]
+    fn steering_files_a_job_made_are_removed_and_recorded() {
+        if crate::agent::tools::sandbox::kernel_abi() < 1
+            || !crate::agent::tools::sandbox::Support::detect(None).mount_namespace
+        {
+            assert!(std::env::var_os("CI").is_none(), "CI needs the sandbox");
+            return;
+        }
+        let t = tempfile::tempdir().unwrap();
+        let (work, home) = (t.path().join("work"), t.path().join("home"));
+        for d in [work.join(".git/hooks"), home.join(".claude/projects")] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let mut queue = QueueConfig::defaults("q");
+        queue.sandbox = Some(crate::model::SandboxSetting {
+            enabled: true,
+            connect_ports: vec![],
+        });
+        let env = vec![(
+            "ANTHROPIC_BASE_URL".to_string(),
+            "http://127.0.0.1:9".to_string(),
+        )];
+        let job = for_job(JobContext {
+            queue: &queue,
+            jobtype: &JobType::Claude,
+            cwd: &work,
+            home: &home,
+            env: &env,
+            programs: &[PathBuf::from("/bin/sh")],
+            switch_to: None,
+            approvals: None,
+        })
+        .unwrap()
+        .unwrap();
+        let made = [
+            work.join(".git/commondir"),
+            work.join(".claude/settings.json"),
+            home.join(".claude/settings.json"),
+        ];
+        let script: Vec<String> = made
+            .iter()
+            .map(|p| {
+                format!(
+                    "mkdir -p '{}' && echo x > '{}'",
+                    p.parent().unwrap().display(),
+                    p.display()
+                )
+            })
+            .collect();
+        assert!(confined_sh(&job, &work, &script.join(" && ")));
+        assert!(
+            made.iter().all(|p| p.exists()),
+            "the kernel cannot refuse these"
+        );
+        let record = job.finish();
+        for p in &made {
+            assert!(!p.exists(), "{} left in place", p.display());
+            let mut aside = p.as_os_str().to_owned();
+            aside.push(".refused-by-sandbox");
+            assert!(PathBuf::from(aside).exists(), "kept aside");
+            let p = p.display().to_string();
+            assert!(
+                record
+                    .iter()
+                    .any(|l| l.starts_with(&p) && l.contains("moved aside")),
+                "{record:?}"
+            );
+        }
+        assert!(
+            home.join(".claude/projects").exists(),
+            "its own state stays"
+        );
     }
 }

@@ -679,8 +679,7 @@ fn run_and_judge(
     };
     let outcome = run_confined(store, args, job, &cmd, what, format);
     if let Some(s) = &cmd.sandbox {
-        job.runtime.sandbox_refused = s.compiled.refusals();
-        s.remove_scratch();
+        job.runtime.sandbox_refused = s.finish();
     }
     outcome
 }

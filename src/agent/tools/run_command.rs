@@ -310,6 +310,12 @@ async fn run(
         .and_then(Result::ok)
         .unwrap_or_default()
         .into_text(&env.secrets);
+    for line in env.sandbox.sweep() {
+        if !err.is_empty() && !err.ends_with('\n') {
+            err.push('\n');
+        }
+        err.push_str(&format!("[sandbox: {line}]\n"));
+    }
     if status == ToolStatus::TimedOut {
         if !err.is_empty() && !err.ends_with('\n') {
             err.push('\n');

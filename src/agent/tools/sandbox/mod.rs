@@ -189,6 +189,10 @@ pub struct SandboxPolicy {
     pub read: Vec<PathBuf>,
     /// Trees (or files) it may also write: create, change, remove, rename within.
     pub write: Vec<PathBuf>,
+    /// Trees (or files) it may also write only when the user allowed it network (a download
+    /// cache: without network nothing is downloaded into it, and what is there — sources
+    /// that later builds run — stays as it was).
+    pub write_with_network: Vec<PathBuf>,
     /// Paths inside `write` kept read-only (bind-mounted read-only; skipped when absent).
     pub read_only: Vec<PathBuf>,
     /// Directories inside `write` that stay writable but may not be renamed or removed
@@ -235,6 +239,7 @@ impl SandboxPolicy {
             support,
             read: open(&self.read),
             write: open(&self.write),
+            write_with_network: open(&self.write_with_network),
             devices: open(&self.devices),
             policy: self.clone(),
             rulesets: Default::default(),
@@ -261,6 +266,7 @@ pub struct Compiled {
     support: Support,
     read: Vec<(PathBuf, bool)>,
     write: Vec<(PathBuf, bool)>,
+    write_with_network: Vec<(PathBuf, bool)>,
     devices: Vec<(PathBuf, bool)>,
     policy: SandboxPolicy,
     /// The rulesets, built on first use and shared by every child (a ruleset fd can restrict
@@ -389,7 +395,12 @@ impl Compiled {
                 created = created.add_rule(PathBeneath::new(fd, access))?;
             }
         }
-        for (p, is_dir) in &self.write {
+        let network_writes = if network {
+            &self.write_with_network[..]
+        } else {
+            &[]
+        };
+        for (p, is_dir) in self.write.iter().chain(network_writes) {
             let access = if *is_dir { all } else { file_all };
             if let Ok(fd) = PathFd::new(p) {
                 created = created.add_rule(PathBeneath::new(fd, access))?;

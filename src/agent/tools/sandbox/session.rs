@@ -5,10 +5,12 @@
 //! credentials, `~/.rustup`, `~/.local/bin`, `~/.local/lib`, git's configuration) — not the
 //! home directory as a whole, so `~/.agentshell`, `~/.ssh`, `~/.aws`, `~/.gnupg`,
 //! `~/.config/gh`, `~/.netrc`, `~/.docker`… are out. It may write the project and the scratch
-//! directory, except `.git/hooks`, `.git/config` (a `.git` file, when the project is a
-//! worktree) and `.agentshell/`, which stay read-only. No TCP unless the user allowed
-//! network for that command; no signals or abstract sockets outside the sandbox; no ptrace of
-//! the agent; `no_new_privs`; the environment is an allow-list ([`command_env`]).
+//! directory (and cargo's download cache when the user allowed network), except
+//! `.git/hooks`, `.git/config` (a `.git` file, when the project is a worktree),
+//! `.agentshell/` and other agents' settings ([`AGENT_SETTINGS`]), which stay read-only. No
+//! TCP unless the user allowed network for that command; no signals or abstract sockets
+//! outside the sandbox; no ptrace of the agent; `no_new_privs`; the environment is an
+//! allow-list ([`command_env`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -106,6 +108,8 @@ pub struct CommandSandbox {
     /// (cheaper), and a parser mistake cannot turn a "read-only" command into a writer.
     read_only: Compiled,
     scratch: PathBuf,
+    /// Steering files absent when the session began, removed when a command makes them.
+    absent: Vec<PathBuf>,
 }
 
 impl CommandSandbox {
@@ -135,16 +139,24 @@ impl CommandSandbox {
         }
         read.push(root.clone());
         let mut write = vec![root.clone(), scratch.clone()];
+        let mut write_with_network = Vec::new();
         if let Some(home) = home {
-            // cargo's download cache and lock (network stays off unless allowed).
-            for p in [".cargo/registry", ".cargo/git", ".cargo/.package-cache"] {
-                write.push(home.join(p));
+            // cargo's lock file; its download cache only for a command allowed network: the
+            // sources unpacked there are built (build.rs, proc macros) by the user's later
+            // builds of every project, outside any sandbox.
+            write.push(home.join(".cargo/.package-cache"));
+            for p in [".cargo/registry", ".cargo/git"] {
+                write_with_network.push(home.join(p));
             }
         }
         let policy = SandboxPolicy {
             read,
             write,
-            read_only: protected_paths(&root),
+            write_with_network,
+            read_only: protected_paths(&root)
+                .into_iter()
+                .chain(AGENT_SETTINGS.iter().map(|p| root.join(p)))
+                .collect(),
             pinned: vec![root.join(".git")],
             hidden: secret_files(&root),
             devices: super::standard_devices(),
@@ -157,6 +169,7 @@ impl CommandSandbox {
         let mut read_only = policy.clone();
         read_only.read.append(&mut read_only.write);
         read_only.write = vec![scratch.clone()];
+        read_only.write_with_network.clear();
         read_only.read_only.clear();
         read_only.pinned.clear();
         // `hidden` stays: a read-only command may not read a secret either.
@@ -164,6 +177,7 @@ impl CommandSandbox {
             compiled: policy.compile(support),
             read_only: read_only.compile(support),
             scratch,
+            absent: absent_steering(&root),
         })
     }
 
@@ -194,10 +208,71 @@ impl CommandSandbox {
     }
 }
 
+impl CommandSandbox {
+    /// Move aside the steering files a command made (see [`absent_steering`]); what was
+    /// moved, one line each, for the command's result.
+    pub fn sweep(&self) -> Vec<String> {
+        sweep(&self.absent)
+    }
+}
+
 impl Drop for CommandSandbox {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.scratch);
+        // A process that left the command's group may have made one since.
+        let _ = self.sweep();
     }
+}
+
+/// The files of a project that would steer git or another agent outside any sandbox and are
+/// absent now: a bind mount keeps only an existing file read-only, so one of these made by a
+/// confined process is moved aside after it (issue 28: a new `.git/commondir` pointing at a
+/// repository with a `core.fsmonitor` of the model's made the user's next `git status` run
+/// it). `.git/commondir` and `config.worktree` only where `.git` is a directory with hooks (a
+/// `.git` without is read-only whole; no `.git` yet: a `git init` of the command's own).
+pub fn absent_steering(root: &Path) -> Vec<PathBuf> {
+    let git = root.join(".git");
+    let mut candidates: Vec<PathBuf> = AGENT_SETTINGS.iter().map(|p| root.join(p)).collect();
+    if git.is_dir() && git.join("hooks").exists() {
+        candidates.push(git.join("commondir"));
+        candidates.push(git.join("config.worktree"));
+    }
+    candidates
+        .into_iter()
+        .filter(|p| std::fs::symlink_metadata(p).is_err())
+        .collect()
+}
+
+/// Move those of `absent` that exist now aside (never following a link): renamed to
+/// `NAME.refused-by-sandbox` (`.1`, `.2`… when taken), so nothing of anyone's is lost and
+/// git and the agents no longer read them; what was moved, one line each.
+pub fn sweep(absent: &[PathBuf]) -> Vec<String> {
+    let mut moved = Vec::new();
+    for p in absent {
+        if std::fs::symlink_metadata(p).is_err() {
+            continue;
+        }
+        let mut aside = p.as_os_str().to_owned();
+        aside.push(".refused-by-sandbox");
+        let mut target = PathBuf::from(&aside);
+        let mut n = 0;
+        while std::fs::symlink_metadata(&target).is_ok() && n < 100 {
+            n += 1;
+            target = PathBuf::from(format!("{}.{n}", aside.to_string_lossy()));
+        }
+        moved.push(match std::fs::rename(p, &target) {
+            Ok(()) => format!(
+                "{} was made here and moved aside to {}: it would steer git or another agent outside the sandbox",
+                p.display(),
+                target.display()
+            ),
+            Err(e) => format!(
+                "{} was made here and could not be moved aside ({e}): it would steer git or another agent outside the sandbox",
+                p.display()
+            ),
+        });
+    }
+    moved
 }
 
 /// Most entries looked at for [`secret_files`] (a larger project keeps the rest to the
@@ -234,6 +309,15 @@ pub fn secret_files(root: &Path) -> Vec<PathBuf> {
     }
     found
 }
+
+/// The project's settings of other coding agents, which their later sessions obey outside
+/// any sandbox (Claude Code's hooks, Codex's `notify` and MCP servers): read-only where they
+/// exist, for agentshell's commands and for jobs.
+pub const AGENT_SETTINGS: &[&str] = &[
+    ".claude/settings.json",
+    ".claude/settings.local.json",
+    ".codex/config.toml",
+];
 
 /// The subpaths of a project that steer the agent, git or the user's later sessions: kept
 /// read-only inside the writable project.

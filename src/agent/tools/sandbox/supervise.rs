@@ -4,13 +4,14 @@
 //! job's record.
 //!
 //! What the filter decides by itself (from the call's registers, nothing the caller can
-//! change afterwards): TCP sockets (`AF_INET`/`AF_INET6` stream) are created freely, Landlock
-//! decides their connect and bind per port; Unix stream and seqpacket sockets are created
-//! freely; `socketpair` of streams is free (a pair reaches nothing outside). Refused and
-//! recorded: every other socket (UDP, raw, packet, netlink but `NETLINK_ROUTE`, vsock…) and
-//! datagram socket pairs (a Unix datagram can be sent to any named socket). Refused outright:
-//! `io_uring_setup` (its operations pass the filter), TCP Fast Open (`MSG_FASTOPEN` sends
-//! connect without the connect call), system calls of another ABI.
+//! change afterwards): TCP sockets (`AF_INET`/`AF_INET6` stream, protocol 0 or TCP) are
+//! created freely, Landlock decides their connect and bind per port; Unix stream and
+//! seqpacket sockets are created freely; `socketpair` of streams is free (a pair reaches
+//! nothing outside). Refused and recorded: every other socket (UDP, Multipath TCP — which
+//! Landlock's TCP rules do not govern —, raw, packet, netlink but `NETLINK_ROUTE`, vsock…)
+//! and datagram socket pairs (a Unix datagram can be sent to any named socket). Refused
+//! outright: `io_uring_setup` (its operations pass the filter), TCP Fast Open (`MSG_FASTOPEN`
+//! sends connect without the connect call), system calls of another ABI.
 //!
 //! `connect` goes to the supervisor, which reads the address from the caller's memory:
 //! - TCP to a port the job may reach: the call goes on (`CONTINUE`), and Landlock decides (the
@@ -167,7 +168,12 @@ fn build(
     at(None, I(JEQ, k(libc::AF_NETLINK), L(NETLINK), Notify));
     at(Some(INET), I(LD, 24, Next, Next));
     at(None, I(AND, 0xf, Next, Next));
-    at(None, I(JEQ, k(libc::SOCK_STREAM), Allow, Notify));
+    at(None, I(JEQ, k(libc::SOCK_STREAM), Next, Notify));
+    // Plain TCP only: Landlock's TCP rules do not govern Multipath TCP (`IPPROTO_MPTCP`),
+    // so its connect would rest on the supervisor's read of the caller's memory alone.
+    at(None, I(LD, 32, Next, Next)); // args[2]: protocol
+    at(None, I(JEQ, 0, Allow, Next));
+    at(None, I(JEQ, k(libc::IPPROTO_TCP), Allow, Notify));
     at(Some(UNIX), I(LD, 24, Next, Next));
     at(None, I(AND, 0xf, Next, Next));
     at(None, I(JEQ, k(libc::SOCK_STREAM), Allow, Next));
@@ -488,10 +494,11 @@ fn decide(
     let nr = libc::c_long::from(req.data.nr);
     let who = comm(req.pid);
     if nr == libc::SYS_socket || nr == libc::SYS_socketpair {
-        let what = if (a[0] == libc::AF_INET as u64 || a[0] == libc::AF_INET6 as u64)
-            && a[1] & 0xf == libc::SOCK_DGRAM as u64
-        {
+        let inet = a[0] == libc::AF_INET as u64 || a[0] == libc::AF_INET6 as u64;
+        let what = if inet && a[1] & 0xf == libc::SOCK_DGRAM as u64 {
             "UDP socket".to_string()
+        } else if inet && a[1] & 0xf == libc::SOCK_STREAM as u64 {
+            format!("{} stream socket of protocol {}", family(a[0]), a[2])
         } else {
             format!("{} {} socket", family(a[0]), sock_type(a[1]))
         };
