@@ -93,7 +93,20 @@ impl Rig {
         std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
         // The jobs may run as another account (the owner's unix_user): they mark the log.
         std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o777)).unwrap();
-        r.env.allow_claude(&agent);
+        Rig::around(r, &agent, sandbox, log)
+    }
+
+    /// The rig with `claude` (the real Claude Code CLI) as the queue's agent, the queue's
+    /// default sandbox and permissions kept: see [`Rig::serve_poplar_with`].
+    pub(crate) fn with_claude(claude: &Path) -> Rig {
+        let r = Researcher::new();
+        let log = r.env.dir.path().join("log");
+        std::fs::create_dir_all(&log).unwrap();
+        Rig::around(r, claude, true, log)
+    }
+
+    fn around(r: Researcher, agent: &Path, sandbox: bool, log: PathBuf) -> Rig {
+        r.env.allow_claude(agent);
         r.env.ok(&[
             "set-queue",
             "poplar",
@@ -184,6 +197,32 @@ impl Rig {
         let d = KillOnDrop(c.spawn().unwrap());
         wait_for_name(&self.bus, name);
         d
+    }
+
+    /// [`Rig::serve_poplar`] with the queue manager's jobs pointed at the model endpoint
+    /// `base_url` (Claude Code's settings, as a unit's `Environment=` would give them).
+    pub(crate) fn serve_poplar_with(&self, base_url: &str) -> [KillOnDrop; 2] {
+        let orch = self.daemon(
+            env!("CARGO_BIN_EXE_orchestratord"),
+            &["--idle-exit", "0"],
+            "org.agentstore.Orchestrator1",
+        );
+        let mut envs: Vec<(String, String)> =
+            crate::claude_env::claude_env(&self.env().home, base_url)
+                .into_iter()
+                .filter(|(k, _)| !matches!(k.as_str(), "PATH" | "HOME" | "SHELL" | "LANG"))
+                .collect();
+        // Claude Code's own `HEAD /` and model requests reach the fake server unproxied.
+        envs.push(("NO_PROXY".into(), "127.0.0.1,localhost".into()));
+        let envs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let qm = self.daemon_in(
+            &["env"],
+            &envs,
+            env!("CARGO_BIN_EXE_queue-manager"),
+            &["--queue", "poplar", "--launcher", "direct"],
+            "org.agentstore.Queue.poplar",
+        );
+        [orch, qm]
     }
 
     /// orchestratord and queue poplar's manager (direct launcher), each once its bus name
@@ -439,7 +478,7 @@ fn a_path_in_the_way_or_a_dirty_base_fails_the_task_naming_it() {
     wait_until(LONG, "the PRD running", || running.is_file());
     assert_eq!(rig.job(&ct)["runtime"]["status"], "finished");
     // A folder where A's worktree goes, and uncommitted work in the project.
-    let gitdir = rig.r.project_dir.join(".git/agentstore-worktrees/prd-y/A");
+    let gitdir = rig.r.project_dir.join(".agentstore-worktrees/prd-y/A");
     std::fs::create_dir_all(&gitdir).unwrap();
     std::fs::write(gitdir.join("keep"), "mine").unwrap();
     rig.ok(&["implement-tasks", "--project", "P", "--prd", "prd-y"]);
@@ -502,7 +541,7 @@ fn a_path_in_the_way_or_a_dirty_base_fails_the_task_naming_it() {
     );
     // The dirty base: B's worktree cannot be made from it (B waits for A, which failed, so
     // the worker side is checked with a second PRD whose only task has no dependency).
-    std::fs::remove_dir_all(rig.r.project_dir.join(".git/agentstore-worktrees")).unwrap();
+    std::fs::remove_dir_all(rig.r.project_dir.join(".agentstore-worktrees")).unwrap();
     std::fs::write(rig.r.project_dir.join("README"), "changed, not committed\n").unwrap();
     rig.prd("prd-z");
     rig.ok(&["create-tasks", "--project", "P", "--prd", "prd-z"]);
