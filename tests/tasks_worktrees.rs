@@ -19,7 +19,8 @@ use std::time::Duration;
 pub(crate) const LONG: Duration = Duration::from_secs(240);
 
 /// The stand-in agent (speaks `claude -p --output-format json`): for create-tasks it answers
-/// with the diamond's task list; for a task it writes `<task>.txt` in its working directory
+/// with the diamond's task list; for a pipeline's other steps (their prompt names the
+/// "pipeline-goal") a short text; for a task it writes `<task>.txt` in its working directory
 /// and, for B and C, waits (bounded, 120 s) until the other one has started.
 const AGENT: &str = r#"#!/bin/bash
 prompt=$(cat)
@@ -28,6 +29,10 @@ answer() { printf '{"type":"result","subtype":"success","is_error":false,"result
 if [[ "$prompt" == *"Create implementation tasks"* ]]; then
   [ -f "$log/tasks.txt" ] && { answer "$(cat "$log/tasks.txt")"; exit 0; }
   answer '"Plan:\n```json\n{\"tasks\": [{\"id\": \"A\", \"title\": \"base\", \"description\": \"A\", \"depends_on\": []}, {\"id\": \"B\", \"title\": \"left\", \"depends_on\": [\"A\"]}, {\"id\": \"C\", \"title\": \"right\", \"depends_on\": [\"A\"]}, {\"id\": \"D\", \"title\": \"top\", \"depends_on\": [\"B\", \"C\"]}]}\n```"'
+  exit 0
+fi
+if [[ "$prompt" == *"pipeline-goal"* && "$prompt" != *"Implement task "* ]]; then
+  answer '"A PRD for the pipeline-goal: four files, one per task."'
   exit 0
 fi
 task=$(printf '%s' "$prompt" | sed -n 's/^Implement task \([A-Za-z0-9_.-]*\) of PRD.*/\1/p' | head -1)
@@ -694,4 +699,66 @@ fn a_task_of_another_project_waits_for_the_task_it_depends_on() {
         "Q's branch holds P's work: {tree}"
     );
     assert_eq!(git(&qdir, &["status", "--porcelain"]), "");
+}
+
+/// The pipeline's last step fans out too (issue 30): `orchestrator pipeline` queues
+/// research-code → create-prd → create-tasks → implement-tasks; once create-tasks wrote the
+/// diamond's task documents, the implement-tasks step does not implement them all in one tree:
+/// it ends finished naming one job per task, the tasks run in their worktrees (B and C
+/// together), and the PRD ends complete through their integration.
+#[test]
+fn the_pipelines_last_step_fans_out_into_one_job_per_task() {
+    let rig = Rig::new();
+    let _daemons = rig.serve_poplar();
+    let out = rig.ok(&["pipeline", "--project", "P", "--task", "pipeline-goal"]);
+    let ids: Vec<String> = out
+        .lines()
+        .find_map(|l| l.strip_prefix("Pipeline: "))
+        .unwrap_or_else(|| panic!("no pipeline in {out}"))
+        .split(" → ")
+        .map(|s| s.split(' ').next().unwrap().to_string())
+        .collect();
+    assert_eq!(ids.len(), 4, "{out}");
+    let (prd, step) = (ids[1].clone(), ids[3].clone());
+    let done = rig
+        .env()
+        .root
+        .join(format!("projects/P/finished_prds/{prd}.json"));
+    wait_until(LONG, "the pipeline's PRD complete", || {
+        for id in &ids {
+            let j = rig.job(id);
+            if j["runtime"]["status"] == "failed" {
+                panic!("step {id} failed: {}", j["runtime"]["error"]);
+            }
+        }
+        done.is_file()
+    });
+    let step_job = rig.job(&step);
+    assert_eq!(step_job["runtime"]["status"], "finished", "{step_job}");
+    assert!(
+        step_job["runtime"]["start_time"] == step_job["runtime"]["finish_time"]
+            && step_job["runtime"]["process_id"].is_null(),
+        "the step ran as one job: {step_job}"
+    );
+    let said = step_job["runtime"]["output"].as_str().unwrap();
+    assert!(said.starts_with("Fanned out into 4 task job(s)"), "{said}");
+    let repo = &rig.r.project_dir;
+    for t in ["A", "B", "C", "D"] {
+        let doc = rig.task(&prd, t);
+        assert_eq!(doc["status"], "done", "{doc}");
+        let job = rig.job(doc["jobs"][0].as_str().unwrap());
+        assert!(said.contains(job["id"].as_str().unwrap()), "{said}");
+        assert_eq!(job["config"]["command"], "implement-task");
+        assert!(job["config"]["supporting_data"].get("pipeline").is_none());
+        let branch = format!("agentstore/{prd}/{t}");
+        assert_eq!(doc["commit"], git(repo, &["rev-parse", &branch]).trim());
+    }
+    assert!(rig.log.join("overlap-B").exists() && rig.log.join("overlap-C").exists());
+    let report = read(&done)["implementation_report"].clone();
+    assert_eq!(report["integration"]["status"], "merged", "{report}");
+    // The research step's document is the project's only new file; no task's tree shows.
+    assert_eq!(
+        git(repo, &["status", "--porcelain"]),
+        "?? CODE_RESEARCH.md\n"
+    );
 }
