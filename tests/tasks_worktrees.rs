@@ -20,7 +20,8 @@ pub(crate) const LONG: Duration = Duration::from_secs(240);
 
 /// The stand-in agent (speaks `claude -p --output-format json`): for create-tasks it answers
 /// with the diamond's task list; for a pipeline's other steps (their prompt names the
-/// "pipeline-goal") a short text; for a task it writes `<task>.txt` in its working directory
+/// "pipeline-goal") a short text; told to crash (`crash-<task>`, once), it leaves a
+/// half-written `<task>.partial` and waits to be killed; for a task it writes `<task>.txt` in its working directory
 /// and, for B and C, waits (bounded, 120 s) until the other one has started.
 const AGENT: &str = r#"#!/bin/bash
 prompt=$(cat)
@@ -41,6 +42,13 @@ task=$(printf '%s' "$prompt" | sed -n 's/^Implement task \([A-Za-z0-9_.-]*\) of 
 if [ -f "$log/hold-$task" ]; then
   touch "$log/held-$task"
   for _ in $(seq 1 1200); do [ -f "$log/hold-$task" ] || break; read -t 0.1 < /dev/zero 2>/dev/null || true; done
+fi
+if [ -f "$log/crash-$task" ]; then
+  rm -f "$log/crash-$task"
+  echo "half of it" > "$task.partial"
+  touch "$log/crashing-$task"
+  for _ in $(seq 1 1200); do read -t 0.1 < /dev/zero 2>/dev/null || true; done
+  exit 7
 fi
 touch "$log/start-$task"
 echo "$task was here" > "$task.txt"
@@ -761,4 +769,79 @@ fn the_pipelines_last_step_fans_out_into_one_job_per_task() {
         git(repo, &["status", "--porcelain"]),
         "?? CODE_RESEARCH.md\n"
     );
+}
+
+/// A crash (issue 30: "a task whose machine is lost is retried elsewhere from its branch; a
+/// half-written worktree is detected and reset, never reused blindly"): A's agent leaves a
+/// half-written file and its worker is killed (-9, the whole process group). The queue's
+/// retry policy runs A again as a new attempt, in the same worktree, which is reset first (the
+/// job says so); the task follows the new attempt to `done`, with both jobs recorded; B and C
+/// (waiting for A's first job) follow the attempts, and the PRD ends complete with no trace of
+/// the half-written file.
+#[test]
+fn a_task_whose_worker_died_is_retried_in_its_worktree_reset() {
+    let rig = Rig::new();
+    let qpath = rig.env().root.join("Queues/poplar/queue.json");
+    let mut q = read(&qpath);
+    q["config"]["retry"] = serde_json::json!({"max_attempts": 2});
+    std::fs::write(&qpath, q.to_string()).unwrap();
+    std::fs::write(rig.log.join("crash-A"), "").unwrap();
+    let _daemons = rig.serve_poplar();
+    rig.prd("prd-k");
+    rig.ok(&["create-tasks", "--project", "P", "--prd", "prd-k"]);
+    let running = rig.env().root.join("projects/P/running_prds/prd-k.json");
+    wait_until(LONG, "the tasks written", || running.is_file());
+    rig.ok(&["implement-tasks", "--project", "P", "--prd", "prd-k"]);
+    let first = rig.task("prd-k", "A")["jobs"][0]
+        .as_str()
+        .unwrap()
+        .to_string();
+    wait_until(LONG, "A's agent half-way", || {
+        rig.log.join("crashing-A").exists()
+    });
+    let pid = rig.job(&first)["runtime"]["process_id"].as_i64().unwrap();
+    nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let done = rig.env().root.join("projects/P/finished_prds/prd-k.json");
+    wait_until(LONG, "the PRD complete after A's second attempt", || {
+        for t in ["B", "C", "D"] {
+            let doc = rig.task("prd-k", t);
+            if let Some(j) = doc["jobs"][0].as_str().map(|j| rig.job(j))
+                && j["runtime"]["status"] == "failed"
+            {
+                panic!("task {t}'s job failed: {}", j["runtime"]["error"]);
+            }
+        }
+        done.is_file()
+    });
+    let failed = rig.job(&first);
+    assert_eq!(failed["runtime"]["status"], "failed", "{failed}");
+    let a = rig.task("prd-k", "A");
+    assert_eq!(a["status"], "done", "{a}");
+    let jobs: Vec<&str> = a["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j.as_str().unwrap())
+        .collect();
+    assert_eq!(jobs.len(), 2, "both attempts recorded: {a}");
+    assert_eq!(jobs[0], first);
+    let second = rig.job(jobs[1]);
+    assert_eq!(second["config"]["retry_of"], first.as_str());
+    let note = second["runtime"]["worktree"].as_str().unwrap();
+    assert!(note.contains("half-written"), "{note}");
+    let repo = &rig.r.project_dir;
+    let head = git(repo, &["rev-parse", "agentstore/prd-k/A"]);
+    assert_eq!(a["commit"], head.trim());
+    let tree = git(repo, &["ls-tree", "--name-only", "agentstore/prd-k/A"]);
+    assert!(tree.lines().any(|l| l == "A.txt"), "{tree}");
+    assert!(
+        !tree.contains("partial"),
+        "the half-written file was kept: {tree}"
+    );
+    let integ = &read(&done)["implementation_report"]["integration"];
+    assert_eq!(integ["status"], "merged", "{integ}");
 }
