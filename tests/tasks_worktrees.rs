@@ -845,3 +845,53 @@ fn a_task_whose_worker_died_is_retried_in_its_worktree_reset() {
     let integ = &read(&done)["implementation_report"]["integration"];
     assert_eq!(integ["status"], "merged", "{integ}");
 }
+
+/// A project that is not a git repository keeps the single tree (issue 30), and says so: the
+/// tasks run in the project's folder, each job and task records why there is no branch, and
+/// the PRD ends complete with nothing to merge, its report saying why for each task.
+#[test]
+fn a_project_without_git_keeps_its_single_tree_and_says_so() {
+    let rig = Rig::new();
+    std::fs::remove_dir_all(rig.r.project_dir.join(".git")).unwrap();
+    let _daemons = rig.serve_poplar();
+    rig.prd("prd-n");
+    rig.ok(&["create-tasks", "--project", "P", "--prd", "prd-n"]);
+    let running = rig.env().root.join("projects/P/running_prds/prd-n.json");
+    wait_until(LONG, "the tasks written", || running.is_file());
+    rig.ok(&["implement-tasks", "--project", "P", "--prd", "prd-n"]);
+    let done = rig.env().root.join("projects/P/finished_prds/prd-n.json");
+    wait_until(LONG, "the PRD complete", || {
+        for t in ["A", "B", "C", "D"] {
+            if let Some(j) = rig.task("prd-n", t)["jobs"][0].as_str().map(|j| rig.job(j))
+                && j["runtime"]["status"] == "failed"
+            {
+                panic!("task {t}'s job failed: {}", j["runtime"]["error"]);
+            }
+        }
+        done.is_file()
+    });
+    for t in ["A", "B", "C", "D"] {
+        let doc = rig.task("prd-n", t);
+        assert_eq!(doc["status"], "done", "{doc}");
+        assert!(doc["branch"].is_null() && doc["commit"].is_null(), "{doc}");
+        let note = doc["error"].as_str().unwrap_or_default();
+        assert!(note.contains("not a git repository"), "{doc}");
+        let job = rig.job(doc["jobs"][0].as_str().unwrap());
+        let wt = job["runtime"]["worktree"].as_str().unwrap();
+        assert!(wt.contains("single tree"), "{wt}");
+        assert!(rig.r.project_dir.join(format!("{t}.txt")).is_file());
+    }
+    assert!(!rig.r.project_dir.join(".agentstore-worktrees").exists());
+    // Nothing to merge: no integration job; the report says why for each task.
+    let report = &read(&done)["implementation_report"];
+    assert!(report["integration"].is_null(), "{report}");
+    for item in report["tasks"].as_array().unwrap() {
+        assert!(
+            item["note"]
+                .as_str()
+                .unwrap()
+                .contains("not a git repository"),
+            "{report}"
+        );
+    }
+}
