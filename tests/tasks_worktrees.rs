@@ -895,3 +895,93 @@ fn a_project_without_git_keeps_its_single_tree_and_says_so() {
         );
     }
 }
+
+/// A task whose machine is lost is retried elsewhere from its branch (issue 30): machine beta
+/// runs A, its agent half-way, when beta dies (its queue manager and its worker, -9). Machine
+/// alpha serves the queue afterwards, judges beta lost (fast heartbeats: stale after 2 s,
+/// jobs failed after 6 s of silence), and the queue's retry policy runs A again on alpha, in
+/// the same worktree on the shared project path, reset of beta's half-written file; the task
+/// follows the new attempt and the PRD ends complete.
+#[test]
+fn a_task_whose_machine_is_lost_is_retried_on_another() {
+    let rig = Rig::new();
+    let cfg = rig.env().root.join("config.yaml");
+    let mut text = std::fs::read_to_string(&cfg).unwrap();
+    text.push_str(
+        "machines:\n  heartbeat_seconds: 1\n  stale_after_seconds: 2\n  lost_job_grace_seconds: 6\n",
+    );
+    std::fs::write(&cfg, text).unwrap();
+    let qpath = rig.env().root.join("Queues/poplar/queue.json");
+    let mut q = read(&qpath);
+    q["config"]["retry"] = serde_json::json!({"max_attempts": 2});
+    std::fs::write(&qpath, q.to_string()).unwrap();
+    std::fs::write(rig.log.join("crash-A"), "").unwrap();
+    let _orch = rig.daemon(
+        env!("CARGO_BIN_EXE_orchestratord"),
+        &["--idle-exit", "0"],
+        "org.agentstore.Orchestrator1",
+    );
+    let qm = |host: &str| {
+        rig.daemon_in(
+            &["env"],
+            &[("AGENTSTORE_HOSTNAME", host)],
+            env!("CARGO_BIN_EXE_queue-manager"),
+            &["--queue", "poplar", "--launcher", "direct"],
+            "org.agentstore.Queue.poplar",
+        )
+    };
+    let beta = qm("beta");
+    rig.prd("prd-l");
+    rig.ok(&["create-tasks", "--project", "P", "--prd", "prd-l"]);
+    let running = rig.env().root.join("projects/P/running_prds/prd-l.json");
+    wait_until(LONG, "the tasks written", || running.is_file());
+    rig.ok(&["implement-tasks", "--project", "P", "--prd", "prd-l"]);
+    let first = rig.task("prd-l", "A")["jobs"][0]
+        .as_str()
+        .unwrap()
+        .to_string();
+    wait_until(LONG, "A's agent half-way on beta", || {
+        rig.log.join("crashing-A").exists()
+    });
+    let job = rig.job(&first);
+    assert_eq!(job["runtime"]["host"], "beta", "{job}");
+    let worker = job["runtime"]["process_id"].as_i64().unwrap() as i32;
+    // beta dies: its manager, its worker and the agent, at once.
+    let signal = nix::sys::signal::Signal::SIGKILL;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(beta.0.id() as i32), signal).unwrap();
+    nix::sys::signal::killpg(nix::unistd::Pid::from_raw(worker), signal).unwrap();
+    drop(beta);
+    let _alpha = qm("alpha");
+    let done = rig.env().root.join("projects/P/finished_prds/prd-l.json");
+    wait_until(LONG, "the PRD complete after A ran again on alpha", || {
+        for t in ["B", "C", "D"] {
+            if let Some(j) = rig.task("prd-l", t)["jobs"][0].as_str().map(|j| rig.job(j))
+                && j["runtime"]["status"] == "failed"
+            {
+                panic!("task {t}'s job failed: {}", j["runtime"]["error"]);
+            }
+        }
+        done.is_file()
+    });
+    let lost = rig.job(&first);
+    let error = lost["runtime"]["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("Machine beta stopped reporting"),
+        "{lost}"
+    );
+    let a = rig.task("prd-l", "A");
+    assert_eq!(a["status"], "done", "{a}");
+    let second = rig.job(a["jobs"][1].as_str().unwrap());
+    assert_eq!(second["config"]["retry_of"], first.as_str(), "{second}");
+    assert_eq!(second["runtime"]["host"], "alpha", "{second}");
+    let note = second["runtime"]["worktree"].as_str().unwrap();
+    assert!(note.contains("half-written"), "{note}");
+    let tree = git(
+        &rig.r.project_dir,
+        &["ls-tree", "--name-only", "agentstore/prd-l/A"],
+    );
+    assert!(tree.lines().any(|l| l == "A.txt"), "{tree}");
+    assert!(!tree.contains("partial"), "{tree}");
+    let integ = &read(&done)["implementation_report"]["integration"];
+    assert_eq!(integ["status"], "merged", "{integ}");
+}
