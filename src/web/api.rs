@@ -341,7 +341,7 @@ fn segments(path: &str) -> Vec<String> {
         .collect()
 }
 
-fn ok(v: &Value) -> Response<Body> {
+pub(super) fn ok(v: &Value) -> Response<Body> {
     json(200, v.to_string())
 }
 
@@ -351,9 +351,8 @@ fn methods(rest: &[&str]) -> Option<&'static str> {
     use super::{GET_AND_POST, GET_ONLY, POST_ONLY};
     Some(match rest {
         ["messages"] => GET_AND_POST,
-        ["jobs", _, "cancel"]
-        | ["approvals", _, _, "answer"]
-        | ["tasks", _, _, "retry" | "cancel"] => POST_ONLY,
+        ["jobs", _, "cancel"] | ["approvals", _, _, "answer"] => POST_ONLY,
+        ["tasks", _, _, a] if super::api_tasks::is_action(a) => POST_ONLY,
         ["tasks", _, _] => GET_AND_POST,
         ["jobs", _, "log"] | ["tasks"] => GET_ONLY,
         [
@@ -455,62 +454,7 @@ pub async fn route(
             };
             Ok(ok(&direct(app, &actor, command, one(key, id)).await?))
         }
-        (["tasks"], true) => {
-            let q = query(&req, &["as", "prd", "project", "status"])?;
-            let actor = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
-            let mut c = Map::new();
-            for k in ["prd", "project", "status"] {
-                if let Some(v) = q.get(k) {
-                    c.insert(k.into(), json!(v));
-                }
-            }
-            Ok(ok(&direct(app, &actor, Command::ListTasks, c).await?))
-        }
-        (["tasks", prd, task], true) => {
-            let q = query(&req, &["as"])?;
-            let actor = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
-            let name = format!("{prd}/{task}");
-            Ok(ok(&direct(
-                app,
-                &actor,
-                Command::ViewTask,
-                one("task", &name),
-            )
-            .await?))
-        }
-        (["tasks", prd, task], false) if method == Method::POST => {
-            let q = query(&req, &["as"])?;
-            let actor = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
-            let body = super::read_body(req).await?;
-            let mut c = task_change(&body)?;
-            c.insert("task".into(), json!(format!("{prd}/{task}")));
-            Ok(ok(&direct(app, &actor, Command::SetTask, c).await?))
-        }
-        (["tasks", prd, task, action], false) if method == Method::POST => {
-            let q = query(&req, &["as"])?;
-            let actor = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
-            let name = format!("{prd}/{task}");
-            if *action == "retry" {
-                return Ok(ok(&direct(
-                    app,
-                    &actor,
-                    Command::RetryTask,
-                    one("task", &name),
-                )
-                .await?));
-            }
-            // The task cancelled by orchestratord, then its live job by its queue manager,
-            // as `orchestrator cancel-task` does it.
-            let mut r = direct(app, &actor, Command::CancelTask, one("task", &name)).await?;
-            if let Some(job) = r.get("job").and_then(Value::as_str).map(str::to_string) {
-                let note = match cancel(app, &actor, &job).await {
-                    Ok(_) => format!("its job {job} cancelled"),
-                    Err(e) => format!("its job {job} could not be cancelled: {}", e.message),
-                };
-                r["job_note"] = json!(note);
-            }
-            Ok(ok(&r))
-        }
+        (["tasks", ..], _) => super::api_tasks::route(app, peer, req, rest, get).await,
         (["machines"], true) => {
             let q = query(&req, &["as"])?;
             let actor = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
@@ -630,49 +574,6 @@ pub async fn route(
         }
         _ => Err(WebError::no_route(&path)),
     }
-}
-
-/// The body of `POST /api/v1/tasks/{prd}/{task}` (set-task): a JSON object with any of
-/// `title`, `description` (strings) and `depends_on` (task ids, `PRD/TASK` for another PRD's);
-/// anything else is refused, naming the field.
-fn task_change(body: &[u8]) -> Result<Map<String, Value>, WebError> {
-    let v: Value = serde_json::from_slice(body).map_err(|e| {
-        WebError::invalid(format!(
-            "request body: not a task change {{\"title\", \"description\", \"depends_on\"}}: {e}"
-        ))
-    })?;
-    let Value::Object(m) = v else {
-        return Err(WebError::invalid(
-            "request body: a task change must be a JSON object",
-        ));
-    };
-    for (k, v) in &m {
-        let fits = match k.as_str() {
-            "title" | "description" => v.is_string(),
-            "depends_on" => v.as_array().is_some_and(|a| a.iter().all(Value::is_string)),
-            _ => {
-                return Err(WebError::invalid(format!(
-                    "request body: {k}: unknown field (a task change has title, description, depends_on)"
-                )));
-            }
-        };
-        if !fits {
-            return Err(WebError::invalid(format!(
-                "request body: {k} must be {}",
-                if k == "depends_on" {
-                    "an array of task ids"
-                } else {
-                    "a string"
-                }
-            )));
-        }
-    }
-    if m.is_empty() {
-        return Err(WebError::invalid(
-            "request body: nothing to change (give title, description or depends_on)",
-        ));
-    }
-    Ok(m)
 }
 
 /// `text/event-stream` of the bus's signals until the client goes, each event about a job
