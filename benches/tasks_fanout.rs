@@ -38,13 +38,14 @@ fn store(dir: &std::path::Path, n: usize) -> Store {
     )
     .unwrap();
     std::fs::create_dir_all(root.join("projects/P")).unwrap();
+    let queue = Store::open(&root).unwrap().config().queues_default.clone();
     std::fs::write(
         root.join("projects/P/project.json"),
         serde_json::json!({
             "id": "P", "directory": dir, "git_repository": null,
             "create_time": "2025-10-25T10:00:00Z", "update_time": "2025-10-25T10:00:00Z",
             "description": null, "owner": "chenry", "collaborators": [],
-            "code_research_document": null, "default_queue": ""
+            "code_research_document": null, "default_queue": queue
         })
         .to_string(),
     )

@@ -1,8 +1,11 @@
 //! The fake model's `opening_tool_use` (what the system soak's agent jobs with approvals
 //! rely on): every conversation that offers the tool gets the call once, however many run at
-//! once, and then the script; conversations that do not offer it never see it.
+//! once, and then the script; conversations that do not offer it never see it. And its
+//! conversations (what the parallel task jobs of issue 30 rely on): each agent follows its
+//! own script by turn whatever order the requests come in, and a first answer waits for its
+//! gates, or says which never opened.
 
-use crate::fake_model::{FakeModel, OpeningToolUse, Script};
+use crate::fake_model::{Answer, Conversation, FakeModel, OpeningToolUse, Reply, Script};
 use serde_json::{Value, json};
 use std::io::{Read, Write};
 
@@ -62,4 +65,76 @@ fn each_conversation_offering_the_tool_gets_the_opening_call_once() {
     // One that does not offer the tool (Claude Code's Bash) never sees it.
     let b = first_block(&post(&server, &request("Bash", ask)));
     assert_eq!(b["type"], "text", "{b}");
+}
+
+#[test]
+fn conversations_answer_by_turn_and_wait_for_their_gates() {
+    let server = FakeModel::start(Script {
+        gate_timeout_secs: 1,
+        ..Script::new()
+            .conversation(
+                Conversation::new("task L", vec![Reply::bash("echo l"), Reply::text("L done")])
+                    .wait_for(&["task R"]),
+            )
+            .conversation(
+                Conversation::new("task R", vec![Reply::bash("echo r"), Reply::text("R done")])
+                    .wait_for(&["task L"]),
+            )
+            .conversation(Conversation::new("alone", vec![]).wait_for(&["never"]))
+            .text("from the queue")
+    });
+    let first = |who: &str| json!([{"role": "user", "content": format!("do task {who}")}]);
+    let second = |who: &str| {
+        json!([{"role": "user", "content": format!("do task {who}")},
+               {"role": "assistant", "content": [{"type": "text", "text": "calling"}]},
+               {"role": "user", "content": "result"}])
+    };
+    // L's first answer waits until R has asked too: both start, in either order.
+    let s = std::sync::Arc::new(server);
+    let left = {
+        let s = s.clone();
+        std::thread::spawn(move || post(&s, &request("Bash", first("L"))))
+    };
+    let r0 = post(&s, &request("Bash", first("R")));
+    let l0 = left.join().unwrap();
+    assert_eq!(first_block(&l0)["input"]["command"], "echo l", "{l0}");
+    assert_eq!(first_block(&r0)["input"]["command"], "echo r", "{r0}");
+    // The second turn of each, R's first: each conversation's own.
+    assert_eq!(
+        first_block(&post(&s, &request("Bash", second("R"))))["text"],
+        "R done"
+    );
+    assert_eq!(
+        first_block(&post(&s, &request("Bash", second("L"))))["text"],
+        "L done"
+    );
+    // A request of no conversation takes the script's replies.
+    let other = post(
+        &s,
+        &request("Bash", json!([{"role": "user", "content": "hi"}])),
+    );
+    assert_eq!(first_block(&other)["text"], "from the queue");
+    let turns: Vec<usize> = s
+        .conversation_requests("task L")
+        .iter()
+        .map(|r| match r.answer {
+            Answer::Conversation { turn, .. } => turn,
+            _ => usize::MAX,
+        })
+        .collect();
+    assert_eq!(turns, [0, 1]);
+    // A gate that never opens: a 500 naming it, after the timeout.
+    let stuck = post(
+        &s,
+        &request("Bash", json!([{"role": "user", "content": "alone"}])),
+    );
+    let msg = stuck["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("never"), "{stuck}");
+    // Opened by the test, it lets the next first turn through.
+    s.open("never");
+    let through = post(
+        &s,
+        &request("Bash", json!([{"role": "user", "content": "alone again"}])),
+    );
+    assert_eq!(first_block(&through)["text"], "OK", "{through}");
 }

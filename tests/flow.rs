@@ -807,10 +807,20 @@ fn the_pipeline_feeds_each_step_from_the_one_before() {
         tasks.contains("## document"),
         "the PRD is in the create-tasks prompt: {tasks}"
     );
+    // The last step fans out (issue 30): create-tasks' answer (the fake echoes its prompt,
+    // whose format example is a one-task list) became a task document, and the step ended
+    // naming that task's job, whose prompt is the task with the PRD as context.
     let implement = output(&ids[3]);
+    let task_job = implement
+        .strip_prefix("Fanned out into 1 task job(s)")
+        .and_then(|r| r.split("example-task → ").nth(1))
+        .unwrap_or_else(|| panic!("the implement step did not fan out: {implement}"))
+        .trim()
+        .to_string();
+    let task = output(&task_job);
     assert!(
-        implement.contains("## tasks"),
-        "the tasks are in the implement prompt: {implement}"
+        task.contains("Implement task example-task of PRD") && task.contains("## document"),
+        "the task and its PRD are in the task's prompt: {task}"
     );
     let prd_path = f
         .env
@@ -844,7 +854,9 @@ fn the_pipeline_runs_the_real_claude_code_cli_at_every_step() {
         "P2 PRD: make the queries fast with an index",
         // create-tasks answers with its task list as one JSON block (issue 30).
         "T3 tasks: 1. add the index 2. test it\n\n```json\n{\"tasks\": [{\"id\": \"add-index\", \"title\": \"Add the index\"}, {\"id\": \"test-it\", \"title\": \"Test it\", \"depends_on\": [\"add-index\"]}]}\n```",
+        // The last step fans out into one job per task (issue 30): these are their answers.
         "I4 implemented: index added",
+        "I5 tested: the index is used",
     ];
     let server = fake_model::FakeModel::start(
         answers
@@ -861,7 +873,24 @@ fn the_pipeline_runs_the_real_claude_code_cli_at_every_step() {
         .map(str::to_string)
         .collect();
     assert_eq!(ids.len(), 4, "{out}");
-    for (id, answer) in ids.iter().zip(answers) {
+    let step = f.wait_state(&ids[3], "finished");
+    let said = step["runtime"]["output"].as_str().unwrap().to_string();
+    assert!(said.starts_with("Fanned out into 2 task job(s)"), "{said}");
+    let job_of = |t: &str| {
+        said.split(&format!("{t} → "))
+            .nth(1)
+            .and_then(|r| r.split([',', ' ']).next())
+            .unwrap_or_else(|| panic!("no job for {t} in {said}"))
+            .to_string()
+    };
+    let jobs = [
+        ids[0].clone(),
+        ids[1].clone(),
+        ids[2].clone(),
+        job_of("add-index"),
+        job_of("test-it"),
+    ];
+    for (id, answer) in jobs.iter().zip(answers) {
         let j = f.wait_state(id, "finished");
         let output = j["runtime"]["output"].as_str().unwrap();
         let result: Value = serde_json::from_str(output.trim()).unwrap();
@@ -876,13 +905,14 @@ fn the_pipeline_runs_the_real_claude_code_cli_at_every_step() {
         .collect();
     assert_eq!(
         loops.len(),
-        4,
-        "one agent-loop request per step: {loops:#?}"
+        5,
+        "one agent-loop request per step, then one per task: {loops:#?}"
     );
     let commands = [
         "code-researcher",
         "prd-creator",
         "task-creator",
+        "task-implementer",
         "task-implementer",
     ];
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("share/commands");
@@ -901,12 +931,14 @@ fn the_pipeline_runs_the_real_claude_code_cli_at_every_step() {
             "step {i} ({cmd}) did not get its command file: {prompt}"
         );
         assert!(prompt.contains("Make queries fast"), "step {i}: {prompt}");
-        if i == 3 {
-            // create-tasks' answer became task documents (issue 30): the implementer gets
-            // the PRD's task list, not the answer's text.
+        if i >= 3 {
+            // create-tasks' answer became task documents (issue 30): each task's job gets
+            // its task alone, with the PRD as context.
+            let t = ["add-index", "test-it"][i - 3];
             assert!(
-                prompt.contains("add-index") && prompt.contains("test-it"),
-                "step 3 ({cmd}) did not get the PRD's tasks: {prompt}"
+                prompt.contains(&format!("Implement task {t} of PRD"))
+                    && prompt.contains(answers[1]),
+                "task {t} ({cmd}) did not get its task and the PRD: {prompt}"
             );
         } else if i > 0 {
             let before = answers[i - 1];

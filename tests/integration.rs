@@ -98,6 +98,7 @@ mod slurm_relay;
 mod systemd_units;
 mod tasks_diskfull;
 mod tasks_docs;
+mod tasks_e2e;
 mod tasks_edit;
 mod tasks_integrate;
 mod tasks_worktrees;

@@ -35,6 +35,11 @@ const OTHER_MEANINGS: &[(&str, &str, &str)] = &[
         "the Jobs/archive folder",
     ),
     ("src/store/archive.rs", "archive", "the Jobs/archive folder"),
+    (
+        "src/web/api_tasks.rs",
+        "retry",
+        "the path segment of POST /api/v1/tasks/{prd}/{task}/retry (retry-task)",
+    ),
 ];
 
 /// The command names of the `commands!` table: `Variant = "name", Kind, …;`.

@@ -98,14 +98,14 @@ fn a_worktree_checkout_on_a_full_disk_fails_clearly_and_loses_nothing() {
         .as_str()
         .unwrap()
         .to_string();
-    let wt = repo.join(".git/agentstore-worktrees/prd-f/solo");
+    let wt = repo.join(".agentstore-worktrees/prd-f/solo");
     assert!(
         err.contains("is full") && err.contains(wt.to_str().unwrap()),
         "{err}"
     );
     // Nothing half-made, nothing lost.
     assert!(
-        !inside.join(".git/agentstore-worktrees/prd-f/solo").exists(),
+        !inside.join(".agentstore-worktrees/prd-f/solo").exists(),
         "{err}"
     );
     assert_eq!(git(&inside, &["branch", "--list", "agentstore/*"]), "");

@@ -326,8 +326,14 @@ fn tasks_created(store: &Store, loc: &JobLocation, job: &Job) -> Result<String, 
         super::tasks::create::Created::Tasks(ids) => {
             store.notice_tasks_created(&prd_id, &ids);
             let moved = prd_moved(store, loc, job, PrdState::Queued, PrdState::Running)?;
+            // A pipeline's last step fans out too (it waits for this job to be handled).
+            let step = super::tasks::fanout::pipeline_step(store, job, &prd_id)
+                .unwrap_or_else(|e| {
+                    tracing::warn!(prd = %prd_id, "the pipeline's implement-tasks step did not fan out: {e}");
+                    format!("; the pipeline's implement-tasks step did not fan out ({e}): it runs as one job")
+                });
             Ok(format!(
-                "{} task(s) written ({}); {moved}",
+                "{} task(s) written ({}); {moved}{step}",
                 ids.len(),
                 ids.join(", ")
             ))

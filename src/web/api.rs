@@ -341,7 +341,7 @@ fn segments(path: &str) -> Vec<String> {
         .collect()
 }
 
-fn ok(v: &Value) -> Response<Body> {
+pub(super) fn ok(v: &Value) -> Response<Body> {
     json(200, v.to_string())
 }
 
@@ -352,7 +352,9 @@ fn methods(rest: &[&str]) -> Option<&'static str> {
     Some(match rest {
         ["messages"] => GET_AND_POST,
         ["jobs", _, "cancel"] | ["approvals", _, _, "answer"] => POST_ONLY,
-        ["jobs", _, "log"] | ["tasks"] | ["tasks", _, _] => GET_ONLY,
+        ["tasks", _, _, a] if super::api_tasks::is_action(a) => POST_ONLY,
+        ["tasks", _, _] => GET_AND_POST,
+        ["jobs", _, "log"] | ["tasks"] => GET_ONLY,
         [
             "whoami" | "users" | "projects" | "prds" | "queues" | "machines" | "jobs" | "approvals"
             | "events",
@@ -452,29 +454,7 @@ pub async fn route(
             };
             Ok(ok(&direct(app, &actor, command, one(key, id)).await?))
         }
-        (["tasks"], true) => {
-            let q = query(&req, &["as", "prd", "project", "status"])?;
-            let actor = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
-            let mut c = Map::new();
-            for k in ["prd", "project", "status"] {
-                if let Some(v) = q.get(k) {
-                    c.insert(k.into(), json!(v));
-                }
-            }
-            Ok(ok(&direct(app, &actor, Command::ListTasks, c).await?))
-        }
-        (["tasks", prd, task], true) => {
-            let q = query(&req, &["as"])?;
-            let actor = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
-            let name = format!("{prd}/{task}");
-            Ok(ok(&direct(
-                app,
-                &actor,
-                Command::ViewTask,
-                one("task", &name),
-            )
-            .await?))
-        }
+        (["tasks", ..], _) => super::api_tasks::route(app, peer, req, rest, get).await,
         (["machines"], true) => {
             let q = query(&req, &["as"])?;
             let actor = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;

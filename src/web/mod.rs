@@ -11,6 +11,7 @@
 pub mod activation;
 pub mod agent_costs;
 pub mod api;
+pub mod api_tasks;
 pub mod args;
 pub mod auth;
 pub mod charts;

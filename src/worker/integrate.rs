@@ -97,10 +97,7 @@ pub fn run(git: &Git, plan: &Plan, dir: &Path, check: &CheckRunner) -> Result<Re
     let existed = git
         .run(&top, &["rev-parse", "--verify", "--quiet", &branch_ref])
         .is_ok();
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)
-            .map_err(|e| format!("cannot make {}: {e}", parent.display()))?;
-    }
+    // `git worktree add` makes the folders on the way, as the job's user.
     // The branch goes on from where it is (a person's fixes after a review are kept);
     // a new one starts from the project's current commit.
     let made = if existed {

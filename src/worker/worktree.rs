@@ -2,10 +2,12 @@
 //! host as the job's user (the project's owner), with the real `git` binary: branch
 //! `agentstore/<prd>/<task>` from the project's current branch (or the branch of the task it
 //! depends on, the other dependencies' branches merged in), in
-//! `<git dir>/agentstore-worktrees/<prd>/<task>`, so it lives where the repository lives
-//! (the shared project path) and never shows in the project's own `git status`. Concurrent
-//! tasks never share a tree. A project that is not a git repository keeps the single tree,
-//! and the job says so.
+//! `<project>/.agentstore-worktrees/<prd>/<task>`, so it lives where the repository lives
+//! (the shared project path); a `.gitignore` of `*` in that folder keeps it out of the
+//! project's own `git status`. Not under `.git/`: Claude Code treats
+//! every path with a `.git` component as sensitive and, even with `acceptEdits`, asks before
+//! each edit there, so an unattended task could change nothing. Concurrent tasks never share
+//! a tree. A project that is not a git repository keeps the single tree, and the job says so.
 
 use super::process::{AgentCommand, run_agent};
 use super::runas::RunAs;
@@ -72,9 +74,20 @@ impl Git {
     pub fn run(&self, dir: &Path, args: &[&str]) -> Result<String, String> {
         let mut a = vec!["-C".to_string(), dir.display().to_string()];
         a.extend(args.iter().map(|s| s.to_string()));
+        self.exec(&self.program, a, &format!("git {}", args.join(" ")))
+    }
+
+    /// `/bin/sh -c script sh args…`, as git runs (the job's user, its environment).
+    pub fn sh(&self, script: &str, args: &[&str]) -> Result<String, String> {
+        let mut a = vec!["-c".to_string(), script.to_string(), "sh".to_string()];
+        a.extend(args.iter().map(|s| s.to_string()));
+        self.exec("/bin/sh", a, "sh")
+    }
+
+    fn exec(&self, program: &str, args: Vec<String>, what: &str) -> Result<String, String> {
         let cmd = AgentCommand {
-            program: self.program.clone(),
-            args: a,
+            program: program.to_string(),
+            args,
             prompt: String::new(),
             cwd: PathBuf::from("/"),
             env: self.env.clone(),
@@ -89,7 +102,7 @@ impl Git {
             let err = String::from_utf8_lossy(out.stderr.end());
             let err: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
             let tail = err[err.len().saturating_sub(6)..].join("; ");
-            Err(format!("git {}: {}", args.join(" "), tail.trim()))
+            Err(format!("{what}: {}", tail.trim()))
         }
     }
 }
@@ -123,14 +136,7 @@ fn prepare_task(
             });
         }
     };
-    let common = git.run(
-        &top,
-        &["rev-parse", "--path-format=absolute", "--git-common-dir"],
-    )?;
-    let path = PathBuf::from(common.trim())
-        .join("agentstore-worktrees")
-        .join(prd)
-        .join(task);
+    let path = top.join(WORKTREES).join(prd).join(task);
     // Worktrees whose folders are gone are forgotten first (a lost machine's, a removed one).
     git.run(&top, &["worktree", "prune"])?;
     let registered = git
@@ -181,10 +187,8 @@ fn prepare_task(
             ));
         }
     }
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)
-            .map_err(|e| format!("cannot make {}: {e}", parent.display()))?;
-    }
+    // The folder is made by the job's user (git makes the rest of the path, as that user).
+    ignored_folder(git, &top)?;
     let made = if branch_exists {
         // Retried elsewhere: the branch keeps its commits.
         git.run(
@@ -263,6 +267,23 @@ fn prepare_task(
         branch: Some(branch.to_string()),
         note: format!("worktree {} on branch {branch}", path.display()),
     })
+}
+
+/// The folder of the project's tree that holds its tasks' worktrees.
+pub const WORKTREES: &str = ".agentstore-worktrees";
+
+/// Makes `<top>/.agentstore-worktrees/` (as the job's user, like everything in the
+/// project) with a `.gitignore` of `*` in it: the folder and the trees in it never show in
+/// the project's `git status` (nor get added by a `git add -A` there), while each task's
+/// tree sees its own files. A `.gitignore` already there is left as it is.
+fn ignored_folder(git: &Git, top: &Path) -> Result<(), String> {
+    let dir = top.join(WORKTREES);
+    git.sh(
+        r#"mkdir -p -- "$1" && { [ -e "$1/.gitignore" ] || [ -L "$1/.gitignore" ] || printf '*\n' > "$1/.gitignore"; }"#,
+        &[&dir.display().to_string()],
+    )
+    .map(|_| ())
+    .map_err(|e| format!("cannot make {}: {e}{}", dir.display(), disk_note(top)))
 }
 
 /// Commits what the agent left in the task's worktree (nothing new: no commit) and returns

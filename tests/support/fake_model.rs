@@ -13,6 +13,12 @@
 //! out, every model request gets `fallback_text` (or a 500 "script exhausted" with
 //! `fail_when_exhausted`), so a client never waits for a reply that will not come.
 //!
+//! Several agents at once (jobs running in parallel) each get their own [`Conversation`]:
+//! a request whose text holds a conversation's marker is answered by that conversation's
+//! turn (the number of assistant messages it carries), whatever the other agents asked
+//! meanwhile; a conversation's first answer may wait for gates (another conversation
+//! started, or [`FakeModel::open`]), which is how a test sees two agents at work together.
+//!
 //! Everything else (Claude Code 2.1.x sends `HEAD /` at start-up to warm the connection)
 //! gets `200 {}`, and is recorded like any other request, so tests can see which
 //! endpoints a client called: [`FakeModel::requests`], [`FakeModel::endpoints`].
@@ -112,6 +118,45 @@ pub struct Script {
     /// that offers a tool of this name and carries no tool result yet is answered with this
     /// call (a long soak's many concurrent agents each make it once, then get the script).
     pub opening_tool_use: Option<OpeningToolUse>,
+    /// Conversations of their own, tried in order before `replies` (see [`Conversation`]).
+    pub conversations: Vec<Conversation>,
+    /// Longest a conversation's first answer waits for its gates; then it is a 500 saying
+    /// which gate never opened.
+    pub gate_timeout_secs: u64,
+}
+
+/// One agent's conversation, told from the others by a marker in its text: the request
+/// carrying `n` assistant messages gets `replies[n]` (past the end: `fallback_text`), so
+/// parallel agents each follow their own script in whatever order their requests come.
+/// Tool-less side requests are still answered with `fallback_text` (when
+/// `answer_toolless_with_fallback`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Conversation {
+    /// Text the request's messages contain. The first conversation of the list whose marker
+    /// a request holds is the request's (put the more specific markers first).
+    pub marker: String,
+    /// The answers, by turn.
+    pub replies: Vec<Reply>,
+    /// Gates the first answer waits for. A gate is open once a request of the conversation
+    /// with that marker arrived (its name is the marker), or once the test opened it.
+    #[serde(default)]
+    pub wait_for: Vec<String>,
+}
+
+impl Conversation {
+    pub fn new(marker: &str, replies: Vec<Reply>) -> Self {
+        Conversation {
+            marker: marker.to_owned(),
+            replies,
+            wait_for: Vec::new(),
+        }
+    }
+
+    /// The first answer waits until every one of `gates` is open.
+    pub fn wait_for(mut self, gates: &[&str]) -> Self {
+        self.wait_for = gates.iter().map(|g| (*g).to_owned()).collect();
+        self
+    }
 }
 
 /// See [`Script::opening_tool_use`].
@@ -129,6 +174,8 @@ impl Default for Script {
             answer_toolless_with_fallback: true,
             fail_when_exhausted: false,
             opening_tool_use: None,
+            conversations: Vec::new(),
+            gate_timeout_secs: 120,
         }
     }
 }
@@ -181,6 +228,11 @@ impl Script {
     pub fn hang(self) -> Self {
         self.reply(Reply::Stall)
     }
+
+    pub fn conversation(mut self, c: Conversation) -> Self {
+        self.conversations.push(c);
+        self
+    }
 }
 
 /// How a request was answered.
@@ -199,6 +251,8 @@ pub enum Answer {
     Other,
     /// The script's `opening_tool_use` (a conversation's first model request).
     Opening,
+    /// The turn of the [`Conversation`] with this marker.
+    Conversation { marker: String, turn: usize },
 }
 
 /// The API a model request speaks, told by its path.
@@ -378,6 +432,10 @@ struct Shared {
     answer_toolless_with_fallback: bool,
     fail_when_exhausted: bool,
     opening_tool_use: Option<OpeningToolUse>,
+    conversations: Vec<Conversation>,
+    gate_timeout: Duration,
+    /// The open gates.
+    gates: tokio::sync::watch::Sender<std::collections::BTreeSet<String>>,
     observer: Option<Observer>,
 }
 
@@ -423,6 +481,9 @@ impl FakeModel {
             answer_toolless_with_fallback: script.answer_toolless_with_fallback,
             fail_when_exhausted: script.fail_when_exhausted,
             opening_tool_use: script.opening_tool_use,
+            conversations: script.conversations,
+            gate_timeout: Duration::from_secs(script.gate_timeout_secs),
+            gates: tokio::sync::watch::Sender::new(Default::default()),
             observer,
         });
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -511,6 +572,21 @@ impl FakeModel {
             .find_map(|r| r.tool_result_for(tool_use_id))
     }
 
+    /// Opens gate `name` (see [`Conversation::wait_for`]).
+    pub fn open(&self, name: &str) {
+        self.shared.gates.send_modify(|g| {
+            g.insert(name.to_owned());
+        });
+    }
+
+    /// The requests answered by the conversation with `marker`, in arrival order.
+    pub fn conversation_requests(&self, marker: &str) -> Vec<RecordedRequest> {
+        self.requests()
+            .into_iter()
+            .filter(|r| matches!(&r.answer, Answer::Conversation { marker: m, .. } if m == marker))
+            .collect()
+    }
+
     /// Scripted replies not used yet.
     pub fn remaining_replies(&self) -> usize {
         self.shared.lock().replies.len()
@@ -578,6 +654,54 @@ async fn handle(
     };
     let dialect = record.dialect();
     let is_count = record.endpoint() == "POST /v1/messages/count_tokens";
+    // A conversation's request: its gate opens; its first turn waits for its own gates.
+    let side = shared.answer_toolless_with_fallback && !record.has_tools();
+    let conversation = match dialect {
+        Some(_) if !side => {
+            let text = record.text();
+            shared
+                .conversations
+                .iter()
+                .find(|c| text.contains(&c.marker))
+                .map(|c| {
+                    let turn = record
+                        .messages()
+                        .iter()
+                        .filter(|m| m.get("role").and_then(Value::as_str) == Some("assistant"))
+                        .count();
+                    (c, turn)
+                })
+        }
+        _ => None,
+    };
+    let mut gate_error = None;
+    if let Some((c, turn)) = conversation {
+        shared.gates.send_modify(|g| {
+            g.insert(c.marker.clone());
+        });
+        if turn == 0 && !c.wait_for.is_empty() {
+            let mut rx = shared.gates.subscribe();
+            let all_open =
+                |g: &std::collections::BTreeSet<String>| c.wait_for.iter().all(|w| g.contains(w));
+            if tokio::time::timeout(shared.gate_timeout, rx.wait_for(all_open))
+                .await
+                .is_err()
+            {
+                let open = shared.gates.borrow().clone();
+                let missing: Vec<&String> =
+                    c.wait_for.iter().filter(|w| !open.contains(*w)).collect();
+                gate_error = Some(Reply::Error {
+                    status: 500,
+                    error_type: "api_error".to_owned(),
+                    message: format!(
+                        "fake model: conversation {:?} waited {} s for {missing:?}, which never came",
+                        c.marker,
+                        shared.gate_timeout.as_secs()
+                    ),
+                });
+            }
+        }
+    }
 
     let plan = {
         let mut inner = shared.lock();
@@ -593,8 +717,16 @@ async fn handle(
                     text: None,
                 };
                 Plan::Scripted(OPENING, call, String::new())
-            } else if shared.answer_toolless_with_fallback && !record.has_tools() {
+            } else if side {
                 Plan::Fallback(Answer::Side)
+            } else if let Some((c, turn)) = conversation {
+                let reply = gate_error.clone().unwrap_or_else(|| {
+                    c.replies
+                        .get(turn)
+                        .cloned()
+                        .unwrap_or_else(|| Reply::Text(shared.fallback_text.clone()))
+                });
+                Plan::Scripted(turn, reply, String::new())
             } else {
                 match inner.replies.pop_front() {
                     Some((n, reply)) => Plan::Scripted(n, reply, String::new()),
@@ -617,6 +749,12 @@ async fn handle(
         record.seq = inner.requests.len();
         record.answer = match &plan {
             Plan::Scripted(OPENING, _, _) => Answer::Opening,
+            Plan::Scripted(turn, _, _) if conversation.is_some() => Answer::Conversation {
+                marker: conversation
+                    .map(|(c, _)| c.marker.clone())
+                    .unwrap_or_default(),
+                turn: *turn,
+            },
             Plan::Scripted(n, _, _) => Answer::Script(*n),
             Plan::Fallback(a) => a.clone(),
             Plan::CountTokens => Answer::CountTokens,

@@ -22,8 +22,17 @@ pub fn task_job_ended(store: &Store, loc: &JobLocation, job: &Job) -> Result<Str
         return Ok("task job names no task".into());
     };
     let (path, mut task) = store.task(&r)?;
-    if task.jobs.last().map(String::as_str) != Some(job_id) {
+    // The task's job, or a later attempt of it (the queue's retry policy after a crash or a
+    // lost machine): that one is recorded too.
+    let current = task
+        .jobs
+        .last()
+        .map(|j| super::listing::latest_attempt(store, j));
+    if current.as_deref() != Some(job_id) {
         return Ok(format!("task {r} has moved on to another job; left alone"));
+    }
+    if !task.jobs.iter().any(|j| j == job_id) {
+        task.jobs.push(job_id.to_string());
     }
     if task.status == TaskStatus::Cancelled {
         return Ok(format!("task {r} was cancelled; left alone"));

@@ -261,3 +261,114 @@ fn prompt(t: &Task, prd: &Prd) -> String {
     s.push_str(&context.to_prompt());
     s
 }
+
+/// How the output of a pipeline's implement-tasks step that fanned out begins.
+const FANNED_OUT: &str = "Fanned out into";
+
+/// The pipeline's last step (issue 30): once a pipeline's create-tasks job `create` wrote
+/// PRD `prd_id`'s task documents, the pipeline's implement-tasks job (queued, waiting for
+/// `create` to be handled, so no queue manager has started it) fans out like
+/// `implement-tasks --prd`: one job per task from it, and the step itself ends finished
+/// without running, its output naming the task jobs. The PRD then ends through its tasks'
+/// integration, as any fanned-out PRD. Handled again (a crash before `create` was marked
+/// handled), it finds the jobs it made and ends the step the same way.
+pub fn pipeline_step(store: &Store, create: &Job, prd_id: &str) -> Result<String, String> {
+    let Some(p) = create.config.supporting_data.get("pipeline") else {
+        return Ok(String::new());
+    };
+    let steps: Vec<&str> = p
+        .get("steps")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let at = crate::model::flow::PIPELINE_STEPS
+        .iter()
+        .position(|c| *c == crate::model::Command::CreateTasks);
+    let Some(step_id) = at.and_then(|i| steps.get(i + 1)) else {
+        return Ok(String::new());
+    };
+    let Ok(loc) = store.find_job(step_id) else {
+        return Ok(format!(
+            "; the pipeline's implement-tasks job {step_id} is not here"
+        ));
+    };
+    let queued = store.job_path(&loc.queue, JobStatus::Queued, step_id);
+    if loc.status != JobStatus::Queued {
+        // Ended here before, and a crash left the queued copy: it goes.
+        if loc.status == JobStatus::Finished
+            && std::fs::symlink_metadata(&queued).is_ok()
+            && store.job(&loc).is_ok_and(|j| {
+                j.runtime
+                    .output
+                    .as_deref()
+                    .is_some_and(|o| o.starts_with(FANNED_OUT))
+            })
+        {
+            let _ = crate::store::safe::remove_file(&queued);
+        }
+        return Ok(String::new());
+    }
+    let mut step = store.job(&loc).map_err(|e| e.to_string())?;
+    if step.config.command.as_deref() != Some(crate::model::Command::ImplementTasks.name())
+        || step.config.prd.as_deref() != Some(prd_id)
+    {
+        return Ok(String::new());
+    }
+    let (_, prd_path, mut prd) = store.find_prd(prd_id).map_err(|e| e.to_string())?;
+    let project = store.project(&prd.project).map_err(|e| e.to_string())?;
+    let mut template = step.clone();
+    // The task jobs are not pipeline steps (a step's prompt is completed when it starts).
+    template.config.supporting_data.remove("pipeline");
+    if let Some(doc) = &project.code_research_document {
+        template
+            .config
+            .supporting_data
+            .insert("research_document".into(), Value::String(doc.clone()));
+    }
+    if template.config.correlation_id.is_none() {
+        template.config.correlation_id = Some(step_id.to_string());
+    }
+    let jobs = fan_out(store, &template, &loc.queue, &prd)?;
+    let before = prd.jobs.len();
+    for (_, j) in &jobs {
+        if !prd.jobs.contains(j) {
+            prd.jobs.push(j.clone());
+        }
+    }
+    if prd.jobs.len() != before {
+        prd.update_time = Timestamp::now();
+        store
+            .write_doc(DocKind::Prd, &prd_path, &prd)
+            .map_err(|e| e.to_string())?;
+    }
+    let list: Vec<String> = jobs.iter().map(|(t, j)| format!("{t} → {j}")).collect();
+    let now = Timestamp::now();
+    step.runtime.status = JobStatus::Finished;
+    step.runtime.start_time = Some(now);
+    step.runtime.finish_time = Some(now);
+    step.runtime.exit_code = Some(0);
+    step.runtime.handled = Some(true);
+    step.runtime.output = Some(format!(
+        "{FANNED_OUT} {} task job(s), one per task of PRD {prd_id}, each in its own worktree: {}",
+        jobs.len(),
+        list.join(", ")
+    ));
+    // The finished document first, then the queued one goes: a crash between leaves both,
+    // and the next pass (create-tasks handled again) removes the queued one.
+    let dest = store.job_path(&loc.queue, JobStatus::Finished, step_id);
+    if std::fs::symlink_metadata(&dest).is_err() {
+        store
+            .write_doc_new(DocKind::Job, &dest, &step)
+            .map_err(|e| e.to_string())?;
+    }
+    match crate::store::safe::remove_file(&loc.path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(format!("{}: {e}", loc.path.display()));
+        }
+        _ => {}
+    }
+    Ok(format!(
+        "; the pipeline's implement-tasks job {step_id} fanned out into {} task job(s)",
+        jobs.len()
+    ))
+}

@@ -17,7 +17,22 @@ pub struct TaskFilter {
     pub status: Option<TaskStatus>,
 }
 
-/// `task` with the state of its latest job laid over a waiting one.
+/// The latest attempt of job `id`: the queue's retry policy runs a failed job again as a
+/// new job whose id derives from the failed one's ([`crate::model::flow::retry_id`]), so the
+/// chain is followed by id, as the queue's `after` follows it.
+pub fn latest_attempt(store: &Store, id: &str) -> String {
+    let mut id = id.to_string();
+    for _ in 0..crate::model::flow::MAX_ATTEMPTS {
+        let next = crate::model::flow::retry_id(&id);
+        if store.find_job(&next).is_err() {
+            break;
+        }
+        id = next;
+    }
+    id
+}
+
+/// `task` with the state of its latest job (its latest attempt) laid over a waiting one.
 pub fn effective(store: &Store, mut task: Task) -> Task {
     if !matches!(
         task.status,
@@ -28,6 +43,7 @@ pub fn effective(store: &Store, mut task: Task) -> Task {
     let Some(job) = task.jobs.last() else {
         return task;
     };
+    let job = &latest_attempt(store, job);
     match store.find_job(job).map(|l| l.status) {
         Ok(JobStatus::Running) => task.status = TaskStatus::Running,
         Ok(JobStatus::Failed) => {
