@@ -903,7 +903,6 @@ fn a_project_without_git_keeps_its_single_tree_and_says_so() {
 /// the same worktree on the shared project path, reset of beta's half-written file; the task
 /// follows the new attempt and the PRD ends complete.
 #[test]
-#[ignore = "fails since main's queue handover (1865e48): the standby manager now waits the lost-job grace, so orchestratord (store::fail_lost_jobs from orchestrator/machines.rs) judges beta lost first and fails A without the queue's retry policy, which only the queue manager applies; B then fails with its dependency. Passed before that change (tasks4 report)"]
 fn a_task_whose_machine_is_lost_is_retried_on_another() {
     let rig = Rig::new();
     let cfg = rig.env().root.join("config.yaml");

@@ -96,13 +96,23 @@ pub fn beat(shared: &Shared, holds_lock: bool) -> Vec<MachineChange> {
         tracing::warn!("machines: {p}");
     }
     let me = hostname();
-    if holds_lock {
-        for q in store.queue_ids().unwrap_or_default() {
-            store.fail_lost_jobs(&q, &me, &machines);
-        }
-    }
     let now = Timestamp::now();
     let after = store.config().machines.stale_after_seconds;
+    if holds_lock {
+        for q in store.queue_ids().unwrap_or_default() {
+            // A live manager of the queue fails its lost jobs itself, with the queue's retry
+            // policy (only it applies one); orchestratord does it for a queue nobody serves.
+            let served = machines.machines.iter().any(|m| {
+                !m.is_stale(&now, after)
+                    && m.daemons.iter().any(|d| {
+                        d.daemon == "queue-manager" && d.queue.as_deref() == Some(&q) && !d.stopped
+                    })
+            });
+            if !served {
+                store.fail_lost_jobs(&q, &me, &machines);
+            }
+        }
+    }
     let mut changes = Vec::new();
     for m in &machines.machines {
         let stale = m.is_stale(&now, after) && !m.all_stopped();
