@@ -1233,3 +1233,46 @@ fn view_job_says_a_failed_agents_message_once() {
         assert!(flat.contains("Result (the error above)"), "{text}");
     }
 }
+
+/// Issue 32 (a third day): a project folder renamed after `add-project` — the next job was
+/// queued without a word and failed "Working directory does not exist". The agent command
+/// now warns as it queues the job, naming the folder and the fix; with the folder there it
+/// says nothing.
+#[test]
+fn a_job_for_a_project_whose_folder_moved_is_warned_about_as_it_is_queued() {
+    let env = TestEnv::initialised();
+    env.ok(&["login", "chenry"]);
+    let old = env.dir.path().join("code/soil-model");
+    std::fs::create_dir_all(&old).unwrap();
+    env.ok(&["add-project", "soil", "--directory", old.to_str().unwrap()]);
+    let quiet = env.run(&["--bus", "none", "research-code", "--project", "soil"]);
+    assert!(quiet.status.success(), "{quiet:?}");
+    assert!(
+        !String::from_utf8_lossy(&quiet.stderr).contains("does not exist"),
+        "{quiet:?}"
+    );
+    std::fs::rename(&old, env.dir.path().join("code/soil")).unwrap();
+    for cols in [80, 160] {
+        let o = env
+            .cli()
+            .env("COLUMNS", cols.to_string())
+            .args(["--bus", "none", "research-code", "--project", "soil"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{o:?}");
+        assert!(String::from_utf8_lossy(&o.stdout).starts_with("Job queued: "));
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        let flat = err.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            flat.contains(&format!("{} does not exist on this machine", old.display()))
+                && flat.contains("`orchestrator edit-project soil --directory DIR`"),
+            "{cols} columns: {err}"
+        );
+        for l in err.lines() {
+            // A path or a command in backticks is never split (it may pass the width alone).
+            if !l.contains('/') && !l.contains('`') {
+                assert!(l.chars().count() <= cols, "{cols} columns: {l:?}\n{err}");
+            }
+        }
+    }
+}

@@ -353,9 +353,15 @@ async fn missing_working_directory_fails_gracefully() {
         );
         let (state, doc) = run_one(&mut s, "c-nodir", &j).await;
         assert_eq!(state, "failed");
-        assert_eq!(
-            doc["runtime"]["error"],
-            "Working directory does not exist: /nonexistent/project"
+        let error = doc["runtime"]["error"].as_str().unwrap_or_default();
+        assert!(
+            error.starts_with("Working directory does not exist: /nonexistent/project (on "),
+            "{error}"
+        );
+        // Issue 32: the fix, named.
+        assert!(
+            error.contains("--directory NEW_DIR`, then `orchestrator retry` the job"),
+            "{error}"
         );
         s.manager.stop().await;
     })

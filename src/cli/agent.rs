@@ -464,12 +464,16 @@ pub(super) fn send(g: &GlobalArgs, out: &mut dyn Write, msg: Message) -> CliResu
             if let Some(q) = m.content.get("queue").and_then(Value::as_str) {
                 warn_unserved(g, &store, q);
             }
+            if m.status != MessageStatus::Error {
+                warn_missing_folder(&store, &msg);
+            }
             follow_job(g, out, &store, &m, started)
         }
         Delivery::Inbox { path, answer: None } => {
             if let Some(q) = &queue {
                 warn_unserved(g, &store, q);
             }
+            warn_missing_folder(&store, &msg);
             let pending = pending_answer(&store, &msg, queue.as_deref());
             match g.format {
                 Format::Json => write_json(out, &pending)?,
@@ -485,6 +489,21 @@ pub(super) fn send(g: &GlobalArgs, out: &mut dyn Write, msg: Message) -> CliResu
             }
             Ok(())
         }
+    }
+}
+
+/// Says on stderr, once a job is queued, when its project's folder is not on this machine
+/// (renamed or moved since `add-project`): the job fails "Working directory does not exist"
+/// on any machine without it (issue 32: nothing said so until the job had failed).
+fn warn_missing_folder(store: &Store, msg: &Message) {
+    if !crate::orchestrator::commands::creates_job(&msg.command) {
+        return;
+    }
+    let Some(project) = msg.project.as_deref() else {
+        return;
+    };
+    if let Ok(p) = store.project(project) {
+        super::admin::warn_missing_directory(&p.id, std::path::Path::new(&p.directory));
     }
 }
 
@@ -572,6 +591,8 @@ fn follow_job(
         match status {
             Some(JobStatus::Finished) => {
                 writeln!(out, "Job {id}: finished")?;
+                // Issue 32: where to read what it did (it said only "finished").
+                writeln!(out, "  its result: orchestrator view-job {id}")?;
                 return Ok(());
             }
             Some(JobStatus::Failed) => {

@@ -278,22 +278,77 @@ pub(super) fn answer(
             &json!({"job_id": job, "request_id": id, "queue": loc.queue, "allow": allow,
                     "always": always, "message": reason}),
         )?,
-        Format::Text => writeln!(
-            out,
-            "{what} request {id} of job {job}{}",
-            if always {
-                " (and the same tool for the rest of the job)"
-            } else {
-                ""
+        Format::Text => {
+            let text = answered_text(what, &id, job, always);
+            for line in
+                super::render::wrap_indented(&text, super::render::terminal_width(), "", "  ")
+            {
+                writeln!(out, "{line}")?;
             }
-        )?,
+        }
     }
     Ok(())
+}
+
+/// What `approve`/`deny` print: the request as `approvals` names it (`a2`, not its 70
+/// characters of id; `--format json` has the whole id) and the job.
+fn answered_text(what: &str, id: &str, job: &str, always: bool) -> String {
+    let short = id
+        .strip_prefix(job)
+        .and_then(|r| r.strip_prefix('-'))
+        .and_then(|r| r.split('-').next())
+        .filter(|n| n.starts_with('a'))
+        .unwrap_or(id);
+    format!(
+        "{what} request {short} of job {job}{}",
+        if always {
+            " (and the same tool for the rest of the job)"
+        } else {
+            ""
+        }
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::request_id;
+
+    /// Issue 32: `deny` said "Denied request JOB-a2-<24 hex> of job JOB" (146 characters);
+    /// it names the request as `approvals` does and fits 80 columns, the always note wrapped.
+    #[test]
+    fn an_answer_names_the_request_as_approvals_does() {
+        let job = "3721e643-7d2c-5f13-9166-f3e587253c8f";
+        let id = format!("{job}-a2-f0669d658ea0445cbc973cd4");
+        let t = super::answered_text("Denied", &id, job, false);
+        assert_eq!(t, format!("Denied request a2 of job {job}"));
+        assert!(t.chars().count() <= 80, "{t}");
+        let t = super::answered_text("Allowed", &id, job, true);
+        for width in [80, 160] {
+            let lines = crate::cli::render::wrap_indented(&t, width, "", "  ");
+            assert!(
+                lines.iter().all(|l| l.chars().count() <= width),
+                "{lines:?}"
+            );
+            assert!(
+                lines[0].starts_with("Allowed request a2 of job 3721e643-"),
+                "{lines:?}"
+            );
+            let flat = lines
+                .join(" ")
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ");
+            assert!(
+                flat.contains("the same tool for the rest of the job"),
+                "{lines:?}"
+            );
+        }
+        // An id of another shape is shown whole.
+        assert_eq!(
+            super::answered_text("Denied", "odd", job, false),
+            format!("Denied request odd of job {job}")
+        );
+    }
 
     /// Issue 32: the listing says how to answer, with the short number `approve` takes, and
     /// fits the terminal at 80 and 160 columns without cutting the job id or the command.

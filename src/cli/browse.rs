@@ -643,7 +643,48 @@ pub(super) fn view_queue(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliRe
     if let Some(s) = super::jobs::live_states(&[id.to_string()]).get(id) {
         with_live(&mut queue, s);
     }
-    show(g, out, &queue)
+    if g.format == Format::Json {
+        return show(g, out, &queue);
+    }
+    // Text: the approval rules read as rules, not a cut JSON array (issue 32).
+    let policy = queue.config.approvals.take();
+    show(g, out, &queue)?;
+    if let Some(p) = policy {
+        for line in approvals_text(&p, super::render::terminal_width()) {
+            writeln!(out, "{line}")?;
+        }
+    }
+    Ok(())
+}
+
+/// A queue's approval policy as `view-queue` prints it: each rule on a line (first match
+/// wins), then what happens otherwise and when nobody answers; wrapped to the terminal.
+pub(super) fn approvals_text(
+    p: &crate::model::approval::ApprovalPolicy,
+    width: usize,
+) -> Vec<String> {
+    use crate::model::approval::Decision;
+    let word = |d: Decision| match d {
+        Decision::Allow => "allow",
+        Decision::Deny => "deny",
+        Decision::Ask => "ask a person",
+    };
+    let mut lines = vec!["Approvals (the first rule that matches decides)".to_string()];
+    for (i, r) in p.rules.iter().enumerate() {
+        let what = match &r.pattern {
+            Some(pat) => format!("{} {pat}", r.tool),
+            None => format!("{} (any)", r.tool),
+        };
+        let text = format!("{}. {what} → {}", i + 1, word(r.decision));
+        lines.extend(super::render::wrap_indented(&text, width, "  ", "     "));
+    }
+    let rest = format!(
+        "otherwise {}; a request nobody answers in {} s is denied",
+        word(p.default),
+        p.deadline()
+    );
+    lines.extend(super::render::wrap_indented(&rest, width, "  ", "  "));
+    lines
 }
 
 /// Overlays the manager's live D-Bus state on the (possibly stale) runtime from the file.
@@ -910,5 +951,55 @@ impl Spool {
             each(&cells)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::model::approval::{ApprovalPolicy, ApprovalRule, Decision};
+
+    /// Issue 32: `view-queue` shows the approval rules whole, one a line, at 80 and 160
+    /// columns (it cut them to `[{"tool"… (110 chars; …)`).
+    #[test]
+    fn approval_rules_read_whole_at_80_and_160_columns() {
+        let p = ApprovalPolicy {
+            rules: vec![
+                ApprovalRule {
+                    tool: "Bash".into(),
+                    pattern: Some("git push*".into()),
+                    decision: Decision::Deny,
+                },
+                ApprovalRule {
+                    tool: "Write".into(),
+                    pattern: Some(format!("/home/rosa/{}/*", "deep/".repeat(20))),
+                    decision: Decision::Allow,
+                },
+                ApprovalRule {
+                    tool: "*".into(),
+                    pattern: None,
+                    decision: Decision::Ask,
+                },
+            ],
+            default: Decision::Ask,
+            deadline_seconds: 300,
+        };
+        for width in [80, 160] {
+            let lines = super::approvals_text(&p, width);
+            let text = lines.join("\n");
+            for l in &lines {
+                assert!(l.chars().count() <= width, "{width}: {l:?}\n{text}");
+            }
+            assert!(!text.contains('…'), "nothing cut: {text}");
+            assert!(lines[1].starts_with("  1. Bash git push* → deny"), "{text}");
+            assert!(text.contains("3. * (any) → ask a person"), "{text}");
+            let flat = lines.iter().map(|l| l.trim()).collect::<Vec<_>>().join(" ");
+            assert!(flat.contains("/home/rosa/deep/"), "{text}");
+            assert!(
+                flat.contains(
+                    "otherwise ask a person; a request nobody answers in 300 s is denied"
+                ),
+                "{text}"
+            );
+        }
     }
 }

@@ -85,6 +85,17 @@ pub fn wrap(text: &str, width: usize) -> Vec<String> {
     lines
 }
 
+/// [`wrap`] with an indent: the first line after `first`, the others after `rest`, every
+/// line at most `width` characters.
+pub fn wrap_indented(text: &str, width: usize, first: &str, rest: &str) -> Vec<String> {
+    let room = width.saturating_sub(first.chars().count().max(rest.chars().count()));
+    wrap(text, room.max(10))
+        .into_iter()
+        .enumerate()
+        .map(|(i, l)| format!("{}{l}", if i == 0 { first } else { rest }))
+        .collect()
+}
+
 /// The width to fit what goes to standard error to: `COLUMNS` when set to a number (at least
 /// 40), else the width of the terminal on stderr; none when neither says (a pipe, a file, the
 /// journal: a message stays one line there, for grep).

@@ -159,10 +159,9 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, a: SetupArgs) -> CliResul
             store.add_user(&User {
                 id: user_id.clone(),
                 name: a.name.clone().unwrap_or_else(|| me.clone()),
-                email: a
-                    .email
-                    .clone()
-                    .unwrap_or_else(|| format!("{me}@{}", crate::store::hostname())),
+                email: a.email.clone().unwrap_or_else(|| {
+                    format!("{me}@{}", crate::store::identity::display_hostname())
+                }),
                 permissions: if first {
                     Permission::Admin
                 } else {

@@ -336,9 +336,14 @@ fn execute(
         .unwrap_or_else(|| run_as.home.clone());
     let cwd = PathBuf::from(&job.config.working_directory);
     if job.config.jobtype != JobType::Noop && !cwd.is_dir() {
+        // Issue 32: say where, and the fix (a project folder renamed after its jobs were
+        // queued is the usual cause).
         return Outcome::fail(format!(
-            "Working directory does not exist: {}",
-            job.config.working_directory
+            "Working directory does not exist: {} (on {}); if the project moved: \
+             `orchestrator edit-project {} --directory NEW_DIR`, then `orchestrator retry` the job",
+            job.config.working_directory,
+            crate::store::identity::display_hostname(),
+            job.config.project
         ));
     }
     // Issue 30: a PRD's integration job merges its tasks' branches (no agent).
