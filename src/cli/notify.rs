@@ -324,7 +324,13 @@ pub(super) fn list(g: &GlobalArgs, out: &mut dyn Write, a: &NotificationsArgs) -
         match e.step {
             Step::Begin => {
                 r.attempts += 1;
-                r.state = "sending";
+                // An attempt after a failure is a retry in flight: still failing, as far as
+                // anyone knows, with its last error (`--failed` keeps listing it).
+                r.state = if r.error.is_some() {
+                    "retrying"
+                } else {
+                    "sending"
+                };
             }
             Step::Sent => r.state = "sent",
             Step::Failed => {
