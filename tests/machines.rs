@@ -703,15 +703,7 @@ fn a_stale_queued_copy_of_a_job_that_moved_on_is_never_run() {
     wait(Duration::from_secs(60), "the fresh job finished", || {
         env.job_file("finished", "fresh").exists()
     });
-    let logs = || {
-        std::fs::read_dir(env.root.join("logs"))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|e| e.file_name().to_string_lossy().starts_with("queue-"))
-            .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
-            .collect::<String>()
-    };
+    let logs = || queue_logs(&env);
     // The job has ended: its stale queued copy goes (it would otherwise wait for a delete
     // that never comes, and run once the failed job is archived), the ended job stays.
     wait(Duration::from_secs(20), "the manager saying why", || {
@@ -756,15 +748,7 @@ fn a_second_machines_copy_of_one_messages_job_never_runs_again() {
     wait(Duration::from_secs(60), "the fresh job finished", || {
         env.job_file("finished", "fresh").exists()
     });
-    let logs = || {
-        std::fs::read_dir(env.root.join("logs"))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|e| e.file_name().to_string_lossy().starts_with("queue-"))
-            .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
-            .collect::<String>()
-    };
+    let logs = || queue_logs(&env);
     wait(
         Duration::from_secs(20),
         "the manager removing the copy",
@@ -784,6 +768,17 @@ fn a_second_machines_copy_of_one_messages_job_never_runs_again() {
         !env.job_file("running", "dup").exists() && !env.job_file("failed", "dup").exists(),
         "the second copy ran"
     );
+}
+
+/// Every queue manager's log of the store, as one text.
+fn queue_logs(env: &QueueEnv) -> String {
+    std::fs::read_dir(env.root.join("logs"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("queue-"))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .collect::<String>()
 }
 
 /// A heartbeat of `host` last seen `last_seen` (an old time: a machine silent for long).

@@ -149,7 +149,7 @@ fn no_bus_at_all_daemons_run_and_the_cli_uses_the_inbox() {
     let id = job_id(&o);
     assert_eq!(
         text(&o.stdout),
-        format!("Job queued: {id}\nJob {id}: finished\n")
+        format!("Job queued: {id}\nJob {id}: finished\n  its result: orchestrator view-job {id}\n")
     );
     assert!(
         root.join(format!("Queues/poplar/Jobs/finished_jobs/{id}.json"))
@@ -675,7 +675,9 @@ fn the_four_agent_commands_work_out_of_the_box() {
         let id = job_id(&o);
         assert_eq!(
             text(&o.stdout),
-            format!("Job queued: {id}\nJob {id}: finished\n"),
+            format!(
+                "Job queued: {id}\nJob {id}: finished\n  its result: orchestrator view-job {id}\n"
+            ),
             "{args:?}"
         );
         let job: Value = serde_json::from_slice(
