@@ -80,22 +80,7 @@ fn a_standby_takes_over_only_a_lock_it_watched_unchanged_for_the_stale_time() {
         crate::model::Timestamp(long_ago.0 + chrono::Duration::seconds(2)),
     );
     let rewritten = Instant::now();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !seat.role().answers() {
-        assert!(
-            Instant::now() < deadline,
-            "never took over: {:?}",
-            seat.role()
-        );
-        seat.poll(&store).unwrap();
-        if !seat.role().answers() {
-            assert!(
-                rewritten.elapsed() < Duration::from_secs(30),
-                "still waiting"
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    poll_until_answering(&mut seat, &store);
     assert!(
         rewritten.elapsed() >= timing().stale_after,
         "took over {:?} after the lock last changed, before watching it for the stale time ({:?} since the first look)",
@@ -116,16 +101,7 @@ fn after_a_take_over_every_message_waits_until_the_old_holder_is_seen_standing_d
     other_lock(&store, "elsewhere", 3, beat);
     let mut seat = Seat::new(store.lock_path(), timing(), Duration::ZERO, true)
         .with_hold(Duration::from_secs(60));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !seat.role().answers() {
-        assert!(
-            Instant::now() < deadline,
-            "never took over: {:?}",
-            seat.role()
-        );
-        seat.poll(&store).unwrap();
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    poll_until_answering(&mut seat, &store);
     let later = SystemTime::now() + Duration::from_secs(5);
     assert!(
         seat.lease().holds(later),
@@ -174,4 +150,18 @@ fn a_fence_ends_after_the_stale_time_when_nobody_is_seen_and_never_with_no_hold(
     let mut none = Seat::new(store.lock_path(), timing(), Duration::ZERO, true);
     none.fence(Some("elsewhere"), crate::model::Timestamp::now());
     assert!(!none.lease().holds(later), "no hold configured: no fence");
+}
+
+/// Polls `seat` until it answers (it took the lock over), for at most 30 s.
+fn poll_until_answering(seat: &mut Seat, store: &Store) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !seat.role().answers() {
+        assert!(
+            Instant::now() < deadline,
+            "never took over: {:?}",
+            seat.role()
+        );
+        seat.poll(store).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
