@@ -399,17 +399,25 @@ mod tests {
         ok
     }
 
+    /// True where Landlock and a mount namespace are there to try; elsewhere the test has
+    /// nothing to try, which CI never accepts.
+    fn sandbox_here() -> bool {
+        let here = crate::agent::tools::sandbox::kernel_abi() >= 1
+            && crate::agent::tools::sandbox::Support::detect(None).mount_namespace;
+        assert!(
+            here || std::env::var_os("CI").is_none(),
+            "CI needs the sandbox"
+        );
+        here
+    }
+
     /// Issue 28, sandbox3: a job may write its agent's state directory, but not the files in
     /// it that the user's own later, unconfined sessions of that agent run or obey: Claude
     /// Code's user settings (hooks run shell commands), its CLAUDE.md, commands, agents and
     /// skills; Codex's config.toml (`notify`, MCP servers run programs) and AGENTS.md.
     #[test]
     fn a_job_cannot_rewrite_what_the_users_own_agent_sessions_run() {
-        if crate::agent::tools::sandbox::kernel_abi() < 1
-            || !crate::agent::tools::sandbox::Support::detect(None).mount_namespace
-        {
-            // Neither Landlock nor the mount namespace here: nothing to try.
-            assert!(std::env::var_os("CI").is_none(), "CI needs the sandbox");
+        if !sandbox_here() {
             return;
         }
         let t = tempfile::tempdir().unwrap();
@@ -483,10 +491,7 @@ mod tests {
     /// when it ends and the record says so.
     #[test]
     fn steering_files_a_job_made_are_removed_and_recorded() {
-        if crate::agent::tools::sandbox::kernel_abi() < 1
-            || !crate::agent::tools::sandbox::Support::detect(None).mount_namespace
-        {
-            assert!(std::env::var_os("CI").is_none(), "CI needs the sandbox");
+        if !sandbox_here() {
             return;
         }
         let t = tempfile::tempdir().unwrap();
