@@ -37,10 +37,10 @@ dpkg-deb -c "$SYS_DEB" | awk '$1 !~ /^d/ {sub(/^\./, "", $6); print $1, $6}' | s
 rpm -qp --qf '[%{FILEMODES:perms} %{FILENAMES}\n]' "$SYS_RPM" | awk '$1 !~ /^d/' | sort -k2 >"$work/rpm"
 sys_log "files: $(wc -l <"$work/deb") in the .deb, $(wc -l <"$work/rpm") in the .rpm"
 sys_check "the .deb has files" test "$(wc -l <"$work/deb")" -gt 50
-# What the conventions want differently: Debian's documentation and lintian overrides are
-# the .deb's alone; zsh completions go to vendor-completions on Debian, site-functions on
-# RPM systems.
-sed -e '\|^[^ ]* /usr/share/doc/agentstore/|d' -e '\|^[^ ]* /usr/share/lintian/overrides/|d' \
+# What the conventions want differently: Debian's copyright and changelog.Debian.gz and the
+# lintian overrides are the .deb's alone (the README is in both); zsh completions go to
+# vendor-completions on Debian, site-functions on RPM systems.
+sed -e '\,^[^ ]* /usr/share/doc/agentstore/\(copyright\|changelog\.Debian\.gz\)$,d' -e '\|^[^ ]* /usr/share/lintian/overrides/|d' \
     -e 's|/usr/share/zsh/vendor-completions/|/usr/share/zsh/site-functions/|' "$work/deb" | sort -k2 >"$work/deb.mapped"
 if diff -u "$work/deb.mapped" "$work/rpm" >"$work/diff"; then
     sys_pass "the .rpm holds the .deb's files with the same modes ($(wc -l <"$work/rpm") files)"
