@@ -60,10 +60,11 @@ pub fn run_all(shared: &Shared) -> Result<Vec<Handled>, StoreError> {
 /// activity (the idle timer waits for a backlog). Returns how many jobs it handled.
 pub fn run_background(shared: &Shared, stop: &AtomicBool) -> usize {
     let lock_path = shared.store.lock_path();
+    let stale_after = shared.store.config().orchestrator.lock_stale_after();
     let mut handled = 0;
     while !stop.load(Ordering::Relaxed) {
         let answers = shared.role.lock().map(|r| r.answers()).unwrap_or(false);
-        if !answers || super::lock::holder_elsewhere(&lock_path).is_some() {
+        if !answers || super::lock::holder_elsewhere(&lock_path, stale_after).is_some() {
             break;
         }
         match run_batch(shared) {

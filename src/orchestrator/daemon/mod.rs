@@ -135,7 +135,8 @@ fn pass(shared: &Shared, with_completions: bool) -> Result<CycleReport, StoreErr
             source: std::io::Error::other("routing lock poisoned"),
         })?;
         let lock_path = store.lock_path();
-        let ours = || match super::lock::holder_elsewhere(&lock_path) {
+        let stale_after = store.config().orchestrator.lock_stale_after();
+        let ours = || match super::lock::holder_elsewhere(&lock_path, stale_after) {
             // A holder whose lease ran out (stopped, suspended, a full disk) answers nothing
             // until its lock thread has written the lock again and settled.
             None if shared.lapsed_reason().is_some() => {

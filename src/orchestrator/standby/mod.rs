@@ -78,9 +78,9 @@ pub struct Seat {
     last_recovery: Instant,
     lease: Lease,
     hold_for: Duration,
-    /// The other host's lock this standby watches, and since when (this process's clock) it
-    /// has not changed.
-    watched: Option<(LockInfo, Instant)>,
+    /// The other machines' locks and claims this standby watches, highest rank first, and
+    /// since when (this process's clock) none has changed.
+    watched: Option<(Vec<LockInfo>, Instant)>,
     /// Set when a fence ended: the loop is woken to answer what waited.
     released: bool,
 }
@@ -201,12 +201,13 @@ impl Seat {
     /// heartbeat written inside says how old this copy is, not how long the holder has been
     /// silent. False while the lock (another host's) changed within the stale time.
     fn watched_long_enough(&mut self) -> bool {
-        let Some(held) =
-            super::lock::read_lock(&self.path).filter(|l| l.host != crate::store::hostname())
-        else {
+        // The shared file and every other machine's claim: a live holder rewrites at least
+        // its claim, which no sync engine leaves behind as a conflict copy.
+        let held = super::lock::claims::holders_elsewhere(&self.path, &crate::store::hostname());
+        if held.is_empty() {
             self.watched = None;
             return true;
-        };
+        }
         let since = match &self.watched {
             Some((seen, since)) if *seen == held => *since,
             _ => {
@@ -374,7 +375,7 @@ impl Seat {
 
     fn try_take(&mut self, store: &Store) -> Result<(), DaemonError> {
         if self.eligible && !self.watched_long_enough() {
-            if let Some((held, _)) = &self.watched {
+            if let Some(held) = self.watched.as_ref().and_then(|(all, _)| all.first()) {
                 self.role = Role::Standby(format!(
                     "the store lock is held by PID {} on {}",
                     held.pid, held.host

@@ -21,6 +21,12 @@
 //! re-reads the lock ([`StoreLock::check`]) and yields to a holder that outranks it (a
 //! higher epoch, or the same epoch and a smaller host name), and rewrites its own lock over
 //! one that ranks lower (an old holder's late write carried in by the sync engine).
+//!
+//! Beside the shared file every holder keeps a claim only its machine writes
+//! (`<lock>@<machine>`, [`claims`]): a sync engine can leave each machine its own copy of the
+//! shared file, never of a claim, so the decisions above read the claims too.
+
+pub mod claims;
 
 use crate::model::Timestamp;
 use crate::store::{hostname, read_limited, safe, write_json_atomic};
@@ -146,6 +152,9 @@ pub struct StoreLock {
     /// A live holder of lower rank whose lock [`StoreLock::check`] found and wrote over
     /// since [`StoreLock::take_contested`] was last asked.
     contested: Option<LockInfo>,
+    /// Other machines' live claims of lower rank as last seen (a change means that holder
+    /// is still writing).
+    claims_seen: Vec<LockInfo>,
     /// The same-host `flock`, held until drop.
     _local: nix::fcntl::Flock<std::fs::File>,
 }
@@ -186,9 +195,20 @@ fn parse_lock(bytes: &[u8]) -> Option<LockInfo> {
 }
 
 /// The holder the lock file at `path` names when it is not this process (host and PID), if
-/// it names one.
-pub fn holder_elsewhere(path: &Path) -> Option<LockInfo> {
-    read_lock(path).filter(|l| l.host != hostname() || l.pid != std::process::id())
+/// it names one; else another machine's live claim (by `stale_after`) that outranks this
+/// process's own claim, when this process holds one.
+pub fn holder_elsewhere(path: &Path, stale_after: Duration) -> Option<LockInfo> {
+    let me = hostname();
+    if let Some(other) = read_lock(path).filter(|l| l.host != me || l.pid != std::process::id()) {
+        return Some(other);
+    }
+    let own = read_limited(&claims::claim_path(path, &me))
+        .ok()
+        .and_then(|b| parse_lock(&b))
+        .filter(|c| c.pid == std::process::id())?;
+    claims::live_claims_elsewhere(path, &me, stale_after)
+        .into_iter()
+        .find(|c| c.outranks(&own))
 }
 
 /// True when `info` no longer stands for a live orchestrator: on another host, silent for
@@ -296,6 +316,18 @@ impl StoreLock {
                 Err((_, e)) => return Err(io(std::io::Error::from(e))),
             };
         let now = Timestamp::now();
+        // Another machine's live claim: it holds the lock, whatever our copy of the shared
+        // file says (a sync engine may have left us our own copy of it).
+        if let Some(other) = claims::live_claims_elsewhere(path, &hostname(), timing.stale_after)
+            .into_iter()
+            .next()
+        {
+            return Err(LockError::Held {
+                host: other.host,
+                pid: other.pid,
+                path: path.to_path_buf(),
+            });
+        }
         let mut replaced = None;
         let mut info = LockInfo {
             host: hostname(),
@@ -304,7 +336,8 @@ impl StoreLock {
             heartbeat: now,
             boot_id: boot_id(),
             pid_start: pid_start_time(std::process::id()),
-            epoch: 1,
+            // One more than any epoch a claim names (a holder whose shared file we never saw).
+            epoch: claims::highest_epoch(path).saturating_add(1),
         };
         // 2. The synced file: create whole, or take a stale one over by compare-and-rename.
         for _ in 0..5 {
@@ -314,14 +347,17 @@ impl StoreLock {
             let _ = safe::remove_file(&tmp);
             match linked {
                 Ok(()) => {
-                    return Ok(StoreLock {
+                    let lock = StoreLock {
                         path: path.to_path_buf(),
                         info,
                         timing,
                         replaced,
                         contested: None,
+                        claims_seen: Vec::new(),
                         _local: local,
-                    });
+                    };
+                    lock.write_claim().map_err(io)?;
+                    return Ok(lock);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(io(e)),
@@ -402,10 +438,43 @@ impl StoreLock {
 
     fn write(&mut self) -> Result<(), LockError> {
         self.info.heartbeat = Timestamp::now();
-        write_json_atomic(&self.path, &self.info).map_err(|source| LockError::Io {
+        let io = |source| LockError::Io {
             path: self.path.clone(),
             source,
-        })
+        };
+        self.write_claim().map_err(io)?;
+        write_json_atomic(&self.path, &self.info).map_err(io)
+    }
+
+    /// Writes this machine's claim ([`claims`]) as the lock says now.
+    fn write_claim(&self) -> std::io::Result<()> {
+        write_json_atomic(&claims::claim_path(&self.path, &self.info.host), &self.info)
+    }
+
+    /// Other machines' live claims: one that outranks ours is the holder (`Held`); one of
+    /// lower rank that changed since last seen is a holder still writing (contested).
+    fn check_claims(&mut self) -> Result<(), LockError> {
+        let live =
+            claims::live_claims_elsewhere(&self.path, &self.info.host, self.timing.stale_after);
+        if let Some(top) = live.iter().find(|c| c.outranks(&self.info)) {
+            return Err(LockError::Held {
+                host: top.host.clone(),
+                pid: top.pid,
+                path: self.path.clone(),
+            });
+        }
+        if let Some(writing) = live.iter().find(|c| !self.claims_seen.contains(c)) {
+            tracing::warn!(
+                "PID {} on {} (epoch {}) still claims the store lock, below ours (epoch {})",
+                writing.pid,
+                writing.host,
+                writing.epoch,
+                self.info.epoch
+            );
+            self.contested = Some(writing.clone());
+        }
+        self.claims_seen = live;
+        Ok(())
     }
 
     /// Whether the lock is still ours, by what the file says now: ours → `Ok`; a holder
@@ -413,6 +482,7 @@ impl StoreLock {
     /// `Held`; a holder that ranks lower (a late write of an older holder, carried in by a
     /// sync engine) or no file at all → our lock is written again and `Ok`.
     pub fn check(&mut self) -> Result<(), LockError> {
+        self.check_claims()?;
         match read_lock(&self.path) {
             Some(current) if current.same_holder(&self.info) => Ok(()),
             Some(current) if current.outranks(&self.info) => Err(LockError::Held {
@@ -469,6 +539,7 @@ impl StoreLock {
 
 impl Drop for StoreLock {
     fn drop(&mut self) {
+        claims::remove_own(&self.path, &self.info);
         if read_lock(&self.path).is_some_and(|c| c.host == self.info.host && c.pid == self.info.pid)
         {
             let _ = safe::remove_file(&self.path);
