@@ -939,6 +939,67 @@ fn a_lost_jobs_claim_left_by_a_crash_is_completed_by_the_next_sweep() {
     assert!(left.is_empty(), "{left:?}");
 }
 
+/// Two machines both judged a third lost and each claimed its own copy of the job; the sync
+/// engine brought one's failed document beside the other's claim (the soak: one claim
+/// retried every 6 s for 80 minutes, "File exists"). The same job: the claim goes, the
+/// failure recorded once. Another job under that id: the claim is set aside under
+/// `conflicts/`, never lost and never tried again.
+#[test]
+fn a_lost_jobs_claim_meeting_a_failed_copy_is_settled_once() {
+    let env = QueueEnv::new(1);
+    fast_machines(&env.root);
+    beat_at(&env.root, "beta", "2026-01-01T00:00:00Z");
+    let store = env.store();
+    let running = job_in(&noop(1.0), "running", "beta", None);
+    let failed_here = job_in(
+        &noop(1.0),
+        "failed",
+        "beta",
+        Some("Machine beta stopped reporting at 2026-01-01T00:00:00Z"),
+    );
+    let mut other = noop(2.0);
+    other["config"]["task_description"] = "another job under the same id".into();
+    let other_failed = job_in(&other, "failed", "beta", Some("something else"));
+    let running_dir = env.job_file("running", "x").parent().unwrap().to_path_buf();
+    for (id, failed) in [("same", &failed_here), ("other", &other_failed)] {
+        agentstore::store::write_json_atomic(&running_dir.join(format!(".{id}.lost")), &running)
+            .unwrap();
+        agentstore::store::write_json_atomic(&env.job_file("failed", id), failed).unwrap();
+    }
+    let machines = store.machines();
+    for _ in 0..2 {
+        store.fail_lost_jobs("q1", "alpha", &machines);
+    }
+    let left: Vec<_> = std::fs::read_dir(&running_dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    let kept: Value =
+        serde_json::from_slice(&std::fs::read(env.job_file("failed", "other")).unwrap()).unwrap();
+    assert_eq!(
+        kept["runtime"]["error"], "something else",
+        "the other job is untouched"
+    );
+    let aside = store
+        .root()
+        .join("conflicts")
+        .join(running_dir.strip_prefix(store.root()).unwrap())
+        .join(".other.lost");
+    let aside: Value = serde_json::from_slice(&std::fs::read(&aside).unwrap()).unwrap();
+    assert_eq!(aside["runtime"]["host"], "beta", "the claim is kept whole");
+    assert!(
+        !store
+            .root()
+            .join("conflicts")
+            .join(running_dir.strip_prefix(store.root()).unwrap())
+            .join(".same.lost")
+            .exists(),
+        "the same job's second record is not kept"
+    );
+}
+
 /// The machine judged lost comes back (a partition, a laptop waking) with its worker alive,
 /// and its sync engine brought the running copy back: the failure stands. Its own manager
 /// removes the copy, stops the worker, and the late worker writes nothing.

@@ -59,7 +59,57 @@ impl Store {
             }
             Err(_) => super::jobfile::rewrite_failed_raw(claim, &bytes, error)?,
         }
-        super::move_no_replace(claim, &dst).map_err(|source| StoreError::Io { path: dst, source })
+        match super::move_no_replace(claim, &dst) {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                self.settle_second_failure(claim, &dst)
+            }
+            other => other.map_err(|source| StoreError::Io { path: dst, source }),
+        }
+    }
+
+    /// A failed copy of the claimed job is already in `failed_jobs/`: another machine judged
+    /// the same machine lost and claimed its own copy, and the sync engine brought both. The
+    /// same job: the claim is a second record of one failure and goes. Another job under
+    /// the same id: the claim is set aside under `conflicts/` (never lost, never retried
+    /// forever).
+    fn settle_second_failure(&self, claim: &Path, dst: &Path) -> super::Result<()> {
+        let read = |p: &Path| self.read_doc::<Job>(DocKind::Job, p).ok();
+        let same = match (read(claim), read(dst)) {
+            (Some(a), Some(b)) => a.is_same_job_as(&b) || b.is_same_job_as(&a),
+            _ => false,
+        };
+        if same {
+            tracing::info!(
+                "lost-job claim {}: the job is already failed in {} (another machine claimed it too); the claim goes",
+                claim.display(),
+                dst.display()
+            );
+            return safe::remove_file(claim).map_err(|source| StoreError::Io {
+                path: claim.to_path_buf(),
+                source,
+            });
+        }
+        let aside = super::conflicts::set_aside_path(self, claim);
+        let mut to = aside.clone();
+        for n in 1.. {
+            if !safe::exists(&to) {
+                break;
+            }
+            to = aside.with_extension(format!("lost.{n}"));
+        }
+        if let Some(dir) = to.parent() {
+            safe::create_dir_all(dir).map_err(|source| StoreError::Io {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        }
+        tracing::warn!(
+            "lost-job claim {}: {} holds another job under the same id; set aside as {}",
+            claim.display(),
+            dst.display(),
+            to.display()
+        );
+        super::move_no_replace(claim, &to).map_err(|source| StoreError::Io { path: to, source })
     }
 
     /// Completes the lost-job claims a crash left in `running_jobs/` (`.<id>.lost`): the
