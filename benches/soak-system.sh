@@ -12,7 +12,9 @@
 # tmpfs of this size, so "disk full" fills that and nothing else), SOAK_GRACE (600 s: an
 # unanswered message older than this counts as lost, a job older than its timeout + this as
 # stuck), SOAK_FAULTS (the cycle, default "kill9 pause kill9 disk sigstop reboot upgrade"),
-# SOAK_APPROVAL_DEADLINE (60 s: an agent job's approval request unanswered this long is denied).
+# SOAK_APPROVAL_DEADLINE (60 s: an agent job's approval request unanswered this long is denied),
+# SOAK_SHARED_QUEUES (0: alpha serves oak, beta beech; 1: both machines run both queues'
+# managers, one serving each queue at a time).
 # Exit status 0 only when the final report has 0 lost, 0 doubled, 0 run twice, 0 stuck, 0
 # answers without their event and 0 approval requests answered twice.
 # shellcheck source-path=SCRIPTDIR/../tests/system
@@ -40,6 +42,7 @@ MSG_INTERVAL=${SOAK_MSG_INTERVAL:-0.7}
 STORE_MB=${SOAK_STORE_MB:-512}
 GRACE=${SOAK_GRACE:-600}
 APPROVAL_DEADLINE=${SOAK_APPROVAL_DEADLINE:-60}
+SHARED_QUEUES=${SOAK_SHARED_QUEUES:-0}
 read -r -a schedule <<<"${SOAK_FAULTS:-kill9 pause kill9 disk sigstop reboot upgrade}"
 out=${out:-$repo/target/soak-system/$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$out"
@@ -245,14 +248,24 @@ log "Syncthing joined the two copies (alpha $id_alpha, beta $id_beta)"
 # do not both take a free lock in the same second (that leaves a conflict copy of the lock).
 on alpha systemctl add-wants multi-user.target agentstore-orchestrator.service >/dev/null 2>&1 || true
 on beta systemctl add-wants multi-user.target agentstore-orchestrator.service >/dev/null 2>&1 || true
-on alpha systemctl enable queue-manager@oak.service >/dev/null 2>&1 || true
-on beta systemctl enable queue-manager@beech.service >/dev/null 2>&1 || true
-on alpha systemctl start agentstore-orchestrator.service queue-manager@oak.service || sys_die "alpha's daemons did not start"
+# Which queue managers each machine runs: one queue each, or with SOAK_SHARED_QUEUES=1 both
+# queues on both machines (one serves a queue at a time through the sync engine, the other
+# takes it over when the server is gone: src/queue/handover.rs).
+if [ "$SHARED_QUEUES" = 1 ]; then
+    qm_alpha=(queue-manager@oak.service queue-manager@beech.service)
+    qm_beta=(queue-manager@oak.service queue-manager@beech.service)
+else
+    qm_alpha=(queue-manager@oak.service)
+    qm_beta=(queue-manager@beech.service)
+fi
+on alpha systemctl enable "${qm_alpha[@]}" >/dev/null 2>&1 || true
+on beta systemctl enable "${qm_beta[@]}" >/dev/null 2>&1 || true
+on alpha systemctl start agentstore-orchestrator.service "${qm_alpha[@]}" || sys_die "alpha's daemons did not start"
 sys_wait_until 120 "alpha's store lock on beta" on beta test -s /var/lib/agentstore/.orchestrator.lock ||
     sys_die "alpha's store lock never reached beta"
-on beta systemctl start agentstore-orchestrator.service queue-manager@beech.service || sys_die "beta's daemons did not start"
-units_alpha=(agentstore-orchestrator.service queue-manager@oak.service soak-syncthing.service)
-units_beta=(agentstore-orchestrator.service queue-manager@beech.service soak-syncthing.service)
+on beta systemctl start agentstore-orchestrator.service "${qm_beta[@]}" || sys_die "beta's daemons did not start"
+units_alpha=(agentstore-orchestrator.service "${qm_alpha[@]}" soak-syncthing.service)
+units_beta=(agentstore-orchestrator.service "${qm_beta[@]}" soak-syncthing.service)
 
 # --- load: a writer per machine, a D-Bus caller and a canceller on alpha -------------------------
 for n in alpha beta; do
@@ -357,7 +370,7 @@ on alpha systemctl enable --now soak-writer.service soak-dbus.service soak-cance
 on beta systemctl enable --now soak-writer.service soak-approver.service >/dev/null 2>&1
 load_units_alpha=(soak-writer.service soak-dbus.service soak-cancel.service soak-approver.service)
 load_units_beta=(soak-writer.service soak-approver.service)
-log "load running: a writer per machine (every ${MSG_INTERVAL}s), D-Bus Submit every 1 s and a cancel every 30 s on alpha, an approver on each; $WORKERS workers per queue (oak on alpha, beech on beta)"
+log "load running: a writer per machine (every ${MSG_INTERVAL}s), D-Bus Submit every 1 s and a cancel every 30 s on alpha, an approver on each; $WORKERS workers per queue ($([ "$SHARED_QUEUES" = 1 ] && echo "both queues on both machines" || echo "oak on alpha, beech on beta"))"
 
 # --- faults ---------------------------------------------------------------------------------------
 declare -A faults_done
@@ -397,7 +410,7 @@ fault_reboot() {
     boot_opts beta
     if sys_reboot soak-beta "${opts[@]}" >>"$out/reboot.log" 2>&1; then
         if sys_wait_until 120 "beta's daemons after the reboot" on beta systemctl is-active --quiet \
-            agentstore-orchestrator.service queue-manager@beech.service soak-syncthing.service; then
+            "${units_beta[@]}"; then
             log "fault: beta rebooted (systemctl reboot); its daemons back after $(($(date +%s) - t0)) s"
         else
             log "fault: beta rebooted but its daemons are not all active after $(($(date +%s) - t0)) s"
