@@ -86,12 +86,15 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write) -> CliResult {
             }
             let fails = checks.iter().filter(|c| c.verdict == Verdict::Fail).count();
             let warns = checks.iter().filter(|c| c.verdict == Verdict::Warn).count();
+            let plural = |n: usize, one: &str, many: &str| {
+                format!("{n} {}", if n == 1 { one } else { many })
+            };
             writeln!(
                 out,
-                "{} checks: {} failed, {} warnings",
-                checks.len(),
+                "{}: {} failed, {}",
+                plural(checks.len(), "check", "checks"),
                 fails,
-                warns
+                plural(warns, "warning", "warnings")
             )?;
         }
     }
@@ -108,10 +111,17 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write) -> CliResult {
 pub fn checks(g: &GlobalArgs) -> Vec<Check> {
     let mut out = Vec::new();
     let (root, source) = resolve_root(g.root.as_deref());
+    let system = g.store_bus() == BusKind::System;
     let Some(store) = store_checks(&root, &source, &mut out) else {
+        // What does not need the store is still checked: fix one thing, not one at a time.
+        out.push(bus_check(g.store_bus()));
+        out.push(units_check(system, &watched_queues(system)));
+        if !system {
+            out.push(linger_check());
+        }
+        out.push(disk_check(&root));
         return out;
     };
-    let system = g.store_bus() == BusKind::System;
     out.push(bus_check(g.store_bus()));
     let host = crate::store::hostname();
     let machines = store.machines();
