@@ -439,10 +439,21 @@ fn sync_engine_conflict_copies_in_the_inbox_are_set_aside_not_answered() {
 fn partitioned_while_running(env: &QueueEnv, id: &str, secs: f64) -> (Proc, i32, Proc, Vec<u8>) {
     let beta = manager(env, "beta");
     env.queue_job(id, &noop(secs));
-    wait(Duration::from_secs(30), "the job running on beta", || {
-        env.job_file("running", id).exists()
-            && env.job("running", id)["runtime"]["process_id"].is_number()
-    });
+    // Running AND released: the manager records job_started after it opened the worker's
+    // gate. Stopped between the running record and the release, beta would hold the worker
+    // at its gate for the whole partition (seen under load: "the late worker ended" timed
+    // out), which is the gate's purpose, not the case under test.
+    wait(
+        Duration::from_secs(30),
+        "the job running on beta, released",
+        || {
+            env.job_file("running", id).exists()
+                && env.job("running", id)["runtime"]["process_id"].is_number()
+                && events(&env.root)
+                    .iter()
+                    .any(|e| e["event"] == "job_started" && e["job_id"] == id)
+        },
+    );
     let running = std::fs::read(env.job_file("running", id)).unwrap();
     let worker = env.job("running", id)["runtime"]["process_id"]
         .as_i64()
