@@ -268,13 +268,23 @@ impl Admission {
     }
 }
 
-impl Drop for Admission {
-    fn drop(&mut self) {
+impl Admission {
+    /// Gives this connection's place in its caller's share back now (its permit of the total
+    /// goes when the admission is dropped). Called before the socket closes
+    /// ([`IdleIo::releasing`]), so a client that has seen its connection closed never finds
+    /// it still counted against its next one.
+    pub fn release_share(&self) {
         let mut c = self.gate.counts();
         let key = self.place.key().take();
         if let Some(key) = key {
             c.release(key, &self.place);
         }
+    }
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        self.release_share();
     }
 }
 
@@ -304,6 +314,9 @@ pub struct IdleIo<S> {
     inner: S,
     idle: Duration,
     timer: Pin<Box<Sleep>>,
+    /// The connection's admission, whose share is given back before `inner` is shut down or
+    /// closed.
+    place: Option<Arc<Admission>>,
 }
 
 impl<S> IdleIo<S> {
@@ -313,7 +326,14 @@ impl<S> IdleIo<S> {
             inner,
             idle,
             timer: Box::pin(tokio::time::sleep(idle)),
+            place: None,
         }
+    }
+
+    /// Gives `place`'s share back when this stream is dropped, before its socket closes.
+    pub fn releasing(mut self, place: Arc<Admission>) -> IdleIo<S> {
+        self.place = Some(place);
+        self
     }
 
     fn moved(&mut self) {
@@ -349,6 +369,15 @@ impl<S> IdleIo<S> {
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             Poll::Pending if self.expired(cx) => Poll::Ready(Err(self.timed_out())),
             Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<S> Drop for IdleIo<S> {
+    fn drop(&mut self) {
+        // Fields drop after this: the share is given back before the socket closes.
+        if let Some(place) = &self.place {
+            place.release_share();
         }
     }
 }
@@ -409,6 +438,10 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for IdleIo<S> {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        // The server is closing: the share goes before the client can see the end.
+        if let Some(place) = &this.place {
+            place.release_share();
+        }
         match Pin::new(&mut this.inner).poll_shutdown(cx) {
             Poll::Pending if this.expired(cx) => Poll::Ready(Err(this.timed_out())),
             other => other,

@@ -244,7 +244,9 @@ where
             }
             async move { Ok::<_, Infallible>(handle(app, peer, req).await) }
         });
-        let io = hyper_util::rt::TokioIo::new(conn::IdleIo::new(stream, limits.idle_timeout));
+        let io = hyper_util::rt::TokioIo::new(
+            conn::IdleIo::new(stream, limits.idle_timeout).releasing(admission.clone()),
+        );
         let served = hyper::server::conn::http1::Builder::new()
             .timer(hyper_util::rt::TokioTimer::new())
             .header_read_timeout(limits.header_timeout)
