@@ -113,6 +113,7 @@ mod usermode;
 mod web_api;
 mod web_conformance;
 mod web_dashboard;
+mod web_dashboard_tasks;
 mod web_limits;
 mod web_tasks;
 mod web_tcp_limits;

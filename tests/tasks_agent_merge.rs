@@ -73,13 +73,20 @@ fn a_conflict_is_resolved_by_the_queues_agent_or_the_prd_goes_to_review() {
     let q: Value = serde_json::from_str(&shown).unwrap();
     assert_eq!(q["config"]["integration"], "agent", "{shown}");
     let text = rig.ok(&["view-queue", "poplar"]);
-    assert!(text.contains("integration") && text.contains("agent"), "{text}");
+    assert!(
+        text.contains("integration") && text.contains("agent"),
+        "{text}"
+    );
     let bad = rig.cli(&["set-queue", "poplar", "--integration", "octopus"]);
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("merge"));
 
     let (good, stuck) = ("Resolved", "Left alone");
-    let tree = |prd: &str| repo.join(".agentstore-worktrees").join(prd).join(".integration");
+    let tree = |prd: &str| {
+        repo.join(".agentstore-worktrees")
+            .join(prd)
+            .join(".integration")
+    };
     let changelog = tree("prd-m").join("CHANGELOG");
     let mut script = Script::new()
         // The integration's agent (its prompt names the PRD): reads the conflicted file, then
@@ -104,7 +111,9 @@ fn a_conflict_is_resolved_by_the_queues_agent_or_the_prd_goes_to_review() {
         // The other PRD's agent looks and changes nothing.
         .conversation(Conversation::new(
             "Resolve the merge conflict of PRD prd-n's integration",
-            vec![Reply::text("I cannot tell which line is right; leaving it.")],
+            vec![Reply::text(
+                "I cannot tell which line is right; leaving it.",
+            )],
         ));
     for (prd, title) in [("prd-m", good), ("prd-n", stuck)] {
         for (t, file, content) in [
@@ -159,7 +168,11 @@ fn a_conflict_is_resolved_by_the_queues_agent_or_the_prd_goes_to_review() {
             }
             done.is_file() || review.is_file()
         });
-        if done.is_file() { read(&done) } else { read(&review) }
+        if done.is_file() {
+            read(&done)
+        } else {
+            read(&review)
+        }
     };
 
     // 1. The agent resolves the conflict: merged, checked, complete.
@@ -176,7 +189,10 @@ fn a_conflict_is_resolved_by_the_queues_agent_or_the_prd_goes_to_review() {
     assert_eq!(resolved[0]["files"], json!(["CHANGELOG"]), "{integ}");
     assert_eq!(integ["check"]["exit_code"], 0, "{integ}");
     assert!(
-        integ["check"]["output"].as_str().unwrap().contains("changelog ok"),
+        integ["check"]["output"]
+            .as_str()
+            .unwrap()
+            .contains("changelog ok"),
         "{integ}"
     );
     let summary = report["summary"].as_str().unwrap();
@@ -185,18 +201,30 @@ fn a_conflict_is_resolved_by_the_queues_agent_or_the_prd_goes_to_review() {
         "{summary}"
     );
     // The model was asked through the real CLI, with a prompt naming the file and the tasks.
-    let asked = model.conversation_requests("Resolve the merge conflict of PRD prd-m's integration");
+    let asked =
+        model.conversation_requests("Resolve the merge conflict of PRD prd-m's integration");
     assert!(asked.len() >= 3, "the agent's turns: {}", asked.len());
     let prompt = asked[0].text();
     assert!(prompt.contains("CHANGELOG"), "{prompt}");
-    assert!(prompt.contains(&format!("task {second} ({second}'s part")), "{prompt}");
+    assert!(
+        prompt.contains(&format!("task {second} ({second}'s part")),
+        "{prompt}"
+    );
     // The merge commit on the integration branch: both tasks' parents, both lines.
     let ib = "agentstore/prd-m/integration";
     let head = git(&repo, &["rev-parse", ib]).trim().to_string();
     assert_eq!(integ["commit"], head.as_str());
-    assert_eq!(resolved[0]["commit"], head.as_str(), "the last merge was the agent's");
+    assert_eq!(
+        resolved[0]["commit"],
+        head.as_str(),
+        "the last merge was the agent's"
+    );
     let parents = git(&repo, &["rev-list", "--parents", "-n", "1", ib]);
-    assert_eq!(parents.split_whitespace().count(), 3, "a merge commit: {parents}");
+    assert_eq!(
+        parents.split_whitespace().count(),
+        3,
+        "a merge commit: {parents}"
+    );
     for t in ["A", "B", "C"] {
         let c = rig.task("prd-m", t)["commit"].as_str().unwrap().to_string();
         git(&repo, &["merge-base", "--is-ancestor", &c, ib]);

@@ -36,7 +36,11 @@ fn run_prd(rig: &Rig, id: &str) -> serde_json::Value {
         }
         done.is_file() || review.is_file()
     });
-    assert!(done.is_file(), "{}", std::fs::read_to_string(&review).unwrap_or_default());
+    assert!(
+        done.is_file(),
+        "{}",
+        std::fs::read_to_string(&review).unwrap_or_default()
+    );
     read(&done)
 }
 
@@ -47,8 +51,16 @@ fn branches_are_pushed_only_where_the_project_says_and_a_failed_push_loses_nothi
     let repo = rig.r.project_dir.clone();
     std::fs::write(rig.log.join("tasks.txt"), one_task()).unwrap();
     let bare = rig.env().dir.path().join("shared.git");
-    git(rig.env().dir.path(), &["init", "-q", "--bare", bare.to_str().unwrap()]);
-    let refs = || git(&bare, &["for-each-ref", "--format=%(refname) %(objectname)"]);
+    git(
+        rig.env().dir.path(),
+        &["init", "-q", "--bare", bare.to_str().unwrap()],
+    );
+    let refs = || {
+        git(
+            &bare,
+            &["for-each-ref", "--format=%(refname) %(objectname)"],
+        )
+    };
 
     // Nothing configured: nothing pushed.
     let prd = run_prd(&rig, "prd-quiet");
@@ -56,7 +68,9 @@ fn branches_are_pushed_only_where_the_project_says_and_a_failed_push_loses_nothi
     let job = rig.job(rig.task("prd-quiet", "solo")["jobs"][0].as_str().unwrap());
     assert!(job["runtime"].get("push").is_none(), "{job}");
     assert!(
-        prd["implementation_report"]["integration"].get("push").is_none(),
+        prd["implementation_report"]["integration"]
+            .get("push")
+            .is_none(),
         "{prd}"
     );
 
@@ -72,10 +86,16 @@ fn branches_are_pushed_only_where_the_project_says_and_a_failed_push_loses_nothi
     let commit = task["commit"].as_str().unwrap();
     let job = rig.job(task["jobs"][0].as_str().unwrap());
     let said = job["runtime"]["push"].as_str().unwrap();
-    assert!(said.starts_with("pushed agentstore/prd-loud/solo to "), "{said}");
+    assert!(
+        said.starts_with("pushed agentstore/prd-loud/solo to "),
+        "{said}"
+    );
     let integ = &prd["implementation_report"]["integration"];
     assert!(
-        integ["push"].as_str().unwrap().starts_with("pushed agentstore/prd-loud/integration"),
+        integ["push"]
+            .as_str()
+            .unwrap()
+            .starts_with("pushed agentstore/prd-loud/integration"),
         "{integ}"
     );
     let listed = refs();
@@ -88,7 +108,11 @@ fn branches_are_pushed_only_where_the_project_says_and_a_failed_push_loses_nothi
         listed.contains(&format!("refs/heads/agentstore/prd-loud/integration {ib}")),
         "{listed}"
     );
-    assert_eq!(listed.lines().count(), 2, "only this PRD's branches: {listed}");
+    assert_eq!(
+        listed.lines().count(),
+        2,
+        "only this PRD's branches: {listed}"
+    );
 
     // A remote that is not there: said, and the commits stay; the PRD completes.
     let gone = rig.env().dir.path().join("no-such.git");
@@ -99,9 +123,13 @@ fn branches_are_pushed_only_where_the_project_says_and_a_failed_push_loses_nothi
     let job = rig.job(task["jobs"][0].as_str().unwrap());
     assert_eq!(job["runtime"]["status"], "finished");
     assert_eq!(job["runtime"]["commit"], commit);
+    let note = job["runtime"]["worktree"].as_str().unwrap();
+    assert!(note.contains("cannot read the push remote"), "{note}");
     let said = job["runtime"]["push"].as_str().unwrap();
     assert!(
-        said.contains("FAILED") && said.contains("no-such.git") && said.contains("stays on the local branch"),
+        said.contains("FAILED")
+            && said.contains("no-such.git")
+            && said.contains("stays on the local branch"),
         "{said}"
     );
     assert_eq!(
@@ -109,11 +137,26 @@ fn branches_are_pushed_only_where_the_project_says_and_a_failed_push_loses_nothi
         commit
     );
     let integ = &prd["implementation_report"]["integration"];
-    assert!(integ["push"].as_str().unwrap().contains("FAILED"), "{integ}");
+    assert!(
+        integ["push"].as_str().unwrap().contains("FAILED"),
+        "{integ}"
+    );
     assert_eq!(integ["status"], "merged");
-    git(&repo, &["merge-base", "--is-ancestor", commit, "agentstore/prd-lost/integration"]);
+    git(
+        &repo,
+        &[
+            "merge-base",
+            "--is-ancestor",
+            commit,
+            "agentstore/prd-lost/integration",
+        ],
+    );
     // Unset: nothing more is pushed.
     let out = rig.ok(&["edit-project", "P", "--push-remote", ""]);
     assert!(out.contains("nothing is pushed"), "{out}");
-    assert!(read(&rig.env().root.join("projects/P/project.json")).get("push_remote").is_none());
+    assert!(
+        read(&rig.env().root.join("projects/P/project.json"))
+            .get("push_remote")
+            .is_none()
+    );
 }

@@ -92,8 +92,12 @@ pub(super) fn edit_project(g: &GlobalArgs, out: &mut dyn Write, a: EditProjectAr
         if project.push_remote != new {
             changed.push((
                 "push_remote",
-                project.push_remote.clone().unwrap_or_else(|| "(none)".into()),
-                new.clone().unwrap_or_else(|| "(none: nothing is pushed)".into()),
+                project
+                    .push_remote
+                    .clone()
+                    .unwrap_or_else(|| "(none)".into()),
+                new.clone()
+                    .unwrap_or_else(|| "(none: nothing is pushed)".into()),
             ));
             project.push_remote = new;
         }

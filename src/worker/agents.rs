@@ -3,8 +3,8 @@
 //! own prompt instead of the job's.
 
 use super::{
-    AgentCommand, Outcome, ResultFormat, WorkerArgs, approval, approval_worker_path,
-    agentshell_args, claude, codex, run_and_judge, runas, start_broker,
+    AgentCommand, Outcome, ResultFormat, WorkerArgs, agentshell_args, approval,
+    approval_worker_path, claude, codex, run_and_judge, runas, start_broker,
 };
 use crate::model::{Job, JobType, QueueConfig};
 use crate::store::Store;

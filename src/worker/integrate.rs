@@ -372,7 +372,10 @@ fn ask_agent(
     }
     let head = git.run(tree, &["rev-parse", "HEAD"])?.trim().to_string();
     // The task's work and what was there before must both be in the result.
-    for (what, c) in [("task's branch", t.branch.as_str()), ("integration", &start)] {
+    for (what, c) in [
+        ("task's branch", t.branch.as_str()),
+        ("integration", &start),
+    ] {
         if git
             .run(tree, &["merge-base", "--is-ancestor", c, &head])
             .is_err()

@@ -13,9 +13,8 @@ pub fn is_store_full(e: &anyhow::Error) -> bool {
     })
 }
 
-mod agents;
-mod push;
 pub mod accounting;
+mod agents;
 pub mod approval;
 pub mod args;
 pub mod capture;
@@ -27,6 +26,7 @@ pub mod integrate;
 pub mod mcp;
 pub mod process;
 pub mod project_side;
+mod push;
 pub mod read_as;
 pub mod relay;
 pub mod runas;

@@ -29,14 +29,21 @@ pub(super) fn branch(git: &Git, dir: &Path, remote: &str, branch: &str) -> Strin
         Ok(_) => format!("pushed {branch} to {remote}"),
         Err(e) => {
             tracing::warn!("push of {branch} to {remote} failed: {e}");
-            format!("push of {branch} to {remote} FAILED (the commit stays on the local branch): {e}")
+            format!(
+                "push of {branch} to {remote} FAILED (the commit stays on the local branch): {e}"
+            )
         }
     }
 }
 
 /// Before a task's worktree is made: a branch this clone lacks but `remote` has is fetched
 /// (an earlier attempt on another machine pushed it). Whether it was.
-pub(super) fn fetch_missing(git: &Git, top: &Path, remote: &str, branch: &str) -> Result<bool, String> {
+pub(super) fn fetch_missing(
+    git: &Git,
+    top: &Path,
+    remote: &str,
+    branch: &str,
+) -> Result<bool, String> {
     let r = format!("refs/heads/{branch}");
     let listed = git
         .run(top, &["ls-remote", "--heads", "--", remote, &r])
@@ -44,8 +51,11 @@ pub(super) fn fetch_missing(git: &Git, top: &Path, remote: &str, branch: &str) -
     if listed.trim().is_empty() {
         return Ok(false);
     }
-    git.run(top, &["fetch", "--quiet", "--", remote, &format!("{r}:{r}")])
-        .map_err(|e| format!("cannot fetch {branch} from {remote}: {e}"))?;
+    git.run(
+        top,
+        &["fetch", "--quiet", "--", remote, &format!("{r}:{r}")],
+    )
+    .map_err(|e| format!("cannot fetch {branch} from {remote}: {e}"))?;
     Ok(true)
 }
 
@@ -63,7 +73,11 @@ mod tests {
             .env("GIT_CONFIG_NOSYSTEM", "1")
             .output()
             .unwrap();
-        assert!(o.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            o.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         String::from_utf8_lossy(&o.stdout).into_owned()
     }
 
@@ -72,14 +86,27 @@ mod tests {
     #[test]
     fn a_retry_elsewhere_starts_from_the_branch_its_first_attempt_pushed() {
         let d = tempfile::tempdir().unwrap();
-        let (one, two, bare) = (d.path().join("one"), d.path().join("two"), d.path().join("s.git"));
-        git(d.path(), &["init", "-q", "-b", "main", "--bare", bare.to_str().unwrap()]);
-        git(d.path(), &["init", "-q", "-b", "main", one.to_str().unwrap()]);
+        let (one, two, bare) = (
+            d.path().join("one"),
+            d.path().join("two"),
+            d.path().join("s.git"),
+        );
+        git(
+            d.path(),
+            &["init", "-q", "-b", "main", "--bare", bare.to_str().unwrap()],
+        );
+        git(
+            d.path(),
+            &["init", "-q", "-b", "main", one.to_str().unwrap()],
+        );
         std::fs::write(one.join("README"), "x\n").unwrap();
         git(&one, &["add", "README"]);
         git(&one, &["commit", "-q", "-m", "start"]);
         git(&one, &["push", "-q", bare.to_str().unwrap(), "main"]);
-        git(d.path(), &["clone", "-q", bare.to_str().unwrap(), two.to_str().unwrap()]);
+        git(
+            d.path(),
+            &["clone", "-q", bare.to_str().unwrap(), two.to_str().unwrap()],
+        );
         // The first attempt, on machine one: a commit on the task's branch, pushed.
         let env: Vec<(String, String)> = std::env::vars()
             .filter(|(k, _)| k == "PATH" || k == "HOME")
@@ -116,7 +143,10 @@ mod tests {
             .unwrap();
         assert!(ws.note.contains("fetched from"), "{}", ws.note);
         assert_eq!(git(&ws.cwd, &["rev-parse", "HEAD"]).trim(), first);
-        assert_eq!(std::fs::read_to_string(ws.cwd.join("A.txt")).unwrap(), "A was here\n");
+        assert_eq!(
+            std::fs::read_to_string(ws.cwd.join("A.txt")).unwrap(),
+            "A was here\n"
+        );
         // A branch the remote does not have: made from the base as before.
         let other = "agentstore/p/B";
         let mut job_b = job.clone();

@@ -155,13 +155,22 @@ fn prepare_task(
         .run(&top, &["rev-parse", "--verify", "--quiet", &branch_ref])
         .is_ok();
     let mut fetched = String::new();
-    if !branch_exists
-        && let Some(r) = remote
-        && super::push::fetch_missing(git, &top, r, branch)?
-    {
-        // Pushed by an earlier attempt elsewhere: this attempt goes on from its commits.
-        branch_exists = true;
-        fetched = format!(" (fetched from {r}, where an earlier attempt pushed it)");
+    if !branch_exists && let Some(r) = remote {
+        match super::push::fetch_missing(git, &top, r, branch) {
+            // Pushed by an earlier attempt elsewhere: this attempt goes on from its commits.
+            Ok(true) => {
+                branch_exists = true;
+                fetched = format!(" (fetched from {r}, where an earlier attempt pushed it)");
+            }
+            Ok(false) => {}
+            // Said, not fatal: the push after the commit is refused rather than forced, so
+            // nothing pushed before is overwritten.
+            Err(e) => {
+                fetched = format!(
+                    " (started from the base: {e}; commits an earlier attempt pushed there are not in it)"
+                )
+            }
+        }
     }
     if registered {
         // An earlier attempt's tree (a retry, a restart): whatever it left uncommitted is
