@@ -20,7 +20,12 @@ use serde_json::{Map, Value, json};
 
 /// The actions of `POST /api/v1/tasks/{prd}/{task}/{action}` (path segments, which name
 /// the retry-task and cancel-task commands).
-const ACTIONS: [&str; 2] = ["retry", "cancel"];
+const ACTIONS: [&str; 2] = [RETRY, CANCEL];
+
+/// The retry action's path segment (retry-task).
+pub const RETRY: &str = "retry";
+/// The cancel action's path segment (cancel-task).
+pub const CANCEL: &str = "cancel";
 
 /// True for a path segment naming an action on a task.
 pub fn is_action(segment: &str) -> bool {
@@ -88,8 +93,8 @@ pub async fn act(
     let mut name = Map::new();
     name.insert("task".into(), json!(format!("{prd}/{task}")));
     match action {
-        "retry" => direct(app, actor, Command::RetryTask, name).await,
-        "cancel" => {
+        RETRY => direct(app, actor, Command::RetryTask, name).await,
+        CANCEL => {
             let mut r = direct(app, actor, Command::CancelTask, name).await?;
             if let Some(job) = r.get("job").and_then(Value::as_str).map(str::to_string) {
                 let note = match cancel(app, actor, &job).await {

@@ -94,13 +94,13 @@ fn task_buttons(prd: &str, task: &str, status: &str) -> String {
         )
     };
     if matches!(status, "failed" | "cancelled" | "review") {
-        out.push_str(&form("retry", "Retry"));
+        out.push_str(&form(crate::web::api_tasks::RETRY, "Retry"));
     }
     if matches!(
         status,
         "pending" | "ready" | "running" | "failed" | "review"
     ) {
-        out.push_str(&form("cancel", "Cancel"));
+        out.push_str(&form(crate::web::api_tasks::CANCEL, "Cancel"));
     }
     out
 }
