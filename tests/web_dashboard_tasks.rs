@@ -93,17 +93,24 @@ fn a_tasks_retry_and_cancel_buttons_work_in_chromium_and_only_same_site() {
 
     // Retry F, clicked: a new job for it, F ready again; back on the PRD's page.
     b.eval("document.querySelector('#tasks tr[data-task=\"F\"] form.task-retry button').click()");
-    wait_until(Duration::from_secs(30), "F retried", || {
-        read(&f)["jobs"].as_array().unwrap().len() == 2
-    });
+    // The task is written first, then its new job: wait for both.
+    wait_until(
+        Duration::from_secs(30),
+        "F retried, its new job queued",
+        || {
+            let now = read(&f);
+            now["jobs"].as_array().unwrap().len() == 2
+                && env
+                    .root
+                    .join(format!(
+                        "Queues/{queue}/Jobs/queued_jobs/{}.json",
+                        now["jobs"][1].as_str().unwrap()
+                    ))
+                    .is_file()
+        },
+    );
     let now = read(&f);
     assert_eq!(now["status"], "ready", "{now}");
-    let new_job = now["jobs"][1].as_str().unwrap();
-    assert!(
-        env.root
-            .join(format!("Queues/{queue}/Jobs/queued_jobs/{new_job}.json"))
-            .is_file()
-    );
     wait_until(Duration::from_secs(30), "the PRD page again", || {
         b.eval("location.pathname") == json!("/prds/prd-g")
             && b.eval("document.readyState") == json!("complete")
