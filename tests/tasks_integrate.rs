@@ -87,7 +87,11 @@ fn a_conflict_or_a_red_check_puts_the_prd_in_review_naming_what_failed() {
     }
     assert_eq!(git(&repo, &["rev-parse", "HEAD"]).trim(), main);
     assert_eq!(git(&repo, &["status", "--porcelain"]), "");
-    assert!(!repo.join(".git/agentstore-integration/prd-c").exists());
+    assert!(
+        !repo
+            .join(".agentstore-worktrees/prd-c/.integration")
+            .exists()
+    );
     // view-prd shows it in review to its owner.
     let shown = rig.ok(&["view-prd", "prd-c"]);
     assert!(shown.contains("review"), "{shown}");

@@ -456,7 +456,11 @@ fn a_diamond_runs_in_parallel_worktrees_and_each_task_commits_on_its_branch() {
     for t in ["A", "B", "C", "D"] {
         assert!(ran.contains(&format!("{t} was here")), "{ran}");
     }
-    assert!(!repo.join(".git/agentstore-integration/prd-x").exists());
+    assert!(
+        !repo
+            .join(".agentstore-worktrees/prd-x/.integration")
+            .exists()
+    );
     assert_eq!(git(repo, &["rev-parse", "HEAD"]).trim(), main);
     assert_eq!(git(repo, &["ls-remote", "origin"]), "", "nothing pushed");
     let ij = rig.job(report["integration_job"].as_str().unwrap());

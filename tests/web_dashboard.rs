@@ -87,7 +87,7 @@ fn generate(env: &TestEnv, queue: &str) {
 }
 
 /// Chromium driven over `--remote-debugging-pipe` (fd 3 in, fd 4 out, NUL-separated JSON).
-struct Browser {
+pub(crate) struct Browser {
     _child: KillOnDrop,
     to: std::fs::File,
     from: BufReader<std::fs::File>,
@@ -97,7 +97,7 @@ struct Browser {
 }
 
 impl Browser {
-    fn start() -> Browser {
+    pub(crate) fn start() -> Browser {
         let profile = tempfile::tempdir().unwrap();
         let (r_in, w_in) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
         let (r_out, w_out) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
@@ -167,7 +167,7 @@ impl Browser {
         }
     }
 
-    fn eval(&mut self, expr: &str) -> Value {
+    pub(crate) fn eval(&mut self, expr: &str) -> Value {
         let s = self.session.clone();
         let r = self.call(
             Some(&s),
@@ -178,7 +178,7 @@ impl Browser {
     }
 
     /// Loads `url` and waits until the document is complete.
-    fn open(&mut self, url: &str) {
+    pub(crate) fn open(&mut self, url: &str) {
         let s = self.session.clone();
         self.eval("window.__previous = true");
         let t = Instant::now();
@@ -224,7 +224,7 @@ fn base64_decode(text: &str) -> Vec<u8> {
 
 impl Browser {
     /// A PNG of the page as shown, kept as target/artifacts/web-<name>.png.
-    fn screenshot(&mut self, name: &str) {
+    pub(crate) fn screenshot(&mut self, name: &str) {
         let s = self.session.clone();
         let r = self.call(Some(&s), "Page.captureScreenshot", json!({"format": "png"}));
         let png = base64_decode(r["data"].as_str().unwrap());
@@ -236,7 +236,7 @@ impl Browser {
 }
 
 /// A store with chenry's `projects` and its queue's name; `None` (said) without chromium.
-fn store_for_chromium(projects: &[&str]) -> Option<(TestEnv, String)> {
+pub(crate) fn store_for_chromium(projects: &[&str]) -> Option<(TestEnv, String)> {
     if !have("chromium") {
         skip(
             "the dashboard in chromium",

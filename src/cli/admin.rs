@@ -322,6 +322,7 @@ pub(super) fn add_project(g: &GlobalArgs, out: &mut dyn Write, a: AddProjectArgs
         collaborators: a.collaborators,
         default_queue: queue,
         check_command: None,
+        push_remote: None,
     };
     let path = store.add_project(&project)?;
     warn_missing_directory(&project.id, &directory);
@@ -404,6 +405,12 @@ pub struct QueueFields {
     /// Seconds a request waits for a person before it is denied (1 to 86400; default 300).
     #[arg(long, value_name = "SECONDS")]
     pub approval_deadline: Option<u64>,
+    /// How a PRD's integration job merges its tasks' branches: merge (plain git merge; a
+    /// conflict puts the PRD in review) or agent (a conflict is handed to the job's agent in
+    /// the integration worktree, taken only with no conflict marker left, the merge committed
+    /// and the project's check passing).
+    #[arg(long, value_enum, value_name = "HOW")]
+    pub integration: Option<crate::model::IntegrationMode>,
     /// Turn approvals off for the queue (its jobs run with the agent's own permissions).
     #[arg(long, conflicts_with_all = ["approval_rules", "no_approval_rules", "approval_default", "approval_deadline"])]
     pub no_approvals: bool,
@@ -483,6 +490,9 @@ impl QueueFields {
         c.resource_limits = (limits != ResourceLimits::default()).then_some(limits);
         if let Some(a) = self.agentshell_path {
             c.agentshell_path = (!a.is_empty()).then_some(a);
+        }
+        if let Some(i) = self.integration {
+            c.integration = Some(i);
         }
         if self.no_approvals {
             c.approvals = None;

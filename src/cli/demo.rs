@@ -255,6 +255,7 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, a: DemoArgs) -> CliResult
         code_research_document: Some(project_dir.join("CODE_RESEARCH.md").display().to_string()),
         default_queue: queue.clone(),
         check_command: None,
+        push_remote: None,
     })?;
     clock.step(
         out,

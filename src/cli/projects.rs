@@ -24,6 +24,11 @@ pub struct EditProjectArgs {
     /// The file research-code writes.
     #[arg(long, group = "change", value_hint = clap::ValueHint::FilePath)]
     pub code_research_document: Option<PathBuf>,
+    /// A git remote (a remote's name, a URL, or a path such as a bare repository) each task's
+    /// branch and the integration branch are pushed to after they commit; "" pushes nowhere
+    /// (the default: nothing is pushed unless configured).
+    #[arg(long, group = "change", value_name = "REMOTE")]
+    pub push_remote: Option<String>,
 }
 
 /// The default research document of a project in `dir`.
@@ -75,6 +80,27 @@ pub(super) fn edit_project(g: &GlobalArgs, out: &mut dyn Write, a: EditProjectAr
             .display()
             .to_string();
         set_document(&mut project, doc, &mut changed);
+    }
+    if let Some(r) = &a.push_remote {
+        let r = r.trim();
+        if r.starts_with('-') {
+            return Err(CliError::new(format!(
+                "--push-remote {r:?}: a remote's name, URL or path, not an option"
+            )));
+        }
+        let new = (!r.is_empty()).then(|| r.to_string());
+        if project.push_remote != new {
+            changed.push((
+                "push_remote",
+                project
+                    .push_remote
+                    .clone()
+                    .unwrap_or_else(|| "(none)".into()),
+                new.clone()
+                    .unwrap_or_else(|| "(none: nothing is pushed)".into()),
+            ));
+            project.push_remote = new;
+        }
     }
     let path = store.project_path(&project.id);
     if !changed.is_empty() {

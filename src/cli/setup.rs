@@ -228,6 +228,7 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, a: SetupArgs) -> CliResul
                     ),
                     default_queue: queue.clone(),
                     check_command: None,
+                    push_remote: None,
                 })?;
                 step(out, "project", format!("{id} added ({})", dir.display()))?;
                 super::admin::warn_missing_directory(id, &dir);

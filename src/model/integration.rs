@@ -32,6 +32,9 @@ pub struct PlannedTask {
     /// The commit its job recorded (the branch must hold it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commit: Option<String>,
+    /// Its title (for the agent that resolves a conflict).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
 }
 
 /// What an integration came to (the job's output).
@@ -59,6 +62,28 @@ pub struct Report {
     /// The check: command, exit status, end of its output.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub check: Option<Value>,
+    /// How it merged: `merge` (plain git) or `agent` (conflicts handed to the job's agent,
+    /// per the queue's `integration` setting).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// Conflicts the agent resolved (accepted: no marker left, the merge committed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resolved: Vec<Resolution>,
+    /// Where the integration branch was pushed, or why it could not be (the project's
+    /// `push_remote`; absent: nothing configured, nothing pushed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub push: Option<String>,
     /// One line for people.
     pub summary: String,
+}
+
+/// A conflict the job's agent resolved.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct Resolution {
+    /// The task whose branch conflicted.
+    pub task: String,
+    /// The files in conflict.
+    pub files: Vec<String>,
+    /// The merge commit.
+    pub commit: String,
 }

@@ -190,6 +190,10 @@ pub struct JobRuntime {
     /// Where a task job worked: its worktree and branch, or why the single tree (extension).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worktree: Option<String>,
+    /// Where a task job's branch was pushed (the project's `push_remote`), or why the push
+    /// failed; the commit stays on the local branch either way (extension, issue 30).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub push: Option<String>,
     /// The kernel confinement the agent ran under, and what it allowed (extension, issue 28);
     /// absent: the queue does not sandbox its jobs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -258,6 +262,7 @@ impl JobRuntime {
             sandbox: None,
             commit: None,
             worktree: None,
+            push: None,
             sandbox_refused: Vec::new(),
             warnings: Vec::new(),
         }

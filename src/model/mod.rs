@@ -32,7 +32,8 @@ pub use mode::{MODE_ENV, system_mode};
 pub use prd::{Prd, PrdState};
 pub use project::Project;
 pub use queue::{
-    Launcher, Queue, QueueConfig, QueueRuntime, ResourceLimits, SandboxSetting, SlurmConfig,
+    IntegrationMode, Launcher, Queue, QueueConfig, QueueRuntime, ResourceLimits, SandboxSetting,
+    SlurmConfig,
 };
 pub use task::{TASK_KEY, Task, TaskRef, TaskStatus};
 pub use time::{MAX_CLOCK_SKEW_SECS, Timestamp};

@@ -33,4 +33,9 @@ pub struct Project {
     /// tasks (issue 30).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub check_command: Option<Vec<String>>,
+    /// A git remote (a remote's name, a URL or a path such as a bare repository) the worker
+    /// pushes each task's branch and the integration branch to after it commits (issue 30);
+    /// absent: nothing is pushed anywhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub push_remote: Option<String>,
 }

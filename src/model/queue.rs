@@ -62,6 +62,24 @@ pub struct QueueConfig {
     /// made before it were; new queues get it on).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<SandboxSetting>,
+    /// How a PRD's `integrate` job merges its tasks' branches (extension, issue 30; absent:
+    /// plain `git merge`, as queues made before it did).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub integration: Option<IntegrationMode>,
+}
+
+/// A queue's `config.integration`: how a PRD's integration job merges its tasks' branches.
+///
+/// Also the `--integration` value of `add-queue`/`set-queue`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum IntegrationMode {
+    /// Plain `git merge`; a conflict puts the PRD in review.
+    #[default]
+    Merge,
+    /// `git merge`; a conflict is handed to the job's agent in the integration worktree,
+    /// accepted only when no conflict marker is left, the merge commits and the check passes.
+    Agent,
 }
 
 /// A queue's `config.sandbox`: whether its jobs run confined by the kernel (Landlock), and

@@ -93,6 +93,7 @@ impl QueueConfig {
             agentshell_path: None,
             codex_cli_path: None,
             codex_default_args: Vec::new(),
+            integration: None,
             allow_permission_args: None,
             approvals: None,
             retry: None,

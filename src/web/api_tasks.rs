@@ -20,7 +20,12 @@ use serde_json::{Map, Value, json};
 
 /// The actions of `POST /api/v1/tasks/{prd}/{task}/{action}` (path segments, which name
 /// the retry-task and cancel-task commands).
-const ACTIONS: [&str; 2] = ["retry", "cancel"];
+const ACTIONS: [&str; 2] = [RETRY, CANCEL];
+
+/// The retry action's path segment (retry-task).
+pub const RETRY: &str = "retry";
+/// The cancel action's path segment (cancel-task).
+pub const CANCEL: &str = "cancel";
 
 /// True for a path segment naming an action on a task.
 pub fn is_action(segment: &str) -> bool {
@@ -70,26 +75,39 @@ pub async fn route(
         (["tasks", prd, task, action], false) if is_action(action) => {
             let q = query(&req, &["as"])?;
             let actor = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
-            if *action == ACTIONS[0] {
-                return Ok(ok(&direct(
-                    app,
-                    &actor,
-                    Command::RetryTask,
-                    name(prd, task),
-                )
-                .await?));
-            }
-            let mut r = direct(app, &actor, Command::CancelTask, name(prd, task)).await?;
+            Ok(ok(&act(app, &actor, prd, task, action).await?))
+        }
+        _ => Err(WebError::no_route(&format!("/api/v1/{}", rest.join("/")))),
+    }
+}
+
+/// `retry` (retry-task) or `cancel` (cancel-task, then the task's live job cancelled by its
+/// queue manager) of task `prd/task` for `actor`: the answer. Also the dashboard's buttons.
+pub async fn act(
+    app: &App,
+    actor: &super::auth::Actor,
+    prd: &str,
+    task: &str,
+    action: &str,
+) -> Result<Value, WebError> {
+    let mut name = Map::new();
+    name.insert("task".into(), json!(format!("{prd}/{task}")));
+    match action {
+        RETRY => direct(app, actor, Command::RetryTask, name).await,
+        CANCEL => {
+            let mut r = direct(app, actor, Command::CancelTask, name).await?;
             if let Some(job) = r.get("job").and_then(Value::as_str).map(str::to_string) {
-                let note = match cancel(app, &actor, &job).await {
+                let note = match cancel(app, actor, &job).await {
                     Ok(_) => format!("its job {job} cancelled"),
                     Err(e) => format!("its job {job} could not be cancelled: {}", e.message),
                 };
                 r["job_note"] = json!(note);
             }
-            Ok(ok(&r))
+            Ok(r)
         }
-        _ => Err(WebError::no_route(&format!("/api/v1/{}", rest.join("/")))),
+        other => Err(WebError::invalid(format!(
+            "{other:?} is not an action on a task (retry or cancel)"
+        ))),
     }
 }
 

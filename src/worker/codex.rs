@@ -241,6 +241,7 @@ pub(super) fn run(
     cwd: std::path::PathBuf,
     run_as: &super::runas::RunAs,
     switch: bool,
+    given_prompt: Option<String>,
 ) -> super::Outcome {
     use super::{AgentCommand, Outcome, ResultFormat, run_and_judge, runas};
     let program = match runas::program_for(
@@ -252,7 +253,10 @@ pub(super) fn run(
         Ok(p) => p,
         Err(e) => return Outcome::fail(e),
     };
-    let prompt = match self::prompt(job, home, &cwd, switch.then_some(run_as)) {
+    let prompt = match given_prompt.map_or_else(
+        || self::prompt(job, home, &cwd, switch.then_some(run_as)),
+        Ok,
+    ) {
         Ok(p) => p,
         Err(e) => return Outcome::fail(e),
     };

@@ -14,6 +14,7 @@ pub fn is_store_full(e: &anyhow::Error) -> bool {
 }
 
 pub mod accounting;
+mod agents;
 pub mod approval;
 pub mod args;
 pub mod capture;
@@ -25,6 +26,7 @@ pub mod integrate;
 pub mod mcp;
 pub mod process;
 pub mod project_side;
+mod push;
 pub mod read_as;
 pub mod relay;
 pub mod runas;
@@ -346,14 +348,33 @@ fn execute(
             job.config.project
         ));
     }
-    // Issue 30: a PRD's integration job merges its tasks' branches (no agent).
+    let cx = agents::Cx {
+        store,
+        queue,
+        args,
+        answers,
+        env: &env,
+        home: &home,
+        run_as: &run_as,
+        switch,
+    };
+    // Issue 30: a PRD's integration job merges its tasks' branches (the agent only for a
+    // conflict, when the queue says so).
     if job.config.jobtype != JobType::Venvman
         && let Some(plan) = integrate::plan_of(job)
     {
-        return integrate::outcome(job, plan, &env, &home, switch.then(|| run_as.clone()));
+        return integrate::outcome(&cx, job, plan);
     }
-    // Issue 30: a task's job works in its own git worktree and branch.
-    let task_space = worktree::for_task(job, &env, &home, switch.then(|| run_as.clone()));
+    // Issue 30: a task's job works in its own git worktree and branch (pushed when the
+    // project names where).
+    let remote = push::remote_of(store, job);
+    let task_space = worktree::for_task(
+        job,
+        &env,
+        &home,
+        switch.then(|| run_as.clone()),
+        remote.as_deref(),
+    );
     let (git, workspace) = match task_space {
         Ok(Some((git, ws))) => {
             job.runtime.worktree = Some(ws.note.clone());
@@ -385,138 +406,20 @@ fn execute(
                 Err(e) => Outcome::fail(e),
             }
         }
-        JobType::Claude => {
-            let Some(file) = claude::find_command(
-                &job.config.claude_command,
-                &home,
-                &cwd,
-                &claude::shipped_commands_dir(),
-            ) else {
-                return Outcome::fail(format!(
-                    "Unknown Claude command: {}",
-                    job.config.claude_command
-                ));
-            };
-            let prompt = match claude::prompt_for(job, &file) {
-                Ok(p) => p,
-                Err(e) => return Outcome::fail(e),
-            };
-            let program = match runas::program_for(
-                crate::trust::Program::Claude,
-                &queue.claude_cli_path,
-                &env,
-                &run_as,
-            ) {
-                Ok(p) => p,
-                Err(e) => return Outcome::fail(e),
-            };
-            let mut args_v = claude::claude_args(queue, job);
-            let format = if claude::wants_json(&args_v) {
-                ResultFormat::ResultJson
-            } else {
-                ResultFormat::Text
-            };
-            let broker = if claude::asks_permissions(&args_v) {
-                match start_broker(queue, args, run_as.uid, answers) {
-                    Ok(b) => {
-                        claude::add_approval_args(
-                            &mut args_v,
-                            &approval_worker_path(),
-                            b.socket_name(),
-                            b.deadline_seconds(),
-                        );
-                        Some(b)
-                    }
-                    Err(e) => return Outcome::fail(e),
-                }
-            } else {
-                None
-            };
-            let cmd = AgentCommand {
-                program,
-                args: args_v,
-                prompt,
-                cwd,
-                env: env.clone(),
-                switch_to: switch.then(|| run_as.clone()),
-                sandbox: None,
-            };
-            let approvals = broker.as_ref().map(|b| b.socket_name().to_string());
-            let outcome = run_and_judge(
-                store,
-                args,
-                queue,
-                job,
-                &cmd,
-                approvals.as_deref(),
-                "Claude",
-                &format,
-            );
-            if let Some(b) = broker {
-                job.runtime.approvals = b.finish();
-            }
-            outcome
-        }
-        JobType::Codex => codex::run(
-            store,
-            queue,
-            job,
-            args,
-            env.clone(),
-            &home,
-            cwd,
-            &run_as,
-            switch,
-        ),
-        JobType::Agent => {
-            let mut env = env.clone();
-            if let Some(m) = &job.config.model {
-                env.retain(|(k, _)| k != "AGENTSHELL_MODEL");
-                env.push(("AGENTSHELL_MODEL".into(), m.clone()));
-            }
-            // What agentshell's policy would ask a person about goes to the same approval
-            // channel as Claude Code's permission requests.
-            let program = match runas::program_for(
-                crate::trust::Program::Agentshell,
-                queue.agentshell_path.as_deref().unwrap_or("agentshell"),
-                &env,
-                &run_as,
-            ) {
-                Ok(p) => p,
-                Err(e) => return Outcome::fail(e),
-            };
-            let broker = match start_broker(queue, args, run_as.uid, answers) {
-                Ok(b) => b,
-                Err(e) => return Outcome::fail(e),
-            };
-            let cmd = AgentCommand {
-                program,
-                args: agentshell_args(broker.socket_name(), broker.deadline_seconds()),
-                prompt: claude::agent_prompt(job),
-                cwd,
-                env,
-                switch_to: switch.then(|| run_as.clone()),
-                sandbox: None,
-            };
-            let outcome = run_and_judge(
-                store,
-                args,
-                queue,
-                job,
-                &cmd,
-                Some(broker.socket_name()),
-                "Agent",
-                &ResultFormat::ResultJson,
-            );
-            job.runtime.approvals = broker.finish();
-            outcome
-        }
+        JobType::Claude | JobType::Codex | JobType::Agent => agents::run(&cx, job, cwd, None),
     };
     if !outcome.failed
         && let (Some(git), Some(ws)) = (&git, &workspace)
     {
         match worktree::commit(git, ws, job) {
-            Ok(c) => job.runtime.commit = c,
+            Ok(c) => {
+                if c.is_some()
+                    && let (Some(r), Some(b)) = (&remote, &ws.branch)
+                {
+                    job.runtime.push = Some(push::branch(git, &ws.cwd, r, b));
+                }
+                job.runtime.commit = c;
+            }
             Err(e) => {
                 outcome.failed = true;
                 outcome.error = Some(format!("the task's work could not be committed: {e}"));

@@ -110,9 +110,15 @@ impl Git {
 /// The workspace of task job `job` in project folder `dir`; `None` for a job that is not a
 /// task's. Errors name what is wrong (a dirty base, a path in the way, a failed checkout)
 /// and leave nothing half-made behind.
-pub fn prepare(git: &Git, job: &Job, dir: &Path) -> Option<Result<Workspace, String>> {
+/// `remote`: the project's `push_remote`, where an earlier attempt may have pushed the branch.
+pub fn prepare(
+    git: &Git,
+    job: &Job,
+    dir: &Path,
+    remote: Option<&str>,
+) -> Option<Result<Workspace, String>> {
     let (prd, task, branch, bases) = task_fields(job)?;
-    Some(prepare_task(git, dir, &prd, &task, &branch, &bases))
+    Some(prepare_task(git, dir, &prd, &task, &branch, &bases, remote))
 }
 
 fn prepare_task(
@@ -122,6 +128,7 @@ fn prepare_task(
     task: &str,
     branch: &str,
     bases: &[String],
+    remote: Option<&str>,
 ) -> Result<Workspace, String> {
     let top = match git.run(dir, &["rev-parse", "--show-toplevel"]) {
         Ok(t) => PathBuf::from(t.trim()),
@@ -144,9 +151,27 @@ fn prepare_task(
         .lines()
         .any(|l| l.strip_prefix("worktree ").map(Path::new) == Some(path.as_path()));
     let branch_ref = format!("refs/heads/{branch}");
-    let branch_exists = git
+    let mut branch_exists = git
         .run(&top, &["rev-parse", "--verify", "--quiet", &branch_ref])
         .is_ok();
+    let mut fetched = String::new();
+    if !branch_exists && let Some(r) = remote {
+        match super::push::fetch_missing(git, &top, r, branch) {
+            // Pushed by an earlier attempt elsewhere: this attempt goes on from its commits.
+            Ok(true) => {
+                branch_exists = true;
+                fetched = format!(" (fetched from {r}, where an earlier attempt pushed it)");
+            }
+            Ok(false) => {}
+            // Said, not fatal: the push after the commit is refused rather than forced, so
+            // nothing pushed before is overwritten.
+            Err(e) => {
+                fetched = format!(
+                    " (started from the base: {e}; commits an earlier attempt pushed there are not in it)"
+                )
+            }
+        }
+    }
     if registered {
         // An earlier attempt's tree (a retry, a restart): whatever it left uncommitted is
         // half-written work; the branch's commits are kept, the rest reset.
@@ -265,7 +290,7 @@ fn prepare_task(
     Ok(Workspace {
         cwd: path.clone(),
         branch: Some(branch.to_string()),
-        note: format!("worktree {} on branch {branch}", path.display()),
+        note: format!("worktree {} on branch {branch}{fetched}", path.display()),
     })
 }
 
@@ -276,7 +301,7 @@ pub const WORKTREES: &str = ".agentstore-worktrees";
 /// project) with a `.gitignore` of `*` in it: the folder and the trees in it never show in
 /// the project's `git status` (nor get added by a `git add -A` there), while each task's
 /// tree sees its own files. A `.gitignore` already there is left as it is.
-fn ignored_folder(git: &Git, top: &Path) -> Result<(), String> {
+pub(super) fn ignored_folder(git: &Git, top: &Path) -> Result<(), String> {
     let dir = top.join(WORKTREES);
     git.sh(
         r#"mkdir -p -- "$1" && { [ -e "$1/.gitignore" ] || [ -L "$1/.gitignore" ] || printf '*\n' > "$1/.gitignore"; }"#,
@@ -332,6 +357,7 @@ pub(super) fn for_task(
     env: &[(String, String)],
     home: &std::path::Path,
     switch_to: Option<super::runas::RunAs>,
+    remote: Option<&str>,
 ) -> Result<Option<(Git, Workspace)>, String> {
     if job.config.jobtype == crate::model::JobType::Venvman
         || !job.config.supporting_data.contains_key("task")
@@ -340,7 +366,7 @@ pub(super) fn for_task(
     }
     let git = Git::new(env.to_vec(), home, switch_to)?;
     let dir = PathBuf::from(&job.config.working_directory);
-    match prepare(&git, job, &dir) {
+    match prepare(&git, job, &dir, remote) {
         None => Ok(None),
         Some(Ok(ws)) => Ok(Some((git, ws))),
         Some(Err(e)) => Err(e),

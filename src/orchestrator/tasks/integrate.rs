@@ -34,6 +34,7 @@ pub fn plan(prd: &str, tasks: &[Task], check_command: Option<Vec<String>>) -> Pl
                     task: t.id.clone(),
                     branch: t.branch.clone()?,
                     commit: Some(t.commit.clone()?),
+                    title: Some(t.title.clone()),
                 })
             })
             .collect(),

@@ -93,6 +93,7 @@ fn methods(path: &str, seg: &[&str]) -> Option<&'static str> {
     }
     Some(match seg {
         ["jobs", _, "cancel"] | ["approvals", _, _, "answer"] => POST_ONLY,
+        ["prds", _, "tasks", _, a] if super::api_tasks::is_action(a) => POST_ONLY,
         []
         | [
             "jobs" | "prds" | "approvals" | "machines" | "projects" | "users" | "messages"
@@ -172,6 +173,13 @@ pub async fn route(
             let who = app.actor(peer, req.headers(), None)?;
             super::api::cancel(app, &who, id).await?;
             Ok(redirect(&format!("/jobs/{}", percent_encode(id)), None))
+        }
+        (["prds", prd, "tasks", task, action], true) => {
+            // A task's Retry or Cancel button (issue 30): the API's action, same-site only.
+            same_origin(req.headers())?;
+            let who = app.actor(peer, req.headers(), None)?;
+            super::api_tasks::act(app, &who, prd, task, action).await?;
+            Ok(redirect(&format!("/prds/{}", percent_encode(prd)), None))
         }
         (["prds"], false) => {
             let q = query(&req, &["as", "project"])?;

@@ -80,6 +80,31 @@ pub(super) async fn prd_page(app: &App, who: &Actor, id: &str) -> Result<Respons
     Ok(page(&format!("PRD {id}"), who, false, &b))
 }
 
+/// A task's Retry (failed, cancelled, review) and Cancel (not yet ended) buttons: forms
+/// posting to `/prds/{prd}/tasks/{task}/{retry|cancel}`, which the server answers only for
+/// a same-site request, as the task's owner may (PRD §10 decided by the orchestrator).
+fn task_buttons(prd: &str, task: &str, status: &str) -> String {
+    let mut out = String::new();
+    let form = |action: &str, label: &str| {
+        format!(
+            r#"<form method="post" action="/prds/{}/tasks/{}/{action}" class="task-{action}" style="display:inline"><button type="submit" name="{action}" value="{}">{label}</button></form>"#,
+            percent_encode(prd),
+            percent_encode(task),
+            esc(task)
+        )
+    };
+    if matches!(status, "failed" | "cancelled" | "review") {
+        out.push_str(&form(crate::web::api_tasks::RETRY, "Retry"));
+    }
+    if matches!(
+        status,
+        "pending" | "ready" | "running" | "failed" | "review"
+    ) {
+        out.push_str(&form(crate::web::api_tasks::CANCEL, "Cancel"));
+    }
+    out
+}
+
 /// The PRD's tasks (issue 30): their graph as SVG and a table, when it has any.
 async fn task_section(app: &App, who: &Actor, id: &str, b: &mut String) -> Result<(), WebError> {
     let mut c = Map::new();
@@ -91,7 +116,7 @@ async fn task_section(app: &App, who: &Actor, id: &str, b: &mut String) -> Resul
     }
     b.push_str("<h2>Tasks</h2>");
     b.push_str(&super::taskgraph::svg(id, &tasks));
-    b.push_str("<table id=\"tasks\"><thead><tr><th>task</th><th>status</th><th>after</th><th>job</th><th>branch</th><th>commit</th><th>title</th></tr></thead><tbody>");
+    b.push_str("<table id=\"tasks\"><thead><tr><th>task</th><th>status</th><th>after</th><th>job</th><th>branch</th><th>commit</th><th>title</th><th></th></tr></thead><tbody>");
     for t in &tasks {
         let job = t
             .get("jobs")
@@ -108,7 +133,7 @@ async fn task_section(app: &App, who: &Actor, id: &str, b: &mut String) -> Resul
             .collect();
         let _ = write!(
             b,
-            r#"<tr data-task="{}"><td>{}</td><td style="background:{}">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>"#,
+            r#"<tr data-task="{}"><td>{}</td><td style="background:{}">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>"#,
             esc(s(t, "/id")),
             esc(s(t, "/id")),
             super::taskgraph::colour(s(t, "/status")),
@@ -126,6 +151,7 @@ async fn task_section(app: &App, who: &Actor, id: &str, b: &mut String) -> Resul
             esc(s(t, "/branch")),
             esc(s(t, "/commit")),
             esc(s(t, "/title")),
+            task_buttons(id, s(t, "/id"), s(t, "/status")),
         );
     }
     b.push_str("</tbody></table>");
