@@ -76,7 +76,7 @@ impl OrchestratorObject {
         let shared = self.shared.clone();
         let mut outcome = self
             .shared
-            .run_blocking(move || service::submit(&shared, &message, uid))
+            .run_call(move || service::submit(&shared, &message, uid))
             .await??;
         let r = &outcome.response;
         let _ = Self::message_processed(&emitter, &r.correlation_id).await;
@@ -131,7 +131,7 @@ impl OrchestratorObject {
         let uid = caller_uid(conn, &hdr).await?;
         let shared = self.shared.clone();
         self.shared
-            .run_blocking(move || {
+            .run_call(move || {
                 super::listing::list_jobs_page(&shared, uid, &filter, offset, limit)
             })
             .await?
@@ -152,7 +152,7 @@ impl OrchestratorObject {
         let shared = self.shared.clone();
         let report = self
             .shared
-            .run_blocking(move || service::sweep(&shared, uid))
+            .run_call(move || service::sweep(&shared, uid))
             .await??;
         Self::emit_cycle_signals(&emitter, &report).await;
         Ok(u32::try_from(report.handled).unwrap_or(u32::MAX))

@@ -1,0 +1,195 @@
+//! Seeking in a listing (issue 33): a place in the listing's order ([`Bound`]: a job's queue
+//! time, id and queue) and moving every folder's sorted records to it by a binary search
+//! over the index file's bytes, so a page at any depth costs O(log n) reads per folder
+//! plus the page, never a walk over the jobs before it.
+
+use super::*;
+use std::cmp::Ordering;
+use std::os::unix::fs::FileExt;
+
+/// A place in a listing's order: oldest `queue_time` first, ties by id, then by queue (the
+/// order [`Listing`] merges in). Written as the `after` cursor of `ListJobs` and the web API:
+/// `<queue_time>/<queue>/<id>`, each as the job's document prints it, so a client can make
+/// one from the last job of a page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bound {
+    secs: i64,
+    nanos: u32,
+    id: Box<str>,
+    queue: Box<str>,
+}
+
+impl Bound {
+    /// The place of a listed job.
+    pub fn of(l: &Listed) -> Bound {
+        Bound {
+            secs: l.head.queue_time.0.timestamp(),
+            nanos: l.head.queue_time.0.timestamp_subsec_nanos(),
+            id: l.id.as_str().into(),
+            queue: l.queue.as_str().into(),
+        }
+    }
+
+    /// Reads an `after` cursor (`<queue_time>/<queue>/<id>`); the error says what is wrong.
+    pub fn parse(token: &str) -> Result<Bound, String> {
+        let shape = "is not <queue_time>/<queue>/<id> (the last job of a page: its config.queue_time, config.queue and id, e.g. 2026-01-02T03:04:05Z/default/job-1)";
+        let mut f = token.splitn(3, '/');
+        let (Some(t), Some(queue), Some(id)) = (f.next(), f.next(), f.next()) else {
+            return Err(format!("after {token:?} {shape}"));
+        };
+        let t: Timestamp = t
+            .parse()
+            .map_err(|e| format!("after {token:?} {shape}: {e}"))?;
+        for (what, v) in [("queue", queue), ("id", id)] {
+            if let Some(why) = crate::model::id_problem(v) {
+                return Err(format!("after {token:?}: the {what} {v:?} {why}"));
+            }
+        }
+        Ok(Bound {
+            secs: t.0.timestamp(),
+            nanos: t.0.timestamp_subsec_nanos(),
+            id: id.into(),
+            queue: queue.into(),
+        })
+    }
+
+    /// The cursor as [`Bound::parse`] reads it.
+    pub fn token(&self) -> String {
+        let t = chrono::DateTime::from_timestamp(self.secs, self.nanos)
+            .map(|t| Timestamp(t).to_string())
+            .unwrap_or_default();
+        format!("{t}/{}/{}", self.queue, self.id)
+    }
+
+    /// Where a record of `queue` with `key` stands against this place.
+    fn cmp_rec(&self, key: (i64, u32, &str), queue: &str) -> Ordering {
+        key.cmp(&(self.secs, self.nanos, &self.id))
+            .then_with(|| queue.cmp(&self.queue))
+    }
+
+    /// Where the listed job `l` stands against this place.
+    pub fn cmp_listed(&self, l: &Listed) -> Ordering {
+        let t = &l.head.queue_time.0;
+        self.cmp_rec((t.timestamp(), t.timestamp_subsec_nanos(), &l.id), &l.queue)
+    }
+
+    /// Order of two places.
+    pub fn cmp_bound(&self, o: &Bound) -> Ordering {
+        o.cmp_rec((self.secs, self.nanos, &self.id), &self.queue)
+    }
+}
+
+/// Where a seek lands: on the place itself (a checkpoint's job) or just past it (a cursor).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Land {
+    /// The first job at or after the place.
+    At,
+    /// The first job after it.
+    After,
+}
+
+impl Listing {
+    /// Moves to `bound`: the next job is the first one at (`Land::At`) or after it. Each
+    /// folder's records are found by a binary search; documents from the cache are no longer
+    /// read in step (they come from the store for the rest of this listing).
+    pub fn seek(&mut self, bound: &Bound, from: Land) -> std::io::Result<()> {
+        for s in &mut self.sources {
+            s.seek(bound, from)?;
+        }
+        self.last = None;
+        self.pending = None;
+        Ok(())
+    }
+}
+
+impl Source {
+    fn seek(&mut self, bound: &Bound, from: Land) -> std::io::Result<()> {
+        let queue = self.queue.clone();
+        let wanted = |r: &Rec| -> bool {
+            let Some((s, n, ..)) = &r.head else {
+                return false;
+            };
+            let ord = bound.cmp_rec((*s, *n, &r.id), &queue);
+            match from {
+                Land::At => ord != Ordering::Less,
+                Land::After => ord == Ordering::Greater,
+            }
+        };
+        self.docs = None;
+        self.current_doc = None;
+        self.current = None;
+        match &mut self.body {
+            Body::Mem(v, i) => *i = v.partition_point(|r| !wanted(r)),
+            Body::File(r) => {
+                let at = first_line(r.get_ref(), self.body_at, &wanted)?;
+                r.seek(SeekFrom::Start(at))?;
+            }
+        }
+        self.advance();
+        Ok(())
+    }
+}
+
+/// The start of the first record line from `lo` on that `wanted` admits (the records are
+/// sorted, so it admits none before that one and every one after), or the trailer's start.
+fn first_line(f: &File, lo: u64, wanted: &dyn Fn(&Rec) -> bool) -> std::io::Result<u64> {
+    let len = f.metadata()?.len();
+    let mut hi = len.saturating_sub(TRAILER.len() as u64).max(lo);
+    let mut lo = lo;
+    // Invariant: no line starting before `lo` is wanted; `hi` is a line start (or the end)
+    // that is wanted.
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        let p = if mid == lo {
+            lo
+        } else {
+            next_line_start(f, mid - 1, hi)?
+        };
+        let p = if p >= hi { lo } else { p };
+        let (line, next) = line_at(f, p, hi)?;
+        if Rec::parse(&line).is_some_and(|r| wanted(&r)) {
+            hi = p;
+        } else {
+            lo = next;
+        }
+    }
+    Ok(hi)
+}
+
+/// The position after the first newline at or after `from` (`hi` when there is none before).
+fn next_line_start(f: &File, from: u64, hi: u64) -> std::io::Result<u64> {
+    let mut buf = [0u8; 512];
+    let mut at = from;
+    while at < hi {
+        let n = f.read_at(&mut buf, at)?;
+        if n == 0 {
+            break;
+        }
+        if let Some(i) = buf[..n].iter().position(|b| *b == b'\n') {
+            return Ok((at + i as u64 + 1).min(hi));
+        }
+        at += n as u64;
+    }
+    Ok(hi)
+}
+
+/// The line starting at `at` (with its newline) and where the next one starts.
+fn line_at(f: &File, at: u64, hi: u64) -> std::io::Result<(String, u64)> {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 512];
+    let mut pos = at;
+    while pos < hi {
+        let n = f.read_at(&mut buf, pos)?;
+        if n == 0 {
+            break;
+        }
+        if let Some(i) = buf[..n].iter().position(|b| *b == b'\n') {
+            out.extend_from_slice(&buf[..=i]);
+            pos += i as u64 + 1;
+            return Ok((String::from_utf8_lossy(&out).into_owned(), pos));
+        }
+        out.extend_from_slice(&buf[..n]);
+        pos += n as u64;
+    }
+    Ok((String::from_utf8_lossy(&out).into_owned(), pos.min(hi).max(at + 1)))
+}
