@@ -4,7 +4,7 @@ use super::BusError;
 use super::caller::caller_for_uid;
 use super::orchestrator::Shared;
 use crate::orchestrator::commands::job_listing::{VisibleJobs, job_filter};
-use crate::store::listing::{Bound, Cursor, JobFilter, Land, MARK_EVERY};
+use crate::store::listing::{Bound, Cursor, JobFilter, MARK_EVERY};
 use std::collections::HashMap;
 use std::time::Instant;
 
@@ -259,7 +259,7 @@ fn skip_to(jobs: &mut VisibleJobs<'_>, marks: &[Bound], offset: usize) -> std::i
     if m == 0 {
         return Ok(jobs.skip_visible(offset));
     }
-    jobs.seek(&marks[m], Land::At)?;
+    jobs.seek(&marks[m])?;
     Ok(m * MARK_EVERY + jobs.skip_visible(offset - m * MARK_EVERY))
 }
 
@@ -270,7 +270,7 @@ fn seek_past(jobs: &mut VisibleJobs<'_>, marks: &[Bound], after: &Bound) -> std:
     let m = marks.partition_point(|b| b.cmp_bound(after).is_le());
     let mut at = 0;
     if m > 0 {
-        jobs.seek(&marks[m - 1], Land::At)?;
+        jobs.seek(&marks[m - 1])?;
         at = (m - 1) * MARK_EVERY;
     }
     while let Some(l) = jobs.next() {

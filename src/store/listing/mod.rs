@@ -29,7 +29,7 @@ mod tests;
 
 pub(super) use index::*;
 pub use merge::*;
-pub use seek::{Bound, Land};
+pub use seek::Bound;
 
 /// Which jobs a listing wants.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]

@@ -79,22 +79,13 @@ impl Bound {
     }
 }
 
-/// Where a seek lands: on the place itself (a checkpoint's job) or just past it (a cursor).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Land {
-    /// The first job at or after the place.
-    At,
-    /// The first job after it.
-    After,
-}
-
 impl Listing {
-    /// Moves to `bound`: the next job is the first one at (`Land::At`) or after it. Each
+    /// Moves to `bound`: the next job is the first one at or after it. Each
     /// folder's records are found by a binary search; documents from the cache are no longer
     /// read in step (they come from the store for the rest of this listing).
-    pub fn seek(&mut self, bound: &Bound, from: Land) -> std::io::Result<()> {
+    pub fn seek(&mut self, bound: &Bound) -> std::io::Result<()> {
         for s in &mut self.sources {
-            s.seek(bound, from)?;
+            s.seek(bound)?;
         }
         self.last = None;
         self.pending = None;
@@ -103,17 +94,13 @@ impl Listing {
 }
 
 impl Source {
-    fn seek(&mut self, bound: &Bound, from: Land) -> std::io::Result<()> {
+    fn seek(&mut self, bound: &Bound) -> std::io::Result<()> {
         let queue = self.queue.clone();
         let wanted = |r: &Rec| -> bool {
             let Some((s, n, ..)) = &r.head else {
                 return false;
             };
-            let ord = bound.cmp_rec((*s, *n, &r.id), &queue);
-            match from {
-                Land::At => ord != Ordering::Less,
-                Land::After => ord == Ordering::Greater,
-            }
+            bound.cmp_rec((*s, *n, &r.id), &queue) != Ordering::Less
         };
         self.docs = None;
         self.current_doc = None;
