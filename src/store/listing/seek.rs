@@ -94,7 +94,7 @@ impl Listing {
 }
 
 impl Source {
-    fn seek(&mut self, bound: &Bound) -> std::io::Result<()> {
+    pub(super) fn seek(&mut self, bound: &Bound) -> std::io::Result<()> {
         let queue = self.queue.clone();
         let wanted = |r: &Rec| -> bool {
             let Some((s, n, ..)) = &r.head else {
