@@ -54,7 +54,11 @@ def ms(x):
     return "%.2f" % x
 
 def status(pid):
-    return {l.split(":")[0]: l.split()[1] for l in open(f"/proc/{pid}/status") if ":" in l}
+    out = {}
+    for l in open(f"/proc/{pid}/status"):
+        k, _, v = l.partition(":")
+        out[k] = (v.split() or [""])[0]
+    return out
 
 # -- the store: N jobs (web.sh's shape: queued/finished/failed, handled), 2N messages
 root, home = os.path.join(work, "store"), os.path.join(work, "home")
