@@ -137,7 +137,7 @@ async fn deep_pages_and_cursors_are_slices_of_the_one_order_for_each_caller() {
         let nob: Vec<Known> = all.iter().filter(|k| k.3 == "Mine").cloned().collect();
         assert_eq!(nob.len(), 600);
 
-        let _d = KillOnDrop(
+        let d = KillOnDrop(
             orchestratord_command(&bus, &env.root, &["--idle-exit", "0"])
                 .env("HOME", &home)
                 .spawn()
@@ -233,6 +233,57 @@ async fn deep_pages_and_cursors_are_slices_of_the_one_order_for_each_caller() {
             let end = (off as usize + 10).min(nob_now.len());
             assert_eq!(ids, ids_of(&nob_now[off as usize..end]));
         }
+
+        // Fifty callers at once (a connection each, deep pages): they take turns for a few
+        // threads, never a thread each (the daemon grew from 6 to 59 threads before).
+        let threads = |pid: u32| -> usize {
+            std::fs::read_to_string(format!("/proc/{pid}/status"))
+                .unwrap()
+                .lines()
+                .find_map(|l| l.strip_prefix("Threads:"))
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap()
+        };
+        let pid = d.0.id();
+        let before = threads(pid);
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let watch = {
+            let done = done.clone();
+            std::thread::spawn(move || {
+                let mut most = 0;
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    most = most.max(threads(pid));
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                most
+            })
+        };
+        let mut calls = Vec::new();
+        for k in 0..50u32 {
+            let conn = bus.connect().await;
+            calls.push(tokio::spawn(async move {
+                let p = Orchestrator1Proxy::new(&conn).await.unwrap();
+                for j in 0..3u32 {
+                    let off = 1000 + (k * 3 + j) % 400;
+                    let (text, _, next) = p.list_jobs(HashMap::new(), off, 20).await.unwrap();
+                    assert_eq!(rows(&text).0.len(), 20);
+                    assert_eq!(next, off + 20);
+                }
+            }));
+        }
+        for c in calls {
+            c.await.unwrap();
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        let most = watch.join().unwrap();
+        eprintln!("orchestratord threads: {before} before, {most} at most under 50 callers");
+        let bound = before + 2 * agentstore::orchestrator::service::CALLS_AT_ONCE + 2;
+        assert!(
+            most <= bound,
+            "orchestratord grew from {before} to {most} threads under 50 callers (at most {bound})"
+        );
 
         // A cursor that is not a place: refused, saying what one is.
         for bad in ["yesterday", "2025-01-01T00:00:00Z/q1", "2025-01-01T00:00:00Z/q1/../x"] {
