@@ -118,9 +118,19 @@ async fn deep_pages_and_cursors_are_slices_of_the_one_order_for_each_caller() {
         for i in 0..1500u32 {
             let s = 1000 + i / 3;
             let t = if i % 7 == 0 {
-                format!("2025-01-01T{:02}:{:02}:{:02}.5Z", s / 3600, s / 60 % 60, s % 60)
+                format!(
+                    "2025-01-01T{:02}:{:02}:{:02}.5Z",
+                    s / 3600,
+                    s / 60 % 60,
+                    s % 60
+                )
             } else {
-                format!("2025-01-01T{:02}:{:02}:{:02}Z", s / 3600, s / 60 % 60, s % 60)
+                format!(
+                    "2025-01-01T{:02}:{:02}:{:02}Z",
+                    s / 3600,
+                    s / 60 % 60,
+                    s % 60
+                )
             };
             let q = if i % 2 == 0 { "q1" } else { "q2" };
             let id = if i % 3 == 2 {
@@ -130,7 +140,11 @@ async fn deep_pages_and_cursors_are_slices_of_the_one_order_for_each_caller() {
             };
             let project = ["TestProject", "Mine", "Other"][(i % 5 % 3) as usize];
             let k = (t, id, q.to_string(), project.to_string());
-            write_job(&env, &k, ["queued", "finished", "failed"][(i % 4 % 3) as usize]);
+            write_job(
+                &env,
+                &k,
+                ["queued", "finished", "failed"][(i % 4 % 3) as usize],
+            );
             all.push(k);
         }
         let all = sorted(all);
@@ -187,7 +201,12 @@ async fn deep_pages_and_cursors_are_slices_of_the_one_order_for_each_caller() {
         let mut added = Vec::new();
         for i in 0..10u32 {
             let s = if i < 5 { 1000 + i } else { 1000 + 600 + i };
-            let t = format!("2025-01-01T{:02}:{:02}:{:02}Z", s / 3600, s / 60 % 60, s % 60);
+            let t = format!(
+                "2025-01-01T{:02}:{:02}:{:02}Z",
+                s / 3600,
+                s / 60 % 60,
+                s % 60
+            );
             let k = (t, format!("new-{i}"), "q1".to_string(), "Mine".to_string());
             write_job(&env, &k, "queued");
             added.push(k);
@@ -214,10 +233,18 @@ async fn deep_pages_and_cursors_are_slices_of_the_one_order_for_each_caller() {
         // the place once, in order, none before it (those added after the place may show).
         let got = walk(vec![], cursor.clone()).await;
         let new_ids = ids_of(&added);
-        let old: Vec<_> = got.iter().filter(|j| !new_ids.contains(j)).cloned().collect();
-        assert_eq!(old, ids_of(&all[300..]), "the old jobs after the cursor, each once");
+        let old: Vec<_> = got
+            .iter()
+            .filter(|j| !new_ids.contains(j))
+            .cloned()
+            .collect();
+        assert_eq!(
+            old,
+            ids_of(&all[300..]),
+            "the old jobs after the cursor, each once"
+        );
         let after_place = ids_of(&now[at + 1..]);
-        let mut pos = got.iter().map(|j| after_place.iter().position(|k| k == j));
+        let pos = got.iter().map(|j| after_place.iter().position(|k| k == j));
         assert!(
             pos.clone().all(|p| p.is_some()) && pos.is_sorted(),
             "in order, nothing before the place: {got:?}"
@@ -286,7 +313,11 @@ async fn deep_pages_and_cursors_are_slices_of_the_one_order_for_each_caller() {
         );
 
         // A cursor that is not a place: refused, saying what one is.
-        for bad in ["yesterday", "2025-01-01T00:00:00Z/q1", "2025-01-01T00:00:00Z/q1/../x"] {
+        for bad in [
+            "yesterday",
+            "2025-01-01T00:00:00Z/q1",
+            "2025-01-01T00:00:00Z/q1/../x",
+        ] {
             let f: HashMap<&str, &str> = HashMap::from([("after", bad)]);
             let err = p.list_jobs(f, 0, 10).await.unwrap_err().to_string();
             assert!(

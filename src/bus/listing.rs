@@ -89,6 +89,30 @@ struct Summary<'a> {
     priority: Option<i32>,
 }
 
+/// The `after` cursor of the page following `page` (a `ListJobs` page): the place of its
+/// last job (`<queue_time>/<queue>/<id>`, from a document or a summary row).
+pub fn next_after(page: &str) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Config {
+        queue: Option<String>,
+        queue_time: String,
+    }
+    #[derive(serde::Deserialize)]
+    struct Row {
+        id: String,
+        queue: Option<String>,
+        queue_time: Option<String>,
+        config: Option<Config>,
+    }
+    let rows: Vec<&serde_json::value::RawValue> = serde_json::from_str(page).ok()?;
+    let last: Row = serde_json::from_str(rows.last()?.get()).ok()?;
+    let (queue, time) = match last.config {
+        Some(c) => (c.queue?, c.queue_time),
+        None => (last.queue?, last.queue_time?),
+    };
+    Some(format!("{time}/{queue}/{}", last.id))
+}
+
 /// One page of `ListJobs` for the caller with Unix uid `uid`. A page continues the listing
 /// a previous page left open (a cursor over the index files, kept per caller and filter)
 /// when it asks for where that one ended (its `next_offset`, or `after` its last job);

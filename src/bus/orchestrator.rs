@@ -133,9 +133,7 @@ impl OrchestratorObject {
         let uid = caller_uid(conn, &hdr).await?;
         let shared = self.shared.clone();
         self.shared
-            .run_call(move || {
-                super::listing::list_jobs_page(&shared, uid, &filter, offset, limit)
-            })
+            .run_call(move || super::listing::list_jobs_page(&shared, uid, &filter, offset, limit))
             .await?
     }
 

@@ -852,9 +852,12 @@ fn list_jobs_dbus_to(
             (Some(w), _) => {
                 for j in serde_json::from_str::<Vec<Job>>(&page).map_err(bad)? {
                     w.element(&j)?;
-                    last = j.config.queue.as_ref().zip(j.id.as_ref()).map(|(q, id)| {
-                        format!("{}/{q}/{id}", j.config.queue_time)
-                    });
+                    last = j
+                        .config
+                        .queue
+                        .as_ref()
+                        .zip(j.id.as_ref())
+                        .map(|(q, id)| format!("{}/{q}/{id}", j.config.queue_time));
                 }
             }
             (None, Some(sp)) => {

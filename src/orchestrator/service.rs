@@ -115,9 +115,10 @@ impl Shared {
         &self,
         work: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, RouteError> {
-        let turn = self.calls.clone().acquire_owned().await.map_err(|_| {
-            RouteError::Unavailable("orchestratord is stopping; call again".into())
-        })?;
+        let turn =
+            self.calls.clone().acquire_owned().await.map_err(|_| {
+                RouteError::Unavailable("orchestratord is stopping; call again".into())
+            })?;
         self.run_blocking(move || {
             let out = work();
             drop(turn);

@@ -139,30 +139,6 @@ pub async fn list_jobs(
     Ok(again_while_stopping(|| app.orchestrator.list_jobs(filter.clone(), offset, limit)).await?)
 }
 
-/// The `after` cursor of the page following `page` (a `ListJobs` page): the place of its
-/// last job (`<queue_time>/<queue>/<id>`, from a document or a summary row).
-pub fn next_after(page: &str) -> Option<String> {
-    #[derive(serde::Deserialize)]
-    struct Config {
-        queue: Option<String>,
-        queue_time: String,
-    }
-    #[derive(serde::Deserialize)]
-    struct Row {
-        id: String,
-        queue: Option<String>,
-        queue_time: Option<String>,
-        config: Option<Config>,
-    }
-    let rows: Vec<&serde_json::value::RawValue> = serde_json::from_str(page).ok()?;
-    let last: Row = serde_json::from_str(rows.last()?.get()).ok()?;
-    let (queue, time) = match last.config {
-        Some(c) => (c.queue?, c.queue_time),
-        None => (last.queue?, last.queue_time?),
-    };
-    Some(format!("{time}/{queue}/{}", last.id))
-}
-
 /// The query parameters of a messages listing (API and page).
 pub const MESSAGE_QUERY: [&str; 7] = [
     "as",
@@ -534,7 +510,7 @@ pub async fn route(
             )?;
             let actor = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
             let (page, total, next) = list_jobs(app, &actor, &q).await?;
-            let after = match next_after(&page) {
+            let after = match crate::bus::listing::next_after(&page) {
                 Some(a) if next < total => Value::String(a).to_string(),
                 _ => "null".into(),
             };

@@ -178,5 +178,8 @@ fn line_at(f: &File, at: u64, hi: u64) -> std::io::Result<(String, u64)> {
         out.extend_from_slice(&buf[..n]);
         pos += n as u64;
     }
-    Ok((String::from_utf8_lossy(&out).into_owned(), pos.min(hi).max(at + 1)))
+    Ok((
+        String::from_utf8_lossy(&out).into_owned(),
+        pos.min(hi).max(at + 1),
+    ))
 }
