@@ -182,7 +182,9 @@ for what, off in ((f"offset {n // 2}", n // 2), (f"offset {n - 50}", n - 50)):
     s = series(lambda: list_jobs(o, {}, off, 50)[0])
     row(f"ListJobs limit 50 at {what}, ms", *s, peer=f"offset 0 p50 {first[0]}")
 mid = n // 2
-after = f"{times[mid]}/{queue}/job-{mid:06d}"
+import calendar
+after = "%d.000000000/%s/job-%06d" % (calendar.timegm(time.strptime(times[mid], "%Y-%m-%dT%H:%M:%SZ")),
+                                      queue, mid)
 try:
     _, page, _, nxt = list_jobs(o, {"after": after}, 0, 50)
     ids = [j["id"] for j in json.loads(page)]

@@ -38,7 +38,7 @@ fn sorted(mut v: Vec<Known>) -> Vec<Known> {
 }
 
 fn place(k: &Known) -> String {
-    format!("{}/{}/{}", k.0, k.2, k.1)
+    agentstore::store::listing::Bound::token_of(&k.0.parse().unwrap(), &k.2, &k.1)
 }
 
 /// A page's (id, queue) pairs, and the `after` place of its last job as a client makes it.
@@ -58,9 +58,13 @@ fn rows(page: &str) -> (Vec<(String, String)>, Option<String>) {
             .unwrap()
             .to_string()
     };
-    let last = v
-        .last()
-        .map(|j| format!("{}/{}/{}", t(j), q(j), j["id"].as_str().unwrap()));
+    let last = v.last().map(|j| {
+        agentstore::store::listing::Bound::token_of(
+            &t(j).parse().unwrap(),
+            &q(j),
+            j["id"].as_str().unwrap(),
+        )
+    });
     let ids = v
         .iter()
         .map(|j| (j["id"].as_str().unwrap().to_string(), q(j)))
@@ -315,8 +319,10 @@ async fn deep_pages_and_cursors_are_slices_of_the_one_order_for_each_caller() {
         // A cursor that is not a place: refused, saying what one is.
         for bad in [
             "yesterday",
-            "2025-01-01T00:00:00Z/q1",
-            "2025-01-01T00:00:00Z/q1/../x",
+            "2025-01-01T00:00:00Z/q1/job-0001",
+            "1735689600.000000000/q1",
+            "1735689600.5/q1/job-0001",
+            "1735689600.000000000/q1/../x",
         ] {
             let f: HashMap<&str, &str> = HashMap::from([("after", bad)]);
             let err = p.list_jobs(f, 0, 10).await.unwrap_err().to_string();

@@ -90,18 +90,18 @@ struct Summary<'a> {
 }
 
 /// The `after` cursor of the page following `page` (a `ListJobs` page): the place of its
-/// last job (`<queue_time>/<queue>/<id>`, from a document or a summary row).
+/// last job ([`Bound::token_of`], from a document or a summary row).
 pub fn next_after(page: &str) -> Option<String> {
     #[derive(serde::Deserialize)]
     struct Config {
         queue: Option<String>,
-        queue_time: String,
+        queue_time: crate::model::Timestamp,
     }
     #[derive(serde::Deserialize)]
     struct Row {
         id: String,
         queue: Option<String>,
-        queue_time: Option<String>,
+        queue_time: Option<crate::model::Timestamp>,
         config: Option<Config>,
     }
     let rows: Vec<&serde_json::value::RawValue> = serde_json::from_str(page).ok()?;
@@ -110,7 +110,7 @@ pub fn next_after(page: &str) -> Option<String> {
         Some(c) => (c.queue?, c.queue_time),
         None => (last.queue?, last.queue_time?),
     };
-    Some(format!("{time}/{queue}/{}", last.id))
+    Some(Bound::token_of(&time, &queue, &last.id))
 }
 
 /// One page of `ListJobs` for the caller with Unix uid `uid`. A page continues the listing

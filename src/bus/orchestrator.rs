@@ -114,8 +114,9 @@ impl OrchestratorObject {
     /// documents without `runtime.output` (use view-job for that). `filter` may hold
     /// `status` (queued, running, finished, failed), `project`, `queue`, `user` (the
     /// user a trusted caller acts for), `fields` (all, summary) and `after` (a cursor: the
-    /// page starts just past `<queue_time>/<queue>/<id>` of a listed job, the last of the
-    /// previous page, whatever was added or removed before it; `offset` is then not used). `limit` 0 means the default (500); at most 5000 jobs
+    /// page starts just past `<seconds>.<nanoseconds>/<queue>/<id>` of a listed job, the
+    /// last of the previous page: its queue_time as Unix seconds and nine digits, its queue
+    /// and id; whatever was added or removed before it; `offset` is then not used). `limit` 0 means the default (500); at most 5000 jobs
     /// and about 4 MiB go in one page, so an answer always fits a D-Bus message. Returns the
     /// page, how many jobs match in all, and the offset of the next page (= `total` when
     /// this was the last). Errors: org.agentstore.Error.InvalidMessage, .NotFound,

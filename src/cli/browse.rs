@@ -852,17 +852,18 @@ fn list_jobs_dbus_to(
             (Some(w), _) => {
                 for j in serde_json::from_str::<Vec<Job>>(&page).map_err(bad)? {
                     w.element(&j)?;
-                    last = j
-                        .config
-                        .queue
-                        .as_ref()
-                        .zip(j.id.as_ref())
-                        .map(|(q, id)| format!("{}/{q}/{id}", j.config.queue_time));
+                    last = j.config.queue.as_ref().zip(j.id.as_ref()).map(|(q, id)| {
+                        crate::store::listing::Bound::token_of(&j.config.queue_time, q, id)
+                    });
                 }
             }
             (None, Some(sp)) => {
                 for r in serde_json::from_str::<Vec<SummaryRow>>(&page).map_err(bad)? {
-                    last = Some(format!("{}/{}/{}", r.queue_time, r.queue, r.id));
+                    last = Some(crate::store::listing::Bound::token_of(
+                        &r.queue_time,
+                        &r.queue,
+                        &r.id,
+                    ));
                     let cells = [
                         r.id,
                         r.status,

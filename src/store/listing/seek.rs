@@ -9,8 +9,9 @@ use std::os::unix::fs::FileExt;
 
 /// A place in a listing's order: oldest `queue_time` first, ties by id, then by queue (the
 /// order [`Listing`] merges in). Written as the `after` cursor of `ListJobs` and the web API:
-/// `<queue_time>/<queue>/<id>`, each as the job's document prints it, so a client can make
-/// one from the last job of a page.
+/// `<seconds>.<nanoseconds>/<queue>/<id>` — the job's `queue_time` as Unix seconds and nine
+/// digits of nanoseconds, its queue and its id ([`Bound::token_of`]); every string of that
+/// shape is a place, so the shape alone says whether a cursor is one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Bound {
     secs: i64,
@@ -18,6 +19,9 @@ pub struct Bound {
     id: Box<str>,
     queue: Box<str>,
 }
+
+/// What an `after` cursor must look like (the OpenAPI document's pattern says the same).
+const SHAPE: &str = "is not <seconds>.<nanoseconds>/<queue>/<id> (a job's queue_time as Unix seconds, a dot and nine digits, its queue and its id, e.g. 1767225600.000000000/default/job-1: a page's next_after)";
 
 impl Bound {
     /// The place of a listed job.
@@ -30,24 +34,38 @@ impl Bound {
         }
     }
 
-    /// Reads an `after` cursor (`<queue_time>/<queue>/<id>`); the error says what is wrong.
+    /// The cursor of the job with `queue_time` in `queue` named `id` (as [`Bound::token`]).
+    pub fn token_of(queue_time: &Timestamp, queue: &str, id: &str) -> String {
+        format!(
+            "{}.{:09}/{queue}/{id}",
+            queue_time.0.timestamp(),
+            queue_time.0.timestamp_subsec_nanos()
+        )
+    }
+
+    /// Reads an `after` cursor; the error says what one looks like.
     pub fn parse(token: &str) -> Result<Bound, String> {
-        let shape = "is not <queue_time>/<queue>/<id> (the last job of a page: its config.queue_time, config.queue and id, e.g. 2026-01-02T03:04:05Z/default/job-1)";
+        let bad = || format!("after {token:?} {SHAPE}");
         let mut f = token.splitn(3, '/');
         let (Some(t), Some(queue), Some(id)) = (f.next(), f.next(), f.next()) else {
-            return Err(format!("after {token:?} {shape}"));
+            return Err(bad());
         };
-        let t: Timestamp = t
-            .parse()
-            .map_err(|e| format!("after {token:?} {shape}: {e}"))?;
-        for (what, v) in [("queue", queue), ("id", id)] {
-            if let Some(why) = crate::model::id_problem(v) {
-                return Err(format!("after {token:?}: the {what} {v:?} {why}"));
-            }
+        let (secs, nanos) = t.split_once('.').ok_or_else(bad)?;
+        let digits = |s: &str, n: std::ops::RangeInclusive<usize>| {
+            n.contains(&s.len()) && s.bytes().all(|b| b.is_ascii_digit())
+        };
+        let word = |s: &str| {
+            !s.is_empty()
+                && s.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        };
+        let unsigned = secs.strip_prefix('-').unwrap_or(secs);
+        if !digits(unsigned, 1..=12) || !digits(nanos, 9..=9) || !word(queue) || !word(id) {
+            return Err(bad());
         }
         Ok(Bound {
-            secs: t.0.timestamp(),
-            nanos: t.0.timestamp_subsec_nanos(),
+            secs: secs.parse().map_err(|_| bad())?,
+            nanos: nanos.parse().map_err(|_| bad())?,
             id: id.into(),
             queue: queue.into(),
         })
@@ -55,10 +73,7 @@ impl Bound {
 
     /// The cursor as [`Bound::parse`] reads it.
     pub fn token(&self) -> String {
-        let t = chrono::DateTime::from_timestamp(self.secs, self.nanos)
-            .map(|t| Timestamp(t).to_string())
-            .unwrap_or_default();
-        format!("{t}/{}/{}", self.queue, self.id)
+        format!("{}.{:09}/{}/{}", self.secs, self.nanos, self.queue, self.id)
     }
 
     /// Where a record of `queue` with `key` stands against this place.
