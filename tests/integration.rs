@@ -63,6 +63,7 @@ mod codex_rights;
 mod conflicts;
 mod crash_audit;
 mod dbus_introspection;
+mod deep_pages;
 mod failover;
 mod fake_model_script;
 mod first_day;

@@ -4,7 +4,7 @@ use super::BusError;
 use super::caller::caller_for_uid;
 use super::orchestrator::Shared;
 use crate::orchestrator::commands::job_listing::{VisibleJobs, job_filter};
-use crate::store::listing::{Cursor, JobFilter};
+use crate::store::listing::{Bound, Cursor, JobFilter, MARK_EVERY};
 use std::collections::HashMap;
 use std::time::Instant;
 
@@ -21,6 +21,9 @@ pub const MAX_REPLY_BYTES: usize = 16 << 20;
 struct Ask {
     filter: JobFilter,
     user: Option<String>,
+    /// `after`: the page starts just past this place (a cursor that stays put while jobs
+    /// are added or leave before it).
+    after: Option<Bound>,
     /// `fields=summary`: rows of id, status, queue, project, queue_time, user, priority from the index,
     /// without reading any document (what a table needs).
     summary: bool,
@@ -30,6 +33,7 @@ fn filter_from(args: &HashMap<String, String>) -> Result<Ask, BusError> {
     let (mut status, mut project, mut queue) = (None, None, None);
     let mut user = None;
     let mut summary = false;
+    let mut after = None;
     for (k, v) in args {
         let v = v.trim();
         if v.is_empty() {
@@ -40,6 +44,12 @@ fn filter_from(args: &HashMap<String, String>) -> Result<Ask, BusError> {
             "project" => project = Some(v),
             "queue" => queue = Some(v),
             "user" => user = Some(v.to_string()),
+            "after" => {
+                after = Some(
+                    Bound::parse(v)
+                        .map_err(|e| BusError::InvalidMessage(format!("ListJobs: {e}")))?,
+                )
+            }
             "fields" => {
                 summary = match v {
                     "summary" => true,
@@ -53,7 +63,7 @@ fn filter_from(args: &HashMap<String, String>) -> Result<Ask, BusError> {
             }
             other => {
                 return Err(BusError::InvalidMessage(format!(
-                    "ListJobs: unknown filter key {other:?} (known: status, project, queue, user, fields)"
+                    "ListJobs: unknown filter key {other:?} (known: status, project, queue, user, fields, after)"
                 )));
             }
         }
@@ -62,6 +72,7 @@ fn filter_from(args: &HashMap<String, String>) -> Result<Ask, BusError> {
         filter: job_filter(status, project, queue, "ListJobs: filter status")
             .map_err(BusError::InvalidMessage)?,
         user,
+        after,
         summary,
     })
 }
@@ -78,9 +89,39 @@ struct Summary<'a> {
     priority: Option<i32>,
 }
 
-/// One page of `ListJobs` for the caller with Unix uid `uid`. Sequential pages continue one
-/// open listing (a cursor over the index files); any other offset opens a new one and skips
-/// to it. Memory stays at one page whatever the store holds.
+/// The `after` cursor of the page following `page` (a `ListJobs` page): the place of its
+/// last job ([`Bound::token_of`], from a document or a summary row).
+pub fn next_after(page: &str) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Config {
+        queue: Option<String>,
+        queue_time: crate::model::Timestamp,
+    }
+    #[derive(serde::Deserialize)]
+    struct Row {
+        id: String,
+        queue: Option<String>,
+        queue_time: Option<crate::model::Timestamp>,
+        config: Option<Config>,
+    }
+    let rows: Vec<&serde_json::value::RawValue> = serde_json::from_str(page).ok()?;
+    let last: Row = serde_json::from_str(rows.last()?.get()).ok()?;
+    let (queue, time) = match last.config {
+        Some(c) => (c.queue?, c.queue_time),
+        None => (last.queue?, last.queue_time?),
+    };
+    Some(Bound::token_of(&time, &queue, &last.id))
+}
+
+/// One page of `ListJobs` for the caller with Unix uid `uid`. A page continues the listing
+/// a previous page left open (a cursor over the index files, kept per caller and filter)
+/// when it asks for where that one ended (its `next_offset`, or `after` its last job);
+/// any other page opens the listing and seeks: to the mark (one every [`MARK_EVERY`] jobs,
+/// taken when the listing was counted) before its offset, or to its `after` place, so a
+/// page at any depth costs the page and a binary search, not the jobs before it. The
+/// shared index is locked only to look up and keep cursors and totals, never while files
+/// are read: calls are served side by side. Memory stays at one page whatever the store
+/// holds.
 pub fn list_jobs_page(
     shared: &Shared,
     uid: u32,
@@ -97,17 +138,28 @@ pub fn list_jobs_page(
         0 => DEFAULT_PAGE,
         n => n.min(MAX_PAGE),
     } as usize;
-    let mut index = shared
-        .job_index
-        .lock()
-        .map_err(|_| BusError::Failed("job index lock poisoned".into()))?;
+    let lock = || {
+        shared
+            .job_index
+            .lock()
+            .map_err(|_| BusError::Failed("job index lock poisoned".into()))
+    };
     let key = format!(
         "{uid}\n{:?}\n{filter:?}\n{}",
         ask.user.as_deref(),
         ask.summary
     );
     let offset = offset as usize;
-    let (mut jobs, key, mut next, total) = match index.take_cursor(&key, offset) {
+    let after = ask.after.as_ref();
+    let failed = |e: std::io::Error| BusError::Failed(format!("job index: {e}"));
+    let (kept, mut index) = {
+        let mut shared_index = lock()?;
+        (
+            shared_index.take_cursor(&key, offset, after),
+            shared_index.detached(store),
+        )
+    };
+    let (mut jobs, key, mut next, total) = match kept {
         Some(c) => (
             VisibleJobs::over(c.listing, store, &who),
             c.key,
@@ -116,18 +168,25 @@ pub fn list_jobs_page(
         ),
         None => {
             let mut jobs = VisibleJobs::over(index.listing(store, filter), store, &who);
-            // The total: counted once, then kept while the folders and the caller's rights
-            // are unchanged (a first page of 100,000 jobs then costs one page, not a count).
-            let kept = index.cached_total(&key, jobs.listing()).cloned();
-            let total = match kept {
-                Some(k) if jobs.visibility().same_rights(&k.rights) => k.total,
+            // The total and the marks: counted once, then kept while the folders and the
+            // caller's rights are unchanged (a page of 100,000 jobs then costs one page).
+            let kept = lock()?.cached_total(&key, jobs.listing()).cloned();
+            let (total, marks) = match kept {
+                Some(k) if jobs.visibility().same_rights(&k.rights) => (k.total, k.marks),
                 _ => {
-                    let total = jobs.by_ref().count();
-                    jobs.rewind()
-                        .map_err(|e| BusError::Failed(format!("job index: {e}")))?;
+                    let mut marks = Vec::new();
+                    let mut total = 0;
+                    for l in jobs.by_ref() {
+                        if total % MARK_EVERY == 0 {
+                            marks.push(Bound::of(&l));
+                        }
+                        total += 1;
+                    }
+                    jobs.rewind().map_err(failed)?;
                     let rights = jobs.visibility().rights();
-                    index.keep_total(&key, jobs.listing(), rights, total);
-                    total
+                    let marks = std::sync::Arc::new(marks);
+                    lock()?.keep_total(&key, jobs.listing(), rights, total, marks.clone());
+                    (total, marks)
                 }
             };
             if !ask.summary {
@@ -136,7 +195,10 @@ pub fn list_jobs_page(
                 // file again: the same folders, opened once more after the count.
                 jobs.replace_listing(index.listing_with_documents(store, filter));
             }
-            let next = jobs.skip_visible(offset);
+            let next = match after {
+                None => skip_to(&mut jobs, &marks, offset).map_err(failed)?,
+                Some(b) => seek_past(&mut jobs, &marks, b).map_err(failed)?,
+            };
             // Bringing a changed folder's index up to date freed a few megabytes: give them
             // back now rather than keep them while the caller pages.
             crate::store::listing::release_memory();
@@ -146,6 +208,7 @@ pub fn list_jobs_page(
     let mut page = Vec::with_capacity(64 * 1024);
     page.push(b'[');
     let mut count = 0;
+    let mut last = after.cloned();
     while let Some(l) = jobs.next() {
         if count >= limit {
             jobs.put_back(l);
@@ -167,6 +230,7 @@ pub fn list_jobs_page(
                 // Deleted since it was indexed, invalid (reported in errors.out), or not the
                 // caller's to see after all: left out of this page.
                 next += 1;
+                last = Some(Bound::of(&l));
                 continue;
             };
             job.runtime.output = None;
@@ -177,6 +241,7 @@ pub fn list_jobs_page(
             jobs.put_back(l);
             break;
         }
+        last = Some(Bound::of(&l));
         if bytes.len() + 2 > MAX_REPLY_BYTES {
             // One job too big for any answer (a huge supporting_data): listed without it.
             tracing::warn!(job_id = %l.id, "job document too large for a listing page");
@@ -194,19 +259,50 @@ pub fn list_jobs_page(
     let next = next.min(total);
     let listing = jobs.into_listing();
     if next < total {
-        index.keep_cursor(Cursor {
+        lock()?.keep_cursor(Cursor {
             key,
             listing,
             next,
+            last,
             total,
             at: Instant::now(),
         });
     } else {
-        index.drop_cursor();
         drop(listing);
         crate::store::listing::release_memory();
     }
     let text = String::from_utf8(page).map_err(|e| BusError::Failed(e.to_string()))?;
     let as_u32 = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
     Ok((text, as_u32(total), as_u32(next)))
+}
+
+/// Moves `jobs` (at its start) to the `offset`th job from the mark before it; returns where
+/// it got (fewer at the end).
+fn skip_to(jobs: &mut VisibleJobs<'_>, marks: &[Bound], offset: usize) -> std::io::Result<usize> {
+    let m = (offset / MARK_EVERY).min(marks.len().saturating_sub(1));
+    if m == 0 {
+        return Ok(jobs.skip_visible(offset));
+    }
+    jobs.seek(&marks[m])?;
+    Ok(m * MARK_EVERY + jobs.skip_visible(offset - m * MARK_EVERY))
+}
+
+/// Moves `jobs` (at its start) just past `after`; returns how many jobs of the listing
+/// come before that place (the offset of the next job).
+fn seek_past(jobs: &mut VisibleJobs<'_>, marks: &[Bound], after: &Bound) -> std::io::Result<usize> {
+    // The last mark at or before `after`: the count goes on from there.
+    let m = marks.partition_point(|b| b.cmp_bound(after).is_le());
+    let mut at = 0;
+    if m > 0 {
+        jobs.seek(&marks[m - 1])?;
+        at = (m - 1) * MARK_EVERY;
+    }
+    while let Some(l) = jobs.next() {
+        if after.cmp_listed(&l).is_gt() {
+            jobs.put_back(l);
+            break;
+        }
+        at += 1;
+    }
+    Ok(at)
 }

@@ -76,7 +76,7 @@ impl OrchestratorObject {
         let shared = self.shared.clone();
         let mut outcome = self
             .shared
-            .run_blocking(move || service::submit(&shared, &message, uid))
+            .run_call(move || service::submit(&shared, &message, uid))
             .await??;
         let r = &outcome.response;
         let _ = Self::message_processed(&emitter, &r.correlation_id).await;
@@ -112,8 +112,11 @@ impl OrchestratorObject {
 
     /// One page of jobs, oldest `queue_time` first (ties by id), as a JSON array of job
     /// documents without `runtime.output` (use view-job for that). `filter` may hold
-    /// `status` (queued, running, finished, failed), `project`, `queue`, and `user` (the
-    /// user a trusted caller acts for). `limit` 0 means the default (500); at most 5000 jobs
+    /// `status` (queued, running, finished, failed), `project`, `queue`, `user` (the
+    /// user a trusted caller acts for), `fields` (all, summary) and `after` (a cursor: the
+    /// page starts just past `<seconds>.<nanoseconds>/<queue>/<id>` of a listed job, the
+    /// last of the previous page: its queue_time as Unix seconds and nine digits, its queue
+    /// and id; whatever was added or removed before it; `offset` is then not used). `limit` 0 means the default (500); at most 5000 jobs
     /// and about 4 MiB go in one page, so an answer always fits a D-Bus message. Returns the
     /// page, how many jobs match in all, and the offset of the next page (= `total` when
     /// this was the last). Errors: org.agentstore.Error.InvalidMessage, .NotFound,
@@ -131,9 +134,7 @@ impl OrchestratorObject {
         let uid = caller_uid(conn, &hdr).await?;
         let shared = self.shared.clone();
         self.shared
-            .run_blocking(move || {
-                super::listing::list_jobs_page(&shared, uid, &filter, offset, limit)
-            })
+            .run_call(move || super::listing::list_jobs_page(&shared, uid, &filter, offset, limit))
             .await?
     }
 
@@ -152,7 +153,7 @@ impl OrchestratorObject {
         let shared = self.shared.clone();
         let report = self
             .shared
-            .run_blocking(move || service::sweep(&shared, uid))
+            .run_call(move || service::sweep(&shared, uid))
             .await??;
         Self::emit_cycle_signals(&emitter, &report).await;
         Ok(u32::try_from(report.handled).unwrap_or(u32::MAX))

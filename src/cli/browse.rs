@@ -821,24 +821,49 @@ fn list_jobs_dbus_to(
         Format::Json => None,
     };
     let mut table = StreamTable::new(&JOB_HEADERS, &[0, 1, 5], &JOB_DROPPABLE);
-    let mut offset = 0u32;
+    // Pages follow one another by `after` (the place of the last job listed), which stays
+    // put while jobs are added or leave; by offset when the daemon is older than `after`.
+    let (mut offset, mut after, mut by_offset) = (0u32, None::<String>, false);
     loop {
-        let (page, total, next) = rt
-            .block_on(crate::bus::orchestrator::again_while_stopping(|| {
-                proxy.list_jobs(filter.clone(), offset, crate::bus::listing::MAX_PAGE)
-            }))
-            .map_err(unreachable)?;
+        let mut ask = filter.clone();
+        if let (Some(a), false) = (&after, by_offset) {
+            ask.insert("after", a.as_str());
+        }
+        let answer = rt.block_on(crate::bus::orchestrator::again_while_stopping(|| {
+            proxy.list_jobs(ask.clone(), offset, crate::bus::listing::MAX_PAGE)
+        }));
+        let (page, total, next) = match answer {
+            Err(zbus::Error::MethodError(n, Some(d), _))
+                if after.is_some()
+                    && !by_offset
+                    && n.as_str() == "org.agentstore.Error.InvalidMessage"
+                    && d.contains("unknown filter key \"after\"") =>
+            {
+                by_offset = true;
+                continue;
+            }
+            other => other.map_err(unreachable)?,
+        };
         let bad = |e: serde_json::Error| {
             CliError::new(format!("unexpected answer from orchestratord: {e}"))
         };
+        let mut last = None;
         match (&mut json, &mut spool) {
             (Some(w), _) => {
                 for j in serde_json::from_str::<Vec<Job>>(&page).map_err(bad)? {
                     w.element(&j)?;
+                    last = j.config.queue.as_ref().zip(j.id.as_ref()).map(|(q, id)| {
+                        crate::store::listing::Bound::token_of(&j.config.queue_time, q, id)
+                    });
                 }
             }
             (None, Some(sp)) => {
                 for r in serde_json::from_str::<Vec<SummaryRow>>(&page).map_err(bad)? {
+                    last = Some(crate::store::listing::Bound::token_of(
+                        &r.queue_time,
+                        &r.queue,
+                        &r.id,
+                    ));
                     let cells = [
                         r.id,
                         r.status,
@@ -853,10 +878,11 @@ fn list_jobs_dbus_to(
             }
             (None, None) => {}
         }
-        if next >= total || next <= offset {
+        if next >= total || next <= offset || last.is_none() {
             break;
         }
         offset = next;
+        after = last;
     }
     match (json, spool) {
         (Some(w), _) => w.finish()?,

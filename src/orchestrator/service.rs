@@ -49,7 +49,14 @@ pub struct Shared {
     /// The blocking work of the loop and of calls ([`Shared::run_blocking`]); `None` once
     /// the daemon is stopping. Drained before the store lock is let go.
     tasks: Mutex<Option<JoinSet<()>>>,
+    /// Calls' work running at once at most ([`CALLS_AT_ONCE`]): 50 clients queue on the
+    /// runtime instead of each taking a thread of its own (issue 33: 6 threads grew to 59).
+    calls: Arc<tokio::sync::Semaphore>,
 }
+
+/// D-Bus calls (`Submit`, `ListJobs`, `Sweep`) whose work runs at once at most; the daemon's
+/// own loop never waits for them (it takes no permit).
+pub const CALLS_AT_ONCE: usize = 4;
 
 impl Shared {
     /// Wraps an opened store.
@@ -73,6 +80,7 @@ impl Shared {
             job_index: Mutex::new(Default::default()),
             machines,
             tasks: Mutex::new(Some(JoinSet::new())),
+            calls: Arc::new(tokio::sync::Semaphore::new(CALLS_AT_ONCE)),
         })
     }
 
@@ -98,6 +106,25 @@ impl Shared {
         }
         rx.await
             .map_err(|_| RouteError::Failed("the daemon's work stopped before it answered".into()))
+    }
+
+    /// [`Shared::run_blocking`] for a call: at most [`CALLS_AT_ONCE`] at a time, the others
+    /// waiting their turn without a thread. The turn is held until the work ends, even when
+    /// the caller stops waiting for it.
+    pub async fn run_call<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, RouteError> {
+        let turn =
+            self.calls.clone().acquire_owned().await.map_err(|_| {
+                RouteError::Unavailable("orchestratord is stopping; call again".into())
+            })?;
+        self.run_blocking(move || {
+            let out = work();
+            drop(turn);
+            out
+        })
+        .await
     }
 
     /// Refuses new work and waits for the work under way.

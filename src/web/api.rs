@@ -127,7 +127,7 @@ pub async fn list_jobs(
     q: &HashMap<String, String>,
 ) -> Result<(String, u32, u32), WebError> {
     let mut filter: HashMap<&str, &str> = HashMap::new();
-    for k in ["status", "project", "queue", "fields"] {
+    for k in ["status", "project", "queue", "fields", "after"] {
         if let Some(v) = q.get(k) {
             filter.insert(k, v);
         }
@@ -505,14 +505,20 @@ pub async fn route(
             let q = query(
                 &req,
                 &[
-                    "as", "status", "project", "queue", "fields", "offset", "limit",
+                    "as", "status", "project", "queue", "fields", "after", "offset", "limit",
                 ],
             )?;
             let actor = app.actor(peer, req.headers(), q.get("as").map(String::as_str))?;
             let (page, total, next) = list_jobs(app, &actor, &q).await?;
+            let after = match crate::bus::listing::next_after(&page) {
+                Some(a) if next < total => Value::String(a).to_string(),
+                _ => "null".into(),
+            };
             Ok(json(
                 200,
-                format!(r#"{{"jobs":{page},"total":{total},"next_offset":{next}}}"#),
+                format!(
+                    r#"{{"jobs":{page},"total":{total},"next_offset":{next},"next_after":{after}}}"#
+                ),
             ))
         }
         (["jobs", id, "log"], true) => {

@@ -9,7 +9,7 @@
 
 use crate::model::{Job, JobStatus};
 use crate::permissions::{self, Caller, Refused, Visibility};
-use crate::store::listing::{JobFilter, JobIndex, Listed, Listing};
+use crate::store::listing::{Bound, JobFilter, JobIndex, Listed, Listing};
 use crate::store::{Store, StoreError};
 
 /// The filter of a job listing from its words: `status` (a state name), `project`,
@@ -115,6 +115,11 @@ impl<'a> VisibleJobs<'a> {
     /// Starts again from the first job, over the same folder contents.
     pub fn rewind(&mut self) -> std::io::Result<()> {
         self.listing.rewind()
+    }
+
+    /// Moves to `bound` (see [`Listing::seek`]); what is visible is decided as before.
+    pub fn seek(&mut self, bound: &Bound) -> std::io::Result<()> {
+        self.listing.seek(bound)
     }
 
     /// Puts back the job `next` returned last.

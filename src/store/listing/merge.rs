@@ -9,8 +9,8 @@ pub struct JobIndex {
     /// `None` until first used; then the folder (or `Some(None)`: no writable cache, so the
     /// index lives in memory for one listing at a time).
     dir: Option<Option<PathBuf>>,
-    /// The listing a paging caller is walking through.
-    cursor: Option<Cursor>,
+    /// The listings paging callers are walking through (at most [`MAX_CURSORS`]).
+    cursors: Vec<Cursor>,
     /// Totals of recent listings, by caller and filter (see [`JobIndex::cached_total`]).
     totals: HashMap<String, CachedTotal>,
 }
@@ -24,7 +24,16 @@ pub struct CachedTotal {
     pub rights: Vec<(String, bool)>,
     /// Jobs in the listing.
     pub total: usize,
+    /// The place of every [`MARK_EVERY`]th job of the listing (the first, then …), so a page
+    /// at any offset starts from the mark before it (a seek) instead of walking from the start.
+    pub marks: std::sync::Arc<Vec<Bound>>,
 }
+
+/// One mark every this many jobs of a counted listing.
+pub const MARK_EVERY: usize = 256;
+
+/// Listings kept open for the callers' next pages at most (the oldest is dropped first).
+pub const MAX_CURSORS: usize = 32;
 
 /// Totals kept at most (one per caller and filter; the oldest are dropped all at once).
 pub(super) const MAX_TOTALS: usize = 256;
@@ -51,7 +60,18 @@ impl JobIndex {
     pub fn in_dir(dir: PathBuf) -> JobIndex {
         JobIndex {
             dir: Some(Some(dir)),
-            cursor: None,
+            cursors: Vec::new(),
+            totals: HashMap::new(),
+        }
+    }
+
+    /// An index over the same cache folder with no cursors or totals of its own: what one
+    /// call walks while the shared one stays free for the others (the index files are
+    /// written whole and renamed, so two walks bringing a folder up to date never clash).
+    pub fn detached(&mut self, store: &Store) -> JobIndex {
+        JobIndex {
+            dir: Some(self.dir_for(store)),
+            cursors: Vec::new(),
             totals: HashMap::new(),
         }
     }
@@ -226,20 +246,34 @@ impl JobIndex {
         listing
     }
 
-    /// Takes the open cursor if it was left for `key` at `offset` not long ago.
-    pub fn take_cursor(&mut self, key: &str, offset: usize) -> Option<Cursor> {
-        let c = self.cursor.take()?;
-        (c.key == key && c.next == offset && c.at.elapsed() < CURSOR_TTL).then_some(c)
+    /// Takes the open cursor left for `key` not long ago at `offset`, or (with `after`) just
+    /// past that place.
+    pub fn take_cursor(
+        &mut self,
+        key: &str,
+        offset: usize,
+        after: Option<&Bound>,
+    ) -> Option<Cursor> {
+        self.cursors.retain(|c| c.at.elapsed() < CURSOR_TTL);
+        let i = self.cursors.iter().position(|c| {
+            c.key == key
+                && match after {
+                    Some(b) => c.last.as_ref() == Some(b),
+                    None => c.next == offset,
+                }
+        })?;
+        Some(self.cursors.swap_remove(i))
     }
 
-    /// Keeps `cursor` for the next page.
+    /// Keeps `cursor` for the next page (dropping the oldest beyond [`MAX_CURSORS`]).
     pub fn keep_cursor(&mut self, cursor: Cursor) {
-        self.cursor = Some(cursor);
-    }
-
-    /// Drops the open cursor.
-    pub fn drop_cursor(&mut self) {
-        self.cursor = None;
+        self.cursors.retain(|c| c.at.elapsed() < CURSOR_TTL);
+        if self.cursors.len() >= MAX_CURSORS
+            && let Some(oldest) = (0..self.cursors.len()).min_by_key(|&i| self.cursors[i].at)
+        {
+            self.cursors.swap_remove(oldest);
+        }
+        self.cursors.push(cursor);
     }
 
     /// The total counted for `key` when `listing`'s folders were exactly as they are now
@@ -257,6 +291,7 @@ impl JobIndex {
         listing: &Listing,
         rights: Vec<(String, bool)>,
         total: usize,
+        marks: std::sync::Arc<Vec<Bound>>,
     ) {
         let Some(folders) = listing.signature.clone() else {
             self.totals.remove(key);
@@ -271,6 +306,7 @@ impl JobIndex {
                 folders,
                 rights,
                 total,
+                marks,
             },
         );
     }
@@ -286,6 +322,8 @@ pub struct Cursor {
     pub listing: Listing,
     /// Jobs consumed so far (what the caller passes as the next offset).
     pub next: usize,
+    /// The place of the last job handed out (what the caller passes as `after`).
+    pub last: Option<Bound>,
     /// Jobs in the whole listing.
     pub total: usize,
     /// When it was last used.
@@ -295,13 +333,13 @@ pub struct Cursor {
 /// A streaming listing: the merge of the folders' sorted records.
 #[derive(Debug)]
 pub struct Listing {
-    sources: Vec<Source>,
+    pub(super) sources: Vec<Source>,
     project: Option<String>,
     unreadable: Vec<(String, JobStatus, String)>,
     /// The folders of archive listings' unreadable files, next to `unreadable`.
     unreadable_dirs: Vec<PathBuf>,
-    last: Option<(String, String)>,
-    pending: Option<Listed>,
+    pub(super) last: Option<(String, String)>,
+    pub(super) pending: Option<Listed>,
     /// The listed folders' stamps, each taken before the folder was read; `None` when one
     /// changed too recently (or could not be read) to tell a later change by its stamp.
     signature: Option<String>,

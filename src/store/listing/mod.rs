@@ -23,11 +23,13 @@ use std::time::{Duration, Instant, SystemTime};
 
 mod index;
 mod merge;
+mod seek;
 #[cfg(test)]
 mod tests;
 
 pub(super) use index::*;
 pub use merge::*;
+pub use seek::Bound;
 
 /// Which jobs a listing wants.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
@@ -356,6 +358,8 @@ struct Source {
     /// The archive month, for an archive folder.
     month: Option<String>,
     body: Body,
+    /// Where the first readable record starts in a file body (after the unreadable ones).
+    body_at: u64,
     current: Option<Rec>,
     /// The documents cache read in step with the records (JSON listings).
     docs: Option<listing_docs::Docs>,
@@ -370,6 +374,7 @@ impl Source {
             status,
             month: month.map(str::to_string),
             body: Body::Mem(recs, 0),
+            body_at: 0,
             current: None,
             docs: None,
             current_doc: None,
@@ -390,12 +395,14 @@ impl Source {
                     let at = r.stream_position()?;
                     line.clear();
                     if r.read_line(&mut line)? == 0 {
+                        self.body_at = at;
                         break;
                     }
                     match Rec::parse(&line) {
                         Some(Rec { id, head: None }) => bad.push(id.into()),
                         _ => {
                             r.seek(SeekFrom::Start(at))?;
+                            self.body_at = at;
                             break;
                         }
                     }

@@ -107,3 +107,50 @@ fn a_changed_folder_keeps_known_heads_in_order() {
             .collect::<Vec<_>>()
     );
 }
+
+/// A seek lands on the first record at or after the place, in a file body (with an
+/// unreadable file's line before the records) and in memory, at every place and between.
+#[test]
+fn a_seek_lands_at_the_place_or_the_next_record() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("finished_jobs");
+    std::fs::create_dir(&dir).unwrap();
+    let cache = d.path().join("cache/finished_jobs.idx");
+    let job = |s: u32| {
+        format!(
+            "{{\"config\": {{\"project\": \"P\", \"queue_time\": \"2025-01-01T{:02}:{:02}:{:02}Z\"}}}}",
+            s / 3600,
+            s / 60 % 60,
+            s % 60
+        )
+    };
+    // Two jobs a second, every other second.
+    for i in 0..700u32 {
+        std::fs::write(dir.join(format!("j{i:04}.json")), job(i / 2 * 2)).unwrap();
+    }
+    std::fs::write(dir.join("bad.json"), "{").unwrap();
+    for cache in [Some(cache.as_path()), None] {
+        let (mut src, _, _) = open_index(&dir, "q", JobStatus::Finished, None, cache).unwrap();
+        src.advance();
+        let mut all = Vec::new();
+        while let Some(r) = src.current.take() {
+            all.push(r);
+            src.advance();
+        }
+        assert_eq!(all.len(), 700);
+        let listed = |r: &Rec| r.clone().listed("q", JobStatus::Finished, None).unwrap();
+        for (i, r) in all.iter().enumerate() {
+            let b = Bound::of(&listed(r));
+            src.start().unwrap();
+            src.seek(&b).unwrap();
+            assert_eq!(src.current.as_ref().map(|c| &*c.id), Some(&*r.id), "at {i}");
+        }
+        // Between records (an odd second no job has): the next one.
+        let l = listed(&all[101]);
+        let mut b = Bound::of(&l);
+        b = Bound::parse("1735689701.000000000/q/j0000").unwrap_or(b);
+        assert_eq!(b.token(), "1735689701.000000000/q/j0000");
+        src.seek(&b).unwrap();
+        assert_eq!(src.current.as_ref().map(|c| &*c.id), Some("j0102"));
+    }
+}
