@@ -8,7 +8,7 @@
 
 use super::BusError;
 use super::caller::caller_uid;
-use super::{BusKind, ORCHESTRATOR_NAME, ORCHESTRATOR_PATH};
+use super::{Bus, ORCHESTRATOR_NAME, ORCHESTRATOR_PATH};
 use crate::orchestrator::daemon::{CycleReport, DaemonError};
 use crate::orchestrator::service::{self, Frontend};
 use std::sync::Arc;
@@ -250,13 +250,13 @@ impl OrchestratorObject {
 /// signals of each pass.
 #[derive(Debug)]
 pub struct DbusFrontend {
-    bus: Option<BusKind>,
+    bus: Option<Bus>,
     conn: Option<zbus::Connection>,
 }
 
 impl DbusFrontend {
     /// A front end on `bus` (`None`: no D-Bus).
-    pub fn new(bus: Option<BusKind>) -> DbusFrontend {
+    pub fn new(bus: Option<Bus>) -> DbusFrontend {
         DbusFrontend { bus, conn: None }
     }
 }
@@ -275,7 +275,7 @@ impl DbusFrontend {
 
 impl Frontend for DbusFrontend {
     async fn serve(&mut self, shared: Arc<Shared>) -> Result<(), DaemonError> {
-        let Some(kind) = self.bus else {
+        let Some(kind) = &self.bus else {
             return Ok(());
         };
         let built = kind

@@ -161,13 +161,3 @@ pub fn bus_error_words(e: &zbus::Error, absent: &str) -> String {
         other => other.to_string(),
     }
 }
-
-/// The bus the queue managers are on: the system bus for the system services, else the
-/// user's session bus.
-pub async fn connect_bus() -> zbus::Result<zbus::Connection> {
-    if crate::model::system_mode() {
-        zbus::Connection::system().await
-    } else {
-        zbus::Connection::session().await
-    }
-}

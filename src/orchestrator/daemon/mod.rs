@@ -38,9 +38,9 @@ pub struct Args {
     #[arg(long, value_name = "DIR")]
     pub root: Option<PathBuf>,
     /// Bus to own org.agentstore.Orchestrator1 on: auto (system bus when run as the system
-    /// service, else the session bus if there is one, else none), system, session or none
-    /// (inbox files only).
-    #[arg(long, value_enum, default_value_t = crate::systemd::bus_choice::BusChoice::Auto)]
+    /// service, else the session bus if there is one, else none), system, session, none
+    /// (inbox files only), or a D-Bus address (unix:path=…).
+    #[arg(long, value_name = "BUS", default_value_t = crate::systemd::bus_choice::BusChoice::Auto)]
     pub bus: crate::systemd::bus_choice::BusChoice,
     /// Removed (was `--bus none`): recognised only to say so.
     #[arg(long = "no-bus", hide = true)]
