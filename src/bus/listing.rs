@@ -97,10 +97,7 @@ pub fn list_jobs_page(
         0 => DEFAULT_PAGE,
         n => n.min(MAX_PAGE),
     } as usize;
-    let mut index = shared
-        .job_index
-        .lock()
-        .map_err(|_| BusError::Failed("job index lock poisoned".into()))?;
+    let mut index = shared.job_index.lock();
     let key = format!(
         "{uid}\n{:?}\n{filter:?}\n{}",
         ask.user.as_deref(),

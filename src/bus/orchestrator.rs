@@ -194,7 +194,7 @@ impl OrchestratorObject {
         self.shared
             .last_loop
             .lock()
-            .map(|t| t.map(|t| t.to_string()).unwrap_or_default())
+            .map(|t| t.to_string())
             .unwrap_or_default()
     }
 
@@ -202,11 +202,7 @@ impl OrchestratorObject {
     /// `machines.stale_after_seconds` (host names, sorted).
     #[zbus(property)]
     fn stale_machines(&self) -> Vec<String> {
-        self.shared
-            .machines
-            .lock()
-            .map(|m| m.stale_hosts())
-            .unwrap_or_default()
+        self.shared.machines.lock().stale_hosts()
     }
 
     /// This orchestratord's role (issue 13, failover): `active` (holds the store lock and

@@ -82,7 +82,7 @@ impl MachineWatch {
 /// machines are failed, and the machines whose state changed are returned.
 pub fn beat(shared: &Shared, holds_lock: bool) -> Vec<MachineChange> {
     let store = &shared.store;
-    let mut watch = shared.machines.lock().unwrap_or_else(|e| e.into_inner());
+    let mut watch = shared.machines.lock();
     if watch.due_in() > Duration::ZERO {
         return Vec::new();
     }

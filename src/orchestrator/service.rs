@@ -9,8 +9,10 @@ use super::{Outcome, RouteError};
 use crate::model::{DocKind, Message, Timestamp};
 use crate::store::Store;
 use std::future::Future;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+
+use parking_lot::Mutex;
 use tokio::task::JoinSet;
 
 /// State shared by the daemon loop and the D-Bus object.
@@ -85,7 +87,7 @@ impl Shared {
     ) -> Result<T, RouteError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         {
-            let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+            let mut tasks = self.tasks.lock();
             let Some(set) = tasks.as_mut() else {
                 return Err(RouteError::Unavailable(
                     "orchestratord is stopping and took nothing of this call; call again (activation starts it anew)".into(),
@@ -102,7 +104,7 @@ impl Shared {
 
     /// Refuses new work and waits for the work under way.
     pub async fn drain(&self) {
-        let set = self.tasks.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let set = self.tasks.lock().take();
         if let Some(mut set) = set {
             while set.join_next().await.is_some() {}
         }
@@ -110,15 +112,12 @@ impl Shared {
 
     /// Why the store cannot be written now, if it cannot.
     pub fn read_only_reason(&self) -> Option<String> {
-        self.read_only.lock().ok().and_then(|r| r.clone())
+        self.read_only.lock().clone()
     }
 
     /// The role now (`active`, `standby`, `read-only`).
     pub fn role_name(&self) -> &'static str {
-        self.role
-            .lock()
-            .map(|r| r.name())
-            .unwrap_or_else(|e| e.into_inner().name())
+        self.role.lock().name()
     }
 
     /// Why this process answers nothing that changes the store now: a standby names the
@@ -128,14 +127,14 @@ impl Shared {
     pub fn standby_reason(&self) -> Option<String> {
         use crate::orchestrator::standby::Role;
         let starting = || {
-            matches!(&*self.role.lock().unwrap_or_else(|e| e.into_inner()),
+            matches!(&*self.role.lock(),
                 Role::Standby(w) if w == crate::orchestrator::standby::STARTING)
         };
         let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while starting() && std::time::Instant::now() < end {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
-        match &*self.role.lock().unwrap_or_else(|e| e.into_inner()) {
+        match &*self.role.lock() {
             Role::Standby(why) => Some(format!("this orchestratord is a standby ({why})")),
             Role::Settling => {
                 Some("this orchestratord has just taken the store lock over and is settling".into())
@@ -149,7 +148,7 @@ impl Shared {
     /// than its lease (it was stopped or suspended, or its disk is full), so another machine
     /// may have taken over.
     pub fn lapsed_reason(&self) -> Option<String> {
-        let lease = self.lease.lock().unwrap_or_else(|e| e.into_inner());
+        let lease = self.lease.lock();
         lease.lapsed_for().map(|s| {
             format!(
                 "this orchestratord last wrote the store lock {s} s ago, longer than its lease; it answers again once it has written the lock and settled"
@@ -240,10 +239,7 @@ pub fn submit(shared: &Shared, text: &str, uid: u32) -> Result<Outcome, RouteErr
             "orchestratord is read-only for now: {why}; only list-* and view-* commands are answered until the store can be written"
         )));
     }
-    let _guard = shared
-        .routing
-        .lock()
-        .map_err(|_| RouteError::Failed("routing lock poisoned".into()))?;
+    let _guard = shared.routing.lock();
     let outcome = super::handle(store, &msg, &who);
     leave_in_outbox(store, &msg, &outcome);
     shared.messages_processed.fetch_add(1, Ordering::Relaxed);
@@ -294,8 +290,6 @@ pub fn sweep(shared: &Shared, uid: u32) -> Result<CycleReport, RouteError> {
             "orchestratord is read-only for now: {why}"
         )));
     }
-    if let Ok(mut c) = shared.completions.lock() {
-        c.request_full_sweep();
-    }
+    shared.completions.lock().request_full_sweep();
     super::daemon::cycle_report(shared).map_err(|e| RouteError::Failed(e.to_string()))
 }

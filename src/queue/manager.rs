@@ -12,7 +12,9 @@ use futures_util::StreamExt;
 use std::collections::HashMap;
 use std::future::Future;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;

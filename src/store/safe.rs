@@ -17,13 +17,13 @@
 
 #![allow(unsafe_code)] // openat2/openat/renameat2 through libc; each block has its SAFETY note
 
+use parking_lot::RwLock;
 use std::ffi::CString;
 use std::fs::{File, Metadata};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
-use std::sync::RwLock;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 /// Limits of the store's append-only logs (`errors.out`, `logs/events-*.jsonl`, daemon
@@ -53,10 +53,7 @@ static ROOTS: RwLock<Vec<RootEntry>> = RwLock::new(Vec::new());
 /// Registers `root` as a store root: paths beneath it get the no-link rule, and logs beneath
 /// it are capped by `limits`. Registering again updates the limits.
 pub fn register_root(root: &Path, limits: LogLimits) {
-    let mut roots = match ROOTS.write() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    };
+    let mut roots = ROOTS.write();
     let mut add = |root: PathBuf| {
         if let Some(e) = roots.iter_mut().find(|e| e.root == root) {
             e.limits = limits;
@@ -75,10 +72,7 @@ pub fn register_root(root: &Path, limits: LogLimits) {
 /// The registered root `path` is beneath (the longest one), the rest of the path, and the
 /// root's log limits.
 fn split(path: &Path) -> Option<(PathBuf, PathBuf, LogLimits)> {
-    let roots = match ROOTS.read() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    };
+    let roots = ROOTS.read();
     roots
         .iter()
         .filter(|e| path.starts_with(&e.root))

@@ -93,7 +93,7 @@ pub struct App {
     /// Signals, re-sent as server-sent events.
     pub events: events::Hub,
     open: AtomicUsize,
-    last: std::sync::Mutex<Instant>,
+    last: parking_lot::Mutex<Instant>,
     limits: conn::Limits,
     gate: Arc<conn::Gate>,
 }
@@ -145,9 +145,7 @@ impl App {
     }
 
     fn touch(&self) {
-        if let Ok(mut l) = self.last.lock() {
-            *l = Instant::now();
-        }
+        *self.last.lock() = Instant::now();
     }
 }
 
@@ -311,7 +309,7 @@ pub async fn run(
         token,
         events,
         open: AtomicUsize::new(0),
-        last: std::sync::Mutex::new(Instant::now()),
+        last: parking_lot::Mutex::new(Instant::now()),
         limits,
         gate: conn::Gate::new(&limits),
     });
@@ -393,7 +391,7 @@ pub async fn run(
         };
         loop {
             tokio::time::sleep(Duration::from_millis(250).min(limit)).await;
-            let quiet = app.last.lock().map(|l| l.elapsed()).unwrap_or_default();
+            let quiet = app.last.lock().elapsed();
             if app.open.load(Ordering::Relaxed) == 0 && quiet >= limit {
                 return;
             }

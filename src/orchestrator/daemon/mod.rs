@@ -130,10 +130,7 @@ fn pass(shared: &Shared, with_completions: bool) -> Result<CycleReport, StoreErr
     // Event lines a full disk held back land as soon as there is room.
     store.retry_unwritten_events();
     loop {
-        let _guard = shared.routing.lock().map_err(|_| StoreError::Io {
-            path: store.root().to_path_buf(),
-            source: std::io::Error::other("routing lock poisoned"),
-        })?;
+        let _guard = shared.routing.lock();
         let lock_path = store.lock_path();
         let stale_after = store.config().orchestrator.lock_stale_after();
         let ours = || match super::lock::holder_elsewhere(&lock_path, stale_after) {
@@ -156,11 +153,7 @@ fn pass(shared: &Shared, with_completions: bool) -> Result<CycleReport, StoreErr
         if !ours() {
             break;
         }
-        let lease = shared
-            .lease
-            .lock()
-            .map(|l| l.clone())
-            .unwrap_or_else(|e| e.into_inner().clone());
+        let lease = shared.lease.lock().clone();
         let outcomes = process_inbox_held(store, limit, &ours, &|m| lease.holds(m))?;
         drop(_guard);
         let n = outcomes.len();
@@ -200,9 +193,7 @@ fn pass(shared: &Shared, with_completions: bool) -> Result<CycleReport, StoreErr
             break;
         }
     }
-    if let Ok(mut t) = shared.last_loop.lock() {
-        *t = Some(Timestamp::now());
-    }
+    *shared.last_loop.lock() = Some(Timestamp::now());
     Ok(CycleReport {
         handled,
         deferred,
@@ -219,7 +210,7 @@ struct Watcher {
     watches: inotify::Watches,
     finished: std::collections::HashMap<String, inotify::WatchDescriptor>,
     /// The same pairs the other way round, for the watcher thread.
-    queue_of: Arc<std::sync::Mutex<std::collections::HashMap<inotify::WatchDescriptor, String>>>,
+    queue_of: Arc<parking_lot::Mutex<std::collections::HashMap<inotify::WatchDescriptor, String>>>,
 }
 
 impl Watcher {
@@ -238,7 +229,7 @@ impl Watcher {
             &store.queues_dir(),
             WatchMask::CREATE | WatchMask::MOVED_TO | WatchMask::DELETE,
         )?;
-        let queue_of = Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
+        let queue_of = Arc::new(parking_lot::Mutex::new(std::collections::HashMap::new()));
         let mut w = Watcher {
             watches: ino.watches(),
             finished: Default::default(),
@@ -263,12 +254,9 @@ impl Watcher {
                             continue;
                         }
                         relevant = true;
-                        let queue: Option<String> =
-                            queue_of.lock().ok().and_then(|m| m.get(&e.wd).cloned());
-                        if let (Some(q), Some(n)) = (queue, name.as_deref())
-                            && let Ok(mut c) = shared.completions.lock()
-                        {
-                            c.notify(&q, n);
+                        let queue: Option<String> = queue_of.lock().get(&e.wd).cloned();
+                        if let (Some(q), Some(n)) = (queue, name.as_deref()) {
+                            shared.completions.lock().notify(&q, n);
                         }
                     }
                     if relevant && tx.blocking_send(()).is_err() {
@@ -282,9 +270,7 @@ impl Watcher {
     /// Watches the `finished_jobs/` of every queue in `queues` and forgets the others.
     fn refresh(&mut self, store: &Store, queues: &[String]) {
         use crate::store::safe::watch_dir;
-        let Ok(mut queue_of) = self.queue_of.lock() else {
-            return;
-        };
+        let mut queue_of = self.queue_of.lock();
         self.finished.retain(|q, wd| {
             let keep = queues.contains(q);
             if !keep {
@@ -318,16 +304,12 @@ impl Watcher {
 
 /// Asks the next pass to run the completion backstop sweep.
 fn request_sweep(shared: &Shared) {
-    if let Ok(mut c) = shared.completions.lock() {
-        c.request_sweep();
-    }
+    shared.completions.lock().request_sweep();
 }
 
 /// Records whether the store can be written; logged when it changes.
 fn set_read_only(shared: &Shared, why: Option<String>) {
-    let Ok(mut r) = shared.read_only.lock() else {
-        return;
-    };
+    let mut r = shared.read_only.lock();
     match (&*r, &why) {
         (None, Some(w)) => tracing::warn!(
             "the store cannot be written ({w}); serving D-Bus read-only until it can"
@@ -385,9 +367,10 @@ pub async fn run(
     seat = returned;
     started?;
     apply_role(&shared, seat.role());
-    if let Ok(mut m) = shared.machines.lock() {
-        m.set_role(seat.role().name(), seat.lock_info().map(|l| l.epoch));
-    }
+    shared
+        .machines
+        .lock()
+        .set_role(seat.role().name(), seat.lock_info().map(|l| l.epoch));
 
     let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(64);
     let mut watcher = if opts.no_inotify {
@@ -453,11 +436,7 @@ pub async fn run(
     // delays its heartbeat past the stale time, and a newer holder is obeyed within moments.
     let keeper = LockKeeper::start(seat, shared.clone(), tx.clone())
         .map_err(|e| DaemonError::Other(format!("cannot start the lock thread: {e}")))?;
-    let mut last_role = shared
-        .role
-        .lock()
-        .map(|r| r.clone())
-        .unwrap_or(Role::Active);
+    let mut last_role = shared.role.lock().clone();
     // Finished jobs are handled on a thread of their own, a batch at a time; the loop
     // answers the inbox meanwhile and asks the thread for a run after each pass.
     let completer = super::backlog::Worker::start(shared.clone(), tx.clone())
@@ -467,11 +446,7 @@ pub async fn run(
         if let Some(e) = keeper.failed() {
             break Err(e);
         }
-        let role = shared
-            .role
-            .lock()
-            .map(|r| r.clone())
-            .unwrap_or_else(|e| e.into_inner().clone());
+        let role = shared.role.lock().clone();
         if role != last_role {
             last_role = role.clone();
             frontend.role_changed().await;
@@ -563,11 +538,7 @@ pub async fn run(
             idled = true;
             break Ok(());
         }
-        let beat_in = shared
-            .machines
-            .lock()
-            .map(|m| m.due_in())
-            .unwrap_or(heartbeat_every);
+        let beat_in = shared.machines.lock().due_in();
         let mut wait = sweep_every
             .min(heartbeat_every)
             .min(idle_left)
@@ -602,11 +573,7 @@ pub async fn run(
         held_after_idle_exit().await;
     }
     let seat = keeper.stop();
-    shared
-        .machines
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .stop(&shared.store);
+    shared.machines.lock().stop(&shared.store);
     shared.store.record(
         Record::info(
             Event::new(DAEMON, "daemon_stopped"),
@@ -644,7 +611,7 @@ async fn held_after_idle_exit() {
 
 /// The STATUS= line `systemctl status` shows: what this orchestratord is doing now.
 fn status_line(shared: &Shared, root: &str) -> String {
-    match &*shared.role.lock().unwrap_or_else(|e| e.into_inner()) {
+    match &*shared.role.lock() {
         Role::Standby(why) => format!("Standby for {root}: {why}; takes over when it goes silent"),
         Role::Settling => format!("Took over the store lock of {root}; settling before answering"),
         Role::ReadOnly(why) => format!("Read-only on {root}: {why}"),
