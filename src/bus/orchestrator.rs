@@ -9,7 +9,8 @@
 use super::BusError;
 use super::caller::caller_uid;
 use super::{Bus, ORCHESTRATOR_NAME, ORCHESTRATOR_PATH};
-use crate::orchestrator::daemon::{CycleReport, DaemonError};
+use crate::orchestrator::DaemonError;
+use crate::orchestrator::service::CycleReport;
 use crate::orchestrator::service::{self, Frontend};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -152,7 +153,7 @@ impl OrchestratorObject {
         let shared = self.shared.clone();
         let report = self
             .shared
-            .run_blocking(move || service::sweep(&shared, uid))
+            .run_blocking(move || crate::orchestrator::pass::sweep(&shared, uid))
             .await??;
         Self::emit_cycle_signals(&emitter, &report).await;
         Ok(u32::try_from(report.handled).unwrap_or(u32::MAX))

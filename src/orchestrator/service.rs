@@ -4,7 +4,7 @@
 //! translates calls and errors; every decision is made here or below.
 
 use super::caller::caller_for_uid;
-use super::daemon::{CycleReport, DaemonError};
+use super::error::DaemonError;
 use super::{Outcome, RouteError};
 use crate::model::{DocKind, Message, Timestamp};
 use crate::store::Store;
@@ -157,6 +157,17 @@ impl Shared {
     }
 }
 
+/// What a pass did.
+#[derive(Debug, Default, Clone)]
+pub struct CycleReport {
+    /// Messages answered and finished jobs handled.
+    pub handled: usize,
+    /// Inbox files left for a moment because they may still be being written.
+    pub deferred: usize,
+    /// Inbox messages answered: (correlation id, command, status, project, created job).
+    pub answered: Vec<(String, String, String, String, Option<super::CreatedJob>)>,
+}
+
 /// The daemon's front end: how callers reach it besides the inbox (D-Bus, served by
 /// `bus::orchestrator::DbusFrontend`), or nothing. The daemon knows no D-Bus: it asks the
 /// front end to start serving and to announce what each pass answered.
@@ -275,21 +286,4 @@ fn leave_in_outbox(store: &Store, msg: &Message, outcome: &Outcome) {
     if let Err(e) = store.write_doc(DocKind::Message, &path, &outcome.response) {
         tracing::warn!(correlation_id = %msg.correlation_id, "cannot leave the answer in the outbox: {e}");
     }
-}
-
-/// A sweep asked for by Unix user `uid` (admins only): the inbox and every finished job now,
-/// the completion backstop included. Returns what the pass did.
-pub fn sweep(shared: &Shared, uid: u32) -> Result<CycleReport, RouteError> {
-    let who = caller_for_uid(&shared.store, uid, shared.own_uid, None)?;
-    who.require_admin(crate::permissions::Denied::Sweep)?;
-    if let Some(why) = shared.standby_reason() {
-        return Err(RouteError::Failed(why));
-    }
-    if let Some(why) = shared.read_only_reason() {
-        return Err(RouteError::Failed(format!(
-            "orchestratord is read-only for now: {why}"
-        )));
-    }
-    shared.completions.lock().request_full_sweep();
-    super::daemon::cycle_report(shared).map_err(|e| RouteError::Failed(e.to_string()))
 }

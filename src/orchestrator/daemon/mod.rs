@@ -8,11 +8,13 @@
 //! `polling_interval_seconds` as a backstop, and exits after `idle_exit_seconds` without
 //! work (systemd's path, timer and D-Bus activation start it again on demand).
 
-use super::service::{Frontend, Shared};
+use super::error::DaemonError;
+use super::pass::inbox_pass;
+use super::service::{CycleReport, Frontend, Shared};
 use super::standby::{Role, Seat};
-use super::{DAEMON, FileOutcome, LockTiming, process_inbox_held};
-use crate::model::{JobStatus, Timestamp};
-use crate::store::{Event, Record, Store, StoreError};
+use super::{DAEMON, LockTiming};
+use crate::model::JobStatus;
+use crate::store::{Event, Record, Store};
 use crate::systemd::{notify_ready, notify_status, notify_stopping};
 use std::future::Future;
 use std::path::PathBuf;
@@ -74,131 +76,6 @@ pub struct DaemonOptions {
     pub no_inotify: bool,
     /// Wait as a standby while the lock is held elsewhere ([`super::standby`]).
     pub standby: bool,
-}
-
-/// Why the daemon stopped with an error.
-#[derive(Debug, thiserror::Error)]
-pub enum DaemonError {
-    /// Another orchestrator holds the bus name or the store lock.
-    #[error("{0}")]
-    AlreadyRunning(String),
-    /// The store could not be opened.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// D-Bus failed.
-    #[error("D-Bus: {0}")]
-    Bus(#[from] zbus::Error),
-    /// Anything else.
-    #[error("{0}")]
-    Other(String),
-}
-
-/// One pass: the inbox (in batches of `max_messages_per_loop`) and, when enabled, finished
-/// jobs. Returns how many items were handled.
-pub fn cycle(shared: &Shared) -> Result<usize, StoreError> {
-    cycle_report(shared).map(|r| r.handled)
-}
-
-/// What a pass did.
-#[derive(Debug, Default, Clone)]
-pub struct CycleReport {
-    /// Messages answered and finished jobs handled.
-    pub handled: usize,
-    /// Inbox files left for a moment because they may still be being written.
-    pub deferred: usize,
-    /// Inbox messages answered: (correlation id, command, status, project, created job).
-    pub answered: Vec<(String, String, String, String, Option<super::CreatedJob>)>,
-}
-
-/// [`cycle`], also counting deferred files.
-pub fn cycle_report(shared: &Shared) -> Result<CycleReport, StoreError> {
-    pass(shared, true)
-}
-
-/// One pass over the inbox only: the daemon handles finished jobs on a task of its own
-/// ([`super::backlog::run_background`]), so no backlog ever delays an answer.
-pub fn inbox_pass(shared: &Shared) -> Result<CycleReport, StoreError> {
-    pass(shared, false)
-}
-
-fn pass(shared: &Shared, with_completions: bool) -> Result<CycleReport, StoreError> {
-    let mut deferred = 0;
-    let mut answered = Vec::new();
-    let store = &shared.store;
-    let limit = store.config().orchestrator.max_messages_per_loop.max(1);
-    let mut handled = 0;
-    // Event lines a full disk held back land as soon as there is room.
-    store.retry_unwritten_events();
-    loop {
-        let _guard = shared.routing.lock();
-        let lock_path = store.lock_path();
-        let stale_after = store.config().orchestrator.lock_stale_after();
-        let ours = || match super::lock::holder_elsewhere(&lock_path, stale_after) {
-            // A holder whose lease ran out (stopped, suspended, a full disk) answers nothing
-            // until its lock thread has written the lock again and settled.
-            None if shared.lapsed_reason().is_some() => {
-                tracing::warn!("the store lock's lease ran out; not answering until it is renewed");
-                false
-            }
-            None => true,
-            Some(h) => {
-                tracing::warn!(
-                    "the store lock is held by PID {} on {} now; not answering",
-                    h.pid,
-                    h.host
-                );
-                false
-            }
-        };
-        if !ours() {
-            break;
-        }
-        let lease = shared.lease.lock().clone();
-        let outcomes = process_inbox_held(store, limit, &ours, &|m| lease.holds(m))?;
-        drop(_guard);
-        let n = outcomes.len();
-        for o in &outcomes {
-            // A failed message stays in the inbox: like a deferred one, it ends the batch
-            // loop (no busy retry), and the next sweep tries it again.
-            if matches!(o, FileOutcome::Deferred(_) | FileOutcome::Failed(..)) {
-                deferred += 1;
-            }
-            if let FileOutcome::Answered(o) = o {
-                shared.messages_processed.fetch_add(1, Ordering::Relaxed);
-                let r = &o.response;
-                if o.error.is_some() {
-                    shared.errors.fetch_add(1, Ordering::Relaxed);
-                }
-                answered.push((
-                    r.correlation_id.clone(),
-                    r.command.clone(),
-                    if o.error.is_some() { "error" } else { "done" }.to_string(),
-                    r.project.clone().unwrap_or_default(),
-                    o.job.clone().filter(|j| j.new),
-                ));
-                if o.job.as_ref().is_some_and(|j| j.new) {
-                    shared.jobs_created.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        }
-        handled += n - deferred.min(n);
-        // A batch answered: a long backlog is progress for systemd's watchdog, not a wedge.
-        crate::systemd::watchdog::progress();
-        // PRD §6.1: after each batch of at most max_messages_per_loop, finished jobs; a
-        // flood of messages never starves completion handling.
-        if with_completions && store.config().orchestrator.enable_job_completion_handler {
-            handled += super::backlog::run_all(shared)?.len();
-        }
-        if n < limit || deferred > 0 {
-            break;
-        }
-    }
-    *shared.last_loop.lock() = Some(Timestamp::now());
-    Ok(CycleReport {
-        handled,
-        deferred,
-        answered,
-    })
 }
 
 /// The one inotify watcher of the daemon's lifetime: one instance and one thread turn events
@@ -453,7 +330,7 @@ pub async fn run(
             // Other machines learn the new role now, not after a backlog is answered.
             let (s, held) = (shared.clone(), role.answers());
             if let Ok(changes) = shared
-                .run_blocking(move || super::machines::beat(&s, held))
+                .run_blocking(move || super::machines::beat(&s.store, &s.machines, held))
                 .await
                 && !changes.is_empty()
             {
@@ -490,7 +367,7 @@ pub async fn run(
         frontend.announce(&report).await;
         let (s, held) = (shared.clone(), answers);
         match shared
-            .run_blocking(move || super::machines::beat(&s, held))
+            .run_blocking(move || super::machines::beat(&s.store, &s.machines, held))
             .await
         {
             Ok(changes) if !changes.is_empty() => frontend.machines_changed(&changes).await,
