@@ -963,7 +963,7 @@ const LONG_FILES: &[(&str, &str)] = &[
     ),
     (
         "src/store/safe.rs",
-        "its syscalls move to rustix (issue 29 item 5), then it shrinks",
+        "the store's one no-link rule and its fallback walk, now over nix's safe calls; not yet split",
     ),
 ];
 
