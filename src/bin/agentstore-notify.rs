@@ -29,8 +29,10 @@ fn main() -> ExitCode {
         once: args.once,
         config: None,
     };
-    // The Slack app (Socket Mode) runs beside the deliveries on the machine that sends.
-    let lead: LeadTask = Box::new(|store, cfg| {
+    // The Slack app (Socket Mode) runs beside the deliveries on the machine that sends; it
+    // answers approvals through the queue managers on this bus.
+    let (choice, bus) = (args.bus.clone(), args.bus.for_daemon());
+    let lead: LeadTask = Box::new(move |store, cfg| {
         let slack = cfg.slack.clone()?;
         if !slack.socket_mode() {
             return None;
@@ -38,10 +40,18 @@ fn main() -> ExitCode {
         let root = store.root().to_path_buf();
         let timeout = Duration::from_secs(cfg.retry.timeout_secs.clamp(1, 600));
         Some(Box::pin(async move {
-            let conn = match agentstore::slackapp::connect_bus().await {
+            let Some(bus) = bus else {
+                tracing::error!(
+                    "slack socket mode: no bus to answer approvals on (--bus {choice})"
+                );
+                return;
+            };
+            let conn = match bus.builder().build().await {
                 Ok(c) => c,
                 Err(e) => {
-                    tracing::error!("slack socket mode: no bus to answer approvals on: {e}");
+                    tracing::error!(
+                        "slack socket mode: no bus to answer approvals on ({bus} bus): {e}"
+                    );
                     return;
                 }
             };

@@ -1,7 +1,8 @@
 //! `orchestratord`: the orchestrator daemon (PRD §6), run by systemd.
 #![deny(unsafe_code)]
 
-use agentstore::orchestrator::daemon::{Args, DaemonError, DaemonOptions, run};
+use agentstore::orchestrator::DaemonError;
+use agentstore::orchestrator::daemon::{Args, DaemonOptions, run};
 use agentstore::store::resolve_daemon_root;
 use clap::Parser;
 use std::process::ExitCode;

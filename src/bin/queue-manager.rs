@@ -59,7 +59,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             .unwrap_or(0),
     };
     let mut cfg = ManagerConfig::new(root.clone(), &args.queue);
-    cfg.bus = args.bus.for_daemon().into();
+    cfg.bus = args.bus.for_daemon();
     cfg.launcher = args.launcher;
     cfg.worker = args.worker.unwrap_or_else(default_worker_path);
     let manager = agentstore::bus::queue::start_manager(cfg)

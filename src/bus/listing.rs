@@ -138,12 +138,7 @@ pub fn list_jobs_page(
         0 => DEFAULT_PAGE,
         n => n.min(MAX_PAGE),
     } as usize;
-    let lock = || {
-        shared
-            .job_index
-            .lock()
-            .map_err(|_| BusError::Failed("job index lock poisoned".into()))
-    };
+    let lock = || shared.job_index.lock();
     let key = format!(
         "{uid}\n{:?}\n{filter:?}\n{}",
         ask.user.as_deref(),
@@ -153,7 +148,7 @@ pub fn list_jobs_page(
     let after = ask.after.as_ref();
     let failed = |e: std::io::Error| BusError::Failed(format!("job index: {e}"));
     let (kept, mut index) = {
-        let mut shared_index = lock()?;
+        let mut shared_index = lock();
         (
             shared_index.take_cursor(&key, offset, after),
             shared_index.detached(store),
@@ -170,7 +165,7 @@ pub fn list_jobs_page(
             let mut jobs = VisibleJobs::over(index.listing(store, filter), store, &who);
             // The total and the marks: counted once, then kept while the folders and the
             // caller's rights are unchanged (a page of 100,000 jobs then costs one page).
-            let kept = lock()?.cached_total(&key, jobs.listing()).cloned();
+            let kept = lock().cached_total(&key, jobs.listing()).cloned();
             let (total, marks) = match kept {
                 Some(k) if jobs.visibility().same_rights(&k.rights) => (k.total, k.marks),
                 _ => {
@@ -185,7 +180,7 @@ pub fn list_jobs_page(
                     jobs.rewind().map_err(failed)?;
                     let rights = jobs.visibility().rights();
                     let marks = std::sync::Arc::new(marks);
-                    lock()?.keep_total(&key, jobs.listing(), rights, total, marks.clone());
+                    lock().keep_total(&key, jobs.listing(), rights, total, marks.clone());
                     (total, marks)
                 }
             };
@@ -259,7 +254,7 @@ pub fn list_jobs_page(
     let next = next.min(total);
     let listing = jobs.into_listing();
     if next < total {
-        lock()?.keep_cursor(Cursor {
+        lock().keep_cursor(Cursor {
             key,
             listing,
             next,

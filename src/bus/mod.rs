@@ -32,6 +32,4 @@ pub fn queue_object_path(queue: &str) -> String {
 }
 
 pub use crate::model::{MODE_ENV, system_mode};
-pub use crate::systemd::bus_choice::{
-    BusChoice, BusKind, session_bus_available, system_bus_available,
-};
+pub use crate::systemd::bus_choice::{Bus, BusChoice, session_bus_available, system_bus_available};

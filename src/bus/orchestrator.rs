@@ -8,8 +8,9 @@
 
 use super::BusError;
 use super::caller::caller_uid;
-use super::{BusKind, ORCHESTRATOR_NAME, ORCHESTRATOR_PATH};
-use crate::orchestrator::daemon::{CycleReport, DaemonError};
+use super::{Bus, ORCHESTRATOR_NAME, ORCHESTRATOR_PATH};
+use crate::orchestrator::DaemonError;
+use crate::orchestrator::service::CycleReport;
 use crate::orchestrator::service::{self, Frontend};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -153,7 +154,7 @@ impl OrchestratorObject {
         let shared = self.shared.clone();
         let report = self
             .shared
-            .run_call(move || service::sweep(&shared, uid))
+            .run_call(move || crate::orchestrator::pass::sweep(&shared, uid))
             .await??;
         Self::emit_cycle_signals(&emitter, &report).await;
         Ok(u32::try_from(report.handled).unwrap_or(u32::MAX))
@@ -195,7 +196,7 @@ impl OrchestratorObject {
         self.shared
             .last_loop
             .lock()
-            .map(|t| t.map(|t| t.to_string()).unwrap_or_default())
+            .map(|t| t.to_string())
             .unwrap_or_default()
     }
 
@@ -203,11 +204,7 @@ impl OrchestratorObject {
     /// `machines.stale_after_seconds` (host names, sorted).
     #[zbus(property)]
     fn stale_machines(&self) -> Vec<String> {
-        self.shared
-            .machines
-            .lock()
-            .map(|m| m.stale_hosts())
-            .unwrap_or_default()
+        self.shared.machines.lock().stale_hosts()
     }
 
     /// This orchestratord's role (issue 13, failover): `active` (holds the store lock and
@@ -251,13 +248,13 @@ impl OrchestratorObject {
 /// signals of each pass.
 #[derive(Debug)]
 pub struct DbusFrontend {
-    bus: Option<BusKind>,
+    bus: Option<Bus>,
     conn: Option<zbus::Connection>,
 }
 
 impl DbusFrontend {
     /// A front end on `bus` (`None`: no D-Bus).
-    pub fn new(bus: Option<BusKind>) -> DbusFrontend {
+    pub fn new(bus: Option<Bus>) -> DbusFrontend {
         DbusFrontend { bus, conn: None }
     }
 }
@@ -276,7 +273,7 @@ impl DbusFrontend {
 
 impl Frontend for DbusFrontend {
     async fn serve(&mut self, shared: Arc<Shared>) -> Result<(), DaemonError> {
-        let Some(kind) = self.bus else {
+        let Some(kind) = &self.bus else {
             return Ok(());
         };
         let built = kind

@@ -6,13 +6,11 @@
 //! them and hands them to the manager's loop, the only place that changes jobs), and the
 //! manager's events become signals ([`start_manager`] wires it up).
 
-use super::BusError;
 use super::watchers::{Change, Watchers};
+use super::{Bus, BusError};
 use crate::model::approval::ApprovalRequest;
 use crate::permissions::Caller;
-use crate::queue::{
-    BusTarget, Manager, ManagerConfig, QueueError, QueueEvent, QueueEvents, QueueHandle,
-};
+use crate::queue::{Manager, ManagerConfig, QueueError, QueueEvent, QueueEvents, QueueHandle};
 use crate::store::Store;
 use futures_util::future::BoxFuture;
 use std::sync::Arc;
@@ -391,18 +389,19 @@ impl QueueEvents for QueueSignals {
 /// Serves `handle` as `org.agentstore.Queue1` under `queue_bus_name(queue)` on `bus`.
 /// A name another manager owns is [`QueueError::AlreadyRunning`].
 async fn serve(
-    bus: &BusTarget,
+    bus: Option<&Bus>,
     queue: &str,
     handle: QueueHandle,
     store: Arc<Store>,
 ) -> Result<Option<QueueSignals>, QueueError> {
-    let Some(builder) = bus.builder() else {
+    let Some(bus) = bus else {
         return Ok(None);
     };
     let path = super::queue_object_path(queue);
     let object = QueueObject::new(handle, store);
     let watchers = object.watchers.clone();
-    let conn = builder
+    let conn = bus
+        .builder()
         .serve_at(path.as_str(), object)
         .name(super::queue_bus_name(queue))
         .replace_existing_names(false)
@@ -422,10 +421,7 @@ async fn serve(
         watchers,
         forget,
         conn,
-        notify: !matches!(
-            bus,
-            BusTarget::Bus(crate::systemd::bus_choice::BusKind::System)
-        ),
+        notify: !bus.is_system(),
     }))
 }
 
@@ -434,7 +430,7 @@ async fn serve(
 pub async fn start_manager(cfg: ManagerConfig) -> Result<Manager, QueueError> {
     let (bus, queue) = (cfg.bus.clone(), cfg.queue.clone());
     let mut m = Manager::open(cfg).await?;
-    if let Some(signals) = serve(&bus, &queue, m.handle(), m.store()).await? {
+    if let Some(signals) = serve(bus.as_ref(), &queue, m.handle(), m.store()).await? {
         m.attach(Box::new(signals));
     }
     m.start().await

@@ -4,7 +4,7 @@
 
 use super::render::{Format, write_json};
 use super::{CliError, CliResult, GlobalArgs, Session, open_store};
-use crate::bus::BusKind;
+use crate::bus::Bus;
 use crate::bus::orchestrator::{Orchestrator1Proxy, submit_when_up};
 use crate::model::{DocKind, JobStatus, Message, MessageSource, MessageStatus, Timestamp};
 use crate::orchestrator::RouteError;
@@ -250,7 +250,7 @@ async fn orchestrator_proxy(conn: &zbus::Connection) -> zbus::Result<Orchestrato
         .await
 }
 
-pub(super) async fn submit_dbus(bus: BusKind, text: &str) -> zbus::Result<String> {
+pub(super) async fn submit_dbus(bus: &Bus, text: &str) -> zbus::Result<String> {
     let conn = bus
         .builder()
         .method_timeout(Duration::from_secs(120))
@@ -269,11 +269,11 @@ pub(super) fn same_root(a: &Path, b: &Path) -> bool {
 /// activatable daemon), as a connection to submit on. Daemons of other stores are skipped:
 /// a message must never land in a store other than the CLI's own.
 async fn daemon_for_root(
-    buses: &[BusKind],
+    buses: &[Bus],
     root: &Path,
     verbose: bool,
-) -> Option<(BusKind, zbus::Connection)> {
-    for &bus in buses {
+) -> Option<(Bus, zbus::Connection)> {
+    for bus in buses {
         let attempt = async {
             let conn = bus
                 .builder()
@@ -285,7 +285,7 @@ async fn daemon_for_root(
         };
         match tokio::time::timeout(Duration::from_secs(30), attempt).await {
             Ok(Ok((conn, served))) if same_root(Path::new(&served), root) => {
-                return Some((bus, conn));
+                return Some((bus.clone(), conn));
             }
             Ok(Ok((_, served))) => {
                 if verbose {

@@ -7,7 +7,6 @@
 use super::jobs::{BUS_LIMIT, connect, queue_call, runtime};
 use super::render::{Format, write_json};
 use super::{CliError, CliResult, GlobalArgs, open_store};
-use crate::bus::BusKind;
 use crate::bus::queue::{PendingApproval, queue_proxy};
 use crate::model::JobStatus;
 use futures_util::StreamExt;
@@ -26,10 +25,10 @@ fn row_json(queue: &str, r: &PendingApproval) -> Value {
 pub(super) fn list(g: &GlobalArgs, out: &mut dyn Write) -> CliResult {
     let store = open_store(g)?;
     let queues = store.queue_ids()?;
-    let bus = BusKind::from_env();
+    let bus = g.first_bus();
     let rt = runtime()?;
     rt.block_on(async {
-        let conn = tokio::time::timeout(BUS_LIMIT, connect(bus))
+        let conn = tokio::time::timeout(BUS_LIMIT, connect(&bus))
             .await
             .map_err(|_| CliError::new(format!("the {bus} bus did not answer")))?
             .map_err(|e| CliError::new(format!("D-Bus ({bus} bus): {e}")))?;
@@ -258,18 +257,18 @@ pub(super) fn answer(
         )));
     }
     let typed = request_id(job, req);
-    let bus = BusKind::from_env();
+    let bus = g.first_bus();
     let rt = runtime()?;
     let id = rt.block_on(async {
         let call = async {
-            let conn = connect(bus).await?;
+            let conn = connect(&bus).await?;
             let proxy = queue_proxy(&conn, &loc.queue).await?;
             // `3` and `a3` name the job's request number 3, whose id ends in random digits.
             let listed = proxy.list_approvals().await.unwrap_or_default();
             let id = full_request_id(&typed, listed.iter().map(|r| r.1.as_str()));
             proxy.answer(&id, allow, always, reason).await.map(|()| id)
         };
-        queue_call(&loc.queue, bus, call).await
+        queue_call(&loc.queue, &bus, call).await
     })?;
     let what = if allow { "Allowed" } else { "Denied" };
     match g.format {

@@ -188,7 +188,7 @@ pub(super) fn render_prds(
 pub(super) fn list_queues(g: &GlobalArgs, out: &mut dyn Write) -> CliResult {
     let store = open_store(g)?;
     let mut queues = cmd::queues::list(&store, &mut warn)?;
-    let live = overlay_live(&mut queues);
+    let live = overlay_live(g, &mut queues);
     let mut unserved = Vec::new();
     for q in &mut queues {
         if live.contains(&q.config.id) {
@@ -214,9 +214,12 @@ pub(super) fn list_queues(g: &GlobalArgs, out: &mut dyn Write) -> CliResult {
 
 /// Replaces each queue's runtime from the file with its manager's live D-Bus state, where
 /// the manager is up; returns the queues whose manager answered.
-pub(super) fn overlay_live(queues: &mut [Queue]) -> std::collections::HashSet<String> {
+pub(super) fn overlay_live(
+    g: &GlobalArgs,
+    queues: &mut [Queue],
+) -> std::collections::HashSet<String> {
     let ids: Vec<String> = queues.iter().map(|q| q.config.id.clone()).collect();
-    let live = super::jobs::live_states(&ids);
+    let live = super::jobs::live_states(g.client_buses().first(), &ids);
     for q in queues {
         if let Some(s) = live.get(&q.config.id) {
             with_live(q, s);
@@ -640,7 +643,7 @@ pub(super) fn view_prd(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResu
 pub(super) fn view_queue(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliResult {
     let store = open_store(g)?;
     let mut queue = cmd::queues::view(&store, id)?;
-    if let Some(s) = super::jobs::live_states(&[id.to_string()]).get(id) {
+    if let Some(s) = super::jobs::live_states(g.client_buses().first(), &[id.to_string()]).get(id) {
         with_live(&mut queue, s);
     }
     if g.format == Format::Json {

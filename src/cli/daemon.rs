@@ -3,7 +3,7 @@
 
 use super::render::{Format, write_json};
 use super::{CliError, CliResult, GlobalArgs};
-use crate::bus::BusKind;
+use crate::bus::Bus;
 use crate::bus::orchestrator::Orchestrator1Proxy;
 use clap::Subcommand;
 use std::io::Write;
@@ -25,14 +25,14 @@ pub enum DaemonAction {
 
 /// `systemctl` (`--user` on the session bus) with `args`; an error where systemd is not
 /// running here.
-pub(super) fn systemctl(bus: BusKind, args: &[&str]) -> Result<std::process::Output, CliError> {
+pub(super) fn systemctl(bus: &Bus, args: &[&str]) -> Result<std::process::Output, CliError> {
     if !std::path::Path::new("/run/systemd/system").exists() {
         return Err(CliError::new(
             "systemd is not running on this machine; run the daemon in the foreground instead: orchestratord (it uses the session bus when there is one, else none)",
         ));
     }
     let mut c = Command::new("systemctl");
-    if bus == BusKind::Session {
+    if !bus.is_system() {
         c.arg("--user");
     }
     c.args(args)
@@ -41,7 +41,7 @@ pub(super) fn systemctl(bus: BusKind, args: &[&str]) -> Result<std::process::Out
 }
 
 /// Live properties over D-Bus, if the daemon answers.
-fn live(bus: BusKind) -> Option<serde_json::Value> {
+fn live(bus: &Bus) -> Option<serde_json::Value> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -74,7 +74,7 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, action: DaemonAction) -> 
             } else {
                 "stop"
             };
-            let o = systemctl(bus, &[verb, UNIT])?;
+            let o = systemctl(&bus, &[verb, UNIT])?;
             if !o.status.success() {
                 return Err(CliError::new(format!(
                     "systemctl {verb} {UNIT} failed: {}",
@@ -87,10 +87,10 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, action: DaemonAction) -> 
             Ok(())
         }
         DaemonAction::Status => {
-            let state = systemctl(bus, &["is-active", UNIT])
+            let state = systemctl(&bus, &["is-active", UNIT])
                 .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
                 .unwrap_or_else(|_| "no-systemd".into());
-            let props = live(bus);
+            let props = live(&bus);
             let running = props.is_some() || state == "active";
             match g.format {
                 Format::Json => write_json(

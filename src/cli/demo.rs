@@ -6,7 +6,6 @@
 use super::agent;
 use super::render::{Format, write_json};
 use super::{CliError, CliResult, GlobalArgs};
-use crate::bus::BusKind;
 use crate::model::{
     DocKind, JobStatus, Message, MessageSource, MessageStatus, Permission, Project, QueueConfig,
     Timestamp, User,
@@ -285,12 +284,10 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write, a: DemoArgs) -> CliResult
 
     // The daemons: session bus when there is one, else none.
     let log = dir.join("daemons.log");
-    let bus = crate::bus::BusChoice::Auto.for_daemon();
-    let bus_arg = match bus {
-        Some(BusKind::Session) => "session",
-        Some(BusKind::System) => "system",
-        None => "none",
-    };
+    let bus_arg = crate::bus::BusChoice::Auto
+        .for_daemon()
+        .map_or_else(|| "none".to_string(), |b| b.to_string());
+    let bus_arg = bus_arg.as_str();
     let env: Vec<(&str, &Path)> = shipped
         .as_deref()
         .map(|d| vec![("AGENTSTORE_COMMANDS_DIR", d)])

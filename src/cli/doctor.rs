@@ -6,7 +6,7 @@
 
 use super::render::{terminal_width, wrap, write_json};
 use super::{CliError, CliResult, Format, GlobalArgs};
-use crate::bus::BusKind;
+use crate::bus::Bus;
 use crate::model::Timestamp;
 use crate::store::Store;
 use crate::store::resolve_root;
@@ -111,10 +111,11 @@ pub(super) fn run(g: &GlobalArgs, out: &mut dyn Write) -> CliResult {
 pub fn checks(g: &GlobalArgs) -> Vec<Check> {
     let mut out = Vec::new();
     let (root, source) = resolve_root(g.root.as_deref());
-    let system = g.store_bus() == BusKind::System;
+    let bus = g.store_bus();
+    let system = bus.is_system();
     let Some(store) = store_checks(&root, &source, &mut out) else {
         // What does not need the store is still checked: fix one thing, not one at a time.
-        out.push(bus_check(g.store_bus()));
+        out.push(bus_check(&bus));
         out.push(units_check(system, &watched_queues(system)));
         if !system {
             out.push(linger_check());
@@ -122,7 +123,7 @@ pub fn checks(g: &GlobalArgs) -> Vec<Check> {
         out.push(disk_check(&root));
         return out;
     };
-    out.push(bus_check(g.store_bus()));
+    out.push(bus_check(&bus));
     let host = crate::store::hostname();
     let machines = store.machines();
     // The queues this machine serves: its managers' heartbeats, and the queues whose
@@ -205,7 +206,7 @@ fn store_checks(
     Some(store)
 }
 
-fn bus_check(bus: BusKind) -> Check {
+fn bus_check(bus: &Bus) -> Check {
     let reachable = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -226,7 +227,7 @@ fn bus_check(bus: BusKind) -> Check {
             format!(
                 "the {bus} bus does not answer: the CLI writes the inbox instead of calling the daemons"
             ),
-            Some(if bus == BusKind::Session {
+            Some(if *bus == Bus::Session {
                 "log in with a session bus (systemd --user with dbus-user-session), or set DBUS_SESSION_BUS_ADDRESS".into()
             } else {
                 "start dbus (systemctl start dbus)".into()
@@ -237,12 +238,8 @@ fn bus_check(bus: BusKind) -> Check {
 
 /// What `systemctl` printed, or `None` where systemd is not running here.
 fn systemctl(system: bool, args: &[&str]) -> Option<String> {
-    let bus = if system {
-        BusKind::System
-    } else {
-        BusKind::Session
-    };
-    let o = super::daemon::systemctl(bus, args).ok()?;
+    let bus = if system { Bus::System } else { Bus::Session };
+    let o = super::daemon::systemctl(&bus, args).ok()?;
     Some(String::from_utf8_lossy(&o.stdout).trim().to_string())
 }
 

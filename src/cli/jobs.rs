@@ -3,7 +3,7 @@
 
 use super::render::{Format, write_json};
 use super::{CliError, CliResult, GlobalArgs, open_store};
-use crate::bus::BusKind;
+use crate::bus::Bus;
 use crate::bus::queue::{QueueState, live_state, queue_proxy};
 use crate::model::JobStatus;
 use std::collections::HashMap;
@@ -20,20 +20,23 @@ pub(super) fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
         .map_err(|e| CliError::new(format!("cannot start the async runtime: {e}")))
 }
 
-pub(super) async fn connect(bus: BusKind) -> zbus::Result<zbus::Connection> {
+pub(super) async fn connect(bus: &Bus) -> zbus::Result<zbus::Connection> {
     bus.builder().build().await
 }
 
-/// Live state of each queue whose manager answers on the bus (`AGENTSTORE_BUS`); queues
+/// Live state of each queue whose manager answers on `bus` (none: no live state); queues
 /// without one are absent. Never fails: the files are the fallback.
-pub(super) fn live_states(queues: &[String]) -> HashMap<String, QueueState> {
+pub(super) fn live_states(bus: Option<&Bus>, queues: &[String]) -> HashMap<String, QueueState> {
+    let Some(bus) = bus else {
+        return HashMap::new();
+    };
     let Ok(rt) = runtime() else {
         return HashMap::new();
     };
     rt.block_on(async {
         let work = async {
             let mut out = HashMap::new();
-            let Ok(conn) = connect(BusKind::from_env()).await else {
+            let Ok(conn) = connect(bus).await else {
                 return out;
             };
             for q in queues {
@@ -53,7 +56,7 @@ pub(super) fn live_states(queues: &[String]) -> HashMap<String, QueueState> {
 /// reads (no manager, refused, no answer in time).
 pub(super) async fn queue_call<T>(
     queue: &str,
-    bus: BusKind,
+    bus: &Bus,
     call: impl std::future::Future<Output = zbus::Result<T>>,
 ) -> Result<T, CliError> {
     match tokio::time::timeout(BUS_LIMIT, call).await {
@@ -65,14 +68,10 @@ pub(super) async fn queue_call<T>(
     }
 }
 
-pub(super) fn bus_error(e: zbus::Error, queue: &str, bus: BusKind) -> CliError {
+pub(super) fn bus_error(e: zbus::Error, queue: &str, bus: &Bus) -> CliError {
     let text = e.to_string();
     if text.contains("ServiceUnknown") || text.contains("NameHasNoOwner") {
-        let user = if bus == BusKind::Session {
-            " --user"
-        } else {
-            ""
-        };
+        let user = if bus.is_system() { "" } else { " --user" };
         return CliError::new(format!(
             "the queue manager for {queue} is not running on the {bus} bus \
              (start it with `systemctl{user} start queue-manager@{queue}`)"
@@ -98,14 +97,14 @@ pub(super) fn cancel_job(g: &GlobalArgs, out: &mut dyn Write, id: &str) -> CliRe
             loc.status.name()
         )));
     }
-    let bus = BusKind::from_env();
+    let bus = g.first_bus();
     let rt = runtime()?;
     let asked = rt.block_on(async {
         let call = async {
-            let conn = connect(bus).await?;
+            let conn = connect(&bus).await?;
             queue_proxy(&conn, &loc.queue).await?.cancel_job(id).await
         };
-        queue_call(&loc.queue, bus, call).await
+        queue_call(&loc.queue, &bus, call).await
     });
     // No manager to ask: a job waiting in a queue nobody serves is cancelled here.
     let unserved = match asked {

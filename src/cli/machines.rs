@@ -120,7 +120,7 @@ pub(super) fn unserved(g: &GlobalArgs, store: &crate::store::Store, queue: &str)
     if path_unit_active(g, queue) {
         return None;
     }
-    let user = if g.store_bus() == crate::bus::BusKind::Session {
+    let user = if !g.store_bus().is_system() {
         " --user"
     } else {
         ""
@@ -134,6 +134,6 @@ pub(super) fn unserved(g: &GlobalArgs, store: &crate::store::Store, queue: &str)
 /// True when this machine's systemd watches the queue (`queue-manager@<queue>.path` active).
 fn path_unit_active(g: &GlobalArgs, queue: &str) -> bool {
     let unit = format!("queue-manager@{queue}.path");
-    super::daemon::systemctl(g.store_bus(), &["is-active", "--quiet", &unit])
+    super::daemon::systemctl(&g.store_bus(), &["is-active", "--quiet", &unit])
         .is_ok_and(|o| o.status.success())
 }

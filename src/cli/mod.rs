@@ -88,9 +88,10 @@ pub struct GlobalArgs {
     #[arg(long, global = true, value_name = "DIR")]
     pub root: Option<PathBuf>,
     /// Bus to find orchestratord on: auto (the session bus if there is one, then the system
-    /// bus; $AGENTSTORE_BUS=session|system|none narrows it), system, session, or none (write
-    /// agent commands into the inbox). Only a daemon serving this store is used.
-    #[arg(long, global = true, value_enum, default_value_t = crate::bus::BusChoice::Auto)]
+    /// bus; $AGENTSTORE_BUS=session|system|none narrows it), system, session, none (write
+    /// agent commands into the inbox), or a D-Bus address (unix:path=…). Only a daemon
+    /// serving this store is used.
+    #[arg(long, global = true, value_name = "BUS", default_value_t = crate::bus::BusChoice::Auto)]
     pub bus: crate::bus::BusChoice,
     /// Removed (was `--bus none`): recognised only to say so.
     #[arg(long = "no-dbus", global = true, hide = true)]
@@ -99,43 +100,42 @@ pub struct GlobalArgs {
 
 impl GlobalArgs {
     /// The buses to look for orchestratord on, in order (empty: inbox only).
-    pub fn client_buses(&self) -> Vec<crate::bus::BusKind> {
+    pub fn client_buses(&self) -> Vec<crate::bus::Bus> {
         self.bus.client_buses()
     }
 
     /// The one bus for commands that need one (systemctl, queue managers): the first to try,
     /// else the system bus.
-    pub fn first_bus(&self) -> crate::bus::BusKind {
-        self.client_buses()
-            .first()
-            .copied()
-            .unwrap_or(crate::bus::BusKind::System)
+    pub fn first_bus(&self) -> crate::bus::Bus {
+        self.bus.first_bus()
+    }
+
+    /// True when the bus is named (`--bus`, `AGENTSTORE_BUS`) rather than left to `auto`.
+    fn bus_named(&self) -> bool {
+        self.bus != crate::bus::BusChoice::Auto
+            || std::env::var_os("AGENTSTORE_BUS").is_some_and(|v| !v.is_empty())
     }
 
     /// The bus to browse a store this user cannot read: that is the packaged system store,
     /// whose daemon is on the system bus unless the bus is named (--bus, AGENTSTORE_BUS).
-    pub fn unreadable_store_bus(&self) -> crate::bus::BusKind {
-        let named = self.bus != crate::bus::BusChoice::Auto
-            || std::env::var_os("AGENTSTORE_BUS").is_some_and(|v| !v.is_empty());
-        if named {
+    pub fn unreadable_store_bus(&self) -> crate::bus::Bus {
+        if self.bus_named() {
             self.first_bus()
         } else {
-            crate::bus::BusKind::System
+            crate::bus::Bus::System
         }
     }
 
     /// The bus of the daemons serving this CLI's store: with `--bus auto` (and no
     /// `AGENTSTORE_BUS`), the system bus when the store came from the system configuration
     /// (the packaged system store), else [`first_bus`](Self::first_bus).
-    pub fn store_bus(&self) -> crate::bus::BusKind {
-        let explicit = self.bus != crate::bus::BusChoice::Auto
-            || std::env::var_os("AGENTSTORE_BUS").is_some_and(|v| !v.is_empty());
-        if !explicit {
+    pub fn store_bus(&self) -> crate::bus::Bus {
+        if !self.bus_named() {
             let (_, source) = resolve_root(self.root.as_deref());
             if source
                 == crate::store::RootSource::ConfigFile(PathBuf::from(crate::store::SYSTEM_CONFIG))
             {
-                return crate::bus::BusKind::System;
+                return crate::bus::Bus::System;
             }
         }
         self.first_bus()

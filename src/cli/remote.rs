@@ -131,7 +131,7 @@ pub(super) fn ask(g: &GlobalArgs, op: Op, content: Map<String, Value>) -> Result
         .enable_all()
         .build()
         .map_err(|e| CliError::new(e.to_string()))?;
-    let answer = rt.block_on(super::agent::submit_dbus(bus, &msg.to_string())).map_err(|e| match e {
+    let answer = rt.block_on(super::agent::submit_dbus(&bus, &msg.to_string())).map_err(|e| match e {
         zbus::Error::MethodError(n, detail, _) if n.as_str().starts_with("org.agentstore.Error.") => {
             CliError::new(detail.unwrap_or_else(|| n.to_string()))
         }
@@ -161,7 +161,7 @@ fn call(
         Command::ListProjects => render_projects(g, out, &decode::<Vec<Project>>(result)?),
         Command::ListQueues => {
             let mut queues: Vec<Queue> = decode(result)?;
-            overlay_live(&mut queues);
+            overlay_live(g, &mut queues);
             render_queues(g, out, &queues)
         }
         Command::ListPrds { .. } => {

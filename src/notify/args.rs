@@ -18,4 +18,9 @@ pub struct Args {
     /// One pass, then exit.
     #[arg(long)]
     pub once: bool,
+    /// Bus the queue managers are on, for the Slack app's approval answers: auto (system bus
+    /// when run as the system service, else the session bus if there is one), system,
+    /// session, none, or a D-Bus address (unix:path=…).
+    #[arg(long, value_name = "BUS", default_value_t = crate::systemd::BusChoice::Auto)]
+    pub bus: crate::systemd::BusChoice,
 }

@@ -6,29 +6,20 @@
 //! jobs into the same state, never waits on a batch either.
 
 use super::completion::{BATCH, Handled, finish_batch, process_batch};
-use super::handled::Completions;
 use super::service::Shared;
 use crate::store::StoreError;
-use std::sync::MutexGuard;
 use std::sync::atomic::{AtomicBool, Ordering};
-
-fn completions(shared: &Shared) -> Result<MutexGuard<'_, Completions>, StoreError> {
-    shared.completions.lock().map_err(|_| StoreError::Io {
-        path: shared.store.root().to_path_buf(),
-        source: std::io::Error::other("completions lock poisoned"),
-    })
-}
 
 /// One batch. `Ok(None)` when there was nothing to handle; a write error is returned after
 /// the rest of the batch is handled and recorded.
 pub fn run_batch(shared: &Shared) -> Result<Option<Vec<Handled>>, StoreError> {
     let store = &shared.store;
-    let batch = completions(shared)?.next_batch(store, BATCH);
+    let batch = shared.completions.lock().next_batch(store, BATCH);
     if batch.is_empty() {
         return Ok(None);
     }
     let mut out = process_batch(store, &batch);
-    finish_batch(store, &mut *completions(shared)?, &batch, &out);
+    finish_batch(store, &mut shared.completions.lock(), &batch, &out);
     match out.error.take() {
         Some(e) => Err(e),
         None => Ok(Some(out.handled)),
@@ -63,7 +54,7 @@ pub fn run_background(shared: &Shared, stop: &AtomicBool) -> usize {
     let stale_after = shared.store.config().orchestrator.lock_stale_after();
     let mut handled = 0;
     while !stop.load(Ordering::Relaxed) {
-        let answers = shared.role.lock().map(|r| r.answers()).unwrap_or(false);
+        let answers = shared.role.lock().answers();
         if !answers || super::lock::holder_elsewhere(&lock_path, stale_after).is_some() {
             break;
         }
@@ -89,7 +80,7 @@ pub fn run_background(shared: &Shared, stop: &AtomicBool) -> usize {
 /// under way is never lost: the thread looks at the request flag under its lock before it
 /// sleeps.
 pub struct Worker {
-    state: std::sync::Arc<(std::sync::Mutex<WorkerState>, std::sync::Condvar)>,
+    state: std::sync::Arc<(parking_lot::Mutex<WorkerState>, parking_lot::Condvar)>,
     stop: std::sync::Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -108,8 +99,8 @@ impl Worker {
         wake: tokio::sync::mpsc::Sender<()>,
     ) -> std::io::Result<Worker> {
         let state = std::sync::Arc::new((
-            std::sync::Mutex::new(WorkerState::default()),
-            std::sync::Condvar::new(),
+            parking_lot::Mutex::new(WorkerState::default()),
+            parking_lot::Condvar::new(),
         ));
         let stop = std::sync::Arc::new(AtomicBool::new(false));
         let (st, sp) = (state.clone(), stop.clone());
@@ -119,9 +110,9 @@ impl Worker {
                 loop {
                     {
                         let (lock, cv) = &*st;
-                        let mut s = lock.lock().unwrap_or_else(|e| e.into_inner());
+                        let mut s = lock.lock();
                         while !s.wanted && !s.stop {
-                            s = cv.wait(s).unwrap_or_else(|e| e.into_inner());
+                            cv.wait(&mut s);
                         }
                         if s.stop {
                             break;
@@ -143,7 +134,7 @@ impl Worker {
     /// Asks for a run (now, or right after the one under way).
     pub fn want(&self) {
         let (lock, cv) = &*self.state;
-        lock.lock().unwrap_or_else(|e| e.into_inner()).wanted = true;
+        lock.lock().wanted = true;
         cv.notify_one();
     }
 
@@ -158,7 +149,7 @@ impl Drop for Worker {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         let (lock, cv) = &*self.state;
-        lock.lock().unwrap_or_else(|e| e.into_inner()).stop = true;
+        lock.lock().stop = true;
         cv.notify_one();
         if let Some(t) = self.thread.take() {
             let _ = t.join();

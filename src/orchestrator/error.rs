@@ -1,5 +1,7 @@
-//! What can go wrong handling one message. Each kind maps to one outbox error text and one
-//! named D-Bus error (the mapping is `bus::error`; this layer knows nothing of D-Bus).
+//! What can go wrong handling one message ([`RouteError`]: each kind maps to one outbox error
+//! text and one named D-Bus error; the mapping is `bus::error`, this layer knows nothing of
+//! D-Bus), and why the daemon stops ([`DaemonError`]: here rather than in `daemon`, so the
+//! service, the standby and the front ends name it without using the daemon).
 
 use crate::store::StoreError;
 
@@ -58,4 +60,21 @@ impl From<StoreError> for RouteError {
             _ => RouteError::Failed(e.to_string()),
         }
     }
+}
+
+/// Why the daemon stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// Another orchestrator holds the bus name or the store lock.
+    #[error("{0}")]
+    AlreadyRunning(String),
+    /// The store could not be opened.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// D-Bus failed.
+    #[error("D-Bus: {0}")]
+    Bus(#[from] zbus::Error),
+    /// Anything else.
+    #[error("{0}")]
+    Other(String),
 }

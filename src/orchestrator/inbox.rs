@@ -522,7 +522,7 @@ pub fn process_inbox_held(
     // Messages that failed moments ago wait their turn (RETRY_FAILED_AFTER), so they never
     // fill every batch and starve the messages behind them.
     let now = std::time::Instant::now();
-    let mut failed = FAILED_AT.lock().unwrap_or_else(|p| p.into_inner());
+    let mut failed = FAILED_AT.lock();
     failed.retain(|p, at| now.duration_since(*at) < RETRY_FAILED_AFTER && safe::exists(p));
     let mut waiting = Vec::new();
     let ready: Vec<PathBuf> = keyed
@@ -583,9 +583,9 @@ pub fn process_inbox_held(
 pub const RETRY_FAILED_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Inbox messages that failed, and when (this process only; a restart tries them again).
-pub(super) static FAILED_AT: std::sync::Mutex<
+pub(super) static FAILED_AT: parking_lot::Mutex<
     std::collections::BTreeMap<PathBuf, std::time::Instant>,
-> = std::sync::Mutex::new(std::collections::BTreeMap::new());
+> = parking_lot::Mutex::new(std::collections::BTreeMap::new());
 
 /// `queue_time` when the file has one (cheap: it is read again when processed), else the
 /// modification time in the same format, so both sort together.

@@ -3,7 +3,6 @@
 //! reporting (in every queue, while it holds the store lock), and telling when a machine
 //! goes stale or comes back (a D-Bus signal through the front end, an event line).
 
-use super::service::Shared;
 use crate::model::Timestamp;
 use crate::store::machines::Heartbeat;
 use crate::store::{Event, Record, Store, hostname};
@@ -80,9 +79,12 @@ impl MachineWatch {
 
 /// One beat when due: the heartbeat, then (holding the store lock) the jobs of silent
 /// machines are failed, and the machines whose state changed are returned.
-pub fn beat(shared: &Shared, holds_lock: bool) -> Vec<MachineChange> {
-    let store = &shared.store;
-    let mut watch = shared.machines.lock().unwrap_or_else(|e| e.into_inner());
+pub fn beat(
+    store: &Store,
+    watch: &parking_lot::Mutex<MachineWatch>,
+    holds_lock: bool,
+) -> Vec<MachineChange> {
+    let mut watch = watch.lock();
     if watch.due_in() > Duration::ZERO {
         return Vec::new();
     }

@@ -323,10 +323,10 @@ pub fn list(store: &Store, who: &Caller, f: &MessageFilter) -> Result<Value, Rou
             r["answer"] = json!(answer_of(&name));
         }
         bytes += r.to_string().len() + 1;
-        if bytes > super::commands::MAX_LIST_BYTES {
+        if bytes > super::content::MAX_LIST_BYTES {
             return Err(RouteError::Invalid(format!(
                 "list-messages: the answer would be over {} bytes ({} messages fit); ask for a slice with content.offset and content.limit, or narrow it with content.project, content.user, content.status or content.direction",
-                super::commands::MAX_LIST_BYTES,
+                super::content::MAX_LIST_BYTES,
                 rows.len()
             )));
         }
@@ -406,7 +406,7 @@ pub fn view(store: &Store, who: &Caller, id: &str) -> Result<Value, RouteError> 
 
 /// The filter a `list-messages` message carries in its content.
 pub fn filter_from(content: &Map<String, Value>) -> Result<MessageFilter, RouteError> {
-    super::commands::content::known_content_keys(
+    super::content::known_content_keys(
         content,
         Command::ListMessages.name(),
         &["project", "user", "status", "direction", "offset", "limit"],
@@ -421,8 +421,7 @@ pub fn filter_from(content: &Map<String, Value>) -> Result<MessageFilter, RouteE
             ))),
         }
     };
-    let number =
-        |k: &str| super::commands::content::whole_number(content, Command::ListMessages.name(), k);
+    let number = |k: &str| super::content::whole_number(content, Command::ListMessages.name(), k);
     let status = match text("status")? {
         None => None,
         Some(s) => Some(status_from_name(&s).ok_or_else(|| {
@@ -466,6 +465,6 @@ pub(super) fn answer_view(store: &Store, msg: &Message, who: &Caller) -> Result<
     view(
         store,
         who,
-        super::commands::content::required_or(msg, "message", "id")?,
+        super::content::required_or(msg, "message", "id")?,
     )
 }

@@ -14,6 +14,7 @@ pub mod caller;
 pub mod claims;
 pub mod commands;
 mod completion;
+pub mod content;
 pub mod daemon;
 
 mod inbox;
@@ -27,6 +28,7 @@ mod jobs;
 mod lock;
 pub mod machines;
 pub mod messages;
+pub mod pass;
 pub mod retry;
 pub mod service;
 pub mod standby;
@@ -34,7 +36,7 @@ pub mod tasks;
 pub mod upkeep;
 
 pub use completion::{handle_finished_jobs, result_text};
-pub use error::RouteError;
+pub use error::{DaemonError, RouteError};
 pub use jobs::{CreatedJob, DEFAULT_TIMEOUT_SECONDS, job_id_for, select_queue, venvman_options};
 pub use lock::{LockError, LockInfo, LockTiming, StoreLock};
 

@@ -4,13 +4,15 @@
 //! translates calls and errors; every decision is made here or below.
 
 use super::caller::caller_for_uid;
-use super::daemon::{CycleReport, DaemonError};
+use super::error::DaemonError;
 use super::{Outcome, RouteError};
 use crate::model::{DocKind, Message, Timestamp};
 use crate::store::Store;
 use std::future::Future;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+
+use parking_lot::Mutex;
 use tokio::task::JoinSet;
 
 /// State shared by the daemon loop and the D-Bus object.
@@ -93,7 +95,7 @@ impl Shared {
     ) -> Result<T, RouteError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         {
-            let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+            let mut tasks = self.tasks.lock();
             let Some(set) = tasks.as_mut() else {
                 return Err(RouteError::Unavailable(
                     "orchestratord is stopping and took nothing of this call; call again (activation starts it anew)".into(),
@@ -129,7 +131,7 @@ impl Shared {
 
     /// Refuses new work and waits for the work under way.
     pub async fn drain(&self) {
-        let set = self.tasks.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let set = self.tasks.lock().take();
         if let Some(mut set) = set {
             while set.join_next().await.is_some() {}
         }
@@ -137,15 +139,12 @@ impl Shared {
 
     /// Why the store cannot be written now, if it cannot.
     pub fn read_only_reason(&self) -> Option<String> {
-        self.read_only.lock().ok().and_then(|r| r.clone())
+        self.read_only.lock().clone()
     }
 
     /// The role now (`active`, `standby`, `read-only`).
     pub fn role_name(&self) -> &'static str {
-        self.role
-            .lock()
-            .map(|r| r.name())
-            .unwrap_or_else(|e| e.into_inner().name())
+        self.role.lock().name()
     }
 
     /// Why this process answers nothing that changes the store now: a standby names the
@@ -155,14 +154,14 @@ impl Shared {
     pub fn standby_reason(&self) -> Option<String> {
         use crate::orchestrator::standby::Role;
         let starting = || {
-            matches!(&*self.role.lock().unwrap_or_else(|e| e.into_inner()),
+            matches!(&*self.role.lock(),
                 Role::Standby(w) if w == crate::orchestrator::standby::STARTING)
         };
         let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while starting() && std::time::Instant::now() < end {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
-        match &*self.role.lock().unwrap_or_else(|e| e.into_inner()) {
+        match &*self.role.lock() {
             Role::Standby(why) => Some(format!("this orchestratord is a standby ({why})")),
             Role::Settling => {
                 Some("this orchestratord has just taken the store lock over and is settling".into())
@@ -176,13 +175,24 @@ impl Shared {
     /// than its lease (it was stopped or suspended, or its disk is full), so another machine
     /// may have taken over.
     pub fn lapsed_reason(&self) -> Option<String> {
-        let lease = self.lease.lock().unwrap_or_else(|e| e.into_inner());
+        let lease = self.lease.lock();
         lease.lapsed_for().map(|s| {
             format!(
                 "this orchestratord last wrote the store lock {s} s ago, longer than its lease; it answers again once it has written the lock and settled"
             )
         })
     }
+}
+
+/// What a pass did.
+#[derive(Debug, Default, Clone)]
+pub struct CycleReport {
+    /// Messages answered and finished jobs handled.
+    pub handled: usize,
+    /// Inbox files left for a moment because they may still be being written.
+    pub deferred: usize,
+    /// Inbox messages answered: (correlation id, command, status, project, created job).
+    pub answered: Vec<(String, String, String, String, Option<super::CreatedJob>)>,
 }
 
 /// The daemon's front end: how callers reach it besides the inbox (D-Bus, served by
@@ -267,10 +277,7 @@ pub fn submit(shared: &Shared, text: &str, uid: u32) -> Result<Outcome, RouteErr
             "orchestratord is read-only for now: {why}; only list-* and view-* commands are answered until the store can be written"
         )));
     }
-    let _guard = shared
-        .routing
-        .lock()
-        .map_err(|_| RouteError::Failed("routing lock poisoned".into()))?;
+    let _guard = shared.routing.lock();
     let outcome = super::handle(store, &msg, &who);
     leave_in_outbox(store, &msg, &outcome);
     shared.messages_processed.fetch_add(1, Ordering::Relaxed);
@@ -306,23 +313,4 @@ fn leave_in_outbox(store: &Store, msg: &Message, outcome: &Outcome) {
     if let Err(e) = store.write_doc(DocKind::Message, &path, &outcome.response) {
         tracing::warn!(correlation_id = %msg.correlation_id, "cannot leave the answer in the outbox: {e}");
     }
-}
-
-/// A sweep asked for by Unix user `uid` (admins only): the inbox and every finished job now,
-/// the completion backstop included. Returns what the pass did.
-pub fn sweep(shared: &Shared, uid: u32) -> Result<CycleReport, RouteError> {
-    let who = caller_for_uid(&shared.store, uid, shared.own_uid, None)?;
-    who.require_admin(crate::permissions::Denied::Sweep)?;
-    if let Some(why) = shared.standby_reason() {
-        return Err(RouteError::Failed(why));
-    }
-    if let Some(why) = shared.read_only_reason() {
-        return Err(RouteError::Failed(format!(
-            "orchestratord is read-only for now: {why}"
-        )));
-    }
-    if let Ok(mut c) = shared.completions.lock() {
-        c.request_full_sweep();
-    }
-    super::daemon::cycle_report(shared).map_err(|e| RouteError::Failed(e.to_string()))
 }

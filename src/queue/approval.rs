@@ -49,10 +49,6 @@ impl Manager {
         }
     }
 
-    fn pending(&self) -> std::sync::MutexGuard<'_, Vec<ApprovalRequest>> {
-        self.approvals.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Reads the folder again: new requests of running jobs are published, answered or
     /// vanished ones leave the list, requests of jobs no longer running are removed.
     pub(super) async fn load_approvals(&mut self) {
@@ -70,7 +66,8 @@ impl Manager {
                 continue;
             }
             if !self
-                .pending()
+                .approvals
+                .lock()
                 .iter()
                 .any(|p| p.request_id == req.request_id)
                 && self.checked_answer(&req.job_id, &req.request_id).is_none()
@@ -81,7 +78,7 @@ impl Manager {
         for req in added {
             self.publish_request(req).await;
         }
-        let listed: Vec<ApprovalRequest> = self.pending().clone();
+        let listed: Vec<ApprovalRequest> = self.approvals.lock().clone();
         for req in listed {
             let answer = self.checked_answer(&req.job_id, &req.request_id);
             let asked =
@@ -99,7 +96,7 @@ impl Manager {
         };
         let q = self.cfg.queue.clone();
         if let Some(id) = name.strip_suffix(REQUEST_SUFFIX) {
-            let known = self.pending().iter().any(|p| p.request_id == id);
+            let known = self.approvals.lock().iter().any(|p| p.request_id == id);
             match self.store.approval_request(&q, id) {
                 Some(req)
                     if !known
@@ -113,7 +110,8 @@ impl Manager {
             }
         } else if let Some(id) = name.strip_suffix(ANSWER_SUFFIX) {
             let job = self
-                .pending()
+                .approvals
+                .lock()
                 .iter()
                 .find(|p| p.request_id == id)
                 .map(|p| p.job_id.clone());
@@ -135,7 +133,7 @@ impl Manager {
             ),
         ));
         self.store.notice_approval_waiting(&self.cfg.queue, &req);
-        self.pending().push(req.clone());
+        self.approvals.lock().push(req.clone());
         if let Some(events) = &self.events {
             events.emit(&QueueEvent::ApprovalRequested(req)).await;
         }
@@ -144,7 +142,7 @@ impl Manager {
     /// Takes a request off the list and publishes how it ended.
     async fn settle_request(&mut self, request_id: &str, answer: Option<ApprovalAnswer>) {
         let req = {
-            let mut p = self.pending();
+            let mut p = self.approvals.lock();
             let Some(i) = p.iter().position(|r| r.request_id == request_id) else {
                 return;
             };
@@ -184,7 +182,8 @@ impl Manager {
     /// them).
     pub(super) async fn drop_approvals_of(&mut self, job_id: &str) {
         let ids: Vec<String> = self
-            .pending()
+            .approvals
+            .lock()
             .iter()
             .filter(|r| r.job_id == job_id)
             .map(|r| r.request_id.clone())
@@ -207,7 +206,8 @@ impl Manager {
     ) -> Result<(), QueueError> {
         let q = self.cfg.queue.clone();
         let req = self
-            .pending()
+            .approvals
+            .lock()
             .iter()
             .find(|r| r.request_id == request_id)
             .cloned()
@@ -290,7 +290,8 @@ impl Manager {
     pub(super) async fn expire_requests_of(&mut self, job_ids: &[String]) {
         let now = Timestamp::now();
         let due: Vec<ApprovalRequest> = self
-            .pending()
+            .approvals
+            .lock()
             .iter()
             .filter(|r| r.deadline <= now && job_ids.contains(&r.job_id))
             .cloned()

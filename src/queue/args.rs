@@ -13,8 +13,9 @@ pub struct Args {
     #[arg(long, value_name = "DIR")]
     pub root: Option<PathBuf>,
     /// Bus to serve org.agentstore.Queue1 on: auto (system bus when run as the system service,
-    /// else the session bus if there is one, else none), system, session or none.
-    #[arg(long, value_enum, default_value_t = crate::systemd::BusChoice::Auto)]
+    /// else the session bus if there is one, else none), system, session, none, or a D-Bus
+    /// address (unix:path=…).
+    #[arg(long, value_name = "BUS", default_value_t = crate::systemd::BusChoice::Auto)]
     pub bus: crate::systemd::BusChoice,
     /// How to start jobs (default: the queue's `launcher`, else auto).
     #[arg(long, value_enum)]

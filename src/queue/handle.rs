@@ -9,7 +9,9 @@ use crate::model::approval::{ApprovalAnswer, ApprovalRequest};
 use crate::permissions::Caller;
 use crate::store::Store;
 use futures_util::future::BoxFuture;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
 
 /// What the served properties show.
@@ -138,10 +140,7 @@ impl QueueHandle {
     /// The approval requests waiting for an answer, oldest first (all of them: for the
     /// manager's own use; a reader gets [`QueueHandle::approvals_for`]).
     pub fn pending_approvals(&self) -> Vec<ApprovalRequest> {
-        self.approvals
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.approvals.lock().clone()
     }
 
     /// The approval requests waiting for an answer that `caller` may see (PRD §10: those of
@@ -181,7 +180,7 @@ impl QueueHandle {
 
     /// The state as of the manager's last step.
     pub fn snapshot(&self) -> QueueState {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.state.lock().clone()
     }
 
     /// Cancels a queued or running job for `caller` (recorded as `by`): admins, the job's

@@ -12,41 +12,13 @@ use futures_util::StreamExt;
 use std::collections::HashMap;
 use std::future::Future;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::Instrument;
-
-/// Which bus the manager serves `org.agentstore.Queue1` on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BusTarget {
-    /// No D-Bus (a store-only run).
-    None,
-    /// The system or the session bus (what `--bus` resolved to).
-    Bus(crate::systemd::bus_choice::BusKind),
-    /// A bus at this address (tests' private `dbus-daemon`).
-    Address(String),
-}
-
-impl From<Option<crate::systemd::bus_choice::BusKind>> for BusTarget {
-    /// What [`BusChoice::for_daemon`](crate::systemd::bus_choice::BusChoice::for_daemon)
-    /// resolved: a bus, or none.
-    fn from(kind: Option<crate::systemd::bus_choice::BusKind>) -> BusTarget {
-        kind.map_or(BusTarget::None, BusTarget::Bus)
-    }
-}
-
-impl BusTarget {
-    /// A connection builder for this bus; `None` for no bus.
-    pub fn builder<'a>(&'a self) -> Option<zbus::connection::Builder<'a>> {
-        match self {
-            BusTarget::None => None,
-            BusTarget::Bus(kind) => Some(kind.builder()),
-            BusTarget::Address(a) => Some(zbus::connection::Builder::address(a.as_str())),
-        }
-    }
-}
 
 /// How to run one queue manager.
 #[derive(Debug, Clone)]
@@ -55,8 +27,9 @@ pub struct ManagerConfig {
     pub root: PathBuf,
     /// Queue name.
     pub queue: String,
-    /// Bus for `org.agentstore.Queue1`.
-    pub bus: BusTarget,
+    /// Bus for `org.agentstore.Queue1` (what `--bus` resolved to); `None`: no D-Bus (a
+    /// store-only run).
+    pub bus: Option<crate::systemd::Bus>,
     /// Launcher override (else the queue's `launcher`, else auto).
     pub launcher: Option<Launcher>,
     /// The agent-worker binary.
@@ -71,7 +44,7 @@ impl ManagerConfig {
         ManagerConfig {
             root: root.into(),
             queue: queue.to_string(),
-            bus: BusTarget::Bus(crate::systemd::bus_choice::BusKind::Session),
+            bus: Some(crate::systemd::Bus::Session),
             launcher: None,
             worker: default_worker_path(),
             worker_env: Vec::new(),

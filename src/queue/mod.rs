@@ -36,7 +36,7 @@ mod supervising;
 
 pub use error::QueueError;
 pub use handle::{QueueEvent, QueueEvents, QueueHandle, QueueRequest, QueueState};
-pub use manager::{BusTarget, Manager, ManagerConfig, default_worker_path};
+pub use manager::{Manager, ManagerConfig, default_worker_path};
 
 use crate::model::{Job, MAX_TIMEOUT_SECONDS, QueueConfig};
 use std::time::Duration;

@@ -54,7 +54,7 @@ impl Manager {
         let what = if paused { "paused" } else { "resumed" };
         self.record(Record::info(self.event(what), what).no_event_line());
         let (old, new) = {
-            let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            let mut s = self.state.lock();
             let old = s.clone();
             s.paused = paused;
             (old, s.clone())

@@ -59,11 +59,6 @@ pub enum ScopeError {
 /// The start of every job scope's name.
 const SCOPE_PREFIX: &str = "agentstore-job-";
 
-/// The guarded value, even after a panic while it was held (every update here is whole).
-fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// Where the unified (cgroup v2) hierarchy is mounted, read once from this process's mounts.
 fn unified_mount() -> Option<&'static std::path::Path> {
     static MOUNT: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
@@ -211,11 +206,11 @@ pub struct ScopeLauncher {
     manager: ManagerProxy<'static>,
     /// Confirmations of scope starts, read from ONE JobRemoved stream for every start (a
     /// stream per start would put each systemd job's signal through every start in flight).
-    jobs: std::sync::Arc<std::sync::Mutex<JobResults>>,
+    jobs: std::sync::Arc<parking_lot::Mutex<JobResults>>,
     /// The unified cgroup folder of each scope this launcher placed a worker in, so `stop`
     /// can see the scope has emptied and leave its end to systemd.
     cgroups:
-        std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, std::path::PathBuf>>>,
+        std::sync::Arc<parking_lot::Mutex<std::collections::HashMap<String, std::path::PathBuf>>>,
 }
 
 /// systemd jobs whose end is awaited, and ends of our scopes' jobs that came before anyone
@@ -246,7 +241,7 @@ impl ScopeLauncher {
         let manager = ManagerProxy::new(&conn).await?;
         let mut removed = manager.receive_job_removed().await?;
         manager.subscribe().await?;
-        let jobs = std::sync::Arc::new(std::sync::Mutex::new(JobResults::default()));
+        let jobs = std::sync::Arc::new(parking_lot::Mutex::new(JobResults::default()));
         let results = std::sync::Arc::downgrade(&jobs);
         tokio::spawn(async move {
             while let Some(sig) = removed.next().await {
@@ -254,7 +249,7 @@ impl ScopeLauncher {
                 let Some(results) = results.upgrade() else {
                     return;
                 };
-                let mut r = lock(&results);
+                let mut r = results.lock();
                 let job = args.job().to_string();
                 let result = args.result().to_string();
                 if let Some(tx) = r.waiting.remove(&job) {
@@ -268,7 +263,7 @@ impl ScopeLauncher {
             }
             // The bus is gone: every start waiting now fails unconfirmed (its sender dropped).
             if let Some(results) = results.upgrade() {
-                lock(&results).waiting.clear();
+                results.lock().waiting.clear();
             }
         });
         Ok(ScopeLauncher {
@@ -299,7 +294,7 @@ impl ScopeLauncher {
             .to_string();
         let (tx, rx) = tokio::sync::oneshot::channel();
         let early = {
-            let mut r = lock(&self.jobs);
+            let mut r = self.jobs.lock();
             match r.early.iter().position(|(j, _)| *j == job) {
                 Some(i) => r.early.remove(i).map(|(_, result)| result),
                 None => {
@@ -313,7 +308,7 @@ impl ScopeLauncher {
             None => match tokio::time::timeout(Duration::from_secs(30), rx).await {
                 Ok(Ok(r)) => Some(r),
                 _ => {
-                    lock(&self.jobs).waiting.remove(&job);
+                    self.jobs.lock().waiting.remove(&job);
                     None
                 }
             },
@@ -322,7 +317,7 @@ impl ScopeLauncher {
             Some(r) if r == "done" => {
                 // The worker is in the scope now (gated, alive): where its cgroup is.
                 if let Some(dir) = unified_cgroup_of(pid) {
-                    lock(&self.cgroups).insert(unit.clone(), dir);
+                    self.cgroups.lock().insert(unit.clone(), dir);
                 }
                 Ok(unit)
             }
@@ -343,7 +338,7 @@ impl ScopeLauncher {
     /// scope this launcher placed whose cgroup has emptied (the worker and everything it
     /// started have exited) needs no stop: systemd ends it by itself, with no round trip.
     pub async fn stop(&self, unit: &str) {
-        let dir = lock(&self.cgroups).remove(unit);
+        let dir = self.cgroups.lock().remove(unit);
         if dir.is_some_and(|d| cgroup_empty(&d)) {
             return;
         }

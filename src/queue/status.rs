@@ -82,7 +82,7 @@ impl Manager {
             last_update: now.to_string(),
         };
         let old = {
-            let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            let mut s = self.state.lock();
             std::mem::replace(&mut *s, new.clone())
         };
         Some((old, new))

@@ -33,8 +33,8 @@ use crate::model::User;
 use crate::notify::sinks::slack_api::SlackApi;
 use crate::store::Store;
 use crate::store::notify_config::SlackSink;
+use parking_lot::Mutex;
 use std::collections::HashSet;
-use std::sync::Mutex;
 use std::time::Duration;
 
 /// The app: its two tokens, the store, the bus it answers on.
@@ -90,24 +90,19 @@ impl SlackApp {
     /// Records envelope `id`; false when it was seen before (a replay), also before a
     /// restart ([`replay`]).
     pub fn first_sight(&self, id: &str) -> bool {
-        self.seen
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .first_sight(id)
+        self.seen.lock().first_sight(id)
     }
 
     /// Whether the message (`channel`, `ts`) was answered through this app.
     fn was_answered(&self, channel: &str, ts: &str) -> bool {
         self.answered
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
             .contains(&(channel.to_string(), ts.to_string()))
     }
 
     fn mark_answered(&self, channel: &str, ts: &str) {
         self.answered
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
             .insert((channel.to_string(), ts.to_string()));
     }
 
@@ -159,15 +154,5 @@ pub fn bus_error_words(e: &zbus::Error, absent: &str) -> String {
             other => other.to_string(),
         },
         other => other.to_string(),
-    }
-}
-
-/// The bus the queue managers are on: the system bus for the system services, else the
-/// user's session bus.
-pub async fn connect_bus() -> zbus::Result<zbus::Connection> {
-    if crate::model::system_mode() {
-        zbus::Connection::system().await
-    } else {
-        zbus::Connection::session().await
     }
 }

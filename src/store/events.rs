@@ -402,9 +402,9 @@ fn event_line(event: &Event) -> Vec<u8> {
 /// failure (a store folder gone, a refused link) is logged and dropped as before.
 mod unwritten {
     use super::append_line_locked;
+    use parking_lot::Mutex;
     use std::collections::VecDeque;
     use std::path::PathBuf;
-    use std::sync::Mutex;
 
     /// At most this many lines are kept; past it the oldest is dropped, and said so.
     const MAX: usize = 50_000;
@@ -416,7 +416,7 @@ mod unwritten {
     }
 
     pub(super) fn keep(path: PathBuf, line: Vec<u8>) {
-        let mut kept = KEPT.lock().unwrap_or_else(|p| p.into_inner());
+        let mut kept = KEPT.lock();
         if kept.len() >= MAX
             && let Some((p, _)) = kept.pop_front()
         {
@@ -431,7 +431,7 @@ mod unwritten {
     /// Writes the kept lines in order; stops at the first that still does not fit. True
     /// when none is left waiting.
     pub(super) fn write_kept() -> bool {
-        let mut kept = KEPT.lock().unwrap_or_else(|p| p.into_inner());
+        let mut kept = KEPT.lock();
         while let Some((path, line)) = kept.front() {
             match append_line_locked(path, line) {
                 Ok(()) => {

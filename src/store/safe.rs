@@ -15,15 +15,16 @@
 //! [`crate::store::scan_dir`], …) apply this rule to every path beneath a registered root, so no
 //! call site can forget it. Paths outside every registered root are used as given.
 
-#![allow(unsafe_code)] // openat2/openat/renameat2 through libc; each block has its SAFETY note
-
+use nix::errno::Errno;
+use nix::fcntl::{AtFlags, OFlag, OpenHow, RenameFlags, ResolveFlag};
+use nix::sys::stat::Mode;
+use parking_lot::RwLock;
 use std::ffi::CString;
 use std::fs::{File, Metadata};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
-use std::sync::RwLock;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 /// Limits of the store's append-only logs (`errors.out`, `logs/events-*.jsonl`, daemon
@@ -53,10 +54,7 @@ static ROOTS: RwLock<Vec<RootEntry>> = RwLock::new(Vec::new());
 /// Registers `root` as a store root: paths beneath it get the no-link rule, and logs beneath
 /// it are capped by `limits`. Registering again updates the limits.
 pub fn register_root(root: &Path, limits: LogLimits) {
-    let mut roots = match ROOTS.write() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    };
+    let mut roots = ROOTS.write();
     let mut add = |root: PathBuf| {
         if let Some(e) = roots.iter_mut().find(|e| e.root == root) {
             e.limits = limits;
@@ -75,10 +73,7 @@ pub fn register_root(root: &Path, limits: LogLimits) {
 /// The registered root `path` is beneath (the longest one), the rest of the path, and the
 /// root's log limits.
 fn split(path: &Path) -> Option<(PathBuf, PathBuf, LogLimits)> {
-    let roots = match ROOTS.read() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    };
+    let roots = ROOTS.read();
     roots
         .iter()
         .filter(|e| path.starts_with(&e.root))
@@ -182,8 +177,8 @@ fn cstr(p: &Path) -> io::Result<CString> {
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))
 }
 
-fn errno() -> io::Error {
-    io::Error::last_os_error()
+fn mode_bits(mode: u32) -> Mode {
+    Mode::from_bits_truncate(mode)
 }
 
 /// Checks the part below the root: plain names only (no `..`, no absolute part).
@@ -204,63 +199,39 @@ fn check_rel(full: &Path, rel: &Path) -> io::Result<()> {
 
 fn open_root(root: &Path) -> io::Result<OwnedFd> {
     let c = cstr(root)?;
-    // SAFETY: `c` is a valid NUL-terminated string; the result is checked.
-    let fd = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(errno());
-    }
-    // SAFETY: `fd` is a new descriptor we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+    Ok(nix::fcntl::open(c.as_c_str(), flags, Mode::empty())?)
 }
 
-fn openat_one(dir: BorrowedFd<'_>, name: &Path, flags: i32, mode: u32) -> io::Result<OwnedFd> {
+fn openat_one(dir: BorrowedFd<'_>, name: &Path, flags: OFlag, mode: u32) -> io::Result<OwnedFd> {
     let c = cstr(name)?;
-    // SAFETY: valid descriptor and string; the result is checked.
-    let fd = unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            flags | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            mode as libc::c_uint,
-        )
-    };
-    if fd < 0 {
-        return Err(errno());
-    }
-    // SAFETY: `fd` is a new descriptor we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    let flags = flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    Ok(nix::fcntl::openat(
+        dir,
+        c.as_c_str(),
+        flags,
+        mode_bits(mode),
+    )?)
 }
 
-fn openat2_beneath(dir: BorrowedFd<'_>, rel: &Path, flags: i32, mode: u32) -> io::Result<OwnedFd> {
+fn openat2_beneath(
+    dir: BorrowedFd<'_>,
+    rel: &Path,
+    flags: OFlag,
+    mode: u32,
+) -> io::Result<OwnedFd> {
     let c = cstr(rel)?;
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (flags | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64;
-    how.mode = if flags & libc::O_CREAT != 0 {
-        mode as u64
-    } else {
-        0
-    };
-    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
-    // SAFETY: valid descriptor, string and struct of the size passed; the result is checked.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            &how as *const libc::open_how,
-            std::mem::size_of::<libc::open_how>(),
-        )
-    };
-    if fd < 0 {
-        return Err(errno());
+    let mut how = OpenHow::new()
+        .flags(flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC)
+        .resolve(
+            ResolveFlag::RESOLVE_BENEATH
+                | ResolveFlag::RESOLVE_NO_SYMLINKS
+                | ResolveFlag::RESOLVE_NO_MAGICLINKS,
+        );
+    if flags.contains(OFlag::O_CREAT) {
+        how = how.mode(mode_bits(mode));
     }
-    // SAFETY: `fd` is a new descriptor we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    Ok(nix::fcntl::openat2(dir, c.as_c_str(), how)?)
 }
 
 /// Opens `rel` (plain names, no `..`) below `dir` with no link followed at any component.
@@ -268,7 +239,7 @@ fn open_beneath(
     dir: BorrowedFd<'_>,
     full: &Path,
     rel: &Path,
-    flags: i32,
+    flags: OFlag,
     mode: u32,
 ) -> io::Result<OwnedFd> {
     let names: Vec<&std::ffi::OsStr> = rel
@@ -306,7 +277,7 @@ fn open_beneath(
         let next = if last {
             openat_one(at, Path::new(name), flags, mode)
         } else {
-            openat_one(at, Path::new(name), libc::O_RDONLY | libc::O_DIRECTORY, 0).map_err(|e| {
+            openat_one(at, Path::new(name), OFlag::O_RDONLY | OFlag::O_DIRECTORY, 0).map_err(|e| {
                 // A link where a folder should be: ELOOP; a file there: ENOTDIR.
                 if e.raw_os_error() == Some(libc::ENOTDIR) && is_link_at(at, Path::new(name)) {
                     refused(full)
@@ -341,17 +312,11 @@ fn is_link_at(dir: BorrowedFd<'_>, name: &Path) -> bool {
 
 fn fstatat_nofollow(dir: BorrowedFd<'_>, name: &Path) -> io::Result<libc::stat> {
     let c = cstr(name)?;
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: valid descriptor, string and out-pointer; the result is checked.
-    let r = unsafe {
-        libc::fstatat(
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            &mut st,
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    };
-    if r < 0 { Err(errno()) } else { Ok(st) }
+    Ok(nix::sys::stat::fstatat(
+        dir,
+        c.as_c_str(),
+        AtFlags::AT_SYMLINK_NOFOLLOW,
+    )?)
 }
 
 /// A path beneath a registered root, resolved to its root's descriptor.
@@ -393,13 +358,13 @@ impl Resolved {
         Ok((self.dir(&parent, false)?, cstr(&name)?))
     }
 
-    fn open(&self, rel: &Path, flags: i32, mode: u32) -> io::Result<OwnedFd> {
+    fn open(&self, rel: &Path, flags: OFlag, mode: u32) -> io::Result<OwnedFd> {
         open_beneath(self.root_fd.as_fd(), &self.full, rel, flags, mode)
     }
 
     /// Opens (creating, when asked, every missing folder of) the folder `rel`.
     fn dir(&self, rel: &Path, create: bool) -> io::Result<OwnedFd> {
-        let flags = libc::O_RDONLY | libc::O_DIRECTORY;
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY;
         match self.open(rel, flags, 0) {
             Err(e) if create && e.kind() == io::ErrorKind::NotFound => {}
             other => return other,
@@ -409,21 +374,19 @@ impl Resolved {
             let Component::Normal(name) = c else { continue };
             let name = Path::new(name);
             let cn = cstr(name)?;
-            // SAFETY: valid descriptor and string; EEXIST is expected and fine.
-            let r = unsafe { libc::mkdirat(cur.as_raw_fd(), cn.as_ptr(), 0o755) };
-            if r < 0 {
-                let e = errno();
-                if e.raw_os_error() != Some(libc::EEXIST) {
-                    return Err(e);
-                }
-            }
+            // EEXIST is expected and fine.
+            let made = match nix::sys::stat::mkdirat(cur.as_fd(), cn.as_c_str(), mode_bits(0o755)) {
+                Ok(()) => true,
+                Err(Errno::EEXIST) => false,
+                Err(e) => return Err(e.into()),
+            };
             let next =
                 openat_one(cur.as_fd(), name, flags, 0).map_err(|e| match e.raw_os_error() {
                     Some(libc::ELOOP) => refused(&self.full),
                     Some(libc::ENOTDIR) if is_link_at(cur.as_fd(), name) => refused(&self.full),
                     _ => e,
                 })?;
-            if r == 0 {
+            if made {
                 give_to_folder_owner(cur.as_fd(), next.as_fd());
             }
             cur = next;
@@ -488,7 +451,7 @@ pub fn open_read(path: &Path) -> io::Result<File> {
 
 fn open_read_once(path: &Path) -> io::Result<File> {
     let f = match resolve(path)? {
-        Some(r) => File::from(r.open(&r.rel, libc::O_RDONLY | libc::O_NONBLOCK, 0)?),
+        Some(r) => File::from(r.open(&r.rel, OFlag::O_RDONLY | OFlag::O_NONBLOCK, 0)?),
         None => {
             use std::os::unix::fs::OpenOptionsExt;
             std::fs::OpenOptions::new()
@@ -507,7 +470,7 @@ pub fn symlink_metadata(path: &Path) -> io::Result<Metadata> {
         Some(r) => {
             let (parent, name) = r.parent_and_name()?;
             let dir = r.dir(&parent, false)?;
-            let fd = openat_one(dir.as_fd(), &name, libc::O_PATH, 0)?;
+            let fd = openat_one(dir.as_fd(), &name, OFlag::O_PATH, 0)?;
             File::from(fd).metadata()
         }
         None => std::fs::symlink_metadata(path),
@@ -605,47 +568,21 @@ pub fn for_each_entry(
     dir: &Path,
     mut f: impl FnMut(&std::ffi::OsStr, EntryKind),
 ) -> io::Result<()> {
+    use nix::dir::Type;
     let fd = open_dir(dir)?;
     let probe = fd.try_clone()?;
-    let raw = std::os::fd::IntoRawFd::into_raw_fd(fd);
-    // SAFETY: `raw` is an open folder descriptor whose ownership passes to the stream.
-    let stream = unsafe { libc::fdopendir(raw) };
-    if stream.is_null() {
-        let e = errno();
-        // SAFETY: fdopendir failed, so `raw` is still ours to close.
-        drop(unsafe { OwnedFd::from_raw_fd(raw) });
-        return Err(e);
-    }
-    struct Stream(*mut libc::DIR);
-    impl Drop for Stream {
-        fn drop(&mut self) {
-            // SAFETY: the stream was opened by fdopendir and is closed once.
-            unsafe { libc::closedir(self.0) };
-        }
-    }
-    let stream = Stream(stream);
-    loop {
-        // SAFETY: a live stream; readdir's result is valid until the next call.
-        let ent = unsafe { libc::readdir(stream.0) };
-        if ent.is_null() {
-            break;
-        }
-        // SAFETY: `ent` points to a valid dirent with a NUL-terminated name.
-        let (name, d_type) = unsafe {
-            (
-                std::ffi::CStr::from_ptr((*ent).d_name.as_ptr()),
-                (*ent).d_type,
-            )
-        };
-        let name = std::ffi::OsStr::from_bytes(name.to_bytes());
+    let mut stream = nix::dir::Dir::from_fd(fd)?;
+    for ent in stream.iter() {
+        let ent = ent?;
+        let name = std::ffi::OsStr::from_bytes(ent.file_name().to_bytes());
         if name == "." || name == ".." {
             continue;
         }
-        let kind = match d_type {
-            libc::DT_REG => EntryKind::File,
-            libc::DT_DIR => EntryKind::Dir,
-            libc::DT_LNK => EntryKind::Symlink,
-            libc::DT_UNKNOWN => match fstatat_nofollow(probe.as_fd(), Path::new(name)) {
+        let kind = match ent.file_type() {
+            Some(Type::File) => EntryKind::File,
+            Some(Type::Directory) => EntryKind::Dir,
+            Some(Type::Symlink) => EntryKind::Symlink,
+            None => match fstatat_nofollow(probe.as_fd(), Path::new(name)) {
                 Ok(st) => match st.st_mode & libc::S_IFMT {
                     libc::S_IFREG => EntryKind::File,
                     libc::S_IFDIR => EntryKind::Dir,
@@ -654,7 +591,7 @@ pub fn for_each_entry(
                 },
                 Err(_) => continue,
             },
-            _ => EntryKind::Other,
+            Some(_) => EntryKind::Other,
         };
         f(name, kind);
     }
@@ -670,7 +607,7 @@ pub fn create_new(path: &Path, mode: u32) -> io::Result<File> {
             let fd = openat_one(
                 dir.as_fd(),
                 &name,
-                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+                OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL,
                 mode,
             )?;
             give_to_folder_owner(dir.as_fd(), fd.as_fd());
@@ -698,7 +635,7 @@ pub fn open_append(path: &Path) -> io::Result<File> {
             let fd = openat_one(
                 dir.as_fd(),
                 &name,
-                libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT | libc::O_NONBLOCK,
+                OFlag::O_WRONLY | OFlag::O_APPEND | OFlag::O_CREAT | OFlag::O_NONBLOCK,
                 0o644,
             )
             .map_err(|e| {
@@ -737,44 +674,30 @@ pub fn open_append(path: &Path) -> io::Result<File> {
     Ok(f)
 }
 
-fn rename_flags(from: &Path, to: &Path, flags: u32) -> io::Result<()> {
+fn rename_flags(from: &Path, to: &Path, flags: RenameFlags) -> io::Result<()> {
+    use nix::fcntl::{AT_FDCWD, renameat2};
     let (rf, rt) = match (resolve(from)?, resolve(to)?) {
         (Some(rf), Some(rt)) => (rf, rt),
-        _ => {
-            use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
-            return renameat2(
-                AT_FDCWD,
-                from,
-                AT_FDCWD,
-                to,
-                RenameFlags::from_bits_truncate(flags),
-            )
-            .map_err(io::Error::from);
-        }
+        _ => return Ok(renameat2(AT_FDCWD, from, AT_FDCWD, to, flags)?),
     };
     let ((fdir, cf), (tdir, ct)) = (rf.parent_dir_and_name()?, rt.parent_dir_and_name()?);
-    // SAFETY: valid descriptors and strings; the result is checked.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_renameat2,
-            fdir.as_raw_fd(),
-            cf.as_ptr(),
-            tdir.as_raw_fd(),
-            ct.as_ptr(),
-            flags,
-        )
-    };
-    if r < 0 { Err(errno()) } else { Ok(()) }
+    Ok(renameat2(
+        &fdir,
+        cf.as_c_str(),
+        &tdir,
+        ct.as_c_str(),
+        flags,
+    )?)
 }
 
 /// Renames `from` to `to` (replacing `to`), both beneath the root with no link followed.
 pub fn rename(from: &Path, to: &Path) -> io::Result<()> {
-    rename_flags(from, to, 0)
+    rename_flags(from, to, RenameFlags::empty())
 }
 
 /// Renames `from` to `to`, failing with `AlreadyExists` when `to` exists.
 pub fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
-    match rename_flags(from, to, libc::RENAME_NOREPLACE) {
+    match rename_flags(from, to, RenameFlags::RENAME_NOREPLACE) {
         Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::ENOSYS)) => {
             // Filesystems without RENAME_NOREPLACE: check, then rename.
             if exists(to) {
@@ -798,17 +721,14 @@ pub fn hard_link(from: &Path, to: &Path) -> io::Result<()> {
         _ => return std::fs::hard_link(from, to),
     };
     let ((fdir, cf), (tdir, ct)) = (rf.parent_dir_and_name()?, rt.parent_dir_and_name()?);
-    // SAFETY: valid descriptors and strings; flags 0 = the link itself, never its target.
-    let r = unsafe {
-        libc::linkat(
-            fdir.as_raw_fd(),
-            cf.as_ptr(),
-            tdir.as_raw_fd(),
-            ct.as_ptr(),
-            0,
-        )
-    };
-    if r < 0 { Err(errno()) } else { Ok(()) }
+    // No AT_SYMLINK_FOLLOW: the link itself, never its target.
+    Ok(nix::unistd::linkat(
+        &fdir,
+        cf.as_c_str(),
+        &tdir,
+        ct.as_c_str(),
+        AtFlags::empty(),
+    )?)
 }
 
 /// Adds an inotify watch on the folder `dir`, never through a link: a link at any component
@@ -832,9 +752,12 @@ pub fn remove_file(path: &Path) -> io::Result<()> {
             let (parent, name) = r.parent_and_name()?;
             let dir = r.dir(&parent, false)?;
             let c = cstr(&name)?;
-            // SAFETY: valid descriptor and string; the result is checked.
-            let res = unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), 0) };
-            if res < 0 { Err(errno()) } else { Ok(()) }
+            use nix::unistd::UnlinkatFlags;
+            Ok(nix::unistd::unlinkat(
+                &dir,
+                c.as_c_str(),
+                UnlinkatFlags::NoRemoveDir,
+            )?)
         }
         None => std::fs::remove_file(path),
     }

@@ -1,46 +1,50 @@
-//! "Which bus", one type for every binary (`--bus auto|system|session|none`) and the rule
-//! for `auto`: the system bus when running as the system service, else the session bus
-//! when there is one, else none (inbox files only). DESIGN §8, deployment modes.
+//! "Which bus", one type for every binary and the queue manager ([`Bus`]: system, session
+//! or an address), the flag that names it (`--bus auto|system|session|none|ADDRESS`,
+//! [`BusChoice`]) and the rule for `auto`: the system bus when running as the system
+//! service, else the session bus when there is one, else none (inbox files only). DESIGN
+//! §8, deployment modes.
 
 use crate::model::system_mode;
 use std::fmt;
 
-/// Which bus a daemon or client uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Default)]
-pub enum BusKind {
+/// Which bus a daemon serves on or a client calls: the one type for "which bus" in the
+/// crate (what `--bus` resolves to, the queue manager's, the web server's, the CLI's).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Bus {
     /// The system bus (packaged services).
     #[default]
     System,
     /// The user's session bus (`systemctl --user`, tests with a private bus).
     Session,
+    /// The bus at this D-Bus address (`--bus unix:path=…`; tests' private `dbus-daemon`).
+    Address(String),
 }
 
-impl fmt::Display for BusKind {
+impl fmt::Display for Bus {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            BusKind::System => "system",
-            BusKind::Session => "session",
-        })
+        match self {
+            Bus::System => f.write_str("system"),
+            Bus::Session => f.write_str("session"),
+            Bus::Address(a) => write!(f, "{a}"),
+        }
     }
 }
 
-impl BusKind {
+impl Bus {
     /// A connection builder for this bus.
-    pub fn builder<'a>(self) -> zbus::connection::Builder<'a> {
+    pub fn builder(&self) -> zbus::connection::Builder<'_> {
         match self {
-            BusKind::System => zbus::connection::Builder::system(),
-            BusKind::Session => zbus::connection::Builder::session(),
+            Bus::System => zbus::connection::Builder::system(),
+            Bus::Session => zbus::connection::Builder::session(),
+            // Checked when parsed (`--bus`); a bad one fails when the connection is built.
+            Bus::Address(a) => zbus::connection::Builder::address(a.as_str()),
         }
     }
 
-    /// The bus a client should try first: the first of [`BusChoice::client_buses`] for
-    /// `auto`, else the system bus.
-    pub fn from_env() -> BusKind {
-        BusChoice::Auto
-            .client_buses()
-            .first()
-            .copied()
-            .unwrap_or(BusKind::System)
+    /// True for the system bus: the packaged services' (whose units are `systemctl`, not
+    /// `systemctl --user`). A bus named by address is a user's own, like the session bus.
+    pub fn is_system(&self) -> bool {
+        *self == Bus::System
     }
 }
 
@@ -77,43 +81,63 @@ pub fn removed_flag(flag: &str) -> String {
     )
 }
 
-/// "Which bus", as every binary spells it: `--bus auto|system|session|none`.
+/// "Which bus", as every binary spells it: `--bus auto|system|session|none|ADDRESS`, a
+/// [`Bus`] or the two words that resolve to one or to none.
 ///
 /// `auto` (the default): the system bus when running as the system service
 /// ([`system_mode`]), else the session bus when there is one, else none (inbox files only).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum BusChoice {
     /// System service: system bus; else the session bus if present; else none.
     #[default]
     Auto,
-    /// The system bus (packaged services).
-    System,
-    /// The user's session bus (`systemctl --user`, tests with a private bus).
-    Session,
     /// No D-Bus: inbox files only.
     None,
+    /// This bus.
+    Bus(Bus),
 }
 
 impl fmt::Display for BusChoice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            BusChoice::Auto => "auto",
-            BusChoice::System => "system",
-            BusChoice::Session => "session",
-            BusChoice::None => "none",
+        match self {
+            BusChoice::Auto => f.write_str("auto"),
+            BusChoice::None => f.write_str("none"),
+            BusChoice::Bus(b) => b.fmt(f),
+        }
+    }
+}
+
+impl std::str::FromStr for BusChoice {
+    type Err = String;
+
+    /// `auto`, `none`, `system`, `session`, or a D-Bus address (`unix:path=/run/x/bus`).
+    fn from_str(s: &str) -> Result<BusChoice, String> {
+        Ok(match s {
+            "auto" => BusChoice::Auto,
+            "none" => BusChoice::None,
+            "system" => BusChoice::Bus(Bus::System),
+            "session" => BusChoice::Bus(Bus::Session),
+            a if a.contains(':') => match a.parse::<zbus::Address>() {
+                Ok(_) => BusChoice::Bus(Bus::Address(a.to_string())),
+                Err(e) => return Err(format!("'{a}' is not a D-Bus address: {e}")),
+            },
+            other => {
+                return Err(format!(
+                    "'{other}' is no bus: use auto, system, session, none, or a D-Bus address (unix:path=…)"
+                ));
+            }
         })
     }
 }
 
 impl BusChoice {
     /// The bus a daemon serves on; `None` means no D-Bus at all.
-    pub fn for_daemon(self) -> Option<BusKind> {
+    pub fn for_daemon(&self) -> Option<Bus> {
         match self {
-            BusChoice::System => Some(BusKind::System),
-            BusChoice::Session => Some(BusKind::Session),
+            BusChoice::Bus(b) => Some(b.clone()),
             BusChoice::None => None,
-            BusChoice::Auto if system_mode() => Some(BusKind::System),
-            BusChoice::Auto if session_bus_available() => Some(BusKind::Session),
+            BusChoice::Auto if system_mode() => Some(Bus::System),
+            BusChoice::Auto if session_bus_available() => Some(Bus::Session),
             BusChoice::Auto => None,
         }
     }
@@ -122,26 +146,61 @@ impl BusChoice {
     /// (`system`|`session`|`none`) when set, else the session bus when present, then the
     /// system bus when present. A client only talks to a daemon serving its own store, so
     /// trying both is safe.
-    pub fn client_buses(self) -> Vec<BusKind> {
+    pub fn client_buses(&self) -> Vec<Bus> {
         match self {
-            BusChoice::System => vec![BusKind::System],
-            BusChoice::Session => vec![BusKind::Session],
+            BusChoice::Bus(b) => vec![b.clone()],
             BusChoice::None => vec![],
             BusChoice::Auto => match std::env::var("AGENTSTORE_BUS").as_deref() {
-                Ok("session") => vec![BusKind::Session],
-                Ok("system") => vec![BusKind::System],
+                Ok("session") => vec![Bus::Session],
+                Ok("system") => vec![Bus::System],
                 Ok("none") => vec![],
                 _ => {
                     let mut v = Vec::new();
                     if session_bus_available() && !system_mode() {
-                        v.push(BusKind::Session);
+                        v.push(Bus::Session);
                     }
                     if system_bus_available() {
-                        v.push(BusKind::System);
+                        v.push(Bus::System);
                     }
                     v
                 }
             },
         }
+    }
+
+    /// The one bus for a client call that needs one (systemctl, a queue manager): the first
+    /// of [`client_buses`](Self::client_buses), else the system bus.
+    pub fn first_bus(&self) -> Bus {
+        self.client_buses().into_iter().next().unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_spelling_parses_and_a_wrong_one_names_the_choices() {
+        assert_eq!("auto".parse(), Ok(BusChoice::Auto));
+        assert_eq!("none".parse(), Ok(BusChoice::None));
+        assert_eq!("system".parse(), Ok(BusChoice::Bus(Bus::System)));
+        assert_eq!("session".parse(), Ok(BusChoice::Bus(Bus::Session)));
+        let a = "unix:path=/run/user/1000/bus";
+        assert_eq!(a.parse(), Ok(BusChoice::Bus(Bus::Address(a.into()))));
+        assert_eq!(BusChoice::Bus(Bus::Address(a.into())).to_string(), a);
+        let bad = "nobus".parse::<BusChoice>().unwrap_err();
+        assert!(bad.contains("session") && bad.contains("address"), "{bad}");
+        assert!("nope:x".parse::<BusChoice>().is_err());
+    }
+
+    #[test]
+    fn a_named_bus_is_the_daemons_and_the_clients() {
+        let a = BusChoice::Bus(Bus::Address("unix:path=/x".into()));
+        assert_eq!(a.for_daemon(), Some(Bus::Address("unix:path=/x".into())));
+        assert_eq!(a.client_buses(), vec![Bus::Address("unix:path=/x".into())]);
+        assert_eq!(BusChoice::None.for_daemon(), None);
+        assert!(BusChoice::None.client_buses().is_empty());
+        assert_eq!(BusChoice::None.first_bus(), Bus::System);
+        assert!(!Bus::Address("unix:path=/x".into()).is_system());
     }
 }

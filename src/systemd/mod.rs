@@ -5,7 +5,7 @@ pub mod bus_choice;
 pub mod credentials;
 pub mod watchdog;
 
-pub use bus_choice::{BusChoice, BusKind};
+pub use bus_choice::{Bus, BusChoice};
 use std::sync::OnceLock;
 pub use watchdog::Watchdog;
 

@@ -13,8 +13,8 @@ pub struct Args {
     /// Store folder (default: AGENT_STORE_ROOT, config files, ~/Dropbox/AgentStore).
     #[arg(long, value_name = "DIR")]
     pub root: Option<PathBuf>,
-    /// Bus the daemons are on: auto, system or session.
-    #[arg(long, value_enum, default_value_t = BusChoice::Auto)]
+    /// Bus the daemons are on: auto, system, session, or a D-Bus address (unix:path=…).
+    #[arg(long, value_name = "BUS", default_value_t = BusChoice::Auto)]
     pub bus: BusChoice,
     /// Exit after this many seconds without a connection (0 = never).
     #[arg(long, value_name = "SECONDS", default_value_t = 60)]

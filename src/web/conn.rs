@@ -23,7 +23,9 @@
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -107,12 +109,6 @@ struct Place {
     evicted: Notify,
 }
 
-impl Place {
-    fn key(&self) -> std::sync::MutexGuard<'_, Option<CallerKey>> {
-        self.key.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
 /// The counts, and the places that may be taken over (oldest first), per caller.
 #[derive(Debug, Default)]
 struct Counts {
@@ -166,10 +162,6 @@ impl Gate {
         })
     }
 
-    fn counts(&self) -> std::sync::MutexGuard<'_, Counts> {
-        self.counts.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// A place for a connection of `key`, or why not. Never waits.
     pub fn admit(self: &Arc<Self>, key: CallerKey) -> Result<Admission, Refused> {
         self.admit_as(key, false)
@@ -187,7 +179,7 @@ impl Gate {
     }
 
     fn admit_as(self: &Arc<Self>, key: CallerKey, evicting: bool) -> Result<Admission, Refused> {
-        let mut c = self.counts();
+        let mut c = self.counts.lock();
         if c.open.get(&key).copied().unwrap_or(0) >= self.per_caller {
             let oldest = if evicting {
                 c.evictable.get_mut(&key).and_then(VecDeque::pop_front)
@@ -201,7 +193,7 @@ impl Gate {
                 });
             };
             // Its count goes now; its permit of the total when its connection closes.
-            *oldest.key() = None;
+            *oldest.key.lock() = None;
             c.release(key, &oldest);
             oldest.evicted.notify_one();
         }
@@ -230,7 +222,7 @@ impl Gate {
 
     /// Open connections of `key`.
     pub fn open_of(&self, key: CallerKey) -> usize {
-        self.counts().open.get(&key).copied().unwrap_or(0)
+        self.counts.lock().open.get(&key).copied().unwrap_or(0)
     }
 }
 
@@ -239,8 +231,8 @@ impl Admission {
     /// true when it counts there now. False, and nothing changes, when `to` has its share
     /// open or the place was taken over already.
     pub fn promote(&self, to: CallerKey) -> bool {
-        let mut c = self.gate.counts();
-        let mut key = self.place.key();
+        let mut c = self.gate.counts.lock();
+        let mut key = self.place.key.lock();
         let Some(from) = *key else {
             return false;
         };
@@ -258,7 +250,7 @@ impl Admission {
 
     /// Whose share this connection counts in (`None`: taken over).
     pub fn key(&self) -> Option<CallerKey> {
-        *self.place.key()
+        *self.place.key.lock()
     }
 
     /// Resolves when the place was taken over by a newer connection of the same caller
@@ -274,8 +266,8 @@ impl Admission {
     /// ([`IdleIo::releasing`]), so a client that has seen its connection closed never finds
     /// it still counted against its next one.
     pub fn release_share(&self) {
-        let mut c = self.gate.counts();
-        let key = self.place.key().take();
+        let mut c = self.gate.counts.lock();
+        let key = self.place.key.lock().take();
         if let Some(key) = key {
             c.release(key, &self.place);
         }

@@ -21,7 +21,7 @@ pub mod error;
 pub mod events;
 pub mod html;
 
-use crate::bus::BusKind;
+use crate::bus::Bus;
 use crate::bus::orchestrator::Orchestrator1Proxy;
 use crate::store::Store;
 use activation::Listener;
@@ -48,7 +48,7 @@ pub struct WebOptions {
     /// The store (to map a uid to its user, as the daemons do).
     pub root: PathBuf,
     /// The bus the daemons are on.
-    pub bus: BusKind,
+    pub bus: Bus,
     /// Exit after this long without a connection (`None`: never).
     pub idle_exit: Option<Duration>,
     /// The token file for TCP listeners (`None`: TCP refused).
@@ -70,7 +70,7 @@ pub enum WebServerError {
     #[error("D-Bus ({bus} bus): {err}")]
     Bus {
         /// Which bus.
-        bus: BusKind,
+        bus: Bus,
         /// Why.
         err: zbus::Error,
     },
@@ -93,7 +93,7 @@ pub struct App {
     /// Signals, re-sent as server-sent events.
     pub events: events::Hub,
     open: AtomicUsize,
-    last: std::sync::Mutex<Instant>,
+    last: parking_lot::Mutex<Instant>,
     limits: conn::Limits,
     gate: Arc<conn::Gate>,
 }
@@ -145,9 +145,7 @@ impl App {
     }
 
     fn touch(&self) {
-        if let Ok(mut l) = self.last.lock() {
-            *l = Instant::now();
-        }
+        *self.last.lock() = Instant::now();
     }
 }
 
@@ -287,15 +285,24 @@ pub async fn run(
         .builder()
         .build()
         .await
-        .map_err(|err| WebServerError::Bus { bus: opts.bus, err })?;
+        .map_err(|err| WebServerError::Bus {
+            bus: opts.bus.clone(),
+            err,
+        })?;
     let orchestrator = Orchestrator1Proxy::builder(&conn)
         .cache_properties(zbus::proxy::CacheProperties::No)
         .build()
         .await
-        .map_err(|err| WebServerError::Bus { bus: opts.bus, err })?;
+        .map_err(|err| WebServerError::Bus {
+            bus: opts.bus.clone(),
+            err,
+        })?;
     let events = events::Hub::start(&conn)
         .await
-        .map_err(|err| WebServerError::Bus { bus: opts.bus, err })?;
+        .map_err(|err| WebServerError::Bus {
+            bus: opts.bus.clone(),
+            err,
+        })?;
     let app = Arc::new(App {
         store,
         conn,
@@ -304,7 +311,7 @@ pub async fn run(
         token,
         events,
         open: AtomicUsize::new(0),
-        last: std::sync::Mutex::new(Instant::now()),
+        last: parking_lot::Mutex::new(Instant::now()),
         limits,
         gate: conn::Gate::new(&limits),
     });
@@ -386,7 +393,7 @@ pub async fn run(
         };
         loop {
             tokio::time::sleep(Duration::from_millis(250).min(limit)).await;
-            let quiet = app.last.lock().map(|l| l.elapsed()).unwrap_or_default();
+            let quiet = app.last.lock().elapsed();
             if app.open.load(Ordering::Relaxed) == 0 && quiet >= limit {
                 return;
             }

@@ -39,8 +39,10 @@ use std::os::fd::AsRawFd;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+
+use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
 /// Largest request line read from the socket.
@@ -154,18 +156,14 @@ impl Broker {
             let _ = t.join();
         }
         if let Ok(store) = Store::open(&self.shared.root) {
-            for id in lock(&self.shared.issued).iter() {
+            for id in self.shared.issued.lock().iter() {
                 store.remove_approval(&self.shared.queue, id);
             }
         }
-        let mut records = lock(&self.shared.records).clone();
+        let mut records = self.shared.records.lock().clone();
         records.sort_by(|a, b| (a.at, &a.request_id).cmp(&(b.at, &b.request_id)));
         records
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
@@ -244,7 +242,7 @@ fn record(
     always: bool,
 ) {
     let message = (!v.message.is_empty()).then(|| v.message.clone());
-    lock(&shared.records).push(ApprovalRecord {
+    shared.records.lock().push(ApprovalRecord {
         request_id: request_id.to_string(),
         tool: tool.to_string(),
         summary: summary.to_string(),
@@ -264,7 +262,9 @@ fn decide(shared: &Shared, tool: &str, input: Value) -> Verdict {
     let request_id = new_request_id(&shared.job_id, n);
     let subj = subject(&input);
     let sum = summary(tool, &input);
-    let job_rule = lock(&shared.job_rules)
+    let job_rule = shared
+        .job_rules
+        .lock()
         .iter()
         .find(|r| r.matches(tool, &subj))
         .map(|r| r.decision);
@@ -326,7 +326,7 @@ fn ask(shared: &Shared, request_id: &str, tool: &str, sum: &str, input: Value) -
         }
     };
     if answer.always {
-        lock(&shared.job_rules).push(JobRule {
+        shared.job_rules.lock().push(JobRule {
             tool: tool.to_string(),
             subject: subject(&req_input),
             decision: if answer.allow {
@@ -373,7 +373,7 @@ fn ask_in_store(
     let secs = shared.policy.deadline();
     let store =
         Store::open(&shared.root).map_err(|e| format!("the approval could not be asked: {e}"))?;
-    lock(&shared.issued).push(request_id.to_string());
+    shared.issued.lock().push(request_id.to_string());
     store
         .write_approval_request(&shared.queue, req)
         .map_err(|e| {

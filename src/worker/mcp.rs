@@ -8,7 +8,9 @@
 use super::approval::request;
 use serde_json::{Value, json};
 use std::io::{BufRead, Write};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 /// The MCP server's name in the `--mcp-config` the worker gives Claude Code.
@@ -93,7 +95,7 @@ pub fn serve(
 }
 
 fn send(out: &Mutex<impl Write>, v: &Value) {
-    let mut o = out.lock().unwrap_or_else(|e| e.into_inner());
+    let mut o = out.lock();
     let mut bytes = serde_json::to_vec(v).unwrap_or_default();
     bytes.push(b'\n');
     let _ = o.write_all(&bytes);
@@ -163,7 +165,7 @@ mod tests {
     struct Buf(Arc<Mutex<Vec<u8>>>);
     impl Write for Buf {
         fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
+            self.0.lock().extend_from_slice(b);
             Ok(b.len())
         }
         fn flush(&mut self) -> std::io::Result<()> {
@@ -179,7 +181,7 @@ mod tests {
             input.as_bytes(),
             buf.clone(),
         );
-        let bytes = buf.0.lock().unwrap().clone();
+        let bytes = buf.0.lock().clone();
         String::from_utf8(bytes)
             .unwrap()
             .lines()

@@ -4,9 +4,10 @@
 #![allow(dead_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use agentstore::bus::Bus;
 use agentstore::bus::queue::{Queue1Proxy, queue_proxy};
 use agentstore::model::{Launcher, Queue, QueueConfig};
-use agentstore::queue::{BusTarget, ManagerConfig};
+use agentstore::queue::ManagerConfig;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -144,7 +145,7 @@ impl QueueEnv {
     /// A manager config for this store on `bus`.
     pub fn manager_config(&self, bus: &PrivateBus) -> ManagerConfig {
         let mut c = ManagerConfig::new(&self.root, &self.queue);
-        c.bus = BusTarget::Address(bus.address.clone());
+        c.bus = Some(Bus::Address(bus.address.clone()));
         c.launcher = Some(Launcher::Direct);
         c.worker = PathBuf::from(env!("CARGO_BIN_EXE_agent-worker"));
         c

@@ -168,7 +168,7 @@ impl Totals {
 /// What the sub-agents of a session used and were refused, for the parent's result.
 #[derive(Debug, Default)]
 pub struct SubagentLedger {
-    inner: std::sync::Mutex<LedgerEntries>,
+    inner: parking_lot::Mutex<LedgerEntries>,
 }
 
 /// The ledger's contents.
@@ -183,12 +183,9 @@ pub struct LedgerEntries {
 }
 
 impl SubagentLedger {
-    fn lock(&self) -> std::sync::MutexGuard<'_, LedgerEntries> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
     /// Reserve a sub-agent start; `false` when `limit` sub-agents have already started.
     pub fn try_start(&self, limit: u32) -> bool {
-        let mut l = self.lock();
+        let mut l = self.inner.lock();
         if l.started >= limit {
             return false;
         }
@@ -197,15 +194,18 @@ impl SubagentLedger {
     }
     /// Record one sub-agent model call.
     pub fn add_request(&self, stats: &RequestStats) {
-        self.lock().totals.add(stats);
+        self.inner.lock().totals.add(stats);
     }
     /// Record a refused sub-agent tool call.
     pub fn add_denial(&self, call: &crate::agent::tools::ToolCall, reason: &str) {
-        self.lock().denials.push((call.clone(), reason.to_string()));
+        self.inner
+            .lock()
+            .denials
+            .push((call.clone(), reason.to_string()));
     }
     /// A copy of the contents.
     pub fn snapshot(&self) -> LedgerEntries {
-        self.lock().clone()
+        self.inner.lock().clone()
     }
 }
 

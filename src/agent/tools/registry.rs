@@ -82,8 +82,8 @@ pub struct ToolEnv {
 /// the session was ended because the model probed a secret (shared with sub-agents).
 #[derive(Debug, Default)]
 pub struct SessionGrants(
-    std::sync::Mutex<std::collections::BTreeSet<String>>,
-    std::sync::Mutex<Option<String>>,
+    parking_lot::Mutex<std::collections::BTreeSet<String>>,
+    parking_lot::Mutex<Option<String>>,
 );
 
 /// The head of the notice shown when a session ends because a call carried a secret.
@@ -92,33 +92,30 @@ pub const PROBE_NOTICE: &str = "agentshell ended this session";
 impl SessionGrants {
     /// Why the session was ended, if it was.
     pub fn halted(&self) -> Option<String> {
-        self.1.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.1.lock().clone()
     }
     /// End the session: no further call runs and no further turn starts.
     pub fn halt(&self, notice: String) {
-        let mut slot = self.1.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = self.1.lock();
         if slot.is_none() {
             *slot = Some(notice);
         }
     }
-    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeSet<String>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
     /// Whether `key` was allowed for the session.
     pub fn contains(&self, key: &str) -> bool {
-        self.lock().contains(key)
+        self.0.lock().contains(key)
     }
     /// Allow `key` for the rest of the session.
     pub fn grant(&self, key: String) {
-        self.lock().insert(key);
+        self.0.lock().insert(key);
     }
     /// How many shapes are allowed.
     pub fn len(&self) -> usize {
-        self.lock().len()
+        self.0.lock().len()
     }
     /// Whether nothing is allowed.
     pub fn is_empty(&self) -> bool {
-        self.lock().is_empty()
+        self.0.lock().is_empty()
     }
 }
 

@@ -3,7 +3,7 @@
 //! Unattended, every ASK is denied with its reason recorded in `permission_denials` (unless the
 //! configuration allows the command, in which case the policy never asks); nothing waits.
 
-use std::sync::Mutex;
+use parking_lot::Mutex;
 use std::time::Instant;
 
 use serde::Serialize;
@@ -92,10 +92,7 @@ impl CoreEvents for HeadlessEvents {
                     .unwrap_or_else(|_| Value::String(call.arguments.clone())),
                 reason: result.stderr.clone(),
             };
-            self.denials
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(denial);
+            self.denials.lock().push(denial);
         }
     }
 }
@@ -157,10 +154,7 @@ pub async fn exec(
     // The sub-agents' calls, tokens, cost and refusals belong to this run too.
     let mut totals = totals;
     let mut num_turns = num_turns;
-    let mut denials = events
-        .denials
-        .into_inner()
-        .unwrap_or_else(|e| e.into_inner());
+    let mut denials = events.denials.into_inner();
     if let Some(sub) = agent.subagent_ledger() {
         totals.merge(&sub.totals);
         num_turns =

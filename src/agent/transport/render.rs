@@ -1,8 +1,8 @@
 //! Rendering for the terminal: streamed text, dim reasoning, every tool call before it runs,
 //! its result bounded after, timing and cost per request.
 
+use parking_lot::Mutex;
 use std::io::Write;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::agent::core::CoreEvents;
@@ -56,7 +56,7 @@ impl<W: Write + Send> TerminalRenderer<W> {
     /// (`color` off: no escape sequences in them).
     pub fn with_markdown(out: W, width: usize, color: bool) -> Self {
         let r = Self::new(out);
-        *r.markdown.lock().unwrap_or_else(|e| e.into_inner()) = Some(Markdown::new(width, color));
+        *r.markdown.lock() = Some(Markdown::new(width, color));
         r
     }
 
@@ -64,7 +64,7 @@ impl<W: Write + Send> TerminalRenderer<W> {
     fn flush_markdown(&self) {
         let mut text = String::new();
         let at_start = {
-            let mut md = self.markdown.lock().unwrap_or_else(|e| e.into_inner());
+            let mut md = self.markdown.lock();
             let Some(md) = md.as_mut() else { return };
             md.finish(&mut text);
             md.at_line_start()
@@ -82,22 +82,18 @@ impl<W: Write + Send> TerminalRenderer<W> {
     /// The answer text streamed by the model call that a cancelled turn did not get to keep
     /// in its history (empty when every streamed answer is there).
     pub fn take_partial(&self) -> String {
-        let mut p = self.partial.lock().unwrap_or_else(|e| e.into_inner());
+        let mut p = self.partial.lock();
         p.1 = false;
         std::mem::take(&mut p.0)
     }
 
-    fn partial(&self) -> std::sync::MutexGuard<'_, (String, bool)> {
-        self.partial.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Give the writer back (tests read what was rendered).
     pub fn into_inner(self) -> W {
-        self.out.into_inner().unwrap_or_else(|e| e.into_inner()).0
+        self.out.into_inner().0
     }
 
     fn with<F: FnOnce(&mut W, &mut Streaming, &mut bool) -> std::io::Result<()>>(&self, f: F) {
-        let mut guard = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = self.out.lock();
         let (out, state, at_line_start) = &mut *guard;
         // A closed terminal is not worth failing the turn over.
         let _ = f(out, state, at_line_start).and_then(|()| out.flush());
@@ -154,7 +150,7 @@ fn end_line<W: Write>(
 impl<W: Write + Send> CoreEvents for TerminalRenderer<W> {
     fn stream(&self, event: &StreamEvent) {
         if let StreamEvent::Text(t) = event {
-            let mut p = self.partial();
+            let mut p = self.partial.lock();
             if p.1 {
                 *p = (String::new(), false);
             }
@@ -162,7 +158,7 @@ impl<W: Write + Send> CoreEvents for TerminalRenderer<W> {
         }
         let rendered = match event {
             StreamEvent::Text(t) => {
-                let mut md = self.markdown.lock().unwrap_or_else(|e| e.into_inner());
+                let mut md = self.markdown.lock();
                 md.as_mut().map(|md| {
                     let mut out = String::new();
                     md.push(&visible(t), &mut out);
@@ -206,7 +202,7 @@ impl<W: Write + Send> CoreEvents for TerminalRenderer<W> {
     }
 
     fn request_done(&self, stats: &RequestStats) {
-        self.partial().1 = true;
+        self.partial.lock().1 = true;
         self.flush_markdown();
         self.with(|out, state, at_start| {
             end_line(out, state, at_start)?;
@@ -229,7 +225,7 @@ impl<W: Write + Send> CoreEvents for TerminalRenderer<W> {
 
     fn tool_result(&self, call: &ToolCall, result: &ToolResult) {
         // The step (its text and calls) goes into the history with its results.
-        *self.partial() = (String::new(), false);
+        *self.partial.lock() = (String::new(), false);
         self.flush_markdown();
         self.with(|out, state, at_start| {
             end_line(out, state, at_start)?;

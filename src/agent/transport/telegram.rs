@@ -15,8 +15,10 @@
 //! after the `retry_after` Telegram names.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -313,15 +315,11 @@ impl ChatState {
 
     /// Send the streamed text gathered so far.
     fn flush_text(&self, hub: &Hub) {
-        let text = std::mem::take(&mut *lock(&self.text));
+        let text = std::mem::take(&mut *self.text.lock());
         if !text.trim().is_empty() {
             hub.send(Out::Text(self.chat, text));
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn label(option: &str) -> String {
@@ -341,7 +339,7 @@ impl Hub {
     /// Close `chat`'s open questions (its request ended or was stopped).
     fn cancel_questions(&self, chat: i64) {
         let closed: Vec<Question> = {
-            let mut pending = lock(&self.pending);
+            let mut pending = self.pending.lock();
             let ids: Vec<u64> = pending
                 .iter()
                 .filter(|(_, q)| q.chat == chat)
@@ -385,7 +383,7 @@ impl Hub {
                     tracing::info!(chat, "telegram /stop");
                     // The chat's turn is dropped with its questions; its session closes them.
                     // Other chats' sessions go on.
-                    if let Some(st) = lock(&self.chats).get(&chat) {
+                    if let Some(st) = self.chats.lock().get(&chat) {
                         st.stop.send_modify(|n| *n = n.wrapping_add(1));
                     }
                 }
@@ -398,7 +396,7 @@ impl Hub {
                 _ if text.is_empty() => {}
                 _ if self.answer_typed(chat, text) => {}
                 _ => {
-                    if !lock(&self.busy).insert(chat) {
+                    if !self.busy.lock().insert(chat) {
                         self.send(Out::Text(
                             chat,
                             "a request is running; wait for it or send /stop".into(),
@@ -406,7 +404,7 @@ impl Hub {
                         return;
                     }
                     if self.prompts.send((chat, text.to_string())).await.is_err() {
-                        lock(&self.busy).remove(&chat);
+                        self.busy.lock().remove(&chat);
                     }
                 }
             }
@@ -417,7 +415,7 @@ impl Hub {
 
     /// A message from `chat` while the agent waits for a typed answer there answers it.
     fn answer_typed(&self, chat: i64, text: &str) -> bool {
-        let mut pending = lock(&self.pending);
+        let mut pending = self.pending.lock();
         let open = pending
             .iter()
             .find(|(_, q)| q.chat == chat && q.options.is_empty())
@@ -475,7 +473,7 @@ impl Hub {
             Some((q.parse::<u64>().ok()?, i.parse::<usize>().ok()?))
         });
         let resolved = parsed.and_then(|(q, i)| {
-            let mut pending = lock(&self.pending);
+            let mut pending = self.pending.lock();
             let open = pending.get(&q)?;
             if open.chat != chat {
                 return None;
@@ -547,7 +545,7 @@ impl Hub {
                         )
                         .await;
                     if let Err(e) = sent {
-                        if let Some(q) = lock(&self.pending).remove(&id) {
+                        if let Some(q) = self.pending.lock().remove(&id) {
                             let _ = q.reply.send(AskAnswer::Unavailable(format!(
                                 "the whole question could not be sent to Telegram: {e}"
                             )));
@@ -577,7 +575,7 @@ impl Hub {
                 };
                 let sent = self.api.call("sendMessage", &Body::Json(body)).await;
                 if let Err(e) = &sent
-                    && let Some(q) = lock(&self.pending).remove(&id)
+                    && let Some(q) = self.pending.lock().remove(&id)
                 {
                     let _ = q.reply.send(AskAnswer::Unavailable(format!(
                         "the question could not be sent to Telegram: {e}"
@@ -708,7 +706,7 @@ impl Ask for TelegramAsk {
                 (question.to_string(), None)
             };
             let (tx, rx) = oneshot::channel();
-            lock(&self.hub.pending).insert(
+            self.hub.pending.lock().insert(
                 id,
                 Question {
                     chat,
@@ -737,17 +735,17 @@ struct TelegramEvents {
 impl CoreEvents for TelegramEvents {
     fn stream(&self, event: &StreamEvent) {
         if let StreamEvent::Text(t) = event {
-            let mut p = lock(&self.st.partial);
+            let mut p = self.st.partial.lock();
             if p.1 {
                 *p = (String::new(), false);
             }
             p.0.push_str(t);
-            lock(&self.st.text).push_str(t);
+            self.st.text.lock().push_str(t);
         }
     }
 
     fn request_done(&self, _stats: &RequestStats) {
-        lock(&self.st.partial).1 = true;
+        self.st.partial.lock().1 = true;
         self.st.flush_text(&self.hub);
     }
 
@@ -766,7 +764,7 @@ impl CoreEvents for TelegramEvents {
     }
 
     fn tool_result(&self, call: &ToolCall, result: &ToolResult) {
-        *lock(&self.st.partial) = (String::new(), false);
+        *self.st.partial.lock() = (String::new(), false);
         let chat = self.st.chat;
         let status = match (result.status, result.exit_code) {
             (ToolStatus::Ok, None | Some(0)) => "ok".to_string(),
@@ -905,7 +903,7 @@ impl Telegram {
                         }
                         Err(why) => {
                             self.hub.send(Out::Text(chat, why));
-                            lock(&self.hub.busy).remove(&chat);
+                            self.hub.busy.lock().remove(&chat);
                             continue;
                         }
                     }
@@ -916,8 +914,8 @@ impl Telegram {
                 };
                 if !sent {
                     live.remove(&chat);
-                    lock(&self.hub.chats).remove(&chat);
-                    lock(&self.hub.busy).remove(&chat);
+                    self.hub.chats.lock().remove(&chat);
+                    self.hub.busy.lock().remove(&chat);
                 }
             }
         });
@@ -943,10 +941,10 @@ impl Telegram {
 
     /// Drops the sessions idle for longer than the limit.
     fn drop_idle(&self, live: &mut BTreeMap<i64, Live>) {
-        let busy = lock(&self.hub.busy).clone();
+        let busy = self.hub.busy.lock().clone();
         let stale: Vec<i64> = live
             .iter()
-            .filter(|(chat, s)| !busy.contains(chat) && lock(&s.st.last).elapsed() >= self.idle)
+            .filter(|(chat, s)| !busy.contains(chat) && s.st.last.lock().elapsed() >= self.idle)
             .map(|(chat, _)| *chat)
             .collect();
         for chat in stale {
@@ -966,7 +964,7 @@ impl Telegram {
     /// the history with it.
     fn close(&self, chat: i64, live: &mut BTreeMap<i64, Live>) {
         live.remove(&chat);
-        lock(&self.hub.chats).remove(&chat);
+        self.hub.chats.lock().remove(&chat);
     }
 
     /// A new session for `chat`, making room by dropping the longest idle one when the limit
@@ -978,11 +976,11 @@ impl Telegram {
         make_agent: &mut MakeAgent<'_>,
     ) -> Result<Live, String> {
         if live.len() >= self.max_sessions {
-            let busy = lock(&self.hub.busy).clone();
+            let busy = self.hub.busy.lock().clone();
             let oldest = live
                 .iter()
                 .filter(|(c, _)| !busy.contains(c))
-                .min_by_key(|(_, s)| *lock(&s.st.last))
+                .min_by_key(|(_, s)| *s.st.last.lock())
                 .map(|(c, _)| *c);
             let Some(oldest) = oldest else {
                 return Err(format!(
@@ -1013,7 +1011,7 @@ impl Telegram {
         let agent = make_agent(ask, events).map_err(|e| format!("cannot start a session: {e}"))?;
         tracing::info!(chat, "telegram: new session");
         let (tx, rx) = mpsc::channel(4);
-        lock(&self.hub.chats).insert(chat, Arc::clone(&st));
+        self.hub.chats.lock().insert(chat, Arc::clone(&st));
         tokio::task::spawn_local(session(Arc::clone(&self.hub), Arc::clone(&st), agent, rx));
         Ok(Live { st, prompts: tx })
     }
@@ -1041,8 +1039,8 @@ async fn session(
         hub.cancel_questions(chat);
         let note = match outcome {
             None => {
-                agent.record_interrupted(&std::mem::take(&mut lock(&st.partial).0));
-                lock(&st.text).clear();
+                agent.record_interrupted(&std::mem::take(&mut st.partial.lock().0));
+                st.text.lock().clear();
                 Some("request stopped; the answer so far stays in the history".into())
             }
             Some(report) => match report.result {
@@ -1057,8 +1055,8 @@ async fn session(
         if let Some(note) = note {
             hub.send(Out::Text(chat, note));
         }
-        *lock(&st.last) = std::time::Instant::now();
-        lock(&hub.busy).remove(&chat);
+        *st.last.lock() = std::time::Instant::now();
+        hub.busy.lock().remove(&chat);
     }
     tracing::info!(chat, "telegram: session ended");
 }

@@ -19,8 +19,10 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -80,7 +82,7 @@ impl Gate {
     }
 
     fn admit(self: &Arc<Self>, account: Option<u32>) -> Option<Place> {
-        let mut open = lock(&self.open);
+        let mut open = self.open.lock();
         let n = open.entry(account).or_insert(0);
         if *n >= MAX_CONNECTIONS_PER_ACCOUNT {
             return None;
@@ -97,7 +99,7 @@ impl Gate {
 
 impl Drop for Place {
     fn drop(&mut self) {
-        let mut open = lock(&self.gate.open);
+        let mut open = self.gate.open.lock();
         if let Some(n) = open.get_mut(&self.account) {
             *n = n.saturating_sub(1);
             if *n == 0 {
@@ -218,14 +220,10 @@ struct Hub {
     partial: Mutex<(String, bool)>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 impl Hub {
     fn publish(&self, event: Value) {
         let text: Arc<str> = Arc::from(event.to_string());
-        let mut log = lock(&self.log);
+        let mut log = self.log.lock();
         if log.len() >= REPLAY_EVENTS {
             log.pop_front();
         }
@@ -236,7 +234,7 @@ impl Hub {
 
     /// The session so far and a receiver for what follows, with nothing lost in between.
     fn subscribe(&self) -> (Vec<Arc<str>>, broadcast::Receiver<Arc<str>>) {
-        let log = lock(&self.log);
+        let log = self.log.lock();
         (log.iter().cloned().collect(), self.events.subscribe())
     }
 
@@ -246,7 +244,7 @@ impl Hub {
     }
 
     fn answer(&self, id: u64, answer: &str) -> Result<(), (u16, String)> {
-        let mut pending = lock(&self.pending);
+        let mut pending = self.pending.lock();
         let Some(p) = pending.get(&id) else {
             return Err((404, format!("no open question {id}")));
         };
@@ -268,7 +266,7 @@ impl Hub {
     }
 
     fn take_partial(&self) -> String {
-        let mut p = lock(&self.partial);
+        let mut p = self.partial.lock();
         p.1 = false;
         std::mem::take(&mut p.0)
     }
@@ -284,7 +282,7 @@ impl Ask for WebAsk {
         Box::pin(async move {
             let id = self.hub.next_question.fetch_add(1, Ordering::Relaxed);
             let (tx, rx) = oneshot::channel();
-            lock(&self.hub.pending).insert(
+            self.hub.pending.lock().insert(
                 id,
                 Pending {
                     options: options.iter().map(|o| (*o).to_string()).collect(),
@@ -316,7 +314,7 @@ impl CoreEvents for WebEvents {
     fn stream(&self, event: &StreamEvent) {
         let event = match event {
             StreamEvent::Text(t) => {
-                let mut p = lock(&self.hub.partial);
+                let mut p = self.hub.partial.lock();
                 if p.1 {
                     *p = (String::new(), false);
                 }
@@ -329,7 +327,7 @@ impl CoreEvents for WebEvents {
     }
 
     fn request_done(&self, stats: &RequestStats) {
-        lock(&self.hub.partial).1 = true;
+        self.hub.partial.lock().1 = true;
         self.hub.publish(json!({
             "type": "request_done",
             "input_tokens": stats.usage.input_tokens,
@@ -348,7 +346,7 @@ impl CoreEvents for WebEvents {
     }
 
     fn tool_result(&self, call: &ToolCall, result: &ToolResult) {
-        *lock(&self.hub.partial) = (String::new(), false);
+        *self.hub.partial.lock() = (String::new(), false);
         self.hub.publish(json!({
             "type": "tool_result",
             "id": call.id,
@@ -543,7 +541,7 @@ impl Web {
                 }
             };
             // Questions of a dropped turn can no longer be answered.
-            for (id, p) in std::mem::take(&mut *lock(&self.hub.pending)) {
+            for (id, p) in std::mem::take(&mut *self.hub.pending.lock()) {
                 let _ = p.reply.send(AskAnswer::Cancelled);
                 self.hub
                     .publish(json!({"type": "answered", "id": id, "answer": null}));

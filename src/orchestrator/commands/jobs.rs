@@ -2,10 +2,12 @@
 //! §10 lets the caller see, walked by [`super::job_listing::VisibleJobs`] like every other
 //! listing of jobs.
 
-use super::content::{arg, known_content_keys, required_or, text_or_null, to_value, whole_number};
 use super::job_listing::{VisibleJobs, job_filter};
 use crate::model::{Command, Job, Message};
 use crate::orchestrator::RouteError;
+use crate::orchestrator::content::{
+    MAX_LIST_BYTES, arg, known_content_keys, required_or, text_or_null, to_value, whole_number,
+};
 use crate::permissions::{self, Caller, Refused};
 use crate::store::{JobLocation, Store};
 use serde_json::Value;
@@ -19,13 +21,6 @@ pub(super) fn answer_view(store: &Store, msg: &Message, who: &Caller) -> Result<
     let id = required_or(msg, "job", "job_id")?;
     Ok(to_value(&view(store, who, id)?.1))
 }
-
-/// The most bytes of jobs (or messages) one `list-jobs` (`list-messages`) answer carries.
-/// Well under a D-Bus reply's bound: an answer is held as a JSON tree (about five times its
-/// text) and then as text twice (the answer, the D-Bus message), so 16 MiB answers took
-/// orchestratord to 150 MB; 2 MiB keeps it near 35 MB at 100,000 jobs. More: slices
-/// (`offset`, `limit`), or `ListJobs` pages.
-pub const MAX_LIST_BYTES: usize = 2 << 20;
 
 /// `list-jobs`: job documents without `runtime.output` (use `view-job` for that), filtered by
 /// `content.status`, `content.project` and `content.queue`, oldest first; `content.offset`

@@ -1,9 +1,9 @@
 //! `list-machines` and `view-machine` (issue 13): every caller may see which machines serve
 //! the store, as anyone who can read the store's `machines/` can.
 
-use super::content::{required, to_value};
 use crate::model::{Message, Timestamp};
 use crate::orchestrator::RouteError;
+use crate::orchestrator::content::{required, to_value};
 use crate::store::Store;
 use serde_json::Value;
 

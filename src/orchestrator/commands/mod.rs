@@ -5,7 +5,6 @@
 //! message's content for the inbox and D-Bus `Submit` (the web asks over `Submit`); every
 //! job listing walks [`job_listing::VisibleJobs`].
 
-pub mod content;
 pub mod job_listing;
 pub mod jobs;
 mod machines;
@@ -20,7 +19,7 @@ use crate::permissions::Caller;
 use crate::store::Store;
 use serde_json::Value;
 
-pub use jobs::{MAX_LIST_BYTES, least_job_bytes};
+pub use jobs::least_job_bytes;
 
 /// The command `msg` names; an unknown one is refused in the PRD's words.
 pub fn parse(msg: &Message) -> Result<Command, RouteError> {

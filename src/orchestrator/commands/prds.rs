@@ -1,8 +1,8 @@
 //! `list-prds` and `view-prd`: the PRDs PRD §10 lets the caller see.
 
-use super::content::{arg, ignore, required, to_value};
 use crate::model::{Message, Prd, PrdState, Project};
 use crate::orchestrator::RouteError;
+use crate::orchestrator::content::{arg, ignore, required, to_value};
 use crate::permissions::{self, Caller, Refused};
 use crate::store::{Store, StoreError};
 use serde_json::Value;

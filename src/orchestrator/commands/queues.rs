@@ -1,9 +1,9 @@
 //! `list-queues` and `view-queue`: every caller may see the queues (PRD §10 restricts jobs,
 //! not queues), as anyone who can read the store's `Queues/` can.
 
-use super::content::{ignore, required, to_value};
 use crate::model::{Message, Queue};
 use crate::orchestrator::RouteError;
+use crate::orchestrator::content::{ignore, required, to_value};
 use crate::permissions::Refused;
 use crate::store::{Store, StoreError};
 use serde_json::Value;

@@ -1,8 +1,8 @@
 //! `list-users` and `view-user`: the users PRD §10 lets the caller see.
 
-use super::content::{arg, ignore, to_value};
 use crate::model::{Message, User};
 use crate::orchestrator::RouteError;
+use crate::orchestrator::content::{arg, ignore, to_value};
 use crate::permissions::{self, Caller, Refused};
 use crate::store::{Store, StoreError};
 use serde_json::Value;

@@ -6,9 +6,9 @@ use super::*;
 /// The thread that keeps the store lock ([`Seat::poll`] every moment): it publishes role
 /// changes to [`Shared`] and wakes the loop; a fatal stand-down is kept for the loop.
 pub(super) struct LockKeeper {
-    seat: Arc<std::sync::Mutex<Option<Seat>>>,
+    seat: Arc<parking_lot::Mutex<Option<Seat>>>,
     stop: Arc<std::sync::atomic::AtomicBool>,
-    fatal: Arc<std::sync::Mutex<Option<DaemonError>>>,
+    fatal: Arc<parking_lot::Mutex<Option<DaemonError>>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -18,15 +18,15 @@ impl LockKeeper {
         shared: Arc<Shared>,
         wake: tokio::sync::mpsc::Sender<()>,
     ) -> std::io::Result<LockKeeper> {
-        let seat = Arc::new(std::sync::Mutex::new(Some(seat)));
+        let seat = Arc::new(parking_lot::Mutex::new(Some(seat)));
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let fatal = Arc::new(std::sync::Mutex::new(None));
+        let fatal = Arc::new(parking_lot::Mutex::new(None));
         let (st, sp, fa) = (seat.clone(), stop.clone(), fatal.clone());
         let thread = std::thread::Builder::new()
             .name("store-lock".into())
             .spawn(move || {
                 while !sp.load(Ordering::SeqCst) {
-                    let mut guard = st.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut guard = st.lock();
                     let Some(seat) = guard.as_mut() else { return };
                     let polled = seat.poll(&shared.store);
                     publish_lease(&shared, seat);
@@ -46,9 +46,7 @@ impl LockKeeper {
                         }
                         Ok(None) => seat.wait_at_most(),
                         Err(e) => {
-                            if let Ok(mut f) = fa.lock() {
-                                *f = Some(e);
-                            }
+                            *fa.lock() = Some(e);
                             let _ = wake.try_send(());
                             return;
                         }
@@ -71,7 +69,7 @@ impl LockKeeper {
         if let Some(e) = self.failed() {
             return Err(e);
         }
-        let mut guard = self.seat.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = self.seat.lock();
         let Some(seat) = guard.as_mut() else {
             return Ok(false);
         };
@@ -92,7 +90,7 @@ impl LockKeeper {
 
     /// The error that ended the lock thread (this holder stood down and is no standby).
     pub(super) fn failed(&self) -> Option<DaemonError> {
-        self.fatal.lock().ok().and_then(|mut f| f.take())
+        self.fatal.lock().take()
     }
 
     /// Stops the thread and hands the seat back (dropping it lets the lock go).
@@ -101,24 +99,23 @@ impl LockKeeper {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        self.seat.lock().unwrap_or_else(|e| e.into_inner()).take()
+        self.seat.lock().take()
     }
 }
 
 /// Copies the seat's lease (may it answer now, which messages wait) where the loop reads it.
 fn publish_lease(shared: &Shared, seat: &Seat) {
-    if let Ok(mut l) = shared.lease.lock() {
-        *l = seat.lease().clone();
-    }
+    *shared.lease.lock() = seat.lease().clone();
 }
 
 /// A role the lock seat moved to: published ([`apply_role`]) and told to the machines
 /// heartbeat with the lock's epoch.
 pub(super) fn take_role(shared: &Shared, seat: &Seat, role: &Role) {
     apply_role(shared, role);
-    if let Ok(mut m) = shared.machines.lock() {
-        m.set_role(role.name(), seat.lock_info().map(|l| l.epoch));
-    }
+    shared
+        .machines
+        .lock()
+        .set_role(role.name(), seat.lock_info().map(|l| l.epoch));
 }
 
 /// Publishes the role to the D-Bus side and the read-only state.
@@ -127,7 +124,5 @@ pub(super) fn apply_role(shared: &Shared, role: &Role) {
         Role::ReadOnly(why) => set_read_only(shared, Some(why.clone())),
         _ => set_read_only(shared, None),
     }
-    if let Ok(mut r) = shared.role.lock() {
-        *r = role.clone();
-    }
+    *shared.role.lock() = role.clone();
 }

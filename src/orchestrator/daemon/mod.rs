@@ -8,11 +8,13 @@
 //! `polling_interval_seconds` as a backstop, and exits after `idle_exit_seconds` without
 //! work (systemd's path, timer and D-Bus activation start it again on demand).
 
-use super::service::{Frontend, Shared};
+use super::error::DaemonError;
+use super::pass::inbox_pass;
+use super::service::{CycleReport, Frontend, Shared};
 use super::standby::{Role, Seat};
-use super::{DAEMON, FileOutcome, LockTiming, process_inbox_held};
-use crate::model::{JobStatus, Timestamp};
-use crate::store::{Event, Record, Store, StoreError};
+use super::{DAEMON, LockTiming};
+use crate::model::JobStatus;
+use crate::store::{Event, Record, Store};
 use crate::systemd::{notify_ready, notify_status, notify_stopping};
 use std::future::Future;
 use std::path::PathBuf;
@@ -38,9 +40,9 @@ pub struct Args {
     #[arg(long, value_name = "DIR")]
     pub root: Option<PathBuf>,
     /// Bus to own org.agentstore.Orchestrator1 on: auto (system bus when run as the system
-    /// service, else the session bus if there is one, else none), system, session or none
-    /// (inbox files only).
-    #[arg(long, value_enum, default_value_t = crate::systemd::bus_choice::BusChoice::Auto)]
+    /// service, else the session bus if there is one, else none), system, session, none
+    /// (inbox files only), or a D-Bus address (unix:path=…).
+    #[arg(long, value_name = "BUS", default_value_t = crate::systemd::bus_choice::BusChoice::Auto)]
     pub bus: crate::systemd::bus_choice::BusChoice,
     /// Removed (was `--bus none`): recognised only to say so.
     #[arg(long = "no-bus", hide = true)]
@@ -76,140 +78,6 @@ pub struct DaemonOptions {
     pub standby: bool,
 }
 
-/// Why the daemon stopped with an error.
-#[derive(Debug, thiserror::Error)]
-pub enum DaemonError {
-    /// Another orchestrator holds the bus name or the store lock.
-    #[error("{0}")]
-    AlreadyRunning(String),
-    /// The store could not be opened.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// D-Bus failed.
-    #[error("D-Bus: {0}")]
-    Bus(#[from] zbus::Error),
-    /// Anything else.
-    #[error("{0}")]
-    Other(String),
-}
-
-/// One pass: the inbox (in batches of `max_messages_per_loop`) and, when enabled, finished
-/// jobs. Returns how many items were handled.
-pub fn cycle(shared: &Shared) -> Result<usize, StoreError> {
-    cycle_report(shared).map(|r| r.handled)
-}
-
-/// What a pass did.
-#[derive(Debug, Default, Clone)]
-pub struct CycleReport {
-    /// Messages answered and finished jobs handled.
-    pub handled: usize,
-    /// Inbox files left for a moment because they may still be being written.
-    pub deferred: usize,
-    /// Inbox messages answered: (correlation id, command, status, project, created job).
-    pub answered: Vec<(String, String, String, String, Option<super::CreatedJob>)>,
-}
-
-/// [`cycle`], also counting deferred files.
-pub fn cycle_report(shared: &Shared) -> Result<CycleReport, StoreError> {
-    pass(shared, true)
-}
-
-/// One pass over the inbox only: the daemon handles finished jobs on a task of its own
-/// ([`super::backlog::run_background`]), so no backlog ever delays an answer.
-pub fn inbox_pass(shared: &Shared) -> Result<CycleReport, StoreError> {
-    pass(shared, false)
-}
-
-fn pass(shared: &Shared, with_completions: bool) -> Result<CycleReport, StoreError> {
-    let mut deferred = 0;
-    let mut answered = Vec::new();
-    let store = &shared.store;
-    let limit = store.config().orchestrator.max_messages_per_loop.max(1);
-    let mut handled = 0;
-    // Event lines a full disk held back land as soon as there is room.
-    store.retry_unwritten_events();
-    loop {
-        let _guard = shared.routing.lock().map_err(|_| StoreError::Io {
-            path: store.root().to_path_buf(),
-            source: std::io::Error::other("routing lock poisoned"),
-        })?;
-        let lock_path = store.lock_path();
-        let stale_after = store.config().orchestrator.lock_stale_after();
-        let ours = || match super::lock::holder_elsewhere(&lock_path, stale_after) {
-            // A holder whose lease ran out (stopped, suspended, a full disk) answers nothing
-            // until its lock thread has written the lock again and settled.
-            None if shared.lapsed_reason().is_some() => {
-                tracing::warn!("the store lock's lease ran out; not answering until it is renewed");
-                false
-            }
-            None => true,
-            Some(h) => {
-                tracing::warn!(
-                    "the store lock is held by PID {} on {} now; not answering",
-                    h.pid,
-                    h.host
-                );
-                false
-            }
-        };
-        if !ours() {
-            break;
-        }
-        let lease = shared
-            .lease
-            .lock()
-            .map(|l| l.clone())
-            .unwrap_or_else(|e| e.into_inner().clone());
-        let outcomes = process_inbox_held(store, limit, &ours, &|m| lease.holds(m))?;
-        drop(_guard);
-        let n = outcomes.len();
-        for o in &outcomes {
-            // A failed message stays in the inbox: like a deferred one, it ends the batch
-            // loop (no busy retry), and the next sweep tries it again.
-            if matches!(o, FileOutcome::Deferred(_) | FileOutcome::Failed(..)) {
-                deferred += 1;
-            }
-            if let FileOutcome::Answered(o) = o {
-                shared.messages_processed.fetch_add(1, Ordering::Relaxed);
-                let r = &o.response;
-                if o.error.is_some() {
-                    shared.errors.fetch_add(1, Ordering::Relaxed);
-                }
-                answered.push((
-                    r.correlation_id.clone(),
-                    r.command.clone(),
-                    if o.error.is_some() { "error" } else { "done" }.to_string(),
-                    r.project.clone().unwrap_or_default(),
-                    o.job.clone().filter(|j| j.new),
-                ));
-                if o.job.as_ref().is_some_and(|j| j.new) {
-                    shared.jobs_created.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        }
-        handled += n - deferred.min(n);
-        // A batch answered: a long backlog is progress for systemd's watchdog, not a wedge.
-        crate::systemd::watchdog::progress();
-        // PRD §6.1: after each batch of at most max_messages_per_loop, finished jobs; a
-        // flood of messages never starves completion handling.
-        if with_completions && store.config().orchestrator.enable_job_completion_handler {
-            handled += super::backlog::run_all(shared)?.len();
-        }
-        if n < limit || deferred > 0 {
-            break;
-        }
-    }
-    if let Ok(mut t) = shared.last_loop.lock() {
-        *t = Some(Timestamp::now());
-    }
-    Ok(CycleReport {
-        handled,
-        deferred,
-        answered,
-    })
-}
-
 /// The one inotify watcher of the daemon's lifetime: one instance and one thread turn events
 /// on the inbox, `Queues/` and every queue's `finished_jobs/` into wake-ups. A name moved into
 /// a `finished_jobs/` is handed to the completion state, so a pass looks at that job alone; an
@@ -219,7 +87,7 @@ struct Watcher {
     watches: inotify::Watches,
     finished: std::collections::HashMap<String, inotify::WatchDescriptor>,
     /// The same pairs the other way round, for the watcher thread.
-    queue_of: Arc<std::sync::Mutex<std::collections::HashMap<inotify::WatchDescriptor, String>>>,
+    queue_of: Arc<parking_lot::Mutex<std::collections::HashMap<inotify::WatchDescriptor, String>>>,
 }
 
 impl Watcher {
@@ -238,7 +106,7 @@ impl Watcher {
             &store.queues_dir(),
             WatchMask::CREATE | WatchMask::MOVED_TO | WatchMask::DELETE,
         )?;
-        let queue_of = Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
+        let queue_of = Arc::new(parking_lot::Mutex::new(std::collections::HashMap::new()));
         let mut w = Watcher {
             watches: ino.watches(),
             finished: Default::default(),
@@ -263,12 +131,9 @@ impl Watcher {
                             continue;
                         }
                         relevant = true;
-                        let queue: Option<String> =
-                            queue_of.lock().ok().and_then(|m| m.get(&e.wd).cloned());
-                        if let (Some(q), Some(n)) = (queue, name.as_deref())
-                            && let Ok(mut c) = shared.completions.lock()
-                        {
-                            c.notify(&q, n);
+                        let queue: Option<String> = queue_of.lock().get(&e.wd).cloned();
+                        if let (Some(q), Some(n)) = (queue, name.as_deref()) {
+                            shared.completions.lock().notify(&q, n);
                         }
                     }
                     if relevant && tx.blocking_send(()).is_err() {
@@ -282,9 +147,7 @@ impl Watcher {
     /// Watches the `finished_jobs/` of every queue in `queues` and forgets the others.
     fn refresh(&mut self, store: &Store, queues: &[String]) {
         use crate::store::safe::watch_dir;
-        let Ok(mut queue_of) = self.queue_of.lock() else {
-            return;
-        };
+        let mut queue_of = self.queue_of.lock();
         self.finished.retain(|q, wd| {
             let keep = queues.contains(q);
             if !keep {
@@ -318,16 +181,12 @@ impl Watcher {
 
 /// Asks the next pass to run the completion backstop sweep.
 fn request_sweep(shared: &Shared) {
-    if let Ok(mut c) = shared.completions.lock() {
-        c.request_sweep();
-    }
+    shared.completions.lock().request_sweep();
 }
 
 /// Records whether the store can be written; logged when it changes.
 fn set_read_only(shared: &Shared, why: Option<String>) {
-    let Ok(mut r) = shared.read_only.lock() else {
-        return;
-    };
+    let mut r = shared.read_only.lock();
     match (&*r, &why) {
         (None, Some(w)) => tracing::warn!(
             "the store cannot be written ({w}); serving D-Bus read-only until it can"
@@ -385,9 +244,10 @@ pub async fn run(
     seat = returned;
     started?;
     apply_role(&shared, seat.role());
-    if let Ok(mut m) = shared.machines.lock() {
-        m.set_role(seat.role().name(), seat.lock_info().map(|l| l.epoch));
-    }
+    shared
+        .machines
+        .lock()
+        .set_role(seat.role().name(), seat.lock_info().map(|l| l.epoch));
 
     let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(64);
     let mut watcher = if opts.no_inotify {
@@ -453,11 +313,7 @@ pub async fn run(
     // delays its heartbeat past the stale time, and a newer holder is obeyed within moments.
     let keeper = LockKeeper::start(seat, shared.clone(), tx.clone())
         .map_err(|e| DaemonError::Other(format!("cannot start the lock thread: {e}")))?;
-    let mut last_role = shared
-        .role
-        .lock()
-        .map(|r| r.clone())
-        .unwrap_or(Role::Active);
+    let mut last_role = shared.role.lock().clone();
     // Finished jobs are handled on a thread of their own, a batch at a time; the loop
     // answers the inbox meanwhile and asks the thread for a run after each pass.
     let completer = super::backlog::Worker::start(shared.clone(), tx.clone())
@@ -467,18 +323,14 @@ pub async fn run(
         if let Some(e) = keeper.failed() {
             break Err(e);
         }
-        let role = shared
-            .role
-            .lock()
-            .map(|r| r.clone())
-            .unwrap_or_else(|e| e.into_inner().clone());
+        let role = shared.role.lock().clone();
         if role != last_role {
             last_role = role.clone();
             frontend.role_changed().await;
             // Other machines learn the new role now, not after a backlog is answered.
             let (s, held) = (shared.clone(), role.answers());
             if let Ok(changes) = shared
-                .run_blocking(move || super::machines::beat(&s, held))
+                .run_blocking(move || super::machines::beat(&s.store, &s.machines, held))
                 .await
                 && !changes.is_empty()
             {
@@ -515,7 +367,7 @@ pub async fn run(
         frontend.announce(&report).await;
         let (s, held) = (shared.clone(), answers);
         match shared
-            .run_blocking(move || super::machines::beat(&s, held))
+            .run_blocking(move || super::machines::beat(&s.store, &s.machines, held))
             .await
         {
             Ok(changes) if !changes.is_empty() => frontend.machines_changed(&changes).await,
@@ -563,11 +415,7 @@ pub async fn run(
             idled = true;
             break Ok(());
         }
-        let beat_in = shared
-            .machines
-            .lock()
-            .map(|m| m.due_in())
-            .unwrap_or(heartbeat_every);
+        let beat_in = shared.machines.lock().due_in();
         let mut wait = sweep_every
             .min(heartbeat_every)
             .min(idle_left)
@@ -602,11 +450,7 @@ pub async fn run(
         held_after_idle_exit().await;
     }
     let seat = keeper.stop();
-    shared
-        .machines
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .stop(&shared.store);
+    shared.machines.lock().stop(&shared.store);
     shared.store.record(
         Record::info(
             Event::new(DAEMON, "daemon_stopped"),
@@ -644,7 +488,7 @@ async fn held_after_idle_exit() {
 
 /// The STATUS= line `systemctl status` shows: what this orchestratord is doing now.
 fn status_line(shared: &Shared, root: &str) -> String {
-    match &*shared.role.lock().unwrap_or_else(|e| e.into_inner()) {
+    match &*shared.role.lock() {
         Role::Standby(why) => format!("Standby for {root}: {why}; takes over when it goes silent"),
         Role::Settling => format!("Took over the store lock of {root}; settling before answering"),
         Role::ReadOnly(why) => format!("Read-only on {root}: {why}"),

@@ -23,7 +23,7 @@ mod lease;
 mod tests;
 
 use super::claims::{self, Recover};
-use super::daemon::DaemonError;
+use super::error::DaemonError;
 use super::{LockError, LockInfo, LockTiming, StoreLock};
 use crate::store::Store;
 pub use lease::Lease;

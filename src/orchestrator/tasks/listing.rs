@@ -177,6 +177,6 @@ pub fn answer_view(
     msg: &crate::model::Message,
     who: &Caller,
 ) -> Result<serde_json::Value, crate::orchestrator::RouteError> {
-    use crate::orchestrator::commands::content::{required, to_value};
+    use crate::orchestrator::content::{required, to_value};
     Ok(to_value(&view(store, who, required(msg, "task")?)?))
 }

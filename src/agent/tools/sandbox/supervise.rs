@@ -29,9 +29,10 @@
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 
+use parking_lot::Mutex;
 /// Records kept per job (the first ones; later ones are counted).
 const MAX_RECORDS: usize = 64;
 
@@ -60,7 +61,7 @@ struct RefusalLog {
 
 impl Refusals {
     fn push(&self, line: String) {
-        let mut log = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut log = self.0.lock();
         if log.lines.contains(&line) {
             return;
         }
@@ -73,7 +74,7 @@ impl Refusals {
 
     /// What was refused, in order, each once; a last line counts what did not fit.
     pub fn lines(&self) -> Vec<String> {
-        let log = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let log = self.0.lock();
         let mut v = log.lines.clone();
         if log.more > 0 {
             v.push(format!("… and {} more refusals", log.more));

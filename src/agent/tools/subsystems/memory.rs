@@ -3,7 +3,6 @@
 //! `.agentshell/MEMORY.md` is the index, one line per note, always in the system prompt.
 //! Long-form notes live in `.agentshell/memory/<name>.md` and are read on demand.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use thiserror::Error;
@@ -119,7 +118,7 @@ impl Memory {
             }
         };
         std::fs::create_dir_all(self.notes_dir()).map_err(io("creating", &self.notes_dir()))?;
-        write_atomically(&path, content).map_err(io("writing", &path))?;
+        write_note(&path, content)?;
 
         let summary = summary.lines().next().unwrap_or("").trim();
         let entry = format!("- [{stem}](memory/{stem}.md) — {summary}");
@@ -143,7 +142,7 @@ impl Memory {
         let mut text = lines.join("\n");
         text.push('\n');
         let index_path = self.index_path();
-        write_atomically(&index_path, &text).map_err(io("writing", &index_path))?;
+        write_note(&index_path, &text)?;
         Ok(path)
     }
 
@@ -195,15 +194,16 @@ impl Memory {
     }
 }
 
-/// Write to `path.partial`, then rename: a reader never sees half a file.
-fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
-    let mut partial = path.as_os_str().to_owned();
-    partial.push(".partial");
-    let partial = PathBuf::from(partial);
-    let mut f = std::fs::File::create(&partial)?;
-    f.write_all(text.as_bytes())?;
-    f.sync_all()?;
-    std::fs::rename(&partial, path)
+/// Writes a note (or the index) atomically, synced with its folder; the mode is what a
+/// plain create gives (0666 less the umask).
+fn write_note(path: &Path, text: &str) -> Result<(), MemoryError> {
+    crate::agent::private_file::write_atomic(path, text.as_bytes(), 0o666).map_err(|e| {
+        MemoryError::Io {
+            action: e.action,
+            path: e.path,
+            source: e.source,
+        }
+    })
 }
 
 #[cfg(test)]
