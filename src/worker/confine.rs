@@ -64,6 +64,9 @@ pub struct JobSandbox {
     /// Steering files absent when the job began (see [`session::absent_steering`]), moved
     /// aside when it made them.
     pub absent: Vec<PathBuf>,
+    /// Nested repositories and agent settings under its working directory as they were when
+    /// it began (see [`sandbox::leftovers`]).
+    pub leftovers: Arc<sandbox::leftovers::Snapshot>,
 }
 
 impl JobSandbox {
@@ -78,6 +81,7 @@ impl JobSandbox {
         self.remove_scratch();
         let mut lines = self.compiled.refusals();
         lines.extend(session::sweep(&self.absent));
+        lines.extend(self.leftovers.sweep());
         lines
     }
 }
@@ -309,6 +313,7 @@ pub fn for_job(job: JobContext<'_>) -> Result<Option<JobSandbox>, String> {
         scratch,
         summary,
         absent,
+        leftovers: Arc::new(sandbox::leftovers::Snapshot::take(&cwd)),
     }))
 }
 
@@ -557,6 +562,79 @@ mod tests {
         assert!(
             home.join(".claude/projects").exists(),
             "its own state stays"
+        );
+    }
+
+    /// Issue 28, sandbox4: a job that plants a nested repository whose config runs a
+    /// program, and a gitlink naming it in the project's index (the user's next plain
+    /// `git status` in the project runs its fsmonitor), or a repository in the agent's own
+    /// writable state behind a link: moved aside when the job ends, and recorded.
+    #[test]
+    fn a_nested_repository_a_job_plants_runs_nothing_of_the_users_git() {
+        if !sandbox_here() {
+            return;
+        }
+        let t = tempfile::tempdir().unwrap();
+        let (work, home) = (t.path().join("work"), t.path().join("home"));
+        std::fs::create_dir_all(home.join(".claude/projects")).unwrap();
+        std::fs::create_dir_all(&work).unwrap();
+        let git = |dir: &Path, args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .args(args)
+                .current_dir(dir)
+                .env("HOME", &home)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{args:?}: {out:?}");
+        };
+        git(&work, &["init", "-q"]);
+        let mut queue = QueueConfig::defaults("q");
+        queue.sandbox = Some(crate::model::SandboxSetting {
+            enabled: true,
+            connect_ports: vec![],
+        });
+        let job = for_job(JobContext {
+            queue: &queue,
+            jobtype: &JobType::Claude,
+            cwd: &work,
+            home: &home,
+            env: &[],
+            programs: &[PathBuf::from("/bin/sh")],
+            switch_to: None,
+            approvals: None,
+        })
+        .unwrap()
+        .unwrap();
+        let (ran, ran_linked) = (t.path().join("RAN"), t.path().join("RAN-LINKED"));
+        let evil = home.join(".claude/projects/evil");
+        let script = format!(
+            "export HOME='{home}'; git init -q sub && printf '[core]\\n\\tfsmonitor = \"touch {ran}; false\"\\n' >> sub/.git/config && \
+             git update-index --add --cacheinfo 160000,0123456789012345678901234567890123456789,sub && \
+             git init -q '{evil}' && printf '[core]\\n\\tfsmonitor = \"touch {ran_linked}; false\"\\n' >> '{evil}/.git/config' && \
+             ln -s '{evil}' linked",
+            home = home.display(),
+            ran = ran.display(),
+            ran_linked = ran_linked.display(),
+            evil = evil.display(),
+        );
+        assert!(confined_sh(&job, &work, &script));
+        let record = job.finish();
+        for p in [work.join("sub/.git/config"), evil.join(".git/config")] {
+            let p = p.display().to_string();
+            assert!(
+                record
+                    .iter()
+                    .any(|l| l.starts_with(&p) && l.contains("moved aside")),
+                "{p}: {record:?}"
+            );
+        }
+        git(&work, &["status", "--short"]);
+        git(&work.join("sub"), &["status", "--short"]);
+        git(&work.join("linked"), &["status", "--short"]);
+        assert!(!ran.exists(), "the nested repository's fsmonitor ran");
+        assert!(
+            !ran_linked.exists(),
+            "the linked repository's fsmonitor ran"
         );
     }
 }

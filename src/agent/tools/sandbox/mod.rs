@@ -27,6 +27,7 @@
 // The child side has no safe form: pre_exec, unshare, mount and the Landlock system call.
 #![allow(unsafe_code)]
 
+pub mod leftovers;
 mod namespace;
 mod seccomp;
 pub mod session;
