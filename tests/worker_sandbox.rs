@@ -225,6 +225,24 @@ async fn a_sandboxed_job_cannot_write_outside_read_another_project_or_connect_el
             !has(&format!(":{endpoint_port}")),
             "the allowed connect is not a refusal: {refused:?}"
         );
+        // The files Landlock refused: listed where the kernel's audit is on and readable
+        // (the write to the other home's authorized_keys), and the record says which it is.
+        let audit_readable = agentstore::agent::tools::sandbox::audit::AuditWatch::start().is_ok();
+        if audit_readable {
+            assert!(
+                record.contains("each file or port Landlock refused listed"),
+                "{record}"
+            );
+            assert!(
+                has(&format!("fs.write_file path=\"{}\"", keys.display())),
+                "{refused:?}"
+            );
+        } else {
+            assert!(
+                record.contains("the files Landlock refused are not listed in runtime.sandbox_refused: "),
+                "the record says honestly what it lists: {record}"
+            );
+        }
         m.stop().await;
     })
     .await

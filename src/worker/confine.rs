@@ -36,7 +36,8 @@ const ENDPOINT_VARS: &[&str] = &[
 ];
 
 /// What in `~/.claude` steers the user's own Claude Code sessions (hooks, permission rules,
-/// instructions, commands, subagents, skills, plugins): read-only for a Claude job.
+/// instructions, commands, subagents, skills, plugins, output styles; `.config.json`, which
+/// Claude Code reads instead of `~/.claude.json` where it exists): read-only for a Claude job.
 const CLAUDE_STEERING: &[&str] = &[
     "settings.json",
     "settings.local.json",
@@ -46,6 +47,9 @@ const CLAUDE_STEERING: &[&str] = &[
     "skills",
     "plugins",
     "hooks",
+    "output-styles",
+    "rules",
+    ".config.json",
 ];
 
 /// What in `$CODEX_HOME` steers the user's own Codex sessions: read-only for a Codex job.
@@ -207,8 +211,10 @@ pub fn for_job(job: JobContext<'_>) -> Result<Option<JobSandbox>, String> {
     match jobtype {
         JobType::Claude => {
             write.push(home.join(".claude"));
-            write.push(home.join(".claude.json"));
-            write.push(home.join(".claude.json.backup"));
+            // Its global config (MCP servers, per-project allowed tools) is what the user's
+            // next interactive session starts and obeys: readable, not writable (Claude Code
+            // runs on without saving it; issue 28, sandbox4).
+            read.push(home.join(".claude.json"));
             // settings hold hooks (shell commands) and permission rules.
             for p in CLAUDE_STEERING {
                 agent_steering.push(home.join(".claude").join(p));
@@ -305,6 +311,7 @@ pub fn for_job(job: JobContext<'_>) -> Result<Option<JobSandbox>, String> {
                 Vec::new()
             },
         }),
+        log_denials: true,
     };
     let compiled = policy.compile(support);
     let summary = summary(support, &cwd, &scratch, &policy, &ports, supervised);
@@ -340,7 +347,7 @@ fn summary(
             ".git/hooks",
             ".git/config",
             ".agentshell/config.json",
-            "agents' settings (the project's and the agent's own)"
+            "agents' settings (the project's and the agent's own, ~/.claude.json)"
         ]
         .join(", "),
         if ports.is_empty() {
@@ -358,10 +365,7 @@ fn summary(
     } else {
         line.push_str("; sockets: not watched on this architecture (UDP and Unix not refused)");
     }
-    line.push_str(
-        "; files outside are refused by Landlock (EACCES), each logged by the kernel's audit \
-         when it is on (journalctl _TRANSPORT=audit | grep landlock)",
-    );
+    line.push_str("; files outside are refused by Landlock (EACCES)");
     if support.level != Level::Enforced {
         line.push_str(" (not all of it enforced by this kernel)");
     }
@@ -439,6 +443,7 @@ mod tests {
             ".claude/settings.json",
             ".claude/CLAUDE.md",
             ".claude/commands/greet.md",
+            ".claude.json",
             ".codex/config.toml",
             ".codex/AGENTS.md",
         ];
@@ -529,6 +534,8 @@ mod tests {
             work.join(".git/commondir"),
             work.join(".claude/settings.json"),
             home.join(".claude/settings.json"),
+            // Claude Code reads it instead of ~/.claude.json (MCP servers) where it exists.
+            home.join(".claude/.config.json"),
         ];
         let script: Vec<String> = made
             .iter()

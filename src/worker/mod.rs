@@ -682,9 +682,28 @@ fn run_and_judge(
         Ok(c) => c,
         Err(e) => return Outcome::fail(e),
     };
+    // What Landlock refuses the agent, from the kernel's audit where it can be read.
+    let audit = cmd
+        .sandbox
+        .as_ref()
+        .map(|_| crate::agent::tools::sandbox::audit::AuditWatch::start());
+    if let (Some(line), Some(audit)) = (&mut job.runtime.sandbox, &audit) {
+        line.push_str(&match audit {
+            Ok(_) => "; each file or port Landlock refused listed in runtime.sandbox_refused \
+                      (from the kernel's audit)"
+                .to_string(),
+            Err(why) => format!(
+                "; the files Landlock refused are not listed in runtime.sandbox_refused: {why}"
+            ),
+        });
+    }
     let outcome = run_confined(store, args, job, &cmd, what, format);
     if let Some(s) = &cmd.sandbox {
         job.runtime.sandbox_refused = s.finish();
+        if let Some(Ok(watch)) = audit {
+            let pid = job.runtime.llm_process_id;
+            job.runtime.sandbox_refused.extend(watch.finish(pid));
+        }
     }
     outcome
 }

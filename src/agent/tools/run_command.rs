@@ -310,7 +310,13 @@ async fn run(
         .and_then(Result::ok)
         .unwrap_or_default()
         .into_text(&env.secrets);
-    for line in env.sandbox.sweep() {
+    // A command judged read-only had no writable project: nothing of it to sweep.
+    let swept = if read_only {
+        Vec::new()
+    } else {
+        env.sandbox.sweep()
+    };
+    for line in swept {
         if !err.is_empty() && !err.ends_with('\n') {
             err.push('\n');
         }

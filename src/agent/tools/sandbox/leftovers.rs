@@ -381,11 +381,7 @@ fn continues(value: &str, quoted: &mut bool) -> bool {
     let mut chars = value.chars();
     while let Some(c) = chars.next() {
         match c {
-            '\\' => {
-                if chars.next().is_none() {
-                    return true;
-                }
-            }
+            '\\' if chars.next().is_none() => return true,
             '"' => *quoted = !*quoted,
             '#' | ';' if !*quoted => return false,
             _ => {}

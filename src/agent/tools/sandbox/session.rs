@@ -168,6 +168,7 @@ impl CommandSandbox {
             scope_abstract_sockets: true,
             tcp_only: true,
             supervise_sockets: None,
+            log_denials: false,
         };
         let mut read_only = policy.clone();
         read_only.read.append(&mut read_only.write);
