@@ -127,3 +127,38 @@ fn nested_repositories_a_command_plants_run_nothing_of_the_users_git() {
         assert!(!marker(n).exists(), "planted program {n} ran");
     }
 }
+
+/// Issue 28, sandbox4: a process a command starts outside its process group (`setsid`)
+/// outlived the command and the session, and planted a nested repository after the last
+/// sweep (the user's next `git status` ran its fsmonitor). agentshell is the subreaper of
+/// such orphans and ends them with the command, and says so.
+#[test]
+fn nothing_a_command_starts_outside_its_group_outlives_it() {
+    if !landlock_here("nothing_a_command_starts_outside_its_group_outlives_it") {
+        return;
+    }
+    let f = fixture();
+    let calls = [
+        sh(
+            "(setsid sh -c \"echo \\$\\$ > escapee.pid; exec sleep 600\" </dev/null >/dev/null 2>&1 &); while [ ! -s escapee.pid ]; do sleep 0.01; done; echo started",
+        ),
+        sh("test -e /proc/$(cat escapee.pid) && echo alive || echo gone"),
+    ];
+    let (result, tools, _, _) = run(&f, &calls, &[]);
+    assert_eq!(result["permission_denials"], json!([]), "{result}");
+    assert_eq!(tools[0]["stdout"], "started\n", "{}", tools[0]);
+    assert!(
+        tools[0]["stderr"]
+            .as_str()
+            .unwrap()
+            .contains("1 process(es) the command left running outside its group were killed"),
+        "{}",
+        tools[0]
+    );
+    assert_eq!(tools[1]["stdout"], "gone\n", "{}", tools[1]);
+    let pid = std::fs::read_to_string(f.root.join("escapee.pid")).unwrap();
+    assert!(
+        !Path::new(&format!("/proc/{}", pid.trim())).exists(),
+        "the escapee {pid} still runs"
+    );
+}

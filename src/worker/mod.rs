@@ -697,9 +697,20 @@ fn run_and_judge(
             ),
         });
     }
+    if cmd.sandbox.is_some() {
+        // What the agent leaves running outside its group comes to the worker (see below).
+        let _ = crate::agent::tools::sandbox::reaper::become_subreaper();
+    }
     let outcome = run_confined(store, args, job, &cmd, what, format);
     if let Some(s) = &cmd.sandbox {
+        // The agent is over: so is everything it started, before anything it left is swept.
+        let orphans = crate::agent::tools::sandbox::reaper::kill_orphans();
         job.runtime.sandbox_refused = s.finish();
+        if orphans > 0 {
+            job.runtime.sandbox_refused.push(format!(
+                "{orphans} process(es) the agent left running were killed when it ended"
+            ));
+        }
         if let Some(Ok(watch)) = audit {
             let pid = job.runtime.llm_process_id;
             job.runtime.sandbox_refused.extend(watch.finish(pid));

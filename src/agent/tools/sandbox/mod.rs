@@ -30,6 +30,7 @@
 pub mod audit;
 pub mod leftovers;
 mod namespace;
+pub mod reaper;
 mod seccomp;
 pub mod session;
 pub mod supervise;

@@ -136,6 +136,8 @@ impl CommandSandbox {
                 })?;
         }
         let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+        // Orphans of its commands come to this process, which ends them (see `reaper`).
+        let _ = super::reaper::become_subreaper();
         let mut read = super::system_read_paths();
         if let Some(home) = home {
             read.extend(home_read_paths(home));
@@ -226,7 +228,8 @@ impl CommandSandbox {
 impl Drop for CommandSandbox {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.scratch);
-        // A process that left the command's group may have made one since.
+        // A process that left a command's group may have made one since: it ends first.
+        super::reaper::kill_orphans();
         let _ = self.sweep();
     }
 }
