@@ -50,6 +50,8 @@ const CLAUDE_STEERING: &[&str] = &[
     "output-styles",
     "rules",
     ".config.json",
+    // An older Claude Code install's own program (`claude migrate-installer`).
+    "local",
 ];
 
 /// What in `$CODEX_HOME` steers the user's own Codex sessions: read-only for a Codex job.
@@ -320,7 +322,7 @@ pub fn for_job(job: JobContext<'_>) -> Result<Option<JobSandbox>, String> {
         scratch,
         summary,
         absent,
-        leftovers: Arc::new(sandbox::leftovers::Snapshot::take(&cwd)),
+        leftovers: Arc::new(sandbox::leftovers::Snapshot::take(&cwd, &policy.write)),
     }))
 }
 

@@ -116,16 +116,24 @@ type Verdict = Option<String>;
 pub struct Snapshot {
     root: PathBuf,
     own_git: PathBuf,
+    /// The other trees the confined process may write (its scratch directory, an agent's
+    /// state): a link into one of them leads to what it may have planted; a link anywhere
+    /// else leads to what it could not change, which the sweep never touches.
+    writable: Vec<PathBuf>,
     seen: HashMap<PathBuf, Stamp>,
 }
 
 impl Snapshot {
     /// Record the steering files under `root` now.
-    pub fn take(root: &Path) -> Snapshot {
+    pub fn take(root: &Path, writable: &[PathBuf]) -> Snapshot {
         let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
         let mut s = Snapshot {
             own_git: root.join(".git"),
             root,
+            writable: writable
+                .iter()
+                .map(|p| p.canonicalize().unwrap_or_else(|_| p.clone()))
+                .collect(),
             seen: HashMap::new(),
         };
         let mut found = Vec::new();
@@ -196,6 +204,7 @@ impl Snapshot {
                     if let Ok(t) = e.path().canonicalize()
                         && t.is_dir()
                         && !t.starts_with(&self.root)
+                        && self.writable.iter().any(|w| t.starts_with(w))
                     {
                         self.check_dir(&t, visit);
                         self.check_dir(&t.join(".git"), visit);
@@ -446,5 +455,42 @@ mod tests {
         ] {
             assert_eq!(unsafe_git_key(odd), Err(()), "{odd}");
         }
+    }
+
+    /// Issue 28, sandbox4 (found trying the sweep as an attacker): a link from the project to
+    /// a repository the confined process could not write (the user's other project) must
+    /// not make the sweep — which runs unconfined, as root in the worker — move that
+    /// repository's config or hooks; one in a tree the process could write (its scratch
+    /// directory) is swept.
+    #[test]
+    fn a_link_to_a_repository_the_sandbox_could_not_write_moves_nothing_there() {
+        let t = tempfile::tempdir().unwrap();
+        let (root, other, scratch) = (
+            t.path().join("p"),
+            t.path().join("other"),
+            t.path().join("s"),
+        );
+        for (d, _) in [(&other, 0), (&scratch.join("evil"), 1)] {
+            std::fs::create_dir_all(d.join(".git/hooks")).unwrap();
+            std::fs::write(d.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+            std::fs::write(d.join(".git/config"), "[alias]\n\tx = !true\n").unwrap();
+            std::fs::write(d.join(".git/hooks/pre-commit"), "#!/bin/sh\n").unwrap();
+        }
+        std::fs::create_dir_all(&root).unwrap();
+        let snap = Snapshot::take(&root, std::slice::from_ref(&scratch));
+        std::os::unix::fs::symlink(&other, root.join("mine")).unwrap();
+        std::os::unix::fs::symlink(scratch.join("evil"), root.join("planted")).unwrap();
+        let lines = snap.sweep();
+        for f in [".git/config", ".git/hooks/pre-commit"] {
+            assert!(
+                other.join(f).exists(),
+                "{f} of the user's other repository moved: {lines:?}"
+            );
+            assert!(
+                !scratch.join("evil").join(f).exists(),
+                "{f} in scratch left: {lines:?}"
+            );
+        }
+        assert_eq!(lines.len(), 2, "{lines:?}");
     }
 }

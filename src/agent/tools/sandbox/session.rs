@@ -184,7 +184,10 @@ impl CommandSandbox {
             read_only: read_only.compile(support),
             scratch,
             absent: absent_steering(&root),
-            leftovers: Snapshot::take(&root),
+            leftovers: Snapshot::take(
+                &root,
+                &[policy.write.clone(), policy.write_with_network.clone()].concat(),
+            ),
         })
     }
 
