@@ -142,7 +142,14 @@ fn nothing_a_command_starts_outside_its_group_outlives_it() {
         sh(
             "(setsid sh -c \"echo \\$\\$ > escapee.pid; exec sleep 600\" </dev/null >/dev/null 2>&1 &); while [ ! -s escapee.pid ]; do sleep 0.01; done; echo started",
         ),
-        sh("test -e /proc/$(cat escapee.pid) && echo alive || echo gone"),
+        // A chain of 100 processes, each the parent of the next (one round of killing
+        // per link), the last one sleeping.
+        sh(
+            "printf 'd=$1; if [ $d -ge 100 ]; then echo $$ > chain.pid; exec sleep 600; fi; sh $0 $((d+1)) & wait\\n' > $TMPDIR/c.sh; (setsid sh $TMPDIR/c.sh 1 </dev/null >/dev/null 2>&1 &); while [ ! -s chain.pid ]; do sleep 0.01; done; echo started",
+        ),
+        sh(
+            "for p in escapee chain; do test -e /proc/$(cat $p.pid) && echo alive || echo gone; done",
+        ),
     ];
     let (result, tools, _, _) = run(&f, &calls, &[]);
     assert_eq!(result["permission_denials"], json!([]), "{result}");
@@ -155,10 +162,21 @@ fn nothing_a_command_starts_outside_its_group_outlives_it() {
         "{}",
         tools[0]
     );
-    assert_eq!(tools[1]["stdout"], "gone\n", "{}", tools[1]);
-    let pid = std::fs::read_to_string(f.root.join("escapee.pid")).unwrap();
+    assert_eq!(tools[1]["stdout"], "started\n", "{}", tools[1]);
     assert!(
-        !Path::new(&format!("/proc/{}", pid.trim())).exists(),
-        "the escapee {pid} still runs"
+        tools[1]["stderr"]
+            .as_str()
+            .unwrap()
+            .contains("process(es) the command left running outside its group were killed"),
+        "{}",
+        tools[1]
     );
+    assert_eq!(tools[2]["stdout"], "gone\ngone\n", "{}", tools[2]);
+    for p in ["escapee.pid", "chain.pid"] {
+        let pid = std::fs::read_to_string(f.root.join(p)).unwrap();
+        assert!(
+            !Path::new(&format!("/proc/{}", pid.trim())).exists(),
+            "{p} {pid} still runs"
+        );
+    }
 }

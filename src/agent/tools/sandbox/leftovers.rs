@@ -186,15 +186,22 @@ impl Snapshot {
         let mut stack = vec![self.root.clone()];
         let mut seen = 0usize;
         while let Some(d) = stack.pop() {
-            self.check_dir(&d, visit);
             let Ok(entries) = std::fs::read_dir(&d) else {
+                self.check_dir(&d, visit);
                 continue;
             };
+            // Only a directory with a `HEAD` or `.git` in it, or an agent's settings
+            // directory, has anything to check (no further look-ups for the others).
+            let mut steers = d
+                .file_name()
+                .is_some_and(|n| AGENT_FILES.iter().any(|(dir, _)| n == *dir));
             for e in entries.flatten() {
                 seen += 1;
                 if seen > MAX_ENTRIES {
                     return false;
                 }
+                let name = e.file_name();
+                steers |= name == "HEAD" || name == ".git";
                 let Ok(ft) = e.file_type() else { continue };
                 if ft.is_dir() {
                     stack.push(e.path());
@@ -210,6 +217,9 @@ impl Snapshot {
                         self.check_dir(&t.join(".git"), visit);
                     }
                 }
+            }
+            if steers {
+                self.check_dir(&d, visit);
             }
         }
         true

@@ -16,8 +16,9 @@ use nix::unistd::Pid;
 /// The commands running now: children that are not orphans.
 static LIVE: Mutex<BTreeSet<u32>> = Mutex::new(BTreeSet::new());
 
-/// Most rounds of [`kill_orphans`] (each kills the orphans the last one's re-parented).
-const ROUNDS: usize = 64;
+/// How long [`kill_orphans`] goes on (each round kills the orphans the last one's left to
+/// this process: a chain of processes takes one round per link).
+const DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Make orphaned descendants of this process its children (not init's).
 pub fn become_subreaper() -> std::io::Result<()> {
@@ -91,7 +92,8 @@ pub fn kill_orphans() -> usize {
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let self_nnp = no_new_privs("self");
     let mut killed = 0;
-    for _ in 0..ROUNDS {
+    let start = std::time::Instant::now();
+    while start.elapsed() < DEADLINE {
         let orphans: Vec<u32> = children()
             .into_iter()
             .filter(|p| !live.contains(p) && confined(*p, self_nnp))
