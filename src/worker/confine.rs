@@ -12,6 +12,8 @@ use std::sync::Arc;
 
 use crate::agent::tools::sandbox::{
     self, Compiled, Level, SandboxPolicy, Support,
+    audit::AuditWatch,
+    reaper,
     session::{self, AGENT_SETTINGS, protected_paths},
     supervise::SocketRules,
 };
@@ -88,6 +90,42 @@ impl JobSandbox {
         let mut lines = self.compiled.refusals();
         lines.extend(session::sweep(&self.absent));
         lines.extend(self.leftovers.sweep());
+        lines
+    }
+}
+
+/// Before the confined agent starts: read what Landlock refuses it from the kernel's audit
+/// where that can be done, and say in the job's `record` whether file refusals are listed;
+/// make the worker the subreaper of what the agent leaves running.
+pub fn before_run(record: &mut Option<String>) -> Option<AuditWatch> {
+    let audit = AuditWatch::start();
+    if let Some(line) = record {
+        line.push_str(&match &audit {
+            Ok(_) => "; each file or port Landlock refused listed in runtime.sandbox_refused \
+                      (from the kernel's audit)"
+                .to_string(),
+            Err(why) => format!(
+                "; the files Landlock refused are not listed in runtime.sandbox_refused: {why}"
+            ),
+        });
+    }
+    let _ = reaper::become_subreaper();
+    audit.ok()
+}
+
+impl JobSandbox {
+    /// The agent (`pid`) is over: so is everything it started (killed before anything it
+    /// left is swept); then [`JobSandbox::finish`] and the Landlock refusals, for
+    /// `runtime.sandbox_refused`.
+    pub fn after_run(&self, watch: Option<AuditWatch>, pid: Option<u32>) -> Vec<String> {
+        let orphans = reaper::kill_orphans();
+        let mut lines = self.finish();
+        if orphans > 0 {
+            lines.push(format!(
+                "{orphans} process(es) the agent left running were killed when it ended"
+            ));
+        }
+        lines.extend(watch.map(|w| w.finish(pid)).unwrap_or_default());
         lines
     }
 }

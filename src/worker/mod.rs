@@ -682,39 +682,13 @@ fn run_and_judge(
         Ok(c) => c,
         Err(e) => return Outcome::fail(e),
     };
-    // What Landlock refuses the agent, from the kernel's audit where it can be read.
-    let audit = cmd
+    let watch = cmd
         .sandbox
         .as_ref()
-        .map(|_| crate::agent::tools::sandbox::audit::AuditWatch::start());
-    if let (Some(line), Some(audit)) = (&mut job.runtime.sandbox, &audit) {
-        line.push_str(&match audit {
-            Ok(_) => "; each file or port Landlock refused listed in runtime.sandbox_refused \
-                      (from the kernel's audit)"
-                .to_string(),
-            Err(why) => format!(
-                "; the files Landlock refused are not listed in runtime.sandbox_refused: {why}"
-            ),
-        });
-    }
-    if cmd.sandbox.is_some() {
-        // What the agent leaves running outside its group comes to the worker (see below).
-        let _ = crate::agent::tools::sandbox::reaper::become_subreaper();
-    }
+        .map(|_| confine::before_run(&mut job.runtime.sandbox));
     let outcome = run_confined(store, args, job, &cmd, what, format);
-    if let Some(s) = &cmd.sandbox {
-        // The agent is over: so is everything it started, before anything it left is swept.
-        let orphans = crate::agent::tools::sandbox::reaper::kill_orphans();
-        job.runtime.sandbox_refused = s.finish();
-        if orphans > 0 {
-            job.runtime.sandbox_refused.push(format!(
-                "{orphans} process(es) the agent left running were killed when it ended"
-            ));
-        }
-        if let Some(Ok(watch)) = audit {
-            let pid = job.runtime.llm_process_id;
-            job.runtime.sandbox_refused.extend(watch.finish(pid));
-        }
+    if let (Some(s), Some(watch)) = (&cmd.sandbox, watch) {
+        job.runtime.sandbox_refused = s.after_run(watch, job.runtime.llm_process_id);
     }
     outcome
 }
