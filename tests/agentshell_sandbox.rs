@@ -19,7 +19,7 @@ const KEY: &str = "sk-sandbox-test-key-0123456789abcdef";
 
 /// Landlock with TCP rules and scopes is what these tests exercise: under CI its absence is a
 /// failure (`harness::skip` panics there), elsewhere the test is skipped with a note.
-fn landlock_here(what: &str) -> bool {
+pub(crate) fn landlock_here(what: &str) -> bool {
     let abi = agentstore::agent::tools::sandbox::kernel_abi();
     if abi < 6 {
         harness::skip(
@@ -31,16 +31,16 @@ fn landlock_here(what: &str) -> bool {
     true
 }
 
-struct Fixture {
-    dir: tempfile::TempDir,
-    root: PathBuf,
-    home: PathBuf,
+pub(crate) struct Fixture {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) root: PathBuf,
+    pub(crate) home: PathBuf,
 }
 
 /// `proj/` (a git repository with a hook, trusted config auto-allowing `sh` and passing
 /// secrets to it), `home/` with key files and `~/.agentshell/.env`, and `outside.txt` next to
 /// the project.
-fn fixture() -> Fixture {
+pub(crate) fn fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("proj");
     let home = dir.path().join("home");
@@ -89,7 +89,7 @@ fn fixture() -> Fixture {
 
 /// Run `calls` (run_command arguments), one per model turn, through the real binary; returns
 /// exec's JSON and each call's tool result.
-fn run(
+pub(crate) fn run(
     f: &Fixture,
     calls: &[Value],
     extra_env: &[(&str, &str)],
@@ -147,7 +147,7 @@ fn run(
 /// `sh -c SCRIPT`, with the names the policy's deny rules and steering list look for spelled
 /// through variables (as a hostile model would), so the gate lets it through and the kernel
 /// is what is tested.
-fn sh(script: &str) -> Value {
+pub(crate) fn sh(script: &str) -> Value {
     let mut s = script.to_string();
     for (name, var) in [
         (".agentshell", "$A"),

@@ -48,6 +48,7 @@ mod agentshell_layers;
 mod agentshell_policy_prop;
 mod agentshell_providers;
 mod agentshell_sandbox;
+mod agentshell_sandbox_git;
 mod agentshell_telegram;
 mod agentshell_tmux;
 mod agentshell_web;

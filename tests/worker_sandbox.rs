@@ -35,6 +35,7 @@ try write-project "echo made > made-by-job.txt"
 try write-git-hook "echo 'touch PWNED' > .git/hooks/pre-commit"
 try write-tmp "echo t > \$TMPDIR/t"
 try setuid "[ \"\$('$SUID_ID' -u)\" = 0 ]"
+setsid sleep 600 </dev/null >/dev/null 2>&1 & echo $! > escapee.pid
 printf '{"type":"result","subtype":"success","is_error":false,"result":"%s","num_turns":1,"total_cost_usd":0,"session_id":"00000000-0000-4000-8000-000000000000"}\n' "${r# }"
 "#;
 
@@ -225,6 +226,34 @@ async fn a_sandboxed_job_cannot_write_outside_read_another_project_or_connect_el
             !has(&format!(":{endpoint_port}")),
             "the allowed connect is not a refusal: {refused:?}"
         );
+        // What it left running outside its group ended with it, and the record says so.
+        let escapee = std::fs::read_to_string(env.work.join("escapee.pid")).unwrap();
+        assert!(
+            !std::path::Path::new(&format!("/proc/{}", escapee.trim())).exists(),
+            "the job's escapee {escapee} still runs"
+        );
+        assert!(
+            has("1 process(es) the agent left running were killed when it ended"),
+            "{refused:?}"
+        );
+        // The files Landlock refused: listed where the kernel's audit is on and readable
+        // (the write to the other home's authorized_keys), and the record says which it is.
+        let audit_readable = agentstore::agent::tools::sandbox::audit::AuditWatch::start().is_ok();
+        if audit_readable {
+            assert!(
+                record.contains("each file or port Landlock refused listed"),
+                "{record}"
+            );
+            assert!(
+                has(&format!("fs.write_file path=\"{}\"", keys.display())),
+                "{refused:?}"
+            );
+        } else {
+            assert!(
+                record.contains("the files Landlock refused are not listed in runtime.sandbox_refused: "),
+                "the record says honestly what it lists: {record}"
+            );
+        }
         m.stop().await;
     })
     .await

@@ -199,9 +199,9 @@ pub struct JobRuntime {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<String>,
     /// What the sandbox refused the job, as its socket supervisor saw it: a UDP or other
-    /// socket, a connect to a port or Unix socket it may not reach (extension, issue 28).
-    /// Files Landlock refused are not listed (the kernel's audit log has them; `sandbox`
-    /// says where to look).
+    /// socket, a connect to a port or Unix socket it may not reach (extension, issue 28);
+    /// the files and ports Landlock refused, where the kernel's audit is on and readable
+    /// (`sandbox` says whether they are listed); steering files it made, moved aside.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sandbox_refused: Vec<String>,
     /// What the job was meant to have and did not get, said where the user looks (view-job,

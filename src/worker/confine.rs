@@ -12,6 +12,8 @@ use std::sync::Arc;
 
 use crate::agent::tools::sandbox::{
     self, Compiled, Level, SandboxPolicy, Support,
+    audit::AuditWatch,
+    reaper,
     session::{self, AGENT_SETTINGS, protected_paths},
     supervise::SocketRules,
 };
@@ -36,7 +38,8 @@ const ENDPOINT_VARS: &[&str] = &[
 ];
 
 /// What in `~/.claude` steers the user's own Claude Code sessions (hooks, permission rules,
-/// instructions, commands, subagents, skills, plugins): read-only for a Claude job.
+/// instructions, commands, subagents, skills, plugins, output styles; `.config.json`, which
+/// Claude Code reads instead of `~/.claude.json` where it exists): read-only for a Claude job.
 const CLAUDE_STEERING: &[&str] = &[
     "settings.json",
     "settings.local.json",
@@ -46,6 +49,11 @@ const CLAUDE_STEERING: &[&str] = &[
     "skills",
     "plugins",
     "hooks",
+    "output-styles",
+    "rules",
+    ".config.json",
+    // An older Claude Code install's own program (`claude migrate-installer`).
+    "local",
 ];
 
 /// What in `$CODEX_HOME` steers the user's own Codex sessions: read-only for a Codex job.
@@ -64,6 +72,9 @@ pub struct JobSandbox {
     /// Steering files absent when the job began (see [`session::absent_steering`]), moved
     /// aside when it made them.
     pub absent: Vec<PathBuf>,
+    /// Nested repositories and agent settings under its working directory as they were when
+    /// it began (see [`sandbox::leftovers`]).
+    pub leftovers: Arc<sandbox::leftovers::Snapshot>,
 }
 
 impl JobSandbox {
@@ -78,6 +89,43 @@ impl JobSandbox {
         self.remove_scratch();
         let mut lines = self.compiled.refusals();
         lines.extend(session::sweep(&self.absent));
+        lines.extend(self.leftovers.sweep());
+        lines
+    }
+}
+
+/// Before the confined agent starts: read what Landlock refuses it from the kernel's audit
+/// where that can be done, and say in the job's `record` whether file refusals are listed;
+/// make the worker the subreaper of what the agent leaves running.
+pub fn before_run(record: &mut Option<String>) -> Option<AuditWatch> {
+    let audit = AuditWatch::start();
+    if let Some(line) = record {
+        line.push_str(&match &audit {
+            Ok(_) => "; each file or port Landlock refused listed in runtime.sandbox_refused \
+                      (from the kernel's audit)"
+                .to_string(),
+            Err(why) => format!(
+                "; the files Landlock refused are not listed in runtime.sandbox_refused: {why}"
+            ),
+        });
+    }
+    let _ = reaper::become_subreaper();
+    audit.ok()
+}
+
+impl JobSandbox {
+    /// The agent (`pid`) is over: so is everything it started (killed before anything it
+    /// left is swept); then [`JobSandbox::finish`] and the Landlock refusals, for
+    /// `runtime.sandbox_refused`.
+    pub fn after_run(&self, watch: Option<AuditWatch>, pid: Option<u32>) -> Vec<String> {
+        let orphans = reaper::kill_orphans();
+        let mut lines = self.finish();
+        if orphans > 0 {
+            lines.push(format!(
+                "{orphans} process(es) the agent left running were killed when it ended"
+            ));
+        }
+        lines.extend(watch.map(|w| w.finish(pid)).unwrap_or_default());
         lines
     }
 }
@@ -203,8 +251,10 @@ pub fn for_job(job: JobContext<'_>) -> Result<Option<JobSandbox>, String> {
     match jobtype {
         JobType::Claude => {
             write.push(home.join(".claude"));
-            write.push(home.join(".claude.json"));
-            write.push(home.join(".claude.json.backup"));
+            // Its global config (MCP servers, per-project allowed tools) is what the user's
+            // next interactive session starts and obeys: readable, not writable (Claude Code
+            // runs on without saving it; issue 28, sandbox4).
+            read.push(home.join(".claude.json"));
             // settings hold hooks (shell commands) and permission rules.
             for p in CLAUDE_STEERING {
                 agent_steering.push(home.join(".claude").join(p));
@@ -301,6 +351,7 @@ pub fn for_job(job: JobContext<'_>) -> Result<Option<JobSandbox>, String> {
                 Vec::new()
             },
         }),
+        log_denials: true,
     };
     let compiled = policy.compile(support);
     let summary = summary(support, &cwd, &scratch, &policy, &ports, supervised);
@@ -309,6 +360,7 @@ pub fn for_job(job: JobContext<'_>) -> Result<Option<JobSandbox>, String> {
         scratch,
         summary,
         absent,
+        leftovers: Arc::new(sandbox::leftovers::Snapshot::take(&cwd, &policy.write)),
     }))
 }
 
@@ -335,7 +387,7 @@ fn summary(
             ".git/hooks",
             ".git/config",
             ".agentshell/config.json",
-            "agents' settings (the project's and the agent's own)"
+            "agents' settings (the project's and the agent's own, ~/.claude.json)"
         ]
         .join(", "),
         if ports.is_empty() {
@@ -353,10 +405,7 @@ fn summary(
     } else {
         line.push_str("; sockets: not watched on this architecture (UDP and Unix not refused)");
     }
-    line.push_str(
-        "; files outside are refused by Landlock (EACCES), each logged by the kernel's audit \
-         when it is on (journalctl _TRANSPORT=audit | grep landlock)",
-    );
+    line.push_str("; files outside are refused by Landlock (EACCES)");
     if support.level != Level::Enforced {
         line.push_str(" (not all of it enforced by this kernel)");
     }
@@ -434,6 +483,7 @@ mod tests {
             ".claude/settings.json",
             ".claude/CLAUDE.md",
             ".claude/commands/greet.md",
+            ".claude.json",
             ".codex/config.toml",
             ".codex/AGENTS.md",
         ];
@@ -524,6 +574,8 @@ mod tests {
             work.join(".git/commondir"),
             work.join(".claude/settings.json"),
             home.join(".claude/settings.json"),
+            // Claude Code reads it instead of ~/.claude.json (MCP servers) where it exists.
+            home.join(".claude/.config.json"),
         ];
         let script: Vec<String> = made
             .iter()
@@ -557,6 +609,79 @@ mod tests {
         assert!(
             home.join(".claude/projects").exists(),
             "its own state stays"
+        );
+    }
+
+    /// Issue 28, sandbox4: a job that plants a nested repository whose config runs a
+    /// program, and a gitlink naming it in the project's index (the user's next plain
+    /// `git status` in the project runs its fsmonitor), or a repository in the agent's own
+    /// writable state behind a link: moved aside when the job ends, and recorded.
+    #[test]
+    fn a_nested_repository_a_job_plants_runs_nothing_of_the_users_git() {
+        if !sandbox_here() {
+            return;
+        }
+        let t = tempfile::tempdir().unwrap();
+        let (work, home) = (t.path().join("work"), t.path().join("home"));
+        std::fs::create_dir_all(home.join(".claude/projects")).unwrap();
+        std::fs::create_dir_all(&work).unwrap();
+        let git = |dir: &Path, args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .args(args)
+                .current_dir(dir)
+                .env("HOME", &home)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{args:?}: {out:?}");
+        };
+        git(&work, &["init", "-q"]);
+        let mut queue = QueueConfig::defaults("q");
+        queue.sandbox = Some(crate::model::SandboxSetting {
+            enabled: true,
+            connect_ports: vec![],
+        });
+        let job = for_job(JobContext {
+            queue: &queue,
+            jobtype: &JobType::Claude,
+            cwd: &work,
+            home: &home,
+            env: &[],
+            programs: &[PathBuf::from("/bin/sh")],
+            switch_to: None,
+            approvals: None,
+        })
+        .unwrap()
+        .unwrap();
+        let (ran, ran_linked) = (t.path().join("RAN"), t.path().join("RAN-LINKED"));
+        let evil = home.join(".claude/projects/evil");
+        let script = format!(
+            "export HOME='{home}'; git init -q sub && printf '[core]\\n\\tfsmonitor = \"touch {ran}; false\"\\n' >> sub/.git/config && \
+             git update-index --add --cacheinfo 160000,0123456789012345678901234567890123456789,sub && \
+             git init -q '{evil}' && printf '[core]\\n\\tfsmonitor = \"touch {ran_linked}; false\"\\n' >> '{evil}/.git/config' && \
+             ln -s '{evil}' linked",
+            home = home.display(),
+            ran = ran.display(),
+            ran_linked = ran_linked.display(),
+            evil = evil.display(),
+        );
+        assert!(confined_sh(&job, &work, &script));
+        let record = job.finish();
+        for p in [work.join("sub/.git/config"), evil.join(".git/config")] {
+            let p = p.display().to_string();
+            assert!(
+                record
+                    .iter()
+                    .any(|l| l.starts_with(&p) && l.contains("moved aside")),
+                "{p}: {record:?}"
+            );
+        }
+        git(&work, &["status", "--short"]);
+        git(&work.join("sub"), &["status", "--short"]);
+        git(&work.join("linked"), &["status", "--short"]);
+        assert!(!ran.exists(), "the nested repository's fsmonitor ran");
+        assert!(
+            !ran_linked.exists(),
+            "the linked repository's fsmonitor ran"
         );
     }
 }

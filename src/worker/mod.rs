@@ -585,9 +585,13 @@ fn run_and_judge(
         Ok(c) => c,
         Err(e) => return Outcome::fail(e),
     };
+    let watch = cmd
+        .sandbox
+        .as_ref()
+        .map(|_| confine::before_run(&mut job.runtime.sandbox));
     let outcome = run_confined(store, args, job, &cmd, what, format);
-    if let Some(s) = &cmd.sandbox {
-        job.runtime.sandbox_refused = s.finish();
+    if let (Some(s), Some(watch)) = (&cmd.sandbox, watch) {
+        job.runtime.sandbox_refused = s.after_run(watch, job.runtime.llm_process_id);
     }
     outcome
 }

@@ -21,7 +21,7 @@ use tokio::process::Command;
 use crate::agent::tools::display::visible_line;
 use crate::agent::tools::registry::{Tool, ToolEnv, ToolSchema, str_arg};
 use crate::agent::tools::sandbox::session::command_env;
-use crate::agent::tools::sandbox::{Level, Support};
+use crate::agent::tools::sandbox::{Level, Support, reaper};
 use crate::agent::tools::subsystems::git_guard;
 use crate::agent::tools::subsystems::policy::{Decision, Policy, Verdict};
 use crate::agent::tools::subsystems::secrets::SecretBroker;
@@ -275,10 +275,15 @@ async fn run(
         set_env,
     ));
     confinement.install_tokio(&mut cmd);
-    let mut child = match cmd.spawn() {
+    let mut child = match reaper::spawn_tracked(|| {
+        let c = cmd.spawn()?;
+        let pid = c.id();
+        Ok((c, pid))
+    }) {
         Ok(c) => c,
         Err(e) => return ToolResult::error(format!("cannot start sh: {e}")),
     };
+    let pid = child.id();
     let guard = GroupGuard(child.id().and_then(|id| i32::try_from(id).ok()));
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
@@ -296,6 +301,10 @@ async fn run(
             (ToolStatus::TimedOut, None)
         }
     };
+    // What left the group (setsid, a double fork) came to agentshell, the subreaper: the
+    // command is over, and so are they.
+    pid.into_iter().for_each(reaper::forget);
+    let orphans = reaper::kill_orphans();
     // A process that left the group (setsid) could hold the pipes; don't wait for it forever.
     let grace = Duration::from_secs(2);
     let (out, out_cut) = tokio::time::timeout(grace, out_task)
@@ -310,7 +319,16 @@ async fn run(
         .and_then(Result::ok)
         .unwrap_or_default()
         .into_text(&env.secrets);
-    for line in env.sandbox.sweep() {
+    // A command judged read-only had no writable project: nothing of it to sweep.
+    let swept = if read_only {
+        Vec::new()
+    } else {
+        env.sandbox.sweep()
+    };
+    let orphans = (orphans > 0).then(|| {
+        format!("{orphans} process(es) the command left running outside its group were killed")
+    });
+    for line in orphans.into_iter().chain(swept) {
         if !err.is_empty() && !err.ends_with('\n') {
             err.push('\n');
         }

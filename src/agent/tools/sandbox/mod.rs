@@ -27,7 +27,10 @@
 // The child side has no safe form: pre_exec, unshare, mount and the Landlock system call.
 #![allow(unsafe_code)]
 
+pub mod audit;
+pub mod leftovers;
 mod namespace;
+pub mod reaper;
 mod seccomp;
 pub mod session;
 pub mod supervise;
@@ -48,6 +51,9 @@ use thiserror::Error;
 /// The newest Landlock ABI this code was written and tested against; rights of later ABIs are
 /// not requested (so a newer kernel cannot change what a command may do).
 pub const TESTED_ABI: i32 = 7;
+
+/// `landlock_restrict_self` flag (ABI 7): log refusals of the programs executed after it.
+const LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON: libc::c_uint = 1 << 1;
 
 /// How much of the policy the kernel enforces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -222,6 +228,9 @@ pub struct SandboxPolicy {
     /// refuses all but these and records what it refused ([`supervise`]): for unattended
     /// jobs, whose record says what the sandbox refused.
     pub supervise_sockets: Option<supervise::SocketRules>,
+    /// Ask the kernel to log what Landlock refuses the programs it runs (ABI 7; logged only
+    /// while the kernel's audit is on, read by [`audit::AuditWatch`]).
+    pub log_denials: bool,
 }
 
 impl SandboxPolicy {
@@ -355,6 +364,11 @@ impl Compiled {
             channel,
             supervise,
             drop_capabilities: nix::unistd::geteuid().is_root(),
+            restrict_flags: if self.policy.log_denials && self.support.abi >= 7 {
+                LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON
+            } else {
+                0
+            },
             socket_filter: (self.policy.tcp_only && !network)
                 .then(seccomp::socket_filter)
                 .flatten(),
@@ -433,6 +447,8 @@ pub struct Prepared {
     /// command load kernel modules, open raw sockets past the TCP rules, or read another
     /// process's `/proc/PID/environ` past Landlock.
     drop_capabilities: bool,
+    /// The flags of `landlock_restrict_self` ([`SandboxPolicy::log_denials`]).
+    restrict_flags: libc::c_uint,
     /// The seccomp program of [`SandboxPolicy::tcp_only`].
     socket_filter: Option<Vec<libc::sock_filter>>,
     /// The parent's side of [`SandboxPolicy::supervise_sockets`], until taken.
@@ -504,13 +520,13 @@ impl Prepared {
             supervise::install(filter, chan.as_raw_fd())?;
         }
         if let Some(fd) = &self.ruleset {
-            // SAFETY: landlock_restrict_self on a ruleset fd we own, no flags; it changes only
-            // this process's credentials.
+            // SAFETY: landlock_restrict_self on a ruleset fd we own, with logging flags only;
+            // it changes only this process's credentials.
             let r = unsafe {
                 libc::syscall(
                     libc::SYS_landlock_restrict_self,
                     fd.as_raw_fd(),
-                    0 as libc::c_uint,
+                    self.restrict_flags,
                 )
             };
             if r != 0 {

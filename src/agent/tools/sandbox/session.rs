@@ -15,6 +15,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use super::leftovers::{Snapshot, move_aside};
 use super::{Compiled, Prepared, SandboxError, SandboxPolicy, Support};
 
 /// Environment variables a command gets from agentshell's own environment, by exact name.
@@ -110,6 +111,8 @@ pub struct CommandSandbox {
     scratch: PathBuf,
     /// Steering files absent when the session began, removed when a command makes them.
     absent: Vec<PathBuf>,
+    /// Nested repositories and agent settings as they were when the session began.
+    leftovers: Snapshot,
 }
 
 impl CommandSandbox {
@@ -133,6 +136,8 @@ impl CommandSandbox {
                 })?;
         }
         let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+        // Orphans of its commands come to this process, which ends them (see `reaper`).
+        let _ = super::reaper::become_subreaper();
         let mut read = super::system_read_paths();
         if let Some(home) = home {
             read.extend(home_read_paths(home));
@@ -165,6 +170,7 @@ impl CommandSandbox {
             scope_abstract_sockets: true,
             tcp_only: true,
             supervise_sockets: None,
+            log_denials: false,
         };
         let mut read_only = policy.clone();
         read_only.read.append(&mut read_only.write);
@@ -178,6 +184,10 @@ impl CommandSandbox {
             read_only: read_only.compile(support),
             scratch,
             absent: absent_steering(&root),
+            leftovers: Snapshot::take(
+                &root,
+                &[policy.write.clone(), policy.write_with_network.clone()].concat(),
+            ),
         })
     }
 
@@ -209,17 +219,20 @@ impl CommandSandbox {
 }
 
 impl CommandSandbox {
-    /// Move aside the steering files a command made (see [`absent_steering`]); what was
-    /// moved, one line each, for the command's result.
+    /// Move aside the steering files a command made (see [`absent_steering`] and
+    /// [`super::leftovers`]); what was moved, one line each, for the command's result.
     pub fn sweep(&self) -> Vec<String> {
-        sweep(&self.absent)
+        let mut lines = sweep(&self.absent);
+        lines.extend(self.leftovers.sweep());
+        lines
     }
 }
 
 impl Drop for CommandSandbox {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.scratch);
-        // A process that left the command's group may have made one since.
+        // A process that left a command's group may have made one since: it ends first.
+        super::reaper::kill_orphans();
         let _ = self.sweep();
     }
 }
@@ -252,16 +265,8 @@ pub fn sweep(absent: &[PathBuf]) -> Vec<String> {
         if std::fs::symlink_metadata(p).is_err() {
             continue;
         }
-        let mut aside = p.as_os_str().to_owned();
-        aside.push(".refused-by-sandbox");
-        let mut target = PathBuf::from(&aside);
-        let mut n = 0;
-        while std::fs::symlink_metadata(&target).is_ok() && n < 100 {
-            n += 1;
-            target = PathBuf::from(format!("{}.{n}", aside.to_string_lossy()));
-        }
-        moved.push(match std::fs::rename(p, &target) {
-            Ok(()) => format!(
+        moved.push(match move_aside(p) {
+            Ok(target) => format!(
                 "{} was made here and moved aside to {}: it would steer git or another agent outside the sandbox",
                 p.display(),
                 target.display()

@@ -1,0 +1,182 @@
+//! Issue 28, sandbox4: nothing a confined command leaves behind in its writable project makes
+//! the user's later, unconfined git (or coding agent) run a program. The kernel cannot refuse
+//! a new `sub/.git` by name, so each one the command made that names a program is moved aside
+//! after the command, and the command is told. Real git throughout.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::json;
+
+use crate::agentshell_sandbox::{fixture, landlock_here, run, sh};
+
+/// A commit id for a gitlink (git never looks it up for `status`).
+const SHA: &str = "0123456789012345678901234567890123456789";
+
+fn user_git(dir: &Path, home: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("HOME", home)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?} in {}: {out:?}",
+        dir.display()
+    );
+}
+
+#[test]
+fn nested_repositories_a_command_plants_run_nothing_of_the_users_git() {
+    if !landlock_here("nested_repositories_a_command_plants_run_nothing_of_the_users_git") {
+        return;
+    }
+    let f = fixture();
+    user_git(&f.root, &f.home, &["init", "-q"]);
+    let marker = |n: u8| f.dir.path().join(format!("RAN-{n}"));
+    let fsmonitor = |n: u8| {
+        format!(
+            "printf \"[core]\\n\\tfsmonitor = \\\"touch {}; false\\\"\\n\" >>",
+            marker(n).display()
+        )
+    };
+    // The command's git is pinned to the project's repository: the model unpins it.
+    let git = "env -u GIT_DIR -u GIT_WORK_TREE -u GIT_CEILING_DIRECTORIES git";
+    let calls = [
+        // A nested repository whose fsmonitor runs, and a gitlink naming it in the index.
+        sh(&format!(
+            "{git} init -q sub && {} sub/.git/config && {git} update-index --add --cacheinfo 160000,{SHA},sub && echo planted",
+            fsmonitor(1)
+        )),
+        // A submodule's git directory under .git/modules, reached through `m/.git`.
+        sh(&format!(
+            "mkdir -p .git/modules && {git} init -q --separate-git-dir \"$PWD/.git/modules/m\" m && {} .git/modules/m/config && {git} update-index --add --cacheinfo 160000,{SHA},m && echo planted",
+            fsmonitor(2)
+        )),
+        // A hook of a nested repository, an alias, and another agent's settings in a
+        // subdirectory.
+        sh(&format!(
+            "{git} init -q h && printf \"#!/bin/sh\\ntouch {}\\n\" > h/.git/hooks/pre-commit && chmod +x h/.git/hooks/pre-commit && printf \"[alias]\\n\\tst = !touch {}\\n\" >> h/.git/config && mkdir -p deep/.claude && echo {{}} > deep/.claude/settings.json && echo planted",
+            marker(3).display(),
+            marker(4).display()
+        )),
+        // A `.git` file leading into the scratch directory, to a repository with a fsmonitor.
+        sh(&format!(
+            "{git} init -q \"$TMPDIR/evil\" && {} \"$TMPDIR/evil/.git/config\" && mkdir p && echo \"gitdir: $TMPDIR/evil/.git\" > p/.git && echo planted",
+            fsmonitor(5)
+        )),
+    ];
+    let (result, tools, _, _) = run(&f, &calls, &[]);
+    assert_eq!(result["permission_denials"], json!([]), "{result}");
+    for (i, t) in tools.iter().enumerate() {
+        assert_eq!(t["stdout"], "planted\n", "call {i}: {t}");
+    }
+    for (i, p) in [
+        (0, "sub/.git/config"),
+        (1, ".git/modules/m/config"),
+        (2, "h/.git/hooks/pre-commit"),
+        (2, "h/.git/config"),
+        (2, "deep/.claude/settings.json"),
+        (3, "p/.git"),
+    ] {
+        assert!(!f.root.join(p).exists(), "{p} left in place");
+        assert!(
+            f.root.join(format!("{p}.refused-by-sandbox")).exists(),
+            "{p} kept aside"
+        );
+        assert!(
+            tools[i]["stderr"].as_str().unwrap().contains(p),
+            "call {i} is told about {p}: {}",
+            tools[i]
+        );
+    }
+    // The user's own git, unconfined, in the project and in each planted repository.
+    user_git(&f.root, &f.home, &["status", "--short"]);
+    for d in ["sub", "m", "h"] {
+        user_git(&f.root.join(d), &f.home, &["status", "--short"]);
+    }
+    let h = f.root.join("h");
+    user_git(
+        &h,
+        &f.home,
+        &[
+            "-c",
+            "user.name=u",
+            "-c",
+            "user.email=u@x",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "x",
+        ],
+    );
+    // The alias is gone with the config it was in.
+    let st = Command::new("git")
+        .arg("st")
+        .current_dir(&h)
+        .env("HOME", &f.home)
+        .output()
+        .unwrap();
+    assert!(!st.status.success(), "{st:?}");
+    // (5: the scratch directory the `.git` file led to is gone with the session.)
+    for n in 1..=4 {
+        assert!(!marker(n).exists(), "planted program {n} ran");
+    }
+}
+
+/// Issue 28, sandbox4: a process a command starts outside its process group (`setsid`)
+/// outlived the command and the session, and planted a nested repository after the last
+/// sweep (the user's next `git status` ran its fsmonitor). agentshell is the subreaper of
+/// such orphans and ends them with the command, and says so.
+#[test]
+fn nothing_a_command_starts_outside_its_group_outlives_it() {
+    if !landlock_here("nothing_a_command_starts_outside_its_group_outlives_it") {
+        return;
+    }
+    let f = fixture();
+    let calls = [
+        sh(
+            "(setsid sh -c \"echo \\$\\$ > escapee.pid; exec sleep 600\" </dev/null >/dev/null 2>&1 &); while [ ! -s escapee.pid ]; do sleep 0.01; done; echo started",
+        ),
+        // A chain of 100 processes, each the parent of the next (one round of killing
+        // per link), the last one sleeping.
+        sh(
+            "printf 'd=$1; if [ $d -ge 100 ]; then echo $$ > chain.pid; exec sleep 600; fi; sh $0 $((d+1)) & wait\\n' > $TMPDIR/c.sh; (setsid sh $TMPDIR/c.sh 1 </dev/null >/dev/null 2>&1 &); while [ ! -s chain.pid ]; do sleep 0.01; done; echo started",
+        ),
+        sh(
+            "for p in escapee chain; do test -e /proc/$(cat $p.pid) && echo alive || echo gone; done",
+        ),
+    ];
+    let (result, tools, _, _) = run(&f, &calls, &[]);
+    assert_eq!(result["permission_denials"], json!([]), "{result}");
+    assert_eq!(tools[0]["stdout"], "started\n", "{}", tools[0]);
+    assert!(
+        tools[0]["stderr"]
+            .as_str()
+            .unwrap()
+            .contains("1 process(es) the command left running outside its group were killed"),
+        "{}",
+        tools[0]
+    );
+    assert_eq!(tools[1]["stdout"], "started\n", "{}", tools[1]);
+    assert!(
+        tools[1]["stderr"]
+            .as_str()
+            .unwrap()
+            .contains("process(es) the command left running outside its group were killed"),
+        "{}",
+        tools[1]
+    );
+    assert_eq!(tools[2]["stdout"], "gone\ngone\n", "{}", tools[2]);
+    for p in ["escapee.pid", "chain.pid"] {
+        let pid = std::fs::read_to_string(f.root.join(p)).unwrap();
+        assert!(
+            !Path::new(&format!("/proc/{}", pid.trim())).exists(),
+            "{p} {pid} still runs"
+        );
+    }
+}
