@@ -15,7 +15,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 use crate::{common, procs};
 use common::TestEnv;
-use common::bus::{PrivateBus, orchestratord_command};
+use common::bus::{PrivateBus, orchestratord_command, wait_for_name};
 use procs::{Proc, wait};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -146,6 +146,12 @@ fn assert_complete(root: &Path, n: usize) {
         .collect();
     assert_eq!(left, Vec::<String>::new());
     // One job per research-code message, none made twice.
+    let jobs = all_jobs(root);
+    assert_eq!(jobs.len(), n.div_ceil(2), "{jobs:?}");
+}
+
+/// Every job document in every queue and state.
+fn all_jobs(root: &Path) -> Vec<String> {
     let mut jobs = Vec::new();
     for q in std::fs::read_dir(root.join("Queues"))
         .unwrap()
@@ -158,7 +164,7 @@ fn assert_complete(root: &Path, n: usize) {
             jobs.extend(documents(&state.path()));
         }
     }
-    assert_eq!(jobs.len(), n.div_ceil(2), "{jobs:?}");
+    jobs
 }
 
 /// This machine's events file of this month (`logs/events-YYYY-MM@<host>.jsonl`).
@@ -286,4 +292,102 @@ fn killed_at_any_step_every_answer_has_one_record() {
     });
     wait(LONG, "every record", || events(&env.root).0.len() == n);
     assert_complete(&env.root, n);
+}
+
+/// `Submit` over D-Bus, as the soak's writers call it: (success, stdout + stderr).
+fn submit_over_bus(address: &str, i: usize) -> (bool, String) {
+    let o = std::process::Command::new("busctl")
+        .args([
+            "--address",
+            address,
+            "--timeout=120",
+            "call",
+            "org.agentstore.Orchestrator1",
+            "/org/agentstore/Orchestrator1",
+            "org.agentstore.Orchestrator1",
+            "Submit",
+            "s",
+        ])
+        .arg(message(i))
+        .output()
+        .unwrap();
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr),
+    )
+}
+
+/// Whether process `pid` waits for a file lock (`/proc/locks` lists a blocked waiter as
+/// `N: -> FLOCK  ADVISORY  WRITE <pid> …`).
+fn waits_for_a_lock(pid: u32) -> bool {
+    let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+    locks.lines().any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.get(1) == Some(&"->") && f.get(5) == Some(&pid.to_string().as_str())
+    })
+}
+
+/// The D-Bus path (the soak's "unrecorded" after a kill -9, seen by arch5): a `Submit` wrote
+/// its outbox copy, then was killed before its `message_answered`, and nothing ever wrote
+/// the record. Now the record comes first: killed while its append waits (the events file
+/// held), no answer is left without its record; the caller, who got no reply, submits again
+/// with the same correlation id and gets the same job, answered and recorded once.
+#[test]
+fn a_dbus_submit_killed_before_its_record_leaves_no_answer_without_one() {
+    use nix::fcntl::{Flock, FlockArg};
+    let env = TestEnv::with_test_project();
+    let bus = PrivateBus::start();
+    let first = start(&env, &bus);
+    wait_for_name(&bus, "org.agentstore.Orchestrator1");
+    let (ok, out) = submit_over_bus(&bus.address, 0);
+    assert!(ok, "{out}");
+    wait(LONG, "crash-0000 recorded", || {
+        events(&env.root).0.contains_key("crash-0000")
+    });
+    let file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(events_file(&env.root))
+        .unwrap();
+    let held = Flock::lock(file, FlockArg::LockExclusive).unwrap();
+    let caller = {
+        let address = bus.address.clone();
+        std::thread::spawn(move || submit_over_bus(&address, 2).0)
+    };
+    let pid = first.0.id();
+    wait(LONG, "the Submit waiting for the events file", || {
+        waits_for_a_lock(pid)
+    });
+    // Where the kill lands: after the job was made, in the append of its record.
+    let out = env.root.join("messaging/outbox/crash-0002.json");
+    assert!(
+        !out.exists(),
+        "the answer was written before its record: killed now, it would never get one"
+    );
+    drop(first); // SIGKILL, blocked in the append
+    drop(held);
+    assert!(!caller.join().unwrap(), "the killed Submit answered");
+    let (answered, _) = events(&env.root);
+    assert_eq!(answered.get("crash-0002"), None, "{answered:?}");
+    // The caller tries again with the same message: one job, one answer, one record each.
+    let _second = start(&env, &bus);
+    wait_for_name(&bus, "org.agentstore.Orchestrator1");
+    let (ok, out) = submit_over_bus(&bus.address, 2);
+    assert!(ok, "{out}");
+    wait(LONG, "crash-0002's answer and record", || {
+        out_exists_with_record(&env.root, "crash-0002")
+    });
+    let a = answers(&env.root);
+    let (answered, created) = events(&env.root);
+    for cid in ["crash-0000", "crash-0002"] {
+        assert_eq!(a.get(cid).map(|x| x.0), Some(1), "{cid}: {a:?}");
+        assert_eq!(answered.get(cid), Some(&1), "{cid}: {answered:?}");
+        let job = a[cid].1.clone().unwrap();
+        assert_eq!(created.get(&job), Some(&1), "{job}: {created:?}");
+    }
+    let jobs = all_jobs(&env.root);
+    assert_eq!(jobs.len(), 2, "one job per message: {jobs:?}");
+}
+
+fn out_exists_with_record(root: &Path, cid: &str) -> bool {
+    answers(root).contains_key(cid) && events(root).0.contains_key(cid)
 }

@@ -279,7 +279,6 @@ pub fn submit(shared: &Shared, text: &str, uid: u32) -> Result<Outcome, RouteErr
     }
     let _guard = shared.routing.lock();
     let outcome = super::handle(store, &msg, &who);
-    leave_in_outbox(store, &msg, &outcome);
     shared.messages_processed.fetch_add(1, Ordering::Relaxed);
     if outcome.error.is_some() {
         shared.errors.fetch_add(1, Ordering::Relaxed);
@@ -287,12 +286,24 @@ pub fn submit(shared: &Shared, text: &str, uid: u32) -> Result<Outcome, RouteErr
     if outcome.job.as_ref().is_some_and(|j| j.new) {
         shared.jobs_created.fetch_add(1, Ordering::Relaxed);
     }
-    super::record_given_answer(
+    // The record first, then the outbox copy it vouches for: killed between the two, an
+    // answer is never left without its `message_answered` (issue 34). A caller that got no
+    // answer submits again with the same correlation id; the job it made is found, not made
+    // twice, and recorded then (`audit::job_needs_record`).
+    let recorded = super::record_given_answer(
         store,
         &msg.correlation_id,
         &outcome,
         &format!("D-Bus uid {uid}"),
     );
+    if recorded {
+        leave_in_outbox(store, &msg, &outcome);
+    } else {
+        tracing::warn!(
+            correlation_id = %msg.correlation_id,
+            "the answer is not left in the outbox: its record could not be written now"
+        );
+    }
     Ok(outcome)
 }
 

@@ -191,6 +191,29 @@ impl Store {
         Ok(())
     }
 
+    /// [`Store::record`] that says whether the event line is on disk now: `false` when it
+    /// could not be written (a line a full disk refuses is still kept for later), so the
+    /// caller can hold back what the record vouches for.
+    pub fn record_now(&self, r: Record) -> bool {
+        self.journal(&r);
+        let mut written = true;
+        if r.line
+            && let Err(e) = self.try_record_event(&r.event)
+        {
+            written = false;
+            let (path, line) = self.event_target(&r.event);
+            if unwritten::is_out_of_space(&e) {
+                unwritten::keep(path, line);
+            } else {
+                tracing::warn!("cannot append to {}: {e}", path.display());
+            }
+        }
+        if let Some(file) = &r.log {
+            self.append_daemon_log(file, &r.text);
+        }
+        written
+    }
+
     fn journal(&self, r: &Record) {
         let e = &r.event;
         let (job_id, queue, correlation_id, project) = (

@@ -5,7 +5,8 @@
 //! with the real `git`. A push that fails is said (the job's `runtime.push`, the report's
 //! `push`, the journal) and loses nothing: the commit stays on the local branch, and the
 //! job's work is kept. A task retried on a machine whose clone lacks its branch fetches it
-//! from there first, so it starts from the commits an earlier attempt pushed.
+//! from there first, so it starts from the commits an earlier attempt pushed
+//! (`worktree::fetch_missing`).
 
 use super::worktree::Git;
 use crate::model::Job;
@@ -34,29 +35,6 @@ pub(super) fn branch(git: &Git, dir: &Path, remote: &str, branch: &str) -> Strin
             )
         }
     }
-}
-
-/// Before a task's worktree is made: a branch this clone lacks but `remote` has is fetched
-/// (an earlier attempt on another machine pushed it). Whether it was.
-pub(super) fn fetch_missing(
-    git: &Git,
-    top: &Path,
-    remote: &str,
-    branch: &str,
-) -> Result<bool, String> {
-    let r = format!("refs/heads/{branch}");
-    let listed = git
-        .run(top, &["ls-remote", "--heads", "--", remote, &r])
-        .map_err(|e| format!("cannot read the push remote {remote}: {e}"))?;
-    if listed.trim().is_empty() {
-        return Ok(false);
-    }
-    git.run(
-        top,
-        &["fetch", "--quiet", "--", remote, &format!("{r}:{r}")],
-    )
-    .map_err(|e| format!("cannot fetch {branch} from {remote}: {e}"))?;
-    Ok(true)
 }
 
 #[cfg(test)]

@@ -156,7 +156,7 @@ fn prepare_task(
         .is_ok();
     let mut fetched = String::new();
     if !branch_exists && let Some(r) = remote {
-        match super::push::fetch_missing(git, &top, r, branch) {
+        match fetch_missing(git, &top, r, branch) {
             // Pushed by an earlier attempt elsewhere: this attempt goes on from its commits.
             Ok(true) => {
                 branch_exists = true;
@@ -394,4 +394,22 @@ pub(super) fn disk_note(dir: &Path) -> String {
         }
         Err(_) => String::new(),
     }
+}
+
+/// Before a task's worktree is made: a branch this clone lacks but `remote` has is fetched
+/// (an earlier attempt on another machine pushed it). Whether it was.
+fn fetch_missing(git: &Git, top: &Path, remote: &str, branch: &str) -> Result<bool, String> {
+    let r = format!("refs/heads/{branch}");
+    let listed = git
+        .run(top, &["ls-remote", "--heads", "--", remote, &r])
+        .map_err(|e| format!("cannot read the push remote {remote}: {e}"))?;
+    if listed.trim().is_empty() {
+        return Ok(false);
+    }
+    git.run(
+        top,
+        &["fetch", "--quiet", "--", remote, &format!("{r}:{r}")],
+    )
+    .map_err(|e| format!("cannot fetch {branch} from {remote}: {e}"))?;
+    Ok(true)
 }

@@ -15,10 +15,11 @@
 //! own commands: it reports those to the model), and records the kernel dropped (its backlog
 //! is small); the deallocation record's count says when some are missing.
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nix::sys::socket::{
@@ -153,9 +154,7 @@ impl AuditWatch {
                             let text = String::from_utf8_lossy(payload)
                                 .trim_end_matches('\0')
                                 .to_string();
-                            if let Ok(mut v) = r.lock() {
-                                v.push((kind, text));
-                            }
+                            r.lock().push((kind, text));
                         }
                     }
                 }
@@ -173,7 +172,7 @@ impl AuditWatch {
     pub fn finish(mut self, pid: Option<u32>) -> Vec<String> {
         let start = Instant::now();
         let lines = loop {
-            let records = self.records.lock().map(|v| v.clone()).unwrap_or_default();
+            let records = self.records.lock().clone();
             let (lines, domains, gone) = job_refusals(&records, pid);
             // The kernel queues a refusal's records as it refuses; they reach this reader
             // within milliseconds. No domain after QUIET: the job was refused nothing.

@@ -6,8 +6,8 @@
 //! is over, [`kill_orphans`] kills (and reaps) every child it does not know as a running
 //! command ([`spawn_tracked`]), then their children, until none is left.
 
+use parking_lot::Mutex;
 use std::collections::BTreeSet;
-use std::sync::Mutex;
 
 use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitPidFlag, waitpid};
@@ -34,9 +34,7 @@ pub fn become_subreaper() -> std::io::Result<()> {
 pub fn spawn_tracked<T>(
     spawn: impl FnOnce() -> std::io::Result<(T, Option<u32>)>,
 ) -> std::io::Result<T> {
-    let mut live = LIVE
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut live = LIVE.lock();
     let (t, pid) = spawn()?;
     live.extend(pid);
     Ok(t)
@@ -44,9 +42,7 @@ pub fn spawn_tracked<T>(
 
 /// The command `pid` is over (reaped by its owner).
 pub fn forget(pid: u32) {
-    LIVE.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .remove(&pid);
+    LIVE.lock().remove(&pid);
 }
 
 /// This process's children (of all its threads).
@@ -87,9 +83,7 @@ fn confined(pid: u32, self_nnp: bool) -> bool {
 /// Kill and reap every confined child that is not a running command (an orphan the subreaper
 /// was given); how many were killed.
 pub fn kill_orphans() -> usize {
-    let live = LIVE
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let live = LIVE.lock();
     let self_nnp = no_new_privs("self");
     let mut killed = 0;
     let start = std::time::Instant::now();
