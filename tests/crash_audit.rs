@@ -15,7 +15,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 use crate::{common, procs};
 use common::TestEnv;
-use common::bus::{PrivateBus, orchestratord_command, wait_for_name};
+use common::bus::{PrivateBus, orchestratord_command, submit_over, wait_for_name};
 use procs::{Proc, wait};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -296,25 +296,7 @@ fn killed_at_any_step_every_answer_has_one_record() {
 
 /// `Submit` over D-Bus, as the soak's writers call it: (success, stdout + stderr).
 fn submit_over_bus(address: &str, i: usize) -> (bool, String) {
-    let o = std::process::Command::new("busctl")
-        .args([
-            "--address",
-            address,
-            "--timeout=120",
-            "call",
-            "org.agentstore.Orchestrator1",
-            "/org/agentstore/Orchestrator1",
-            "org.agentstore.Orchestrator1",
-            "Submit",
-            "s",
-        ])
-        .arg(message(i))
-        .output()
-        .unwrap();
-    (
-        o.status.success(),
-        String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr),
-    )
+    submit_over(address, &message(i))
 }
 
 /// Whether process `pid` waits for a file lock (`/proc/locks` lists a blocked waiter as

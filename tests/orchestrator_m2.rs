@@ -6,7 +6,7 @@ use crate::common;
 
 use agentstore::bus::orchestrator::Orchestrator1Proxy;
 use common::TestEnv;
-use common::bus::{PrivateBus, spawn_orchestratord, wait_for_name, wait_until};
+use common::bus::{PrivateBus, spawn_orchestratord, submit_over, wait_for_name, wait_until};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::process::Child;
@@ -172,25 +172,7 @@ fn queue_selection_order_and_errors() {
     let submit = |content: Value, project: &str| {
         let msg = json!({"command": "research-code", "project": project, "content": content});
         cli_on(&env, &r.bus, &["--format", "json", "daemon", "status"]); // keeps daemon warm
-        let o = std::process::Command::new("busctl")
-            .args([
-                "--address",
-                &r.bus.address,
-                "--json=short",
-                "call",
-                "org.agentstore.Orchestrator1",
-                "/org/agentstore/Orchestrator1",
-                "org.agentstore.Orchestrator1",
-                "Submit",
-                "s",
-            ])
-            .arg(msg.to_string())
-            .output()
-            .unwrap();
-        (
-            o.status.success(),
-            String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr),
-        )
+        submit_over(&r.bus.address, &msg.to_string())
     };
     let (ok, out) = submit(json!({"queue": "nope"}), "TestProject");
     assert!(!ok && out.contains("Queue not found: nope"), "{out}");

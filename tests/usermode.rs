@@ -6,7 +6,7 @@
 
 use crate::common;
 
-use common::bus::{KillOnDrop, PrivateBus, wait_for_name, wait_until};
+use common::bus::{KillOnDrop, PrivateBus, submit_over, wait_for_name, wait_until};
 use common::{Researcher, login};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -240,20 +240,7 @@ fn the_cli_talks_only_to_a_daemon_of_its_own_store() {
     // submission would; errors too.
     for (cid, project, status) in [("audit-1", "P", "done"), ("audit-2", "Nope", "error")] {
         let msg = serde_json::json!({"correlation_id": cid, "command": "research-code", "project": project});
-        let _ = Command::new("busctl")
-            .args([
-                "--address",
-                &bus.address,
-                "call",
-                "org.agentstore.Orchestrator1",
-                "/org/agentstore/Orchestrator1",
-                "org.agentstore.Orchestrator1",
-                "Submit",
-                "s",
-                &msg.to_string(),
-            ])
-            .output()
-            .unwrap();
+        let _ = submit_over(&bus.address, &msg.to_string());
         let path = s.join(format!("messaging/outbox/{cid}.json"));
         let answer: Value = serde_json::from_slice(
             &std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),

@@ -130,6 +130,31 @@ pub fn wait_for_name(bus: &PrivateBus, name: &str) {
     );
 }
 
+/// `Submit(message)` to orchestratord on the bus at `address`, with busctl (`--json=short`;
+/// a call may wait up to 120 s): whether it succeeded, and its stdout then stderr.
+pub fn submit_over(address: &str, message: &str) -> (bool, String) {
+    let o = Command::new("busctl")
+        .args([
+            "--address",
+            address,
+            "--json=short",
+            "--timeout=120",
+            "call",
+            "org.agentstore.Orchestrator1",
+            "/org/agentstore/Orchestrator1",
+            "org.agentstore.Orchestrator1",
+            "Submit",
+            "s",
+            message,
+        ])
+        .output()
+        .expect("busctl");
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr),
+    )
+}
+
 /// Kills and reaps a child process when dropped, so a failing test leaves nothing running.
 pub struct KillOnDrop(pub Child);
 
