@@ -94,6 +94,17 @@ pub(crate) fn run(
     calls: &[Value],
     extra_env: &[(&str, &str)],
 ) -> (Value, Vec<Value>, Output, u32) {
+    run_under(f, calls, extra_env, &[])
+}
+
+/// [`run`] with agentshell started by `wrapper` (a program and its arguments, e.g.
+/// `setpriv … --`), or directly when it is empty.
+pub(crate) fn run_under(
+    f: &Fixture,
+    calls: &[Value],
+    extra_env: &[(&str, &str)],
+    wrapper: &[&str],
+) -> (Value, Vec<Value>, Output, u32) {
     let mut script: Vec<Reply> = calls
         .iter()
         .enumerate()
@@ -107,7 +118,15 @@ pub(crate) fn run(
         .collect();
     script.push(oa_text(&["done"], 10, 5));
     let server = FakeServer::start(script);
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentshell"));
+    let agentshell = env!("CARGO_BIN_EXE_agentshell");
+    let mut cmd = match wrapper.split_first() {
+        Some((program, args)) => {
+            let mut c = Command::new(program);
+            c.args(args).arg(agentshell);
+            c
+        }
+        None => Command::new(agentshell),
+    };
     cmd.args(["exec", "--json", "-"])
         .current_dir(&f.root)
         .env_clear()

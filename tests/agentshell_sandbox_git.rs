@@ -9,7 +9,7 @@ use std::process::Command;
 
 use serde_json::json;
 
-use crate::agentshell_sandbox::{fixture, landlock_here, run, sh};
+use crate::agentshell_sandbox::{fixture, landlock_here, run, run_under, sh};
 
 /// A commit id for a gitlink (git never looks it up for `status`).
 const SHA: &str = "0123456789012345678901234567890123456789";
@@ -124,6 +124,85 @@ fn nested_repositories_a_command_plants_run_nothing_of_the_users_git() {
     assert!(!st.status.success(), "{st:?}");
     // (5: the scratch directory the `.git` file led to is gone with the session.)
     for n in 1..=4 {
+        assert!(!marker(n).exists(), "planted program {n} ran");
+    }
+}
+
+/// Issue 28 (sandbox4's open case): a directory made unlistable but searchable (mode 0311)
+/// hid what is inside it from the sweep, while git still reaches it by name — `d/sub/.git`
+/// through a gitlink, a hook in a `hooks/` nobody may list. As root the sweep reads every
+/// directory anyway, so agentshell runs without CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH,
+/// as any other user would.
+#[test]
+fn a_directory_made_unlistable_hides_nothing_from_the_sweep() {
+    if !landlock_here("a_directory_made_unlistable_hides_nothing_from_the_sweep") {
+        return;
+    }
+    let f = fixture();
+    user_git(&f.root, &f.home, &["init", "-q"]);
+    let marker = |n: u8| f.dir.path().join(format!("RAN-{n}"));
+    let git = "env -u GIT_DIR -u GIT_WORK_TREE -u GIT_CEILING_DIRECTORIES git";
+    let calls = [
+        sh(&format!(
+            "mkdir d && {git} init -q d/sub && printf \"[core]\\n\\tfsmonitor = \\\"touch {}; false\\\"\\n\" >> d/sub/.git/config && {git} update-index --add --cacheinfo 160000,{SHA},d/sub && chmod 311 d && echo planted",
+            marker(1).display()
+        )),
+        sh(&format!(
+            "{git} init -q h && printf \"#!/bin/sh\\ntouch {}\\n\" > h/.git/hooks/pre-commit && chmod +x h/.git/hooks/pre-commit && chmod 311 h/.git/hooks && echo planted",
+            marker(2).display()
+        )),
+    ];
+    let without_dac = [
+        "setpriv",
+        "--bounding-set=-dac_override,-dac_read_search",
+        "--",
+    ];
+    let wrapper: &[&str] = if nix::unistd::geteuid().is_root() {
+        &without_dac
+    } else {
+        &[]
+    };
+    let (result, tools, _, _) = run_under(&f, &calls, &[], wrapper);
+    assert_eq!(result["permission_denials"], json!([]), "{result}");
+    for (i, p) in [(0, "d/sub/.git/config"), (1, "h/.git/hooks/pre-commit")] {
+        assert_eq!(tools[i]["stdout"], "planted\n", "call {i}: {}", tools[i]);
+        assert!(!f.root.join(p).exists(), "{p} left in place: {}", tools[i]);
+        assert!(
+            f.root.join(format!("{p}.refused-by-sandbox")).exists(),
+            "{p} kept aside"
+        );
+        assert!(
+            tools[i]["stderr"].as_str().unwrap().contains(p),
+            "call {i} is told about {p}: {}",
+            tools[i]
+        );
+    }
+    // The directories keep the mode the command gave them.
+    use std::os::unix::fs::PermissionsExt;
+    for d in ["d", "h/.git/hooks"] {
+        let mode = std::fs::metadata(f.root.join(d))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o311, "{d}");
+    }
+    user_git(&f.root, &f.home, &["status", "--short"]);
+    user_git(
+        &f.root.join("h"),
+        &f.home,
+        &[
+            "-c",
+            "user.name=u",
+            "-c",
+            "user.email=u@x",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "x",
+        ],
+    );
+    for n in 1..=2 {
         assert!(!marker(n).exists(), "planted program {n} ran");
     }
 }

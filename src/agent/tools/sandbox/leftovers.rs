@@ -108,6 +108,31 @@ fn stamp(p: &Path) -> Option<Stamp> {
     })
 }
 
+/// `read_dir`, also of a directory made unlistable but left searchable (mode 0311): git
+/// still reaches `d/sub/.git` or `hooks/post-checkout` through it by name, so the sweep must
+/// see in. Such a directory of this process's own user (the confined process runs as that
+/// user) is made readable for the moment it is opened, then given its mode back. Root reads
+/// it anyway; one of another user is left (the confined process could not have made it).
+fn read_dir_unhidden(d: &Path) -> std::io::Result<std::fs::ReadDir> {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::read_dir(d) {
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            let m = std::fs::symlink_metadata(d)?;
+            if !m.is_dir() || m.uid() != nix::unistd::geteuid().as_raw() {
+                return Err(e);
+            }
+            let mode = m.permissions();
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(mode.mode() | 0o500))?;
+            let entries = std::fs::read_dir(d);
+            if let Err(e) = std::fs::set_permissions(d, mode) {
+                tracing::warn!("cannot give {} its mode back: {e}", d.display());
+            }
+            entries
+        }
+        r => r,
+    }
+}
+
 /// Why a file would steer a later session, or `None` when it is harmless.
 type Verdict = Option<String>;
 
@@ -186,7 +211,7 @@ impl Snapshot {
         let mut stack = vec![self.root.clone()];
         let mut seen = 0usize;
         while let Some(d) = stack.pop() {
-            let Ok(entries) = std::fs::read_dir(&d) else {
+            let Ok(entries) = read_dir_unhidden(&d) else {
                 self.check_dir(&d, visit);
                 continue;
             };
@@ -247,7 +272,7 @@ impl Snapshot {
                     visit(hooks, Some("a link for git's hooks".into()));
                 }
                 Ok(m) if m.is_dir() => {
-                    for e in std::fs::read_dir(&hooks).into_iter().flatten().flatten() {
+                    for e in read_dir_unhidden(&hooks).into_iter().flatten().flatten() {
                         let name = e.file_name();
                         let name = name.to_string_lossy();
                         // Git runs neither its samples nor what an earlier sweep moved aside.
