@@ -367,3 +367,114 @@ async fn a_planted_answer_is_never_taken_for_a_persons() {
     })
     .await
 }
+
+/// Issue 34 (the soak with both machines serving both queues: 457 of 2,237 requests answered
+/// twice): another machine's manager of the same queue — here a standby over a sync engine,
+/// a real `queue-manager` process as machine `z-approvals-beta` with its own state (its own
+/// master key, as on another computer) — sees the same `Jobs/approvals/`, but only the
+/// manager that runs the job publishes, answers and records its request. Before, the other
+/// published and recorded every request again, and either recorded the answer again or
+/// removed it as unsigned; an answer given to it now names the machine to ask.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_machines_manager_of_the_queue_leaves_a_request_to_the_one_running_its_job() {
+    guarded(async {
+        let s = Setup::new(Some(json!({"deadline_seconds": 120})), &["touch first.txt"]).await;
+        // Beta beats every second (the waits below are for its beats).
+        let cfg = s.env.root.join("config.yaml");
+        let mut text = std::fs::read_to_string(&cfg).unwrap();
+        text.push_str("machines:\n  heartbeat_seconds: 1\n  stale_after_seconds: 120\n");
+        std::fs::write(&cfg, text).unwrap();
+        // This machine's manager beats first, so beta is the second (started in the same
+        // second, the host names decide: this machine's key is `m-…`, beta's sorts after).
+        let beats = |dir: &std::path::Path| {
+            std::fs::read_dir(dir)
+                .map(|d| {
+                    d.flatten().any(|m| {
+                        m.path()
+                            .join(format!("queue-manager.{}.json", s.env.queue))
+                            .is_file()
+                    })
+                })
+                .unwrap_or(false)
+        };
+        let machines = s.env.root.join("machines");
+        tokio::task::block_in_place(|| {
+            crate::procs::wait(HANG_GUARD, "this machine's manager beating", || {
+                beats(&machines)
+            })
+        });
+        let beta_state = tempfile::tempdir().unwrap();
+        let beta_bus = PrivateBus::start();
+        let _beta = crate::procs::Proc(
+            std::process::Command::new(env!("CARGO_BIN_EXE_queue-manager"))
+                .args(["--queue", &s.env.queue, "--bus", &beta_bus.address])
+                .args(["--launcher", "direct", "--idle-exit", "0", "--root"])
+                .arg(&s.env.root)
+                .env("AGENTSTORE_HOSTNAME", "z-approvals-beta")
+                .env("STATE_DIRECTORY", beta_state.path())
+                .env("RUST_LOG", "warn")
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let beat = s.env.root.join(format!(
+            "machines/z-approvals-beta/queue-manager.{}.json",
+            s.env.queue
+        ));
+        let beta_beats = || std::fs::metadata(&beat).and_then(|m| m.modified()).ok();
+        let wait = |what: &str, cond: &dyn Fn() -> bool| {
+            // The manager under test runs on this runtime: let it, while this waits.
+            tokio::task::block_in_place(|| crate::procs::wait(HANG_GUARD, what, cond))
+        };
+        // Beta stands down while this machine serves the queue (a sync engine's store): the
+        // job is this machine's.
+        wait("beta standing down", &|| {
+            events(&s.env.root)
+                .iter()
+                .any(|e| e["event"] == "queue_served_elsewhere" && e["host"] == "z-approvals-beta")
+        });
+        let mut changes = Changes::subscribe(&s.bus, &s.env.queue).await;
+        let mut reqs = requests(&s.bus, &s.env).await;
+        s.queue_job("agent-two");
+        let (job_id, req, ..) = reqs.recv().await.unwrap();
+        assert_eq!(job_id, "agent-two");
+        // Beta has seen the request file: a heartbeat of its loop after it appeared.
+        let asked = std::time::SystemTime::now();
+        wait("a beat of beta after the request", &|| {
+            beta_beats().is_some_and(|t| t > asked)
+        });
+        // Asked of beta, the answer names the machine to ask.
+        let o = std::process::Command::new("busctl")
+            .arg(format!("--address={}", beta_bus.address))
+            .arg("call")
+            .arg(agentstore::bus::queue_bus_name(&s.env.queue))
+            .arg(agentstore::bus::queue_object_path(&s.env.queue))
+            .arg("org.agentstore.Queue1")
+            .args(["Answer", "sbbs", &req, "true", "false", ""])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "beta took the answer");
+        assert!(err.contains("answer it there"), "{err}");
+        let (ok, err) = s.answer_as(owner_uid(), &req, true, false, "");
+        assert!(ok, "{err}");
+        let (state, doc) = s.ended(&mut changes, "agent-two").await;
+        assert_eq!(state, "finished", "{}", doc["runtime"]);
+        assert!(s.env.work.join("first.txt").exists(), "{}", doc["runtime"]);
+        let ended = std::time::SystemTime::now();
+        wait("a beat of beta after the job ended", &|| {
+            beta_beats().is_some_and(|t| t > ended)
+        });
+        let events = events(&s.env.root);
+        for what in ["approval_requested", "approval_answered"] {
+            let of_job: Vec<&Value> = events
+                .iter()
+                .filter(|e| e["event"] == what && e["job_id"] == "agent-two")
+                .collect();
+            assert_eq!(of_job.len(), 1, "{what}: {of_job:?}");
+            assert_ne!(of_job[0]["host"], "z-approvals-beta", "{what}");
+        }
+        s.stop().await;
+    })
+    .await
+}

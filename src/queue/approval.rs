@@ -56,14 +56,14 @@ impl Manager {
         let on_disk = self.store.pending_approvals(&q);
         let mut added = Vec::new();
         for req in on_disk {
-            let running = crate::store::safe::is_file(&self.store.job_path(
-                &q,
-                JobStatus::Running,
-                &req.job_id,
-            ));
-            if !running {
-                self.store.remove_approval(&q, &req.request_id);
-                continue;
+            match self.asker(&req) {
+                Asker::Here => {}
+                // Its machine's manager publishes, answers and removes it.
+                Asker::Elsewhere => continue,
+                Asker::Ended => {
+                    self.store.remove_approval(&q, &req.request_id);
+                    continue;
+                }
             }
             if !self
                 .approvals
@@ -101,6 +101,7 @@ impl Manager {
                 Some(req)
                     if !known
                         && req.request_id == id
+                        && matches!(self.asker(&req), Asker::Here)
                         && self.checked_answer(&req.job_id, id).is_none() =>
                 {
                     self.publish_request(req).await;
@@ -211,9 +212,7 @@ impl Manager {
             .iter()
             .find(|r| r.request_id == request_id)
             .cloned()
-            .ok_or_else(|| {
-                QueueError::NotFound(crate::permissions::no_such_request(request_id, &q))
-            })?;
+            .ok_or_else(|| self.not_asked_here(request_id, caller))?;
         let path = self.store.job_path(&q, JobStatus::Running, &req.job_id);
         let job: Option<Job> = self.store.read_doc(DocKind::Job, &path).ok();
         let project = job
@@ -333,7 +332,86 @@ pub(super) fn may_see_request(
     caller.can_see_job_opt(job.as_ref(), project.as_ref())
 }
 
+/// Whose request a request in `Jobs/approvals/` is, as this manager sees it.
+enum Asker {
+    /// A job this manager runs (its worker, its Slurm job, or a running job of this
+    /// machine it has not adopted yet).
+    Here,
+    /// A job another machine's manager runs — or one whose running document has not reached
+    /// this copy of the store yet.
+    Elsewhere,
+    /// A job that ended: its request is left over.
+    Ended,
+}
+
 impl Manager {
+    /// Whose request a request of job `job_id` is. Only the manager that runs the job
+    /// publishes, answers and records its requests: another machine's manager serving the
+    /// same queue (a standby, or over a shared filesystem) sees the same synced folder but
+    /// could sign no answer that job's worker takes, and would record every request and
+    /// answer a second time (the soak of issue 34: 457 of 2,237 requests answered twice)
+    /// and remove the owner's answers as unsigned.
+    fn asker(&self, req: &ApprovalRequest) -> Asker {
+        let job_id = req.job_id.as_str();
+        if self.running.contains_key(job_id) || self.slurm.jobs.contains_key(job_id) {
+            return Asker::Here;
+        }
+        let q = &self.cfg.queue;
+        let path = self.store.job_path(q, JobStatus::Running, job_id);
+        match self.store.read_doc::<Job>(DocKind::Job, &path) {
+            Ok(job)
+                if job
+                    .runtime
+                    .host
+                    .as_deref()
+                    .is_none_or(|h| self.is_this_machine(h)) =>
+            {
+                Asker::Here
+            }
+            Ok(_) => Asker::Elsewhere,
+            Err(_) if crate::store::safe::exists(&path) => Asker::Elsewhere,
+            Err(_) => {
+                let ended = [JobStatus::Finished, JobStatus::Failed]
+                    .into_iter()
+                    .any(|s| crate::store::safe::is_file(&self.store.job_path(q, s, job_id)));
+                // No running job: one that ended, or a request older than a sync engine
+                // takes to bring the job's own document (a machine's jobs are judged lost
+                // after that time too), is left over; a younger one may be ahead of it.
+                let grace = self.store.config().machines.lost_job_grace_seconds;
+                if ended || req.requested_at.plus_secs(grace) <= Timestamp::now() {
+                    Asker::Ended
+                } else {
+                    Asker::Elsewhere
+                }
+            }
+        }
+    }
+
+    /// The error for an answer to a request this manager does not hold: where the request's
+    /// job runs when that is another machine (the answer must be given there), else the
+    /// unknown-request answer.
+    fn not_asked_here(&self, request_id: &str, caller: &Caller) -> QueueError {
+        let q = &self.cfg.queue;
+        let unknown = || QueueError::NotFound(crate::permissions::no_such_request(request_id, q));
+        let Some(req) = self.store.approval_request(q, request_id) else {
+            return unknown();
+        };
+        if !may_see_request(&self.store, q, &req, caller) {
+            return unknown();
+        }
+        let path = self.store.job_path(q, JobStatus::Running, &req.job_id);
+        match self.store.read_doc::<Job>(DocKind::Job, &path) {
+            Ok(job) => match job.runtime.host.as_deref() {
+                Some(h) if !self.is_this_machine(h) => QueueError::Failed(format!(
+                    "approval request {request_id} is job {}'s, which runs on machine {h}: answer it there (its queue manager signs the answers its worker takes)",
+                    req.job_id
+                )),
+                _ => unknown(),
+            },
+            Err(_) => unknown(),
+        }
+    }
+
     /// Job `job_id`'s approval key: derived from this manager's master key, so a manager
     /// that restarts (and re-adopts the job) signs and checks as the one that started it.
     pub(super) fn approval_key(&self, job_id: &str) -> String {
