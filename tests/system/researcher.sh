@@ -70,11 +70,14 @@ queued_id() { sed -n 's/^Job queued: \([0-9a-f-]*\).*/\1/p' <<<"$1" | head -1; }
 fits80() { perl -CS -ne 'chomp; $bad = 1 if length($_) > 80; END { exit($bad ? 1 : 0) }' <<<"$2"; }
 check_fits() { sys_check "$1 fits 80 columns" fits80 "$1" "$2"; }
 flat() { tr '\n' ' ' <<<"$1" | tr -s ' '; }
+fake_model_n=0
 fake_model() { # SCRIPT_JSON — (re)start the endpoint with these replies
     printf '%s' "$1" >"$root/var/tmp/script.json"
-    x systemctl stop fake-anthropic.service >/dev/null 2>&1 || true
-    x systemctl reset-failed fake-anthropic.service >/dev/null 2>&1 || true
-    x systemd-run --unit fake-anthropic --property=Type=exec /usr/local/bin/fake_anthropic \
+    x systemctl stop 'fake-anthropic*.service' >/dev/null 2>&1 || true
+    # A new name each time: a stopped transient unit can stay loaded (seen when systemd
+    # cannot remove its cgroup on this host's v1 hierarchy), and its name is then refused.
+    fake_model_n=$((fake_model_n + 1))
+    x systemd-run --unit "fake-anthropic-$fake_model_n" --property=Type=exec /usr/local/bin/fake_anthropic \
         --listen 127.0.0.1:18555 --script /var/tmp/script.json --log /var/tmp/anthropic.jsonl >/dev/null 2>&1
     sys_wait_until 20 "the fake Anthropic endpoint" x bash -c 'exec 3<>/dev/tcp/127.0.0.1/18555'
 }
