@@ -243,7 +243,7 @@ impl Manager {
         if let Ok(out) = self.slurm_run("sbatch", &args).await {
             let sid = out.trim().split(';').next().unwrap_or_default().to_string();
             self.slurm.probe = Some((sid, file));
-            self.slurm.poll_at = Some(Instant::now());
+            self.slurm.poll_now();
         } else {
             // Submitted again with the next job.
             self.slurm.probed = false;
@@ -416,7 +416,7 @@ impl Manager {
         }
         self.sbatch_all(fresh).await;
         self.slurm_release(&release).await;
-        self.slurm.poll_at = Some(Instant::now());
+        self.slurm.poll_now();
         for id in &marked {
             self.unmark(MarkKind::Start, id);
         }
@@ -560,16 +560,7 @@ impl Manager {
         ));
         self.slurm.jobs.insert(
             id.clone(),
-            Tracked {
-                slurm_id: sid.clone(),
-                limit,
-                state: "PENDING".to_string(),
-                end: None,
-                ended_at: None,
-                relay: relay.clone(),
-                asks_read: 0,
-                asked: Vec::new(),
-            },
+            Tracked::new(&sid, limit, "PENDING", relay.clone()),
         );
         if relay.is_some() {
             // Recorded: its hold is the gate, opened now.

@@ -21,20 +21,7 @@ impl Manager {
             )
             .no_event_line(),
         );
-        self.slurm.jobs.insert(
-            id.to_string(),
-            Tracked {
-                slurm_id: sid.to_string(),
-                limit,
-                state: String::new(),
-                end: None,
-                ended_at: None,
-                relay,
-                asks_read: 0,
-                asked: Vec::new(),
-            },
-        );
-        self.slurm.poll_at = Some(Instant::now());
+        self.slurm.adopt(id, Tracked::new(sid, limit, "", relay));
     }
 
     /// Watches `running_jobs/` of a Slurm queue: a worker that wrote its end (its file moved
@@ -106,17 +93,13 @@ impl Manager {
         self.slurm_run("scancel", &args)
             .await
             .map_err(|e| format!("scancel {sid}: {e}"))?;
-        self.slurm.poll_at = Some(Instant::now());
+        self.slurm.poll_now();
         Ok(())
     }
 
     /// When the next poll is due.
     pub(in crate::queue) fn slurm_deadline(&self) -> Option<Instant> {
-        if self.slurm.jobs.is_empty() && self.slurm.probe.is_none() {
-            None
-        } else {
-            self.slurm.poll_at
-        }
+        self.slurm.deadline()
     }
 
     /// One look at all of the queue's Slurm jobs, if due.
@@ -131,7 +114,7 @@ impl Manager {
     pub(in crate::queue) async fn slurm_poll(&mut self) {
         let every = self.poll_interval();
         self.slurm.poll_at = Some(add_secs(Instant::now(), every));
-        if self.slurm.jobs.is_empty() && self.slurm.probe.is_none() {
+        if self.slurm.idle() {
             return;
         }
         let q = self.cfg.queue.clone();
@@ -153,67 +136,16 @@ impl Manager {
             self.set_slurm_status(None);
         }
         self.probe_verdict(&listed);
-        let mut release = Vec::new();
-        let mut over = Vec::new();
-        let mut ended = Vec::new();
-        let mut changed = false;
-        let now = Instant::now();
-        for id in ids {
-            let running_file = self.store.job_path(&q, JobStatus::Running, &id).is_file();
-            let Some(t) = self.slurm.jobs.get_mut(&id) else {
-                continue;
-            };
-            if !running_file {
-                // The worker wrote its end (or the file was taken away).
-                changed = true;
-                ended.push((id, None));
-                continue;
-            }
-            let me = listed
-                .iter()
-                .find(|j| j.id == t.slurm_id && j.name == format!("{JOB_NAME_PREFIX}{id}"))
-                .cloned()
-                .unwrap_or_else(|| SlurmJob {
-                    id: t.slurm_id.clone(),
-                    name: format!("{JOB_NAME_PREFIX}{id}"),
-                    state: "UNKNOWN".to_string(),
-                    reason: if is_slurm_job_id(&t.slurm_id) {
-                        format!("no longer listed by squeue as {JOB_NAME_PREFIX}{id}")
-                    } else {
-                        format!(
-                            "its runtime.slurm_job_id {:?} is not a Slurm job id",
-                            t.slurm_id
-                        )
-                    },
-                    elapsed: 0,
-                });
-            // Our own hold (sbatch --hold: JobHeldUser), never an administrator's.
-            if me.state == "PENDING" && me.reason == "JobHeldUser" {
-                release.push(me.id.clone());
-            }
-            changed |= t.state != me.state;
-            t.state = me.state.clone();
-            if !is_terminal(&me.state) {
-                t.ended_at = None;
-                if me.state == "RUNNING" && t.end.is_none() && me.elapsed >= t.limit {
-                    over.push(id);
-                }
-                continue;
-            }
-            match t.ended_at {
-                None => t.ended_at = Some(now),
-                Some(at) if now.duration_since(at) >= SETTLE_GRACE => ended.push((id, Some(me))),
-                Some(_) => {}
-            }
-        }
-        if self.slurm.jobs.values().any(|t| t.ended_at.is_some()) {
-            let soon = add_secs(Instant::now(), SETTLE_GRACE.as_secs());
-            self.slurm.poll_at = self.slurm.poll_at.map(|at| at.min(soon));
-        }
-        if changed {
-            let soon = Instant::now() + BUSY_POLL;
-            self.slurm.poll_at = self.slurm.poll_at.map(|at| at.min(soon));
-        }
+        let store = &self.store;
+        let Seen {
+            release,
+            over,
+            ended,
+        } = self.slurm.observe(
+            &listed,
+            |id| store.job_path(&q, JobStatus::Running, id).is_file(),
+            Instant::now(),
+        );
         self.slurm_release(&release).await;
         self.relay_asks().await;
         for id in over {

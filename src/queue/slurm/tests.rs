@@ -186,3 +186,112 @@ fn states_and_errors() {
             .is_transient()
     );
 }
+
+/// One `squeue` line of job `id`'s Slurm job `sid`.
+fn listed(id: &str, sid: &str, state: &str, reason: &str, elapsed: u64) -> SlurmJob {
+    SlurmJob {
+        id: sid.into(),
+        name: format!("{JOB_NAME_PREFIX}{id}"),
+        state: state.into(),
+        reason: reason.into(),
+        elapsed,
+    }
+}
+
+#[test]
+fn an_squeue_answer_releases_our_holds_and_cancels_what_is_over_its_time() {
+    let mut s = SlurmState::default();
+    s.adopt("held", Tracked::new("11", 60, "", None));
+    s.adopt("admin-held", Tracked::new("12", 60, "", None));
+    s.adopt("late", Tracked::new("13", 60, "", None));
+    s.adopt("busy", Tracked::new("14", 60, "", None));
+    let now = Instant::now();
+    s.poll_at = Some(now + std::time::Duration::from_secs(30));
+    let answer = [
+        listed("held", "11", "PENDING", "JobHeldUser", 0),
+        listed("admin-held", "12", "PENDING", "JobHeldAdmin", 0),
+        listed("late", "13", "RUNNING", "None", 60),
+        listed("busy", "14", "RUNNING", "None", 59),
+    ];
+    let seen = s.observe(&answer, |_| true, now);
+    assert_eq!(seen.release, ["11"], "our own hold only");
+    assert_eq!(seen.over, ["late"]);
+    assert!(seen.ended.is_empty());
+    assert_eq!(s.counts(), (2, 2));
+    assert_eq!(
+        s.poll_at,
+        Some(now + BUSY_POLL),
+        "states changed: look again soon"
+    );
+    // A job already being stopped is not cancelled again.
+    s.jobs.get_mut("late").unwrap().end = Some(EndCause::Timeout);
+    let seen = s.observe(&answer, |_| true, now);
+    assert!(seen.over.is_empty());
+}
+
+#[test]
+fn a_job_ends_at_once_when_its_worker_wrote_it_and_after_a_grace_when_slurm_says_so() {
+    let mut s = SlurmState::default();
+    s.adopt("wrote", Tracked::new("21", 600, "RUNNING", None));
+    s.adopt("failed", Tracked::new("22", 600, "RUNNING", None));
+    s.adopt("gone", Tracked::new("23", 600, "RUNNING", None));
+    s.adopt("forged", Tracked::new("1;rm", 600, "RUNNING", None));
+    let t0 = Instant::now();
+    s.poll_at = Some(t0 + std::time::Duration::from_secs(30));
+    // 21 is listed under another job's name: not ours, so "wrote" is judged by its file.
+    let answer = [
+        listed("other", "21", "RUNNING", "None", 5),
+        listed("failed", "22", "FAILED", "NonZeroExitCode", 5),
+    ];
+    let seen = s.observe(&answer, |id| id != "wrote", t0);
+    assert_eq!(seen.ended, [("wrote".to_string(), None)]);
+    assert!(s.tracks("wrote"), "settling it is the caller's");
+    assert_eq!(s.poll_at, Some(t0 + BUSY_POLL));
+    s.jobs.remove("wrote");
+    // Seen ended (or unlisted) less than SETTLE_GRACE ago: the worker may still write.
+    let seen = s.observe(&answer, |_| true, t0 + SETTLE_GRACE / 2);
+    assert!(seen.ended.is_empty(), "{seen:?}");
+    let seen = s.observe(&answer, |_| true, t0 + SETTLE_GRACE);
+    let ended: Vec<_> = seen
+        .ended
+        .iter()
+        .map(|(id, j)| {
+            (
+                id.as_str(),
+                j.as_ref().map(|j| (j.state.as_str(), j.reason.as_str())),
+            )
+        })
+        .collect();
+    assert_eq!(
+        ended,
+        [
+            ("failed", Some(("FAILED", "NonZeroExitCode"))),
+            (
+                "forged",
+                Some((
+                    "UNKNOWN",
+                    "its runtime.slurm_job_id \"1;rm\" is not a Slurm job id"
+                ))
+            ),
+            (
+                "gone",
+                Some(("UNKNOWN", "no longer listed by squeue as agentstore-gone"))
+            ),
+        ]
+    );
+    // Back in a live state, a job's grace starts again.
+    let back = [listed("failed", "22", "RUNNING", "None", 6)];
+    s.observe(&back, |_| true, t0 + SETTLE_GRACE);
+    assert_eq!(s.jobs["failed"].ended_at, None);
+}
+
+#[test]
+fn nothing_tracked_means_no_poll_due() {
+    let mut s = SlurmState::default();
+    s.poll_now();
+    assert_eq!(s.deadline(), None);
+    s.adopt("j", Tracked::new("1", 60, "", None));
+    assert!(s.deadline().is_some_and(|at| at <= Instant::now()));
+    assert!(s.tracks("j") && !s.tracks("k"));
+    assert_eq!(s.job_ids().collect::<Vec<_>>(), ["j"]);
+}
