@@ -4,8 +4,9 @@
 //! reads them through the methods below; the folder's other files run the Slurm commands and
 //! settle what [`SlurmState::observe`] decides.
 
+use super::SlurmJob;
 use super::relay::Relay;
-use super::{BUSY_POLL, EndCause, JOB_NAME_PREFIX, PartitionLimits, SETTLE_GRACE, SlurmJob};
+use super::{BUSY_POLL, EndCause, JOB_NAME_PREFIX, PartitionLimits, SETTLE_GRACE, SUBMIT_BATCH};
 use super::{add_secs, is_slurm_job_id, is_terminal};
 use std::collections::{HashMap, HashSet};
 use tokio::time::Instant;
@@ -109,6 +110,50 @@ impl SlurmState {
     /// Why Slurm cannot be used now, if it cannot.
     pub(in crate::queue) fn status(&self) -> Option<String> {
         self.status.clone()
+    }
+
+    /// How many more jobs may go to Slurm now, with at most `max` there: none once the
+    /// probe found the store not shared; at most [`SUBMIT_BATCH`] at once.
+    pub(super) fn free(&self, max: usize) -> usize {
+        if self.unshared {
+            return 0;
+        }
+        max.saturating_sub(self.jobs.len()).min(SUBMIT_BATCH)
+    }
+
+    /// Sets why Slurm cannot be used (None: it can); the new status when it changed.
+    pub(super) fn set_status(&mut self, status: Option<String>) -> Option<Option<String>> {
+        let changed = status != self.status;
+        self.status = status;
+        changed.then(|| self.status.clone())
+    }
+
+    /// Counts `n` Slurm commands run.
+    pub(super) fn count_calls(&mut self, n: u64) {
+        self.calls = self.calls.saturating_add(n);
+    }
+
+    /// The shared-store probe once Slurm ended it (its Slurm job id, file and end state; the
+    /// probe is then forgotten, and the store taken as not shared unless it COMPLETED:
+    /// it completes only when it read this manager's token from the file).
+    pub(super) fn probe_ended(
+        &mut self,
+        listed: &[SlurmJob],
+    ) -> Option<(String, std::path::PathBuf, String)> {
+        let (sid, _) = self.probe.as_ref()?;
+        let state = listed
+            .iter()
+            .find(|j| j.id == *sid)
+            .map_or("UNKNOWN", |j| j.state.as_str())
+            .to_string();
+        if !is_terminal(&state) {
+            return None;
+        }
+        let (sid, file) = self.probe.take()?;
+        if state != "COMPLETED" {
+            self.unshared = true;
+        }
+        Some((sid, file, state))
     }
 
     /// Starts tracking job `id` and looks at it at once.

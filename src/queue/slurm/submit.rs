@@ -21,14 +21,11 @@ impl Manager {
             .slurm_cfg()
             .max_in_slurm
             .map_or(usize::MAX, |m| usize::try_from(m).unwrap_or(usize::MAX));
-        if self.slurm.unshared {
-            return 0;
-        }
-        max.saturating_sub(self.slurm.jobs.len()).min(SUBMIT_BATCH)
+        self.slurm.free(max)
     }
 
     pub(super) fn set_slurm_status(&mut self, status: Option<String>) {
-        if status != self.slurm.status {
+        if let Some(status) = self.slurm.set_status(status) {
             match &status {
                 Some(s) => self.record(Record::warn(
                     self.event("slurm_unavailable").detail(s),
@@ -40,7 +37,6 @@ impl Manager {
                 )),
             }
         }
-        self.slurm.status = status;
     }
 
     pub(super) async fn slurm_run(
@@ -54,7 +50,7 @@ impl Manager {
         } else {
             Vec::new()
         };
-        self.slurm.calls = self.slurm.calls.saturating_add(1);
+        self.slurm.count_calls(1);
         let r = run(prog, args, &env).await;
         self.note_transient(&r);
         r
@@ -78,7 +74,7 @@ impl Manager {
         use futures_util::StreamExt;
         let env = self.cfg.worker_env.clone();
         let n = u64::try_from(subs.len()).unwrap_or(u64::MAX);
-        self.slurm.calls = self.slurm.calls.saturating_add(n);
+        self.slurm.count_calls(n);
         // Each job's approval key goes in sbatch's own environment, which Slurm gives the
         // batch step (issue 27: without it every person-approval of a Slurm job was denied);
         // never on a command line (any local user reads those) nor in the store.
@@ -252,23 +248,13 @@ impl Manager {
 
     /// The probe's verdict once Slurm ended it.
     pub(super) fn probe_verdict(&mut self, listed: &[SlurmJob]) {
-        let Some((sid, file)) = self.slurm.probe.clone() else {
+        let Some((sid, file, state)) = self.slurm.probe_ended(listed) else {
             return;
         };
-        let state = listed
-            .iter()
-            .find(|j| j.id == sid)
-            .map_or("UNKNOWN", |j| j.state.as_str());
-        if !is_terminal(state) {
-            return;
-        }
-        self.slurm.probe = None;
         let _ = crate::store::safe::remove_file(&file);
-        // It completed only when it read this manager's token from the file.
         if state == "COMPLETED" {
             return;
         }
-        self.slurm.unshared = true;
         let text = format!(
             "jobs stay queued: the store {} is not shared with the compute nodes: Slurm job {sid} (the probe) ended {state}: the file it reads, {}, written on this host, was not visible to it; put the store on the cluster's shared filesystem at the same path on every node, then restart the queue manager",
             self.cfg.root.display(),

@@ -295,3 +295,36 @@ fn nothing_tracked_means_no_poll_due() {
     assert!(s.tracks("j") && !s.tracks("k"));
     assert_eq!(s.job_ids().collect::<Vec<_>>(), ["j"]);
 }
+
+#[test]
+fn a_probe_that_did_not_complete_stops_all_submissions() {
+    let mut s = SlurmState::default();
+    assert_eq!(s.free(usize::MAX), SUBMIT_BATCH);
+    s.adopt("j", Tracked::new("1", 60, "", None));
+    assert_eq!(s.free(3), 2);
+    assert_eq!(s.free(0), 0);
+    s.probe = Some(("7".into(), "/store/logs/.slurm-probe-q-1".into()));
+    let pending = [listed("probe-q", "7", "PENDING", "Priority", 0)];
+    assert_eq!(s.probe_ended(&pending), None, "not ended yet");
+    let done = [listed("probe-q", "7", "COMPLETED", "None", 1)];
+    let (sid, _, state) = s.probe_ended(&done).unwrap();
+    assert_eq!((sid.as_str(), state.as_str()), ("7", "COMPLETED"));
+    assert!(s.probe.is_none() && !s.unshared);
+    assert_eq!(s.free(3), 2);
+    // A probe Slurm no longer lists ended too (UNKNOWN): the store is not shared.
+    s.probe = Some(("8".into(), "/store/logs/.slurm-probe-q-1".into()));
+    let (_, _, state) = s.probe_ended(&[]).unwrap();
+    assert_eq!(state, "UNKNOWN");
+    assert!(s.unshared);
+    assert_eq!(s.free(usize::MAX), 0);
+}
+
+#[test]
+fn the_status_says_when_it_changed() {
+    let mut s = SlurmState::default();
+    assert_eq!(s.set_status(None), None);
+    assert_eq!(s.set_status(Some("down".into())), Some(Some("down".into())));
+    assert_eq!(s.set_status(Some("down".into())), None);
+    assert_eq!(s.status(), Some("down".into()));
+    assert_eq!(s.set_status(None), Some(None));
+}
