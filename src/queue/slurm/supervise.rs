@@ -52,15 +52,15 @@ impl Manager {
     pub(in crate::queue) async fn slurm_reap(&mut self, name: Option<&str>) {
         let q = self.cfg.queue.clone();
         let ids: Vec<String> = match name.map(|n| n.trim_end_matches(".json")) {
-            Some(id) if self.slurm.jobs.contains_key(id) => vec![id.to_string()],
+            Some(id) if self.slurm.tracks(id) => vec![id.to_string()],
             Some(_) => return,
-            None => self.slurm.jobs.keys().cloned().collect(),
+            None => self.slurm.job_ids().cloned().collect(),
         };
         for id in ids {
             if self.store.job_path(&q, JobStatus::Running, &id).is_file() {
                 continue;
             }
-            if let Some(t) = self.slurm.jobs.remove(&id) {
+            if let Some(t) = self.slurm.untrack(&id) {
                 self.forget_asks(&t);
                 let relay = t.relay.clone();
                 self.settle(&id, None).await;
@@ -75,7 +75,7 @@ impl Manager {
         id: &str,
         cause: EndCause,
     ) -> Result<(), String> {
-        let Some(t) = self.slurm.jobs.get_mut(id) else {
+        let Some(t) = self.slurm.job_mut(id) else {
             return Ok(());
         };
         if t.end.is_none() {
@@ -113,17 +113,17 @@ impl Manager {
     /// time limit.
     pub(in crate::queue) async fn slurm_poll(&mut self) {
         let every = self.poll_interval();
-        self.slurm.poll_at = Some(add_secs(Instant::now(), every));
+        self.slurm.poll_in(every);
         if self.slurm.idle() {
             return;
         }
         let q = self.cfg.queue.clone();
-        let ids: Vec<String> = self.slurm.jobs.keys().cloned().collect();
+        let ids: Vec<String> = self.slurm.job_ids().cloned().collect();
         let probe = format!("probe-{q}");
         let refs: Vec<&str> = ids
             .iter()
             .map(String::as_str)
-            .chain(self.slurm.probe.as_ref().map(|_| probe.as_str()))
+            .chain(self.slurm.probing().then_some(probe.as_str()))
             .collect();
         let listed = match self.squeue(&refs).await {
             Ok(l) => l,
@@ -132,7 +132,7 @@ impl Manager {
                 return;
             }
         };
-        if !self.slurm.unshared {
+        if self.slurm.store_shared() {
             self.set_slurm_status(None);
         }
         self.probe_verdict(&listed);
@@ -155,7 +155,7 @@ impl Manager {
             }
         }
         for (id, slurm_job) in ended {
-            let Some(t) = self.slurm.jobs.remove(&id) else {
+            let Some(t) = self.slurm.untrack(&id) else {
                 continue;
             };
             self.forget_asks(&t);
