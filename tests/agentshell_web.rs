@@ -817,39 +817,13 @@ impl Page<'_> {
         let shot = self
             .browser
             .call(Some(&s), "Page.captureScreenshot", json!({"format": "png"}));
-        let png = base64_decode(shot["data"].as_str().unwrap());
+        let png = data_encoding::BASE64
+            .decode(shot["data"].as_str().unwrap().as_bytes())
+            .expect("CDP sends a screenshot in base64");
         assert!(png.starts_with(b"\x89PNG"), "a PNG");
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, png).unwrap();
     }
-}
-
-fn base64_decode(text: &str) -> Vec<u8> {
-    let value = |c: u8| -> u32 {
-        match c {
-            b'A'..=b'Z' => u32::from(c - b'A'),
-            b'a'..=b'z' => u32::from(c - b'a') + 26,
-            b'0'..=b'9' => u32::from(c - b'0') + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => panic!("not base64: {c}"),
-        }
-    };
-    let bytes: Vec<u8> = text
-        .bytes()
-        .filter(|b| *b != b'=' && !b.is_ascii_whitespace())
-        .collect();
-    let mut out = Vec::with_capacity(bytes.len() * 3 / 4);
-    for chunk in bytes.chunks(4) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |acc, (i, c)| acc | (value(*c) << (18 - 6 * i)));
-        for i in 0..chunk.len() - 1 {
-            out.push((n >> (16 - 8 * i)) as u8);
-        }
-    }
-    out
 }
 
 #[test]

@@ -512,8 +512,8 @@ const FOLDER_CIRCLES: &[(&str, &[&str], &str)] = &[
     ),
     (
         "web",
-        &["api", "api_tasks", "auth"],
-        "api routes to api_tasks, which uses api's helpers; auth uses api's percent_decode",
+        &["api", "api_tasks"],
+        "api routes to api_tasks, which uses api's helpers",
     ),
 ];
 

@@ -208,3 +208,61 @@ fn locks_are_parking_lots_and_do_not_poison() {
         "rows of STD_LOCKS no longer seen: {stale:?}"
     );
 }
+
+/// Encodings written by hand before (issue 29 item 5), each (the shape: texts a line holds
+/// all of, what to use instead): seen in the crate's code outside tests, it fails the test.
+const HAND_ENCODINGS: &[(&[&str], &str)] = &[
+    (&[":02x}"], "data_encoding::HEXLOWER"),
+    (
+        &[":02X}"],
+        "data_encoding::HEXUPPER (or web::percent for %XX)",
+    ),
+    (
+        &["from_str_radix", ", 16)"],
+        "data_encoding::HEXLOWER_PERMISSIVE (from_str_radix takes a sign)",
+    ),
+    (
+        &["ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"],
+        "data_encoding::BASE64*",
+    ),
+    (&["0x6a09e667"], "sha2::Sha256"),
+    (&["boundary="], "reqwest::multipart::Form"),
+];
+
+#[test]
+fn encodings_come_from_crates() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    sources(&root.join("src"), &mut files);
+    let (mut found, mut crates) = (Vec::new(), 0);
+    for path in &files {
+        let r = rel(root, path);
+        let src = std::fs::read_to_string(path).unwrap();
+        for (n, code) in code_outside_tests(&src) {
+            crates += [
+                "data_encoding::",
+                "percent_encoding::",
+                "Sha256",
+                "multipart::",
+            ]
+            .iter()
+            .map(|c| code.matches(c).count())
+            .sum::<usize>();
+            for (shape, instead) in HAND_ENCODINGS {
+                if shape.iter().all(|s| code.contains(s)) {
+                    found.push(format!("{r}:{n}: {} (use {instead})", code.trim()));
+                }
+            }
+        }
+    }
+    // Not blind: the crates' uses were seen.
+    assert!(
+        crates >= 8,
+        "only {crates} uses of the encoding crates seen"
+    );
+    assert!(
+        found.is_empty(),
+        "an encoding written by hand:\n{}",
+        found.join("\n")
+    );
+}

@@ -197,37 +197,14 @@ fn artifacts() -> PathBuf {
     d
 }
 
-/// Standard base64 (what CDP's screenshots come in).
-fn base64_decode(text: &str) -> Vec<u8> {
-    let val = |c: u8| -> u32 {
-        match c {
-            b'A'..=b'Z' => u32::from(c - b'A'),
-            b'a'..=b'z' => u32::from(c - b'a') + 26,
-            b'0'..=b'9' => u32::from(c - b'0') + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => panic!("not base64: {c}"),
-        }
-    };
-    let bytes: Vec<u8> = text.bytes().filter(|c| *c != b'=').collect();
-    let mut out = Vec::with_capacity(bytes.len() * 3 / 4);
-    for chunk in bytes.chunks(4) {
-        let mut n = 0u32;
-        for (i, c) in chunk.iter().enumerate() {
-            n |= val(*c) << (18 - 6 * i);
-        }
-        let b = n.to_be_bytes();
-        out.extend_from_slice(&b[1..chunk.len()]);
-    }
-    out
-}
-
 impl Browser {
     /// A PNG of the page as shown, kept as target/artifacts/web-<name>.png.
     pub(crate) fn screenshot(&mut self, name: &str) {
         let s = self.session.clone();
         let r = self.call(Some(&s), "Page.captureScreenshot", json!({"format": "png"}));
-        let png = base64_decode(r["data"].as_str().unwrap());
+        let png = data_encoding::BASE64
+            .decode(r["data"].as_str().unwrap().as_bytes())
+            .expect("CDP sends a screenshot in base64");
         assert!(png.starts_with(b"\x89PNG"), "not a PNG");
         let out = artifacts().join(format!("web-{name}.png"));
         std::fs::write(&out, png).unwrap();

@@ -341,17 +341,17 @@ pub fn relay_public_key(job_key: &str) -> Option<String> {
 }
 
 fn to_hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    data_encoding::HEXLOWER.encode(bytes)
 }
 
+/// The bytes of `text` in hex (either case; at most 512 bytes).
 fn from_hex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) || text.len() > 1024 {
+    if text.len() > 1024 {
         return None;
     }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
+    data_encoding::HEXLOWER_PERMISSIVE
+        .decode(text.as_bytes())
+        .ok()
 }
 
 /// What a job records about one decision (`runtime.approvals[]`).
@@ -434,6 +434,22 @@ mod tests {
         assert!(!answer.verify_relayed(&public), "unsigned");
         assert!(!signed.verify_relayed("zz"), "not a key");
         assert!(relay_public_key("not a key").is_none());
+        // Hex is read in either case, as before the hex crate (written lowercase).
+        let mut upper = signed.clone();
+        upper.proof = upper.proof.to_uppercase();
+        assert!(upper.verify_relayed(&public.to_uppercase()));
+    }
+
+    #[test]
+    fn hex_is_whole_bytes_of_hex_digits() {
+        assert_eq!(from_hex("00aBFf"), Some(vec![0, 0xab, 0xff]));
+        assert_eq!(from_hex(""), Some(vec![]));
+        // Odd length, a non-digit, a sign (`u8::from_str_radix` took "+f"), a character
+        // of two bytes, too long.
+        for bad in ["0", "0g", "+f", "é0", &"00".repeat(513)] {
+            assert_eq!(from_hex(bad), None, "{bad}");
+        }
+        assert_eq!(to_hex(&[0, 0xab, 0xff]), "00abff");
     }
 
     #[test]

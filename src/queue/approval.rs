@@ -353,7 +353,7 @@ impl Manager {
     /// and remove the owner's answers as unsigned.
     fn asker(&self, req: &ApprovalRequest) -> Asker {
         let job_id = req.job_id.as_str();
-        if self.running.contains_key(job_id) || self.slurm.jobs.contains_key(job_id) {
+        if self.running.contains_key(job_id) || self.slurm.tracks(job_id) {
             return Asker::Here;
         }
         let q = &self.cfg.queue;

@@ -35,7 +35,7 @@ impl Manager {
             Vec::new()
         } else {
             let mut ids: Vec<String> = self.running.keys().cloned().collect();
-            ids.extend(self.slurm.jobs.keys().cloned());
+            ids.extend(self.slurm.job_ids().cloned());
             ids.sort();
             ids
         };

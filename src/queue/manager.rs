@@ -299,7 +299,7 @@ impl Manager {
                 "queue-manager started (pid {}, launcher {}, {} job(s) re-adopted)",
                 std::process::id(),
                 m.launcher.name(),
-                m.running.len() + m.slurm.jobs.len()
+                m.running.len() + m.slurm.len()
             ),
         ));
         for id in dead {

@@ -111,7 +111,7 @@ impl Manager {
                 self.stop_job(id, EndCause::Cancelled(by.to_string())).await;
                 Ok(())
             }
-            JobStatus::Running if self.slurm.jobs.contains_key(id) => self
+            JobStatus::Running if self.slurm.tracks(id) => self
                 .slurm_cancel(id, EndCause::Cancelled(by.to_string()))
                 .await
                 .map_err(QueueError::Failed),

@@ -47,7 +47,7 @@ impl Manager {
                 queued_jobs: 0,
                 host: Some(self.host.clone()),
                 paused: Some(self.paused),
-                slurm_status: self.slurm.status.clone(),
+                slurm_status: self.slurm.status(),
             }
         } else {
             QueueRuntime {
@@ -59,7 +59,7 @@ impl Manager {
                     .saturating_add(u32::try_from(slurm_pending).unwrap_or(u32::MAX)),
                 host: Some(self.host.clone()),
                 paused: Some(self.paused),
-                slurm_status: self.slurm.status.clone(),
+                slurm_status: self.slurm.status(),
             }
         };
         if let Err(e) = self.store.write_queue_runtime(&q, &self.host, &runtime) {

@@ -126,7 +126,7 @@ impl Manager {
                 continue;
             };
             if self.running.contains_key(&id)
-                || self.slurm.jobs.contains_key(&id)
+                || self.slurm.tracks(&id)
                 || self.launching.contains(&id)
             {
                 continue;

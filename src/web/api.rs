@@ -4,6 +4,7 @@
 
 use super::auth::{Actor, Peer};
 use super::error::WebError;
+pub use super::percent::{no_nul, percent_decode, percent_encode};
 use super::{App, Body, json};
 use crate::bus::orchestrator::{again_while_stopping, submit_when_up};
 use crate::model::Command;
@@ -13,58 +14,6 @@ use hyper::body::{Bytes, Frame, Incoming};
 use hyper::{Method, Request, Response};
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
-
-/// Decodes `%XX` and `+` in a query component.
-pub fn percent_decode(s: &str) -> Result<String, WebError> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' => {
-                let hex = bytes
-                    .get(i + 1..i + 3)
-                    .and_then(|h| std::str::from_utf8(h).ok())
-                    .and_then(|h| u8::from_str_radix(h, 16).ok())
-                    .ok_or_else(|| WebError::invalid(format!("bad %-escape in {s:?}")))?;
-                out.push(hex);
-                i += 2;
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    let text =
-        String::from_utf8(out).map_err(|_| WebError::invalid(format!("{s:?} is not UTF-8")))?;
-    no_nul(&text)?;
-    Ok(text)
-}
-
-/// Refuses text holding a NUL: a D-Bus string cannot carry one, and the bus daemon drops the
-/// connection that sends one (every caller's, the server has one).
-pub fn no_nul(text: &str) -> Result<(), WebError> {
-    if text.contains('\0') {
-        return Err(WebError::invalid(format!(
-            "{:?}: a NUL character is not allowed",
-            text.replace('\0', "\\0")
-        )));
-    }
-    Ok(())
-}
-
-/// Encodes a query component.
-pub fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
 
 /// The query of a request as a map (empty values left out); a key outside `known` is
 /// refused, naming it.

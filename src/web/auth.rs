@@ -109,7 +109,7 @@ pub fn load_or_create_token(path: &Path) -> Result<String, String> {
                 std::fs::File::open("/dev/urandom").map_err(|e| format!("/dev/urandom: {e}"))?;
             std::io::Read::read_exact(&mut f, &mut bytes)
                 .map_err(|e| format!("/dev/urandom: {e}"))?;
-            let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+            let token = data_encoding::HEXLOWER.encode(&bytes);
             let mut out = std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
@@ -181,7 +181,7 @@ pub fn local_path(next: &str) -> Option<String> {
     let mut level = next.to_string();
     for _ in 0..4 {
         // %-decoding only ('+' is a space in a form, not in a path or a redirect).
-        let decoded = super::api::percent_decode(&level.replace('+', "%2B")).ok()?;
+        let decoded = super::percent::percent_decode(&level.replace('+', "%2B")).ok()?;
         if decoded == level {
             return Some(answer);
         }

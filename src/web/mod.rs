@@ -20,6 +20,7 @@ pub mod dashboard;
 pub mod error;
 pub mod events;
 pub mod html;
+pub mod percent;
 
 use crate::bus::Bus;
 use crate::bus::orchestrator::Orchestrator1Proxy;

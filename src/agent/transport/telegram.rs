@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::Mutex;
 use std::time::Duration;
 
+use reqwest::multipart::{Form, Part};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -168,16 +169,10 @@ impl BotApi {
                     caption,
                     name,
                     contents,
-                } => {
-                    let boundary = format!("agentshell-{}", uuid::Uuid::new_v4().simple());
-                    self.client
-                        .post(&url)
-                        .header(
-                            "Content-Type",
-                            format!("multipart/form-data; boundary={boundary}"),
-                        )
-                        .body(multipart(&boundary, *chat_id, caption, name, contents))
-                }
+                } => self.client.post(&url).multipart(
+                    document_form(*chat_id, caption, name, contents)
+                        .map_err(|e| format!("{method}: {e}"))?,
+                ),
             };
             let response = request
                 .send()
@@ -219,33 +214,25 @@ impl BotApi {
     }
 }
 
-fn multipart(boundary: &str, chat_id: i64, caption: &str, name: &str, contents: &[u8]) -> Vec<u8> {
+/// The `sendDocument` form: the chat, the caption and the file (its name cut to characters
+/// any client shows as they are).
+fn document_form(
+    chat_id: i64,
+    caption: &str,
+    name: &str,
+    contents: &[u8],
+) -> reqwest::Result<Form> {
     let clean_name: String = name
         .chars()
         .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
         .collect();
-    let mut out = Vec::with_capacity(contents.len() + 512);
-    for (field, value) in [
-        ("chat_id", chat_id.to_string()),
-        ("caption", caption.to_string()),
-    ] {
-        out.extend_from_slice(
-            format!(
-                "--{boundary}\r\nContent-Disposition: form-data; name=\"{field}\"\r\n\r\n{value}\r\n"
-            )
-            .as_bytes(),
-        );
-    }
-    out.extend_from_slice(
-        format!(
-            "--{boundary}\r\nContent-Disposition: form-data; name=\"document\"; \
-             filename=\"{clean_name}\"\r\nContent-Type: text/plain; charset=utf-8\r\n\r\n"
-        )
-        .as_bytes(),
-    );
-    out.extend_from_slice(contents);
-    out.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
-    out
+    let document = Part::bytes(contents.to_vec())
+        .file_name(clean_name)
+        .mime_str("text/plain; charset=utf-8")?;
+    Ok(Form::new()
+        .text("chat_id", chat_id.to_string())
+        .text("caption", caption.to_string())
+        .part("document", document))
 }
 
 /// Something to send, in order.

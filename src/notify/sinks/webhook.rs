@@ -27,8 +27,7 @@ pub fn signature(key: &[u8], timestamp: i64, body: &[u8]) -> Option<String> {
     mac.update(b".");
     mac.update(body);
     let bytes = mac.finalize().into_bytes();
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    Some(format!("sha256={hex}"))
+    Some(format!("sha256={}", data_encoding::HEXLOWER.encode(&bytes)))
 }
 
 impl Webhook {

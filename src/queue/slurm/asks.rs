@@ -19,8 +19,7 @@ impl Manager {
     pub(super) async fn relay_asks(&mut self) {
         let due: Vec<(String, Relay, u64)> = self
             .slurm
-            .jobs
-            .iter()
+            .jobs()
             .filter(|(_, t)| !matches!(t.state.as_str(), "PENDING" | ""))
             .filter_map(|(id, t)| Some((id.clone(), t.relay.clone()?, t.asks_read)))
             .collect();
@@ -34,7 +33,7 @@ impl Manager {
                 None if bytes.len() as u64 >= ASKS_CHUNK => bytes.len(),
                 None => 0,
             };
-            if let Some(t) = self.slurm.jobs.get_mut(&id) {
+            if let Some(t) = self.slurm.job_mut(&id) {
                 t.asks_read = offset.saturating_add(whole as u64);
             }
             for ask in crate::model::relay::asks_in(&bytes[..whole]) {
@@ -44,8 +43,7 @@ impl Manager {
         // The step denies at the deadline itself; here the request leaves the list.
         let relayed: Vec<String> = self
             .slurm
-            .jobs
-            .iter()
+            .jobs()
             .filter(|(_, t)| t.relay.is_some())
             .map(|(id, _)| id.clone())
             .collect();
@@ -75,7 +73,7 @@ impl Manager {
                 theirs.job_id
             ));
         }
-        let Some(t) = self.slurm.jobs.get_mut(id) else {
+        let Some(t) = self.slurm.job_mut(id) else {
             return;
         };
         if t.asked.contains(&rid) {
@@ -114,7 +112,7 @@ impl Manager {
 
     /// The relay of running Slurm job `id`, if it is one.
     pub(in crate::queue) fn relay_job(&self, id: &str) -> Option<Relay> {
-        self.slurm.jobs.get(id).and_then(|t| t.relay.clone())
+        self.slurm.job(id).and_then(|t| t.relay.clone())
     }
 
     /// Removes the store's files of the requests an ended relay job asked (its step never

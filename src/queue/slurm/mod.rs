@@ -25,6 +25,7 @@
 mod asks;
 mod relay;
 mod settings;
+mod state;
 mod submit;
 mod supervise;
 #[cfg(test)]
@@ -34,13 +35,15 @@ pub use relay::OUTPUT_DIR_ENV;
 pub use settings::*;
 
 use relay::Relay;
+pub(super) use state::SlurmState;
+use state::{Seen, Tracked};
 
 use super::Manager;
 use super::poison::{MarkKind, handling, handling_sync};
 use super::{EndCause, WORKER_DIED, add_secs, job_limit};
 use crate::model::{Job, JobStatus, SlurmConfig, Timestamp};
 use crate::store::{Record, read_limited};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::Path;
 use tokio::time::Instant;
 
@@ -71,59 +74,6 @@ pub(super) fn end_error(
             "Slurm ended job {} with {state} (reason: {}); the worker wrote no result",
             job.id, job.reason
         ),
-    }
-}
-
-/// A job of the queue handed to Slurm.
-#[derive(Debug)]
-pub(super) struct Tracked {
-    slurm_id: String,
-    limit: u64,
-    state: String,
-    end: Option<EndCause>,
-    /// When it was first seen ended (or gone from Slurm) with its file still running.
-    ended_at: Option<Instant>,
-    /// Run as its own account: where its end is read from (root manager only).
-    relay: Option<Relay>,
-    /// How much of its relay file was read for approval requests.
-    asks_read: u64,
-    /// The approval requests it relayed (put in the store).
-    asked: Vec<String>,
-}
-
-/// The Slurm side of a manager.
-#[derive(Debug, Default)]
-pub(super) struct SlurmState {
-    pub(super) jobs: HashMap<String, Tracked>,
-    /// Next poll.
-    pub(super) poll_at: Option<Instant>,
-    /// Why Slurm cannot be used now (shown as the queue's `slurm_status`).
-    pub(super) status: Option<String>,
-    /// Slurm commands run so far.
-    pub(super) calls: u64,
-    /// The partition's limits and when they were read (`sinfo`, at most once a minute).
-    partition: Option<(Instant, Option<PartitionLimits>)>,
-    /// The partitions that `sinfo` listed then (None: it did not answer).
-    partitions: Option<Vec<String>>,
-    /// Queued jobs an sbatch of this manager may have submitted without their record.
-    unsure: HashSet<String>,
-    /// The shared-store probe: its Slurm job id and the file it writes, while it runs.
-    probe: Option<(String, std::path::PathBuf)>,
-    /// Whether the probe was submitted (once per manager).
-    probed: bool,
-    /// The probe found the store not shared: nothing more is submitted.
-    unshared: bool,
-}
-
-impl SlurmState {
-    /// Jobs running in Slurm now, and jobs pending there.
-    pub(super) fn counts(&self) -> (usize, usize) {
-        let running = self
-            .jobs
-            .values()
-            .filter(|t| !matches!(t.state.as_str(), "PENDING" | ""))
-            .count();
-        (running, self.jobs.len() - running)
     }
 }
 

@@ -21,14 +21,11 @@ impl Manager {
             .slurm_cfg()
             .max_in_slurm
             .map_or(usize::MAX, |m| usize::try_from(m).unwrap_or(usize::MAX));
-        if self.slurm.unshared {
-            return 0;
-        }
-        max.saturating_sub(self.slurm.jobs.len()).min(SUBMIT_BATCH)
+        self.slurm.free(max)
     }
 
     pub(super) fn set_slurm_status(&mut self, status: Option<String>) {
-        if status != self.slurm.status {
+        if let Some(status) = self.slurm.set_status(status) {
             match &status {
                 Some(s) => self.record(Record::warn(
                     self.event("slurm_unavailable").detail(s),
@@ -40,7 +37,6 @@ impl Manager {
                 )),
             }
         }
-        self.slurm.status = status;
     }
 
     pub(super) async fn slurm_run(
@@ -54,7 +50,6 @@ impl Manager {
         } else {
             Vec::new()
         };
-        self.slurm.calls = self.slurm.calls.saturating_add(1);
         let r = run(prog, args, &env).await;
         self.note_transient(&r);
         r
@@ -77,8 +72,6 @@ impl Manager {
     pub(super) async fn sbatch_all(&mut self, subs: Vec<(Submission, Vec<String>)>) {
         use futures_util::StreamExt;
         let env = self.cfg.worker_env.clone();
-        let n = u64::try_from(subs.len()).unwrap_or(u64::MAX);
-        self.slurm.calls = self.slurm.calls.saturating_add(n);
         // Each job's approval key goes in sbatch's own environment, which Slurm gives the
         // batch step (issue 27: without it every person-approval of a Slurm job was denied);
         // never on a command line (any local user reads those) nor in the store.
@@ -157,7 +150,7 @@ impl Manager {
             }
             Err(e) if e.is_transient() => self.back_off(&s.id, &e.to_string()),
             Err(e) => {
-                self.slurm.unsure.remove(&s.id);
+                self.slurm.settled(&s.id);
                 self.fail_owned(
                     &s.id,
                     JobStatus::Queued,
@@ -198,7 +191,6 @@ impl Manager {
     /// Submits the shared-store probe (once): a short Slurm job that writes a file into the
     /// store's `logs/`, which this host must then see.
     pub(super) async fn slurm_probe(&mut self) {
-        self.slurm.probed = true;
         let cfg = self.slurm_cfg();
         let logs = self.store.logs_dir();
         let file = logs.join(format!(
@@ -240,35 +232,23 @@ impl Manager {
         args.push(format!(
             "--wrap=[ ! -h {dq} ] && [ ! -h {fq} ] && grep -qsx {token} {fq}"
         ));
-        if let Ok(out) = self.slurm_run("sbatch", &args).await {
+        // Not submitted: again with the next job.
+        let probe = self.slurm_run("sbatch", &args).await.ok().map(|out| {
             let sid = out.trim().split(';').next().unwrap_or_default().to_string();
-            self.slurm.probe = Some((sid, file));
-            self.slurm.poll_at = Some(Instant::now());
-        } else {
-            // Submitted again with the next job.
-            self.slurm.probed = false;
-        }
+            (sid, file)
+        });
+        self.slurm.probe_submitted(probe);
     }
 
     /// The probe's verdict once Slurm ended it.
     pub(super) fn probe_verdict(&mut self, listed: &[SlurmJob]) {
-        let Some((sid, file)) = self.slurm.probe.clone() else {
+        let Some((sid, file, state)) = self.slurm.probe_ended(listed) else {
             return;
         };
-        let state = listed
-            .iter()
-            .find(|j| j.id == sid)
-            .map_or("UNKNOWN", |j| j.state.as_str());
-        if !is_terminal(state) {
-            return;
-        }
-        self.slurm.probe = None;
         let _ = crate::store::safe::remove_file(&file);
-        // It completed only when it read this manager's token from the file.
         if state == "COMPLETED" {
             return;
         }
-        self.slurm.unshared = true;
         let text = format!(
             "jobs stay queued: the store {} is not shared with the compute nodes: Slurm job {sid} (the probe) ended {state}: the file it reads, {}, written on this host, was not visible to it; put the store on the cluster's shared filesystem at the same path on every node, then restart the queue manager",
             self.cfg.root.display(),
@@ -298,14 +278,14 @@ impl Manager {
         }
         // A root manager's batch steps run as the jobs' accounts and never read the store:
         // nothing to probe (and nothing in the store handed to a root Slurm job).
-        if !self.slurm.probed && !self.root_mode {
+        if !self.root_mode && self.slurm.take_probe_turn() {
             self.slurm_probe().await;
         }
         let mut marked = Vec::new();
         let mut ready = Vec::new();
         for id in ids {
             // An earlier attempt (its marker still on disk) may have reached sbatch.
-            let mut unsure = self.start_was_interrupted(id) || self.slurm.unsure.contains(id);
+            let mut unsure = self.start_was_interrupted(id) || self.slurm.unsure(id);
             let (was_marked, prepared) = self.begin_start(id).await;
             if was_marked {
                 marked.push(id.clone());
@@ -393,7 +373,7 @@ impl Manager {
                     }
                     let line = handling_sync(marker, || self.sbatch_line(&s));
                     // From here on, a submission may exist whatever sbatch answers.
-                    self.slurm.unsure.insert(s.id.clone());
+                    self.slurm.submitting(&s.id);
                     fresh.push((s, line));
                 }
             }
@@ -416,7 +396,7 @@ impl Manager {
         }
         self.sbatch_all(fresh).await;
         self.slurm_release(&release).await;
-        self.slurm.poll_at = Some(Instant::now());
+        self.slurm.poll_now();
         for id in &marked {
             self.unmark(MarkKind::Start, id);
         }
@@ -427,7 +407,7 @@ impl Manager {
         let cfg = self.slurm_cfg();
         let wanted = cfg.partition.as_deref()?;
         self.partition_limits().await;
-        let listed = self.slurm.partitions.as_ref()?;
+        let listed = self.slurm.partitions()?;
         if listed.iter().any(|p| p == wanted) {
             return None;
         }
@@ -444,10 +424,8 @@ impl Manager {
     /// The limits of the queue's partition (`sinfo`, read again after a minute); None when
     /// they cannot be known (the job then goes to sbatch, which judges it).
     pub(super) async fn partition_limits(&mut self) -> Option<PartitionLimits> {
-        if let Some((at, l)) = &self.slurm.partition
-            && at.elapsed() < PARTITION_TTL
-        {
-            return l.clone();
+        if let Some(l) = self.slurm.partition_limits(PARTITION_TTL) {
+            return l;
         }
         let cfg = self.slurm_cfg();
         // Every partition (not only the queue's): an unknown one is told by name.
@@ -457,18 +435,17 @@ impl Manager {
             "--Node".to_string(),
             format!("--format={SINFO_FORMAT}"),
         ];
-        let l = match self.slurm_run("sinfo", &args).await {
-            Ok(out) => {
-                self.slurm.partitions = Some(sinfo_partitions(&out));
-                parse_sinfo(&out, cfg.partition.as_deref())
-            }
+        let (partitions, l) = match self.slurm_run("sinfo", &args).await {
+            Ok(out) => (
+                Some(sinfo_partitions(&out)),
+                parse_sinfo(&out, cfg.partition.as_deref()),
+            ),
             Err(e) => {
                 tracing::warn!(queue = %self.cfg.queue, "sinfo (the partition's limits are not checked): {e}");
-                self.slurm.partitions = None;
-                None
+                (None, None)
             }
         };
-        self.slurm.partition = Some((Instant::now(), l.clone()));
+        self.slurm.read_partitions(partitions, l.clone());
         l
     }
 
@@ -539,9 +516,9 @@ impl Manager {
             self.back_off(&id, &e.to_string());
             return;
         }
-        self.slurm.unsure.remove(&id);
+        self.slurm.settled(&id);
         self.backoff.remove(&id);
-        if !self.slurm.unshared {
+        if self.slurm.store_shared() {
             self.set_slurm_status(None);
         }
         tracing::info!(job_id = %id, queue = %q, slurm_job_id = %sid, "job handed to Slurm");
@@ -558,19 +535,8 @@ impl Manager {
                 .detail(format!("slurm job {sid}")),
             format!("job {id} submitted to Slurm (Slurm job {sid})"),
         ));
-        self.slurm.jobs.insert(
-            id.clone(),
-            Tracked {
-                slurm_id: sid.clone(),
-                limit,
-                state: "PENDING".to_string(),
-                end: None,
-                ended_at: None,
-                relay: relay.clone(),
-                asks_read: 0,
-                asked: Vec::new(),
-            },
-        );
+        self.slurm
+            .track(&id, Tracked::new(&sid, limit, "PENDING", relay.clone()));
         if relay.is_some() {
             // Recorded: its hold is the gate, opened now.
             self.slurm_release(std::slice::from_ref(&sid)).await;

@@ -21,20 +21,7 @@ impl Manager {
             )
             .no_event_line(),
         );
-        self.slurm.jobs.insert(
-            id.to_string(),
-            Tracked {
-                slurm_id: sid.to_string(),
-                limit,
-                state: String::new(),
-                end: None,
-                ended_at: None,
-                relay,
-                asks_read: 0,
-                asked: Vec::new(),
-            },
-        );
-        self.slurm.poll_at = Some(Instant::now());
+        self.slurm.adopt(id, Tracked::new(sid, limit, "", relay));
     }
 
     /// Watches `running_jobs/` of a Slurm queue: a worker that wrote its end (its file moved
@@ -65,15 +52,15 @@ impl Manager {
     pub(in crate::queue) async fn slurm_reap(&mut self, name: Option<&str>) {
         let q = self.cfg.queue.clone();
         let ids: Vec<String> = match name.map(|n| n.trim_end_matches(".json")) {
-            Some(id) if self.slurm.jobs.contains_key(id) => vec![id.to_string()],
+            Some(id) if self.slurm.tracks(id) => vec![id.to_string()],
             Some(_) => return,
-            None => self.slurm.jobs.keys().cloned().collect(),
+            None => self.slurm.job_ids().cloned().collect(),
         };
         for id in ids {
             if self.store.job_path(&q, JobStatus::Running, &id).is_file() {
                 continue;
             }
-            if let Some(t) = self.slurm.jobs.remove(&id) {
+            if let Some(t) = self.slurm.untrack(&id) {
                 self.forget_asks(&t);
                 let relay = t.relay.clone();
                 self.settle(&id, None).await;
@@ -88,7 +75,7 @@ impl Manager {
         id: &str,
         cause: EndCause,
     ) -> Result<(), String> {
-        let Some(t) = self.slurm.jobs.get_mut(id) else {
+        let Some(t) = self.slurm.job_mut(id) else {
             return Ok(());
         };
         if t.end.is_none() {
@@ -106,17 +93,13 @@ impl Manager {
         self.slurm_run("scancel", &args)
             .await
             .map_err(|e| format!("scancel {sid}: {e}"))?;
-        self.slurm.poll_at = Some(Instant::now());
+        self.slurm.poll_now();
         Ok(())
     }
 
     /// When the next poll is due.
     pub(in crate::queue) fn slurm_deadline(&self) -> Option<Instant> {
-        if self.slurm.jobs.is_empty() && self.slurm.probe.is_none() {
-            None
-        } else {
-            self.slurm.poll_at
-        }
+        self.slurm.deadline()
     }
 
     /// One look at all of the queue's Slurm jobs, if due.
@@ -130,17 +113,17 @@ impl Manager {
     /// time limit.
     pub(in crate::queue) async fn slurm_poll(&mut self) {
         let every = self.poll_interval();
-        self.slurm.poll_at = Some(add_secs(Instant::now(), every));
-        if self.slurm.jobs.is_empty() && self.slurm.probe.is_none() {
+        self.slurm.poll_in(every);
+        if self.slurm.idle() {
             return;
         }
         let q = self.cfg.queue.clone();
-        let ids: Vec<String> = self.slurm.jobs.keys().cloned().collect();
+        let ids: Vec<String> = self.slurm.job_ids().cloned().collect();
         let probe = format!("probe-{q}");
         let refs: Vec<&str> = ids
             .iter()
             .map(String::as_str)
-            .chain(self.slurm.probe.as_ref().map(|_| probe.as_str()))
+            .chain(self.slurm.probing().then_some(probe.as_str()))
             .collect();
         let listed = match self.squeue(&refs).await {
             Ok(l) => l,
@@ -149,71 +132,20 @@ impl Manager {
                 return;
             }
         };
-        if !self.slurm.unshared {
+        if self.slurm.store_shared() {
             self.set_slurm_status(None);
         }
         self.probe_verdict(&listed);
-        let mut release = Vec::new();
-        let mut over = Vec::new();
-        let mut ended = Vec::new();
-        let mut changed = false;
-        let now = Instant::now();
-        for id in ids {
-            let running_file = self.store.job_path(&q, JobStatus::Running, &id).is_file();
-            let Some(t) = self.slurm.jobs.get_mut(&id) else {
-                continue;
-            };
-            if !running_file {
-                // The worker wrote its end (or the file was taken away).
-                changed = true;
-                ended.push((id, None));
-                continue;
-            }
-            let me = listed
-                .iter()
-                .find(|j| j.id == t.slurm_id && j.name == format!("{JOB_NAME_PREFIX}{id}"))
-                .cloned()
-                .unwrap_or_else(|| SlurmJob {
-                    id: t.slurm_id.clone(),
-                    name: format!("{JOB_NAME_PREFIX}{id}"),
-                    state: "UNKNOWN".to_string(),
-                    reason: if is_slurm_job_id(&t.slurm_id) {
-                        format!("no longer listed by squeue as {JOB_NAME_PREFIX}{id}")
-                    } else {
-                        format!(
-                            "its runtime.slurm_job_id {:?} is not a Slurm job id",
-                            t.slurm_id
-                        )
-                    },
-                    elapsed: 0,
-                });
-            // Our own hold (sbatch --hold: JobHeldUser), never an administrator's.
-            if me.state == "PENDING" && me.reason == "JobHeldUser" {
-                release.push(me.id.clone());
-            }
-            changed |= t.state != me.state;
-            t.state = me.state.clone();
-            if !is_terminal(&me.state) {
-                t.ended_at = None;
-                if me.state == "RUNNING" && t.end.is_none() && me.elapsed >= t.limit {
-                    over.push(id);
-                }
-                continue;
-            }
-            match t.ended_at {
-                None => t.ended_at = Some(now),
-                Some(at) if now.duration_since(at) >= SETTLE_GRACE => ended.push((id, Some(me))),
-                Some(_) => {}
-            }
-        }
-        if self.slurm.jobs.values().any(|t| t.ended_at.is_some()) {
-            let soon = add_secs(Instant::now(), SETTLE_GRACE.as_secs());
-            self.slurm.poll_at = self.slurm.poll_at.map(|at| at.min(soon));
-        }
-        if changed {
-            let soon = Instant::now() + BUSY_POLL;
-            self.slurm.poll_at = self.slurm.poll_at.map(|at| at.min(soon));
-        }
+        let store = &self.store;
+        let Seen {
+            release,
+            over,
+            ended,
+        } = self.slurm.observe(
+            &listed,
+            |id| store.job_path(&q, JobStatus::Running, id).is_file(),
+            Instant::now(),
+        );
         self.slurm_release(&release).await;
         self.relay_asks().await;
         for id in over {
@@ -223,7 +155,7 @@ impl Manager {
             }
         }
         for (id, slurm_job) in ended {
-            let Some(t) = self.slurm.jobs.remove(&id) else {
+            let Some(t) = self.slurm.untrack(&id) else {
                 continue;
             };
             self.forget_asks(&t);

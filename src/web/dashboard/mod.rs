@@ -114,7 +114,7 @@ pub async fn route(
     let seg: Vec<String> = path
         .split('/')
         .filter(|s| !s.is_empty())
-        .map(|s| super::api::percent_decode(s).unwrap_or_else(|_| s.to_string()))
+        .map(|s| super::percent::percent_decode(s).unwrap_or_else(|_| s.to_string()))
         .collect();
     let seg: Vec<&str> = seg.iter().map(String::as_str).collect();
     let Some(allow) = methods(&path, &seg) else {
@@ -264,8 +264,8 @@ fn form_fields(body: &[u8]) -> Result<HashMap<String, String>, WebError> {
     for kv in text.split('&').filter(|s| !s.is_empty()) {
         let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
         out.insert(
-            super::api::percent_decode(k)?,
-            super::api::percent_decode(v)?,
+            super::percent::percent_decode(k)?,
+            super::percent::percent_decode(v)?,
         );
     }
     Ok(out)

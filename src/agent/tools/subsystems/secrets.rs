@@ -264,26 +264,18 @@ fn rot13(b: u8) -> u8 {
 }
 
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    data_encoding::HEXLOWER.encode(bytes)
 }
 
+/// Base64 without padding (standard or URL alphabet): the characters a window's bytes give
+/// inside a longer stream.
 fn base64(bytes: &[u8], url: bool) -> String {
-    const STD: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    const URL: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let table = if url { URL } else { STD };
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..=chunk.len() {
-            out.push(char::from(table[((n >> (18 - 6 * i)) & 63) as usize]));
-        }
-    }
-    out
+    let encoding = if url {
+        &data_encoding::BASE64URL_NOPAD
+    } else {
+        &data_encoding::BASE64_NOPAD
+    };
+    encoding.encode(bytes)
 }
 
 impl SecretBroker {
@@ -913,6 +905,18 @@ mod tests {
             assert_eq!(broker.probe(text), None, "{text}");
             assert_eq!(broker.redact(text), text);
         }
+    }
+
+    /// The encoded forms are what `base64`/`basenc --base64url` and `xxd -p` print, without
+    /// base64's padding (a window's characters inside a longer stream have none).
+    #[test]
+    fn encoded_forms_are_unpadded_base64_and_lowercase_hex() {
+        assert_eq!(base64(b"ab", false), "YWI");
+        assert_eq!(base64(b"abc", false), "YWJj");
+        assert_eq!(base64(b"a", true), "YQ");
+        assert_eq!(base64(&[0xfb, 0xff], false), "+/8");
+        assert_eq!(base64(&[0xfb, 0xff], true), "-_8");
+        assert_eq!(hex(&[0x00, 0xAB, 0x7f]), "00ab7f");
     }
 
     #[test]
