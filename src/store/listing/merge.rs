@@ -137,7 +137,7 @@ impl JobIndex {
                 listing.signature =
                     match (listing.signature.take(), Stamp::of(&store.jobs_dir(q, s))) {
                         (Some(mut sig), Ok(Some(st))) if st.settled() => {
-                            sig.push_str(&st.header(true));
+                            sig.push_str(&st.header(MAGIC, true));
                             Some(sig)
                         }
                         (Some(mut sig), Ok(None)) => {
