@@ -13,7 +13,10 @@ use super::RouteError;
 use crate::model::{Command, Message, MessageStatus};
 use crate::permissions::Caller;
 use crate::store::Store;
-use crate::store::listing::{ListedMessage, MessageFolder, MessageListing};
+use crate::store::listing::{
+    ListedMessage, MARK_EVERY, MessageFolder, MessageListing, MessagePlace, cached_message_total,
+    keep_message_total,
+};
 use serde_json::{Map, Value, json};
 use std::path::PathBuf;
 
@@ -183,17 +186,63 @@ pub fn list(store: &Store, who: &Caller, f: &MessageFilter) -> Result<Value, Rou
         ));
     }
     let end = f.limit.map_or(usize::MAX, |l| f.offset.saturating_add(l));
+    let mut admitted_of = |m: &ListedMessage| {
+        let d = dirs[listed[m.folder]].1;
+        admits(who, f, d, (m.user.as_deref(), m.project.as_deref(), m.status))
+    };
+    // The total and the marks (one every MARK_EVERY messages): counted once, then kept while
+    // the folders are unchanged, by the caller's rights and the filter (a page then costs a
+    // seek to the mark before it and the page).
+    let key = format!(
+        "{}\n{}\n{:?}\n{:?}",
+        store.root().display(),
+        who.is_admin(),
+        who.user_id(),
+        MessageFilter {
+            offset: 0,
+            limit: None,
+            ..f.clone()
+        }
+    );
     let (mut keys, mut total) = (Vec::new(), 0usize);
-    for mut m in listing.by_ref() {
+    match cached_message_total(&key, listing.signature()) {
+        Some((all, marks)) => {
+            total = all;
+            let m = (f.offset / MARK_EVERY).min(marks.len().saturating_sub(1));
+            let mut at = 0;
+            if m > 0 {
+                listing
+                    .seek(&marks[m])
+                    .map_err(|e| RouteError::Failed(format!("cannot list messaging/: {e}")))?;
+                at = m * MARK_EVERY;
+            }
+            for m in listing.by_ref().filter(&mut admitted_of) {
+                if at >= end {
+                    break;
+                }
+                if at >= f.offset {
+                    keys.push(m);
+                }
+                at += 1;
+            }
+        }
+        None => {
+            let mut marks = Vec::new();
+            for m in listing.by_ref().filter(&mut admitted_of) {
+                if total % MARK_EVERY == 0 {
+                    marks.push(MessagePlace::of(&m, dirs[listed[m.folder]].1 == Direction::Out));
+                }
+                if (f.offset..end).contains(&total) {
+                    keys.push(m);
+                }
+                total += 1;
+            }
+            let signature = listing.signature().map(str::to_string);
+            keep_message_total(&key, signature, total, std::sync::Arc::new(marks));
+        }
+    }
+    for m in &mut keys {
         m.folder = listed[m.folder];
-        let d = dirs[m.folder].1;
-        if !admits(who, f, d, (m.user.as_deref(), m.project.as_deref(), m.status)) {
-            continue;
-        }
-        if (f.offset..end).contains(&total) {
-            keys.push(m);
-        }
-        total += 1;
     }
     drop(listing);
     // The page's documents, read again (a request answered meanwhile has moved from inbox/

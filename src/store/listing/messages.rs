@@ -193,6 +193,63 @@ struct MsgSource {
     current: Option<MsgRec>,
 }
 
+/// A place in the listing order: a listed message's queue time, direction, id and folder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessagePlace {
+    secs: i64,
+    nanos: u32,
+    out: bool,
+    id: Box<str>,
+    folder: usize,
+}
+
+impl MessagePlace {
+    /// The place of `m` (listed from a folder of direction `out`).
+    pub fn of(m: &ListedMessage, out: bool) -> MessagePlace {
+        MessagePlace {
+            secs: m.queue_time.0.timestamp(),
+            nanos: m.queue_time.0.timestamp_subsec_nanos(),
+            out,
+            id: m.id.as_str().into(),
+            folder: m.folder,
+        }
+    }
+
+    /// True when a record of `folder` with `key` comes before this place in the listing.
+    fn after(&self, key: (i64, u32, bool, &str), folder: usize) -> bool {
+        let here = (self.secs, self.nanos, self.out, &*self.id);
+        key > here || (key == here && folder < self.folder)
+    }
+}
+
+/// The totals and marks of recent message listings (per process: orchestratord's, or one
+/// CLI run's), by store, caller's rights and filter; each kept while the folders it counted
+/// are unchanged.
+static TOTALS: parking_lot::Mutex<Option<Totals<MessagePlace>>> = parking_lot::Mutex::new(None);
+
+/// The total and marks counted for `key` when the folders were as `signature` says.
+pub fn cached_message_total(
+    key: &str,
+    signature: Option<&str>,
+) -> Option<(usize, std::sync::Arc<Vec<MessagePlace>>)> {
+    let t = TOTALS.lock();
+    let c = t.as_ref()?.get(key, signature)?;
+    Some((c.total, c.marks.clone()))
+}
+
+/// Keeps a message listing's total and marks for `key` (see [`cached_message_total`]).
+pub fn keep_message_total(
+    key: &str,
+    signature: Option<String>,
+    total: usize,
+    marks: std::sync::Arc<Vec<MessagePlace>>,
+) {
+    TOTALS
+        .lock()
+        .get_or_insert_with(Totals::default)
+        .keep(key, signature, Vec::new(), total, marks);
+}
+
 /// The messages of some messaging folders, newest first (by `queue_time`, then answers
 /// before their requests, then id descending, then folder in the order given): a streaming
 /// merge of the folders' index files, so memory stays at one record per folder.
@@ -200,6 +257,8 @@ struct MsgSource {
 pub struct MessageListing {
     sources: Vec<MsgSource>,
     problems: Vec<String>,
+    /// The listed folders' stamps (see `records::sign`).
+    signature: Option<String>,
 }
 
 impl MessageListing {
@@ -211,8 +270,10 @@ impl MessageListing {
         let mut listing = MessageListing {
             sources: Vec::new(),
             problems: Vec::new(),
+            signature: Some(String::new()),
         };
         for f in folders {
+            listing.signature = sign(listing.signature.take(), f.dir);
             let cache = dir.as_ref().map(|d| d.join(format!("{}.idx", f.name)));
             let mut new_line = |entry: Scanned<'_>| Some(entry_line(store, f.dir, entry));
             let (mut records, bad, _) =
@@ -234,6 +295,24 @@ impl MessageListing {
     /// folder, by name.
     pub fn problems(&self) -> &[String] {
         &self.problems
+    }
+
+    /// The listed folders' identities and times, each settled (`None`: one changed too
+    /// recently to tell a later change by it): what a kept total is checked against.
+    pub fn signature(&self) -> Option<&str> {
+        self.signature.as_deref()
+    }
+
+    /// Moves to `place`: the next message is the first one at or after it. Each folder's
+    /// records are found by a binary search.
+    pub fn seek(&mut self, place: &MessagePlace) -> std::io::Result<()> {
+        for (folder, s) in self.sources.iter_mut().enumerate() {
+            let out = s.out;
+            let wanted = |r: &MsgRec| r.key(out).is_some_and(|k| !place.after(k, folder));
+            s.records.seek(&wanted)?;
+            s.current = s.records.next_good();
+        }
+        Ok(())
     }
 }
 

@@ -34,7 +34,7 @@ use index::*;
 pub use merge::*;
 pub use messages::*;
 pub(super) use records::ends_whole;
-use records::{Record, Records, Stamp};
+use records::{Record, Records, Stamp, sign};
 pub use seek::Bound;
 
 /// Which jobs a listing wants.

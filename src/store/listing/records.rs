@@ -87,6 +87,23 @@ impl Stamp {
     }
 }
 
+/// Adds `dir`'s stamp to a listing's signature (taken before the folder is read, so a
+/// change after it changes the stamp); `None` once a folder changed too recently (or could
+/// not be read) to tell a later change by its stamp.
+pub(super) fn sign(signature: Option<String>, dir: &Path) -> Option<String> {
+    match (signature, Stamp::of(dir)) {
+        (Some(mut sig), Ok(Some(st))) if st.settled() => {
+            sig.push_str(&st.header("", true));
+            Some(sig)
+        }
+        (Some(mut sig), Ok(None)) => {
+            sig.push_str("-\n");
+            Some(sig)
+        }
+        _ => None,
+    }
+}
+
 #[derive(Debug)]
 enum Body<R> {
     File(BufReader<File>),
