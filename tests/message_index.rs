@@ -70,7 +70,14 @@ fn slow_listing(root: &Path) -> Vec<Slow> {
     all
 }
 
-fn message(id: &str, t: &str, out: bool, user: Option<&str>, project: Option<&str>, status: &str) -> Value {
+fn message(
+    id: &str,
+    t: &str,
+    out: bool,
+    user: Option<&str>,
+    project: Option<&str>,
+    status: &str,
+) -> Value {
     let mut m = json!({
         "correlation_id": id, "source": if out { "orchestrator" } else { "user" },
         "project": project, "queue_time": t, "processed_time": null,
@@ -160,8 +167,16 @@ async fn check_pages(
         let end = (off + limit).min(want.len());
         let start = off.min(end);
         assert_eq!(total as usize, want.len(), "{who:?} {filter:?} total");
-        assert_eq!(rows, rows_of(&want[start..end]), "{who:?} {filter:?} at {off}");
-        assert_eq!(next as usize, end.max(off), "{who:?} {filter:?} next at {off}");
+        assert_eq!(
+            rows,
+            rows_of(&want[start..end]),
+            "{who:?} {filter:?} at {off}"
+        );
+        assert_eq!(
+            next as usize,
+            end.max(off),
+            "{who:?} {filter:?} next at {off}"
+        );
     }
 }
 
@@ -218,7 +233,12 @@ fn write_history(root: &Path) {
         let user = [Some("nob"), Some("chenry"), None][(i % 4 % 3) as usize];
         let project = [Some("Mine"), Some("Other"), None][(i % 5 % 3) as usize];
         let status = if out && i % 11 == 0 { "error" } else { "done" };
-        put(root, folder, &id, &message(&id, &t, out, user, project, status));
+        put(
+            root,
+            folder,
+            &id,
+            &message(&id, &t, out, user, project, status),
+        );
     }
     std::fs::write(root.join("messaging/processed_inbox/broken.json"), "{").unwrap();
     std::fs::write(
@@ -228,20 +248,30 @@ fn write_history(root: &Path) {
     .unwrap();
 }
 
+/// A private bus, the store of [`write_history`] (its folders settled) and orchestratord on
+/// it, with a proxy.
+async fn started() -> (
+    PrivateBus,
+    QueueEnv,
+    PathBuf,
+    KillOnDrop,
+    Orchestrator1Proxy<'static>,
+) {
+    let bus = PrivateBus::start();
+    let (env, home) = env_with_nob();
+    write_history(&env.root);
+    settle_all(&env.root);
+    let d = start_daemon(&bus, &env, &home);
+    let p = proxy(&bus).await;
+    (bus, env, home, d, p)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_message_page_is_a_slice_of_the_slow_order_for_each_caller() {
     guarded(async {
-        let bus = PrivateBus::start();
-        let (env, home) = env_with_nob();
-        write_history(&env.root);
         // Settled folders: the total and the marks (one every 256 messages) are counted once
         // and kept, and a page starts from the mark before it.
-        for f in FOLDERS {
-            std::fs::create_dir_all(env.root.join("messaging").join(f)).unwrap();
-            settle(&env.root.join("messaging").join(f));
-        }
-        let _d = start_daemon(&bus, &env, &home);
-        let p = proxy(&bus).await;
+        let (_bus, env, _home, _d, p) = started().await;
         let n = slow_listing(&env.root).len();
         assert_eq!(n, 1200);
 
@@ -280,13 +310,27 @@ async fn every_message_page_is_a_slice_of_the_slow_order_for_each_caller() {
             &env.root,
             "processed_outbox",
             "late",
-            &message("late", "2025-06-01T00:00:00Z", true, Some("nob"), None, "done"),
+            &message(
+                "late",
+                "2025-06-01T00:00:00Z",
+                true,
+                Some("nob"),
+                None,
+                "done",
+            ),
         );
         put(
             &env.root,
             "inbox",
             "asked",
-            &message("asked", "2025-05-01T00:00:00Z", false, Some("nob"), None, "queued"),
+            &message(
+                "asked",
+                "2025-05-01T00:00:00Z",
+                false,
+                Some("nob"),
+                None,
+                "queued",
+            ),
         );
         let answered = env.root.join("messaging/processed_inbox/asked.json");
         while !answered.exists() {
@@ -327,32 +371,36 @@ fn index_files(home: &Path) -> Vec<(PathBuf, u64, SystemTime)> {
     out
 }
 
-/// Sets a folder's modification time back a minute: settled, as a folder nobody wrote to
-/// lately is.
-fn settle(dir: &Path) {
+/// Sets the messaging folders' modification time back a minute: settled, as folders nobody
+/// wrote to lately are.
+fn settle_all(root: &Path) {
     let past = SystemTime::now() - Duration::from_secs(60);
-    std::fs::File::open(dir).unwrap().set_modified(past).unwrap();
+    for f in FOLDERS {
+        let dir = root.join("messaging").join(f);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::File::open(&dir)
+            .unwrap()
+            .set_modified(past)
+            .unwrap();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_message_index_outlives_a_restart_and_a_synced_folder_is_read_again() {
     guarded(async {
-        let bus = PrivateBus::start();
-        let (env, home) = env_with_nob();
-        write_history(&env.root);
-        for f in FOLDERS {
-            std::fs::create_dir_all(env.root.join("messaging").join(f)).unwrap();
-            settle(&env.root.join("messaging").join(f));
-        }
-        let d = start_daemon(&bus, &env, &home);
-        let p = proxy(&bus).await;
+        let (bus, env, home, d, p) = started().await;
         check_pages(&p, &env.root, None, &[], &[0, 600], 50).await;
         let kept = index_files(&home);
         assert_eq!(
             kept.iter()
                 .map(|k| k.0.file_name().unwrap().to_string_lossy().to_string())
                 .collect::<Vec<_>>(),
-            ["inbox.idx", "outbox.idx", "processed_inbox.idx", "processed_outbox.idx"]
+            [
+                "inbox.idx",
+                "outbox.idx",
+                "processed_inbox.idx",
+                "processed_outbox.idx"
+            ]
         );
         drop(p);
         drop(d);
@@ -362,14 +410,25 @@ async fn the_message_index_outlives_a_restart_and_a_synced_folder_is_read_again(
         let p = proxy(&bus).await;
         check_pages(&p, &env.root, Some("nob"), &[], &[0, 300], 50).await;
         check_pages(&p, &env.root, None, &[("direction", "out")], &[799], 50).await;
-        assert_eq!(index_files(&home), kept, "the kept index was used as it was");
+        assert_eq!(
+            index_files(&home),
+            kept,
+            "the kept index was used as it was"
+        );
 
         // A sync engine delivers files (written beside, renamed in): that folder is read
         // again, the others are not.
         let synced = env.root.join("messaging/processed_outbox");
         for i in 0..5 {
             let id = format!("synced-{i}");
-            let m = message(&id, "2025-01-01T00:10:00Z", true, Some("nob"), Some("Mine"), "done");
+            let m = message(
+                &id,
+                "2025-01-01T00:10:00Z",
+                true,
+                Some("nob"),
+                Some("Mine"),
+                "done",
+            );
             let tmp = synced.join(format!(".{id}.json.tmp"));
             std::fs::write(&tmp, m.to_string()).unwrap();
             std::fs::rename(&tmp, synced.join(format!("{id}.json"))).unwrap();

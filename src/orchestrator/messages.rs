@@ -178,7 +178,12 @@ pub fn list(store: &Store, who: &Caller, f: &MessageFilter) -> Result<Value, Rou
         .collect();
     let mut listing = MessageListing::open(store, &wanted)
         .map_err(|e| RouteError::Failed(format!("cannot list messaging/: {e}")))?;
-    let mut problems: Vec<String> = listing.problems().iter().take(MAX_PROBLEMS).cloned().collect();
+    let mut problems: Vec<String> = listing
+        .problems()
+        .iter()
+        .take(MAX_PROBLEMS)
+        .cloned()
+        .collect();
     let more = listing.problems().len() - problems.len();
     if more > 0 {
         problems.push(format!(
@@ -188,7 +193,12 @@ pub fn list(store: &Store, who: &Caller, f: &MessageFilter) -> Result<Value, Rou
     let end = f.limit.map_or(usize::MAX, |l| f.offset.saturating_add(l));
     let mut admitted_of = |m: &ListedMessage| {
         let d = dirs[listed[m.folder]].1;
-        admits(who, f, d, (m.user.as_deref(), m.project.as_deref(), m.status))
+        admits(
+            who,
+            f,
+            d,
+            (m.user.as_deref(), m.project.as_deref(), m.status),
+        )
     };
     // The total and the marks (one every MARK_EVERY messages): counted once, then kept while
     // the folders are unchanged, by the caller's rights and the filter (a page then costs a
@@ -230,7 +240,10 @@ pub fn list(store: &Store, who: &Caller, f: &MessageFilter) -> Result<Value, Rou
             let mut marks = Vec::new();
             for m in listing.by_ref().filter(&mut admitted_of) {
                 if total % MARK_EVERY == 0 {
-                    marks.push(MessagePlace::of(&m, dirs[listed[m.folder]].1 == Direction::Out));
+                    marks.push(MessagePlace::of(
+                        &m,
+                        dirs[listed[m.folder]].1 == Direction::Out,
+                    ));
                 }
                 if (f.offset..end).contains(&total) {
                     keys.push(m);
@@ -258,11 +271,7 @@ pub fn list(store: &Store, who: &Caller, f: &MessageFilter) -> Result<Value, Rou
                     return None;
                 }
                 msg.content = Map::new();
-                let folder = if j == k.folder {
-                    folder
-                } else {
-                    dirs[j].0
-                };
+                let folder = if j == k.folder { folder } else { dirs[j].0 };
                 return Some(Found {
                     folder,
                     direction: *direction,

@@ -147,6 +147,10 @@ pub fn read_message(store: &Store, path: &Path) -> Result<Message, String> {
 
 /// The line of one entry of a messaging folder: its head, or why it is not read.
 fn entry_line(store: &Store, dir: &Path, entry: Scanned<'_>) -> String {
+    let not_read = |name: &str, why: &str| {
+        let path = dir.join(name);
+        Err(format!("{}: {why}", store.relative(&path).display()).into())
+    };
     let (name, head) = match entry {
         Scanned::Document(name) => {
             let head = read_message(store, &dir.join(name)).map(|m| {
@@ -162,19 +166,11 @@ fn entry_line(store: &Store, dir: &Path, entry: Scanned<'_>) -> String {
         }
         Scanned::Conflict(name) => (
             name,
-            Err(format!(
-                "{}: a sync engine's conflict copy; not read",
-                store.relative(&dir.join(name)).display()
-            )
-            .into()),
+            not_read(name, "a sync engine's conflict copy; not read"),
         ),
         Scanned::Refused(name) => (
             name,
-            Err(format!(
-                "{}: not a regular file; never followed or read",
-                store.relative(&dir.join(name)).display()
-            )
-            .into()),
+            not_read(name, "not a regular file; never followed or read"),
         ),
     };
     let id = name.strip_suffix(".json").unwrap_or(name);
@@ -244,10 +240,13 @@ pub fn keep_message_total(
     total: usize,
     marks: std::sync::Arc<Vec<MessagePlace>>,
 ) {
-    TOTALS
-        .lock()
-        .get_or_insert_with(Totals::default)
-        .keep(key, signature, Vec::new(), total, marks);
+    TOTALS.lock().get_or_insert_with(Totals::default).keep(
+        key,
+        signature,
+        Vec::new(),
+        total,
+        marks,
+    );
 }
 
 /// The messages of some messaging folders, newest first (by `queue_time`, then answers

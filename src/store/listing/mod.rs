@@ -12,12 +12,12 @@
 //! failed), so a job moved while a listing runs is seen at least once, and the merge drops
 //! the second sighting (same queue, id and queue time come out next to each other).
 
+use super::Scanned;
 use super::{Store, listing_docs, scan_subdirs};
 use crate::model::{JobStatus, Timestamp};
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::fs::File;
-use super::Scanned;
 use std::io::{BufRead, BufReader, BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
