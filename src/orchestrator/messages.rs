@@ -218,18 +218,21 @@ pub fn list(store: &Store, who: &Caller, f: &MessageFilter) -> Result<Value, Rou
     match cached_message_total(&key, listing.signature()) {
         Some((all, marks)) => {
             total = all;
+            // Never past the last admitted message: a page beyond it (or of a filter that
+            // admits none) reads nothing.
+            let end = end.min(total);
             let m = (f.offset / MARK_EVERY).min(marks.len().saturating_sub(1));
             let mut at = 0;
-            if m > 0 {
+            if m > 0 && f.offset < end {
                 listing
                     .seek(&marks[m])
                     .map_err(|e| RouteError::Failed(format!("cannot list messaging/: {e}")))?;
                 at = m * MARK_EVERY;
             }
-            for m in listing.by_ref().filter(&mut admitted_of) {
-                if at >= end {
+            while at < end {
+                let Some(m) = listing.by_ref().find(&mut admitted_of) else {
                     break;
-                }
+                };
                 if at >= f.offset {
                     keys.push(m);
                 }
