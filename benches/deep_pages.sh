@@ -15,7 +15,9 @@
 #   - CLIENTS clients at once (a thread and a connection each), PER_CLIENT deep pages each:
 #     requests/s, p50, p99; the same for the first page; orchestratord's threads before and
 #     the most seen while they ran;
-#   - Submit list-messages limit 50 at offset 0 and N (2N messages), and the daemon's VmHWM;
+#   - Submit list-messages limit 50 at offset 0 and N (2N messages), a filtered page, the
+#     first one after start (it builds the message index) and after a restart (index kept),
+#     and the daemon's VmHWM;
 #   - as root: the CLI over D-Bus as user nobody (store mode 0700), list-jobs and
 #     list-messages, text and json, with TMPDIR a folder nobody cannot write.
 # Needs /usr/bin/python3 with dbus-python (python3-dbus), dbus-daemon, busctl, runuser.
@@ -264,15 +266,27 @@ def submit(content):
     o.Submit(json.dumps({"command": "list-messages", "content": content}), timeout=600)
     return (time.monotonic() - t0) * 1000
 
-submit({"limit": 50})
+row("Submit list-messages limit 50, the first after start (builds the message index), ms",
+    ms(submit({"limit": 50})))
 xs = [submit({"limit": 50}) for _ in range(min(reqs, 10))]
 row(f"Submit list-messages limit 50 ({2 * n} messages), ms", ms(statistics.median(xs)),
     ms(min(xs)), ms(max(xs)), peer=f"ListJobs offset 0 p50 {first[0]}")
 xs = [submit({"offset": n, "limit": 50}) for _ in range(min(reqs, 10))]
 row(f"Submit list-messages offset {n} limit 50, ms", ms(statistics.median(xs)), ms(min(xs)),
     ms(max(xs)))
+xs = [submit({"status": "error", "offset": n // 2, "limit": 50}) for _ in range(min(reqs, 10))]
+row(f"Submit list-messages status=error offset {n // 2} limit 50 (first counts), ms",
+    ms(statistics.median(xs)), ms(min(xs)), ms(max(xs)))
 st = status(d.pid)
 row("orchestratord VmRSS / VmHWM after list-messages (KiB)", f"{st['VmRSS']} / {st['VmHWM']}")
+d.kill(); d.wait()
+d = start_daemon()
+o, conn = connect()
+row("Submit list-messages limit 50, the first after a restart (index kept; counts), ms",
+    ms(submit({"limit": 50})))
+st = status(d.pid)
+row("orchestratord VmRSS / VmHWM after that first list-messages (KiB)",
+    f"{st['VmRSS']} / {st['VmHWM']}")
 
 # -- the CLI over D-Bus as a user who cannot read the store, TMPDIR not writable by them
 if os.geteuid() == 0 and shutil.which("runuser"):

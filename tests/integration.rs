@@ -76,6 +76,7 @@ mod layers;
 mod m0_cli;
 mod machine_identity;
 mod machines;
+mod message_index;
 mod notify;
 mod notify_email;
 mod notify_slack;

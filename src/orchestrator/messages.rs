@@ -10,9 +10,13 @@
 //! admins in `problems` and left as it is.
 
 use super::RouteError;
-use crate::model::{Command, DocKind, Message, MessageStatus};
+use crate::model::{Command, Message, MessageStatus};
 use crate::permissions::Caller;
-use crate::store::{Scanned, Store, read_limited, scan_each};
+use crate::store::Store;
+use crate::store::listing::{
+    ListedMessage, MARK_EVERY, MessageFolder, MessageListing, MessagePlace, cached_message_total,
+    keep_message_total,
+};
 use serde_json::{Map, Value, json};
 use std::path::PathBuf;
 
@@ -87,14 +91,8 @@ fn folders(store: &Store) -> [(&'static str, Direction, PathBuf); 4] {
     ]
 }
 
-/// Reads one message file without logging a rejection; the reason when it cannot be read.
-fn read(store: &Store, path: &std::path::Path) -> Result<Message, String> {
-    let bytes = read_limited(path).map_err(|e| e.to_string())?;
-    store
-        .validator()
-        .parse(DocKind::Message, &bytes)
-        .map_err(|r| format!("{}: {r}", store.relative(path).display()))
-}
+// Reads one message file without logging a rejection; the reason when it cannot be read.
+use crate::store::listing::read_message as read;
 
 /// A message as listed or viewed: the document with its `id` (file name without `.json`,
 /// what `view-message` takes), `folder` and `direction`; `content` only when `full`.
@@ -120,55 +118,27 @@ fn may_see(who: &Caller, msg: &Message) -> bool {
 /// files were not read (a folder of 100,000 broken files must not fill the answer).
 pub const MAX_PROBLEMS: usize = 100;
 
-/// What the listing order needs of a message, kept between reading every file and reading the
-/// page's files again: 24 bytes a message (its id lives in one shared text), never its
-/// document.
-#[derive(Debug, Clone, Copy)]
-struct Key {
-    queue_time: crate::model::Timestamp,
-    out: bool,
-    /// Index into [`folders`].
-    folder: u8,
-    /// The id: a range of the ids' text.
-    id_at: u32,
-    id_len: u16,
-}
-
-impl Key {
-    fn id<'a>(&self, ids: &'a str) -> &'a str {
-        let at = self.id_at as usize;
-        ids.get(at..at + usize::from(self.id_len))
-            .unwrap_or_default()
-    }
-
-    /// Listing order: newest `queue_time` first, answers before their requests, then id
-    /// (descending), then folder.
-    fn order(&self, o: &Key, ids: &str) -> std::cmp::Ordering {
-        (o.queue_time, o.out)
-            .cmp(&(self.queue_time, self.out))
-            .then_with(|| o.id(ids).cmp(self.id(ids)))
-            .then_with(|| self.folder.cmp(&o.folder))
-    }
-}
-
-/// Keeps the first `keep` of `keys` in listing order (in no order).
-fn cut(keys: &mut Vec<Key>, keep: usize, ids: &str) {
-    if keys.len() > keep {
-        if keep > 0 {
-            keys.select_nth_unstable_by(keep - 1, |a, b| a.order(b, ids));
-        }
-        keys.truncate(keep);
-    }
-}
-
 /// True when `msg` (in a folder of direction `d`) is listed for `who` under `f`.
 fn admitted(who: &Caller, f: &MessageFilter, d: Direction, msg: &Message) -> bool {
-    may_see(who, msg)
-        && f.project
-            .as_ref()
-            .is_none_or(|p| msg.project.as_ref() == Some(p))
-        && f.user.as_ref().is_none_or(|u| msg.user.as_ref() == Some(u))
-        && f.status.is_none_or(|s| msg.status == s)
+    admits(
+        who,
+        f,
+        d,
+        (msg.user.as_deref(), msg.project.as_deref(), msg.status),
+    )
+}
+
+/// [`admitted`] on what the index holds of a message: its user, project and status.
+fn admits(
+    who: &Caller,
+    f: &MessageFilter,
+    d: Direction,
+    (user, project, status): (Option<&str>, Option<&str>, MessageStatus),
+) -> bool {
+    who.can_see_message(user)
+        && f.project.as_deref().is_none_or(|p| project == Some(p))
+        && f.user.as_deref().is_none_or(|u| user == Some(u))
+        && f.status.is_none_or(|s| status == s)
         && f.direction.is_none_or(|x| x == d)
 }
 
@@ -179,10 +149,11 @@ fn admitted(who: &Caller, f: &MessageFilter, d: Direction, msg: &Message) -> boo
 /// many more). Each request carries `answer`: its answer's status, or null while unanswered.
 /// `content` is left out (see `view-message`).
 ///
-/// Memory stays at a small key per admitted message (at most `offset + limit` of them when a
-/// limit is given), whatever the folders hold: every file is read and checked once for the
-/// order and the total, and only the page's files (and their answers) are read again for the
-/// rows. A folder the direction filter leaves out is not read.
+/// Memory stays at one index record per folder and the page's keys, whatever the folders
+/// hold: the order and the total come from the folders' index files (a file is read and
+/// checked once, when it is new), and only the page's files (and their answers) are read for
+/// the rows, each checked again against the rules. A folder the direction filter leaves out
+/// is not read. Problems are named folder by folder, by file name.
 pub fn list(store: &Store, who: &Caller, f: &MessageFilter) -> Result<Value, RouteError> {
     if let Some(u) = &f.user
         && !who.can_view_user(u)
@@ -192,108 +163,122 @@ pub fn list(store: &Store, who: &Caller, f: &MessageFilter) -> Result<Value, Rou
         ));
     }
     let dirs = folders(store);
-    // The keys of the first `offset + limit` messages in listing order (cut back to those
-    // whenever twice as many gathered), or of every message when there is no limit.
-    let keep = f.limit.map_or(usize::MAX, |l| f.offset.saturating_add(l));
-    let (mut keys, mut ids): (Vec<Key>, String) = (Vec::new(), String::new());
-    let (mut total, mut problems, mut more) = (0usize, Vec::new(), 0usize);
-    let mut problem = |p: String| {
-        if problems.len() < MAX_PROBLEMS {
-            problems.push(p);
-        } else {
-            more += 1;
-        }
-    };
-    for (i, (_, direction, dir)) in dirs.iter().enumerate() {
-        if f.direction.is_some_and(|d| d != *direction) {
-            continue;
-        }
-        let scanned = scan_each(dir, |entry| {
-            let name = match entry {
-                Scanned::Document(name) => name,
-                Scanned::Conflict(name) => {
-                    return problem(format!(
-                        "{}: a sync engine's conflict copy; not read",
-                        store.relative(&dir.join(name)).display()
-                    ));
-                }
-                Scanned::Refused(name) => {
-                    return problem(format!(
-                        "{}: not a regular file; never followed or read",
-                        store.relative(&dir.join(name)).display()
-                    ));
-                }
-            };
-            let path = dir.join(name);
-            let msg = match read(store, &path) {
-                Ok(msg) => msg,
-                Err(e) => return problem(e),
-            };
-            if !admitted(who, f, *direction, &msg) {
-                return;
-            }
-            total += 1;
-            if keep == 0 {
-                return;
-            }
-            let id = name.strip_suffix(".json").unwrap_or(name);
-            let (Ok(id_at), Ok(id_len)) = (u32::try_from(ids.len()), u16::try_from(id.len()))
-            else {
-                return problem(format!(
-                    "{}: too many message names to list at once; not read",
-                    store.relative(&path).display()
-                ));
-            };
-            ids.push_str(id);
-            keys.push(Key {
-                queue_time: msg.queue_time,
-                out: *direction == Direction::Out,
-                folder: i as u8,
-                id_at,
-                id_len,
-            });
-            if keys.len() >= keep.saturating_mul(2).max(4096) {
-                cut(&mut keys, keep, &ids);
-            }
-        });
-        scanned.map_err(|e| {
-            RouteError::Failed(format!(
-                "cannot list {}: {e}",
-                store.relative(dir).display()
-            ))
-        })?;
-    }
+    // The folders' index files, merged newest first: a few dozen bytes a message are read
+    // for the order and the total, and only the page's files (and their answers) for rows.
+    let listed: Vec<usize> = (0..dirs.len())
+        .filter(|&i| f.direction.is_none_or(|d| d == dirs[i].1))
+        .collect();
+    let wanted: Vec<MessageFolder<'_>> = listed
+        .iter()
+        .map(|&i| MessageFolder {
+            name: dirs[i].0,
+            out: dirs[i].1 == Direction::Out,
+            dir: &dirs[i].2,
+        })
+        .collect();
+    let mut listing = MessageListing::open(store, &wanted)
+        .map_err(|e| RouteError::Failed(format!("cannot list messaging/: {e}")))?;
+    let mut problems: Vec<String> = listing
+        .problems()
+        .iter()
+        .take(MAX_PROBLEMS)
+        .cloned()
+        .collect();
+    let more = listing.problems().len() - problems.len();
     if more > 0 {
         problems.push(format!(
             "… and {more} more files not read (the first {MAX_PROBLEMS} are named)"
         ));
     }
-    cut(&mut keys, keep, &ids);
-    keys.sort_unstable_by(|a, b| a.order(b, &ids));
+    let end = f.limit.map_or(usize::MAX, |l| f.offset.saturating_add(l));
+    let mut admitted_of = |m: &ListedMessage| {
+        let d = dirs[listed[m.folder]].1;
+        admits(
+            who,
+            f,
+            d,
+            (m.user.as_deref(), m.project.as_deref(), m.status),
+        )
+    };
+    // The total and the marks (one every MARK_EVERY messages): counted once, then kept while
+    // the folders are unchanged, by the caller's rights and the filter (a page then costs a
+    // seek to the mark before it and the page).
+    let key = format!(
+        "{}\n{}\n{:?}\n{:?}",
+        store.root().display(),
+        who.is_admin(),
+        who.user_id(),
+        MessageFilter {
+            offset: 0,
+            limit: None,
+            ..f.clone()
+        }
+    );
+    let (mut keys, mut total) = (Vec::new(), 0usize);
+    match cached_message_total(&key, listing.signature()) {
+        Some((all, marks)) => {
+            total = all;
+            // Never past the last admitted message: a page beyond it (or of a filter that
+            // admits none) reads nothing.
+            let end = end.min(total);
+            let m = (f.offset / MARK_EVERY).min(marks.len().saturating_sub(1));
+            let mut at = 0;
+            if m > 0 && f.offset < end {
+                listing
+                    .seek(&marks[m])
+                    .map_err(|e| RouteError::Failed(format!("cannot list messaging/: {e}")))?;
+                at = m * MARK_EVERY;
+            }
+            while at < end {
+                let Some(m) = listing.by_ref().find(&mut admitted_of) else {
+                    break;
+                };
+                if at >= f.offset {
+                    keys.push(m);
+                }
+                at += 1;
+            }
+        }
+        None => {
+            let mut marks = Vec::new();
+            for m in listing.by_ref().filter(&mut admitted_of) {
+                if total % MARK_EVERY == 0 {
+                    marks.push(MessagePlace::of(
+                        &m,
+                        dirs[listed[m.folder]].1 == Direction::Out,
+                    ));
+                }
+                if (f.offset..end).contains(&total) {
+                    keys.push(m);
+                }
+                total += 1;
+            }
+            let signature = listing.signature().map(str::to_string);
+            keep_message_total(&key, signature, total, std::sync::Arc::new(marks));
+        }
+    }
+    for m in &mut keys {
+        m.folder = listed[m.folder];
+    }
+    drop(listing);
     // The page's documents, read again (a request answered meanwhile has moved from inbox/
     // to processed_inbox/; one gone or changed past the filter since is left out).
-    let reread = |k: &Key| -> Option<Found> {
-        let (folder, direction, _) = &dirs[usize::from(k.folder)];
-        let mut tries = vec![usize::from(k.folder)];
-        tries.extend(
-            (0..dirs.len()).filter(|&j| j != usize::from(k.folder) && dirs[j].1 == *direction),
-        );
+    let reread = |k: &ListedMessage| -> Option<Found> {
+        let (folder, direction, _) = &dirs[k.folder];
+        let mut tries = vec![k.folder];
+        tries.extend((0..dirs.len()).filter(|&j| j != k.folder && dirs[j].1 == *direction));
         for j in tries {
-            let path = dirs[j].2.join(format!("{}.json", k.id(&ids)));
+            let path = dirs[j].2.join(format!("{}.json", k.id));
             if let Ok(mut msg) = read(store, &path) {
                 if !admitted(who, f, *direction, &msg) {
                     return None;
                 }
                 msg.content = Map::new();
-                let folder = if j == usize::from(k.folder) {
-                    folder
-                } else {
-                    dirs[j].0
-                };
+                let folder = if j == k.folder { folder } else { dirs[j].0 };
                 return Some(Found {
                     folder,
                     direction: *direction,
-                    id: k.id(&ids).to_string(),
+                    id: k.id.clone(),
                     msg,
                 });
             }
@@ -312,9 +297,8 @@ pub fn list(store: &Store, who: &Caller, f: &MessageFilter) -> Result<Value, Rou
             read(store, &path).ok().map(|m| m.status)
         })
     };
-    let limit = f.limit.unwrap_or(usize::MAX);
     let (mut rows, mut bytes, mut consumed) = (Vec::new(), 2usize, 0usize);
-    for k in keys.iter().skip(f.offset).take(limit) {
+    for k in &keys {
         consumed += 1;
         let Some(m) = reread(k) else { continue };
         let mut r = row(&m, false);
@@ -332,7 +316,7 @@ pub fn list(store: &Store, who: &Caller, f: &MessageFilter) -> Result<Value, Rou
         }
         rows.push(r);
     }
-    drop((keys, ids));
+    drop(keys);
     let next = f.offset.saturating_add(consumed).min(total.max(f.offset));
     if !who.can_see_store_problems() {
         problems.clear();

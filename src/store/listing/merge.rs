@@ -12,21 +12,68 @@ pub struct JobIndex {
     /// The listings paging callers are walking through (at most [`MAX_CURSORS`]).
     cursors: Vec<Cursor>,
     /// Totals of recent listings, by caller and filter (see [`JobIndex::cached_total`]).
-    totals: HashMap<String, CachedTotal>,
+    totals: Totals<Bound>,
 }
 
 /// A listing's total, kept while the folders it counted are unchanged.
 #[derive(Debug, Clone)]
-pub struct CachedTotal {
-    /// [`Listing::signature`] when it was counted.
+pub struct CachedTotal<M = Bound> {
+    /// The listed folders' stamps when it was counted ([`Listing::signature`]).
     pub folders: String,
     /// What the caller's rights were then (who decides: the caller of [`JobIndex::keep_total`]).
     pub rights: Vec<(String, bool)>,
-    /// Jobs in the listing.
+    /// Entries in the listing.
     pub total: usize,
-    /// The place of every [`MARK_EVERY`]th job of the listing (the first, then …), so a page
-    /// at any offset starts from the mark before it (a seek) instead of walking from the start.
-    pub marks: std::sync::Arc<Vec<Bound>>,
+    /// The place of every [`MARK_EVERY`]th entry of the listing (the first, then …), so a
+    /// page at any offset starts from the mark before it (a seek) instead of walking from the
+    /// start.
+    pub marks: std::sync::Arc<Vec<M>>,
+}
+
+/// Totals of recent listings by caller and filter, each kept while the folders it counted
+/// are unchanged (at most [`MAX_TOTALS`]; the oldest are dropped all at once).
+#[derive(Debug)]
+pub struct Totals<M>(HashMap<String, CachedTotal<M>>);
+
+impl<M> Default for Totals<M> {
+    fn default() -> Self {
+        Totals(HashMap::new())
+    }
+}
+
+impl<M> Totals<M> {
+    /// The total counted for `key` when the folders were exactly as `signature` says they are
+    /// now (same identity and modification time, each settled, so a change since would show).
+    pub fn get(&self, key: &str, signature: Option<&str>) -> Option<&CachedTotal<M>> {
+        let now = signature?;
+        self.0.get(key).filter(|c| c.folders == now)
+    }
+
+    /// Keeps `total` for `key` while the folders stay as `signature` says (nothing is kept
+    /// when a folder changed too recently to tell).
+    pub fn keep(
+        &mut self,
+        key: &str,
+        signature: Option<String>,
+        rights: Vec<(String, bool)>,
+        total: usize,
+        marks: std::sync::Arc<Vec<M>>,
+    ) {
+        let Some(folders) = signature else {
+            self.0.remove(key);
+            return;
+        };
+        if self.0.len() >= MAX_TOTALS {
+            self.0.clear();
+        }
+        let kept = CachedTotal {
+            folders,
+            rights,
+            total,
+            marks,
+        };
+        self.0.insert(key.to_string(), kept);
+    }
 }
 
 /// One mark every this many jobs of a counted listing.
@@ -61,7 +108,7 @@ impl JobIndex {
         JobIndex {
             dir: Some(Some(dir)),
             cursors: Vec::new(),
-            totals: HashMap::new(),
+            totals: Totals::default(),
         }
     }
 
@@ -72,7 +119,7 @@ impl JobIndex {
         JobIndex {
             dir: Some(self.dir_for(store)),
             cursors: Vec::new(),
-            totals: HashMap::new(),
+            totals: Totals::default(),
         }
     }
 
@@ -134,18 +181,7 @@ impl JobIndex {
             // In the order jobs move, so a job moving meanwhile is seen at least once.
             for &s in &states {
                 // Taken before the folder is read: a change after it changes the stamp.
-                listing.signature =
-                    match (listing.signature.take(), Stamp::of(&store.jobs_dir(q, s))) {
-                        (Some(mut sig), Ok(Some(st))) if st.settled() => {
-                            sig.push_str(&st.header(true));
-                            Some(sig)
-                        }
-                        (Some(mut sig), Ok(None)) => {
-                            sig.push_str("-\n");
-                            Some(sig)
-                        }
-                        _ => None,
-                    };
+                listing.signature = sign(listing.signature.take(), &store.jobs_dir(q, s));
                 let cache = dir
                     .as_ref()
                     .map(|d| d.join(q).join(format!("{}.idx", s.dir())));
@@ -276,15 +312,13 @@ impl JobIndex {
         self.cursors.push(cursor);
     }
 
-    /// The total counted for `key` when `listing`'s folders were exactly as they are now
-    /// (same identity and modification time, each settled, so a change since would show).
+    /// The total counted for `key` when `listing`'s folders were exactly as they are now.
     pub fn cached_total(&self, key: &str, listing: &Listing) -> Option<&CachedTotal> {
-        let now = listing.signature.as_deref()?;
-        self.totals.get(key).filter(|c| c.folders == now)
+        self.totals.get(key, listing.signature.as_deref())
     }
 
     /// Keeps `total` for `key` while `listing`'s folders stay unchanged and `rights` stay
-    /// what they are (nothing is kept when a folder changed too recently to tell).
+    /// what they are.
     pub fn keep_total(
         &mut self,
         key: &str,
@@ -293,22 +327,8 @@ impl JobIndex {
         total: usize,
         marks: std::sync::Arc<Vec<Bound>>,
     ) {
-        let Some(folders) = listing.signature.clone() else {
-            self.totals.remove(key);
-            return;
-        };
-        if self.totals.len() >= MAX_TOTALS {
-            self.totals.clear();
-        }
-        self.totals.insert(
-            key.to_string(),
-            CachedTotal {
-                folders,
-                rights,
-                total,
-                marks,
-            },
-        );
+        let signature = listing.signature.clone();
+        self.totals.keep(key, signature, rights, total, marks);
     }
 }
 

@@ -12,6 +12,7 @@
 //! failed), so a job moved while a listing runs is seen at least once, and the merge drops
 //! the second sighting (same queue, id and queue time come out next to each other).
 
+use super::Scanned;
 use super::{Store, listing_docs, scan_subdirs};
 use crate::model::{JobStatus, Timestamp};
 use serde::Deserialize;
@@ -23,12 +24,17 @@ use std::time::{Duration, Instant, SystemTime};
 
 mod index;
 mod merge;
+mod messages;
+mod records;
 mod seek;
 #[cfg(test)]
 mod tests;
 
-pub(super) use index::*;
+use index::*;
 pub use merge::*;
+pub use messages::*;
+pub(super) use records::ends_whole;
+use records::{Record, Records, Stamp, sign};
 pub use seek::Bound;
 
 /// Which jobs a listing wants.
@@ -137,6 +143,19 @@ type RecHead = (
 struct Rec {
     id: Box<str>,
     head: Option<RecHead>,
+}
+
+impl Record for Rec {
+    const MAGIC: &'static str = MAGIC;
+    const DESCENDING: bool = false;
+
+    fn parse(line: &str) -> Option<Rec> {
+        Rec::parse(line)
+    }
+
+    fn is_bad(&self) -> bool {
+        self.head.is_none()
+    }
 }
 
 impl Rec {
@@ -276,80 +295,6 @@ pub(super) fn unescape(s: &str) -> String {
     o
 }
 
-/// What identifies a folder's contents: device, inode, modification time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Stamp {
-    dev: u64,
-    ino: u64,
-    secs: i64,
-    nanos: i64,
-}
-
-impl Stamp {
-    fn of(dir: &Path) -> std::io::Result<Option<Stamp>> {
-        use std::os::unix::fs::MetadataExt;
-        let fd = match super::safe::open_dir(dir) {
-            Ok(fd) => fd,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        let m = File::from(fd).metadata()?;
-        Ok(Some(Stamp {
-            dev: m.dev(),
-            ino: m.ino(),
-            secs: m.mtime(),
-            nanos: m.mtime_nsec(),
-        }))
-    }
-
-    fn settled(&self) -> bool {
-        let t = SystemTime::UNIX_EPOCH
-            + Duration::new(
-                u64::try_from(self.secs).unwrap_or(0),
-                u32::try_from(self.nanos).unwrap_or(0),
-            );
-        t.elapsed().is_ok_and(|age| age > SETTLED)
-    }
-
-    /// Device and inode (which folder), then its time: the fields of a header.
-    fn fields(&self) -> (String, String) {
-        let folder = format!("{}\t{}\t", self.dev, self.ino);
-        let all = format!("{folder}{}\t{}", self.secs, self.nanos);
-        (folder, all)
-    }
-
-    fn header(&self, settled: bool) -> String {
-        format!(
-            "{MAGIC}\t{}\t{}\t{}\t{}\t{}\n",
-            self.dev, self.ino, self.secs, self.nanos, settled as u8
-        )
-    }
-
-    /// The stamp in a header line and whether it was settled when written.
-    fn parse_header(line: &str) -> Option<(Stamp, bool)> {
-        let rest = line.strip_prefix(MAGIC)?.strip_prefix('\t')?;
-        let f: Vec<&str> = rest.trim_end().split('\t').collect();
-        let [dev, ino, secs, nanos, settled] = f.as_slice() else {
-            return None;
-        };
-        Some((
-            Stamp {
-                dev: dev.parse().ok()?,
-                ino: ino.parse().ok()?,
-                secs: secs.parse().ok()?,
-                nanos: nanos.parse().ok()?,
-            },
-            *settled == "1",
-        ))
-    }
-}
-
-#[derive(Debug)]
-enum Body {
-    File(BufReader<File>),
-    Mem(Vec<Rec>, usize),
-}
-
 /// One folder's records in listing order.
 #[derive(Debug)]
 struct Source {
@@ -357,9 +302,7 @@ struct Source {
     status: JobStatus,
     /// The archive month, for an archive folder.
     month: Option<String>,
-    body: Body,
-    /// Where the first readable record starts in a file body (after the unreadable ones).
-    body_at: u64,
+    records: Records<Rec>,
     current: Option<Rec>,
     /// The documents cache read in step with the records (JSON listings).
     docs: Option<listing_docs::Docs>,
@@ -368,82 +311,37 @@ struct Source {
 }
 
 impl Source {
-    fn mem(queue: &str, status: JobStatus, month: Option<&str>, recs: Vec<Rec>) -> Source {
+    fn new(queue: &str, status: JobStatus, month: Option<&str>, records: Records<Rec>) -> Source {
         Source {
             queue: queue.to_string(),
             status,
             month: month.map(str::to_string),
-            body: Body::Mem(recs, 0),
-            body_at: 0,
+            records,
             current: None,
             docs: None,
             current_doc: None,
         }
     }
 
-    /// Positions a file source after its header and returns the unreadable ids (they sort
+    fn mem(queue: &str, status: JobStatus, month: Option<&str>, recs: Vec<Rec>) -> Source {
+        Source::new(queue, status, month, Records::mem(recs))
+    }
+
+    /// Positions the source at its first record and returns the unreadable ids (they sort
     /// first).
     fn start(&mut self) -> std::io::Result<Vec<String>> {
-        let mut bad = Vec::new();
-        match &mut self.body {
-            Body::Mem(_, i) => *i = 0,
-            Body::File(r) => {
-                r.seek(SeekFrom::Start(0))?;
-                let mut line = String::new();
-                r.read_line(&mut line)?;
-                loop {
-                    let at = r.stream_position()?;
-                    line.clear();
-                    if r.read_line(&mut line)? == 0 {
-                        self.body_at = at;
-                        break;
-                    }
-                    match Rec::parse(&line) {
-                        Some(Rec { id, head: None }) => bad.push(id.into()),
-                        _ => {
-                            r.seek(SeekFrom::Start(at))?;
-                            self.body_at = at;
-                            break;
-                        }
-                    }
-                }
-            }
-        }
+        let bad = self.records.start()?;
         self.current = None;
         self.current_doc = None;
         if let Some(d) = &mut self.docs {
             d.rewind()?;
         }
-        Ok(bad)
+        Ok(bad.into_iter().map(|r| r.id.into()).collect())
     }
 
     /// Moves to the next readable record.
     fn advance(&mut self) {
-        self.current = loop {
-            let rec = match &mut self.body {
-                Body::Mem(v, i) => {
-                    let r = v.get(*i).cloned();
-                    *i += 1;
-                    r
-                }
-                Body::File(r) => {
-                    let mut line = String::new();
-                    match r.read_line(&mut line) {
-                        Ok(n) if n > 0 && line == TRAILER => None,
-                        Ok(n) if n > 0 => match Rec::parse(&line) {
-                            Some(rec) => Some(rec),
-                            // A damaged index line: the folder is listed again next time.
-                            None => continue,
-                        },
-                        _ => None,
-                    }
-                }
-            };
-            match rec {
-                Some(r) if r.head.is_none() => continue,
-                other => break other,
-            }
-        };
+        self.current = self.records.next_good();
         self.current_doc = match (&self.current, &mut self.docs) {
             (Some(r), Some(d)) => d.next_for(&r.id),
             _ => None,

@@ -5,7 +5,6 @@
 
 use super::*;
 use std::cmp::Ordering;
-use std::os::unix::fs::FileExt;
 
 /// A place in a listing's order: oldest `queue_time` first, ties by id, then by queue (the
 /// order [`Listing`] merges in). Written as the `after` cursor of `ListJobs` and the web API:
@@ -120,81 +119,8 @@ impl Source {
         self.docs = None;
         self.current_doc = None;
         self.current = None;
-        match &mut self.body {
-            Body::Mem(v, i) => *i = v.partition_point(|r| !wanted(r)),
-            Body::File(r) => {
-                let at = first_line(r.get_ref(), self.body_at, &wanted)?;
-                r.seek(SeekFrom::Start(at))?;
-            }
-        }
+        self.records.seek(&wanted)?;
         self.advance();
         Ok(())
     }
-}
-
-/// The start of the first record line from `lo` on that `wanted` admits (the records are
-/// sorted, so it admits none before that one and every one after), or the trailer's start.
-fn first_line(f: &File, lo: u64, wanted: &dyn Fn(&Rec) -> bool) -> std::io::Result<u64> {
-    let len = f.metadata()?.len();
-    let mut hi = len.saturating_sub(TRAILER.len() as u64).max(lo);
-    let mut lo = lo;
-    // Invariant: no line starting before `lo` is wanted; `hi` is a line start (or the end)
-    // that is wanted.
-    while lo < hi {
-        let mid = lo + (hi - lo) / 2;
-        let p = if mid == lo {
-            lo
-        } else {
-            next_line_start(f, mid - 1, hi)?
-        };
-        let p = if p >= hi { lo } else { p };
-        let (line, next) = line_at(f, p, hi)?;
-        if Rec::parse(&line).is_some_and(|r| wanted(&r)) {
-            hi = p;
-        } else {
-            lo = next;
-        }
-    }
-    Ok(hi)
-}
-
-/// The position after the first newline at or after `from` (`hi` when there is none before).
-fn next_line_start(f: &File, from: u64, hi: u64) -> std::io::Result<u64> {
-    let mut buf = [0u8; 512];
-    let mut at = from;
-    while at < hi {
-        let n = f.read_at(&mut buf, at)?;
-        if n == 0 {
-            break;
-        }
-        if let Some(i) = buf[..n].iter().position(|b| *b == b'\n') {
-            return Ok((at + i as u64 + 1).min(hi));
-        }
-        at += n as u64;
-    }
-    Ok(hi)
-}
-
-/// The line starting at `at` (with its newline) and where the next one starts.
-fn line_at(f: &File, at: u64, hi: u64) -> std::io::Result<(String, u64)> {
-    let mut out = Vec::new();
-    let mut buf = [0u8; 512];
-    let mut pos = at;
-    while pos < hi {
-        let n = f.read_at(&mut buf, pos)?;
-        if n == 0 {
-            break;
-        }
-        if let Some(i) = buf[..n].iter().position(|b| *b == b'\n') {
-            out.extend_from_slice(&buf[..=i]);
-            pos += i as u64 + 1;
-            return Ok((String::from_utf8_lossy(&out).into_owned(), pos));
-        }
-        out.extend_from_slice(&buf[..n]);
-        pos += n as u64;
-    }
-    Ok((
-        String::from_utf8_lossy(&out).into_owned(),
-        pos.min(hi).max(at + 1),
-    ))
 }
