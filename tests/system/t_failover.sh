@@ -85,7 +85,7 @@ cut_at=$(sys_now_ms)
 # Syncthing conflict copy of the lock when alpha comes back).
 lock_settled() { x cmp -s "$A/.orchestrator.lock" "$B/.orchestrator.lock"; }
 sys_check "alpha's last lock heartbeat reached beta" sys_wait_until 20 "lock settled" lock_settled
-x systemctl kill --signal=KILL st-alpha.service
+sys_kill9 "$m" st-alpha.service
 sys_check "beta's standby takes the lock over (epoch $epoch0 + 1)" sys_wait_until 60 "lock beta on beta" held_by "$B" beta
 sys_log "beta took over $(sys_fmt_ms $(($(sys_now_ms) - cut_at))) after alpha went silent (lock stale after 4 s, settle 1 s)"
 sys_expect_eq "... at the next epoch" "$((epoch0 + 1))" "$(lock_field "$B" epoch)"

@@ -175,7 +175,7 @@ sys_check "the queue keeps serving" sys_wait_until 60 "s2 finished" in_state s2 
 for i in $(seq 1 12); do queue_job "k$i" "$(noop "kill $i" 1)"; done
 submitted() { [ "$(x squeue -h -t all -o %j 2>/dev/null | grep -c '^agentstore-k')" -ge 3 ]; }
 sys_check "submissions under way" sys_wait_until 30 "some submitted" submitted
-x systemctl kill -s KILL queue-manager@poplar.service
+sys_kill9 "$m" queue-manager@poplar.service
 x systemctl restart queue-manager@poplar.service
 allk() { local i; for i in $(seq 1 12); do in_state "k$i" finished || return 1; done; }
 sys_check "all 12 finish" sys_wait_until 120 "12 finished" allk

@@ -215,9 +215,9 @@ sys_check "... and alpha's copy shows it running" sys_wait_until 30 "running on 
 # Syncthing comes back, that change meets alpha's delete of the file (the job failed) and
 # Syncthing keeps a modified file over a delete: the running copy comes back on both sides,
 # and must not stay (the job is failed; it must not be failed twice nor look running).
-x systemctl kill --signal=KILL st-beta.service
+sys_kill9 "$m" st-beta.service
 as_svc sh -c 'echo >>"$1"' sh "$B/Queues/beech/Jobs/running_jobs/$kid.json"
-x systemctl kill --signal=KILL qm-beta.service
+sys_kill9 "$m" qm-beta.service
 killed_at=$(sys_now_ms)
 dead() { ! active qm-beta.service && ! active st-beta.service; }
 sys_check "beta powered off: queue manager, worker and Syncthing killed" sys_wait_until 10 "beta dead" dead
