@@ -29,6 +29,30 @@ fn user_git(dir: &Path, home: &Path, args: &[&str]) {
     );
 }
 
+/// `git commit --allow-empty` as the user, unconfined (it runs the repository's hooks).
+fn user_commit(dir: &Path, home: &Path) {
+    let who = ["-c", "user.name=u", "-c", "user.email=u@x"];
+    let commit = ["commit", "-q", "--allow-empty", "-m", "x"];
+    user_git(dir, home, &[&who[..], &commit[..]].concat());
+}
+
+/// Each `(call, path)`: the path is gone, kept aside as `PATH.refused-by-sandbox`, and the
+/// call that planted it was told.
+fn moved_aside(root: &Path, tools: &[serde_json::Value], planted: &[(usize, &str)]) {
+    for &(i, p) in planted {
+        assert!(!root.join(p).exists(), "{p} left in place: {}", tools[i]);
+        assert!(
+            root.join(format!("{p}.refused-by-sandbox")).exists(),
+            "{p} kept aside"
+        );
+        assert!(
+            tools[i]["stderr"].as_str().unwrap().contains(p),
+            "call {i} is told about {p}: {}",
+            tools[i]
+        );
+    }
+}
+
 #[test]
 fn nested_repositories_a_command_plants_run_nothing_of_the_users_git() {
     if !landlock_here("nested_repositories_a_command_plants_run_nothing_of_the_users_git") {
@@ -74,46 +98,25 @@ fn nested_repositories_a_command_plants_run_nothing_of_the_users_git() {
     for (i, t) in tools.iter().enumerate() {
         assert_eq!(t["stdout"], "planted\n", "call {i}: {t}");
     }
-    for (i, p) in [
-        (0, "sub/.git/config"),
-        (1, ".git/modules/m/config"),
-        (2, "h/.git/hooks/pre-commit"),
-        (2, "h/.git/config"),
-        (2, "deep/.claude/settings.json"),
-        (3, "p/.git"),
-    ] {
-        assert!(!f.root.join(p).exists(), "{p} left in place");
-        assert!(
-            f.root.join(format!("{p}.refused-by-sandbox")).exists(),
-            "{p} kept aside"
-        );
-        assert!(
-            tools[i]["stderr"].as_str().unwrap().contains(p),
-            "call {i} is told about {p}: {}",
-            tools[i]
-        );
-    }
+    moved_aside(
+        &f.root,
+        &tools,
+        &[
+            (0, "sub/.git/config"),
+            (1, ".git/modules/m/config"),
+            (2, "h/.git/hooks/pre-commit"),
+            (2, "h/.git/config"),
+            (2, "deep/.claude/settings.json"),
+            (3, "p/.git"),
+        ],
+    );
     // The user's own git, unconfined, in the project and in each planted repository.
     user_git(&f.root, &f.home, &["status", "--short"]);
     for d in ["sub", "m", "h"] {
         user_git(&f.root.join(d), &f.home, &["status", "--short"]);
     }
     let h = f.root.join("h");
-    user_git(
-        &h,
-        &f.home,
-        &[
-            "-c",
-            "user.name=u",
-            "-c",
-            "user.email=u@x",
-            "commit",
-            "-q",
-            "--allow-empty",
-            "-m",
-            "x",
-        ],
-    );
+    user_commit(&h, &f.home);
     // The alias is gone with the config it was in.
     let st = Command::new("git")
         .arg("st")
@@ -164,19 +167,14 @@ fn a_directory_made_unlistable_hides_nothing_from_the_sweep() {
     };
     let (result, tools, _, _) = run_under(&f, &calls, &[], wrapper);
     assert_eq!(result["permission_denials"], json!([]), "{result}");
-    for (i, p) in [(0, "d/sub/.git/config"), (1, "h/.git/hooks/pre-commit")] {
-        assert_eq!(tools[i]["stdout"], "planted\n", "call {i}: {}", tools[i]);
-        assert!(!f.root.join(p).exists(), "{p} left in place: {}", tools[i]);
-        assert!(
-            f.root.join(format!("{p}.refused-by-sandbox")).exists(),
-            "{p} kept aside"
-        );
-        assert!(
-            tools[i]["stderr"].as_str().unwrap().contains(p),
-            "call {i} is told about {p}: {}",
-            tools[i]
-        );
+    for (i, t) in tools.iter().enumerate() {
+        assert_eq!(t["stdout"], "planted\n", "call {i}: {t}");
     }
+    moved_aside(
+        &f.root,
+        &tools,
+        &[(0, "d/sub/.git/config"), (1, "h/.git/hooks/pre-commit")],
+    );
     // The directories keep the mode the command gave them.
     use std::os::unix::fs::PermissionsExt;
     for d in ["d", "h/.git/hooks"] {
@@ -187,21 +185,7 @@ fn a_directory_made_unlistable_hides_nothing_from_the_sweep() {
         assert_eq!(mode & 0o777, 0o311, "{d}");
     }
     user_git(&f.root, &f.home, &["status", "--short"]);
-    user_git(
-        &f.root.join("h"),
-        &f.home,
-        &[
-            "-c",
-            "user.name=u",
-            "-c",
-            "user.email=u@x",
-            "commit",
-            "-q",
-            "--allow-empty",
-            "-m",
-            "x",
-        ],
-    );
+    user_commit(&f.root.join("h"), &f.home);
     for n in 1..=2 {
         assert!(!marker(n).exists(), "planted program {n} ran");
     }
