@@ -280,12 +280,12 @@ pub(crate) fn record_answer(
 }
 
 /// [`record_answer`] for an answer given over D-Bus: a line a full disk refuses is kept and
-/// written when there is room ([`Store::record_now`]). Says whether every line is on disk
-/// now; only then may anything that vouches for the answer (its outbox copy) be written.
+/// written when there is room ([`Store::record`]). Says whether every line is on disk now;
+/// only then may anything that vouches for the answer (its outbox copy) be written.
 pub(crate) fn record_given_answer(store: &Store, cid: &str, outcome: &Outcome, via: &str) -> bool {
     let mut all = true;
     for r in answer_records(store, cid, outcome, Some(via)) {
-        all &= store.record_now(r);
+        all &= store.record(r);
     }
     all
 }

@@ -165,15 +165,15 @@ impl Store {
     /// and, when named, the daemon log. Failures to write are logged, never fatal; an event
     /// line that does not fit on a full disk is kept in memory and written first by the next
     /// event, or by [`Store::retry_unwritten_events`] (so a full disk delays the audit trail
-    /// of a running daemon instead of cutting holes in it).
-    pub fn record(&self, r: Record) {
+    /// of a running daemon instead of cutting holes in it). Says whether the event line is
+    /// on disk now, for a caller that holds back what the record vouches for until it is.
+    pub fn record(&self, r: Record) -> bool {
         self.journal(&r);
-        if r.line {
-            self.record_event(&r.event);
-        }
+        let written = !r.line || self.record_event(&r.event);
         if let Some(file) = &r.log {
             self.append_daemon_log(file, &r.text);
         }
+        written
     }
 
     /// [`Store::record`] for a record that something else waits on: the event line is
@@ -189,29 +189,6 @@ impl Store {
             self.append_daemon_log(file, &r.text);
         }
         Ok(())
-    }
-
-    /// [`Store::record`] that says whether the event line is on disk now: `false` when it
-    /// could not be written (a line a full disk refuses is still kept for later), so the
-    /// caller can hold back what the record vouches for.
-    pub fn record_now(&self, r: Record) -> bool {
-        self.journal(&r);
-        let mut written = true;
-        if r.line
-            && let Err(e) = self.try_record_event(&r.event)
-        {
-            written = false;
-            let (path, line) = self.event_target(&r.event);
-            if unwritten::is_out_of_space(&e) {
-                unwritten::keep(path, line);
-            } else {
-                tracing::warn!("cannot append to {}: {e}", path.display());
-            }
-        }
-        if let Some(file) = &r.log {
-            self.append_daemon_log(file, &r.text);
-        }
-        written
     }
 
     fn journal(&self, r: &Record) {
@@ -247,18 +224,23 @@ impl Store {
 
     /// Appends an event; failures are logged, never fatal (the journal has it too). A line
     /// refused for want of space is kept (in order, bounded) and written before the next one.
-    pub fn record_event(&self, event: &Event) {
+    /// Whether the line is on disk now.
+    pub fn record_event(&self, event: &Event) -> bool {
         let (path, line) = self.event_target(event);
         // Behind lines that still do not fit, this one waits its turn (the file keeps the
         // order the events happened in, even if this shorter line would fit now).
         if !unwritten::write_kept() {
             unwritten::keep(path, line);
-            return;
+            return false;
         }
-        if let Err(e) = append_line_locked(&path, &line) {
-            tracing::warn!("cannot append to {}: {e}", path.display());
-            if unwritten::is_out_of_space(&e) {
-                unwritten::keep(path, line);
+        match append_line_locked(&path, &line) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!("cannot append to {}: {e}", path.display());
+                if unwritten::is_out_of_space(&e) {
+                    unwritten::keep(path, line);
+                }
+                false
             }
         }
     }
