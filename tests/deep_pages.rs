@@ -161,11 +161,7 @@ async fn deep_pages_and_cursors_are_slices_of_the_one_order_for_each_caller() {
                 .spawn()
                 .unwrap(),
         );
-        let conn = bus.connect().await;
-        let p = Orchestrator1Proxy::new(&conn).await.unwrap();
-        while p.version().await.is_err() {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let p = orchestrator_on(&bus).await;
 
         for (who, want) in [(None, &all), (Some("nob"), &nob)] {
             let mut base: Vec<(&str, &str)> = who.map(|u| ("user", u)).into_iter().collect();

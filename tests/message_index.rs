@@ -9,6 +9,7 @@ use crate::queue_env;
 
 use agentstore::bus::orchestrator::Orchestrator1Proxy;
 use agentstore::model::Timestamp;
+use futures_util::StreamExt;
 use queue_env::*;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -191,15 +192,6 @@ fn start_daemon(bus: &PrivateBus, env: &QueueEnv, home: &Path) -> KillOnDrop {
     )
 }
 
-async fn proxy(bus: &PrivateBus) -> Orchestrator1Proxy<'static> {
-    let conn = bus.connect().await;
-    let p = Orchestrator1Proxy::new(&conn).await.unwrap();
-    while p.version().await.is_err() {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    p
-}
-
 fn env_with_nob() -> (QueueEnv, PathBuf) {
     let env = QueueEnv::new(1);
     let home = env.dir.path().join("home");
@@ -262,7 +254,7 @@ async fn started() -> (
     write_history(&env.root);
     settle_all(&env.root);
     let d = start_daemon(&bus, &env, &home);
-    let p = proxy(&bus).await;
+    let p = orchestrator_on(&bus).await;
     (bus, env, home, d, p)
 }
 
@@ -319,6 +311,9 @@ async fn every_message_page_is_a_slice_of_the_slow_order_for_each_caller() {
                 "done",
             ),
         );
+        // Subscribed before the request is written: its MessageProcessed comes once the pass
+        // that answered it is over (answer written, request moved).
+        let mut processed = p.receive_message_processed().await.unwrap();
         put(
             &env.root,
             "inbox",
@@ -332,10 +327,16 @@ async fn every_message_page_is_a_slice_of_the_slow_order_for_each_caller() {
                 "queued",
             ),
         );
-        let answered = env.root.join("messaging/processed_inbox/asked.json");
-        while !answered.exists() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        while let Some(sig) = processed.next().await {
+            if *sig.args().unwrap().correlation_id() == "asked" {
+                break;
+            }
         }
+        assert!(
+            env.root
+                .join("messaging/processed_inbox/asked.json")
+                .exists()
+        );
         let all = slow_listing(&env.root);
         assert_eq!(all[0].id, "late");
         assert!(
@@ -407,7 +408,7 @@ async fn the_message_index_outlives_a_restart_and_a_synced_folder_is_read_again(
 
         // After a restart the listing is served from the kept files: none is written again.
         let d = start_daemon(&bus, &env, &home);
-        let p = proxy(&bus).await;
+        let p = orchestrator_on(&bus).await;
         check_pages(&p, &env.root, Some("nob"), &[], &[0, 300], 50).await;
         check_pages(&p, &env.root, None, &[("direction", "out")], &[799], 50).await;
         assert_eq!(

@@ -325,6 +325,31 @@ pub async fn watch_each_owner(conn: &zbus::Connection, queue: &str) {
     });
 }
 
+/// orchestratord's proxy on `bus` once it owns its name: the owner change is awaited
+/// (subscribed before the check), never polled.
+pub async fn orchestrator_on(
+    bus: &PrivateBus,
+) -> agentstore::bus::orchestrator::Orchestrator1Proxy<'static> {
+    let name = "org.agentstore.Orchestrator1";
+    let conn = bus.connect().await;
+    let dbus = zbus::fdo::DBusProxy::new(&conn).await.unwrap();
+    let mut owners = dbus.receive_name_owner_changed().await.unwrap();
+    let bus_name = zbus::names::BusName::try_from(name).unwrap();
+    if !dbus.name_has_owner(bus_name).await.unwrap_or(false) {
+        while let Some(sig) = owners.next().await {
+            if sig
+                .args()
+                .is_ok_and(|a| a.name().as_str() == name && a.new_owner().is_some())
+            {
+                break;
+            }
+        }
+    }
+    agentstore::bus::orchestrator::Orchestrator1Proxy::new(&conn)
+        .await
+        .unwrap()
+}
+
 /// Runs `f` under the hang guard.
 pub async fn guarded<F: std::future::Future<Output = T>, T>(f: F) -> T {
     tokio::time::timeout(HANG_GUARD, f)
