@@ -14,6 +14,18 @@ use crate::agentshell_sandbox::{fixture, landlock_here, run, run_under, sh};
 /// A commit id for a gitlink (git never looks it up for `status`).
 const SHA: &str = "0123456789012345678901234567890123456789";
 
+/// The command's git is pinned to the project's repository: the model unpins it.
+const GIT: &str = "env -u GIT_DIR -u GIT_WORK_TREE -u GIT_CEILING_DIRECTORIES git";
+
+/// The start of a shell command appending to a git config (its path follows) a
+/// `core.fsmonitor` that touches `marker` when git runs it.
+fn fsmonitor_appender(marker: &Path) -> String {
+    format!(
+        "printf \"[core]\\n\\tfsmonitor = \\\"touch {}; false\\\"\\n\" >>",
+        marker.display()
+    )
+}
+
 fn user_git(dir: &Path, home: &Path, args: &[&str]) {
     let out = Command::new("git")
         .args(args)
@@ -61,14 +73,8 @@ fn nested_repositories_a_command_plants_run_nothing_of_the_users_git() {
     let f = fixture();
     user_git(&f.root, &f.home, &["init", "-q"]);
     let marker = |n: u8| f.dir.path().join(format!("RAN-{n}"));
-    let fsmonitor = |n: u8| {
-        format!(
-            "printf \"[core]\\n\\tfsmonitor = \\\"touch {}; false\\\"\\n\" >>",
-            marker(n).display()
-        )
-    };
-    // The command's git is pinned to the project's repository: the model unpins it.
-    let git = "env -u GIT_DIR -u GIT_WORK_TREE -u GIT_CEILING_DIRECTORIES git";
+    let fsmonitor = |n: u8| fsmonitor_appender(&marker(n));
+    let git = GIT;
     let calls = [
         // A nested repository whose fsmonitor runs, and a gitlink naming it in the index.
         sh(&format!(
@@ -144,11 +150,11 @@ fn a_directory_made_unlistable_hides_nothing_from_the_sweep() {
     let f = fixture();
     user_git(&f.root, &f.home, &["init", "-q"]);
     let marker = |n: u8| f.dir.path().join(format!("RAN-{n}"));
-    let git = "env -u GIT_DIR -u GIT_WORK_TREE -u GIT_CEILING_DIRECTORIES git";
+    let git = GIT;
     let calls = [
         sh(&format!(
-            "mkdir d && {git} init -q d/sub && printf \"[core]\\n\\tfsmonitor = \\\"touch {}; false\\\"\\n\" >> d/sub/.git/config && {git} update-index --add --cacheinfo 160000,{SHA},d/sub && chmod 311 d && echo planted",
-            marker(1).display()
+            "mkdir d && {git} init -q d/sub && {} d/sub/.git/config && {git} update-index --add --cacheinfo 160000,{SHA},d/sub && chmod 311 d && echo planted",
+            fsmonitor_appender(&marker(1))
         )),
         sh(&format!(
             "{git} init -q h && printf \"#!/bin/sh\\ntouch {}\\n\" > h/.git/hooks/pre-commit && chmod +x h/.git/hooks/pre-commit && chmod 311 h/.git/hooks && echo planted",
