@@ -59,7 +59,7 @@ impl Manager {
             match self.asker(&req) {
                 Asker::Here => {}
                 // Its machine's manager publishes, answers and removes it.
-                Asker::Elsewhere => continue,
+                Asker::Elsewhere(_) => continue,
                 Asker::Ended => {
                     self.store.remove_approval(&q, &req.request_id);
                     continue;
@@ -337,9 +337,9 @@ enum Asker {
     /// A job this manager runs (its worker, its Slurm job, or a running job of this
     /// machine it has not adopted yet).
     Here,
-    /// A job another machine's manager runs — or one whose running document has not reached
-    /// this copy of the store yet.
-    Elsewhere,
+    /// A job another machine's manager runs (that machine, when its running document says
+    /// so) — or one whose running document has not reached this copy of the store yet.
+    Elsewhere(Option<String>),
     /// A job that ended: its request is left over.
     Ended,
 }
@@ -368,8 +368,8 @@ impl Manager {
             {
                 Asker::Here
             }
-            Ok(_) => Asker::Elsewhere,
-            Err(_) if crate::store::safe::exists(&path) => Asker::Elsewhere,
+            Ok(job) => Asker::Elsewhere(job.runtime.host),
+            Err(_) if crate::store::safe::exists(&path) => Asker::Elsewhere(None),
             Err(_) => {
                 let ended = [JobStatus::Finished, JobStatus::Failed]
                     .into_iter()
@@ -381,7 +381,7 @@ impl Manager {
                 if ended || req.requested_at.plus_secs(grace) <= Timestamp::now() {
                     Asker::Ended
                 } else {
-                    Asker::Elsewhere
+                    Asker::Elsewhere(None)
                 }
             }
         }
@@ -399,16 +399,12 @@ impl Manager {
         if !may_see_request(&self.store, q, &req, caller) {
             return unknown();
         }
-        let path = self.store.job_path(q, JobStatus::Running, &req.job_id);
-        match self.store.read_doc::<Job>(DocKind::Job, &path) {
-            Ok(job) => match job.runtime.host.as_deref() {
-                Some(h) if !self.is_this_machine(h) => QueueError::Failed(format!(
-                    "approval request {request_id} is job {}'s, which runs on machine {h}: answer it there (its queue manager signs the answers its worker takes)",
-                    req.job_id
-                )),
-                _ => unknown(),
-            },
-            Err(_) => unknown(),
+        match self.asker(&req) {
+            Asker::Elsewhere(Some(h)) => QueueError::Failed(format!(
+                "approval request {request_id} is job {}'s, which runs on machine {h}: answer it there (its queue manager signs the answers its worker takes)",
+                req.job_id
+            )),
+            _ => unknown(),
         }
     }
 
