@@ -371,25 +371,9 @@ fn queue_manager_exits_when_idle_but_not_while_a_job_runs() {
         ],
     );
     let finished = root.join("Queues/poplar/Jobs/finished_jobs/idle-1.json");
-    let mut finished_at = None;
-    let status = loop {
-        if finished_at.is_none() && finished.exists() {
-            finished_at = Some(std::time::Instant::now());
-        }
-        if let Some(s) = qm.0.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            started.elapsed() < LONG,
-            "queue-manager never exited when idle"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = crate::wait::child_exit(&mut qm.0, LONG, "queue-manager's idle exit");
     assert!(status.success(), "queue-manager exited with {status}");
-    assert!(
-        finished_at.is_some() || finished.exists(),
-        "it exited before its job finished"
-    );
+    assert!(finished.exists(), "it exited before its job finished");
     assert!(
         started.elapsed() >= Duration::from_secs(4),
         "it exited while the 4 s job ran"
@@ -409,7 +393,7 @@ fn queue_manager_exits_when_idle_but_not_while_a_job_runs() {
             "1",
         ],
     );
-    wait_until(LONG, "the idle exit", || qm.0.try_wait().unwrap().is_some());
+    crate::wait::child_exit(&mut qm.0, LONG, "the idle exit");
 }
 
 /// The `ExecStart=` of a unit in `systemd/user/`, with `%h`, `%i` and `/usr/bin/` resolved.
@@ -556,7 +540,7 @@ fn user_units_serve_the_store_the_cli_resolves() {
 fn the_four_agent_commands_work_out_of_the_box() {
     let u = User::new();
     let root = u.env.root.clone();
-    let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-claude");
+    let fake = common::fake_claude();
     let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("share/commands");
     let q: Value =
         serde_json::from_str(&u.env.ok(&["--format", "json", "view-queue", "poplar"])).unwrap();
@@ -1002,7 +986,7 @@ fn project_side_effects_are_made_by_the_job_as_its_user() {
     let record = record_dir.join("venvman.txt");
     let bin = u.env.dir.path().join("bin");
     fake_venvman(&bin, &record);
-    let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-claude");
+    let fake = common::fake_claude();
     u.env.ok(&[
         "set-queue",
         "poplar",

@@ -551,12 +551,8 @@ fn idle_server_exits_and_says_so() {
         .unwrap();
     assert!(o.status.success());
     let started = std::time::Instant::now();
-    let mut status = None;
-    wait_until(Duration::from_secs(20), "the idle exit", || {
-        status = web.0.try_wait().unwrap();
-        status.is_some()
-    });
-    assert!(status.unwrap().success(), "{status:?}");
+    let status = crate::wait::child_exit(&mut web.0, crate::wait::LOADED, "the idle exit");
+    assert!(status.success(), "{status:?}");
     assert!(started.elapsed() >= Duration::from_millis(900));
 }
 
@@ -1664,24 +1660,10 @@ fn events_carry_job_moves_of_a_manager_started_later_to_who_may_see_them() {
 /// Queue `q`'s manager of the store at `root` on the test's session bus (direct launcher),
 /// once it holds its bus name.
 fn direct_manager(w: &Web, root: &std::path::Path, q: &str) -> KillOnDrop {
-    let manager = KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_queue-manager"))
-            .args([
-                "--queue",
-                q,
-                "--bus",
-                "session",
-                "--launcher",
-                "direct",
-                "--root",
-            ])
-            .arg(root)
-            .env("DBUS_SESSION_BUS_ADDRESS", &w.bus.address)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let manager = crate::daemons::queue_manager(root, q)
+        .on(&w.bus)
+        .idle_exit(None)
+        .spawn();
     common::bus::wait_for_name(&w.bus, &agentstore::bus::queue_bus_name(q));
     manager
 }
