@@ -5,6 +5,7 @@
 
 use crate::{claude_env, common, fake_model};
 
+use crate::daemons::Daemon;
 use common::Researcher;
 use common::bus::{KillOnDrop, PrivateBus, wait_for_name, wait_until};
 use serde_json::Value;
@@ -113,14 +114,14 @@ impl Flow {
     }
 
     fn orchestratord(&self) -> KillOnDrop {
-        let d = self.daemon(env!("CARGO_BIN_EXE_orchestratord"), &["--idle-exit", "0"]);
+        let d = self.daemon(Daemon::Orchestratord, &["--idle-exit", "0"]);
         wait_for_name(&self.bus, "org.agentstore.Orchestrator1");
         d
     }
 
     fn queue_manager(&self) -> KillOnDrop {
         let d = self.daemon(
-            env!("CARGO_BIN_EXE_queue-manager"),
+            Daemon::QueueManager,
             &["--queue", "poplar", "--launcher", "direct"],
         );
         wait_for_name(&self.bus, "org.agentstore.Queue.poplar");
@@ -138,21 +139,19 @@ impl Flow {
             "--claude-cli-path",
             claude.to_str().unwrap(),
         ]);
-        let mut c = Command::new(env!("CARGO_BIN_EXE_queue-manager"));
-        self.scope(&mut c);
-        c.envs(claude_env::claude_env(&self.env.home, base_url))
+        let mut c = crate::daemons::unit_like(Daemon::QueueManager)
             .args(["--queue", "poplar", "--launcher", "direct"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
+            .command();
+        self.scope(&mut c);
+        c.envs(claude_env::claude_env(&self.env.home, base_url));
         let d = KillOnDrop(c.spawn().unwrap());
         wait_for_name(&self.bus, "org.agentstore.Queue.poplar");
         d
     }
 
-    fn daemon(&self, bin: &str, args: &[&str]) -> KillOnDrop {
-        let mut c = Command::new(bin);
+    fn daemon(&self, d: Daemon, args: &[&str]) -> KillOnDrop {
+        let mut c = crate::daemons::unit_like(d).args(args).command();
         self.scope(&mut c);
-        c.args(args).stdout(Stdio::null()).stderr(Stdio::inherit());
         KillOnDrop(c.spawn().unwrap())
     }
 
@@ -749,22 +748,25 @@ fn migrate_upgrades_a_v05_store_once_and_newer_stores_are_refused() {
         .unwrap()
         .replace("\"0.6\"", "\"0.9\"");
     std::fs::write(&cfg, y).unwrap();
-    let runs: [(&str, &[&str]); 2] = [
-        (env!("CARGO_BIN_EXE_orchestratord"), &["--idle-exit", "0"]),
+    let runs: [(Daemon, &[&str]); 2] = [
+        (Daemon::Orchestratord, &["--idle-exit", "0"]),
         (
-            env!("CARGO_BIN_EXE_queue-manager"),
+            Daemon::QueueManager,
             &["--queue", "poplar", "--launcher", "direct"],
         ),
     ];
     for (bin, args) in runs {
-        let mut c = Command::new(bin);
+        let mut c = crate::daemons::unit_like(bin)
+            .args(args)
+            .stderr(Stdio::piped())
+            .command();
         f.scope(&mut c);
-        let o = c.args(args).output().unwrap();
-        assert!(!o.status.success(), "{bin} ran on a newer store");
+        let o = c.output().unwrap();
+        assert!(!o.status.success(), "{bin:?} ran on a newer store");
         let err = text(&o.stderr);
         assert!(
             err.contains("0.9") && err.contains("newer agentstore") && err.contains("config.yaml"),
-            "{bin}: {err}"
+            "{bin:?}: {err}"
         );
     }
     f.refused(&["list-jobs"], &["newer agentstore"]);

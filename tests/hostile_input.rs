@@ -871,7 +871,7 @@ async fn orchestratord_serves_read_only_on_a_full_disk() {
     let child = on_full_disk(
         &env.root,
         &mnt,
-        env!("CARGO_BIN_EXE_orchestratord"),
+        crate::daemons::Daemon::Orchestratord.path(),
         &[
             "--bus",
             "session",
@@ -944,7 +944,7 @@ fn queue_manager_backs_off_and_records_the_disk_error() {
     let child = on_full_disk(
         &env.root,
         &mnt,
-        env!("CARGO_BIN_EXE_queue-manager"),
+        crate::daemons::Daemon::QueueManager.path(),
         &[
             "--queue",
             "q1",
@@ -1050,7 +1050,7 @@ fn orchestratord_polls_when_inotify_is_exhausted() {
     let child = std::process::Command::new("unshare")
         .args(["-U", "-r", "sh", "-c"])
         .arg("echo 0 > /proc/sys/user/max_inotify_instances && exec \"$@\"")
-        .args(["sh", env!("CARGO_BIN_EXE_orchestratord")])
+        .args(["sh", crate::daemons::Daemon::Orchestratord.path()])
         .args([
             "--bus",
             "session",

@@ -2,7 +2,9 @@
 //! [`queue_manager`] give a [`Launch`] with what every test wants (the store root, no bus,
 //! `--idle-exit 0`, the queue manager's direct launcher, logs at `warn` on the test's stderr,
 //! stdout dropped), which the test adjusts (a bus, a host name, more arguments) and spawns.
-//! The options are set once each, so no flag reaches the daemon twice.
+//! The options are set once each, so no flag reaches the daemon twice. [`unit_like`] starts a
+//! daemon as a user unit does (no flags but the caller's), and [`Daemon::path`] is the one
+//! place the tests name the built binaries.
 
 use crate::harness::{KillOnDrop, PrivateBus};
 use std::ffi::{OsStr, OsString};
@@ -13,7 +15,7 @@ use std::process::{Command, Stdio};
 pub struct Launch {
     bin: &'static str,
     fixed: Vec<OsString>,
-    bus: OsString,
+    bus: Option<OsString>,
     idle_exit: Option<String>,
     launcher: Option<&'static str>,
     args: Vec<OsString>,
@@ -22,15 +24,49 @@ pub struct Launch {
     stderr: Option<Stdio>,
 }
 
+/// A daemon binary of this build.
+#[derive(Clone, Copy, Debug)]
+pub enum Daemon {
+    Orchestratord,
+    QueueManager,
+}
+
+impl Daemon {
+    /// The built binary.
+    pub fn path(self) -> &'static str {
+        match self {
+            Daemon::Orchestratord => env!("CARGO_BIN_EXE_orchestratord"),
+            Daemon::QueueManager => env!("CARGO_BIN_EXE_queue-manager"),
+        }
+    }
+}
+
+/// The daemon as a user unit starts it: the binary and the arguments the caller adds, no
+/// more (its store from `AGENT_STORE_ROOT`, its bus chosen by default, from the environment
+/// the caller's scope sets: what these tests check must just work).
+pub fn unit_like(daemon: Daemon) -> Launch {
+    Launch {
+        bin: daemon.path(),
+        fixed: Vec::new(),
+        bus: None,
+        idle_exit: None,
+        launcher: None,
+        args: Vec::new(),
+        envs: Vec::new(),
+        removed: Vec::new(),
+        stderr: None,
+    }
+}
+
 /// `orchestratord --root ROOT --bus none --idle-exit 0`.
 pub fn orchestratord(root: &Path) -> Launch {
-    Launch::new(env!("CARGO_BIN_EXE_orchestratord"), root, &[], None)
+    Launch::new(Daemon::Orchestratord, root, &[], None)
 }
 
 /// `queue-manager --queue QUEUE --root ROOT --bus none --idle-exit 0 --launcher direct`.
 pub fn queue_manager(root: &Path, queue: &str) -> Launch {
     Launch::new(
-        env!("CARGO_BIN_EXE_queue-manager"),
+        Daemon::QueueManager,
         root,
         &["--queue", queue],
         Some("direct"),
@@ -38,19 +74,14 @@ pub fn queue_manager(root: &Path, queue: &str) -> Launch {
 }
 
 impl Launch {
-    fn new(
-        bin: &'static str,
-        root: &Path,
-        fixed: &[&str],
-        launcher: Option<&'static str>,
-    ) -> Launch {
+    fn new(daemon: Daemon, root: &Path, fixed: &[&str], launcher: Option<&'static str>) -> Launch {
         let mut f: Vec<OsString> = fixed.iter().map(OsString::from).collect();
         f.push("--root".into());
         f.push(root.into());
         Launch {
-            bin,
+            bin: daemon.path(),
             fixed: f,
-            bus: "none".into(),
+            bus: Some("none".into()),
             idle_exit: Some("0".into()),
             launcher,
             args: Vec::new(),
@@ -62,13 +93,13 @@ impl Launch {
 
     /// On the private `bus` (as its session bus).
     pub fn on(mut self, bus: &PrivateBus) -> Launch {
-        self.bus = "session".into();
+        self.bus = Some("session".into());
         self.env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
     }
 
     /// `--bus VALUE` (`none`, `session`, `system` or an address).
     pub fn bus(mut self, value: &str) -> Launch {
-        self.bus = value.into();
+        self.bus = Some(value.into());
         self
     }
 
@@ -126,7 +157,10 @@ impl Launch {
     /// The command, to run some other way (`output()`, wrapped in another command).
     pub fn command(self) -> Command {
         let mut c = Command::new(self.bin);
-        c.args(&self.fixed).arg("--bus").arg(&self.bus);
+        c.args(&self.fixed);
+        if let Some(bus) = &self.bus {
+            c.arg("--bus").arg(bus);
+        }
         if let Some(secs) = &self.idle_exit {
             c.args(["--idle-exit", secs]);
         }
