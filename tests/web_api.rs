@@ -559,9 +559,13 @@ fn idle_server_exits_and_says_so() {
 /// A stand-in worker for running job `id`: a live process whose command line names the job
 /// (what the queue manager checks before re-adopting a running job).
 fn fake_worker(id: &str) -> KillOnDrop {
+    // Its `sleep` outlives the killed shell: it must not hold the test's output open (nextest
+    // reported the test as leaky).
     KillOnDrop(
         Command::new("sh")
             .args(["-c", "sleep 600; :", id])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
             .spawn()
             .unwrap(),
     )
