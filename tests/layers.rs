@@ -938,10 +938,6 @@ const LONG_FILES: &[(&str, &str)] = &[
         "the sandbox engineer owns this split (#28)",
     ),
     (
-        "src/agent/transport/web.rs",
-        "to be replaced by hyper (issue 29 item 5), not split by hand",
-    ),
-    (
         "src/agent/transport/telegram.rs",
         "Bot API client and session hub, not yet two files (issue 29)",
     ),
