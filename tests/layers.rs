@@ -871,9 +871,11 @@ pub(crate) fn code_outside_tests(src: &str) -> Vec<(usize, &str)> {
     let mut lines = src.lines().enumerate().peekable();
     while let Some((i, line)) = lines.next() {
         if line.trim() == "#[cfg(test)]"
-            && lines
-                .peek()
-                .is_some_and(|(_, next)| next.trim_start().starts_with("mod tests"))
+            && lines.peek().is_some_and(|(_, next)| {
+                // An inline test module; `mod tests;` names a file of its own.
+                let next = next.trim();
+                next.starts_with("mod tests") && !next.ends_with(';')
+            })
         {
             break;
         }
