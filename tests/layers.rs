@@ -940,10 +940,6 @@ const LONG_FILES: &[(&str, &str)] = &[
         "the sandbox engineer owns this split (#28)",
     ),
     (
-        "src/agent/transport/telegram.rs",
-        "Bot API client and session hub, not yet two files (issue 29)",
-    ),
-    (
         "src/agent/transport/line_editor.rs",
         "one state machine, not yet split (issue 29)",
     ),
