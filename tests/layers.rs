@@ -936,14 +936,6 @@ const LONG_FILES: &[(&str, &str)] = &[
         "the sandbox engineer owns this split (#28)",
     ),
     (
-        "src/agent/transport/line_editor.rs",
-        "one state machine, not yet split (issue 29)",
-    ),
-    (
-        "src/agent/tools/subsystems/secrets.rs",
-        "not yet split (issue 29)",
-    ),
-    (
         "src/agent/tools/subsystems/commands.rs",
         "not yet split (issue 29)",
     ),
