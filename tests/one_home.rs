@@ -415,6 +415,8 @@ fn test_helpers_have_one_home() {
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
 /// Where the web layer may pass text through unescaped (`maud::PreEscaped`), each (file, what
 /// is passed, why). A row that no longer occurs fails the test, so the list only shrinks.
 const UNESCAPED: &[(&str, &str, &str)] = &[(
