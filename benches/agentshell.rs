@@ -9,12 +9,16 @@
 //! 4. peak RSS (`/usr/bin/time -v`) of `exec` against the fake server, and of `run` to its prompt.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+// The tests' support, of which this bench uses a part.
+#[allow(dead_code)]
 #[path = "../tests/agentshell_common/mod.rs"]
 mod common;
 #[path = "../tests/support/fake_model.rs"]
 pub mod fake_model;
 #[path = "../tests/support/harness.rs"]
 pub mod harness;
+#[path = "../tests/support/wait.rs"]
+pub mod wait;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};

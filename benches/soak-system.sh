@@ -7,7 +7,9 @@
 #   sudo benches/soak-system.sh [--minutes N] [--deb FILE] [--prev-deb FILE] [--out DIR]
 #
 # Environment: SOAK_REPORT_MINUTES (5), SOAK_FAULT_MINUTES (5: one fault every N minutes,
-# cycling through the list), SOAK_PAUSE_SECONDS (180: Syncthing paused), SOAK_WORKERS (12 per
+# cycling through the list), SOAK_PAUSE_SECONDS (180: Syncthing paused; must be under the grace),
+# SOAK_LOST_GRACE (240 s: machines.lost_job_grace_seconds), SOAK_SIGSTOP_SECONDS (grace + 30 s:
+# how long beta's queue manager stays stopped), SOAK_WORKERS (12 per
 # queue), SOAK_MSG_INTERVAL (0.7 s per writer), SOAK_STORE_MB (512: each machine's store is a
 # tmpfs of this size, so "disk full" fills that and nothing else), SOAK_GRACE (600 s: an
 # unanswered message older than this counts as lost, a job older than its timeout + this as
@@ -37,6 +39,16 @@ done
 REPORT_MIN=${SOAK_REPORT_MINUTES:-5}
 FAULT_MIN=${SOAK_FAULT_MINUTES:-5}
 PAUSE_S=${SOAK_PAUSE_SECONDS:-180}
+LOST_GRACE=${SOAK_LOST_GRACE:-240}
+SIGSTOP_S=${SOAK_SIGSTOP_SECONDS:-$((LOST_GRACE + 30))}
+# Across a sync engine a partition longer than the lost-job grace lets each side take the
+# other's queue over and start the same queued job (README, "One queue on two machines"):
+# by design, not a fault the soak should count. Refuse a schedule that would only measure that.
+if [ "$PAUSE_S" -ge "$LOST_GRACE" ]; then
+    echo "error: SOAK_PAUSE_SECONDS ($PAUSE_S) must be under SOAK_LOST_GRACE ($LOST_GRACE): a partition" \
+        "longer than the lost-job grace runs jobs on both sides by design (README: One queue on two machines)" >&2
+    exit 2
+fi
 WORKERS=${SOAK_WORKERS:-12}
 MSG_INTERVAL=${SOAK_MSG_INTERVAL:-0.7}
 STORE_MB=${SOAK_STORE_MB:-512}
@@ -141,7 +153,7 @@ done
 as_svc sed -i -e 's/^\( *idle_exit_seconds:\).*/\1 0/' -e 's/^\( *polling_interval_seconds:\).*/\1 2/' \
     -e 's/^orchestrator:$/orchestrator:\n  standby: [soak-alpha, soak-beta]\n  lock_heartbeat_seconds: 2\n  lock_stale_after_seconds: 20/' \
     "$AS/config.yaml"
-as_svc sh -c 'printf "machines:\n  heartbeat_seconds: 2\n  stale_after_seconds: 20\n  lost_job_grace_seconds: 60\n" >>"$1"' sh "$AS/config.yaml"
+as_svc sh -c 'printf "machines:\n  heartbeat_seconds: 2\n  stale_after_seconds: 20\n  lost_job_grace_seconds: %s\n" "$2" >>"$1"' sh "$AS/config.yaml" "$LOST_GRACE"
 x grep -q '^  standby: \[soak-alpha, soak-beta\]' "$AS/config.yaml" || sys_die "config.yaml has no orchestrator: section to edit"
 m=soak-beta
 x sh -c 'for u in jobuser alice mallory; do id $u >/dev/null 2>&1 || useradd --create-home --shell /bin/bash $u; done
@@ -399,8 +411,8 @@ fault_disk() {
 }
 fault_sigstop() {
     on beta systemctl kill -s STOP --kill-whom=main queue-manager@beech.service
-    log "fault: beta's queue manager SIGSTOPped for 90 s (heartbeat stale after 20 s, lost-job grace 60 s)"
-    sleep 90
+    log "fault: beta's queue manager SIGSTOPped for ${SIGSTOP_S} s (heartbeat stale after 20 s, lost-job grace ${LOST_GRACE} s)"
+    sleep "$SIGSTOP_S"
     on beta systemctl kill -s CONT --kill-whom=main queue-manager@beech.service
     log "fault: beta's queue manager continued"
 }

@@ -13,6 +13,8 @@
 //! The first stdout line is `listening http://ADDR`; every request is then written as one
 //! JSON line to `--log` (default: stdout). It runs until killed.
 
+// The tests' fake model server, of which this example uses a part.
+#[allow(dead_code)]
 #[path = "../tests/support/fake_model.rs"]
 mod fake_model;
 

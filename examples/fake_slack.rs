@@ -15,13 +15,16 @@
 //! ephemeral replies. It runs until killed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+// The tests' fakes, of which this example uses a part.
 #[allow(dead_code)]
 #[path = "../tests/support/fake_chat.rs"]
 mod fake_chat;
+#[allow(dead_code)]
 #[path = "../tests/support/fake_slack_socket.rs"]
 mod fake_slack_socket;
-#[path = "../tests/support/procs.rs"]
-mod procs;
+#[allow(dead_code)]
+#[path = "../tests/support/wait.rs"]
+mod wait;
 
 use anyhow::Context;
 use clap::Parser;

@@ -370,7 +370,7 @@ fn sigterm_ends_the_run_with_a_result_and_kills_running_commands() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    wait_until("the sleep command", || {
+    wait_until(LOADED, "the sleep command", || {
         !pids_running(&["sleep", &marker]).is_empty()
     });
     nix::sys::signal::kill(
@@ -386,7 +386,7 @@ fn sigterm_ends_the_run_with_a_result_and_kills_running_commands() {
     assert_eq!(v["result"], "interrupted by SIGTERM");
     assert_eq!(v["num_turns"], 1);
     assert_eq!(v["usage"]["input_tokens"], 10);
-    wait_until("the sleep command to be killed", || {
+    wait_until(LOADED, "the sleep command to be killed", || {
         pids_running(&["sleep", &marker]).is_empty()
     });
 }

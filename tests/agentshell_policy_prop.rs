@@ -307,13 +307,8 @@ fn random_read_only_argv_is_never_allowed_when_it_writes_or_executes() {
                 .stderr(Stdio::null())
                 .spawn()
                 .unwrap();
-            let deadline = std::time::Instant::now() + Duration::from_secs(10);
-            while child.try_wait().unwrap().is_none() {
-                if std::time::Instant::now() > deadline {
-                    let _ = child.kill();
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(5));
+            if crate::wait::exit_within(&mut child, Duration::from_secs(10)).is_none() {
+                let _ = child.kill();
             }
             let _ = child.wait();
             let after = snapshot(&root);
@@ -487,14 +482,11 @@ fn run_traced(shell: &str, line: &str, dir: &Path, stubs: &Path) -> (Vec<Vec<Str
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while child.try_wait().unwrap().is_none() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "`{line}` hangs in {shell}"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    crate::wait::child_exit(
+        &mut child,
+        Duration::from_secs(10),
+        &format!("`{line}` to end in {shell}"),
+    );
     let mut stderr = String::new();
     use std::io::Read;
     child

@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::agentshell_common;
+use crate::harness;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -38,6 +38,8 @@ struct Call {
 #[derive(Default)]
 struct BotState {
     updates: Mutex<Vec<Value>>,
+    /// Told of each new update (a long poll awaits it).
+    arrived: tokio::sync::Notify,
     calls: Mutex<Vec<Call>>,
     throttle_next_send: AtomicBool,
     next_message: AtomicI64,
@@ -98,8 +100,10 @@ async fn bot_handler(
         "getUpdates" => {
             let offset = parsed["offset"].as_i64().unwrap_or(0);
             let wait = parsed["timeout"].as_u64().unwrap_or(0).min(1);
-            let deadline = Instant::now() + Duration::from_secs(wait);
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(wait);
             loop {
+                // Asked to be told before looking, so an update in between is not missed.
+                let arrived = state.arrived.notified();
                 let ready: Vec<Value> = state
                     .updates
                     .lock()
@@ -108,10 +112,9 @@ async fn bot_handler(
                     .filter(|u| u["update_id"].as_i64().unwrap() >= offset)
                     .cloned()
                     .collect();
-                if !ready.is_empty() || Instant::now() >= deadline {
+                if !ready.is_empty() || tokio::time::timeout_at(deadline, arrived).await.is_err() {
                     break json!(ready);
                 }
-                tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
         "getMe" => json!({"id": 1, "is_bot": true, "username": "fake_bot"}),
@@ -164,6 +167,7 @@ impl FakeBot {
         let mut updates = self.state.updates.lock().unwrap();
         update["update_id"] = json!(updates.len() as i64 + 1);
         updates.push(update);
+        self.state.arrived.notify_waiters();
     }
 
     fn calls(&self) -> Vec<Call> {
@@ -179,7 +183,7 @@ impl FakeBot {
 
     fn wait_for(&self, what: &str, pred: impl Fn(&Call) -> bool) -> Call {
         let mut found = None;
-        wait_until(what, || {
+        wait_until(LOADED, what, || {
             found = self.calls().into_iter().find(|c| !c.throttled && pred(c));
             found.is_some()
         });
@@ -320,7 +324,7 @@ fn telegram_session_with_a_confirmation_a_document_and_a_split_answer() {
         "{}",
         edited.body
     );
-    wait_until("the file", || root.join("tg-file").exists());
+    wait_until(LOADED, "the file", || root.join("tg-file").exists());
 
     // The long output goes as a document.
     let doc = bot.wait_for("the document", |c| c.method == "sendDocument");
@@ -334,7 +338,7 @@ fn telegram_session_with_a_confirmation_a_document_and_a_split_answer() {
     assert!(doc.raw.contains("↳ run_command ok"));
 
     // The answer, split at the limit, whole.
-    wait_until("the answer", || {
+    wait_until(LOADED, "the answer", || {
         bot.sent("sendMessage").iter().any(|c| {
             c.body["text"]
                 .as_str()

@@ -78,7 +78,7 @@ impl Tmux {
             &command,
         ];
         // A server killed just before may still be going away: try again for a while.
-        wait_until("a new tmux server", || {
+        wait_until(LOADED, "a new tmux server", || {
             Command::new("tmux")
                 .arg("-L")
                 .arg(&self.socket)
@@ -129,18 +129,31 @@ impl Tmux {
 
     fn wait_for_count(&self, text: &str, n: usize) {
         let mut last = String::new();
-        let guard = std::time::Instant::now();
-        loop {
-            last = if guard.elapsed().as_secs() < 30 {
-                self.screen()
-            } else {
-                panic!("hang guard: {text:?} never appeared; screen:\n{last}")
-            };
-            if last.matches(text).count() >= n {
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(30));
-        }
+        let seen = crate::wait::holds_within(LOADED, || {
+            last = self.screen();
+            last.matches(text).count() >= n
+        });
+        assert!(
+            seen,
+            "timed out after {LOADED:?} waiting for {n} × {text:?}; screen:\n{last}"
+        );
+    }
+
+    /// Awaits the line editor reading a line: it puts the tty in raw mode (`-icanon`), which
+    /// a turn never does.
+    fn wait_for_editor(&self) {
+        let tty = self.tmux(&["display", "-p", "-t", "main", "#{pane_tty}"]);
+        let tty = tty.trim();
+        wait_until(LOADED, "the line editor to take the tty (raw mode)", || {
+            Command::new("stty")
+                .args(["-F", tty, "-a"])
+                .output()
+                .is_ok_and(|o| {
+                    String::from_utf8_lossy(&o.stdout)
+                        .split_whitespace()
+                        .any(|w| w == "-icanon")
+                })
+        });
     }
 
     fn root(&self) -> &Path {
@@ -217,7 +230,7 @@ fn ctrl_c_cancels_a_stalled_request_and_twice_exits() {
     // Ctrl+C on an empty line warns; the second one exits. It must reach the prompt's read,
     // not the end of the turn: wait for the turn line, then for the editor to take the tty.
     t.wait_for("turn: ");
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    t.wait_for_editor();
     t.ctrl_c();
     t.wait_for("(press Ctrl+C again to exit)");
     assert_eq!(t.count("EXITED"), 0);
@@ -309,7 +322,7 @@ fn setup_keys_in_a_terminal_hides_the_value_and_writes_mode_0600() {
         &script,
     ]);
     let wait = |text: &str| {
-        wait_until(text, || {
+        wait_until(LOADED, text, || {
             tmux(&["capture-pane", "-p", "-t", "k"]).contains(text)
         })
     };
@@ -319,7 +332,7 @@ fn setup_keys_in_a_terminal_hides_the_value_and_writes_mode_0600() {
     wait("DEEPSEEK_API_KEY (hidden):");
     tmux(&["send-keys", "-t", "k", "-l", "sk-typed-in-secret"]);
     tmux(&["send-keys", "-t", "k", "Enter"]);
-    wait_until("second prompt", || {
+    wait_until(LOADED, "second prompt", || {
         tmux(&["capture-pane", "-p", "-t", "k"])
             .matches("Key name (blank to finish):")
             .count()
@@ -349,7 +362,7 @@ fn agentshell_pid(t: &Tmux) -> i32 {
     let bin = env!("CARGO_BIN_EXE_agentshell");
     let root = t.root().display().to_string();
     let mut pids = Vec::new();
-    wait_until("the agentshell process", || {
+    wait_until(LOADED, "the agentshell process", || {
         pids = pids_running(&[bin, "--project", &root]);
         !pids.is_empty()
     });
@@ -373,14 +386,14 @@ fn sigterm_during_a_command_kills_it_and_restores_the_terminal() {
     t.send("wait");
     t.wait_for("? Run sh -c `sleep");
     t.send("y");
-    wait_until("the sleep command", || {
+    wait_until(LOADED, "the sleep command", || {
         !pids_running(&["sleep", &marker]).is_empty()
     });
     sigterm(pid);
     t.wait_for("terminated by SIGTERM");
     t.wait_for("EXITED rc=143");
     t.wait_for("TTY icanon");
-    wait_until("the sleep command to be killed", || {
+    wait_until(LOADED, "the sleep command to be killed", || {
         pids_running(&["sleep", &marker]).is_empty()
     });
 }
@@ -446,7 +459,8 @@ fn a_bracketed_paste_and_multi_line_input_are_one_message() {
     t.tmux(&["set-buffer", "-b", "p", "line one\nline two\nline three"]);
     t.tmux(&["paste-buffer", "-p", "-b", "p", "-t", "main"]);
     t.wait_for("… line three");
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // Shown as one input, nothing sent (a newline that submitted would also make the first
+    // request's message "line one" alone: checked below).
     assert!(
         server.requests().is_empty(),
         "a pasted newline submitted the input:\n{}",
@@ -779,7 +793,7 @@ fn answers_are_rendered_as_markdown_and_a_long_answer_is_not_redrawn() {
     ]);
     t.send("long");
     t.wait_for("turn: 1 requests");
-    wait_until("the pty log", || {
+    wait_until(LOADED, "the pty log", || {
         std::fs::read(&log).is_ok_and(|b| String::from_utf8_lossy(&b).contains("turn: 1 requests"))
     });
     let written = std::fs::read(&log).unwrap().len();
@@ -835,7 +849,7 @@ fn ctrl_z_gives_the_terminal_back_without_paste_mode() {
     t.launch_after(&server, "", "set -m\n");
     let pid = agentshell_pid(&t);
     t.tmux(&["send-keys", "-t", "main", "C-z"]);
-    wait_until("agentshell stopped", || {
+    wait_until(LOADED, "agentshell stopped", || {
         std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
             s.rsplit(')')
                 .next()

@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agentshell_common::harness;
+use crate::harness;
 use agentshell_common::*;
 use serde_json::{Value, json};
 
@@ -195,7 +195,7 @@ impl Tab {
 
     fn wait_for(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
         let mut found = None;
-        wait_until(what, || {
+        wait_until(LOADED, what, || {
             found = self.events().into_iter().find(|e| pred(e));
             found.is_some()
         });
@@ -565,7 +565,7 @@ fn web_stop_cancels_the_question_and_the_turn_and_the_session_goes_on() {
     assert!(!root.join("never-made").exists());
     let (status, body) = web.post("/prompt", json!({"text": "are you there"}));
     assert_eq!(status, 202, "{body}");
-    wait_until("second turn", || {
+    wait_until(LOADED, "second turn", || {
         a.events()
             .iter()
             .filter(|e| e["type"] == "turn_end")
@@ -636,202 +636,12 @@ fn web_on_a_unix_socket_is_private_and_checks_the_token() {
     drop(web);
 }
 
-// ---- headless Chromium over the DevTools protocol (--remote-debugging-pipe) ----
-
-/// Chromium with its DevTools pipe on fds 3 (commands in) and 4 (answers and events out).
-struct Browser {
-    child: Child,
-    to: std::fs::File,
-    from: std::sync::mpsc::Receiver<Value>,
-    next: u64,
-    _profile: tempfile::TempDir,
-}
-
-impl Drop for Browser {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn chromium_binary() -> Option<&'static str> {
-    ["chromium", "chromium-browser", "google-chrome"]
-        .into_iter()
-        .find(|c| harness::have(c))
-}
-
-impl Browser {
-    fn start(binary: &str) -> Browser {
-        use std::os::fd::{AsRawFd, OwnedFd};
-        use std::os::unix::process::CommandExt;
-        let profile = tempfile::tempdir().unwrap();
-        let (cmd_read, cmd_write): (OwnedFd, OwnedFd) = nix::unistd::pipe().unwrap();
-        let (out_read, out_write): (OwnedFd, OwnedFd) = nix::unistd::pipe().unwrap();
-        let (cr, ow) = (cmd_read.as_raw_fd(), out_write.as_raw_fd());
-        let mut cmd = Command::new(binary);
-        cmd.args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            "--no-default-browser-check",
-            "--disable-extensions",
-            "--disable-background-networking",
-            "--remote-debugging-pipe",
-            "--window-size=1000,800",
-        ])
-        .arg(format!("--user-data-dir={}", profile.path().display()))
-        .arg("about:blank")
-        .env("HOME", profile.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-        // SAFETY: only async-signal-safe calls (dup2, fcntl) between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                // Move both ends out of the way first, then into place (fds may collide).
-                let a = libc::fcntl(cr, libc::F_DUPFD, 10);
-                let b = libc::fcntl(ow, libc::F_DUPFD, 10);
-                if a < 0 || b < 0 || libc::dup2(a, 3) < 0 || libc::dup2(b, 4) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let child = cmd.spawn().unwrap();
-        drop(cmd_read);
-        drop(out_write);
-        let (tx, rx) = std::sync::mpsc::channel();
-        let mut reader = std::fs::File::from(out_read);
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            let mut chunk = [0u8; 65536];
-            loop {
-                let Ok(n) = reader.read(&mut chunk) else {
-                    return;
-                };
-                if n == 0 {
-                    return;
-                }
-                buf.extend_from_slice(&chunk[..n]);
-                while let Some(end) = buf.iter().position(|b| *b == 0) {
-                    let msg: Vec<u8> = buf.drain(..=end).collect();
-                    if let Ok(v) = serde_json::from_slice::<Value>(&msg[..msg.len() - 1])
-                        && tx.send(v).is_err()
-                    {
-                        return;
-                    }
-                }
-            }
-        });
-        Browser {
-            child,
-            to: std::fs::File::from(cmd_write),
-            from: rx,
-            next: 1,
-            _profile: profile,
-        }
-    }
-
-    /// Send a command (to a page session when given) and wait for its result.
-    fn call(&mut self, session: Option<&str>, method: &str, params: Value) -> Value {
-        let id = self.next;
-        self.next += 1;
-        let mut msg = json!({"id": id, "method": method, "params": params});
-        if let Some(s) = session {
-            msg["sessionId"] = json!(s);
-        }
-        let mut bytes = msg.to_string().into_bytes();
-        bytes.push(0);
-        self.to.write_all(&bytes).unwrap();
-        loop {
-            let v = self
-                .from
-                .recv_timeout(Duration::from_secs(60))
-                .unwrap_or_else(|e| panic!("DevTools answer to {method}: {e}"));
-            if v["id"] == json!(id) {
-                assert!(v.get("error").is_none(), "{method}: {v}");
-                return v["result"].clone();
-            }
-        }
-    }
-}
-
-/// A page attached over the pipe.
-struct Page<'a> {
-    browser: &'a mut Browser,
-    session: String,
-}
-
-impl Page<'_> {
-    fn eval(&mut self, expr: &str) -> Value {
-        let s = self.session.clone();
-        let r = self.browser.call(
-            Some(&s),
-            "Runtime.evaluate",
-            json!({"expression": expr, "returnByValue": true}),
-        );
-        assert!(r.get("exceptionDetails").is_none(), "{expr}: {r}");
-        r["result"]["value"].clone()
-    }
-
-    fn wait(&mut self, what: &str, expr: &str) {
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while self.eval(expr) != json!(true) {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "timed out waiting for {what}; page text: {}",
-                self.eval("document.body.innerText")
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// A real click: mouse pressed and released at the element's centre.
-    fn click(&mut self, selector: &str) {
-        let expr = format!(
-            "(() => {{ const e = document.querySelector({sel}); e.scrollIntoView({{block: 'center'}}); \
-             const r = e.getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; }})()",
-            sel = json!(selector)
-        );
-        let at = self.eval(&expr);
-        let (x, y) = (at[0].as_f64().unwrap(), at[1].as_f64().unwrap());
-        let s = self.session.clone();
-        for kind in ["mouseMoved", "mousePressed", "mouseReleased"] {
-            self.browser.call(
-                Some(&s),
-                "Input.dispatchMouseEvent",
-                json!({"type": kind, "x": x, "y": y, "button": "left", "clickCount": 1}),
-            );
-        }
-    }
-
-    fn type_text(&mut self, text: &str) {
-        let s = self.session.clone();
-        self.browser
-            .call(Some(&s), "Input.insertText", json!({"text": text}));
-    }
-
-    fn screenshot(&mut self, path: &Path) {
-        let s = self.session.clone();
-        let shot = self
-            .browser
-            .call(Some(&s), "Page.captureScreenshot", json!({"format": "png"}));
-        let png = data_encoding::BASE64
-            .decode(shot["data"].as_str().unwrap().as_bytes())
-            .expect("CDP sends a screenshot in base64");
-        assert!(png.starts_with(b"\x89PNG"), "a PNG");
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, png).unwrap();
-    }
-}
-
 #[test]
 fn web_page_in_headless_chromium_streams_and_takes_allow_and_deny_clicks() {
-    let Some(binary) = chromium_binary() else {
+    if crate::browser::binary().is_none() {
         harness::skip("the headless Chromium test", "chromium is not installed");
         return;
-    };
+    }
     let (_dir, root, home) = project();
     let server = FakeServer::start(vec![
         oa_command("c1", "touch allowed-file"),
@@ -843,20 +653,11 @@ fn web_page_in_headless_chromium_streams_and_takes_allow_and_deny_clicks() {
         ),
     ]);
     let web = start(&root, &home, &server, &[]);
-    let mut browser = Browser::start(binary);
-    let url = format!("http://{}/?token={}", web.addr, web.token);
-    let target = browser.call(None, "Target.createTarget", json!({"url": url}));
-    let attached = browser.call(
-        None,
-        "Target.attachToTarget",
-        json!({"targetId": target["targetId"], "flatten": true}),
-    );
-    let mut page = Page {
-        session: attached["sessionId"].as_str().unwrap().to_string(),
-        browser: &mut browser,
-    };
+    let mut page = crate::browser::Browser::start();
+    page.open(&format!("http://{}/?token={}", web.addr, web.token));
     // The token became a cookie and left the address bar; the event stream is connected.
-    page.wait(
+    page.wait_for(
+        LOADED,
         "the page connected",
         "document.getElementById('status') !== null && document.getElementById('status').textContent === 'ready' && document.querySelector('.info') !== null",
     );
@@ -864,7 +665,8 @@ fn web_page_in_headless_chromium_streams_and_takes_allow_and_deny_clicks() {
     page.click("#prompt");
     page.type_text("make two files");
     page.click("#send");
-    page.wait(
+    page.wait_for(
+        LOADED,
         "the first question",
         "document.getElementById('ask-1-yes') !== null",
     );
@@ -883,13 +685,15 @@ fn web_page_in_headless_chromium_streams_and_takes_allow_and_deny_clicks() {
     );
     assert!(!root.join("allowed-file").exists());
     page.click("#ask-1-yes");
-    page.wait(
+    page.wait_for(
+        LOADED,
         "the second question",
         "document.getElementById('ask-2-no') !== null",
     );
     assert!(root.join("allowed-file").exists());
     page.click("#ask-2-no");
-    page.wait(
+    page.wait_for(
+        LOADED,
         "the end of the turn",
         "document.querySelector('.turn-end') !== null",
     );
@@ -906,8 +710,7 @@ fn web_page_in_headless_chromium_streams_and_takes_allow_and_deny_clicks() {
         page.eval("document.getElementById('ask-1-yes').disabled && document.getElementById('ask-2-no').disabled"),
         json!(true)
     );
-    let shot = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/artifacts/agentshell-web.png");
-    page.screenshot(&shot);
+    let shot = page.screenshot("agentshell-web");
     assert!(std::fs::metadata(&shot).unwrap().len() > 1000);
 }
 

@@ -399,24 +399,17 @@ async fn another_machines_manager_of_the_queue_leaves_a_request_to_the_one_runni
         };
         let machines = s.env.root.join("machines");
         tokio::task::block_in_place(|| {
-            crate::procs::wait(HANG_GUARD, "this machine's manager beating", || {
+            crate::wait::wait_until(HANG_GUARD, "this machine's manager beating", || {
                 beats(&machines)
             })
         });
         let beta_state = tempfile::tempdir().unwrap();
         let beta_bus = PrivateBus::start();
-        let _beta = crate::procs::Proc(
-            std::process::Command::new(env!("CARGO_BIN_EXE_queue-manager"))
-                .args(["--queue", &s.env.queue, "--bus", &beta_bus.address])
-                .args(["--launcher", "direct", "--idle-exit", "0", "--root"])
-                .arg(&s.env.root)
-                .env("AGENTSTORE_HOSTNAME", "z-approvals-beta")
-                .env("STATE_DIRECTORY", beta_state.path())
-                .env("RUST_LOG", "warn")
-                .stdout(std::process::Stdio::null())
-                .spawn()
-                .unwrap(),
-        );
+        let _beta = crate::daemons::queue_manager(&s.env.root, &s.env.queue)
+            .bus(&beta_bus.address)
+            .host("z-approvals-beta")
+            .env("STATE_DIRECTORY", beta_state.path())
+            .spawn();
         let beat = s.env.root.join(format!(
             "machines/z-approvals-beta/queue-manager.{}.json",
             s.env.queue
@@ -424,7 +417,7 @@ async fn another_machines_manager_of_the_queue_leaves_a_request_to_the_one_runni
         let beta_beats = || std::fs::metadata(&beat).and_then(|m| m.modified()).ok();
         let wait = |what: &str, cond: &dyn Fn() -> bool| {
             // The manager under test runs on this runtime: let it, while this waits.
-            tokio::task::block_in_place(|| crate::procs::wait(HANG_GUARD, what, cond))
+            tokio::task::block_in_place(|| crate::wait::wait_until(HANG_GUARD, what, cond))
         };
         // Beta stands down while this machine serves the queue (a sync engine's store): the
         // job is this machine's.

@@ -12,23 +12,15 @@ use queue_env::*;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 /// A hang guard, not a timing assertion.
 const LONG: Duration = Duration::from_secs(300);
 
 fn orchestratord(root: &Path, home: &Path) -> KillOnDrop {
-    let child = Command::new(env!("CARGO_BIN_EXE_orchestratord"))
-        .args(["--bus", "none", "--idle-exit", "0", "--root"])
-        .arg(root)
+    crate::daemons::orchestratord(root)
         .env("HOME", home)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
         .spawn()
-        .unwrap();
-    KillOnDrop(child)
 }
 
 /// A finished job nobody handled yet, its output naming it.

@@ -42,7 +42,7 @@ fn the_removed_no_bus_flags_are_refused_naming_bus_none() {
     }
     assert_eq!(std::fs::read_dir(&inbox).unwrap().count(), before);
     // The daemon exits at once instead of serving.
-    let o = Command::new(env!("CARGO_BIN_EXE_orchestratord"))
+    let o = Command::new(crate::daemons::Daemon::Orchestratord.path())
         .args(["--no-bus", "--idle-exit", "1", "--root"])
         .arg(&env.root)
         .env("HOME", &env.home)
@@ -59,8 +59,8 @@ fn the_removed_no_bus_flags_are_refused_naming_bus_none() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("session"), "{err}");
     for bin in [
-        env!("CARGO_BIN_EXE_orchestratord"),
-        env!("CARGO_BIN_EXE_queue-manager"),
+        crate::daemons::Daemon::Orchestratord.path(),
+        crate::daemons::Daemon::QueueManager.path(),
         env!("CARGO_BIN_EXE_agentstore-web"),
         env!("CARGO_BIN_EXE_agentstore-notify"),
     ] {
@@ -87,7 +87,7 @@ fn a_bus_named_by_its_address_is_served_and_called_there() {
     env.ok(&["login", "chenry"]);
     let bus = PrivateBus::start();
     let _daemon = KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_orchestratord"))
+        Command::new(crate::daemons::Daemon::Orchestratord.path())
             .args(["--bus", &bus.address, "--idle-exit", "0", "--root"])
             .arg(&env.root)
             .env("HOME", &env.home)

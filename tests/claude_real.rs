@@ -322,14 +322,10 @@ fn fake_anthropic_script_reads_from_json() {
     assert_eq!(script.replies[3], fake_model::Reply::text("Done"));
 }
 
-fn fake_claude() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-claude")
-}
-
 #[test]
 fn fake_claude_fixture_echoes_and_exits_as_told() {
     let work = tempfile::tempdir().unwrap();
-    let mut cmd = std::process::Command::new(fake_claude());
+    let mut cmd = std::process::Command::new(crate::common::fake_claude());
     cmd.args(["-p", "--output-format", "json"])
         .current_dir(work.path());
     let out = run_with_stdin(cmd, "/greet World\n{\"k\": \"v\"}", RUN_LIMIT);
@@ -346,7 +342,7 @@ fn fake_claude_fixture_echoes_and_exits_as_told() {
         work.path().canonicalize().unwrap()
     );
 
-    let mut cmd = std::process::Command::new(fake_claude());
+    let mut cmd = std::process::Command::new(crate::common::fake_claude());
     cmd.arg("-p");
     let out = run_with_stdin(cmd, "/greet EXIT=3", RUN_LIMIT);
     assert_eq!(out.status.code(), Some(3));

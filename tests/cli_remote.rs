@@ -74,14 +74,10 @@ impl Unreadable {
         BufReader::new(pipe).read_line(&mut addr).unwrap();
         let addr = addr.trim().to_string();
         std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let daemon = KillOnDrop(
-            Command::new(env!("CARGO_BIN_EXE_orchestratord"))
-                .args(["--bus", "session", "--idle-exit", "0", "--root"])
-                .arg(&env.root)
-                .env("DBUS_SESSION_BUS_ADDRESS", &addr)
-                .spawn()
-                .unwrap(),
-        );
+        let daemon = crate::daemons::orchestratord(&env.root)
+            .bus("session")
+            .env("DBUS_SESSION_BUS_ADDRESS", &addr)
+            .spawn();
         common::bus::wait_until(std::time::Duration::from_secs(30), "orchestratord", || {
             env.root.join(".orchestrator.lock").exists()
         });

@@ -13,8 +13,8 @@ use queue_env::*;
 use serde_json::Value;
 use std::os::unix::fs::symlink;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 const ST: &str = "project.sync-conflict-20251023-101010-ABCDEFG.json";
 
@@ -293,14 +293,6 @@ fn resolve_refuses_outside_paths_links_and_non_copies_and_changes_nothing() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("original"));
 }
 
-fn wait(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
-    let end = Instant::now() + limit;
-    while !cond() {
-        assert!(Instant::now() < end, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 /// The daemons used to call every copy a "Dropbox conflict copy"; a real queue manager now
 /// names Syncthing, sets the copy aside under its folder's path, and `--keep copy` puts it
 /// back in the queue, where it runs.
@@ -313,26 +305,12 @@ fn a_queue_managers_syncthing_copy_is_reported_as_such_and_resolved_back_into_th
         serde_json::to_vec(&noop(0.1)).unwrap(),
     )
     .unwrap();
-    let mut qm = Command::new(env!("CARGO_BIN_EXE_queue-manager"))
-        .args([
-            "--queue",
-            &env.queue,
-            "--bus",
-            "none",
-            "--launcher",
-            "direct",
-        ])
-        .args(["--idle-exit", "0", "--root"])
-        .arg(&env.root)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+    let qm = crate::daemons::queue_manager(&env.root, &env.queue).spawn();
     let aside = env
         .root
         .join("conflicts/Queues/q1/Jobs/queued_jobs")
         .join(copy);
-    wait(
+    wait_until(
         Duration::from_secs(30),
         "the copy set aside and reported",
         || {
@@ -376,11 +354,10 @@ fn a_queue_managers_syncthing_copy_is_reported_as_such_and_resolved_back_into_th
         "--keep",
         "copy",
     ]);
-    wait(Duration::from_secs(60), "j1 finished", || {
+    wait_until(Duration::from_secs(60), "j1 finished", || {
         env.job_file("finished", "j1").exists()
     });
-    let _ = qm.kill();
-    let _ = qm.wait();
+    drop(qm);
 }
 
 /// The orchestrator's inbox: a Syncthing copy is reported as one.

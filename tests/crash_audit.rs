@@ -13,10 +13,11 @@
 //!   written, recorded, moved); at the end every message has exactly one answer, one
 //!   `message_answered` event, and each job one `job_created` event.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-use crate::{common, procs};
+use crate::common;
+use crate::harness::KillOnDrop;
+use crate::wait::wait_until;
 use common::TestEnv;
 use common::bus::{PrivateBus, orchestratord_command, submit_over, wait_for_name};
-use procs::{Proc, wait};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -25,13 +26,13 @@ use std::time::Duration;
 const LONG: Duration = Duration::from_secs(90);
 const HOST: &str = "crashhost";
 
-fn start(env: &TestEnv, bus: &PrivateBus) -> Proc {
+fn start(env: &TestEnv, bus: &PrivateBus) -> KillOnDrop {
     let child = orchestratord_command(bus, &env.root, &["--idle-exit", "0"])
         .env("AGENTSTORE_HOSTNAME", HOST)
         .env("HOME", &env.home)
         .spawn()
         .unwrap();
-    Proc(child)
+    KillOnDrop(child)
 }
 
 /// research-code (a job) for even `i`, list-projects for odd.
@@ -180,7 +181,7 @@ fn killed_between_the_answer_and_its_record_the_record_is_completed_on_restart()
     let bus = PrivateBus::start();
     let first = start(&env, &bus);
     drop_message(&env.root, 0);
-    wait(LONG, "crash-0000 answered", || {
+    wait_until(LONG, "crash-0000 answered", || {
         documents(&env.root.join("messaging/processed_inbox")).len() == 1
     });
     // Hold this machine's events file: the next answer is written, then its record waits.
@@ -191,7 +192,7 @@ fn killed_between_the_answer_and_its_record_the_record_is_completed_on_restart()
     let held = Flock::lock(file, FlockArg::LockExclusive).unwrap();
     drop_message(&env.root, 2);
     let out = env.root.join("messaging/outbox/crash-0002.json");
-    wait(LONG, "crash-0002's answer written", || out.exists());
+    wait_until(LONG, "crash-0002's answer written", || out.exists());
     drop(first); // SIGKILL, blocked in the append
     drop(held);
     // The state the kill left: the answer, no record, the message not moved.
@@ -204,10 +205,10 @@ fn killed_between_the_answer_and_its_record_the_record_is_completed_on_restart()
     );
     let _second = start(&env, &bus);
     drop_message(&env.root, 3);
-    wait(LONG, "crash-0002 and 0003 moved", || {
+    wait_until(LONG, "crash-0002 and 0003 moved", || {
         documents(&env.root.join("messaging/processed_inbox")).len() == 3
     });
-    wait(LONG, "the records", || {
+    wait_until(LONG, "the records", || {
         let (a, _) = events(&env.root);
         a.contains_key("crash-0002") && a.contains_key("crash-0003")
     });
@@ -234,7 +235,7 @@ fn an_answer_whose_record_cannot_be_written_keeps_its_message_until_it_is() {
     let _orchestrator = start(&env, &bus);
     drop_message(&env.root, 0);
     drop_message(&env.root, 1);
-    wait(LONG, "crash-0000 and 0001 answered", || {
+    wait_until(LONG, "crash-0000 and 0001 answered", || {
         documents(&env.root.join("messaging/processed_inbox")).len() == 2
     });
     let file = events_file(&env.root);
@@ -244,7 +245,7 @@ fn an_answer_whose_record_cannot_be_written_keeps_its_message_until_it_is() {
     // A job (2) and a listing (3): both answers are written, neither can be recorded.
     drop_message(&env.root, 2);
     drop_message(&env.root, 3);
-    wait(LONG, "crash-0002 and 0003 answered", || {
+    wait_until(LONG, "crash-0002 and 0003 answered", || {
         let a = answers(&env.root);
         a.contains_key("crash-0002") && a.contains_key("crash-0003")
     });
@@ -261,7 +262,7 @@ fn an_answer_whose_record_cannot_be_written_keeps_its_message_until_it_is() {
     std::fs::remove_dir(&file).unwrap();
     std::fs::rename(&aside, &file).unwrap();
     drop_message(&env.root, 4);
-    wait(LONG, "every message moved", || {
+    wait_until(LONG, "every message moved", || {
         documents(&env.root.join("messaging/processed_inbox")).len() == 5
     });
     assert_complete(&env.root, 5);
@@ -283,14 +284,14 @@ fn killed_at_any_step_every_answer_has_one_record() {
             n += 1;
         }
         let target = before + round % 4;
-        wait(LONG, "some answers", || answers(&env.root).len() >= target);
+        wait_until(LONG, "some answers", || answers(&env.root).len() >= target);
         drop(proc); // SIGKILL
     }
     let _last = start(&env, &bus);
-    wait(LONG, "every message moved", || {
+    wait_until(LONG, "every message moved", || {
         documents(&env.root.join("messaging/processed_inbox")).len() == n
     });
-    wait(LONG, "every record", || events(&env.root).0.len() == n);
+    wait_until(LONG, "every record", || events(&env.root).0.len() == n);
     assert_complete(&env.root, n);
 }
 
@@ -323,7 +324,7 @@ fn a_dbus_submit_killed_before_its_record_leaves_no_answer_without_one() {
     wait_for_name(&bus, "org.agentstore.Orchestrator1");
     let (ok, out) = submit_over_bus(&bus.address, 0);
     assert!(ok, "{out}");
-    wait(LONG, "crash-0000 recorded", || {
+    wait_until(LONG, "crash-0000 recorded", || {
         events(&env.root).0.contains_key("crash-0000")
     });
     let file = std::fs::OpenOptions::new()
@@ -336,7 +337,7 @@ fn a_dbus_submit_killed_before_its_record_leaves_no_answer_without_one() {
         std::thread::spawn(move || submit_over_bus(&address, 2).0)
     };
     let pid = first.0.id();
-    wait(LONG, "the Submit waiting for the events file", || {
+    wait_until(LONG, "the Submit waiting for the events file", || {
         waits_for_a_lock(pid)
     });
     // Where the kill lands: after the job was made, in the append of its record.
@@ -355,7 +356,7 @@ fn a_dbus_submit_killed_before_its_record_leaves_no_answer_without_one() {
     wait_for_name(&bus, "org.agentstore.Orchestrator1");
     let (ok, out) = submit_over_bus(&bus.address, 2);
     assert!(ok, "{out}");
-    wait(LONG, "crash-0002's answer and record", || {
+    wait_until(LONG, "crash-0002's answer and record", || {
         out_exists_with_record(&env.root, "crash-0002")
     });
     let a = answers(&env.root);

@@ -6,11 +6,12 @@
 //! `message_answered` event and (for agent commands) one job; none is lost.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use crate::{common, procs};
+use crate::common;
 
+use crate::harness::KillOnDrop;
+use crate::wait::wait_until;
 use common::TestEnv;
 use common::bus::{PrivateBus, orchestratord_command};
-use procs::{Proc, wait};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -52,7 +53,7 @@ fn store_with_hold(standby: &[&str], hold: u64) -> TestEnv {
 struct Machine {
     host: &'static str,
     bus: PrivateBus,
-    proc: Option<Proc>,
+    proc: Option<KillOnDrop>,
 }
 
 impl Machine {
@@ -72,7 +73,7 @@ impl Machine {
         Machine {
             host,
             bus,
-            proc: Some(Proc(child)),
+            proc: Some(KillOnDrop(child)),
         }
     }
 
@@ -105,7 +106,7 @@ impl Machine {
     }
 
     fn wait_role(&self, role: &str) {
-        wait(LONG, &format!("{} to be {role}", self.host), || {
+        wait_until(LONG, &format!("{} to be {role}", self.host), || {
             self.role().as_deref() == Some(role)
         });
     }
@@ -213,14 +214,17 @@ fn answered_events(root: &Path) -> (BTreeMap<String, usize>, BTreeMap<String, us
 /// Waits until all `n` messages are answered and checks that each was answered exactly
 /// once: one outbox answer (`done`), one processed message, one `message_answered` event,
 /// one job per research-code message, no claim left. Returns answers per host.
-fn all_answered_once(env: &TestEnv, n: usize) -> BTreeMap<String, usize> {
+fn all_answered_once(env: &TestEnv, n: usize, live: &[&str]) -> BTreeMap<String, usize> {
     let inbox = env.root.join("messaging/inbox");
     let outbox = env.root.join("messaging/outbox");
-    wait(LONG, "every message answered", || {
+    wait_until(LONG, "every message answered", || {
         documents(&outbox).len() >= n && documents(&inbox).is_empty()
     });
-    // Late duplicates would show up now: give a paused process time to finish its work.
-    std::thread::sleep(Duration::from_secs(2));
+    // Late duplicates would show up now: the live machines' passes for 2 s more (a paused
+    // process finishes its work).
+    for host in live {
+        orchestrator_passes(env, host, Duration::from_secs(2));
+    }
     let expected: Vec<String> = (0..n).map(|i| format!("msg-{i:04}.json")).collect();
     assert_eq!(
         documents(&outbox),
@@ -287,7 +291,7 @@ fn a_paused_active_orchestrator_is_replaced_by_the_standby_and_stands_down_when_
 
     let writer = Writer::start(&env.root);
     let outbox = env.root.join("messaging/outbox");
-    wait(LONG, "alpha answering", || documents(&outbox).len() >= 15);
+    wait_until(LONG, "alpha answering", || documents(&outbox).len() >= 15);
     alpha.signal(Signal::SIGSTOP);
     let stopped_at = writer.written();
     // Past the stale time (3 s) and the settle delay (1 s), beta answers.
@@ -295,7 +299,7 @@ fn a_paused_active_orchestrator_is_replaced_by_the_standby_and_stands_down_when_
     let l = lock(&env.root);
     assert_eq!(l["host"], "beta");
     assert_eq!(l["epoch"].as_u64(), Some(epoch + 1), "{l}");
-    wait(
+    wait_until(
         LONG,
         "beta answering messages written after the pause",
         || {
@@ -315,9 +319,12 @@ fn a_paused_active_orchestrator_is_replaced_by_the_standby_and_stands_down_when_
     alpha.signal(Signal::SIGCONT);
     alpha.wait_role("standby");
     assert_eq!(lock(&env.root)["host"], "beta");
-    std::thread::sleep(Duration::from_secs(2));
+    // Both machines' passes for 2 s while messages keep coming.
+    for host in ["alpha", "beta"] {
+        orchestrator_passes(&env, host, Duration::from_secs(2));
+    }
     let n = writer.finish();
-    let by_host = all_answered_once(&env, n);
+    let by_host = all_answered_once(&env, n, &["alpha", "beta"]);
     assert!(
         by_host.get("alpha").is_some_and(|&a| a >= 15),
         "{by_host:?}"
@@ -347,12 +354,12 @@ fn after_a_kill_9_two_standbys_starting_together_elect_one() {
     alpha.wait_role("active");
     let writer = Writer::start(&env.root);
     let outbox = env.root.join("messaging/outbox");
-    wait(LONG, "alpha answering", || documents(&outbox).len() >= 10);
+    wait_until(LONG, "alpha answering", || documents(&outbox).len() >= 10);
     drop(alpha.proc.take()); // SIGKILL: the lock file stays, naming alpha.
     assert_eq!(lock(&env.root)["host"], "alpha");
     let beta = Machine::start(&env, "beta", &["--standby"]);
     let gamma = Machine::start(&env, "gamma", &["--standby"]);
-    wait(LONG, "one of beta and gamma active", || {
+    wait_until(LONG, "one of beta and gamma active", || {
         [&beta, &gamma]
             .iter()
             .any(|m| m.role().as_deref() == Some("active"))
@@ -377,7 +384,7 @@ fn after_a_kill_9_two_standbys_starting_together_elect_one() {
         std::thread::sleep(Duration::from_millis(300));
     }
     let n = writer.finish();
-    let by_host = all_answered_once(&env, n);
+    let by_host = all_answered_once(&env, n, &["beta", "gamma"]);
     let loser = if winner == "beta" { "gamma" } else { "beta" };
     assert!(
         !by_host.contains_key(loser),
@@ -398,21 +405,12 @@ fn a_resumed_holder_that_is_no_standby_exits_with_status_2() {
     beta.wait_role("active");
     alpha.signal(Signal::SIGCONT);
     let mut child = alpha.proc.take().unwrap();
-    let status = {
-        let end = std::time::Instant::now() + LONG;
-        loop {
-            if let Some(s) = child.0.try_wait().unwrap() {
-                break s;
-            }
-            assert!(std::time::Instant::now() < end, "alpha did not stand down");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    };
+    let status = crate::wait::child_exit(&mut child.0, LONG, "alpha to stand down");
     assert_eq!(status.code(), Some(2), "{status:?}");
     assert_eq!(lock(&env.root)["host"], "beta");
     // A message still gets its one answer, from beta.
     env.write("messaging/inbox/msg-0000.json", &message(0));
-    let by_host = all_answered_once(&env, 1);
+    let by_host = all_answered_once(&env, 1, &["beta"]);
     assert_eq!(by_host.get("beta"), Some(&1), "{by_host:?}");
 }
 
@@ -436,14 +434,7 @@ fn a_holder_stopped_past_its_idle_time_stands_down_instead_of_idling_out() {
         std::thread::sleep(Duration::from_secs(7).saturating_sub(stopped.elapsed()));
         alpha.signal(Signal::SIGCONT);
         let mut child = alpha.proc.take().unwrap();
-        let end = std::time::Instant::now() + LONG;
-        let status = loop {
-            if let Some(s) = child.0.try_wait().unwrap() {
-                break s;
-            }
-            assert!(std::time::Instant::now() < end, "alpha did not end");
-            std::thread::sleep(Duration::from_millis(50));
-        };
+        let status = crate::wait::child_exit(&mut child.0, LONG, "alpha to end");
         assert_eq!(
             status.code(),
             Some(2),
@@ -474,7 +465,7 @@ fn a_message_claimed_by_a_holder_that_went_silent_is_answered_once_by_the_next()
         (Some("beta"), Some(5)),
         "{l}"
     );
-    let by_host = all_answered_once(&env, 2);
+    let by_host = all_answered_once(&env, 2, &["beta"]);
     assert_eq!(by_host.get("beta"), Some(&2), "{by_host:?}");
 }
 
@@ -523,7 +514,7 @@ fn after_a_take_over_the_messages_the_old_holder_may_have_answered_wait_for_the_
     std::fs::rename(inbox.join("held-1.json"), processed.join("held-1.json")).unwrap();
     // A message written after the take-over is answered at once, while held-2 waits.
     put_message(&env.root, "fresh-1");
-    wait(
+    wait_until(
         LONG,
         "beta answering the message written after the take-over",
         || outbox.join("fresh-1.json").exists(),
@@ -538,7 +529,7 @@ fn after_a_take_over_the_messages_the_old_holder_may_have_answered_wait_for_the_
         );
     }
     // When the hold ends, beta answers held-2 itself (alpha never did).
-    wait(
+    wait_until(
         Duration::from_secs(HOLD) + LONG,
         "held-2 answered when the hold ended",
         || outbox.join("held-2.json").exists(),
@@ -558,4 +549,9 @@ fn after_a_take_over_the_messages_the_old_holder_may_have_answered_wait_for_the_
     assert_eq!(by_id.get("fresh-1"), Some(&1), "{by_id:?}");
     alpha.signal(Signal::SIGCONT);
     alpha.wait_role("standby");
+}
+
+/// Awaits two heartbeat passes of `host`'s orchestratord, the first `span` from now.
+fn orchestrator_passes(env: &TestEnv, host: &str, span: Duration) {
+    crate::wait::passes(&env.root, host, "orchestratord.json", span);
 }

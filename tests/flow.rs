@@ -5,6 +5,7 @@
 
 use crate::{claude_env, common, fake_model};
 
+use crate::daemons::Daemon;
 use common::Researcher;
 use common::bus::{KillOnDrop, PrivateBus, wait_for_name, wait_until};
 use serde_json::Value;
@@ -113,14 +114,14 @@ impl Flow {
     }
 
     fn orchestratord(&self) -> KillOnDrop {
-        let d = self.daemon(env!("CARGO_BIN_EXE_orchestratord"), &["--idle-exit", "0"]);
+        let d = self.daemon(Daemon::Orchestratord, &["--idle-exit", "0"]);
         wait_for_name(&self.bus, "org.agentstore.Orchestrator1");
         d
     }
 
     fn queue_manager(&self) -> KillOnDrop {
         let d = self.daemon(
-            env!("CARGO_BIN_EXE_queue-manager"),
+            Daemon::QueueManager,
             &["--queue", "poplar", "--launcher", "direct"],
         );
         wait_for_name(&self.bus, "org.agentstore.Queue.poplar");
@@ -138,21 +139,19 @@ impl Flow {
             "--claude-cli-path",
             claude.to_str().unwrap(),
         ]);
-        let mut c = Command::new(env!("CARGO_BIN_EXE_queue-manager"));
-        self.scope(&mut c);
-        c.envs(claude_env::claude_env(&self.env.home, base_url))
+        let mut c = crate::daemons::unit_like(Daemon::QueueManager)
             .args(["--queue", "poplar", "--launcher", "direct"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
+            .command();
+        self.scope(&mut c);
+        c.envs(claude_env::claude_env(&self.env.home, base_url));
         let d = KillOnDrop(c.spawn().unwrap());
         wait_for_name(&self.bus, "org.agentstore.Queue.poplar");
         d
     }
 
-    fn daemon(&self, bin: &str, args: &[&str]) -> KillOnDrop {
-        let mut c = Command::new(bin);
+    fn daemon(&self, d: Daemon, args: &[&str]) -> KillOnDrop {
+        let mut c = crate::daemons::unit_like(d).args(args).command();
         self.scope(&mut c);
-        c.args(args).stdout(Stdio::null()).stderr(Stdio::inherit());
         KillOnDrop(c.spawn().unwrap())
     }
 
@@ -507,8 +506,17 @@ fn archive_moves_old_ended_jobs_by_month() {
     wait_until(LONG, "the retry handled", || {
         read(&f.path("finished", &r))["runtime"]["handled"] == true
     });
-    // Ended before the cut-off (times have whole seconds).
-    std::thread::sleep(Duration::from_millis(1100));
+    // Ended before the cut-off (times have whole seconds): the clock past the second after
+    // the retry's end.
+    let ended: chrono::DateTime<chrono::Utc> =
+        read(&f.path("finished", &r))["runtime"]["finish_time"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+    wait_until(LONG, "the clock a second past the retry's end", || {
+        chrono::Utc::now() >= ended + chrono::Duration::seconds(1)
+    });
     let moved = f.ok(&["archive", "--older-than", "0s"]);
     assert!(moved.contains(&r), "{moved}");
     f.refused(&["retry", "old-failed"], &["already retried"]);
@@ -740,22 +748,25 @@ fn migrate_upgrades_a_v05_store_once_and_newer_stores_are_refused() {
         .unwrap()
         .replace("\"0.6\"", "\"0.9\"");
     std::fs::write(&cfg, y).unwrap();
-    let runs: [(&str, &[&str]); 2] = [
-        (env!("CARGO_BIN_EXE_orchestratord"), &["--idle-exit", "0"]),
+    let runs: [(Daemon, &[&str]); 2] = [
+        (Daemon::Orchestratord, &["--idle-exit", "0"]),
         (
-            env!("CARGO_BIN_EXE_queue-manager"),
+            Daemon::QueueManager,
             &["--queue", "poplar", "--launcher", "direct"],
         ),
     ];
     for (bin, args) in runs {
-        let mut c = Command::new(bin);
+        let mut c = crate::daemons::unit_like(bin)
+            .args(args)
+            .stderr(Stdio::piped())
+            .command();
         f.scope(&mut c);
-        let o = c.args(args).output().unwrap();
-        assert!(!o.status.success(), "{bin} ran on a newer store");
+        let o = c.output().unwrap();
+        assert!(!o.status.success(), "{bin:?} ran on a newer store");
         let err = text(&o.stderr);
         assert!(
             err.contains("0.9") && err.contains("newer agentstore") && err.contains("config.yaml"),
-            "{bin}: {err}"
+            "{bin:?}: {err}"
         );
     }
     f.refused(&["list-jobs"], &["newer agentstore"]);
@@ -768,7 +779,7 @@ fn migrate_upgrades_a_v05_store_once_and_newer_stores_are_refused() {
 #[test]
 fn the_pipeline_feeds_each_step_from_the_one_before() {
     let f = Flow::new(2);
-    let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-claude");
+    let fake = common::fake_claude();
     f.ok(&[
         "set-queue",
         "poplar",
@@ -1023,7 +1034,7 @@ fn an_api_error_is_retried_only_when_asked() {
 #[test]
 fn pipeline_steps_arriving_out_of_order_through_the_inbox_run_in_order() {
     let f = Flow::new(2);
-    let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-claude");
+    let fake = common::fake_claude();
     f.ok(&[
         "set-queue",
         "poplar",
@@ -1074,8 +1085,15 @@ fn pipeline_steps_arriving_out_of_order_through_the_inbox_run_in_order() {
         });
         if i > 0 {
             // The manager sees the queued step at once (its folder changed); before the fix
-            // it failed it there and then. Give it that moment, then check it still waits.
-            std::thread::sleep(Duration::from_secs(1));
+            // it failed it there and then. Its pass over it counts it queued (its runtime):
+            // then it still waits.
+            let failed = f.path("failed", &ids[i]);
+            crate::wait::files(
+                &[&f.env.root.join("Queues/poplar"), failed.parent().unwrap()],
+                LONG,
+                &format!("the manager's pass over step {}", steps[i]),
+                || failed.is_file() || queued_jobs(&f.env.root) == 4 - i,
+            );
             assert!(
                 !f.path("failed", &ids[i]).is_file(),
                 "step {} failed waiting for the step before: {}",
@@ -1592,4 +1610,12 @@ fn a_job_in_its_start_claim_is_queued_for_dependency_lookups() {
         dependency_state(&store, &["c-0001".to_string()], false, false, false),
         DepState::Waiting
     );
+}
+
+/// The queue manager's count of poplar's queued jobs (its runtime).
+fn queued_jobs(root: &Path) -> usize {
+    agentstore::store::Store::open(root)
+        .ok()
+        .and_then(|s| s.queue("poplar").ok())
+        .map_or(0, |q| q.runtime.queued_jobs as usize)
 }

@@ -817,26 +817,20 @@ fn root_queue_manager_uses_the_store_owners_rights() {
     symlink(&canary, env.job_file("queued", "link")).unwrap();
     let before = std::fs::metadata(&canary).unwrap();
 
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_queue-manager"))
-        .args(["--queue", "q1", "--bus", "none", "--launcher", "direct"])
-        .arg("--root")
-        .arg(&env.root)
-        .arg("--worker")
-        .arg(env!("CARGO_BIN_EXE_agent-worker"))
-        .args(["--idle-exit", "0"])
+    let mut child = crate::daemons::queue_manager(&env.root, "q1")
+        .args(["--worker", env!("CARGO_BIN_EXE_agent-worker")])
         .env("RUST_LOG", "info")
-        .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut child = common::bus::KillOnDrop(child);
+        .spawn();
     let done = env.job_file("finished", "good");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !done.exists() && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    // A few more passes over the planted entries.
-    std::thread::sleep(std::time::Duration::from_secs(2));
+    crate::wait::files_within(&[&env.dir("finished")], crate::wait::LOADED, || {
+        done.exists()
+    });
+    // The manager's pass after the job ended (its runtime shows no job running) went over
+    // the planted entries again.
+    crate::wait::files_within(&[&env.root.join("Queues/q1")], crate::wait::LOADED, || {
+        env.queue_json()["runtime"]["active_jobs"] == 0
+    });
     let _ = child.0.kill();
     let out = child.0.wait_with_output_ref();
     assert!(done.exists(), "the normal job did not finish: {out}");

@@ -5,40 +5,39 @@
 //! dependencies (about 50 MB each, 2.3 GB in all), which filled the CI machine's disk and
 //! spent minutes linking. Each file below is a module; the shared support is declared here
 //! once and taken with `use crate::…` by the files that need it.
-#![allow(
-    dead_code,
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::new_without_default
-)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::new_without_default)]
 
 // Shared support.
-pub mod agentshell_common;
+mod agentshell_common;
 #[path = "support/approvals_env.rs"]
-pub mod approvals_env;
+mod approvals_env;
+#[path = "support/browser.rs"]
+mod browser;
 #[path = "support/claude_env.rs"]
-pub mod claude_env;
+mod claude_env;
 #[path = "support/codex_env.rs"]
-pub mod codex_env;
-pub mod common;
+mod codex_env;
+mod common;
+#[path = "support/daemons.rs"]
+mod daemons;
 #[path = "support/fake_chat.rs"]
-pub mod fake_chat;
+mod fake_chat;
 #[path = "support/fake_model.rs"]
-pub mod fake_model;
+mod fake_model;
 #[path = "support/fake_notifications.rs"]
-pub mod fake_notifications;
+mod fake_notifications;
 #[path = "support/fake_slack_socket.rs"]
-pub mod fake_slack_socket;
+mod fake_slack_socket;
 #[path = "support/introspection.rs"]
-pub mod introspection;
-#[path = "support/procs.rs"]
-pub mod procs;
+mod introspection;
 #[path = "support/queue_env.rs"]
-pub mod queue_env;
+mod queue_env;
+#[path = "support/wait.rs"]
+mod wait;
 #[path = "support/web_env.rs"]
-pub mod web_env;
+mod web_env;
 // The test harness (compiled once, in `common::bus`), also as `crate::harness`.
-pub use common::bus::harness;
+use common::bus::harness;
 
 // The tests, one module per file.
 mod agentshell_attacks;

@@ -5,13 +5,14 @@
 //! by the host name, written this boot) is adopted by the machine that wrote it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use crate::{procs, queue_env};
+use crate::queue_env;
 
-use procs::{Proc, wait};
+use crate::harness::KillOnDrop;
+use crate::wait::wait_until;
 use queue_env::*;
 use serde_json::{Value, json};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 const ID_A: &str = "0123456789abcdef0123456789abcdef";
@@ -27,27 +28,11 @@ fn fast_machines(root: &Path) {
 }
 
 /// `queue-manager` for `env`'s queue on the machine with id `id` and this computer's host name.
-fn manager(env: &QueueEnv, id: &str) -> Proc {
-    Proc(
-        Command::new(env!("CARGO_BIN_EXE_queue-manager"))
-            .args([
-                "--queue",
-                &env.queue,
-                "--bus",
-                "none",
-                "--launcher",
-                "direct",
-            ])
-            .args(["--idle-exit", "0", "--root"])
-            .arg(&env.root)
-            .env_remove("AGENTSTORE_HOSTNAME")
-            .env("AGENTSTORE_MACHINE_ID", id)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap(),
-    )
+fn manager(env: &QueueEnv, id: &str) -> KillOnDrop {
+    crate::daemons::queue_manager(&env.root, &env.queue)
+        .env_remove("AGENTSTORE_HOSTNAME")
+        .env("AGENTSTORE_MACHINE_ID", id)
+        .spawn()
 }
 
 fn cli(env: &QueueEnv, args: &[&str]) -> std::process::Output {
@@ -81,7 +66,7 @@ fn two_machines_with_one_host_name_are_two_machines() {
     fast_machines(&env.root);
     let a = manager(&env, ID_A);
     env.queue_job("j1", &noop(120.0));
-    wait(Duration::from_secs(30), "j1 running on a", || {
+    wait_until(Duration::from_secs(30), "j1 running on a", || {
         env.job_file("running", "j1").exists()
             && env.job("running", "j1")["runtime"]["process_id"].is_number()
     });
@@ -98,7 +83,7 @@ fn two_machines_with_one_host_name_are_two_machines() {
     );
     assert_ne!(a_key, kernel_hostname());
     let _b = manager(&env, ID_B);
-    wait(Duration::from_secs(30), "both machines reporting", || {
+    wait_until(Duration::from_secs(30), "both machines reporting", || {
         machines(&env).len() == 2
     });
     let list = machines(&env);
@@ -141,7 +126,7 @@ fn two_machines_with_one_host_name_are_two_machines() {
     a.signal(nix::sys::signal::Signal::SIGSTOP);
     // The claim moves the file into failed_jobs/ first and writes the error into it next:
     // wait for both.
-    wait(Duration::from_secs(40), "j1 failed by b", || {
+    wait_until(Duration::from_secs(40), "j1 failed by b", || {
         env.job_file("failed", "j1").exists()
             && std::fs::read_to_string(env.job_file("failed", "j1"))
                 .is_ok_and(|t| t.contains("stopped reporting at"))
@@ -156,7 +141,7 @@ fn two_machines_with_one_host_name_are_two_machines() {
     );
     // Back, a finds its job failed elsewhere and stops its worker.
     a.signal(nix::sys::signal::Signal::SIGCONT);
-    wait(Duration::from_secs(30), "a's worker stopped", || {
+    wait_until(Duration::from_secs(30), "a's worker stopped", || {
         std::fs::read_to_string(format!("/proc/{worker}/stat"))
             .map(|s| {
                 s.rsplit_once(')')
@@ -186,7 +171,7 @@ fn a_heartbeat_folder_from_before_machine_ids_is_adopted() {
     });
     std::fs::write(legacy.join("queue-manager.q1.json"), old.to_string()).unwrap();
     let _a = manager(&env, ID_A);
-    wait(Duration::from_secs(30), "the old heartbeat adopted", || {
+    wait_until(Duration::from_secs(30), "the old heartbeat adopted", || {
         let l = machines(&env);
         l.len() == 1 && l[0]["host"] != json!(host)
     });
@@ -206,7 +191,7 @@ fn a_heartbeat_folder_from_before_machine_ids_is_adopted() {
     other["boot_id"] = json!("00000000-0000-0000-0000-000000000000");
     std::fs::write(legacy2.join("queue-manager.q1.json"), other.to_string()).unwrap();
     let _b = manager(&env2, ID_B);
-    wait(
+    wait_until(
         Duration::from_secs(30),
         "b reporting beside the old folder",
         || machines(&env2).len() == 2,

@@ -5,13 +5,14 @@
 //! `queue-manager` processes with different `AGENTSTORE_HOSTNAME`s on one store.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use crate::{procs, queue_env};
+use crate::queue_env;
 
-use procs::{Proc, wait};
+use crate::harness::KillOnDrop;
+use crate::wait::wait_until;
 use queue_env::*;
 use serde_json::{Value, json};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// Fast heartbeats: a beat a second, stale after 2 s, jobs failed after 6 s of silence.
@@ -25,26 +26,10 @@ fn fast_machines(root: &Path) {
 }
 
 /// `queue-manager` for `env`'s queue as machine `host` (no bus, the direct launcher).
-fn manager(env: &QueueEnv, host: &str) -> Proc {
-    Proc(
-        Command::new(env!("CARGO_BIN_EXE_queue-manager"))
-            .args([
-                "--queue",
-                &env.queue,
-                "--bus",
-                "none",
-                "--launcher",
-                "direct",
-            ])
-            .args(["--idle-exit", "0", "--root"])
-            .arg(&env.root)
-            .env("AGENTSTORE_HOSTNAME", host)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap(),
-    )
+fn manager(env: &QueueEnv, host: &str) -> KillOnDrop {
+    crate::daemons::queue_manager(&env.root, &env.queue)
+        .host(host)
+        .spawn()
 }
 
 fn cli(env: &QueueEnv, host: &str, args: &[&str]) -> std::process::Output {
@@ -90,7 +75,7 @@ fn a_silent_machines_job_is_failed_by_the_other_and_stopped_when_it_returns() {
     fast_machines(&env.root);
     let beta = manager(&env, "beta");
     env.queue_job("j1", &noop(120.0));
-    wait(Duration::from_secs(30), "j1 running on beta", || {
+    wait_until(Duration::from_secs(30), "j1 running on beta", || {
         env.job_file("running", "j1").exists()
             && env.job("running", "j1")["runtime"]["process_id"].is_number()
     });
@@ -99,7 +84,7 @@ fn a_silent_machines_job_is_failed_by_the_other_and_stopped_when_it_returns() {
         .as_i64()
         .unwrap() as i32;
     let _alpha = manager(&env, "alpha");
-    wait(Duration::from_secs(20), "both machines reporting", || {
+    wait_until(Duration::from_secs(20), "both machines reporting", || {
         let l = machines_json(&env);
         l["machines"].as_array().unwrap().len() == 2
     });
@@ -108,8 +93,9 @@ fn a_silent_machines_job_is_failed_by_the_other_and_stopped_when_it_returns() {
     assert_eq!(machine(&l, "beta")["queues"], json!(["q1"]));
     assert_eq!(machine(&l, "alpha")["daemons"], json!(["queue-manager@q1"]));
 
-    // Never while the host reports: well past the grace, the job still runs.
-    std::thread::sleep(Duration::from_secs(8));
+    // Never while the host reports: alpha's passes well past the grace (6 s), the job still
+    // runs.
+    manager_passes(&env.root, "alpha", &env.queue, Duration::from_secs(8));
     assert!(
         env.job_file("running", "j1").exists(),
         "a live machine's job was failed"
@@ -118,7 +104,7 @@ fn a_silent_machines_job_is_failed_by_the_other_and_stopped_when_it_returns() {
     // beta goes silent (a partition, a suspended laptop): its manager stops, its worker runs.
     beta.signal(nix::sys::signal::Signal::SIGSTOP);
     let silent_at = Instant::now();
-    wait(Duration::from_secs(10), "beta shown stale", || {
+    wait_until(Duration::from_secs(10), "beta shown stale", || {
         machine(&machines_json(&env), "beta")["stale"] == true
     });
     let text = String::from_utf8(cli(&env, "alpha", &["list-machines"]).stdout).unwrap();
@@ -131,11 +117,12 @@ fn a_silent_machines_job_is_failed_by_the_other_and_stopped_when_it_returns() {
         env.job_file("running", "j1").exists(),
         "failed before the grace"
     );
-    wait(Duration::from_secs(30), "j1 failed by alpha", || {
-        events(&env.root)
-            .iter()
-            .any(|e| e["event"] == "job_failed" && e["job_id"] == "j1")
-    });
+    crate::wait::event_line(
+        &env.root,
+        Duration::from_secs(30),
+        "j1 failed by alpha",
+        |e| e["event"] == "job_failed" && e["job_id"] == "j1",
+    );
     // The grace (6 s) runs from beta's last heartbeat, which is up to one heartbeat (1 s)
     // before the SIGSTOP and written with whole seconds (up to 1 s earlier still).
     assert!(
@@ -165,15 +152,18 @@ fn a_silent_machines_job_is_failed_by_the_other_and_stopped_when_it_returns() {
 
     // beta comes back: it finds its job failed, stops the worker and says why.
     beta.signal(nix::sys::signal::Signal::SIGCONT);
-    wait(Duration::from_secs(20), "beta's worker stopped", || {
+    wait_until(Duration::from_secs(20), "beta's worker stopped", || {
         !pid_alive(worker)
     });
-    wait(Duration::from_secs(10), "the stop recorded", || {
-        events(&env.root)
-            .iter()
-            .any(|e| e["event"] == "job_stopped" && e["job_id"] == "j1" && e["host"] == "beta")
-    });
-    std::thread::sleep(Duration::from_secs(1));
+    crate::wait::event_line(
+        &env.root,
+        Duration::from_secs(10),
+        "the stop recorded",
+        |e| e["event"] == "job_stopped" && e["job_id"] == "j1" && e["host"] == "beta",
+    );
+    // A whole pass of each machine after that.
+    manager_passes(&env.root, "beta", &env.queue, Duration::ZERO);
+    manager_passes(&env.root, "alpha", &env.queue, Duration::ZERO);
     // The job ended once: still failed with the machine's message, nowhere else.
     assert_eq!(env.job("failed", "j1")["runtime"]["error"], error);
     for s in ["queued", "running", "finished"] {
@@ -195,10 +185,11 @@ fn a_machine_that_never_reported_is_not_judged_lost() {
     j["runtime"]["start_time"] = json!("2020-01-01T00:00:00Z");
     agentstore::store::write_json_atomic(&env.job_file("running", "j2"), &j).unwrap();
     let _alpha = manager(&env, "alpha");
-    wait(Duration::from_secs(20), "alpha reporting", || {
+    wait_until(Duration::from_secs(20), "alpha reporting", || {
         store.machines().get("alpha").is_some()
     });
-    std::thread::sleep(Duration::from_secs(3));
+    // alpha's passes past its stale time (2 s) and more.
+    manager_passes(&env.root, "alpha", &env.queue, Duration::from_secs(3));
     assert!(env.job_file("running", "j2").exists());
     assert!(store.machines().get("oldhost").is_none());
 }
@@ -311,17 +302,10 @@ async fn orchestratord_signals_stale_machines_and_fails_their_jobs() {
             .unwrap();
         let mut changes = proxy.receive_machine_state_changed().await.unwrap();
         let started = Instant::now();
-        let _d = Proc(
-            Command::new(env!("CARGO_BIN_EXE_orchestratord"))
-                .args(["--bus", "session", "--idle-exit", "0", "--root"])
-                .arg(&env.root)
-                .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
-                .env("AGENTSTORE_HOSTNAME", "alpha")
-                .env("RUST_LOG", "warn")
-                .stdout(Stdio::null())
-                .spawn()
-                .unwrap(),
-        );
+        let _d = crate::daemons::orchestratord(&env.root)
+            .on(&bus)
+            .host("alpha")
+            .spawn();
         let s = changes.next().await.unwrap();
         let a = s.args().unwrap();
         assert_eq!((a.host, a.stale), ("ghost", true));
@@ -339,7 +323,7 @@ async fn orchestratord_signals_stale_machines_and_fails_their_jobs() {
         );
         let root = env.root.clone();
         tokio::task::spawn_blocking(move || {
-            wait(
+            wait_until(
                 Duration::from_secs(30),
                 "j3 failed by orchestratord",
                 || {
@@ -436,14 +420,18 @@ fn sync_engine_conflict_copies_in_the_inbox_are_set_aside_not_answered() {
 /// partition, a suspended laptop) and machine alpha's manager fails the job for beta's
 /// silence. Returns beta's manager, the frozen worker's pid, alpha's manager, and the job's
 /// running file as beta last wrote it.
-fn partitioned_while_running(env: &QueueEnv, id: &str, secs: f64) -> (Proc, i32, Proc, Vec<u8>) {
+fn partitioned_while_running(
+    env: &QueueEnv,
+    id: &str,
+    secs: f64,
+) -> (KillOnDrop, i32, KillOnDrop, Vec<u8>) {
     let beta = manager(env, "beta");
     env.queue_job(id, &noop(secs));
     // Running AND released: the manager records job_started after it opened the worker's
     // gate. Stopped between the running record and the release, beta would hold the worker
     // at its gate for the whole partition (seen under load: "the late worker ended" timed
     // out), which is the gate's purpose, not the case under test.
-    wait(
+    wait_until(
         Duration::from_secs(30),
         "the job running on beta, released",
         || {
@@ -466,7 +454,7 @@ fn partitioned_while_running(env: &QueueEnv, id: &str, secs: f64) -> (Proc, i32,
     .unwrap();
     let alpha = manager(env, "alpha");
     // (claim_lost moves the file first, then writes the failure into it: wait for the write)
-    wait(Duration::from_secs(40), "the job failed by alpha", || {
+    wait_until(Duration::from_secs(40), "the job failed by alpha", || {
         env.job_file("failed", id).exists() && env.job("failed", id)["runtime"]["error"].is_string()
     });
     (beta, worker, alpha, running)
@@ -489,11 +477,12 @@ fn a_late_result_from_a_partitioned_machine_never_replaces_the_failed_document()
     );
     // The worker runs on (its 3 s are over): it tries to end the job, and must not.
     nix::sys::signal::kill(worker_pid, nix::sys::signal::Signal::SIGCONT).unwrap();
-    wait(Duration::from_secs(30), "the late worker ended", || {
+    wait_until(Duration::from_secs(30), "the late worker ended", || {
         !pid_alive(worker)
     });
     beta.signal(nix::sys::signal::Signal::SIGCONT);
-    std::thread::sleep(Duration::from_secs(3));
+    // beta's passes for 3 s after it came back.
+    manager_passes(&env.root, "beta", &env.queue, Duration::from_secs(3));
     assert_eq!(
         std::fs::read(env.job_file("failed", "late")).unwrap(),
         failed,
@@ -527,7 +516,7 @@ fn a_job_arriving_before_its_project_waits_for_it() {
     env.queue_job("early", &noop(0.0));
     let _alpha = manager(&env, "alpha");
     // The manager says why in its log (logs/queue-q1@alpha.log).
-    wait(Duration::from_secs(20), "the start put off", || {
+    wait_until(Duration::from_secs(20), "the start put off", || {
         std::fs::read_dir(env.root.join("logs"))
             .into_iter()
             .flatten()
@@ -542,7 +531,7 @@ fn a_job_arriving_before_its_project_waits_for_it() {
     assert!(env.job_file("queued", "early").exists());
     assert!(!env.job_file("failed", "early").exists());
     std::fs::rename(&away, &project).unwrap();
-    wait(
+    wait_until(
         Duration::from_secs(60),
         "the job runs once its project is here",
         || env.job_file("finished", "early").exists(),
@@ -665,10 +654,11 @@ fn jobs_start_while_their_project_is_being_replaced_by_a_sync_engine() {
     let mut churn =
         SyncthingReplacing::start(&[store.project_path("TestProject"), store.user_path("chenry")]);
     let _alpha = manager(&env, "alpha");
-    let end = Instant::now() + Duration::from_secs(60);
-    while env.count("finished") + env.count("failed") < n && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    crate::wait::files_within(
+        &[&env.dir("finished"), &env.dir("failed")],
+        Duration::from_secs(60),
+        || env.count("finished") + env.count("failed") >= n,
+    );
     let cycles = churn.stop();
     let failed: Vec<String> = std::fs::read_dir(env.dir("failed"))
         .unwrap()
@@ -711,13 +701,13 @@ fn a_stale_queued_copy_of_a_job_that_moved_on_is_never_run() {
     std::fs::write(env.job_file("failed", "moved"), failed.to_string()).unwrap();
     env.queue_job("fresh", &noop(0.0));
     let _alpha = manager(&env, "alpha");
-    wait(Duration::from_secs(60), "the fresh job finished", || {
+    wait_until(Duration::from_secs(60), "the fresh job finished", || {
         env.job_file("finished", "fresh").exists()
     });
     let logs = || queue_logs(&env);
     // The job has ended: its stale queued copy goes (it would otherwise wait for a delete
     // that never comes, and run once the failed job is archived), the ended job stays.
-    wait(Duration::from_secs(20), "the manager saying why", || {
+    wait_until(Duration::from_secs(20), "the manager saying why", || {
         logs().contains("job moved: removed its stale queued copy (the job ended, in failed_jobs/)")
     });
     assert!(!env.job_file("queued", "moved").exists());
@@ -756,11 +746,11 @@ fn a_second_machines_copy_of_one_messages_job_never_runs_again() {
     std::fs::write(env.job_file("queued", "dup"), second.to_string()).unwrap();
     env.queue_job("fresh", &noop(0.0));
     let _alpha = manager(&env, "alpha");
-    wait(Duration::from_secs(60), "the fresh job finished", || {
+    wait_until(Duration::from_secs(60), "the fresh job finished", || {
         env.job_file("finished", "fresh").exists()
     });
     let logs = || queue_logs(&env);
-    wait(
+    wait_until(
         Duration::from_secs(20),
         "the manager removing the copy",
         || {
@@ -1028,13 +1018,14 @@ fn a_machine_back_with_its_running_copy_restored_stops_the_worker_and_keeps_the_
     std::fs::rename(&tmp, env.job_file("running", "back")).unwrap();
     nix::sys::signal::kill(worker_pid, nix::sys::signal::Signal::SIGCONT).unwrap();
     beta.signal(nix::sys::signal::Signal::SIGCONT);
-    wait(Duration::from_secs(30), "the copy removed on beta", || {
+    wait_until(Duration::from_secs(30), "the copy removed on beta", || {
         !env.job_file("running", "back").exists()
     });
-    wait(Duration::from_secs(30), "beta stopped its worker", || {
+    wait_until(Duration::from_secs(30), "beta stopped its worker", || {
         !pid_alive(worker)
     });
-    std::thread::sleep(Duration::from_secs(2));
+    // beta's passes for 2 s after that.
+    manager_passes(&env.root, "beta", &env.queue, Duration::from_secs(2));
     assert_eq!(
         std::fs::read(env.job_file("failed", "back")).unwrap(),
         failed,

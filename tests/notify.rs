@@ -7,8 +7,9 @@
 
 use crate::fake_chat::FakeChat;
 use crate::fake_notifications::Notifications;
+use crate::harness::KillOnDrop;
 use crate::harness::PrivateBus;
-use crate::procs::{Proc, wait};
+use crate::wait::wait_until;
 use agentstore::notify::dispatch::Dispatcher;
 use agentstore::notify::sinks::desktop::Desktop;
 use agentstore::store::Store;
@@ -87,8 +88,8 @@ impl Env {
         Store::open(&self.root).unwrap()
     }
 
-    fn notifier(&self, stderr: &Path) -> Proc {
-        Proc(
+    fn notifier(&self, stderr: &Path) -> KillOnDrop {
+        KillOnDrop(
             Command::new(env!("CARGO_BIN_EXE_agentstore-notify"))
                 .arg("--root")
                 .arg(&self.root)
@@ -166,7 +167,7 @@ fn a_burst_of_200_with_kill_9_is_delivered_once_per_sink_in_order() {
     });
     let mut kills = 0;
     for at in [30, 90, 150] {
-        wait(LIMIT, &format!("{at} Slack messages"), || {
+        wait_until(LIMIT, &format!("{at} Slack messages"), || {
             env.chat.with(|s| s.slack.len()) >= at
         });
         notifier.signal(nix::sys::signal::Signal::SIGKILL);
@@ -176,7 +177,7 @@ fn a_burst_of_200_with_kill_9_is_delivered_once_per_sink_in_order() {
     }
     let ids = emitter.join().unwrap();
     assert_eq!(ids.len(), 200);
-    wait(
+    wait_until(
         LIMIT,
         "200 messages at each sink and nothing pending",
         || {
@@ -242,18 +243,18 @@ fn of_two_notifiers_one_sends_and_the_other_takes_over_after_a_kill_9() {
             .unwrap_or(false)
     };
     let a = env.notifier(&log_a);
-    wait(LIMIT, "the first notifier holding the lock", || {
+    wait_until(LIMIT, "the first notifier holding the lock", || {
         env.root.join(".notify.lock").exists()
     });
     let b = env.notifier(&log_b);
-    wait(LIMIT, "the second notifier standing by", || {
+    wait_until(LIMIT, "the second notifier standing by", || {
         said(&log_b, "notifier standing by")
     });
     let store = env.store();
     for i in 0..40 {
         emit(&store, i, "alice");
     }
-    wait(LIMIT, "40 Slack messages", || {
+    wait_until(LIMIT, "40 Slack messages", || {
         env.chat.with(|s| s.slack.len()) >= 40 && env.pending() == 0
     });
     assert!(
@@ -265,7 +266,7 @@ fn of_two_notifiers_one_sends_and_the_other_takes_over_after_a_kill_9() {
     for i in 40..80 {
         emit(&store, i, "alice");
     }
-    wait(LIMIT, "80 Slack messages and nothing pending", || {
+    wait_until(LIMIT, "80 Slack messages and nothing pending", || {
         env.chat.with(|s| s.slack.len()) >= 80 && env.pending() == 0
     });
     drop(b);
@@ -287,7 +288,7 @@ fn a_sink_down_gets_its_backlog_in_order_when_back() {
     }
     let log = env.dir.path().join("notifier.log");
     let _n = env.notifier(&log);
-    wait(LIMIT, "the webhook refused several attempts", || {
+    wait_until(LIMIT, "the webhook refused several attempts", || {
         env.chat.with(|s| s.hook_refused) >= 5
     });
     // Down: only the first notice is tried (the others wait behind it), nothing is lost.
@@ -302,7 +303,7 @@ fn a_sink_down_gets_its_backlog_in_order_when_back() {
     );
     assert_eq!(env.pending(), 30);
     env.chat.with(|s| s.webhook_down = false);
-    wait(LIMIT, "the backlog", || {
+    wait_until(LIMIT, "the backlog", || {
         env.chat.hook_deliveries() >= 30 && env.pending() == 0
     });
     let expected: Vec<String> = (0..30).map(|i| format!("job-{i:03}")).collect();
@@ -328,7 +329,7 @@ fn a_revoked_slack_token_is_a_clear_error_and_the_other_sinks_go_on() {
     }
     let log = env.dir.path().join("notifier.log");
     let n = env.notifier(&log);
-    wait(LIMIT, "the webhook deliveries and nothing pending", || {
+    wait_until(LIMIT, "the webhook deliveries and nothing pending", || {
         env.chat.hook_deliveries() >= 5 && env.pending() == 0
     });
     drop(n);

@@ -6,7 +6,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common::bus::skip;
-use crate::procs::{Proc, wait};
+use crate::harness::KillOnDrop;
+use crate::wait::wait_until;
 use agentstore::store::Store;
 use agentstore::store::notices::{Notice, NoticeKind};
 use serde_json::{Value, json};
@@ -76,8 +77,8 @@ fn emit(store: &Store, i: usize, user: &str) {
     assert!(store.emit_notice(&n).unwrap());
 }
 
-fn notifier(dir: &Path, root: &Path, log: &Path) -> Proc {
-    Proc(
+fn notifier(dir: &Path, root: &Path, log: &Path) -> KillOnDrop {
+    KillOnDrop(
         Command::new(env!("CARGO_BIN_EXE_agentstore-notify"))
             .arg("--root")
             .arg(root)
@@ -135,7 +136,7 @@ fn email_reaches_a_real_smtp_server_and_a_backlog_arrives_in_order_after_an_outa
     // One notice: its headers and body as the server received them.
     emit(&store, 0, "alice");
     emit(&store, 1, "rita");
-    wait(LIMIT, "the first mail", || !mails(&out).is_empty());
+    wait_until(LIMIT, "the first mail", || !mails(&out).is_empty());
     let m = &mails(&out)[0];
     assert_eq!(m["from"], "agentstore@example.org");
     assert_eq!(m["to"], json!(["alice@example.org"]));
@@ -164,7 +165,7 @@ fn email_reaches_a_real_smtp_server_and_a_backlog_arrives_in_order_after_an_outa
         assert!(body.contains(part), "{part:?} in the body:\n{body}");
     }
     // rita's address is refused for good (550): recorded, not retried, not blocking alice.
-    wait(LIMIT, "rita's refusal recorded", || {
+    wait_until(LIMIT, "rita's refusal recorded", || {
         std::fs::read_to_string(&log).is_ok_and(|l| l.contains("550"))
     });
 
@@ -173,11 +174,11 @@ fn email_reaches_a_real_smtp_server_and_a_backlog_arrives_in_order_after_an_outa
     for i in 2..12 {
         emit(&store, i, "alice");
     }
-    wait(LIMIT, "a failed attempt while down", || {
+    wait_until(LIMIT, "a failed attempt while down", || {
         std::fs::read_to_string(&log).is_ok_and(|l| l.contains("tried again later"))
     });
     let _server = smtp(&out, port);
-    wait(LIMIT, "the backlog delivered", || mails(&out).len() >= 11);
+    wait_until(LIMIT, "the backlog delivered", || mails(&out).len() >= 11);
     drop(n);
     let subjects: Vec<String> = mails(&out)
         .iter()

@@ -133,25 +133,11 @@ fn approvals_and_commands_over_socket_mode_answer_only_for_the_mapped_allowed_us
     )
     .unwrap();
     let bus = PrivateBus::start();
-    let _manager = KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_queue-manager"))
-            .args([
-                "--queue",
-                &q,
-                "--bus",
-                "session",
-                "--launcher",
-                "direct",
-                "--root",
-            ])
-            .arg(&env.root)
-            .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
-            .env("HOME", &env.home)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let _manager = crate::daemons::queue_manager(&env.root, &q)
+        .on(&bus)
+        .idle_exit(None)
+        .env("HOME", &env.home)
+        .spawn();
     wait_for_name(&bus, &agentstore::bus::queue_bus_name(&q));
     let log = env.dir.path().join("notifier.log");
     let _notifier = KillOnDrop(

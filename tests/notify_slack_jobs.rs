@@ -210,26 +210,23 @@ fn a_slash_command_queues_a_job_as_the_mapped_user_and_its_thread_gets_the_resul
                 .unwrap(),
         )
     };
-    let _orchestratord = daemon(
-        env!("CARGO_BIN_EXE_orchestratord"),
-        &["--bus", "session", "--idle-exit", "0"],
+    // The daemons with this HOME and machine configuration, each logging to its own file.
+    let logged = |launch: crate::daemons::Launch, log: &str| {
+        launch
+            .on(&bus)
+            .env("HOME", &env.home)
+            .env("XDG_CONFIG_HOME", &xdg)
+            .env("RUST_LOG", "info")
+            .env_remove("AGENTSTORE_MODE")
+            .stderr(std::fs::File::create(env.dir.path().join(log)).unwrap())
+            .spawn()
+    };
+    let _orchestratord = logged(
+        crate::daemons::orchestratord(&env.root),
         "orchestratord.log",
     );
     wait_for_name(&bus, "org.agentstore.Orchestrator1");
-    let _manager = daemon(
-        env!("CARGO_BIN_EXE_queue-manager"),
-        &[
-            "--queue",
-            &q,
-            "--bus",
-            "session",
-            "--launcher",
-            "direct",
-            "--idle-exit",
-            "0",
-        ],
-        "manager.log",
-    );
+    let _manager = logged(crate::daemons::queue_manager(&env.root, &q), "manager.log");
     wait_for_name(&bus, &agentstore::bus::queue_bus_name(&q));
     let _notifier = daemon(env!("CARGO_BIN_EXE_agentstore-notify"), &[], "notifier.log");
     let _logs = LogsOnPanic(

@@ -235,7 +235,8 @@ fn encodings_come_from_crates() {
     let mut files = Vec::new();
     sources(&root.join("src"), &mut files);
     let (mut found, mut crates) = (Vec::new(), 0);
-    for path in &files {
+    // A module's tests in a file of their own (`#[cfg(test)] mod tests;`) are tests.
+    for path in files.iter().filter(|p| !p.ends_with("tests.rs")) {
         let r = rel(root, path);
         let src = std::fs::read_to_string(path).unwrap();
         for (n, code) in code_outside_tests(&src) {
@@ -263,6 +264,210 @@ fn encodings_come_from_crates() {
     assert!(
         found.is_empty(),
         "an encoding written by hand:\n{}",
+        found.join("\n")
+    );
+}
+
+/// The tests' fixed sleeps, each (file, how many, why): the list only shrinks. A test that
+/// waits for something awaits it through `tests/support/wait.rs`.
+const SLEEPS_LEFT: &[(&str, usize, &str)] = &[
+    (
+        "tests/support/wait.rs",
+        2,
+        "the helper's tick for conditions no event announces; no pidfd (kernel < 5.3)",
+    ),
+    (
+        "tests/agentshell_web.rs",
+        2,
+        "the slow client under test (Python): reconnect pacing, then hold",
+    ),
+    (
+        "tests/web_limits.rs",
+        1,
+        "headers dribbled a byte at a time (the test)",
+    ),
+    (
+        "tests/support/fake_model.rs",
+        1,
+        "the Trickle reply: a slow stream",
+    ),
+    (
+        "tests/failover.rs",
+        1,
+        "the inbox writer: a message every 40 ms",
+    ),
+    (
+        "tests/failover.rs",
+        1,
+        "roles sampled 10 times, 300 ms apart",
+    ),
+    (
+        "tests/failover.rs",
+        1,
+        "alpha is SIGSTOPped: its idle time must pass while it cannot run",
+    ),
+    (
+        "tests/machines.rs",
+        2,
+        "the fake sync engine's replace cycle",
+    ),
+    (
+        "tests/hostile_input.rs",
+        4,
+        "queue add/remove pacing (the stimulus), and the warm-up and settle of the fd and \
+         thread counts: a heartbeat pass there holds the fds it measures",
+    ),
+    (
+        "tests/hostile_input.rs",
+        1,
+        "a manager on a full disk writes nothing that marks its back-off retries",
+    ),
+    (
+        "tests/web_api.rs",
+        4,
+        "the listing's SETTLED (2 s) is a product constant: kept totals need older folders",
+    ),
+    (
+        "tests/deep_pages.rs",
+        1,
+        "the thread-count sampler while 50 calls run",
+    ),
+    (
+        "tests/support/queue_env.rs",
+        1,
+        "a pause between WatchJobs retries after a refused call",
+    ),
+];
+
+/// Every `.rs` file under `tests/` with its text, but this one (it names what it looks for).
+fn test_sources(root: &Path) -> Vec<(String, String)> {
+    let mut files = Vec::new();
+    sources(&root.join("tests"), &mut files);
+    files
+        .iter()
+        .map(|p| (rel(root, p), std::fs::read_to_string(p).unwrap()))
+        .filter(|(r, _)| r != "tests/one_home.rs")
+        .collect()
+}
+
+/// The test support has one home for each helper (issue 29 item 6): waiting in
+/// `support/wait.rs` (fixed sleeps only where [`SLEEPS_LEFT`] says why), the daemon binaries
+/// named in `support/daemons.rs`, Chromium driven from `support/browser.rs`, the fake
+/// `claude` found through `common::fake_claude`, and no module- or crate-wide
+/// `allow(dead_code)` (an item used by one target and not another may say so itself).
+#[test]
+fn test_helpers_have_one_home() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let files = test_sources(root);
+    assert!(files.len() > 50, "only {} test sources seen", files.len());
+    let sleep = ["sle", "ep("].concat();
+    let mut allowed = std::collections::BTreeMap::<&str, usize>::new();
+    for (f, n, _) in SLEEPS_LEFT {
+        *allowed.entry(f).or_default() += n;
+    }
+    let mut wrong = Vec::new();
+    for (r, text) in &files {
+        let n = text.matches(&sleep).count();
+        let may = allowed.get(r.as_str()).copied().unwrap_or(0);
+        if n > may {
+            wrong.push(format!(
+                "{r}: {n} fixed sleeps, {may} listed: await the event (tests/support/wait.rs)"
+            ));
+        } else if n < may {
+            wrong.push(format!(
+                "{r}: {n} fixed sleeps, {may} listed: shrink SLEEPS_LEFT"
+            ));
+        }
+    }
+    let inner = ["#!", "[allow("].concat();
+    for (r, text) in &files {
+        for (at, _) in text.match_indices(&inner) {
+            let attr = &text[at..at + text[at..].find(")]").unwrap_or(0)];
+            if attr.contains("dead_code") {
+                wrong.push(format!("{r}: {attr})]: allow only the items that need it"));
+            }
+        }
+    }
+    let homes: [(&[&str], &str); 4] = [
+        (
+            &["CARGO_BIN_EXE_", "orchestratord"],
+            "tests/support/daemons.rs",
+        ),
+        (
+            &["CARGO_BIN_EXE_", "queue-manager"],
+            "tests/support/daemons.rs",
+        ),
+        (&["--remote-debugging", "-pipe"], "tests/support/browser.rs"),
+        (
+            &["join(\"tests/fixtures/", "fake-claude\")"],
+            "tests/common/mod.rs",
+        ),
+    ];
+    for (parts, home) in homes {
+        let needle = parts.concat();
+        let at: Vec<&str> = files
+            .iter()
+            .filter(|(_, t)| t.contains(&needle))
+            .map(|(r, _)| r.as_str())
+            .collect();
+        if at != [home] {
+            wrong.push(format!("{needle} is in {at:?}; its one home: {home}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// Where the web layer may pass text through unescaped (`maud::PreEscaped`), each (file, what
+/// is passed, why). A row that no longer occurs fails the test, so the list only shrinks.
+const UNESCAPED: &[(&str, &str, &str)] = &[(
+    "src/web/dashboard/mod.rs",
+    "PreEscaped(CSS)",
+    "the dashboard's own style sheet, a constant of that file",
+)];
+
+/// The dashboard's HTML comes from maud templates, escaped at compile time (issue 29): no
+/// string in `src/web` spells a tag (no HTML built with `format!`), no hand-written escaper,
+/// and markup passes unescaped only where [`UNESCAPED`] says why.
+#[test]
+fn web_html_comes_from_templates() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    sources(&root.join("src/web"), &mut files);
+    let tag = regex::Regex::new(r#""[^"]*</?[a-zA-Z][a-zA-Z0-9]*[ >/]"#).unwrap();
+    let (mut found, mut templates) = (Vec::new(), 0);
+    let mut seen = vec![false; UNESCAPED.len()];
+    for path in files.iter().filter(|p| !p.ends_with("tests.rs")) {
+        let r = rel(root, path);
+        let src = std::fs::read_to_string(path).unwrap();
+        for (n, code) in code_outside_tests(&src) {
+            templates += code.matches("html! {").count();
+            if tag.is_match(code) {
+                found.push(format!("{r}:{n}: a tag in a string: {}", code.trim()));
+            }
+            if code.contains("fn esc(") {
+                found.push(format!("{r}:{n}: an escaper by hand: {}", code.trim()));
+            }
+            for (piece, _) in code.match_indices("PreEscaped(") {
+                let at = &code[piece..];
+                match UNESCAPED
+                    .iter()
+                    .position(|(f, what, _)| *f == r && at.starts_with(what))
+                {
+                    Some(k) => seen[k] = true,
+                    None if code.contains("use maud::") => {}
+                    None => found.push(format!("{r}:{n}: unescaped: {}", code.trim())),
+                }
+            }
+        }
+    }
+    // Not blind: the templates were seen.
+    assert!(templates >= 20, "only {templates} maud templates seen");
+    for (k, (f, what, _)) in UNESCAPED.iter().enumerate() {
+        assert!(seen[k], "{f} no longer has {what}: remove its row");
+    }
+    assert!(
+        found.is_empty(),
+        "HTML outside a template:\n{}",
         found.join("\n")
     );
 }

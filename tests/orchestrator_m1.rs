@@ -55,10 +55,11 @@ fn m1_orchestrator_processes_messages() {
     assert_eq!(info["pid"], daemon.id());
 
     // Test 2: a second orchestrator fails with "already running".
-    let second = std::process::Command::new(env!("CARGO_BIN_EXE_orchestratord"))
-        .args(["--bus", "session", "--root"])
-        .arg(&env.root)
-        .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
+    let second = crate::daemons::orchestratord(&env.root)
+        .on(&bus)
+        .idle_exit(None)
+        .stderr(std::process::Stdio::piped())
+        .command()
         .output()
         .unwrap();
     assert_eq!(second.status.code(), Some(2), "already running exits 2");

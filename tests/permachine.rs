@@ -4,30 +4,22 @@
 //! different `AGENTSTORE_HOSTNAME`s on one store.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use crate::{procs, queue_env};
+use crate::queue_env;
 
-use procs::{Proc, wait};
+use crate::harness::KillOnDrop;
+use crate::wait::wait_until;
 use queue_env::*;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 /// `queue-manager` for `queue` as machine `host` (no bus, the direct launcher).
-fn manager(env: &QueueEnv, queue: &str, host: &str) -> Proc {
-    Proc(
-        Command::new(env!("CARGO_BIN_EXE_queue-manager"))
-            .args(["--queue", queue, "--bus", "none"])
-            .args(["--launcher", "direct", "--idle-exit", "0", "--root"])
-            .arg(&env.root)
-            .env("AGENTSTORE_HOSTNAME", host)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap(),
-    )
+fn manager(env: &QueueEnv, queue: &str, host: &str) -> KillOnDrop {
+    crate::daemons::queue_manager(&env.root, queue)
+        .host(host)
+        .spawn()
 }
 
 /// `orchestrator ARGS --format json` on machine `host`, parsed.
@@ -144,11 +136,24 @@ fn two_machines_append_to_their_own_files_and_the_merged_view_is_complete_and_or
     }
     let alpha = manager(&env, "q1", "alpha");
     let beta = manager(&env, "q2", "beta");
-    wait(Duration::from_secs(90), "every job to end", || {
+    wait_until(Duration::from_secs(90), "every job to end", || {
         count("finished") + count("failed") == good + bad && count("running") == 0
     });
-    // Both have written their start; give the last worker's event a moment to land.
-    std::thread::sleep(Duration::from_millis(500));
+    // The workers' last events landed (a worker writes its job_finished after the move).
+    crate::wait::files(
+        &[&env.root.join("logs")],
+        crate::wait::LOADED,
+        "a job_finished event of every good job",
+        || {
+            let events = crate::wait::events(&env.root);
+            (0..good).all(|i| {
+                let id = format!("ok-{i:02}");
+                events
+                    .iter()
+                    .any(|e| e["job_id"] == id.as_str() && e["event"] == "job_finished")
+            })
+        },
+    );
     drop(alpha);
     drop(beta);
 
@@ -274,7 +279,7 @@ fn the_runtime_is_written_apart_only_on_change_and_a_users_config_edit_survives(
     let log = env.root.join("logs/queue-q1@alpha.log");
     let mut alpha = manager(&env, "q1", "alpha");
     let pid = alpha.0.id();
-    wait(Duration::from_secs(30), "the first loop's runtime", || {
+    wait_until(Duration::from_secs(30), "the first loop's runtime", || {
         std::fs::read(&rt)
             .ok()
             .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
@@ -291,10 +296,10 @@ fn the_runtime_is_written_apart_only_on_change_and_a_users_config_edit_survives(
     std::fs::write(&qf, &user_text).unwrap();
     // A job changes the runtime twice (one running, then none): both written, to the runtime.
     env.queue_job("j1", &noop(0.0));
-    wait(Duration::from_secs(30), "j1 to finish", || {
+    wait_until(Duration::from_secs(30), "j1 to finish", || {
         env.job_file("finished", "j1").exists()
     });
-    wait(
+    wait_until(
         Duration::from_secs(10),
         "the runtime to count no running job",
         || {
@@ -324,7 +329,7 @@ fn the_runtime_is_written_apart_only_on_change_and_a_users_config_edit_survives(
     // Idle: several loops, nothing rewritten.
     let (m_rt, m_qf, before) = (mtime(&rt), mtime(&qf), std::fs::read(&rt).unwrap());
     let s0 = sweeps(&log);
-    wait(Duration::from_secs(40), "four idle loops", || {
+    wait_until(Duration::from_secs(40), "four idle loops", || {
         sweeps(&log) >= s0 + 4
     });
     assert_eq!(mtime(&rt), m_rt, "an idle manager rewrote its runtime");
@@ -355,7 +360,7 @@ fn two_machines_serving_one_queue_run_each_job_exactly_once() {
     machines_config(&env.root, "  shared_filesystem: true\n");
     let (_alpha, _beta) = (manager(&env, "q1", "alpha"), manager(&env, "q1", "beta"));
     // Both serve the queue before the jobs arrive, so both see every one of them.
-    wait(Duration::from_secs(30), "both managers beating", || {
+    wait_until(Duration::from_secs(30), "both managers beating", || {
         ["alpha", "beta"].iter().all(|h| {
             env.root
                 .join(format!("machines/{h}/queue-manager.q1.json"))
@@ -368,13 +373,16 @@ fn two_machines_serving_one_queue_run_each_job_exactly_once() {
     for id in &ids {
         env.queue_job(id, &noop(0.3));
     }
-    wait(Duration::from_secs(150), "every job ended", || {
+    wait_until(Duration::from_secs(150), "every job ended", || {
         env.count("queued") == 0
             && env.count("running") == 0
             && env.count("finished") + env.count("failed") >= n
     });
-    // A late second start would come after the first run ended: give it time to show.
-    std::thread::sleep(Duration::from_secs(2));
+    // A late second start would come after the first run ended: both machines' passes for
+    // 2 s more.
+    for host in ["alpha", "beta"] {
+        manager_passes(&env.root, host, "q1", Duration::from_secs(2));
+    }
     let failed = names(&env.dir("failed"));
     assert!(failed.is_empty(), "jobs failed or doubled: {failed:?}");
     assert_eq!(env.count("finished"), n);
@@ -426,7 +434,7 @@ fn over_a_sync_engine_the_second_machine_stands_down_until_the_first_is_gone() {
     // Gone after the lost-job grace (not merely the stale time of 2 s): 6 s here.
     machines_config(&env.root, "  lost_job_grace_seconds: 6\n");
     let alpha = manager(&env, "q1", "alpha");
-    wait(Duration::from_secs(30), "alpha beating", || {
+    wait_until(Duration::from_secs(30), "alpha beating", || {
         env.root
             .join("machines/alpha/queue-manager.q1.json")
             .is_file()
@@ -437,7 +445,7 @@ fn over_a_sync_engine_the_second_machine_stands_down_until_the_first_is_gone() {
             .iter()
             .any(|e| e["event"] == event && e["host"] == host)
     };
-    wait(Duration::from_secs(30), "beta standing down", || {
+    wait_until(Duration::from_secs(30), "beta standing down", || {
         said("queue_served_elsewhere", "beta")
     });
     let text = events(&env.root)
@@ -453,7 +461,7 @@ fn over_a_sync_engine_the_second_machine_stands_down_until_the_first_is_gone() {
     for i in 0..n {
         env.queue_job(&format!("a-{i:02}"), &noop(0.0));
     }
-    wait(Duration::from_secs(60), "alpha ran them", || {
+    wait_until(Duration::from_secs(60), "alpha ran them", || {
         env.count("finished") == n
     });
     let hosts = |prefix: &str| -> Vec<String> {
@@ -476,7 +484,7 @@ fn over_a_sync_engine_the_second_machine_stands_down_until_the_first_is_gone() {
     // alpha goes away: beta takes the queue over.
     drop(alpha);
     let gone_at = std::time::Instant::now();
-    wait(Duration::from_secs(30), "beta taking over", || {
+    wait_until(Duration::from_secs(30), "beta taking over", || {
         said("queue_served_here", "beta")
     });
     // Not at the stale time: alpha may only be late, or beyond a partition and still starting
@@ -490,7 +498,7 @@ fn over_a_sync_engine_the_second_machine_stands_down_until_the_first_is_gone() {
     for i in 0..4 {
         env.queue_job(&format!("b-{i:02}"), &noop(0.0));
     }
-    wait(Duration::from_secs(60), "beta ran them", || {
+    wait_until(Duration::from_secs(60), "beta ran them", || {
         env.count("finished") == n + 4
     });
     assert_eq!(hosts("b-"), vec!["beta".to_string(); 4]);

@@ -10,19 +10,10 @@ use std::os::unix::net::UnixDatagram;
 
 /// The `queue-manager` binary for `env`'s queue on `bus`, with the direct launcher.
 fn manager(env: &QueueEnv, bus: &PrivateBus) -> std::process::Command {
-    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_queue-manager"));
-    c.args([
-        "--queue",
-        &env.queue,
-        "--bus",
-        "session",
-        "--launcher",
-        "direct",
-    ])
-    .arg("--root")
-    .arg(&env.root)
-    .env("DBUS_SESSION_BUS_ADDRESS", &bus.address);
-    c
+    crate::daemons::queue_manager(&env.root, &env.queue)
+        .on(bus)
+        .idle_exit(None)
+        .command()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -62,7 +53,10 @@ async fn binary_notifies_ready_and_stops_on_sigterm() {
 
         // A second manager of the same queue finds the name taken: "already running", exit
         // 2 (the unit's RestartPreventExitStatus=2), and the first one keeps serving.
-        let second = manager(&env, &bus).output().unwrap();
+        let second = manager(&env, &bus)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
         let err = String::from_utf8_lossy(&second.stderr);
         assert_eq!(second.status.code(), Some(2), "{err}");
         assert!(err.contains("already running"), "{err}");

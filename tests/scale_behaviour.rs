@@ -8,7 +8,7 @@ use crate::{common, queue_env};
 use queue_env::*;
 use serde_json::{Value, json};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 /// A hang guard, not a timing assertion.
@@ -16,26 +16,9 @@ const LONG: Duration = Duration::from_secs(120);
 
 /// orchestratord without D-Bus (inbox and finished jobs only), never idling out.
 fn orchestratord(root: &Path, home: &Path) -> KillOnDrop {
-    let mut c = orchestratord_command_on(None, root, home);
-    KillOnDrop(c.spawn().unwrap())
-}
-
-/// orchestratord on the private bus `bus` (none: `--bus none`), never idling out.
-fn orchestratord_command_on(bus: Option<&PrivateBus>, root: &Path, home: &Path) -> Command {
-    let mut c = match bus {
-        Some(b) => orchestratord_command(b, root, &["--idle-exit", "0"]),
-        None => {
-            let mut c = Command::new(env!("CARGO_BIN_EXE_orchestratord"));
-            c.args(["--bus", "none", "--idle-exit", "0", "--root"])
-                .arg(root)
-                .env("RUST_LOG", "warn")
-                .stdout(Stdio::null())
-                .stderr(Stdio::inherit());
-            c
-        }
-    };
-    c.env("HOME", home);
-    c
+    crate::daemons::orchestratord(root)
+        .env("HOME", home)
+        .spawn()
 }
 
 fn finished_job(id: &str) -> Value {
@@ -177,26 +160,10 @@ async fn id_collision_with_finished_job_ends_failed() {
 
 /// orchestratord on the private bus `bus`.
 fn orchestratord_on(bus: &PrivateBus, root: &Path, home: &Path) -> KillOnDrop {
-    KillOnDrop(
-        orchestratord_command_on(Some(bus), root, home)
-            .spawn()
-            .unwrap(),
-    )
-}
-
-async fn orchestrator_proxy(
-    conn: &zbus::Connection,
-) -> agentstore::bus::orchestrator::Orchestrator1Proxy<'static> {
-    let p = agentstore::bus::orchestrator::Orchestrator1Proxy::new(conn)
-        .await
-        .unwrap();
-    // Wait for the daemon's name (a hang guard bounds it).
-    loop {
-        if p.version().await.is_ok() {
-            return p;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    crate::daemons::orchestratord(root)
+        .on(bus)
+        .env("HOME", home)
+        .spawn()
 }
 
 /// Every page of ListJobs, with the size of each answer.
@@ -266,8 +233,7 @@ async fn list_jobs_pages_are_complete_filtered_and_bounded() {
         // Oldest first: queue times run backwards with the number.
         expected.reverse();
         let _d = orchestratord_on(&bus, &env.root, &home);
-        let conn = bus.connect().await;
-        let p = orchestrator_proxy(&conn).await;
+        let p = orchestrator_on(&bus).await;
 
         let (jobs, _) = all_pages(&p, &[], 97).await;
         let want: Vec<String> = expected.iter().map(|e| e.3.clone()).collect();
@@ -364,8 +330,7 @@ async fn refused_one_string_listing_gives_its_memory_back() {
             std::fs::write(dir.join(format!("job-{i:06}.json")), j.to_string()).unwrap();
         }
         let d = orchestratord_on(&bus, &env.root, &home);
-        let conn = bus.connect().await;
-        let p = orchestrator_proxy(&conn).await;
+        let p = orchestrator_on(&bus).await;
         // A first small listing builds the daemon's view of the store.
         let slice = json!({"command": "list-jobs", "content": {"offset": 10, "limit": 5}});
         let answer: Value = serde_json::from_str(&p.submit(&slice.to_string()).await.unwrap()).unwrap();
@@ -469,9 +434,10 @@ fn hostile_handled_logs_are_read_safely_and_reported() {
     assert!(ok.success());
 
     let stderr = env.dir.path().join("orchestratord.err");
-    let mut c = orchestratord_command_on(None, &env.root, &home);
-    c.stderr(std::fs::File::create(&stderr).unwrap());
-    let _d = KillOnDrop(c.spawn().unwrap());
+    let _d = crate::daemons::orchestratord(&env.root)
+        .env("HOME", &home)
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn();
     wait_until(
         LONG,
         "the job only the link names read and reported",
@@ -596,9 +562,10 @@ fn a_fifo_as_this_machines_handled_log_never_blocks_completion() {
     let ok = Command::new("mkfifo").arg(&fifo).status().unwrap();
     assert!(ok.success());
     let stderr = env.dir.path().join("orchestratord.err");
-    let mut c = orchestratord_command_on(None, &env.root, &home);
-    c.stderr(std::fs::File::create(&stderr).unwrap());
-    let _d = KillOnDrop(c.spawn().unwrap());
+    let _d = crate::daemons::orchestratord(&env.root)
+        .env("HOME", &home)
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn();
     for id in ["fresh-1", "fresh-2", "fresh-3"] {
         let f = env.job_file("finished", id);
         write_json_atomic_value(&f, &finished_job(id));

@@ -65,16 +65,8 @@ pub(crate) fn slurm_queue(env: &QueueEnv, slurm: Value) {
     });
 }
 
-pub(crate) struct Manager {
-    child: std::process::Child,
-}
-
-impl Drop for Manager {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+/// The queue manager of a test (killed on drop).
+pub(crate) type Manager = KillOnDrop;
 
 /// The host's PATH as one folder of links, without Slurm's own client commands: a Slurm
 /// installed on the machine running the tests never answers for the fake (hermetic).
@@ -123,30 +115,18 @@ pub(crate) fn manager_with(
         fake.bin.display(),
         system_path_without_slurm(env).display()
     );
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_queue-manager"))
-        .args([
-            "--queue",
-            &env.queue,
-            "--bus",
-            "session",
-            "--idle-exit",
-            "0",
-        ])
-        .arg("--root")
-        .arg(&env.root)
-        .arg("--worker")
-        .arg(env!("CARGO_BIN_EXE_agent-worker"))
-        .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
+    crate::daemons::queue_manager(&env.root, &env.queue)
+        .on(bus)
+        .launcher(None)
+        .args(["--worker", env!("CARGO_BIN_EXE_agent-worker")])
         .env("PATH", path)
         .env("FAKE_SLURM_DIR", &fake.state)
         .env(
             agentstore::queue::slurm::OUTPUT_DIR_ENV,
             env.dir.path().join("slurm-output"),
         )
-        .envs(extra.iter().copied())
+        .envs(extra)
         .spawn()
-        .unwrap();
-    Manager { child }
 }
 
 pub(crate) fn wait_file(env: &QueueEnv, state: &str, id: &str, secs: u64) -> Value {
@@ -359,18 +339,18 @@ fn controller_down_keeps_jobs_queued_and_says_why() {
 /// The queue's `slurm_status` once it contains every one of `words`.
 fn wait_status(env: &QueueEnv, words: &[&str]) -> String {
     let mut last = String::new();
-    let found = (0..300).any(|_| {
-        last = env.queue_json()["runtime"]["slurm_status"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        let ok = words.iter().all(|w| last.contains(w));
-        if !ok {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        ok
-    });
-    assert!(found, "slurm_status never named {words:?}; last: {last:?}");
+    crate::wait::files(
+        &[&env.root.join("Queues").join(&env.queue)],
+        Duration::from_secs(30),
+        &format!("slurm_status naming {words:?}"),
+        || {
+            last = env.queue_json()["runtime"]["slurm_status"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            words.iter().all(|w| last.contains(w))
+        },
+    );
     last
 }
 
@@ -703,8 +683,8 @@ fn kill_9_while_sbatch_answers_submits_each_job_once() {
         "all five accepted by sbatch",
         || ids.iter().all(|id| sbatch_count(&fake, id) == 1),
     );
-    m.child.kill().unwrap();
-    m.child.wait().unwrap();
+    m.0.kill().unwrap();
+    m.0.wait().unwrap();
     drop(m);
     for id in &ids {
         assert!(
@@ -790,27 +770,29 @@ async fn restarted_manager_readopts_by_id_and_cancel_uses_scancel() {
             .unwrap()
             .to_string();
         // kill -9 of the manager; its successor re-adopts the job by its Slurm id.
-        m.child.kill().unwrap();
-        m.child.wait().unwrap();
+        m.0.kill().unwrap();
+        m.0.wait().unwrap();
         drop(m);
-        let _m2 = manager(&env, &bus, &fake);
-        wait_for_name(&bus, &agentstore::bus::queue_bus_name(&env.queue));
+        let m2 = manager(&env, &bus, &fake);
+        // The successor's own runtime (its pid: the killed one's last word said active 1
+        // too) counts the job active once it has re-adopted it; it took the bus name before
+        // it wrote anything.
+        let pid = m2.0.id();
+        tokio::task::block_in_place(|| {
+            crate::wait::files(
+                &[&env.root.join("Queues").join(&env.queue)],
+                crate::wait::LOADED,
+                "the successor counting the re-adopted job active",
+                || {
+                    let rt = &env.queue_json()["runtime"];
+                    rt["process_id"] == pid && rt["active_jobs"] == 1
+                },
+            )
+        });
         let conn = bus.connect().await;
         let p = agentstore::bus::queue::queue_proxy(&conn, &env.queue)
             .await
             .unwrap();
-        // Asked of the new manager itself: the runtime in queue.json may still be the killed
-        // one's last word (active 1) before the successor has polled Slurm. The name seen
-        // above may still have been the killed manager's (the bus lets it go when it sees
-        // the connection close): until the successor holds it, the call finds no one.
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while p.active_jobs().await.ok() != Some(1) {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the re-adopted job is never counted active"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
         p.cancel_job("r1").await.unwrap();
         let f = wait_file(&env, "failed", "r1", 60);
         let err = f["runtime"]["error"].as_str().unwrap();
@@ -836,6 +818,10 @@ async fn restarted_manager_readopts_by_id_and_cancel_uses_scancel() {
 fn a_store_the_nodes_cannot_see_holds_the_jobs_and_says_why() {
     let (env, bus, fake) = setup();
     slurm_queue(&env, json!({"poll_seconds": 1}));
+    // A heartbeat each second: the manager's passes are awaited below.
+    let cfg = env.root.join("config.yaml");
+    let text = std::fs::read_to_string(&cfg).unwrap() + "machines:\n  heartbeat_seconds: 1\n";
+    std::fs::write(&cfg, text).unwrap();
     // The probe job "runs elsewhere": its file never appears here.
     std::fs::write(fake.state.join("crash-agentstore-probe-q1"), "").unwrap();
     let _m = manager(&env, &bus, &fake);
@@ -860,7 +846,17 @@ fn a_store_the_nodes_cannot_see_holds_the_jobs_and_says_why() {
             .is_some_and(|s| s.contains("is not shared with the compute nodes"))
     });
     env.queue_job("u2", &noop(0.1));
-    std::thread::sleep(Duration::from_secs(3));
+    // The manager's pass over u2 holds it (its runtime counts it queued), and its passes
+    // for 3 s more leave it so.
+    wait_until(crate::wait::LOADED, "u2 counted queued", || {
+        env.queue_json()["runtime"]["queued_jobs"] == 1
+    });
+    manager_passes(
+        &env.root,
+        &agentstore::store::hostname(),
+        &env.queue,
+        Duration::from_secs(3),
+    );
     assert!(env.job_file("queued", "u2").is_file(), "u2 was submitted");
     assert!(!fake.calls().contains("agentstore-u2"), "{}", fake.calls());
 }
@@ -972,12 +968,8 @@ fn a_panic_while_handling_the_sbatch_answer_fails_only_that_job() {
         &fake,
         &[("AGENTSTORE_TEST_FAULT", "panic-submit:p2")],
     );
-    let mut status = None;
-    wait_until(Duration::from_secs(60), "the manager crashes", || {
-        status = m.child.try_wait().unwrap();
-        status.is_some()
-    });
-    assert!(status.is_some_and(|s| !s.success()), "{status:?}");
+    let status = crate::wait::child_exit(&mut m.0, crate::wait::LOADED, "the manager to crash");
+    assert!(!status.success(), "{status:?}");
     drop(m);
     let _m2 = manager(&env, &bus, &fake);
     let f = wait_file(&env, "failed", "p2", 60);

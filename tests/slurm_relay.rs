@@ -162,7 +162,7 @@ fn a_slurm_job_is_told_the_job_keys_were_not_delivered() {
     let page = String::from_utf8_lossy(&page.stdout);
     assert!(
         page.contains(
-            r#"<ul id="warnings"><li>Not delivered: the queue manager&#39;s job key OPENAI_API_KEY"#
+            r#"<ul id="warnings"><li>Not delivered: the queue manager's job key OPENAI_API_KEY"#
         ),
         "{page}"
     );

@@ -29,7 +29,7 @@ fn verify(folder: &str, flags: &[&str]) {
         let text = std::fs::read_to_string(src.join(format!("queue-manager@.{ext}"))).unwrap();
         let text = text.replace(
             "/usr/bin/queue-manager",
-            env!("CARGO_BIN_EXE_queue-manager"),
+            crate::daemons::Daemon::QueueManager.path(),
         );
         // The template and an instance, side by side, as systemd-analyze expects.
         std::fs::write(dir.path().join(format!("queue-manager@.{ext}")), &text).unwrap();

@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common::bus::wait_until;
+use crate::daemons::Daemon;
 use crate::tasks_worktrees::{LONG, Rig, git, job_id};
 use std::path::{Path, PathBuf};
 
@@ -52,7 +53,7 @@ fn a_worktree_checkout_on_a_full_disk_fails_clearly_and_loses_nothing() {
     )
     .unwrap();
     let _orch = rig.daemon(
-        env!("CARGO_BIN_EXE_orchestratord"),
+        Daemon::Orchestratord,
         &["--idle-exit", "0"],
         "org.agentstore.Orchestrator1",
     );
@@ -72,7 +73,7 @@ fn a_worktree_checkout_on_a_full_disk_fails_clearly_and_loses_nothing() {
             ("P", repo.to_str().unwrap()),
             ("COPY", copy.to_str().unwrap()),
         ],
-        env!("CARGO_BIN_EXE_queue-manager"),
+        Daemon::QueueManager,
         &["--queue", "poplar", "--launcher", "direct"],
         "org.agentstore.Queue.poplar",
     );

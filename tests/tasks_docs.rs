@@ -47,17 +47,6 @@ fn cli(env: &TestEnv, r: &Running, args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
-fn ok(env: &TestEnv, r: &Running, args: &[&str]) -> String {
-    let o = cli(env, r, args);
-    assert!(
-        o.status.success(),
-        "{args:?}: {}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).to_string()
-}
-
 /// A PRD in queued_prds/ of `project`, owned by `owner`.
 fn prd(env: &TestEnv, project: &str, id: &str, owner: &str) -> PathBuf {
     env.write(

@@ -10,6 +10,7 @@
 
 use crate::common::bus::{KillOnDrop, PrivateBus, wait_for_name, wait_until};
 use crate::common::{Researcher, TestEnv};
+use crate::daemons::Daemon;
 use serde_json::Value;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -184,15 +185,16 @@ impl Rig {
         &self,
         wrapper: &[&str],
         envs: &[(&str, &str)],
-        bin: &str,
+        d: Daemon,
         args: &[&str],
         name: &str,
     ) -> KillOnDrop {
+        let daemon = crate::daemons::unit_like(d).args(args).command();
         let mut c = Command::new(wrapper[0]);
         self.scope(&mut c);
         c.args(&wrapper[1..])
-            .arg(bin)
-            .args(args)
+            .arg(daemon.get_program())
+            .args(daemon.get_args())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
         for (k, v) in envs {
@@ -203,10 +205,9 @@ impl Rig {
         d
     }
 
-    pub(crate) fn daemon(&self, bin: &str, args: &[&str], name: &str) -> KillOnDrop {
-        let mut c = Command::new(bin);
+    pub(crate) fn daemon(&self, d: Daemon, args: &[&str], name: &str) -> KillOnDrop {
+        let mut c = crate::daemons::unit_like(d).args(args).command();
         self.scope(&mut c);
-        c.args(args).stdout(Stdio::null()).stderr(Stdio::inherit());
         let d = KillOnDrop(c.spawn().unwrap());
         wait_for_name(&self.bus, name);
         d
@@ -216,7 +217,7 @@ impl Rig {
     /// `base_url` (Claude Code's settings, as a unit's `Environment=` would give them).
     pub(crate) fn serve_poplar_with(&self, base_url: &str) -> [KillOnDrop; 2] {
         let orch = self.daemon(
-            env!("CARGO_BIN_EXE_orchestratord"),
+            Daemon::Orchestratord,
             &["--idle-exit", "0"],
             "org.agentstore.Orchestrator1",
         );
@@ -231,7 +232,7 @@ impl Rig {
         let qm = self.daemon_in(
             &["env"],
             &envs,
-            env!("CARGO_BIN_EXE_queue-manager"),
+            Daemon::QueueManager,
             &["--queue", "poplar", "--launcher", "direct"],
             "org.agentstore.Queue.poplar",
         );
@@ -243,12 +244,12 @@ impl Rig {
     pub(crate) fn serve_poplar(&self) -> [KillOnDrop; 2] {
         [
             self.daemon(
-                env!("CARGO_BIN_EXE_orchestratord"),
+                Daemon::Orchestratord,
                 &["--idle-exit", "0"],
                 "org.agentstore.Orchestrator1",
             ),
             self.daemon(
-                env!("CARGO_BIN_EXE_queue-manager"),
+                Daemon::QueueManager,
                 &["--queue", "poplar", "--launcher", "direct"],
                 "org.agentstore.Queue.poplar",
             ),
@@ -479,7 +480,7 @@ fn a_diamond_runs_in_parallel_worktrees_and_each_task_commits_on_its_branch() {
 fn a_path_in_the_way_or_a_dirty_base_fails_the_task_naming_it() {
     let rig = Rig::with_sandbox(true);
     let _orch = rig.daemon(
-        env!("CARGO_BIN_EXE_orchestratord"),
+        Daemon::Orchestratord,
         &["--idle-exit", "0"],
         "org.agentstore.Orchestrator1",
     );
@@ -487,7 +488,7 @@ fn a_path_in_the_way_or_a_dirty_base_fails_the_task_naming_it() {
     let ct = job_id(&rig.ok(&["create-tasks", "--project", "P", "--prd", "prd-y"]));
     // No queue manager yet: finish create-tasks by running the queue's worker for it.
     let _qm = rig.daemon(
-        env!("CARGO_BIN_EXE_queue-manager"),
+        Daemon::QueueManager,
         &["--queue", "poplar", "--launcher", "direct"],
         "org.agentstore.Queue.poplar",
     );
@@ -921,7 +922,7 @@ fn a_task_whose_machine_is_lost_is_retried_on_another() {
     std::fs::write(&qpath, q.to_string()).unwrap();
     std::fs::write(rig.log.join("crash-A"), "").unwrap();
     let _orch = rig.daemon(
-        env!("CARGO_BIN_EXE_orchestratord"),
+        Daemon::Orchestratord,
         &["--idle-exit", "0"],
         "org.agentstore.Orchestrator1",
     );
@@ -929,7 +930,7 @@ fn a_task_whose_machine_is_lost_is_retried_on_another() {
         rig.daemon_in(
             &["env"],
             &[("AGENTSTORE_HOSTNAME", host)],
-            env!("CARGO_BIN_EXE_queue-manager"),
+            Daemon::QueueManager,
             &["--queue", "poplar", "--launcher", "direct"],
             "org.agentstore.Queue.poplar",
         )

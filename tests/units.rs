@@ -60,11 +60,11 @@ fn stage_units(dir: &Path, to: &Path) -> Vec<PathBuf> {
             .unwrap()
             .replace(
                 "/usr/bin/orchestratord",
-                env!("CARGO_BIN_EXE_orchestratord"),
+                crate::daemons::Daemon::Orchestratord.path(),
             )
             .replace(
                 "/usr/bin/queue-manager",
-                env!("CARGO_BIN_EXE_queue-manager"),
+                crate::daemons::Daemon::QueueManager.path(),
             )
             .replace(
                 "/usr/bin/agentstore-web",
@@ -301,7 +301,7 @@ fn dbus_send(bus: &PrivateBus, user: &str, args: &[&str]) -> Output {
 fn spawn_as(user: &str, bus: &PrivateBus, root: &Path) -> Child {
     let mut c = Command::new("setpriv");
     c.args(as_user(user));
-    c.arg(env!("CARGO_BIN_EXE_orchestratord"))
+    c.arg(crate::daemons::Daemon::Orchestratord.path())
         .args(["--bus", "session", "--idle-exit", "0", "--root"])
         .arg(root)
         .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
@@ -524,7 +524,7 @@ fn session_activation_file_starts_orchestratord() {
         services.path().join("org.agentstore.Orchestrator1.service"),
         t.replace(
             "/usr/bin/orchestratord",
-            env!("CARGO_BIN_EXE_orchestratord"),
+            crate::daemons::Daemon::Orchestratord.path(),
         ),
     )
     .unwrap();
@@ -615,7 +615,7 @@ fn a_call_during_the_idle_exit_is_answered_by_the_next_instance() {
             "/usr/bin/orchestratord --bus session",
             &format!(
                 "{} --bus session --idle-exit 1",
-                env!("CARGO_BIN_EXE_orchestratord")
+                crate::daemons::Daemon::Orchestratord.path()
             ),
         ),
     )

@@ -6,6 +6,7 @@
 
 use crate::common;
 
+use crate::daemons::Daemon;
 use common::bus::{KillOnDrop, PrivateBus, submit_over, wait_for_name, wait_until};
 use common::{Researcher, login};
 use serde_json::Value;
@@ -59,18 +60,15 @@ impl User {
 
     /// A daemon binary, with the store from AGENT_STORE_ROOT (as a user unit would), no
     /// `--bus` flag: the default must just work.
-    fn daemon(&self, bin: &str, root: &Path, sees: Sees<'_>, args: &[&str]) -> KillOnDrop {
-        KillOnDrop(self.daemon_cmd(bin, root, sees, args).spawn().unwrap())
+    fn daemon(&self, d: Daemon, root: &Path, sees: Sees<'_>, args: &[&str]) -> KillOnDrop {
+        KillOnDrop(self.daemon_cmd(d, root, sees, args).spawn().unwrap())
     }
 
     /// The command [`User::daemon`] runs, to add to before spawning it.
-    fn daemon_cmd(&self, bin: &str, root: &Path, sees: Sees<'_>, args: &[&str]) -> Command {
-        let mut c = Command::new(bin);
+    fn daemon_cmd(&self, d: Daemon, root: &Path, sees: Sees<'_>, args: &[&str]) -> Command {
+        let mut c = crate::daemons::unit_like(d).args(args).command();
         self.scope(&mut c, sees);
-        c.env("AGENT_STORE_ROOT", root)
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
+        c.env("AGENT_STORE_ROOT", root);
         c
     }
 }
@@ -113,13 +111,13 @@ fn no_bus_at_all_daemons_run_and_the_cli_uses_the_inbox() {
     let u = User::new();
     let root = u.env.root.clone();
     let mut orch = u.daemon(
-        env!("CARGO_BIN_EXE_orchestratord"),
+        Daemon::Orchestratord,
         &root,
         Sees::Nothing,
         &["--idle-exit", "0"],
     );
     let mut qm = u.daemon(
-        env!("CARGO_BIN_EXE_queue-manager"),
+        Daemon::QueueManager,
         &root,
         Sees::Nothing,
         &["--queue", "poplar", "--launcher", "direct"],
@@ -173,7 +171,7 @@ fn the_cli_talks_only_to_a_daemon_of_its_own_store() {
     }
     let bus = PrivateBus::start();
     let _orch = u.daemon(
-        env!("CARGO_BIN_EXE_orchestratord"),
+        Daemon::Orchestratord,
         &s,
         Sees::Bus(&bus),
         &["--idle-exit", "0"],
@@ -259,13 +257,13 @@ fn inbox_and_dbus_paths_answer_the_same() {
     let root = u.env.root.clone();
     let bus = PrivateBus::start();
     let missing_venvman = u.env.dir.path().join("no/venvman");
-    let mut c = Command::new(env!("CARGO_BIN_EXE_orchestratord"));
-    u.scope(&mut c, Sees::Bus(&bus));
-    c.env("AGENT_STORE_ROOT", &root)
-        .env("AGENTSTORE_VENVMAN", &missing_venvman)
-        .args(["--idle-exit", "0"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit());
+    let mut c = u.daemon_cmd(
+        Daemon::Orchestratord,
+        &root,
+        Sees::Bus(&bus),
+        &["--idle-exit", "0"],
+    );
+    c.env("AGENTSTORE_VENVMAN", &missing_venvman);
     let _orch = KillOnDrop(c.spawn().unwrap());
     wait_for_name(&bus, "org.agentstore.Orchestrator1");
 
@@ -358,7 +356,7 @@ fn queue_manager_exits_when_idle_but_not_while_a_job_runs() {
     .unwrap();
     let started = std::time::Instant::now();
     let mut qm = u.daemon(
-        env!("CARGO_BIN_EXE_queue-manager"),
+        Daemon::QueueManager,
         &root,
         Sees::Nothing,
         &[
@@ -371,25 +369,9 @@ fn queue_manager_exits_when_idle_but_not_while_a_job_runs() {
         ],
     );
     let finished = root.join("Queues/poplar/Jobs/finished_jobs/idle-1.json");
-    let mut finished_at = None;
-    let status = loop {
-        if finished_at.is_none() && finished.exists() {
-            finished_at = Some(std::time::Instant::now());
-        }
-        if let Some(s) = qm.0.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            started.elapsed() < LONG,
-            "queue-manager never exited when idle"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = crate::wait::child_exit(&mut qm.0, LONG, "queue-manager's idle exit");
     assert!(status.success(), "queue-manager exited with {status}");
-    assert!(
-        finished_at.is_some() || finished.exists(),
-        "it exited before its job finished"
-    );
+    assert!(finished.exists(), "it exited before its job finished");
     assert!(
         started.elapsed() >= Duration::from_secs(4),
         "it exited while the 4 s job ran"
@@ -397,7 +379,7 @@ fn queue_manager_exits_when_idle_but_not_while_a_job_runs() {
     // Nothing queued from the start: it exits too (and 0 keeps it resident: covered by the
     // other tests, which run managers for their whole length).
     let mut qm = u.daemon(
-        env!("CARGO_BIN_EXE_queue-manager"),
+        Daemon::QueueManager,
         &root,
         Sees::Nothing,
         &[
@@ -409,7 +391,7 @@ fn queue_manager_exits_when_idle_but_not_while_a_job_runs() {
             "1",
         ],
     );
-    wait_until(LONG, "the idle exit", || qm.0.try_wait().unwrap().is_some());
+    crate::wait::child_exit(&mut qm.0, LONG, "the idle exit");
 }
 
 /// The `ExecStart=` of a unit in `systemd/user/`, with `%h`, `%i` and `/usr/bin/` resolved.
@@ -428,8 +410,8 @@ fn user_unit_command(unit: &str, home: &Path, instance: &str) -> Vec<String> {
                 .replace("%h", home.to_str().unwrap())
                 .replace("%i", instance);
             match w.as_str() {
-                "/usr/bin/orchestratord" => env!("CARGO_BIN_EXE_orchestratord").to_string(),
-                "/usr/bin/queue-manager" => env!("CARGO_BIN_EXE_queue-manager").to_string(),
+                "/usr/bin/orchestratord" => Daemon::Orchestratord.path().to_string(),
+                "/usr/bin/queue-manager" => Daemon::QueueManager.path().to_string(),
                 _ => w,
             }
         })
@@ -556,7 +538,7 @@ fn user_units_serve_the_store_the_cli_resolves() {
 fn the_four_agent_commands_work_out_of_the_box() {
     let u = User::new();
     let root = u.env.root.clone();
-    let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-claude");
+    let fake = common::fake_claude();
     let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("share/commands");
     let q: Value =
         serde_json::from_str(&u.env.ok(&["--format", "json", "view-queue", "poplar"])).unwrap();
@@ -644,14 +626,14 @@ fn the_four_agent_commands_work_out_of_the_box() {
     let bad = u.env.fails(&["set-queue", "nope", "--worker-count", "1"]);
     assert!(bad.contains("nope"), "{bad}");
 
-    let spawn = |bin: &str, args: &[&str]| {
-        let mut c = u.daemon_cmd(bin, &root, Sees::Nothing, args);
+    let spawn = |d: Daemon, args: &[&str]| {
+        let mut c = u.daemon_cmd(d, &root, Sees::Nothing, args);
         c.env("AGENTSTORE_COMMANDS_DIR", &shipped);
         KillOnDrop(c.spawn().unwrap())
     };
-    let _orch = spawn(env!("CARGO_BIN_EXE_orchestratord"), &["--idle-exit", "0"]);
+    let _orch = spawn(Daemon::Orchestratord, &["--idle-exit", "0"]);
     let _qm = spawn(
-        env!("CARGO_BIN_EXE_queue-manager"),
+        Daemon::QueueManager,
         &["--queue", "poplar", "--idle-exit", "0"],
     );
     let agent = |args: &[&str]| {
@@ -783,7 +765,7 @@ fn demo_runs_the_whole_path_with_or_without_a_bus() {
     // The user's own orchestrator owns the name: the demo runs beside it, through the inbox,
     // and never sends to it.
     let _theirs = u.daemon(
-        env!("CARGO_BIN_EXE_orchestratord"),
+        Daemon::Orchestratord,
         &u.env.root,
         Sees::Bus(&bus),
         &["--idle-exit", "0"],
@@ -1002,7 +984,7 @@ fn project_side_effects_are_made_by_the_job_as_its_user() {
     let record = record_dir.join("venvman.txt");
     let bin = u.env.dir.path().join("bin");
     fake_venvman(&bin, &record);
-    let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-claude");
+    let fake = common::fake_claude();
     u.env.ok(&[
         "set-queue",
         "poplar",
@@ -1035,8 +1017,8 @@ fn project_side_effects_are_made_by_the_job_as_its_user() {
         job_id(&o)
     };
     // The command files are the ones built into the binary (nothing installed here).
-    let daemon = |bin: &str, args: &[&str], venvman: Option<&str>| {
-        let mut c = u.daemon_cmd(bin, &root, Sees::Nothing, args);
+    let daemon = |d: Daemon, args: &[&str], venvman: Option<&str>| {
+        let mut c = u.daemon_cmd(d, &root, Sees::Nothing, args);
         c.env_remove("AGENTSTORE_COMMANDS_DIR");
         match venvman {
             Some(name) => c.env("AGENTSTORE_VENVMAN", name),
@@ -1055,11 +1037,7 @@ fn project_side_effects_are_made_by_the_job_as_its_user() {
     // Jobs made by the orchestrator, which then goes away (killed and reaped): whatever
     // happens in the project afterwards is not its doing.
     let make_jobs = |cmds: &[&[&str]]| -> Vec<String> {
-        let orch = daemon(
-            env!("CARGO_BIN_EXE_orchestratord"),
-            &["--idle-exit", "0"],
-            None,
-        );
+        let orch = daemon(Daemon::Orchestratord, &["--idle-exit", "0"], None);
         let ids: Vec<String> = cmds.iter().map(|a| cli(a)).collect();
         for id in &ids {
             wait_until(LONG, "the orchestrator made the job", || {
@@ -1072,7 +1050,7 @@ fn project_side_effects_are_made_by_the_job_as_its_user() {
     // Runs the queue's jobs to their end with a queue manager that has `venvman`.
     let run_jobs = |ids: &[String], venvman: Option<&str>| {
         let _qm = daemon(
-            env!("CARGO_BIN_EXE_queue-manager"),
+            Daemon::QueueManager,
             &["--queue", "poplar", "--idle-exit", "0"],
             venvman,
         );
@@ -1176,11 +1154,7 @@ fn project_side_effects_are_made_by_the_job_as_its_user() {
     old["update_time"] = Value::String("2020-01-01T00:00:00Z".into());
     std::fs::write(&project_doc, old.to_string()).unwrap();
     let t0 = old["update_time"].clone();
-    let _orch = daemon(
-        env!("CARGO_BIN_EXE_orchestratord"),
-        &["--idle-exit", "0"],
-        None,
-    );
+    let _orch = daemon(Daemon::Orchestratord, &["--idle-exit", "0"], None);
     for id in [&env_job, &research] {
         wait_until(LONG, "handled", || {
             read_job("finished", id)["runtime"]["handled"] == Value::Bool(true)

@@ -551,21 +551,21 @@ fn idle_server_exits_and_says_so() {
         .unwrap();
     assert!(o.status.success());
     let started = std::time::Instant::now();
-    let mut status = None;
-    wait_until(Duration::from_secs(20), "the idle exit", || {
-        status = web.0.try_wait().unwrap();
-        status.is_some()
-    });
-    assert!(status.unwrap().success(), "{status:?}");
+    let status = crate::wait::child_exit(&mut web.0, crate::wait::LOADED, "the idle exit");
+    assert!(status.success(), "{status:?}");
     assert!(started.elapsed() >= Duration::from_millis(900));
 }
 
 /// A stand-in worker for running job `id`: a live process whose command line names the job
 /// (what the queue manager checks before re-adopting a running job).
 fn fake_worker(id: &str) -> KillOnDrop {
+    // Its `sleep` outlives the killed shell: it must not hold the test's output open (nextest
+    // reported the test as leaky).
     KillOnDrop(
         Command::new("sh")
             .args(["-c", "sleep 600; :", id])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
             .spawn()
             .unwrap(),
     )
@@ -1664,24 +1664,114 @@ fn events_carry_job_moves_of_a_manager_started_later_to_who_may_see_them() {
 /// Queue `q`'s manager of the store at `root` on the test's session bus (direct launcher),
 /// once it holds its bus name.
 fn direct_manager(w: &Web, root: &std::path::Path, q: &str) -> KillOnDrop {
-    let manager = KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_queue-manager"))
-            .args([
-                "--queue",
-                q,
-                "--bus",
-                "session",
-                "--launcher",
-                "direct",
-                "--root",
-            ])
-            .arg(root)
-            .env("DBUS_SESSION_BUS_ADDRESS", &w.bus.address)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let manager = crate::daemons::queue_manager(root, q)
+        .on(&w.bus)
+        .idle_exit(None)
+        .spawn();
     common::bus::wait_for_name(&w.bus, &agentstore::bus::queue_bus_name(q));
     manager
+}
+
+/// Issue 29: the pages are maud templates, escaped at compile time. Markup and quotes in what
+/// a job, a project and a PRD hold read as text on every page that shows them, in element text
+/// and in attribute values (the charts' `data-command`). A project name outside the schema's
+/// pattern is refused by the store; the jobs list and the refusal show it escaped.
+#[test]
+fn markup_and_quotes_in_store_values_are_escaped_on_every_page() {
+    let Some(w) = start() else { return };
+    const EVIL: &str = r#"<script>alert("x")</script>"#;
+    const SHOWN: &str = "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;";
+    w.env.ok(&[
+        "add-project",
+        "Evil",
+        "--directory",
+        "/tmp",
+        "--owner",
+        "nob",
+        "--description",
+        EVIL,
+    ]);
+    for (id, project) in [("evil-1", "Mine"), ("evil-2", EVIL)] {
+        let mut job: Value =
+            serde_json::from_str(&common::noop_job("2026-01-01T00:05:00Z")).unwrap();
+        job["config"]["project"] = json!(project);
+        job["config"]["user"] = json!("nob");
+        job["config"]["claude_command"] = json!(EVIL);
+        job["config"]["task_description"] = json!(EVIL);
+        job["runtime"] = json!({
+            "status": "failed", "start_time": "2026-01-01T00:05:30Z",
+            "finish_time": "2026-01-01T00:06:00Z", "process_id": 7, "llm_process_id": null,
+            "error": EVIL, "output": null, "cost_usd": 0.25, "warnings": [EVIL],
+            "approvals": [{"request_id": "a1", "tool": EVIL, "summary": EVIL, "allow": false,
+                           "by": "nob", "at": "2026-01-01T00:05:40Z", "message": EVIL}]
+        });
+        w.env.write(
+            &format!("Queues/{}/Jobs/failed_jobs/{id}.json", w.queue),
+            &job.to_string(),
+        );
+    }
+    w.env.write(
+        "projects/Mine/running_prds/prd-e.json",
+        &json!({
+            "id": "prd-e", "project": "Mine", "title": EVIL, "version": "1.0", "owner": "nob",
+            "status": "running", "created_time": "2026-01-01T00:00:00Z",
+            "update_time": "2026-01-01T00:00:00Z", "content": {"note": EVIL}, "jobs": ["evil-1"]
+        })
+        .to_string(),
+    );
+    for (path, status, shows) in [
+        (
+            "/jobs",
+            200,
+            &[r#"<td>&lt;script&gt;alert(&quot;x&quot;)"#][..],
+        ),
+        (
+            "/jobs/evil-1",
+            200,
+            &[
+                r#"<td id="f-command">&lt;script&gt;"#,
+                r#"<pre id="task">&lt;script&gt;"#,
+                r#"<td id="f-error">&lt;script&gt;"#,
+                r#"<ul id="warnings"><li>&lt;script&gt;"#,
+            ][..],
+        ),
+        // A project name outside the schema's pattern: the job document is refused, and the
+        // error page says why, escaped too.
+        (
+            "/jobs/evil-2",
+            400,
+            &[
+                r#"<p id="error">"#,
+                r#"&lt;script&gt;alert(\&quot;x\&quot;)"#,
+            ][..],
+        ),
+        (
+            "/charts",
+            200,
+            &[r#"data-command="&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;""#][..],
+        ),
+        (
+            "/projects",
+            200,
+            &[r#"<td>&lt;script&gt;alert(&quot;x&quot;)"#][..],
+        ),
+        ("/prds", 200, &[r#"<td>&lt;script&gt;"#][..]),
+        (
+            "/prds/prd-e",
+            200,
+            &[r#"<h1>&lt;script&gt;"#, "&lt;/script&gt;"][..],
+        ),
+    ] {
+        let (code, html) = w.unix(None, "GET", path, None);
+        assert_eq!(code, status, "{path}: {html}");
+        assert!(!html.contains("<script>alert"), "{path}: {html}");
+        assert!(!html.contains(r#"alert("x")"#), "{path}: {html}");
+        assert!(
+            status != 200 || html.contains(SHOWN),
+            "{path} shows the value: {html}"
+        );
+        for s in shows {
+            assert!(html.contains(s), "{path} has {s}: {html}");
+        }
+    }
 }

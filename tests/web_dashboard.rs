@@ -6,17 +6,14 @@
 //! systemd passes them), chromium. Under CI a missing chromium fails the test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use crate::browser::Browser;
 use crate::{common, web_env};
 
 use common::TestEnv;
-use common::bus::{KillOnDrop, have, skip, wait_until};
+use common::bus::{KillOnDrop, skip, wait_until};
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader, Write};
-use std::os::fd::OwnedFd;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use web_env::pass_fds;
 
 const JOBS: usize = 10_000;
 const COMMANDS: [&str; 3] = ["research-code", "create-prd", "implement-tasks"];
@@ -86,135 +83,9 @@ fn generate(env: &TestEnv, queue: &str) {
     );
 }
 
-/// Chromium driven over `--remote-debugging-pipe` (fd 3 in, fd 4 out, NUL-separated JSON).
-pub(crate) struct Browser {
-    _child: KillOnDrop,
-    to: std::fs::File,
-    from: BufReader<std::fs::File>,
-    id: u64,
-    session: String,
-    _profile: tempfile::TempDir,
-}
-
-impl Browser {
-    pub(crate) fn start() -> Browser {
-        let profile = tempfile::tempdir().unwrap();
-        let (r_in, w_in) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
-        let (r_out, w_out) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
-        let mut c = Command::new("chromium");
-        c.args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--remote-debugging-pipe",
-            "--no-first-run",
-            "--window-size=1280,900",
-        ])
-        .arg(format!("--user-data-dir={}", profile.path().display()))
-        .arg("about:blank")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-        let fds: Vec<OwnedFd> = vec![r_in, w_out];
-        let fds: Vec<OwnedFd> = fds
-            .into_iter()
-            .map(|fd| {
-                let n = nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(100)).unwrap();
-                use std::os::fd::FromRawFd;
-                // SAFETY: a fresh descriptor, owned by no one else.
-                unsafe { OwnedFd::from_raw_fd(n) }
-            })
-            .collect();
-        pass_fds(&mut c, &fds);
-        let child = KillOnDrop(c.spawn().unwrap());
-        drop(fds);
-        let mut b = Browser {
-            _child: child,
-            to: std::fs::File::from(w_in),
-            from: BufReader::new(std::fs::File::from(r_out)),
-            id: 0,
-            session: String::new(),
-            _profile: profile,
-        };
-        let t = b.call(None, "Target.createTarget", json!({"url": "about:blank"}));
-        let target = t["targetId"].as_str().unwrap().to_string();
-        let s = b.call(
-            None,
-            "Target.attachToTarget",
-            json!({"targetId": target, "flatten": true}),
-        );
-        b.session = s["sessionId"].as_str().unwrap().to_string();
-        b
-    }
-
-    fn call(&mut self, session: Option<&str>, method: &str, params: Value) -> Value {
-        self.id += 1;
-        let mut msg = json!({"id": self.id, "method": method, "params": params});
-        if let Some(s) = session {
-            msg["sessionId"] = json!(s);
-        }
-        self.to.write_all(msg.to_string().as_bytes()).unwrap();
-        self.to.write_all(b"\0").unwrap();
-        loop {
-            let mut buf = Vec::new();
-            let n = self.from.read_until(0, &mut buf).unwrap();
-            assert!(n > 0, "chromium closed the pipe");
-            buf.pop();
-            let v: Value = serde_json::from_slice(&buf).unwrap();
-            if v["id"] == json!(self.id) {
-                assert!(v.get("error").is_none(), "{method}: {v}");
-                return v["result"].clone();
-            }
-        }
-    }
-
-    pub(crate) fn eval(&mut self, expr: &str) -> Value {
-        let s = self.session.clone();
-        let r = self.call(
-            Some(&s),
-            "Runtime.evaluate",
-            json!({"expression": expr, "returnByValue": true}),
-        );
-        r["result"]["value"].clone()
-    }
-
-    /// Loads `url` and waits until the document is complete.
-    pub(crate) fn open(&mut self, url: &str) {
-        let s = self.session.clone();
-        self.eval("window.__previous = true");
-        let t = Instant::now();
-        self.call(Some(&s), "Page.navigate", json!({"url": url}));
-        wait_until(Duration::from_secs(60), &format!("{url} to load"), || {
-            self.eval("window.__previous === undefined && document.readyState === 'complete'")
-                == json!(true)
-        });
-        eprintln!("loaded {url} in {:?}", t.elapsed());
-    }
-}
-
-fn artifacts() -> PathBuf {
-    let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/artifacts");
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-impl Browser {
-    /// A PNG of the page as shown, kept as target/artifacts/web-<name>.png.
-    pub(crate) fn screenshot(&mut self, name: &str) {
-        let s = self.session.clone();
-        let r = self.call(Some(&s), "Page.captureScreenshot", json!({"format": "png"}));
-        let png = data_encoding::BASE64
-            .decode(r["data"].as_str().unwrap().as_bytes())
-            .expect("CDP sends a screenshot in base64");
-        assert!(png.starts_with(b"\x89PNG"), "not a PNG");
-        let out = artifacts().join(format!("web-{name}.png"));
-        std::fs::write(&out, png).unwrap();
-        eprintln!("screenshot {}", out.display());
-    }
-}
-
 /// A store with chenry's `projects` and its queue's name; `None` (said) without chromium.
 pub(crate) fn store_for_chromium(projects: &[&str]) -> Option<(TestEnv, String)> {
-    if !have("chromium") {
+    if crate::browser::binary().is_none() {
         skip(
             "the dashboard in chromium",
             "chromium is not installed (apt-get install chromium; .ci/run does)",
@@ -276,7 +147,7 @@ fn dashboard_pages_in_chromium_over_10000_jobs() {
         b.eval("document.querySelector('#queues td.queued').textContent"),
         json!(queued.to_string())
     );
-    b.screenshot("queues");
+    b.screenshot("web-queues");
 
     // Jobs: the first page of 100, the total, and paging.
     let failed = (0..JOBS).filter(|i| status_of(*i) == "failed").count();
@@ -314,7 +185,7 @@ fn dashboard_pages_in_chromium_over_10000_jobs() {
         b.eval("[...document.querySelectorAll('#jobs tbody tr td:nth-child(2)')].every(td => td.textContent === 'failed')"),
         json!(true)
     );
-    b.screenshot("jobs");
+    b.screenshot("web-jobs");
     b.open(&format!("{base}/jobs?status=queued"));
     assert_eq!(
         b.eval("document.querySelector('#total').textContent"),
@@ -344,7 +215,7 @@ fn dashboard_pages_in_chromium_over_10000_jobs() {
         b.eval("document.querySelector('#f-error').textContent"),
         json!("it broke")
     );
-    b.screenshot("job");
+    b.screenshot("web-job");
 
     // A PRD with its provenance.
     b.open(&format!("{base}/prds"));
@@ -357,7 +228,7 @@ fn dashboard_pages_in_chromium_over_10000_jobs() {
         b.eval("[...document.querySelectorAll('#provenance a')].map(a => a.textContent).join(',')"),
         json!("job-00000,job-00002")
     );
-    b.screenshot("prd");
+    b.screenshot("web-prd");
 
     // Messages: 150 answered requests, newest first, 100 a page; one with its answer.
     for i in 0..150 {
@@ -388,7 +259,7 @@ fn dashboard_pages_in_chromium_over_10000_jobs() {
         b.eval("document.querySelector('#messages tbody tr').dataset.message"),
         json!("msg-149")
     );
-    b.screenshot("messages");
+    b.screenshot("web-messages");
     b.open(&format!("{base}/messages/msg-007"));
     assert_eq!(
         b.eval("document.querySelector('#answer-status').textContent"),
@@ -400,7 +271,7 @@ fn dashboard_pages_in_chromium_over_10000_jobs() {
             .unwrap()
             .contains("task 7")
     );
-    b.screenshot("message");
+    b.screenshot("web-message");
 
     // Charts over the 2000 most recent jobs.
     b.open(&format!("{base}/charts"));
@@ -429,7 +300,7 @@ fn dashboard_pages_in_chromium_over_10000_jobs() {
         ),
         json!(format!("{alpha:.2}"))
     );
-    b.screenshot("charts");
+    b.screenshot("web-charts");
 
     // Live: a queued job's page follows its move to running (the page has no other way to
     // learn it; how fast is a benchmark's question, not this test's: a loaded machine may
@@ -439,9 +310,11 @@ fn dashboard_pages_in_chromium_over_10000_jobs() {
         b.eval("document.querySelector('#f-status').textContent"),
         json!("queued")
     );
-    wait_until(Duration::from_secs(20), "the event stream", || {
-        b.eval("document.body.dataset.live") == json!("connected")
-    });
+    b.wait_for(
+        Duration::from_secs(20),
+        "the event stream",
+        "document.body.dataset.live === 'connected'",
+    );
     let from = env
         .root
         .join(format!("Queues/{queue}/Jobs/queued_jobs/job-00007.json"));
@@ -472,16 +345,11 @@ fn dashboard_pages_in_chromium_over_10000_jobs() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    loop {
-        if b.eval("document.querySelector('#f-status').textContent") == json!("running") {
-            break;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "the job page did not follow the state change (30 s)"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    b.wait_for(
+        Duration::from_secs(30),
+        "the job page to follow the state change",
+        "document.querySelector('#f-status').textContent === 'running'",
+    );
     eprintln!("live update after {:?}", t0.elapsed());
 }
 
@@ -531,40 +399,28 @@ fn live_view_follows_a_real_queue_manager() {
         b.eval("document.querySelector('#f-status').textContent"),
         json!("queued")
     );
-    wait_until(Duration::from_secs(20), "the event stream", || {
-        b.eval("document.body.dataset.live") == json!("connected")
-    });
-    let _manager = KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_queue-manager"))
-            .args([
-                "--queue",
-                &queue,
-                "--bus",
-                "session",
-                "--launcher",
-                "direct",
-            ])
-            .args(["--idle-exit", "0", "--root"])
-            .arg(&env.root)
-            .env("DBUS_SESSION_BUS_ADDRESS", &served.bus.address)
-            .env("HOME", &env.home)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap(),
+    b.wait_for(
+        Duration::from_secs(20),
+        "the event stream",
+        "document.body.dataset.live === 'connected'",
     );
+    let _manager = crate::daemons::queue_manager(&env.root, &queue)
+        .on(&served.bus)
+        .env("HOME", &env.home)
+        .spawn();
     for state in ["running", "finished"] {
         let file = env
             .root
             .join(format!("Queues/{queue}/Jobs/{state}_jobs/live-1.json"));
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut moved: Option<Instant> = None;
+        let shows = format!("document.querySelector('#f-status').textContent === '{state}'");
+        // Awaited in the page a tenth of a second at a time, the files looked at between.
         loop {
             if moved.is_none() && file.exists() {
                 moved = Some(Instant::now());
             }
-            let shown = b.eval("document.querySelector('#f-status').textContent");
-            if shown == json!(state) {
+            if b.becomes(&shows, Duration::from_millis(100)) {
                 // Shown before this loop saw the file: within a second as well.
                 let after = moved.map(|t| t.elapsed()).unwrap_or_default();
                 eprintln!("page showed {state} {after:?} after the file moved");
@@ -576,6 +432,7 @@ fn live_view_follows_a_real_queue_manager() {
             if let Ok(text) = std::fs::read_to_string(&failed) {
                 panic!("the job failed: {text}");
             }
+            let shown = b.eval("document.querySelector('#f-status').textContent");
             if let Some(t) = moved {
                 assert!(
                     t.elapsed() < Duration::from_secs(1),
@@ -586,10 +443,9 @@ fn live_view_follows_a_real_queue_manager() {
                 Instant::now() < deadline,
                 "the job never became {state} (page shows {shown})"
             );
-            std::thread::sleep(Duration::from_millis(20));
         }
     }
-    b.screenshot("job-live");
+    b.screenshot("web-job-live");
     b.open(&format!("{base}/machines"));
     wait_until(Duration::from_secs(30), "the manager's heartbeat", || {
         b.open(&format!("{base}/machines"));
@@ -598,7 +454,7 @@ fn live_view_follows_a_real_queue_manager() {
             .unwrap_or(0)
             >= 1
     });
-    b.screenshot("machines");
+    b.screenshot("web-machines");
     // The machine's own page: its daemons' heartbeats, the manager's among them.
     let host = b.eval("document.querySelector('#machines tr[data-machine]').dataset.machine");
     b.open(&format!("{base}/machines/{}", host.as_str().unwrap()));
@@ -606,7 +462,7 @@ fn live_view_follows_a_real_queue_manager() {
         b.eval("document.querySelector('#heartbeats tr[data-daemon=\"queue-manager\"] td:nth-child(2)').textContent"),
         json!(queue)
     );
-    b.screenshot("machine");
+    b.screenshot("web-machine");
 }
 
 /// A request waiting for a person on the job page, in Chromium (issue 32): a REAL queue
@@ -654,25 +510,10 @@ fn a_waiting_approval_is_answered_on_the_job_page_in_chromium() {
         &job.to_string(),
     );
     let served = web_env::serve(&env.root, &env.home, env.dir.path());
-    let _manager = KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_queue-manager"))
-            .args([
-                "--queue",
-                &queue,
-                "--bus",
-                "session",
-                "--launcher",
-                "direct",
-            ])
-            .args(["--idle-exit", "0", "--root"])
-            .arg(&env.root)
-            .env("DBUS_SESSION_BUS_ADDRESS", &served.bus.address)
-            .env("HOME", &env.home)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let _manager = crate::daemons::queue_manager(&env.root, &queue)
+        .on(&served.bus)
+        .env("HOME", &env.home)
+        .spawn();
     common::bus::wait_for_name(&served.bus, &agentstore::bus::queue_bus_name(&queue));
     let store = agentstore::store::Store::open(&env.root).unwrap();
     let request = format!("{id}-a1");
@@ -739,7 +580,7 @@ fn a_waiting_approval_is_answered_on_the_job_page_in_chromium() {
     b.eval(&format!(
         "document.querySelector('{row}').scrollIntoView({{block: 'center'}})"
     ));
-    b.screenshot("job-approval");
+    b.screenshot("web-job-approval");
     // Allow, clicked in the browser: the answer is written through the manager.
     b.eval(&format!(
         "document.querySelector('{row} button[value=\"allow\"]').click()"

@@ -6,8 +6,9 @@
 //! PRD. A cross-site POST of the same form (another Origin) is refused, the task unchanged.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use crate::browser::Browser;
 use crate::common::bus::wait_until;
-use crate::web_dashboard::{Browser, store_for_chromium};
+use crate::web_dashboard::store_for_chromium;
 use crate::{common, web_env};
 use serde_json::{Value, json};
 use std::process::Command;
@@ -89,7 +90,7 @@ fn a_tasks_retry_and_cancel_buttons_work_in_chromium_and_only_same_site() {
     assert_eq!(buttons(&mut b, "F"), json!(["Retry", "Cancel"]));
     assert_eq!(buttons(&mut b, "W"), json!(["Cancel"]));
     assert_eq!(buttons(&mut b, "D"), json!([]));
-    b.screenshot("prd-task-buttons");
+    b.screenshot("web-prd-task-buttons");
 
     // Retry F, clicked: a new job for it, F ready again; back on the PRD's page.
     b.eval("document.querySelector('#tasks tr[data-task=\"F\"] form.task-retry button').click()");

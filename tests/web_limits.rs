@@ -18,7 +18,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 struct Web {
-    env: TestEnv,
+    _env: TestEnv,
     served: web_env::Served,
 }
 
@@ -48,7 +48,7 @@ fn start(what: &str, extra: &[&str], before: &str) -> Option<Web> {
     std::fs::set_permissions(env.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::set_permissions(&env.root, std::fs::Permissions::from_mode(0o750)).unwrap();
     let served = web_env::serve_with(&env.root, &env.home, env.dir.path(), extra, before);
-    Some(Web { env, served })
+    Some(Web { _env: env, served })
 }
 
 impl Web {

@@ -1,7 +1,7 @@
 //! Cost and tokens per agent (issue 35): Claude Code, agentshell and Codex side by side, from
 //! the same job fields (`runtime.cost_usd`, `runtime.usage`), for the charts page.
 
-use super::html::esc;
+use maud::{Markup, html};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -16,7 +16,7 @@ struct Sum {
 
 /// A table: per job type that reported anything, the jobs, their cost (and how many had no
 /// price) and their tokens.
-pub fn cost_per_agent(jobs: &[Value]) -> String {
+pub fn cost_per_agent(jobs: &[Value]) -> Markup {
     let mut sums: BTreeMap<String, Sum> = BTreeMap::new();
     for j in jobs {
         let cost = j.pointer("/runtime/cost_usd").and_then(Value::as_f64);
@@ -41,30 +41,30 @@ pub fn cost_per_agent(jobs: &[Value]) -> String {
         s.input += input.unwrap_or(0);
         s.output += output.unwrap_or(0);
     }
-    let mut b = String::from(r#"<section id="chart-agents"><h2>Cost and tokens per agent</h2>"#);
-    if sums.is_empty() {
-        b.push_str("<p>No job reported a cost or tokens yet.</p></section>");
-        return b;
+    html! {
+        section id="chart-agents" {
+            h2 { "Cost and tokens per agent" }
+            @if sums.is_empty() {
+                p { "No job reported a cost or tokens yet." }
+            } @else {
+                table {
+                    tr { th { "agent" } th { "jobs" } th { "cost" } th { "tokens in" } th { "tokens out" } }
+                    @for (kind, s) in &sums {
+                        tr id={ "agent-" (kind) } {
+                            td { (kind) }
+                            td { (s.jobs) }
+                            td {
+                                "$" (format!("{:.4}", s.cost))
+                                @if s.unpriced > 0 { " (" (s.unpriced) " without a price)" }
+                            }
+                            td { (s.input) }
+                            td { (s.output) }
+                        }
+                    }
+                }
+            }
+        }
     }
-    b.push_str("<table><tr><th>agent</th><th>jobs</th><th>cost</th><th>tokens in</th><th>tokens out</th></tr>");
-    for (kind, s) in &sums {
-        let unpriced = if s.unpriced > 0 {
-            format!(" ({} without a price)", s.unpriced)
-        } else {
-            String::new()
-        };
-        b.push_str(&format!(
-            r#"<tr id="agent-{0}"><td>{0}</td><td>{1}</td><td>${2:.4}{3}</td><td>{4}</td><td>{5}</td></tr>"#,
-            esc(kind),
-            s.jobs,
-            s.cost,
-            unpriced,
-            s.input,
-            s.output
-        ));
-    }
-    b.push_str("</table></section>");
-    b
 }
 
 #[cfg(test)]
@@ -83,7 +83,7 @@ mod tests {
                 "usage": {"input_tokens": 1, "output_tokens": 1}}}),
             json!({"config": {"jobtype": "noop"}, "runtime": {}}),
         ];
-        let t = cost_per_agent(&jobs);
+        let t = cost_per_agent(&jobs).into_string();
         assert!(t.contains(r#"<tr id="agent-claude"><td>claude</td><td>1</td><td>$0.5000</td><td>10</td><td>2</td></tr>"#), "{t}");
         assert!(t.contains(r#"<tr id="agent-codex"><td>codex</td><td>2</td><td>$0.2500 (1 without a price)</td><td>101</td><td>21</td></tr>"#), "{t}");
         assert!(!t.contains("noop"), "{t}");

@@ -2,7 +2,7 @@
 //! duration distribution per command, and cost per project over time. Each takes job
 //! documents as the API lists them (JSON) and returns an `<svg>` element.
 
-use super::html::esc;
+use maud::{Markup, html};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -26,28 +26,33 @@ fn status(job: &Value) -> &str {
         .unwrap_or("")
 }
 
-fn frame(title: &str, id: &str, inner: &str) -> String {
-    format!(
-        r#"<figure class="chart" id="{id}"><figcaption>{}</figcaption><svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" aria-label="{}">{inner}</svg></figure>"#,
-        esc(title),
-        esc(title)
-    )
+/// A number with one decimal.
+fn f1(v: f64) -> String {
+    format!("{v:.1}")
 }
 
-fn empty(title: &str, id: &str) -> String {
+fn frame(title: &str, id: &str, inner: Markup) -> Markup {
+    html! {
+        figure class="chart" id=(id) {
+            figcaption { (title) }
+            svg xmlns="http://www.w3.org/2000/svg" viewBox={ "0 0 " (W) " " (H) } width=(W) height=(H)
+                role="img" aria-label=(title) {
+                (inner)
+            }
+        }
+    }
+}
+
+fn empty(title: &str, id: &str) -> Markup {
     frame(
         title,
         id,
-        &format!(
-            r#"<text x="{}" y="{}" text-anchor="middle">no data</text>"#,
-            W / 2.0,
-            H / 2.0
-        ),
+        html! { text x=(W / 2.0) y=(H / 2.0) text-anchor="middle" { "no data" } },
     )
 }
 
 /// Finished and failed jobs per hour of their end (the last 48 hours that have any).
-pub fn jobs_per_hour(jobs: &[Value]) -> String {
+pub fn jobs_per_hour(jobs: &[Value]) -> Markup {
     let title = "Jobs per hour by outcome";
     let mut hours: BTreeMap<String, (u32, u32)> = BTreeMap::new();
     for j in jobs {
@@ -93,50 +98,37 @@ pub fn jobs_per_hour(jobs: &[Value]) -> String {
     let bw = ((W - 2.0 * PAD) / slots).min(40.0);
     let span = bw * slots;
     let left = PAD + ((W - 2.0 * PAD) - span) / 2.0;
-    let mut s = String::new();
-    for (hour, (ok, bad)) in rows.iter() {
-        let x = left + (hour_of(hour) - first) as f64 * bw;
-        let hok = (H - 2.0 * PAD) * f64::from(*ok) / max;
-        let hbad = (H - 2.0 * PAD) * f64::from(*bad) / max;
-        let base = H - PAD;
-        s.push_str(&format!(
-            r##"<g class="bar" data-hour="{}" data-finished="{ok}" data-failed="{bad}"><title>{}: {ok} finished, {bad} failed</title><rect x="{x:.1}" y="{:.1}" width="{:.1}" height="{hok:.1}" fill="#2ca02c"/><rect x="{x:.1}" y="{:.1}" width="{:.1}" height="{hbad:.1}" fill="#d62728"/></g>"##,
-            esc(hour),
-            esc(hour),
-            base - hok,
-            (bw - 1.0).max(1.0),
-            base - hok - hbad,
-            (bw - 1.0).max(1.0),
-        ));
-    }
-    if rows.len() == 1 {
-        s.push_str(&format!(
-            r#"<text x="{}" y="{}" font-size="11" text-anchor="middle">{}</text>"#,
-            W / 2.0,
-            H - PAD + 14.0,
-            esc(&rows[0].0),
-        ));
-    } else {
-        s.push_str(&format!(
-            r#"<text x="{left:.1}" y="{}" font-size="11">{}</text><text x="{:.1}" y="{}" font-size="11" text-anchor="end">{}</text>"#,
-            H - PAD + 14.0,
-            esc(&rows[0].0),
-            left + span,
-            H - PAD + 14.0,
-            esc(&rows[rows.len() - 1].0),
-        ));
-    }
-    s.push_str(&format!(
-        r#"<text x="4" y="{PAD}" font-size="11">{max}</text><text x="4" y="{}" font-size="11">0</text>"#,
-        H - PAD
-    ));
-    s.push_str(r##"<text x="560" y="14" font-size="11" fill="#2ca02c">■ finished</text><text x="640" y="14" font-size="11" fill="#d62728">■ failed</text>"##);
-    frame(title, "chart-hourly", &s)
+    let base = H - PAD;
+    let width = f1((bw - 1.0).max(1.0));
+    let label_y = H - PAD + 14.0;
+    let s = html! {
+        @for (hour, (ok, bad)) in &rows {
+            @let x = f1(left + (hour_of(hour) - first) as f64 * bw);
+            @let hok = (H - 2.0 * PAD) * f64::from(*ok) / max;
+            @let hbad = (H - 2.0 * PAD) * f64::from(*bad) / max;
+            g class="bar" data-hour=(hour) data-finished=(ok) data-failed=(bad) {
+                title { (hour) ": " (ok) " finished, " (bad) " failed" }
+                rect x=(x) y=(f1(base - hok)) width=(width) height=(f1(hok)) fill="#2ca02c" {}
+                rect x=(x) y=(f1(base - hok - hbad)) width=(width) height=(f1(hbad)) fill="#d62728" {}
+            }
+        }
+        @if rows.len() == 1 {
+            text x=(W / 2.0) y=(label_y) font-size="11" text-anchor="middle" { (rows[0].0) }
+        } @else {
+            text x=(f1(left)) y=(label_y) font-size="11" { (rows[0].0) }
+            text x=(f1(left + span)) y=(label_y) font-size="11" text-anchor="end" { (rows[rows.len() - 1].0) }
+        }
+        text x="4" y=(PAD) font-size="11" { (max) }
+        text x="4" y=(H - PAD) font-size="11" { "0" }
+        text x="560" y="14" font-size="11" fill="#2ca02c" { "■ finished" }
+        text x="640" y="14" font-size="11" fill="#d62728" { "■ failed" }
+    };
+    frame(title, "chart-hourly", s)
 }
 
 /// Run time (start to end) per command: a bar from the shortest to the longest, the median
 /// marked, in seconds.
-pub fn durations_per_command(jobs: &[Value]) -> String {
+pub fn durations_per_command(jobs: &[Value]) -> Markup {
     let title = "Duration per command (seconds: min, median, max)";
     let mut by: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     for j in jobs {
@@ -160,41 +152,35 @@ pub fn durations_per_command(jobs: &[Value]) -> String {
     let rh = (H - 2.0 * PAD) / rows as f64;
     let x0 = 160.0;
     let scale = (W - x0 - PAD) / max;
-    let mut s = String::new();
-    for (i, (cmd, mut v)) in by.into_iter().take(8).enumerate() {
-        v.sort_by(f64::total_cmp);
-        let (lo, hi, med) = (v[0], v[v.len() - 1], v[v.len() / 2]);
-        let y = PAD + i as f64 * rh;
-        s.push_str(&format!(
-            r##"<g class="dur" data-command="{}" data-count="{}" data-median="{med:.1}"><title>{}: {} jobs, median {med:.1}s</title><text x="4" y="{:.1}" font-size="12">{}</text><rect x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{}"/><line x1="{:.1}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="#000" stroke-width="2"/></g>"##,
-            esc(&cmd),
-            v.len(),
-            esc(&cmd),
-            v.len(),
-            y + rh / 2.0 + 4.0,
-            esc(&cmd),
-            x0 + lo * scale,
-            y + rh * 0.2,
-            ((hi - lo) * scale).max(2.0),
-            rh * 0.6,
-            COLOURS[i % COLOURS.len()],
-            x0 + med * scale,
-            x0 + med * scale,
-            y + rh * 0.1,
-            y + rh * 0.9,
-        ));
-    }
-    s.push_str(&format!(
-        r#"<text x="{x0}" y="{}" font-size="11">0</text><text x="{}" y="{}" font-size="11" text-anchor="end">{max:.0}s</text>"#,
-        H - PAD + 14.0,
-        W - PAD,
-        H - PAD + 14.0
-    ));
-    frame(title, "chart-durations", &s)
+    let rows: Vec<(String, Vec<f64>)> = by
+        .into_iter()
+        .take(8)
+        .map(|(cmd, mut v)| {
+            v.sort_by(f64::total_cmp);
+            (cmd, v)
+        })
+        .collect();
+    let s = html! {
+        @for (i, (cmd, v)) in rows.iter().enumerate() {
+            @let (lo, hi, med) = (v[0], v[v.len() - 1], v[v.len() / 2]);
+            @let y = PAD + i as f64 * rh;
+            @let med_x = f1(x0 + med * scale);
+            g class="dur" data-command=(cmd) data-count=(v.len()) data-median=(f1(med)) {
+                title { (cmd) ": " (v.len()) " jobs, median " (f1(med)) "s" }
+                text x="4" y=(f1(y + rh / 2.0 + 4.0)) font-size="12" { (cmd) }
+                rect x=(f1(x0 + lo * scale)) y=(f1(y + rh * 0.2)) width=(f1(((hi - lo) * scale).max(2.0)))
+                    height=(f1(rh * 0.6)) fill=(COLOURS[i % COLOURS.len()]) {}
+                line x1=(med_x) x2=(med_x) y1=(f1(y + rh * 0.1)) y2=(f1(y + rh * 0.9)) stroke="#000" stroke-width="2" {}
+            }
+        }
+        text x=(x0) y=(H - PAD + 14.0) font-size="11" { "0" }
+        text x=(W - PAD) y=(H - PAD + 14.0) font-size="11" text-anchor="end" { (format!("{max:.0}s")) }
+    };
+    frame(title, "chart-durations", s)
 }
 
 /// Cost per project per day (USD reported by the agent), one line per project.
-pub fn cost_per_project(jobs: &[Value]) -> String {
+pub fn cost_per_project(jobs: &[Value]) -> Markup {
     let title = "Cost per project per day, or per hour within one day (USD)";
     let mut days: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
     let mut projects: BTreeMap<String, f64> = BTreeMap::new();
@@ -252,56 +238,39 @@ pub fn cost_per_project(jobs: &[Value]) -> String {
     };
     let x_of = |i: usize| if n > 1 { PAD + i as f64 * dx } else { W / 2.0 };
     let keys: Vec<&String> = days.keys().collect();
-    let mut s = String::new();
-    for (pi, (p, total)) in projects.iter().take(8).enumerate() {
-        let colour = COLOURS[pi % COLOURS.len()];
-        let pts: Vec<String> = keys
-            .iter()
-            .enumerate()
-            .map(|(i, d)| {
-                let v = days[*d].get(p).copied().unwrap_or(0.0);
-                format!("{:.1},{:.1}", x_of(i), H - PAD - (H - 2.0 * PAD) * v / max)
-            })
-            .collect();
-        // A marker at each point: one day (or hour) alone is a point, not a line.
-        let dots: String = pts
-            .iter()
-            .filter_map(|p| p.split_once(','))
-            .map(|(x, y)| format!(r#"<circle cx="{x}" cy="{y}" r="3" fill="{colour}"/>"#))
-            .collect();
-        s.push_str(&format!(
-            r#"<g class="cost" data-project="{}" data-total="{total:.2}"><title>{}: {m}</title><polyline fill="none" stroke="{colour}" stroke-width="2" points="{}"/>{dots}<text x="{}" y="{}" font-size="11" fill="{colour}">{} {m}</text></g>"#,
-            esc(p),
-            esc(p),
-            pts.join(" "),
-            W - 200.0,
-            14.0 + 13.0 * pi as f64,
-            esc(p),
-            m = money(*total),
-        ));
-    }
-    if n == 1 {
-        s.push_str(&format!(
-            r#"<text x="{}" y="{}" font-size="11" text-anchor="middle">{}</text>"#,
-            W / 2.0,
-            H - PAD + 14.0,
-            esc(keys[0]),
-        ));
-    } else {
-        s.push_str(&format!(
-            r#"<text x="{PAD}" y="{}" font-size="11">{}</text><text x="{}" y="{}" font-size="11" text-anchor="end">{}</text>"#,
-            H - PAD + 14.0,
-            esc(keys[0]),
-            W - PAD,
-            H - PAD + 14.0,
-            esc(keys[n - 1]),
-        ));
-    }
-    s.push_str(&format!(
-        r#"<text x="4" y="{PAD}" font-size="11">{}</text>"#,
-        money(max)
-    ));
-    frame(title, "chart-cost", &s)
+    let label_y = H - PAD + 14.0;
+    let s = html! {
+        @for (pi, (p, total)) in projects.iter().take(8).enumerate() {
+            @let colour = COLOURS[pi % COLOURS.len()];
+            @let pts: Vec<(String, String)> = keys
+                .iter()
+                .enumerate()
+                .map(|(i, d)| {
+                    let v = days[*d].get(p).copied().unwrap_or(0.0);
+                    (f1(x_of(i)), f1(H - PAD - (H - 2.0 * PAD) * v / max))
+                })
+                .collect();
+            @let points = pts.iter().map(|(x, y)| format!("{x},{y}")).collect::<Vec<_>>().join(" ");
+            @let m = money(*total);
+            g class="cost" data-project=(p) data-total=(format!("{total:.2}")) {
+                title { (p) ": " (m) }
+                polyline fill="none" stroke=(colour) stroke-width="2" points=(points) {}
+                // A marker at each point: one day (or hour) alone is a point, not a line.
+                @for (x, y) in &pts {
+                    circle cx=(x) cy=(y) r="3" fill=(colour) {}
+                }
+                text x=(W - 200.0) y=(14.0 + 13.0 * pi as f64) font-size="11" fill=(colour) { (p) " " (m) }
+            }
+        }
+        @if n == 1 {
+            text x=(W / 2.0) y=(label_y) font-size="11" text-anchor="middle" { (keys[0]) }
+        } @else {
+            text x=(PAD) y=(label_y) font-size="11" { (keys[0]) }
+            text x=(W - PAD) y=(label_y) font-size="11" text-anchor="end" { (keys[n - 1]) }
+        }
+        text x="4" y=(PAD) font-size="11" { (money(max)) }
+    };
+    frame(title, "chart-cost", s)
 }
 
 /// Dollars as people read small amounts: `$0.0021`, `$0.125`, `$3.40`.
@@ -333,7 +302,7 @@ mod tests {
         let jobs: Vec<Value> = (0..5)
             .map(|h| job(&format!("2026-12-01T{:02}:10:00Z", 9 + h), "p", 0.002))
             .collect();
-        let svg = cost_per_project(&jobs);
+        let svg = cost_per_project(&jobs).into_string();
         assert!(!svg.contains("no data"), "{svg}");
         assert_eq!(
             svg.matches("<circle").count(),
@@ -344,7 +313,7 @@ mod tests {
         assert!(svg.contains(">$0.0020<"), "the axis: {svg}");
         assert!(!svg.contains("$0.00<"), "{svg}");
         // One job: a point, not an empty line.
-        let svg = cost_per_project(&jobs[..1]);
+        let svg = cost_per_project(&jobs[..1]).into_string();
         assert_eq!(svg.matches("<circle").count(), 1, "{svg}");
     }
 
@@ -353,7 +322,7 @@ mod tests {
         let jobs: Vec<Value> = (0..3)
             .map(|_| job("2026-12-01T21:05:00Z", "p", 0.0))
             .collect();
-        let svg = jobs_per_hour(&jobs);
+        let svg = jobs_per_hour(&jobs).into_string();
         assert_eq!(svg.matches("2026-12-01 21:00</text>").count(), 1, "{svg}");
         let w: f64 = svg
             .split(r#"width=""#)
@@ -365,7 +334,7 @@ mod tests {
         // Two hours three apart: the gap is on the axis.
         let mut jobs = jobs;
         jobs.push(job("2026-12-02T00:05:00Z", "p", 0.0));
-        let svg = jobs_per_hour(&jobs);
+        let svg = jobs_per_hour(&jobs).into_string();
         assert_eq!(svg.matches(r#"class="bar""#).count(), 2, "{svg}");
     }
 }

@@ -19,7 +19,6 @@ pub mod conn;
 pub mod dashboard;
 pub mod error;
 pub mod events;
-pub mod html;
 pub mod percent;
 
 use crate::bus::Bus;

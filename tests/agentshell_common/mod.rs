@@ -2,13 +2,11 @@
 //! (`tests/support/fake_model.rs`, both dialects, with the raw SSE builders `oa_*`/`an_*`)
 //! behind the `FakeServer` these tests know: a strict script (one reply per model request,
 //! then 500 "script exhausted").
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::Duration;
+pub use crate::wait::{LOADED, wait_until};
 
-pub use crate::harness;
-
-pub use crate::fake_model;
+pub(crate) use crate::fake_model;
 #[allow(unused_imports)] // each test file uses its own part
 pub use fake_model::{
     Dialect, FakeModel, Reply, Script, an_event, an_start, an_stop, an_text, oa_chunk, oa_command,
@@ -37,9 +35,11 @@ impl FakeServer {
         self.server.requests()
     }
 
-    /// Wait (hang guard: 30 s) until `n` requests have arrived.
+    /// Waits until `n` requests have arrived.
     pub fn wait_for_requests(&self, n: usize) {
-        wait_until("fake server requests", || self.requests().len() >= n);
+        wait_until(LOADED, "fake server requests", || {
+            self.requests().len() >= n
+        });
     }
 }
 
@@ -51,10 +51,4 @@ pub fn pids_running(argv: &[&str]) -> Vec<i32> {
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
         .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want))
         .collect()
-}
-
-/// Poll `cond` until true; panics after a generous hang guard (the shared
-/// `tests/support/harness.rs` one).
-pub fn wait_until(what: &str, cond: impl FnMut() -> bool) {
-    harness::wait_until(Duration::from_secs(30), what, cond)
 }

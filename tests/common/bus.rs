@@ -1,30 +1,27 @@
 //! A private bus per test (the shared `tests/support/harness.rs`), and orchestratord run as a
 //! child process on it.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "../support/harness.rs"]
 pub mod harness;
 
 pub use harness::*;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 
 /// orchestratord as a child process on `bus` (so it can be SIGKILLed), logging to stderr.
 pub fn spawn_orchestratord(bus: &PrivateBus, root: &Path, extra: &[&str]) -> Child {
     orchestratord_command(bus, root, extra).spawn().unwrap()
 }
 
-/// The command [`spawn_orchestratord`] runs, to adjust before spawning.
+/// The command [`spawn_orchestratord`] runs (the one launcher, `tests/support/daemons.rs`,
+/// with orchestratord's own idle time unless `extra` names one), to adjust before spawning.
 pub fn orchestratord_command(bus: &PrivateBus, root: &Path, extra: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_orchestratord"));
-    c.args(["--bus", "session", "--root"])
-        .arg(root)
+    crate::daemons::orchestratord(root)
+        .on(bus)
+        .idle_exit(None)
         .args(extra)
-        .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit());
-    c
+        .command()
 }
 
 /// The orchestrator's signals on a private bus, for synchronous tests: subscribe before the

@@ -1,5 +1,5 @@
 //! Shared helpers for integration tests: a temp store with a temp HOME, and the built CLI.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -162,7 +162,7 @@ impl Researcher {
         for args in Researcher::commands(&project_dir) {
             env.ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
         }
-        env.allow_claude(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-claude"));
+        env.allow_claude(&fake_claude());
         Researcher {
             env,
             run_dir,
@@ -248,6 +248,11 @@ pub fn shared_log(dir: &Path, stem: &str, ext: &str) -> String {
 /// Every machine's `JSONValidation/errors.out` lines (see [`shared_log`]).
 pub fn errors_out(root: &Path) -> String {
     shared_log(&root.join("JSONValidation"), "errors", "out")
+}
+
+/// The fake `claude` (tests/fixtures/fake-claude): the one stand-in for Claude Code's CLI.
+pub fn fake_claude() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-claude")
 }
 
 /// The repository's test corpus folder.

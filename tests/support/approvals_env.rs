@@ -1,7 +1,6 @@
 //! What the approvals tests share (tests/approvals_claude.rs, tests/approvals_agent.rs): the
 //! project's users, `busctl call … Answer` as a Unix user, and the Queue1 approval signals;
 //! and with tests/worker_agent_real.rs, the set-up of a queue whose jobs run agentshell.
-#![allow(dead_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::queue_env::{PrivateBus, QueueEnv, job_login};

@@ -28,7 +28,6 @@
 //!   (always `stream: true`). Without `CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC` it also
 //!   sends a tool-less title request to `/v1/messages`; `fake_anthropic` answers those
 //!   without consuming the script.
-#![allow(dead_code)]
 // Test support: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -13,7 +13,6 @@
 //! its own it goes to the real endpoint (WebSocket first, then HTTPS). Its shell tool is
 //! `exec_command` (`{"cmd": "…"}`); every request carries the tools, so every request
 //! consumes a scripted reply. It warns (harmlessly) when `CODEX_HOME` is under `/tmp`.
-#![allow(dead_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};

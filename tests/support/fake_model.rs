@@ -30,7 +30,6 @@
 //! Include it with `#[path = "support/fake_model.rs"] mod fake_model;` (the agentshell tests
 //! get it through `tests/agentshell_common`, with their `FakeServer` wrapper).
 //! No `unwrap`/`expect` here: the example binary compiles this file outside `cfg(test)`.
-#![allow(dead_code)]
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -223,10 +222,6 @@ impl Script {
             error_type: error_type.to_owned(),
             message: message.to_owned(),
         })
-    }
-
-    pub fn hang(self) -> Self {
-        self.reply(Reply::Stall)
     }
 
     pub fn conversation(mut self, c: Conversation) -> Self {
@@ -593,6 +588,7 @@ impl FakeModel {
     }
 
     /// Block until the server thread ends (for the example binary; it never stops by itself).
+    #[allow(dead_code)] // examples/fake_anthropic.rs only
     pub fn wait(mut self) {
         if let Some(t) = self.thread.take() {
             let _ = t.join();

@@ -4,7 +4,6 @@
 //! on a user's session bus in the real-systemd suite (a desktop's notification daemon needs
 //! a display; this needs none).
 //! No `unwrap`/`expect` here: the example binary compiles this file outside `cfg(test)`.
-#![allow(dead_code)]
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};

@@ -5,7 +5,6 @@
 //! then the envelopes a test pushes; every frame the app sends back (its acks) is kept.
 //! `disconnect` is sent by [`FakeChat::socket_disconnect`]. Also `chat.update` and
 //! `chat.postEphemeral`, the Web API methods the app answers with.
-#![allow(dead_code)]
 
 use crate::fake_chat::{ChatState, FakeChat, json_body, slack_auth};
 use axum::body::Bytes;
@@ -88,7 +87,7 @@ impl FakeChat {
 
     /// Waits until `n` sockets have had `hello`.
     pub fn wait_connections(&self, n: usize) {
-        crate::procs::wait(
+        crate::wait::wait_until(
             Duration::from_secs(120),
             &format!("{n} Socket Mode connection(s)"),
             || self.with(|s| s.socket.connections >= n && s.socket.tx.is_some()),
@@ -98,7 +97,7 @@ impl FakeChat {
     /// Waits for the ack of `envelope_id` and returns it.
     pub fn wait_ack(&self, envelope_id: &str) -> Value {
         let mut found = Value::Null;
-        crate::procs::wait(
+        crate::wait::wait_until(
             Duration::from_secs(120),
             &format!("the ack of envelope {envelope_id}"),
             || {
@@ -130,7 +129,7 @@ impl FakeChat {
 
     /// Waits for the `n`th ephemeral reply and returns it.
     pub fn wait_ephemeral(&self, n: usize) -> Value {
-        crate::procs::wait(
+        crate::wait::wait_until(
             Duration::from_secs(120),
             &format!("ephemeral reply #{n}"),
             || self.with(|s| s.socket.ephemeral.len() >= n),

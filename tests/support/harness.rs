@@ -5,13 +5,12 @@
 //! re-exports it; `tests/support/queue_env.rs` re-exports it from there too, so a test using
 //! queue_env declares `mod common;` beside it). A test that wants nothing else may include it
 //! alone: `#[path = "support/harness.rs"] mod harness;`.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 /// A session-type bus any local user may connect to, call on and own names on: what the
 /// tests need to call as another Unix user, and to watch signals.
@@ -103,31 +102,12 @@ impl Drop for PrivateBus {
     }
 }
 
-/// Waits (up to `limit`) until `cond` holds, checking every 20 ms. A hang guard, not a timing
-/// assertion: the limit is far above what any healthy run needs.
-pub fn wait_until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+// The waits (`tests/support/wait.rs`), here for the tests that take them from the harness.
+pub use crate::wait::wait_until;
 
-/// Waits until `name` has an owner on `bus`.
+/// Waits until `name` has an owner on `bus` (awaited: [`crate::wait::name_on`]).
 pub fn wait_for_name(bus: &PrivateBus, name: &str) {
-    let addr = bus.address.clone();
-    wait_until(
-        Duration::from_secs(30),
-        &format!("{name} on the bus"),
-        || {
-            Command::new("busctl")
-                .args(["--address", &addr, "status", name])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        },
-    );
+    crate::wait::name_on(&bus.address, name)
 }
 
 /// `Submit(message)` to orchestratord on the bus at `address`, with busctl (`--json=short`;
@@ -155,13 +135,26 @@ pub fn submit_over(address: &str, message: &str) -> (bool, String) {
     )
 }
 
-/// Kills and reaps a child process when dropped, so a failing test leaves nothing running.
+/// Kills and reaps a child process when dropped (continued first, in case the test stopped
+/// it), so a failing test leaves nothing running.
 pub struct KillOnDrop(pub Child);
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(self.pid(), nix::sys::signal::Signal::SIGCONT);
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+impl KillOnDrop {
+    fn pid(&self) -> nix::unistd::Pid {
+        nix::unistd::Pid::from_raw(self.0.id() as i32)
+    }
+
+    /// Sends `s` to the child.
+    pub fn signal(&self, s: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(self.pid(), s).unwrap();
     }
 }
 

@@ -3,7 +3,7 @@
 //! types and directions; properties with type and access; signals; annotations) and a diff.
 //! Comments, layout and attribute order do not count. Used by every test that checks a
 //! checked-in `dbus/*.xml` file against a live object.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 

@@ -1,7 +1,6 @@
 //! A private D-Bus daemon, a temp store with a queue, and an in-process queue manager, for
 //! the queue and worker integration tests. Waiting is on events (JobStateChanged signals,
 //! property changes), never on sleeps.
-#![allow(dead_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use agentstore::bus::Bus;
@@ -325,26 +324,18 @@ pub async fn watch_each_owner(conn: &zbus::Connection, queue: &str) {
     });
 }
 
-/// orchestratord's proxy on `bus` once it owns its name: the owner change is awaited
-/// (subscribed before the check), never polled.
+/// orchestratord's proxy on `bus` once it owns its name (awaited: [`crate::wait::name_owned`]).
 pub async fn orchestrator_on(
     bus: &PrivateBus,
 ) -> agentstore::bus::orchestrator::Orchestrator1Proxy<'static> {
-    let name = "org.agentstore.Orchestrator1";
     let conn = bus.connect().await;
     let dbus = zbus::fdo::DBusProxy::new(&conn).await.unwrap();
-    let mut owners = dbus.receive_name_owner_changed().await.unwrap();
-    let bus_name = zbus::names::BusName::try_from(name).unwrap();
-    if !dbus.name_has_owner(bus_name).await.unwrap_or(false) {
-        while let Some(sig) = owners.next().await {
-            if sig
-                .args()
-                .is_ok_and(|a| a.name().as_str() == name && a.new_owner().is_some())
-            {
-                break;
-            }
-        }
-    }
+    crate::wait::within(
+        HANG_GUARD,
+        "orchestratord's name on the bus",
+        crate::wait::name_owned(&dbus, "org.agentstore.Orchestrator1"),
+    )
+    .await;
     agentstore::bus::orchestrator::Orchestrator1Proxy::new(&conn)
         .await
         .unwrap()
@@ -352,9 +343,7 @@ pub async fn orchestrator_on(
 
 /// Runs `f` under the hang guard.
 pub async fn guarded<F: std::future::Future<Output = T>, T>(f: F) -> T {
-    tokio::time::timeout(HANG_GUARD, f)
-        .await
-        .expect("test hung (hang guard)")
+    crate::wait::within(HANG_GUARD, "the test to end (hang guard)", f).await
 }
 
 /// This machine's own configuration for a test's in-process manager and its workers
@@ -391,22 +380,12 @@ pub fn machine_config(
     (dir, var)
 }
 
-/// The fake-claude fixture.
-pub fn fake_claude() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-claude")
+pub use crate::common::fake_claude;
+
+/// Awaits two heartbeat passes of `host`'s manager of `queue`, the first `span` from now
+/// ([`crate::wait::passes`]).
+pub fn manager_passes(root: &Path, host: &str, queue: &str, span: Duration) {
+    crate::wait::passes(root, host, &format!("queue-manager.{queue}.json"), span)
 }
 
-/// Every line of every machine's events file (`logs/events-*.jsonl`, per machine or not).
-pub fn events(root: &Path) -> Vec<Value> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(root.join("logs")).unwrap() {
-        let p = e.unwrap().path();
-        let name = p.file_name().unwrap().to_string_lossy().to_string();
-        if name.starts_with("events-") && name.ends_with(".jsonl") {
-            for l in std::fs::read_to_string(&p).unwrap().lines() {
-                out.push(serde_json::from_str(l).unwrap());
-            }
-        }
-    }
-    out
-}
+pub use crate::wait::events;

@@ -2,7 +2,7 @@
 //! `LISTEN_FDNAMES`, `LISTEN_PID` = the server's own pid), for tests/web_api.rs and
 //! tests/web_dashboard.rs. Include as `#[path = "support/web_env.rs"] mod web_env;` next to
 //! `mod common;`.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common::bus::{KillOnDrop, PrivateBus};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

@@ -18,13 +18,13 @@ pub(super) async fn charts_page(app: &App, who: &Actor) -> Result<Response<Body>
     let (page_text, _, _) = list_jobs(app, who, &q).await?;
     let jobs: Vec<Value> = serde_json::from_str(&page_text)
         .map_err(|e| WebError::new(502, "org.agentstore.Error.Failed", e.to_string()))?;
-    let b = format!(
-        "<h1>Charts</h1><p>From the {} most recent of {total} jobs.</p>{}{}{}{}",
-        jobs.len(),
-        charts::jobs_per_hour(&jobs),
-        charts::durations_per_command(&jobs),
-        charts::cost_per_project(&jobs),
-        crate::web::agent_costs::cost_per_agent(&jobs)
-    );
-    Ok(page("Charts", who, false, &b))
+    let b = html! {
+        h1 { "Charts" }
+        p { "From the " (jobs.len()) " most recent of " (total) " jobs." }
+        (charts::jobs_per_hour(&jobs))
+        (charts::durations_per_command(&jobs))
+        (charts::cost_per_project(&jobs))
+        (crate::web::agent_costs::cost_per_agent(&jobs))
+    };
+    Ok(page("Charts", who, false, b))
 }

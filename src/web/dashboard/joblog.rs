@@ -7,55 +7,39 @@ use crate::model::Command;
 use crate::web::App;
 use crate::web::api::direct;
 use crate::web::auth::Actor;
-use crate::web::html::esc;
+use maud::{Markup, display, html};
 use serde_json::{Map, Value, json};
-use std::fmt::Write as _;
 
-/// Appends the "Log" section of job `id`'s page to `b`.
-pub async fn section(app: &App, who: &Actor, id: &str, b: &mut String) {
+/// The "Log" section of job `id`'s page.
+pub async fn section(app: &App, who: &Actor, id: &str) -> Markup {
     let mut c = Map::new();
     c.insert("job".into(), json!(id));
-    let _ = write!(b, "<h2>Log</h2>");
-    match direct(app, who, Command::JobLog, c).await {
-        Ok(v) => {
-            let lines: Vec<&str> = v["lines"]
-                .as_array()
-                .map(|a| a.iter().filter_map(Value::as_str).collect())
-                .unwrap_or_default();
-            let ended = v["ended"].as_bool().unwrap_or(false);
-            let mut text = String::new();
-            for l in &lines {
-                text.push_str(&esc(l));
-                text.push('\n');
+    let log = direct(app, who, Command::JobLog, c).await;
+    html! {
+        h2 { "Log" }
+        @match &log {
+            Ok(v) => {
+                @let lines: Vec<&str> = v["lines"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                @let ended = v["ended"].as_bool().unwrap_or(false);
+                pre id="joblog" data-job=(id) data-after=(v["cursor"].as_str().unwrap_or(""))
+                    data-ended=(display(ended && !v["more"].as_bool().unwrap_or(false)))
+                    data-empty=(display(lines.is_empty())) {
+                    @for l in &lines { (l) "\n" }
+                    @if lines.is_empty() {
+                        (if ended { "(no journal lines for this job)" } else { "(no lines yet)" })
+                    }
+                }
             }
-            if lines.is_empty() {
-                text.push_str(if ended {
-                    "(no journal lines for this job)"
-                } else {
-                    "(no lines yet)"
-                });
+            Err(e) => {
+                p id="joblog-missing" { "The log cannot be shown here: " (e.message) }
             }
-            let _ = write!(
-                b,
-                r#"<pre id="joblog" data-job="{}" data-after="{}" data-ended="{}" data-empty="{}">{text}</pre>"#,
-                esc(id),
-                esc(v["cursor"].as_str().unwrap_or("")),
-                ended && !v["more"].as_bool().unwrap_or(false),
-                lines.is_empty(),
-            );
         }
-        Err(e) => {
-            let _ = write!(
-                b,
-                r#"<p id="joblog-missing">The log cannot be shown here: {}</p>"#,
-                esc(&e.message)
-            );
+        p {
+            "In a terminal: " code { "orchestrator logs " (id) " --follow 600" }
+            " (the journal, " code { "JOB_ID=" (id) } ")"
         }
     }
-    let _ = write!(
-        b,
-        r#"<p>In a terminal: <code>orchestrator logs {} --follow 600</code> (the journal, <code>JOB_ID={}</code>)</p>"#,
-        esc(id),
-        esc(id)
-    );
 }

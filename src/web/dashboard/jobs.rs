@@ -15,204 +15,99 @@ pub(super) async fn jobs_page(
     let (rows, total, next) = list_jobs(app, who, &q).await?;
     let rows: Value = serde_json::from_str(&rows)
         .map_err(|e| WebError::new(502, "org.agentstore.Error.Failed", e.to_string()))?;
+    let rows = rows.as_array().cloned().unwrap_or_default();
     let get = |k: &str| q.get(k).map(String::as_str).unwrap_or("");
-    let mut b =
-        String::from("<h1>Jobs</h1><form class=\"filters\" method=\"get\" action=\"/jobs\">");
-    let _ = write!(
-        b,
-        r#"<label>status <select name="status"><option value="">any</option>"#
-    );
-    for st in ["queued", "running", "finished", "failed"] {
-        let _ = write!(
-            b,
-            r#"<option{}>{st}</option>"#,
-            if get("status") == st { " selected" } else { "" }
-        );
-    }
-    b.push_str("</select></label>");
-    for k in ["project", "queue", "as"] {
-        let label = if k == "as" { "user" } else { k };
-        let _ = write!(
-            b,
-            r#"<label>{label} <input name="{k}" value="{}" size="12"></label>"#,
-            esc(get(k))
-        );
-    }
-    b.push_str(r#"<button type="submit">Filter</button></form>"#);
     let offset: u64 = get("offset").parse().unwrap_or(0);
     let limit: u64 = get("limit").parse().unwrap_or(100);
-    let shown = rows.as_array().map(Vec::len).unwrap_or(0) as u64;
-    let _ = write!(
-        b,
-        r#"<p id="count">Jobs {}–{} of <span id="total">{total}</span></p>"#,
-        if shown == 0 { 0 } else { offset + 1 },
-        offset + shown
-    );
-    b.push_str("<table id=\"jobs\"><thead><tr><th>id</th><th>status</th><th>queue</th><th>project</th><th>user</th><th>queued</th></tr></thead><tbody>");
-    for r in rows.as_array().into_iter().flatten() {
-        let id = s(r, "/id");
-        let st = s(r, "/status");
-        let _ = write!(
-            b,
-            r#"<tr data-job="{i}"><td><a href="/jobs/{u}">{i}</a></td><td class="s-{st}">{st}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>"#,
-            esc(s(r, "/queue")),
-            esc(s(r, "/project")),
-            esc(s(r, "/user")),
-            esc(s(r, "/queue_time")),
-            i = esc(id),
-            u = percent_encode(id),
-            st = esc(st),
-        );
-    }
-    b.push_str("</tbody></table>");
-    pager(
-        &mut b,
-        "/jobs",
-        &q,
-        &["status", "project", "queue", "as"],
-        (offset, limit),
-        (u64::from(next), u64::from(total)),
-    );
-    Ok(page("Jobs", who, true, &b))
+    let shown = rows.len() as u64;
+    let b = html! {
+        h1 { "Jobs" }
+        form class="filters" method="get" action="/jobs" {
+            label {
+                "status "
+                select name="status" {
+                    option value="" { "any" }
+                    @for st in ["queued", "running", "finished", "failed"] {
+                        option selected[get("status") == st] { (st) }
+                    }
+                }
+            }
+            @for k in ["project", "queue", "as"] {
+                label {
+                    (if k == "as" { "user" } else { k }) " "
+                    input name=(k) value=(get(k)) size="12";
+                }
+            }
+            button type="submit" { "Filter" }
+        }
+        p id="count" {
+            "Jobs " (if shown == 0 { 0 } else { offset + 1 }) "–" (offset + shown) " of "
+            span id="total" { (total) }
+        }
+        table id="jobs" {
+            thead { tr { th { "id" } th { "status" } th { "queue" } th { "project" } th { "user" } th { "queued" } } }
+            tbody {
+                @for r in &rows {
+                    @let (id, st) = (s(r, "/id"), s(r, "/status"));
+                    tr data-job=(id) {
+                        td { a href={ "/jobs/" (percent_encode(id)) } { (id) } }
+                        td class={ "s-" (st) } { (st) }
+                        td { (s(r, "/queue")) }
+                        td { (s(r, "/project")) }
+                        td { (s(r, "/user")) }
+                        td { (s(r, "/queue_time")) }
+                    }
+                }
+            }
+        }
+        (pager(
+            "/jobs",
+            &q,
+            &["status", "project", "queue", "as"],
+            (offset, limit),
+            (u64::from(next), u64::from(total)),
+        ))
+    };
+    Ok(page("Jobs", who, true, b))
 }
+
+/// The rows of a job's table: label and where the value is.
+const JOB_FIELDS: [(&str, &str); 11] = [
+    ("status", "/runtime/status"),
+    ("project", "/config/project"),
+    ("queue", "/config/queue"),
+    ("command", "/config/claude_command"),
+    ("user", "/config/user"),
+    ("PRD", "/config/prd"),
+    ("queued", "/config/queue_time"),
+    ("started", "/runtime/start_time"),
+    ("ended", "/runtime/finish_time"),
+    ("host", "/runtime/host"),
+    ("error", "/runtime/error"),
+];
 
 pub(super) async fn job_page(app: &App, who: &Actor, id: &str) -> Result<Response<Body>, WebError> {
     let mut c = Map::new();
     c.insert("job".into(), json!(id));
     let job = direct(app, who, Command::ViewJob, c).await?;
     let st = s(&job, "/runtime/status");
-    let mut b = format!(r#"<h1>Job {}</h1><table id="job">"#, esc(id));
-    for (label, ptr) in [
-        ("status", "/runtime/status"),
-        ("project", "/config/project"),
-        ("queue", "/config/queue"),
-        ("command", "/config/claude_command"),
-        ("user", "/config/user"),
-        ("PRD", "/config/prd"),
-        ("queued", "/config/queue_time"),
-        ("started", "/runtime/start_time"),
-        ("ended", "/runtime/finish_time"),
-        ("host", "/runtime/host"),
-        ("error", "/runtime/error"),
-    ] {
-        let v = s(&job, ptr);
-        if v.is_empty() {
-            continue;
-        }
-        let cell = match label {
-            "PRD" => format!(r#"<a href="/prds/{}">{}</a>"#, percent_encode(v), esc(v)),
-            "status" => format!(r#"<span class="s-{0}">{0}</span>"#, esc(v)),
-            _ => esc(v),
-        };
-        let _ = write!(
-            b,
-            r#"<tr><th>{label}</th><td id="f-{}">{cell}</td></tr>"#,
-            label.replace(' ', "-")
-        );
-    }
-    if let Some(cost) = job.pointer("/runtime/cost_usd").and_then(Value::as_f64) {
-        let _ = write!(
-            b,
-            r#"<tr><th>cost</th><td id="f-cost">${cost:.4}</td></tr>"#
-        );
-    }
+    let parsed: Option<crate::model::Job> = serde_json::from_value(job.clone()).ok();
     let tokens = |k: &str| {
         job.pointer(&format!("/runtime/usage/{k}"))
             .and_then(Value::as_u64)
     };
-    if let (Some(i), Some(o)) = (tokens("input_tokens"), tokens("output_tokens")) {
-        let _ = write!(
-            b,
-            r#"<tr><th>tokens</th><td id="f-tokens">{i} in, {o} out</td></tr>"#
-        );
-    }
-    if let Some(turns) = job.pointer("/runtime/num_turns").and_then(Value::as_u64) {
-        let _ = write!(b, r#"<tr><th>turns</th><td id="f-turns">{turns}</td></tr>"#);
-    }
-    b.push_str("</table>");
-    if matches!(st, "queued" | "running") {
-        let _ = write!(
-            b,
-            r#"<form method="post" action="/jobs/{}/cancel"><button type="submit">Cancel job</button></form>"#,
-            percent_encode(id)
-        );
-    }
-    let _ = write!(
-        b,
-        r#"<h2>Task</h2><pre id="task">{}</pre>"#,
-        esc(s(&job, "/config/task_description"))
-    );
-    let parsed: Option<crate::model::Job> = serde_json::from_value(job.clone()).ok();
-    if let Some(j) = &parsed {
-        timeline(&mut b, j);
-    }
     // A request of this job waiting for a person, answered here.
+    let mut waiting = Vec::new();
     if matches!(st, "running")
         && let Ok(rows) = crate::web::api::approvals(app, who).await
     {
-        let mine: Vec<&Value> = rows
+        waiting = rows
             .as_array()
             .into_iter()
             .flatten()
             .filter(|r| s(r, "/job_id") == id)
+            .cloned()
             .collect();
-        if !mine.is_empty() {
-            b.push_str(r#"<h2>Waiting for an answer</h2><table id="pending"><tbody>"#);
-            for r in mine {
-                let (queue, req) = (s(r, "/queue"), s(r, "/request_id"));
-                let _ = write!(
-                    b,
-                    r#"<tr data-request="{req}"><td>{tool}</td><td>{summary}</td><td>denied at {deadline}</td><td><form method="post" action="/approvals/{qu}/{ru}/answer"><input name="message" placeholder="reason (optional)" size="16"><label><input type="checkbox" name="always"> always</label><button name="decision" value="allow" class="allow">Allow</button><button name="decision" value="deny" class="deny">Deny</button></form></td></tr>"#,
-                    req = esc(req),
-                    tool = esc(s(r, "/tool")),
-                    summary = esc(s(r, "/summary")),
-                    deadline = esc(s(r, "/deadline")),
-                    qu = percent_encode(queue),
-                    ru = percent_encode(req),
-                );
-            }
-            b.push_str("</tbody></table>");
-        }
-    }
-    if let Some(j) = parsed.as_ref().filter(|j| !j.runtime.approvals.is_empty()) {
-        b.push_str(r#"<h2>Approvals decided</h2><table id="decided"><thead><tr><th>request</th><th>tool</th><th>summary</th><th>answer</th><th>by</th><th>at</th><th>reason</th></tr></thead><tbody>"#);
-        for a in &j.runtime.approvals {
-            let _ = write!(
-                b,
-                r#"<tr><td>{}</td><td>{}</td><td>{}</td><td class="{cls}">{ans}{always}</td><td>{}</td><td>{}</td><td>{}</td></tr>"#,
-                esc(&a.request_id),
-                esc(&a.tool),
-                esc(&a.summary),
-                esc(&a.by),
-                esc(&a.at.to_string()),
-                esc(a.message.as_deref().unwrap_or("")),
-                cls = if a.allow { "s-finished" } else { "s-failed" },
-                ans = if a.allow { "allowed" } else { "denied" },
-                always = if a.always { " (always)" } else { "" },
-            );
-        }
-        b.push_str("</tbody></table>");
-    }
-    if let Some(j) = parsed.as_ref().filter(|j| !j.runtime.warnings.is_empty()) {
-        b.push_str(r#"<h2>Warnings</h2><ul id="warnings">"#);
-        for w in &j.runtime.warnings {
-            let _ = write!(b, "<li>{}</li>", esc(w));
-        }
-        b.push_str("</ul>");
-    }
-    if let Some(j) = parsed.as_ref().filter(|j| j.runtime.sandbox.is_some()) {
-        let _ = write!(
-            b,
-            r#"<h2>Sandbox</h2><p id="sandbox">{}</p>"#,
-            esc(j.runtime.sandbox.as_deref().unwrap_or(""))
-        );
-        if !j.runtime.sandbox_refused.is_empty() {
-            b.push_str(r#"<ul id="sandbox-refused">"#);
-            for l in &j.runtime.sandbox_refused {
-                let _ = write!(b, "<li>refused: {}</li>", esc(l));
-            }
-            b.push_str("</ul>");
-        }
     }
     let text = parsed.as_ref().map(|j| j.result_text()).unwrap_or_default();
     let empty = match st {
@@ -220,41 +115,135 @@ pub(super) async fn job_page(app: &App, who: &Actor, id: &str) -> Result<Respons
         "running" => "(none yet: the job is running)",
         _ => "(the job left no output)",
     };
-    let _ = write!(
-        b,
-        r#"<h2>Output</h2><pre id="output">{}</pre>"#,
-        if text.is_empty() {
-            empty.to_string()
-        } else {
-            esc(&text)
-        },
-    );
-    super::joblog::section(app, who, id, &mut b).await;
-    Ok(page(&format!("Job {id}"), who, true, &b))
+    let log = super::joblog::section(app, who, id).await;
+    let b = html! {
+        h1 { "Job " (id) }
+        table id="job" {
+            @for (label, ptr) in JOB_FIELDS {
+                @let v = s(&job, ptr);
+                @if !v.is_empty() {
+                    tr {
+                        th { (label) }
+                        td id={ "f-" (label.replace(' ', "-")) } {
+                            @match label {
+                                "PRD" => a href={ "/prds/" (percent_encode(v)) } { (v) },
+                                "status" => span class={ "s-" (v) } { (v) },
+                                _ => (v),
+                            }
+                        }
+                    }
+                }
+            }
+            @if let Some(cost) = job.pointer("/runtime/cost_usd").and_then(Value::as_f64) {
+                tr { th { "cost" } td id="f-cost" { "$" (format!("{cost:.4}")) } }
+            }
+            @if let (Some(i), Some(o)) = (tokens("input_tokens"), tokens("output_tokens")) {
+                tr { th { "tokens" } td id="f-tokens" { (i) " in, " (o) " out" } }
+            }
+            @if let Some(turns) = job.pointer("/runtime/num_turns").and_then(Value::as_u64) {
+                tr { th { "turns" } td id="f-turns" { (turns) } }
+            }
+        }
+        @if matches!(st, "queued" | "running") {
+            form method="post" action={ "/jobs/" (percent_encode(id)) "/cancel" } {
+                button type="submit" { "Cancel job" }
+            }
+        }
+        h2 { "Task" }
+        pre id="task" { (s(&job, "/config/task_description")) }
+        @if let Some(j) = &parsed {
+            (timeline(j))
+        }
+        @if !waiting.is_empty() {
+            h2 { "Waiting for an answer" }
+            table id="pending" {
+                tbody {
+                    @for r in &waiting {
+                        @let (queue, req) = (s(r, "/queue"), s(r, "/request_id"));
+                        tr data-request=(req) {
+                            td { (s(r, "/tool")) }
+                            td { (s(r, "/summary")) }
+                            td { "denied at " (s(r, "/deadline")) }
+                            td { (answer_form(queue, req)) }
+                        }
+                    }
+                }
+            }
+        }
+        @if let Some(j) = parsed.as_ref().filter(|j| !j.runtime.approvals.is_empty()) {
+            h2 { "Approvals decided" }
+            table id="decided" {
+                thead { tr { th { "request" } th { "tool" } th { "summary" } th { "answer" } th { "by" } th { "at" } th { "reason" } } }
+                tbody {
+                    @for a in &j.runtime.approvals {
+                        tr {
+                            td { (a.request_id) }
+                            td { (a.tool) }
+                            td { (a.summary) }
+                            td class=(if a.allow { "s-finished" } else { "s-failed" }) {
+                                (if a.allow { "allowed" } else { "denied" })
+                                (if a.always { " (always)" } else { "" })
+                            }
+                            td { (a.by) }
+                            td { (a.at.to_string()) }
+                            td { (a.message.as_deref().unwrap_or("")) }
+                        }
+                    }
+                }
+            }
+        }
+        @if let Some(j) = parsed.as_ref().filter(|j| !j.runtime.warnings.is_empty()) {
+            h2 { "Warnings" }
+            ul id="warnings" {
+                @for w in &j.runtime.warnings { li { (w) } }
+            }
+        }
+        @if let Some(j) = parsed.as_ref().filter(|j| j.runtime.sandbox.is_some()) {
+            h2 { "Sandbox" }
+            p id="sandbox" { (j.runtime.sandbox.as_deref().unwrap_or("")) }
+            @if !j.runtime.sandbox_refused.is_empty() {
+                ul id="sandbox-refused" {
+                    @for l in &j.runtime.sandbox_refused { li { "refused: " (l) } }
+                }
+            }
+        }
+        h2 { "Output" }
+        pre id="output" { (if text.is_empty() { empty } else { &text }) }
+        (log)
+    };
+    Ok(page(&format!("Job {id}"), who, true, b))
+}
+
+/// The Allow/Deny form of a waiting request (`queue`, `request`), posted to
+/// `/approvals/{queue}/{request}/answer`.
+pub(super) fn answer_form(queue: &str, request: &str) -> Markup {
+    html! {
+        form method="post" action={ "/approvals/" (percent_encode(queue)) "/" (percent_encode(request)) "/answer" } {
+            input name="message" placeholder="reason (optional)" size="16";
+            label { input type="checkbox" name="always"; " always" }
+            button name="decision" value="allow" class="allow" { "Allow" }
+            button name="decision" value="deny" class="deny" { "Deny" }
+        }
+    }
 }
 
 /// Queued → started → ended, with the time between each.
-pub(super) fn timeline(b: &mut String, j: &crate::model::Job) {
+pub(super) fn timeline(j: &crate::model::Job) -> Markup {
     let span = |a: &crate::model::Timestamp, z: &crate::model::Timestamp| {
         let secs = a.seconds_until(z).max(0.0).round() as u64;
         crate::store::machines::duration_text(secs)
     };
     let q = &j.config.queue_time;
-    let mut steps = vec![format!("queued {}", esc(&q.to_string()))];
+    let mut steps = vec![format!("queued {q}")];
     if let Some(t) = &j.runtime.start_time {
-        steps.push(format!(
-            "waited {} → started {}",
-            span(q, t),
-            esc(&t.to_string())
-        ));
+        steps.push(format!("waited {} → started {t}", span(q, t)));
         if let Some(e) = &j.runtime.finish_time {
             steps.push(format!(
-                "ran {} → {} {}",
+                "ran {} → {} {e}",
                 span(t, e),
-                esc(j.runtime.status.name()),
-                esc(&e.to_string())
+                j.runtime.status.name()
             ));
         }
     }
-    let _ = write!(b, r#"<p id="timeline">{}</p>"#, steps.join(" · "));
+    html! { p id="timeline" { (steps.join(" · ")) } }
 }

@@ -25,13 +25,12 @@ use super::api::{
 use super::auth::{Actor, Peer};
 use super::auth::{local_path, same_origin};
 use super::error::WebError;
-use super::html::esc;
 use super::{App, Body, charts, respond};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response};
+use maud::{DOCTYPE, Markup, PreEscaped, display, html};
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
-use std::fmt::Write as _;
 
 /// The live-update script (served at `/static/live.js`).
 pub const LIVE_JS: &str = include_str!("../live.js");
@@ -45,29 +44,56 @@ main{padding:12px 16px}table{border-collapse:collapse}td,th{border-bottom:1px so
 .s-failed{color:#b00}tr.stale{background:#fee}.s-finished{color:#070}.s-running{color:#05a}pre{background:#f6f6f6;padding:8px;white-space:pre-wrap;max-width:100ch}\
 form.filters input,form.filters select{margin-right:8px}.pager a{margin-right:12px}figure{margin:12px 0}";
 
-fn page(title: &str, who: &Actor, live: bool, body: &str) -> Response<Body> {
-    let me = who.name.as_str();
-    let html = format!(
-        r#"<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{t} · agentstore</title><style>{CSS}</style></head><body><header><a href="/">Queues</a><a href="/jobs">Jobs</a><a href="/prds">PRDs</a><a href="/projects">Projects</a><a href="/users">Users</a><a href="/charts">Charts</a><a href="/approvals">Approvals</a><a href="/machines">Machines</a><a href="/messages">Messages</a><span style="float:right">{me}</span></header><main{live}>{body}</main><script src="/static/live.js" defer></script></body></html>"#,
-        t = esc(title),
-        me = esc(me),
-        live = if live { " data-live" } else { "" },
-    );
-    respond(200, "text/html; charset=utf-8", html)
+/// A page: the header's links, who is looking, and `body` in `<main>` (`live`: refreshed by
+/// `/static/live.js` when the event stream says something changed).
+fn page(title: &str, who: &Actor, live: bool, body: Markup) -> Response<Body> {
+    let html = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                title { (title) " · agentstore" }
+                // A constant of this file.
+                style { (PreEscaped(CSS)) }
+            }
+            body {
+                header {
+                    a href="/" { "Queues" }
+                    a href="/jobs" { "Jobs" }
+                    a href="/prds" { "PRDs" }
+                    a href="/projects" { "Projects" }
+                    a href="/users" { "Users" }
+                    a href="/charts" { "Charts" }
+                    a href="/approvals" { "Approvals" }
+                    a href="/machines" { "Machines" }
+                    a href="/messages" { "Messages" }
+                    span style="float:right" { (who.name) }
+                }
+                main data-live[live] { (body) }
+                script src="/static/live.js" defer {}
+            }
+        }
+    };
+    respond(200, "text/html; charset=utf-8", html.into_string())
 }
 
 /// An error as a page.
 pub fn error_page(e: &WebError) -> Response<Body> {
-    respond(
-        e.status,
-        "text/html; charset=utf-8",
-        format!(
-            r#"<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{} · agentstore</title></head><body><h1>{}</h1><p id="error">{}</p><p><a href="/">Back</a></p></body></html>"#,
-            e.status,
-            esc(&e.name),
-            esc(&e.message)
-        ),
-    )
+    let html = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                title { (e.status) " · agentstore" }
+            }
+            body {
+                h1 { (e.name) }
+                p id="error" { (e.message) }
+                p { a href="/" { "Back" } }
+            }
+        }
+    };
+    respond(e.status, "text/html; charset=utf-8", html.into_string())
 }
 
 fn s<'a>(v: &'a Value, ptr: &str) -> &'a str {
@@ -282,28 +308,29 @@ fn joined(v: &Value) -> String {
 }
 
 /// A list of what a listing could not read (`problems`), under `title`; nothing when none.
-fn problems_list(b: &mut String, title: &str, problems: &Value) {
+fn problems_list(title: &str, problems: &Value) -> Markup {
     let problems = problems.as_array().cloned().unwrap_or_default();
-    if problems.is_empty() {
-        return;
+    html! {
+        @if !problems.is_empty() {
+            h2 { (title) }
+            ul id="problems" {
+                @for p in &problems {
+                    li { (p.as_str().unwrap_or("")) }
+                }
+            }
+        }
     }
-    let _ = write!(b, r#"<h2>{title}</h2><ul id="problems">"#);
-    for p in &problems {
-        let _ = write!(b, "<li>{}</li>", esc(p.as_str().unwrap_or("")));
-    }
-    b.push_str("</ul>");
 }
 
 /// Previous/next links of a paged list at `path`, keeping the filters `keys` of `q`;
 /// `(offset, limit)` of this page, `(next, total)` from its answer.
 fn pager(
-    b: &mut String,
     path: &str,
     q: &HashMap<String, String>,
     keys: &[&str],
     (offset, limit): (u64, u64),
     (next, total): (u64, u64),
-) {
+) -> Markup {
     let link = |off: u64| {
         let mut parts = vec![format!("offset={off}"), format!("limit={limit}")];
         for k in keys {
@@ -311,20 +338,18 @@ fn pager(
                 parts.push(format!("{k}={}", percent_encode(v)));
             }
         }
-        format!("{path}?{}", parts.join("&amp;"))
+        format!("{path}?{}", parts.join("&"))
     };
-    b.push_str("<p class=\"pager\">");
-    if offset > 0 {
-        let _ = write!(
-            b,
-            r#"<a id="prev" href="{}">← previous</a>"#,
-            link(offset.saturating_sub(limit))
-        );
+    html! {
+        p class="pager" {
+            @if offset > 0 {
+                a id="prev" href=(link(offset.saturating_sub(limit))) { "← previous" }
+            }
+            @if next < total {
+                a id="next" href=(link(next)) { "next →" }
+            }
+        }
     }
-    if next < total {
-        let _ = write!(b, r#"<a id="next" href="{}">next →</a>"#, link(next));
-    }
-    b.push_str("</p>");
 }
 
 fn one(k: &str, v: &str) -> Map<String, Value> {

@@ -3,11 +3,20 @@
 use super::*;
 use crate::model::Command;
 
+/// One queue's row.
+struct Row {
+    name: String,
+    live: bool,
+    active: u64,
+    queued: u64,
+    workers: String,
+    paused: String,
+    last_update: String,
+}
+
 pub(super) async fn queues_page(app: &App, who: &Actor) -> Result<Response<Body>, WebError> {
     let queues = direct(app, who, Command::ListQueues, Map::new()).await?;
-    let mut b = String::from(
-        "<h1>Queues</h1><table id=\"queues\"><thead><tr><th>queue</th><th>manager</th><th>running</th><th>queued</th><th>workers</th><th>paused</th><th>last update</th></tr></thead><tbody>",
-    );
+    let mut rows = Vec::new();
     for q in queues.as_array().into_iter().flatten() {
         let name = s(q, "/config/id");
         let st = queue_state(app, name).await;
@@ -33,30 +42,45 @@ pub(super) async fn queues_page(app: &App, who: &Actor) -> Result<Response<Body>
                 u64::from(count("queued").await?),
             )
         };
-        let num = |k: &str| {
-            st.get(k)
-                .map(|v| v.to_string())
-                .unwrap_or_else(|| "–".into())
-        };
-        let _ = write!(
-            b,
-            r#"<tr data-queue="{n}"><td><a href="/jobs?queue={u}">{n}</a></td><td>{m}</td><td class="active">{active}</td><td class="queued">{queued}</td><td>{w}</td><td>{p}</td><td>{l}</td></tr>"#,
-            n = esc(name),
-            u = percent_encode(name),
-            m = if live {
-                "running"
-            } else {
-                "stopped (starts on demand)"
-            },
-            w = st
+        rows.push(Row {
+            name: name.to_string(),
+            live,
+            active,
+            queued,
+            workers: st
                 .get("worker_count")
                 .or_else(|| q.pointer("/config/worker_count"))
                 .map(|v| v.to_string())
                 .unwrap_or_else(|| "–".into()),
-            p = num("paused"),
-            l = esc(st.get("last_update").and_then(Value::as_str).unwrap_or("")),
-        );
+            paused: st
+                .get("paused")
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| "–".into()),
+            last_update: st
+                .get("last_update")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
+        });
     }
-    b.push_str("</tbody></table>");
-    Ok(page("Queues", who, true, &b))
+    let b = html! {
+        h1 { "Queues" }
+        table id="queues" {
+            thead { tr { th { "queue" } th { "manager" } th { "running" } th { "queued" } th { "workers" } th { "paused" } th { "last update" } } }
+            tbody {
+                @for r in &rows {
+                    tr data-queue=(r.name) {
+                        td { a href={ "/jobs?queue=" (percent_encode(&r.name)) } { (r.name) } }
+                        td { (if r.live { "running" } else { "stopped (starts on demand)" }) }
+                        td class="active" { (r.active) }
+                        td class="queued" { (r.queued) }
+                        td { (r.workers) }
+                        td { (r.paused) }
+                        td { (r.last_update) }
+                    }
+                }
+            }
+        }
+    };
+    Ok(page("Queues", who, true, b))
 }

@@ -3,10 +3,10 @@
 //! linked to the job behind it; arrows from each dependency. A dependency on another PRD's
 //! task is a grey box in the first column. Every text is escaped.
 
-use super::{esc, percent_encode};
+use super::percent_encode;
+use maud::{Markup, html};
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::fmt::Write;
 
 const W: usize = 170;
 const H: usize = 46;
@@ -32,7 +32,7 @@ fn text<'a>(v: &'a Value, k: &str) -> &'a str {
 }
 
 /// The SVG of `tasks` (the `list-tasks` answer for one PRD, `prd`).
-pub(super) fn svg(prd: &str, tasks: &[Value]) -> String {
+pub(super) fn svg(prd: &str, tasks: &[Value]) -> Markup {
     // Nodes: the PRD's tasks by id, plus other PRDs' tasks they depend on.
     let mut deps: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut nodes: BTreeMap<String, Option<&Value>> = BTreeMap::new();
@@ -91,80 +91,59 @@ pub(super) fn svg(prd: &str, tasks: &[Value]) -> String {
     }
     let width = 20 + columns.len() * (W + GAP_X);
     let height = 20 + rows * (H + GAP_Y);
-    let mut s = format!(
-        r##"<svg id="task-graph" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" aria-label="task graph of PRD {p}"><defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="8" markerHeight="8" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#555"/></marker></defs>"##,
-        p = esc(prd)
-    );
-    for (id, ds) in &deps {
-        let Some(&(x2, y2)) = at.get(id.as_str()) else {
-            continue;
-        };
-        for d in ds {
-            let Some(&(x1, y1)) = at.get(d.as_str()) else {
-                continue;
-            };
-            let _ = write!(
-                s,
-                r##"<line class="edge" data-from="{f}" data-to="{t}" x1="{}" y1="{}" x2="{}" y2="{}" stroke="#555" marker-end="url(#arrow)"/>"##,
-                x1 + W,
-                y1 + H / 2,
-                x2,
-                y2 + H / 2,
-                f = esc(d),
-                t = esc(id),
-            );
-        }
-    }
-    for (id, t) in &nodes {
-        let Some(&(x, y)) = at.get(id.as_str()) else {
-            continue;
-        };
-        let (status, job, title) = match t {
-            Some(t) => (
-                text(t, "status"),
-                t.get("jobs")
-                    .and_then(Value::as_array)
-                    .and_then(|j| j.last())
-                    .and_then(Value::as_str),
-                text(t, "title"),
-            ),
-            None => ("other PRD", None, ""),
-        };
-        let fill = if t.is_some() {
-            colour(status)
-        } else {
-            "#eeeeee"
-        };
-        let node = format!(
-            r##"<rect x="{x}" y="{y}" width="{W}" height="{H}" rx="6" fill="{fill}" stroke="#333"/><text x="{tx}" y="{ty1}" font-size="13" font-weight="bold">{}</text><text x="{tx}" y="{ty2}" font-size="11">{}</text><title>{}</title>"##,
-            esc(&short(id, 22)),
-            esc(status),
-            esc(&format!("{id}: {title} ({status})")),
-            tx = x + 8,
-            ty1 = y + 18,
-            ty2 = y + 36,
-        );
-        let _ = write!(
-            s,
-            r#"<g class="task" data-task="{}" data-status="{}">"#,
-            esc(id),
-            esc(status)
-        );
-        match job {
-            Some(j) => {
-                let _ = write!(
-                    s,
-                    r#"<a href="/jobs/{}" data-job="{}">{node}</a>"#,
-                    percent_encode(j),
-                    esc(j)
-                );
+    // Each dependency: from, to, and where each box is.
+    type Edge<'a> = (&'a str, &'a str, (usize, usize), (usize, usize));
+    let edges: Vec<Edge> = deps
+        .iter()
+        .filter_map(|(id, ds)| Some((id, ds, *at.get(id.as_str())?)))
+        .flat_map(|(id, ds, to)| {
+            ds.iter()
+                .filter_map(|d| Some((d.as_str(), id.as_str(), *at.get(d.as_str())?, to)))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    html! {
+        svg id="task-graph" xmlns="http://www.w3.org/2000/svg" width=(width) height=(height)
+            viewBox={ "0 0 " (width) " " (height) } role="img" aria-label={ "task graph of PRD " (prd) } {
+            defs {
+                marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="8" markerHeight="8" orient="auto" {
+                    path d="M0,0 L10,5 L0,10 z" fill="#555" {}
+                }
             }
-            None => s.push_str(&node),
+            @for (from, to, (x1, y1), (x2, y2)) in &edges {
+                line class="edge" data-from=(from) data-to=(to) x1=(x1 + W) y1=(y1 + H / 2) x2=(x2) y2=(y2 + H / 2)
+                    stroke="#555" marker-end="url(#arrow)" {}
+            }
+            @for (id, t) in &nodes {
+                @if let Some(&(x, y)) = at.get(id.as_str()) {
+                    @let (status, job, title) = match t {
+                        Some(t) => (
+                            text(t, "status"),
+                            t.get("jobs")
+                                .and_then(Value::as_array)
+                                .and_then(|j| j.last())
+                                .and_then(Value::as_str),
+                            text(t, "title"),
+                        ),
+                        None => ("other PRD", None, ""),
+                    };
+                    @let fill = if t.is_some() { colour(status) } else { "#eeeeee" };
+                    @let node = html! {
+                        rect x=(x) y=(y) width=(W) height=(H) rx="6" fill=(fill) stroke="#333" {}
+                        text x=(x + 8) y=(y + 18) font-size="13" font-weight="bold" { (short(id, 22)) }
+                        text x=(x + 8) y=(y + 36) font-size="11" { (status) }
+                        title { (id) ": " (title) " (" (status) ")" }
+                    };
+                    g class="task" data-task=(id) data-status=(status) {
+                        @match job {
+                            Some(j) => a href={ "/jobs/" (percent_encode(j)) } data-job=(j) { (node) },
+                            None => (node),
+                        }
+                    }
+                }
+            }
         }
-        s.push_str("</g>");
     }
-    s.push_str("</svg>");
-    s
 }
 
 fn short(s: &str, n: usize) -> String {
@@ -190,7 +169,7 @@ mod tests {
             json!({"id": "C", "title": "c", "status": "failed", "depends_on": ["A"], "jobs": []}),
             json!({"id": "D", "title": "d", "status": "pending", "depends_on": ["B", "C", "other/T"], "jobs": []}),
         ];
-        let s = svg("p<1>", &tasks);
+        let s = svg("p<1>", &tasks).into_string();
         assert!(s.contains("task graph of PRD p&lt;1&gt;"), "{s}");
         assert!(!s.contains("<b>x</b>"), "unescaped title: {s}");
         assert!(s.contains(r#"href="/jobs/j-a""#));
