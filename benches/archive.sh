@@ -1,17 +1,19 @@
 #!/bin/bash
 # benches/archive.sh: 100,000 finished jobs (40 days old, handled) + 100 recent: list-jobs (text, json) before/after
-# archive, and list-jobs --archived; ORCHESTRATOR=target/release/orchestrator for figures.
+# archive, and list-jobs --archived; ORCHESTRATOR=target/release/orchestrator for figures;
+# N=1000 bash benches/archive.sh: N old jobs instead of 100,000 (to try it quickly).
 set -e
 T=$(mktemp -d /tmp/s20bench.XXXX); export HOME=$T/home; mkdir -p $HOME
+trap 'rm -rf "$T"' EXIT
 B=${ORCHESTRATOR:-$(dirname "$0")/../target/debug/orchestrator}
 $B --root $T/S init >/dev/null
-python3 - "$T/S/Queues/poplar/Jobs/finished_jobs" <<'PY'
+python3 - "$T/S/Queues/poplar/Jobs/finished_jobs" "${N:-100000}" <<'PY'
 import json,sys,datetime
-d=sys.argv[1]
+d,n=sys.argv[1],int(sys.argv[2])
 old=(datetime.datetime.utcnow()-datetime.timedelta(days=40)).strftime('%Y-%m-%dT%H:%M:%SZ')
 new=datetime.datetime.utcnow().strftime('%Y-%m-%dT%H:%M:%SZ')
-for i in range(100100):
-    t = old if i < 100000 else new
+for i in range(n+100):
+    t = old if i < n else new
     j={"config":{"project":"P","working_directory":"/tmp","queue_time":t,"jobtype":"noop","claude_command":"noop","claude_extra_args":[],"task_description":"t","supporting_data":{},"timeout_seconds":60},"runtime":{"status":"finished","start_time":t,"finish_time":t,"process_id":None,"llm_process_id":None,"error":None,"output":"x"*200,"handled":True}}
     open(f"{d}/job-{i:06d}.json","w").write(json.dumps(j))
 PY

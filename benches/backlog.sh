@@ -4,6 +4,7 @@
 # batch, a store from before the handled-log).
 #   bash benches/backlog.sh [N]          (default 100000)
 #   NO_BUILD=1 bash benches/backlog.sh   (use target/release as it is)
+#   NO_BUILD=1 BIN=DIR bash …            (the binaries in DIR, e.g. target/debug)
 #   BEFORE_BIN=DIR bash benches/backlog.sh   (also run an older orchestratord from DIR)
 # Measures, in the same run:
 #   - the backlog: start → every job handled (its handled-log line written), jobs/s;
@@ -20,7 +21,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-100000}
 if [ -z "${NO_BUILD:-}" ]; then cargo build --release --bins -q; fi
-bin=$PWD/target/release
+bin=$(realpath "${BIN:-$PWD/target/release}")
 work=$(mktemp -d /tmp/agentstore-backlog.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 python3 - "$bin" "$work" "$N" "${BEFORE_BIN:-}" <<'PY'

@@ -2,13 +2,15 @@
 # Benchmark (issue 2): a store with 10,000 jobs, each with 100 KB of output; times
 # `orchestrator list-jobs` (text and --format json) and reports peak RSS.
 #   bash benches/list_jobs.sh [N_JOBS] [OUTPUT_BYTES]
+#   NO_BUILD=1 bash …                    (target/release as it is)
+#   NO_BUILD=1 BIN=DIR bash …            (the binaries in DIR, e.g. target/debug)
 # Needs GNU time (/usr/bin/time; apt-get install time) and hyperfine if present.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n=${1:-10000}
 size=${2:-102400}
-cargo build --release --bin orchestrator -q
-bin=$PWD/target/release/orchestrator
+[ -n "${NO_BUILD:-}" ] || cargo build --release --bin orchestrator -q
+bin=$(realpath "${BIN:-$PWD/target/release}")/orchestrator
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export AGENT_STORE_ROOT=$work/store HOME=$work/home

@@ -3,6 +3,7 @@
 #   bash benches/scale.sh [SIZES...]        (default: 10000 100000)
 #   PROFILE=debug bash benches/scale.sh     (use target/debug instead of a release build)
 #   NO_BUILD=1 bash benches/scale.sh        (use the release binaries as they are)
+#   NO_BUILD=1 BIN=DIR bash …               (the binaries in DIR)
 # For each size N it builds a store directly on disk (a fast generator writes the job files:
 # N already-handled finished jobs with a handled-log, plus N queued jobs in a second queue)
 # and measures:
@@ -32,7 +33,7 @@ profile=${PROFILE:-release}
 if [ "$profile" = release ] && [ -z "${NO_BUILD:-}" ]; then
     cargo build --release --bins -q
 fi
-bin=$PWD/target/$profile
+bin=$(realpath "${BIN:-$PWD/target/$profile}")
 pueue_dir=""
 if [ "${PUEUE:-1}" != 0 ]; then
     if [ -n "${PUEUE_INSTALL:-}" ] && ! [ -x target/peer/bin/pueued ]; then

@@ -184,12 +184,9 @@ pub fn list_jobs_page(
                     (total, marks)
                 }
             };
-            if !ask.summary {
-                // Whole documents come from the documents cache beside the index (one fstatat
-                // per job while its file is unchanged), not from reading and checking every
-                // file again: the same folders, opened once more after the count.
-                jobs.replace_listing(index.listing_with_documents(store, filter));
-            }
+            // A page's documents are read from the store, a page's worth: never a documents
+            // cache of the whole listing (its first build reads and checks every job, and a
+            // folder changed by one job would copy all the others again).
             let next = match after {
                 None => skip_to(&mut jobs, &marks, offset).map_err(failed)?,
                 Some(b) => seek_past(&mut jobs, &marks, b).map_err(failed)?,

@@ -43,18 +43,20 @@ pub(super) fn open_index(
     month: Option<&str>,
     cache: Option<&Path>,
 ) -> std::io::Result<(Source, Vec<String>, Option<Stamp>)> {
-    let mut new_line = |entry: Scanned<'_>| {
+    let new_line = |folder: &build::Folder<'_>, entry: Scanned<'_>| {
         let Scanned::Document(name) = entry else {
             return None;
         };
         let id = name.strip_suffix(".json")?;
+        let head = match folder.read(name) {
+            Some(bytes) => head_of(&bytes),
+            None => read_head(&folder.path.join(name)),
+        };
         let mut bytes = Vec::new();
-        Rec::from_head(id, read_head(&dir.join(name)))
-            .write(&mut bytes)
-            .ok()?;
+        Rec::from_head(id, head).write(&mut bytes).ok()?;
         String::from_utf8(bytes).ok()
     };
-    let (records, bad, stamp) = records::open_records::<Rec>(dir, cache, &mut new_line)?;
+    let (records, bad, stamp) = records::open_records::<Rec>(dir, cache, &new_line)?;
     let bad = bad.into_iter().map(|r| r.id.into()).collect();
     Ok((Source::new(queue, status, month, records), bad, stamp))
 }

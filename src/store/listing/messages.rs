@@ -139,21 +139,32 @@ impl MsgRec {
 /// rejection); why it cannot be read otherwise.
 pub fn read_message(store: &Store, path: &Path) -> Result<Message, String> {
     let bytes = super::super::read_limited(path).map_err(|e| e.to_string())?;
+    message_of(store, path, &bytes)
+}
+
+/// [`read_message`] of bytes already read from `path`.
+fn message_of(store: &Store, path: &Path, bytes: &[u8]) -> Result<Message, String> {
     store
         .validator()
-        .parse(DocKind::Message, &bytes)
+        .parse(DocKind::Message, bytes)
         .map_err(|r| format!("{}: {r}", store.relative(path).display()))
 }
 
 /// The line of one entry of a messaging folder: its head, or why it is not read.
-fn entry_line(store: &Store, dir: &Path, entry: Scanned<'_>) -> String {
+fn entry_line(store: &Store, folder: &build::Folder<'_>, entry: Scanned<'_>) -> String {
+    let dir = folder.path;
     let not_read = |name: &str, why: &str| {
         let path = dir.join(name);
         Err(format!("{}: {why}", store.relative(&path).display()).into())
     };
     let (name, head) = match entry {
         Scanned::Document(name) => {
-            let head = read_message(store, &dir.join(name)).map(|m| {
+            let path = dir.join(name);
+            let message = match folder.read(name) {
+                Some(bytes) => message_of(store, &path, &bytes),
+                None => read_message(store, &path),
+            };
+            let head = message.map(|m| {
                 (
                     m.queue_time.0.timestamp(),
                     m.queue_time.0.timestamp_subsec_nanos(),
@@ -274,9 +285,11 @@ impl MessageListing {
         for f in folders {
             listing.signature = sign(listing.signature.take(), f.dir);
             let cache = dir.as_ref().map(|d| d.join(format!("{}.idx", f.name)));
-            let mut new_line = |entry: Scanned<'_>| Some(entry_line(store, f.dir, entry));
+            let new_line = |folder: &build::Folder<'_>, entry: Scanned<'_>| {
+                Some(entry_line(store, folder, entry))
+            };
             let (mut records, bad, _) =
-                records::open_records::<MsgRec>(f.dir, cache.as_deref(), &mut new_line)?;
+                records::open_records::<MsgRec>(f.dir, cache.as_deref(), &new_line)?;
             listing
                 .problems
                 .extend(bad.into_iter().filter_map(|r| r.head.err().map(Into::into)));

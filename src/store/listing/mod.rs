@@ -22,6 +22,7 @@ use std::io::{BufRead, BufReader, BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
+mod build;
 mod index;
 mod merge;
 mod messages;
@@ -107,8 +108,12 @@ struct RawConfig {
 
 /// Reads the head of a job file; `None` when it is not a readable job.
 pub fn read_head(path: &Path) -> Option<JobHead> {
-    let bytes = super::read_limited(path).ok()?;
-    let h: RawHead = serde_json::from_slice(&bytes).ok()?;
+    head_of(&super::read_limited(path).ok()?)
+}
+
+/// The head of a job file's bytes; `None` when they are not a job.
+fn head_of(bytes: &[u8]) -> Option<JobHead> {
+    let h: RawHead = serde_json::from_slice(bytes).ok()?;
     Some(JobHead {
         queue_time: h.config.queue_time,
         project: h.config.project,

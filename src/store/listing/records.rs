@@ -3,6 +3,7 @@
 //! reading only the files it has not seen, and read back as a stream or by a binary search
 //! over its bytes. The kinds differ only in what a record holds ([`Record`]).
 
+use super::build::{self, Folder, Kind, NewLine};
 use super::*;
 use std::os::unix::fs::FileExt;
 
@@ -218,7 +219,7 @@ impl<R: Record> Records<R> {
 pub(super) fn open_records<R: Record>(
     dir: &Path,
     cache: Option<&Path>,
-    new_line: &mut dyn FnMut(Scanned<'_>) -> Option<String>,
+    new_line: &NewLine<'_>,
 ) -> std::io::Result<(Records<R>, Vec<R>, Option<Stamp>)> {
     let Some(stamp) = Stamp::of(dir)? else {
         return Ok((Records::mem(Vec::new()), Vec::new(), None));
@@ -328,7 +329,7 @@ pub(super) fn refresh<'a>(
     dir: &Path,
     old: &'a str,
     descending: bool,
-    new_line: &mut dyn FnMut(Scanned<'_>) -> Option<String>,
+    new_line: &NewLine<'_>,
 ) -> std::io::Result<Refreshed<'a>> {
     // The old lines that hold a record, by (escaped) id.
     let mut known: Vec<(&str, u32, u32)> = Vec::new();
@@ -353,7 +354,8 @@ pub(super) fn refresh<'a>(
         fresh: String::new(),
         order: Vec::new(),
     };
-    let mut failed = None;
+    // The entries the old index does not hold, read after the listing (many at a time).
+    let mut unseen: Vec<(Kind, Box<str>)> = Vec::new();
     super::super::scan_each(dir, |entry| {
         // A file is replaced by rename, which changes the folder's time too; a head once read
         // stays right for as long as the name stays.
@@ -371,25 +373,28 @@ pub(super) fn refresh<'a>(
             out.order.push((secs, nanos, line));
             return;
         }
-        let Some(line) = new_line(entry) else {
-            return;
-        };
-        let start = out.fresh.len();
-        out.fresh.push_str(&line);
-        let (Ok(s), Ok(l)) = (u32::try_from(start), u32::try_from(line.len())) else {
-            failed = Some(std::io::Error::other("index larger than 4 GiB"));
-            return;
-        };
-        let (secs, nanos) = line_time(&line);
-        let line = LineRef {
-            fresh: true,
-            at: s,
-            len: l,
-        };
-        out.order.push((secs, nanos, line));
+        let (kind, name) = Kind::of(entry);
+        unseen.push((kind, name.into()));
     })?;
-    if let Some(e) = failed {
-        return Err(e);
+    if !unseen.is_empty() {
+        let folder = Folder::open(dir);
+        for line in build::lines_of(&folder, &unseen, new_line)
+            .into_iter()
+            .flatten()
+        {
+            let start = out.fresh.len();
+            out.fresh.push_str(&line);
+            let (Ok(s), Ok(l)) = (u32::try_from(start), u32::try_from(line.len())) else {
+                return Err(std::io::Error::other("index larger than 4 GiB"));
+            };
+            let (secs, nanos) = line_time(&line);
+            let line = LineRef {
+                fresh: true,
+                at: s,
+                len: l,
+            };
+            out.order.push((secs, nanos, line));
+        }
     }
     drop(known);
     let mut order = std::mem::take(&mut out.order);

@@ -154,3 +154,68 @@ fn a_seek_lands_at_the_place_or_the_next_record() {
         assert_eq!(src.current.as_ref().map(|c| &*c.id), Some("j0102"));
     }
 }
+
+/// A folder never indexed, large enough to be read by several threads: every job once, in
+/// order, with the head its own file holds; files that are not jobs are named as before
+/// (a damaged one, one over the size limit) or left out (a link, a FIFO, a conflict copy).
+#[test]
+fn a_folder_read_by_several_threads_is_indexed_as_one_thread_reads_it() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("finished_jobs");
+    std::fs::create_dir(&dir).unwrap();
+    let cache = d.path().join("cache/finished_jobs.idx");
+    let t0 = 1735689600;
+    let mut want = Vec::new();
+    for i in 0..3000i64 {
+        // Times out of name order, so the sort is seen.
+        let s = (i * 7919) % 3000;
+        let body = format!(
+            "{{\"config\": {{\"project\": \"P{}\", \"queue_time\": \"2025-01-01T{:02}:{:02}:{:02}Z\"}}}}",
+            i % 3,
+            s / 3600,
+            s / 60 % 60,
+            s % 60
+        );
+        std::fs::write(dir.join(format!("j{i:05}.json")), body).unwrap();
+        want.push((format!("j{i:05}"), t0 + s));
+    }
+    want.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
+    std::fs::write(dir.join("bad.json"), "{").unwrap();
+    let big = vec![b' '; crate::schema::MAX_DOCUMENT_BYTES as usize + 10];
+    std::fs::write(dir.join("big.json"), big).unwrap();
+    std::os::unix::fs::symlink(dir.join("j00001.json"), dir.join("link.json")).unwrap();
+    nix::unistd::mkfifo(&dir.join("fifo.json"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    std::fs::write(dir.join("j00002 (conflicted copy).json"), "{}").unwrap();
+    let (mut src, mut bad, _) =
+        open_index(&dir, "q", JobStatus::Finished, None, Some(&cache)).unwrap();
+    bad.sort();
+    assert_eq!(bad, vec!["bad".to_string(), "big".to_string()]);
+    assert_eq!(ids(&mut src), want);
+    // The project each file names, not another's.
+    let (mut src, _, _) = open_index(&dir, "q", JobStatus::Finished, None, Some(&cache)).unwrap();
+    src.advance();
+    while let Some(r) = src.current.take() {
+        let i: usize = r.id[1..].parse().unwrap();
+        assert_eq!(&*r.head.unwrap().2, format!("P{}", i % 3));
+        src.advance();
+    }
+}
+
+/// The lines of many entries come back in the entries' order, whoever read them.
+#[test]
+fn lines_read_by_several_threads_keep_the_entries_order() {
+    let d = tempfile::tempdir().unwrap();
+    let folder = build::Folder::open(d.path());
+    let entries: Vec<_> = (0..5000)
+        .map(|i| (build::Kind::Document, format!("n{i}").into_boxed_str()))
+        .collect();
+    let line = |_: &build::Folder<'_>, e: Scanned<'_>| match e {
+        Scanned::Document(n) if n != "n77" => Some(n.to_string()),
+        _ => None,
+    };
+    let got = build::lines_of(&folder, &entries, &line);
+    let want: Vec<_> = (0..5000)
+        .map(|i| (i != 77).then(|| format!("n{i}")))
+        .collect();
+    assert_eq!(got, want);
+}
