@@ -8,7 +8,8 @@ use crate::model::{JobStatus, Timestamp};
 use crate::store::listing::Listed;
 use std::io::Write;
 
-pub(super) const ARCHIVED_HEADERS: [&str; 6] = ["ID", "STATUS", "QUEUE", "PROJECT", "ARCHIVE", "ENDED"];
+pub(super) const ARCHIVED_HEADERS: [&str; 6] =
+    ["ID", "STATUS", "QUEUE", "PROJECT", "ARCHIVE", "ENDED"];
 
 pub(super) fn archived_cells(l: &Listed) -> [String; 6] {
     [
@@ -51,7 +52,8 @@ pub(in crate::cli) fn queued_cell(t: &Timestamp) -> String {
     )
 }
 
-pub(super) const JOB_HEADERS: [&str; 6] = ["ID", "STATUS", "PRIORITY", "QUEUE", "PROJECT", "QUEUED"];
+pub(super) const JOB_HEADERS: [&str; 6] =
+    ["ID", "STATUS", "PRIORITY", "QUEUE", "PROJECT", "QUEUED"];
 /// Left out first when a UUID, the status and the time leave no room (80 columns):
 /// PRIORITY, then QUEUE (`--queue` and `view-job` still say them).
 pub(super) const JOB_DROPPABLE: [usize; 2] = [2, 3];
@@ -223,7 +225,10 @@ impl Spool {
         self.file.write_all(line.as_bytes())
     }
 
-    pub(super) fn replay(self, mut each: impl FnMut(&[String]) -> std::io::Result<()>) -> std::io::Result<()> {
+    pub(super) fn replay(
+        self,
+        mut each: impl FnMut(&[String]) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
         use std::io::{BufRead, Seek};
         let mut f = self.file.into_inner().map_err(|e| e.into_error())?;
         f.seek(std::io::SeekFrom::Start(0))?;
