@@ -15,5 +15,15 @@ pub async fn caller_uid(conn: &zbus::Connection, hdr: &Header<'_>) -> Result<u32
     let dbus = zbus::fdo::DBusProxy::new(conn).await?;
     dbus.get_connection_unix_user(sender.clone().into())
         .await
-        .map_err(|e| BusError::Failed(format!("cannot identify caller: {e}")))
+        .map_err(|e| match e {
+            // Our own connection failing (a daemon at its idle exit, its connection closing):
+            // nothing of the call was done, so it is Unavailable and the caller calls again
+            // (`again_while_stopping`), answered by the next instance.
+            zbus::fdo::Error::ZBus(zbus::Error::InputOutput(_)) | zbus::fdo::Error::IOError(_) => {
+                BusError::Unavailable(format!(
+                    "cannot identify caller ({e}): this instance is going away; call again"
+                ))
+            }
+            e => BusError::Failed(format!("cannot identify caller: {e}")),
+        })
 }
